@@ -1,0 +1,252 @@
+//! `memory://`: locks inside one process, with the same semantics as the networked backends
+//! (owner tokens, expiry, renewal, wake-on-release, fencing).
+//!
+//! `memory://` is one process-wide store; `memory://name` is a separate named store. Clients
+//! connected to the same URL share locks, exactly as two clients of one Redis server do.
+//! It excludes nobody outside this process: use it for single-process apps, demos and tests.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use super::{Attempt, Backend, LockSpec};
+use crate::error::BoxError;
+use crate::notify::{ReleaseHub, ReleaseSubscription};
+use crate::runtime::BoxFuture;
+
+/// The in-process lock store.
+pub(crate) struct MemoryBackend {
+    state: Mutex<State>,
+    hub: Arc<ReleaseHub>,
+}
+
+#[derive(Default)]
+struct State {
+    locks: HashMap<String, Held>,
+    /// Fencing counters live as long as the store, like Redis counter keys: one `u64` per
+    /// key that was ever locked with fencing.
+    fences: HashMap<String, u64>,
+    /// Size of `locks` after the last sweep of expired entries.
+    swept_len: usize,
+}
+
+struct Held {
+    token: String,
+    expires_at: Instant,
+}
+
+impl MemoryBackend {
+    /// The store for `memory://name` (`""` for plain `memory://`), shared by every client
+    /// connected to the same URL while at least one of them is alive.
+    pub(crate) fn named(name: &str) -> Arc<MemoryBackend> {
+        static STORES: OnceLock<Mutex<HashMap<String, Weak<MemoryBackend>>>> = OnceLock::new();
+        let mut stores = STORES
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(store) = stores.get(name).and_then(Weak::upgrade) {
+            return store;
+        }
+        stores.retain(|_, store| store.strong_count() > 0);
+        let store = Arc::new(MemoryBackend {
+            state: Mutex::new(State::default()),
+            hub: ReleaseHub::new(None),
+        });
+        stores.insert(name.to_owned(), Arc::downgrade(&store));
+        store
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Every mutation below is a single map operation; a panic cannot leave it half-done.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn acquire_now(&self, spec: LockSpec<'_>) -> Attempt {
+        let now = Instant::now();
+        let mut state = self.state();
+        if let Some(held) = state.locks.get(spec.name)
+            && held.expires_at > now
+        {
+            return Attempt::Busy {
+                ttl: Some(held.expires_at - now),
+            };
+        }
+        state.sweep(now);
+        state.locks.insert(
+            spec.name.to_owned(),
+            Held {
+                token: spec.token.to_owned(),
+                expires_at: now + spec.lease,
+            },
+        );
+        let fencing_token = spec.fencing.then(|| {
+            let counter = state.fences.entry(spec.name.to_owned()).or_insert(0);
+            *counter += 1;
+            *counter
+        });
+        Attempt::Acquired { fencing_token }
+    }
+
+    fn renew_now(&self, spec: LockSpec<'_>) -> bool {
+        let now = Instant::now();
+        match self.state().locks.get_mut(spec.name) {
+            Some(held) if held.token == spec.token && held.expires_at > now => {
+                held.expires_at = now + spec.lease;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn release_now(&self, name: &str, token: &str) -> bool {
+        let now = Instant::now();
+        let mut state = self.state();
+        let ours = matches!(state.locks.get(name), Some(held) if held.token == token);
+        if !ours {
+            return false;
+        }
+        let live = state
+            .locks
+            .remove(name)
+            .is_some_and(|held| held.expires_at > now);
+        drop(state);
+        if live {
+            self.hub.notify(name);
+        }
+        live
+    }
+
+    /// What the store holds for `name`: the owner token and remaining lease (test support).
+    pub(crate) fn peek(&self, name: &str) -> Option<(String, Duration)> {
+        let now = Instant::now();
+        self.state()
+            .locks
+            .get(name)
+            .filter(|held| held.expires_at > now)
+            .map(|held| (held.token.clone(), held.expires_at - now))
+    }
+
+    /// Overwrites or deletes `name` behind its holder's back (test support for fault tests).
+    pub(crate) fn force(&self, name: &str, value: Option<(&str, Duration)>) {
+        let mut state = self.state();
+        match value {
+            Some((token, ttl)) => {
+                state.locks.insert(
+                    name.to_owned(),
+                    Held {
+                        token: token.to_owned(),
+                        expires_at: Instant::now() + ttl,
+                    },
+                );
+            }
+            None => {
+                state.locks.remove(name);
+            }
+        }
+    }
+}
+
+impl State {
+    /// Drops expired locks once the map has doubled since the last sweep, so keys that are
+    /// never touched again do not pile up; amortized O(1) per acquisition.
+    fn sweep(&mut self, now: Instant) {
+        if self.locks.len() >= 64 && self.locks.len() >= 2 * self.swept_len {
+            self.locks.retain(|_, held| held.expires_at > now);
+            self.swept_len = self.locks.len();
+        }
+    }
+}
+
+impl Backend for MemoryBackend {
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
+        let attempt = self.acquire_now(spec);
+        Box::pin(async move { Ok(attempt) })
+    }
+
+    fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
+        let renewed = self.renew_now(spec);
+        Box::pin(async move { Ok(renewed) })
+    }
+
+    fn release<'a>(&'a self, name: &'a str, token: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        let released = self.release_now(name, token);
+        Box::pin(async move { Ok(released) })
+    }
+
+    fn subscribe<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        let subscription = self.hub.subscribe(name, || {});
+        Box::pin(async move { Ok(subscription) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec<'a>(name: &'a str, token: &'a str, lease_ms: u64, fencing: bool) -> LockSpec<'a> {
+        LockSpec {
+            name,
+            token,
+            lease: Duration::from_millis(lease_ms),
+            fencing,
+        }
+    }
+
+    #[test]
+    fn expired_locks_can_be_taken_and_not_renewed_or_released() {
+        let store = MemoryBackend::named("unit-expiry");
+        assert!(matches!(
+            store.acquire_now(spec("k", "a", 20, false)),
+            Attempt::Acquired { .. }
+        ));
+        assert!(matches!(
+            store.acquire_now(spec("k", "b", 20, false)),
+            Attempt::Busy { ttl: Some(_) }
+        ));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!store.renew_now(spec("k", "a", 20, false)));
+        assert!(matches!(
+            store.acquire_now(spec("k", "b", 1000, false)),
+            Attempt::Acquired { .. }
+        ));
+        assert!(!store.release_now("k", "a"));
+        assert_eq!(store.peek("k").map(|(t, _)| t), Some("b".to_string()));
+    }
+
+    #[test]
+    fn sweep_bounds_memory_of_abandoned_keys() {
+        let store = MemoryBackend::named("unit-sweep");
+        for i in 0..10_000 {
+            let name = format!("k{i}");
+            store.acquire_now(spec(&name, "t", 1, false));
+            if i == 5_000 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        store.acquire_now(spec("last", "t", 1000, false));
+        assert!(store.state().locks.len() < 10_000);
+    }
+
+    #[test]
+    fn fencing_counters_increase_per_key() {
+        let store = MemoryBackend::named("unit-fence");
+        let mut last = 0;
+        for i in 0..5 {
+            let token = format!("t{i}");
+            let Attempt::Acquired {
+                fencing_token: Some(fence),
+            } = store.acquire_now(spec("f", &token, 1000, true))
+            else {
+                panic!("expected a fencing token");
+            };
+            assert!(fence > last);
+            last = fence;
+            assert!(store.release_now("f", &token));
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! The backend trait: the handful of operations a lock store must provide.
+//!
+//! Everything above it — owner tokens, waiting, renewal scheduling, lost detection, fencing
+//! plumbing, release on drop, tracing — is written once in the rest of the crate. A backend
+//! only has to make each operation atomic with respect to the owner token.
+
+use std::time::Duration;
+
+use crate::error::BoxError;
+use crate::notify::ReleaseSubscription;
+use crate::runtime::BoxFuture;
+
+pub(crate) mod memory;
+#[cfg(feature = "redis")]
+pub(crate) mod redis;
+
+/// What one acquisition attempt asks of the backend.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LockSpec<'a> {
+    /// The backend key (prefix included), e.g. `lock:order:42`.
+    pub name: &'a str,
+    /// The owner token of this acquisition.
+    pub token: &'a str,
+    /// How long the lock lives unless renewed.
+    pub lease: Duration,
+    /// Whether to hand out a fencing token.
+    pub fencing: bool,
+}
+
+/// The outcome of one acquisition attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// The lock is ours; with a fencing token when one was asked for.
+    Acquired { fencing_token: Option<u64> },
+    /// Somebody else holds it; `ttl` is their remaining lease when the backend knows it.
+    Busy { ttl: Option<Duration> },
+}
+
+/// A lock store. Implementations must be cheap to share (`Arc<dyn Backend>`).
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// A short name for messages and traces: `memory`, `redis`, …
+    fn kind(&self) -> &'static str;
+
+    /// Takes the lock if it is free. Must be idempotent for the same token: a retried attempt
+    /// whose first try succeeded must report `Acquired`, not `Busy`.
+    fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>>;
+
+    /// Extends the lease to `spec.lease` from now if the lock still holds `spec.token`.
+    /// `Ok(false)` means somebody else holds it, or nobody does.
+    fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>>;
+
+    /// Deletes the lock if it still holds `token`, and wakes its waiters.
+    /// `Ok(false)` means it was not ours any more.
+    fn release<'a>(&'a self, name: &'a str, token: &'a str) -> BoxFuture<'a, Result<bool, BoxError>>;
+
+    /// Starts listening for releases of `name`. The returned subscription must already be
+    /// active (a release after this future resolves is seen).
+    fn subscribe<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>>;
+}

@@ -1,0 +1,447 @@
+//! [`LockClient`]: the handle users connect once and take locks through.
+
+use std::fmt;
+use std::future::IntoFuture;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::memory::MemoryBackend;
+use crate::backend::{Backend, LockSpec};
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::key::validate_key;
+use crate::runtime::BoxFuture;
+use crate::token::OwnerToken;
+use crate::wait;
+
+/// A connection to a lock backend: cheap to clone (an `Arc` inside), safe to share between
+/// tasks and between tokio runtimes.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+/// use lock_runtime::LockClient;
+///
+/// let client = LockClient::connect("memory://").await?;
+/// let guard = client.lock("order:42").lease(Duration::from_secs(10)).acquire().await?;
+/// // ... the work that must not run twice at once ...
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct LockClient {
+    inner: Arc<ClientInner>,
+}
+
+struct ClientInner {
+    backend: Arc<dyn Backend>,
+    url: String,
+    prefix: String,
+    default_lease: Duration,
+    default_wait: Option<Duration>,
+    fencing: bool,
+}
+
+impl LockClient {
+    /// The key prefix used unless [`LockClientBuilder::prefix`] sets another: the lock for key
+    /// `order:42` is the backend key `lock:order:42`.
+    pub const DEFAULT_PREFIX: &'static str = "lock:";
+    /// Where fencing counters live unless [`LockClientBuilder::fencing_prefix`] says otherwise.
+    pub const DEFAULT_FENCING_PREFIX: &'static str = "lock-fence:";
+    /// Lease of a lock unless the client or the request sets another.
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+    /// How long an acquisition waits for a busy lock unless told otherwise.
+    pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+    /// Bound on establishing a connection to the backend.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+    /// Bound on one command's reply.
+    pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+    /// The shortest lease accepted: renewal runs every lease/3 and needs room for a round trip.
+    pub const MIN_LEASE: Duration = Duration::from_millis(10);
+
+    /// Connects with default settings. The URL scheme picks the backend:
+    ///
+    /// | URL | backend |
+    /// |---|---|
+    /// | `memory://` or `memory://name` | in this process only (tests, demos, single-process apps) |
+    /// | `redis://[:password@]host:port[/db]` | one Redis server |
+    /// | `rediss://…` | Redis over TLS (needs the `tls` feature) |
+    ///
+    /// Connecting checks that the server answers and accepts the credentials, bounded by the
+    /// connect timeout, so a wrong URL fails here and not at the first lock.
+    pub async fn connect(url: &str) -> Result<LockClient, LockError> {
+        LockClient::builder(url).build().await
+    }
+
+    /// Starts configuring a client for `url` (see [`connect`](Self::connect) for the schemes).
+    pub fn builder(url: impl Into<String>) -> LockClientBuilder {
+        LockClientBuilder {
+            url: url.into(),
+            prefix: LockClient::DEFAULT_PREFIX.to_owned(),
+            fencing_prefix: LockClient::DEFAULT_FENCING_PREFIX.to_owned(),
+            default_lease: LockClient::DEFAULT_LEASE,
+            default_wait: Some(LockClient::DEFAULT_WAIT),
+            fencing: false,
+            connect_timeout: LockClient::DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: LockClient::DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+
+    /// Prepares to acquire the lock `key` with this client's defaults; adjust with the
+    /// [`LockRequest`] methods, then `.acquire().await` (or just `.await`).
+    pub fn lock(&self, key: impl Into<String>) -> LockRequest {
+        LockRequest {
+            client: self.clone(),
+            key: key.into(),
+            lease: self.inner.default_lease,
+            wait: self.inner.default_wait,
+            renew: true,
+            fencing: self.inner.fencing,
+        }
+    }
+
+    /// The backend's name: `memory`, `redis`, …
+    pub fn backend_kind(&self) -> &'static str {
+        self.inner.backend.kind()
+    }
+
+    /// The backend URL, with any password replaced by `***`.
+    pub fn url(&self) -> &str {
+        &self.inner.url
+    }
+
+    /// The prefix put in front of every lock key in the backend.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// The lease used when a request does not set one.
+    pub fn default_lease(&self) -> Duration {
+        self.inner.default_lease
+    }
+
+    /// How long a request waits when it does not say; `None` means forever.
+    pub fn default_wait(&self) -> Option<Duration> {
+        self.inner.default_wait
+    }
+
+    /// `true` when two handles are clones of one client (the same connection and settings).
+    pub fn same_client(&self, other: &LockClient) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClient")
+            .field("backend", &self.inner.backend.kind())
+            .field("url", &self.inner.url)
+            .field("prefix", &self.inner.prefix)
+            .field("default_lease", &self.inner.default_lease)
+            .field("default_wait", &self.inner.default_wait)
+            .field("fencing", &self.inner.fencing)
+            .finish()
+    }
+}
+
+/// Settings for a [`LockClient`]; made by [`LockClient::builder`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+/// use lock_runtime::LockClient;
+///
+/// let client = LockClient::builder("memory://")
+///     .prefix("billing:lock:")
+///     .default_lease(Duration::from_secs(5))
+///     .default_wait(Duration::from_secs(1))
+///     .fencing(true)
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use = "a builder does nothing until `.build().await`"]
+pub struct LockClientBuilder {
+    url: String,
+    prefix: String,
+    fencing_prefix: String,
+    default_lease: Duration,
+    default_wait: Option<Duration>,
+    fencing: bool,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl LockClientBuilder {
+    /// Prefix of every lock key in the backend (default `lock:`), so locks of several
+    /// applications sharing one server stay apart.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Prefix of the fencing counters (default `lock-fence:`). It must not overlap the lock
+    /// prefix, so a counter can never be mistaken for a lock.
+    pub fn fencing_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.fencing_prefix = prefix.into();
+        self
+    }
+
+    /// Lease of locks whose request does not set one (default 30 s).
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.default_lease = lease;
+        self
+    }
+
+    /// How long requests wait for a busy lock unless they say (default 10 s; zero = try once).
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.default_wait = Some(wait);
+        self
+    }
+
+    /// Requests wait for a busy lock as long as it takes unless they say otherwise.
+    pub fn default_wait_forever(mut self) -> Self {
+        self.default_wait = None;
+        self
+    }
+
+    /// Hand out fencing tokens on every acquisition unless the request says otherwise
+    /// (default off; costs one counter per key in the backend, see the crate docs).
+    pub fn fencing(mut self, enabled: bool) -> Self {
+        self.fencing = enabled;
+        self
+    }
+
+    /// Bound on establishing a connection (default 3 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Bound on one command's reply (default 2 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Validates the settings and connects.
+    pub async fn build(self) -> Result<LockClient, LockError> {
+        check_lease(self.default_lease, None)?;
+        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
+            return Err(LockError::Config(
+                "connect and response timeouts must be longer than zero".into(),
+            ));
+        }
+        if self.prefix.starts_with(&self.fencing_prefix)
+            || self.fencing_prefix.starts_with(&self.prefix)
+        {
+            return Err(LockError::Config(format!(
+                "the lock prefix {:?} and the fencing prefix {:?} overlap, so a fencing counter \
+                 could collide with a lock; choose prefixes where neither starts with the other",
+                self.prefix, self.fencing_prefix
+            )));
+        }
+        let url = self.url.trim();
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(LockError::Config(format!(
+                "`{}` is not a lock backend URL: expected `scheme://…`, e.g. \
+                 `redis://127.0.0.1:6379` or `memory://`",
+                redact(url)
+            )));
+        };
+        let backend: Arc<dyn Backend> = match scheme {
+            "memory" => MemoryBackend::named(rest.trim_end_matches('/')),
+            "redis" | "rediss" | "redis+unix" | "unix" => {
+                self.connect_redis(scheme, url).await?
+            }
+            "redis+cluster" | "redlock" | "postgres" | "postgresql" | "mysql" | "zk" | "etcd" => {
+                return Err(LockError::Config(format!(
+                    "the `{scheme}://` backend is not available in this version of distlock; \
+                     use `redis://` or `memory://`"
+                )));
+            }
+            _ => {
+                return Err(LockError::Config(format!(
+                    "unknown lock backend scheme `{scheme}://` in `{}`: supported are \
+                     `memory://` and `redis://` / `rediss://`",
+                    redact(url)
+                )));
+            }
+        };
+        Ok(LockClient {
+            inner: Arc::new(ClientInner {
+                backend,
+                url: redact(url),
+                prefix: self.prefix,
+                default_lease: self.default_lease,
+                default_wait: self.default_wait,
+                fencing: self.fencing,
+            }),
+        })
+    }
+
+    #[cfg(feature = "redis")]
+    async fn connect_redis(&self, scheme: &str, url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        if scheme == "rediss" && !cfg!(feature = "tls") {
+            return Err(LockError::Config(
+                "`rediss://` (Redis over TLS) needs distlock's `tls` feature: \
+                 distlock = { version = \"…\", features = [\"tls\"] }"
+                    .into(),
+            ));
+        }
+        let settings = crate::backend::redis::RedisSettings {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            fence_prefix: self.fencing_prefix.clone(),
+        };
+        let backend = crate::backend::redis::RedisBackend::connect(url, settings).await?;
+        Ok(backend)
+    }
+
+    #[cfg(not(feature = "redis"))]
+    async fn connect_redis(&self, _scheme: &str, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        Err(LockError::Config(
+            "the Redis backend is disabled: enable distlock's `redis` feature".into(),
+        ))
+    }
+}
+
+impl fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClientBuilder")
+            .field("url", &redact(&self.url))
+            .field("prefix", &self.prefix)
+            .field("fencing_prefix", &self.fencing_prefix)
+            .field("default_lease", &self.default_lease)
+            .field("default_wait", &self.default_wait)
+            .field("fencing", &self.fencing)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish()
+    }
+}
+
+fn redact(url: &str) -> String {
+    #[cfg(feature = "redis")]
+    {
+        crate::backend::redis::redact_url(url)
+    }
+    #[cfg(not(feature = "redis"))]
+    {
+        url.to_owned()
+    }
+}
+
+fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {
+    if lease < LockClient::MIN_LEASE {
+        let whose = key.map(|k| format!(" for lock `{k}`")).unwrap_or_default();
+        return Err(LockError::Config(format!(
+            "lease {lease:?}{whose} is too short: it must be at least {:?} so renewal \
+             (every lease/3) has time for a round trip",
+            LockClient::MIN_LEASE
+        )));
+    }
+    Ok(())
+}
+
+/// One lock acquisition being prepared; made by [`LockClient::lock`].
+///
+/// `.await` it directly, or call [`acquire`](Self::acquire) /
+/// [`try_acquire`](Self::try_acquire).
+#[derive(Clone, Debug)]
+#[must_use = "a lock request does nothing until `.acquire().await`"]
+pub struct LockRequest {
+    client: LockClient,
+    key: String,
+    lease: Duration,
+    wait: Option<Duration>,
+    renew: bool,
+    fencing: bool,
+}
+
+impl LockRequest {
+    /// How long the lock lives if its holder stops renewing it (crashes, hangs, is cut off).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long to wait for a busy lock before failing with [`LockError::Timeout`];
+    /// `Duration::ZERO` tries once.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Wait for a busy lock as long as it takes.
+    pub fn wait_forever(mut self) -> Self {
+        self.wait = None;
+        self
+    }
+
+    /// Keep the lease alive (renew every lease/3) while the guard lives; default `true`.
+    /// Without renewal the lock ends after one lease and the guard reports it lost.
+    pub fn renew(mut self, renew: bool) -> Self {
+        self.renew = renew;
+        self
+    }
+
+    /// Hand out a fencing token with this lock ([`LockGuard::fencing_token`]).
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.fencing = fencing;
+        self
+    }
+
+    /// The lock key, without the client's prefix.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Acquires the lock, waiting up to the request's `wait` for a busy one: woken by the
+    /// holder's release, or retrying when the holder's lease runs out.
+    pub async fn acquire(self) -> Result<LockGuard, LockError> {
+        validate_key(&self.key)?;
+        check_lease(self.lease, Some(&self.key))?;
+        let inner = &self.client.inner;
+        let name = format!("{}{}", inner.prefix, self.key);
+        let token = OwnerToken::generate();
+        let spec = LockSpec {
+            name: &name,
+            token: token.as_str(),
+            lease: self.lease,
+            fencing: self.fencing,
+        };
+        let acquired = wait::acquire(&*inner.backend, spec, &self.key, self.wait).await?;
+        Ok(LockGuard::new(
+            Arc::clone(&inner.backend),
+            self.key,
+            name,
+            token,
+            self.lease,
+            self.renew,
+            acquired,
+        ))
+    }
+
+    /// Tries once: `Ok(None)` when somebody else holds the lock. Handy for work that must run
+    /// on one node only, where the others simply skip (scheduled jobs).
+    pub async fn try_acquire(self) -> Result<Option<LockGuard>, LockError> {
+        match self.wait(Duration::ZERO).acquire().await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+impl IntoFuture for LockRequest {
+    type Output = Result<LockGuard, LockError>;
+    type IntoFuture = BoxFuture<'static, Result<LockGuard, LockError>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.acquire())
+    }
+}

@@ -1,0 +1,117 @@
+//! The one error type of distlock.
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+/// A boxed error from a backend's client library (redis-rs, …), kept as the `source`.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// Everything that can go wrong when taking, keeping or giving back a lock.
+///
+/// Every message names what failed (the lock key, or the server address with its password
+/// redacted) and says what to do about it.
+///
+/// The enum is `#[non_exhaustive]`: match the variants you handle and keep a `_` arm.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// [`client()`](crate::client) was called, or a locked function ran, before [`init`](crate::init).
+    #[error(
+        "distlock has no global lock client: call `distlock::init(LockClient::connect(url).await?)` \
+         or `distlock::init_from_env().await` (reads DISTLOCK_URL) once at startup, before the first lock"
+    )]
+    NotInitialized,
+
+    /// [`init`](crate::init) was called a second time.
+    #[error(
+        "distlock's global lock client is already initialized: call `distlock::init` once per process \
+         (use `distlock::client()` to reach the installed client)"
+    )]
+    AlreadyInitialized,
+
+    /// The lock stayed busy for the whole `wait`.
+    #[error(
+        "timed out after {waited:?} waiting for lock `{key}`: another owner still holds it \
+         (raise `wait`, or use `wait = 0` to fail fast)"
+    )]
+    Timeout {
+        /// The lock key, without the client's prefix.
+        key: String,
+        /// How long the acquisition waited before giving up.
+        waited: Duration,
+    },
+
+    /// The lease ended while the lock was meant to be held: it expired before a renewal could
+    /// confirm it, or another owner holds the key now.
+    #[error(
+        "lock `{key}` was lost: its lease expired or another owner took the key, so the guarded \
+         work may not have run exclusively (lengthen the lease or check the backend's health)"
+    )]
+    Lost {
+        /// The lock key, without the client's prefix.
+        key: String,
+    },
+
+    /// The lock key cannot be used (empty, too long, control characters).
+    #[error("invalid lock key `{key}`: {reason}")]
+    InvalidKey {
+        /// The offending key (shortened when it is very long).
+        key: String,
+        /// Why it was rejected and what is allowed.
+        reason: String,
+    },
+
+    /// A configuration value is unusable: an invalid URL or scheme, a zero lease, …
+    #[error("invalid distlock configuration: {0}")]
+    Config(String),
+
+    /// The backend could not be reached, or refused the connection (wrong password, …).
+    #[error("cannot connect to the lock backend at {url}: {reason}")]
+    Connect {
+        /// The backend URL with any password replaced by `***`.
+        url: String,
+        /// What went wrong and what to check.
+        reason: String,
+        /// The client library's error.
+        #[source]
+        source: Option<BoxError>,
+    },
+
+    /// The backend failed while operating on a lock (connection dropped and not recoverable,
+    /// server error, timeout, …).
+    #[error("{backend} backend failed to {op} lock `{key}`: {source}")]
+    Backend {
+        /// Which backend (`redis`, `memory`, …).
+        backend: &'static str,
+        /// The operation: `acquire`, `renew`, `release`.
+        op: &'static str,
+        /// The lock key, without the client's prefix.
+        key: String,
+        /// The client library's error.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl LockError {
+    /// The lock key this error is about, when it is about one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            LockError::Timeout { key, .. }
+            | LockError::Lost { key }
+            | LockError::InvalidKey { key, .. }
+            | LockError::Backend { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
+    /// `true` for [`LockError::Timeout`]: the lock was busy, nothing is broken.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, LockError::Timeout { .. })
+    }
+
+    /// `true` for [`LockError::Lost`].
+    pub fn is_lost(&self) -> bool {
+        matches!(self, LockError::Lost { .. })
+    }
+}

@@ -1,0 +1,242 @@
+//! [`LockGuard`]: proof that this process holds a lock, and the duty to give it back.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use crate::backend::{Backend, LockSpec};
+use crate::error::LockError;
+use crate::renew;
+use crate::runtime::{DetachedJob, run_detached};
+use crate::token::OwnerToken;
+use crate::wait::Acquired;
+
+/// A held lock.
+///
+/// While it lives, a watchdog renews the lease every lease/3 (unless renewal was turned off) and
+/// watches for the lock being lost. Give it back with [`release`](Self::release), which waits for
+/// the backend's answer. If the guard is dropped instead — a panic, a cancelled future, an early
+/// return — the release is spawned in the background (never blocking the dropping thread), and
+/// if even that cannot run, the lease expires on its own.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LockGuard {
+    held: Held,
+}
+
+/// What a guard and its watchdog share.
+pub(crate) struct Shared {
+    pub key: String,
+    pub name: String,
+    pub token: OwnerToken,
+    pub lease: Duration,
+    pub fencing_token: Option<u64>,
+    pub waited: Duration,
+    pub lost: watch::Sender<bool>,
+    /// Without renewal, the instant the lease ends (minus the drift margin).
+    pub unrenewed_end: Option<Instant>,
+}
+
+impl Shared {
+    pub(crate) fn spec(&self) -> LockSpec<'_> {
+        LockSpec {
+            name: &self.name,
+            token: self.token.as_str(),
+            lease: self.lease,
+            fencing: false,
+        }
+    }
+
+    pub(crate) fn mark_lost(&self, why: &str) {
+        if !self.lost.send_replace(true) {
+            tracing::warn!(key = %self.key, why, "distlock: lock lost");
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        *self.lost.borrow() || self.unrenewed_end.is_some_and(|end| Instant::now() >= end)
+    }
+}
+
+/// The part of a guard that releases on drop. `armed` is cleared once a release was awaited
+/// to completion.
+struct Held {
+    shared: Arc<Shared>,
+    backend: Arc<dyn Backend>,
+    watchdog: Option<AbortHandle>,
+    armed: bool,
+}
+
+impl LockGuard {
+    pub(crate) fn new(
+        backend: Arc<dyn Backend>,
+        key: String,
+        name: String,
+        token: OwnerToken,
+        lease: Duration,
+        renew: bool,
+        acquired: Acquired,
+    ) -> LockGuard {
+        let lease_end = acquired.sent_at + lease - renew::drift(lease);
+        let shared = Arc::new(Shared {
+            key,
+            name,
+            token,
+            lease,
+            fencing_token: acquired.fencing_token,
+            waited: acquired.waited,
+            lost: watch::Sender::new(false),
+            unrenewed_end: (!renew).then_some(lease_end),
+        });
+        let watchdog = renew.then(|| {
+            renew::spawn_watchdog(Arc::clone(&shared), Arc::clone(&backend), acquired.sent_at)
+        });
+        LockGuard {
+            held: Held {
+                shared,
+                backend,
+                watchdog,
+                armed: true,
+            },
+        }
+    }
+
+    /// The lock key, without the client's prefix.
+    pub fn key(&self) -> &str {
+        &self.held.shared.key
+    }
+
+    /// The lease this lock was taken with.
+    pub fn lease(&self) -> Duration {
+        self.held.shared.lease
+    }
+
+    /// How long the acquisition took, waiting for a busy lock included.
+    pub fn waited(&self) -> Duration {
+        self.held.shared.waited
+    }
+
+    /// The fencing token of this acquisition, if fencing was asked for: strictly greater than
+    /// the token of every earlier holder of the same key. Pass it to the storage you write to
+    /// and have it reject writes carrying a smaller token than it has seen.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.held.shared.fencing_token
+    }
+
+    /// `true` once the lease is known lost: a renewal found another owner, or no renewal could
+    /// be confirmed before the lease ended (or, without renewal, the lease has run out).
+    pub fn is_lost(&self) -> bool {
+        self.held.shared.is_lost()
+    }
+
+    /// A future that resolves when the lease is lost; it never resolves if the lock is
+    /// released first. It does not borrow the guard, so it can race the guarded work:
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// # let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// # async fn do_the_work() {}
+    /// let guard = client.lock("report").acquire().await?;
+    /// tokio::select! {
+    ///     _ = do_the_work() => guard.release().await?,
+    ///     _ = guard.lost() => return Err(lock_runtime::LockError::Lost { key: "report".into() }),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut flag = self.held.shared.lost.subscribe();
+        let end = self.held.shared.unrenewed_end;
+        async move {
+            let flagged = async move {
+                if flag.wait_for(|lost| *lost).await.is_err() {
+                    // Released: the lock can no longer be lost.
+                    std::future::pending::<()>().await;
+                }
+            };
+            match end {
+                Some(end) => {
+                    tokio::select! {
+                        _ = flagged => {}
+                        _ = tokio::time::sleep_until(end) => {}
+                    }
+                }
+                None => flagged.await,
+            }
+        }
+    }
+
+    /// Gives the lock back and waits for the backend to confirm.
+    ///
+    /// Returns [`LockError::Lost`] if the lock was no longer ours (its lease expired and maybe
+    /// someone else holds it now; their lock is left intact), so the caller learns that the
+    /// guarded work may not have run exclusively.
+    pub async fn release(self) -> Result<(), LockError> {
+        let mut held = self.held;
+        if let Some(watchdog) = held.watchdog.take() {
+            watchdog.abort();
+        }
+        let shared = Arc::clone(&held.shared);
+        let result = held.backend.release(&shared.name, shared.token.as_str()).await;
+        // Past this point the release happened (or failed for good): nothing left for Drop.
+        held.armed = false;
+        let was_lost = shared.is_lost();
+        match result {
+            Ok(true) if !was_lost => {
+                tracing::debug!(key = %shared.key, "distlock: released");
+                Ok(())
+            }
+            Ok(_) => {
+                shared.mark_lost("not held at release");
+                Err(LockError::Lost {
+                    key: shared.key.clone(),
+                })
+            }
+            Err(source) => Err(LockError::Backend {
+                backend: held.backend.kind(),
+                op: "release",
+                key: shared.key.clone(),
+                source,
+            }),
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.abort();
+        }
+        if !self.armed {
+            return;
+        }
+        tracing::debug!(key = %self.shared.key, "distlock: guard dropped, releasing in the background");
+        let backend = Arc::clone(&self.backend);
+        let shared = Arc::clone(&self.shared);
+        let job: DetachedJob = Arc::new(move || {
+            let backend = Arc::clone(&backend);
+            let shared = Arc::clone(&shared);
+            Box::pin(async move {
+                if let Err(error) = backend.release(&shared.name, shared.token.as_str()).await {
+                    tracing::warn!(key = %shared.key, %error, "distlock: background release failed; the lease will expire");
+                }
+            })
+        });
+        run_detached(job);
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.held.shared.key)
+            .field("lease", &self.held.shared.lease)
+            .field("fencing_token", &self.held.shared.fencing_token)
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}

@@ -1,0 +1,62 @@
+//! The engine behind [distlock](https://docs.rs/distlock): lock clients, guards, renewal,
+//! waiting and backends. Use it through the `distlock` crate, which re-exports all of this.
+//!
+//! # Model
+//!
+//! A lock is a key in a backend (`lock:order:42` in Redis) whose value is a fresh 128-bit owner
+//! token and which expires after its *lease*. [`LockClient::lock`] builds a request;
+//! acquiring it returns a [`LockGuard`]. While the guard lives, a watchdog renews the lease every
+//! lease/3; if a renewal finds another owner, or none can be confirmed before the lease ends
+//! (on the monotonic clock, minus a drift margin of 1 % + 2 ms), the guard is marked lost at
+//! once ([`LockGuard::is_lost`], [`LockGuard::lost`]). Release and renewal compare the owner
+//! token atomically: nobody can release or extend a lock they do not hold.
+//!
+//! A busy lock is waited for without polling: the release wakes waiters (Redis pub/sub, one
+//! subscription per client), and otherwise they retry when the holder's lease runs out.
+//!
+//! # Fencing tokens
+//!
+//! With fencing on, every acquisition gets a number strictly greater than every earlier
+//! holder's of the same key. The counter lives in the backend next to the lock: on Redis the
+//! key `lock-fence:<prefix><key>` (an integer, about 60–100 bytes of server memory per key),
+//! which never expires — expiring it would let numbers go backwards. Keys that are never reused
+//! (a lock per request id) therefore leave one counter each behind; use fencing for long-lived
+//! resource keys, or clean counters up when the resource itself is deleted.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_runtime::LockError> {
+//! use std::time::Duration;
+//! use lock_runtime::LockClient;
+//!
+//! let client = LockClient::builder("memory://").fencing(true).build().await?;
+//! let first = client.lock("invoice:7").acquire().await?;
+//! let a = first.fencing_token().unwrap();
+//! first.release().await?;
+//! let second = client.lock("invoice:7").wait(Duration::ZERO).acquire().await?;
+//! assert!(second.fencing_token().unwrap() > a);
+//! # Ok(()) }
+//! ```
+
+#![warn(missing_docs)]
+
+mod backend;
+mod client;
+mod error;
+mod global;
+mod guard;
+mod key;
+mod notify;
+mod renew;
+mod runtime;
+mod token;
+mod wait;
+
+#[doc(hidden)]
+pub mod testing;
+
+pub use client::{LockClient, LockClientBuilder, LockRequest};
+pub use error::{BoxError, LockError};
+pub use global::{URL_ENV, client, init, init_from_env};
+pub use guard::LockGuard;
+pub use key::MAX_KEY_LEN;

@@ -1,0 +1,165 @@
+//! Living with several tokio runtimes.
+//!
+//! Users call locked functions from `#[tokio::test]`s, where every test has its own runtime and
+//! the one that created the client may already be gone. Two tools make that work:
+//!
+//! - [`RuntimeBound`] wraps a value whose background tasks (a connection's driver) run on the
+//!   runtime that created it, and tells when that runtime has shut down, so the owner can
+//!   rebuild the value on the caller's runtime instead of talking to a dead task.
+//! - [`run_detached`] runs clean-up work (the release of a dropped guard) on the current runtime,
+//!   and falls back to a small background thread when there is no runtime or the runtime drops
+//!   the task because it is shutting down. It never blocks the caller: `Drop` must not `block_on`.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::{mpsc, oneshot};
+
+/// A boxed, sendable future.
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A value tied to the runtime it was created on.
+pub(crate) struct RuntimeBound<T> {
+    value: T,
+    alive: oneshot::Sender<()>,
+}
+
+impl<T> RuntimeBound<T> {
+    /// Binds `value` to the current runtime. Must be called from within a runtime.
+    pub(crate) fn new(value: T) -> RuntimeBound<T> {
+        let (alive, watched) = oneshot::channel::<()>();
+        // This task ends when `alive` is dropped, or is dropped itself when its runtime shuts
+        // down; either way `alive.is_closed()` turns true.
+        tokio::spawn(async move {
+            let _ = watched.await;
+        });
+        RuntimeBound { value, alive }
+    }
+
+    /// `false` once the runtime that created the value has shut down.
+    pub(crate) fn is_alive(&self) -> bool {
+        !self.alive.is_closed()
+    }
+
+    pub(crate) fn get(&self) -> &T {
+        &self.value
+    }
+}
+
+/// A piece of clean-up work that is safe to run more than once (it is idempotent).
+pub(crate) type DetachedJob = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// Runs `job` without waiting for it: on the current runtime when there is one, otherwise, or
+/// if that runtime drops the task before it finishes, on the background clean-up thread.
+pub(crate) fn run_detached(job: DetachedJob) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            let mut fallback = Fallback(Some(Arc::clone(&job)));
+            handle.spawn(async move {
+                job().await;
+                fallback.disarm();
+            });
+        }
+        Err(_) => submit_to_reaper(job),
+    }
+}
+
+/// Hands the job to the background thread if it is dropped unfinished.
+struct Fallback(Option<DetachedJob>);
+
+impl Fallback {
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Fallback {
+    fn drop(&mut self) {
+        if let Some(job) = self.0.take() {
+            submit_to_reaper(job);
+        }
+    }
+}
+
+fn submit_to_reaper(job: DetachedJob) {
+    static REAPER: OnceLock<Option<mpsc::UnboundedSender<DetachedJob>>> = OnceLock::new();
+    let reaper = REAPER.get_or_init(|| {
+        let (tx, mut rx) = mpsc::unbounded_channel::<DetachedJob>();
+        let started = std::thread::Builder::new()
+            .name("distlock-cleanup".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        tracing::error!(%error, "distlock: cannot start the clean-up runtime; dropped locks will expire by their lease");
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    while let Some(job) = rx.recv().await {
+                        tokio::spawn(job());
+                    }
+                });
+            });
+        match started {
+            Ok(_) => Some(tx),
+            Err(error) => {
+                tracing::error!(%error, "distlock: cannot start the clean-up thread; dropped locks will expire by their lease");
+                None
+            }
+        }
+    });
+    if let Some(tx) = reaper {
+        let _ = tx.send(job);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    #[test]
+    fn runtime_bound_notices_its_runtime_shutting_down() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let bound = runtime.block_on(async { RuntimeBound::new(7) });
+        assert!(bound.is_alive());
+        drop(runtime);
+        assert!(!bound.is_alive());
+        assert_eq!(*bound.get(), 7);
+    }
+
+    #[test]
+    fn detached_job_runs_without_a_runtime_and_after_a_shutdown() {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let job_runs = Arc::clone(&runs);
+        let job: DetachedJob = Arc::new(move || {
+            let runs = Arc::clone(&job_runs);
+            Box::pin(async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+            })
+        });
+        // No runtime at all.
+        run_detached(Arc::clone(&job));
+        // A runtime that shuts down before the spawned task ever runs.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async { run_detached(Arc::clone(&job)) });
+        drop(runtime);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while runs.load(Ordering::SeqCst) < 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+    }
+}

@@ -1,0 +1,21 @@
+//! Hooks for distlock's own tests: look at and tamper with `memory://` stores the way a test
+//! would with `redis-cli` on a real server. Not part of the public API.
+
+use std::time::Duration;
+
+use crate::backend::memory::MemoryBackend;
+
+fn store(url: &str) -> std::sync::Arc<MemoryBackend> {
+    let name = url.strip_prefix("memory://").unwrap_or(url);
+    MemoryBackend::named(name.trim_end_matches('/'))
+}
+
+/// What the `memory://` store at `url` holds for backend key `name`: token and remaining TTL.
+pub fn memory_peek(url: &str, name: &str) -> Option<(String, Duration)> {
+    store(url).peek(name)
+}
+
+/// Sets (`Some((token, ttl))`) or deletes (`None`) backend key `name` behind its holder's back.
+pub fn memory_force(url: &str, name: &str, value: Option<(&str, Duration)>) {
+    store(url).force(name, value)
+}

@@ -1,0 +1,126 @@
+//! Acquisition: one attempt, then — if the lock is busy and the request may wait — sleep until
+//! the holder releases it (a notification) or its lease runs out (a timer), never polling.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::{Attempt, Backend, LockSpec};
+use crate::error::LockError;
+use crate::notify::ReleaseSubscription;
+
+/// Retry interval when the holder's lock has no TTL at all (a foreign client that set none).
+const NO_TTL_RETRY: Duration = Duration::from_millis(250);
+
+/// A successful acquisition.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Acquired {
+    pub fencing_token: Option<u64>,
+    /// When the winning attempt was sent: the lease is counted from here, never from the reply,
+    /// so the holder's view of its lease ends no later than the server's.
+    pub sent_at: Instant,
+    /// How long the acquisition took, waiting included.
+    pub waited: Duration,
+}
+
+pub(crate) async fn acquire(
+    backend: &dyn Backend,
+    spec: LockSpec<'_>,
+    key: &str,
+    wait: Option<Duration>,
+) -> Result<Acquired, LockError> {
+    let started = Instant::now();
+    let deadline = wait.map(|wait| started + wait);
+    let mut subscription: Option<ReleaseSubscription> = None;
+    let mut notifications_work = true;
+    loop {
+        let sent_at = Instant::now();
+        let attempt = backend
+            .try_acquire(spec)
+            .await
+            .map_err(|source| LockError::Backend {
+                backend: backend.kind(),
+                op: "acquire",
+                key: key.to_owned(),
+                source,
+            })?;
+        let ttl = match attempt {
+            Attempt::Acquired { fencing_token } => {
+                let waited = started.elapsed();
+                tracing::debug!(key, ?waited, fencing_token, "distlock: acquired");
+                return Ok(Acquired {
+                    fencing_token,
+                    sent_at,
+                    waited,
+                });
+            }
+            Attempt::Busy { ttl } => ttl,
+        };
+        let now = Instant::now();
+        if deadline.is_some_and(|deadline| now >= deadline) {
+            let waited = now - started;
+            tracing::debug!(key, ?waited, "distlock: timed out waiting");
+            return Err(LockError::Timeout {
+                key: key.to_owned(),
+                waited,
+            });
+        }
+        // Listen for the release before trying again, so a release that lands between the
+        // attempt and the wait still wakes us.
+        if notifications_work && subscription.as_ref().is_none_or(|s| s.is_closed()) {
+            subscription = None;
+            match backend.subscribe(spec.name).await {
+                Ok(fresh) => {
+                    subscription = Some(fresh);
+                    continue;
+                }
+                Err(error) => {
+                    notifications_work = false;
+                    tracing::warn!(key, %error, "distlock: cannot listen for releases; waiting for the holder's lease to run out instead");
+                }
+            }
+        }
+        let pause = match ttl {
+            Some(ttl) => ttl + jitter(ttl),
+            None => NO_TTL_RETRY,
+        };
+        let wake_at = match deadline {
+            Some(deadline) => deadline.min(now + pause),
+            None => now + pause,
+        };
+        tracing::trace!(key, ?ttl, "distlock: lock busy, waiting");
+        match subscription.as_mut() {
+            Some(subscription) => {
+                tokio::select! {
+                    _ = subscription.released() => {}
+                    _ = tokio::time::sleep_until(wake_at) => {}
+                }
+            }
+            None => tokio::time::sleep_until(wake_at).await,
+        }
+    }
+}
+
+/// A random delay added to a TTL-based retry, so waiters that saw the same TTL do not all hit
+/// the server at the same instant: up to 1/8 of the TTL, at most 50 ms, at least 1 ms.
+fn jitter(ttl: Duration) -> Duration {
+    let spread = (ttl / 8).min(Duration::from_millis(50));
+    let micros = u64::try_from(spread.as_micros()).unwrap_or(u64::MAX);
+    Duration::from_millis(1) + Duration::from_micros(fastrand::u64(0..=micros))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::jitter;
+    use std::time::Duration;
+
+    #[test]
+    fn jitter_is_bounded() {
+        for _ in 0..1000 {
+            let j = jitter(Duration::from_secs(30));
+            assert!(j >= Duration::from_millis(1) && j <= Duration::from_millis(51));
+            let j = jitter(Duration::ZERO);
+            assert_eq!(j, Duration::from_millis(1));
+        }
+    }
+}
