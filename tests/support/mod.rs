@@ -1,0 +1,228 @@
+//! Test harness: real servers on free loopback ports, started and stopped by the tests.
+//!
+//! A missing server binary fails the test with a message naming the README's test command;
+//! it is never skipped.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+pub mod fixture;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The README's test command, named in every "binary missing" failure.
+pub const TEST_COMMAND: &str = "./scripts/test.sh";
+
+/// A `redis-server` process of this test's own, on a free loopback port, with persistence off.
+/// Killed when dropped.
+pub struct RedisServer {
+    port: u16,
+    password: Option<String>,
+    extra: Vec<String>,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server with default settings.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (`["--requirepass", "pw"]`).
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let password = extra
+            .iter()
+            .position(|a| a == "--requirepass")
+            .and_then(|i| extra.get(i + 1).cloned());
+        // A port can be taken between picking and binding; try a few.
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let mut server = RedisServer {
+                port: free_port(),
+                password: password.clone(),
+                extra: extra.clone(),
+                child: None,
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(error) => last_error = error,
+            }
+        }
+        panic!("could not start redis-server: {last_error}");
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let mut command = Command::new(redis_server_binary());
+        command
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--daemonize", "no", "--protected-mode", "no"])
+            .arg("--dir")
+            .arg(std::env::temp_dir())
+            .args(["--loglevel", "warning"])
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => panic!(
+                "redis-server is not installed (not found on PATH). Run the README's test \
+                 command, `{TEST_COMMAND}`, which installs it from Debian packages, or install \
+                 it yourself (apt-get install redis-server); set REDIS_SERVER to use another binary."
+            ),
+            Err(error) => return Err(format!("spawning redis-server failed: {error}")),
+        };
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                self.child = None;
+                return Err(format!(
+                    "redis-server exited at start with {status} (port {} taken?)",
+                    self.port
+                ));
+            }
+            if self.answers_ping() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill();
+        Err("redis-server did not answer PING within 10 s".into())
+    }
+
+    fn answers_ping(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+        if stream.write_all(b"PING\r\n").is_err() {
+            return false;
+        }
+        let mut reply = [0u8; 64];
+        // +PONG, or -NOAUTH when a password is set: either way the server is up.
+        matches!(stream.read(&mut reply), Ok(n) if n > 0)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://[:password@]127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// Kills the server (SIGKILL: no clean shutdown, like a crash).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, empty (persistence is off).
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(error) if Instant::now() > deadline => panic!("restart failed: {error}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// A fresh connection of the test's own, to look at what the server holds.
+    pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .expect("valid url")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("the test's own connection to redis-server")
+    }
+
+    /// How many times `command` (lowercase, e.g. `set`, `evalsha`) ran since the last reset,
+    /// from `INFO commandstats`.
+    pub async fn command_calls(&self, command: &str) -> u64 {
+        let mut conn = self.connection().await;
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut conn)
+            .await
+            .expect("INFO commandstats");
+        let prefix = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Clears `INFO commandstats`.
+    pub async fn reset_stats(&self) {
+        let mut conn = self.connection().await;
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut conn)
+            .await
+            .expect("CONFIG RESETSTAT");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn redis_server_binary() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free loopback port")
+}
+
+/// A name no other test in this process uses.
+pub fn unique(label: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{label}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Polls `check` every 5 ms until it is true or `within` has passed; returns whether it held.
+pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
