@@ -143,13 +143,18 @@ impl RedisBackend {
     /// Turns a connection-time failure into an error that says what to check.
     fn connect_error(&self, error: RedisError) -> LockError {
         let hint = match error.kind() {
-            ErrorKind::AuthenticationFailed => {
+            _ if error.code() == Some("NOAUTH") => {
+                "the server requires a password: put it in the URL (redis://:password@host:port)"
+                    .to_string()
+            }
+            _ if error.code() == Some("WRONGPASS") => {
                 "authentication failed: check the user and password in the URL \
                  (redis://user:password@host:port)"
                     .to_string()
             }
-            ErrorKind::Server(_) if error.code() == Some("NOAUTH") => {
-                "the server requires a password: put it in the URL (redis://:password@host:port)"
+            ErrorKind::AuthenticationFailed => {
+                "authentication failed: check the user and password in the URL \
+                 (redis://user:password@host:port)"
                     .to_string()
             }
             _ if error.is_connection_refusal() => {

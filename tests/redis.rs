@@ -1,0 +1,310 @@
+//! Redis-specific behaviour against a real `redis-server`: round trips, the plain key layout
+//! other clients share, dropped connections, restarts, passwords, unreachable servers.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use distlock::{LockClient, LockError};
+use support::{RedisServer, eventually};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+async fn get(server: &RedisServer, key: &str) -> Option<String> {
+    let mut conn = server.connection().await;
+    redis::cmd("GET").arg(key).query_async(&mut conn).await.unwrap()
+}
+
+/// Kills every normal client connection except the test's own: the lock client's connection
+/// drops, the server keeps its data.
+async fn kill_client_connections(server: &RedisServer) -> i64 {
+    let mut conn = server.connection().await;
+    redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "normal", "SKIPME", "yes"])
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn acquire_release_and_renew_are_one_round_trip_each() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+
+    server.reset_stats().await;
+    let guard = client.lock("rt").lease(ms(10_000)).acquire().await.unwrap();
+    let (sets, evalshas) = (
+        server.command_calls("set").await,
+        server.command_calls("evalsha").await,
+    );
+    println!("acquire (free lock): SET={sets} EVALSHA={evalshas}");
+    assert_eq!((sets, evalshas), (1, 0), "a free lock is one SET NX PX");
+
+    server.reset_stats().await;
+    guard.release().await.unwrap();
+    let evalshas = server.command_calls("evalsha").await;
+    let sets = server.command_calls("set").await;
+    println!("release: EVALSHA={evalshas} SET={sets}");
+    assert_eq!((evalshas, sets), (1, 0), "a release is one EVALSHA");
+
+    // Renewal: one EVALSHA per lease/3.
+    let guard = client.lock("rt").lease(ms(300)).acquire().await.unwrap();
+    server.reset_stats().await;
+    tokio::time::sleep(ms(1_000)).await;
+    let renewals = server.command_calls("evalsha").await;
+    println!("renewals in 1 s with a 300 ms lease (ideal 10): EVALSHA={renewals}");
+    assert!((8..=11).contains(&renewals), "{renewals} renewals");
+    guard.release().await.unwrap();
+
+    // Busy: one SET and one EVALSHA to read the holder's TTL.
+    let holder = client.lock("rt").acquire().await.unwrap();
+    server.reset_stats().await;
+    assert!(client.lock("rt").try_acquire().await.unwrap().is_none());
+    let (sets, evalshas) = (
+        server.command_calls("set").await,
+        server.command_calls("evalsha").await,
+    );
+    println!("try_acquire (busy): SET={sets} EVALSHA={evalshas}");
+    assert_eq!((sets, evalshas), (1, 1));
+    holder.release().await.unwrap();
+
+    // Fencing: one EVALSHA.
+    server.reset_stats().await;
+    let fenced = client.lock("rt").fencing(true).acquire().await.unwrap();
+    let (sets_top, evalshas) = (
+        server.command_calls("set").await,
+        server.command_calls("evalsha").await,
+    );
+    println!("acquire with fencing: EVALSHA={evalshas} (SET inside the script: {sets_top})");
+    assert_eq!(evalshas, 1);
+    fenced.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn locks_use_the_plain_layout_that_other_clients_share() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let mut raw = server.connection().await;
+
+    // We hold: a redis-py style client (SET NX PX) is refused, and its release script with
+    // its own token leaves our lock alone.
+    let guard = client.lock("job").lease(ms(5_000)).acquire().await.unwrap();
+    let ours = get(&server, "lock:job").await.expect("plain string key lock:job");
+    let taken: Option<String> = redis::cmd("SET")
+        .arg(&["lock:job", "python-token", "NX", "PX", "5000"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(taken, None);
+    let py_release = redis::Script::new(
+        "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end",
+    );
+    let deleted: i64 = py_release
+        .key("lock:job")
+        .arg("python-token")
+        .invoke_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(deleted, 0);
+    assert_eq!(get(&server, "lock:job").await, Some(ours));
+    guard.release().await.unwrap();
+
+    // They hold (no release notification from them): we are refused, then get the lock
+    // when their TTL runs out.
+    let _: () = redis::cmd("SET")
+        .arg(&["lock:job", "python-token", "NX", "PX", "300"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let busy = client.lock("job").wait(Duration::ZERO).acquire().await;
+    assert!(matches!(busy, Err(LockError::Timeout { .. })), "{busy:?}");
+    let started = Instant::now();
+    let guard = client.lock("job").wait(ms(3_000)).acquire().await.unwrap();
+    assert!(started.elapsed() >= ms(250) && started.elapsed() < ms(1_000));
+    assert_ne!(get(&server, "lock:job").await.as_deref(), Some("python-token"));
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dropped_connection_is_retried_with_the_same_token() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+
+    let guard = client.lock("blip").lease(ms(10_000)).acquire().await.unwrap();
+    let token = get(&server, "lock:blip").await.unwrap();
+    assert!(kill_client_connections(&server).await >= 1);
+    // The release goes out on the dead connection, fails, and is retried on a new one.
+    guard.release().await.expect("release retried after the connection dropped");
+    assert_eq!(get(&server, "lock:blip").await, None);
+
+    kill_client_connections(&server).await;
+    let guard = client.lock("blip").lease(ms(10_000)).acquire().await.unwrap();
+    assert_ne!(get(&server, "lock:blip").await, Some(token));
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn renewal_survives_dropped_connections() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let guard = client.lock("flaky").lease(ms(300)).acquire().await.unwrap();
+    let token = get(&server, "lock:flaky").await.unwrap();
+    let started = Instant::now();
+    while started.elapsed() < ms(1_200) {
+        kill_client_connections(&server).await;
+        tokio::time::sleep(ms(60)).await;
+    }
+    assert!(!guard.is_lost(), "renewal retried on a fresh connection each time");
+    assert_eq!(get(&server, "lock:flaky").await, Some(token));
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_server_restarted_empty_makes_the_holder_lost_and_then_serves_new_locks() {
+    let mut server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let guard = client.lock("restart").lease(ms(300)).acquire().await.unwrap();
+    server.restart();
+    tokio::time::timeout(ms(2_000), guard.lost())
+        .await
+        .expect("the holder learns its lock vanished with the server's data");
+    let again = client.lock("restart").wait(ms(2_000)).acquire().await.unwrap();
+    assert!(get(&server, "lock:restart").await.is_some());
+    again.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dead_server_marks_the_lock_lost_no_later_than_the_lease_end() {
+    let mut server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let lease = ms(400);
+    let acquired_at = Instant::now();
+    let guard = client.lock("dead").lease(lease).acquire().await.unwrap();
+    // Let one renewal succeed, then cut the server off.
+    tokio::time::sleep(ms(150)).await;
+    server.kill();
+    let killed_at = Instant::now();
+    tokio::time::timeout(ms(2_000), guard.lost()).await.expect("lost");
+    let lost_after = killed_at.elapsed();
+    // The last confirmation was at most lease/3 before the kill: lost by then + lease.
+    assert!(
+        lost_after <= lease,
+        "lost {lost_after:?} after the kill, lease {lease:?}"
+    );
+    assert!(acquired_at.elapsed() > ms(150));
+    let err = guard.release().await.expect_err("server is down");
+    assert!(
+        matches!(err, LockError::Backend { op: "release", .. } | LockError::Lost { .. }),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn waiters_of_one_client_share_one_subscription_and_leave_none_behind() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let holder = client.lock("crowd").lease(ms(10_000)).acquire().await.unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..16 {
+        let client = client.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = client.lock("crowd").wait(ms(10_000)).acquire().await.unwrap();
+            guard.release().await.unwrap();
+        }));
+    }
+    let mut raw = server.connection().await;
+    let watcher = raw.clone();
+    let subscribed = |expected: i64| {
+        let raw = watcher.clone();
+        move || {
+            let mut raw = raw.clone();
+            async move {
+                let (_, n): (String, i64) = redis::cmd("PUBSUB")
+                    .arg(&["NUMSUB", "lock:crowd"])
+                    .query_async(&mut raw)
+                    .await
+                    .unwrap();
+                n == expected
+            }
+        }
+    };
+    assert!(eventually(ms(2_000), subscribed(1)).await, "one channel subscription");
+    let info: String = redis::cmd("INFO").arg("clients").query_async(&mut raw).await.unwrap();
+    let connected: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap();
+    // The client's command connection + its pub/sub connection + the test's own connection.
+    assert!(connected <= 3, "16 waiters must share connections: {connected} clients");
+    holder.release().await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(ms(5_000), waiter).await.unwrap().unwrap();
+    }
+    assert!(eventually(ms(2_000), subscribed(0)).await, "unsubscribed when nobody waits");
+    assert_eq!(get(&server, "lock:crowd").await, None);
+}
+
+#[tokio::test]
+async fn a_missing_or_wrong_password_fails_at_connect_and_is_never_printed() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret-pw"]);
+    let port = server.port();
+
+    let err = LockClient::connect(&format!("redis://127.0.0.1:{port}")).await.unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, LockError::Connect { .. }), "{message}");
+    assert!(message.contains("requires a password"), "{message}");
+
+    let err = LockClient::connect(&format!("redis://:bad-guess-pw@127.0.0.1:{port}"))
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("authentication failed"), "{message}");
+    assert!(!message.contains("bad-guess-pw"), "password leaked: {message}");
+    assert!(message.contains(&format!("redis://:***@127.0.0.1:{port}")), "{message}");
+
+    let client = LockClient::connect(&server.url()).await.expect("right password works");
+    assert!(!format!("{client:?}").contains("s3cret-pw"));
+    client.lock("pw").acquire().await.unwrap().release().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unreachable_server_fails_within_the_connect_timeout() {
+    let port = support::free_port();
+    let started = Instant::now();
+    let err = LockClient::connect(&format!("redis://127.0.0.1:{port}")).await.unwrap_err();
+    assert!(started.elapsed() < ms(3_000));
+    let message = err.to_string();
+    assert!(message.contains("connection refused"), "{message}");
+    assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+
+    // A black-holed address (no answer at all) is bounded by the connect timeout.
+    let started = Instant::now();
+    let err = LockClient::builder("redis://10.255.255.1:6379")
+        .connect_timeout(ms(300))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < ms(2_000), "took {:?}", started.elapsed());
+    assert!(matches!(err, LockError::Connect { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn fencing_counters_live_under_their_own_prefix() {
+    let server = RedisServer::start();
+    let client = LockClient::builder(server.url()).fencing(true).build().await.unwrap();
+    let first = client.lock("inv").acquire().await.unwrap();
+    assert_eq!(first.fencing_token(), Some(1));
+    assert_eq!(get(&server, "lock-fence:lock:inv").await.as_deref(), Some("1"));
+    first.release().await.unwrap();
+    // A lock key that looks like a counter cannot collide with one.
+    let lookalike = client.lock("inv:fence").acquire().await.unwrap();
+    assert_eq!(lookalike.fencing_token(), Some(1));
+    lookalike.release().await.unwrap();
+    let second = client.lock("inv").acquire().await.unwrap();
+    assert_eq!(second.fencing_token(), Some(2));
+    second.release().await.unwrap();
+}
+
