@@ -50,7 +50,11 @@ impl Storage {
             Storage::Memory(value) => *value.lock().await = id,
             Storage::Redis { conn, key } => {
                 let mut conn = conn.clone();
-                let () = redis::cmd("SET").arg(key).arg(id).query_async(&mut conn).await?;
+                let () = redis::cmd("SET")
+                    .arg(key)
+                    .arg(id)
+                    .query_async(&mut conn)
+                    .await?;
             }
         }
         Ok(())
@@ -101,8 +105,14 @@ fn verify(ids: &[u64], expected: usize) -> Result<(), String> {
             ids.len()
         ));
     }
-    if ids.len() != expected || unique.first() != Some(&1) || unique.last() != Some(&(expected as u64)) {
-        return Err(format!("expected ids 1..={expected}, got {} ids", ids.len()));
+    if ids.len() != expected
+        || unique.first() != Some(&1)
+        || unique.last() != Some(&(expected as u64))
+    {
+        return Err(format!(
+            "expected ids 1..={expected}, got {} ids",
+            ids.len()
+        ));
     }
     Ok(())
 }
@@ -114,7 +124,10 @@ async fn main() -> Result<(), BoxError> {
         args.iter()
             .position(|a| a == name)
             .and_then(|i| args.get(i + 1))
-            .map(|v| v.parse::<usize>().map_err(|_| format!("{name} takes a number, got {v:?}")))
+            .map(|v| {
+                v.parse::<usize>()
+                    .map_err(|_| format!("{name} takes a number, got {v:?}"))
+            })
             .transpose()
     };
     let processes = flag("--processes")?;
@@ -128,7 +141,9 @@ async fn main() -> Result<(), BoxError> {
         Ok(url) => url,
         Err(_) => {
             if storage_key.is_none() {
-                println!("DISTLOCK_URL is not set: using the embedded memory:// backend (one process only)");
+                println!(
+                    "DISTLOCK_URL is not set: using the embedded memory:// backend (one process only)"
+                );
             }
             "memory://".to_string()
         }

@@ -36,7 +36,11 @@ pub async fn mutual_exclusion_under_contention(fixture: &impl Fixture) {
                     .acquire()
                     .await
                     .expect("acquire under contention");
-                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders at once");
+                assert_eq!(
+                    inside.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
                 let read = counter.load(Ordering::SeqCst);
                 tokio::task::yield_now().await;
                 counter.store(read + 1, Ordering::SeqCst);
@@ -49,15 +53,27 @@ pub async fn mutual_exclusion_under_contention(fixture: &impl Fixture) {
         task.await.expect("worker task");
     }
     assert_eq!(counter.load(Ordering::SeqCst), TASKS * ROUNDS);
-    assert_eq!(fixture.holder("lock:counter").await, None, "key left behind");
+    assert_eq!(
+        fixture.holder("lock:counter").await,
+        None,
+        "key left behind"
+    );
 }
 
 /// Acquire stores the owner token under `<prefix><key>` with a TTL of at most the lease;
 /// release deletes it.
 pub async fn acquire_stores_a_token_with_a_ttl_and_release_deletes_it(fixture: &impl Fixture) {
     let client = fixture.builder().prefix("app:").build().await.unwrap();
-    let guard = client.lock("order:42").lease(ms(5_000)).acquire().await.unwrap();
-    let token = fixture.holder("app:order:42").await.expect("lock key present");
+    let guard = client
+        .lock("order:42")
+        .lease(ms(5_000))
+        .acquire()
+        .await
+        .unwrap();
+    let token = fixture
+        .holder("app:order:42")
+        .await
+        .expect("lock key present");
     assert_eq!(token.len(), 32, "128-bit hex owner token, got {token:?}");
     let ttl = fixture.ttl("app:order:42").await.expect("lock has a TTL");
     assert!(ttl <= ms(5_000) && ttl > ms(4_000), "ttl {ttl:?}");
@@ -68,14 +84,33 @@ pub async fn acquire_stores_a_token_with_a_ttl_and_release_deletes_it(fixture: &
 /// A's lease expires, B acquires; A's release reports "not held" and B's lock is intact.
 pub async fn a_stale_owner_cannot_release_the_new_owners_lock(fixture: &impl Fixture) {
     let client = fixture.client().await;
-    let a = client.lock("stale").lease(ms(100)).renew(false).acquire().await.unwrap();
+    let a = client
+        .lock("stale")
+        .lease(ms(100))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
     tokio::time::sleep(ms(150)).await;
     assert!(a.is_lost(), "an unrenewed lease past its end is lost");
-    let b = client.lock("stale").lease(ms(5_000)).wait(Duration::ZERO).acquire().await.unwrap();
+    let b = client
+        .lock("stale")
+        .lease(ms(5_000))
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap();
     let b_token = fixture.holder("lock:stale").await.expect("B holds it");
     let err = a.release().await.expect_err("A no longer holds the lock");
-    assert!(matches!(&err, LockError::Lost { key } if key == "stale"), "{err}");
-    assert_eq!(fixture.holder("lock:stale").await, Some(b_token), "B's lock must be intact");
+    assert!(
+        matches!(&err, LockError::Lost { key } if key == "stale"),
+        "{err}"
+    );
+    assert_eq!(
+        fixture.holder("lock:stale").await,
+        Some(b_token),
+        "B's lock must be intact"
+    );
     assert!(!b.is_lost());
     b.release().await.unwrap();
 }
@@ -83,7 +118,12 @@ pub async fn a_stale_owner_cannot_release_the_new_owners_lock(fixture: &impl Fix
 /// A's watchdog keeps running after A lost the lock to B: it must not extend B's lease.
 pub async fn a_stale_owner_cannot_renew_the_new_owners_lock(fixture: &impl Fixture) {
     let client = fixture.client().await;
-    let a = client.lock("renew-stale").lease(ms(300)).acquire().await.unwrap();
+    let a = client
+        .lock("renew-stale")
+        .lease(ms(300))
+        .acquire()
+        .await
+        .unwrap();
     fixture.delete("lock:renew-stale").await;
     let b = client
         .lock("renew-stale")
@@ -128,28 +168,49 @@ pub async fn renewal_keeps_a_lock_held_for_five_leases(fixture: &impl Fixture) {
 /// Without renewal the lease runs out: the key is gone and the guard says lost.
 pub async fn without_renewal_the_lease_ends_and_the_guard_says_lost(fixture: &impl Fixture) {
     let client = fixture.client().await;
-    let guard = client.lock("short").lease(ms(100)).renew(false).acquire().await.unwrap();
+    let guard = client
+        .lock("short")
+        .lease(ms(100))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
     assert!(!guard.is_lost());
     tokio::time::timeout(ms(1_000), guard.lost())
         .await
         .expect("lost() resolves when the lease ends");
     assert!(guard.is_lost());
-    assert!(eventually(ms(500), || async { fixture.holder("lock:short").await.is_none() }).await);
+    assert!(
+        eventually(ms(500), || async {
+            fixture.holder("lock:short").await.is_none()
+        })
+        .await
+    );
 }
 
 /// A deleted lock is reported lost within one renewal interval (lease/3 = 100 ms), by both
 /// `is_lost()` and the `lost()` future.
 pub async fn a_deleted_lock_is_reported_lost_within_one_renewal_interval(fixture: &impl Fixture) {
     let client = fixture.client().await;
-    let guard = client.lock("deleted").lease(ms(300)).acquire().await.unwrap();
+    let guard = client
+        .lock("deleted")
+        .lease(ms(300))
+        .acquire()
+        .await
+        .unwrap();
     let lost = guard.lost();
     fixture.delete("lock:deleted").await;
     let deleted_at = Instant::now();
-    tokio::time::timeout(ms(1_000), lost).await.expect("lost() resolves");
+    tokio::time::timeout(ms(1_000), lost)
+        .await
+        .expect("lost() resolves");
     let after = deleted_at.elapsed();
     assert!(after <= ms(100) + ms(60), "reported lost after {after:?}");
     assert!(guard.is_lost());
-    let err = guard.release().await.expect_err("a lost lock cannot be released");
+    let err = guard
+        .release()
+        .await
+        .expect_err("a lost lock cannot be released");
     assert!(err.is_lost(), "{err}");
 }
 
@@ -159,13 +220,29 @@ pub async fn an_overwritten_lock_is_reported_lost_within_one_renewal_interval(
     fixture: &impl Fixture,
 ) {
     let client = fixture.client().await;
-    let guard = client.lock("overwritten").lease(ms(300)).acquire().await.unwrap();
-    fixture.overwrite("lock:overwritten", "intruder", ms(10_000)).await;
+    let guard = client
+        .lock("overwritten")
+        .lease(ms(300))
+        .acquire()
+        .await
+        .unwrap();
+    fixture
+        .overwrite("lock:overwritten", "intruder", ms(10_000))
+        .await;
     let overwritten_at = Instant::now();
-    tokio::time::timeout(ms(1_000), guard.lost()).await.expect("lost() resolves");
-    assert!(overwritten_at.elapsed() <= ms(160), "{:?}", overwritten_at.elapsed());
+    tokio::time::timeout(ms(1_000), guard.lost())
+        .await
+        .expect("lost() resolves");
+    assert!(
+        overwritten_at.elapsed() <= ms(160),
+        "{:?}",
+        overwritten_at.elapsed()
+    );
     assert!(guard.release().await.is_err());
-    assert_eq!(fixture.holder("lock:overwritten").await.as_deref(), Some("intruder"));
+    assert_eq!(
+        fixture.holder("lock:overwritten").await.as_deref(),
+        Some("intruder")
+    );
     let ttl = fixture.ttl("lock:overwritten").await.unwrap();
     assert!(ttl > ms(9_000), "the intruder's TTL was touched: {ttl:?}");
 }
@@ -177,14 +254,24 @@ pub async fn a_dropped_guard_is_released_promptly(fixture: &impl Fixture) {
         eventually(ms(500), || async { fixture.holder(name).await.is_none() }).await
     };
 
-    let guard = client.lock("dropped").lease(ms(30_000)).acquire().await.unwrap();
+    let guard = client
+        .lock("dropped")
+        .lease(ms(30_000))
+        .acquire()
+        .await
+        .unwrap();
     assert!(fixture.holder("lock:dropped").await.is_some());
     drop(guard);
     assert!(gone("lock:dropped").await, "plain drop");
 
     let panicking = client.clone();
     let task = tokio::spawn(async move {
-        let _guard = panicking.lock("panicked").lease(ms(30_000)).acquire().await.unwrap();
+        let _guard = panicking
+            .lock("panicked")
+            .lease(ms(30_000))
+            .acquire()
+            .await
+            .unwrap();
         panic!("the guarded work panics");
     });
     assert!(task.await.is_err());
@@ -192,7 +279,12 @@ pub async fn a_dropped_guard_is_released_promptly(fixture: &impl Fixture) {
 
     let cancelled = client.clone();
     let work = async move {
-        let _guard = cancelled.lock("cancelled").lease(ms(30_000)).acquire().await.unwrap();
+        let _guard = cancelled
+            .lock("cancelled")
+            .lease(ms(30_000))
+            .acquire()
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_secs(60)).await;
     };
     assert!(tokio::time::timeout(ms(100), work).await.is_err());
@@ -202,7 +294,12 @@ pub async fn a_dropped_guard_is_released_promptly(fixture: &impl Fixture) {
 /// A waiter is woken by the release, long before the holder's 10 s lease would run out.
 pub async fn a_waiter_is_woken_by_the_release(fixture: &impl Fixture) {
     let client = fixture.client().await;
-    let holder = client.lock("wake").lease(ms(10_000)).acquire().await.unwrap();
+    let holder = client
+        .lock("wake")
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
     let waiter_client = fixture.client().await;
     let waiter = tokio::spawn(async move {
         let started = Instant::now();
@@ -220,7 +317,10 @@ pub async fn a_waiter_is_woken_by_the_release(fixture: &impl Fixture) {
     let (waited, guard) = waiter.await.unwrap();
     let after_release = released_at.elapsed();
     assert!(waited >= ms(190), "acquired while held: {waited:?}");
-    assert!(after_release < ms(500), "woken {after_release:?} after the release");
+    assert!(
+        after_release < ms(500),
+        "woken {after_release:?} after the release"
+    );
     guard.release().await.unwrap();
 }
 
@@ -228,11 +328,25 @@ pub async fn a_waiter_is_woken_by_the_release(fixture: &impl Fixture) {
 /// lock once the holder's lease runs out.
 pub async fn a_waiter_retries_when_the_holders_lease_runs_out(fixture: &impl Fixture) {
     let client = fixture.client().await;
-    let _holder = client.lock("expire").lease(ms(300)).renew(false).acquire().await.unwrap();
+    let _holder = client
+        .lock("expire")
+        .lease(ms(300))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
     let started = Instant::now();
-    let guard = client.lock("expire").wait(ms(3_000)).acquire().await.unwrap();
+    let guard = client
+        .lock("expire")
+        .wait(ms(3_000))
+        .acquire()
+        .await
+        .unwrap();
     let waited = started.elapsed();
-    assert!(waited >= ms(250), "acquired before the lease ran out: {waited:?}");
+    assert!(
+        waited >= ms(250),
+        "acquired before the lease ran out: {waited:?}"
+    );
     assert!(waited < ms(1_000), "retried late: {waited:?}");
     guard.release().await.unwrap();
 }
@@ -240,10 +354,20 @@ pub async fn a_waiter_retries_when_the_holders_lease_runs_out(fixture: &impl Fix
 /// `wait = 0` tries once and fails at once; `try_acquire` says `None`; the holder is untouched.
 pub async fn wait_zero_tries_once(fixture: &impl Fixture) {
     let client = fixture.client().await;
-    let holder = client.lock("busy").lease(ms(10_000)).acquire().await.unwrap();
+    let holder = client
+        .lock("busy")
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
     let token = fixture.holder("lock:busy").await;
     let started = Instant::now();
-    let err = client.lock("busy").wait(Duration::ZERO).acquire().await.unwrap_err();
+    let err = client
+        .lock("busy")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap_err();
     assert!(started.elapsed() < ms(200), "{:?}", started.elapsed());
     match err {
         LockError::Timeout { key, waited } => {
@@ -262,15 +386,28 @@ pub async fn wait_zero_tries_once(fixture: &impl Fixture) {
 /// `Timeout` reports how long it waited and names the key.
 pub async fn timeout_reports_how_long_it_waited(fixture: &impl Fixture) {
     let client = fixture.client().await;
-    let holder = client.lock("slow").lease(ms(10_000)).acquire().await.unwrap();
-    let err = client.lock("slow").wait(ms(300)).acquire().await.unwrap_err();
+    let holder = client
+        .lock("slow")
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let err = client
+        .lock("slow")
+        .wait(ms(300))
+        .acquire()
+        .await
+        .unwrap_err();
     let LockError::Timeout { ref key, waited } = err else {
         panic!("expected Timeout, got {err}");
     };
     assert_eq!(key, "slow");
     assert!(waited >= ms(300) && waited < ms(800), "waited {waited:?}");
     let message = err.to_string();
-    assert!(message.contains("`slow`") && message.contains("wait"), "{message}");
+    assert!(
+        message.contains("`slow`") && message.contains("wait"),
+        "{message}"
+    );
     holder.release().await.unwrap();
 }
 
@@ -302,7 +439,11 @@ pub async fn fencing_tokens_increase(fixture: &impl Fixture) {
     for task in tasks {
         task.await.unwrap();
     }
-    assert_eq!(last.load(Ordering::SeqCst), 32, "one increment per acquisition");
+    assert_eq!(
+        last.load(Ordering::SeqCst),
+        32,
+        "one increment per acquisition"
+    );
     let plain = b.lock("fenced").acquire().await.unwrap();
     assert_eq!(plain.fencing_token(), None, "no token unless asked for");
 }
@@ -311,7 +452,7 @@ pub async fn fencing_tokens_increase(fixture: &impl Fixture) {
 pub async fn clients_and_tasks_are_separate_owners(fixture: &impl Fixture) {
     let one = fixture.client().await;
     let two: LockClient = fixture.client().await;
-    let held = one.lock("shared").acquire().await.unwrap();
+    let held = one.lock("shared").await.unwrap(); // a request is a future itself
     assert!(two.lock("shared").try_acquire().await.unwrap().is_none());
     let same_client = one.clone();
     let other_task = tokio::spawn(async move { same_client.lock("shared").try_acquire().await });

@@ -18,10 +18,19 @@ async fn config_error(url: &str) -> String {
 #[tokio::test]
 async fn invalid_urls_and_schemes_are_config_errors_that_say_what_is_supported() {
     let message = config_error("127.0.0.1:6379").await;
-    assert!(message.contains("not a lock backend URL") && message.contains("redis://"), "{message}");
+    assert!(
+        message.contains("not a lock backend URL") && message.contains("redis://"),
+        "{message}"
+    );
     let message = config_error("mongodb://db:27017").await;
-    assert!(message.contains("unknown lock backend scheme `mongodb://`"), "{message}");
-    assert!(message.contains("memory://") && message.contains("redis://"), "{message}");
+    assert!(
+        message.contains("unknown lock backend scheme `mongodb://`"),
+        "{message}"
+    );
+    assert!(
+        message.contains("memory://") && message.contains("redis://"),
+        "{message}"
+    );
     let message = config_error("etcd://127.0.0.1:2379").await;
     assert!(message.contains("not available"), "{message}");
     let message = config_error("redis://127.0.0.1:notaport").await;
@@ -59,13 +68,19 @@ async fn unusable_settings_are_rejected_when_the_client_is_built() {
 
 async fn bad_keys_and_leases_are_refused(client: &LockClient) {
     let err = client.lock("").acquire().await.unwrap_err();
-    assert!(matches!(&err, LockError::InvalidKey { reason, .. } if reason.contains("empty")), "{err}");
+    assert!(
+        matches!(&err, LockError::InvalidKey { reason, .. } if reason.contains("empty")),
+        "{err}"
+    );
 
     let long = format!("order:{}", "9".repeat(5_000));
     let err = client.lock(long.as_str()).acquire().await.unwrap_err();
     let message = err.to_string();
     assert!(matches!(err, LockError::InvalidKey { .. }), "{message}");
-    assert!(message.contains("order:999") && message.contains("5006 bytes"), "{message}");
+    assert!(
+        message.contains("order:999") && message.contains("5006 bytes"),
+        "{message}"
+    );
     assert!(message.len() < 500, "the key is shortened in the message");
 
     let err = client.lock("a\u{0}b").acquire().await.unwrap_err();
@@ -78,7 +93,10 @@ async fn bad_keys_and_leases_are_refused(client: &LockClient) {
         .await
         .unwrap_err();
     let message = err.to_string();
-    assert!(message.contains("`order:1`") && message.contains("too short"), "{message}");
+    assert!(
+        message.contains("`order:1`") && message.contains("too short"),
+        "{message}"
+    );
 }
 
 #[tokio::test]

@@ -29,15 +29,24 @@ fn run(mut command: Command) -> String {
     let output = command.output().expect("example runs");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "example failed: {stdout}\n{stderr}");
+    assert!(
+        output.status.success(),
+        "example failed: {stdout}\n{stderr}"
+    );
     stdout
 }
 
 #[test]
 fn orders_runs_on_memory_without_a_server() {
     let out = run(example("orders"));
-    assert!(out.contains("using the embedded memory:// backend"), "{out}");
-    assert!(out.contains("200 order ids") && out.contains("every id unique"), "{out}");
+    assert!(
+        out.contains("using the embedded memory:// backend"),
+        "{out}"
+    );
+    assert!(
+        out.contains("200 order ids") && out.contains("every id unique"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -46,12 +55,20 @@ fn orders_runs_on_redis_in_tasks_and_in_separate_processes() {
     let mut tasks = example("orders");
     tasks.env(distlock::URL_ENV, server.url());
     let out = run(tasks);
-    assert!(out.contains("backend redis") && out.contains("every id unique"), "{out}");
+    assert!(
+        out.contains("backend redis") && out.contains("every id unique"),
+        "{out}"
+    );
 
     let mut processes = example("orders");
-    processes.env(distlock::URL_ENV, server.url()).args(["--processes", "3"]);
+    processes
+        .env(distlock::URL_ENV, server.url())
+        .args(["--processes", "3"]);
     let out = run(processes);
-    assert!(out.contains("3 processes") && out.contains("600 order ids"), "{out}");
+    assert!(
+        out.contains("3 processes") && out.contains("600 order ids"),
+        "{out}"
+    );
 }
 
 #[test]

@@ -18,7 +18,11 @@ fn runtime() -> tokio::runtime::Runtime {
 
 async fn holder(server: &RedisServer, key: &str) -> Option<String> {
     let mut conn = server.connection().await;
-    redis::cmd("GET").arg(key).query_async(&mut conn).await.unwrap()
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
 }
 
 #[test]
@@ -32,14 +36,22 @@ fn the_global_client_is_set_once_and_outlives_the_runtime_that_made_it() {
     // SAFETY: this binary has a single test, so no other thread reads the environment now.
     unsafe { std::env::set_var(distlock::URL_ENV, "nope://x") };
     let err = runtime().block_on(distlock::init_from_env()).unwrap_err();
-    assert!(err.to_string().contains("unknown lock backend scheme"), "{err}");
+    assert!(
+        err.to_string().contains("unknown lock backend scheme"),
+        "{err}"
+    );
     assert!(matches!(distlock::client(), Err(LockError::NotInitialized)));
 
     // Runtime A connects and installs the client, then goes away.
     unsafe { std::env::set_var(distlock::URL_ENV, server.url()) };
     runtime().block_on(async {
         distlock::init_from_env().await.unwrap();
-        let guard = distlock::client().unwrap().lock("g").acquire().await.unwrap();
+        let guard = distlock::client()
+            .unwrap()
+            .lock("g")
+            .acquire()
+            .await
+            .unwrap();
         guard.release().await.unwrap();
     });
 
@@ -47,7 +59,11 @@ fn the_global_client_is_set_once_and_outlives_the_runtime_that_made_it() {
         .block_on(async { distlock::init(LockClient::connect("memory://").await.unwrap()) })
         .unwrap_err();
     assert!(matches!(err, LockError::AlreadyInitialized), "{err}");
-    assert_eq!(distlock::client().unwrap().backend_kind(), "redis", "first client kept");
+    assert_eq!(
+        distlock::client().unwrap().backend_kind(),
+        "redis",
+        "first client kept"
+    );
 
     // Runtimes B, C, D each use it after A is gone: commands, waiting (pub/sub), renewal.
     for round in 0..3 {
@@ -70,13 +86,21 @@ fn the_global_client_is_set_once_and_outlives_the_runtime_that_made_it() {
                 .unwrap();
             let waiter = tokio::spawn(async move {
                 let started = std::time::Instant::now();
-                let guard = client.lock("g").wait(Duration::from_secs(5)).acquire().await.unwrap();
+                let guard = client
+                    .lock("g")
+                    .wait(Duration::from_secs(5))
+                    .acquire()
+                    .await
+                    .unwrap();
                 let waited = started.elapsed();
                 guard.release().await.unwrap();
                 waited
             });
             tokio::time::sleep(Duration::from_millis(500)).await;
-            assert!(!held.is_lost(), "round {round}: renewal works on this runtime");
+            assert!(
+                !held.is_lost(),
+                "round {round}: renewal works on this runtime"
+            );
             held.release().await.unwrap();
             let waited = waiter.await.unwrap();
             assert!(

@@ -14,7 +14,11 @@ fn ms(n: u64) -> Duration {
 
 async fn get(server: &RedisServer, key: &str) -> Option<String> {
     let mut conn = server.connection().await;
-    redis::cmd("GET").arg(key).query_async(&mut conn).await.unwrap()
+    redis::cmd("GET")
+        .arg(key)
+        .query_async(&mut conn)
+        .await
+        .unwrap()
 }
 
 /// Kills every normal client connection except the test's own: the lock client's connection
@@ -91,7 +95,9 @@ async fn locks_use_the_plain_layout_that_other_clients_share() {
     // We hold: a redis-py style client (SET NX PX) is refused, and its release script with
     // its own token leaves our lock alone.
     let guard = client.lock("job").lease(ms(5_000)).acquire().await.unwrap();
-    let ours = get(&server, "lock:job").await.expect("plain string key lock:job");
+    let ours = get(&server, "lock:job")
+        .await
+        .expect("plain string key lock:job");
     let taken: Option<String> = redis::cmd("SET")
         .arg(&["lock:job", "python-token", "NX", "PX", "5000"])
         .query_async(&mut raw)
@@ -123,7 +129,10 @@ async fn locks_use_the_plain_layout_that_other_clients_share() {
     let started = Instant::now();
     let guard = client.lock("job").wait(ms(3_000)).acquire().await.unwrap();
     assert!(started.elapsed() >= ms(250) && started.elapsed() < ms(1_000));
-    assert_ne!(get(&server, "lock:job").await.as_deref(), Some("python-token"));
+    assert_ne!(
+        get(&server, "lock:job").await.as_deref(),
+        Some("python-token")
+    );
     guard.release().await.unwrap();
 }
 
@@ -132,15 +141,28 @@ async fn a_dropped_connection_is_retried_with_the_same_token() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
 
-    let guard = client.lock("blip").lease(ms(10_000)).acquire().await.unwrap();
+    let guard = client
+        .lock("blip")
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
     let token = get(&server, "lock:blip").await.unwrap();
     assert!(kill_client_connections(&server).await >= 1);
     // The release goes out on the dead connection, fails, and is retried on a new one.
-    guard.release().await.expect("release retried after the connection dropped");
+    guard
+        .release()
+        .await
+        .expect("release retried after the connection dropped");
     assert_eq!(get(&server, "lock:blip").await, None);
 
     kill_client_connections(&server).await;
-    let guard = client.lock("blip").lease(ms(10_000)).acquire().await.unwrap();
+    let guard = client
+        .lock("blip")
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
     assert_ne!(get(&server, "lock:blip").await, Some(token));
     guard.release().await.unwrap();
 }
@@ -156,7 +178,10 @@ async fn renewal_survives_dropped_connections() {
         kill_client_connections(&server).await;
         tokio::time::sleep(ms(60)).await;
     }
-    assert!(!guard.is_lost(), "renewal retried on a fresh connection each time");
+    assert!(
+        !guard.is_lost(),
+        "renewal retried on a fresh connection each time"
+    );
     assert_eq!(get(&server, "lock:flaky").await, Some(token));
     guard.release().await.unwrap();
 }
@@ -165,12 +190,22 @@ async fn renewal_survives_dropped_connections() {
 async fn a_server_restarted_empty_makes_the_holder_lost_and_then_serves_new_locks() {
     let mut server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
-    let guard = client.lock("restart").lease(ms(300)).acquire().await.unwrap();
+    let guard = client
+        .lock("restart")
+        .lease(ms(300))
+        .acquire()
+        .await
+        .unwrap();
     server.restart();
     tokio::time::timeout(ms(2_000), guard.lost())
         .await
         .expect("the holder learns its lock vanished with the server's data");
-    let again = client.lock("restart").wait(ms(2_000)).acquire().await.unwrap();
+    let again = client
+        .lock("restart")
+        .wait(ms(2_000))
+        .acquire()
+        .await
+        .unwrap();
     assert!(get(&server, "lock:restart").await.is_some());
     again.release().await.unwrap();
 }
@@ -186,7 +221,9 @@ async fn a_dead_server_marks_the_lock_lost_no_later_than_the_lease_end() {
     tokio::time::sleep(ms(150)).await;
     server.kill();
     let killed_at = Instant::now();
-    tokio::time::timeout(ms(2_000), guard.lost()).await.expect("lost");
+    tokio::time::timeout(ms(2_000), guard.lost())
+        .await
+        .expect("lost");
     let lost_after = killed_at.elapsed();
     // The last confirmation was at most lease/3 before the kill: lost by then + lease.
     assert!(
@@ -196,7 +233,10 @@ async fn a_dead_server_marks_the_lock_lost_no_later_than_the_lease_end() {
     assert!(acquired_at.elapsed() > ms(150));
     let err = guard.release().await.expect_err("server is down");
     assert!(
-        matches!(err, LockError::Backend { op: "release", .. } | LockError::Lost { .. }),
+        matches!(
+            err,
+            LockError::Backend { op: "release", .. } | LockError::Lost { .. }
+        ),
         "{err}"
     );
 }
@@ -205,12 +245,22 @@ async fn a_dead_server_marks_the_lock_lost_no_later_than_the_lease_end() {
 async fn waiters_of_one_client_share_one_subscription_and_leave_none_behind() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
-    let holder = client.lock("crowd").lease(ms(10_000)).acquire().await.unwrap();
+    let holder = client
+        .lock("crowd")
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
     let mut waiters = Vec::new();
     for _ in 0..16 {
         let client = client.clone();
         waiters.push(tokio::spawn(async move {
-            let guard = client.lock("crowd").wait(ms(10_000)).acquire().await.unwrap();
+            let guard = client
+                .lock("crowd")
+                .wait(ms(10_000))
+                .acquire()
+                .await
+                .unwrap();
             guard.release().await.unwrap();
         }));
     }
@@ -230,20 +280,36 @@ async fn waiters_of_one_client_share_one_subscription_and_leave_none_behind() {
             }
         }
     };
-    assert!(eventually(ms(2_000), subscribed(1)).await, "one channel subscription");
-    let info: String = redis::cmd("INFO").arg("clients").query_async(&mut raw).await.unwrap();
+    assert!(
+        eventually(ms(2_000), subscribed(1)).await,
+        "one channel subscription"
+    );
+    let info: String = redis::cmd("INFO")
+        .arg("clients")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
     let connected: u64 = info
         .lines()
         .find_map(|l| l.strip_prefix("connected_clients:"))
         .and_then(|n| n.trim().parse().ok())
         .unwrap();
     // The client's command connection + its pub/sub connection + the test's own connection.
-    assert!(connected <= 3, "16 waiters must share connections: {connected} clients");
+    assert!(
+        connected <= 3,
+        "16 waiters must share connections: {connected} clients"
+    );
     holder.release().await.unwrap();
     for waiter in waiters {
-        tokio::time::timeout(ms(5_000), waiter).await.unwrap().unwrap();
+        tokio::time::timeout(ms(5_000), waiter)
+            .await
+            .unwrap()
+            .unwrap();
     }
-    assert!(eventually(ms(2_000), subscribed(0)).await, "unsubscribed when nobody waits");
+    assert!(
+        eventually(ms(2_000), subscribed(0)).await,
+        "unsubscribed when nobody waits"
+    );
     assert_eq!(get(&server, "lock:crowd").await, None);
 }
 
@@ -252,7 +318,9 @@ async fn a_missing_or_wrong_password_fails_at_connect_and_is_never_printed() {
     let server = RedisServer::start_with(&["--requirepass", "s3cret-pw"]);
     let port = server.port();
 
-    let err = LockClient::connect(&format!("redis://127.0.0.1:{port}")).await.unwrap_err();
+    let err = LockClient::connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .unwrap_err();
     let message = err.to_string();
     assert!(matches!(err, LockError::Connect { .. }), "{message}");
     assert!(message.contains("requires a password"), "{message}");
@@ -262,19 +330,36 @@ async fn a_missing_or_wrong_password_fails_at_connect_and_is_never_printed() {
         .unwrap_err();
     let message = err.to_string();
     assert!(message.contains("authentication failed"), "{message}");
-    assert!(!message.contains("bad-guess-pw"), "password leaked: {message}");
-    assert!(message.contains(&format!("redis://:***@127.0.0.1:{port}")), "{message}");
+    assert!(
+        !message.contains("bad-guess-pw"),
+        "password leaked: {message}"
+    );
+    assert!(
+        message.contains(&format!("redis://:***@127.0.0.1:{port}")),
+        "{message}"
+    );
 
-    let client = LockClient::connect(&server.url()).await.expect("right password works");
+    let client = LockClient::connect(&server.url())
+        .await
+        .expect("right password works");
     assert!(!format!("{client:?}").contains("s3cret-pw"));
-    client.lock("pw").acquire().await.unwrap().release().await.unwrap();
+    client
+        .lock("pw")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
 async fn an_unreachable_server_fails_within_the_connect_timeout() {
     let port = support::free_port();
     let started = Instant::now();
-    let err = LockClient::connect(&format!("redis://127.0.0.1:{port}")).await.unwrap_err();
+    let err = LockClient::connect(&format!("redis://127.0.0.1:{port}"))
+        .await
+        .unwrap_err();
     assert!(started.elapsed() < ms(3_000));
     let message = err.to_string();
     assert!(message.contains("connection refused"), "{message}");
@@ -287,17 +372,28 @@ async fn an_unreachable_server_fails_within_the_connect_timeout() {
         .build()
         .await
         .unwrap_err();
-    assert!(started.elapsed() < ms(2_000), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < ms(2_000),
+        "took {:?}",
+        started.elapsed()
+    );
     assert!(matches!(err, LockError::Connect { .. }), "{err}");
 }
 
 #[tokio::test]
 async fn fencing_counters_live_under_their_own_prefix() {
     let server = RedisServer::start();
-    let client = LockClient::builder(server.url()).fencing(true).build().await.unwrap();
+    let client = LockClient::builder(server.url())
+        .fencing(true)
+        .build()
+        .await
+        .unwrap();
     let first = client.lock("inv").acquire().await.unwrap();
     assert_eq!(first.fencing_token(), Some(1));
-    assert_eq!(get(&server, "lock-fence:lock:inv").await.as_deref(), Some("1"));
+    assert_eq!(
+        get(&server, "lock-fence:lock:inv").await.as_deref(),
+        Some("1")
+    );
     first.release().await.unwrap();
     // A lock key that looks like a counter cannot collide with one.
     let lookalike = client.lock("inv:fence").acquire().await.unwrap();
@@ -307,4 +403,3 @@ async fn fencing_counters_live_under_their_own_prefix() {
     assert_eq!(second.fencing_token(), Some(2));
     second.release().await.unwrap();
 }
-

@@ -254,9 +254,7 @@ impl LockClientBuilder {
         };
         let backend: Arc<dyn Backend> = match scheme {
             "memory" => MemoryBackend::named(rest.trim_end_matches('/')),
-            "redis" | "rediss" | "redis+unix" | "unix" => {
-                self.connect_redis(scheme, url).await?
-            }
+            "redis" | "rediss" | "redis+unix" | "unix" => self.connect_redis(scheme, url).await?,
             "redis+cluster" | "redlock" | "postgres" | "postgresql" | "mysql" | "zk" | "etcd" => {
                 return Err(LockError::Config(format!(
                     "the `{scheme}://` backend is not available in this version of distlock; \
@@ -302,7 +300,11 @@ impl LockClientBuilder {
     }
 
     #[cfg(not(feature = "redis"))]
-    async fn connect_redis(&self, _scheme: &str, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
+    async fn connect_redis(
+        &self,
+        _scheme: &str,
+        _url: &str,
+    ) -> Result<Arc<dyn Backend>, LockError> {
         Err(LockError::Config(
             "the Redis backend is disabled: enable distlock's `redis` feature".into(),
         ))

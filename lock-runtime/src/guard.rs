@@ -181,7 +181,10 @@ impl LockGuard {
             watchdog.abort();
         }
         let shared = Arc::clone(&held.shared);
-        let result = held.backend.release(&shared.name, shared.token.as_str()).await;
+        let result = held
+            .backend
+            .release(&shared.name, shared.token.as_str())
+            .await;
         // Past this point the release happened (or failed for good): nothing left for Drop.
         held.armed = false;
         let was_lost = shared.is_lost();

@@ -56,9 +56,14 @@ mod tests {
     fn rejects_empty_oversized_and_control_keys_with_a_reason() {
         let err = validate_key("").unwrap_err().to_string();
         assert!(err.contains("empty"), "{err}");
-        let err = validate_key(&"é".repeat(MAX_KEY_LEN)).unwrap_err().to_string();
+        let err = validate_key(&"é".repeat(MAX_KEY_LEN))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("2048 bytes"), "{err}");
-        assert!(err.len() < 400, "oversized key must be shortened in the message: {err}");
+        assert!(
+            err.len() < 400,
+            "oversized key must be shortened in the message: {err}"
+        );
         let err = validate_key("a\nb").unwrap_err().to_string();
         assert!(err.contains("control character"), "{err}");
     }

@@ -172,12 +172,19 @@ impl Backend for MemoryBackend {
         Box::pin(async move { Ok(renewed) })
     }
 
-    fn release<'a>(&'a self, name: &'a str, token: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+    fn release<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, BoxError>> {
         let released = self.release_now(name, token);
         Box::pin(async move { Ok(released) })
     }
 
-    fn subscribe<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+    fn subscribe<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
         let subscription = self.hub.subscribe(name, || {});
         Box::pin(async move { Ok(subscription) })
     }

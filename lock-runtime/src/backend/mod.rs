@@ -51,9 +51,16 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// Deletes the lock if it still holds `token`, and wakes its waiters.
     /// `Ok(false)` means it was not ours any more.
-    fn release<'a>(&'a self, name: &'a str, token: &'a str) -> BoxFuture<'a, Result<bool, BoxError>>;
+    fn release<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, BoxError>>;
 
     /// Starts listening for releases of `name`. The returned subscription must already be
     /// active (a release after this future resolves is seen).
-    fn subscribe<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>>;
+    fn subscribe<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>>;
 }

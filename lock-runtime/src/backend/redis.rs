@@ -201,7 +201,10 @@ impl RedisBackend {
     /// replaced it.
     fn invalidate(&self, failed: &Arc<RuntimeBound<MultiplexedConnection>>) {
         let mut slot = self.slot();
-        if slot.as_ref().is_some_and(|current| Arc::ptr_eq(current, failed)) {
+        if slot
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, failed))
+        {
             *slot = None;
         }
     }
@@ -254,18 +257,20 @@ impl RedisBackend {
         if let Some(subscriber) = current() {
             return Ok(subscriber);
         }
-        let pubsub =
-            match tokio::time::timeout(self.settings.connect_timeout, self.client.get_async_pubsub())
-                .await
-            {
-                Ok(pubsub) => pubsub?,
-                Err(_) => {
-                    return Err(RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "pub/sub connection timed out",
-                    )));
-                }
-            };
+        let pubsub = match tokio::time::timeout(
+            self.settings.connect_timeout,
+            self.client.get_async_pubsub(),
+        )
+        .await
+        {
+            Ok(pubsub) => pubsub?,
+            Err(_) => {
+                return Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "pub/sub connection timed out",
+                )));
+            }
+        };
         let subscriber = Subscriber::start(pubsub, self.settings.response_timeout);
         *self.subscriber.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&subscriber));
         Ok(subscriber)
@@ -382,7 +387,11 @@ impl Backend for RedisBackend {
         })
     }
 
-    fn release<'a>(&'a self, name: &'a str, token: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+    fn release<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, BoxError>> {
         Box::pin(async move {
             let mut retried = false;
             let released: i64 = self
@@ -402,7 +411,10 @@ impl Backend for RedisBackend {
         })
     }
 
-    fn subscribe<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+    fn subscribe<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
         Box::pin(async move {
             let subscriber = self.subscriber().await?;
             Ok(subscriber.subscribe(name).await?)
@@ -565,7 +577,10 @@ mod tests {
             redact_url("rediss://app:s3cr@t@h:1"),
             "rediss://app:***@h:1"
         );
-        assert_eq!(redact_url("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
+        assert_eq!(
+            redact_url("redis://127.0.0.1:6379"),
+            "redis://127.0.0.1:6379"
+        );
         assert_eq!(redact_url("redis://tok@h"), "redis://***@h");
     }
 }

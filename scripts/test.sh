@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh machine, in one command:
+#   1. installs the servers the tests start (redis-server) from Debian packages if missing,
+#   2. checks formatting and lints,
+#   3. runs every test: unit tests, integration tests against real servers started by the
+#      tests themselves, the examples, and the doc tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+install_packages() {
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+        if command -v sudo >/dev/null 2>&1; then
+            sudo="sudo"
+        else
+            echo "error: need root or sudo to install: $*" >&2
+            exit 1
+        fi
+    fi
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "error: no apt-get here; install these with your package manager: $*" >&2
+        exit 1
+    fi
+    echo "==> installing $* (Debian packages)"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+if [ ${#missing[@]} -gt 0 ]; then
+    install_packages "${missing[@]}"
+fi
+echo "==> $(redis-server --version)"
+
+echo "==> cargo fmt --check"
+cargo fmt --all --check
+echo "==> cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "==> cargo test"
+cargo test --workspace
