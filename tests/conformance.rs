@@ -291,6 +291,27 @@ pub async fn a_dropped_guard_is_released_promptly(fixture: &impl Fixture) {
     assert!(gone("lock:cancelled").await, "cancellation");
 }
 
+/// An acquisition cancelled while its attempt is in flight (the caller's timeout fires after
+/// the command went out) must not leave a lock behind that nobody holds.
+pub async fn a_cancelled_acquisition_leaves_no_lock_behind(fixture: &impl Fixture) {
+    let client = fixture.client().await;
+    for _ in 0..50 {
+        let attempt = client.lock("cancel").lease(ms(30_000)).acquire();
+        if let Ok(Ok(guard)) = tokio::time::timeout(Duration::from_nanos(1), attempt).await {
+            guard.release().await.unwrap();
+        }
+    }
+    assert!(
+        eventually(ms(1_000), || async {
+            fixture.holder("lock:cancel").await.is_none()
+        })
+        .await,
+        "an orphaned lock with a 30 s lease was left behind"
+    );
+    let guard = client.lock("cancel").try_acquire().await.unwrap();
+    assert!(guard.is_some(), "the key is free again");
+}
+
 /// A waiter is woken by the release, long before the holder's 10 s lease would run out.
 pub async fn a_waiter_is_woken_by_the_release(fixture: &impl Fixture) {
     let client = fixture.client().await;
@@ -490,6 +511,7 @@ macro_rules! suite {
                 a_deleted_lock_is_reported_lost_within_one_renewal_interval,
                 an_overwritten_lock_is_reported_lost_within_one_renewal_interval,
                 a_dropped_guard_is_released_promptly,
+                a_cancelled_acquisition_leaves_no_lock_behind,
                 a_waiter_is_woken_by_the_release,
                 a_waiter_retries_when_the_holders_lease_runs_out,
                 wait_zero_tries_once,

@@ -416,7 +416,7 @@ impl LockRequest {
             lease: self.lease,
             fencing: self.fencing,
         };
-        let acquired = wait::acquire(&*inner.backend, spec, &self.key, self.wait).await?;
+        let acquired = wait::acquire(&inner.backend, spec, &self.key, self.wait).await?;
         Ok(LockGuard::new(
             Arc::clone(&inner.backend),
             self.key,

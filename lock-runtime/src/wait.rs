@@ -1,6 +1,7 @@
 //! Acquisition: one attempt, then — if the lock is busy and the request may wait — sleep until
 //! the holder releases it (a notification) or its lease runs out (a timer), never polling.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -8,6 +9,7 @@ use tokio::time::Instant;
 use crate::backend::{Attempt, Backend, LockSpec};
 use crate::error::LockError;
 use crate::notify::ReleaseSubscription;
+use crate::runtime::{DetachedJob, run_detached};
 
 /// Retry interval when the holder's lock has no TTL at all (a foreign client that set none).
 const NO_TTL_RETRY: Duration = Duration::from_millis(250);
@@ -24,7 +26,7 @@ pub(crate) struct Acquired {
 }
 
 pub(crate) async fn acquire(
-    backend: &dyn Backend,
+    backend: &Arc<dyn Backend>,
     spec: LockSpec<'_>,
     key: &str,
     wait: Option<Duration>,
@@ -35,15 +37,25 @@ pub(crate) async fn acquire(
     let mut notifications_work = true;
     loop {
         let sent_at = Instant::now();
-        let attempt = backend
-            .try_acquire(spec)
-            .await
-            .map_err(|source| LockError::Backend {
-                backend: backend.kind(),
-                op: "acquire",
-                key: key.to_owned(),
-                source,
-            })?;
+        let in_flight = InFlight {
+            backend,
+            spec,
+            armed: true,
+        };
+        let attempt = backend.try_acquire(spec).await;
+        if attempt.is_ok() {
+            in_flight.disarm();
+        } else {
+            // A failed attempt (timeout, dropped connection) may still have taken the lock on
+            // the server: drop the armed guard, which releases our token in the background.
+            drop(in_flight);
+        }
+        let attempt = attempt.map_err(|source| LockError::Backend {
+            backend: backend.kind(),
+            op: "acquire",
+            key: key.to_owned(),
+            source,
+        })?;
         let ttl = match attempt {
             Attempt::Acquired { fencing_token } => {
                 let waited = started.elapsed();
@@ -98,6 +110,42 @@ pub(crate) async fn acquire(
             }
             None => tokio::time::sleep_until(wake_at).await,
         }
+    }
+}
+
+/// Armed while an acquisition attempt is in flight. If the caller drops the acquisition then
+/// (a timeout around `acquire()`), the command may already have taken the lock on the server
+/// with a token nobody will ever hold: release it in the background rather than leave it
+/// blocking everyone for a whole lease.
+struct InFlight<'a> {
+    backend: &'a Arc<dyn Backend>,
+    spec: LockSpec<'a>,
+    armed: bool,
+}
+
+impl InFlight<'_> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let backend = Arc::clone(self.backend);
+        let name: Arc<str> = Arc::from(self.spec.name);
+        let token: Arc<str> = Arc::from(self.spec.token);
+        tracing::debug!(name = %name, "distlock: acquisition cancelled mid-attempt, releasing");
+        let job: DetachedJob = Arc::new(move || {
+            let (backend, name, token) =
+                (Arc::clone(&backend), Arc::clone(&name), Arc::clone(&token));
+            Box::pin(async move {
+                let _ = backend.release(&name, &token).await;
+            })
+        });
+        run_detached(job);
     }
 }
 
