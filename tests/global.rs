@@ -16,15 +16,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-async fn holder(server: &RedisServer, key: &str) -> Option<String> {
-    let mut conn = server.connection().await;
-    redis::cmd("GET")
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .unwrap()
-}
-
 #[test]
 fn the_global_client_is_set_once_and_outlives_the_runtime_that_made_it() {
     let server = RedisServer::start();
@@ -126,13 +117,13 @@ fn the_global_client_is_set_once_and_outlives_the_runtime_that_made_it() {
             std::future::pending::<()>().await;
         });
         tokio::task::yield_now().await;
-        assert!(holder(&server, "lock:g").await.is_some());
+        assert!(server.get("lock:g").await.is_some());
     });
     drop(rt);
     runtime().block_on(async {
         assert!(
             support::eventually(Duration::from_secs(2), || async {
-                holder(&server, "lock:g").await.is_none()
+                server.get("lock:g").await.is_none()
             })
             .await,
             "released after its runtime shut down, long before the 30 s lease"

@@ -12,15 +12,6 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-async fn get(server: &RedisServer, key: &str) -> Option<String> {
-    let mut conn = server.connection().await;
-    redis::cmd("GET")
-        .arg(key)
-        .query_async(&mut conn)
-        .await
-        .unwrap()
-}
-
 /// Kills every normal client connection except the test's own: the lock client's connection
 /// drops, the server keeps its data.
 async fn kill_client_connections(server: &RedisServer) -> i64 {
@@ -95,7 +86,8 @@ async fn locks_use_the_plain_layout_that_other_clients_share() {
     // We hold: a redis-py style client (SET NX PX) is refused, and its release script with
     // its own token leaves our lock alone.
     let guard = client.lock("job").lease(ms(5_000)).acquire().await.unwrap();
-    let ours = get(&server, "lock:job")
+    let ours = server
+        .get("lock:job")
         .await
         .expect("plain string key lock:job");
     let taken: Option<String> = redis::cmd("SET")
@@ -114,7 +106,7 @@ async fn locks_use_the_plain_layout_that_other_clients_share() {
         .await
         .unwrap();
     assert_eq!(deleted, 0);
-    assert_eq!(get(&server, "lock:job").await, Some(ours));
+    assert_eq!(server.get("lock:job").await, Some(ours));
     guard.release().await.unwrap();
 
     // They hold (no release notification from them): we are refused, then get the lock
@@ -130,7 +122,7 @@ async fn locks_use_the_plain_layout_that_other_clients_share() {
     let guard = client.lock("job").wait(ms(3_000)).acquire().await.unwrap();
     assert!(started.elapsed() >= ms(250) && started.elapsed() < ms(1_000));
     assert_ne!(
-        get(&server, "lock:job").await.as_deref(),
+        server.get("lock:job").await.as_deref(),
         Some("python-token")
     );
     guard.release().await.unwrap();
@@ -147,14 +139,14 @@ async fn a_dropped_connection_is_retried_with_the_same_token() {
         .acquire()
         .await
         .unwrap();
-    let token = get(&server, "lock:blip").await.unwrap();
+    let token = server.get("lock:blip").await.unwrap();
     assert!(kill_client_connections(&server).await >= 1);
     // The release goes out on the dead connection, fails, and is retried on a new one.
     guard
         .release()
         .await
         .expect("release retried after the connection dropped");
-    assert_eq!(get(&server, "lock:blip").await, None);
+    assert_eq!(server.get("lock:blip").await, None);
 
     kill_client_connections(&server).await;
     let guard = client
@@ -163,7 +155,7 @@ async fn a_dropped_connection_is_retried_with_the_same_token() {
         .acquire()
         .await
         .unwrap();
-    assert_ne!(get(&server, "lock:blip").await, Some(token));
+    assert_ne!(server.get("lock:blip").await, Some(token));
     guard.release().await.unwrap();
 }
 
@@ -172,7 +164,7 @@ async fn renewal_survives_dropped_connections() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
     let guard = client.lock("flaky").lease(ms(300)).acquire().await.unwrap();
-    let token = get(&server, "lock:flaky").await.unwrap();
+    let token = server.get("lock:flaky").await.unwrap();
     let started = Instant::now();
     while started.elapsed() < ms(1_200) {
         kill_client_connections(&server).await;
@@ -182,7 +174,7 @@ async fn renewal_survives_dropped_connections() {
         !guard.is_lost(),
         "renewal retried on a fresh connection each time"
     );
-    assert_eq!(get(&server, "lock:flaky").await, Some(token));
+    assert_eq!(server.get("lock:flaky").await, Some(token));
     guard.release().await.unwrap();
 }
 
@@ -206,7 +198,7 @@ async fn a_server_restarted_empty_makes_the_holder_lost_and_then_serves_new_lock
         .acquire()
         .await
         .unwrap();
-    assert!(get(&server, "lock:restart").await.is_some());
+    assert!(server.get("lock:restart").await.is_some());
     again.release().await.unwrap();
 }
 
@@ -310,7 +302,7 @@ async fn waiters_of_one_client_share_one_subscription_and_leave_none_behind() {
         eventually(ms(2_000), subscribed(0)).await,
         "unsubscribed when nobody waits"
     );
-    assert_eq!(get(&server, "lock:crowd").await, None);
+    assert_eq!(server.get("lock:crowd").await, None);
 }
 
 #[tokio::test]
@@ -391,7 +383,7 @@ async fn fencing_counters_live_under_their_own_prefix() {
     let first = client.lock("inv").acquire().await.unwrap();
     assert_eq!(first.fencing_token(), Some(1));
     assert_eq!(
-        get(&server, "lock-fence:lock:inv").await.as_deref(),
+        server.get("lock-fence:lock:inv").await.as_deref(),
         Some("1")
     );
     first.release().await.unwrap();

@@ -90,12 +90,7 @@ impl Fixture for RedisFixture {
     }
 
     async fn holder(&self, name: &str) -> Option<String> {
-        let mut conn = self.server.connection().await;
-        redis::cmd("GET")
-            .arg(name)
-            .query_async(&mut conn)
-            .await
-            .expect("GET")
+        self.server.get(name).await
     }
 
     async fn ttl(&self, name: &str) -> Option<Duration> {

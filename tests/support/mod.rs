@@ -157,6 +157,16 @@ impl RedisServer {
             .expect("the test's own connection to redis-server")
     }
 
+    /// The string value at `key`, read with the test's own connection.
+    pub async fn get(&self, key: &str) -> Option<String> {
+        let mut conn = self.connection().await;
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("GET")
+    }
+
     /// How many times `command` (lowercase, e.g. `set`, `evalsha`) ran since the last reset,
     /// from `INFO commandstats`.
     pub async fn command_calls(&self, command: &str) -> u64 {
