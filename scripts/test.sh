@@ -28,6 +28,10 @@ install_packages() {
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+# rediss:// (the `tls` feature) builds against OpenSSL and its tests make certificates.
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
 if [ ${#missing[@]} -gt 0 ]; then
     install_packages "${missing[@]}"
 fi
@@ -36,6 +40,8 @@ echo "==> $(redis-server --version)"
 echo "==> cargo fmt --check"
 cargo fmt --all --check
 echo "==> cargo clippy"
-cargo clippy --workspace --all-targets -- -D warnings
-echo "==> cargo test"
-cargo test --workspace
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+echo "==> cargo test (all features: memory, redis, rediss)"
+cargo test --workspace --all-features
+echo "==> cargo test (default features: what \`rediss://\` says without \`tls\`)"
+cargo test --test errors

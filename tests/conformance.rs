@@ -205,7 +205,8 @@ pub async fn a_deleted_lock_is_reported_lost_within_one_renewal_interval(fixture
         .await
         .expect("lost() resolves");
     let after = deleted_at.elapsed();
-    assert!(after <= ms(100) + ms(60), "reported lost after {after:?}");
+    // One renewal interval (100 ms) plus a round trip and scheduling slack on a busy machine.
+    assert!(after <= ms(100) + ms(80), "reported lost after {after:?}");
     assert!(guard.is_lost());
     let err = guard
         .release()

@@ -5,6 +5,8 @@ use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use crate::backend::memory::MemoryBackend;
 use crate::backend::{Backend, LockSpec};
 use crate::error::LockError;
@@ -416,7 +418,10 @@ impl LockRequest {
             lease: self.lease,
             fencing: self.fencing,
         };
-        let acquired = wait::acquire(&inner.backend, spec, &self.key, self.wait).await?;
+        let span = tracing::debug_span!("distlock.acquire", key = %self.key, backend = inner.backend.kind());
+        let acquired = wait::acquire(&inner.backend, spec, &self.key, self.wait)
+            .instrument(span)
+            .await?;
         Ok(LockGuard::new(
             Arc::clone(&inner.backend),
             self.key,

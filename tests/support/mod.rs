@@ -22,6 +22,8 @@ pub struct RedisServer {
     port: u16,
     password: Option<String>,
     extra: Vec<String>,
+    /// With TLS: the directory holding the self-signed certificate and key.
+    tls: Option<std::path::PathBuf>,
     child: Option<Child>,
 }
 
@@ -33,6 +35,43 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments (`["--requirepass", "pw"]`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
+        RedisServer::start_inner(extra, None)
+    }
+
+    /// Starts a server that speaks TLS only, with a fresh self-signed certificate for
+    /// 127.0.0.1 (made with the `openssl` command).
+    pub fn start_tls() -> RedisServer {
+        let dir = std::env::temp_dir().join(unique("distlock-tls"));
+        std::fs::create_dir_all(&dir).expect("temp dir for certificates");
+        let made = Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ])
+            .args([
+                "-subj",
+                "/CN=127.0.0.1",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+            ])
+            .arg("-keyout")
+            .arg(dir.join("key.pem"))
+            .arg("-out")
+            .arg(dir.join("cert.pem"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        match made {
+            Ok(status) if status.success() => {}
+            Ok(status) => panic!("openssl could not make a test certificate: {status}"),
+            Err(error) => panic!(
+                "openssl is not installed ({error}). Run the README's test command, \
+                 `{TEST_COMMAND}`, which installs it"
+            ),
+        }
+        RedisServer::start_inner(&[], Some(dir))
+    }
+
+    fn start_inner(extra: &[&str], tls: Option<std::path::PathBuf>) -> RedisServer {
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let password = extra
             .iter()
@@ -45,6 +84,7 @@ impl RedisServer {
                 port: free_port(),
                 password: password.clone(),
                 extra: extra.clone(),
+                tls: tls.clone(),
                 child: None,
             };
             match server.spawn() {
@@ -57,9 +97,18 @@ impl RedisServer {
 
     fn spawn(&mut self) -> Result<(), String> {
         let mut command = Command::new(redis_server_binary());
+        match &self.tls {
+            None => command.arg("--port").arg(self.port.to_string()),
+            Some(dir) => command
+                .args(["--port", "0", "--tls-port"])
+                .arg(self.port.to_string())
+                .arg("--tls-cert-file")
+                .arg(dir.join("cert.pem"))
+                .arg("--tls-key-file")
+                .arg(dir.join("key.pem"))
+                .args(["--tls-auth-clients", "no"]),
+        };
         command
-            .arg("--port")
-            .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--daemonize", "no", "--protected-mode", "no"])
@@ -106,6 +155,9 @@ impl RedisServer {
         let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
+        if self.tls.is_some() {
+            return true; // listening; a plaintext PING would not be answered
+        }
         let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
         if stream.write_all(b"PING\r\n").is_err() {
             return false;
@@ -119,8 +171,12 @@ impl RedisServer {
         self.port
     }
 
-    /// `redis://[:password@]127.0.0.1:port`.
+    /// `redis://[:password@]127.0.0.1:port`; with TLS `rediss://127.0.0.1:port/#insecure`
+    /// (the certificate is self-signed).
     pub fn url(&self) -> String {
+        if self.tls.is_some() {
+            return format!("rediss://127.0.0.1:{}/#insecure", self.port);
+        }
         match &self.password {
             Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
             None => format!("redis://127.0.0.1:{}", self.port),
@@ -198,6 +254,9 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        if let Some(dir) = &self.tls {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 

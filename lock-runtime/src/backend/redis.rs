@@ -164,7 +164,13 @@ impl RedisBackend {
                 "no answer within the connect timeout ({:?}): is the host reachable?",
                 self.settings.connect_timeout
             ),
-            _ => "the server could not be used".to_string(),
+            _ if error.to_string().contains("certificate") => {
+                "TLS certificate verification failed: this machine does not trust the server's \
+                 certificate (install its CA; `#insecure` at the end of the URL skips the check, \
+                 for testing only)"
+                    .to_string()
+            }
+            _ => "the connection failed".to_string(),
         };
         LockError::Connect {
             url: self.url.clone(),
