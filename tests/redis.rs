@@ -395,3 +395,82 @@ async fn fencing_counters_live_under_their_own_prefix() {
     assert_eq!(second.fencing_token(), Some(2));
     second.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn renewal_stops_when_the_guard_is_released_or_dropped() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+
+    let guard = client.lock("stop").lease(ms(150)).acquire().await.unwrap();
+    tokio::time::sleep(ms(120)).await; // at least one renewal ran
+    guard.release().await.unwrap();
+    server.reset_stats().await;
+    tokio::time::sleep(ms(400)).await;
+    assert_eq!(
+        server.command_calls("evalsha").await,
+        0,
+        "renewed after release"
+    );
+
+    let guard = client.lock("stop").lease(ms(150)).acquire().await.unwrap();
+    tokio::time::sleep(ms(120)).await;
+    drop(guard);
+    assert!(
+        eventually(ms(500), || async {
+            server.get("lock:stop").await.is_none()
+        })
+        .await
+    );
+    server.reset_stats().await;
+    tokio::time::sleep(ms(400)).await;
+    assert_eq!(
+        server.command_calls("evalsha").await,
+        0,
+        "renewed after drop"
+    );
+}
+
+#[tokio::test]
+async fn waiters_resubscribe_when_the_pubsub_connection_drops() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let holder = client
+        .lock("resub")
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move { client.lock("resub").wait(ms(10_000)).acquire().await })
+    };
+    let mut raw = server.connection().await;
+    let watcher = raw.clone();
+    let subscribed = || {
+        let mut raw = watcher.clone();
+        async move {
+            let (_, n): (String, i64) = redis::cmd("PUBSUB")
+                .arg(&["NUMSUB", "lock:resub"])
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            n == 1
+        }
+    };
+    assert!(eventually(ms(2_000), subscribed).await);
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg(&["KILL", "TYPE", "pubsub"])
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(killed, 1);
+    // The waiter notices, retries, and listens again on a new pub/sub connection.
+    assert!(eventually(ms(2_000), subscribed).await, "resubscribed");
+    holder.release().await.unwrap();
+    let guard = tokio::time::timeout(ms(1_000), waiter)
+        .await
+        .expect("woken by the release through the new subscription, not the 10 s TTL")
+        .unwrap()
+        .unwrap();
+    guard.release().await.unwrap();
+}
