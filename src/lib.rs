@@ -36,13 +36,15 @@
 //! See the README for backends, URL schemes and the exact semantics of leases, renewal, lost
 //! locks, fencing tokens and exit paths.
 
+pub use lock_macros::distributed_lock;
 pub use lock_runtime::{
-    BoxError, LockClient, LockClientBuilder, LockError, LockGuard, LockRequest, MAX_KEY_LEN,
-    URL_ENV, client, init, init_from_env,
+    BoxError, CurrentLock, LockClient, LockClientBuilder, LockError, LockGuard, LockRequest,
+    MAX_KEY_LEN, URL_ENV, client, current, init, init_from_env,
 };
 
 #[doc(hidden)]
 pub mod __private {
-    //! Used by distlock's macros and tests; not a public API.
+    //! Used by the code `#[distributed_lock]` generates and by distlock's tests; not a public API.
+    pub use lock_runtime::__private::*;
     pub use lock_runtime::testing;
 }

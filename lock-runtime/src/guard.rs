@@ -57,7 +57,7 @@ impl Shared {
         }
     }
 
-    fn is_lost(&self) -> bool {
+    pub(crate) fn is_lost(&self) -> bool {
         *self.lost.borrow() || self.unrenewed_end.is_some_and(|end| Instant::now() >= end)
     }
 }
@@ -108,6 +108,10 @@ impl LockGuard {
     /// The lock key, without the client's prefix.
     pub fn key(&self) -> &str {
         &self.held.shared.key
+    }
+
+    pub(crate) fn shared(&self) -> Arc<Shared> {
+        Arc::clone(&self.held.shared)
     }
 
     /// The lease this lock was taken with.

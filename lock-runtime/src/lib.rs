@@ -46,9 +46,11 @@ mod error;
 mod global;
 mod guard;
 mod key;
+mod locked;
 mod notify;
 mod renew;
 mod runtime;
+mod scope;
 mod token;
 mod wait;
 
@@ -60,3 +62,10 @@ pub use error::{BoxError, LockError};
 pub use global::{URL_ENV, client, init, init_from_env};
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
+pub use scope::{CurrentLock, current};
+
+/// What `#[distributed_lock]` expands to. Not a stable API: use the attribute.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::locked::{LockOptions, LockedReturn, OnLost, WaitFor, run_locked};
+}

@@ -20,6 +20,9 @@ pub const TEST_COMMAND: &str = "./scripts/test.sh";
 /// Killed when dropped.
 pub struct RedisServer {
     port: u16,
+    /// Killed by the kernel when the process that started it exits (servers shared by all
+    /// the tests of a binary, which no `Drop` reaches).
+    dies_with_process: bool,
     password: Option<String>,
     extra: Vec<String>,
     /// With TLS: the directory holding the self-signed certificate and key.
@@ -85,6 +88,7 @@ impl RedisServer {
                 password: password.clone(),
                 extra: extra.clone(),
                 tls: tls.clone(),
+                dies_with_process: false,
                 child: None,
             };
             match server.spawn() {
@@ -119,6 +123,16 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        if self.dies_with_process {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+            unsafe {
+                command.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+        }
         let child = match command.spawn() {
             Ok(child) => child,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => panic!(
@@ -165,6 +179,46 @@ impl RedisServer {
         let mut reply = [0u8; 64];
         // +PONG, or -NOAUTH when a password is set: either way the server is up.
         matches!(stream.read(&mut reply), Ok(n) if n > 0)
+    }
+
+    /// One server for all the tests of this binary, stopped when the test process exits.
+    ///
+    /// The kernel delivers the parent-death signal when the *thread* that started the server
+    /// ends, so it is started from a thread that lives as long as the process.
+    pub fn shared() -> &'static RedisServer {
+        static SHARED: std::sync::OnceLock<RedisServer> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::Builder::new()
+                .name("shared-redis-server".into())
+                .spawn(move || {
+                    let mut server = RedisServer {
+                        port: 0,
+                        password: None,
+                        extra: Vec::new(),
+                        tls: None,
+                        dies_with_process: true,
+                        child: None,
+                    };
+                    let mut started = Err(String::new());
+                    for _ in 0..5 {
+                        server.port = free_port();
+                        started = server.spawn();
+                        if started.is_ok() {
+                            break;
+                        }
+                    }
+                    let _ = tx.send(started.map(|()| server));
+                    loop {
+                        std::thread::park();
+                    }
+                })
+                .expect("thread for the shared redis-server");
+            match rx.recv().expect("shared redis-server thread") {
+                Ok(server) => server,
+                Err(error) => panic!("could not start the shared redis-server: {error}"),
+            }
+        })
     }
 
     pub fn port(&self) -> u16 {

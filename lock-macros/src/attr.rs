@@ -1,0 +1,241 @@
+//! Parsing `#[distributed_lock(key = "…", lease = "…", …)]`.
+
+use std::time::Duration;
+
+use proc_macro2::{Span, TokenStream};
+use syn::ext::IdentExt;
+use syn::parse::{ParseStream, Parser};
+use syn::punctuated::Punctuated;
+use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
+
+use crate::duration;
+use crate::errors::{Errors, closest};
+
+/// Every argument the attribute takes.
+pub(crate) const ARGUMENTS: &[&str] = &[
+    "key", "lease", "wait", "renew", "on_lost", "fencing", "crate",
+];
+
+/// The shortest lease the runtime accepts (its `LockClient::MIN_LEASE`).
+const MIN_LEASE: Duration = Duration::from_millis(10);
+
+pub(crate) enum WaitArg {
+    Up(Duration),
+    Forever,
+}
+
+#[derive(Clone, Copy)]
+pub(crate) enum OnLostArg {
+    Abort,
+    Continue,
+}
+
+/// The parsed arguments; each with the span it came from.
+#[derive(Default)]
+pub(crate) struct LockArgs {
+    pub key: Option<LitStr>,
+    pub lease: Option<Duration>,
+    pub wait: Option<WaitArg>,
+    pub renew: Option<bool>,
+    pub on_lost: Option<OnLostArg>,
+    pub fencing: Option<bool>,
+    pub krate: Option<syn::Path>,
+    seen: Vec<String>,
+}
+
+struct Arg {
+    name: Ident,
+    value: Expr,
+}
+
+fn parse_arg(input: ParseStream<'_>) -> syn::Result<Arg> {
+    // `crate` is a keyword: accept any identifier-like token as the name.
+    let name = Ident::parse_any(input)?;
+    input.parse::<Token![=]>().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            format!("expected `=` after `{name}`: write `{name} = \"…\"`"),
+        )
+    })?;
+    let value = input.parse()?;
+    Ok(Arg { name, value })
+}
+
+/// Parses the attribute's arguments, collecting every error. The bool is `false` when the
+/// arguments are malformed beyond per-argument errors (so "missing `key`" would be noise).
+pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> (LockArgs, bool) {
+    let parser = Punctuated::<Arg, Token![,]>::parse_terminated_with;
+    let list = match (|input: ParseStream<'_>| parser(input, parse_arg)).parse2(args) {
+        Ok(list) => list,
+        Err(error) => {
+            errors.push(syn::Error::new(
+                error.span(),
+                format!(
+                    "{error}; the attribute takes `name = value` pairs, e.g. \
+                     #[distributed_lock(key = \"order:<id>\", lease = \"10s\")]"
+                ),
+            ));
+            return (LockArgs::default(), false);
+        }
+    };
+    let mut parsed = LockArgs::default();
+    for arg in list {
+        parsed.apply(arg, errors);
+    }
+    (parsed, true)
+}
+
+fn string_value<'a>(arg: &'a Arg, errors: &mut Errors, example: &str) -> Option<&'a LitStr> {
+    match &arg.value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => Some(lit),
+        other => {
+            errors.push(syn::Error::new_spanned(
+                other,
+                format!(
+                    "`{}` takes a string, e.g. {} = {example}",
+                    arg.name, arg.name
+                ),
+            ));
+            None
+        }
+    }
+}
+
+fn bool_value(arg: &Arg, errors: &mut Errors) -> Option<bool> {
+    match &arg.value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(lit),
+            ..
+        }) => Some(lit.value),
+        other => {
+            errors.push(syn::Error::new_spanned(
+                other,
+                format!("`{}` takes `true` or `false`", arg.name),
+            ));
+            None
+        }
+    }
+}
+
+fn duration_value(lit: &LitStr, errors: &mut Errors) -> Option<Duration> {
+    match duration::parse(&lit.value()) {
+        Ok(duration) => Some(duration),
+        Err(message) => {
+            errors.at(lit.span(), message);
+            None
+        }
+    }
+}
+
+impl LockArgs {
+    fn apply(&mut self, arg: Arg, errors: &mut Errors) {
+        let name = arg.name.unraw().to_string();
+        let span = arg.name.span();
+        if !ARGUMENTS.contains(&name.as_str()) {
+            let hint = closest(&name, ARGUMENTS.iter().copied())
+                .map(|c| format!(" (did you mean `{c}`?)"))
+                .unwrap_or_default();
+            errors.at(
+                span,
+                format!(
+                    "unknown argument `{name}`{hint}; #[distributed_lock] takes: {}",
+                    ARGUMENTS.join(", ")
+                ),
+            );
+            return;
+        }
+        if self.seen.contains(&name) {
+            errors.at(
+                span,
+                format!("duplicate argument `{name}`: it is already set"),
+            );
+            return;
+        }
+        self.seen.push(name.clone());
+        match name.as_str() {
+            "key" => self.key = string_value(&arg, errors, "\"order:<id>\"").cloned(),
+            "lease" => {
+                let Some(lit) = string_value(&arg, errors, "\"10s\"") else {
+                    return;
+                };
+                let Some(lease) = duration_value(lit, errors) else {
+                    return;
+                };
+                if lease.is_zero() {
+                    errors.at(lit.span(), "`lease` must be longer than zero, e.g. \"10s\"");
+                } else if lease < MIN_LEASE {
+                    errors.at(
+                        lit.span(),
+                        format!(
+                            "lease {:?} is too short to renew: the watchdog renews every lease/3 \
+                             and needs a round trip, so the lease must be at least 10ms",
+                            lit.value()
+                        ),
+                    );
+                } else {
+                    self.lease = Some(lease);
+                }
+            }
+            "wait" => {
+                let Some(lit) = string_value(&arg, errors, "\"2s\" (or \"0s\", \"forever\")")
+                else {
+                    return;
+                };
+                if lit.value() == "forever" {
+                    self.wait = Some(WaitArg::Forever);
+                } else if let Some(wait) = duration_value(lit, errors) {
+                    self.wait = Some(WaitArg::Up(wait));
+                }
+            }
+            "renew" => self.renew = bool_value(&arg, errors),
+            "fencing" => self.fencing = bool_value(&arg, errors),
+            "on_lost" => {
+                let Some(lit) = string_value(&arg, errors, "\"abort\"") else {
+                    return;
+                };
+                self.on_lost = match lit.value().as_str() {
+                    "abort" => Some(OnLostArg::Abort),
+                    "continue" => Some(OnLostArg::Continue),
+                    other => {
+                        errors.at(
+                            lit.span(),
+                            format!(
+                                "unknown `on_lost` value {other:?}: expected \"abort\" (stop the \
+                                 body and return Err(LockError::Lost)) or \"continue\" (let it \
+                                 finish; distlock::current().is_lost() tells)"
+                            ),
+                        );
+                        None
+                    }
+                };
+            }
+            "crate" => {
+                let Some(lit) = string_value(&arg, errors, "\"distlock\"") else {
+                    return;
+                };
+                match lit.parse::<syn::Path>() {
+                    Ok(path) => self.krate = Some(path),
+                    Err(_) => errors.at(
+                        lit.span(),
+                        format!(
+                            "`crate` must be a path, e.g. \"distlock\" or \"::my_locks\", not {:?}",
+                            lit.value()
+                        ),
+                    ),
+                }
+            }
+            _ => unreachable!("every name in ARGUMENTS is handled"),
+        }
+    }
+}
+
+/// The span of the whole attribute arguments, for "missing `key`".
+pub(crate) fn missing_key_span(args: &TokenStream) -> Span {
+    args.clone()
+        .into_iter()
+        .next()
+        .map(|t| t.span())
+        .unwrap_or_else(Span::call_site)
+}

@@ -1,0 +1,210 @@
+//! Code generation: the function keeps its signature; its body becomes
+//!
+//! ```text
+//! let __distlock_key = format!("order:{}", &id);          // before the body can move `id`
+//! <krate>::__private::run_locked::<ReturnType, _>(options, __distlock_key, async move { body }).await
+//! ```
+//!
+//! The user's body runs as an inner `async move` block, so `return` and `?` leave only that
+//! block, and `run_locked` (which awaits the release) always gets control back. The body is
+//! awaited in place, never spawned: it may borrow `&self` and need not be `Send`.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{ToTokens, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{AttrStyle, Ident, ItemFn, LitStr, ReturnType, Type};
+
+use crate::attr::{self, LockArgs, OnLostArg, WaitArg};
+use crate::errors::Errors;
+use crate::key::{self, Placeholder, Segment, Template};
+use crate::valid::{self, Bindings};
+
+pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let missing_key_span = attr::missing_key_span(&args);
+    let (args, well_formed) = attr::parse(args, &mut errors);
+
+    let func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(func) => func,
+        Err(error) => {
+            // Not a function with a body: leave the item alone, say why.
+            errors.at(
+                error.span(),
+                "#[distributed_lock] goes on an `async fn` with a body",
+            );
+            let mut out = item;
+            out.extend(errors.into_compile_errors());
+            return out;
+        }
+    };
+
+    valid::check_signature(&func.sig, &mut errors);
+    let template = args.key.as_ref().map(|lit| key::parse(lit, &mut errors));
+    if args.key.is_none() && well_formed {
+        errors.at(
+            missing_key_span,
+            "missing `key`: name what the lock protects, e.g. \
+             #[distributed_lock(key = \"order:<id>\")]",
+        );
+    }
+    let bindings = valid::bindings(&func.sig);
+    if let Some(template) = &template {
+        valid::check_template(template, &bindings, &mut errors);
+    }
+
+    match (template, &args.key) {
+        (Some(template), Some(lit)) if errors.is_empty() => {
+            let lit = lit.clone();
+            expand(func, args, &lit, &template, &bindings)
+        }
+        _ => {
+            // The original function, untouched, so the only errors are ours.
+            let mut out = func.into_token_stream();
+            out.extend(errors.into_compile_errors());
+            out
+        }
+    }
+}
+
+fn expand(
+    func: ItemFn,
+    args: LockArgs,
+    key_lit: &LitStr,
+    template: &Template,
+    bindings: &Bindings,
+) -> TokenStream {
+    let krate = args
+        .krate
+        .clone()
+        .map(|path| path.into_token_stream())
+        .unwrap_or_else(|| quote!(::distlock));
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = func;
+    let (inner_attrs, outer_attrs): (Vec<_>, Vec<_>) = attrs
+        .into_iter()
+        .partition(|a| matches!(a.style, AttrStyle::Inner(_)));
+
+    let mut format = String::new();
+    let mut values = Vec::new();
+    for segment in &template.segments {
+        match segment {
+            Segment::Text(text) => format.push_str(&text.replace('{', "{{").replace('}', "}}")),
+            Segment::Placeholder(placeholder) => {
+                format.push_str("{}");
+                values.push(access(placeholder, bindings));
+            }
+        }
+    }
+    let format = LitStr::new(&format, key_lit.span());
+
+    let return_type = match &sig.output {
+        ReturnType::Default => quote_spanned!(sig.ident.span()=> ()),
+        ReturnType::Type(_, ty) if mentions_impl_trait(ty) => quote!(_),
+        ReturnType::Type(_, ty) => quote_spanned!(ty.span()=> #ty),
+    };
+    let options = options(&args, &krate);
+
+    quote! {
+        #(#outer_attrs)*
+        #vis #sig {
+            #(#inner_attrs)*
+            let __distlock_key: ::std::string::String = ::std::format!(#format #(, #values)*);
+            #krate::__private::run_locked::<#return_type, _>(
+                #options,
+                __distlock_key,
+                async move #block,
+            )
+            .await
+        }
+    }
+}
+
+/// `&param.field.field` (or `&self.field`), spanned at the placeholder so a missing field or a
+/// type without `Display` is reported on the template.
+fn access(placeholder: &Placeholder, bindings: &Bindings) -> TokenStream {
+    let span = placeholder.span;
+    let root = if placeholder.root == "self" {
+        let token = bindings
+            .receiver
+            .map(|mut token| {
+                token.span = span;
+                token
+            })
+            .unwrap_or_else(|| syn::token::SelfValue(span));
+        quote!(#token)
+    } else {
+        let mut ident = bindings.names[&placeholder.root].clone();
+        ident.set_span(span);
+        quote!(#ident)
+    };
+    let fields = placeholder.fields.iter().map(|field| member(field, span));
+    quote_spanned!(span=> &#root #(.#fields)*)
+}
+
+fn member(field: &str, span: Span) -> TokenStream {
+    if let Ok(index) = field.parse::<u32>() {
+        let index = syn::Index { index, span };
+        return quote!(#index);
+    }
+    match syn::parse_str::<Ident>(field) {
+        Ok(mut ident) => {
+            ident.set_span(span);
+            quote!(#ident)
+        }
+        Err(_) => {
+            let ident = Ident::new_raw(field, span);
+            quote!(#ident)
+        }
+    }
+}
+
+fn mentions_impl_trait(ty: &Type) -> bool {
+    ty.to_token_stream()
+        .into_iter()
+        .any(|t| matches!(&t, proc_macro2::TokenTree::Ident(i) if i == "impl"))
+        || ty.to_token_stream().to_string().contains("impl ")
+}
+
+fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
+    let millis = |d: std::time::Duration| {
+        let ms = d.as_millis() as u64;
+        quote!(::core::time::Duration::from_millis(#ms))
+    };
+    let lease = match args.lease {
+        Some(lease) => {
+            let lease = millis(lease);
+            quote!(::core::option::Option::Some(#lease))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let wait = match &args.wait {
+        None => quote!(#krate::__private::WaitFor::Default),
+        Some(WaitArg::Forever) => quote!(#krate::__private::WaitFor::Forever),
+        Some(WaitArg::Up(wait)) => {
+            let wait = millis(*wait);
+            quote!(#krate::__private::WaitFor::Up(#wait))
+        }
+    };
+    let renew = args.renew.unwrap_or(true);
+    let on_lost = match args.on_lost.unwrap_or(OnLostArg::Abort) {
+        OnLostArg::Abort => quote!(#krate::__private::OnLost::Abort),
+        OnLostArg::Continue => quote!(#krate::__private::OnLost::Continue),
+    };
+    let fencing = match args.fencing {
+        Some(fencing) => quote!(::core::option::Option::Some(#fencing)),
+        None => quote!(::core::option::Option::None),
+    };
+    quote! {
+        #krate::__private::LockOptions {
+            lease: #lease,
+            wait: #wait,
+            renew: #renew,
+            on_lost: #on_lost,
+            fencing: #fencing,
+        }
+    }
+}

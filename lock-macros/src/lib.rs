@@ -1,0 +1,26 @@
+//! `#[distributed_lock]`: run an `async fn` only while this process holds a distributed lock.
+//!
+//! Use it through the `distlock` crate, which documents the attribute. This crate never depends
+//! on the runtime: the code it generates names `::distlock::__private::…` (or the path given
+//! with `crate = "…"`).
+//!
+//! Passes, one module each: [`attr`] parses the arguments, [`key`] parses the key template,
+//! [`valid`] checks both against the function, [`expand`] generates the code. Errors are
+//! collected, not returned at the first one, and emitted next to the unchanged function, so the
+//! user sees every mistake at once and no follow-on errors.
+
+mod attr;
+mod duration;
+mod errors;
+mod expand;
+mod key;
+mod valid;
+
+use proc_macro::TokenStream;
+
+/// Runs the function while this process holds the lock named by `key`. See the `distlock`
+/// crate's documentation for the arguments and guarantees.
+#[proc_macro_attribute]
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::distributed_lock(args.into(), item.into()).into()
+}

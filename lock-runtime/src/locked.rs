@@ -1,0 +1,124 @@
+//! What `#[distributed_lock]` expands to: [`run_locked`] takes the lock through the global
+//! client, runs the body, and gives the lock back on every exit path.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::error::LockError;
+use crate::global;
+use crate::scope;
+
+/// What to do when the lease is lost while the body runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLost {
+    /// Drop the body at once and return `Err(LockError::Lost)`.
+    Abort,
+    /// Let the body finish; `current().is_lost()` reports the loss.
+    Continue,
+}
+
+/// How long to wait for a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitFor {
+    /// The client's default.
+    Default,
+    /// At most this long (zero: try once).
+    Up(Duration),
+    /// As long as it takes.
+    Forever,
+}
+
+/// The attribute's arguments, checked at compile time.
+#[derive(Debug, Clone, Copy)]
+pub struct LockOptions {
+    /// `lease = "…"`; `None` for the client's default.
+    pub lease: Option<Duration>,
+    /// `wait = "…"`.
+    pub wait: WaitFor,
+    /// `renew = …`.
+    pub renew: bool,
+    /// `on_lost = "…"`.
+    pub on_lost: OnLost,
+    /// `fencing = …`; `None` for the client's default.
+    pub fencing: Option<bool>,
+}
+
+/// The return type of a `#[distributed_lock]` function: `Result<T, E>` with
+/// `E: From<LockError>`, so a lock failure can be returned as the function's error.
+#[diagnostic::on_unimplemented(
+    message = "`#[distributed_lock]` functions must return `Result<T, E>` where `E: From<distlock::LockError>`, not `{Self}`",
+    label = "this must be `Result<T, E>` with `E: From<distlock::LockError>`",
+    note = "the lock can fail (busy past `wait`, lost, backend down): return e.g. `Result<T, distlock::LockError>`, `anyhow::Result<T>`, or your error type with `impl From<distlock::LockError>`"
+)]
+pub trait LockedReturn {
+    /// The value returned for a lock failure.
+    fn from_lock_error(error: LockError) -> Self;
+}
+
+impl<T, E: From<LockError>> LockedReturn for Result<T, E> {
+    fn from_lock_error(error: LockError) -> Self {
+        Err(E::from(error))
+    }
+}
+
+/// Runs `body` while holding the lock `key` of the global client.
+///
+/// - A nested call for a key this task already holds on the same client runs at once, without
+///   a round trip; the outermost call releases.
+/// - `on_lost = Abort`: the body is raced against the lost signal and dropped when it fires.
+/// - Normal exit: the release is awaited before returning. Panic or cancellation: the guard's
+///   drop spawns the release.
+pub async fn run_locked<R, F>(options: LockOptions, key: String, body: F) -> R
+where
+    R: LockedReturn,
+    F: Future<Output = R>,
+{
+    let client = match global::client() {
+        Ok(client) => client,
+        Err(error) => return R::from_lock_error(error),
+    };
+    if let Some(entry) = scope::held(client, &key) {
+        tracing::trace!(key, "distlock: reentrant call, no acquisition");
+        return scope::enter(client, std::sync::Arc::clone(&entry.lock), body).await;
+    }
+    let mut request = client.lock(key).renew(options.renew);
+    if let Some(lease) = options.lease {
+        request = request.lease(lease);
+    }
+    if let Some(fencing) = options.fencing {
+        request = request.fencing(fencing);
+    }
+    request = match options.wait {
+        WaitFor::Default => request,
+        WaitFor::Up(wait) => request.wait(wait),
+        WaitFor::Forever => request.wait_forever(),
+    };
+    let guard = match request.acquire().await {
+        Ok(guard) => guard,
+        Err(error) => return R::from_lock_error(error),
+    };
+    let body = scope::enter(client, guard.shared(), body);
+    let output = match options.on_lost {
+        OnLost::Continue => body.await,
+        OnLost::Abort => {
+            let lost = guard.lost();
+            tokio::select! {
+                biased;
+                output = body => output,
+                () = lost => {
+                    let key = guard.key().to_owned();
+                    // The lock is gone; the release only cleans up if it somehow is not.
+                    drop(guard);
+                    return R::from_lock_error(LockError::Lost { key });
+                }
+            }
+        }
+    };
+    let key = guard.key().to_owned();
+    if let Err(error) = guard.release().await {
+        // The body has finished and its effects are done: return its result rather than an
+        // error a caller might retry; say what happened.
+        tracing::warn!(key, %error, "distlock: the lock was not held to the end of the body");
+    }
+    output
+}

@@ -1,0 +1,108 @@
+//! The locks the current task holds through `#[distributed_lock]` functions: task-scoped
+//! reentrancy and [`current()`].
+//!
+//! Each locked call runs its body inside a tokio task-local scope holding a linked list of the
+//! locks entered so far (innermost first). A nested call for the same key on the same client
+//! finds its key in the list and runs without acquiring anything. A task spawned from the body
+//! starts with an empty list: it is another owner and waits like any other.
+
+use std::sync::Arc;
+
+use crate::client::LockClient;
+use crate::guard::Shared;
+
+tokio::task_local! {
+    static HELD: Option<Arc<Entry>>;
+}
+
+pub(crate) struct Entry {
+    pub client: LockClient,
+    pub lock: Arc<Shared>,
+    pub parent: Option<Arc<Entry>>,
+}
+
+/// The innermost lock held by the current task through a `#[distributed_lock]` function.
+///
+/// Returned by [`current()`]; cheap to clone, and valid after the function returns (it then
+/// reports what the lock was).
+#[derive(Clone)]
+pub struct CurrentLock {
+    lock: Arc<Shared>,
+}
+
+impl CurrentLock {
+    /// The lock key, as rendered from the template (without the client's prefix).
+    pub fn key(&self) -> &str {
+        &self.lock.key
+    }
+
+    /// The fencing token of this acquisition, when the lock was taken with `fencing = true`.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.lock.fencing_token
+    }
+
+    /// `true` once the lease is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.lock.is_lost()
+    }
+}
+
+impl std::fmt::Debug for CurrentLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CurrentLock")
+            .field("key", &self.key())
+            .field("fencing_token", &self.fencing_token())
+            .field("lost", &self.is_lost())
+            .finish()
+    }
+}
+
+/// The innermost lock this task holds through a `#[distributed_lock]` function — in the body
+/// and in everything it awaits — or `None` outside any.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// assert!(lock_runtime::current().is_none());
+/// # }
+/// ```
+pub fn current() -> Option<CurrentLock> {
+    HELD.try_with(|top| {
+        top.as_ref().map(|e| CurrentLock {
+            lock: Arc::clone(&e.lock),
+        })
+    })
+    .ok()
+    .flatten()
+}
+
+/// The entry of this task's lock on `key` through `client`, if it holds one.
+pub(crate) fn held(client: &LockClient, key: &str) -> Option<Arc<Entry>> {
+    HELD.try_with(|top| {
+        let mut next = top.clone();
+        while let Some(entry) = next {
+            if entry.lock.key == key && entry.client.same_client(client) {
+                return Some(entry);
+            }
+            next = entry.parent.clone();
+        }
+        None
+    })
+    .ok()
+    .flatten()
+}
+
+/// Runs `body` with `lock` as the innermost held lock of this task.
+pub(crate) async fn enter<F: std::future::Future>(
+    client: &LockClient,
+    lock: Arc<Shared>,
+    body: F,
+) -> F::Output {
+    let parent = HELD.try_with(|top| top.clone()).ok().flatten();
+    let entry = Arc::new(Entry {
+        client: client.clone(),
+        lock,
+        parent,
+    });
+    HELD.scope(Some(entry), body).await
+}

@@ -1,0 +1,378 @@
+//! Behaviour of `#[distributed_lock]` functions, written once and run by `attribute_memory.rs`
+//! and `attribute_redis.rs` against their backend. Each binary provides `crate::backend` with
+//! `setup()` (installs the global client once), `holder(name)` (what the server holds) and
+//! `commands()` (commands the server has run, when the backend can count them).
+//!
+//! All tests of a binary share one global client, each on its own `#[tokio::test]` runtime,
+//! in any order — what users' test suites do.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use distlock::{LockError, distributed_lock};
+
+use crate::backend;
+use crate::support::{eventually, unique};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+async fn gone(name: &str) -> bool {
+    eventually(ms(1_000), || async {
+        backend::holder(name).await.is_none()
+    })
+    .await
+}
+
+#[derive(Debug)]
+#[allow(dead_code)] // `Lock` carries the error for callers; these tests only match on `Invalid`
+enum AppError {
+    Lock(LockError),
+    Invalid(&'static str),
+}
+
+impl From<LockError> for AppError {
+    fn from(error: LockError) -> Self {
+        AppError::Lock(error)
+    }
+}
+
+#[distributed_lock(key = "plain:<tag>", lease = "10s")]
+async fn plain(tag: &str, value: u64) -> Result<u64, LockError> {
+    assert!(
+        backend::holder(&format!("lock:plain:{tag}"))
+            .await
+            .is_some(),
+        "held in the body"
+    );
+    Ok(value * 2)
+}
+
+#[tokio::test]
+async fn a_normal_return_releases_before_returning() {
+    backend::setup().await;
+    let tag = unique("normal");
+    assert_eq!(plain(&tag, 21).await.unwrap(), 42);
+    // Awaited, not spawned: gone the moment the call returns.
+    assert_eq!(backend::holder(&format!("lock:plain:{tag}")).await, None);
+}
+
+#[distributed_lock(key = "early:<tag>")]
+async fn early(tag: String, bail: bool) -> Result<&'static str, AppError> {
+    if bail {
+        return Ok("early");
+    }
+    let _ = &tag;
+    Err(AppError::Invalid("late"))?;
+    Ok("unreachable")
+}
+
+#[tokio::test]
+async fn early_return_and_question_mark_release() {
+    backend::setup().await;
+    let tag = unique("early");
+    assert_eq!(early(tag.clone(), true).await.unwrap(), "early");
+    assert_eq!(backend::holder(&format!("lock:early:{tag}")).await, None);
+    assert!(matches!(
+        early(tag.clone(), false).await,
+        Err(AppError::Invalid("late"))
+    ));
+    assert_eq!(backend::holder(&format!("lock:early:{tag}")).await, None);
+}
+
+#[distributed_lock(key = "panics:<tag>", lease = "30s")]
+async fn panics(tag: String) -> Result<(), LockError> {
+    let _ = tag;
+    panic!("the body panics");
+}
+
+#[tokio::test]
+async fn a_panic_releases() {
+    backend::setup().await;
+    let tag = unique("panic");
+    let result = tokio::spawn(panics(tag.clone())).await;
+    assert!(result.is_err(), "the panic propagates");
+    assert!(
+        gone(&format!("lock:panics:{tag}")).await,
+        "released after the panic"
+    );
+}
+
+#[distributed_lock(key = "slow:<tag>", lease = "30s")]
+async fn slow(tag: &str, done: &AtomicBool) -> Result<(), LockError> {
+    let _ = tag;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    done.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_caller_timeout_cancels_and_releases() {
+    backend::setup().await;
+    let tag = unique("timeout");
+    let done = AtomicBool::new(false);
+    let started = Instant::now();
+    assert!(
+        tokio::time::timeout(ms(200), slow(&tag, &done))
+            .await
+            .is_err()
+    );
+    assert!(started.elapsed() < ms(1_000));
+    assert!(
+        gone(&format!("lock:slow:{tag}")).await,
+        "released after cancellation"
+    );
+    assert!(!done.load(Ordering::SeqCst));
+}
+
+#[tokio::test]
+async fn a_runtime_shutdown_releases() {
+    backend::setup().await;
+    let tag = unique("shutdown");
+    let name = format!("lock:slow:{tag}");
+    let for_thread = tag.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.spawn(async move {
+            static NEVER: AtomicBool = AtomicBool::new(false);
+            let _ = slow(&for_thread, &NEVER).await;
+        });
+        std::thread::sleep(ms(300));
+        drop(runtime); // shuts down with the body still running
+    })
+    .join()
+    .unwrap();
+    assert!(
+        gone(&name).await,
+        "released after the runtime shut down, not after 30 s"
+    );
+}
+
+#[distributed_lock(key = "long:<tag>", lease = "300ms")]
+async fn long_body(tag: &str) -> Result<u32, LockError> {
+    let name = format!("lock:long:{tag}");
+    let held = backend::holder(&name).await;
+    let mut checks = 0;
+    let started = Instant::now();
+    while started.elapsed() < ms(1_300) {
+        assert_eq!(backend::holder(&name).await, held, "the key stays ours");
+        assert!(!distlock::current().unwrap().is_lost());
+        checks += 1;
+        tokio::time::sleep(ms(50)).await;
+    }
+    Ok(checks)
+}
+
+#[tokio::test]
+async fn renewal_keeps_the_lock_through_a_body_four_leases_long() {
+    backend::setup().await;
+    let tag = unique("long");
+    let checks = long_body(&tag).await.expect("still held at the end");
+    assert!(checks >= 10);
+    assert_eq!(backend::holder(&format!("lock:long:{tag}")).await, None);
+}
+
+#[distributed_lock(key = "abort:<tag>", lease = "300ms")]
+async fn abortable(
+    tag: &str,
+    started: &AtomicBool,
+    finished: &AtomicBool,
+) -> Result<(), LockError> {
+    let _ = tag;
+    started.store(true, Ordering::SeqCst);
+    tokio::time::sleep(ms(800)).await;
+    finished.store(true, Ordering::SeqCst); // the side effect scheduled after the loss
+    Ok(())
+}
+
+#[tokio::test]
+async fn on_lost_abort_stops_the_body_and_returns_lost() {
+    backend::setup().await;
+    let tag = unique("abort");
+    let name = format!("lock:abort:{tag}");
+    let (started, finished) = (AtomicBool::new(false), AtomicBool::new(false));
+    let call = abortable(&tag, &started, &finished);
+    let thief = async {
+        tokio::time::sleep(ms(100)).await;
+        backend::steal(&name).await;
+        Instant::now()
+    };
+    let (result, stolen_at) = tokio::join!(call, thief);
+    let stopped_after = stolen_at.elapsed();
+    assert!(started.load(Ordering::SeqCst));
+    assert!(
+        matches!(&result, Err(LockError::Lost { key }) if key == &format!("abort:{tag}")),
+        "{result:?}"
+    );
+    assert!(
+        stopped_after < ms(200),
+        "stopped {stopped_after:?} after the loss"
+    );
+    tokio::time::sleep(ms(900)).await;
+    assert!(
+        !finished.load(Ordering::SeqCst),
+        "the body ran on after the loss"
+    );
+    assert_eq!(
+        backend::holder(&name).await.as_deref(),
+        Some("thief"),
+        "the thief's lock is intact"
+    );
+}
+
+#[distributed_lock(key = "continue:<tag>", lease = "300ms", on_lost = "continue")]
+async fn continuing(tag: &str) -> Result<bool, LockError> {
+    let _ = tag;
+    tokio::time::sleep(ms(500)).await;
+    Ok(distlock::current()
+        .expect("inside a locked function")
+        .is_lost())
+}
+
+#[tokio::test]
+async fn on_lost_continue_finishes_and_current_says_lost() {
+    backend::setup().await;
+    let tag = unique("continue");
+    let name = format!("lock:continue:{tag}");
+    let thief = async {
+        tokio::time::sleep(ms(100)).await;
+        backend::steal(&name).await;
+    };
+    let (result, ()) = tokio::join!(continuing(&tag), thief);
+    assert!(result.unwrap(), "finished, and knew it had lost the lock");
+    assert_eq!(backend::holder(&name).await.as_deref(), Some("thief"));
+}
+
+#[distributed_lock(key = "account:<id>", fencing = true)]
+async fn outer(id: u64) -> Result<(Option<u64>, Option<u64>, u64), LockError> {
+    let mine = distlock::current().unwrap().fencing_token();
+    let before = backend::commands().await;
+    let (nested, key) = inner(id).await?;
+    let after = backend::commands().await;
+    assert_eq!(key, format!("account:{id}"));
+    // `commands()` itself runs one command per call; the nested call adds none.
+    Ok((mine, nested, after - before))
+}
+
+#[distributed_lock(key = "account:<id>", wait = "0s")]
+async fn inner(id: u64) -> Result<(Option<u64>, String), LockError> {
+    let _ = id;
+    let current = distlock::current().unwrap();
+    Ok((current.fencing_token(), current.key().to_owned()))
+}
+
+#[tokio::test]
+async fn a_nested_same_key_call_is_reentrant_and_sees_the_fencing_token() {
+    backend::setup().await;
+    let id = fastrand::u64(1_000_000..u64::MAX);
+    let (mine, nested, commands) = tokio::time::timeout(Duration::from_secs(5), outer(id))
+        .await
+        .expect("no deadlock")
+        .unwrap();
+    assert!(mine.is_some());
+    assert_eq!(
+        nested, mine,
+        "the nested call sees the outer lock and its token"
+    );
+    assert!(
+        commands <= 1,
+        "the nested call talked to the server: {commands} commands"
+    );
+    assert_eq!(backend::holder(&format!("lock:account:{id}")).await, None);
+    assert!(distlock::current().is_none(), "nothing held outside");
+}
+
+#[tokio::test]
+async fn fencing_tokens_increase_across_calls() {
+    backend::setup().await;
+    let id = fastrand::u64(1_000_000..u64::MAX);
+    let mut last = 0;
+    for _ in 0..4 {
+        let (token, _, _) = outer(id).await.unwrap();
+        let token = token.unwrap();
+        assert!(token > last, "{token} after {last}");
+        last = token;
+    }
+}
+
+#[distributed_lock(key = "busy:<tag>", lease = "10s")]
+async fn hold_for(tag: &str, hold: Duration) -> Result<(), LockError> {
+    let _ = tag;
+    tokio::time::sleep(hold).await;
+    Ok(())
+}
+
+#[distributed_lock(key = "busy:<tag>", wait = "0s")]
+async fn try_now(tag: &str) -> Result<(), LockError> {
+    let _ = tag;
+    Ok(())
+}
+
+#[tokio::test]
+async fn two_tasks_are_two_owners_and_wait_zero_fails_fast() {
+    backend::setup().await;
+    let tag = Arc::new(unique("busy"));
+    let holder_tag = Arc::clone(&tag);
+    let holder = tokio::spawn(async move { hold_for(&holder_tag, ms(500)).await });
+    tokio::time::sleep(ms(100)).await;
+    let started = Instant::now();
+    let result = tokio::spawn({
+        let tag = Arc::clone(&tag);
+        async move { try_now(&tag).await }
+    })
+    .await
+    .unwrap();
+    assert!(
+        matches!(result, Err(LockError::Timeout { .. })),
+        "{result:?}"
+    );
+    assert!(started.elapsed() < ms(200), "{:?}", started.elapsed());
+    holder.await.unwrap().unwrap();
+    try_now(&tag).await.expect("free again");
+}
+
+struct Shard {
+    region: String,
+    counter: AtomicU64,
+}
+
+struct Order {
+    id: u64,
+    customer: Customer,
+}
+
+struct Customer {
+    name: String,
+}
+
+impl Shard {
+    #[distributed_lock(key = "shard:<self.region>:<order.customer.name>:<order.id>")]
+    async fn place(&self, order: &Order) -> Result<String, LockError> {
+        self.counter.fetch_add(1, Ordering::SeqCst);
+        Ok(distlock::current().unwrap().key().to_owned())
+    }
+}
+
+#[tokio::test]
+async fn methods_and_field_paths_build_the_key() {
+    backend::setup().await;
+    let region = unique("eu");
+    let shard = Shard {
+        region: region.clone(),
+        counter: AtomicU64::new(0),
+    };
+    let order = Order {
+        id: 7,
+        customer: Customer { name: "ada".into() },
+    };
+    let key = shard.place(&order).await.unwrap();
+    assert_eq!(key, format!("shard:{region}:ada:7"));
+    assert_eq!(shard.counter.load(Ordering::SeqCst), 1);
+    assert!(distlock::current().is_none());
+}

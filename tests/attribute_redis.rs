@@ -1,0 +1,54 @@
+//! `#[distributed_lock]` against a real `redis-server`: one server and one global client for
+//! every test of this binary, each test on its own runtime.
+
+#[path = "attribute/cases.rs"]
+mod cases;
+mod support;
+
+mod backend {
+    use std::time::Duration;
+
+    use crate::support::RedisServer;
+
+    pub async fn setup() {
+        static INIT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+        INIT.get_or_init(|| async {
+            let client = distlock::LockClient::connect(&RedisServer::shared().url())
+                .await
+                .expect("connect to the shared redis-server");
+            distlock::init(client).expect("first init");
+        })
+        .await;
+    }
+
+    pub async fn holder(name: &str) -> Option<String> {
+        RedisServer::shared().get(name).await
+    }
+
+    /// Total commands the server has processed (INFO stats), including this query.
+    pub async fn commands() -> u64 {
+        let mut conn = RedisServer::shared().connection().await;
+        let info: String = redis::cmd("INFO")
+            .arg("stats")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_commands_processed:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap()
+    }
+
+    /// Another owner takes the key behind the holder's back.
+    pub async fn steal(name: &str) {
+        let mut conn = RedisServer::shared().connection().await;
+        let _: () = redis::cmd("SET")
+            .arg(name)
+            .arg("thief")
+            .arg("PX")
+            .arg(Duration::from_secs(10).as_millis() as u64)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
