@@ -130,6 +130,11 @@ fn duration_value(lit: &LitStr, errors: &mut Errors) -> Option<Duration> {
 }
 
 impl LockArgs {
+    /// Whether the argument was written at all (valid or not).
+    pub(crate) fn has(&self, name: &str) -> bool {
+        self.seen.iter().any(|seen| seen == name)
+    }
+
     fn apply(&mut self, arg: Arg, errors: &mut Errors) {
         let name = arg.name.unraw().to_string();
         let span = arg.name.span();

@@ -40,7 +40,7 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
 
     valid::check_signature(&func.sig, &mut errors);
     let template = args.key.as_ref().map(|lit| key::parse(lit, &mut errors));
-    if args.key.is_none() && well_formed {
+    if !args.has("key") && well_formed {
         errors.at(
             missing_key_span,
             "missing `key`: name what the lock protects, e.g. \
@@ -101,24 +101,25 @@ fn expand(
     }
     let format = LitStr::new(&format, key_lit.span());
 
-    let return_type = match &sig.output {
-        ReturnType::Default => quote_spanned!(sig.ident.span()=> ()),
-        ReturnType::Type(_, ty) if mentions_impl_trait(ty) => quote!(_),
-        ReturnType::Type(_, ty) => quote_spanned!(ty.span()=> #ty),
+    let (return_type, return_span) = match &sig.output {
+        ReturnType::Default => (quote_spanned!(sig.ident.span()=> ()), sig.ident.span()),
+        ReturnType::Type(_, ty) if mentions_impl_trait(ty) => (quote!(_), ty.span()),
+        ReturnType::Type(_, ty) => (quote_spanned!(ty.span()=> #ty), ty.span()),
     };
+    // Spanned at the return type, so "must return Result<T, E: From<LockError>>" is reported
+    // once, on the user's `-> T`.
     let options = options(&args, &krate);
+    let key_var = Ident::new("__distlock_key", Span::call_site());
+    let call = quote_spanned! {return_span=>
+        <#return_type as #krate::__private::LockedReturn>::run_locked(#options, #key_var, async move #block).await
+    };
 
     quote! {
         #(#outer_attrs)*
         #vis #sig {
             #(#inner_attrs)*
-            let __distlock_key: ::std::string::String = ::std::format!(#format #(, #values)*);
-            #krate::__private::run_locked::<#return_type, _>(
-                #options,
-                __distlock_key,
-                async move #block,
-            )
-            .await
+            let #key_var: ::std::string::String = ::std::format!(#format #(, #values)*);
+            #call
         }
     }
 }

@@ -50,9 +50,19 @@ pub struct LockOptions {
     label = "this must be `Result<T, E>` with `E: From<distlock::LockError>`",
     note = "the lock can fail (busy past `wait`, lost, backend down): return e.g. `Result<T, distlock::LockError>`, `anyhow::Result<T>`, or your error type with `impl From<distlock::LockError>`"
 )]
-pub trait LockedReturn {
+pub trait LockedReturn: Sized {
     /// The value returned for a lock failure.
     fn from_lock_error(error: LockError) -> Self;
+
+    /// [`run_locked`] for this return type. The generated code calls it as
+    /// `<ReturnType as LockedReturn>::run_locked(…)`, so a wrong return type is reported once,
+    /// at the function's `-> ReturnType`.
+    fn run_locked<F>(options: LockOptions, key: String, body: F) -> impl Future<Output = Self>
+    where
+        F: Future<Output = Self>,
+    {
+        run_locked(options, key, body)
+    }
 }
 
 impl<T, E: From<LockError>> LockedReturn for Result<T, E> {

@@ -1,0 +1,8 @@
+use distlock::{LockError, distributed_lock};
+
+#[distributed_lock(key = "order:<>")]
+async fn empty(id: u64) -> Result<u64, LockError> {
+    Ok(id)
+}
+
+fn main() {}

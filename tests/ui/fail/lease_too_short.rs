@@ -1,0 +1,8 @@
+use distlock::{LockError, distributed_lock};
+
+#[distributed_lock(key = "a", lease = "5ms")]
+async fn too_short() -> Result<(), LockError> {
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,6 @@
+use distlock::distributed_lock;
+
+#[distributed_lock(key = "a")]
+struct NotAFunction;
+
+fn main() {}
