@@ -474,3 +474,52 @@ async fn waiters_resubscribe_when_the_pubsub_connection_drops() {
         .unwrap();
     guard.release().await.unwrap();
 }
+
+#[tokio::test]
+async fn local_waiters_queue_so_each_handoff_costs_one_set_not_a_herd() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let holder = client
+        .lock("herd")
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..50 {
+        let (client, order) = (client.clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = client
+                .lock("herd")
+                .wait(ms(20_000))
+                .acquire()
+                .await
+                .unwrap();
+            order.lock().unwrap().push(i);
+            guard.release().await.unwrap();
+        }));
+        tokio::time::sleep(ms(2)).await; // arrive in order
+    }
+    tokio::time::sleep(ms(100)).await;
+    server.reset_stats().await;
+    holder.release().await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(ms(10_000), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let sets = server.command_calls("set").await;
+    println!("50 local handoffs: SET={sets}");
+    assert!(
+        sets <= 75,
+        "local waiters stampede the server: {sets} SETs for 50 handoffs"
+    );
+    let order = order.lock().unwrap().clone();
+    assert_eq!(
+        order,
+        (0..50).collect::<Vec<_>>(),
+        "local waiters are served first come, first served"
+    );
+}

@@ -38,11 +38,40 @@ pub struct LockClient {
 
 struct ClientInner {
     backend: Arc<dyn Backend>,
+    /// One FIFO gate per key with local waiters: tasks of this client that wait for the same
+    /// key queue here, so only the head of the queue talks to the backend (no herd of local
+    /// waiters hammering the server on every release) and local waiters are served in arrival
+    /// order. The gate is held while waiting only, never while holding the lock, so a stale
+    /// guard cannot block anyone beyond its lease.
+    gates: std::sync::Mutex<Gates>,
     url: String,
     prefix: String,
     default_lease: Duration,
     default_wait: Option<Duration>,
     fencing: bool,
+}
+
+#[derive(Default)]
+struct Gates {
+    by_key: std::collections::HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>,
+    swept_len: usize,
+}
+
+impl ClientInner {
+    fn gate(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(gate) = gates.by_key.get(key).and_then(std::sync::Weak::upgrade) {
+            return gate;
+        }
+        // Forget gates nobody uses once the map has doubled: amortized O(1).
+        if gates.by_key.len() >= 64 && gates.by_key.len() >= 2 * gates.swept_len {
+            gates.by_key.retain(|_, gate| gate.strong_count() > 0);
+            gates.swept_len = gates.by_key.len();
+        }
+        let gate = Arc::new(tokio::sync::Mutex::new(()));
+        gates.by_key.insert(key.to_owned(), Arc::downgrade(&gate));
+        gate
+    }
 }
 
 impl LockClient {
@@ -274,6 +303,7 @@ impl LockClientBuilder {
         Ok(LockClient {
             inner: Arc::new(ClientInner {
                 backend,
+                gates: Default::default(),
                 url: redact(url),
                 prefix: self.prefix,
                 default_lease: self.default_lease,
@@ -411,6 +441,25 @@ impl LockRequest {
         check_lease(self.lease, Some(&self.key))?;
         let inner = &self.client.inner;
         let name = format!("{}{}", inner.prefix, self.key);
+        let started = tokio::time::Instant::now();
+        let timeout = |key: String| LockError::Timeout {
+            key,
+            waited: started.elapsed(),
+        };
+        // Queue behind this client's other tasks waiting for the key.
+        let gate = inner.gate(&self.key);
+        let local = match self.wait {
+            Some(wait) if wait.is_zero() => match gate.try_lock_owned() {
+                Ok(local) => local,
+                Err(_) => return Err(timeout(self.key)),
+            },
+            Some(wait) => match tokio::time::timeout(wait, gate.lock_owned()).await {
+                Ok(local) => local,
+                Err(_) => return Err(timeout(self.key)),
+            },
+            None => gate.lock_owned().await,
+        };
+        let remaining = self.wait.map(|wait| wait.saturating_sub(started.elapsed()));
         let token = OwnerToken::generate();
         let spec = LockSpec {
             name: &name,
@@ -419,9 +468,16 @@ impl LockRequest {
             fencing: self.fencing,
         };
         let span = tracing::debug_span!("distlock.acquire", key = %self.key, backend = inner.backend.kind());
-        let acquired = wait::acquire(&inner.backend, spec, &self.key, self.wait)
+        let mut acquired = match wait::acquire(&inner.backend, spec, &self.key, remaining)
             .instrument(span)
-            .await?;
+            .await
+        {
+            Ok(acquired) => acquired,
+            Err(LockError::Timeout { key, .. }) => return Err(timeout(key)),
+            Err(error) => return Err(error),
+        };
+        acquired.waited = started.elapsed();
+        drop(local); // the next local waiter now waits on the backend
         Ok(LockGuard::new(
             Arc::clone(&inner.backend),
             self.key,
