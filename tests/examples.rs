@@ -72,6 +72,135 @@ fn orders_runs_on_redis_in_tasks_and_in_separate_processes() {
 }
 
 #[test]
+fn inventory_never_oversells_on_memory_and_redis() {
+    let out = run(example("inventory"));
+    assert!(
+        out.contains("sold exactly 100, 0 left, never oversold"),
+        "{out}"
+    );
+    let server = RedisServer::start();
+    let mut command = example("inventory");
+    command.env(distlock::URL_ENV, server.url());
+    let out = run(command);
+    assert!(
+        out.contains("backend redis") && out.contains("sold exactly 100, 0 left"),
+        "{out}"
+    );
+}
+
+#[test]
+fn scheduled_job_runs_each_tick_exactly_once_on_memory_and_redis() {
+    let out = run(example("scheduled_job"));
+    assert!(out.contains("every tick ran exactly once"), "{out}");
+    let server = RedisServer::start();
+    let mut command = example("scheduled_job");
+    command.env(distlock::URL_ENV, server.url());
+    let out = run(command);
+    assert!(
+        out.contains("backend redis") && out.contains("exactly once"),
+        "{out}"
+    );
+}
+
+/// One HTTP/1.1 request over a fresh connection; returns the status code and the body.
+async fn http(port: u16, method: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
+    let body = response
+        .split("\r\n\r\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_owned();
+    (status, body)
+}
+
+/// Starts the web example on a free port, hits `POST /orders/{id}/pay` concurrently over real
+/// HTTP, and checks every order was charged exactly once.
+async fn web_handler_charges_each_order_once(url: Option<String>) {
+    use std::io::BufRead;
+    let mut command = example("web_handler");
+    command
+        .env("PORT", "0")
+        .stdout(std::process::Stdio::piped());
+    if let Some(url) = url {
+        command.env(distlock::URL_ENV, url);
+    }
+    let mut child = KillOnDrop(command.spawn().expect("web_handler starts"));
+    let stdout = child.0.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let port: u16 = lines
+        .find_map(|line| {
+            let line = line.ok()?;
+            line.strip_prefix("listening on http://127.0.0.1:")
+                .map(|p| p.trim().parse().unwrap())
+        })
+        .expect("the example prints its address");
+
+    let mut requests = Vec::new();
+    for i in 0..60u64 {
+        let order = if i < 40 { 7 } else { 100 + i % 5 };
+        requests.push(tokio::spawn(async move {
+            (
+                order,
+                http(port, "POST", &format!("/orders/{order}/pay")).await,
+            )
+        }));
+    }
+    let mut paid = std::collections::BTreeMap::<u64, usize>::new();
+    for request in requests {
+        let (order, (status, body)) = request.await.unwrap();
+        match status {
+            200 => *paid.entry(order).or_default() += 1,
+            409 => {}
+            other => panic!("order {order}: unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(paid.len(), 6, "every order paid: {paid:?}");
+    assert!(
+        paid.values().all(|&n| n == 1),
+        "an order was paid twice: {paid:?}"
+    );
+    for order in [7, 100, 101, 102, 103, 104] {
+        let (status, body) = http(port, "GET", &format!("/orders/{order}")).await;
+        assert_eq!(status, 200);
+        assert!(body.contains("charged 1 time(s)"), "order {order}: {body}");
+    }
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_handler_pays_each_order_once_on_memory() {
+    web_handler_charges_each_order_once(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_handler_pays_each_order_once_on_redis() {
+    let server = RedisServer::start();
+    web_handler_charges_each_order_once(Some(server.url())).await;
+}
+
+#[test]
 fn orders_refuses_processes_on_memory_with_a_hint() {
     let mut command = example("orders");
     command.args(["--processes", "2"]);

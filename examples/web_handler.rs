@@ -1,0 +1,90 @@
+//! A web handler locked per path parameter: `POST /orders/{id}/pay` charges an order once,
+//! however many times the button is clicked, in however many replicas of the service.
+//! Requests for the same order wait for each other (up to 5 s); different orders run in
+//! parallel.
+//!
+//! ```text
+//! cargo run --example web_handler                  # listens on 127.0.0.1:3000 (PORT=… to change)
+//! curl -X POST localhost:3000/orders/7/pay          # 200 paid
+//! curl -X POST localhost:3000/orders/7/pay          # 409 already paid
+//! curl localhost:3000/orders/7                      # charged 1 time(s)
+//! ```
+
+#[path = "support/store.rs"]
+mod store;
+
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use distlock::{LockError, distributed_lock};
+use store::{BoxError, Store};
+
+enum Payment {
+    Charged,
+    AlreadyPaid,
+}
+
+/// Charges order `id` unless it is paid already. Check-then-charge is only safe because no
+/// other request for the same order runs between the check and the write.
+#[distributed_lock(key = "order:<id>:payment", lease = "10s", wait = "5s")]
+async fn pay_order(id: u64, store: &Store) -> Result<Payment, BoxError> {
+    let paid = format!("order:{id}:paid");
+    if store.get(&paid).await? == 1 {
+        return Ok(Payment::AlreadyPaid);
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await; // the payment provider's round trip
+    let charges = format!("order:{id}:charges");
+    let charged = store.get(&charges).await?;
+    store.set(&charges, charged + 1).await?;
+    store.set(&paid, 1).await?;
+    Ok(Payment::Charged)
+}
+
+async fn pay(Path(id): Path<u64>, State(store): State<Store>) -> (StatusCode, String) {
+    match pay_order(id, &store).await {
+        Ok(Payment::Charged) => (StatusCode::OK, format!("order {id} paid\n")),
+        Ok(Payment::AlreadyPaid) => (
+            StatusCode::CONFLICT,
+            format!("order {id} was already paid\n"),
+        ),
+        Err(error) => match error.downcast_ref::<LockError>() {
+            Some(LockError::Timeout { .. }) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("order {id} is busy, try again\n"),
+            ),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")),
+        },
+    }
+}
+
+async fn show(Path(id): Path<u64>, State(store): State<Store>) -> (StatusCode, String) {
+    match store.get(&format!("order:{id}:charges")).await {
+        Ok(charges) => (
+            StatusCode::OK,
+            format!("order {id}: charged {charges} time(s)\n"),
+        ),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")),
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let url = store::init_lock_client(false).await?;
+    let namespace = format!("distlock-example:web:{}", std::process::id());
+    let store = Store::open(&url, &namespace).await?;
+    let app = Router::new()
+        .route("/orders/{id}/pay", post(pay))
+        .route("/orders/{id}", get(show))
+        .with_state(store);
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3000);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, app).await?;
+    Ok(())
+}
