@@ -1,7 +1,53 @@
 //! # distlock — declarative distributed locks
 //!
-//! Take a lock that holds across every process of a service, keep its lease alive while the
-//! work runs, and give it back on every exit path.
+//! Put `#[distributed_lock]` on an `async fn` and it runs only while this process holds the
+//! lock named by its key, cluster-wide: the key is built from the arguments, the lease is
+//! renewed while the body runs, and the lock is given back on every exit path — return, `?`,
+//! panic, cancellation, runtime shutdown.
+//!
+//! ```
+//! use distlock::{LockClient, LockError, distributed_lock};
+//!
+//! #[distributed_lock(key = "order:<id>", lease = "10s", wait = "2s")]
+//! async fn next_order_id(id: u64) -> Result<u64, LockError> {
+//!     // runs while this process holds "order:<id>"
+//!     Ok(id + 1)
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // `redis://127.0.0.1:6379` in production; `memory://` inside one process.
+//! distlock::init(LockClient::connect("memory://").await?)?;
+//! assert_eq!(next_order_id(42).await?, 43);
+//! # Ok(()) }
+//! ```
+//!
+//! ## The attribute
+//!
+//! | argument | default | meaning |
+//! |---|---|---|
+//! | `key = "order:<id>"` | required | the lock key; `<name>` is a parameter, `<name.field>` a field path, `<self.field>` in methods; `<<` / `>>` are literal angle brackets; values render with `Display` |
+//! | `lease = "10s"` | client's (30 s) | how long the lock lives if this process stops renewing it; units `ms`, `s`, `m`, `h`; at least `10ms` |
+//! | `wait = "2s"` | client's (10 s) | how long to wait for a busy lock; `"0s"` tries once; `"forever"` |
+//! | `renew = true` | `true` | renew every lease/3 while the body runs |
+//! | `on_lost = "abort"` | `"abort"` | `"abort"`: the body is dropped and the call returns `Err(LockError::Lost)`; `"continue"`: the body finishes and [`current()`] reports `is_lost()` |
+//! | `fencing = true` | client's (`false`) | hand out a strictly increasing fencing token, read with [`current()`] |
+//! | `crate = "path"` | `distlock` | where distlock is, for renamed dependencies |
+//!
+//! The function must be `async` and return `Result<T, E>` with `E: From<LockError>`
+//! (`anyhow::Result<T>` and other aliases work); lock failures come back as that error. It may
+//! be a free function, an inherent or trait-impl method (`&self`, `&mut self`,
+//! `self: Arc<Self>`), generic, take `impl Trait` arguments or borrow; the attribute adds no
+//! `Send` bound of its own. Mistakes in the arguments or the key template are compile errors
+//! pointing at the template.
+//!
+//! A nested call for the same key in the same task (on the same client) is granted at once,
+//! without a round trip, and the outermost call releases. Other tasks are other owners.
+//!
+//! The functions use the global client installed with [`init`] (or [`init_from_env`], which
+//! reads `DISTLOCK_URL`); before that they return `Err(LockError::NotInitialized)`.
+//!
+//! ## Without the attribute
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -9,7 +55,6 @@
 //! use std::time::Duration;
 //! use distlock::LockClient;
 //!
-//! // `redis://127.0.0.1:6379` in production; `memory://` inside one process.
 //! let client = LockClient::connect("memory://").await?;
 //! let guard = client
 //!     .lock("order:42")
@@ -18,17 +63,6 @@
 //!     .acquire()
 //!     .await?;
 //! // ... read, modify, write: nobody else holds `order:42` ...
-//! guard.release().await?;
-//! # Ok(()) }
-//! ```
-//!
-//! The global client, for code that should not pass a client around:
-//!
-//! ```
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), distlock::LockError> {
-//! distlock::init(distlock::LockClient::connect("memory://").await?)?;
-//! let guard = distlock::client()?.lock("daily-report").acquire().await?;
 //! guard.release().await?;
 //! # Ok(()) }
 //! ```

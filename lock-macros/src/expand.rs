@@ -209,3 +209,35 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    /// Expands the README's example; prints it (`cargo test -p lock-macros -- --nocapture`
+    /// shows the expansion) and checks its parts.
+    #[test]
+    fn expansion_of_the_readme_example() {
+        let expanded = super::distributed_lock(
+            quote!(key = "order:<id>", lease = "10s", wait = "2s"),
+            quote! {
+                async fn next_order_id(id: u64) -> Result<u64, LockError> {
+                    Ok(id + 1)
+                }
+            },
+        )
+        .to_string();
+        println!("{expanded}");
+        for part in [
+            "async fn next_order_id (id : u64) -> Result < u64 , LockError >",
+            "let __distlock_key : :: std :: string :: String = :: std :: format ! (\"order:{}\" , & id)",
+            "< Result < u64 , LockError > as :: distlock :: __private :: LockedReturn > :: run_locked",
+            "lease : :: core :: option :: Option :: Some (:: core :: time :: Duration :: from_millis (10000u64))",
+            "wait : :: distlock :: __private :: WaitFor :: Up (:: core :: time :: Duration :: from_millis (2000u64))",
+            "on_lost : :: distlock :: __private :: OnLost :: Abort",
+            "async move { Ok (id + 1) }",
+        ] {
+            assert!(expanded.contains(part), "missing `{part}` in\n{expanded}");
+        }
+    }
+}

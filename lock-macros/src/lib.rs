@@ -18,8 +18,18 @@ mod valid;
 
 use proc_macro::TokenStream;
 
-/// Runs the function while this process holds the lock named by `key`. See the `distlock`
-/// crate's documentation for the arguments and guarantees.
+/// Runs an `async fn` only while this process holds the distributed lock named by `key`.
+///
+/// ```ignore
+/// #[distributed_lock(key = "order:<id>", lease = "10s", wait = "2s")]
+/// async fn next_order_id(id: u64) -> Result<u64, LockError> { … }
+/// ```
+///
+/// Arguments: `key` (required template: `<param>`, `<param.field>`, `<self.field>`, `<<`/`>>`
+/// for literal brackets), `lease`, `wait` (`"0s"` tries once, `"forever"`), `renew`,
+/// `on_lost` (`"abort"` or `"continue"`), `fencing`, `crate`. The function must return
+/// `Result<T, E>` with `E: From<distlock::LockError>`. The `distlock` crate documents each
+/// argument, its default, and the guarantees on every exit path.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::distributed_lock(args.into(), item.into()).into()
