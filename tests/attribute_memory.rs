@@ -23,11 +23,6 @@ mod backend {
         distlock::__private::testing::memory_peek(URL, name).map(|(token, _)| token)
     }
 
-    /// An in-process store has no server to count commands on.
-    pub async fn commands() -> u64 {
-        0
-    }
-
     pub async fn steal(name: &str) {
         distlock::__private::testing::memory_force(
             URL,

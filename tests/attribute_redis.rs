@@ -25,20 +25,6 @@ mod backend {
         RedisServer::shared().get(name).await
     }
 
-    /// Total commands the server has processed (INFO stats), including this query.
-    pub async fn commands() -> u64 {
-        let mut conn = RedisServer::shared().connection().await;
-        let info: String = redis::cmd("INFO")
-            .arg("stats")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix("total_commands_processed:"))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap()
-    }
-
     /// Another owner takes the key behind the holder's back.
     pub async fn steal(name: &str) {
         let mut conn = RedisServer::shared().connection().await;

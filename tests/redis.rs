@@ -12,6 +12,13 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// A server of this test's own and a client connected to it.
+async fn start() -> (RedisServer, LockClient) {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    (server, client)
+}
+
 /// Kills every normal client connection except the test's own: the lock client's connection
 /// drops, the server keeps its data.
 async fn kill_client_connections(server: &RedisServer) -> i64 {
@@ -25,8 +32,7 @@ async fn kill_client_connections(server: &RedisServer) -> i64 {
 
 #[tokio::test]
 async fn acquire_release_and_renew_are_one_round_trip_each() {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let (server, client) = start().await;
 
     server.reset_stats().await;
     let guard = client.lock("rt").lease(ms(10_000)).acquire().await.unwrap();
@@ -79,8 +85,7 @@ async fn acquire_release_and_renew_are_one_round_trip_each() {
 
 #[tokio::test]
 async fn locks_use_the_plain_layout_that_other_clients_share() {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let (server, client) = start().await;
     let mut raw = server.connection().await;
 
     // We hold: a redis-py style client (SET NX PX) is refused, and its release script with
@@ -130,8 +135,7 @@ async fn locks_use_the_plain_layout_that_other_clients_share() {
 
 #[tokio::test]
 async fn a_dropped_connection_is_retried_with_the_same_token() {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let (server, client) = start().await;
 
     let guard = client
         .lock("blip")
@@ -161,8 +165,7 @@ async fn a_dropped_connection_is_retried_with_the_same_token() {
 
 #[tokio::test]
 async fn renewal_survives_dropped_connections() {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let (server, client) = start().await;
     let guard = client.lock("flaky").lease(ms(300)).acquire().await.unwrap();
     let token = server.get("lock:flaky").await.unwrap();
     let started = Instant::now();
@@ -180,8 +183,7 @@ async fn renewal_survives_dropped_connections() {
 
 #[tokio::test]
 async fn a_server_restarted_empty_makes_the_holder_lost_and_then_serves_new_locks() {
-    let mut server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let (mut server, client) = start().await;
     let guard = client
         .lock("restart")
         .lease(ms(300))
@@ -204,8 +206,7 @@ async fn a_server_restarted_empty_makes_the_holder_lost_and_then_serves_new_lock
 
 #[tokio::test]
 async fn a_dead_server_marks_the_lock_lost_no_later_than_the_lease_end() {
-    let mut server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let (mut server, client) = start().await;
     let lease = ms(400);
     let acquired_at = Instant::now();
     let guard = client.lock("dead").lease(lease).acquire().await.unwrap();
@@ -235,8 +236,7 @@ async fn a_dead_server_marks_the_lock_lost_no_later_than_the_lease_end() {
 
 #[tokio::test]
 async fn waiters_of_one_client_share_one_subscription_and_leave_none_behind() {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let (server, client) = start().await;
     let holder = client
         .lock("crowd")
         .lease(ms(10_000))
@@ -398,8 +398,7 @@ async fn fencing_counters_live_under_their_own_prefix() {
 
 #[tokio::test]
 async fn renewal_stops_when_the_guard_is_released_or_dropped() {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let (server, client) = start().await;
 
     let guard = client.lock("stop").lease(ms(150)).acquire().await.unwrap();
     tokio::time::sleep(ms(120)).await; // at least one renewal ran
@@ -432,8 +431,7 @@ async fn renewal_stops_when_the_guard_is_released_or_dropped() {
 
 #[tokio::test]
 async fn waiters_resubscribe_when_the_pubsub_connection_drops() {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let (server, client) = start().await;
     let holder = client
         .lock("resub")
         .lease(ms(10_000))
@@ -477,8 +475,7 @@ async fn waiters_resubscribe_when_the_pubsub_connection_drops() {
 
 #[tokio::test]
 async fn local_waiters_queue_so_each_handoff_costs_one_set_not_a_herd() {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await.unwrap();
+    let (server, client) = start().await;
     let holder = client
         .lock("herd")
         .lease(ms(10_000))

@@ -203,7 +203,17 @@ impl RedisServer {
                     let mut started = Err(String::new());
                     for _ in 0..5 {
                         server.port = free_port();
-                        started = server.spawn();
+                        // A missing binary panics with the README's test command: pass that
+                        // message on to the test instead of dying on this thread.
+                        started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            server.spawn()
+                        }))
+                        .unwrap_or_else(|panic| {
+                            Err(panic
+                                .downcast_ref::<String>()
+                                .cloned()
+                                .unwrap_or_else(|| "redis-server failed to start".into()))
+                        });
                         if started.is_ok() {
                             break;
                         }
@@ -216,7 +226,7 @@ impl RedisServer {
                 .expect("thread for the shared redis-server");
             match rx.recv().expect("shared redis-server thread") {
                 Ok(server) => server,
-                Err(error) => panic!("could not start the shared redis-server: {error}"),
+                Err(error) => panic!("{error}"),
             }
         })
     }
