@@ -1,0 +1,342 @@
+//! distlock's benchmark: `cargo run --release -p distlock-bench`.
+//!
+//! Starts its own `redis-server`, then measures, each against a baseline taken in the same run
+//! (interleaved rounds, medians) so machine noise cancels:
+//!
+//! 1. an uncontended `#[distributed_lock]` call vs the raw floor (`SET NX PX` + compare-and-delete
+//!    `EVALSHA` on the same kind of redis-rs connection);
+//! 2. throughput of 64 concurrent tasks on distinct keys vs raw pairs at the same concurrency;
+//! 3. handoff: 16 tasks contending for one key — handoffs/s and release → next-acquire latency;
+//! 4. renewal at scale: 10,000 locks held with a 3 s lease for 10 s — renewal commands/s from
+//!    `INFO commandstats` vs the ideal (one per lock per lease/3), and the client's CPU time;
+//! 5. a nested same-key (reentrant) call vs a plain function call;
+//! 6. `memory://` uncontended calls per second.
+//!
+//! Prints a table and writes it as JSON to `target/distlock-bench.json`.
+
+#[path = "../../tests/support/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod support;
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use distlock::{LockClient, LockError, distributed_lock};
+use redis::aio::MultiplexedConnection;
+use support::RedisServer;
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// The compare-and-delete of the Redis documentation's single-instance lock: the raw floor.
+const RAW_RELEASE: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+
+#[distributed_lock(key = "bench:<id>", lease = "30s", wait = "0s")]
+async fn empty_call(id: u64) -> Result<(), LockError> {
+    let _ = id;
+    Ok(())
+}
+
+#[distributed_lock(key = "bench:handoff", lease = "30s", wait = "forever")]
+async fn handoff_call(log: &std::sync::Mutex<Vec<(Instant, Instant)>>) -> Result<(), LockError> {
+    let acquired = Instant::now();
+    log.lock().unwrap().push((acquired, Instant::now()));
+    Ok(())
+}
+
+#[distributed_lock(key = "bench:reentrant", lease = "30s")]
+async fn reentrant_outer(n: u64) -> Result<(Duration, Duration), LockError> {
+    let started = Instant::now();
+    for _ in 0..n {
+        reentrant_inner().await?;
+    }
+    let nested = started.elapsed();
+    let started = Instant::now();
+    for _ in 0..n {
+        plain_inner().await?;
+    }
+    Ok((nested, started.elapsed()))
+}
+
+#[distributed_lock(key = "bench:reentrant", lease = "30s")]
+async fn reentrant_inner() -> Result<(), LockError> {
+    Ok(())
+}
+
+#[inline(never)]
+async fn plain_inner() -> Result<(), LockError> {
+    std::hint::black_box(Ok(()))
+}
+
+async fn raw_pair(
+    conn: &mut MultiplexedConnection,
+    release: &redis::Script,
+    key: &str,
+    token: &str,
+) -> Result<(), Error> {
+    let _: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(conn)
+        .await?;
+    let _: i64 = release.key(key).arg(token).invoke_async(conn).await?;
+    Ok(())
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(|a, b| a.total_cmp(b));
+    values[values.len() / 2]
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn cpu_time() -> Duration {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage fills the struct it is given.
+    let usage = unsafe {
+        libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
+        usage.assume_init()
+    };
+    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+struct Report {
+    rows: Vec<(String, String, String, String)>,
+    json: String,
+}
+
+impl Report {
+    fn row(&mut self, name: &str, ours: String, baseline: String, ratio: String) {
+        println!("{name:<44} {ours:>22} {baseline:>22} {ratio:>12}");
+        self.rows.push((name.into(), ours, baseline, ratio));
+    }
+
+    fn field(&mut self, name: &str, value: f64) {
+        let _ = write!(self.json, "{}\"{name}\": {value:.3}", if self.json.is_empty() { "" } else { ",\n  " });
+    }
+}
+
+async fn commandstat(server: &RedisServer, command: &str) -> u64 {
+    server.command_calls(command).await
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> Result<(), Error> {
+    let server = RedisServer::start();
+    let url = server.url();
+    distlock::init(LockClient::connect(&url).await?)?;
+    let raw_client = redis::Client::open(url.as_str())?;
+    let mut raw = raw_client.get_multiplexed_async_connection().await?;
+    let release = redis::Script::new(RAW_RELEASE);
+    release.load_async(&mut raw).await?;
+    let mut report = Report { rows: Vec::new(), json: String::new() };
+    println!("redis-server on 127.0.0.1:{}; machine: {} cores", server.port(), std::thread::available_parallelism().map_or(0, |n| n.get()));
+    println!("{:<44} {:>22} {:>22} {:>12}", "measurement", "distlock", "baseline", "ratio");
+
+    // Warm up both paths (connections, scripts, allocator).
+    for i in 0..2_000u64 {
+        empty_call(i).await?;
+        raw_pair(&mut raw, &release, &format!("raw:{i}"), "warm").await?;
+    }
+
+    // 1. Uncontended call vs raw floor: interleaved rounds, median per-call time.
+    let (rounds, per_round) = (21, 400u64);
+    let (mut ours, mut floor, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut next = 1_000_000u64;
+    for round in 0..rounds {
+        let mut measure_ours = || {
+            let start = next;
+            next += per_round;
+            async move {
+                let t = Instant::now();
+                for id in start..start + per_round {
+                    empty_call(id).await?;
+                }
+                Ok::<_, Error>(t.elapsed().as_secs_f64() * 1e6 / per_round as f64)
+            }
+        };
+        let (a, b);
+        if round % 2 == 0 {
+            a = measure_ours().await?;
+            let t = Instant::now();
+            for i in 0..per_round {
+                raw_pair(&mut raw, &release, &format!("raw:{round}:{i}"), "t0123456789abcdef0123456789abcdef").await?;
+            }
+            b = t.elapsed().as_secs_f64() * 1e6 / per_round as f64;
+        } else {
+            let t = Instant::now();
+            for i in 0..per_round {
+                raw_pair(&mut raw, &release, &format!("raw:{round}:{i}"), "t0123456789abcdef0123456789abcdef").await?;
+            }
+            b = t.elapsed().as_secs_f64() * 1e6 / per_round as f64;
+            a = measure_ours().await?;
+        }
+        ours.push(a);
+        floor.push(b);
+        ratios.push(a / b);
+    }
+    let (ours_us, floor_us, ratio) = (median(&mut ours), median(&mut floor), median(&mut ratios));
+    report.row("1. uncontended call (median µs/call)", format!("{ours_us:.1} µs"), format!("{floor_us:.1} µs"), format!("{ratio:.3}×"));
+    report.field("uncontended_call_us", ours_us);
+    report.field("uncontended_raw_floor_us", floor_us);
+    report.field("uncontended_ratio", ratio);
+
+    // 2. Throughput: 64 tasks on distinct keys vs raw pairs at the same concurrency.
+    let tasks = 64u64;
+    let window = Duration::from_millis(1_500);
+    let (mut ours_rate, mut raw_rate, mut rate_ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..3u64 {
+        let run_ours = async {
+            let done = Arc::new(AtomicU64::new(0));
+            let stop = Arc::new(AtomicBool::new(false));
+            let mut handles = Vec::new();
+            for t in 0..tasks {
+                let (done, stop) = (done.clone(), stop.clone());
+                handles.push(tokio::spawn(async move {
+                    let mut id = 10_000_000 * (round + 1) + t * 100_000;
+                    while !stop.load(Ordering::Relaxed) {
+                        empty_call(id).await.unwrap();
+                        id += 1;
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }));
+            }
+            tokio::time::sleep(window).await;
+            stop.store(true, Ordering::Relaxed);
+            for h in handles {
+                h.await.unwrap();
+            }
+            done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
+        };
+        let run_raw = async {
+            let done = Arc::new(AtomicU64::new(0));
+            let stop = Arc::new(AtomicBool::new(false));
+            let mut handles = Vec::new();
+            for t in 0..tasks {
+                let (done, stop, mut conn, release) = (done.clone(), stop.clone(), raw.clone(), release.clone());
+                handles.push(tokio::spawn(async move {
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        raw_pair(&mut conn, &release, &format!("rawtp:{round}:{t}:{i}"), "t0123456789abcdef0123456789abcdef").await.unwrap();
+                        i += 1;
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }));
+            }
+            tokio::time::sleep(window).await;
+            stop.store(true, Ordering::Relaxed);
+            for h in handles {
+                h.await.unwrap();
+            }
+            done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
+        };
+        let (a, b) = if round % 2 == 0 {
+            let a = run_ours.await;
+            (a, run_raw.await)
+        } else {
+            let b = run_raw.await;
+            (run_ours.await, b)
+        };
+        ours_rate.push(a);
+        raw_rate.push(b);
+        rate_ratios.push(a / b);
+    }
+    let (a, b, r) = (median(&mut ours_rate), median(&mut raw_rate), median(&mut rate_ratios));
+    report.row("2. throughput, 64 tasks (calls/s)", format!("{a:.0}/s"), format!("{b:.0}/s"), format!("{r:.3}×"));
+    report.field("throughput_calls_per_s", a);
+    report.field("throughput_raw_pairs_per_s", b);
+    report.field("throughput_ratio", r);
+
+    // 3. Handoff: 16 tasks of one process contending for one key.
+    let log = Arc::new(std::sync::Mutex::new(Vec::with_capacity(100_000)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for _ in 0..16 {
+        let (log, stop) = (log.clone(), stop.clone());
+        handles.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                handoff_call(&log).await.unwrap();
+            }
+        }));
+    }
+    let window = Duration::from_secs(3);
+    tokio::time::sleep(window).await;
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.await?;
+    }
+    let log = log.lock().unwrap().clone();
+    let mut gaps: Vec<Duration> = log.windows(2).map(|w| w[1].0.duration_since(w[0].1)).collect();
+    gaps.sort();
+    let rate = log.len() as f64 / window.as_secs_f64();
+    let (p50, p99) = (percentile(&gaps, 0.5), percentile(&gaps, 0.99));
+    report.row("3. handoff, 16 tasks one key (handoffs/s)", format!("{rate:.0}/s"), "-".into(), "-".into());
+    report.row("   release → next acquire p50 / p99", format!("{:.0} / {:.0} µs", p50.as_secs_f64() * 1e6, p99.as_secs_f64() * 1e6), "1 RTT ≈ raw/2".into(), format!("{:.1} RTT", p50.as_secs_f64() * 1e6 / (floor_us / 2.0)));
+    report.field("handoffs_per_s", rate);
+    report.field("handoff_p50_us", p50.as_secs_f64() * 1e6);
+    report.field("handoff_p99_us", p99.as_secs_f64() * 1e6);
+
+    // 5. Reentrant call vs plain call (before 4, which loads the machine for 10 s).
+    let n = 200_000;
+    let before = commandstat(&server, "set").await + commandstat(&server, "evalsha").await;
+    let (nested, plain) = reentrant_outer(n).await?;
+    let after = commandstat(&server, "set").await + commandstat(&server, "evalsha").await;
+    let (nested_ns, plain_ns) = (nested.as_secs_f64() * 1e9 / n as f64, plain.as_secs_f64() * 1e9 / n as f64);
+    report.row("5. reentrant call (ns/call, commands)", format!("{nested_ns:.0} ns, {} cmds", after - before - 2), format!("{plain_ns:.0} ns plain fn"), format!("{:.0}×", nested_ns / plain_ns.max(0.1)));
+    report.field("reentrant_call_ns", nested_ns);
+    report.field("plain_call_ns", plain_ns);
+    report.field("reentrant_commands", (after - before - 2) as f64);
+
+    // 6. memory:// uncontended calls per second (manual API).
+    let memory = LockClient::connect("memory://bench").await?;
+    let t = Instant::now();
+    let calls = 200_000u64;
+    for i in 0..calls {
+        memory.lock(format!("m:{i}")).wait(Duration::ZERO).acquire().await?.release().await?;
+    }
+    let rate = calls as f64 / t.elapsed().as_secs_f64();
+    report.row("6. memory:// uncontended (calls/s)", format!("{rate:.0}/s"), "-".into(), "-".into());
+    report.field("memory_calls_per_s", rate);
+
+    // 4. Renewal at scale: 10,000 locks, 3 s lease, held 10 s.
+    let holder = LockClient::connect(&url).await?;
+    let mut guards = Vec::with_capacity(10_000);
+    for i in 0..10_000u64 {
+        guards.push(holder.lock(format!("held:{i}")).lease(Duration::from_secs(3)).acquire().await?);
+    }
+    server.reset_stats().await;
+    let cpu_before = cpu_time();
+    let held_for = Duration::from_secs(10);
+    tokio::time::sleep(held_for).await;
+    let cpu = cpu_time() - cpu_before;
+    let renew_commands = commandstat(&server, "evalsha").await;
+    let lost = guards.iter().filter(|g| g.is_lost()).count();
+    let per_s = renew_commands as f64 / held_for.as_secs_f64();
+    let ideal = 10_000.0 / 1.0; // one renewal per lock per lease/3 = 1 s
+    report.row("4. renewal, 10k locks × 3 s lease (cmds/s)", format!("{per_s:.0}/s"), format!("{ideal:.0}/s ideal"), format!("{:.3}×", per_s / ideal));
+    report.row("   client CPU while holding 10k locks", format!("{:.0} ms / 10 s", cpu.as_secs_f64() * 1e3), "-".into(), format!("{:.1}% core", cpu.as_secs_f64() * 10.0));
+    report.row("   locks lost while held", format!("{lost}"), "0".into(), "-".into());
+    report.field("renewal_commands_per_s", per_s);
+    report.field("renewal_ideal_per_s", ideal);
+    report.field("renewal_client_cpu_ms_per_10s", cpu.as_secs_f64() * 1e3);
+    report.field("renewal_locks_lost", lost as f64);
+    for guard in guards {
+        let _ = guard.release().await;
+    }
+
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("distlock-bench.json");
+    std::fs::write(&path, format!("{{\n  {}\n}}\n", report.json))?;
+    println!("wrote {}", path.display());
+    let _ = report.rows;
+    Ok(())
+}
