@@ -104,7 +104,9 @@ fn cpu_time() -> Duration {
         libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr());
         usage.assume_init()
     };
-    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
@@ -120,8 +122,29 @@ impl Report {
     }
 
     fn field(&mut self, name: &str, value: f64) {
-        let _ = write!(self.json, "{}\"{name}\": {value:.3}", if self.json.is_empty() { "" } else { ",\n  " });
+        let _ = write!(
+            self.json,
+            "{}\"{name}\": {value:.3}",
+            if self.json.is_empty() { "" } else { ",\n  " }
+        );
     }
+}
+
+/// The server's CPU time (user + sys) so far, from `INFO cpu`.
+async fn server_cpu(server: &RedisServer) -> Duration {
+    let mut conn = server.connection().await;
+    let info: String = redis::cmd("INFO")
+        .arg("cpu")
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default();
+    let field = |name: &str| -> f64 {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    Duration::from_secs_f64(field("used_cpu_user:") + field("used_cpu_sys:"))
 }
 
 async fn commandstat(server: &RedisServer, command: &str) -> u64 {
@@ -137,9 +160,19 @@ async fn main() -> Result<(), Error> {
     let mut raw = raw_client.get_multiplexed_async_connection().await?;
     let release = redis::Script::new(RAW_RELEASE);
     release.load_async(&mut raw).await?;
-    let mut report = Report { rows: Vec::new(), json: String::new() };
-    println!("redis-server on 127.0.0.1:{}; machine: {} cores", server.port(), std::thread::available_parallelism().map_or(0, |n| n.get()));
-    println!("{:<44} {:>22} {:>22} {:>12}", "measurement", "distlock", "baseline", "ratio");
+    let mut report = Report {
+        rows: Vec::new(),
+        json: String::new(),
+    };
+    println!(
+        "redis-server on 127.0.0.1:{}; machine: {} cores",
+        server.port(),
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
+        "{:<44} {:>22} {:>22} {:>12}",
+        "measurement", "distlock", "baseline", "ratio"
+    );
 
     // Warm up both paths (connections, scripts, allocator).
     for i in 0..2_000u64 {
@@ -168,13 +201,25 @@ async fn main() -> Result<(), Error> {
             a = measure_ours().await?;
             let t = Instant::now();
             for i in 0..per_round {
-                raw_pair(&mut raw, &release, &format!("raw:{round}:{i}"), "t0123456789abcdef0123456789abcdef").await?;
+                raw_pair(
+                    &mut raw,
+                    &release,
+                    &format!("raw:{round}:{i}"),
+                    "t0123456789abcdef0123456789abcdef",
+                )
+                .await?;
             }
             b = t.elapsed().as_secs_f64() * 1e6 / per_round as f64;
         } else {
             let t = Instant::now();
             for i in 0..per_round {
-                raw_pair(&mut raw, &release, &format!("raw:{round}:{i}"), "t0123456789abcdef0123456789abcdef").await?;
+                raw_pair(
+                    &mut raw,
+                    &release,
+                    &format!("raw:{round}:{i}"),
+                    "t0123456789abcdef0123456789abcdef",
+                )
+                .await?;
             }
             b = t.elapsed().as_secs_f64() * 1e6 / per_round as f64;
             a = measure_ours().await?;
@@ -184,7 +229,12 @@ async fn main() -> Result<(), Error> {
         ratios.push(a / b);
     }
     let (ours_us, floor_us, ratio) = (median(&mut ours), median(&mut floor), median(&mut ratios));
-    report.row("1. uncontended call (median µs/call)", format!("{ours_us:.1} µs"), format!("{floor_us:.1} µs"), format!("{ratio:.3}×"));
+    report.row(
+        "1. uncontended call (median µs/call)",
+        format!("{ours_us:.1} µs"),
+        format!("{floor_us:.1} µs"),
+        format!("{ratio:.3}×"),
+    );
     report.field("uncontended_call_us", ours_us);
     report.field("uncontended_raw_floor_us", floor_us);
     report.field("uncontended_ratio", ratio);
@@ -193,6 +243,7 @@ async fn main() -> Result<(), Error> {
     let tasks = 64u64;
     let window = Duration::from_millis(1_500);
     let (mut ours_rate, mut raw_rate, mut rate_ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut ours_cpu, mut raw_cpu) = (Vec::new(), Vec::new());
     for round in 0..3u64 {
         let run_ours = async {
             let done = Arc::new(AtomicU64::new(0));
@@ -221,11 +272,19 @@ async fn main() -> Result<(), Error> {
             let stop = Arc::new(AtomicBool::new(false));
             let mut handles = Vec::new();
             for t in 0..tasks {
-                let (done, stop, mut conn, release) = (done.clone(), stop.clone(), raw.clone(), release.clone());
+                let (done, stop, mut conn, release) =
+                    (done.clone(), stop.clone(), raw.clone(), release.clone());
                 handles.push(tokio::spawn(async move {
                     let mut i = 0u64;
                     while !stop.load(Ordering::Relaxed) {
-                        raw_pair(&mut conn, &release, &format!("rawtp:{round}:{t}:{i}"), "t0123456789abcdef0123456789abcdef").await.unwrap();
+                        raw_pair(
+                            &mut conn,
+                            &release,
+                            &format!("rawtp:{round}:{t}:{i}"),
+                            "t0123456789abcdef0123456789abcdef",
+                        )
+                        .await
+                        .unwrap();
                         i += 1;
                         done.fetch_add(1, Ordering::Relaxed);
                     }
@@ -238,19 +297,61 @@ async fn main() -> Result<(), Error> {
             }
             done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
         };
-        let (a, b) = if round % 2 == 0 {
-            let a = run_ours.await;
-            (a, run_raw.await)
-        } else {
-            let b = run_raw.await;
-            (run_ours.await, b)
+        let cpu = |rate: f64, client: Duration, srv: Duration| {
+            let calls = rate * window.as_secs_f64();
+            (
+                client.as_secs_f64() * 1e6 / calls,
+                srv.as_secs_f64() * 1e6 / calls,
+            )
         };
+        let measure = |fut| async {
+            let (c0, s0) = (cpu_time(), server_cpu(&server).await);
+            let rate: f64 = fut.await;
+            let (c1, s1) = (cpu_time(), server_cpu(&server).await);
+            (rate, cpu(rate, c1 - c0, s1 - s0))
+        };
+        let (a, b) = if round % 2 == 0 {
+            let a = measure(
+                Box::pin(run_ours) as std::pin::Pin<Box<dyn std::future::Future<Output = f64>>>
+            )
+            .await;
+            (a, measure(Box::pin(run_raw)).await)
+        } else {
+            let b = measure(
+                Box::pin(run_raw) as std::pin::Pin<Box<dyn std::future::Future<Output = f64>>>
+            )
+            .await;
+            (measure(Box::pin(run_ours)).await, b)
+        };
+        ours_cpu.push(a.1);
+        raw_cpu.push(b.1);
+        let (a, b) = (a.0, b.0);
         ours_rate.push(a);
         raw_rate.push(b);
         rate_ratios.push(a / b);
     }
-    let (a, b, r) = (median(&mut ours_rate), median(&mut raw_rate), median(&mut rate_ratios));
-    report.row("2. throughput, 64 tasks (calls/s)", format!("{a:.0}/s"), format!("{b:.0}/s"), format!("{r:.3}×"));
+    let (a, b, r) = (
+        median(&mut ours_rate),
+        median(&mut raw_rate),
+        median(&mut rate_ratios),
+    );
+    report.row(
+        "2. throughput, 64 tasks (calls/s)",
+        format!("{a:.0}/s"),
+        format!("{b:.0}/s"),
+        format!("{r:.3}×"),
+    );
+    let (oc, rc) = (ours_cpu[1], raw_cpu[1]);
+    report.row(
+        "   CPU µs per call: client / redis-server",
+        format!("{:.1} / {:.1} µs", oc.0, oc.1),
+        format!("{:.1} / {:.1} µs", rc.0, rc.1),
+        "-".into(),
+    );
+    report.field("client_cpu_us_per_call", oc.0);
+    report.field("server_cpu_us_per_call", oc.1);
+    report.field("raw_client_cpu_us_per_call", rc.0);
+    report.field("raw_server_cpu_us_per_call", rc.1);
     report.field("throughput_calls_per_s", a);
     report.field("throughput_raw_pairs_per_s", b);
     report.field("throughput_ratio", r);
@@ -274,12 +375,29 @@ async fn main() -> Result<(), Error> {
         h.await?;
     }
     let log = log.lock().unwrap().clone();
-    let mut gaps: Vec<Duration> = log.windows(2).map(|w| w[1].0.duration_since(w[0].1)).collect();
+    let mut gaps: Vec<Duration> = log
+        .windows(2)
+        .map(|w| w[1].0.duration_since(w[0].1))
+        .collect();
     gaps.sort();
     let rate = log.len() as f64 / window.as_secs_f64();
     let (p50, p99) = (percentile(&gaps, 0.5), percentile(&gaps, 0.99));
-    report.row("3. handoff, 16 tasks one key (handoffs/s)", format!("{rate:.0}/s"), "-".into(), "-".into());
-    report.row("   release → next acquire p50 / p99", format!("{:.0} / {:.0} µs", p50.as_secs_f64() * 1e6, p99.as_secs_f64() * 1e6), "1 RTT ≈ raw/2".into(), format!("{:.1} RTT", p50.as_secs_f64() * 1e6 / (floor_us / 2.0)));
+    report.row(
+        "3. handoff, 16 tasks one key (handoffs/s)",
+        format!("{rate:.0}/s"),
+        "-".into(),
+        "-".into(),
+    );
+    report.row(
+        "   release → next acquire p50 / p99",
+        format!(
+            "{:.0} / {:.0} µs",
+            p50.as_secs_f64() * 1e6,
+            p99.as_secs_f64() * 1e6
+        ),
+        "1 RTT ≈ raw/2".into(),
+        format!("{:.1} RTT", p50.as_secs_f64() * 1e6 / (floor_us / 2.0)),
+    );
     report.field("handoffs_per_s", rate);
     report.field("handoff_p50_us", p50.as_secs_f64() * 1e6);
     report.field("handoff_p99_us", p99.as_secs_f64() * 1e6);
@@ -289,8 +407,16 @@ async fn main() -> Result<(), Error> {
     let before = commandstat(&server, "set").await + commandstat(&server, "evalsha").await;
     let (nested, plain) = reentrant_outer(n).await?;
     let after = commandstat(&server, "set").await + commandstat(&server, "evalsha").await;
-    let (nested_ns, plain_ns) = (nested.as_secs_f64() * 1e9 / n as f64, plain.as_secs_f64() * 1e9 / n as f64);
-    report.row("5. reentrant call (ns/call, commands)", format!("{nested_ns:.0} ns, {} cmds", after - before - 2), format!("{plain_ns:.0} ns plain fn"), format!("{:.0}×", nested_ns / plain_ns.max(0.1)));
+    let (nested_ns, plain_ns) = (
+        nested.as_secs_f64() * 1e9 / n as f64,
+        plain.as_secs_f64() * 1e9 / n as f64,
+    );
+    report.row(
+        "5. reentrant call (ns/call, commands)",
+        format!("{nested_ns:.0} ns, {} cmds", after - before - 2),
+        format!("{plain_ns:.0} ns plain fn"),
+        format!("{:.0}×", nested_ns / plain_ns.max(0.1)),
+    );
     report.field("reentrant_call_ns", nested_ns);
     report.field("plain_call_ns", plain_ns);
     report.field("reentrant_commands", (after - before - 2) as f64);
@@ -300,17 +426,37 @@ async fn main() -> Result<(), Error> {
     let t = Instant::now();
     let calls = 200_000u64;
     for i in 0..calls {
-        memory.lock(format!("m:{i}")).wait(Duration::ZERO).acquire().await?.release().await?;
+        memory
+            .lock(format!("m:{i}"))
+            .wait(Duration::ZERO)
+            .acquire()
+            .await?
+            .release()
+            .await?;
     }
     let rate = calls as f64 / t.elapsed().as_secs_f64();
-    report.row("6. memory:// uncontended (calls/s)", format!("{rate:.0}/s"), "-".into(), "-".into());
+    report.row(
+        "6. memory:// uncontended (calls/s)",
+        format!("{rate:.0}/s"),
+        "-".into(),
+        "-".into(),
+    );
     report.field("memory_calls_per_s", rate);
 
     // 4. Renewal at scale: 10,000 locks, 3 s lease, held 10 s.
+    if std::env::var_os("DISTLOCK_BENCH_QUICK").is_some() {
+        return Ok(());
+    }
     let holder = LockClient::connect(&url).await?;
     let mut guards = Vec::with_capacity(10_000);
     for i in 0..10_000u64 {
-        guards.push(holder.lock(format!("held:{i}")).lease(Duration::from_secs(3)).acquire().await?);
+        guards.push(
+            holder
+                .lock(format!("held:{i}"))
+                .lease(Duration::from_secs(3))
+                .acquire()
+                .await?,
+        );
     }
     server.reset_stats().await;
     let cpu_before = cpu_time();
@@ -321,9 +467,24 @@ async fn main() -> Result<(), Error> {
     let lost = guards.iter().filter(|g| g.is_lost()).count();
     let per_s = renew_commands as f64 / held_for.as_secs_f64();
     let ideal = 10_000.0 / 1.0; // one renewal per lock per lease/3 = 1 s
-    report.row("4. renewal, 10k locks × 3 s lease (cmds/s)", format!("{per_s:.0}/s"), format!("{ideal:.0}/s ideal"), format!("{:.3}×", per_s / ideal));
-    report.row("   client CPU while holding 10k locks", format!("{:.0} ms / 10 s", cpu.as_secs_f64() * 1e3), "-".into(), format!("{:.1}% core", cpu.as_secs_f64() * 10.0));
-    report.row("   locks lost while held", format!("{lost}"), "0".into(), "-".into());
+    report.row(
+        "4. renewal, 10k locks × 3 s lease (cmds/s)",
+        format!("{per_s:.0}/s"),
+        format!("{ideal:.0}/s ideal"),
+        format!("{:.3}×", per_s / ideal),
+    );
+    report.row(
+        "   client CPU while holding 10k locks",
+        format!("{:.0} ms / 10 s", cpu.as_secs_f64() * 1e3),
+        "-".into(),
+        format!("{:.1}% core", cpu.as_secs_f64() * 10.0),
+    );
+    report.row(
+        "   locks lost while held",
+        format!("{lost}"),
+        "0".into(),
+        "-".into(),
+    );
     report.field("renewal_commands_per_s", per_s);
     report.field("renewal_ideal_per_s", ideal);
     report.field("renewal_client_cpu_ms_per_10s", cpu.as_secs_f64() * 1e3);

@@ -58,6 +58,15 @@ struct Gates {
 }
 
 impl ClientInner {
+    /// `true` while some task of this client waits for `key` (it holds the key's gate).
+    fn has_local_waiters(&self, key: &str) -> bool {
+        let gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
+        gates
+            .by_key
+            .get(key)
+            .is_some_and(|gate| gate.strong_count() > 0)
+    }
+
     fn gate(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
         let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(gate) = gates.by_key.get(key).and_then(std::sync::Weak::upgrade) {
@@ -440,12 +449,37 @@ impl LockRequest {
         validate_key(&self.key)?;
         check_lease(self.lease, Some(&self.key))?;
         let inner = &self.client.inner;
-        let name = format!("{}{}", inner.prefix, self.key);
         let started = tokio::time::Instant::now();
         let timeout = |key: String| LockError::Timeout {
             key,
             waited: started.elapsed(),
         };
+        let token = OwnerToken::generate();
+        let name = format!("{}{}", inner.prefix, self.key);
+        let spec = LockSpec {
+            name: &name,
+            token: token.as_str(),
+            lease: self.lease,
+            fencing: self.fencing,
+        };
+        let span = tracing::debug_span!("distlock.acquire", key = %self.key, backend = inner.backend.kind());
+        // Fast path: when no task of this client waits for the key, try once straight away
+        // (one round trip for a free lock) without touching the queue.
+        if !inner.has_local_waiters(&self.key) {
+            match wait::acquire(&inner.backend, spec, &self.key, Some(Duration::ZERO))
+                .instrument(span.clone())
+                .await
+            {
+                Ok(acquired) => {
+                    return Ok(self.guard(name, token, acquired));
+                }
+                Err(LockError::Timeout { .. }) if self.wait == Some(Duration::ZERO) => {
+                    return Err(timeout(self.key));
+                }
+                Err(LockError::Timeout { .. }) => {} // busy: wait in line below
+                Err(error) => return Err(error),
+            }
+        }
         // Queue behind this client's other tasks waiting for the key.
         let gate = inner.gate(&self.key);
         let local = match self.wait {
@@ -460,14 +494,6 @@ impl LockRequest {
             None => gate.lock_owned().await,
         };
         let remaining = self.wait.map(|wait| wait.saturating_sub(started.elapsed()));
-        let token = OwnerToken::generate();
-        let spec = LockSpec {
-            name: &name,
-            token: token.as_str(),
-            lease: self.lease,
-            fencing: self.fencing,
-        };
-        let span = tracing::debug_span!("distlock.acquire", key = %self.key, backend = inner.backend.kind());
         let mut acquired = match wait::acquire(&inner.backend, spec, &self.key, remaining)
             .instrument(span)
             .await
@@ -478,15 +504,19 @@ impl LockRequest {
         };
         acquired.waited = started.elapsed();
         drop(local); // the next local waiter now waits on the backend
-        Ok(LockGuard::new(
-            Arc::clone(&inner.backend),
+        Ok(self.guard(name, token, acquired))
+    }
+
+    fn guard(self, name: String, token: OwnerToken, acquired: wait::Acquired) -> LockGuard {
+        LockGuard::new(
+            Arc::clone(&self.client.inner.backend),
             self.key,
             name,
             token,
             self.lease,
             self.renew,
             acquired,
-        ))
+        )
     }
 
     /// Tries once: `Ok(None)` when somebody else holds the lock. Handy for work that must run
