@@ -15,7 +15,7 @@
 //! Prints a table and writes it as JSON to `target/distlock-bench.json`.
 
 #[path = "../../tests/support/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod support;
 
 use std::fmt::Write as _;
