@@ -520,3 +520,37 @@ async fn local_waiters_queue_so_each_handoff_costs_one_set_not_a_herd() {
         "local waiters are served first come, first served"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_of_many_locks_are_batched_into_few_commands() {
+    let (server, client) = start().await;
+    let mut guards = Vec::new();
+    for i in 0..300 {
+        guards.push(
+            client
+                .lock(format!("many:{i}"))
+                .lease(ms(600))
+                .acquire()
+                .await
+                .unwrap(),
+        );
+    }
+    server.reset_stats().await;
+    tokio::time::sleep(ms(1_000)).await;
+    let commands = server.command_calls("evalsha").await;
+    // One-by-one would be 300 locks × 5 renewals (every 200 ms) = 1,500 commands.
+    println!("300 locks, 1 s, 600 ms lease: {commands} renewal commands (one-by-one: ~1500)");
+    assert!(commands <= 150, "{commands} renewal commands for 300 locks");
+    assert!(guards.iter().all(|g| !g.is_lost()));
+    for i in [0, 150, 299] {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(format!("lock:many:{i}"))
+            .query_async(&mut server.connection().await)
+            .await
+            .unwrap();
+        assert!(ttl > 300, "lock {i} was not renewed: pttl {ttl}");
+    }
+    for guard in guards {
+        guard.release().await.unwrap();
+    }
+}

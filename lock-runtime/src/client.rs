@@ -38,6 +38,7 @@ pub struct LockClient {
 
 struct ClientInner {
     backend: Arc<dyn Backend>,
+    renewer: Arc<crate::renew::Renewer>,
     /// One FIFO gate per key with local waiters: tasks of this client that wait for the same
     /// key queue here, so only the head of the queue talks to the backend (no herd of local
     /// waiters hammering the server on every release) and local waiters are served in arrival
@@ -311,6 +312,7 @@ impl LockClientBuilder {
         };
         Ok(LockClient {
             inner: Arc::new(ClientInner {
+                renewer: crate::renew::Renewer::new(Arc::clone(&backend)),
                 backend,
                 gates: Default::default(),
                 url: redact(url),
@@ -509,7 +511,7 @@ impl LockRequest {
 
     fn guard(self, name: String, token: OwnerToken, acquired: wait::Acquired) -> LockGuard {
         LockGuard::new(
-            Arc::clone(&self.client.inner.backend),
+            &self.client.inner.renewer,
             self.key,
             name,
             token,

@@ -73,7 +73,7 @@ struct Held {
 
 impl LockGuard {
     pub(crate) fn new(
-        backend: Arc<dyn Backend>,
+        renewer: &Arc<renew::Renewer>,
         key: String,
         name: String,
         token: OwnerToken,
@@ -92,8 +92,9 @@ impl LockGuard {
             lost: watch::Sender::new(false),
             unrenewed_end: (!renew).then_some(lease_end),
         });
+        let backend = Arc::clone(renewer.backend());
         let watchdog = renew.then(|| {
-            renew::spawn_watchdog(Arc::clone(&shared), Arc::clone(&backend), acquired.sent_at)
+            renew::spawn_watchdog(Arc::clone(&shared), Arc::clone(renewer), acquired.sent_at)
         });
         LockGuard {
             held: Held {

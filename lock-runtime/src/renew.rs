@@ -1,13 +1,111 @@
 //! The watchdog: keeps a held lock's lease alive and notices when it is lost.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use tokio::sync::oneshot;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, LockSpec};
+use crate::error::BoxError;
 use crate::guard::Shared;
+
+/// Most locks renewed by one backend call (one Lua script on Redis).
+const MAX_BATCH: usize = 500;
+
+/// Batches the renewals of one client: watchdogs wake on a shared time grid, and the renewals
+/// that come due together go to the backend as one call (one `EVALSHA` for up to 500 locks on
+/// Redis) instead of one round trip each.
+///
+/// There is no long-lived task: the first renewal of a batch spawns a short task that waits
+/// one timer tick (1 ms) for the others, then sends them all. If that task dies with its runtime,
+/// the waiting watchdogs see an error and retry on their own.
+pub(crate) struct Renewer {
+    backend: Arc<dyn Backend>,
+    pending: Mutex<Vec<Pending>>,
+}
+
+struct Pending {
+    shared: Arc<Shared>,
+    reply: oneshot::Sender<Result<bool, String>>,
+}
+
+impl Renewer {
+    pub(crate) fn new(backend: Arc<dyn Backend>) -> Arc<Renewer> {
+        Arc::new(Renewer {
+            backend,
+            pending: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// Renews `shared`'s lock, together with whatever else is due now.
+    async fn renew(self: &Arc<Self>, shared: Arc<Shared>) -> Result<bool, BoxError> {
+        let (reply, answer) = oneshot::channel();
+        let first = {
+            let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+            pending.push(Pending { shared, reply });
+            pending.len() == 1
+        };
+        if first {
+            let renewer = Arc::clone(self);
+            tokio::spawn(async move {
+                // Let the other watchdogs woken at this grid instant join the batch: they were
+                // all fired by the same timer tick, so one more tick collects them.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                let batch =
+                    std::mem::take(&mut *renewer.pending.lock().unwrap_or_else(|p| p.into_inner()));
+                let mut batch = batch.into_iter().peekable();
+                while batch.peek().is_some() {
+                    let chunk: Vec<Pending> = batch.by_ref().take(MAX_BATCH).collect();
+                    renewer.send(chunk).await;
+                }
+            });
+        }
+        match answer.await {
+            Ok(result) => result.map_err(BoxError::from),
+            Err(_) => Err("the renewal batch was dropped (its runtime shut down)".into()),
+        }
+    }
+
+    async fn send(&self, chunk: Vec<Pending>) {
+        let specs: Vec<LockSpec<'_>> = chunk.iter().map(|p| p.shared.spec()).collect();
+        let results = self.backend.renew_many(&specs).await;
+        drop(specs);
+        match results {
+            Ok(renewed) => {
+                for (pending, renewed) in chunk.into_iter().zip(renewed) {
+                    let _ = pending.reply.send(Ok(renewed));
+                }
+            }
+            Err(error) => {
+                let message = error.to_string();
+                for pending in chunk {
+                    let _ = pending.reply.send(Err(message.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// `t` rounded down to a grid of `step` shared by the whole process, so watchdogs of locks with
+/// the same lease wake together and their renewals batch. Never earlier than `floor`.
+fn on_grid(t: Instant, step: Duration, floor: Instant) -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    if t <= epoch || step.is_zero() {
+        return t;
+    }
+    let step = step.as_nanos();
+    let since = (t - epoch).as_nanos();
+    let snapped =
+        epoch + Duration::from_nanos(u64::try_from(since / step * step).unwrap_or(u64::MAX));
+    snapped.max(floor)
+}
 
 /// The clock-drift margin subtracted from every lease, as in the Redlock algorithm: 1 % of the
 /// lease plus 2 ms. The holder considers its lease over this much before the server does.
@@ -18,19 +116,22 @@ pub(crate) fn drift(lease: Duration) -> Duration {
 /// Starts renewing every lease/3. Aborted when the guard is released or dropped.
 pub(crate) fn spawn_watchdog(
     shared: Arc<Shared>,
-    backend: Arc<dyn Backend>,
+    renewer: Arc<Renewer>,
     confirmed_at: Instant,
 ) -> AbortHandle {
-    tokio::spawn(watchdog(shared, backend, confirmed_at)).abort_handle()
+    tokio::spawn(watchdog(shared, renewer, confirmed_at)).abort_handle()
 }
 
-async fn watchdog(shared: Arc<Shared>, backend: Arc<dyn Backend>, mut confirmed_at: Instant) {
+async fn watchdog(shared: Arc<Shared>, renewer: Arc<Renewer>, mut confirmed_at: Instant) {
     let lease = shared.lease;
     let interval = lease / 3;
     let margin = drift(lease);
     let retry_pause = (lease / 20).max(Duration::from_millis(5));
+    // Renew up to one grid step early, on the shared grid, so renewals batch.
+    let step = (interval / 10).clamp(Duration::from_millis(1), Duration::from_millis(100));
     loop {
-        tokio::time::sleep_until(confirmed_at + interval).await;
+        let due = confirmed_at + interval;
+        tokio::time::sleep_until(on_grid(due, step, due - step)).await;
         // The lease is only known to last until the last confirmed renewal plus the lease, on
         // this process's monotonic clock; failures are retried until then and not a moment later.
         let valid_until = confirmed_at + lease - margin;
@@ -40,7 +141,7 @@ async fn watchdog(shared: Arc<Shared>, backend: Arc<dyn Backend>, mut confirmed_
                 shared.mark_lost("no renewal confirmed before the lease ended");
                 return;
             }
-            match tokio::time::timeout_at(valid_until, backend.renew(shared.spec())).await {
+            match tokio::time::timeout_at(valid_until, renewer.renew(Arc::clone(&shared))).await {
                 Ok(Ok(true)) => {
                     tracing::trace!(key = %shared.key, "distlock: renewed");
                     confirmed_at = sent_at;
@@ -60,5 +161,26 @@ async fn watchdog(shared: Arc<Shared>, backend: Arc<dyn Backend>, mut confirmed_
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::on_grid;
+    use std::time::Duration;
+    use tokio::time::Instant;
+
+    #[test]
+    fn grid_snaps_down_within_one_step() {
+        let now = Instant::now();
+        let step = Duration::from_millis(100);
+        for offset in [0u64, 7, 99, 100, 1234] {
+            let t = now + Duration::from_millis(offset);
+            let snapped = on_grid(t, step, t - step);
+            assert!(snapped <= t && t - snapped <= step, "{offset}");
+        }
+        let a = on_grid(now + Duration::from_millis(1010), step, now);
+        let b = on_grid(now + Duration::from_millis(1090), step, now);
+        assert!(a == b || b - a == step);
     }
 }

@@ -49,6 +49,21 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// `Ok(false)` means somebody else holds it, or nobody does.
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>>;
 
+    /// Renews several locks in one round trip where the backend can (the default renews them
+    /// one by one). One result per spec, in order.
+    fn renew_many<'a>(
+        &'a self,
+        specs: &'a [LockSpec<'a>],
+    ) -> BoxFuture<'a, Result<Vec<bool>, BoxError>> {
+        Box::pin(async move {
+            let mut renewed = Vec::with_capacity(specs.len());
+            for spec in specs {
+                renewed.push(self.renew(*spec).await?);
+            }
+            Ok(renewed)
+        })
+    }
+
     /// Deletes the lock if it still holds `token`, and wakes its waiters.
     /// `Ok(false)` means it was not ours any more.
     fn release<'a>(

@@ -46,6 +46,19 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0";
 
+/// Compare-token extend of many locks at once: KEYS are the locks, ARGV holds a (token, lease)
+/// pair per key. Returns 1/0 per key.
+const RENEW_MANY: &str = r"
+local out = {}
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[2 * i - 1] then
+    out[i] = redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
+  else
+    out[i] = 0
+  end
+end
+return out";
+
 /// Acquire with a fencing token: {1, token} when taken (or already ours: a retried attempt),
 /// {0, pttl} when busy.
 const ACQUIRE_FENCED: &str = r"
@@ -86,6 +99,7 @@ pub(crate) struct RedisBackend {
     subscribing: tokio::sync::Mutex<()>,
     release: Script,
     renew: Script,
+    renew_many: Script,
     acquire_fenced: Script,
     inspect: Script,
 }
@@ -114,6 +128,7 @@ impl RedisBackend {
             subscribing: tokio::sync::Mutex::new(()),
             release: Script::new(RELEASE),
             renew: Script::new(RENEW),
+            renew_many: Script::new(RENEW_MANY),
             acquire_fenced: Script::new(ACQUIRE_FENCED),
             inspect: Script::new(INSPECT),
         });
@@ -128,6 +143,7 @@ impl RedisBackend {
             for script in [
                 &backend.release,
                 &backend.renew,
+                &backend.renew_many,
                 &backend.acquire_fenced,
                 &backend.inspect,
             ] {
@@ -390,6 +406,35 @@ impl Backend for RedisBackend {
                 })
                 .await?;
             Ok(renewed == 1)
+        })
+    }
+
+    fn renew_many<'a>(
+        &'a self,
+        specs: &'a [LockSpec<'a>],
+    ) -> BoxFuture<'a, Result<Vec<bool>, BoxError>> {
+        Box::pin(async move {
+            if let [spec] = specs {
+                return Ok(vec![self.renew(*spec).await?]);
+            }
+            let renewed: Vec<i64> = self
+                .run(|mut conn, _| {
+                    let mut call = self.renew_many.prepare_invoke();
+                    for spec in specs {
+                        call.key(spec.name).arg(spec.token).arg(millis(spec.lease));
+                    }
+                    async move { call.invoke_async(&mut conn).await }
+                })
+                .await?;
+            if renewed.len() != specs.len() {
+                return Err(format!(
+                    "renewal script answered {} results for {} locks",
+                    renewed.len(),
+                    specs.len()
+                )
+                .into());
+            }
+            Ok(renewed.into_iter().map(|r| r == 1).collect())
         })
     }
 
