@@ -10,7 +10,7 @@ use tracing::Instrument;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::{Backend, LockSpec};
 use crate::error::LockError;
-use crate::guard::LockGuard;
+use crate::guard::{LockGuard, RenewMode};
 use crate::key::validate_key;
 use crate::runtime::BoxFuture;
 use crate::token::OwnerToken;
@@ -138,6 +138,7 @@ impl LockClient {
             lease: self.inner.default_lease,
             wait: self.inner.default_wait,
             renew: true,
+            inline_renewal: false,
             fencing: self.inner.fencing,
         }
     }
@@ -404,6 +405,8 @@ pub struct LockRequest {
     lease: Duration,
     wait: Option<Duration>,
     renew: bool,
+    /// Renewal is driven by the caller (`LockGuard::take_renewal`) instead of a spawned task.
+    inline_renewal: bool,
     fencing: bool,
 }
 
@@ -431,6 +434,13 @@ impl LockRequest {
     /// Without renewal the lock ends after one lease and the guard reports it lost.
     pub fn renew(mut self, renew: bool) -> Self {
         self.renew = renew;
+        self
+    }
+
+    /// The caller drives renewal with [`LockGuard::take_renewal`] (what `#[distributed_lock]`
+    /// does: it races the renewal against the body in the caller's task, no task spawned).
+    pub(crate) fn inline_renewal(mut self) -> Self {
+        self.inline_renewal = true;
         self
     }
 
@@ -516,7 +526,11 @@ impl LockRequest {
             name,
             token,
             self.lease,
-            self.renew,
+            match (self.renew, self.inline_renewal) {
+                (false, _) => RenewMode::Off,
+                (true, false) => RenewMode::Spawned,
+                (true, true) => RenewMode::Inline,
+            },
             acquired,
         )
     }

@@ -26,6 +26,24 @@ use crate::wait::Acquired;
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     held: Held,
+    inline: Option<InlineRenewal>,
+}
+
+/// How a guard's lease is kept alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RenewMode {
+    /// Not renewed: the lock ends after one lease.
+    Off,
+    /// A spawned watchdog task renews it (the manual API).
+    Spawned,
+    /// The caller polls [`LockGuard::take_renewal`] next to its work (the attribute).
+    Inline,
+}
+
+/// Renewal the caller drives itself (see [`LockGuard::take_renewal`]).
+struct InlineRenewal {
+    renewer: Arc<renew::Renewer>,
+    confirmed_at: Instant,
 }
 
 /// What a guard and its watchdog share.
@@ -78,9 +96,10 @@ impl LockGuard {
         name: String,
         token: OwnerToken,
         lease: Duration,
-        renew: bool,
+        renewal: RenewMode,
         acquired: Acquired,
     ) -> LockGuard {
+        let renew = renewal != RenewMode::Off;
         let lease_end = acquired.sent_at + lease - renew::drift(lease);
         let shared = Arc::new(Shared {
             key,
@@ -93,8 +112,12 @@ impl LockGuard {
             unrenewed_end: (!renew).then_some(lease_end),
         });
         let backend = Arc::clone(renewer.backend());
-        let watchdog = renew.then(|| {
+        let watchdog = (renewal == RenewMode::Spawned).then(|| {
             renew::spawn_watchdog(Arc::clone(&shared), Arc::clone(renewer), acquired.sent_at)
+        });
+        let inline = (renewal == RenewMode::Inline).then(|| InlineRenewal {
+            renewer: Arc::clone(renewer),
+            confirmed_at: acquired.sent_at,
         });
         LockGuard {
             held: Held {
@@ -103,12 +126,24 @@ impl LockGuard {
                 watchdog,
                 armed: true,
             },
+            inline,
         }
     }
 
     /// The lock key, without the client's prefix.
     pub fn key(&self) -> &str {
         &self.held.shared.key
+    }
+
+    /// For guards acquired with inline renewal: the renewal loop, to be polled alongside the
+    /// guarded work. It renews every lease/3 and resolves only when the lock is lost.
+    pub(crate) fn take_renewal(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
+        let inline = self.inline.take()?;
+        Some(renew::watchdog(
+            Arc::clone(&self.held.shared),
+            inline.renewer,
+            inline.confirmed_at,
+        ))
     }
 
     pub(crate) fn shared(&self) -> Arc<Shared> {

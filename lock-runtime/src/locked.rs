@@ -91,7 +91,7 @@ where
         tracing::trace!(key, "distlock: reentrant call, no acquisition");
         return scope::enter(client, std::sync::Arc::clone(&entry.lock), body).await;
     }
-    let mut request = client.lock(key).renew(options.renew);
+    let mut request = client.lock(key).renew(options.renew).inline_renewal();
     if let Some(lease) = options.lease {
         request = request.lease(lease);
     }
@@ -103,26 +103,35 @@ where
         WaitFor::Up(wait) => request.wait(wait),
         WaitFor::Forever => request.wait_forever(),
     };
-    let guard = match request.acquire().await {
+    let mut guard = match request.acquire().await {
         Ok(guard) => guard,
         Err(error) => return R::from_lock_error(error),
     };
-    let body = scope::enter(client, guard.shared(), body);
-    let output = match options.on_lost {
-        OnLost::Continue => body.await,
-        OnLost::Abort => {
-            let lost = guard.lost();
-            tokio::select! {
-                biased;
-                output = body => output,
-                () = lost => {
-                    let key = guard.key().to_owned();
-                    // The lock is gone; the release only cleans up if it somehow is not.
-                    drop(guard);
-                    return R::from_lock_error(LockError::Lost { key });
-                }
-            }
+    // Renewal runs here, in the caller's task, raced against the body: nothing is spawned, and
+    // it stops the moment the body finishes. It resolves only when the lock is lost.
+    let renewal = guard.take_renewal();
+    let lost = guard.lost();
+    let until_lost = async move {
+        match renewal {
+            Some(renewal) => renewal.await,
+            None => lost.await,
         }
+    };
+    let body = scope::enter(client, guard.shared(), body);
+    tokio::pin!(body);
+    tokio::pin!(until_lost);
+    let output = tokio::select! {
+        biased;
+        output = &mut body => output,
+        () = &mut until_lost => match options.on_lost {
+            OnLost::Continue => body.await,
+            OnLost::Abort => {
+                let key = guard.key().to_owned();
+                // The lock is gone; the release only cleans up if it somehow is not.
+                drop(guard);
+                return R::from_lock_error(LockError::Lost { key });
+            }
+        },
     };
     let key = guard.key().to_owned();
     if let Err(error) = guard.release().await {

@@ -122,7 +122,12 @@ pub(crate) fn spawn_watchdog(
     tokio::spawn(watchdog(shared, renewer, confirmed_at)).abort_handle()
 }
 
-async fn watchdog(shared: Arc<Shared>, renewer: Arc<Renewer>, mut confirmed_at: Instant) {
+/// Renews every lease/3 until the lock is lost (then returns) — forever otherwise.
+pub(crate) async fn watchdog(
+    shared: Arc<Shared>,
+    renewer: Arc<Renewer>,
+    mut confirmed_at: Instant,
+) {
     let lease = shared.lease;
     let interval = lease / 3;
     let margin = drift(lease);
