@@ -467,21 +467,19 @@ impl LockRequest {
             waited: started.elapsed(),
         };
         let token = OwnerToken::generate();
-        let name = format!("{}{}", inner.prefix, self.key);
+        let mut name = String::with_capacity(inner.prefix.len() + self.key.len());
+        name.push_str(&inner.prefix);
+        name.push_str(&self.key);
         let spec = LockSpec {
             name: &name,
             token: token.as_str(),
             lease: self.lease,
             fencing: self.fencing,
         };
-        let span = tracing::debug_span!("distlock.acquire", key = %self.key, backend = inner.backend.kind());
         // Fast path: when no task of this client waits for the key, try once straight away
         // (one round trip for a free lock) without touching the queue.
         if !inner.has_local_waiters(&self.key) {
-            match wait::acquire(&inner.backend, spec, &self.key, Some(Duration::ZERO))
-                .instrument(span.clone())
-                .await
-            {
+            match wait::acquire(&inner.backend, spec, &self.key, Some(Duration::ZERO)).await {
                 Ok(acquired) => {
                     return Ok(self.guard(name, token, acquired));
                 }
@@ -506,6 +504,7 @@ impl LockRequest {
             None => gate.lock_owned().await,
         };
         let remaining = self.wait.map(|wait| wait.saturating_sub(started.elapsed()));
+        let span = tracing::debug_span!("distlock.acquire", key = %self.key, backend = inner.backend.kind());
         let mut acquired = match wait::acquire(&inner.backend, spec, &self.key, remaining)
             .instrument(span)
             .await

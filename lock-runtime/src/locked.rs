@@ -110,11 +110,12 @@ where
     // Renewal runs here, in the caller's task, raced against the body: nothing is spawned, and
     // it stops the moment the body finishes. It resolves only when the lock is lost.
     let renewal = guard.take_renewal();
-    let lost = guard.lost();
+    let lost = renewal.is_none().then(|| guard.lost());
     let until_lost = async move {
-        match renewal {
-            Some(renewal) => renewal.await,
-            None => lost.await,
+        match (renewal, lost) {
+            (Some(renewal), _) => renewal.await,
+            (None, Some(lost)) => lost.await,
+            (None, None) => std::future::pending().await,
         }
     };
     let body = scope::enter(client, guard.shared(), body);

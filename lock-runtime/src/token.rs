@@ -9,7 +9,7 @@ use std::fmt;
 /// system's CSPRNG once, then hashes a per-thread counter: tokens never repeat, and cannot be
 /// predicted without the keys — without a system call per acquisition.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub(crate) struct OwnerToken(String);
+pub(crate) struct OwnerToken([u8; 32]);
 
 impl OwnerToken {
     pub(crate) fn generate() -> OwnerToken {
@@ -38,23 +38,25 @@ impl OwnerToken {
         let mut bytes = [0u8; 16];
         bytes[..8].copy_from_slice(&high.to_be_bytes());
         bytes[8..].copy_from_slice(&low.to_be_bytes());
-        let mut hex = String::with_capacity(32);
-        for byte in bytes {
-            hex.push(char::from_digit(u32::from(byte >> 4), 16).unwrap_or('0'));
-            hex.push(char::from_digit(u32::from(byte & 0xf), 16).unwrap_or('0'));
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = [0u8; 32];
+        for (i, byte) in bytes.into_iter().enumerate() {
+            hex[2 * i] = HEX[usize::from(byte >> 4)];
+            hex[2 * i + 1] = HEX[usize::from(byte & 0xf)];
         }
         OwnerToken(hex)
     }
 
     pub(crate) fn as_str(&self) -> &str {
-        &self.0
+        // Only ASCII hex digits are ever stored.
+        std::str::from_utf8(&self.0).unwrap_or_default()
     }
 }
 
 impl fmt::Debug for OwnerToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // Show a prefix only: enough to correlate logs, not enough to forge a release.
-        write!(f, "OwnerToken({}…)", &self.0[..8])
+        write!(f, "OwnerToken({}…)", &self.as_str()[..8])
     }
 }
 
