@@ -244,7 +244,7 @@ async fn main() -> Result<(), Error> {
     let window = Duration::from_millis(1_500);
     let (mut ours_rate, mut raw_rate, mut rate_ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut ours_cpu, mut raw_cpu) = (Vec::new(), Vec::new());
-    for round in 0..3u64 {
+    for round in 0..5u64 {
         let run_ours = async {
             let done = Arc::new(AtomicU64::new(0));
             let stop = Arc::new(AtomicBool::new(false));
@@ -341,7 +341,7 @@ async fn main() -> Result<(), Error> {
         format!("{b:.0}/s"),
         format!("{r:.3}×"),
     );
-    let (oc, rc) = (ours_cpu[1], raw_cpu[1]);
+    let (oc, rc) = (ours_cpu[2], raw_cpu[2]);
     report.row(
         "   CPU µs per call: client / redis-server",
         format!("{:.1} / {:.1} µs", oc.0, oc.1),
