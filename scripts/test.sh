@@ -41,6 +41,8 @@ echo "==> cargo fmt --check"
 cargo fmt --all --check
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+echo "==> cargo doc (warnings are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
 echo "==> cargo test (all features: memory, redis, rediss)"
 cargo test --workspace --all-features
 echo "==> cargo test (default features: what \`rediss://\` says without \`tls\`)"

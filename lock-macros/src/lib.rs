@@ -4,8 +4,8 @@
 //! on the runtime: the code it generates names `::distlock::__private::…` (or the path given
 //! with `crate = "…"`).
 //!
-//! Passes, one module each: [`attr`] parses the arguments, [`key`] parses the key template,
-//! [`valid`] checks both against the function, [`expand`] generates the code. Errors are
+//! Passes, one module each: `attr` parses the arguments, `key` parses the key template,
+//! `valid` checks both against the function, `expand` generates the code. Errors are
 //! collected, not returned at the first one, and emitted next to the unchanged function, so the
 //! user sees every mistake at once and no follow-on errors.
 
@@ -22,7 +22,7 @@ use proc_macro::TokenStream;
 ///
 /// ```ignore
 /// #[distributed_lock(key = "order:<id>", lease = "10s", wait = "2s")]
-/// async fn next_order_id(id: u64) -> Result<u64, LockError> { … }
+/// async fn next_order_id(id: u64) -> Result<u64, LockError> { Ok(id + 1) }
 /// ```
 ///
 /// Arguments: `key` (required template: `<param>`, `<param.field>`, `<self.field>`, `<<`/`>>`
