@@ -27,20 +27,10 @@ async fn a_call_is_two_round_trips_and_a_nested_call_adds_none() {
     let server = RedisServer::start();
     distlock::init(LockClient::connect(&server.url()).await.unwrap()).unwrap();
     let total = || async {
-        let mut conn = server.connection().await;
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        let calls = |name: &str| -> u64 {
-            info.lines()
-                .find_map(|l| l.strip_prefix(&format!("cmdstat_{name}:calls=")))
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(0)
-        };
-        (calls("set"), calls("evalsha"))
+        (
+            server.command_calls("set").await,
+            server.command_calls("evalsha").await,
+        )
     };
 
     server.reset_stats().await;

@@ -147,10 +147,6 @@ async fn server_cpu(server: &RedisServer) -> Duration {
     Duration::from_secs_f64(field("used_cpu_user:") + field("used_cpu_sys:"))
 }
 
-async fn commandstat(server: &RedisServer, command: &str) -> u64 {
-    server.command_calls(command).await
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Error> {
     let server = RedisServer::start();
@@ -196,34 +192,28 @@ async fn main() -> Result<(), Error> {
                 Ok::<_, Error>(t.elapsed().as_secs_f64() * 1e6 / per_round as f64)
             }
         };
-        let (a, b);
-        if round % 2 == 0 {
-            a = measure_ours().await?;
+        let mut measure_raw = async || {
             let t = Instant::now();
             for i in 0..per_round {
+                let key = format!("raw:{round}:{i}");
                 raw_pair(
                     &mut raw,
                     &release,
-                    &format!("raw:{round}:{i}"),
+                    &key,
                     "t0123456789abcdef0123456789abcdef",
                 )
                 .await?;
             }
-            b = t.elapsed().as_secs_f64() * 1e6 / per_round as f64;
+            Ok::<_, Error>(t.elapsed().as_secs_f64() * 1e6 / per_round as f64)
+        };
+        // Alternate which goes first, so drift within a round favours neither.
+        let (a, b) = if round % 2 == 0 {
+            let a = measure_ours().await?;
+            (a, measure_raw().await?)
         } else {
-            let t = Instant::now();
-            for i in 0..per_round {
-                raw_pair(
-                    &mut raw,
-                    &release,
-                    &format!("raw:{round}:{i}"),
-                    "t0123456789abcdef0123456789abcdef",
-                )
-                .await?;
-            }
-            b = t.elapsed().as_secs_f64() * 1e6 / per_round as f64;
-            a = measure_ours().await?;
-        }
+            let b = measure_raw().await?;
+            (measure_ours().await?, b)
+        };
         ours.push(a);
         floor.push(b);
         ratios.push(a / b);
@@ -404,9 +394,9 @@ async fn main() -> Result<(), Error> {
 
     // 5. Reentrant call vs plain call (before 4, which loads the machine for 10 s).
     let n = 200_000;
-    let before = commandstat(&server, "set").await + commandstat(&server, "evalsha").await;
+    let before = server.command_calls("set").await + server.command_calls("evalsha").await;
     let (nested, plain) = reentrant_outer(n).await?;
-    let after = commandstat(&server, "set").await + commandstat(&server, "evalsha").await;
+    let after = server.command_calls("set").await + server.command_calls("evalsha").await;
     let (nested_ns, plain_ns) = (
         nested.as_secs_f64() * 1e9 / n as f64,
         plain.as_secs_f64() * 1e9 / n as f64,
@@ -463,7 +453,7 @@ async fn main() -> Result<(), Error> {
     let held_for = Duration::from_secs(10);
     tokio::time::sleep(held_for).await;
     let cpu = cpu_time() - cpu_before;
-    let renew_commands = commandstat(&server, "evalsha").await;
+    let renew_commands = server.command_calls("evalsha").await;
     let lost = guards.iter().filter(|g| g.is_lost()).count();
     let per_s = renew_commands as f64 / held_for.as_secs_f64();
     let ideal = 10_000.0 / 1.0; // one renewal per lock per lease/3 = 1 s

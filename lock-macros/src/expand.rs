@@ -163,11 +163,16 @@ fn member(field: &str, span: Span) -> TokenStream {
     }
 }
 
+/// Whether the type contains `impl Trait` anywhere (it cannot be named in a turbofish).
 fn mentions_impl_trait(ty: &Type) -> bool {
-    ty.to_token_stream()
-        .into_iter()
-        .any(|t| matches!(&t, proc_macro2::TokenTree::Ident(i) if i == "impl"))
-        || ty.to_token_stream().to_string().contains("impl ")
+    fn walk(tokens: TokenStream) -> bool {
+        tokens.into_iter().any(|token| match token {
+            proc_macro2::TokenTree::Ident(ident) => ident == "impl",
+            proc_macro2::TokenTree::Group(group) => walk(group.stream()),
+            _ => false,
+        })
+    }
+    walk(ty.to_token_stream())
 }
 
 fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {

@@ -134,11 +134,10 @@ where
             }
         },
     };
-    let key = guard.key().to_owned();
     if let Err(error) = guard.release().await {
         // The body has finished and its effects are done: return its result rather than an
-        // error a caller might retry; say what happened.
-        tracing::warn!(key, %error, "distlock: the lock was not held to the end of the body");
+        // error a caller might retry; say what happened (the error names the key).
+        tracing::warn!(%error, "distlock: the lock was not held to the end of the body");
     }
     output
 }

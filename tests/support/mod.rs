@@ -38,7 +38,7 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments (`["--requirepass", "pw"]`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        RedisServer::start_inner(extra, None)
+        RedisServer::start_inner(extra, None, false)
     }
 
     /// Starts a server that speaks TLS only, with a fresh self-signed certificate for
@@ -71,16 +71,20 @@ impl RedisServer {
                  `{TEST_COMMAND}`, which installs it"
             ),
         }
-        RedisServer::start_inner(&[], Some(dir))
+        RedisServer::start_inner(&[], Some(dir), false)
     }
 
-    fn start_inner(extra: &[&str], tls: Option<std::path::PathBuf>) -> RedisServer {
+    /// Starts a server, trying a few free ports (one can be taken between picking and binding).
+    fn start_inner(
+        extra: &[&str],
+        tls: Option<std::path::PathBuf>,
+        dies_with_process: bool,
+    ) -> RedisServer {
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let password = extra
             .iter()
             .position(|a| a == "--requirepass")
             .and_then(|i| extra.get(i + 1).cloned());
-        // A port can be taken between picking and binding; try a few.
         let mut last_error = String::new();
         for _ in 0..5 {
             let mut server = RedisServer {
@@ -88,7 +92,7 @@ impl RedisServer {
                 password: password.clone(),
                 extra: extra.clone(),
                 tls: tls.clone(),
-                dies_with_process: false,
+                dies_with_process,
                 child: None,
             };
             match server.spawn() {
@@ -192,33 +196,17 @@ impl RedisServer {
             std::thread::Builder::new()
                 .name("shared-redis-server".into())
                 .spawn(move || {
-                    let mut server = RedisServer {
-                        port: 0,
-                        password: None,
-                        extra: Vec::new(),
-                        tls: None,
-                        dies_with_process: true,
-                        child: None,
-                    };
-                    let mut started = Err(String::new());
-                    for _ in 0..5 {
-                        server.port = free_port();
-                        // A missing binary panics with the README's test command: pass that
-                        // message on to the test instead of dying on this thread.
-                        started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            server.spawn()
-                        }))
-                        .unwrap_or_else(|panic| {
-                            Err(panic
-                                .downcast_ref::<String>()
-                                .cloned()
-                                .unwrap_or_else(|| "redis-server failed to start".into()))
-                        });
-                        if started.is_ok() {
-                            break;
-                        }
-                    }
-                    let _ = tx.send(started.map(|()| server));
+                    // A missing binary panics with the README's test command: pass that
+                    // message on to the test instead of dying on this thread.
+                    let started =
+                        std::panic::catch_unwind(|| RedisServer::start_inner(&[], None, true))
+                            .map_err(|panic| {
+                                panic
+                                    .downcast_ref::<String>()
+                                    .cloned()
+                                    .unwrap_or_else(|| "redis-server failed to start".into())
+                            });
+                    let _ = tx.send(started);
                     loop {
                         std::thread::park();
                     }
