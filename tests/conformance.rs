@@ -1,5 +1,6 @@
 //! The conformance suite: every behaviour a backend must have, written once and run against
-//! every backend (`memory://` and a real `redis-server` today). A new backend adds a
+//! every backend (`memory://`, one `redis-server`, Redlock over three independent servers, and a
+//! three-master Redis Cluster). A new backend adds a
 //! [`Fixture`] and one line to the `conformance!` invocation at the bottom.
 
 mod support;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError};
 use support::eventually;
-use support::fixture::{Fixture, MemoryFixture, RedisFixture};
+use support::fixture::{ClusterFixture, Fixture, MemoryFixture, RedisFixture, RedlockFixture};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -434,7 +435,25 @@ pub async fn timeout_reports_how_long_it_waited(fixture: &impl Fixture) {
 }
 
 /// Fencing tokens strictly increase across successive holders, clients and contention.
+/// A backend that cannot keep tokens monotonic (Redlock) refuses, at build and per request,
+/// with an error that says why.
 pub async fn fencing_tokens_increase(fixture: &impl Fixture) {
+    if !fixture.fencing() {
+        let refused = fixture.builder().fencing(true).build().await.unwrap_err();
+        assert!(refused.to_string().contains("monotonic"), "{refused}");
+        let client = fixture.client().await;
+        let refused = client
+            .lock("fenced")
+            .fencing(true)
+            .acquire()
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("fencing"), "{refused}");
+        assert_eq!(fixture.holder("lock:fenced").await, None, "nothing taken");
+        let plain = client.lock("fenced").acquire().await.unwrap();
+        assert_eq!(plain.fencing_token(), None);
+        return;
+    }
     let a = fixture.builder().fencing(true).build().await.unwrap();
     let b = fixture.client().await;
     let last = Arc::new(AtomicU64::new(0));
@@ -527,4 +546,6 @@ macro_rules! suite {
 suite! {
     memory => MemoryFixture::new(),
     redis => RedisFixture::new(),
+    redlock => RedlockFixture::new(3),
+    cluster => ClusterFixture::new(),
 }

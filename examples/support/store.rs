@@ -1,7 +1,9 @@
 #![allow(dead_code)] // each example uses part of this module
 //! Shared storage for the examples: named integers that every worker reads and writes in two
 //! separate steps (so, without the lock, updates would be lost). In one process it is a map;
-//! with Redis it is Redis keys, so workers can be separate processes.
+//! with Redis it is Redis keys, so workers can be separate processes. With `redlock://` the data
+//! lives on the first node (the lock is across all of them); with `redis+cluster://` in the
+//! cluster.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,7 +16,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub enum Store {
     Memory(Arc<Mutex<HashMap<String, u64>>>),
     Redis {
-        conn: redis::aio::MultiplexedConnection,
+        conn: Conn,
         /// Prefix of this run's keys, so runs never see each other's data.
         namespace: String,
     },
@@ -26,9 +28,31 @@ impl Store {
         if url.starts_with("memory://") {
             return Ok(Store::Memory(Arc::default()));
         }
-        let conn = redis::Client::open(url)?
-            .get_multiplexed_async_connection()
-            .await?;
+        let conn = match url.split_once("://") {
+            Some(("redis+cluster", nodes)) => Conn::Cluster(
+                redis::cluster::ClusterClient::new(
+                    nodes
+                        .split(',')
+                        .map(|n| format!("redis://{n}"))
+                        .collect::<Vec<_>>(),
+                )?
+                .get_async_connection()
+                .await?,
+            ),
+            Some(("redlock", nodes)) => {
+                let first = nodes.split(',').next().unwrap_or_default();
+                Conn::Single(
+                    redis::Client::open(format!("redis://{first}"))?
+                        .get_multiplexed_async_connection()
+                        .await?,
+                )
+            }
+            _ => Conn::Single(
+                redis::Client::open(url)?
+                    .get_multiplexed_async_connection()
+                    .await?,
+            ),
+        };
         Ok(Store::Redis {
             conn,
             namespace: namespace.to_owned(),
@@ -39,10 +63,8 @@ impl Store {
         Ok(match self {
             Store::Memory(map) => map.lock().await.get(name).copied().unwrap_or(0),
             Store::Redis { conn, namespace } => {
-                let mut conn = conn.clone();
-                let value: Option<u64> = redis::cmd("GET")
-                    .arg(format!("{namespace}:{name}"))
-                    .query_async(&mut conn)
+                let value: Option<u64> = conn
+                    .query(redis::cmd("GET").arg(format!("{namespace}:{name}")))
                     .await?;
                 value.unwrap_or(0)
             }
@@ -55,11 +77,12 @@ impl Store {
                 map.lock().await.insert(name.to_owned(), value);
             }
             Store::Redis { conn, namespace } => {
-                let mut conn = conn.clone();
-                let () = redis::cmd("SET")
-                    .arg(format!("{namespace}:{name}"))
-                    .arg(value)
-                    .query_async(&mut conn)
+                let () = conn
+                    .query(
+                        redis::cmd("SET")
+                            .arg(format!("{namespace}:{name}"))
+                            .arg(value),
+                    )
                     .await?;
             }
         }
@@ -69,15 +92,29 @@ impl Store {
     /// Deletes this run's keys (Redis); nothing to do in memory.
     pub async fn clear(&self, names: &[&str]) -> Result<(), BoxError> {
         if let Store::Redis { conn, namespace } = self {
-            let mut conn = conn.clone();
             for name in names {
-                let _: i64 = redis::cmd("DEL")
-                    .arg(format!("{namespace}:{name}"))
-                    .query_async(&mut conn)
+                let _: i64 = conn
+                    .query(redis::cmd("DEL").arg(format!("{namespace}:{name}")))
                     .await?;
             }
         }
         Ok(())
+    }
+}
+
+/// A connection to one Redis server or to a Redis Cluster.
+#[derive(Clone)]
+pub enum Conn {
+    Single(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl Conn {
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        match self.clone() {
+            Conn::Single(mut conn) => cmd.query_async(&mut conn).await,
+            Conn::Cluster(mut conn) => cmd.query_async(&mut conn).await,
+        }
     }
 }
 

@@ -47,6 +47,8 @@ struct ClientInner {
     gates: std::sync::Mutex<Gates>,
     url: String,
     prefix: String,
+    /// Wrap names in a hash tag (Redis Cluster).
+    hash_tags: bool,
     default_lease: Duration,
     default_wait: Option<Duration>,
     fencing: bool,
@@ -98,6 +100,8 @@ impl LockClient {
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
     /// Bound on one command's reply.
     pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+    /// Redlock: bound on each node's answer; a slower node is counted as down for that call.
+    pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
     /// The shortest lease accepted: renewal runs every lease/3 and needs room for a round trip.
     pub const MIN_LEASE: Duration = Duration::from_millis(10);
 
@@ -108,6 +112,8 @@ impl LockClient {
     /// | `memory://` or `memory://name` | in this process only (tests, demos, single-process apps) |
     /// | `redis://[:password@]host:port[/db]` | one Redis server |
     /// | `rediss://…` | Redis over TLS (needs the `tls` feature) |
+    /// | `redlock://[:password@]h1:p1,h2:p2,h3:p3[,…]` | Redlock across independent Redis masters (no fencing) |
+    /// | `redis+cluster://[:password@]h1:p1,h2:p2,…` | a Redis Cluster (any reachable nodes as seeds) |
     ///
     /// Connecting checks that the server answers and accepts the credentials, bounded by the
     /// connect timeout, so a wrong URL fails here and not at the first lock.
@@ -126,6 +132,7 @@ impl LockClient {
             fencing: false,
             connect_timeout: LockClient::DEFAULT_CONNECT_TIMEOUT,
             response_timeout: LockClient::DEFAULT_RESPONSE_TIMEOUT,
+            node_timeout: LockClient::DEFAULT_NODE_TIMEOUT,
         }
     }
 
@@ -215,6 +222,7 @@ pub struct LockClientBuilder {
     fencing: bool,
     connect_timeout: Duration,
     response_timeout: Duration,
+    node_timeout: Duration,
 }
 
 impl LockClientBuilder {
@@ -269,12 +277,24 @@ impl LockClientBuilder {
         self
     }
 
+    /// Redlock (`redlock://`): how long each node may take to answer one command (default
+    /// 50 ms). A node slower than this is counted as down for that call, so one slow node does
+    /// not slow every lock; keep it well below the lease (the time spent voting is taken from
+    /// the lease's validity).
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
     /// Validates the settings and connects.
     pub async fn build(self) -> Result<LockClient, LockError> {
         check_lease(self.default_lease, None)?;
-        if self.connect_timeout.is_zero() || self.response_timeout.is_zero() {
+        if self.connect_timeout.is_zero()
+            || self.response_timeout.is_zero()
+            || self.node_timeout.is_zero()
+        {
             return Err(LockError::Config(
-                "connect and response timeouts must be longer than zero".into(),
+                "connect, response and node timeouts must be longer than zero".into(),
             ));
         }
         if self.prefix.starts_with(&self.fencing_prefix)
@@ -296,17 +316,19 @@ impl LockClientBuilder {
         };
         let backend: Arc<dyn Backend> = match scheme {
             "memory" => MemoryBackend::named(rest.trim_end_matches('/')),
-            "redis" | "rediss" | "redis+unix" | "unix" => self.connect_redis(scheme, url).await?,
-            "redis+cluster" | "redlock" | "postgres" | "postgresql" | "mysql" | "zk" | "etcd" => {
+            "redis" | "rediss" | "redis+unix" | "unix" | "redlock" | "redis+cluster" => {
+                self.connect_redis(scheme, url).await?
+            }
+            "postgres" | "postgresql" | "mysql" | "zk" | "etcd" => {
                 return Err(LockError::Config(format!(
                     "the `{scheme}://` backend is not available in this version of distlock; \
-                     use `redis://` or `memory://`"
+                     use `redis://`, `redlock://`, `redis+cluster://` or `memory://`"
                 )));
             }
             _ => {
                 return Err(LockError::Config(format!(
                     "unknown lock backend scheme `{scheme}://` in `{}`: supported are \
-                     `memory://` and `redis://` / `rediss://`",
+                     `memory://`, `redis://` / `rediss://`, `redlock://` and `redis+cluster://`",
                     redact(url)
                 )));
             }
@@ -314,6 +336,7 @@ impl LockClientBuilder {
         Ok(LockClient {
             inner: Arc::new(ClientInner {
                 renewer: crate::renew::Renewer::new(Arc::clone(&backend)),
+                hash_tags: backend.hash_tags(),
                 backend,
                 gates: Default::default(),
                 url: redact(url),
@@ -338,9 +361,40 @@ impl LockClientBuilder {
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
             fence_prefix: self.fencing_prefix.clone(),
+            retries: crate::backend::redis::RETRIES,
         };
-        let backend = crate::backend::redis::RedisBackend::connect(url, settings).await?;
-        Ok(backend)
+        match scheme {
+            "redlock" => {
+                if self.fencing {
+                    return Err(LockError::Config(
+                        crate::backend::redlock::NO_FENCING.to_owned(),
+                    ));
+                }
+                Ok(crate::backend::redlock::RedlockBackend::connect(
+                    url,
+                    settings,
+                    self.node_timeout,
+                )
+                .await?)
+            }
+            "redis+cluster" => {
+                if self.prefix.contains('{') || self.fencing_prefix.contains('{') {
+                    return Err(LockError::Config(format!(
+                        "in a Redis Cluster the lock and fencing prefixes may not contain `{{` \
+                         (distlock puts each lock in a hash tag of its own): got {:?} and {:?}",
+                        self.prefix, self.fencing_prefix
+                    )));
+                }
+                let nodes = crate::backend::redis::node_urls(url).map_err(LockError::Config)?;
+                Ok(crate::backend::redis::RedisBackend::connect_cluster(
+                    &nodes,
+                    redact(url),
+                    settings,
+                )
+                .await?)
+            }
+            _ => Ok(crate::backend::redis::RedisBackend::connect(url, settings).await?),
+        }
     }
 
     #[cfg(not(feature = "redis"))]
@@ -366,6 +420,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("fencing", &self.fencing)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("node_timeout", &self.node_timeout)
             .finish()
     }
 }
@@ -467,9 +522,17 @@ impl LockRequest {
             waited: started.elapsed(),
         };
         let token = OwnerToken::generate();
-        let mut name = String::with_capacity(inner.prefix.len() + self.key.len());
-        name.push_str(&inner.prefix);
-        name.push_str(&self.key);
+        let mut name = String::with_capacity(inner.prefix.len() + self.key.len() + 2);
+        if inner.hash_tags {
+            // Redis Cluster: `{lock:K}`, so the lock and its fencing counter share a slot.
+            name.push('{');
+            name.push_str(&inner.prefix);
+            name.push_str(&self.key);
+            name.push('}');
+        } else {
+            name.push_str(&inner.prefix);
+            name.push_str(&self.key);
+        }
         let spec = LockSpec {
             name: &name,
             token: token.as_str(),

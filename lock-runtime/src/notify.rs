@@ -7,6 +7,7 @@
 //! waiter); entries live only while someone waits on the key.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
@@ -59,12 +60,15 @@ impl ReleaseHub {
             on_first();
         }
         ReleaseSubscription {
-            rx,
-            closed: false,
-            _registration: Registration {
-                hub: Arc::clone(self),
-                key: key.to_owned(),
+            first: Channel {
+                rx,
+                closed: false,
+                _registration: Registration {
+                    hub: Arc::clone(self),
+                    key: key.to_owned(),
+                },
             },
+            more: Vec::new(),
         }
     }
 
@@ -107,18 +111,22 @@ impl Drop for Registration {
     }
 }
 
-/// A waiter's handle on release notifications for one key.
+/// A waiter's handle on release notifications for one key: from one hub, or from several
+/// (one per Redlock node) merged, where any of them wakes the waiter.
 pub struct ReleaseSubscription {
+    first: Channel,
+    more: Vec<Channel>,
+}
+
+struct Channel {
     rx: watch::Receiver<u64>,
     closed: bool,
     /// Deregisters the waiter when the subscription is dropped.
     _registration: Registration,
 }
 
-impl ReleaseSubscription {
-    /// Resolves when the key has been released since the subscription was made or since the
-    /// last call returned. Once the subscription is closed it never resolves again.
-    pub(crate) async fn released(&mut self) {
+impl Channel {
+    async fn released(&mut self) {
         if self.closed {
             return std::future::pending().await;
         }
@@ -127,9 +135,50 @@ impl ReleaseSubscription {
         }
     }
 
-    /// `true` when the notification stream behind this subscription is gone.
-    pub(crate) fn is_closed(&self) -> bool {
+    fn is_closed(&self) -> bool {
         self.closed || self.rx.has_changed().is_err()
+    }
+}
+
+impl ReleaseSubscription {
+    /// One subscription that wakes on a release seen by any of `subscriptions`; `None` when
+    /// there are none.
+    pub(crate) fn merge(subscriptions: Vec<ReleaseSubscription>) -> Option<ReleaseSubscription> {
+        let mut channels = subscriptions
+            .into_iter()
+            .flat_map(|s| std::iter::once(s.first).chain(s.more));
+        let first = channels.next()?;
+        Some(ReleaseSubscription {
+            first,
+            more: channels.collect(),
+        })
+    }
+
+    /// Resolves when the key has been released since the subscription was made or since the
+    /// last call returned. Once the subscription is closed it never resolves again.
+    pub(crate) async fn released(&mut self) {
+        if self.more.is_empty() {
+            return self.first.released().await;
+        }
+        let mut waits: Vec<_> = std::iter::once(&mut self.first)
+            .chain(self.more.iter_mut())
+            .map(|channel| Box::pin(channel.released()))
+            .collect();
+        std::future::poll_fn(|cx| {
+            for wait in &mut waits {
+                if wait.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(());
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+
+    /// `true` when a notification stream behind this subscription is gone (the waiter then
+    /// resubscribes, so a node that comes back is listened to again).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.first.is_closed() || self.more.iter().any(Channel::is_closed)
     }
 }
 
@@ -170,6 +219,28 @@ mod tests {
         drop(b);
         assert_eq!(hub.len(), 0);
         assert_eq!(idle.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_merged_subscription_wakes_on_any_hub() {
+        let (a, b) = (ReleaseHub::new(None), ReleaseHub::new(None));
+        let mut merged =
+            ReleaseSubscription::merge(vec![a.subscribe("k", || {}), b.subscribe("k", || {})])
+                .expect("two subscriptions");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(20), merged.released())
+                .await
+                .is_err(),
+            "nothing released yet"
+        );
+        b.notify("k");
+        tokio::time::timeout(Duration::from_secs(1), merged.released())
+            .await
+            .expect("a release on the second hub wakes the waiter");
+        assert!(!merged.is_closed());
+        a.close();
+        assert!(merged.is_closed(), "one stream gone: resubscribe");
+        assert!(ReleaseSubscription::merge(Vec::new()).is_none());
     }
 
     #[tokio::test]

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use distlock::{LockClient, LockClientBuilder};
 
+use super::cluster::RedisCluster;
 use super::{RedisServer, unique};
 
 /// A backend the conformance suite runs against.
@@ -21,6 +22,12 @@ pub trait Fixture {
     /// A client with default settings.
     async fn client(&self) -> LockClient {
         self.builder().build().await.expect("client connects")
+    }
+
+    /// Whether the backend hands out fencing tokens (Redlock refuses: it cannot keep them
+    /// monotonic).
+    fn fencing(&self) -> bool {
+        true
     }
 
     /// The owner token stored under backend key `name` (prefix included), if any.
@@ -104,7 +111,17 @@ impl Fixture for RedisFixture {
     }
 
     async fn delete(&self, name: &str) {
-        let mut conn = self.server.connection().await;
+        RedisFixture::delete_on(&self.server, name).await;
+    }
+
+    async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
+        RedisFixture::overwrite_on(&self.server, name, token, ttl).await;
+    }
+}
+
+impl RedisFixture {
+    async fn delete_on(server: &RedisServer, name: &str) {
+        let mut conn = server.connection().await;
         let _: i64 = redis::cmd("DEL")
             .arg(name)
             .query_async(&mut conn)
@@ -112,10 +129,153 @@ impl Fixture for RedisFixture {
             .expect("DEL");
     }
 
-    async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
-        let mut conn = self.server.connection().await;
+    async fn overwrite_on(server: &RedisServer, name: &str, token: &str, ttl: Duration) {
+        let mut conn = server.connection().await;
         let _: () = redis::cmd("SET")
             .arg(name)
+            .arg(token)
+            .arg("PX")
+            .arg(ttl.as_millis() as u64)
+            .query_async(&mut conn)
+            .await
+            .expect("SET");
+    }
+}
+
+/// `redlock://` over independent `redis-server`s of this test's own. What it "holds" is what a
+/// majority of the nodes hold; tampering applies to every node.
+pub struct RedlockFixture {
+    pub servers: Vec<RedisServer>,
+}
+
+impl RedlockFixture {
+    pub fn new(nodes: usize) -> RedlockFixture {
+        RedlockFixture {
+            servers: (0..nodes).map(|_| RedisServer::start()).collect(),
+        }
+    }
+
+    /// `redlock://127.0.0.1:p1,127.0.0.1:p2,…`
+    pub fn url_of(servers: &[RedisServer]) -> String {
+        let nodes: Vec<String> = servers
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect();
+        format!("redlock://{}", nodes.join(","))
+    }
+
+    /// The value at `name` on every running node (`None` for a node that is down).
+    pub async fn values(&self, name: &str) -> Vec<Option<String>> {
+        let mut values = Vec::new();
+        for server in &self.servers {
+            values.push(if server.is_running() {
+                server.get(name).await
+            } else {
+                None
+            });
+        }
+        values
+    }
+}
+
+impl Fixture for RedlockFixture {
+    fn url(&self) -> String {
+        RedlockFixture::url_of(&self.servers)
+    }
+
+    fn fencing(&self) -> bool {
+        false
+    }
+
+    async fn holder(&self, name: &str) -> Option<String> {
+        let values = self.values(name).await;
+        let majority = self.servers.len() / 2 + 1;
+        values
+            .iter()
+            .flatten()
+            .find(|v| values.iter().filter(|w| w.as_ref() == Some(*v)).count() >= majority)
+            .cloned()
+    }
+
+    async fn ttl(&self, name: &str) -> Option<Duration> {
+        let holder = self.holder(name).await?;
+        let mut shortest: Option<Duration> = None;
+        for server in &self.servers {
+            if server.get(name).await.as_deref() == Some(holder.as_str()) {
+                let mut conn = server.connection().await;
+                let pttl: i64 = redis::cmd("PTTL")
+                    .arg(name)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("PTTL");
+                if pttl >= 0 {
+                    let ttl = Duration::from_millis(pttl as u64);
+                    shortest = Some(shortest.map_or(ttl, |s| s.min(ttl)));
+                }
+            }
+        }
+        shortest
+    }
+
+    async fn delete(&self, name: &str) {
+        for server in &self.servers {
+            RedisFixture::delete_on(server, name).await;
+        }
+    }
+
+    async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
+        for server in &self.servers {
+            RedisFixture::overwrite_on(server, name, token, ttl).await;
+        }
+    }
+}
+
+/// `redis+cluster://` over a three-master Redis Cluster of this test's own. Lock names are
+/// hash-tagged in a cluster: `lock:K` is stored as `{lock:K}`.
+pub struct ClusterFixture {
+    pub cluster: RedisCluster,
+}
+
+impl ClusterFixture {
+    pub fn new() -> ClusterFixture {
+        ClusterFixture {
+            cluster: RedisCluster::start(3, 0),
+        }
+    }
+}
+
+impl Fixture for ClusterFixture {
+    fn url(&self) -> String {
+        self.cluster.url()
+    }
+
+    async fn holder(&self, name: &str) -> Option<String> {
+        self.cluster.get(&format!("{{{name}}}")).await
+    }
+
+    async fn ttl(&self, name: &str) -> Option<Duration> {
+        let mut conn = self.cluster.connection().await;
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(format!("{{{name}}}"))
+            .query_async(&mut conn)
+            .await
+            .expect("PTTL");
+        (pttl >= 0).then(|| Duration::from_millis(pttl as u64))
+    }
+
+    async fn delete(&self, name: &str) {
+        let mut conn = self.cluster.connection().await;
+        let _: i64 = redis::cmd("DEL")
+            .arg(format!("{{{name}}}"))
+            .query_async(&mut conn)
+            .await
+            .expect("DEL");
+    }
+
+    async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
+        let mut conn = self.cluster.connection().await;
+        let _: () = redis::cmd("SET")
+            .arg(format!("{{{name}}}"))
             .arg(token)
             .arg("PX")
             .arg(ttl.as_millis() as u64)

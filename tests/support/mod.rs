@@ -5,7 +5,9 @@
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod cluster;
 pub mod fixture;
+pub mod proxy;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -27,6 +29,8 @@ pub struct RedisServer {
     extra: Vec<String>,
     /// With TLS: the directory holding the self-signed certificate and key.
     tls: Option<std::path::PathBuf>,
+    /// A data directory of this server's own, removed when it is dropped.
+    data_dir: Option<std::path::PathBuf>,
     child: Option<Child>,
 }
 
@@ -39,6 +43,24 @@ impl RedisServer {
     /// Starts a server with extra `redis-server` arguments (`["--requirepass", "pw"]`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
         RedisServer::start_inner(extra, None, false)
+    }
+
+    /// Starts a server that persists every write before answering (`appendonly yes`,
+    /// `appendfsync always`) in a directory of its own, so [`restart`](Self::restart) brings
+    /// its data back: the mitigation the Redis documentation gives for Redlock node restarts.
+    pub fn start_persistent() -> RedisServer {
+        let dir = std::env::temp_dir().join(unique("distlock-aof"));
+        std::fs::create_dir_all(&dir).expect("data directory");
+        let mut server = RedisServer::start_with(&[
+            "--dir",
+            dir.to_str().expect("utf-8 temp dir"),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+        ]);
+        server.data_dir = Some(dir);
+        server
     }
 
     /// Starts a server that speaks TLS only, with a fresh self-signed certificate for
@@ -93,6 +115,7 @@ impl RedisServer {
                 extra: extra.clone(),
                 tls: tls.clone(),
                 dies_with_process,
+                data_dir: None,
                 child: None,
             };
             match server.spawn() {
@@ -243,7 +266,31 @@ impl RedisServer {
         }
     }
 
-    /// Starts the server again on the same port, empty (persistence is off).
+    /// Whether the process is up (not killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Stops the process (SIGSTOP): connections stay open, nothing is answered, like a long GC
+    /// pause or a hung host.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Lets a paused process run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        let child = self.child.as_ref().expect("server is running");
+        // SAFETY: sending a signal to our own child process.
+        let sent = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+        assert_eq!(sent, 0, "kill({}, {signal})", child.id());
+    }
+
+    /// Starts the server again on the same port: empty, unless it was started with
+    /// persistence ([`start_persistent`](Self::start_persistent)).
     pub fn restart(&mut self) {
         self.kill();
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -306,6 +353,9 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        if let Some(dir) = &self.data_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
         if let Some(dir) = &self.tls {
             let _ = std::fs::remove_dir_all(dir);
         }

@@ -13,6 +13,8 @@ use crate::runtime::BoxFuture;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+#[cfg(feature = "redis")]
+pub(crate) mod redlock;
 
 /// What one acquisition attempt asks of the backend.
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +42,12 @@ pub(crate) enum Attempt {
 pub(crate) trait Backend: Send + Sync + 'static {
     /// A short name for messages and traces: `memory`, `redis`, …
     fn kind(&self) -> &'static str;
+
+    /// Whether lock names must be wrapped in a hash tag (`{lock:K}`) so that every key a
+    /// script touches for one lock lands in one Redis Cluster slot.
+    fn hash_tags(&self) -> bool {
+        false
+    }
 
     /// Takes the lock if it is free. Must be idempotent for the same token: a retried attempt
     /// whose first try succeeded must report `Acquired`, not `Busy`.

@@ -1,4 +1,6 @@
-//! `redis://` / `rediss://`: one Redis server (or a Sentinel-managed primary behind one address).
+//! `redis://` / `rediss://`: one Redis server (or a Sentinel-managed primary behind one address);
+//! `redis+cluster://`: a Redis Cluster. The Redlock backend (`redlock://`) uses one of these per
+//! independent master.
 //!
 //! Layout (kept plain on purpose, so services in other languages share locks with us): the lock
 //! for key `K` is the string `<prefix>K` (default `lock:K`) holding the owner token, with a PX
@@ -13,6 +15,13 @@
 //! Waiters are woken through one pub/sub connection per client: the release script publishes
 //! on the channel named like the lock key, and the client subscribes to a channel only while
 //! somebody in this process waits on it.
+//!
+//! In a cluster the client wraps every lock name in a hash tag (`{lock:K}`) and puts fencing
+//! counters under `<fence prefix>{lock:K}`, so every key one script touches lives in one slot;
+//! scripts are routed by their first key and redis-rs follows `MOVED`/`ASK` redirections. A
+//! cluster-wide `PUBLISH` reaches subscribers on every node, so the pub/sub connection is a plain
+//! connection to any one node (the next one is tried when it dies). Batched renewals are split
+//! by slot, one script call per slot.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -22,7 +31,11 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, RedisError, RedisResult, Script};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{
+    AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisResult, Script, Value,
+};
 use tokio::sync::{mpsc, oneshot};
 
 use super::{Attempt, Backend, LockSpec};
@@ -30,11 +43,14 @@ use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::{BoxFuture, RuntimeBound};
 
-/// Compare-token delete, then wake the waiters. Returns 1 if the lock was ours.
+/// Compare-token delete, then wake the waiters (unless ARGV[2] is `quiet`: Redlock undoing a
+/// failed attempt must not wake anyone). Returns 1 if the lock was ours.
 const RELEASE: &str = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[1], 'released')
+  if ARGV[2] ~= 'quiet' then
+    redis.call('PUBLISH', KEYS[1], 'released')
+  end
   return 1
 end
 return 0";
@@ -77,8 +93,23 @@ local v = redis.call('GET', KEYS[1])
 if not v then return {0, -2} end
 return {v == ARGV[1] and 1 or 0, redis.call('PTTL', KEYS[1])}";
 
-/// How often a command that failed on a dropped connection is retried (with the same token).
-const RETRIES: u32 = 3;
+/// One Redlock vote: take the lock if free (or refresh it if it is already ours: a retried
+/// attempt) → {1}; else {0, pttl, holder's token}.
+const VOTE: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1}
+end
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1}
+end
+if not v then return {0, -2, ''} end
+return {0, redis.call('PTTL', KEYS[1]), v}";
+
+/// How often a command that failed on a dropped connection is retried (with the same token),
+/// unless the settings say otherwise.
+pub(crate) const RETRIES: u32 = 3;
 
 /// Connection settings for the Redis backend.
 #[derive(Clone, Debug)]
@@ -86,14 +117,72 @@ pub(crate) struct RedisSettings {
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
     pub fence_prefix: String,
+    /// Retries of a command that failed on a dropped connection (Redlock nodes use none: a
+    /// node that does not answer is skipped, not waited for).
+    pub retries: u32,
+}
+
+/// How the backend reaches Redis.
+enum Link {
+    Single(redis::Client),
+    Cluster(Box<ClusterClient>),
+}
+
+/// A connection of either kind; commands go through it unchanged.
+#[derive(Clone)]
+pub(crate) enum Connection {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Connection::Single(conn) => conn.req_packed_command(cmd),
+            Connection::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(conn) => conn.get_db(),
+            Connection::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// The outcome of one Redlock vote on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Vote {
+    Granted,
+    /// Held by `holder` (empty when the key vanished in between) for `pttl` ms more (-1: no TTL).
+    Busy {
+        pttl: i64,
+        holder: String,
+    },
 }
 
 pub(crate) struct RedisBackend {
-    client: redis::Client,
+    link: Link,
+    /// Where the pub/sub connection may go: the server, or every node of a cluster.
+    pubsub_nodes: Vec<redis::Client>,
+    kind: &'static str,
     url: String,
     settings: RedisSettings,
     config: AsyncConnectionConfig,
-    connection: Mutex<Option<Arc<RuntimeBound<MultiplexedConnection>>>>,
+    connection: Mutex<Option<Arc<RuntimeBound<Connection>>>>,
     reconnecting: tokio::sync::Mutex<()>,
     subscriber: Mutex<Option<Arc<Subscriber>>>,
     subscribing: tokio::sync::Mutex<()>,
@@ -102,6 +191,7 @@ pub(crate) struct RedisBackend {
     renew_many: Script,
     acquire_fenced: Script,
     inspect: Script,
+    vote: Script,
 }
 
 impl RedisBackend {
@@ -111,14 +201,74 @@ impl RedisBackend {
         url: &str,
         settings: RedisSettings,
     ) -> Result<Arc<RedisBackend>, LockError> {
+        let backend = Arc::new(RedisBackend::new(url, settings)?);
+        backend.check().await?;
+        Ok(backend)
+    }
+
+    /// Parses the URL without connecting (a Redlock node may be down when the client starts).
+    pub(crate) fn new(url: &str, settings: RedisSettings) -> Result<RedisBackend, LockError> {
         let shown = redact_url(url);
         let client = redis::Client::open(url)
             .map_err(|e| LockError::Config(format!("invalid Redis URL {shown}: {e}")))?;
+        Ok(RedisBackend::with_link(
+            Link::Single(client.clone()),
+            vec![client],
+            "redis",
+            shown,
+            settings,
+        ))
+    }
+
+    /// A Redis Cluster reached through any of `nodes` (`redis://[user:password@]host:port`
+    /// each); `shown` is the URL for messages. Connects and loads the scripts on every master.
+    pub(crate) async fn connect_cluster(
+        nodes: &[String],
+        shown: String,
+        settings: RedisSettings,
+    ) -> Result<Arc<RedisBackend>, LockError> {
+        let mut clients = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let client = redis::Client::open(node.as_str()).map_err(|e| {
+                LockError::Config(format!(
+                    "invalid node `{}` in Redis Cluster URL {shown}: {e}",
+                    redact_url(node)
+                ))
+            })?;
+            clients.push(client);
+        }
+        let cluster = ClusterClient::builder(nodes.iter().map(String::as_str))
+            .connection_timeout(settings.connect_timeout)
+            .response_timeout(settings.response_timeout)
+            .retries(settings.retries.max(1) * 4)
+            .max_retry_wait(200)
+            .build()
+            .map_err(|e| LockError::Config(format!("invalid Redis Cluster URL {shown}: {e}")))?;
+        let backend = Arc::new(RedisBackend::with_link(
+            Link::Cluster(Box::new(cluster)),
+            clients,
+            "redis-cluster",
+            shown,
+            settings,
+        ));
+        backend.check().await?;
+        Ok(backend)
+    }
+
+    fn with_link(
+        link: Link,
+        pubsub_nodes: Vec<redis::Client>,
+        kind: &'static str,
+        shown: String,
+        settings: RedisSettings,
+    ) -> RedisBackend {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(settings.connect_timeout))
             .set_response_timeout(Some(settings.response_timeout));
-        let backend = Arc::new(RedisBackend {
-            client,
+        RedisBackend {
+            link,
+            pubsub_nodes,
+            kind,
             url: shown,
             settings,
             config,
@@ -131,29 +281,39 @@ impl RedisBackend {
             renew_many: Script::new(RENEW_MANY),
             acquire_fenced: Script::new(ACQUIRE_FENCED),
             inspect: Script::new(INSPECT),
-        });
-        let mut conn = backend
+            vote: Script::new(VOTE),
+        }
+    }
+
+    /// Connects, checks the server answers and accepts our credentials, and loads the scripts.
+    pub(crate) async fn check(&self) -> Result<(), LockError> {
+        let mut conn = self
             .connection()
             .await
-            .map_err(|e| backend.connect_error(e))?
+            .map_err(|e| self.connect_error(e))?
             .get()
             .clone();
         let loaded: RedisResult<()> = async {
             redis::cmd("PING").query_async::<()>(&mut conn).await?;
             for script in [
-                &backend.release,
-                &backend.renew,
-                &backend.renew_many,
-                &backend.acquire_fenced,
-                &backend.inspect,
+                &self.release,
+                &self.renew,
+                &self.renew_many,
+                &self.acquire_fenced,
+                &self.inspect,
+                &self.vote,
             ] {
                 script.load_async(&mut conn).await?;
             }
             Ok(())
         }
         .await;
-        loaded.map_err(|e| backend.connect_error(e))?;
-        Ok(backend)
+        loaded.map_err(|e| self.connect_error(e))
+    }
+
+    /// The URL for messages (password redacted).
+    pub(crate) fn shown_url(&self) -> &str {
+        &self.url
     }
 
     /// Turns a connection-time failure into an error that says what to check.
@@ -180,6 +340,11 @@ impl RedisBackend {
                 "no answer within the connect timeout ({:?}): is the host reachable?",
                 self.settings.connect_timeout
             ),
+            _ if error.to_string().contains("cluster support disabled") => {
+                "this server is not part of a Redis Cluster (`cluster-enabled no`): use \
+                 `redis://` for one server, or `redlock://h1:p1,h2:p2,h3:p3` for independent ones"
+                    .to_string()
+            }
             _ if error.to_string().contains("certificate") => {
                 "TLS certificate verification failed: this machine does not trust the server's \
                  certificate (install its CA; `#insecure` at the end of the URL skips the check, \
@@ -195,13 +360,13 @@ impl RedisBackend {
         }
     }
 
-    fn slot(&self) -> MutexGuard<'_, Option<Arc<RuntimeBound<MultiplexedConnection>>>> {
+    fn slot(&self) -> MutexGuard<'_, Option<Arc<RuntimeBound<Connection>>>> {
         self.connection.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The shared multiplexed connection, (re)made on the caller's runtime when there is none
     /// or the runtime it was made on has shut down.
-    async fn connection(&self) -> RedisResult<Arc<RuntimeBound<MultiplexedConnection>>> {
+    async fn connection(&self) -> RedisResult<Arc<RuntimeBound<Connection>>> {
         if let Some(bound) = self.slot().as_ref().filter(|b| b.is_alive()) {
             return Ok(Arc::clone(bound));
         }
@@ -209,10 +374,14 @@ impl RedisBackend {
         if let Some(bound) = self.slot().as_ref().filter(|b| b.is_alive()) {
             return Ok(Arc::clone(bound));
         }
-        let conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await?;
+        let conn = match &self.link {
+            Link::Single(client) => Connection::Single(
+                client
+                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .await?,
+            ),
+            Link::Cluster(client) => Connection::Cluster(client.get_async_connection().await?),
+        };
         let bound = Arc::new(RuntimeBound::new(conn));
         *self.slot() = Some(Arc::clone(&bound));
         tracing::debug!(url = %self.url, "distlock: connected to redis");
@@ -221,7 +390,7 @@ impl RedisBackend {
 
     /// Forgets `failed` so the next command reconnects, unless another caller has already
     /// replaced it.
-    fn invalidate(&self, failed: &Arc<RuntimeBound<MultiplexedConnection>>) {
+    fn invalidate(&self, failed: &Arc<RuntimeBound<Connection>>) {
         let mut slot = self.slot();
         if slot
             .as_ref()
@@ -235,7 +404,7 @@ impl RedisBackend {
     /// fresh connection. `op` gets the attempt number so it can stay idempotent.
     async fn run<T, F, Fut>(&self, mut op: F) -> RedisResult<T>
     where
-        F: FnMut(MultiplexedConnection, u32) -> Fut,
+        F: FnMut(Connection, u32) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
         let mut attempt = 0;
@@ -251,7 +420,7 @@ impl RedisBackend {
                 Err(error) => Err(error),
             };
             match result {
-                Err(error) if attempt < RETRIES && is_transient(&error) => {
+                Err(error) if attempt < self.settings.retries && is_transient(&error) => {
                     attempt += 1;
                     tracing::debug!(%error, attempt, "distlock: redis command failed, retrying");
                     let backoff = Duration::from_millis(10 * 4u64.pow(attempt - 1));
@@ -279,19 +448,30 @@ impl RedisBackend {
         if let Some(subscriber) = current() {
             return Ok(subscriber);
         }
-        let pubsub = match tokio::time::timeout(
-            self.settings.connect_timeout,
-            self.client.get_async_pubsub(),
-        )
-        .await
-        {
-            Ok(pubsub) => pubsub?,
-            Err(_) => {
-                return Err(RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "pub/sub connection timed out",
-                )));
+        // Any node will do in a cluster (a PUBLISH reaches every node): start with a random
+        // one so clients spread out, and move on when one does not answer.
+        let start = fastrand::usize(..self.pubsub_nodes.len());
+        let mut last_error = None;
+        let mut pubsub = None;
+        for i in 0..self.pubsub_nodes.len() {
+            let node = &self.pubsub_nodes[(start + i) % self.pubsub_nodes.len()];
+            match tokio::time::timeout(self.settings.connect_timeout, node.get_async_pubsub()).await
+            {
+                Ok(Ok(connected)) => {
+                    pubsub = Some(connected);
+                    break;
+                }
+                Ok(Err(error)) => last_error = Some(error),
+                Err(_) => {
+                    last_error = Some(RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "pub/sub connection timed out",
+                    )))
+                }
             }
+        }
+        let Some(pubsub) = pubsub else {
+            return Err(last_error.expect("at least one node"));
         };
         let subscriber = Subscriber::start(pubsub, self.settings.response_timeout);
         *self.subscriber.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&subscriber));
@@ -301,6 +481,90 @@ impl RedisBackend {
     fn fence_key(&self, name: &str) -> String {
         format!("{}{}", self.settings.fence_prefix, name)
     }
+
+    /// One Redlock vote on this node (one round trip, no retries beyond the settings').
+    pub(crate) async fn vote(&self, name: &str, token: &str, lease: Duration) -> RedisResult<Vote> {
+        let lease = millis(lease);
+        let reply: Vec<Value> = self
+            .run(|mut conn, _| {
+                let mut call = self.vote.key(name);
+                call.arg(token).arg(lease);
+                async move { call.invoke_async(&mut conn).await }
+            })
+            .await?;
+        match reply.as_slice() {
+            [_granted] => Ok(Vote::Granted),
+            [_, pttl, holder] => Ok(Vote::Busy {
+                pttl: redis::from_redis_value_ref(pttl)?,
+                holder: redis::from_redis_value_ref(holder)?,
+            }),
+            _ => Err(RedisError::from((
+                ErrorKind::Parse,
+                "unexpected reply to the Redlock vote script",
+            ))),
+        }
+    }
+
+    /// Deletes the lock if it holds `token`, without waking anyone: Redlock undoing the partial
+    /// locks of an attempt that did not win.
+    pub(crate) async fn release_quietly(&self, name: &str, token: &str) -> RedisResult<bool> {
+        let released: i64 = self
+            .run(|mut conn, _| {
+                let mut call = self.release.key(name);
+                call.arg(token).arg("quiet");
+                async move { call.invoke_async(&mut conn).await }
+            })
+            .await?;
+        Ok(released == 1)
+    }
+
+    fn is_cluster(&self) -> bool {
+        matches!(self.link, Link::Cluster(_))
+    }
+
+    /// Renews `specs` (all in one slot when in a cluster) with one script call.
+    async fn renew_batch(&self, specs: &[LockSpec<'_>]) -> Result<Vec<bool>, BoxError> {
+        let renewed: Vec<i64> = self
+            .run(|mut conn, _| {
+                let mut call = self.renew_many.prepare_invoke();
+                for spec in specs {
+                    call.key(spec.name).arg(spec.token).arg(millis(spec.lease));
+                }
+                async move { call.invoke_async(&mut conn).await }
+            })
+            .await?;
+        if renewed.len() != specs.len() {
+            return Err(format!(
+                "renewal script answered {} results for {} locks",
+                renewed.len(),
+                specs.len()
+            )
+            .into());
+        }
+        Ok(renewed.into_iter().map(|r| r == 1).collect())
+    }
+}
+
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag, modulo 16384.
+pub(crate) fn cluster_slot(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &bytes[open + 1..];
+        let close = rest.iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &rest[..close])
+    });
+    let mut crc: u16 = 0;
+    for &byte in tagged.unwrap_or(bytes) {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
 }
 
 /// Errors worth retrying on a fresh connection: the command may or may not have run, so every
@@ -334,7 +598,11 @@ fn ttl_from_pttl(pttl: i64) -> Option<Duration> {
 
 impl Backend for RedisBackend {
     fn kind(&self) -> &'static str {
-        "redis"
+        self.kind
+    }
+
+    fn hash_tags(&self) -> bool {
+        self.is_cluster()
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
@@ -417,24 +685,29 @@ impl Backend for RedisBackend {
             if let [spec] = specs {
                 return Ok(vec![self.renew(*spec).await?]);
             }
-            let renewed: Vec<i64> = self
-                .run(|mut conn, _| {
-                    let mut call = self.renew_many.prepare_invoke();
-                    for spec in specs {
-                        call.key(spec.name).arg(spec.token).arg(millis(spec.lease));
-                    }
-                    async move { call.invoke_async(&mut conn).await }
-                })
-                .await?;
-            if renewed.len() != specs.len() {
-                return Err(format!(
-                    "renewal script answered {} results for {} locks",
-                    renewed.len(),
-                    specs.len()
-                )
-                .into());
+            if !self.is_cluster() {
+                return self.renew_batch(specs).await;
             }
-            Ok(renewed.into_iter().map(|r| r == 1).collect())
+            // A script may only touch keys of one slot: one call per slot, all at once.
+            let mut by_slot: std::collections::HashMap<u16, (Vec<usize>, Vec<LockSpec<'_>>)> =
+                std::collections::HashMap::new();
+            for (i, spec) in specs.iter().enumerate() {
+                let group = by_slot.entry(cluster_slot(spec.name)).or_default();
+                group.0.push(i);
+                group.1.push(*spec);
+            }
+            let groups: Vec<_> = by_slot.into_values().collect();
+            let results = futures_util::future::join_all(
+                groups.iter().map(|(_, group)| self.renew_batch(group)),
+            )
+            .await;
+            let mut renewed = vec![false; specs.len()];
+            for ((indices, _), result) in groups.iter().zip(results) {
+                for (&i, ok) in indices.iter().zip(result?) {
+                    renewed[i] = ok;
+                }
+            }
+            Ok(renewed)
         })
     }
 
@@ -597,6 +870,43 @@ impl Subscriber {
     }
 }
 
+/// Splits a multi-node URL (`redlock://[user:password@]h1:p1,h2:p2[/db]`, same for
+/// `redis+cluster://`) into one `redis://` URL per node; the credentials and database apply to
+/// every node. Errors say what is wrong with the URL (password redacted).
+pub(crate) fn node_urls(url: &str) -> Result<Vec<String>, String> {
+    let shown = redact_url(url);
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (Some(userinfo), hosts),
+        None => (None, authority),
+    };
+    if hosts.trim().is_empty() {
+        return Err(format!(
+            "`{shown}` names no nodes: write them comma-separated, e.g. \
+             `{scheme}://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002`"
+        ));
+    }
+    let mut nodes: Vec<String> = Vec::new();
+    let mut seen = HashSet::new();
+    for host in hosts.split(',') {
+        let host = host.trim();
+        if host.is_empty() {
+            return Err(format!("`{shown}` has an empty node between commas"));
+        }
+        if !seen.insert(host) {
+            return Err(format!(
+                "`{shown}` names the node `{host}` twice; every node must be a different server"
+            ));
+        }
+        nodes.push(match userinfo {
+            Some(userinfo) => format!("redis://{userinfo}@{host}{path}"),
+            None => format!("redis://{host}{path}"),
+        });
+    }
+    Ok(nodes)
+}
+
 /// The URL with any password replaced by `***`, for messages and logs.
 pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -616,7 +926,55 @@ pub(crate) fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{cluster_slot, redact_url};
+
+    #[test]
+    fn slots_match_redis_cluster() {
+        // Values from `CLUSTER KEYSLOT` on Redis 7.
+        assert_eq!(cluster_slot("foo"), 12182);
+        assert_eq!(cluster_slot("{user1000}.following"), 3443);
+        assert_eq!(cluster_slot("{user1000}.followers"), 3443);
+        assert_eq!(cluster_slot("foo{}{bar}"), cluster_slot("foo{}{bar}"));
+        assert_eq!(
+            cluster_slot("{lock:order:42}"),
+            cluster_slot("lock:order:42")
+        );
+        assert_eq!(
+            cluster_slot("lock-fence:{lock:a}b}"),
+            cluster_slot("{lock:a}b}")
+        );
+    }
+
+    #[test]
+    fn multi_node_urls_split_into_one_url_per_node() {
+        assert_eq!(
+            super::node_urls("redlock://:pw@a:1,b:2, c:3/2").unwrap(),
+            [
+                "redis://:pw@a:1/2",
+                "redis://:pw@b:2/2",
+                "redis://:pw@c:3/2"
+            ]
+        );
+        assert_eq!(
+            super::node_urls("redis+cluster://h:7000").unwrap(),
+            ["redis://h:7000"]
+        );
+        let empty = super::node_urls("redlock://:secret@").unwrap_err();
+        assert!(
+            empty.contains("names no nodes") && !empty.contains("secret"),
+            "{empty}"
+        );
+        assert!(
+            super::node_urls("redlock://a:1,,b:2")
+                .unwrap_err()
+                .contains("empty node")
+        );
+        assert!(
+            super::node_urls("redlock://a:1,a:1")
+                .unwrap_err()
+                .contains("twice")
+        );
+    }
 
     #[test]
     fn passwords_never_reach_messages() {

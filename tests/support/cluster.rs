@@ -1,0 +1,221 @@
+//! A real Redis Cluster of `redis-server` processes, created with `redis-cli --cluster create`.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use super::{RedisServer, TEST_COMMAND, unique};
+
+/// Masters (and replicas) on free loopback ports, each with its own directory for
+/// `nodes.conf`. Every process is killed when this is dropped.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// `masters` masters with `replicas` replicas each; returns once every node reports the
+    /// cluster ok with all 16384 slots covered.
+    pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        let count = masters * (1 + replicas);
+        let nodes: Vec<RedisServer> = (0..count)
+            .map(|_| {
+                let dir = std::env::temp_dir().join(unique("distlock-cluster"));
+                std::fs::create_dir_all(&dir).expect("node directory");
+                let mut node = RedisServer::start_with(&[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "1000",
+                    "--dir",
+                    dir.to_str().expect("utf-8 temp dir"),
+                ]);
+                node.data_dir = Some(dir);
+                node
+            })
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for node in &nodes {
+            create.arg(format!("127.0.0.1:{}", node.port()));
+        }
+        create
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null());
+        let output = match create.output() {
+            Ok(output) => output,
+            Err(error) => panic!(
+                "redis-cli is not installed ({error}). Run the README's test command, \
+                 `{TEST_COMMAND}`, which installs redis-server and redis-cli"
+            ),
+        };
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let cluster = RedisCluster { nodes };
+        for i in 0..count {
+            cluster.wait_until_ok(i, Duration::from_secs(20));
+        }
+        cluster
+    }
+
+    /// `redis+cluster://` with every node as a seed.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        format!("redis+cluster://{}", nodes.join(","))
+    }
+
+    /// A cluster connection of the test's own (follows redirections).
+    pub async fn connection(&self) -> redis::cluster_async::ClusterConnection {
+        let seeds: Vec<String> = self.nodes.iter().map(|n| n.url()).collect();
+        redis::cluster::ClusterClient::new(seeds)
+            .expect("cluster client")
+            .get_async_connection()
+            .await
+            .expect("the test's own cluster connection")
+    }
+
+    /// The string value at `key`, read through the cluster.
+    pub async fn get(&self, key: &str) -> Option<String> {
+        let mut conn = self.connection().await;
+        redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .expect("GET")
+    }
+
+    /// Runs `command` on node `i` with a plain connection of its own.
+    pub fn query<T: redis::FromRedisValue>(&self, i: usize, command: &redis::Cmd) -> T {
+        let mut conn = redis::Client::open(self.nodes[i].url())
+            .expect("node url")
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .expect("connection to a cluster node");
+        command.query(&mut conn).expect("command on a cluster node")
+    }
+
+    /// The index of the node that serves `slot` now, asked of node `via` (`CLUSTER SLOTS`).
+    pub fn owner_of(&self, slot: u16, via: usize) -> usize {
+        let ranges: Vec<Value> = self.query(via, &redis::cmd("CLUSTER").arg("SLOTS").clone());
+        for range in ranges {
+            let Value::Array(fields) = range else {
+                continue;
+            };
+            let start: u16 = redis::from_redis_value_ref(&fields[0]).expect("slot range start");
+            let end: u16 = redis::from_redis_value_ref(&fields[1]).expect("slot range end");
+            if (start..=end).contains(&slot) {
+                let Value::Array(master) = &fields[2] else {
+                    panic!("unexpected CLUSTER SLOTS entry")
+                };
+                let port: u16 = redis::from_redis_value_ref(&master[1]).expect("master port");
+                return self.index_of(port);
+            }
+        }
+        panic!("slot {slot} is not served by any node")
+    }
+
+    pub fn index_of(&self, port: u16) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| n.port() == port)
+            .unwrap_or_else(|| panic!("no node on port {port}"))
+    }
+
+    /// The slot of `key`, as the server computes it.
+    pub fn slot(&self, key: &str, via: usize) -> u16 {
+        self.query(via, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+    }
+
+    pub fn is_master(&self, i: usize) -> bool {
+        let role: Vec<Value> = self.query(i, &redis::cmd("ROLE"));
+        matches!(role.first(), Some(Value::BulkString(r)) if r == b"master")
+    }
+
+    pub fn node_id(&self, i: usize) -> String {
+        self.query(i, redis::cmd("CLUSTER").arg("MYID"))
+    }
+
+    /// Waits until node `i` says the cluster is ok and every slot is served.
+    pub fn wait_until_ok(&self, i: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let info: String = self.query(i, redis::cmd("CLUSTER").arg("INFO"));
+            if info.contains("cluster_state:ok") && info.contains("cluster_slots_ok:16384") {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "cluster not ok on node {i} within {within:?}:\n{info}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Moves `slot` from node `from` to node `to` the way `redis-cli --cluster reshard` does:
+    /// IMPORTING/MIGRATING, then `before_keys` runs while the slot is half-moved (clients get
+    /// `ASK` for keys not on the source any more), then the keys move and the slot is assigned.
+    pub async fn migrate_slot<F, Fut>(&self, slot: u16, from: usize, to: usize, before_keys: F)
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let setslot = |node: usize, state: &str, id: &str| {
+            let () = self.query(
+                node,
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg(state)
+                    .arg(id),
+            );
+        };
+        setslot(to, "IMPORTING", &from_id);
+        setslot(from, "MIGRATING", &to_id);
+        before_keys().await;
+        loop {
+            let keys: Vec<String> = self.query(
+                from,
+                redis::cmd("CLUSTER")
+                    .arg("GETKEYSINSLOT")
+                    .arg(slot)
+                    .arg(100),
+            );
+            if keys.is_empty() {
+                break;
+            }
+            let () = self.query(
+                from,
+                redis::cmd("MIGRATE")
+                    .arg("127.0.0.1")
+                    .arg(self.nodes[to].port())
+                    .arg("")
+                    .arg(0)
+                    .arg(5000)
+                    .arg("KEYS")
+                    .arg(&keys),
+            );
+        }
+        for node in 0..self.nodes.len() {
+            if self.nodes[node].is_running() && self.is_master(node) {
+                let () = self.query(
+                    node,
+                    redis::cmd("CLUSTER")
+                        .arg("SETSLOT")
+                        .arg(slot)
+                        .arg("NODE")
+                        .arg(&to_id),
+                );
+            }
+        }
+    }
+}
