@@ -19,3 +19,9 @@ pub fn memory_peek(url: &str, name: &str) -> Option<(String, Duration)> {
 pub fn memory_force(url: &str, name: &str, value: Option<(&str, Duration)>) {
     store(url).force(name, value)
 }
+
+/// The Redis Cluster hash slot of `key` (CRC16 of its hash tag, modulo 16384).
+#[cfg(feature = "redis")]
+pub fn cluster_slot(key: &str) -> u16 {
+    crate::backend::redis::cluster_slot(key)
+}
