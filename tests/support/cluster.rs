@@ -29,6 +29,10 @@ impl RedisCluster {
                     "nodes.conf",
                     "--cluster-node-timeout",
                     "1000",
+                    // Replicas sync at once (the default waits 5 s for more replicas), so a
+                    // replica is ready to take over as soon as the cluster is up.
+                    "--repl-diskless-sync-delay",
+                    "0",
                     "--dir",
                     dir.to_str().expect("utf-8 temp dir"),
                 ]);
@@ -60,6 +64,21 @@ impl RedisCluster {
         let cluster = RedisCluster { nodes };
         for i in 0..count {
             cluster.wait_until_ok(i, Duration::from_secs(20));
+        }
+        // A replica that never synced cannot take over: wait for every replication link.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for i in 0..count {
+            loop {
+                let info: String = cluster.query(i, redis::cmd("INFO").arg("replication"));
+                if info.contains("role:master") || info.contains("master_link_status:up") {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "replica {i} never synced:\n{info}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
         cluster
     }
@@ -158,6 +177,20 @@ impl RedisCluster {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Waits until node `via` sees `slot` served by a node other than `failed` (a replica
+    /// promoted) and the cluster ok again.
+    pub fn wait_for_failover(&self, slot: u16, failed: usize, via: usize, within: Duration) {
+        let deadline = Instant::now() + within;
+        while self.owner_of(slot, via) == failed {
+            assert!(
+                Instant::now() < deadline,
+                "no replica took over slot {slot} within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.wait_until_ok(via, deadline.saturating_duration_since(Instant::now()));
     }
 
     /// Moves `slot` from node `from` to node `to` the way `redis-cli --cluster reshard` does:

@@ -1,0 +1,201 @@
+//! Redis Cluster under faults, against a real cluster made with `redis-cli --cluster create`:
+//! a master killed while its locks are held, and a slot moved while locks live in it.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use distlock::__private::testing::cluster_slot;
+use distlock::LockClient;
+use support::cluster::RedisCluster;
+use support::eventually;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A lock key whose backend name (`{lock:<key>}`) lands in `slot`.
+fn key_in_slot(slot: u16, label: &str) -> String {
+    (0..)
+        .map(|n| format!("{label}-{n}"))
+        .find(|key| cluster_slot(&format!("lock:{key}")) == slot)
+        .expect("some key hashes to every slot")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_hands_its_locks_to_the_replica_or_reports_them_lost() {
+    let mut cluster = RedisCluster::start(3, 1);
+    let client = LockClient::builder(cluster.url())
+        .connect_timeout(ms(500))
+        .response_timeout(ms(500))
+        .build()
+        .await
+        .unwrap();
+    let lease = Duration::from_secs(4);
+    let mut guards = Vec::new();
+    for i in 0..24 {
+        let key = format!("job:{i}");
+        let guard = client
+            .lock(key.as_str())
+            .lease(lease)
+            .acquire()
+            .await
+            .unwrap();
+        let name = format!("{{lock:{key}}}");
+        let token = cluster.get(&name).await.expect("held in the cluster");
+        let owner = cluster.owner_of(cluster.slot(&name, 0), 0);
+        guards.push((key, name, token, owner, guard));
+    }
+    let victim = guards[0].3;
+    let survivor = (0..3).find(|&i| i != victim).expect("another master");
+    let on_victim = guards.iter().filter(|g| g.3 == victim).count();
+    assert!(on_victim > 0 && on_victim < guards.len());
+    // Let the replica catch up (replication is asynchronous), then crash the master.
+    tokio::time::sleep(ms(200)).await;
+    cluster.nodes[victim].kill();
+    let killed_at = Instant::now();
+    let cluster_ref = &cluster;
+    let slot = cluster.slot(&guards[0].1, survivor);
+    tokio::task::block_in_place(|| {
+        cluster_ref.wait_for_failover(slot, victim, survivor, Duration::from_secs(30))
+    });
+    let recovered = killed_at.elapsed();
+
+    // New locks succeed everywhere, on the failed master's slots too.
+    for (key, ..) in guards.iter().filter(|g| g.3 == victim) {
+        let fresh = format!("{key}:after");
+        let guard = client
+            .lock(fresh.as_str())
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("acquire after failover: {e}"));
+        assert!(cluster.get(&format!("{{lock:{fresh}}}")).await.is_some());
+        guard.release().await.unwrap();
+    }
+
+    // Every holder on the failed master either still holds its lock on the promoted replica
+    // (renewed there) or has been told it is lost; nobody else is affected.
+    tokio::time::sleep(lease).await;
+    let (mut kept, mut lost) = (0, 0);
+    for (key, name, token, owner, guard) in &guards {
+        let now = cluster.get(name).await;
+        if *owner != victim {
+            assert!(!guard.is_lost(), "{key} on a healthy master was lost");
+            assert_eq!(now.as_ref(), Some(token), "{key} on a healthy master");
+        } else if guard.is_lost() {
+            lost += 1;
+            assert_ne!(now.as_ref(), Some(token), "{key} lost but still held");
+        } else {
+            kept += 1;
+            assert_eq!(
+                now.as_ref(),
+                Some(token),
+                "{key} kept but not on the replica"
+            );
+            let mut conn = cluster.connection().await;
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(name)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert!(
+                pttl > (lease / 3).as_millis() as i64,
+                "{key} kept, so renewals must reach the new master (pttl {pttl})"
+            );
+        }
+    }
+    println!(
+        "failover after {recovered:?}: {kept} locks kept on the promoted replica, {lost} \
+         reported lost, {} on healthy masters untouched",
+        guards.len() - on_victim
+    );
+    assert_eq!(kept + lost, on_victim);
+    for (_, name, _, _, guard) in guards {
+        let was_lost = guard.is_lost();
+        let released = guard.release().await;
+        assert_eq!(released.is_ok(), !was_lost, "{released:?}");
+        assert_eq!(cluster.get(&name).await, None);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_follow_moved_and_ask_while_their_slot_is_resharded() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = LockClient::connect(&cluster.url()).await.unwrap();
+    let held = client
+        .lock("moving")
+        .lease(ms(900))
+        .acquire()
+        .await
+        .unwrap();
+    let name = "{lock:moving}";
+    let slot = cluster.slot(name, 0);
+    assert_eq!(
+        slot,
+        cluster_slot(name),
+        "our slot function agrees with the server"
+    );
+    let from = cluster.owner_of(slot, 0);
+    let to = (from + 1) % 3;
+    let neighbour = key_in_slot(slot, "neighbour");
+    let mut during = None;
+    cluster
+        .migrate_slot(slot, from, to, || async {
+            // Half-moved: the source answers ASK for keys it does not have.
+            during = Some(
+                client
+                    .lock(neighbour.as_str())
+                    .lease(Duration::from_secs(10))
+                    .acquire()
+                    .await
+                    .expect("a lock in a migrating slot (ASK is followed)"),
+            );
+        })
+        .await;
+    let during = during.unwrap();
+    assert_eq!(cluster.owner_of(slot, from), to);
+    // The held lock moved with its slot and keeps being renewed on the new node (MOVED).
+    tokio::time::sleep(ms(1500)).await;
+    assert!(!held.is_lost(), "renewal must follow the slot");
+    let on_new_node: Option<String> = cluster.query(to, redis::cmd("GET").arg(name));
+    assert!(on_new_node.is_some(), "the lock lives on the new owner");
+    let pttl: i64 = cluster.query(to, redis::cmd("PTTL").arg(name));
+    assert!(pttl > 300, "renewed on the new owner (pttl {pttl})");
+    let neighbour_name = format!("{{lock:{neighbour}}}");
+    let on_new_node: Option<String> = cluster.query(to, redis::cmd("GET").arg(&neighbour_name));
+    assert!(
+        on_new_node.is_some(),
+        "the ASK-redirected lock is on the importing node"
+    );
+
+    // Release and wake-up work after the move.
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let started = Instant::now();
+            let guard = client
+                .lock("moving")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+                .unwrap();
+            (started.elapsed(), guard)
+        }
+    });
+    tokio::time::sleep(ms(100)).await;
+    held.release().await.unwrap();
+    let (waited, second) = waiter.await.unwrap();
+    assert!(
+        waited < ms(800),
+        "woken by the release, not the lease: {waited:?}"
+    );
+    second.release().await.unwrap();
+    during.release().await.unwrap();
+    assert!(
+        eventually(ms(500), || async {
+            cluster.get(name).await.is_none() && cluster.get(&neighbour_name).await.is_none()
+        })
+        .await
+    );
+}
