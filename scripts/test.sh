@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine, in one command:
-#   1. installs the servers the tests start (redis-server) from Debian packages if missing,
+#   1. installs the servers the tests start (redis-server, redis-cli) from Debian packages if
+#      missing,
 #   2. checks formatting and lints,
 #   3. runs every test: unit tests, integration tests against real servers started by the
 #      tests themselves, the examples, and the doc tests.
@@ -28,6 +29,8 @@ install_packages() {
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+# redis-cli creates the test clusters (`redis-cli --cluster create`).
+command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 # rediss:// (the `tls` feature) builds against OpenSSL and its tests make certificates.
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)

@@ -72,6 +72,34 @@ fn orders_runs_on_redis_in_tasks_and_in_separate_processes() {
 }
 
 #[test]
+fn orders_runs_on_redlock_and_on_a_redis_cluster() {
+    use support::cluster::RedisCluster;
+    use support::fixture::RedlockFixture;
+
+    let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let mut redlock = example("orders");
+    redlock
+        .env(distlock::URL_ENV, RedlockFixture::url_of(&nodes))
+        .args(["--processes", "2"]);
+    let out = run(redlock);
+    assert!(
+        out.contains("2 processes")
+            && out.contains("400 order ids")
+            && out.contains("every id unique"),
+        "{out}"
+    );
+
+    let cluster = RedisCluster::start(3, 0);
+    let mut clustered = example("orders");
+    clustered.env(distlock::URL_ENV, cluster.url());
+    let out = run(clustered);
+    assert!(
+        out.contains("backend redis-cluster") && out.contains("every id unique"),
+        "{out}"
+    );
+}
+
+#[test]
 fn inventory_never_oversells_on_memory_and_redis() {
     let out = run(example("inventory"));
     assert!(
