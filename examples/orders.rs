@@ -6,6 +6,8 @@
 //! cargo run --example orders                                   # memory://, in one process
 //! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example orders
 //! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example orders -- --processes 4
+//! DISTLOCK_URL=redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003 cargo run --example orders
+//! DISTLOCK_URL=redis+cluster://127.0.0.1:7000,127.0.0.1:7001 cargo run --example orders
 //! ```
 //!
 //! With Redis the shared storage is a Redis key too, so the workers can be separate processes
