@@ -199,3 +199,72 @@ async fn locks_follow_moved_and_ask_while_their_slot_is_resharded() {
         .await
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_without_replica_tells_its_holders_they_lost_the_lock() {
+    let mut cluster = RedisCluster::start(3, 0);
+    for i in 0..3 {
+        // Let the other masters serve their slots while one is down.
+        let () = cluster.query(
+            i,
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("cluster-require-full-coverage")
+                .arg("no"),
+        );
+    }
+    let client = LockClient::builder(cluster.url())
+        .connect_timeout(ms(300))
+        .response_timeout(ms(300))
+        .build()
+        .await
+        .unwrap();
+    let lease = ms(1500);
+    let mut guards = Vec::new();
+    for i in 0..12 {
+        let key = format!("task:{i}");
+        let guard = client
+            .lock(key.as_str())
+            .lease(lease)
+            .acquire()
+            .await
+            .unwrap();
+        let name = format!("{{lock:{key}}}");
+        let owner = cluster.owner_of(cluster.slot(&name, 0), 0);
+        guards.push((name, owner, guard));
+    }
+    let victim = guards[0].1;
+    cluster.nodes[victim].kill();
+    let killed_at = Instant::now();
+    for (name, owner, guard) in &guards {
+        if *owner == victim {
+            tokio::time::timeout(lease + ms(500), guard.lost())
+                .await
+                .unwrap_or_else(|_| panic!("{name}: holder not told within its lease"));
+        }
+    }
+    let told_within = killed_at.elapsed();
+    assert!(told_within <= lease + ms(500), "{told_within:?}");
+    let survivor = (0..3).find(|&i| i != victim).unwrap();
+    for (name, owner, guard) in &guards {
+        if *owner != victim {
+            assert!(!guard.is_lost(), "{name} on a live master was lost");
+            let held: Option<String> = cluster.query(*owner, redis::cmd("GET").arg(name));
+            assert!(held.is_some(), "{name} on a live master is gone");
+        }
+    }
+    // The master comes back (empty: no persistence): its slots work again.
+    cluster.nodes[victim].restart();
+    let slot = cluster.slot(&guards[0].0, survivor);
+    tokio::task::block_in_place(|| cluster.wait_until_ok(victim, Duration::from_secs(20)));
+    assert_eq!(cluster.owner_of(slot, victim), victim);
+    let again = client
+        .lock("task:0")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("the restarted master's slots take locks again");
+    assert!(cluster.get("{lock:task:0}").await.is_some());
+    again.release().await.unwrap();
+    println!("holders on the killed master told they lost the lock within {told_within:?}");
+}

@@ -72,22 +72,31 @@ impl Renewer {
         }
     }
 
-    async fn send(&self, chunk: Vec<Pending>) {
+    /// Sends one chunk: one call per batch group (a cluster slot), each answered as soon as it
+    /// is done, so a dead master delays only the locks on its own slots.
+    async fn send(self: &Arc<Self>, chunk: Vec<Pending>) {
+        let mut groups: std::collections::HashMap<u16, Vec<Pending>> = Default::default();
+        for pending in chunk {
+            let group = self.backend.batch_group(pending.shared.spec().name);
+            groups.entry(group).or_default().push(pending);
+        }
+        let mut groups = groups.into_values();
+        let first = groups.next();
+        for group in groups {
+            let renewer = Arc::clone(self);
+            tokio::spawn(async move { renewer.send_group(group).await });
+        }
+        if let Some(group) = first {
+            self.send_group(group).await;
+        }
+    }
+
+    async fn send_group(&self, chunk: Vec<Pending>) {
         let specs: Vec<LockSpec<'_>> = chunk.iter().map(|p| p.shared.spec()).collect();
         let results = self.backend.renew_many(&specs).await;
         drop(specs);
-        match results {
-            Ok(renewed) => {
-                for (pending, renewed) in chunk.into_iter().zip(renewed) {
-                    let _ = pending.reply.send(Ok(renewed));
-                }
-            }
-            Err(error) => {
-                let message = error.to_string();
-                for pending in chunk {
-                    let _ = pending.reply.send(Err(message.clone()));
-                }
-            }
+        for (pending, renewed) in chunk.into_iter().zip(results) {
+            let _ = pending.reply.send(renewed);
         }
     }
 }

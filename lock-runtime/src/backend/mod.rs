@@ -49,6 +49,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
         false
     }
 
+    /// Which renewals may share one `renew_many` call: locks of different groups are renewed
+    /// by separate, concurrent calls (a Redis Cluster's hash slot; one group elsewhere).
+    fn batch_group(&self, _name: &str) -> u16 {
+        0
+    }
+
     /// Takes the lock if it is free. Must be idempotent for the same token: a retried attempt
     /// whose first try succeeded must report `Acquired`, not `Busy`.
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>>;
@@ -58,17 +64,18 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>>;
 
     /// Renews several locks in one round trip where the backend can (the default renews them
-    /// one by one). One result per spec, in order.
+    /// one by one). One result per spec, in order: a failure of one lock's server (a dead
+    /// cluster master) must not fail the others.
     fn renew_many<'a>(
         &'a self,
         specs: &'a [LockSpec<'a>],
-    ) -> BoxFuture<'a, Result<Vec<bool>, BoxError>> {
+    ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
         Box::pin(async move {
             let mut renewed = Vec::with_capacity(specs.len());
             for spec in specs {
-                renewed.push(self.renew(*spec).await?);
+                renewed.push(self.renew(*spec).await.map_err(|e| e.to_string()));
             }
-            Ok(renewed)
+            renewed
         })
     }
 

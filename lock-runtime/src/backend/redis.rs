@@ -546,6 +546,14 @@ impl RedisBackend {
     }
 }
 
+/// One result per lock from a batch call that succeeded or failed as a whole.
+fn each(count: usize, batch: Result<Vec<bool>, BoxError>) -> Vec<Result<bool, String>> {
+    match batch {
+        Ok(renewed) => renewed.into_iter().map(Ok).collect(),
+        Err(error) => vec![Err(error.to_string()); count],
+    }
+}
+
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag, modulo 16384.
 pub(crate) fn cluster_slot(key: &str) -> u16 {
     let bytes = key.as_bytes();
@@ -604,6 +612,14 @@ impl Backend for RedisBackend {
 
     fn hash_tags(&self) -> bool {
         self.is_cluster()
+    }
+
+    fn batch_group(&self, name: &str) -> u16 {
+        if self.is_cluster() {
+            cluster_slot(name)
+        } else {
+            0
+        }
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
@@ -681,13 +697,13 @@ impl Backend for RedisBackend {
     fn renew_many<'a>(
         &'a self,
         specs: &'a [LockSpec<'a>],
-    ) -> BoxFuture<'a, Result<Vec<bool>, BoxError>> {
+    ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
         Box::pin(async move {
             if let [spec] = specs {
-                return Ok(vec![self.renew(*spec).await?]);
+                return vec![self.renew(*spec).await.map_err(|e| e.to_string())];
             }
             if !self.is_cluster() {
-                return self.renew_batch(specs).await;
+                return each(specs.len(), self.renew_batch(specs).await);
             }
             // A script may only touch keys of one slot: one call per slot, all at once.
             let mut by_slot: std::collections::HashMap<u16, (Vec<usize>, Vec<LockSpec<'_>>)> =
@@ -702,13 +718,13 @@ impl Backend for RedisBackend {
                 groups.iter().map(|(_, group)| self.renew_batch(group)),
             )
             .await;
-            let mut renewed = vec![false; specs.len()];
+            let mut renewed = vec![Ok(false); specs.len()];
             for ((indices, _), result) in groups.iter().zip(results) {
-                for (&i, ok) in indices.iter().zip(result?) {
-                    renewed[i] = ok;
+                for (&i, outcome) in indices.iter().zip(each(indices.len(), result)) {
+                    renewed[i] = outcome;
                 }
             }
-            Ok(renewed)
+            renewed
         })
     }
 

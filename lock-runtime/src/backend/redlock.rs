@@ -258,13 +258,27 @@ impl Backend for RedlockBackend {
     fn renew_many<'a>(
         &'a self,
         specs: &'a [LockSpec<'a>],
-    ) -> BoxFuture<'a, Result<Vec<bool>, BoxError>> {
+    ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
         Box::pin(async move {
             let outcomes = self
-                .on_all(|node| async move { node.renew_many(specs).await })
+                .on_all(|node| async move { Ok(node.renew_many(specs).await) })
                 .await;
             (0..specs.len())
-                .map(|i| self.count(&outcomes, "renewal", |renewed| renewed[i]))
+                .map(|i| {
+                    let per_lock: Vec<Outcome<bool>> = outcomes
+                        .iter()
+                        .zip(&self.nodes)
+                        .map(|(outcome, node)| match outcome {
+                            Outcome::Answered(results) => match &results[i] {
+                                Ok(renewed) => Outcome::Answered(*renewed),
+                                Err(why) => Outcome::Failed(format!("{}: {why}", node.shown_url())),
+                            },
+                            Outcome::Failed(why) => Outcome::Failed(why.clone()),
+                        })
+                        .collect();
+                    self.count(&per_lock, "renewal", |renewed| *renewed)
+                        .map_err(|e| e.to_string())
+                })
                 .collect()
         })
     }
