@@ -101,13 +101,7 @@ impl Fixture for RedisFixture {
     }
 
     async fn ttl(&self, name: &str) -> Option<Duration> {
-        let mut conn = self.server.connection().await;
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(name)
-            .query_async(&mut conn)
-            .await
-            .expect("PTTL");
-        (pttl >= 0).then(|| Duration::from_millis(pttl as u64))
+        ttl_with(&mut self.server.connection().await, name).await
     }
 
     async fn delete(&self, name: &str) {
@@ -121,25 +115,46 @@ impl Fixture for RedisFixture {
 
 impl RedisFixture {
     async fn delete_on(server: &RedisServer, name: &str) {
-        let mut conn = server.connection().await;
-        let _: i64 = redis::cmd("DEL")
-            .arg(name)
-            .query_async(&mut conn)
-            .await
-            .expect("DEL");
+        delete_with(&mut server.connection().await, name).await;
     }
 
     async fn overwrite_on(server: &RedisServer, name: &str, token: &str, ttl: Duration) {
-        let mut conn = server.connection().await;
-        let _: () = redis::cmd("SET")
-            .arg(name)
-            .arg(token)
-            .arg("PX")
-            .arg(ttl.as_millis() as u64)
-            .query_async(&mut conn)
-            .await
-            .expect("SET");
+        overwrite_with(&mut server.connection().await, name, token, ttl).await;
     }
+}
+
+/// `PTTL` of `name` through `conn` (`None` without a TTL or key).
+async fn ttl_with(conn: &mut impl redis::aio::ConnectionLike, name: &str) -> Option<Duration> {
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(name)
+        .query_async(conn)
+        .await
+        .expect("PTTL");
+    (pttl >= 0).then(|| Duration::from_millis(pttl as u64))
+}
+
+async fn delete_with(conn: &mut impl redis::aio::ConnectionLike, name: &str) {
+    let _: i64 = redis::cmd("DEL")
+        .arg(name)
+        .query_async(conn)
+        .await
+        .expect("DEL");
+}
+
+async fn overwrite_with(
+    conn: &mut impl redis::aio::ConnectionLike,
+    name: &str,
+    token: &str,
+    ttl: Duration,
+) {
+    let _: () = redis::cmd("SET")
+        .arg(name)
+        .arg(token)
+        .arg("PX")
+        .arg(ttl.as_millis() as u64)
+        .query_async(conn)
+        .await
+        .expect("SET");
 }
 
 /// `redlock://` over independent `redis-server`s of this test's own. What it "holds" is what a
@@ -201,17 +216,10 @@ impl Fixture for RedlockFixture {
         let holder = self.holder(name).await?;
         let mut shortest: Option<Duration> = None;
         for server in &self.servers {
-            if server.get(name).await.as_deref() == Some(holder.as_str()) {
-                let mut conn = server.connection().await;
-                let pttl: i64 = redis::cmd("PTTL")
-                    .arg(name)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("PTTL");
-                if pttl >= 0 {
-                    let ttl = Duration::from_millis(pttl as u64);
-                    shortest = Some(shortest.map_or(ttl, |s| s.min(ttl)));
-                }
+            if server.get(name).await.as_deref() == Some(holder.as_str())
+                && let Some(ttl) = ttl_with(&mut server.connection().await, name).await
+            {
+                shortest = Some(shortest.map_or(ttl, |s| s.min(ttl)));
             }
         }
         shortest
@@ -254,33 +262,15 @@ impl Fixture for ClusterFixture {
     }
 
     async fn ttl(&self, name: &str) -> Option<Duration> {
-        let mut conn = self.cluster.connection().await;
-        let pttl: i64 = redis::cmd("PTTL")
-            .arg(format!("{{{name}}}"))
-            .query_async(&mut conn)
-            .await
-            .expect("PTTL");
-        (pttl >= 0).then(|| Duration::from_millis(pttl as u64))
+        ttl_with(&mut self.cluster.connection().await, &format!("{{{name}}}")).await
     }
 
     async fn delete(&self, name: &str) {
-        let mut conn = self.cluster.connection().await;
-        let _: i64 = redis::cmd("DEL")
-            .arg(format!("{{{name}}}"))
-            .query_async(&mut conn)
-            .await
-            .expect("DEL");
+        delete_with(&mut self.cluster.connection().await, &format!("{{{name}}}")).await;
     }
 
     async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
-        let mut conn = self.cluster.connection().await;
-        let _: () = redis::cmd("SET")
-            .arg(format!("{{{name}}}"))
-            .arg(token)
-            .arg("PX")
-            .arg(ttl.as_millis() as u64)
-            .query_async(&mut conn)
-            .await
-            .expect("SET");
+        let name = format!("{{{name}}}");
+        overwrite_with(&mut self.cluster.connection().await, &name, token, ttl).await;
     }
 }

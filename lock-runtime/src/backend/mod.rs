@@ -63,9 +63,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// `Ok(false)` means somebody else holds it, or nobody does.
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>>;
 
-    /// Renews several locks in one round trip where the backend can (the default renews them
-    /// one by one). One result per spec, in order: a failure of one lock's server (a dead
-    /// cluster master) must not fail the others.
+    /// Renews several locks of one [`batch_group`](Self::batch_group) in one round trip where
+    /// the backend can (the default renews them one by one). One result per spec, in order.
     fn renew_many<'a>(
         &'a self,
         specs: &'a [LockSpec<'a>],

@@ -546,14 +546,6 @@ impl RedisBackend {
     }
 }
 
-/// One result per lock from a batch call that succeeded or failed as a whole.
-fn each(count: usize, batch: Result<Vec<bool>, BoxError>) -> Vec<Result<bool, String>> {
-    match batch {
-        Ok(renewed) => renewed.into_iter().map(Ok).collect(),
-        Err(error) => vec![Err(error.to_string()); count],
-    }
-}
-
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag, modulo 16384.
 pub(crate) fn cluster_slot(key: &str) -> u16 {
     let bytes = key.as_bytes();
@@ -702,29 +694,12 @@ impl Backend for RedisBackend {
             if let [spec] = specs {
                 return vec![self.renew(*spec).await.map_err(|e| e.to_string())];
             }
-            if !self.is_cluster() {
-                return each(specs.len(), self.renew_batch(specs).await);
+            // The renewer groups locks by `batch_group` (the slot in a cluster), so every spec
+            // here shares one slot and one script call takes them all.
+            match self.renew_batch(specs).await {
+                Ok(renewed) => renewed.into_iter().map(Ok).collect(),
+                Err(error) => vec![Err(error.to_string()); specs.len()],
             }
-            // A script may only touch keys of one slot: one call per slot, all at once.
-            let mut by_slot: std::collections::HashMap<u16, (Vec<usize>, Vec<LockSpec<'_>>)> =
-                std::collections::HashMap::new();
-            for (i, spec) in specs.iter().enumerate() {
-                let group = by_slot.entry(cluster_slot(spec.name)).or_default();
-                group.0.push(i);
-                group.1.push(*spec);
-            }
-            let groups: Vec<_> = by_slot.into_values().collect();
-            let results = futures_util::future::join_all(
-                groups.iter().map(|(_, group)| self.renew_batch(group)),
-            )
-            .await;
-            let mut renewed = vec![Ok(false); specs.len()];
-            for ((indices, _), result) in groups.iter().zip(results) {
-                for (&i, outcome) in indices.iter().zip(each(indices.len(), result)) {
-                    renewed[i] = outcome;
-                }
-            }
-            renewed
         })
     }
 
