@@ -71,6 +71,7 @@
 //! locks, fencing tokens and exit paths.
 
 pub use lock_macros::distributed_lock;
+pub use lock_runtime::fence;
 pub use lock_runtime::{
     BoxError, CurrentLock, LockClient, LockClientBuilder, LockError, LockGuard, LockRequest,
     MAX_KEY_LEN, URL_ENV, client, current, init, init_from_env,

@@ -502,6 +502,167 @@ pub async fn clients_and_tasks_are_separate_owners(fixture: &impl Fixture) {
     assert!(two.lock("shared").try_acquire().await.unwrap().is_some());
 }
 
+/// Keys that cannot be a lock name are refused before anything is sent, with a reason that
+/// names the problem, and the backend holds nothing afterwards.
+pub async fn bad_keys_are_refused_and_nothing_is_written(fixture: &impl Fixture) {
+    let client = fixture.client().await;
+    let huge = "k".repeat(1 << 20);
+    let cases: [(&str, &str); 5] = [
+        ("", "empty"),
+        (&huge, "1048576 bytes"),
+        ("order\u{0}1", "control character '\\0'"),
+        ("order\n1", "control character '\\n'"),
+        (&huge[..distlock::MAX_KEY_LEN + 1], "1025 bytes"),
+    ];
+    for (key, reason) in cases {
+        let started = Instant::now();
+        let err = client.lock(key).acquire().await.unwrap_err();
+        assert!(started.elapsed() < ms(100), "refused at once");
+        let LockError::InvalidKey { .. } = err else {
+            panic!("expected InvalidKey for {:.20?}, got {err}", key);
+        };
+        let message = err.to_string();
+        assert!(message.contains(reason), "{reason}: {message}");
+        assert!(
+            message.len() < 600,
+            "the key is shortened: {} bytes",
+            message.len()
+        );
+        assert_eq!(fixture.holder(&format!("lock:{key}")).await, None);
+    }
+}
+
+/// Keys with non-ASCII text or another backend's special characters (Redis Cluster hash-tag
+/// braces, ZooKeeper path slashes, Redis glob characters) are ordinary keys: each is locked,
+/// stored verbatim, kept apart from its neighbours, fenced, and released.
+pub async fn unusual_keys_are_stored_verbatim(fixture: &impl Fixture) {
+    let client = fixture
+        .builder()
+        .fencing(fixture.fencing())
+        .build()
+        .await
+        .unwrap();
+    let longest = "é".repeat(distlock::MAX_KEY_LEN / 2);
+    let keys = [
+        "ünïcødé/κλειδί:🔒",
+        "{user}:1",
+        "{user}:2",
+        "}{",
+        "/orders/42/..",
+        "orders:*?[a-z]",
+        "with space %s \\ \" '",
+        longest.as_str(),
+    ];
+    let mut guards = Vec::new();
+    for key in keys {
+        let guard = client.lock(key).wait(Duration::ZERO).acquire().await;
+        let guard = guard.unwrap_or_else(|err| panic!("{key:?}: {err}"));
+        let token = distlock::__private::testing::owner_token(&guard).to_owned();
+        assert_eq!(
+            fixture.holder(&format!("lock:{key}")).await,
+            Some(token),
+            "{key:?}"
+        );
+        assert_eq!(guard.fencing_token().is_some(), fixture.fencing());
+        guards.push(guard);
+    }
+    // Every key is its own lock: all are held at once, and each one is busy.
+    for key in keys {
+        assert!(
+            client.lock(key).try_acquire().await.unwrap().is_none(),
+            "{key:?}"
+        );
+    }
+    for guard in guards {
+        let key = guard.key().to_owned();
+        guard.release().await.unwrap();
+        assert_eq!(
+            fixture.holder(&format!("lock:{key}")).await,
+            None,
+            "{key:?}"
+        );
+    }
+}
+
+/// Leases and waits at the edges of `Duration` through the manual API: a clear error for a
+/// lease too short (zero, one nanosecond) or too long (`Duration::MAX`), and waits of one
+/// nanosecond and `Duration::MAX` behave as a try and as "forever" — no panic, no hang.
+pub async fn durations_at_the_edges(fixture: &impl Fixture) {
+    let client = fixture.client().await;
+    for (lease, says) in [
+        (Duration::ZERO, "too short"),
+        (Duration::from_nanos(1), "too short"),
+        (Duration::MAX, "too long"),
+        (LockClient::MAX_LEASE + Duration::from_nanos(1), "too long"),
+    ] {
+        let err = client
+            .lock("edge")
+            .lease(lease)
+            .acquire()
+            .await
+            .unwrap_err();
+        let message = err.to_string();
+        assert!(matches!(err, LockError::Config(_)), "{lease:?}: {message}");
+        assert!(
+            message.contains(says) && message.contains("`edge`"),
+            "{message}"
+        );
+        assert_eq!(fixture.holder("lock:edge").await, None);
+    }
+    let err = fixture
+        .builder()
+        .default_lease(Duration::MAX)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("too long"), "{err}");
+
+    // The longest lease is accepted, and its TTL is what was asked for.
+    let guard = client
+        .lock("edge")
+        .lease(LockClient::MAX_LEASE)
+        .acquire()
+        .await
+        .unwrap();
+    let ttl = fixture.ttl("lock:edge").await.expect("a TTL");
+    assert!(ttl > LockClient::MAX_LEASE - ms(60_000), "{ttl:?}");
+
+    // wait = 1 ns on a busy lock: one try, then Timeout.
+    let started = Instant::now();
+    let err = client
+        .lock("edge")
+        .wait(Duration::from_nanos(1))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    assert!(started.elapsed() < ms(500));
+
+    // wait = Duration::MAX on a busy lock: waits, and wins once the holder releases.
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("edge").wait(Duration::MAX).acquire().await }
+    });
+    tokio::time::sleep(ms(100)).await;
+    assert!(!waiter.is_finished());
+    guard.release().await.unwrap();
+    let won = tokio::time::timeout(ms(5_000), waiter)
+        .await
+        .expect("no hang")
+        .unwrap()
+        .unwrap();
+    won.release().await.unwrap();
+    // … and on a free lock it takes the lock at once.
+    let free = client
+        .lock("edge")
+        .wait(Duration::MAX)
+        .acquire()
+        .await
+        .unwrap();
+    free.release().await.unwrap();
+    assert_eq!(fixture.holder("lock:edge").await, None);
+}
+
 macro_rules! conformance {
     ($backend:ident => $fixture:expr; $($case:ident),* $(,)?) => {
         mod $backend {
@@ -538,6 +699,9 @@ macro_rules! suite {
                 timeout_reports_how_long_it_waited,
                 fencing_tokens_increase,
                 clients_and_tasks_are_separate_owners,
+                bad_keys_are_refused_and_nothing_is_written,
+                unusual_keys_are_stored_verbatim,
+                durations_at_the_edges,
             );
         )*
     };

@@ -116,3 +116,90 @@ async fn bad_keys_and_leases_are_refused_by_redis_and_nothing_is_written() {
     let keys: i64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
     assert_eq!(keys, 0);
 }
+
+/// Every malformed URL fails fast — no connection attempt that hangs — with an error that names
+/// what is wrong; none panics.
+#[tokio::test]
+async fn malformed_urls_fail_fast_and_say_what_is_wrong() {
+    let cases: &[(&str, &str)] = &[
+        ("", "not a lock backend URL"),
+        ("   ", "not a lock backend URL"),
+        ("\u{0}\u{1}garbage\u{7f}", "not a lock backend URL"),
+        ("://", "unknown lock backend scheme"),
+        ("redis:/127.0.0.1:6379", "not a lock backend URL"),
+        ("ftp://127.0.0.1", "unknown lock backend scheme `ftp://`"),
+        ("REDIS://127.0.0.1:6379", "unknown lock backend scheme"),
+        ("redis://", "invalid Redis URL"),
+        ("redis://:6379", "invalid Redis URL"),
+        ("redis://127.0.0.1:99999", "invalid Redis URL"),
+        ("redis://127.0.0.1:-1", "invalid Redis URL"),
+        ("redis://127.0.0.1:6379/notadb", "invalid Redis URL"),
+        ("redlock://", "names no nodes"),
+        ("redlock://127.0.0.1:1,127.0.0.1:2", "at least 3"),
+        ("redlock://127.0.0.1:1,,127.0.0.1:3", "empty"),
+        ("redlock://127.0.0.1:1,127.0.0.1:1,127.0.0.1:2", "twice"),
+        ("redis+cluster://", "no nodes"),
+    ];
+    for (url, says) in cases {
+        let started = std::time::Instant::now();
+        let result = tokio::time::timeout(Duration::from_secs(5), LockClient::connect(url))
+            .await
+            .unwrap_or_else(|_| panic!("{url:?} hung"));
+        let err = result.expect_err(url);
+        let message = err.to_string();
+        assert!(
+            matches!(err, LockError::Config(_)),
+            "{url:?}: expected Config, got {message}"
+        );
+        assert!(message.contains(says), "{url:?}: {message}");
+        assert!(started.elapsed() < Duration::from_secs(1), "{url:?}");
+    }
+}
+
+/// A port where nothing listens, and TLS spoken to a plain-text server, fail within the connect
+/// timeout with a `Connect` error naming the server.
+#[tokio::test]
+async fn unreachable_or_wrong_protocol_servers_fail_within_the_connect_timeout() {
+    let dead = format!("redis://127.0.0.1:{}", support::free_port());
+    let started = std::time::Instant::now();
+    let err = LockClient::builder(dead.as_str())
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LockError::Connect { .. }), "{err}");
+    assert!(err.to_string().contains(&dead), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+
+    if cfg!(feature = "tls") {
+        let server = RedisServer::shared();
+        let url = format!("rediss://127.0.0.1:{}/#insecure", server.port());
+        let started = std::time::Instant::now();
+        let result = tokio::time::timeout(
+            Duration::from_secs(10),
+            LockClient::builder(url.as_str())
+                .connect_timeout(Duration::from_millis(500))
+                .build(),
+        )
+        .await
+        .expect("TLS to a plain server must not hang");
+        let err = result.unwrap_err();
+        assert!(matches!(err, LockError::Connect { .. }), "{err}");
+        assert!(err.to_string().contains("127.0.0.1"), "{err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        // The server is unharmed: a plain client still works.
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        client
+            .lock("after-tls")
+            .acquire()
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+    }
+}

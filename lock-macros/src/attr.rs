@@ -18,6 +18,8 @@ pub(crate) const ARGUMENTS: &[&str] = &[
 
 /// The shortest lease the runtime accepts (its `LockClient::MIN_LEASE`).
 const MIN_LEASE: Duration = Duration::from_millis(10);
+/// The longest lease the runtime accepts (its `LockClient::MAX_LEASE`).
+const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 
 pub(crate) enum WaitArg {
     Up(Duration),
@@ -176,6 +178,16 @@ impl LockArgs {
                         format!(
                             "lease {:?} is too short to renew: the watchdog renews every lease/3 \
                              and needs a round trip, so the lease must be at least 10ms",
+                            lit.value()
+                        ),
+                    );
+                } else if lease > MAX_LEASE {
+                    errors.at(
+                        lit.span(),
+                        format!(
+                            "lease {:?} is too long: a lock whose holder died stays taken for a \
+                             whole lease, so it must be at most 7 days; keep it short and let \
+                             renewal extend it while the function runs",
                             lit.value()
                         ),
                     );

@@ -104,6 +104,9 @@ impl LockClient {
     pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
     /// The shortest lease accepted: renewal runs every lease/3 and needs room for a round trip.
     pub const MIN_LEASE: Duration = Duration::from_millis(10);
+    /// The longest lease accepted (7 days). A lease bounds how long a lock outlives a holder
+    /// that crashed; renewal keeps a short lease alive for as long as the holder runs.
+    pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 
     /// Connects with default settings. The URL scheme picks the backend:
     ///
@@ -443,6 +446,15 @@ fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {
             "lease {lease:?}{whose} is too short: it must be at least {:?} so renewal \
              (every lease/3) has time for a round trip",
             LockClient::MIN_LEASE
+        )));
+    }
+    if lease > LockClient::MAX_LEASE {
+        let whose = key.map(|k| format!(" for lock `{k}`")).unwrap_or_default();
+        return Err(LockError::Config(format!(
+            "lease {lease:?}{whose} is too long: it must be at most {:?} (a lock whose holder \
+             died stays taken for a whole lease); keep the lease short and let renewal \
+             extend it while the holder lives",
+            LockClient::MAX_LEASE
         )));
     }
     Ok(())

@@ -146,6 +146,11 @@ impl LockGuard {
         ))
     }
 
+    /// The owner token stored in the backend (for tests that check who holds a lock).
+    pub(crate) fn owner_token(&self) -> &str {
+        self.held.shared.token.as_str()
+    }
+
     pub(crate) fn shared(&self) -> Arc<Shared> {
         Arc::clone(&self.held.shared)
     }

@@ -43,6 +43,7 @@
 mod backend;
 mod client;
 mod error;
+pub mod fence;
 mod global;
 mod guard;
 mod key;

@@ -20,6 +20,12 @@ pub fn memory_force(url: &str, name: &str, value: Option<(&str, Duration)>) {
     store(url).force(name, value)
 }
 
+/// The owner token `guard` stored in the backend: what a server holds for a lock while this
+/// guard owns it.
+pub fn owner_token(guard: &crate::LockGuard) -> &str {
+    guard.owner_token()
+}
+
 /// The Redis Cluster hash slot of `key` (CRC16 of its hash tag, modulo 16384).
 #[cfg(feature = "redis")]
 pub fn cluster_slot(key: &str) -> u16 {

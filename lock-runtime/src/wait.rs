@@ -32,7 +32,8 @@ pub(crate) async fn acquire(
     wait: Option<Duration>,
 ) -> Result<Acquired, LockError> {
     let started = Instant::now();
-    let deadline = wait.map(|wait| started + wait);
+    // A wait too long to represent (`Duration::MAX`) is a wait without deadline.
+    let deadline = wait.and_then(|wait| started.checked_add(wait));
     let mut subscription: Option<ReleaseSubscription> = None;
     let mut notifications_work = true;
     loop {

@@ -5,4 +5,9 @@ async fn too_short() -> Result<(), LockError> {
     Ok(())
 }
 
+#[distributed_lock(key = "b", lease = "200h")]
+async fn too_long() -> Result<(), LockError> {
+    Ok(())
+}
+
 fn main() {}
