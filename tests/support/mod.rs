@@ -7,7 +7,10 @@
 
 pub mod cluster;
 pub mod fixture;
+pub mod history;
 pub mod proxy;
+#[path = "../../examples/support/store.rs"]
+pub mod store;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

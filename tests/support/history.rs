@@ -1,0 +1,327 @@
+//! A history checker for locks, and the contending processes that produce histories.
+//!
+//! Every holder records `(key, holder, fencing token, acquired_at, released_at)` with
+//! `CLOCK_MONOTONIC` timestamps, which are comparable across the processes of one machine.
+//! `acquired_at` is read *after* the acquisition returned and `released_at` *before* the release
+//! is sent, so each recorded interval lies inside the real one: if two recorded intervals
+//! overlap, the real holds overlapped. [`check`] proves that no two holds of one key overlap
+//! and that fencing tokens rise in grant order.
+//!
+//! The holders also run a Jepsen-style register under the lock: read, sleep a random short
+//! while, write the value + 1. Without mutual exclusion, acknowledged increments are lost.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use distlock::{LockClient, LockError};
+
+use super::store::Store;
+
+/// Nanoseconds on `CLOCK_MONOTONIC`: one clock for every process of this machine.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write to.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC)");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// One hold of a lock, as its holder saw it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hold {
+    pub key: String,
+    pub holder: String,
+    pub token: Option<u64>,
+    pub acquired_at: u64,
+    pub released_at: u64,
+}
+
+impl Hold {
+    /// One line: `key holder token|- acquired released` (keys and holders have no spaces).
+    pub fn to_line(&self) -> String {
+        let token = self.token.map_or("-".to_string(), |t| t.to_string());
+        format!(
+            "{} {} {token} {} {}",
+            self.key, self.holder, self.acquired_at, self.released_at
+        )
+    }
+
+    pub fn parse(line: &str) -> Hold {
+        let parts: Vec<&str> = line.split(' ').collect();
+        assert_eq!(parts.len(), 5, "history line {line:?}");
+        Hold {
+            key: parts[0].to_owned(),
+            holder: parts[1].to_owned(),
+            token: (parts[2] != "-").then(|| parts[2].parse().expect("token")),
+            acquired_at: parts[3].parse().expect("acquired_at"),
+            released_at: parts[4].parse().expect("released_at"),
+        }
+    }
+}
+
+/// What a valid history contained.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub holds: usize,
+    pub keys: usize,
+    pub holders: usize,
+    pub fenced: usize,
+}
+
+/// Checks a history: for every key, no two holds overlap, and fencing tokens (where present)
+/// strictly rise in the order the holds were granted. The error names the first violation.
+pub fn check(holds: &[Hold]) -> Result<Summary, String> {
+    let mut by_key: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
+    for hold in holds {
+        if hold.released_at < hold.acquired_at {
+            return Err(format!("a hold ends before it starts: {hold:?}"));
+        }
+        by_key.entry(&hold.key).or_default().push(hold);
+    }
+    let mut summary = Summary {
+        holds: holds.len(),
+        keys: by_key.len(),
+        ..Summary::default()
+    };
+    let mut holders = std::collections::BTreeSet::new();
+    for (key, mut holds) in by_key {
+        holds.sort_by_key(|h| h.acquired_at);
+        let mut latest_end: Option<&Hold> = None;
+        let mut last_token: Option<&Hold> = None;
+        for hold in holds {
+            holders.insert(&hold.holder);
+            if let Some(before) = latest_end
+                && hold.acquired_at < before.released_at
+            {
+                return Err(format!(
+                    "two holders of `{key}` overlap by {} µs: {before:?} and {hold:?}",
+                    (before.released_at - hold.acquired_at) / 1_000
+                ));
+            }
+            if latest_end.is_none_or(|b| hold.released_at > b.released_at) {
+                latest_end = Some(hold);
+            }
+            if let Some(token) = hold.token {
+                summary.fenced += 1;
+                if let Some(before) = last_token
+                    && before.token >= Some(token)
+                {
+                    return Err(format!(
+                        "fencing tokens of `{key}` do not rise in grant order: {before:?} then {hold:?}"
+                    ));
+                }
+                last_token = Some(hold);
+            }
+        }
+    }
+    summary.holders = holders.len();
+    Ok(summary)
+}
+
+/// What one contender (a process, or a client in this process) does.
+#[derive(Clone, Debug)]
+pub struct Contention {
+    pub url: String,
+    pub key: String,
+    /// Holder ids are `<name>.<task>`.
+    pub name: String,
+    pub tasks: usize,
+    pub rounds: usize,
+    pub fencing: bool,
+    /// Upper bound of the random sleep between the register's read and write.
+    pub max_sleep_us: u64,
+}
+
+/// What a contender did: its holds, and how many register increments were acknowledged.
+pub struct Outcome {
+    pub holds: Vec<Hold>,
+    pub increments: u64,
+    pub lost: u64,
+}
+
+/// Runs `tasks` tasks of one client, each taking the lock `rounds` times and incrementing the
+/// register under it. With `start = Some((ready, go))` it creates the file `ready` once
+/// connected and begins when the file `go` appears, so that every process contends from the
+/// first round.
+pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Path)>) -> Outcome {
+    let client = LockClient::builder(spec.url.as_str())
+        .fencing(spec.fencing)
+        .default_lease(Duration::from_secs(5))
+        .default_wait(Duration::from_secs(60))
+        .build()
+        .await
+        .expect("contender connects");
+    if let Some((ready, start)) = start {
+        write_file(ready, "ready");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !start.exists() {
+            assert!(Instant::now() < deadline, "the start signal never came");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    let increments = Arc::new(AtomicU64::new(0));
+    let lost = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for task in 0..spec.tasks {
+        let (client, store, spec) = (client.clone(), store.clone(), spec.clone());
+        let (increments, lost) = (increments.clone(), lost.clone());
+        tasks.push(tokio::spawn(async move {
+            let holder = format!("{}.{task}", spec.name);
+            let mut holds = Vec::with_capacity(spec.rounds);
+            for _ in 0..spec.rounds {
+                let guard = client.lock(spec.key.as_str()).acquire().await;
+                let guard = guard.unwrap_or_else(|e| panic!("{holder}: {e}"));
+                let acquired_at = now_ns();
+                let value = store.get("register").await.expect("register read");
+                // Work between the read and the write: a yield to the other tasks, or a
+                // blocking pause of up to `max_sleep_us` (tokio's timer cannot sleep for less
+                // than a millisecond).
+                match fastrand::u64(0..=spec.max_sleep_us) {
+                    0..50 => tokio::task::yield_now().await,
+                    pause => std::thread::sleep(Duration::from_micros(pause)),
+                }
+                store
+                    .set("register", value + 1)
+                    .await
+                    .expect("register write");
+                increments.fetch_add(1, Ordering::Relaxed);
+                let token = guard.fencing_token();
+                let released_at = now_ns();
+                match guard.release().await {
+                    Ok(()) => {}
+                    Err(LockError::Lost { .. }) => {
+                        lost.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => panic!("{holder}: release: {e}"),
+                }
+                holds.push(Hold {
+                    key: spec.key.clone(),
+                    holder: holder.clone(),
+                    token,
+                    acquired_at,
+                    released_at,
+                });
+            }
+            holds
+        }));
+    }
+    let mut holds = Vec::new();
+    for task in tasks {
+        holds.extend(task.await.expect("contender task"));
+    }
+    Outcome {
+        holds,
+        increments: increments.load(Ordering::Relaxed),
+        lost: lost.load(Ordering::Relaxed),
+    }
+}
+
+/// The environment variable that turns a test binary's helper entry point on.
+pub const HELPER_ENV: &str = "DISTLOCK_TEST_HELPER";
+
+/// A copy of the running test binary, started to run one helper test (`entry`), which reads
+/// its instructions from the environment and talks through files in `dir`.
+pub struct Helper {
+    pub child: Child,
+    pub dir: PathBuf,
+}
+
+impl Helper {
+    pub fn spawn(entry: &str, dir: &Path, env: &[(&str, String)]) -> Helper {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let mut command = Command::new(exe);
+        command
+            .args([entry, "--exact", "--nocapture", "--test-threads=1"])
+            .env(HELPER_ENV, "1")
+            .env("HELPER_DIR", dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        Helper {
+            child: command
+                .spawn()
+                .expect("spawn a helper copy of the test binary"),
+            dir: dir.to_owned(),
+        }
+    }
+
+    pub fn pid(&self) -> libc::pid_t {
+        self.child.id() as libc::pid_t
+    }
+
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: signalling our own child process.
+        let sent = unsafe { libc::kill(self.pid(), signal) };
+        assert_eq!(sent, 0, "kill({}, {signal})", self.pid());
+    }
+
+    /// Waits for the helper to exit successfully.
+    pub fn wait_success(&mut self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("helper status") {
+                assert!(status.success(), "helper failed: {status}");
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "helper did not finish within {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The contents of `name` in the helper's directory once it exists (written atomically by
+    /// [`write_file`]).
+    pub async fn read(&self, name: &str, within: Duration) -> String {
+        read_when_there(&self.dir.join(name), within).await
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Writes `contents` to `path` atomically (through a temporary file and a rename), so a reader
+/// never sees half of it.
+pub fn write_file(path: &Path, contents: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).expect("write helper file");
+    std::fs::rename(&tmp, path).expect("rename helper file");
+}
+
+/// Waits until `path` exists and returns its contents.
+pub async fn read_when_there(path: &Path, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(contents) = std::fs::read_to_string(path) {
+            return contents;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} did not appear within {within:?}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// A fresh directory for one test's helper files.
+pub fn scratch_dir(label: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(super::unique(label));
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    dir
+}
