@@ -1,9 +1,10 @@
-//! A TCP proxy between a client and one server that can hold back the server's replies: the
-//! fault no real server produces on demand (a slow network or an overloaded node).
+//! A TCP proxy between a client and one server that can hold back the server's replies, drop
+//! everything (a blackhole: connections stay open, nothing arrives), or cut every connection:
+//! the network faults no real server produces on demand.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -15,6 +16,17 @@ pub struct DelayProxy {
     port: u16,
     delay_ms: Arc<AtomicU64>,
     request_delay_ms: Arc<AtomicU64>,
+    faults: Arc<Faults>,
+}
+
+/// Blackhole and cut state shared with the forwarding tasks.
+#[derive(Default)]
+struct Faults {
+    blackhole: AtomicBool,
+    /// New connections are closed at once until this instant.
+    refuse_until: Mutex<Option<Instant>>,
+    /// The forwarding tasks of the open connections, aborted (sockets closed) by a cut.
+    open: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl DelayProxy {
@@ -27,11 +39,24 @@ impl DelayProxy {
         let request_delay_ms = Arc::new(AtomicU64::new(0));
         let delay = Arc::clone(&delay_ms);
         let request = Arc::clone(&request_delay_ms);
+        let faults = Arc::new(Faults::default());
+        let shared_faults = Arc::clone(&faults);
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
+                let refused = shared_faults
+                    .refuse_until
+                    .lock()
+                    .unwrap()
+                    .is_some_and(|until| Instant::now() < until);
+                if refused {
+                    drop(client);
+                    continue;
+                }
                 let delay = Arc::clone(&delay);
                 let requests = Arc::clone(&request);
-                tokio::spawn(async move {
+                let faults = Arc::clone(&shared_faults);
+                let upstream_faults = Arc::clone(&shared_faults);
+                let task = tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(("127.0.0.1", target)).await else {
                         return;
                     };
@@ -49,11 +74,15 @@ impl DelayProxy {
                             if ms > 0 {
                                 tokio::time::sleep(Duration::from_millis(ms)).await;
                             }
+                            if upstream_faults.blackhole.load(Ordering::SeqCst) {
+                                continue;
+                            }
                             if server_write.write_all(&buffer[..n]).await.is_err() {
                                 break;
                             }
                         }
                     });
+                    faults.open.lock().unwrap().push(upstream.abort_handle());
                     let mut buffer = vec![0u8; 16 * 1024];
                     loop {
                         let n = match server_read.read(&mut buffer).await {
@@ -64,18 +93,40 @@ impl DelayProxy {
                         if ms > 0 {
                             tokio::time::sleep(Duration::from_millis(ms)).await;
                         }
+                        if faults.blackhole.load(Ordering::SeqCst) {
+                            continue;
+                        }
                         if client_write.write_all(&buffer[..n]).await.is_err() {
                             break;
                         }
                     }
                     upstream.abort();
                 });
+                let mut open = shared_faults.open.lock().unwrap();
+                open.retain(|t| !t.is_finished());
+                open.push(task.abort_handle());
             }
         });
         DelayProxy {
             port,
             delay_ms,
             request_delay_ms,
+            faults,
+        }
+    }
+
+    /// From now on, drops everything in both directions while keeping the connections open:
+    /// requests never reach the server, replies never reach the client.
+    pub fn set_blackhole(&self, on: bool) {
+        self.faults.blackhole.store(on, Ordering::SeqCst);
+    }
+
+    /// Closes every open connection at once and refuses new ones for `refuse`: a cable pulled
+    /// and plugged back in.
+    pub fn cut(&self, refuse: Duration) {
+        *self.faults.refuse_until.lock().unwrap() = Some(Instant::now() + refuse);
+        for task in self.faults.open.lock().unwrap().drain(..) {
+            task.abort();
         }
     }
 

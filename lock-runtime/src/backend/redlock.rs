@@ -80,8 +80,12 @@ impl RedlockBackend {
                 urls.len()
             )));
         }
+        // One retry per node, inside the node timeout: a node that restarted, or whose last
+        // call was cut short by the node timeout, answers the first command on its old
+        // connection with a broken pipe; the retry reconnects. A node that does not answer at
+        // all is still skipped after the node timeout.
         let settings = RedisSettings {
-            retries: 0,
+            retries: 1,
             ..settings
         };
         let mut nodes = Vec::with_capacity(urls.len());
