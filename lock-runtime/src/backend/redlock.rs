@@ -4,7 +4,8 @@
 //! - **Acquire**: one vote script on every node at once, each bounded by the node timeout.
 //!   The lock is ours when a majority (N/2+1) granted it *and* the validity left,
 //!   `lease − elapsed − drift` (drift = 1 % of the lease + 2 ms), is still positive. Otherwise
-//!   the partial locks are deleted on every node at once, quietly (no wake-up), and the attempt
+//!   the partial locks are deleted on every node at once — quietly (no wake-up) unless our
+//!   token may have held a majority that other waiters saw and now wait on — and the attempt
 //!   reports the lock busy — with the holder's remaining lease when one token holds a majority,
 //!   or a random short delay when the vote was split, so contenders fall out of step instead of
 //!   livelocking.
@@ -164,13 +165,20 @@ impl RedlockBackend {
         message.into()
     }
 
-    /// Deletes our token everywhere without waking anyone (a lost vote's partial locks, and
-    /// nodes that timed out: their `SET` may still land).
-    async fn undo(&self, spec: LockSpec<'_>) {
+    /// Deletes our token everywhere (a lost vote's partial locks, and nodes that timed out:
+    /// their `SET` may still land). Quietly — without waking waiters — unless our token may
+    /// have sat on a majority (`loud`): a waiter that saw it there as the holder sleeps until
+    /// its lease ends or a release notification comes, so it must get one.
+    async fn undo(&self, spec: LockSpec<'_>, loud: bool) {
         self.on_all(|node| async move {
-            node.release_quietly(spec.name, spec.token)
-                .await
-                .map_err(BoxError::from)
+            if loud {
+                node.release(spec.name, spec.token).await.map(|_| ())
+            } else {
+                node.release_quietly(spec.name, spec.token)
+                    .await
+                    .map(|_| ())
+                    .map_err(BoxError::from)
+            }
         })
         .await;
     }
@@ -206,7 +214,11 @@ impl Backend for RedlockBackend {
                     fencing_token: None,
                 });
             }
-            self.undo(spec).await;
+            let unknown = votes
+                .iter()
+                .filter(|v| matches!(v, Outcome::Failed(_)))
+                .count();
+            self.undo(spec, granted + unknown >= self.quorum).await;
             let answered = votes
                 .iter()
                 .filter(|v| matches!(v, Outcome::Answered(_)))
