@@ -780,9 +780,8 @@ fn exit_paths_process() {
     let result = runtime.block_on(runtime.spawn(guarded("panic", Exit::Panic)));
     assert!(result.unwrap_err().is_panic());
     step("panic");
-    let result = runtime.block_on(async {
-        tokio::time::timeout(ms(350), guarded("cancel", Exit::Forever)).await
-    });
+    let result = runtime
+        .block_on(async { tokio::time::timeout(ms(350), guarded("cancel", Exit::Forever)).await });
     assert!(result.is_err(), "cancelled");
     step("cancel");
     runtime.spawn(guarded("shutdown", Exit::Forever));
