@@ -311,7 +311,9 @@ fn spawn_holder(servers: &Servers, key: &str, lease: Duration, mode: &str) -> He
         ("MODE", mode.to_owned()),
         ("DATA_URL", data_url),
     ];
-    Helper::spawn("holder_process", &dir, &env)
+    let mut helper = Helper::spawn("holder_process", &dir, &env);
+    helper.owns_dir = true;
+    helper
 }
 
 /// `(fencing token, acquired_at, owner token)` from a holder's `acquired` file.

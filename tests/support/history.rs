@@ -231,6 +231,8 @@ pub const HELPER_ENV: &str = "DISTLOCK_TEST_HELPER";
 pub struct Helper {
     pub child: Child,
     pub dir: PathBuf,
+    /// Remove `dir` when dropped (a directory of this helper's own).
+    pub owns_dir: bool,
 }
 
 impl Helper {
@@ -252,6 +254,7 @@ impl Helper {
                 .spawn()
                 .expect("spawn a helper copy of the test binary"),
             dir: dir.to_owned(),
+            owns_dir: false,
         }
     }
 
@@ -292,6 +295,9 @@ impl Drop for Helper {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if self.owns_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
