@@ -26,8 +26,9 @@ use distlock::fence::{FencedWrite, redis_fenced_set};
 use distlock::{LockClient, LockError, distributed_lock};
 use support::cluster::RedisCluster;
 use support::fixture::{ClusterFixture, Fixture, RedisFixture, RedlockFixture};
-use support::history::{self, HELPER_ENV, Helper, Hold, check, now_ns};
+use support::history::{self, Helper, Hold, check, now_ns};
 use support::proxy::DelayProxy;
+use support::store::{Conn, Store};
 use support::{RedisServer, unique};
 
 fn ms(n: u64) -> Duration {
@@ -169,9 +170,9 @@ impl Servers {
     async fn lock_commands(&self) -> u64 {
         let mut total = 0;
         for server in self.all().iter().filter(|s| s.is_running()) {
-            for command in ["set", "eval", "evalsha", "pexpire"] {
-                total += server.command_calls(command).await;
-            }
+            total += server
+                .commands_calls(&["set", "eval", "evalsha", "pexpire"])
+                .await;
         }
         total
     }
@@ -181,81 +182,51 @@ impl Servers {
             server.reset_stats().await;
         }
     }
-
-    /// A connection for the fenced resource: the server, the first Redlock node, the cluster.
-    async fn data(&self) -> Data {
-        match self {
-            Servers::Redis(f) => Data::open(&f.server.url()).await,
-            Servers::Redlock(f) => Data::open(&f.servers[0].url()).await,
-            Servers::Cluster(f) => Data::open(&f.cluster.url()).await,
-        }
-    }
 }
 
-/// The fenced resource's store: one server or a cluster.
-enum Data {
-    Single(redis::aio::MultiplexedConnection),
-    Cluster(redis::cluster_async::ClusterConnection),
-}
+/// The fenced resource: a hash in the examples' store (the server, the first Redlock node, or
+/// the cluster), written through `distlock::fence`.
+struct Data(Conn);
 
 impl Data {
-    async fn open(url: &str) -> Data {
-        match url.strip_prefix("redis+cluster://") {
-            Some(nodes) => Data::Cluster(
-                redis::cluster::ClusterClient::new(
-                    nodes
-                        .split(',')
-                        .map(|n| format!("redis://{n}"))
-                        .collect::<Vec<_>>(),
-                )
-                .unwrap()
-                .get_async_connection()
-                .await
-                .unwrap(),
-            ),
-            None => Data::Single(
-                redis::Client::open(url)
-                    .unwrap()
-                    .get_multiplexed_async_connection()
-                    .await
-                    .unwrap(),
-            ),
+    async fn open(lock_url: &str) -> Data {
+        match Store::open(lock_url, "fence").await.expect("data store") {
+            Store::Redis { conn, .. } => Data(conn),
+            Store::Memory(_) => unreachable!("fault tests run on servers"),
         }
     }
 
-    async fn fenced_set(&mut self, value: &str, token: u64) -> FencedWrite {
-        match self {
-            Data::Single(conn) => redis_fenced_set(conn, "resource", value, token).await,
-            Data::Cluster(conn) => redis_fenced_set(conn, "resource", value, token).await,
+    async fn fenced_set(&self, value: &str, token: u64) -> FencedWrite {
+        match self.0.clone() {
+            Conn::Single(mut conn) => redis_fenced_set(&mut conn, "resource", value, token).await,
+            Conn::Cluster(mut conn) => redis_fenced_set(&mut conn, "resource", value, token).await,
         }
         .expect("fenced write")
     }
 
-    async fn value(&mut self) -> Option<String> {
-        let cmd = redis::cmd("HGET").arg("resource").arg("value").clone();
-        match self {
-            Data::Single(conn) => cmd.query_async(conn).await,
-            Data::Cluster(conn) => cmd.query_async(conn).await,
-        }
-        .expect("HGET")
+    async fn value(&self) -> Option<String> {
+        self.0
+            .query(redis::cmd("HGET").arg("resource").arg("value"))
+            .await
+            .expect("HGET")
     }
+}
+
+/// Asserts that the servers hold the lock `key` for `guard` (its owner token is stored).
+async fn assert_holds(servers: &Servers, key: &str, guard: &distlock::LockGuard, what: &str) {
+    let mine = distlock::__private::testing::owner_token(guard).to_owned();
+    assert_eq!(servers.holder(key).await, Some(mine), "{what}");
 }
 
 /// A holder process: takes `key` and reports `token acquired_at owner`; in `fenced` mode it then
 /// writes the fenced resource, waits for the file `write-again`, and writes again.
 #[test]
 fn holder_process() {
-    if std::env::var_os(HELPER_ENV).is_none() {
+    let Some(dir) = history::helper_dir() else {
         return;
-    }
-    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"));
-    let dir = std::path::PathBuf::from(var("HELPER_DIR"));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    };
+    let var = history::helper_var;
+    history::helper_runtime().block_on(async {
         let url = var("LOCK_URL");
         let fencing = var("FENCING") == "1";
         let client = LockClient::builder(url.as_str())
@@ -283,7 +254,7 @@ fn holder_process() {
             std::future::pending::<()>().await;
         }
         let token = token.expect("fencing is on");
-        let mut data = Data::open(&var("DATA_URL")).await;
+        let data = Data::open(&url).await;
         let first = data.fenced_set("written by the first holder", token).await;
         history::write_file(&dir.join("wrote1"), &format!("{first:?}"));
         history::read_when_there(&dir.join("write-again"), Duration::from_secs(60)).await;
@@ -299,17 +270,12 @@ fn holder_process() {
 
 fn spawn_holder(servers: &Servers, key: &str, lease: Duration, mode: &str) -> Helper {
     let dir = history::scratch_dir("holder");
-    let data_url = match servers {
-        Servers::Redlock(f) => f.servers[0].url(),
-        _ => servers.url(),
-    };
     let env = [
         ("LOCK_URL", servers.url()),
         ("LOCK_KEY", key.to_owned()),
         ("LEASE_MS", lease.as_millis().to_string()),
         ("FENCING", if servers.fencing() { "1" } else { "0" }.into()),
         ("MODE", mode.to_owned()),
-        ("DATA_URL", data_url),
     ];
     let mut helper = Helper::spawn("holder_process", &dir, &env);
     helper.owns_dir = true;
@@ -373,8 +339,7 @@ async fn holder_killed(kind: Kind) {
     if servers.fencing() {
         assert!(guard.fencing_token() > first_token);
     }
-    let mine = distlock::__private::testing::owner_token(&guard).to_owned();
-    assert_eq!(servers.holder(&key).await, Some(mine));
+    assert_holds(&servers, &key, &guard, "the holder's token is stored").await;
     guard.release().await.unwrap();
     eprintln!(
         "{kind:?}: killed holder's lock granted again {after_kill:?} after the kill (TTL then {ttl:?})"
@@ -424,8 +389,7 @@ async fn server_restarts_empty(kind: Kind) {
         .acquire()
         .await
         .expect("a new holder succeeds");
-    let mine = distlock::__private::testing::owner_token(&next).to_owned();
-    assert_eq!(servers.holder(&key).await, Some(mine));
+    assert_holds(&servers, &key, &next, "the holder's token is stored").await;
     assert!(
         guard.release().await.is_err(),
         "the old holder cannot release"
@@ -466,7 +430,7 @@ async fn paused_holder_is_fenced_off(kind: Kind) {
         .unwrap();
     let token = guard.fencing_token().unwrap();
     assert!(token > stale_token);
-    let mut data = servers.data().await;
+    let data = Data::open(&servers.url()).await;
     assert_eq!(
         data.fenced_set("written by the new holder", token).await,
         FencedWrite::Written
@@ -568,12 +532,7 @@ async fn blackholed_holder(kind: Kind) {
         err.is_lost() || matches!(err, LockError::Backend { .. }),
         "{err}"
     );
-    let mine = distlock::__private::testing::owner_token(&next).to_owned();
-    assert_eq!(
-        servers.holder(&key).await,
-        Some(mine),
-        "the new holder's lock is intact"
-    );
+    assert_holds(&servers, &key, &next, "the new holder's lock is intact").await;
     next.release().await.unwrap();
     eprintln!(
         "{kind:?}: blackholed holder told {} ms before the new grant",
@@ -688,12 +647,7 @@ async fn waiter_cut_off(kind: Kind) {
         Ok(guard) => {
             // It believes it holds the lock: the server must agree, and its hold must not
             // overlap the others.
-            let mine = distlock::__private::testing::owner_token(&guard).to_owned();
-            assert_eq!(
-                servers.holder(&key).await,
-                Some(mine),
-                "the waiter holds what it thinks"
-            );
+            assert_holds(&servers, &key, &guard, "the waiter holds what it thinks").await;
             holds.push(Hold {
                 key: key.clone(),
                 holder: "waiter".into(),
@@ -755,16 +709,11 @@ const EXIT_PATHS: [&str; 5] = ["return", "error", "panic", "cancel", "shutdown"]
 /// Runs each exit path in turn; after each it writes `done-<path>` and waits for `next-<path>`.
 #[test]
 fn exit_paths_process() {
-    if std::env::var_os(HELPER_ENV).is_none() {
+    let Some(dir) = history::helper_dir() else {
         return;
-    }
-    let dir = std::path::PathBuf::from(std::env::var("HELPER_DIR").unwrap());
-    let url = std::env::var("LOCK_URL").unwrap();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    };
+    let url = history::helper_var("LOCK_URL");
+    let runtime = history::helper_runtime();
     let step = |path: &str| {
         history::write_file(&dir.join(format!("done-{path}")), "done");
         let next = dir.join(format!("next-{path}"));
@@ -927,8 +876,7 @@ async fn works_again(servers: &Servers, client: &LockClient, key: &str) {
         .acquire()
         .await
         .unwrap_or_else(|err| panic!("{key}: the lock works again after the restart: {err}"));
-    let mine = distlock::__private::testing::owner_token(&guard).to_owned();
-    assert_eq!(servers.holder(key).await, Some(mine));
+    assert_holds(servers, key, &guard, "the holder's token is stored").await;
     guard.release().await.unwrap();
     assert_eq!(servers.holder(key).await, None);
 }

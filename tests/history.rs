@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use support::cluster::RedisCluster;
 use support::fixture::RedlockFixture;
-use support::history::{self, Contention, HELPER_ENV, Helper, Hold, check};
+use support::history::{self, Contention, Helper, Hold, check};
 use support::store::Store;
 use support::{RedisServer, unique};
 
@@ -73,11 +73,10 @@ fn the_checker_finds_overlaps_and_tokens_out_of_order() {
 /// The helper entry point: a contending process. Does nothing in a normal test run.
 #[test]
 fn contender_process() {
-    if std::env::var_os(HELPER_ENV).is_none() {
+    let Some(dir) = history::helper_dir() else {
         return;
-    }
-    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"));
-    let dir = std::path::PathBuf::from(var("HELPER_DIR"));
+    };
+    let var = history::helper_var;
     let spec = Contention {
         url: var("LOCK_URL"),
         key: var("LOCK_KEY"),
@@ -87,12 +86,7 @@ fn contender_process() {
         fencing: var("FENCING") == "1",
         max_sleep_us: MAX_SLEEP_US,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    history::helper_runtime().block_on(async {
         let store = Store::open(&spec.url, &var("NAMESPACE")).await.unwrap();
         let ready = dir.join(format!("{}.ready", spec.name));
         let go = dir.join("go");

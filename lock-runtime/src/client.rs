@@ -440,8 +440,9 @@ fn redact(url: &str) -> String {
 }
 
 fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {
+    let whose = || key.map(|k| format!(" for lock `{k}`")).unwrap_or_default();
     if lease < LockClient::MIN_LEASE {
-        let whose = key.map(|k| format!(" for lock `{k}`")).unwrap_or_default();
+        let whose = whose();
         return Err(LockError::Config(format!(
             "lease {lease:?}{whose} is too short: it must be at least {:?} so renewal \
              (every lease/3) has time for a round trip",
@@ -449,7 +450,7 @@ fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {
         )));
     }
     if lease > LockClient::MAX_LEASE {
-        let whose = key.map(|k| format!(" for lock `{k}`")).unwrap_or_default();
+        let whose = whose();
         return Err(LockError::Config(format!(
             "lease {lease:?}{whose} is too long: it must be at most {:?} (a lock whose holder \
              died stays taken for a whole lease); keep the lease short and let renewal \

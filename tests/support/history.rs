@@ -226,6 +226,27 @@ pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Pa
 /// The environment variable that turns a test binary's helper entry point on.
 pub const HELPER_ENV: &str = "DISTLOCK_TEST_HELPER";
 
+/// In a helper copy (see [`Helper`]): its directory; `None` in a normal test run, where the
+/// helper entry point returns at once.
+pub fn helper_dir() -> Option<PathBuf> {
+    std::env::var_os(HELPER_ENV)?;
+    Some(PathBuf::from(helper_var("HELPER_DIR")))
+}
+
+/// An instruction the parent test passed to its helper copy.
+pub fn helper_var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set for the helper"))
+}
+
+/// The runtime a helper copy runs on: two workers, like the tests.
+pub fn helper_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("helper runtime")
+}
+
 /// A copy of the running test binary, started to run one helper test (`entry`), which reads
 /// its instructions from the environment and talks through files in `dir`.
 pub struct Helper {

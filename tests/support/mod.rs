@@ -328,18 +328,27 @@ impl RedisServer {
     /// How many times `command` (lowercase, e.g. `set`, `evalsha`) ran since the last reset,
     /// from `INFO commandstats`.
     pub async fn command_calls(&self, command: &str) -> u64 {
+        self.commands_calls(&[command]).await
+    }
+
+    /// The calls of all of `commands` together, from one `INFO commandstats`.
+    pub async fn commands_calls(&self, commands: &[&str]) -> u64 {
         let mut conn = self.connection().await;
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
             .query_async(&mut conn)
             .await
             .expect("INFO commandstats");
-        let prefix = format!("cmdstat_{command}:calls=");
-        info.lines()
-            .find_map(|line| line.strip_prefix(&prefix))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
+        commands
+            .iter()
+            .filter_map(|command| {
+                let prefix = format!("cmdstat_{command}:calls=");
+                info.lines()
+                    .find_map(|line| line.strip_prefix(&prefix))
+                    .and_then(|rest| rest.split(',').next())
+                    .and_then(|n| n.parse::<u64>().ok())
+            })
+            .sum()
     }
 
     /// Clears `INFO commandstats`.
