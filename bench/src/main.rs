@@ -130,21 +130,93 @@ impl Report {
     }
 }
 
-/// The server's CPU time (user + sys) so far, from `INFO cpu`.
-async fn server_cpu(server: &RedisServer) -> Duration {
+/// Numeric fields of one `INFO` section, e.g. `("cpu", ["used_cpu_user", …])`.
+async fn server_info<const N: usize>(
+    server: &RedisServer,
+    section: &str,
+    names: [&str; N],
+) -> [f64; N] {
     let mut conn = server.connection().await;
     let info: String = redis::cmd("INFO")
-        .arg("cpu")
+        .arg(section)
         .query_async(&mut conn)
         .await
         .unwrap_or_default();
-    let field = |name: &str| -> f64 {
+    names.map(|name| {
         info.lines()
-            .find_map(|l| l.strip_prefix(name))
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(0.0)
-    };
-    Duration::from_secs_f64(field("used_cpu_user:") + field("used_cpu_sys:"))
+    })
+}
+
+/// The server's CPU time (user + sys) so far, from `INFO cpu`.
+async fn server_cpu(server: &RedisServer) -> Duration {
+    let [user, sys] = server_info(server, "cpu", ["used_cpu_user", "used_cpu_sys"]).await;
+    Duration::from_secs_f64(user + sys)
+}
+
+/// Calls per second of `tasks` tasks calling `empty_call` on distinct keys for `window`.
+async fn throughput_ours(round: u64, tasks: u64, window: Duration) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let (done, stop) = (done.clone(), stop.clone());
+        handles.push(tokio::spawn(async move {
+            let mut id = 10_000_000 * (round + 1) + t * 100_000;
+            while !stop.load(Ordering::Relaxed) {
+                empty_call(id).await.unwrap();
+                id += 1;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    tokio::time::sleep(window).await;
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
+}
+
+/// Raw `SET NX PX` + compare-and-delete pairs per second of `tasks` tasks on distinct keys,
+/// sharing one multiplexed connection as distlock does.
+async fn throughput_raw(
+    raw: &MultiplexedConnection,
+    release: &redis::Script,
+    round: u64,
+    tasks: u64,
+    window: Duration,
+) -> f64 {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let (done, stop, mut conn, release) =
+            (done.clone(), stop.clone(), raw.clone(), release.clone());
+        handles.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                raw_pair(
+                    &mut conn,
+                    &release,
+                    &format!("rawtp:{round}:{t}:{i}"),
+                    "t0123456789abcdef0123456789abcdef",
+                )
+                .await
+                .unwrap();
+                i += 1;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    tokio::time::sleep(window).await;
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.await.unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -160,6 +232,24 @@ async fn main() -> Result<(), Error> {
         rows: Vec::new(),
         json: String::new(),
     };
+    // For profilers (`perf record -g`): only one side of the throughput measurement, 20 s.
+    if let Ok(side) = std::env::var("DISTLOCK_BENCH_PROFILE") {
+        let window = Duration::from_secs(20);
+        let io = ["total_reads_processed", "total_writes_processed"];
+        let [reads, writes] = server_info(&server, "stats", io).await;
+        let rate = match side.as_str() {
+            "raw" => throughput_raw(&raw, &release, 0, 64, window).await,
+            _ => throughput_ours(0, 64, window).await,
+        };
+        let [reads_after, writes_after] = server_info(&server, "stats", io).await;
+        let calls = rate * window.as_secs_f64();
+        println!(
+            "{side}: {rate:.0} calls/s; redis-server reads / writes per call: {:.3} / {:.3}",
+            (reads_after - reads) / calls,
+            (writes_after - writes) / calls
+        );
+        return Ok(());
+    }
     println!(
         "redis-server on 127.0.0.1:{}; machine: {} cores",
         server.port(),
@@ -234,59 +324,9 @@ async fn main() -> Result<(), Error> {
     let window = Duration::from_millis(1_500);
     let (mut ours_rate, mut raw_rate, mut rate_ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut ours_cpu, mut raw_cpu) = (Vec::new(), Vec::new());
-    for round in 0..5u64 {
-        let run_ours = async {
-            let done = Arc::new(AtomicU64::new(0));
-            let stop = Arc::new(AtomicBool::new(false));
-            let mut handles = Vec::new();
-            for t in 0..tasks {
-                let (done, stop) = (done.clone(), stop.clone());
-                handles.push(tokio::spawn(async move {
-                    let mut id = 10_000_000 * (round + 1) + t * 100_000;
-                    while !stop.load(Ordering::Relaxed) {
-                        empty_call(id).await.unwrap();
-                        id += 1;
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                }));
-            }
-            tokio::time::sleep(window).await;
-            stop.store(true, Ordering::Relaxed);
-            for h in handles {
-                h.await.unwrap();
-            }
-            done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
-        };
-        let run_raw = async {
-            let done = Arc::new(AtomicU64::new(0));
-            let stop = Arc::new(AtomicBool::new(false));
-            let mut handles = Vec::new();
-            for t in 0..tasks {
-                let (done, stop, mut conn, release) =
-                    (done.clone(), stop.clone(), raw.clone(), release.clone());
-                handles.push(tokio::spawn(async move {
-                    let mut i = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        raw_pair(
-                            &mut conn,
-                            &release,
-                            &format!("rawtp:{round}:{t}:{i}"),
-                            "t0123456789abcdef0123456789abcdef",
-                        )
-                        .await
-                        .unwrap();
-                        i += 1;
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                }));
-            }
-            tokio::time::sleep(window).await;
-            stop.store(true, Ordering::Relaxed);
-            for h in handles {
-                h.await.unwrap();
-            }
-            done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
-        };
+    for round in 0..9u64 {
+        let run_ours = throughput_ours(round, tasks, window);
+        let run_raw = throughput_raw(&raw, &release, round, tasks, window);
         let cpu = |rate: f64, client: Duration, srv: Duration| {
             let calls = rate * window.as_secs_f64();
             (
@@ -331,7 +371,12 @@ async fn main() -> Result<(), Error> {
         format!("{b:.0}/s"),
         format!("{r:.3}×"),
     );
-    let (oc, rc) = (ours_cpu[2], raw_cpu[2]);
+    // Medians of each component over the rounds.
+    let cpu_median = |cpu: &[(f64, f64)]| {
+        let (mut client, mut server): (Vec<f64>, Vec<f64>) = cpu.iter().copied().unzip();
+        (median(&mut client), median(&mut server))
+    };
+    let (oc, rc) = (cpu_median(&ours_cpu), cpu_median(&raw_cpu));
     report.row(
         "   CPU µs per call: client / redis-server",
         format!("{:.1} / {:.1} µs", oc.0, oc.1),
@@ -433,54 +478,54 @@ async fn main() -> Result<(), Error> {
     );
     report.field("memory_calls_per_s", rate);
 
-    // 4. Renewal at scale: 10,000 locks, 3 s lease, held 10 s.
-    if std::env::var_os("DISTLOCK_BENCH_QUICK").is_some() {
-        return Ok(());
-    }
-    let holder = LockClient::connect(&url).await?;
-    let mut guards = Vec::with_capacity(10_000);
-    for i in 0..10_000u64 {
-        guards.push(
-            holder
-                .lock(format!("held:{i}"))
-                .lease(Duration::from_secs(3))
-                .acquire()
-                .await?,
+    // 4. Renewal at scale: 10,000 locks, 3 s lease, held 10 s (skipped with
+    // DISTLOCK_BENCH_QUICK=1, for quick comparisons of the other figures).
+    if std::env::var_os("DISTLOCK_BENCH_QUICK").is_none() {
+        let holder = LockClient::connect(&url).await?;
+        let mut guards = Vec::with_capacity(10_000);
+        for i in 0..10_000u64 {
+            guards.push(
+                holder
+                    .lock(format!("held:{i}"))
+                    .lease(Duration::from_secs(3))
+                    .acquire()
+                    .await?,
+            );
+        }
+        server.reset_stats().await;
+        let cpu_before = cpu_time();
+        let held_for = Duration::from_secs(10);
+        tokio::time::sleep(held_for).await;
+        let cpu = cpu_time() - cpu_before;
+        let renew_commands = server.command_calls("evalsha").await;
+        let lost = guards.iter().filter(|g| g.is_lost()).count();
+        let per_s = renew_commands as f64 / held_for.as_secs_f64();
+        let ideal = 10_000.0 / 1.0; // one renewal per lock per lease/3 = 1 s
+        report.row(
+            "4. renewal, 10k locks × 3 s lease (cmds/s)",
+            format!("{per_s:.0}/s"),
+            format!("{ideal:.0}/s ideal"),
+            format!("{:.3}×", per_s / ideal),
         );
-    }
-    server.reset_stats().await;
-    let cpu_before = cpu_time();
-    let held_for = Duration::from_secs(10);
-    tokio::time::sleep(held_for).await;
-    let cpu = cpu_time() - cpu_before;
-    let renew_commands = server.command_calls("evalsha").await;
-    let lost = guards.iter().filter(|g| g.is_lost()).count();
-    let per_s = renew_commands as f64 / held_for.as_secs_f64();
-    let ideal = 10_000.0 / 1.0; // one renewal per lock per lease/3 = 1 s
-    report.row(
-        "4. renewal, 10k locks × 3 s lease (cmds/s)",
-        format!("{per_s:.0}/s"),
-        format!("{ideal:.0}/s ideal"),
-        format!("{:.3}×", per_s / ideal),
-    );
-    report.row(
-        "   client CPU while holding 10k locks",
-        format!("{:.0} ms / 10 s", cpu.as_secs_f64() * 1e3),
-        "-".into(),
-        format!("{:.1}% core", cpu.as_secs_f64() * 10.0),
-    );
-    report.row(
-        "   locks lost while held",
-        format!("{lost}"),
-        "0".into(),
-        "-".into(),
-    );
-    report.field("renewal_commands_per_s", per_s);
-    report.field("renewal_ideal_per_s", ideal);
-    report.field("renewal_client_cpu_ms_per_10s", cpu.as_secs_f64() * 1e3);
-    report.field("renewal_locks_lost", lost as f64);
-    for guard in guards {
-        let _ = guard.release().await;
+        report.row(
+            "   client CPU while holding 10k locks",
+            format!("{:.0} ms / 10 s", cpu.as_secs_f64() * 1e3),
+            "-".into(),
+            format!("{:.1}% core", cpu.as_secs_f64() * 10.0),
+        );
+        report.row(
+            "   locks lost while held",
+            format!("{lost}"),
+            "0".into(),
+            "-".into(),
+        );
+        report.field("renewal_commands_per_s", per_s);
+        report.field("renewal_ideal_per_s", ideal);
+        report.field("renewal_client_cpu_ms_per_10s", cpu.as_secs_f64() * 1e3);
+        report.field("renewal_locks_lost", lost as f64);
+        for guard in guards {
+            let _ = guard.release().await;
+        }
     }
 
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
