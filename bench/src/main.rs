@@ -234,19 +234,37 @@ async fn main() -> Result<(), Error> {
     };
     // For profilers (`perf record -g`): only one side of the throughput measurement, 20 s.
     if let Ok(side) = std::env::var("DISTLOCK_BENCH_PROFILE") {
-        let window = Duration::from_secs(20);
+        let secs = std::env::var("DISTLOCK_BENCH_PROFILE_SECS").ok();
+        let window = Duration::from_secs(secs.and_then(|s| s.parse().ok()).unwrap_or(20));
         let io = ["total_reads_processed", "total_writes_processed"];
         let [reads, writes] = server_info(&server, "stats", io).await;
+        let [cpu0] = server_info(&server, "cpu", ["used_cpu_user"]).await;
+        let [sys0] = server_info(&server, "cpu", ["used_cpu_sys"]).await;
+        let client0 = cpu_time();
         let rate = match side.as_str() {
             "raw" => throughput_raw(&raw, &release, 0, 64, window).await,
+            "rawpub" => {
+                let script = redis::Script::new(
+                    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) redis.call('PUBLISH', KEYS[1], 'released') return 1 end return 0",
+                );
+                script.load_async(&mut raw).await?;
+                throughput_raw(&raw, &script, 0, 64, window).await
+            }
             _ => throughput_ours(0, 64, window).await,
         };
         let [reads_after, writes_after] = server_info(&server, "stats", io).await;
+        let client1 = cpu_time();
+        let [cpu1] = server_info(&server, "cpu", ["used_cpu_user"]).await;
+        let [sys1] = server_info(&server, "cpu", ["used_cpu_sys"]).await;
         let calls = rate * window.as_secs_f64();
         println!(
-            "{side}: {rate:.0} calls/s; redis-server reads / writes per call: {:.3} / {:.3}",
+            "{side}: {rate:.0} calls/s; redis-server reads / writes per call: {:.3} / {:.3}; \
+             CPU µs per call: client {:.2}, redis-server user {:.2} + sys {:.2}",
             (reads_after - reads) / calls,
-            (writes_after - writes) / calls
+            (writes_after - writes) / calls,
+            (client1 - client0).as_secs_f64() * 1e6 / calls,
+            (cpu1 - cpu0) * 1e6 / calls,
+            (sys1 - sys0) * 1e6 / calls,
         );
         return Ok(());
     }

@@ -45,6 +45,9 @@ struct ClientInner {
     /// order. The gate is held while waiting only, never while holding the lock, so a stale
     /// guard cannot block anyone beyond its lease.
     gates: std::sync::Mutex<Gates>,
+    /// Tasks of this client past the fast path (queued on a gate or about to be): while it is
+    /// zero, an acquisition knows there are no local waiters without locking `gates`.
+    queued: std::sync::atomic::AtomicUsize,
     url: String,
     prefix: String,
     /// Wrap names in a hash tag (Redis Cluster).
@@ -63,6 +66,9 @@ struct Gates {
 impl ClientInner {
     /// `true` while some task of this client waits for `key` (it holds the key's gate).
     fn has_local_waiters(&self, key: &str) -> bool {
+        if self.queued.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            return false;
+        }
         let gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
         gates
             .by_key
@@ -83,6 +89,22 @@ impl ClientInner {
         let gate = Arc::new(tokio::sync::Mutex::new(()));
         gates.by_key.insert(key.to_owned(), Arc::downgrade(&gate));
         gate
+    }
+}
+
+/// Counts a task in [`ClientInner::queued`] while it lives.
+struct Queued<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Queued<'a> {
+    fn enter(count: &'a std::sync::atomic::AtomicUsize) -> Queued<'a> {
+        count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Queued(count)
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
     }
 }
 
@@ -148,7 +170,6 @@ impl LockClient {
             lease: self.inner.default_lease,
             wait: self.inner.default_wait,
             renew: true,
-            inline_renewal: false,
             fencing: self.inner.fencing,
         }
     }
@@ -181,6 +202,12 @@ impl LockClient {
     /// `true` when two handles are clones of one client (the same connection and settings).
     pub fn same_client(&self, other: &LockClient) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
+    /// The address shared by all clones of this client: equal for two handles exactly when
+    /// [`same_client`](Self::same_client) is `true` (while both live).
+    pub(crate) fn identity(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
     }
 }
 
@@ -342,6 +369,7 @@ impl LockClientBuilder {
                 hash_tags: backend.hash_tags(),
                 backend,
                 gates: Default::default(),
+                queued: Default::default(),
                 url: redact(url),
                 prefix: self.prefix,
                 default_lease: self.default_lease,
@@ -461,6 +489,160 @@ fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {
     Ok(())
 }
 
+/// What an acquisition asks for, besides its key.
+#[derive(Debug, Clone, Copy)]
+struct Params {
+    lease: Duration,
+    wait: Option<Duration>,
+    renewal: RenewMode,
+    fencing: bool,
+}
+
+impl LockClient {
+    /// `lock(key)` with the attribute's options, acquired with inline renewal: what
+    /// `run_locked` does on every call, so it borrows the client instead of cloning it.
+    pub(crate) async fn acquire_locked(
+        &self,
+        key: String,
+        options: &crate::locked::LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        use crate::locked::WaitFor;
+        let inner = &*self.inner;
+        let params = Params {
+            lease: options.lease.unwrap_or(inner.default_lease),
+            wait: match options.wait {
+                WaitFor::Default => inner.default_wait,
+                WaitFor::Up(wait) => Some(wait),
+                WaitFor::Forever => None,
+            },
+            renewal: if options.renew {
+                RenewMode::Inline
+            } else {
+                RenewMode::Off
+            },
+            fencing: options.fencing.unwrap_or(inner.fencing),
+        };
+        inner.acquire(key, params).await
+    }
+}
+
+impl ClientInner {
+    async fn acquire(&self, key: String, params: Params) -> Result<LockGuard, LockError> {
+        validate_key(&key)?;
+        check_lease(params.lease, Some(&key))?;
+        let started = tokio::time::Instant::now();
+        let timeout = |key: String| LockError::Timeout {
+            key,
+            waited: started.elapsed(),
+        };
+        let token = OwnerToken::generate();
+        let mut name = String::with_capacity(self.prefix.len() + key.len() + 2);
+        if self.hash_tags {
+            // Redis Cluster: `{lock:K}`, so the lock and its fencing counter share a slot.
+            name.push('{');
+            name.push_str(&self.prefix);
+            name.push_str(&key);
+            name.push('}');
+        } else {
+            name.push_str(&self.prefix);
+            name.push_str(&key);
+        }
+        let spec = LockSpec {
+            name: &name,
+            token: token.as_str(),
+            lease: params.lease,
+            fencing: params.fencing,
+        };
+        // Fast path: when no task of this client waits for the key, try once straight away
+        // (one round trip for a free lock) without touching the queue.
+        if !self.has_local_waiters(&key) {
+            match wait::attempt(&self.backend, spec, &key).await? {
+                Ok(mut acquired) => {
+                    acquired.waited = started.elapsed();
+                    return Ok(self.guard(key, name, token, params, acquired));
+                }
+                Err(_) if params.wait == Some(Duration::ZERO) => return Err(timeout(key)),
+                Err(_) => {} // busy: wait in line below
+            }
+        }
+        // Boxed: waiting is a large future that the fast path above should not carry.
+        Box::pin(self.acquire_queued(key, name, token, params, started)).await
+    }
+
+    /// The slow path of [`acquire`](Self::acquire): the lock is busy (or other tasks of this
+    /// client wait for it) and the request may wait.
+    async fn acquire_queued(
+        &self,
+        key: String,
+        name: String,
+        token: OwnerToken,
+        params: Params,
+        started: tokio::time::Instant,
+    ) -> Result<LockGuard, LockError> {
+        let timeout = |key: String| LockError::Timeout {
+            key,
+            waited: started.elapsed(),
+        };
+        let spec = LockSpec {
+            name: &name,
+            token: token.as_str(),
+            lease: params.lease,
+            fencing: params.fencing,
+        };
+        // Queue behind this client's other tasks waiting for the key. (`queued` is declared
+        // first so it is dropped after the gate.)
+        let queued = Queued::enter(&self.queued);
+        let gate = self.gate(&key);
+        let local = match params.wait {
+            Some(wait) if wait.is_zero() => match gate.try_lock_owned() {
+                Ok(local) => local,
+                Err(_) => return Err(timeout(key)),
+            },
+            Some(wait) => match tokio::time::timeout(wait, gate.lock_owned()).await {
+                Ok(local) => local,
+                Err(_) => return Err(timeout(key)),
+            },
+            None => gate.lock_owned().await,
+        };
+        let remaining = params
+            .wait
+            .map(|wait| wait.saturating_sub(started.elapsed()));
+        let span =
+            tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.kind());
+        let mut acquired = match wait::acquire(&self.backend, spec, &key, remaining)
+            .instrument(span)
+            .await
+        {
+            Ok(acquired) => acquired,
+            Err(LockError::Timeout { key, .. }) => return Err(timeout(key)),
+            Err(error) => return Err(error),
+        };
+        acquired.waited = started.elapsed();
+        drop(local); // the next local waiter now waits on the backend
+        drop(queued);
+        Ok(self.guard(key, name, token, params, acquired))
+    }
+
+    fn guard(
+        &self,
+        key: String,
+        name: String,
+        token: OwnerToken,
+        params: Params,
+        acquired: wait::Acquired,
+    ) -> LockGuard {
+        LockGuard::new(
+            &self.renewer,
+            key,
+            name,
+            token,
+            params.lease,
+            params.renewal,
+            acquired,
+        )
+    }
+}
+
 /// One lock acquisition being prepared; made by [`LockClient::lock`].
 ///
 /// `.await` it directly, or call [`acquire`](Self::acquire) /
@@ -473,8 +655,6 @@ pub struct LockRequest {
     lease: Duration,
     wait: Option<Duration>,
     renew: bool,
-    /// Renewal is driven by the caller (`LockGuard::take_renewal`) instead of a spawned task.
-    inline_renewal: bool,
     fencing: bool,
 }
 
@@ -505,13 +685,6 @@ impl LockRequest {
         self
     }
 
-    /// The caller drives renewal with [`LockGuard::take_renewal`] (what `#[distributed_lock]`
-    /// does: it races the renewal against the body in the caller's task, no task spawned).
-    pub(crate) fn inline_renewal(mut self) -> Self {
-        self.inline_renewal = true;
-        self
-    }
-
     /// Hand out a fencing token with this lock ([`LockGuard::fencing_token`]).
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.fencing = fencing;
@@ -526,88 +699,17 @@ impl LockRequest {
     /// Acquires the lock, waiting up to the request's `wait` for a busy one: woken by the
     /// holder's release, or retrying when the holder's lease runs out.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
-        validate_key(&self.key)?;
-        check_lease(self.lease, Some(&self.key))?;
-        let inner = &self.client.inner;
-        let started = tokio::time::Instant::now();
-        let timeout = |key: String| LockError::Timeout {
-            key,
-            waited: started.elapsed(),
-        };
-        let token = OwnerToken::generate();
-        let mut name = String::with_capacity(inner.prefix.len() + self.key.len() + 2);
-        if inner.hash_tags {
-            // Redis Cluster: `{lock:K}`, so the lock and its fencing counter share a slot.
-            name.push('{');
-            name.push_str(&inner.prefix);
-            name.push_str(&self.key);
-            name.push('}');
-        } else {
-            name.push_str(&inner.prefix);
-            name.push_str(&self.key);
-        }
-        let spec = LockSpec {
-            name: &name,
-            token: token.as_str(),
+        let params = Params {
             lease: self.lease,
+            wait: self.wait,
+            renewal: if self.renew {
+                RenewMode::Spawned
+            } else {
+                RenewMode::Off
+            },
             fencing: self.fencing,
         };
-        // Fast path: when no task of this client waits for the key, try once straight away
-        // (one round trip for a free lock) without touching the queue.
-        if !inner.has_local_waiters(&self.key) {
-            match wait::acquire(&inner.backend, spec, &self.key, Some(Duration::ZERO)).await {
-                Ok(acquired) => {
-                    return Ok(self.guard(name, token, acquired));
-                }
-                Err(LockError::Timeout { .. }) if self.wait == Some(Duration::ZERO) => {
-                    return Err(timeout(self.key));
-                }
-                Err(LockError::Timeout { .. }) => {} // busy: wait in line below
-                Err(error) => return Err(error),
-            }
-        }
-        // Queue behind this client's other tasks waiting for the key.
-        let gate = inner.gate(&self.key);
-        let local = match self.wait {
-            Some(wait) if wait.is_zero() => match gate.try_lock_owned() {
-                Ok(local) => local,
-                Err(_) => return Err(timeout(self.key)),
-            },
-            Some(wait) => match tokio::time::timeout(wait, gate.lock_owned()).await {
-                Ok(local) => local,
-                Err(_) => return Err(timeout(self.key)),
-            },
-            None => gate.lock_owned().await,
-        };
-        let remaining = self.wait.map(|wait| wait.saturating_sub(started.elapsed()));
-        let span = tracing::debug_span!("distlock.acquire", key = %self.key, backend = inner.backend.kind());
-        let mut acquired = match wait::acquire(&inner.backend, spec, &self.key, remaining)
-            .instrument(span)
-            .await
-        {
-            Ok(acquired) => acquired,
-            Err(LockError::Timeout { key, .. }) => return Err(timeout(key)),
-            Err(error) => return Err(error),
-        };
-        acquired.waited = started.elapsed();
-        drop(local); // the next local waiter now waits on the backend
-        Ok(self.guard(name, token, acquired))
-    }
-
-    fn guard(self, name: String, token: OwnerToken, acquired: wait::Acquired) -> LockGuard {
-        LockGuard::new(
-            &self.client.inner.renewer,
-            self.key,
-            name,
-            token,
-            self.lease,
-            match (self.renew, self.inline_renewal) {
-                (false, _) => RenewMode::Off,
-                (true, false) => RenewMode::Spawned,
-                (true, true) => RenewMode::Inline,
-            },
-            acquired,
-        )
+        self.client.inner.acquire(self.key, params).await
     }
 
     /// Tries once: `Ok(None)` when somebody else holds the lock. Handy for work that must run

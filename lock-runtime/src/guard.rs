@@ -5,7 +5,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
@@ -54,7 +56,7 @@ pub(crate) struct Shared {
     pub lease: Duration,
     pub fencing_token: Option<u64>,
     pub waited: Duration,
-    pub lost: watch::Sender<bool>,
+    pub lost: LostFlag,
     /// Without renewal, the instant the lease ends (minus the drift margin).
     pub unrenewed_end: Option<Instant>,
 }
@@ -70,13 +72,51 @@ impl Shared {
     }
 
     pub(crate) fn mark_lost(&self, why: &str) {
-        if !self.lost.send_replace(true) {
+        if self.lost.set() {
             tracing::warn!(key = %self.key, why, "distlock: lock lost");
         }
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        *self.lost.borrow() || self.unrenewed_end.is_some_and(|end| Instant::now() >= end)
+        self.lost.get() || self.unrenewed_end.is_some_and(|end| Instant::now() >= end)
+    }
+}
+
+/// A one-way "lost" flag with waiters: an atomic to read, a [`Notify`] to wait on. (Cheaper
+/// than a `watch` channel, which allocates and wakes eight lists on drop: this is on the path
+/// of every lock call.)
+#[derive(Default)]
+pub(crate) struct LostFlag {
+    flag: AtomicBool,
+    waiters: Notify,
+}
+
+impl LostFlag {
+    /// Raises the flag and wakes the waiters; `true` if it was not raised before.
+    fn set(&self) -> bool {
+        let first = !self.flag.swap(true, Ordering::AcqRel);
+        if first {
+            self.waiters.notify_waiters();
+        }
+        first
+    }
+
+    fn get(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the flag is raised.
+    async fn wait(&self) {
+        loop {
+            let notified = self.waiters.notified();
+            tokio::pin!(notified);
+            // Register before checking, so a `set` in between is not missed.
+            notified.as_mut().enable();
+            if self.get() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -108,7 +148,7 @@ impl LockGuard {
             lease,
             fencing_token: acquired.fencing_token,
             waited: acquired.waited,
-            lost: watch::Sender::new(false),
+            lost: LostFlag::default(),
             unrenewed_end: (!renew).then_some(lease_end),
         });
         let backend = Arc::clone(renewer.backend());
@@ -135,15 +175,21 @@ impl LockGuard {
         &self.held.shared.key
     }
 
-    /// For guards acquired with inline renewal: the renewal loop, to be polled alongside the
-    /// guarded work. It renews every lease/3 and resolves only when the lock is lost.
-    pub(crate) fn take_renewal(&mut self) -> Option<impl Future<Output = ()> + Send + 'static> {
-        let inline = self.inline.take()?;
-        Some(renew::watchdog(
-            Arc::clone(&self.held.shared),
-            inline.renewer,
-            inline.confirmed_at,
-        ))
+    /// A future to poll alongside the guarded work (what `#[distributed_lock]` does): it
+    /// resolves only when the lock is lost. For a guard acquired with inline renewal it is the
+    /// renewal loop itself (renewing every lease/3); otherwise it is [`lost`](Self::lost).
+    ///
+    /// One future whose two cases share their space, rather than two futures side by side:
+    /// it lives inside every locked call's future.
+    pub(crate) fn until_lost(&mut self) -> impl Future<Output = ()> + Send + 'static {
+        let inline = self.inline.take();
+        let shared = Arc::clone(&self.held.shared);
+        async move {
+            match inline {
+                Some(inline) => renew::watchdog(shared, inline.renewer, inline.confirmed_at).await,
+                None => lost(shared).await,
+            }
+        }
     }
 
     /// The owner token stored in the backend (for tests that check who holds a lock).
@@ -194,25 +240,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let mut flag = self.held.shared.lost.subscribe();
-        let end = self.held.shared.unrenewed_end;
-        async move {
-            let flagged = async move {
-                if flag.wait_for(|lost| *lost).await.is_err() {
-                    // Released: the lock can no longer be lost.
-                    std::future::pending::<()>().await;
-                }
-            };
-            match end {
-                Some(end) => {
-                    tokio::select! {
-                        _ = flagged => {}
-                        _ = tokio::time::sleep_until(end) => {}
-                    }
-                }
-                None => flagged.await,
-            }
-        }
+        lost(Arc::clone(&self.held.shared))
     }
 
     /// Gives the lock back and waits for the backend to confirm.
@@ -251,6 +279,21 @@ impl LockGuard {
                 source,
             }),
         }
+    }
+}
+
+/// Resolves when `shared`'s lock is known lost; never, once it is released.
+async fn lost(shared: Arc<Shared>) {
+    // Once released, nobody sets the flag: the future stays pending.
+    let flagged = shared.lost.wait();
+    match shared.unrenewed_end {
+        Some(end) => {
+            tokio::select! {
+                _ = flagged => {}
+                _ = tokio::time::sleep_until(end) => {}
+            }
+        }
+        None => flagged.await,
     }
 }
 

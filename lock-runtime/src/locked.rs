@@ -91,33 +91,13 @@ where
         tracing::trace!(key, "distlock: reentrant call, no acquisition");
         return scope::enter(client, std::sync::Arc::clone(&entry.lock), body).await;
     }
-    let mut request = client.lock(key).renew(options.renew).inline_renewal();
-    if let Some(lease) = options.lease {
-        request = request.lease(lease);
-    }
-    if let Some(fencing) = options.fencing {
-        request = request.fencing(fencing);
-    }
-    request = match options.wait {
-        WaitFor::Default => request,
-        WaitFor::Up(wait) => request.wait(wait),
-        WaitFor::Forever => request.wait_forever(),
-    };
-    let mut guard = match request.acquire().await {
+    let mut guard = match client.acquire_locked(key, &options).await {
         Ok(guard) => guard,
         Err(error) => return R::from_lock_error(error),
     };
     // Renewal runs here, in the caller's task, raced against the body: nothing is spawned, and
     // it stops the moment the body finishes. It resolves only when the lock is lost.
-    let renewal = guard.take_renewal();
-    let lost = renewal.is_none().then(|| guard.lost());
-    let until_lost = async move {
-        match (renewal, lost) {
-            (Some(renewal), _) => renewal.await,
-            (None, Some(lost)) => lost.await,
-            (None, None) => std::future::pending().await,
-        }
-    };
+    let until_lost = guard.until_lost();
     let body = scope::enter(client, guard.shared(), body);
     tokio::pin!(body);
     tokio::pin!(until_lost);
@@ -140,4 +120,63 @@ where
         tracing::warn!(%error, "distlock: the lock was not held to the end of the body");
     }
     output
+}
+
+/// The hot path's memory footprint. Every locked call's future is moved around whole, and
+/// the backend's futures are boxed once per command: sizes past glibc's per-thread cache
+/// (1,032 bytes) take malloc's slow path on every call. Cold paths (connecting, waiting,
+/// retrying) are boxed separately so they do not inflate these.
+#[cfg(test)]
+mod footprint {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::backend::{Backend, LockSpec};
+
+    const OPTIONS: LockOptions = LockOptions {
+        lease: None,
+        wait: WaitFor::Default,
+        renew: true,
+        on_lost: OnLost::Abort,
+        fencing: None,
+    };
+
+    #[test]
+    fn a_locked_call_future_stays_small() {
+        let call = run_locked::<Result<(), LockError>, _>(OPTIONS, "k".into(), async { Ok(()) });
+        let size = std::mem::size_of_val(&call);
+        assert!(size <= 1536, "run_locked's future grew to {size} bytes");
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn redis_command_futures_fit_the_allocator_cache() {
+        let settings = crate::backend::redis::RedisSettings {
+            connect_timeout: Duration::from_secs(1),
+            response_timeout: Duration::from_secs(1),
+            fence_prefix: "lock-fence:".into(),
+            retries: crate::backend::redis::RETRIES,
+        };
+        let redis = crate::backend::redis::RedisBackend::new("redis://127.0.0.1:1", settings)
+            .expect("a valid URL");
+        let spec = LockSpec {
+            name: "lock:k",
+            token: "t",
+            lease: Duration::from_secs(1),
+            fencing: false,
+        };
+        for (op, size) in [
+            (
+                "try_acquire",
+                std::mem::size_of_val(&*redis.try_acquire(spec)),
+            ),
+            (
+                "release",
+                std::mem::size_of_val(&*redis.release("lock:k", "t")),
+            ),
+            ("renew", std::mem::size_of_val(&*redis.renew(spec))),
+        ] {
+            assert!(size <= 1024, "the Redis {op} future grew to {size} bytes");
+        }
+    }
 }

@@ -16,7 +16,10 @@ tokio::task_local! {
 }
 
 pub(crate) struct Entry {
-    pub client: LockClient,
+    /// Which client took the lock: compared, never dereferenced. (`run_locked` only uses the
+    /// global client, which lives as long as the process, so the address is never reused while
+    /// an entry exists; and no refcount is touched on the hot path.)
+    pub client: usize,
     pub lock: Arc<Shared>,
     pub parent: Option<Arc<Entry>>,
 }
@@ -81,7 +84,7 @@ pub(crate) fn held(client: &LockClient, key: &str) -> Option<Arc<Entry>> {
     HELD.try_with(|top| {
         let mut next = top.clone();
         while let Some(entry) = next {
-            if entry.lock.key == key && entry.client.same_client(client) {
+            if entry.lock.key == key && entry.client == client.identity() {
                 return Some(entry);
             }
             next = entry.parent.clone();
@@ -100,7 +103,7 @@ pub(crate) async fn enter<F: std::future::Future>(
 ) -> F::Output {
     let parent = HELD.try_with(|top| top.clone()).ok().flatten();
     let entry = Arc::new(Entry {
-        client: client.clone(),
+        client: client.identity(),
         lock,
         parent,
     });

@@ -25,6 +25,44 @@ pub(crate) struct Acquired {
     pub waited: Duration,
 }
 
+/// One attempt: `Ok(Ok(acquired))` if the lock is ours, `Ok(Err(ttl))` if it is busy (with the
+/// holder's remaining lease when known).
+pub(crate) async fn attempt(
+    backend: &Arc<dyn Backend>,
+    spec: LockSpec<'_>,
+    key: &str,
+) -> Result<Result<Acquired, Option<Duration>>, LockError> {
+    let sent_at = Instant::now();
+    let in_flight = InFlight {
+        backend,
+        spec,
+        armed: true,
+    };
+    let attempt = backend.try_acquire(spec).await;
+    if attempt.is_ok() {
+        in_flight.disarm();
+    } else {
+        // A failed attempt (timeout, dropped connection) may still have taken the lock on the
+        // server: drop the armed guard, which releases our token in the background.
+        drop(in_flight);
+    }
+    match attempt {
+        Ok(Attempt::Acquired { fencing_token }) => Ok(Ok(Acquired {
+            fencing_token,
+            sent_at,
+            waited: Duration::ZERO,
+        })),
+        Ok(Attempt::Busy { ttl }) => Ok(Err(ttl)),
+        Err(source) => Err(LockError::Backend {
+            backend: backend.kind(),
+            op: "acquire",
+            key: key.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Attempts until the lock is ours or `wait` has passed (`None`: no deadline).
 pub(crate) async fn acquire(
     backend: &Arc<dyn Backend>,
     spec: LockSpec<'_>,
@@ -37,37 +75,14 @@ pub(crate) async fn acquire(
     let mut subscription: Option<ReleaseSubscription> = None;
     let mut notifications_work = true;
     loop {
-        let sent_at = Instant::now();
-        let in_flight = InFlight {
-            backend,
-            spec,
-            armed: true,
-        };
-        let attempt = backend.try_acquire(spec).await;
-        if attempt.is_ok() {
-            in_flight.disarm();
-        } else {
-            // A failed attempt (timeout, dropped connection) may still have taken the lock on
-            // the server: drop the armed guard, which releases our token in the background.
-            drop(in_flight);
-        }
-        let attempt = attempt.map_err(|source| LockError::Backend {
-            backend: backend.kind(),
-            op: "acquire",
-            key: key.to_owned(),
-            source,
-        })?;
-        let ttl = match attempt {
-            Attempt::Acquired { fencing_token } => {
-                let waited = started.elapsed();
+        let ttl = match attempt(backend, spec, key).await? {
+            Ok(mut acquired) => {
+                acquired.waited = started.elapsed();
+                let (waited, fencing_token) = (acquired.waited, acquired.fencing_token);
                 tracing::debug!(key, ?waited, fencing_token, "distlock: acquired");
-                return Ok(Acquired {
-                    fencing_token,
-                    sent_at,
-                    waited,
-                });
+                return Ok(acquired);
             }
-            Attempt::Busy { ttl } => ttl,
+            Err(ttl) => ttl,
         };
         let now = Instant::now();
         if deadline.is_some_and(|deadline| now >= deadline) {

@@ -175,6 +175,12 @@ pub(crate) enum Vote {
     },
 }
 
+/// The shared connection and its number (see `RedisBackend::connections_made`).
+struct SharedConnection {
+    bound: RuntimeBound<Connection>,
+    number: u64,
+}
+
 pub(crate) struct RedisBackend {
     link: Link,
     /// Where the pub/sub connection may go: the server, or every node of a cluster.
@@ -183,7 +189,9 @@ pub(crate) struct RedisBackend {
     url: String,
     settings: RedisSettings,
     config: AsyncConnectionConfig,
-    connection: Mutex<Option<Arc<RuntimeBound<Connection>>>>,
+    connection: Mutex<Option<SharedConnection>>,
+    /// Numbers the connections made, so a failed command forgets only the one it ran on.
+    connections_made: std::sync::atomic::AtomicU64,
     reconnecting: tokio::sync::Mutex<()>,
     subscriber: Mutex<Option<Arc<Subscriber>>>,
     subscribing: tokio::sync::Mutex<()>,
@@ -274,6 +282,7 @@ impl RedisBackend {
             settings,
             config,
             connection: Mutex::new(None),
+            connections_made: Default::default(),
             reconnecting: tokio::sync::Mutex::new(()),
             subscriber: Mutex::new(None),
             subscribing: tokio::sync::Mutex::new(()),
@@ -288,12 +297,7 @@ impl RedisBackend {
 
     /// Connects, checks the server answers and accepts our credentials, and loads the scripts.
     pub(crate) async fn check(&self) -> Result<(), LockError> {
-        let mut conn = self
-            .connection()
-            .await
-            .map_err(|e| self.connect_error(e))?
-            .get()
-            .clone();
+        let (mut conn, _) = self.connection().await.map_err(|e| self.connect_error(e))?;
         let loaded: RedisResult<()> = async {
             redis::cmd("PING").query_async::<()>(&mut conn).await?;
             for script in [
@@ -361,19 +365,32 @@ impl RedisBackend {
         }
     }
 
-    fn slot(&self) -> MutexGuard<'_, Option<Arc<RuntimeBound<Connection>>>> {
+    fn slot(&self) -> MutexGuard<'_, Option<SharedConnection>> {
         self.connection.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The shared multiplexed connection, (re)made on the caller's runtime when there is none
-    /// or the runtime it was made on has shut down.
-    async fn connection(&self) -> RedisResult<Arc<RuntimeBound<Connection>>> {
-        if let Some(bound) = self.slot().as_ref().filter(|b| b.is_alive()) {
-            return Ok(Arc::clone(bound));
+    /// A handle on the live shared connection, and its number.
+    fn current(&self) -> Option<(Connection, u64)> {
+        let slot = self.slot();
+        let shared = slot.as_ref().filter(|s| s.bound.is_alive())?;
+        Some((shared.bound.get().clone(), shared.number))
+    }
+
+    /// A handle on the shared multiplexed connection (and its number), which is (re)made on the
+    /// caller's runtime when there is none or the runtime it was made on has shut down.
+    async fn connection(&self) -> RedisResult<(Connection, u64)> {
+        match self.current() {
+            Some(current) => Ok(current),
+            // Boxed: connecting is a large future, and every command's future would carry
+            // its size (and be copied around with it) while only the first ever needs it.
+            None => Box::pin(self.reconnect()).await,
         }
+    }
+
+    async fn reconnect(&self) -> RedisResult<(Connection, u64)> {
         let _one_at_a_time = self.reconnecting.lock().await;
-        if let Some(bound) = self.slot().as_ref().filter(|b| b.is_alive()) {
-            return Ok(Arc::clone(bound));
+        if let Some(current) = self.current() {
+            return Ok(current);
         }
         let conn = match &self.link {
             Link::Single(client) => Connection::Single(
@@ -383,19 +400,24 @@ impl RedisBackend {
             ),
             Link::Cluster(client) => Connection::Cluster(client.get_async_connection().await?),
         };
-        let bound = Arc::new(RuntimeBound::new(conn));
-        *self.slot() = Some(Arc::clone(&bound));
+        let number = self
+            .connections_made
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *self.slot() = Some(SharedConnection {
+            bound: RuntimeBound::new(conn.clone()),
+            number,
+        });
         tracing::debug!(url = %self.url, "distlock: connected to redis");
-        Ok(bound)
+        Ok((conn, number))
     }
 
-    /// Forgets `failed` so the next command reconnects, unless another caller has already
-    /// replaced it.
-    fn invalidate(&self, failed: &Arc<RuntimeBound<Connection>>) {
+    /// Forgets connection number `failed` so the next command reconnects, unless another
+    /// caller has already replaced it.
+    fn invalidate(&self, failed: u64) {
         let mut slot = self.slot();
         if slot
             .as_ref()
-            .is_some_and(|current| Arc::ptr_eq(current, failed))
+            .is_some_and(|current| current.number == failed)
         {
             *slot = None;
         }
@@ -411,10 +433,10 @@ impl RedisBackend {
         let mut attempt = 0;
         loop {
             let result = match self.connection().await {
-                Ok(bound) => {
-                    let outcome = op(bound.get().clone(), attempt).await;
+                Ok((conn, number)) => {
+                    let outcome = op(conn, attempt).await;
                     if outcome.as_ref().is_err_and(is_transient) {
-                        self.invalidate(&bound);
+                        self.invalidate(number);
                     }
                     outcome
                 }
@@ -425,7 +447,8 @@ impl RedisBackend {
                     attempt += 1;
                     tracing::debug!(%error, attempt, "distlock: redis command failed, retrying");
                     let backoff = Duration::from_millis(10 * 4u64.pow(attempt - 1));
-                    tokio::time::sleep(backoff).await;
+                    // Boxed, like the reconnection: off the hot path, out of its future.
+                    Box::pin(tokio::time::sleep(backoff)).await;
                 }
                 other => return other,
             }
