@@ -11,8 +11,9 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::backend::{Backend, LockSpec};
+use crate::backend::LockSpec;
 use crate::error::LockError;
+use crate::key::LockName;
 use crate::renew;
 use crate::runtime::{DetachedJob, run_detached};
 use crate::token::OwnerToken;
@@ -44,14 +45,12 @@ pub(crate) enum RenewMode {
 
 /// Renewal the caller drives itself (see [`LockGuard::take_renewal`]).
 struct InlineRenewal {
-    renewer: Arc<renew::Renewer>,
     confirmed_at: Instant,
 }
 
 /// What a guard and its watchdog share.
 pub(crate) struct Shared {
-    pub key: String,
-    pub name: String,
+    pub name: LockName,
     pub token: OwnerToken,
     pub lease: Duration,
     pub fencing_token: Option<u64>,
@@ -62,9 +61,14 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The lock key, without the client's prefix.
+    pub(crate) fn key(&self) -> &str {
+        self.name.key()
+    }
+
     pub(crate) fn spec(&self) -> LockSpec<'_> {
         LockSpec {
-            name: &self.name,
+            name: self.name.full(),
             token: self.token.as_str(),
             lease: self.lease,
             fencing: false,
@@ -73,7 +77,7 @@ impl Shared {
 
     pub(crate) fn mark_lost(&self, why: &str) {
         if self.lost.set() {
-            tracing::warn!(key = %self.key, why, "distlock: lock lost");
+            tracing::warn!(key = %self.key(), why, "distlock: lock lost");
         }
     }
 
@@ -124,7 +128,8 @@ impl LostFlag {
 /// to completion.
 struct Held {
     shared: Arc<Shared>,
-    backend: Arc<dyn Backend>,
+    /// The client's renewer, which also holds its backend (one shared handle per guard).
+    renewer: Arc<renew::Renewer>,
     watchdog: Option<AbortHandle>,
     armed: bool,
 }
@@ -132,8 +137,7 @@ struct Held {
 impl LockGuard {
     pub(crate) fn new(
         renewer: &Arc<renew::Renewer>,
-        key: String,
-        name: String,
+        name: LockName,
         token: OwnerToken,
         lease: Duration,
         renewal: RenewMode,
@@ -142,7 +146,6 @@ impl LockGuard {
         let renew = renewal != RenewMode::Off;
         let lease_end = acquired.sent_at + lease - renew::drift(lease);
         let shared = Arc::new(Shared {
-            key,
             name,
             token,
             lease,
@@ -151,18 +154,16 @@ impl LockGuard {
             lost: LostFlag::default(),
             unrenewed_end: (!renew).then_some(lease_end),
         });
-        let backend = Arc::clone(renewer.backend());
         let watchdog = (renewal == RenewMode::Spawned).then(|| {
             renew::spawn_watchdog(Arc::clone(&shared), Arc::clone(renewer), acquired.sent_at)
         });
-        let inline = (renewal == RenewMode::Inline).then(|| InlineRenewal {
-            renewer: Arc::clone(renewer),
+        let inline = (renewal == RenewMode::Inline).then_some(InlineRenewal {
             confirmed_at: acquired.sent_at,
         });
         LockGuard {
             held: Held {
                 shared,
-                backend,
+                renewer: Arc::clone(renewer),
                 watchdog,
                 armed: true,
             },
@@ -172,7 +173,7 @@ impl LockGuard {
 
     /// The lock key, without the client's prefix.
     pub fn key(&self) -> &str {
-        &self.held.shared.key
+        self.held.shared.key()
     }
 
     /// A future to poll alongside the guarded work (what `#[distributed_lock]` does): it
@@ -184,9 +185,12 @@ impl LockGuard {
     pub(crate) fn until_lost(&mut self) -> impl Future<Output = ()> + Send + 'static {
         let inline = self.inline.take();
         let shared = Arc::clone(&self.held.shared);
+        let renewer = inline.is_some().then(|| Arc::clone(&self.held.renewer));
         async move {
-            match inline {
-                Some(inline) => renew::watchdog(shared, inline.renewer, inline.confirmed_at).await,
+            match inline.zip(renewer) {
+                Some((inline, renewer)) => {
+                    renew::watchdog(shared, renewer, inline.confirmed_at).await
+                }
                 None => lost(shared).await,
             }
         }
@@ -255,27 +259,28 @@ impl LockGuard {
         }
         let shared = Arc::clone(&held.shared);
         let result = held
-            .backend
-            .release(&shared.name, shared.token.as_str())
+            .renewer
+            .backend()
+            .release(shared.name.full(), shared.token.as_str())
             .await;
         // Past this point the release happened (or failed for good): nothing left for Drop.
         held.armed = false;
         let was_lost = shared.is_lost();
         match result {
             Ok(true) if !was_lost => {
-                tracing::debug!(key = %shared.key, "distlock: released");
+                tracing::debug!(key = %shared.key(), "distlock: released");
                 Ok(())
             }
             Ok(_) => {
                 shared.mark_lost("not held at release");
                 Err(LockError::Lost {
-                    key: shared.key.clone(),
+                    key: shared.key().to_owned(),
                 })
             }
             Err(source) => Err(LockError::Backend {
-                backend: held.backend.kind(),
+                backend: held.renewer.backend().kind(),
                 op: "release",
-                key: shared.key.clone(),
+                key: shared.key().to_owned(),
                 source,
             }),
         }
@@ -305,15 +310,18 @@ impl Drop for Held {
         if !self.armed {
             return;
         }
-        tracing::debug!(key = %self.shared.key, "distlock: guard dropped, releasing in the background");
-        let backend = Arc::clone(&self.backend);
+        tracing::debug!(key = %self.shared.key(), "distlock: guard dropped, releasing in the background");
+        let backend = Arc::clone(self.renewer.backend());
         let shared = Arc::clone(&self.shared);
         let job: DetachedJob = Arc::new(move || {
             let backend = Arc::clone(&backend);
             let shared = Arc::clone(&shared);
             Box::pin(async move {
-                if let Err(error) = backend.release(&shared.name, shared.token.as_str()).await {
-                    tracing::warn!(key = %shared.key, %error, "distlock: background release failed; the lease will expire");
+                if let Err(error) = backend
+                    .release(shared.name.full(), shared.token.as_str())
+                    .await
+                {
+                    tracing::warn!(key = %shared.key(), %error, "distlock: background release failed; the lease will expire");
                 }
             })
         });
@@ -324,7 +332,7 @@ impl Drop for Held {
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
-            .field("key", &self.held.shared.key)
+            .field("key", &self.held.shared.key())
             .field("lease", &self.held.shared.lease)
             .field("fencing_token", &self.held.shared.fencing_token)
             .field("lost", &self.is_lost())

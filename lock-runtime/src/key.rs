@@ -28,6 +28,41 @@ pub(crate) fn validate_key(key: &str) -> Result<(), LockError> {
     })
 }
 
+/// A lock's backend name (`<prefix><key>`, or `{<prefix><key>}` in a Redis Cluster) with the
+/// user's key inside it: one allocation for both, made from the key's own buffer.
+pub(crate) struct LockName {
+    full: String,
+    key: std::ops::Range<usize>,
+}
+
+impl LockName {
+    pub(crate) fn new(mut key: String, prefix: &str, hash_tag: bool) -> LockName {
+        let len = key.len();
+        let start = prefix.len() + usize::from(hash_tag);
+        key.reserve_exact(start + usize::from(hash_tag));
+        key.insert_str(0, prefix);
+        if hash_tag {
+            // Redis Cluster: `{lock:K}`, so the lock and its fencing counter share a slot.
+            key.insert(0, '{');
+            key.push('}');
+        }
+        LockName {
+            full: key,
+            key: start..start + len,
+        }
+    }
+
+    /// The backend key, prefix included.
+    pub(crate) fn full(&self) -> &str {
+        &self.full
+    }
+
+    /// The user's key.
+    pub(crate) fn key(&self) -> &str {
+        &self.full[self.key.clone()]
+    }
+}
+
 /// A key short enough to print in an error message.
 fn shorten(key: &str) -> String {
     const SHOWN: usize = 64;
@@ -66,5 +101,15 @@ mod tests {
         );
         let err = validate_key("a\nb").unwrap_err().to_string();
         assert!(err.contains("control character"), "{err}");
+    }
+
+    #[test]
+    fn lock_names_wrap_the_key() {
+        let plain = LockName::new("order:42".into(), "lock:", false);
+        assert_eq!((plain.full(), plain.key()), ("lock:order:42", "order:42"));
+        let tagged = LockName::new("é{x}".into(), "lock:", true);
+        assert_eq!((tagged.full(), tagged.key()), ("{lock:é{x}}", "é{x}"));
+        let bare = LockName::new("k".into(), "", false);
+        assert_eq!((bare.full(), bare.key()), ("k", "k"));
     }
 }

@@ -87,9 +87,9 @@ where
         Ok(client) => client,
         Err(error) => return R::from_lock_error(error),
     };
-    if let Some(entry) = scope::held(client, &key) {
+    if let Some(lock) = scope::held(client, &key) {
         tracing::trace!(key, "distlock: reentrant call, no acquisition");
-        return scope::enter(client, std::sync::Arc::clone(&entry.lock), body).await;
+        return scope::enter(client, lock, body).await;
     }
     let mut guard = match client.acquire_locked(key, &options).await {
         Ok(guard) => guard,

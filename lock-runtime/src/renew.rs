@@ -157,7 +157,7 @@ pub(crate) async fn watchdog(
             }
             match tokio::time::timeout_at(valid_until, renewer.renew(Arc::clone(&shared))).await {
                 Ok(Ok(true)) => {
-                    tracing::trace!(key = %shared.key, "distlock: renewed");
+                    tracing::trace!(key = %shared.key(), "distlock: renewed");
                     confirmed_at = sent_at;
                     break;
                 }
@@ -166,7 +166,7 @@ pub(crate) async fn watchdog(
                     return;
                 }
                 Ok(Err(error)) => {
-                    tracing::warn!(key = %shared.key, %error, "distlock: renewal failed, retrying until the lease ends");
+                    tracing::warn!(key = %shared.key(), %error, "distlock: renewal failed, retrying until the lease ends");
                     tokio::time::sleep_until((Instant::now() + retry_pause).min(valid_until)).await;
                 }
                 Err(_) => {

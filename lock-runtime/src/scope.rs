@@ -12,9 +12,12 @@ use crate::client::LockClient;
 use crate::guard::Shared;
 
 tokio::task_local! {
-    static HELD: Option<Arc<Entry>>;
+    static HELD: Option<Entry>;
 }
 
+/// The innermost lock of a task, held by value in the task-local (no allocation for a call
+/// that is not nested); the outer ones are behind `parent`.
+#[derive(Clone)]
 pub(crate) struct Entry {
     /// Which client took the lock: compared, never dereferenced. (`run_locked` only uses the
     /// global client, which lives as long as the process, so the address is never reused while
@@ -36,7 +39,7 @@ pub struct CurrentLock {
 impl CurrentLock {
     /// The lock key, as rendered from the template (without the client's prefix).
     pub fn key(&self) -> &str {
-        &self.lock.key
+        self.lock.key()
     }
 
     /// The fencing token of this acquisition, when the lock was taken with `fencing = true`.
@@ -79,15 +82,15 @@ pub fn current() -> Option<CurrentLock> {
     .flatten()
 }
 
-/// The entry of this task's lock on `key` through `client`, if it holds one.
-pub(crate) fn held(client: &LockClient, key: &str) -> Option<Arc<Entry>> {
+/// This task's lock on `key` through `client`, if it holds one.
+pub(crate) fn held(client: &LockClient, key: &str) -> Option<Arc<Shared>> {
     HELD.try_with(|top| {
-        let mut next = top.clone();
+        let mut next = top.as_ref();
         while let Some(entry) = next {
-            if entry.lock.key == key && entry.client == client.identity() {
-                return Some(entry);
+            if entry.lock.key() == key && entry.client == client.identity() {
+                return Some(Arc::clone(&entry.lock));
             }
-            next = entry.parent.clone();
+            next = entry.parent.as_deref();
         }
         None
     })
@@ -101,11 +104,15 @@ pub(crate) async fn enter<F: std::future::Future>(
     lock: Arc<Shared>,
     body: F,
 ) -> F::Output {
-    let parent = HELD.try_with(|top| top.clone()).ok().flatten();
-    let entry = Arc::new(Entry {
+    // Only a nested call allocates: its outer lock moves behind an `Arc`.
+    let parent = HELD
+        .try_with(|top| top.clone().map(Arc::new))
+        .ok()
+        .flatten();
+    let entry = Entry {
         client: client.identity(),
         lock,
         parent,
-    });
+    };
     HELD.scope(Some(entry), body).await
 }

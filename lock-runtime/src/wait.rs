@@ -25,14 +25,15 @@ pub(crate) struct Acquired {
     pub waited: Duration,
 }
 
-/// One attempt: `Ok(Ok(acquired))` if the lock is ours, `Ok(Err(ttl))` if it is busy (with the
+/// One attempt, sent at `sent_at` (a clock reading taken just before: the lease is counted
+/// from it): `Ok(Ok(acquired))` if the lock is ours, `Ok(Err(ttl))` if it is busy (with the
 /// holder's remaining lease when known).
 pub(crate) async fn attempt(
     backend: &Arc<dyn Backend>,
     spec: LockSpec<'_>,
     key: &str,
+    sent_at: Instant,
 ) -> Result<Result<Acquired, Option<Duration>>, LockError> {
-    let sent_at = Instant::now();
     let in_flight = InFlight {
         backend,
         spec,
@@ -75,7 +76,7 @@ pub(crate) async fn acquire(
     let mut subscription: Option<ReleaseSubscription> = None;
     let mut notifications_work = true;
     loop {
-        let ttl = match attempt(backend, spec, key).await? {
+        let ttl = match attempt(backend, spec, key, Instant::now()).await? {
             Ok(mut acquired) => {
                 acquired.waited = started.elapsed();
                 let (waited, fencing_token) = (acquired.waited, acquired.fencing_token);

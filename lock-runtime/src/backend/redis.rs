@@ -659,7 +659,8 @@ impl Backend for RedisBackend {
                     }
                 });
             }
-            let set: Option<String> = self
+            // `OK` when set, nil when taken: read as a raw value, no string allocated.
+            let set: Value = self
                 .run(|mut conn, _| async move {
                     redis::cmd("SET")
                         .arg(spec.name)
@@ -671,7 +672,7 @@ impl Backend for RedisBackend {
                         .await
                 })
                 .await?;
-            if set.is_some() {
+            if set != Value::Nil {
                 return Ok(Attempt::Acquired {
                     fencing_token: None,
                 });
