@@ -163,28 +163,37 @@ async fn server_cpu(server: &RedisServer) -> Duration {
     Duration::from_secs_f64(user + sys)
 }
 
-/// Calls per second of `tasks` tasks calling `empty_call` on distinct keys for `window`.
-async fn throughput_ours(round: u64, tasks: u64, window: Duration) -> f64 {
+/// Runs `task(t, counter, stop)` for each of `tasks` tasks for `window`; each counts its calls
+/// until `stop` is set. Returns calls per second.
+async fn run_tasks<F, Fut>(tasks: u64, window: Duration, task: F) -> f64
+where
+    F: Fn(u64, Arc<AtomicU64>, Arc<AtomicBool>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let mut handles = Vec::new();
-    for t in 0..tasks {
-        let (done, stop) = (done.clone(), stop.clone());
-        handles.push(tokio::spawn(async move {
-            let mut id = 10_000_000 * (round + 1) + t * 100_000;
-            while !stop.load(Ordering::Relaxed) {
-                empty_call(id).await.unwrap();
-                id += 1;
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-        }));
-    }
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| tokio::spawn(task(t, done.clone(), stop.clone())))
+        .collect();
     tokio::time::sleep(window).await;
     stop.store(true, Ordering::Relaxed);
     for h in handles {
         h.await.unwrap();
     }
     done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
+}
+
+/// Calls per second of `tasks` tasks calling `empty_call` on distinct keys for `window`.
+async fn throughput_ours(round: u64, tasks: u64, window: Duration) -> f64 {
+    run_tasks(tasks, window, |t, done, stop| async move {
+        let mut id = 10_000_000 * (round + 1) + t * 100_000;
+        while !stop.load(Ordering::Relaxed) {
+            empty_call(id).await.unwrap();
+            id += 1;
+            done.fetch_add(1, Ordering::Relaxed);
+        }
+    })
+    .await
 }
 
 /// Raw `SET NX PX` + compare-and-delete pairs per second of `tasks` tasks on distinct keys,
@@ -196,34 +205,20 @@ async fn throughput_raw(
     tasks: u64,
     window: Duration,
 ) -> f64 {
-    let done = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut handles = Vec::new();
-    for t in 0..tasks {
-        let (done, stop, mut conn, release) =
-            (done.clone(), stop.clone(), raw.clone(), release.clone());
-        handles.push(tokio::spawn(async move {
+    run_tasks(tasks, window, |t, done, stop| {
+        let (mut conn, release) = (raw.clone(), release.clone());
+        async move {
+            let token = "t0123456789abcdef0123456789abcdef";
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                raw_pair(
-                    &mut conn,
-                    &release,
-                    &format!("rawtp:{round}:{t}:{i}"),
-                    "t0123456789abcdef0123456789abcdef",
-                )
-                .await
-                .unwrap();
+                let key = format!("rawtp:{round}:{t}:{i}");
+                raw_pair(&mut conn, &release, &key, token).await.unwrap();
                 i += 1;
                 done.fetch_add(1, Ordering::Relaxed);
             }
-        }));
-    }
-    tokio::time::sleep(window).await;
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.await.unwrap();
-    }
-    done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
+        }
+    })
+    .await
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
