@@ -240,8 +240,8 @@ async fn main() -> Result<(), Error> {
         let window = Duration::from_secs(secs.and_then(|s| s.parse().ok()).unwrap_or(20));
         let io = ["total_reads_processed", "total_writes_processed"];
         let [reads, writes] = server_info(&server, "stats", io).await;
-        let [cpu0] = server_info(&server, "cpu", ["used_cpu_user"]).await;
-        let [sys0] = server_info(&server, "cpu", ["used_cpu_sys"]).await;
+        let cpu = ["used_cpu_user", "used_cpu_sys"];
+        let [cpu0, sys0] = server_info(&server, "cpu", cpu).await;
         let client0 = cpu_time();
         let rate = match side.as_str() {
             "raw" => throughput_raw(&raw, &release, 0, 64, window).await,
@@ -256,8 +256,7 @@ async fn main() -> Result<(), Error> {
         };
         let [reads_after, writes_after] = server_info(&server, "stats", io).await;
         let client1 = cpu_time();
-        let [cpu1] = server_info(&server, "cpu", ["used_cpu_user"]).await;
-        let [sys1] = server_info(&server, "cpu", ["used_cpu_sys"]).await;
+        let [cpu1, sys1] = server_info(&server, "cpu", cpu).await;
         let calls = rate * window.as_secs_f64();
         println!(
             "{side}: {rate:.0} calls/s; redis-server reads / writes per call: {:.3} / {:.3}; \

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::future::IntoFuture;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tracing::Instrument;
@@ -47,7 +48,7 @@ struct ClientInner {
     gates: std::sync::Mutex<Gates>,
     /// Tasks of this client past the fast path (queued on a gate or about to be): while it is
     /// zero, an acquisition knows there are no local waiters without locking `gates`.
-    queued: std::sync::atomic::AtomicUsize,
+    queued: AtomicUsize,
     url: String,
     prefix: String,
     /// Wrap names in a hash tag (Redis Cluster).
@@ -66,7 +67,7 @@ struct Gates {
 impl ClientInner {
     /// `true` while some task of this client waits for `key` (it holds the key's gate).
     fn has_local_waiters(&self, key: &str) -> bool {
-        if self.queued.load(std::sync::atomic::Ordering::Acquire) == 0 {
+        if self.queued.load(Ordering::Acquire) == 0 {
             return false;
         }
         let gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
@@ -93,18 +94,18 @@ impl ClientInner {
 }
 
 /// Counts a task in [`ClientInner::queued`] while it lives.
-struct Queued<'a>(&'a std::sync::atomic::AtomicUsize);
+struct Queued<'a>(&'a AtomicUsize);
 
 impl<'a> Queued<'a> {
-    fn enter(count: &'a std::sync::atomic::AtomicUsize) -> Queued<'a> {
-        count.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    fn enter(count: &'a AtomicUsize) -> Queued<'a> {
+        count.fetch_add(1, Ordering::AcqRel);
         Queued(count)
     }
 }
 
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -489,6 +490,14 @@ fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {
     Ok(())
 }
 
+/// The error of an acquisition of `key` that gave up waiting.
+fn timed_out(key: &str, started: tokio::time::Instant) -> LockError {
+    LockError::Timeout {
+        key: key.to_owned(),
+        waited: started.elapsed(),
+    }
+}
+
 /// What an acquisition asks for, besides its key.
 #[derive(Debug, Clone, Copy)]
 struct Params {
@@ -549,10 +558,7 @@ impl ClientInner {
                     return Ok(self.guard(name, token, params, acquired));
                 }
                 Err(_) if params.wait == Some(Duration::ZERO) => {
-                    return Err(LockError::Timeout {
-                        key: name.key().to_owned(),
-                        waited: started.elapsed(),
-                    });
+                    return Err(timed_out(name.key(), started));
                 }
                 Err(_) => {} // busy: wait in line below
             }
@@ -571,10 +577,7 @@ impl ClientInner {
         started: tokio::time::Instant,
     ) -> Result<LockGuard, LockError> {
         let key = name.key();
-        let timeout = |key: &str| LockError::Timeout {
-            key: key.to_owned(),
-            waited: started.elapsed(),
-        };
+        let timeout = |key: &str| timed_out(key, started);
         let spec = LockSpec {
             name: name.full(),
             token: token.as_str(),

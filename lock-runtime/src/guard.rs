@@ -3,9 +3,8 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
-
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
@@ -29,7 +28,9 @@ use crate::wait::Acquired;
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     held: Held,
-    inline: Option<InlineRenewal>,
+    /// With inline renewal, until [`until_lost`](Self::until_lost) takes it: when the lease was
+    /// last confirmed (the acquisition's send time).
+    inline_since: Option<Instant>,
 }
 
 /// How a guard's lease is kept alive.
@@ -39,13 +40,8 @@ pub(crate) enum RenewMode {
     Off,
     /// A spawned watchdog task renews it (the manual API).
     Spawned,
-    /// The caller polls [`LockGuard::take_renewal`] next to its work (the attribute).
+    /// The caller polls [`LockGuard::until_lost`] next to its work (the attribute).
     Inline,
-}
-
-/// Renewal the caller drives itself (see [`LockGuard::take_renewal`]).
-struct InlineRenewal {
-    confirmed_at: Instant,
 }
 
 /// What a guard and its watchdog share.
@@ -157,9 +153,7 @@ impl LockGuard {
         let watchdog = (renewal == RenewMode::Spawned).then(|| {
             renew::spawn_watchdog(Arc::clone(&shared), Arc::clone(renewer), acquired.sent_at)
         });
-        let inline = (renewal == RenewMode::Inline).then_some(InlineRenewal {
-            confirmed_at: acquired.sent_at,
-        });
+        let inline_since = (renewal == RenewMode::Inline).then_some(acquired.sent_at);
         LockGuard {
             held: Held {
                 shared,
@@ -167,7 +161,7 @@ impl LockGuard {
                 watchdog,
                 armed: true,
             },
-            inline,
+            inline_since,
         }
     }
 
@@ -183,14 +177,14 @@ impl LockGuard {
     /// One future whose two cases share their space, rather than two futures side by side:
     /// it lives inside every locked call's future.
     pub(crate) fn until_lost(&mut self) -> impl Future<Output = ()> + Send + 'static {
-        let inline = self.inline.take();
         let shared = Arc::clone(&self.held.shared);
-        let renewer = inline.is_some().then(|| Arc::clone(&self.held.renewer));
+        let renewal = self
+            .inline_since
+            .take()
+            .map(|since| (Arc::clone(&self.held.renewer), since));
         async move {
-            match inline.zip(renewer) {
-                Some((inline, renewer)) => {
-                    renew::watchdog(shared, renewer, inline.confirmed_at).await
-                }
+            match renewal {
+                Some((renewer, since)) => renew::watchdog(shared, renewer, since).await,
                 None => lost(shared).await,
             }
         }
