@@ -143,6 +143,8 @@ async fn run_processes(n: usize, namespace: &str) -> Result<Vec<u64>, BoxError> 
             tokio::process::Command::new(&exe)
                 .args(["--worker-of", namespace])
                 .stdout(std::process::Stdio::piped())
+                // A worker must not outlive a run that failed half-way.
+                .kill_on_drop(true)
                 .spawn()?,
         );
     }

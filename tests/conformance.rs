@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError};
-use support::eventually;
+use support::{eventually, history};
 use support::fixture::{ClusterFixture, Fixture, MemoryFixture, RedisFixture, RedlockFixture};
 
 fn ms(n: u64) -> Duration {
@@ -663,6 +663,82 @@ pub async fn durations_at_the_edges(fixture: &impl Fixture) {
     assert_eq!(fixture.holder("lock:edge").await, None);
 }
 
+/// Replies come 60–120 ms late (a congested network, an overloaded server): acquisitions that
+/// may wait all succeed, a held lock is renewed past its lease, the recorded holds never
+/// overlap, and nothing is left on the servers afterwards.
+pub async fn a_slow_backend_still_grants_waiting_acquisitions(fixture: &impl Fixture) {
+    const CLIENTS: usize = 2;
+    const TASKS: usize = 2;
+    const ROUNDS: usize = 3;
+    let slow = fixture.slowed(ms(60), ms(120)).await;
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let client = LockClient::connect(&slow.url)
+            .await
+            .expect("connects through the slow path");
+        for t in 0..TASKS {
+            let client = client.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut holds = Vec::new();
+                for _ in 0..ROUNDS {
+                    let guard = client
+                        .lock("slow")
+                        .lease(Duration::from_secs(5))
+                        .wait(Duration::from_secs(60))
+                        .acquire()
+                        .await
+                        .unwrap_or_else(|e| panic!("a waiting acquisition failed: {e}"));
+                    let acquired_at = history::now_ns();
+                    tokio::time::sleep(ms(5)).await;
+                    let released_at = history::now_ns();
+                    guard.release().await.expect("release through the slow path");
+                    holds.push(history::Hold {
+                        key: "slow".into(),
+                        holder: format!("c{c}.t{t}"),
+                        token: None,
+                        acquired_at,
+                        released_at,
+                    });
+                }
+                holds
+            }));
+        }
+    }
+    // Meanwhile a lock with a 1.5 s lease is held for 2.5 s: renewals through the slow path
+    // keep it.
+    let client = LockClient::connect(&slow.url).await.unwrap();
+    let started = Instant::now();
+    let held = client
+        .lock("slow-renewed")
+        .lease(ms(1_500))
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquire through the slow path");
+    let took = started.elapsed();
+    assert!(took >= ms(60), "the path is not slow: acquired in {took:?}");
+    tokio::time::sleep(ms(2_500)).await;
+    assert!(!held.is_lost(), "renewal through a slow path lost the lock");
+    assert!(
+        fixture.holder("lock:slow-renewed").await.is_some(),
+        "the renewed lock is gone from the server"
+    );
+    held.release().await.expect("release of the renewed lock");
+    let mut holds = Vec::new();
+    for task in tasks {
+        holds.extend(task.await.expect("contending task"));
+    }
+    let summary = history::check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
+    assert_eq!(summary.holds, CLIENTS * TASKS * ROUNDS);
+    for name in ["lock:slow", "lock:slow-renewed"] {
+        assert!(
+            eventually(Duration::from_secs(3), || async { !fixture.anything_at(name).await })
+                .await,
+            "{name} left on the servers"
+        );
+    }
+}
+
 macro_rules! conformance {
     ($backend:ident => $fixture:expr; $($case:ident),* $(,)?) => {
         mod $backend {
@@ -702,6 +778,7 @@ macro_rules! suite {
                 bad_keys_are_refused_and_nothing_is_written,
                 unusual_keys_are_stored_verbatim,
                 durations_at_the_edges,
+                a_slow_backend_still_grants_waiting_acquisitions,
             );
         )*
     };

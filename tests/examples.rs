@@ -25,8 +25,8 @@ fn example(name: &str) -> Command {
     command
 }
 
-fn run(mut command: Command) -> String {
-    let output = command.output().expect("example runs");
+fn run(command: Command) -> String {
+    let output = support::output_tied(command).expect("example runs");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
@@ -166,7 +166,7 @@ async fn web_handler_charges_each_order_once(url: Option<String>) {
     if let Some(url) = url {
         command.env(distlock::URL_ENV, url);
     }
-    let mut child = KillOnDrop(command.spawn().expect("web_handler starts"));
+    let mut child = KillOnDrop(support::spawn_tied(command).expect("web_handler starts"));
     let stdout = child.0.stdout.take().unwrap();
     let mut lines = std::io::BufReader::new(stdout).lines();
     let port: u16 = lines
@@ -232,7 +232,7 @@ async fn web_handler_pays_each_order_once_on_redis() {
 fn orders_refuses_processes_on_memory_with_a_hint() {
     let mut command = example("orders");
     command.args(["--processes", "2"]);
-    let output = command.output().unwrap();
+    let output = support::output_tied(command).unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("DISTLOCK_URL=redis://"), "{stderr}");

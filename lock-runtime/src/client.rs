@@ -9,7 +9,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::backend::memory::MemoryBackend;
-use crate::backend::{Backend, LockSpec};
+use crate::backend::Backend;
 use crate::error::LockError;
 use crate::guard::{LockGuard, RenewMode};
 use crate::key::{LockName, validate_key};
@@ -123,8 +123,12 @@ impl LockClient {
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
     /// Bound on one command's reply.
     pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
-    /// Redlock: bound on each node's answer; a slower node is counted as down for that call.
-    pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+    /// Redlock, unless [`LockClientBuilder::node_timeout`] sets one: the node timeout is a tenth
+    /// of the lock's lease, at least this (a busy host delays replies by tens of milliseconds)…
+    pub const AUTO_NODE_TIMEOUT_MIN: Duration = Duration::from_millis(100);
+    /// … and at most this (a hung node costs a renewal or release no more), and never more
+    /// than a third of the lease.
+    pub const AUTO_NODE_TIMEOUT_MAX: Duration = Duration::from_secs(1);
     /// The shortest lease accepted: renewal runs every lease/3 and needs room for a round trip.
     pub const MIN_LEASE: Duration = Duration::from_millis(10);
     /// The longest lease accepted (7 days). A lease bounds how long a lock outlives a holder
@@ -158,7 +162,7 @@ impl LockClient {
             fencing: false,
             connect_timeout: LockClient::DEFAULT_CONNECT_TIMEOUT,
             response_timeout: LockClient::DEFAULT_RESPONSE_TIMEOUT,
-            node_timeout: LockClient::DEFAULT_NODE_TIMEOUT,
+            node_timeout: None,
         }
     }
 
@@ -253,7 +257,7 @@ pub struct LockClientBuilder {
     fencing: bool,
     connect_timeout: Duration,
     response_timeout: Duration,
-    node_timeout: Duration,
+    node_timeout: Option<Duration>,
 }
 
 impl LockClientBuilder {
@@ -308,12 +312,21 @@ impl LockClientBuilder {
         self
     }
 
-    /// Redlock (`redlock://`): how long each node may take to answer one command (default
-    /// 50 ms). A node slower than this is counted as down for that call, so one slow node does
-    /// not slow every lock; keep it well below the lease (the time spent voting is taken from
-    /// the lease's validity).
+    /// Redlock (`redlock://`): how long each node may take to answer one command. A node
+    /// slower than this is counted as down for that call (and an acquisition whose vote missed
+    /// its majority is retried while its `wait` lasts).
+    ///
+    /// By default it follows the lock's lease: a tenth of it, at least
+    /// [`AUTO_NODE_TIMEOUT_MIN`](LockClient::AUTO_NODE_TIMEOUT_MIN) (100 ms) and at most
+    /// [`AUTO_NODE_TIMEOUT_MAX`](LockClient::AUTO_NODE_TIMEOUT_MAX) (1 s), never more than a
+    /// third of the lease — 500 ms for a 5 s lease, 1 s for the default 30 s. Any value keeps
+    /// Redlock's validity accounting honest: a grant counts only if
+    /// `lease − elapsed − drift` is positive, with `elapsed` measured. A vote stops waiting
+    /// as soon as a majority granted, so a hung minority does not slow acquisitions; the
+    /// timeout bounds what a silent node costs a failed vote, a renewal or a release.
+    /// Setting it fixes one value for every lock.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
-        self.node_timeout = timeout;
+        self.node_timeout = Some(timeout);
         self
     }
 
@@ -322,7 +335,7 @@ impl LockClientBuilder {
         check_lease(self.default_lease, None)?;
         if self.connect_timeout.is_zero()
             || self.response_timeout.is_zero()
-            || self.node_timeout.is_zero()
+            || self.node_timeout.is_some_and(|t| t.is_zero())
         {
             return Err(LockError::Config(
                 "connect, response and node timeouts must be longer than zero".into(),
@@ -542,45 +555,52 @@ impl ClientInner {
         let started = tokio::time::Instant::now();
         let token = OwnerToken::generate();
         let name = LockName::new(key, &self.prefix, self.hash_tags);
-        let spec = LockSpec {
+        let request = wait::Request {
             name: name.full(),
-            token: token.as_str(),
+            key: name.key(),
             lease: params.lease,
             fencing: params.fencing,
         };
         // Fast path: when no task of this client waits for the key, try once straight away
         // (one round trip for a free lock) without touching the queue.
+        let mut failed = None;
         if !self.has_local_waiters(name.key()) {
             // `started` doubles as the send time: one clock reading fewer on the hot path.
-            match wait::attempt(&self.backend, spec, name.key(), started).await? {
-                Ok(mut acquired) => {
+            match wait::attempt(&self.backend, request.spec(&token), started).await {
+                Ok(Ok(mut acquired)) => {
                     acquired.waited = started.elapsed();
                     return Ok(self.guard(name, token, params, acquired));
                 }
-                Err(_) if params.wait == Some(Duration::ZERO) => {
+                Ok(Err(_)) if params.wait == Some(Duration::ZERO) => {
                     return Err(timed_out(name.key(), started));
                 }
-                Err(_) => {} // busy: wait in line below
+                Ok(Err(_)) => {} // busy: wait in line below
+                Err(failure) if !failure.transient || params.wait == Some(Duration::ZERO) => {
+                    return Err(failure.into_error(&*self.backend, name.key()));
+                }
+                // A transient failure with `wait` left: retried below.
+                Err(failure) => failed = Some(failure),
             }
         }
         // Boxed: waiting is a large future that the fast path above should not carry.
-        Box::pin(self.acquire_queued(name, token, params, started)).await
+        Box::pin(self.acquire_queued(name, token, params, started, failed)).await
     }
 
     /// The slow path of [`acquire`](Self::acquire): the lock is busy (or other tasks of this
-    /// client wait for it) and the request may wait.
+    /// client wait for it, or the first attempt failed transiently) and the request may wait.
     async fn acquire_queued(
         &self,
         name: LockName,
-        token: OwnerToken,
+        mut token: OwnerToken,
         params: Params,
         started: tokio::time::Instant,
+        failed: Option<wait::Failure>,
     ) -> Result<LockGuard, LockError> {
         let key = name.key();
         let timeout = |key: &str| timed_out(key, started);
-        let spec = LockSpec {
+        let request = wait::Request {
             name: name.full(),
-            token: token.as_str(),
+            key,
             lease: params.lease,
             fencing: params.fencing,
         };
@@ -604,14 +624,15 @@ impl ClientInner {
             .map(|wait| wait.saturating_sub(started.elapsed()));
         let span =
             tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.kind());
-        let mut acquired = match wait::acquire(&self.backend, spec, key, remaining)
-            .instrument(span)
-            .await
-        {
-            Ok(acquired) => acquired,
-            Err(LockError::Timeout { .. }) => return Err(timeout(key)),
-            Err(error) => return Err(error),
-        };
+        let mut acquired =
+            match wait::acquire(&self.backend, request, &mut token, remaining, failed)
+                .instrument(span)
+                .await
+            {
+                Ok(acquired) => acquired,
+                Err(LockError::Timeout { .. }) => return Err(timeout(key)),
+                Err(error) => return Err(error),
+            };
         acquired.waited = started.elapsed();
         drop(local); // the next local waiter now waits on the backend
         drop(queued);

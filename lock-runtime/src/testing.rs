@@ -20,6 +20,12 @@ pub fn memory_force(url: &str, name: &str, value: Option<(&str, Duration)>) {
     store(url).force(name, value)
 }
 
+/// Gives every operation on the `memory://` store at `url` a simulated round trip of
+/// `min..=max` from now on (`None`: back to none), like a slow network to a server.
+pub fn memory_latency(url: &str, latency: Option<(Duration, Duration)>) {
+    store(url).set_latency(latency)
+}
+
 /// The owner token `guard` stored in the backend: what a server holds for a lock while this
 /// guard owns it.
 pub fn owner_token(guard: &crate::LockGuard) -> &str {

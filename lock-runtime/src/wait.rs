@@ -1,18 +1,24 @@
 //! Acquisition: one attempt, then — if the lock is busy and the request may wait — sleep until
 //! the holder releases it (a notification) or its lease runs out (a timer), never polling.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, LockSpec};
-use crate::error::LockError;
+use crate::backend::{Attempt, Backend, LockSpec, Transient};
+use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::runtime::{DetachedJob, run_detached};
+use crate::token::OwnerToken;
 
 /// Retry interval when the holder's lock has no TTL at all (a foreign client that set none).
 const NO_TTL_RETRY: Duration = Duration::from_millis(250);
+
+/// After a failed SUBSCRIBE, how long a waiter relies on the holder's TTL alone before it
+/// tries to subscribe again.
+const SUBSCRIBE_RETRY: Duration = Duration::from_secs(1);
 
 /// A successful acquisition.
 #[derive(Debug, Clone, Copy)]
@@ -25,15 +31,73 @@ pub(crate) struct Acquired {
     pub waited: Duration,
 }
 
+/// A failed attempt: the backend's error, and whether waiting may cure it (see
+/// [`Transient`]).
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub transient: bool,
+    pub source: BoxError,
+}
+
+impl Failure {
+    fn of(source: BoxError) -> Failure {
+        match source.downcast::<Transient>() {
+            Ok(transient) => Failure {
+                transient: true,
+                source: transient.0,
+            },
+            Err(source) => Failure {
+                transient: false,
+                source,
+            },
+        }
+    }
+
+    /// The error an acquisition of `key` reports for this failure.
+    pub(crate) fn into_error(self, backend: &dyn Backend, key: &str) -> LockError {
+        LockError::Backend {
+            backend: backend.kind(),
+            op: "acquire",
+            key: key.to_owned(),
+            source: self.source,
+        }
+    }
+}
+
+/// The source of the error an acquisition reports when transient failures lasted its whole
+/// `wait`: the last failure, and how long and how often it was retried.
+#[derive(Debug)]
+struct StillFailing {
+    attempts: u32,
+    waited: Duration,
+    last: BoxError,
+}
+
+impl fmt::Display for StillFailing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (still failing after {} attempts over {:?}, the whole `wait`: check that the \
+             backend is up and reachable, or raise `wait` to ride out longer outages)",
+            self.last, self.attempts, self.waited
+        )
+    }
+}
+
+impl std::error::Error for StillFailing {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.last)
+    }
+}
+
 /// One attempt, sent at `sent_at` (a clock reading taken just before: the lease is counted
 /// from it): `Ok(Ok(acquired))` if the lock is ours, `Ok(Err(ttl))` if it is busy (with the
 /// holder's remaining lease when known).
 pub(crate) async fn attempt(
     backend: &Arc<dyn Backend>,
     spec: LockSpec<'_>,
-    key: &str,
     sent_at: Instant,
-) -> Result<Result<Acquired, Option<Duration>>, LockError> {
+) -> Result<Result<Acquired, Option<Duration>>, Failure> {
     let in_flight = InFlight {
         backend,
         spec,
@@ -54,36 +118,100 @@ pub(crate) async fn attempt(
             waited: Duration::ZERO,
         })),
         Ok(Attempt::Busy { ttl }) => Ok(Err(ttl)),
-        Err(source) => Err(LockError::Backend {
-            backend: backend.kind(),
-            op: "acquire",
-            key: key.to_owned(),
-            source,
-        }),
+        Err(source) => Err(Failure::of(source)),
+    }
+}
+
+/// What an acquisition asks for, besides its owner token.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Request<'a> {
+    /// The backend key (prefix included).
+    pub name: &'a str,
+    /// The key as the user wrote it, for messages.
+    pub key: &'a str,
+    pub lease: Duration,
+    pub fencing: bool,
+}
+
+impl<'a> Request<'a> {
+    pub(crate) fn spec(self, token: &'a OwnerToken) -> LockSpec<'a> {
+        LockSpec {
+            name: self.name,
+            token: token.as_str(),
+            lease: self.lease,
+            fencing: self.fencing,
+        }
     }
 }
 
 /// Attempts until the lock is ours or `wait` has passed (`None`: no deadline).
+///
+/// A busy lock is waited for (release notification, or the holder's TTL). A transient failure
+/// (see [`Transient`]) is retried after a jittered, growing pause until the deadline, each time
+/// with a fresh owner token: the failed attempt may still land on the server, and its clean-up
+/// (released in the background) must not remove the lock a later attempt takes. A permanent
+/// failure ends the acquisition at once. `failed` is the fast path's transient failure, if the
+/// first attempt was already made and failed.
 pub(crate) async fn acquire(
     backend: &Arc<dyn Backend>,
-    spec: LockSpec<'_>,
-    key: &str,
+    request: Request<'_>,
+    token: &mut OwnerToken,
     wait: Option<Duration>,
+    failed: Option<Failure>,
 ) -> Result<Acquired, LockError> {
+    let key = request.key;
     let started = Instant::now();
     // A wait too long to represent (`Duration::MAX`) is a wait without deadline.
     let deadline = wait.and_then(|wait| started.checked_add(wait));
     let mut subscription: Option<ReleaseSubscription> = None;
-    let mut notifications_work = true;
+    // After a failed SUBSCRIBE, waiting relies on the holder's TTL until this instant.
+    let mut subscribe_after: Option<Instant> = None;
+    let mut failures: u32 = 0;
+    let mut pending = failed;
     loop {
-        let ttl = match attempt(backend, spec, key, Instant::now()).await? {
-            Ok(mut acquired) => {
+        if let Some(failure) = pending.take() {
+            failures += 1;
+            let now = Instant::now();
+            if deadline.is_some_and(|deadline| now >= deadline) {
+                let waited = now - started;
+                tracing::debug!(key, ?waited, failures, "distlock: gave up retrying");
+                return Err(if failures == 1 {
+                    failure.into_error(&**backend, key)
+                } else {
+                    Failure {
+                        transient: true,
+                        source: Box::new(StillFailing {
+                            attempts: failures,
+                            waited,
+                            last: failure.source,
+                        }),
+                    }
+                    .into_error(&**backend, key)
+                });
+            }
+            if failures == 1 {
+                tracing::warn!(key, error = %failure.source, "distlock: acquisition failed; retrying until its `wait` ends");
+            } else {
+                tracing::debug!(key, error = %failure.source, failures, "distlock: acquisition failed again; retrying");
+            }
+            *token = OwnerToken::generate();
+            let pause = backoff(failures);
+            let wake_at = deadline.map_or(now + pause, |deadline| deadline.min(now + pause));
+            tokio::time::sleep_until(wake_at).await;
+        }
+        let ttl = match attempt(backend, request.spec(token), Instant::now()).await {
+            Ok(Ok(mut acquired)) => {
                 acquired.waited = started.elapsed();
                 let (waited, fencing_token) = (acquired.waited, acquired.fencing_token);
                 tracing::debug!(key, ?waited, fencing_token, "distlock: acquired");
                 return Ok(acquired);
             }
-            Err(ttl) => ttl,
+            Ok(Err(ttl)) => ttl,
+            Err(failure) if failure.transient => {
+                pending = Some(failure);
+                continue;
+            }
+            Err(failure) => return Err(failure.into_error(&**backend, key)),
         };
         let now = Instant::now();
         if deadline.is_some_and(|deadline| now >= deadline) {
@@ -96,15 +224,18 @@ pub(crate) async fn acquire(
         }
         // Listen for the release before trying again, so a release that lands between the
         // attempt and the wait still wakes us.
-        if notifications_work && subscription.as_ref().is_none_or(|s| s.is_closed()) {
+        if subscription.as_ref().is_none_or(|s| s.is_closed())
+            && subscribe_after.is_none_or(|after| now >= after)
+        {
             subscription = None;
-            match backend.subscribe(spec.name).await {
+            match backend.subscribe(request.name).await {
                 Ok(fresh) => {
                     subscription = Some(fresh);
+                    subscribe_after = None;
                     continue;
                 }
                 Err(error) => {
-                    notifications_work = false;
+                    subscribe_after = Some(Instant::now() + SUBSCRIBE_RETRY);
                     tracing::warn!(key, %error, "distlock: cannot listen for releases; waiting for the holder's lease to run out instead");
                 }
             }
@@ -128,6 +259,14 @@ pub(crate) async fn acquire(
             None => tokio::time::sleep_until(wake_at).await,
         }
     }
+}
+
+/// The pause before retrying after the `failures`-th transient failure in a row: doubling from
+/// 10 ms up to 250 ms, each drawn at random from the upper half of that range, so the clients
+/// that failed together (a node restarting) do not come back in lockstep.
+fn backoff(failures: u32) -> Duration {
+    let ceiling = (10u64 << failures.saturating_sub(1).min(5)).min(250);
+    Duration::from_millis(fastrand::u64(ceiling / 2..=ceiling))
 }
 
 /// Armed while an acquisition attempt is in flight. If the caller drops the acquisition then
@@ -176,8 +315,20 @@ fn jitter(ttl: Duration) -> Duration {
 
 #[cfg(test)]
 mod tests {
-    use super::jitter;
+    use super::{backoff, jitter};
     use std::time::Duration;
+
+    #[test]
+    fn backoff_grows_to_a_cap_and_is_jittered() {
+        for _ in 0..1000 {
+            let first = backoff(1);
+            assert!(first >= Duration::from_millis(5) && first <= Duration::from_millis(10));
+            let later = backoff(40);
+            assert!(later >= Duration::from_millis(125) && later <= Duration::from_millis(250));
+        }
+        let draws: std::collections::HashSet<Duration> = (0..100).map(|_| backoff(6)).collect();
+        assert!(draws.len() > 10, "backoff must be jittered, got {draws:?}");
+    }
 
     #[test]
     fn jitter_is_bounded() {

@@ -48,7 +48,7 @@ impl RedisCluster {
         create
             .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null());
-        let output = match create.output() {
+        let output = match super::output_tied(create) {
             Ok(output) => output,
             Err(error) => panic!(
                 "redis-cli is not installed ({error}). Run the README's test command, \
@@ -91,6 +91,39 @@ impl RedisCluster {
             .map(|n| format!("127.0.0.1:{}", n.port()))
             .collect();
         format!("redis+cluster://{}", nodes.join(","))
+    }
+
+    /// Makes node `i` announce `ports[i]` as its client port (`cluster-announce-port`: a proxy
+    /// in front of it) and waits until every node's `CLUSTER SLOTS` shows only those ports.
+    pub fn announce_ports(&self, ports: &[u16]) {
+        for (i, port) in ports.iter().enumerate() {
+            let _: () = self.query(
+                i,
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("cluster-announce-port")
+                    .arg(port),
+            );
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for i in 0..self.nodes.len() {
+            loop {
+                let slots: Vec<Value> = self.query(i, redis::cmd("CLUSTER").arg("SLOTS"));
+                let shown = format!("{slots:?}");
+                let stale = self
+                    .nodes
+                    .iter()
+                    .any(|node| shown.contains(&format!("int({})", node.port())));
+                if !stale {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "node {i} still announces the real ports: {shown}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
     }
 
     /// A cluster connection of the test's own (follows redirections).

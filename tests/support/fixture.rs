@@ -6,6 +6,7 @@ use std::time::Duration;
 use distlock::{LockClient, LockClientBuilder};
 
 use super::cluster::RedisCluster;
+use super::proxy::DelayProxy;
 use super::{RedisServer, unique};
 
 /// A backend the conformance suite runs against.
@@ -41,6 +42,41 @@ pub trait Fixture {
 
     /// Replaces backend key `name` with another owner's token.
     async fn overwrite(&self, name: &str, token: &str, ttl: Duration);
+
+    /// A URL to this backend whose every reply comes `min..=max` late (through delay proxies;
+    /// a simulated latency on `memory://`, where no network exists), slow while the returned
+    /// value lives.
+    async fn slowed(&self, min: Duration, max: Duration) -> Slowed;
+
+    /// Whether anything at all is stored at backend key `name` (on any node).
+    async fn anything_at(&self, name: &str) -> bool {
+        self.holder(name).await.is_some()
+    }
+}
+
+/// A slow path to a backend (see [`Fixture::slowed`]).
+pub struct Slowed {
+    pub url: String,
+    /// The proxies (or the client that keeps a `memory://` store alive).
+    _keep: Vec<Box<dyn std::any::Any + Send>>,
+}
+
+/// Delay proxies in front of `ports`, replies held back by `min..=max`.
+async fn slow_proxies(ports: &[u16], min: Duration, max: Duration) -> Vec<DelayProxy> {
+    let mut proxies = Vec::new();
+    for &port in ports {
+        let proxy = DelayProxy::start(port).await;
+        proxy.set_delay_range(min, max);
+        proxies.push(proxy);
+    }
+    proxies
+}
+
+fn keep(proxies: Vec<DelayProxy>) -> Vec<Box<dyn std::any::Any + Send>> {
+    proxies
+        .into_iter()
+        .map(|p| Box::new(p) as Box<dyn std::any::Any + Send>)
+        .collect()
 }
 
 /// `memory://<unique name>`: a store of this test's own.
@@ -76,6 +112,16 @@ impl Fixture for MemoryFixture {
     async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
         distlock::__private::testing::memory_force(&self.url, name, Some((token, ttl)));
     }
+
+    async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
+        // A store lives while a client uses it: keep one for as long as it is slow.
+        let client = self.client().await;
+        distlock::__private::testing::memory_latency(&self.url, Some((min, max)));
+        Slowed {
+            url: self.url.clone(),
+            _keep: vec![Box::new(client)],
+        }
+    }
 }
 
 /// A `redis-server` of this test's own.
@@ -110,6 +156,14 @@ impl Fixture for RedisFixture {
 
     async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
         RedisFixture::overwrite_on(&self.server, name, token, ttl).await;
+    }
+
+    async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
+        let proxies = slow_proxies(&[self.server.port()], min, max).await;
+        Slowed {
+            url: format!("redis://127.0.0.1:{}", proxies[0].port()),
+            _keep: keep(proxies),
+        }
     }
 }
 
@@ -236,6 +290,23 @@ impl Fixture for RedlockFixture {
             RedisFixture::overwrite_on(server, name, token, ttl).await;
         }
     }
+
+    async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
+        let ports: Vec<u16> = self.servers.iter().map(RedisServer::port).collect();
+        let proxies = slow_proxies(&ports, min, max).await;
+        let nodes: Vec<String> = proxies
+            .iter()
+            .map(|p| format!("127.0.0.1:{}", p.port()))
+            .collect();
+        Slowed {
+            url: format!("redlock://{}", nodes.join(",")),
+            _keep: keep(proxies),
+        }
+    }
+
+    async fn anything_at(&self, name: &str) -> bool {
+        self.values(name).await.iter().any(Option::is_some)
+    }
 }
 
 /// `redis+cluster://` over a three-master Redis Cluster of this test's own. Lock names are
@@ -272,5 +343,22 @@ impl Fixture for ClusterFixture {
     async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
         let name = format!("{{{name}}}");
         overwrite_with(&mut self.cluster.connection().await, &name, token, ttl).await;
+    }
+
+    /// Every node announces its proxy's port (`cluster-announce-port`), so clients that
+    /// discover the cluster, and follow its redirections, reach the nodes through the proxies.
+    async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
+        let ports: Vec<u16> = self.cluster.nodes.iter().map(RedisServer::port).collect();
+        let proxies = slow_proxies(&ports, min, max).await;
+        let announced: Vec<u16> = proxies.iter().map(DelayProxy::port).collect();
+        tokio::task::block_in_place(|| self.cluster.announce_ports(&announced));
+        let nodes: Vec<String> = announced
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        Slowed {
+            url: format!("redis+cluster://{}", nodes.join(",")),
+            _keep: keep(proxies),
+        }
     }
 }

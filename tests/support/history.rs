@@ -271,9 +271,7 @@ impl Helper {
             command.env(name, value);
         }
         Helper {
-            child: command
-                .spawn()
-                .expect("spawn a helper copy of the test binary"),
+            child: super::spawn_tied(command).expect("spawn a helper copy of the test binary"),
             dir: dir.to_owned(),
             owns_dir: false,
         }

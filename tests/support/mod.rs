@@ -21,13 +21,72 @@ use std::time::{Duration, Instant};
 /// The README's test command, named in every "binary missing" failure.
 pub const TEST_COMMAND: &str = "./scripts/test.sh";
 
+/// Spawns `command` so that its process dies with this test process, however that ends: a
+/// passing run, a failed assertion, a panic that aborts, a `kill -9` of the test binary.
+///
+/// The child asks the kernel for `SIGKILL` when its parent goes (`PR_SET_PDEATHSIG`). The
+/// kernel sends it when the *thread* that forked the child ends, and every test runs on a
+/// thread of its own that ends with the test, so all children are forked by one spawner thread
+/// that lives as long as the process. Servers, helper copies of the test binary and the
+/// examples' processes all start here; `Drop` still stops them at the end of each test.
+pub fn spawn_tied(mut command: Command) -> std::io::Result<Child> {
+    type Job = (Command, std::sync::mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Job>>> =
+        std::sync::OnceLock::new();
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: prctl, getppid and raise are async-signal-safe; nothing else runs between fork
+    // and exec.
+    unsafe {
+        command.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            // The parent may have died between fork and prctl: then nobody would signal us.
+            if libc::getppid() != parent {
+                libc::raise(libc::SIGKILL);
+            }
+            Ok(())
+        });
+    }
+    let spawner = SPAWNER.get_or_init(|| {
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("test-process-spawner".into())
+            .spawn(move || {
+                // Lives until the process exits: the parent-death signal of every child is tied
+                // to this thread.
+                for (mut command, reply) in queue {
+                    let _ = reply.send(command.spawn());
+                }
+                loop {
+                    std::thread::park();
+                }
+            })
+            .expect("the process spawner thread");
+        std::sync::Mutex::new(jobs)
+    });
+    let (reply, answer) = std::sync::mpsc::channel();
+    spawner
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .send((command, reply))
+        .expect("the process spawner thread is alive");
+    answer.recv().expect("the process spawner answers")
+}
+
+/// Runs `command` to completion through [`spawn_tied`] and collects its output, like
+/// [`Command::output`].
+pub fn output_tied(mut command: Command) -> std::io::Result<std::process::Output> {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    spawn_tied(command)?.wait_with_output()
+}
+
 /// A `redis-server` process of this test's own, on a free loopback port, with persistence off.
 /// Killed when dropped.
 pub struct RedisServer {
     port: u16,
-    /// Killed by the kernel when the process that started it exits (servers shared by all
-    /// the tests of a binary, which no `Drop` reaches).
-    dies_with_process: bool,
     password: Option<String>,
     extra: Vec<String>,
     /// With TLS: the directory holding the self-signed certificate and key.
@@ -45,7 +104,7 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments (`["--requirepass", "pw"]`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        RedisServer::start_inner(extra, None, false)
+        RedisServer::start_inner(extra, None)
     }
 
     /// Starts a server that persists every write before answering (`appendonly yes`,
@@ -96,15 +155,11 @@ impl RedisServer {
                  `{TEST_COMMAND}`, which installs it"
             ),
         }
-        RedisServer::start_inner(&[], Some(dir), false)
+        RedisServer::start_inner(&[], Some(dir))
     }
 
     /// Starts a server, trying a few free ports (one can be taken between picking and binding).
-    fn start_inner(
-        extra: &[&str],
-        tls: Option<std::path::PathBuf>,
-        dies_with_process: bool,
-    ) -> RedisServer {
+    fn start_inner(extra: &[&str], tls: Option<std::path::PathBuf>) -> RedisServer {
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let password = extra
             .iter()
@@ -117,7 +172,6 @@ impl RedisServer {
                 password: password.clone(),
                 extra: extra.clone(),
                 tls: tls.clone(),
-                dies_with_process,
                 data_dir: None,
                 child: None,
             };
@@ -153,17 +207,7 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        if self.dies_with_process {
-            use std::os::unix::process::CommandExt;
-            // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-            unsafe {
-                command.pre_exec(|| {
-                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                    Ok(())
-                });
-            }
-        }
-        let child = match command.spawn() {
+        let child = match spawn_tied(command) {
             Ok(child) => child,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => panic!(
                 "redis-server is not installed (not found on PATH). Run the README's test \
@@ -211,38 +255,11 @@ impl RedisServer {
         matches!(stream.read(&mut reply), Ok(n) if n > 0)
     }
 
-    /// One server for all the tests of this binary, stopped when the test process exits.
-    ///
-    /// The kernel delivers the parent-death signal when the *thread* that started the server
-    /// ends, so it is started from a thread that lives as long as the process.
+    /// One server for all the tests of this binary, stopped when the test process exits (no
+    /// `Drop` reaches a static: the parent-death signal of [`spawn_tied`] does it).
     pub fn shared() -> &'static RedisServer {
         static SHARED: std::sync::OnceLock<RedisServer> = std::sync::OnceLock::new();
-        SHARED.get_or_init(|| {
-            let (tx, rx) = std::sync::mpsc::channel();
-            std::thread::Builder::new()
-                .name("shared-redis-server".into())
-                .spawn(move || {
-                    // A missing binary panics with the README's test command: pass that
-                    // message on to the test instead of dying on this thread.
-                    let started =
-                        std::panic::catch_unwind(|| RedisServer::start_inner(&[], None, true))
-                            .map_err(|panic| {
-                                panic
-                                    .downcast_ref::<String>()
-                                    .cloned()
-                                    .unwrap_or_else(|| "redis-server failed to start".into())
-                            });
-                    let _ = tx.send(started);
-                    loop {
-                        std::thread::park();
-                    }
-                })
-                .expect("thread for the shared redis-server");
-            match rx.recv().expect("shared redis-server thread") {
-                Ok(server) => server,
-                Err(error) => panic!("{error}"),
-            }
-        })
+        SHARED.get_or_init(RedisServer::start)
     }
 
     pub fn port(&self) -> u16 {

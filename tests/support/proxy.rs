@@ -14,6 +14,7 @@ use tokio::net::{TcpListener, TcpStream};
 /// runtime and stops with it.
 pub struct DelayProxy {
     port: u16,
+    /// Reply delay: `min << 32 | max` in ms, a random value in that range for each chunk.
     delay_ms: Arc<AtomicU64>,
     request_delay_ms: Arc<AtomicU64>,
     faults: Arc<Faults>,
@@ -89,8 +90,9 @@ impl DelayProxy {
                             Ok(0) | Err(_) => break,
                             Ok(n) => n,
                         };
-                        let ms = delay.load(Ordering::SeqCst);
-                        if ms > 0 {
+                        let range = delay.load(Ordering::SeqCst);
+                        if range > 0 {
+                            let ms = fastrand::u64((range >> 32)..=(range & 0xffff_ffff));
                             tokio::time::sleep(Duration::from_millis(ms)).await;
                         }
                         if faults.blackhole.load(Ordering::SeqCst) {
@@ -142,7 +144,14 @@ impl DelayProxy {
 
     /// Holds every reply from now on back by `delay`.
     pub fn set_delay(&self, delay: Duration) {
+        self.set_delay_range(delay, delay);
+    }
+
+    /// Holds every chunk of replies from now on back by a random time in `min..=max` (chunks
+    /// stay in order, so a chunk may also wait for the one before it).
+    pub fn set_delay_range(&self, min: Duration, max: Duration) {
+        let (min, max) = (min.as_millis() as u64, max.as_millis() as u64);
         self.delay_ms
-            .store(delay.as_millis() as u64, Ordering::SeqCst);
+            .store((min << 32) | max.max(min), Ordering::SeqCst);
     }
 }

@@ -6,6 +6,7 @@
 //! It excludes nobody outside this process: use it for single-process apps, demos and tests.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,10 @@ use crate::runtime::BoxFuture;
 pub(crate) struct MemoryBackend {
     state: Mutex<State>,
     hub: Arc<ReleaseHub>,
+    /// Test support: a simulated round trip of `min..=max` ms for every operation, packed as
+    /// `min << 32 | max` (0: none). Tests use it to run the slow-backend case of the
+    /// conformance suite on `memory://` too.
+    latency_ms: AtomicU64,
 }
 
 #[derive(Default)]
@@ -51,6 +56,7 @@ impl MemoryBackend {
         let store = Arc::new(MemoryBackend {
             state: Mutex::new(State::default()),
             hub: ReleaseHub::new(None),
+            latency_ms: AtomicU64::new(0),
         });
         stores.insert(name.to_owned(), Arc::downgrade(&store));
         store
@@ -116,6 +122,35 @@ impl MemoryBackend {
         live
     }
 
+    /// Simulates a round trip of `min..=max` for every operation from now on (`None`: off);
+    /// test support. Half of it passes before the operation takes effect, half after, like a
+    /// request and its reply on a network.
+    pub(crate) fn set_latency(&self, latency: Option<(Duration, Duration)>) {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(0).min(u64::from(u32::MAX));
+        let packed = latency.map_or(0, |(min, max)| (ms(min) << 32) | ms(max).max(ms(min)));
+        self.latency_ms.store(packed, Ordering::Relaxed);
+    }
+
+    /// Runs `op` now, or — with a simulated latency — after half of it, answering after the
+    /// other half.
+    fn answer<'a, T: Send + 'a>(
+        &'a self,
+        op: impl FnOnce() -> T + Send + 'a,
+    ) -> BoxFuture<'a, Result<T, BoxError>> {
+        let latency = self.latency_ms.load(Ordering::Relaxed);
+        if latency == 0 {
+            let value = op();
+            return Box::pin(async move { Ok(value) });
+        }
+        Box::pin(async move {
+            let total = Duration::from_millis(fastrand::u64((latency >> 32)..=(latency & 0xffff_ffff)));
+            tokio::time::sleep(total / 2).await;
+            let value = op();
+            tokio::time::sleep(total - total / 2).await;
+            Ok(value)
+        })
+    }
+
     /// What the store holds for `name`: the owner token and remaining lease (test support).
     pub(crate) fn peek(&self, name: &str) -> Option<(String, Duration)> {
         let now = Instant::now();
@@ -163,13 +198,11 @@ impl Backend for MemoryBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
-        let attempt = self.acquire_now(spec);
-        Box::pin(async move { Ok(attempt) })
+        self.answer(move || self.acquire_now(spec))
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
-        let renewed = self.renew_now(spec);
-        Box::pin(async move { Ok(renewed) })
+        self.answer(move || self.renew_now(spec))
     }
 
     fn release<'a>(
@@ -177,8 +210,7 @@ impl Backend for MemoryBackend {
         name: &'a str,
         token: &'a str,
     ) -> BoxFuture<'a, Result<bool, BoxError>> {
-        let released = self.release_now(name, token);
-        Box::pin(async move { Ok(released) })
+        self.answer(move || self.release_now(name, token))
     }
 
     fn subscribe<'a>(

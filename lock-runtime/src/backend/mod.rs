@@ -16,6 +16,33 @@ pub(crate) mod redis;
 #[cfg(feature = "redis")]
 pub(crate) mod redlock;
 
+/// Marks a backend error that may go away by itself — a timeout, a dropped or refused
+/// connection, a cluster failover in progress, a Redlock vote that missed its majority because
+/// nodes were slow or down — so an acquisition with `wait` left retries it instead of failing.
+/// Errors not wrapped in it (authentication, a script error, a key of the wrong type) are
+/// permanent: retrying cannot cure them, so they fail at once.
+#[derive(Debug)]
+pub(crate) struct Transient(pub BoxError);
+
+impl Transient {
+    /// `error`, marked as transient.
+    pub(crate) fn wrap(error: impl Into<BoxError>) -> BoxError {
+        Box::new(Transient(error.into()))
+    }
+}
+
+impl std::fmt::Display for Transient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Transient {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
 /// What one acquisition attempt asks of the backend.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LockSpec<'a> {
@@ -56,7 +83,8 @@ pub(crate) trait Backend: Send + Sync + 'static {
     }
 
     /// Takes the lock if it is free. Must be idempotent for the same token: a retried attempt
-    /// whose first try succeeded must report `Acquired`, not `Busy`.
+    /// whose first try succeeded must report `Acquired`, not `Busy`. Errors that waiting may
+    /// cure are wrapped in [`Transient`]; every other error fails the acquisition at once.
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>>;
 
     /// Extends the lease to `spec.lease` from now if the lock still holds `spec.token`.

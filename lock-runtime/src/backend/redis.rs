@@ -38,7 +38,7 @@ use redis::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Attempt, Backend, LockSpec};
+use super::{Attempt, Backend, LockSpec, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::{BoxFuture, RuntimeBound};
@@ -608,6 +608,18 @@ fn is_transient(error: &RedisError) -> bool {
         )
 }
 
+/// An acquisition's error: transient (retried while the request's `wait` lasts) when the
+/// connection dropped, timed out or was refused, or the server said to try again (a cluster
+/// failover, a server loading its data); permanent otherwise (authentication, a script error,
+/// a lock key holding a value of another type).
+pub(crate) fn acquire_error(error: RedisError) -> BoxError {
+    if is_transient(&error) {
+        Transient::wrap(error)
+    } else {
+        error.into()
+    }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -648,7 +660,8 @@ impl Backend for RedisBackend {
                         call.key(&fence_key).arg(spec.token).arg(lease);
                         async move { call.invoke_async(&mut conn).await }
                     })
-                    .await?;
+                    .await
+                    .map_err(acquire_error)?;
                 return Ok(if taken == 1 {
                     Attempt::Acquired {
                         fencing_token: Some(value as u64),
@@ -671,7 +684,8 @@ impl Backend for RedisBackend {
                         .query_async(&mut conn)
                         .await
                 })
-                .await?;
+                .await
+                    .map_err(acquire_error)?;
             if set != Value::Nil {
                 return Ok(Attempt::Acquired {
                     fencing_token: None,
@@ -683,7 +697,8 @@ impl Backend for RedisBackend {
                     call.arg(spec.token);
                     async move { call.invoke_async(&mut conn).await }
                 })
-                .await?;
+                .await
+                    .map_err(acquire_error)?;
             Ok(if ours == 1 {
                 Attempt::Acquired {
                     fencing_token: None,

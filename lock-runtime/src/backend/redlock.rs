@@ -33,11 +33,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use futures_util::future::join_all;
+use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use super::redis::{RedisBackend, RedisSettings, Vote, node_urls, redact_url};
-use super::{Attempt, Backend, LockSpec};
+use super::redis::{RedisBackend, RedisSettings, Vote, acquire_error, node_urls, redact_url};
+use super::{Attempt, Backend, LockSpec, Transient};
+use crate::LockClient;
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::renew::drift;
@@ -54,13 +57,49 @@ const MIN_NODES: usize = 3;
 pub(crate) struct RedlockBackend {
     nodes: Vec<Arc<RedisBackend>>,
     quorum: usize,
-    node_timeout: Duration,
+    /// `None`: derived from each lock's lease ([`auto_node_timeout`]).
+    node_timeout: Option<Duration>,
+}
+
+/// The node timeout when none is configured: a tenth of the lease, at least
+/// [`LockClient::AUTO_NODE_TIMEOUT_MIN`] (a busy host's scheduling delays are tens of
+/// milliseconds) and at most [`LockClient::AUTO_NODE_TIMEOUT_MAX`], but never more than a
+/// third of the lease (the renewal interval).
+///
+/// It keeps the validity accounting honest at any value: a grant counts only when
+/// `lease − elapsed − drift` is positive, with `elapsed` measured, not assumed. A vote returns
+/// as soon as a majority granted, so a hung minority costs an acquisition nothing; a renewal
+/// or release waits at most this long for a silent node.
+///
+/// [`LockClient::AUTO_NODE_TIMEOUT_MIN`]: crate::LockClient::AUTO_NODE_TIMEOUT_MIN
+/// [`LockClient::AUTO_NODE_TIMEOUT_MAX`]: crate::LockClient::AUTO_NODE_TIMEOUT_MAX
+pub(crate) fn auto_node_timeout(lease: Duration) -> Duration {
+    (lease / 10)
+        .clamp(
+            LockClient::AUTO_NODE_TIMEOUT_MIN,
+            LockClient::AUTO_NODE_TIMEOUT_MAX,
+        )
+        .min(lease / 3)
 }
 
 /// What one node did within the node timeout.
 enum Outcome<T> {
     Answered(T),
-    Failed(String),
+    Failed {
+        /// `<node url>: <what happened>`.
+        why: String,
+        /// Retrying cannot cure it (authentication, a script error).
+        permanent: bool,
+    },
+}
+
+impl<T> Outcome<T> {
+    fn failed(why: impl Into<String>) -> Outcome<T> {
+        Outcome::Failed {
+            why: why.into(),
+            permanent: false,
+        }
+    }
 }
 
 impl RedlockBackend {
@@ -69,7 +108,7 @@ impl RedlockBackend {
     pub(crate) async fn connect(
         url: &str,
         settings: RedisSettings,
-        node_timeout: Duration,
+        node_timeout: Option<Duration>,
     ) -> Result<Arc<RedlockBackend>, LockError> {
         let shown = redact_url(url);
         let urls = node_urls(url).map_err(LockError::Config)?;
@@ -122,26 +161,23 @@ impl RedlockBackend {
         }))
     }
 
-    /// Runs `op` on every node at once, each bounded by the node timeout.
-    async fn on_all<'a, T, F, Fut>(&'a self, op: F) -> Vec<Outcome<T>>
+    /// The node timeout for commands about a lock with this lease.
+    fn timeout_for(&self, lease: Duration) -> Duration {
+        self.node_timeout
+            .unwrap_or_else(|| auto_node_timeout(lease))
+    }
+
+    /// Runs `op` on every node at once, each bounded by `timeout`.
+    async fn on_all<'a, T, F, Fut>(&'a self, timeout: Duration, op: F) -> Vec<Outcome<T>>
     where
         F: Fn(&'a RedisBackend) -> Fut,
         Fut: Future<Output = Result<T, BoxError>> + 'a,
     {
-        join_all(self.nodes.iter().map(|node| {
-            let call = op(node);
-            async move {
-                match tokio::time::timeout(self.node_timeout, call).await {
-                    Ok(Ok(value)) => Outcome::Answered(value),
-                    Ok(Err(error)) => Outcome::Failed(format!("{}: {error}", node.shown_url())),
-                    Err(_) => Outcome::Failed(format!(
-                        "{}: no answer within the node timeout ({:?})",
-                        node.shown_url(),
-                        self.node_timeout
-                    )),
-                }
-            }
-        }))
+        join_all(
+            self.nodes
+                .iter()
+                .map(|node| bounded(node, timeout, op(node))),
+        )
         .await
     }
 
@@ -157,7 +193,7 @@ impl RedlockBackend {
             self.quorum
         );
         for outcome in outcomes {
-            if let Outcome::Failed(why) = outcome {
+            if let Outcome::Failed { why, .. } = outcome {
                 let _ = write!(message, " {why};");
             }
         }
@@ -169,18 +205,95 @@ impl RedlockBackend {
     /// their `SET` may still land). Quietly — without waking waiters — unless our token may
     /// have sat on a majority (`loud`): a waiter that saw it there as the holder sleeps until
     /// its lease ends or a release notification comes, so it must get one.
-    async fn undo(&self, spec: LockSpec<'_>, loud: bool) {
-        self.on_all(|node| async move {
-            if loud {
-                node.release(spec.name, spec.token).await.map(|_| ())
-            } else {
-                node.release_quietly(spec.name, spec.token)
-                    .await
-                    .map(|_| ())
-                    .map_err(BoxError::from)
+    ///
+    /// A node that does not confirm the delete within the node timeout is chased in the
+    /// background until it does or the lease is over: an abandoned token would block that node
+    /// for a whole lease, and a few of them (one per contender whose vote timed out) leave too
+    /// few free nodes for anyone to win a majority — the stall 32 contenders on five nodes
+    /// used to show.
+    async fn undo(&self, spec: LockSpec<'_>, loud: bool, sent_at: Instant) {
+        let outcomes = self
+            .on_all(self.timeout_for(spec.lease), |node| async move {
+                delete(node, spec.name, spec.token, loud).await
+            })
+            .await;
+        let silent: Vec<Arc<RedisBackend>> = outcomes
+            .iter()
+            .zip(&self.nodes)
+            .filter(|(outcome, _)| !matches!(outcome, Outcome::Answered(_)))
+            .map(|(_, node)| Arc::clone(node))
+            .collect();
+        if !silent.is_empty() {
+            chase(silent, spec, loud, sent_at + spec.lease);
+        }
+    }
+}
+
+/// `call` on `node`, bounded by `timeout`, as an [`Outcome`].
+async fn bounded<T>(
+    node: &RedisBackend,
+    timeout: Duration,
+    call: impl Future<Output = Result<T, BoxError>>,
+) -> Outcome<T> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(value)) => Outcome::Answered(value),
+        Ok(Err(error)) => Outcome::Failed {
+            why: format!("{}: {}", node.shown_url(), describe(&*error)),
+            permanent: !error.is::<Transient>(),
+        },
+        Err(_) => Outcome::failed(format!(
+            "{}: timed out after {timeout:?}",
+            node.shown_url()
+        )),
+    }
+}
+
+/// A node's error in a few words: `refused` for a refused connection, the error otherwise.
+fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    let error = match error.downcast_ref::<Transient>() {
+        Some(transient) => &*transient.0,
+        None => error,
+    };
+    match error.downcast_ref::<redis::RedisError>() {
+        Some(redis) if redis.is_connection_refusal() => {
+            "refused (is redis-server running there?)".to_owned()
+        }
+        _ => error.to_string(),
+    }
+}
+
+/// Deletes the lock on `node` if it holds `token`: with a release notification when `loud`.
+async fn delete(node: &RedisBackend, name: &str, token: &str, loud: bool) -> Result<bool, BoxError> {
+    if loud {
+        node.release(name, token).await
+    } else {
+        Ok(node.release_quietly(name, token).await?)
+    }
+}
+
+/// Keeps deleting `spec`'s token on `nodes` in the background — each retried with a growing
+/// pause until it answers — until `until` (the end of the token's lease, after which the
+/// token is gone anyway).
+fn chase(nodes: Vec<Arc<RedisBackend>>, spec: LockSpec<'_>, loud: bool, until: Instant) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return; // no runtime: the lease is the backstop
+    };
+    let (name, token): (Arc<str>, Arc<str>) = (Arc::from(spec.name), Arc::from(spec.token));
+    for node in nodes {
+        let (name, token) = (Arc::clone(&name), Arc::clone(&token));
+        runtime.spawn(async move {
+            let mut pause = Duration::from_millis(20);
+            while Instant::now() < until {
+                let left = until.saturating_duration_since(Instant::now());
+                if let Ok(Ok(_)) = tokio::time::timeout(left, delete(&node, &name, &token, loud)).await {
+                    tracing::debug!(node = node.shown_url(), %name, "distlock: late Redlock clean-up done");
+                    return;
+                }
+                tokio::time::sleep(pause.min(until.saturating_duration_since(Instant::now())))
+                    .await;
+                pause = (pause * 2).min(Duration::from_millis(500));
             }
-        })
-        .await;
+        });
     }
 }
 
@@ -195,17 +308,11 @@ impl Backend for RedlockBackend {
                 return Err(NO_FENCING.into());
             }
             let started = Instant::now();
-            let votes = self
-                .on_all(|node| async move {
-                    node.vote(spec.name, spec.token, spec.lease)
-                        .await
-                        .map_err(BoxError::from)
-                })
-                .await;
+            let votes = self.vote(spec).await;
             let elapsed = started.elapsed();
             let granted = votes
                 .iter()
-                .filter(|v| matches!(v, Outcome::Answered(Vote::Granted)))
+                .filter(|v| matches!(v, Some(Outcome::Answered(Vote::Granted))))
                 .count();
             let margin = drift(spec.lease);
             let valid = spec.lease > elapsed + margin;
@@ -216,31 +323,48 @@ impl Backend for RedlockBackend {
             }
             let unknown = votes
                 .iter()
-                .filter(|v| matches!(v, Outcome::Failed(_)))
+                .filter(|v| !matches!(v, Some(Outcome::Answered(_))))
                 .count();
-            self.undo(spec, granted + unknown >= self.quorum).await;
+            self.undo(spec, granted + unknown >= self.quorum, started)
+                .await;
             let answered = votes
                 .iter()
-                .filter(|v| matches!(v, Outcome::Answered(_)))
+                .filter(|v| matches!(v, Some(Outcome::Answered(_))))
                 .count();
             if answered < self.quorum {
-                return Err(self.unreachable_error("acquisition", &votes));
+                let permanent = votes
+                    .iter()
+                    .filter(|v| matches!(v, Some(Outcome::Failed { permanent: true, .. })))
+                    .count();
+                let message = format!(
+                    "a majority of the Redlock nodes was unreachable: {answered} of {} answered \
+                     the acquisition, {} are needed; {}",
+                    self.nodes.len(),
+                    self.quorum,
+                    self.vote_report(&votes)
+                );
+                // Slow, down or refusing nodes may be back at the next attempt; nodes that
+                // refuse us for good (authentication, a script error) will not.
+                return Err(if permanent > self.nodes.len() - self.quorum {
+                    message.into()
+                } else {
+                    Transient::wrap(message)
+                });
             }
             if granted >= self.quorum {
-                return Err(format!(
+                return Err(Transient::wrap(format!(
                     "the lock was granted by {granted} of {} Redlock nodes, but only after \
                      {elapsed:?}, which leaves no validity of the {:?} lease (drift margin \
                      {margin:?}); the partial locks were released. A node is answering slowly: \
                      check the network, or use a longer lease",
                     self.nodes.len(),
                     spec.lease
-                )
-                .into());
+                )));
             }
             // Busy. If one owner holds a majority, wait for its lease (or its release);
             // otherwise the vote was split between contenders: retry after a random delay.
             let mut holders: HashMap<&str, Vec<i64>> = HashMap::new();
-            for vote in &votes {
+            for vote in votes.iter().flatten() {
                 if let Outcome::Answered(Vote::Busy { pttl, holder }) = vote
                     && !holder.is_empty()
                 {
@@ -265,7 +389,9 @@ impl Backend for RedlockBackend {
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
         Box::pin(async move {
             let outcomes = self
-                .on_all(|node| async move { node.renew(spec).await })
+                .on_all(self.timeout_for(spec.lease), |node| async move {
+                    node.renew(spec).await
+                })
                 .await;
             self.count(&outcomes, "renewal", |renewed| *renewed)
         })
@@ -276,8 +402,10 @@ impl Backend for RedlockBackend {
         specs: &'a [LockSpec<'a>],
     ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
         Box::pin(async move {
+            let shortest = specs.iter().map(|spec| spec.lease).min();
+            let timeout = self.timeout_for(shortest.unwrap_or(LockClient::MAX_LEASE));
             let outcomes = self
-                .on_all(|node| async move { Ok(node.renew_many(specs).await) })
+                .on_all(timeout, |node| async move { Ok(node.renew_many(specs).await) })
                 .await;
             (0..specs.len())
                 .map(|i| {
@@ -287,9 +415,12 @@ impl Backend for RedlockBackend {
                         .map(|(outcome, node)| match outcome {
                             Outcome::Answered(results) => match &results[i] {
                                 Ok(renewed) => Outcome::Answered(*renewed),
-                                Err(why) => Outcome::Failed(format!("{}: {why}", node.shown_url())),
+                                Err(why) => Outcome::failed(format!("{}: {why}", node.shown_url())),
                             },
-                            Outcome::Failed(why) => Outcome::Failed(why.clone()),
+                            Outcome::Failed { why, permanent } => Outcome::Failed {
+                                why: why.clone(),
+                                permanent: *permanent,
+                            },
                         })
                         .collect();
                     self.count(&per_lock, "renewal", |renewed| *renewed)
@@ -305,8 +436,12 @@ impl Backend for RedlockBackend {
         token: &'a str,
     ) -> BoxFuture<'a, Result<bool, BoxError>> {
         Box::pin(async move {
+            // The lease is not known here: wait as long as for the longest automatic timeout.
+            let timeout = self
+                .node_timeout
+                .unwrap_or(LockClient::AUTO_NODE_TIMEOUT_MAX);
             let outcomes = self
-                .on_all(|node| async move { node.release(name, token).await })
+                .on_all(timeout, |node| async move { node.release(name, token).await })
                 .await;
             self.count(&outcomes, "release", |released| *released)
         })
@@ -317,15 +452,18 @@ impl Backend for RedlockBackend {
         name: &'a str,
     ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
         Box::pin(async move {
+            let timeout = self
+                .node_timeout
+                .unwrap_or(LockClient::AUTO_NODE_TIMEOUT_MAX);
             let outcomes = self
-                .on_all(|node| async move { node.subscribe(name).await })
+                .on_all(timeout, |node| async move { node.subscribe(name).await })
                 .await;
             let mut failures = Vec::new();
             let mut subscriptions = Vec::new();
             for outcome in outcomes {
                 match outcome {
                     Outcome::Answered(subscription) => subscriptions.push(subscription),
-                    Outcome::Failed(why) => failures.push(why),
+                    Outcome::Failed { why, .. } => failures.push(why),
                 }
             }
             ReleaseSubscription::merge(subscriptions).ok_or_else(|| {
@@ -340,6 +478,64 @@ impl Backend for RedlockBackend {
 }
 
 impl RedlockBackend {
+    /// Sends the vote to every node at once and collects the answers until a majority has
+    /// granted the lock (the others are not waited for: `None`) or every node has answered or
+    /// timed out.
+    async fn vote(&self, spec: LockSpec<'_>) -> Vec<Option<Outcome<Vote>>> {
+        let timeout = self.timeout_for(spec.lease);
+        let mut votes: Vec<Option<Outcome<Vote>>> = self.nodes.iter().map(|_| None).collect();
+        let mut pending: FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| async move {
+                let call = async move {
+                    node.vote(spec.name, spec.token, spec.lease)
+                        .await
+                        .map_err(acquire_error)
+                };
+                (i, bounded(node, timeout, call).await)
+            })
+            .collect();
+        let mut granted = 0;
+        while let Some((i, outcome)) = pending.next().await {
+            if matches!(outcome, Outcome::Answered(Vote::Granted)) {
+                granted += 1;
+            }
+            votes[i] = Some(outcome);
+            if granted >= self.quorum {
+                break;
+            }
+        }
+        votes
+    }
+
+    /// Every node and what it said, for the error of a vote that did not win.
+    fn vote_report(&self, votes: &[Option<Outcome<Vote>>]) -> String {
+        let mut report = String::new();
+        for (node, vote) in self.nodes.iter().zip(votes) {
+            let url = node.shown_url();
+            let _ = match vote {
+                Some(Outcome::Answered(Vote::Granted)) => {
+                    write!(report, "{url}: granted (undone); ")
+                }
+                Some(Outcome::Answered(Vote::Busy { holder, .. })) if holder.is_empty() => {
+                    write!(report, "{url}: busy, then free; ")
+                }
+                Some(Outcome::Answered(Vote::Busy { pttl, .. })) if *pttl < 0 => {
+                    write!(report, "{url}: held by another owner, without expiry; ")
+                }
+                Some(Outcome::Answered(Vote::Busy { pttl, .. })) => {
+                    write!(report, "{url}: held by another owner for {pttl} ms more; ")
+                }
+                Some(Outcome::Failed { why, .. }) => write!(report, "{why}; "),
+                None => write!(report, "{url}: not waited for; "),
+            };
+        }
+        report.truncate(report.trim_end_matches("; ").len());
+        report
+    }
+
     /// A majority decision over the nodes' answers: `true` when a majority said yes, `false`
     /// when a majority can no longer say yes, an error when too few answered to tell.
     fn count<T>(

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Soak: runs the timing-sensitive test binaries N times (default 5) while two busy-loop
+# processes hog both cores, the way a shared CI host or a user's busy machine does.
+#
+#   scripts/soak.sh [N]                 # history faults redlock cluster conformance
+#                                       # attribute_memory attribute_redis examples
+#   SOAK_TESTS="redlock history" scripts/soak.sh 3   # a subset
+#   SOAK_HOGS=0 scripts/soak.sh 1       # without the hogs (a baseline)
+#
+# Prints the pass count per test binary, keeps the output of every failed run under
+# target/soak/, checks that no redis-server or helper process outlived its test binary, and
+# exits non-zero on any failure or leak. It needs what ./scripts/test.sh installs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+runs="${1:-5}"
+if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
+    echo "usage: scripts/soak.sh [N]   (N = runs per test binary, default 5)" >&2
+    exit 2
+fi
+tests=(${SOAK_TESTS:-history faults redlock cluster conformance attribute_memory attribute_redis examples})
+hogs="${SOAK_HOGS:-2}"
+logs=target/soak
+mkdir -p "$logs"
+rm -f "$logs"/*.log
+
+for binary in redis-server redis-cli; do
+    if ! command -v "$binary" >/dev/null 2>&1; then
+        echo "error: $binary is not installed: run ./scripts/test.sh once (it installs it)" >&2
+        exit 1
+    fi
+done
+
+echo "==> building the test binaries (before the hogs start)"
+# The binaries are run directly, not through `cargo test`: cargo would rebuild them if a source
+# file changed during the soak, and its own start-up is noise.
+declare -A executable
+while IFS=$'\t' read -r name path; do
+    executable[$name]="$path"
+done < <(cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null |
+    sed -n 's/.*"target":{"kind":\["test"\][^}]*"name":"\([^"]*\)".*"executable":"\([^"]*\)".*/\1\t\2/p')
+for test in "${tests[@]}"; do
+    if [ -z "${executable[$test]:-}" ]; then
+        echo "error: no test binary named $test (did the build fail? run cargo test --no-run)" >&2
+        exit 1
+    fi
+done
+
+# Servers or helpers already running (not ours) are not counted as leaks.
+before_servers="$(pgrep -x redis-server | sort || true)"
+
+hog_pids=()
+stop_hogs() {
+    for pid in "${hog_pids[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${hog_pids[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    hog_pids=()
+}
+trap stop_hogs EXIT INT TERM
+for _ in $(seq 1 "$hogs"); do
+    bash -c 'while :; do :; done' &
+    hog_pids+=("$!")
+done
+echo "==> $hogs busy-loop hog(s) running on $(nproc) core(s); ${runs} run(s) of: ${tests[*]}"
+
+declare -A passed failed seconds
+for test in "${tests[@]}"; do
+    passed[$test]=0
+    failed[$test]=0
+    seconds[$test]=0
+done
+
+for run in $(seq 1 "$runs"); do
+    for test in "${tests[@]}"; do
+        log="$logs/$test-$run.log"
+        start=$(date +%s)
+        # A hung run must not hang the soak: 15 minutes is far beyond any binary's run time.
+        if timeout --kill-after=30 900 "${executable[$test]}" --quiet >"$log" 2>&1; then
+            status=pass
+            passed[$test]=$((passed[$test] + 1))
+            rm -f "$log"
+        else
+            status="FAIL (output: $log)"
+            failed[$test]=$((failed[$test] + 1))
+        fi
+        took=$(($(date +%s) - start))
+        seconds[$test]=$((seconds[$test] + took))
+        printf '    run %d/%d  %-18s %4ds  %s\n' "$run" "$runs" "$test" "$took" "$status"
+    done
+done
+stop_hogs
+trap - EXIT INT TERM
+
+# Every server and helper a test starts must be gone when its binary exits.
+sleep 1
+after_servers="$(pgrep -x redis-server | sort || true)"
+leaked="$(comm -13 <(echo "$before_servers") <(echo "$after_servers") | grep -v '^$' || true)"
+helpers="$(pgrep -f 'DISTLOCK_TEST_HELPER|--exact --nocapture --test-threads=1' || true)"
+
+echo
+printf '%-18s %8s %8s\n' "test binary" "passed" "mean s"
+total_failed=0
+for test in "${tests[@]}"; do
+    printf '%-18s %5d/%-2d %8d\n' "$test" "${passed[$test]}" "$runs" \
+        $((seconds[$test] / runs))
+    total_failed=$((total_failed + failed[$test]))
+done
+status=0
+if [ -n "$leaked" ]; then
+    echo "LEAK: redis-server processes left running after the tests: $(echo $leaked)"
+    ps -o pid,ppid,args -p $(echo $leaked | tr ' ' ',') || true
+    status=1
+fi
+if [ -n "$helpers" ]; then
+    echo "LEAK: helper processes left running: $(echo $helpers)"
+    status=1
+fi
+if [ "$total_failed" -gt 0 ]; then
+    echo "$total_failed failed run(s); their output is in $logs/"
+    status=1
+fi
+if [ "$status" -eq 0 ]; then
+    echo "soak passed: every run of every binary, no process left behind"
+fi
+exit "$status"
