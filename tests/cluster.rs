@@ -54,12 +54,36 @@ async fn a_killed_master_hands_its_locks_to_the_replica_or_reports_them_lost() {
     tokio::time::sleep(ms(200)).await;
     cluster.nodes[victim].kill();
     let killed_at = Instant::now();
-    let cluster_ref = &cluster;
+    // An acquisition on the dead master's slots while the failover is under way: the errors
+    // it meets (refused, CLUSTERDOWN) are transient, so it retries within its wait and gets
+    // the lock from the promoted replica.
     let slot = cluster.slot(&guards[0].1, survivor);
+    let during = key_in_slot(slot, "during");
+    let during_failover = tokio::spawn({
+        let (client, during) = (client.clone(), during.clone());
+        async move {
+            let guard = client
+                .lock(during.as_str())
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await;
+            (guard, Instant::now())
+        }
+    });
+    let cluster_ref = &cluster;
     tokio::task::block_in_place(|| {
         cluster_ref.wait_for_failover(slot, victim, survivor, Duration::from_secs(30))
     });
     let recovered = killed_at.elapsed();
+    let (guard, granted_at) = during_failover.await.unwrap();
+    let guard = guard.unwrap_or_else(|e| panic!("acquire during the failover: {e}"));
+    assert!(granted_at > killed_at);
+    assert_eq!(
+        cluster.get(&format!("{{lock:{during}}}")).await.as_deref(),
+        Some(distlock::__private::testing::owner_token(&guard)),
+        "the lock taken during the failover is on the promoted replica"
+    );
+    guard.release().await.unwrap();
 
     // New locks succeed everywhere, on the failed master's slots too.
     for (key, ..) in guards.iter().filter(|g| g.3 == victim) {

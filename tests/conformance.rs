@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError};
-use support::{eventually, history};
 use support::fixture::{ClusterFixture, Fixture, MemoryFixture, RedisFixture, RedlockFixture};
+use support::{eventually, history};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -691,7 +691,10 @@ pub async fn a_slow_backend_still_grants_waiting_acquisitions(fixture: &impl Fix
                     let acquired_at = history::now_ns();
                     tokio::time::sleep(ms(5)).await;
                     let released_at = history::now_ns();
-                    guard.release().await.expect("release through the slow path");
+                    guard
+                        .release()
+                        .await
+                        .expect("release through the slow path");
                     holds.push(history::Hold {
                         key: "slow".into(),
                         holder: format!("c{c}.t{t}"),
@@ -732,8 +735,10 @@ pub async fn a_slow_backend_still_grants_waiting_acquisitions(fixture: &impl Fix
     assert_eq!(summary.holds, CLIENTS * TASKS * ROUNDS);
     for name in ["lock:slow", "lock:slow-renewed"] {
         assert!(
-            eventually(Duration::from_secs(3), || async { !fixture.anything_at(name).await })
-                .await,
+            eventually(Duration::from_secs(3), || async {
+                !fixture.anything_at(name).await
+            })
+            .await,
             "{name} left on the servers"
         );
     }

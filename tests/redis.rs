@@ -554,3 +554,102 @@ async fn renewals_of_many_locks_are_batched_into_few_commands() {
         guard.release().await.unwrap();
     }
 }
+
+/// Which failures an acquisition retries while its `wait` lasts, and which fail at once.
+mod retries {
+    use super::*;
+
+    /// The server is down when the acquisition starts and back 500 ms later: a request that
+    /// may wait 10 s gets the lock, with its token on the server.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_back_within_the_wait_grants_the_lock() {
+        let (mut server, client) = start().await;
+        server.kill();
+        let acquiring = tokio::spawn({
+            let client = client.clone();
+            async move {
+                let started = Instant::now();
+                let guard = client.lock("back").wait(Duration::from_secs(10)).await;
+                (guard, started.elapsed())
+            }
+        });
+        tokio::time::sleep(ms(500)).await;
+        tokio::task::block_in_place(|| server.restart());
+        let (guard, took) = acquiring.await.unwrap();
+        let guard = guard.unwrap_or_else(|e| panic!("the lock after the restart: {e}"));
+        assert!(
+            took >= ms(400),
+            "granted before the server was back: {took:?}"
+        );
+        assert_eq!(
+            server.get("lock:back").await.as_deref(),
+            Some(distlock::__private::testing::owner_token(&guard)),
+            "the token of the attempt that won is the one stored"
+        );
+        guard.release().await.unwrap();
+        assert_eq!(server.get("lock:back").await, None);
+    }
+
+    /// A server that stays down costs the whole `wait`, then the error names the key, the
+    /// cause and how long it was retried.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_server_that_stays_down_fails_after_the_wait_saying_why() {
+        let (mut server, client) = start().await;
+        server.kill();
+        let started = Instant::now();
+        let error = client.lock("down").wait(ms(1_000)).await.unwrap_err();
+        let took = started.elapsed();
+        let message = error.to_string();
+        assert!(
+            matches!(error, LockError::Backend { op: "acquire", .. }),
+            "{error:?}"
+        );
+        assert!(message.contains("`down`"), "{message}");
+        assert!(
+            message.contains("refused") && message.contains("still failing after"),
+            "{message}"
+        );
+        assert!(took >= ms(1_000), "gave up before the wait ended: {took:?}");
+        // With `wait = 0` it tries once and fails at once.
+        let started = Instant::now();
+        let error = client.lock("down").wait(Duration::ZERO).await.unwrap_err();
+        assert!(matches!(error, LockError::Backend { .. }), "{error:?}");
+        assert!(!error.to_string().contains("still failing"), "{error}");
+        assert!(started.elapsed() < ms(1_000), "{:?}", started.elapsed());
+    }
+
+    /// A permanent error — here the lock key holds a hash, written by somebody else — is not
+    /// retried: the acquisition fails at once although it could wait 10 s, and the hash is
+    /// left as it was.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_permanent_error_fails_at_once_and_touches_nothing() {
+        let (server, client) = start().await;
+        let mut conn = server.connection().await;
+        let _: () = redis::cmd("HSET")
+            .arg(&["lock:not-a-lock", "field", "value"])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        server.reset_stats().await;
+        let started = Instant::now();
+        let error = client
+            .lock("not-a-lock")
+            .wait(Duration::from_secs(10))
+            .await
+            .unwrap_err();
+        assert!(started.elapsed() < ms(2_000), "{:?}", started.elapsed());
+        let message = error.to_string();
+        assert!(
+            message.contains("WRONGTYPE") && message.contains("`not-a-lock`"),
+            "{message}"
+        );
+        // One SET NX and one inspection, no retries.
+        assert_eq!(server.commands_calls(&["set", "evalsha"]).await, 2);
+        let value: String = redis::cmd("HGET")
+            .arg(&["lock:not-a-lock", "field"])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(value, "value");
+    }
+}

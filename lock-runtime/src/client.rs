@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::backend::memory::MemoryBackend;
 use crate::backend::Backend;
+use crate::backend::memory::MemoryBackend;
 use crate::error::LockError;
 use crate::guard::{LockGuard, RenewMode};
 use crate::key::{LockName, validate_key};

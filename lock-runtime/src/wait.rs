@@ -104,7 +104,7 @@ pub(crate) async fn attempt(
         armed: true,
     };
     let attempt = backend.try_acquire(spec).await;
-    if attempt.is_ok() {
+    if attempt.is_ok() || backend.undoes_failed_attempts() {
         in_flight.disarm();
     } else {
         // A failed attempt (timeout, dropped connection) may still have taken the lock on the

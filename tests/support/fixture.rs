@@ -352,10 +352,7 @@ impl Fixture for ClusterFixture {
         let proxies = slow_proxies(&ports, min, max).await;
         let announced: Vec<u16> = proxies.iter().map(DelayProxy::port).collect();
         tokio::task::block_in_place(|| self.cluster.announce_ports(&announced));
-        let nodes: Vec<String> = announced
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect();
+        let nodes: Vec<String> = announced.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         Slowed {
             url: format!("redis+cluster://{}", nodes.join(",")),
             _keep: keep(proxies),

@@ -251,8 +251,9 @@ impl RedisServer {
             return false;
         }
         let mut reply = [0u8; 64];
-        // +PONG, or -NOAUTH when a password is set: either way the server is up.
-        matches!(stream.read(&mut reply), Ok(n) if n > 0)
+        // +PONG, or -NOAUTH when a password is set: either way the server is up. (Anything
+        // else — our own PING echoed by a socket connected to itself — is not a server.)
+        matches!(stream.read(&mut reply), Ok(n) if n > 0 && matches!(reply[0], b'+' | b'-'))
     }
 
     /// One server for all the tests of this binary, stopped when the test process exits (no
@@ -395,12 +396,21 @@ fn redis_server_binary() -> String {
     std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into())
 }
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now, for a server to bind.
+///
+/// Picked below the kernel's ephemeral range (32768–60999 on Linux), from 10000–21999, so
+/// that the many outgoing connections of a test run cannot take it between this check and the
+/// server's bind (which made a server fail to start, or a test connect to nothing). The port
+/// 10000 above it — a cluster node's bus port — is checked free too.
 pub fn free_port() -> u16 {
-    TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
+    for _ in 0..1000 {
+        let port = fastrand::u16(10_000..22_000);
+        let free = |port: u16| TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if free(port) && free(port + 10_000) {
+            return port;
+        }
+    }
+    panic!("no free loopback port between 10000 and 22000")
 }
 
 /// A name no other test in this process uses.

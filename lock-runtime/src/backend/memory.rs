@@ -126,7 +126,11 @@ impl MemoryBackend {
     /// test support. Half of it passes before the operation takes effect, half after, like a
     /// request and its reply on a network.
     pub(crate) fn set_latency(&self, latency: Option<(Duration, Duration)>) {
-        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(0).min(u64::from(u32::MAX));
+        let ms = |d: Duration| {
+            u64::try_from(d.as_millis())
+                .unwrap_or(0)
+                .min(u64::from(u32::MAX))
+        };
         let packed = latency.map_or(0, |(min, max)| (ms(min) << 32) | ms(max).max(ms(min)));
         self.latency_ms.store(packed, Ordering::Relaxed);
     }
@@ -143,7 +147,8 @@ impl MemoryBackend {
             return Box::pin(async move { Ok(value) });
         }
         Box::pin(async move {
-            let total = Duration::from_millis(fastrand::u64((latency >> 32)..=(latency & 0xffff_ffff)));
+            let total =
+                Duration::from_millis(fastrand::u64((latency >> 32)..=(latency & 0xffff_ffff)));
             tokio::time::sleep(total / 2).await;
             let value = op();
             tokio::time::sleep(total - total / 2).await;

@@ -82,6 +82,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
         0
     }
 
+    /// Whether a failed [`try_acquire`](Self::try_acquire) has already removed whatever it
+    /// may have written (Redlock undoes a lost vote on every node itself). Otherwise the
+    /// caller releases the attempt's token in the background, in case the failed command took
+    /// the lock after all.
+    fn undoes_failed_attempts(&self) -> bool {
+        false
+    }
+
     /// Takes the lock if it is free. Must be idempotent for the same token: a retried attempt
     /// whose first try succeeded must report `Acquired`, not `Busy`. Errors that waiting may
     /// cure are wrapped in [`Transient`]; every other error fails the acquisition at once.

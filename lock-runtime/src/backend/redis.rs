@@ -685,7 +685,7 @@ impl Backend for RedisBackend {
                         .await
                 })
                 .await
-                    .map_err(acquire_error)?;
+                .map_err(acquire_error)?;
             if set != Value::Nil {
                 return Ok(Attempt::Acquired {
                     fencing_token: None,
@@ -698,7 +698,7 @@ impl Backend for RedisBackend {
                     async move { call.invoke_async(&mut conn).await }
                 })
                 .await
-                    .map_err(acquire_error)?;
+                .map_err(acquire_error)?;
             Ok(if ours == 1 {
                 Attempt::Acquired {
                     fencing_token: None,

@@ -241,10 +241,7 @@ async fn bounded<T>(
             why: format!("{}: {}", node.shown_url(), describe(&*error)),
             permanent: !error.is::<Transient>(),
         },
-        Err(_) => Outcome::failed(format!(
-            "{}: timed out after {timeout:?}",
-            node.shown_url()
-        )),
+        Err(_) => Outcome::failed(format!("{}: timed out after {timeout:?}", node.shown_url())),
     }
 }
 
@@ -263,7 +260,12 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// Deletes the lock on `node` if it holds `token`: with a release notification when `loud`.
-async fn delete(node: &RedisBackend, name: &str, token: &str, loud: bool) -> Result<bool, BoxError> {
+async fn delete(
+    node: &RedisBackend,
+    name: &str,
+    token: &str,
+    loud: bool,
+) -> Result<bool, BoxError> {
     if loud {
         node.release(name, token).await
     } else {
@@ -302,6 +304,10 @@ impl Backend for RedlockBackend {
         "redlock"
     }
 
+    fn undoes_failed_attempts(&self) -> bool {
+        true
+    }
+
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
         Box::pin(async move {
             if spec.fencing {
@@ -334,7 +340,15 @@ impl Backend for RedlockBackend {
             if answered < self.quorum {
                 let permanent = votes
                     .iter()
-                    .filter(|v| matches!(v, Some(Outcome::Failed { permanent: true, .. })))
+                    .filter(|v| {
+                        matches!(
+                            v,
+                            Some(Outcome::Failed {
+                                permanent: true,
+                                ..
+                            })
+                        )
+                    })
                     .count();
                 let message = format!(
                     "a majority of the Redlock nodes was unreachable: {answered} of {} answered \
@@ -405,7 +419,10 @@ impl Backend for RedlockBackend {
             let shortest = specs.iter().map(|spec| spec.lease).min();
             let timeout = self.timeout_for(shortest.unwrap_or(LockClient::MAX_LEASE));
             let outcomes = self
-                .on_all(timeout, |node| async move { Ok(node.renew_many(specs).await) })
+                .on_all(
+                    timeout,
+                    |node| async move { Ok(node.renew_many(specs).await) },
+                )
                 .await;
             (0..specs.len())
                 .map(|i| {
@@ -441,7 +458,10 @@ impl Backend for RedlockBackend {
                 .node_timeout
                 .unwrap_or(LockClient::AUTO_NODE_TIMEOUT_MAX);
             let outcomes = self
-                .on_all(timeout, |node| async move { node.release(name, token).await })
+                .on_all(
+                    timeout,
+                    |node| async move { node.release(name, token).await },
+                )
                 .await;
             self.count(&outcomes, "release", |released| *released)
         })
