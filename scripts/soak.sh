@@ -94,12 +94,23 @@ done
 stop_hogs
 trap - EXIT INT TERM
 
-# Every server and helper a test starts must be gone when its binary exits.
+# Every server and helper a test starts must be gone when its binary exits. One that outlived
+# its test binary has been re-parented (to init or a subreaper): its parent is no test binary.
+# (Servers of test runs still going on beside the soak have a live test binary as parent.)
 sleep 1
-after_servers="$(pgrep -x redis-server | sort || true)"
-leaked="$(comm -13 <(echo "$before_servers") <(echo "$after_servers") | grep -v '^$' || true)"
-helpers="$(pgrep -f 'DISTLOCK_TEST_HELPER|--exact --nocapture --test-threads=1' || true)"
-
+orphans() {
+    local pid parent
+    for pid in "$@"; do
+        parent="$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')"
+        [ -n "$parent" ] || continue
+        if ! ps -o args= -p "$parent" 2>/dev/null | grep -q '/target/[^ ]*/\(deps\|examples\)/'; then
+            echo "$pid"
+        fi
+    done
+}
+new_servers="$(comm -13 <(echo "$before_servers") <(pgrep -x redis-server | sort || true))"
+leaked="$(orphans $new_servers)"
+helpers="$(orphans $(pgrep -f -- '--exact --nocapture --test-threads=1' || true))"
 echo
 printf '%-18s %8s %8s\n' "test binary" "passed" "mean s"
 total_failed=0
@@ -111,7 +122,7 @@ done
 status=0
 if [ -n "$leaked" ]; then
     echo "LEAK: redis-server processes left running after the tests: $(echo $leaked)"
-    ps -o pid,ppid,args -p $(echo $leaked | tr ' ' ',') || true
+    ps -o pid,ppid,args -p "$(echo $leaked | tr ' ' ',')" || true
     status=1
 fi
 if [ -n "$helpers" ]; then
