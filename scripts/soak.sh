@@ -103,6 +103,8 @@ orphans() {
     for pid in "$@"; do
         parent="$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')"
         [ -n "$parent" ] || continue
+        # A zombie is dead already (only its exit status waits to be collected).
+        case "$(ps -o stat= -p "$pid" 2>/dev/null)" in Z*) continue ;; esac
         if ! ps -o args= -p "$parent" 2>/dev/null | grep -q '/target/[^ ]*/\(deps\|examples\)/'; then
             echo "$pid"
         fi

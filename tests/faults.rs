@@ -882,6 +882,84 @@ async fn works_again(servers: &Servers, client: &LockClient, key: &str) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 0. The harness itself: nothing a test starts outlives its test binary.
+
+/// A test binary that starts servers (one of its own, the binary's shared one) and a helper
+/// process of its own, writes their pids, then dies without running a destructor: aborted, or
+/// waiting to be killed with SIGKILL.
+#[test]
+fn process_starter_process() {
+    let Some(dir) = history::helper_dir() else {
+        return;
+    };
+    if std::env::var_os("NESTED").is_some() {
+        history::write_file(&dir.join("nested"), &std::process::id().to_string());
+        loop {
+            std::thread::park();
+        }
+    }
+    let own = RedisServer::start();
+    let shared = RedisServer::shared();
+    let nested = Helper::spawn("process_starter_process", &dir, &[("NESTED", "1".into())]);
+    history::helper_runtime().block_on(async {
+        history::read_when_there(&dir.join("nested"), Duration::from_secs(30)).await;
+    });
+    let pids = [own.pid(), shared.pid(), nested.pid() as u32];
+    let line: Vec<String> = pids.iter().map(u32::to_string).collect();
+    history::write_file(&dir.join("pids"), &line.join(" "));
+    history::helper_runtime().block_on(async {
+        history::read_when_there(&dir.join("die"), Duration::from_secs(60)).await;
+    });
+    if history::helper_var("MODE") == "abort" {
+        std::process::abort();
+    }
+    loop {
+        std::thread::park();
+    }
+}
+
+/// Whether process `pid` still runs (a zombie waiting to be reaped does not).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+        !state.starts_with('Z') && !state.starts_with('X')
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_and_helpers_die_with_their_test_binary() {
+    for mode in ["abort", "kill"] {
+        let dir = history::scratch_dir("orphans");
+        let mut starter = Helper::spawn(
+            "process_starter_process",
+            &dir,
+            &[("MODE", mode.to_owned())],
+        );
+        starter.owns_dir = true;
+        let line = starter.read("pids", Duration::from_secs(30)).await;
+        let pids: Vec<u32> = line.split(' ').map(|p| p.parse().unwrap()).collect();
+        assert!(
+            pids.iter().all(|&pid| running(pid)),
+            "{mode}: started {pids:?}"
+        );
+        if mode == "kill" {
+            starter.signal(libc::SIGKILL);
+        } else {
+            history::write_file(&dir.join("die"), "die");
+        }
+        let gone = support::eventually(Duration::from_secs(5), || async {
+            pids.iter().all(|&pid| !running(pid))
+        })
+        .await;
+        assert!(
+            gone,
+            "{mode}: still running after their test binary died: {:?}",
+            pids.iter().filter(|&&pid| running(pid)).collect::<Vec<_>>()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 
 macro_rules! scenarios {
     ($($name:ident: $scenario:ident => [$($backend:ident),*];)*) => {

@@ -267,6 +267,11 @@ impl RedisServer {
         self.port
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server is running").id()
+    }
+
     /// `redis://[:password@]127.0.0.1:port`; with TLS `rediss://127.0.0.1:port/#insecure`
     /// (the certificate is self-signed).
     pub fn url(&self) -> String {
