@@ -412,10 +412,10 @@ impl LockClientBuilder {
             "redlock" => {
                 if self.fencing {
                     return Err(LockError::Config(
-                        crate::backend::redlock::NO_FENCING.to_owned(),
+                        crate::backend::redis::redlock::NO_FENCING.to_owned(),
                     ));
                 }
-                Ok(crate::backend::redlock::RedlockBackend::connect(
+                Ok(crate::backend::redis::redlock::RedlockBackend::connect(
                     url,
                     settings,
                     self.node_timeout,
@@ -471,14 +471,7 @@ impl fmt::Debug for LockClientBuilder {
 }
 
 fn redact(url: &str) -> String {
-    #[cfg(feature = "redis")]
-    {
-        crate::backend::redis::redact_url(url)
-    }
-    #[cfg(not(feature = "redis"))]
-    {
-        url.to_owned()
-    }
+    crate::backend::url::redact_url(url)
 }
 
 fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {

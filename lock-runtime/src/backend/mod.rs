@@ -13,8 +13,7 @@ use crate::runtime::BoxFuture;
 pub(crate) mod memory;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
-#[cfg(feature = "redis")]
-pub(crate) mod redlock;
+pub(crate) mod url;
 
 /// Marks a backend error that may go away by itself — a timeout, a dropped or refused
 /// connection, a cluster failover in progress, a Redlock vote that missed its majority because

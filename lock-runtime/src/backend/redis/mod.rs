@@ -22,90 +22,38 @@
 //! cluster-wide `PUBLISH` reaches subscribers on every node, so the pub/sub connection is a plain
 //! connection to any one node (the next one is tried when it dies). Batched renewals are split
 //! by slot, one script call per slot.
+//!
+//! Files: this one holds the backend and its shared connection; `scripts` the Lua it runs;
+//! `cluster` what differs in a Redis Cluster; `pubsub` the wake-on-release subscriber;
+//! `nodes` multi-node URLs; `redlock` the Redlock algorithm over several of these backends.
 
-use std::collections::HashSet;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{
     AsyncConnectionConfig, Cmd, ErrorKind, Pipeline, RedisError, RedisResult, Script, Value,
 };
-use tokio::sync::{mpsc, oneshot};
 
+use super::url::redact_url;
 use super::{Attempt, Backend, LockSpec, Transient};
 use crate::error::{BoxError, LockError};
-use crate::notify::{ReleaseHub, ReleaseSubscription};
+use crate::notify::ReleaseSubscription;
 use crate::runtime::{BoxFuture, RuntimeBound};
 
-/// Compare-token delete, then wake the waiters (unless ARGV[2] is `quiet`: Redlock undoing a
-/// failed attempt must not wake anyone). Returns 1 if the lock was ours.
-const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if ARGV[2] ~= 'quiet' then
-    redis.call('PUBLISH', KEYS[1], 'released')
-  end
-  return 1
-end
-return 0";
+mod cluster;
+mod nodes;
+mod pubsub;
+pub(crate) mod redlock;
+mod scripts;
 
-/// Compare-token extend. Returns 1 if the lock was ours and is extended.
-const RENEW: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0";
-
-/// Compare-token extend of many locks at once: KEYS are the locks, ARGV holds a (token, lease)
-/// pair per key. Returns 1/0 per key.
-const RENEW_MANY: &str = r"
-local out = {}
-for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[2 * i - 1] then
-    out[i] = redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
-  else
-    out[i] = 0
-  end
-end
-return out";
-
-/// Acquire with a fencing token: {1, token} when taken (or already ours: a retried attempt),
-/// {0, pttl} when busy.
-const ACQUIRE_FENCED: &str = r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('INCR', KEYS[2])}
-end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
-end
-return {0, redis.call('PTTL', KEYS[1])}";
-
-/// After a `SET NX` found the key taken: {1, pttl} if it is ours after all (a retried attempt
-/// whose first `SET` succeeded), else {0, pttl}; pttl is -2 when the key is gone, -1 without TTL.
-const INSPECT: &str = r"
-local v = redis.call('GET', KEYS[1])
-if not v then return {0, -2} end
-return {v == ARGV[1] and 1 or 0, redis.call('PTTL', KEYS[1])}";
-
-/// One Redlock vote: take the lock if free (or refresh it if it is already ours: a retried
-/// attempt) → {1}; else {0, pttl, holder's token}.
-const VOTE: &str = r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1}
-end
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return {1}
-end
-if not v then return {0, -2, ''} end
-return {0, redis.call('PTTL', KEYS[1]), v}";
+pub(crate) use cluster::cluster_slot;
+pub(crate) use nodes::node_urls;
+use pubsub::Subscriber;
+use scripts::{ACQUIRE_FENCED, INSPECT, RELEASE, RENEW, RENEW_MANY, VOTE};
 
 /// How often a command that failed on a dropped connection is retried (with the same token),
 /// unless the settings say otherwise.
@@ -164,17 +112,6 @@ impl redis::aio::ConnectionLike for Connection {
     }
 }
 
-/// The outcome of one Redlock vote on one node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Vote {
-    Granted,
-    /// Held by `holder` (empty when the key vanished in between) for `pttl` ms more (-1: no TTL).
-    Busy {
-        pttl: i64,
-        holder: String,
-    },
-}
-
 /// The shared connection and its number (see `RedisBackend::connections_made`).
 struct SharedConnection {
     bound: RuntimeBound<Connection>,
@@ -227,41 +164,6 @@ impl RedisBackend {
             shown,
             settings,
         ))
-    }
-
-    /// A Redis Cluster reached through any of `nodes` (`redis://[user:password@]host:port`
-    /// each); `shown` is the URL for messages. Connects and loads the scripts on every master.
-    pub(crate) async fn connect_cluster(
-        nodes: &[String],
-        shown: String,
-        settings: RedisSettings,
-    ) -> Result<Arc<RedisBackend>, LockError> {
-        let mut clients = Vec::with_capacity(nodes.len());
-        for node in nodes {
-            let client = redis::Client::open(node.as_str()).map_err(|e| {
-                LockError::Config(format!(
-                    "invalid node `{}` in Redis Cluster URL {shown}: {e}",
-                    redact_url(node)
-                ))
-            })?;
-            clients.push(client);
-        }
-        let cluster = ClusterClient::builder(nodes.iter().map(String::as_str))
-            .connection_timeout(settings.connect_timeout)
-            .response_timeout(settings.response_timeout)
-            .retries(settings.retries.max(1) * 4)
-            .max_retry_wait(200)
-            .build()
-            .map_err(|e| LockError::Config(format!("invalid Redis Cluster URL {shown}: {e}")))?;
-        let backend = Arc::new(RedisBackend::with_link(
-            Link::Cluster(cluster),
-            clients,
-            "redis-cluster",
-            shown,
-            settings,
-        ));
-        backend.check().await?;
-        Ok(backend)
     }
 
     fn with_link(
@@ -455,91 +357,8 @@ impl RedisBackend {
         }
     }
 
-    /// The live pub/sub subscriber, started on the caller's runtime when needed.
-    async fn subscriber(&self) -> RedisResult<Arc<Subscriber>> {
-        let current = || {
-            self.subscriber
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .as_ref()
-                .filter(|s| s.is_alive())
-                .cloned()
-        };
-        if let Some(subscriber) = current() {
-            return Ok(subscriber);
-        }
-        let _one_at_a_time = self.subscribing.lock().await;
-        if let Some(subscriber) = current() {
-            return Ok(subscriber);
-        }
-        // Any node will do in a cluster (a PUBLISH reaches every node): start with a random
-        // one so clients spread out, and move on when one does not answer.
-        let start = fastrand::usize(..self.pubsub_nodes.len());
-        let mut last_error = None;
-        let mut pubsub = None;
-        for i in 0..self.pubsub_nodes.len() {
-            let node = &self.pubsub_nodes[(start + i) % self.pubsub_nodes.len()];
-            match tokio::time::timeout(self.settings.connect_timeout, node.get_async_pubsub()).await
-            {
-                Ok(Ok(connected)) => {
-                    pubsub = Some(connected);
-                    break;
-                }
-                Ok(Err(error)) => last_error = Some(error),
-                Err(_) => {
-                    last_error = Some(RedisError::from(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        "pub/sub connection timed out",
-                    )))
-                }
-            }
-        }
-        let Some(pubsub) = pubsub else {
-            return Err(last_error.expect("at least one node"));
-        };
-        let subscriber = Subscriber::start(pubsub, self.settings.response_timeout);
-        *self.subscriber.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&subscriber));
-        Ok(subscriber)
-    }
-
     fn fence_key(&self, name: &str) -> String {
         format!("{}{}", self.settings.fence_prefix, name)
-    }
-
-    /// One Redlock vote on this node (one round trip, no retries beyond the settings').
-    pub(crate) async fn vote(&self, name: &str, token: &str, lease: Duration) -> RedisResult<Vote> {
-        let lease = millis(lease);
-        let reply: Vec<Value> = self
-            .run(|mut conn, _| {
-                let mut call = self.vote.key(name);
-                call.arg(token).arg(lease);
-                async move { call.invoke_async(&mut conn).await }
-            })
-            .await?;
-        match reply.as_slice() {
-            [_granted] => Ok(Vote::Granted),
-            [_, pttl, holder] => Ok(Vote::Busy {
-                pttl: redis::from_redis_value_ref(pttl)?,
-                holder: redis::from_redis_value_ref(holder)?,
-            }),
-            _ => Err(RedisError::from((
-                ErrorKind::Parse,
-                "unexpected reply to the Redlock vote script",
-            ))),
-        }
-    }
-
-    /// Deletes the lock if it holds `token`, without waking anyone: Redlock undoing the partial
-    /// locks of an attempt that did not win.
-    pub(crate) async fn release_quietly(&self, name: &str, token: &str) -> RedisResult<bool> {
-        let released: i64 = self
-            .run(|mut conn, _| {
-                let mut call = self.release.key(name);
-                call.arg(token).arg("quiet");
-                async move { call.invoke_async(&mut conn).await }
-            })
-            .await?;
-        Ok(released == 1)
     }
 
     fn is_cluster(&self) -> bool {
@@ -567,28 +386,6 @@ impl RedisBackend {
         }
         Ok(renewed.into_iter().map(|r| r == 1).collect())
     }
-}
-
-/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag, modulo 16384.
-pub(crate) fn cluster_slot(key: &str) -> u16 {
-    let bytes = key.as_bytes();
-    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
-        let rest = &bytes[open + 1..];
-        let close = rest.iter().position(|&b| b == b'}')?;
-        (close > 0).then(|| &rest[..close])
-    });
-    let mut crc: u16 = 0;
-    for &byte in tagged.unwrap_or(bytes) {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
 }
 
 /// Errors worth retrying on a fresh connection: the command may or may not have run, so every
@@ -774,253 +571,5 @@ impl Backend for RedisBackend {
             let subscriber = self.subscriber().await?;
             Ok(subscriber.subscribe(name).await?)
         })
-    }
-}
-
-/// One pub/sub connection shared by every waiter of a client.
-///
-/// A command task owns the sink and applies SUBSCRIBE/UNSUBSCRIBE in order (so a key's
-/// subscription always matches whether anyone waits on it); a reader task turns messages into
-/// hub notifications. When the connection or its runtime dies, the hub is closed, which wakes
-/// every waiter so it retries and resubscribes through a new subscriber.
-struct Subscriber {
-    hub: Arc<ReleaseHub>,
-    commands: mpsc::UnboundedSender<Command>,
-    dead: Arc<AtomicBool>,
-    runtime: RuntimeBound<()>,
-    response_timeout: Duration,
-}
-
-enum Command {
-    Subscribe(String, oneshot::Sender<RedisResult<()>>),
-    Unsubscribe(String),
-}
-
-/// Closes the hub when the reader task ends or is dropped with its runtime.
-struct CloseOnDrop {
-    hub: Arc<ReleaseHub>,
-    dead: Arc<AtomicBool>,
-}
-
-impl Drop for CloseOnDrop {
-    fn drop(&mut self) {
-        self.dead.store(true, Ordering::SeqCst);
-        self.hub.close();
-    }
-}
-
-impl Subscriber {
-    fn start(pubsub: redis::aio::PubSub, response_timeout: Duration) -> Arc<Subscriber> {
-        let (mut sink, mut stream) = pubsub.split();
-        let (commands, mut queue) = mpsc::unbounded_channel::<Command>();
-        let unsubscribe = commands.clone();
-        let hub = ReleaseHub::new(Some(Box::new(move |name: &str| {
-            let _ = unsubscribe.send(Command::Unsubscribe(name.to_owned()));
-        })));
-        let dead = Arc::new(AtomicBool::new(false));
-
-        let closer = CloseOnDrop {
-            hub: Arc::clone(&hub),
-            dead: Arc::clone(&dead),
-        };
-        tokio::spawn(async move {
-            let _closer = closer;
-            while let Some(message) = stream.next().await {
-                _closer.hub.notify(message.get_channel_name());
-            }
-            tracing::debug!("distlock: redis pub/sub connection closed");
-        });
-
-        let command_dead = Arc::clone(&dead);
-        tokio::spawn(async move {
-            let mut subscribed = HashSet::new();
-            while let Some(command) = queue.recv().await {
-                match command {
-                    Command::Subscribe(channel, ack) => {
-                        let result = if subscribed.contains(&channel) {
-                            Ok(())
-                        } else {
-                            let result = sink.subscribe(&channel).await;
-                            if result.is_ok() {
-                                subscribed.insert(channel);
-                            }
-                            result
-                        };
-                        if result.is_err() {
-                            command_dead.store(true, Ordering::SeqCst);
-                        }
-                        let _ = ack.send(result);
-                    }
-                    Command::Unsubscribe(channel) => {
-                        if subscribed.remove(&channel) && sink.unsubscribe(&channel).await.is_err()
-                        {
-                            command_dead.store(true, Ordering::SeqCst);
-                        }
-                    }
-                }
-            }
-        });
-
-        Arc::new(Subscriber {
-            hub,
-            commands,
-            dead,
-            runtime: RuntimeBound::new(()),
-            response_timeout,
-        })
-    }
-
-    fn is_alive(&self) -> bool {
-        !self.dead.load(Ordering::SeqCst) && self.runtime.is_alive()
-    }
-
-    /// Registers a waiter and returns once Redis has confirmed the channel subscription.
-    async fn subscribe(&self, name: &str) -> RedisResult<ReleaseSubscription> {
-        let subscription = self.hub.subscribe(name, || {});
-        let (ack, confirmed) = oneshot::channel();
-        let gone = || {
-            RedisError::from(std::io::Error::new(
-                std::io::ErrorKind::BrokenPipe,
-                "pub/sub connection closed",
-            ))
-        };
-        self.commands
-            .send(Command::Subscribe(name.to_owned(), ack))
-            .map_err(|_| gone())?;
-        match tokio::time::timeout(self.response_timeout, confirmed).await {
-            Ok(Ok(result)) => result.map(|()| subscription),
-            Ok(Err(_)) => Err(gone()),
-            Err(_) => {
-                self.dead.store(true, Ordering::SeqCst);
-                Err(RedisError::from(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "SUBSCRIBE was not confirmed in time",
-                )))
-            }
-        }
-    }
-}
-
-/// Splits a multi-node URL (`redlock://[user:password@]h1:p1,h2:p2[/db]`, same for
-/// `redis+cluster://`) into one `redis://` URL per node; the credentials and database apply to
-/// every node. Errors say what is wrong with the URL (password redacted).
-pub(crate) fn node_urls(url: &str) -> Result<Vec<String>, String> {
-    let shown = redact_url(url);
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => (Some(userinfo), hosts),
-        None => (None, authority),
-    };
-    if hosts.trim().is_empty() {
-        return Err(format!(
-            "`{shown}` names no nodes: write them comma-separated, e.g. \
-             `{scheme}://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002`"
-        ));
-    }
-    let mut nodes: Vec<String> = Vec::new();
-    let mut seen = HashSet::new();
-    for host in hosts.split(',') {
-        let host = host.trim();
-        if host.is_empty() {
-            return Err(format!("`{shown}` has an empty node between commas"));
-        }
-        if !seen.insert(host) {
-            return Err(format!(
-                "`{shown}` names the node `{host}` twice; every node must be a different server"
-            ));
-        }
-        nodes.push(match userinfo {
-            Some(userinfo) => format!("redis://{userinfo}@{host}{path}"),
-            None => format!("redis://{host}{path}"),
-        });
-    }
-    Ok(nodes)
-}
-
-/// The URL with any password replaced by `***`, for messages and logs.
-pub(crate) fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let (authority, path) = rest.split_at(authority_end);
-    let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return url.to_owned();
-    };
-    let userinfo = match userinfo.split_once(':') {
-        Some((user, _password)) => format!("{user}:***"),
-        None => "***".to_owned(),
-    };
-    format!("{scheme}://{userinfo}@{host}{path}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{cluster_slot, redact_url};
-
-    #[test]
-    fn slots_match_redis_cluster() {
-        // Values from `CLUSTER KEYSLOT` on Redis 7.
-        assert_eq!(cluster_slot("foo"), 12182);
-        assert_eq!(cluster_slot("{user1000}.following"), 3443);
-        assert_eq!(cluster_slot("{user1000}.followers"), 3443);
-        assert_eq!(cluster_slot("foo{}{bar}"), cluster_slot("foo{}{bar}"));
-        assert_eq!(
-            cluster_slot("{lock:order:42}"),
-            cluster_slot("lock:order:42")
-        );
-        assert_eq!(
-            cluster_slot("lock-fence:{lock:a}b}"),
-            cluster_slot("{lock:a}b}")
-        );
-    }
-
-    #[test]
-    fn multi_node_urls_split_into_one_url_per_node() {
-        assert_eq!(
-            super::node_urls("redlock://:pw@a:1,b:2, c:3/2").unwrap(),
-            [
-                "redis://:pw@a:1/2",
-                "redis://:pw@b:2/2",
-                "redis://:pw@c:3/2"
-            ]
-        );
-        assert_eq!(
-            super::node_urls("redis+cluster://h:7000").unwrap(),
-            ["redis://h:7000"]
-        );
-        let empty = super::node_urls("redlock://:secret@").unwrap_err();
-        assert!(
-            empty.contains("names no nodes") && !empty.contains("secret"),
-            "{empty}"
-        );
-        assert!(
-            super::node_urls("redlock://a:1,,b:2")
-                .unwrap_err()
-                .contains("empty node")
-        );
-        assert!(
-            super::node_urls("redlock://a:1,a:1")
-                .unwrap_err()
-                .contains("twice")
-        );
-    }
-
-    #[test]
-    fn passwords_never_reach_messages() {
-        assert_eq!(
-            redact_url("redis://:hunter2@127.0.0.1:6379/0"),
-            "redis://:***@127.0.0.1:6379/0"
-        );
-        assert_eq!(
-            redact_url("rediss://app:s3cr@t@h:1"),
-            "rediss://app:***@h:1"
-        );
-        assert_eq!(
-            redact_url("redis://127.0.0.1:6379"),
-            "redis://127.0.0.1:6379"
-        );
-        assert_eq!(redact_url("redis://tok@h"), "redis://***@h");
     }
 }

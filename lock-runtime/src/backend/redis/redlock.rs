@@ -38,9 +38,12 @@ use futures_util::future::join_all;
 use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use super::redis::{RedisBackend, RedisSettings, Vote, acquire_error, node_urls, redact_url};
-use super::{Attempt, Backend, LockSpec, Transient};
+use redis::{ErrorKind, RedisError, RedisResult, Value};
+
+use super::{RedisBackend, RedisSettings, acquire_error, millis, node_urls};
 use crate::LockClient;
+use crate::backend::url::redact_url;
+use crate::backend::{Attempt, Backend, LockSpec, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::renew::drift;
@@ -581,6 +584,55 @@ impl RedlockBackend {
         } else {
             Err(self.unreachable_error(op, outcomes))
         }
+    }
+}
+
+/// The outcome of one Redlock vote on one node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Vote {
+    Granted,
+    /// Held by `holder` (empty when the key vanished in between) for `pttl` ms more (-1: no TTL).
+    Busy {
+        pttl: i64,
+        holder: String,
+    },
+}
+
+impl RedisBackend {
+    /// One Redlock vote on this node (one round trip, no retries beyond the settings').
+    pub(crate) async fn vote(&self, name: &str, token: &str, lease: Duration) -> RedisResult<Vote> {
+        let lease = millis(lease);
+        let reply: Vec<Value> = self
+            .run(|mut conn, _| {
+                let mut call = self.vote.key(name);
+                call.arg(token).arg(lease);
+                async move { call.invoke_async(&mut conn).await }
+            })
+            .await?;
+        match reply.as_slice() {
+            [_granted] => Ok(Vote::Granted),
+            [_, pttl, holder] => Ok(Vote::Busy {
+                pttl: redis::from_redis_value_ref(pttl)?,
+                holder: redis::from_redis_value_ref(holder)?,
+            }),
+            _ => Err(RedisError::from((
+                ErrorKind::Parse,
+                "unexpected reply to the Redlock vote script",
+            ))),
+        }
+    }
+
+    /// Deletes the lock if it holds `token`, without waking anyone: Redlock undoing the partial
+    /// locks of an attempt that did not win.
+    pub(crate) async fn release_quietly(&self, name: &str, token: &str) -> RedisResult<bool> {
+        let released: i64 = self
+            .run(|mut conn, _| {
+                let mut call = self.release.key(name);
+                call.arg(token).arg("quiet");
+                async move { call.invoke_async(&mut conn).await }
+            })
+            .await?;
+        Ok(released == 1)
     }
 }
 

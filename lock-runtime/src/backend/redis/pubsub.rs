@@ -1,0 +1,188 @@
+//! Wake-on-release: one pub/sub connection per client, subscribed to a lock's channel only
+//! while somebody in this process waits on it.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::{RedisError, RedisResult};
+use tokio::sync::{mpsc, oneshot};
+
+use super::RedisBackend;
+use crate::notify::{ReleaseHub, ReleaseSubscription};
+use crate::runtime::RuntimeBound;
+
+impl RedisBackend {
+    /// The live pub/sub subscriber, started on the caller's runtime when needed.
+    pub(super) async fn subscriber(&self) -> RedisResult<Arc<Subscriber>> {
+        let current = || {
+            self.subscriber
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .filter(|s| s.is_alive())
+                .cloned()
+        };
+        if let Some(subscriber) = current() {
+            return Ok(subscriber);
+        }
+        let _one_at_a_time = self.subscribing.lock().await;
+        if let Some(subscriber) = current() {
+            return Ok(subscriber);
+        }
+        // Any node will do in a cluster (a PUBLISH reaches every node): start with a random
+        // one so clients spread out, and move on when one does not answer.
+        let start = fastrand::usize(..self.pubsub_nodes.len());
+        let mut last_error = None;
+        let mut pubsub = None;
+        for i in 0..self.pubsub_nodes.len() {
+            let node = &self.pubsub_nodes[(start + i) % self.pubsub_nodes.len()];
+            match tokio::time::timeout(self.settings.connect_timeout, node.get_async_pubsub()).await
+            {
+                Ok(Ok(connected)) => {
+                    pubsub = Some(connected);
+                    break;
+                }
+                Ok(Err(error)) => last_error = Some(error),
+                Err(_) => {
+                    last_error = Some(RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "pub/sub connection timed out",
+                    )))
+                }
+            }
+        }
+        let Some(pubsub) = pubsub else {
+            return Err(last_error.expect("at least one node"));
+        };
+        let subscriber = Subscriber::start(pubsub, self.settings.response_timeout);
+        *self.subscriber.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&subscriber));
+        Ok(subscriber)
+    }
+}
+
+/// One pub/sub connection shared by every waiter of a client.
+///
+/// A command task owns the sink and applies SUBSCRIBE/UNSUBSCRIBE in order (so a key's
+/// subscription always matches whether anyone waits on it); a reader task turns messages into
+/// hub notifications. When the connection or its runtime dies, the hub is closed, which wakes
+/// every waiter so it retries and resubscribes through a new subscriber.
+pub(super) struct Subscriber {
+    hub: Arc<ReleaseHub>,
+    commands: mpsc::UnboundedSender<Command>,
+    dead: Arc<AtomicBool>,
+    runtime: RuntimeBound<()>,
+    response_timeout: Duration,
+}
+
+enum Command {
+    Subscribe(String, oneshot::Sender<RedisResult<()>>),
+    Unsubscribe(String),
+}
+
+/// Closes the hub when the reader task ends or is dropped with its runtime.
+struct CloseOnDrop {
+    hub: Arc<ReleaseHub>,
+    dead: Arc<AtomicBool>,
+}
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.dead.store(true, Ordering::SeqCst);
+        self.hub.close();
+    }
+}
+
+impl Subscriber {
+    fn start(pubsub: redis::aio::PubSub, response_timeout: Duration) -> Arc<Subscriber> {
+        let (mut sink, mut stream) = pubsub.split();
+        let (commands, mut queue) = mpsc::unbounded_channel::<Command>();
+        let unsubscribe = commands.clone();
+        let hub = ReleaseHub::new(Some(Box::new(move |name: &str| {
+            let _ = unsubscribe.send(Command::Unsubscribe(name.to_owned()));
+        })));
+        let dead = Arc::new(AtomicBool::new(false));
+
+        let closer = CloseOnDrop {
+            hub: Arc::clone(&hub),
+            dead: Arc::clone(&dead),
+        };
+        tokio::spawn(async move {
+            let _closer = closer;
+            while let Some(message) = stream.next().await {
+                _closer.hub.notify(message.get_channel_name());
+            }
+            tracing::debug!("distlock: redis pub/sub connection closed");
+        });
+
+        let command_dead = Arc::clone(&dead);
+        tokio::spawn(async move {
+            let mut subscribed = HashSet::new();
+            while let Some(command) = queue.recv().await {
+                match command {
+                    Command::Subscribe(channel, ack) => {
+                        let result = if subscribed.contains(&channel) {
+                            Ok(())
+                        } else {
+                            let result = sink.subscribe(&channel).await;
+                            if result.is_ok() {
+                                subscribed.insert(channel);
+                            }
+                            result
+                        };
+                        if result.is_err() {
+                            command_dead.store(true, Ordering::SeqCst);
+                        }
+                        let _ = ack.send(result);
+                    }
+                    Command::Unsubscribe(channel) => {
+                        if subscribed.remove(&channel) && sink.unsubscribe(&channel).await.is_err()
+                        {
+                            command_dead.store(true, Ordering::SeqCst);
+                        }
+                    }
+                }
+            }
+        });
+
+        Arc::new(Subscriber {
+            hub,
+            commands,
+            dead,
+            runtime: RuntimeBound::new(()),
+            response_timeout,
+        })
+    }
+
+    fn is_alive(&self) -> bool {
+        !self.dead.load(Ordering::SeqCst) && self.runtime.is_alive()
+    }
+
+    /// Registers a waiter and returns once Redis has confirmed the channel subscription.
+    pub(super) async fn subscribe(&self, name: &str) -> RedisResult<ReleaseSubscription> {
+        let subscription = self.hub.subscribe(name, || {});
+        let (ack, confirmed) = oneshot::channel();
+        let gone = || {
+            RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "pub/sub connection closed",
+            ))
+        };
+        self.commands
+            .send(Command::Subscribe(name.to_owned(), ack))
+            .map_err(|_| gone())?;
+        match tokio::time::timeout(self.response_timeout, confirmed).await {
+            Ok(Ok(result)) => result.map(|()| subscription),
+            Ok(Err(_)) => Err(gone()),
+            Err(_) => {
+                self.dead.store(true, Ordering::SeqCst);
+                Err(RedisError::from(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "SUBSCRIBE was not confirmed in time",
+                )))
+            }
+        }
+    }
+}
