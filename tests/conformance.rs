@@ -1,6 +1,6 @@
 //! The conformance suite: every behaviour a backend must have, written once and run against
-//! every backend (`memory://`, one `redis-server`, Redlock over three independent servers, and a
-//! three-master Redis Cluster). A new backend adds a
+//! every backend (`memory://`, one `redis-server`, Redlock over three independent servers, a
+//! three-master Redis Cluster, and a PostgreSQL lock table). A new backend adds a
 //! [`Fixture`] and one line to the `conformance!` invocation at the bottom.
 
 mod support;
@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError};
+#[cfg(feature = "postgres")]
+use support::fixture::PostgresFixture;
 use support::fixture::{ClusterFixture, Fixture, MemoryFixture, RedisFixture, RedlockFixture};
 use support::{eventually, history};
 
@@ -794,4 +796,9 @@ suite! {
     redis => RedisFixture::new(),
     redlock => RedlockFixture::new(3),
     cluster => ClusterFixture::new(),
+}
+
+#[cfg(feature = "postgres")]
+suite! {
+    postgres => PostgresFixture::new(),
 }

@@ -163,6 +163,7 @@ impl LockClient {
             connect_timeout: LockClient::DEFAULT_CONNECT_TIMEOUT,
             response_timeout: LockClient::DEFAULT_RESPONSE_TIMEOUT,
             node_timeout: None,
+            sql: Default::default(),
         }
     }
 
@@ -258,6 +259,7 @@ pub struct LockClientBuilder {
     connect_timeout: Duration,
     response_timeout: Duration,
     node_timeout: Option<Duration>,
+    sql: crate::backend::sql::SqlOptions,
 }
 
 impl LockClientBuilder {
@@ -330,6 +332,31 @@ impl LockClientBuilder {
         self
     }
 
+    /// SQL backends (`postgres://`): the lock table (default `distlock_locks`; `schema.table`
+    /// allowed). Fencing counters live in `<table>_fences`. Overrides the URL's `table=`.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.sql.table = Some(table.into());
+        self
+    }
+
+    /// SQL backends: whether connecting creates the lock tables when they are missing
+    /// (default `true`). Turn it off when your migrations own the schema — the README prints
+    /// the DDL — and the user distlock connects as may not create tables. Either way,
+    /// connecting checks that the tables have the columns distlock needs. Overrides the URL's
+    /// `create_table=`.
+    pub fn create_table(mut self, create: bool) -> Self {
+        self.sql.create_table = Some(create);
+        self
+    }
+
+    /// SQL backends: how many connections the client opens (default 4, at most 64), plus one
+    /// that listens for releases while somebody waits. Statements are pipelined on each
+    /// connection, so a few serve many tasks. Overrides the URL's `pool_size=`.
+    pub fn pool_size(mut self, connections: usize) -> Self {
+        self.sql.pool_size = Some(connections);
+        self
+    }
+
     /// Validates the settings and connects.
     pub async fn build(self) -> Result<LockClient, LockError> {
         check_lease(self.default_lease, None)?;
@@ -363,16 +390,19 @@ impl LockClientBuilder {
             "redis" | "rediss" | "redis+unix" | "unix" | "redlock" | "redis+cluster" => {
                 self.connect_redis(scheme, url).await?
             }
-            "postgres" | "postgresql" | "mysql" | "zk" | "etcd" => {
+            "postgres" | "postgresql" => self.connect_postgres(url).await?,
+            "mysql" | "zk" | "etcd" => {
                 return Err(LockError::Config(format!(
                     "the `{scheme}://` backend is not available in this version of distlock; \
-                     use `redis://`, `redlock://`, `redis+cluster://` or `memory://`"
+                     use `postgres://`, `redis://`, `redlock://`, `redis+cluster://` or \
+                     `memory://`"
                 )));
             }
             _ => {
                 return Err(LockError::Config(format!(
                     "unknown lock backend scheme `{scheme}://` in `{}`: supported are \
-                     `memory://`, `redis://` / `rediss://`, `redlock://` and `redis+cluster://`",
+                     `memory://`, `redis://` / `rediss://`, `redlock://`, `redis+cluster://` \
+                     and `postgres://`",
                     redact(url)
                 )));
             }
@@ -440,6 +470,26 @@ impl LockClientBuilder {
             }
             _ => Ok(crate::backend::redis::RedisBackend::connect(url, settings).await?),
         }
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn connect_postgres(&self, url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        let (settings, driver_url) = crate::backend::sql::SqlSettings::from_url(
+            url,
+            &self.sql,
+            self.connect_timeout,
+            self.response_timeout,
+        )?;
+        Ok(crate::backend::postgres::PostgresBackend::connect(&driver_url, settings).await?)
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    async fn connect_postgres(&self, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        Err(LockError::Config(
+            "`postgres://` needs distlock's `postgres` feature: \
+             distlock = { version = \"…\", features = [\"postgres\"] }"
+                .into(),
+        ))
     }
 
     #[cfg(not(feature = "redis"))]

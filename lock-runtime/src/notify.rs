@@ -91,6 +91,21 @@ impl ReleaseHub {
     }
 }
 
+/// Held by the task that reads a backend's notifications: when the task ends, or is dropped
+/// with its runtime, it marks the listener dead and closes the hub, so every waiter wakes,
+/// retries and subscribes again through a new listener.
+pub(crate) struct CloseOnDrop {
+    pub hub: Arc<ReleaseHub>,
+    pub dead: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.dead.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.hub.close();
+    }
+}
+
 struct Registration {
     hub: Arc<ReleaseHub>,
     key: String,

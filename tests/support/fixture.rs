@@ -6,6 +6,7 @@ use std::time::Duration;
 use distlock::{LockClient, LockClientBuilder};
 
 use super::cluster::RedisCluster;
+use super::postgres::PostgresServer;
 use super::proxy::DelayProxy;
 use super::{RedisServer, unique};
 
@@ -357,5 +358,117 @@ impl Fixture for ClusterFixture {
             url: format!("redis+cluster://{}", nodes.join(",")),
             _keep: keep(proxies),
         }
+    }
+}
+
+/// `postgres://` on the binary's shared PostgreSQL server, with a lock table of this test's own
+/// (`?table=` in the URL). What it "holds" is a row whose expiry has not passed.
+pub struct PostgresFixture {
+    pub server: &'static PostgresServer,
+    table: String,
+    client: tokio::sync::OnceCell<tokio_postgres::Client>,
+}
+
+impl PostgresFixture {
+    pub fn new() -> PostgresFixture {
+        PostgresFixture::on(PostgresServer::shared())
+    }
+
+    pub fn on(server: &'static PostgresServer) -> PostgresFixture {
+        PostgresFixture {
+            server,
+            table: unique("locks").replace('-', "_"),
+            client: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// A plain connection for looking at the table; the table itself is made by the first
+    /// lock client (the backend creates it on connect).
+    pub async fn sql(&self) -> &tokio_postgres::Client {
+        self.client.get_or_init(|| self.server.client()).await
+    }
+
+    /// Runs `statement`; a table not created yet (no client connected so far) reads as empty,
+    /// and so does a name PostgreSQL cannot hold (a NUL byte: such keys are refused anyway).
+    async fn rows(
+        &self,
+        statement: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Vec<tokio_postgres::Row> {
+        match self.sql().await.query(statement, params).await {
+            Ok(rows) => rows,
+            Err(e)
+                if e.code() == Some(&tokio_postgres::error::SqlState::UNDEFINED_TABLE)
+                    || e.code()
+                        == Some(&tokio_postgres::error::SqlState::CHARACTER_NOT_IN_REPERTOIRE) =>
+            {
+                Vec::new()
+            }
+            Err(e) => panic!("{statement}: {e:?}"),
+        }
+    }
+}
+
+impl Fixture for PostgresFixture {
+    fn url(&self) -> String {
+        format!("{}?table={}", self.server.url(), self.table)
+    }
+
+    async fn holder(&self, name: &str) -> Option<String> {
+        let sql = format!(
+            "SELECT token FROM {} WHERE name = $1 AND expires_at > now()",
+            self.table
+        );
+        self.rows(&sql, &[&name]).await.first().map(|r| r.get(0))
+    }
+
+    async fn ttl(&self, name: &str) -> Option<Duration> {
+        let sql = format!(
+            "SELECT (extract(epoch FROM expires_at - now()) * 1000)::int8 FROM {} \
+             WHERE name = $1 AND expires_at > now()",
+            self.table
+        );
+        let rows = self.rows(&sql, &[&name]).await;
+        rows.first()
+            .map(|r| Duration::from_millis(r.get::<_, i64>(0).max(0) as u64))
+    }
+
+    async fn delete(&self, name: &str) {
+        let sql = format!("DELETE FROM {} WHERE name = $1", self.table);
+        self.rows(&sql, &[&name]).await;
+    }
+
+    async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
+        self.client().await; // makes the table
+        let sql = format!(
+            "INSERT INTO {} (name, token, expires_at, holder, acquired_at) \
+             VALUES ($1, $2, now() + $3::int8 * interval '1 millisecond', 'a test', now()) \
+             ON CONFLICT (name) DO UPDATE SET token = excluded.token, \
+             expires_at = excluded.expires_at",
+            self.table
+        );
+        let ms = ttl.as_millis() as i64;
+        self.rows(&sql, &[&name, &token, &ms]).await;
+    }
+
+    async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
+        let proxies = slow_proxies(&[self.server.port()], min, max).await;
+        let url = self.url().replace(
+            &format!(":{}/", self.server.port()),
+            &format!(":{}/", proxies[0].port()),
+        );
+        Slowed {
+            url,
+            _keep: keep(proxies),
+        }
+    }
+
+    async fn anything_at(&self, name: &str) -> bool {
+        let sql = format!("SELECT 1 FROM {} WHERE name = $1", self.table);
+        !self.rows(&sql, &[&name]).await.is_empty()
     }
 }

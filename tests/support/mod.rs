@@ -8,6 +8,7 @@
 pub mod cluster;
 pub mod fixture;
 pub mod history;
+pub mod postgres;
 pub mod proxy;
 #[path = "../../examples/support/store.rs"]
 pub mod store;

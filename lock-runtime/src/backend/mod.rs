@@ -11,8 +11,11 @@ use crate::notify::ReleaseSubscription;
 use crate::runtime::BoxFuture;
 
 pub(crate) mod memory;
+#[cfg(feature = "postgres")]
+pub(crate) mod postgres;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
+pub(crate) mod sql;
 pub(crate) mod url;
 
 /// Marks a backend error that may go away by itself — a timeout, a dropped or refused

@@ -11,7 +11,7 @@ use redis::{RedisError, RedisResult};
 use tokio::sync::{mpsc, oneshot};
 
 use super::RedisBackend;
-use crate::notify::{ReleaseHub, ReleaseSubscription};
+use crate::notify::{CloseOnDrop, ReleaseHub, ReleaseSubscription};
 use crate::runtime::RuntimeBound;
 
 impl RedisBackend {
@@ -80,19 +80,6 @@ pub(super) struct Subscriber {
 enum Command {
     Subscribe(String, oneshot::Sender<RedisResult<()>>),
     Unsubscribe(String),
-}
-
-/// Closes the hub when the reader task ends or is dropped with its runtime.
-struct CloseOnDrop {
-    hub: Arc<ReleaseHub>,
-    dead: Arc<AtomicBool>,
-}
-
-impl Drop for CloseOnDrop {
-    fn drop(&mut self) {
-        self.dead.store(true, Ordering::SeqCst);
-        self.hub.close();
-    }
 }
 
 impl Subscriber {

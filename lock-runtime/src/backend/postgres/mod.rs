@@ -1,0 +1,670 @@
+//! `postgres://` / `postgresql://`: locks as rows of a table in PostgreSQL.
+//!
+//! The classic database lock — a table whose primary key on the lock name makes a second
+//! `INSERT` fail — with its flaws fixed:
+//!
+//! - **Expiry** by the database's clock: a row carries `expires_at = now() + lease`, and an
+//!   acquisition takes over a row whose expiry has passed, so a crashed holder blocks nobody
+//!   for longer than its lease. Renewal moves `expires_at` (many locks in one statement).
+//! - **One atomic statement** per acquisition: `INSERT … ON CONFLICT (name) DO UPDATE … WHERE
+//!   expired OR ours`, so there is no read-then-write race, no transaction stays open while
+//!   the body runs, and no connection is pinned per held lock.
+//! - **Owner checks**: release and renewal compare the owner token.
+//! - **Waiting without polling**: release runs `pg_notify(<table>, name)` in the same
+//!   statement; each client keeps one `LISTEN` connection and wakes its waiters. A waiter that
+//!   hears nothing retries when the holder's lease runs out.
+//! - **Fencing**: a counter per lock name in `<table>_fences`, raised by the acquiring
+//!   statement itself; it outlives the lock's row, so tokens keep rising across releases.
+//!
+//! Connections: a small pool (default 4, `pool_size`); tokio-postgres pipelines statements on
+//! each, so a few connections serve many tasks. A connection that fails is replaced on next
+//! use; statements are safe to repeat with the same token.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
+use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
+
+use super::sql::{SqlSettings, holder_id, millis};
+use super::url::redact_url;
+use super::{Attempt, Backend, LockSpec, Transient};
+use crate::error::{BoxError, LockError};
+use crate::notify::{CloseOnDrop, ReleaseHub, ReleaseSubscription};
+use crate::runtime::{BoxFuture, RuntimeBound};
+
+mod statements;
+
+use statements::Sql;
+
+/// How often a statement that failed on a dropped connection or a timeout is retried on a
+/// fresh connection (with the same token: every statement is safe to repeat).
+const RETRIES: u32 = 2;
+
+/// A connection with its prepared statements.
+struct Conn {
+    client: Client,
+    acquire: Statement,
+    renew: Statement,
+    renew_many: Statement,
+    release: Statement,
+    /// Which connection this is (see [`PostgresBackend::invalidate`]).
+    number: u64,
+}
+
+/// A pool slot: the connection, tied to the runtime whose task drives it.
+type Slot = Option<RuntimeBound<Arc<Conn>>>;
+
+pub(crate) struct PostgresBackend {
+    config: tokio_postgres::Config,
+    settings: SqlSettings,
+    sql: Sql,
+    /// `host pid N`, stored in each row this client takes.
+    holder: String,
+    url: String,
+    slots: Vec<Mutex<Slot>>,
+    connecting: Vec<tokio::sync::Mutex<()>>,
+    connections_made: AtomicU64,
+    listener: Mutex<Option<Arc<Listener>>>,
+    listening: tokio::sync::Mutex<()>,
+}
+
+/// A failed statement: the driver's error, or no reply within the response timeout.
+#[derive(Debug)]
+pub(crate) enum PgError {
+    Driver(tokio_postgres::Error),
+    TimedOut { what: &'static str, after: Duration },
+    Unexpected(String),
+}
+
+impl fmt::Display for PgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PgError::Driver(error) => f.write_str(&describe(error)),
+            PgError::TimedOut { what, after } => {
+                write!(
+                    f,
+                    "no reply to {what} within the response timeout ({after:?})"
+                )
+            }
+            PgError::Unexpected(what) => f.write_str(what),
+        }
+    }
+}
+
+impl std::error::Error for PgError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            PgError::Driver(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<tokio_postgres::Error> for PgError {
+    fn from(error: tokio_postgres::Error) -> PgError {
+        PgError::Driver(error)
+    }
+}
+
+impl PgError {
+    /// Whether a new connection or a later try may succeed: the connection broke or timed
+    /// out, the server is starting, shutting down or out of connections, or the statement lost
+    /// a serialization conflict. Authentication, a missing database or table, a wrong column,
+    /// a bad statement are permanent.
+    fn is_transient(&self) -> bool {
+        match self {
+            PgError::TimedOut { .. } => true,
+            PgError::Unexpected(_) => false,
+            PgError::Driver(error) => match error.code() {
+                Some(code) => {
+                    let code = code.code();
+                    code.starts_with("08") // connection exception
+                        || code.starts_with("53") // insufficient resources (too many connections)
+                        || code.starts_with("57P") // shutting down, cannot connect now
+                        || code == SqlState::T_R_SERIALIZATION_FAILURE.code()
+                        || code == SqlState::T_R_DEADLOCK_DETECTED.code()
+                }
+                // No SQLSTATE: an I/O error, a closed connection, a failed connect.
+                None => {
+                    error.is_closed()
+                        || std::error::Error::source(error)
+                            .is_some_and(|s| s.downcast_ref::<std::io::Error>().is_some())
+                }
+            },
+        }
+    }
+}
+
+/// The driver's error with its cause: the server's message and SQLSTATE when it sent one.
+fn describe(error: &tokio_postgres::Error) -> String {
+    if let Some(db) = error.as_db_error() {
+        let mut text = format!(
+            "{}: {} (SQLSTATE {})",
+            db.severity(),
+            db.message(),
+            db.code().code()
+        );
+        if let Some(detail) = db.detail() {
+            text.push_str(&format!("; {detail}"));
+        }
+        return text;
+    }
+    match std::error::Error::source(error) {
+        Some(cause) => format!("{error}: {cause}"),
+        None => error.to_string(),
+    }
+}
+
+/// An acquisition's error: transient (retried while the request's `wait` lasts) or permanent.
+fn acquire_error(error: PgError) -> BoxError {
+    if error.is_transient() {
+        Transient::wrap(error)
+    } else {
+        error.into()
+    }
+}
+
+impl PostgresBackend {
+    /// Parses the URL, connects (bounded by the connect timeout), creates the tables if asked
+    /// and missing, and checks their shape by preparing every statement.
+    pub(crate) async fn connect(
+        driver_url: &str,
+        settings: SqlSettings,
+    ) -> Result<Arc<PostgresBackend>, LockError> {
+        let shown = redact_url(driver_url);
+        let mut config: tokio_postgres::Config = driver_url
+            .parse()
+            .map_err(|e| LockError::Config(format!("invalid PostgreSQL URL {shown}: {e}")))?;
+        config.connect_timeout(settings.connect_timeout);
+        if config.get_application_name().is_none() {
+            config.application_name("distlock");
+        }
+        let sql = Sql::new(&settings);
+        let backend = Arc::new(PostgresBackend {
+            config,
+            sql,
+            holder: holder_id(),
+            url: shown,
+            slots: (0..settings.pool_size).map(|_| Mutex::new(None)).collect(),
+            connecting: (0..settings.pool_size)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            settings,
+            connections_made: AtomicU64::new(0),
+            listener: Mutex::new(None),
+            listening: tokio::sync::Mutex::new(()),
+        });
+        backend.prepare_tables().await?;
+        // The first pooled connection prepares every statement: a table of the wrong shape
+        // fails here, naming what is wrong, not at the first lock.
+        backend
+            .connection("")
+            .await
+            .map_err(|e| backend.setup_error(e))?;
+        Ok(backend)
+    }
+
+    /// Creates the tables if they are missing (unless the user's migrations own them).
+    async fn prepare_tables(&self) -> Result<(), LockError> {
+        if !self.settings.create_table {
+            return Ok(());
+        }
+        let (client, _driver) = self.open().await.map_err(|e| self.connect_error(e))?;
+        let created = self
+            .timed(
+                "creating the lock table",
+                client.batch_execute(&self.sql.create),
+            )
+            .await;
+        created.map_err(|e| match e {
+            PgError::Driver(ref error)
+                if error.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) =>
+            {
+                LockError::Connect {
+                    url: self.url.clone(),
+                    reason: format!(
+                        "cannot create the lock table `{}`: the user may not create tables \
+                         ({e}). Create it once with the DDL in the README (\"The lock table\") \
+                         and connect with `create_table=false`",
+                        self.settings.table
+                    ),
+                    source: Some(Box::new(e)),
+                }
+            }
+            e => self.setup_error(e),
+        })
+    }
+
+    /// Opens one connection and starts the task that drives it; the task's handle is returned
+    /// so a caller that only needs the connection briefly can let it go with the client.
+    async fn open(&self) -> Result<(Client, tokio::task::JoinHandle<()>), PgError> {
+        let connecting = self.config.connect(NoTls);
+        let (client, connection) = match tokio::time::timeout(
+            self.settings.connect_timeout + Duration::from_millis(100),
+            connecting,
+        )
+        .await
+        {
+            Ok(connected) => connected?,
+            Err(_) => {
+                return Err(PgError::TimedOut {
+                    what: "the connection attempt",
+                    after: self.settings.connect_timeout,
+                });
+            }
+        };
+        let driver = tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(error = %describe(&error), "distlock: postgres connection ended");
+            }
+        });
+        Ok((client, driver))
+    }
+
+    /// A connection-time failure as an error that says what to check.
+    fn connect_error(&self, error: PgError) -> LockError {
+        let hint = match &error {
+            PgError::Driver(e) => match e.code() {
+                Some(code) if *code == SqlState::INVALID_PASSWORD => {
+                    "authentication failed: check the user and password in the URL \
+                     (postgres://user:password@host:port/database)"
+                        .to_owned()
+                }
+                Some(code) if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION => {
+                    "the server refuses this user from this host (see its pg_hba.conf), or the \
+                     user does not exist"
+                        .to_owned()
+                }
+                Some(code) if *code == SqlState::INVALID_CATALOG_NAME => format!(
+                    "the database {:?} does not exist: create it (`createdb`) or fix the \
+                     URL's path",
+                    self.config.get_dbname().unwrap_or_default()
+                ),
+                Some(code) if *code == SqlState::CANNOT_CONNECT_NOW => {
+                    "the server is starting up or shutting down: try again".to_owned()
+                }
+                _ if describe(e).contains("refused") => {
+                    "connection refused: is PostgreSQL running at that address?".to_owned()
+                }
+                _ if e.as_db_error().is_none() && describe(e).contains("password") => {
+                    "the server asks for a password: put it in the URL \
+                     (postgres://user:password@host:port/database)"
+                        .to_owned()
+                }
+                _ => "the connection failed".to_owned(),
+            },
+            PgError::TimedOut { .. } => format!(
+                "no answer within the connect timeout ({:?}): is the host reachable?",
+                self.settings.connect_timeout
+            ),
+            PgError::Unexpected(_) => "the connection failed".to_owned(),
+        };
+        LockError::Connect {
+            url: self.url.clone(),
+            reason: format!("{hint} ({error})"),
+            source: Some(Box::new(error)),
+        }
+    }
+
+    /// A failure while setting up the table or its statements: a connection problem, or a
+    /// table that exists with another shape.
+    fn setup_error(&self, error: PgError) -> LockError {
+        let shape = matches!(&error, PgError::Driver(e) if e.code().is_some_and(|code| {
+            [
+                SqlState::UNDEFINED_TABLE,
+                SqlState::UNDEFINED_COLUMN,
+                SqlState::DATATYPE_MISMATCH,
+                SqlState::INVALID_COLUMN_REFERENCE,
+                SqlState::WRONG_OBJECT_TYPE,
+                SqlState::UNDEFINED_FUNCTION,
+            ]
+            .contains(code)
+        }));
+        if !shape {
+            return self.connect_error(error);
+        }
+        LockError::Connect {
+            url: self.url.clone(),
+            reason: format!(
+                "the lock table `{}` (or `{}`) does not have the shape distlock needs: {error}. \
+                 Create it with the DDL in the README (\"The lock table\"), or name another \
+                 table (`table=` in the URL, or the builder's `.table(…)`)",
+                self.settings.table,
+                self.settings.fence_table()
+            ),
+            source: Some(Box::new(error)),
+        }
+    }
+
+    /// Runs `future` bounded by the response timeout.
+    async fn timed<T>(
+        &self,
+        what: &'static str,
+        future: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, PgError> {
+        match tokio::time::timeout(self.settings.response_timeout, future).await {
+            Ok(result) => Ok(result?),
+            Err(_) => Err(PgError::TimedOut {
+                what,
+                after: self.settings.response_timeout,
+            }),
+        }
+    }
+
+    fn slot(&self, i: usize) -> std::sync::MutexGuard<'_, Slot> {
+        self.slots[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn live(&self, i: usize) -> Option<Arc<Conn>> {
+        let slot = self.slot(i);
+        let bound = slot.as_ref()?;
+        (bound.is_alive() && !bound.get().client.is_closed()).then(|| Arc::clone(bound.get()))
+    }
+
+    /// The pooled connection for lock `name`, made on the caller's runtime when its slot is
+    /// empty, broken, or was made on a runtime that has shut down.
+    ///
+    /// Every statement about one lock goes through the same connection, which runs them in the
+    /// order they were sent: the release an abandoned acquisition sends in the background can
+    /// never overtake that acquisition. Different locks spread over the pool.
+    async fn connection(&self, name: &str) -> Result<Arc<Conn>, PgError> {
+        let i = slot_of(name, self.slots.len());
+        match self.live(i) {
+            Some(conn) => Ok(conn),
+            None => Box::pin(self.reconnect(i)).await,
+        }
+    }
+
+    async fn reconnect(&self, i: usize) -> Result<Arc<Conn>, PgError> {
+        let _one_at_a_time = self.connecting[i].lock().await;
+        if let Some(conn) = self.live(i) {
+            return Ok(conn);
+        }
+        let (client, _driver) = self.open().await?;
+        // Sent together: the connection pipelines them, one round trip for all four.
+        let prepared = futures_util::future::try_join4(
+            client.prepare_typed(
+                &self.sql.acquire,
+                &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT, Type::BOOL],
+            ),
+            client.prepare_typed(&self.sql.renew, &[Type::TEXT, Type::TEXT, Type::INT8]),
+            client.prepare_typed(
+                &self.sql.renew_many,
+                &[Type::TEXT_ARRAY, Type::TEXT_ARRAY, Type::INT8_ARRAY],
+            ),
+            client.prepare_typed(&self.sql.release, &[Type::TEXT, Type::TEXT]),
+        );
+        let (acquire, renew, renew_many, release) = self
+            .timed("preparing the lock statements", prepared)
+            .await?;
+        let conn = Arc::new(Conn {
+            client,
+            acquire,
+            renew,
+            renew_many,
+            release,
+            number: self.connections_made.fetch_add(1, Ordering::Relaxed),
+        });
+        *self.slot(i) = Some(RuntimeBound::new(Arc::clone(&conn)));
+        tracing::debug!(url = %self.url, slot = i, "distlock: connected to postgres");
+        Ok(conn)
+    }
+
+    /// Forgets connection `number` so its slot reconnects, unless it was replaced already.
+    fn invalidate(&self, number: u64) {
+        for i in 0..self.slots.len() {
+            let mut slot = self.slot(i);
+            if slot.as_ref().is_some_and(|b| b.get().number == number) {
+                *slot = None;
+            }
+        }
+    }
+
+    /// Runs `op` on a pooled connection, bounded by the response timeout; a transient failure
+    /// drops that connection and retries on another (the statements are idempotent per token).
+    async fn run<T, F, Fut>(&self, what: &'static str, name: &str, mut op: F) -> Result<T, PgError>
+    where
+        F: FnMut(Arc<Conn>) -> Fut,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        let mut attempt = 0;
+        loop {
+            let result = match self.connection(name).await {
+                Ok(conn) => {
+                    let number = conn.number;
+                    let outcome = self.timed(what, op(conn)).await;
+                    if outcome.as_ref().is_err_and(PgError::is_transient) {
+                        self.invalidate(number);
+                    }
+                    outcome
+                }
+                Err(error) => Err(error),
+            };
+            match result {
+                Err(error) if attempt < RETRIES && error.is_transient() => {
+                    attempt += 1;
+                    tracing::debug!(%error, attempt, "distlock: postgres statement failed, retrying");
+                    Box::pin(tokio::time::sleep(Duration::from_millis(
+                        10 * 4u64.pow(attempt - 1),
+                    )))
+                    .await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The live `LISTEN` connection, started on the caller's runtime when needed.
+    async fn listener(&self) -> Result<Arc<Listener>, PgError> {
+        let current = || {
+            self.listener
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .filter(|l| l.is_alive())
+                .cloned()
+        };
+        if let Some(listener) = current() {
+            return Ok(listener);
+        }
+        let _one_at_a_time = self.listening.lock().await;
+        if let Some(listener) = current() {
+            return Ok(listener);
+        }
+        let listener = Box::pin(Listener::start(self)).await?;
+        *self.listener.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&listener));
+        Ok(listener)
+    }
+}
+
+/// The pool slot of lock `name` (FNV-1a: cheap, and stable for the process's life).
+fn slot_of(name: &str, slots: usize) -> usize {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (hash % slots as u64) as usize
+}
+
+/// One `LISTEN` connection per client. Its driver task turns notifications (payload: the lock
+/// name) into hub wake-ups; when the connection dies the hub is closed, which wakes every
+/// waiter so it retries and listens again through a new connection.
+struct Listener {
+    hub: Arc<ReleaseHub>,
+    dead: Arc<AtomicBool>,
+    runtime: RuntimeBound<()>,
+    /// Keeps the connection open.
+    _client: Client,
+}
+
+impl Listener {
+    async fn start(backend: &PostgresBackend) -> Result<Arc<Listener>, PgError> {
+        let connecting = backend.config.connect(NoTls);
+        let (client, mut connection) = match tokio::time::timeout(
+            backend.settings.connect_timeout + Duration::from_millis(100),
+            connecting,
+        )
+        .await
+        {
+            Ok(connected) => connected?,
+            Err(_) => {
+                return Err(PgError::TimedOut {
+                    what: "the LISTEN connection",
+                    after: backend.settings.connect_timeout,
+                });
+            }
+        };
+        let hub = ReleaseHub::new(None);
+        let dead = Arc::new(AtomicBool::new(false));
+        let closer = CloseOnDrop {
+            hub: Arc::clone(&hub),
+            dead: Arc::clone(&dead),
+        };
+        tokio::spawn(async move {
+            let _closer = closer;
+            let mut messages = futures_util::stream::poll_fn(|cx| connection.poll_message(cx));
+            while let Some(message) = messages.next().await {
+                match message {
+                    Ok(AsyncMessage::Notification(n)) => _closer.hub.notify(n.payload()),
+                    Ok(_) => {}
+                    Err(error) => {
+                        tracing::debug!(error = %describe(&error), "distlock: postgres LISTEN connection ended");
+                        break;
+                    }
+                }
+            }
+        });
+        backend
+            .timed("LISTEN", client.batch_execute(&backend.sql.listen))
+            .await?;
+        Ok(Arc::new(Listener {
+            hub,
+            dead,
+            runtime: RuntimeBound::new(()),
+            _client: client,
+        }))
+    }
+
+    fn is_alive(&self) -> bool {
+        !self.dead.load(Ordering::SeqCst) && self.runtime.is_alive()
+    }
+}
+
+impl Backend for PostgresBackend {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
+        Box::pin(async move {
+            let lease = millis(spec.lease);
+            let row = self
+                .run("the acquisition", spec.name, |conn| async move {
+                    conn.client
+                        .query_one(
+                            &conn.acquire,
+                            &[&spec.name, &spec.token, &lease, &self.holder, &spec.fencing],
+                        )
+                        .await
+                })
+                .await
+                .map_err(acquire_error)?;
+            let taken: bool = row.try_get(0).map_err(|e| acquire_error(e.into()))?;
+            if taken {
+                let fence: Option<i64> = row.try_get(1).map_err(|e| acquire_error(e.into()))?;
+                if spec.fencing && fence.is_none() {
+                    return Err(PgError::Unexpected(
+                        "the acquisition returned no fencing token".into(),
+                    )
+                    .into());
+                }
+                return Ok(Attempt::Acquired {
+                    fencing_token: fence.map(|f| f as u64),
+                });
+            }
+            let ttl_ms: Option<i64> = row.try_get(2).map_err(|e| acquire_error(e.into()))?;
+            Ok(Attempt::Busy {
+                // No row visible to the statement's snapshot: it was released (or taken) just
+                // now; retry soon.
+                ttl: Some(Duration::from_millis(ttl_ms.unwrap_or(0).max(0) as u64)),
+            })
+        })
+    }
+
+    fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(async move {
+            let lease = millis(spec.lease);
+            let renewed = self
+                .run("the renewal", spec.name, |conn| async move {
+                    conn.client
+                        .execute(&conn.renew, &[&spec.name, &spec.token, &lease])
+                        .await
+                })
+                .await?;
+            Ok(renewed == 1)
+        })
+    }
+
+    fn renew_many<'a>(
+        &'a self,
+        specs: &'a [LockSpec<'a>],
+    ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
+        Box::pin(async move {
+            if let [spec] = specs {
+                return vec![self.renew(*spec).await.map_err(|e| e.to_string())];
+            }
+            let names: Vec<&str> = specs.iter().map(|s| s.name).collect();
+            let tokens: Vec<&str> = specs.iter().map(|s| s.token).collect();
+            let leases: Vec<i64> = specs.iter().map(|s| millis(s.lease)).collect();
+            let renewed = self
+                .run("the batched renewal", specs[0].name, |conn| {
+                    let (names, tokens, leases) = (&names, &tokens, &leases);
+                    async move {
+                        conn.client
+                            .query(&conn.renew_many, &[names, tokens, leases])
+                            .await
+                    }
+                })
+                .await;
+            match renewed {
+                Ok(rows) => {
+                    let renewed: std::collections::HashSet<String> =
+                        rows.iter().filter_map(|r| r.try_get(0).ok()).collect();
+                    specs.iter().map(|s| Ok(renewed.contains(s.name))).collect()
+                }
+                Err(error) => vec![Err(error.to_string()); specs.len()],
+            }
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(async move {
+            let released = self
+                .run("the release", name, |conn| async move {
+                    conn.client.query(&conn.release, &[&name, &token]).await
+                })
+                .await?;
+            Ok(released.len() == 1)
+        })
+    }
+
+    fn subscribe<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        Box::pin(async move {
+            let listener = self.listener().await?;
+            // The connection has listened since it started: a release from now on is heard.
+            Ok(listener.hub.subscribe(name, || {}))
+        })
+    }
+}

@@ -1,0 +1,222 @@
+//! What the SQL backends share: the lock table's name and options, who holds a lock, and the
+//! parameters distlock reads from a database URL.
+//!
+//! The table (PostgreSQL and MySQL alike, types differ): one row per held lock, the lock name
+//! as its primary key — the unique key that makes a second `INSERT` of the same name fail —
+//! the owner token, the expiry computed by the database's clock, and who holds it (host, pid,
+//! since when). Fencing counters live in a second table, `<table>_fences`, one row per lock
+//! name ever acquired with fencing, so they keep rising across releases.
+
+use std::time::Duration;
+
+use crate::error::LockError;
+
+/// The lock table unless the builder or the URL names another.
+pub(crate) const DEFAULT_TABLE: &str = "distlock_locks";
+
+/// Connections per client unless the builder or the URL says otherwise. Statements are
+/// pipelined on each connection, so a few serve many tasks.
+pub(crate) const DEFAULT_POOL_SIZE: usize = 4;
+
+/// The most connections one client may open.
+pub(crate) const MAX_POOL_SIZE: usize = 64;
+
+/// The longest table name accepted: PostgreSQL cuts identifiers at 63 bytes and MySQL at 64,
+/// and the fencing table adds `_fences`.
+const MAX_TABLE_LEN: usize = 56;
+
+/// Settings of a SQL backend, from the builder and the URL.
+#[derive(Clone, Debug)]
+pub(crate) struct SqlSettings {
+    /// The lock table: `name` or `schema.name`.
+    pub table: String,
+    /// Create the tables on connect if they are missing (off when migrations own the schema).
+    pub create_table: bool,
+    pub pool_size: usize,
+    pub connect_timeout: Duration,
+    pub response_timeout: Duration,
+}
+
+/// The builder's SQL options; `None` leaves the URL's value or the default.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SqlOptions {
+    pub table: Option<String>,
+    pub create_table: Option<bool>,
+    pub pool_size: Option<usize>,
+}
+
+impl SqlSettings {
+    /// Takes distlock's own parameters (`table`, `create_table`, `pool_size`) out of `url`'s
+    /// query string — the driver would refuse them — and combines them with the builder's
+    /// options (the builder wins). Returns the settings and the URL for the driver.
+    pub(crate) fn from_url(
+        url: &str,
+        options: &SqlOptions,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<(SqlSettings, String), LockError> {
+        let shown = super::url::redact_url(url);
+        let (base, query) = match url.split_once('?') {
+            Some((base, query)) => (base, query),
+            None => (url, ""),
+        };
+        let mut kept = Vec::new();
+        let (mut table, mut create_table, mut pool_size) = (None, None, None);
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match name {
+                "table" => table = Some(value.to_owned()),
+                "create_table" => {
+                    create_table = Some(match value {
+                        "true" | "1" | "yes" => true,
+                        "false" | "0" | "no" => false,
+                        _ => {
+                            return Err(LockError::Config(format!(
+                                "`create_table={value}` in {shown}: expected `true` or `false`"
+                            )));
+                        }
+                    })
+                }
+                "pool_size" => {
+                    pool_size = Some(value.parse::<usize>().map_err(|_| {
+                        LockError::Config(format!(
+                            "`pool_size={value}` in {shown}: expected a number of connections \
+                             (1 to {MAX_POOL_SIZE})"
+                        ))
+                    })?)
+                }
+                _ => kept.push(pair),
+            }
+        }
+        let settings = SqlSettings {
+            table: options
+                .table
+                .clone()
+                .or(table)
+                .unwrap_or_else(|| DEFAULT_TABLE.to_owned()),
+            create_table: options.create_table.or(create_table).unwrap_or(true),
+            pool_size: options.pool_size.or(pool_size).unwrap_or(DEFAULT_POOL_SIZE),
+            connect_timeout,
+            response_timeout,
+        };
+        check_table_name(&settings.table)?;
+        if !(1..=MAX_POOL_SIZE).contains(&settings.pool_size) {
+            return Err(LockError::Config(format!(
+                "a pool of {} connections: the pool size must be 1 to {MAX_POOL_SIZE}",
+                settings.pool_size
+            )));
+        }
+        let driver_url = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        Ok((settings, driver_url))
+    }
+
+    /// The fencing table: the lock table's name with `_fences` appended.
+    pub(crate) fn fence_table(&self) -> String {
+        format!("{}_fences", self.table)
+    }
+}
+
+/// A table name distlock can put into statements without quoting surprises: letters, digits
+/// and `_`, not starting with a digit, optionally after one `schema.`.
+pub(crate) fn check_table_name(table: &str) -> Result<(), LockError> {
+    let valid_part = |part: &str| {
+        !part.is_empty()
+            && part.len() <= MAX_TABLE_LEN
+            && !part.starts_with(|c: char| c.is_ascii_digit())
+            && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let valid = match table.split_once('.') {
+        Some((schema, name)) => valid_part(schema) && valid_part(name),
+        None => valid_part(table),
+    };
+    if valid {
+        Ok(())
+    } else {
+        Err(LockError::Config(format!(
+            "invalid lock table name {table:?}: use letters, digits and `_` (not starting with a \
+             digit, at most {MAX_TABLE_LEN} characters), optionally as `schema.table`"
+        )))
+    }
+}
+
+/// Who holds a lock, stored in its row for people looking at the table: `host pid 1234`.
+pub(crate) fn holder_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned());
+    format!("{host} pid {}", std::process::id())
+}
+
+/// Milliseconds of `d` for a statement parameter, at least 1.
+pub(crate) fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(url: &str, options: &SqlOptions) -> Result<(SqlSettings, String), LockError> {
+        SqlSettings::from_url(url, options, Duration::from_secs(1), Duration::from_secs(1))
+    }
+
+    #[test]
+    fn own_parameters_leave_the_url_and_the_builder_wins() {
+        let (s, url) = settings(
+            "postgres://u:p@h:5432/db?sslmode=disable&table=app.locks&pool_size=2&create_table=false",
+            &SqlOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(url, "postgres://u:p@h:5432/db?sslmode=disable");
+        assert_eq!(
+            (s.table.as_str(), s.pool_size, s.create_table),
+            ("app.locks", 2, false)
+        );
+        assert_eq!(s.fence_table(), "app.locks_fences");
+        let (s, url) = settings(
+            "mysql://h/db?table=t",
+            &SqlOptions {
+                table: Some("other".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!((url.as_str(), s.table.as_str()), ("mysql://h/db", "other"));
+        let (s, _) = settings("postgres://h/db", &SqlOptions::default()).unwrap();
+        assert_eq!(
+            (s.table.as_str(), s.pool_size, s.create_table),
+            (DEFAULT_TABLE, 4, true)
+        );
+    }
+
+    #[test]
+    fn bad_parameters_are_refused_with_the_reason() {
+        let bad = |url: &str| {
+            settings(url, &SqlOptions::default())
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(bad("postgres://:secret@h/db?pool_size=0").contains("pool size must be 1 to 64"));
+        let e = bad("postgres://:secret@h/db?pool_size=x");
+        assert!(e.contains("pool_size=x") && !e.contains("secret"), "{e}");
+        assert!(bad("postgres://h/db?create_table=maybe").contains("`true` or `false`"));
+        for table in ["1abc", "a-b", "a.b.c", "", "robert'); drop table x;--"] {
+            let e = bad(&format!("postgres://h/db?table={table}"));
+            assert!(e.contains("invalid lock table name"), "{table}: {e}");
+        }
+        assert!(check_table_name(&"t".repeat(57)).is_err());
+        assert!(check_table_name("public.distlock_locks").is_ok());
+    }
+
+    #[test]
+    fn holder_names_this_process() {
+        assert!(holder_id().ends_with(&format!(" pid {}", std::process::id())));
+    }
+}

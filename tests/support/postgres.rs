@@ -1,0 +1,324 @@
+//! A PostgreSQL server of the tests' own: `initdb` into a scratch directory, `postgres` on a
+//! free loopback port. PostgreSQL refuses to run as root, so when the tests run as root both
+//! run as `nobody`, which owns the scratch directory.
+//!
+//! TCP connections need the password ([`PASSWORD`], scram-sha-256), so tests can show what a
+//! wrong one does; the data survives [`PostgresServer::restart`] and
+//! [`kill`](PostgresServer::kill) (a crash: PostgreSQL recovers from its WAL).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{TEST_COMMAND, free_port, output_tied, spawn_tied, unique};
+
+/// The superuser's password on every test server.
+pub const PASSWORD: &str = "distlock-test";
+
+pub struct PostgresServer {
+    port: u16,
+    /// The scratch directory: `data/` inside, the socket and the log beside it.
+    dir: PathBuf,
+    child: Option<Child>,
+    /// Remove the directory when dropped (not for the shared server, see [`shared`](Self::shared)).
+    owned: bool,
+}
+
+/// A PostgreSQL program: on `PATH`, or in Debian's `/usr/lib/postgresql/<version>/bin`
+/// (newest version first), which is not on `PATH`.
+fn binary(name: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os("PATH")
+        && let Some(found) = std::env::split_paths(&path)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    {
+        return found;
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse().ok()?;
+            Some((version, entry.path().join("bin").join(name)))
+        })
+        .filter(|(_, p)| p.is_file())
+        .collect();
+    versions.sort();
+    match versions.pop() {
+        Some((_, path)) => path,
+        None => panic!(
+            "`{name}` (PostgreSQL) is not installed. Run the README's test command, \
+             `{TEST_COMMAND}`, which installs the `postgresql` package"
+        ),
+    }
+}
+
+/// Runs as `nobody` when we are root (PostgreSQL refuses root).
+fn as_server_user(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        command.uid(65534).gid(65534);
+    }
+}
+
+fn chown_to_server_user(path: &Path) {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let status = Command::new("chown")
+            .arg("-R")
+            .arg("65534:65534")
+            .arg(path)
+            .status()
+            .expect("chown");
+        assert!(status.success(), "chown {} failed", path.display());
+    }
+}
+
+impl PostgresServer {
+    /// `initdb` and start a server of this test's own.
+    pub fn start() -> PostgresServer {
+        let dir = std::env::temp_dir().join(unique("distlock-pg"));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let pwfile = dir.join("pwfile");
+        std::fs::write(&pwfile, PASSWORD).expect("password file");
+        chown_to_server_user(&dir);
+        let mut initdb = Command::new(binary("initdb"));
+        initdb
+            .arg("-D")
+            .arg(dir.join("data"))
+            .args(["-U", "postgres", "-E", "UTF8", "--no-sync", "--locale=C"])
+            .args(["--auth-local=trust", "--auth-host=scram-sha-256"])
+            .arg(format!("--pwfile={}", pwfile.display()));
+        as_server_user(&mut initdb);
+        let out = output_tied(initdb).expect("initdb runs");
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let mut server = PostgresServer {
+                port: free_port(),
+                dir: dir.clone(),
+                child: None,
+                owned: true,
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(error) => {
+                    last_error = error;
+                    server.owned = false; // the next try reuses the directory
+                }
+            }
+        }
+        panic!("could not start postgres: {last_error}");
+    }
+
+    /// One server for all the tests of this binary. No `Drop` reaches a static: the server
+    /// dies with the process (parent-death signal), and the scratch directory is removed at
+    /// exit.
+    pub fn shared() -> &'static PostgresServer {
+        static SHARED: std::sync::OnceLock<PostgresServer> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| {
+            let mut server = PostgresServer::start();
+            server.owned = false;
+            let dir = server.dir.clone();
+            let _ = SHARED_DIR.set(dir);
+            // SAFETY: registering a plain function; it runs once at exit.
+            unsafe { libc::atexit(remove_shared_dir) };
+            server
+        })
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let log = std::fs::File::create(self.dir.join("log")).map_err(|e| e.to_string())?;
+        let mut command = Command::new(binary("postgres"));
+        command
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .arg("-p")
+            .arg(self.port.to_string())
+            .arg("-k")
+            .arg(&self.dir)
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .args(["-c", "max_connections=300", "-c", "shared_buffers=32MB"])
+            // Durability against a machine crash is not under test; a process crash (kill -9)
+            // loses nothing with these, as the OS keeps the written pages.
+            .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
+            .args(["-c", "full_page_writes=off"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log);
+        as_server_user(&mut command);
+        let child = spawn_tied(command).map_err(|e| format!("cannot run postgres: {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if self.is_ready() {
+                return Ok(());
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || Instant::now() > deadline {
+                self.child = None;
+                let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+                return Err(format!(
+                    "postgres did not start on port {}: {log}",
+                    self.port
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the server accepts connections (its log says so and the port answers).
+    fn is_ready(&self) -> bool {
+        let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+        let ready_marks = log.matches("ready to accept connections").count();
+        let starts = log.matches("starting PostgreSQL").count().max(1);
+        ready_marks >= starts && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's process id (the postmaster).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server is running").id()
+    }
+
+    /// `postgres://postgres:<password>@127.0.0.1:<port>/postgres`
+    pub fn url(&self) -> String {
+        self.url_for("postgres")
+    }
+
+    /// The URL of database `db` on this server.
+    pub fn url_for(&self, db: &str) -> String {
+        format!(
+            "postgres://postgres:{PASSWORD}@127.0.0.1:{}/{db}",
+            self.port
+        )
+    }
+
+    /// A lock URL with a lock table of its own (`?table=`), so tests sharing a server never
+    /// see each other's locks.
+    pub fn url_with_own_table(&self) -> String {
+        let table = unique("locks").replace('-', "_");
+        format!("{}?table={table}", self.url())
+    }
+
+    /// A plain client of the server's `postgres` database (the connection runs on a task of
+    /// the caller's runtime).
+    pub async fn client(&self) -> tokio_postgres::Client {
+        let (client, connection) = tokio_postgres::connect(&self.url(), tokio_postgres::NoTls)
+            .await
+            .expect("connect to the test postgres");
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        client
+    }
+
+    /// Kills the server (SIGKILL to the postmaster and its backends: a crash). The data stays.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // The backends notice the postmaster's death by themselves, but not at once: kill
+            // them too (found before they are re-parented), so the port and the shared memory
+            // are free for a restart.
+            let backends = children_of(child.id() as libc::pid_t);
+            let _ = child.kill();
+            for pid in backends {
+                // SAFETY: signalling a process by pid.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server cleanly ("fast" shutdown: SIGINT) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+            let _ = child.wait();
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Starts the stopped or killed server again on the same port, with its data.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop or kill the server first");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(error) if Instant::now() > deadline => panic!("restart failed: {error}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // Immediate shutdown (SIGQUIT): the data is thrown away with the directory anyway.
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGQUIT) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if self.owned {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+static SHARED_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+extern "C" fn remove_shared_dir() {
+    if let Some(dir) = SHARED_DIR.get() {
+        // The server gets SIGKILL when this process is gone; its files can go now.
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// The processes whose parent is `parent` (a postmaster's backends).
+fn children_of(parent: libc::pid_t) -> Vec<libc::pid_t> {
+    let mut children = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return children;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        // `pid (comm) state ppid …`; comm may hold spaces, so split after the last `)`.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<i32>().ok());
+        if ppid == Some(parent) {
+            children.push(pid);
+        }
+    }
+    children
+}
