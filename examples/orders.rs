@@ -8,10 +8,14 @@
 //! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example orders -- --processes 4
 //! DISTLOCK_URL=redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003 cargo run --example orders
 //! DISTLOCK_URL=redis+cluster://127.0.0.1:7000,127.0.0.1:7001 cargo run --example orders
+//! DISTLOCK_URL=postgres://user:pass@127.0.0.1:5432/app \
+//!     cargo run --features postgres --example orders -- --processes 3
 //! ```
 //!
 //! With Redis the shared storage is a Redis key too, so the workers can be separate processes
-//! (`--processes N` starts N copies of this program and checks their ids together).
+//! (`--processes N` starts N copies of this program and checks their ids together). With
+//! PostgreSQL it is a row, and every id is also inserted into a table whose primary key is the
+//! id: a duplicate would fail the insert, as in the founding material's lock-table design.
 
 #[path = "support/store.rs"]
 mod store;
@@ -32,6 +36,7 @@ async fn next_order_id(store: &Store) -> Result<u64, BoxError> {
     let last = store.get("last-order-id").await?;
     tokio::task::yield_now().await; // give a racing worker every chance to interleave
     store.set("last-order-id", last + 1).await?;
+    store.record_order(last + 1).await?;
     Ok(last + 1)
 }
 

@@ -71,6 +71,42 @@ fn orders_runs_on_redis_in_tasks_and_in_separate_processes() {
     );
 }
 
+/// Three processes hand out order ids under a PostgreSQL lock; each id is inserted into a
+/// table whose primary key is the id, so a duplicate would fail the run. Afterwards the lock
+/// table holds no row: every lock was released.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_runs_on_postgres_in_separate_processes() {
+    let server = support::postgres::PostgresServer::start();
+    let mut processes = example("orders");
+    processes
+        .env(distlock::URL_ENV, server.url())
+        .args(["--processes", "3"]);
+    let out = tokio::task::spawn_blocking(move || run(processes))
+        .await
+        .unwrap();
+    assert!(
+        out.contains("backend postgres")
+            && out.contains("3 processes")
+            && out.contains("600 order ids")
+            && out.contains("every id unique"),
+        "{out}"
+    );
+    let sql = server.client().await;
+    let left: i64 = sql
+        .query_one("SELECT count(*) FROM distlock_locks", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "locks left in the table after the run");
+    let orders: i64 = sql
+        .query_one("SELECT count(*) FROM distlock_example_orders", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(orders, 0, "the example clears its orders table when it is done");
+}
+
 #[test]
 fn orders_runs_on_redlock_and_on_a_redis_cluster() {
     use support::cluster::RedisCluster;

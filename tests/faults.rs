@@ -192,7 +192,9 @@ impl Data {
     async fn open(lock_url: &str) -> Data {
         match Store::open(lock_url, "fence").await.expect("data store") {
             Store::Redis { conn, .. } => Data(conn),
-            Store::Memory(_) => unreachable!("fault tests run on servers"),
+            Store::Memory(_) | Store::Postgres { .. } => {
+                unreachable!("these fault tests run on Redis")
+            }
         }
     }
 

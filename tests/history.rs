@@ -179,6 +179,13 @@ async fn cluster_four_processes_never_overlap() {
     four_processes(&cluster.url(), true).await;
 }
 
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_four_processes_never_overlap() {
+    let server = support::postgres::PostgresServer::start();
+    four_processes(&server.url_with_own_table(), true).await;
+}
+
 /// `memory://` lives in one process: four clients (separate owners) × 32 tasks in this one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_four_clients_never_overlap() {

@@ -3,7 +3,7 @@
 //! separate steps (so, without the lock, updates would be lost). In one process it is a map;
 //! with Redis it is Redis keys, so workers can be separate processes. With `redlock://` the data
 //! lives on the first node (the lock is across all of them); with `redis+cluster://` in the
-//! cluster.
+//! cluster; with `postgres://` in a table of the same database as the locks.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -20,6 +20,12 @@ pub enum Store {
         /// Prefix of this run's keys, so runs never see each other's data.
         namespace: String,
     },
+    /// Rows of `distlock_example_store` (`name` = namespace + name); order ids go into
+    /// `distlock_example_orders`, whose primary key refuses a duplicate.
+    Postgres {
+        client: Arc<tokio_postgres::Client>,
+        namespace: String,
+    },
 }
 
 impl Store {
@@ -27,6 +33,34 @@ impl Store {
     pub async fn open(url: &str, namespace: &str) -> Result<Store, BoxError> {
         if url.starts_with("memory://") {
             return Ok(Store::Memory(Arc::default()));
+        }
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            // The lock URL may carry distlock's own parameters (`?table=…`): not the driver's.
+            let base = url.split('?').next().unwrap_or(url);
+            let (client, connection) = tokio_postgres::connect(base, tokio_postgres::NoTls).await?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            client
+                .batch_execute(
+                    "CREATE TABLE IF NOT EXISTS distlock_example_store \
+                         (name text PRIMARY KEY, value bigint NOT NULL); \
+                     CREATE TABLE IF NOT EXISTS distlock_example_orders \
+                         (namespace text, id bigint, PRIMARY KEY (namespace, id))",
+                )
+                .await
+                .or_else(|e| {
+                    // Several processes creating the tables at once: one wins, the others
+                    // see a duplicate; either way the tables exist.
+                    match e.code() {
+                        Some(code) if code.code() == "23505" || code.code() == "42P07" => Ok(()),
+                        _ => Err(e),
+                    }
+                })?;
+            return Ok(Store::Postgres {
+                client: Arc::new(client),
+                namespace: namespace.to_owned(),
+            });
         }
         let conn = match url.split_once("://") {
             Some(("redis+cluster", nodes)) => Conn::Cluster(
@@ -68,6 +102,15 @@ impl Store {
                     .await?;
                 value.unwrap_or(0)
             }
+            Store::Postgres { client, namespace } => {
+                let row = client
+                    .query_opt(
+                        "SELECT value FROM distlock_example_store WHERE name = $1",
+                        &[&format!("{namespace}:{name}")],
+                    )
+                    .await?;
+                row.map_or(0, |r| r.get::<_, i64>(0) as u64)
+            }
         })
     }
 
@@ -85,16 +128,81 @@ impl Store {
                     )
                     .await?;
             }
+            Store::Postgres { client, namespace } => {
+                client
+                    .execute(
+                        "INSERT INTO distlock_example_store (name, value) VALUES ($1, $2) \
+                         ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                        &[&format!("{namespace}:{name}"), &(value as i64)],
+                    )
+                    .await?;
+            }
         }
         Ok(())
     }
 
+    /// Records a new order id where the storage refuses a duplicate: a table whose primary key
+    /// is the id (PostgreSQL), a set (Redis, memory). Errors if the id was handed out before.
+    pub async fn record_order(&self, id: u64) -> Result<(), BoxError> {
+        let fresh = match self {
+            Store::Memory(map) => map.lock().await.insert(format!("order:{id}"), id).is_none(),
+            Store::Redis { conn, namespace } => {
+                let added: i64 = conn
+                    .query(
+                        redis::cmd("SADD")
+                            .arg(format!("{namespace}:orders"))
+                            .arg(id),
+                    )
+                    .await?;
+                added == 1
+            }
+            Store::Postgres { client, namespace } => client
+                .execute(
+                    "INSERT INTO distlock_example_orders (namespace, id) VALUES ($1, $2)",
+                    &[namespace, &(id as i64)],
+                )
+                .await
+                .map(|_| true)
+                .or_else(|e| match e.code() {
+                    Some(code) if code.code() == "23505" => Ok(false), // unique_violation
+                    _ => Err(e),
+                })?,
+        };
+        if fresh {
+            Ok(())
+        } else {
+            Err(format!("order id {id} was handed out twice").into())
+        }
+    }
+
     /// Deletes this run's keys (Redis); nothing to do in memory.
     pub async fn clear(&self, names: &[&str]) -> Result<(), BoxError> {
-        if let Store::Redis { conn, namespace } = self {
-            for name in names {
+        match self {
+            Store::Memory(_) => {}
+            Store::Redis { conn, namespace } => {
+                for name in names {
+                    let _: i64 = conn
+                        .query(redis::cmd("DEL").arg(format!("{namespace}:{name}")))
+                        .await?;
+                }
                 let _: i64 = conn
-                    .query(redis::cmd("DEL").arg(format!("{namespace}:{name}")))
+                    .query(redis::cmd("DEL").arg(format!("{namespace}:orders")))
+                    .await?;
+            }
+            Store::Postgres { client, namespace } => {
+                for name in names {
+                    client
+                        .execute(
+                            "DELETE FROM distlock_example_store WHERE name = $1",
+                            &[&format!("{namespace}:{name}")],
+                        )
+                        .await?;
+                }
+                client
+                    .execute(
+                        "DELETE FROM distlock_example_orders WHERE namespace = $1",
+                        &[namespace],
+                    )
                     .await?;
             }
         }
