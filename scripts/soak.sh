@@ -3,12 +3,12 @@
 # processes hog both cores, the way a shared CI host or a user's busy machine does.
 #
 #   scripts/soak.sh [N]                 # history faults redlock cluster conformance
-#                                       # attribute_memory attribute_redis examples
+#                                       # postgres attribute_memory attribute_redis examples
 #   SOAK_TESTS="redlock history" scripts/soak.sh 3   # a subset
 #   SOAK_HOGS=0 scripts/soak.sh 1       # without the hogs (a baseline)
 #
 # Prints the pass count per test binary, keeps the output of every failed run under
-# target/soak/, checks that no redis-server or helper process outlived its test binary, and
+# target/soak/, checks that no redis-server, postgres or helper process outlived its test binary, and
 # exits non-zero on any failure or leak. It needs what ./scripts/test.sh installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: scripts/soak.sh [N]   (N = runs per test binary, default 5)" >&2
     exit 2
 fi
-tests=(${SOAK_TESTS:-history faults redlock cluster conformance attribute_memory attribute_redis examples})
+tests=(${SOAK_TESTS:-history faults redlock cluster conformance postgres attribute_memory attribute_redis examples})
 hogs="${SOAK_HOGS:-2}"
 logs=target/soak
 mkdir -p "$logs"
@@ -47,7 +47,17 @@ for test in "${tests[@]}"; do
 done
 
 # Servers or helpers already running (not ours) are not counted as leaks.
-before_servers="$(pgrep -x redis-server | sort || true)"
+# PostgreSQL servers are counted by their postmaster (its backends' parent is the postmaster).
+servers() {
+    pgrep -x redis-server || true
+    local pid
+    for pid in $(pgrep -x postgres || true); do
+        parent="$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')"
+        [ -n "$parent" ] && [ "$(ps -o comm= -p "$parent" 2>/dev/null)" = postgres ] && continue
+        echo "$pid"
+    done
+}
+before_servers="$(servers | sort)"
 
 hog_pids=()
 stop_hogs() {
@@ -110,7 +120,7 @@ orphans() {
         fi
     done
 }
-new_servers="$(comm -13 <(echo "$before_servers") <(pgrep -x redis-server | sort || true))"
+new_servers="$(comm -13 <(echo "$before_servers") <(servers | sort))"
 leaked="$(orphans $new_servers)"
 helpers="$(orphans $(pgrep -f -- '--exact --nocapture --test-threads=1' || true))"
 echo
@@ -123,7 +133,7 @@ for test in "${tests[@]}"; do
 done
 status=0
 if [ -n "$leaked" ]; then
-    echo "LEAK: redis-server processes left running after the tests: $(echo $leaked)"
+    echo "LEAK: servers left running after the tests: $(echo $leaked)"
     ps -o pid,ppid,args -p "$(echo $leaked | tr ' ' ',')" || true
     status=1
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine, in one command:
-#   1. installs the servers the tests start (redis-server, redis-cli) from Debian packages if
-#      missing,
+#   1. installs the servers the tests start (redis-server, redis-cli, PostgreSQL) from Debian
+#      packages if missing,
 #   2. checks formatting and lints,
 #   3. runs every test: unit tests, integration tests against real servers started by the
 #      tests themselves, the examples, and the doc tests.
@@ -35,10 +35,24 @@ command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
+# The tests run PostgreSQL's initdb and postgres themselves (Debian puts them in
+# /usr/lib/postgresql/<version>/bin, off PATH); no cluster of the package's own is needed.
+postgres_bin() {
+    command -v "$1" 2>/dev/null || ls -1 /usr/lib/postgresql/*/bin/"$1" 2>/dev/null | sort -V | tail -n 1
+}
+if [ -z "$(postgres_bin initdb)" ] || [ -z "$(postgres_bin postgres)" ]; then
+    missing+=(postgresql)
+    # Do not let the package create and start a cluster of its own on port 5432.
+    mkdir -p /etc/postgresql-common 2>/dev/null &&
+        { [ -e /etc/postgresql-common/createcluster.conf ] ||
+            echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf; } ||
+        true
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     install_packages "${missing[@]}"
 fi
 echo "==> $(redis-server --version)"
+echo "==> $("$(postgres_bin postgres)" --version)"
 
 echo "==> cargo fmt --check"
 cargo fmt --all --check
@@ -46,7 +60,7 @@ echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "==> cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
-echo "==> cargo test (all features: memory, redis, rediss)"
+echo "==> cargo test (all features: memory, redis, rediss, postgres)"
 cargo test --workspace --all-features
 echo "==> cargo test (default features: what \`rediss://\` says without \`tls\`)"
 cargo test --test errors

@@ -104,7 +104,10 @@ async fn orders_runs_on_postgres_in_separate_processes() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(orders, 0, "the example clears its orders table when it is done");
+    assert_eq!(
+        orders, 0,
+        "the example clears its orders table when it is done"
+    );
 }
 
 #[test]

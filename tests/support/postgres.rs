@@ -20,6 +20,8 @@ pub struct PostgresServer {
     /// The scratch directory: `data/` inside, the socket and the log beside it.
     dir: PathBuf,
     child: Option<Child>,
+    /// Extra `postgres` arguments (`["-c", "log_statement=all"]`).
+    extra: Vec<String>,
     /// Remove the directory when dropped (not for the shared server, see [`shared`](Self::shared)).
     owned: bool,
 }
@@ -79,6 +81,11 @@ fn chown_to_server_user(path: &Path) {
 impl PostgresServer {
     /// `initdb` and start a server of this test's own.
     pub fn start() -> PostgresServer {
+        PostgresServer::start_with(&[])
+    }
+
+    /// The same, with extra `postgres` arguments.
+    pub fn start_with(extra: &[&str]) -> PostgresServer {
         let dir = std::env::temp_dir().join(unique("distlock-pg"));
         std::fs::create_dir_all(&dir).expect("scratch directory");
         let pwfile = dir.join("pwfile");
@@ -104,6 +111,7 @@ impl PostgresServer {
                 port: free_port(),
                 dir: dir.clone(),
                 child: None,
+                extra: extra.iter().map(|a| a.to_string()).collect(),
                 owned: true,
             };
             match server.spawn() {
@@ -149,6 +157,7 @@ impl PostgresServer {
             // loses nothing with these, as the OS keeps the written pages.
             .args(["-c", "fsync=off", "-c", "synchronous_commit=off"])
             .args(["-c", "full_page_writes=off"])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
@@ -186,6 +195,11 @@ impl PostgresServer {
 
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The server's log so far (statements too, with `log_statement=all`).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log")).unwrap_or_default()
     }
 
     /// The server's process id (the postmaster).

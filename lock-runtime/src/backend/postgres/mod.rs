@@ -329,6 +329,17 @@ impl PostgresBackend {
         if !shape {
             return self.connect_error(error);
         }
+        if matches!(&error, PgError::Driver(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE)) {
+            return LockError::Connect {
+                url: self.url.clone(),
+                reason: format!(
+                    "the lock table `{}` (or `{}`) does not exist ({error}), and                      `create_table=false` says not to create it: create both with the DDL in                      the README (\"The lock table\"), or let distlock create them",
+                    self.settings.table,
+                    self.settings.fence_table()
+                ),
+                source: Some(Box::new(error)),
+            };
+        }
         LockError::Connect {
             url: self.url.clone(),
             reason: format!(
