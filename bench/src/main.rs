@@ -10,7 +10,10 @@
 //! 4. renewal at scale: 10,000 locks held with a 3 s lease for 10 s — renewal commands/s from
 //!    `INFO commandstats` vs the ideal (one per lock per lease/3), and the client's CPU time;
 //! 5. a nested same-key (reentrant) call vs a plain function call;
-//! 6. `memory://` uncontended calls per second.
+//! 6. `memory://` uncontended calls per second;
+//! 7. PostgreSQL (a server of its own, `initdb` + `postgres`): uncontended lock + release vs the
+//!    two raw statements of a lock table, 64-task throughput vs raw pairs on as many
+//!    connections, and handoff between four clients (`bench/src/sql.rs`).
 //!
 //! Prints a table and writes it as JSON to `target/distlock-bench.json`.
 //!
@@ -21,6 +24,7 @@
 //!   reads/writes per call — for `perf record -g` or `valgrind --tool=callgrind`. `rawpub` is the
 //!   raw floor with a `PUBLISH` added to the release script, to price the wake-up alone.
 
+mod sql;
 #[path = "../../tests/support/mod.rs"]
 #[allow(unused_imports)]
 mod support;
@@ -93,6 +97,11 @@ async fn raw_pair(
         .await?;
     let _: i64 = release.key(key).arg(token).invoke_async(conn).await?;
     Ok(())
+}
+
+/// The SQL backends' default pool size (the raw side gets as many connections).
+fn distlock_pool_size() -> usize {
+    4
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -498,6 +507,19 @@ async fn main() -> Result<(), Error> {
         "-".into(),
     );
     report.field("memory_calls_per_s", rate);
+
+    // 7. PostgreSQL.
+    let postgres = support::postgres::PostgresServer::start();
+    let pg_url = postgres.url();
+    sql::rows(
+        &mut report,
+        "7. postgres",
+        "postgres",
+        &pg_url,
+        sql::PgRaw::connect(&pg_url, distlock_pool_size()).await?,
+    )
+    .await?;
+    drop(postgres);
 
     // 4. Renewal at scale: 10,000 locks, 3 s lease, held 10 s (skipped with
     // DISTLOCK_BENCH_QUICK=1, for quick comparisons of the other figures).

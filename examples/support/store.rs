@@ -53,7 +53,7 @@ impl Store {
                     // Several processes creating the tables at once: one wins, the others
                     // see a duplicate; either way the tables exist.
                     match e.code() {
-                        Some(code) if code.code() == "23505" || code.code() == "42P07" => Ok(()),
+                        Some(code) if ["23505", "42P07", "42710"].contains(&code.code()) => Ok(()),
                         _ => Err(e),
                     }
                 })?;

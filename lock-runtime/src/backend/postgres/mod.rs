@@ -201,10 +201,11 @@ impl PostgresBackend {
             listening: tokio::sync::Mutex::new(()),
         });
         backend.prepare_tables().await?;
-        // The first pooled connection prepares every statement: a table of the wrong shape
-        // fails here, naming what is wrong, not at the first lock.
-        backend
-            .connection("")
+        // Every pooled connection is made now, in parallel, and prepares every statement: a
+        // table of the wrong shape fails here, naming what is wrong, and the first locks do
+        // not pay for connecting (authentication and preparing take several round trips).
+        let connecting = (0..backend.slots.len()).map(|i| backend.reconnect(i));
+        futures_util::future::try_join_all(connecting)
             .await
             .map_err(|e| backend.setup_error(e))?;
         Ok(backend)

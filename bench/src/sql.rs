@@ -1,0 +1,255 @@
+//! The SQL backends' rows: uncontended lock + release against the two raw statements of the
+//! classic lock table on the same server, 64-task throughput on distinct keys against raw pairs
+//! on as many connections as distlock's pool, and handoff between clients (a release wakes the
+//! other clients' waiters through the database: `LISTEN`/`NOTIFY` on PostgreSQL).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use distlock::LockClient;
+
+use crate::{Error, Report, median, percentile, run_tasks};
+
+/// A raw lock table's two statements: take (`INSERT … ON CONFLICT DO NOTHING`), release
+/// (`DELETE … WHERE token`), on connections of the bench's own.
+pub trait RawPair: Clone + Send + Sync + 'static {
+    /// Takes and releases `key` once; `conn` picks one of the connections.
+    fn pair(&self, conn: usize, key: &str) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// PostgreSQL raw pairs on a table shaped like distlock's.
+#[derive(Clone)]
+pub struct PgRaw {
+    clients: Arc<Vec<tokio_postgres::Client>>,
+}
+
+impl PgRaw {
+    pub async fn connect(url: &str, connections: usize) -> Result<PgRaw, Error> {
+        let mut clients = Vec::new();
+        for _ in 0..connections {
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            clients.push(client);
+        }
+        clients[0]
+            .batch_execute(
+                "CREATE TABLE IF NOT EXISTS bench_raw_locks (name text PRIMARY KEY, token text \
+                 NOT NULL, expires_at timestamptz NOT NULL)",
+            )
+            .await?;
+        Ok(PgRaw {
+            clients: Arc::new(clients),
+        })
+    }
+}
+
+impl RawPair for PgRaw {
+    async fn pair(&self, conn: usize, key: &str) -> Result<(), Error> {
+        let client = &self.clients[conn % self.clients.len()];
+        let token = "t0123456789abcdef0123456789abcdef";
+        let taken = client
+            .execute(
+                "INSERT INTO bench_raw_locks VALUES ($1, $2, now() + interval '30 seconds') \
+                 ON CONFLICT (name) DO NOTHING",
+                &[&key, &token],
+            )
+            .await?;
+        assert_eq!(taken, 1, "raw key {key} was taken");
+        client
+            .execute(
+                "DELETE FROM bench_raw_locks WHERE name = $1 AND token = $2",
+                &[&key, &token],
+            )
+            .await?;
+        Ok(())
+    }
+}
+
+/// Measures a client of `url` against `raw` and adds the rows, labelled `label` (JSON fields
+/// prefixed with `key`).
+pub async fn rows(
+    report: &mut Report,
+    label: &str,
+    key: &str,
+    url: &str,
+    raw: impl RawPair,
+) -> Result<(), Error> {
+    let client = LockClient::builder(url).build().await?;
+    let lock_release = |client: LockClient, key: String| async move {
+        client
+            .lock(key)
+            .wait(Duration::ZERO)
+            .acquire()
+            .await?
+            .release()
+            .await?;
+        Ok::<_, Error>(())
+    };
+    for i in 0..300 {
+        lock_release(client.clone(), format!("warm:{i}")).await?;
+        raw.pair(0, &format!("warm:{i}")).await?;
+    }
+
+    // Uncontended: interleaved rounds, median µs per lock + release.
+    let per_round = 100u64;
+    let (mut ours, mut floor, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..15u64 {
+        let measure_ours = async {
+            let t = Instant::now();
+            for i in 0..per_round {
+                lock_release(client.clone(), format!("u:{round}:{i}")).await?;
+            }
+            Ok::<_, Error>(t.elapsed().as_secs_f64() * 1e6 / per_round as f64)
+        };
+        let measure_raw = async {
+            let t = Instant::now();
+            for i in 0..per_round {
+                raw.pair(0, &format!("u:{round}:{i}")).await?;
+            }
+            Ok::<_, Error>(t.elapsed().as_secs_f64() * 1e6 / per_round as f64)
+        };
+        let (a, b) = if round % 2 == 0 {
+            let a = measure_ours.await?;
+            (a, measure_raw.await?)
+        } else {
+            let b = measure_raw.await?;
+            (measure_ours.await?, b)
+        };
+        ours.push(a);
+        floor.push(b);
+        ratios.push(a / b);
+    }
+    let (o, f, r) = (median(&mut ours), median(&mut floor), median(&mut ratios));
+    report.row(
+        &format!("{label}: uncontended lock+release (µs)"),
+        format!("{o:.0} µs"),
+        format!("{f:.0} µs raw"),
+        format!("{r:.3}×"),
+    );
+    report.field(&format!("{key}_uncontended_us"), o);
+    report.field(&format!("{key}_uncontended_raw_us"), f);
+    report.field(&format!("{key}_uncontended_ratio"), r);
+
+    // Throughput: 64 tasks on distinct keys, interleaved windows.
+    let window = Duration::from_millis(500);
+    let (mut a_rates, mut b_rates, mut rate_ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..11u64 {
+        let ours = || {
+            let client = client.clone();
+            run_tasks(64, window, move |t, done, stop| {
+                let client = client.clone();
+                async move {
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        lock_release(client.clone(), format!("tp:{round}:{t}:{i}"))
+                            .await
+                            .unwrap();
+                        i += 1;
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        };
+        let raws = || {
+            let raw = raw.clone();
+            run_tasks(64, window, move |t, done, stop| {
+                let raw = raw.clone();
+                async move {
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        raw.pair(t as usize, &format!("tp:{round}:{t}:{i}"))
+                            .await
+                            .unwrap();
+                        i += 1;
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        };
+        let (a, b) = if round % 2 == 0 {
+            let a = ours().await;
+            (a, raws().await)
+        } else {
+            let b = raws().await;
+            (ours().await, b)
+        };
+        a_rates.push(a);
+        b_rates.push(b);
+        rate_ratios.push(a / b);
+    }
+    let (a, b, r) = (
+        median(&mut a_rates),
+        median(&mut b_rates),
+        median(&mut rate_ratios),
+    );
+    report.row(
+        &format!("{label}: throughput, 64 tasks (calls/s)"),
+        format!("{a:.0}/s"),
+        format!("{b:.0}/s raw"),
+        format!("{r:.3}×"),
+    );
+    report.field(&format!("{key}_throughput_per_s"), a);
+    report.field(&format!("{key}_throughput_raw_per_s"), b);
+    report.field(&format!("{key}_throughput_ratio"), r);
+
+    // Handoff between 4 clients (separate owners, each with its own connections and listener),
+    // 4 tasks each, one key, for 3 s: the time from a release to the next grant.
+    let log = Arc::new(std::sync::Mutex::new(Vec::<(Instant, Instant)>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let grants = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for _ in 0..4 {
+        let client = LockClient::builder(url).build().await?;
+        for _ in 0..4 {
+            let (client, log, stop, grants) =
+                (client.clone(), log.clone(), stop.clone(), grants.clone());
+            handles.push(tokio::spawn(async move {
+                while !stop.load(Ordering::Relaxed) {
+                    let guard = client
+                        .lock("handoff")
+                        .wait(Duration::from_secs(30))
+                        .acquire()
+                        .await
+                        .unwrap();
+                    let acquired = Instant::now();
+                    grants.fetch_add(1, Ordering::Relaxed);
+                    let released = Instant::now();
+                    guard.release().await.unwrap();
+                    log.lock().unwrap().push((acquired, released));
+                }
+            }));
+        }
+    }
+    let window = Duration::from_secs(3);
+    tokio::time::sleep(window).await;
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.await?;
+    }
+    let mut log = log.lock().unwrap().clone();
+    log.sort_by_key(|(acquired, _)| *acquired);
+    let mut gaps: Vec<Duration> = log
+        .windows(2)
+        .map(|w| w[1].0.saturating_duration_since(w[0].1))
+        .collect();
+    gaps.sort();
+    let rate = grants.load(Ordering::Relaxed) as f64 / window.as_secs_f64();
+    let (p50, p99) = (percentile(&gaps, 0.5), percentile(&gaps, 0.99));
+    report.row(
+        &format!("{label}: handoff, 4 clients × 4 tasks"),
+        format!("{rate:.0}/s"),
+        format!(
+            "p50 {:.2} / p99 {:.2} ms",
+            p50.as_secs_f64() * 1e3,
+            p99.as_secs_f64() * 1e3
+        ),
+        format!("{:.1}× uncont.", p50.as_secs_f64() * 1e6 / o),
+    );
+    report.field(&format!("{key}_handoffs_per_s"), rate);
+    report.field(&format!("{key}_handoff_p50_us"), p50.as_secs_f64() * 1e6);
+    report.field(&format!("{key}_handoff_p99_us"), p99.as_secs_f64() * 1e6);
+    Ok(())
+}
