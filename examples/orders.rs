@@ -10,11 +10,13 @@
 //! DISTLOCK_URL=redis+cluster://127.0.0.1:7000,127.0.0.1:7001 cargo run --example orders
 //! DISTLOCK_URL=postgres://user:pass@127.0.0.1:5432/app \
 //!     cargo run --features postgres --example orders -- --processes 3
+//! DISTLOCK_URL=mysql://user:pass@127.0.0.1:3306/app \
+//!     cargo run --features mysql --example orders -- --processes 3
 //! ```
 //!
 //! With Redis the shared storage is a Redis key too, so the workers can be separate processes
 //! (`--processes N` starts N copies of this program and checks their ids together). With
-//! PostgreSQL it is a row, and every id is also inserted into a table whose primary key is the
+//! PostgreSQL or MySQL it is a row, and every id is also inserted into a table whose primary key is the
 //! id: a duplicate would fail the insert, as in the founding material's lock-table design.
 
 #[path = "support/store.rs"]

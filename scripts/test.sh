@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine, in one command:
-#   1. installs the servers the tests start (redis-server, redis-cli, PostgreSQL) from Debian
+#   1. installs the servers the tests start (redis-server, redis-cli, PostgreSQL, MariaDB) from Debian
 #      packages if missing,
 #   2. checks formatting and lints,
 #   3. runs every test: unit tests, integration tests against real servers started by the
@@ -48,11 +48,16 @@ if [ -z "$(postgres_bin initdb)" ] || [ -z "$(postgres_bin postgres)" ]; then
             echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf; } ||
         true
 fi
+# MariaDB: the tests run mariadb-install-db and mariadbd themselves (Debian: /usr/sbin).
+if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
+    missing+=(mariadb-server)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     install_packages "${missing[@]}"
 fi
 echo "==> $(redis-server --version)"
 echo "==> $("$(postgres_bin postgres)" --version)"
+echo "==> $( (command -v mariadbd || echo /usr/sbin/mariadbd) | xargs -I{} {} --version)"
 
 echo "==> cargo fmt --check"
 cargo fmt --all --check
@@ -60,7 +65,7 @@ echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "==> cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
-echo "==> cargo test (all features: memory, redis, rediss, postgres)"
+echo "==> cargo test (all features: memory, redis, rediss, postgres, mysql)"
 cargo test --workspace --all-features
 echo "==> cargo test (default features: what \`rediss://\` says without \`tls\`)"
 cargo test --test errors

@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError};
+#[cfg(feature = "mysql")]
+use support::fixture::MysqlFixture;
 #[cfg(feature = "postgres")]
 use support::fixture::PostgresFixture;
 use support::fixture::{ClusterFixture, Fixture, MemoryFixture, RedisFixture, RedlockFixture};
@@ -801,4 +803,9 @@ suite! {
 #[cfg(feature = "postgres")]
 suite! {
     postgres => PostgresFixture::new(),
+}
+
+#[cfg(feature = "mysql")]
+suite! {
+    mysql => MysqlFixture::new(),
 }

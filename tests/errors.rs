@@ -41,6 +41,37 @@ async fn invalid_urls_and_schemes_are_config_errors_that_say_what_is_supported()
         let message = config_error("rediss://127.0.0.1:6380").await;
         assert!(message.contains("`tls` feature"), "{message}");
     }
+    if !cfg!(feature = "postgres") {
+        let message = config_error("postgres://u:secret@127.0.0.1/db").await;
+        assert!(
+            message.contains("`postgres` feature") && !message.contains("secret"),
+            "{message}"
+        );
+    }
+    if !cfg!(feature = "mysql") {
+        let message = config_error("mysql://u:secret@127.0.0.1/db").await;
+        assert!(message.contains("`mysql` feature"), "{message}");
+    }
+    // The SQL options are checked before anything connects.
+    for (url, expected) in [
+        (
+            "postgres://127.0.0.1/db?pool_size=0",
+            "pool size must be 1 to 64",
+        ),
+        (
+            "mysql://127.0.0.1/db?table=no-dashes",
+            "invalid lock table name",
+        ),
+        (
+            "postgres://127.0.0.1/db?create_table=sometimes",
+            "`true` or `false`",
+        ),
+    ] {
+        if cfg!(feature = "postgres") && cfg!(feature = "mysql") {
+            let message = config_error(url).await;
+            assert!(message.contains(expected), "{url}: {message}");
+        }
+    }
 }
 
 #[tokio::test]

@@ -110,6 +110,44 @@ async fn orders_runs_on_postgres_in_separate_processes() {
     );
 }
 
+/// The same on MariaDB: three processes, ids unique (a table whose primary key is the id), no
+/// lock row left.
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_runs_on_mysql_in_separate_processes() {
+    use mysql_async::prelude::Queryable;
+    let server = support::mysql::MysqlServer::start();
+    let mut processes = example("orders");
+    processes
+        .env(distlock::URL_ENV, server.url())
+        .args(["--processes", "3"]);
+    let out = tokio::task::spawn_blocking(move || run(processes))
+        .await
+        .unwrap();
+    assert!(
+        out.contains("backend mysql")
+            && out.contains("3 processes")
+            && out.contains("600 order ids")
+            && out.contains("every id unique"),
+        "{out}"
+    );
+    let mut conn = server.conn().await;
+    let left: Option<i64> = conn
+        .query_first("SELECT count(*) FROM distlock_locks")
+        .await
+        .unwrap();
+    assert_eq!(left, Some(0), "locks left in the table after the run");
+    let orders: Option<i64> = conn
+        .query_first("SELECT count(*) FROM distlock_example_orders")
+        .await
+        .unwrap();
+    assert_eq!(
+        orders,
+        Some(0),
+        "the example clears its orders table when it is done"
+    );
+}
+
 #[test]
 fn orders_runs_on_redlock_and_on_a_redis_cluster() {
     use support::cluster::RedisCluster;

@@ -186,6 +186,14 @@ async fn postgres_four_processes_never_overlap() {
     four_processes(&server.url_with_own_table(), true).await;
 }
 
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_four_processes_never_overlap() {
+    let server = support::mysql::MysqlServer::start();
+    let table = unique("locks").replace('-', "_");
+    four_processes(&format!("{}?table={table}", server.url()), true).await;
+}
+
 /// `memory://` lives in one process: four clients (separate owners) × 32 tasks in this one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_four_clients_never_overlap() {

@@ -13,7 +13,8 @@
 //! 6. `memory://` uncontended calls per second;
 //! 7. PostgreSQL (a server of its own, `initdb` + `postgres`): uncontended lock + release vs the
 //!    two raw statements of a lock table, 64-task throughput vs raw pairs on as many
-//!    connections, and handoff between four clients (`bench/src/sql.rs`).
+//!    connections, and handoff between four clients (`bench/src/sql.rs`);
+//! 8. MariaDB (`mariadb-install-db` + `mariadbd`): the same rows.
 //!
 //! Prints a table and writes it as JSON to `target/distlock-bench.json`.
 //!
@@ -520,6 +521,19 @@ async fn main() -> Result<(), Error> {
     )
     .await?;
     drop(postgres);
+
+    // 8. MariaDB.
+    let mariadb = support::mysql::MysqlServer::start();
+    let my_url = mariadb.url();
+    sql::rows(
+        &mut report,
+        "8. mariadb",
+        "mariadb",
+        &my_url,
+        sql::MyRaw::connect(&my_url, distlock_pool_size()).await?,
+    )
+    .await?;
+    drop(mariadb);
 
     // 4. Renewal at scale: 10,000 locks, 3 s lease, held 10 s (skipped with
     // DISTLOCK_BENCH_QUICK=1, for quick comparisons of the other figures).

@@ -1,7 +1,8 @@
 //! The SQL backends' rows: uncontended lock + release against the two raw statements of the
 //! classic lock table on the same server, 64-task throughput on distinct keys against raw pairs
 //! on as many connections as distlock's pool, and handoff between clients (a release wakes the
-//! other clients' waiters through the database: `LISTEN`/`NOTIFY` on PostgreSQL).
+//! other clients' waiters through the database: `LISTEN`/`NOTIFY` on PostgreSQL, polling on
+//! MySQL / MariaDB).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -64,6 +65,59 @@ impl RawPair for PgRaw {
                 &[&key, &token],
             )
             .await?;
+        Ok(())
+    }
+}
+
+/// MySQL / MariaDB raw pairs on a table shaped like distlock's, one statement at a time per
+/// connection (as distlock's connections run them).
+#[derive(Clone)]
+pub struct MyRaw {
+    conns: Arc<Vec<tokio::sync::Mutex<mysql_async::Conn>>>,
+}
+
+impl MyRaw {
+    pub async fn connect(url: &str, connections: usize) -> Result<MyRaw, Error> {
+        use mysql_async::prelude::Queryable;
+        let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(url)?)
+            .prefer_socket(false);
+        let mut conns = Vec::new();
+        for _ in 0..connections {
+            conns.push(tokio::sync::Mutex::new(
+                mysql_async::Conn::new(opts.clone()).await?,
+            ));
+        }
+        conns[0]
+            .lock()
+            .await
+            .query_drop(
+                "CREATE TABLE IF NOT EXISTS bench_raw_locks (name VARBINARY(2048) PRIMARY KEY, \
+                 token VARCHAR(64) NOT NULL, expires_at DATETIME(6) NOT NULL)",
+            )
+            .await?;
+        Ok(MyRaw {
+            conns: Arc::new(conns),
+        })
+    }
+}
+
+impl RawPair for MyRaw {
+    async fn pair(&self, conn: usize, key: &str) -> Result<(), Error> {
+        use mysql_async::prelude::Queryable;
+        let mut conn = self.conns[conn % self.conns.len()].lock().await;
+        let token = "t0123456789abcdef0123456789abcdef";
+        conn.exec_drop(
+            "INSERT IGNORE INTO bench_raw_locks VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL 30 \
+             SECOND)",
+            (key.as_bytes(), token),
+        )
+        .await?;
+        assert_eq!(conn.affected_rows(), 1, "raw key {key} was taken");
+        conn.exec_drop(
+            "DELETE FROM bench_raw_locks WHERE name = ? AND token = ?",
+            (key.as_bytes(), token),
+        )
+        .await?;
         Ok(())
     }
 }

@@ -3,7 +3,7 @@
 //! separate steps (so, without the lock, updates would be lost). In one process it is a map;
 //! with Redis it is Redis keys, so workers can be separate processes. With `redlock://` the data
 //! lives on the first node (the lock is across all of them); with `redis+cluster://` in the
-//! cluster; with `postgres://` in a table of the same database as the locks.
+//! cluster; with `postgres://` or `mysql://` in a table of the same database as the locks.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,6 +24,11 @@ pub enum Store {
     /// `distlock_example_orders`, whose primary key refuses a duplicate.
     Postgres {
         client: Arc<tokio_postgres::Client>,
+        namespace: String,
+    },
+    /// The same two tables in MySQL / MariaDB.
+    Mysql {
+        pool: mysql_async::Pool,
         namespace: String,
     },
 }
@@ -59,6 +64,28 @@ impl Store {
                 })?;
             return Ok(Store::Postgres {
                 client: Arc::new(client),
+                namespace: namespace.to_owned(),
+            });
+        }
+        if url.starts_with("mysql://") {
+            use mysql_async::prelude::Queryable;
+            let base = url.split('?').next().unwrap_or(url);
+            let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(base)?)
+                .prefer_socket(false);
+            let pool = mysql_async::Pool::new(opts);
+            let mut conn = pool.get_conn().await?;
+            conn.query_drop(
+                "CREATE TABLE IF NOT EXISTS distlock_example_store \
+                 (name VARBINARY(512) PRIMARY KEY, value BIGINT NOT NULL)",
+            )
+            .await?;
+            conn.query_drop(
+                "CREATE TABLE IF NOT EXISTS distlock_example_orders \
+                 (namespace VARBINARY(255), id BIGINT, PRIMARY KEY (namespace, id))",
+            )
+            .await?;
+            return Ok(Store::Mysql {
+                pool,
                 namespace: namespace.to_owned(),
             });
         }
@@ -111,6 +138,18 @@ impl Store {
                     .await?;
                 row.map_or(0, |r| r.get::<_, i64>(0) as u64)
             }
+            Store::Mysql { pool, namespace } => {
+                use mysql_async::prelude::Queryable;
+                let value: Option<i64> = pool
+                    .get_conn()
+                    .await?
+                    .exec_first(
+                        "SELECT value FROM distlock_example_store WHERE name = ?",
+                        (format!("{namespace}:{name}"),),
+                    )
+                    .await?;
+                value.unwrap_or(0) as u64
+            }
         })
     }
 
@@ -134,6 +173,17 @@ impl Store {
                         "INSERT INTO distlock_example_store (name, value) VALUES ($1, $2) \
                          ON CONFLICT (name) DO UPDATE SET value = excluded.value",
                         &[&format!("{namespace}:{name}"), &(value as i64)],
+                    )
+                    .await?;
+            }
+            Store::Mysql { pool, namespace } => {
+                use mysql_async::prelude::Queryable;
+                pool.get_conn()
+                    .await?
+                    .exec_drop(
+                        "INSERT INTO distlock_example_store (name, value) VALUES (?, ?) \
+                         ON DUPLICATE KEY UPDATE value = VALUES(value)",
+                        (format!("{namespace}:{name}"), value as i64),
                     )
                     .await?;
             }
@@ -167,6 +217,22 @@ impl Store {
                     Some(code) if code.code() == "23505" => Ok(false), // unique_violation
                     _ => Err(e),
                 })?,
+            Store::Mysql { pool, namespace } => {
+                use mysql_async::prelude::Queryable;
+                let inserted = pool
+                    .get_conn()
+                    .await?
+                    .exec_drop(
+                        "INSERT INTO distlock_example_orders (namespace, id) VALUES (?, ?)",
+                        (namespace.as_str(), id as i64),
+                    )
+                    .await;
+                match inserted {
+                    Ok(()) => true,
+                    Err(mysql_async::Error::Server(e)) if e.code == 1062 => false, // duplicate
+                    Err(e) => return Err(e.into()),
+                }
+            }
         };
         if fresh {
             Ok(())
@@ -204,6 +270,22 @@ impl Store {
                         &[namespace],
                     )
                     .await?;
+            }
+            Store::Mysql { pool, namespace } => {
+                use mysql_async::prelude::Queryable;
+                let mut conn = pool.get_conn().await?;
+                for name in names {
+                    conn.exec_drop(
+                        "DELETE FROM distlock_example_store WHERE name = ?",
+                        (format!("{namespace}:{name}"),),
+                    )
+                    .await?;
+                }
+                conn.exec_drop(
+                    "DELETE FROM distlock_example_orders WHERE namespace = ?",
+                    (namespace.as_str(),),
+                )
+                .await?;
             }
         }
         Ok(())

@@ -332,7 +332,7 @@ impl LockClientBuilder {
         self
     }
 
-    /// SQL backends (`postgres://`): the lock table (default `distlock_locks`; `schema.table`
+    /// SQL backends (`postgres://`, `mysql://`): the lock table (default `distlock_locks`; `schema.table`
     /// allowed). Fencing counters live in `<table>_fences`. Overrides the URL's `table=`.
     pub fn table(mut self, table: impl Into<String>) -> Self {
         self.sql.table = Some(table.into());
@@ -391,18 +391,19 @@ impl LockClientBuilder {
                 self.connect_redis(scheme, url).await?
             }
             "postgres" | "postgresql" => self.connect_postgres(url).await?,
-            "mysql" | "zk" | "etcd" => {
+            "mysql" => self.connect_mysql(url).await?,
+            "zk" | "etcd" => {
                 return Err(LockError::Config(format!(
                     "the `{scheme}://` backend is not available in this version of distlock; \
-                     use `postgres://`, `redis://`, `redlock://`, `redis+cluster://` or \
-                     `memory://`"
+                     use `postgres://`, `mysql://`, `redis://`, `redlock://`, \
+                     `redis+cluster://` or `memory://`"
                 )));
             }
             _ => {
                 return Err(LockError::Config(format!(
                     "unknown lock backend scheme `{scheme}://` in `{}`: supported are \
-                     `memory://`, `redis://` / `rediss://`, `redlock://`, `redis+cluster://` \
-                     and `postgres://`",
+                     `memory://`, `redis://` / `rediss://`, `redlock://`, `redis+cluster://`, \
+                     `postgres://` and `mysql://`",
                     redact(url)
                 )));
             }
@@ -481,6 +482,26 @@ impl LockClientBuilder {
             self.response_timeout,
         )?;
         Ok(crate::backend::postgres::PostgresBackend::connect(&driver_url, settings).await?)
+    }
+
+    #[cfg(feature = "mysql")]
+    async fn connect_mysql(&self, url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        let (settings, driver_url) = crate::backend::sql::SqlSettings::from_url(
+            url,
+            &self.sql,
+            self.connect_timeout,
+            self.response_timeout,
+        )?;
+        Ok(crate::backend::mysql::MysqlBackend::connect(&driver_url, settings).await?)
+    }
+
+    #[cfg(not(feature = "mysql"))]
+    async fn connect_mysql(&self, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        Err(LockError::Config(
+            "`mysql://` needs distlock's `mysql` feature: \
+             distlock = { version = \"…\", features = [\"mysql\"] }"
+                .into(),
+        ))
     }
 
     #[cfg(not(feature = "postgres"))]

@@ -52,6 +52,10 @@ return {1, token}
 /// The SQL form (PostgreSQL placeholders; `?` on MySQL): add a `fence BIGINT NOT NULL DEFAULT
 /// 0` column to the row the lock protects and guard every write with it. `$1` = the fencing
 /// token, `$2` = the new value, `$3` = the row id. One row updated: written; zero rows: stale.
+///
+/// On MySQL / MariaDB write `?` for each placeholder in order of appearance, so the parameters
+/// are `(value, token, id, token)`. `tests/postgres.rs` and `tests/mysql.rs` run it on both
+/// databases: a holder paused past its lease updates no row after the next holder wrote.
 pub const SQL_FENCED_UPDATE: &str =
     "UPDATE resource SET value = $2, fence = $1 WHERE id = $3 AND fence <= $1";
 

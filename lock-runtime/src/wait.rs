@@ -167,6 +167,8 @@ pub(crate) async fn acquire(
     // After a failed SUBSCRIBE, waiting relies on the holder's TTL until this instant.
     let mut subscribe_after: Option<Instant> = None;
     let mut failures: u32 = 0;
+    // Busy attempts in a row, for backends that poll for releases (`Backend::release_poll`).
+    let mut busy: u32 = 0;
     let mut pending = failed;
     loop {
         if let Some(failure) = pending.take() {
@@ -206,7 +208,10 @@ pub(crate) async fn acquire(
                 tracing::debug!(key, ?waited, fencing_token, "distlock: acquired");
                 return Ok(acquired);
             }
-            Ok(Err(ttl)) => ttl,
+            Ok(Err(ttl)) => {
+                busy += 1;
+                ttl
+            }
             Err(failure) if failure.transient => {
                 pending = Some(failure);
                 continue;
@@ -240,9 +245,15 @@ pub(crate) async fn acquire(
                 }
             }
         }
-        let pause = match ttl {
+        let until_lease_ends = match ttl {
             Some(ttl) => ttl + jitter(ttl),
             None => NO_TTL_RETRY,
+        };
+        // A backend that cannot announce releases is asked again sooner, never later than the
+        // holder's lease ends.
+        let pause = match backend.release_poll(busy) {
+            Some(poll) => poll.min(until_lease_ends),
+            None => until_lease_ends,
         };
         let wake_at = match deadline {
             Some(deadline) => deadline.min(now + pause),

@@ -6,6 +6,7 @@ use std::time::Duration;
 use distlock::{LockClient, LockClientBuilder};
 
 use super::cluster::RedisCluster;
+use super::mysql::MysqlServer;
 use super::postgres::PostgresServer;
 use super::proxy::DelayProxy;
 use super::{RedisServer, unique};
@@ -470,5 +471,110 @@ impl Fixture for PostgresFixture {
     async fn anything_at(&self, name: &str) -> bool {
         let sql = format!("SELECT 1 FROM {} WHERE name = $1", self.table);
         !self.rows(&sql, &[&name]).await.is_empty()
+    }
+}
+
+/// `mysql://` on the binary's shared MariaDB server, with a lock table of this test's own.
+/// What it "holds" is a row whose expiry (UTC, the server's clock) has not passed.
+pub struct MysqlFixture {
+    pub server: &'static MysqlServer,
+    table: String,
+    conn: tokio::sync::Mutex<Option<mysql_async::Conn>>,
+}
+
+impl MysqlFixture {
+    pub fn new() -> MysqlFixture {
+        MysqlFixture {
+            server: MysqlServer::shared(),
+            table: unique("locks").replace('-', "_"),
+            conn: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Runs `statement` with `params` and returns its rows; a table not created yet reads as
+    /// empty.
+    pub async fn rows<T: mysql_async::prelude::FromRow + Send + 'static>(
+        &self,
+        statement: &str,
+        params: impl Into<mysql_async::Params> + Send,
+    ) -> Vec<T> {
+        use mysql_async::prelude::Queryable;
+        let mut conn = self.conn.lock().await;
+        if conn.is_none() {
+            *conn = Some(self.server.conn().await);
+        }
+        match conn.as_mut().unwrap().exec(statement, params).await {
+            Ok(rows) => rows,
+            Err(mysql_async::Error::Server(e)) if e.code == 1146 => Vec::new(),
+            Err(e) => panic!("{statement}: {e:?}"),
+        }
+    }
+}
+
+impl Fixture for MysqlFixture {
+    fn url(&self) -> String {
+        format!("{}?table={}", self.server.url(), self.table)
+    }
+
+    async fn holder(&self, name: &str) -> Option<String> {
+        let sql = format!(
+            "SELECT token FROM {} WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)",
+            self.table
+        );
+        self.rows::<String>(&sql, (name.as_bytes(),))
+            .await
+            .into_iter()
+            .next()
+    }
+
+    async fn ttl(&self, name: &str) -> Option<Duration> {
+        let sql = format!(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {} \
+             WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)",
+            self.table
+        );
+        self.rows::<i64>(&sql, (name.as_bytes(),))
+            .await
+            .into_iter()
+            .next()
+            .map(|us| Duration::from_micros(us.max(0) as u64))
+    }
+
+    async fn delete(&self, name: &str) {
+        let sql = format!("DELETE FROM {} WHERE name = ?", self.table);
+        self.rows::<i64>(&sql, (name.as_bytes(),)).await;
+    }
+
+    async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
+        self.client().await; // makes the table
+        let sql = format!(
+            "INSERT INTO {} (name, token, expires_at, holder, acquired_at) \
+             VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, 'a test', UTC_TIMESTAMP(6)) \
+             ON DUPLICATE KEY UPDATE token = VALUES(token), expires_at = VALUES(expires_at)",
+            self.table
+        );
+        let us = ttl.as_micros() as i64;
+        self.rows::<i64>(&sql, (name.as_bytes(), token, us)).await;
+    }
+
+    async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
+        let proxies = slow_proxies(&[self.server.port()], min, max).await;
+        let url = self.url().replace(
+            &format!(":{}/", self.server.port()),
+            &format!(":{}/", proxies[0].port()),
+        );
+        Slowed {
+            url,
+            _keep: keep(proxies),
+        }
+    }
+
+    async fn anything_at(&self, name: &str) -> bool {
+        let sql = format!("SELECT 1 FROM {} WHERE name = ?", self.table);
+        !self.rows::<i64>(&sql, (name.as_bytes(),)).await.is_empty()
     }
 }

@@ -8,10 +8,12 @@
 pub mod cluster;
 pub mod fixture;
 pub mod history;
+pub mod mysql;
 pub mod postgres;
 pub mod proxy;
 #[path = "../../examples/support/store.rs"]
 pub mod store;
+pub mod unprivileged;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

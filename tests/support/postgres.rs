@@ -6,10 +6,11 @@
 //! wrong one does; the data survives [`PostgresServer::restart`] and
 //! [`kill`](PostgresServer::kill) (a crash: PostgreSQL recovers from its WAL).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::unprivileged::{as_server_user, chown_to_server_user};
 use super::{TEST_COMMAND, free_port, output_tied, spawn_tied, unique};
 
 /// The superuser's password on every test server.
@@ -53,28 +54,6 @@ fn binary(name: &str) -> PathBuf {
             "`{name}` (PostgreSQL) is not installed. Run the README's test command, \
              `{TEST_COMMAND}`, which installs the `postgresql` package"
         ),
-    }
-}
-
-/// Runs as `nobody` when we are root (PostgreSQL refuses root).
-fn as_server_user(command: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        command.uid(65534).gid(65534);
-    }
-}
-
-fn chown_to_server_user(path: &Path) {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        let status = Command::new("chown")
-            .arg("-R")
-            .arg("65534:65534")
-            .arg(path)
-            .status()
-            .expect("chown");
-        assert!(status.success(), "chown {} failed", path.display());
     }
 }
 

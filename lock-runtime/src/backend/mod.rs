@@ -11,6 +11,8 @@ use crate::notify::ReleaseSubscription;
 use crate::runtime::BoxFuture;
 
 pub(crate) mod memory;
+#[cfg(feature = "mysql")]
+pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 #[cfg(feature = "redis")]
@@ -123,6 +125,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
         name: &'a str,
         token: &'a str,
     ) -> BoxFuture<'a, Result<bool, BoxError>>;
+
+    /// For a backend that cannot announce releases to other processes (MySQL has no
+    /// notifications): how long a waiter pauses before asking again after its `busy`-th busy
+    /// answer in a row. The waiting loop never pauses past the holder's remaining lease.
+    /// `None` (the default): wait for a release notification or the holder's lease.
+    fn release_poll(&self, _busy: u32) -> Option<std::time::Duration> {
+        None
+    }
 
     /// Starts listening for releases of `name`. The returned subscription must already be
     /// active (a release after this future resolves is seen).

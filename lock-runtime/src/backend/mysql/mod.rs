@@ -1,0 +1,594 @@
+//! `mysql://`: locks as rows of a table in MySQL 8 or MariaDB ≥ 10.6.
+//!
+//! The same table and the same fixes as the PostgreSQL backend (see `backend/postgres`): expiry
+//! by the database's clock (`UTC_TIMESTAMP(6)`), one atomic `INSERT … ON DUPLICATE KEY UPDATE`
+//! per acquisition that takes over only an expired row (or ours), owner checks on release and
+//! renewal, renewals batched per tick, fencing counters in `<table>_fences`. A fenced
+//! acquisition runs the grant and the counter in one short transaction, so a later grant always
+//! gets a larger token.
+//!
+//! MySQL has no notifications: a waiter asks again after a short pause that doubles from 2 ms
+//! to 50 ms (drawn from its upper half), never past the holder's remaining lease.
+//!
+//! Connections: `pool_size` connections (default 4), each running one statement at a time;
+//! the statements about one lock always use the same connection, in the order they were sent,
+//! and run to completion in a task of their own even when the caller gives up — so the release
+//! sent for an abandoned acquisition can never overtake it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts, OptsBuilder, Params, TxOpts, Value};
+
+use super::sql::{SqlSettings, holder_id, millis};
+use super::url::redact_url;
+use super::{Attempt, Backend, LockSpec, Transient};
+use crate::error::{BoxError, LockError};
+use crate::notify::{ReleaseHub, ReleaseSubscription};
+use crate::runtime::{BoxFuture, RuntimeBound};
+
+mod statements;
+
+use statements::Sql;
+
+/// Retries of a statement that failed on a broken connection (on a fresh one).
+const RETRIES: u32 = 2;
+
+/// A connection, tied to the runtime that drives its socket.
+type Slot = Arc<tokio::sync::Mutex<Option<(Conn, RuntimeBound<()>)>>>;
+
+pub(crate) struct MysqlBackend {
+    opts: Opts,
+    settings: SqlSettings,
+    sql: Arc<Sql>,
+    holder: String,
+    url: String,
+    slots: Vec<Slot>,
+    /// Wakes this client's waiters when it releases a lock itself (other processes are found by
+    /// polling: see [`Backend::release_poll`]).
+    hub: Arc<ReleaseHub>,
+}
+
+/// A failed statement: the driver's error, or no reply in time.
+#[derive(Debug)]
+pub(crate) enum MyError {
+    Driver(mysql_async::Error),
+    TimedOut { what: &'static str, after: Duration },
+    Unexpected(String),
+}
+
+impl fmt::Display for MyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MyError::Driver(mysql_async::Error::Server(e)) => {
+                write!(f, "{} (error {}, SQLSTATE {})", e.message, e.code, e.state)
+            }
+            MyError::Driver(e) => write!(f, "{e}"),
+            MyError::TimedOut { what, after } => write!(f, "no reply to {what} within {after:?}"),
+            MyError::Unexpected(what) => f.write_str(what),
+        }
+    }
+}
+
+impl std::error::Error for MyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            MyError::Driver(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<mysql_async::Error> for MyError {
+    fn from(error: mysql_async::Error) -> MyError {
+        MyError::Driver(error)
+    }
+}
+
+/// Server errors a new try may cure: deadlock, lock wait timeout, too many connections, server
+/// shutting down, connection killed, query interrupted.
+const TRANSIENT_CODES: [u16; 7] = [1213, 1205, 1040, 1053, 1927, 1317, 2013];
+
+impl MyError {
+    fn is_transient(&self) -> bool {
+        match self {
+            MyError::TimedOut { .. } => true,
+            MyError::Unexpected(_) => false,
+            MyError::Driver(error) => match error {
+                mysql_async::Error::Io(_) => true,
+                mysql_async::Error::Driver(mysql_async::DriverError::ConnectionClosed) => true,
+                mysql_async::Error::Server(e) => TRANSIENT_CODES.contains(&e.code),
+                _ => false,
+            },
+        }
+    }
+
+    fn server_code(&self) -> Option<u16> {
+        match self {
+            MyError::Driver(mysql_async::Error::Server(e)) => Some(e.code),
+            _ => None,
+        }
+    }
+
+    /// Whether the connection it happened on is still good (a server error leaves it usable).
+    fn keeps_connection(&self) -> bool {
+        matches!(self, MyError::Driver(mysql_async::Error::Server(e)) if !TRANSIENT_CODES[2..].contains(&e.code))
+    }
+}
+
+fn acquire_error(error: MyError) -> BoxError {
+    if error.is_transient() {
+        Transient::wrap(error)
+    } else {
+        error.into()
+    }
+}
+
+/// The pool slot of lock `name` (FNV-1a).
+fn slot_of(name: &str, slots: usize) -> usize {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (hash % slots as u64) as usize
+}
+
+fn micros(d: Duration) -> i64 {
+    millis(d).saturating_mul(1000)
+}
+
+/// A statement's work on one connection, run (and retried) by [`MysqlBackend::run`].
+type Op<T> = Arc<dyn Fn(&mut Conn) -> BoxFuture<'_, Result<T, mysql_async::Error>> + Send + Sync>;
+
+impl MysqlBackend {
+    /// Parses the URL, connects every pooled connection (bounded by the connect timeout),
+    /// creates the tables if asked and missing, and checks their shape by preparing every
+    /// statement.
+    pub(crate) async fn connect(
+        driver_url: &str,
+        settings: SqlSettings,
+    ) -> Result<Arc<MysqlBackend>, LockError> {
+        let shown = redact_url(driver_url);
+        let opts = Opts::from_url(driver_url)
+            .map_err(|e| LockError::Config(format!("invalid MySQL URL {shown}: {e}")))?;
+        let mut builder = OptsBuilder::from_opts(opts);
+        if !driver_url.contains("prefer_socket") {
+            // Talk to the address in the URL, not to a local socket the server reports.
+            builder = builder.prefer_socket(false);
+        }
+        let backend = Arc::new(MysqlBackend {
+            opts: builder.into(),
+            sql: Arc::new(Sql::new(&settings)),
+            holder: holder_id(),
+            url: shown,
+            slots: (0..settings.pool_size).map(|_| Slot::default()).collect(),
+            settings,
+            hub: ReleaseHub::new(None),
+        });
+        if backend.settings.create_table {
+            let create = backend.sql.create.clone();
+            backend
+                .run("creating the lock table", "", move |conn| {
+                    let create = create.clone();
+                    Box::pin(async move {
+                        for statement in create {
+                            conn.query_drop(statement).await?;
+                        }
+                        Ok(())
+                    })
+                })
+                .await
+                .map_err(|e| backend.setup_error(e))?;
+        }
+        // Every connection is made now and prepares every statement: a table of the wrong shape
+        // fails here, naming what is wrong, and the first locks do not pay for connecting.
+        let checks = (0..backend.slots.len()).map(|i| {
+            let sql = Arc::clone(&backend.sql);
+            backend.run_on(i, "preparing the lock statements", move |conn| {
+                let sql = Arc::clone(&sql);
+                Box::pin(async move {
+                    for statement in [
+                        &sql.acquire,
+                        &sql.remaining,
+                        &sql.fence,
+                        &sql.renew,
+                        &sql.release,
+                        &sql.release_expired,
+                    ] {
+                        conn.prep(statement.as_str()).await?;
+                    }
+                    Ok(())
+                })
+            })
+        });
+        futures_util::future::try_join_all(checks)
+            .await
+            .map_err(|e| backend.setup_error(e))?;
+        Ok(backend)
+    }
+
+    /// A connection-time failure as an error that says what to check.
+    fn connect_error(&self, error: MyError) -> LockError {
+        let hint = match (&error, error.server_code()) {
+            (_, Some(1045)) => "authentication failed: check the user and password in the URL \
+                 (mysql://user:password@host:port/database)"
+                .to_owned(),
+            (_, Some(1049)) => format!(
+                "the database {:?} does not exist: create it (`CREATE DATABASE`) or fix the \
+                 URL's path",
+                self.opts.db_name().unwrap_or_default()
+            ),
+            (_, Some(1044)) => "this user may not use that database (GRANT it access)".to_owned(),
+            (MyError::TimedOut { .. }, _) => format!(
+                "no answer within the connect timeout ({:?}): is the host reachable?",
+                self.settings.connect_timeout
+            ),
+            (e, _) if e.to_string().to_lowercase().contains("refused") => {
+                "connection refused: is MySQL / MariaDB running at that address?".to_owned()
+            }
+            _ => "the connection failed".to_owned(),
+        };
+        LockError::Connect {
+            url: self.url.clone(),
+            reason: format!("{hint} ({error})"),
+            source: Some(Box::new(error)),
+        }
+    }
+
+    /// A failure while setting up the tables or their statements.
+    fn setup_error(&self, error: MyError) -> LockError {
+        let (table, fences) = (&self.settings.table, self.settings.fence_table());
+        let reason = match error.server_code() {
+            // No such table.
+            Some(1146) if !self.settings.create_table => format!(
+                "the lock table `{table}` (or `{fences}`) does not exist ({error}), and \
+                 `create_table=false` says not to create it: create both with the DDL in the \
+                 README (\"The lock table\"), or let distlock create them"
+            ),
+            // Unknown column, wrong type, no such table (made by someone else, half).
+            Some(1054 | 1146 | 1292 | 1366 | 1406) => format!(
+                "the lock table `{table}` (or `{fences}`) does not have the shape distlock \
+                 needs: {error}. Create it with the DDL in the README (\"The lock table\"), or \
+                 name another table (`table=` in the URL, or the builder's `.table(…)`)"
+            ),
+            // CREATE command denied.
+            Some(1142) => format!(
+                "cannot create the lock table `{table}`: the user may not create tables \
+                 ({error}). Create it once with the DDL in the README (\"The lock table\") and \
+                 connect with `create_table=false`"
+            ),
+            _ => return self.connect_error(error),
+        };
+        LockError::Connect {
+            url: self.url.clone(),
+            reason,
+            source: Some(Box::new(error)),
+        }
+    }
+
+    /// Runs `op` on the connection of lock `name`.
+    async fn run<T, F>(&self, what: &'static str, name: &str, op: F) -> Result<T, MyError>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Conn) -> BoxFuture<'_, Result<T, mysql_async::Error>> + Send + Sync + 'static,
+    {
+        self.run_on(slot_of(name, self.slots.len()), what, op).await
+    }
+
+    /// Runs `op` on connection `i`, in a task of its own so that it completes (and keeps the
+    /// connection's statements in order) even if the caller stops waiting. A broken connection
+    /// is replaced and the statement retried on the new one; every statement is safe to repeat
+    /// with the same token.
+    async fn run_on<T, F>(&self, i: usize, what: &'static str, op: F) -> Result<T, MyError>
+    where
+        T: Send + 'static,
+        F: Fn(&mut Conn) -> BoxFuture<'_, Result<T, mysql_async::Error>> + Send + Sync + 'static,
+    {
+        let op: Op<T> = Arc::new(op);
+        let slot = Arc::clone(&self.slots[i]);
+        let opts = self.opts.clone();
+        let (connect_timeout, response_timeout) = (
+            self.settings.connect_timeout,
+            self.settings.response_timeout,
+        );
+        let task = tokio::spawn(async move {
+            let mut conn = slot.lock_owned().await;
+            let mut attempt = 0;
+            loop {
+                if conn
+                    .as_ref()
+                    .is_some_and(|(_, runtime)| !runtime.is_alive())
+                {
+                    *conn = None;
+                }
+                let mut failed = None;
+                if conn.is_none() {
+                    match tokio::time::timeout(connect_timeout, Conn::new(opts.clone())).await {
+                        Ok(Ok(fresh)) => *conn = Some((fresh, RuntimeBound::new(()))),
+                        Ok(Err(error)) => failed = Some(MyError::Driver(error)),
+                        Err(_) => {
+                            failed = Some(MyError::TimedOut {
+                                what: "the connection attempt",
+                                after: connect_timeout,
+                            })
+                        }
+                    }
+                }
+                let error = match (failed, conn.as_mut()) {
+                    (Some(error), _) => error,
+                    (None, Some((c, _))) => {
+                        match tokio::time::timeout(response_timeout, op(c)).await {
+                            Ok(Ok(value)) => return Ok(value),
+                            Ok(Err(error)) => MyError::Driver(error),
+                            Err(_) => MyError::TimedOut {
+                                what,
+                                after: response_timeout,
+                            },
+                        }
+                    }
+                    (None, None) => MyError::Unexpected("no connection".into()),
+                };
+                if !error.keeps_connection() {
+                    *conn = None; // broken, or in an unknown state after a timeout
+                }
+                if attempt < RETRIES && error.is_transient() {
+                    attempt += 1;
+                    tracing::debug!(%error, attempt, "distlock: mysql statement failed, retrying");
+                    tokio::time::sleep(Duration::from_millis(10 * 4u64.pow(attempt - 1))).await;
+                    continue;
+                }
+                return Err(error);
+            }
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(join) => Err(MyError::Unexpected(format!(
+                "the statement's task ended abnormally: {join}"
+            ))),
+        }
+    }
+}
+
+/// The pause before a waiter asks again after its `busy`-th busy answer in a row: doubling from
+/// 2 ms to 50 ms, drawn from the upper half, so waiters of several processes spread out.
+fn poll_pause(busy: u32) -> Duration {
+    let ceiling = (2u64 << busy.saturating_sub(1).min(5)).min(50);
+    Duration::from_millis(fastrand::u64(ceiling / 2..=ceiling))
+}
+
+fn positional(values: Vec<Value>) -> Params {
+    Params::Positional(values)
+}
+
+impl Backend for MysqlBackend {
+    fn kind(&self) -> &'static str {
+        "mysql"
+    }
+
+    fn release_poll(&self, busy: u32) -> Option<Duration> {
+        Some(poll_pause(busy))
+    }
+
+    fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
+        Box::pin(async move {
+            let sql = Arc::clone(&self.sql);
+            let params = vec![
+                Value::from(spec.name.as_bytes()),
+                Value::from(spec.token),
+                Value::from(micros(spec.lease)),
+                Value::from(self.holder.as_str()),
+            ];
+            let (name, fencing) = (spec.name.as_bytes().to_vec(), spec.fencing);
+            let outcome = self
+                .run("the acquisition", spec.name, move |conn| {
+                    let (sql, params, name) = (Arc::clone(&sql), params.clone(), name.clone());
+                    Box::pin(async move {
+                        if !fencing {
+                            conn.exec_drop(sql.acquire.as_str(), positional(params))
+                                .await?;
+                            let taken = conn.affected_rows() > 0;
+                            return Ok((taken, None));
+                        }
+                        // The grant and the counter commit together: the row lock taken by the
+                        // grant holds off the next grant until the token is counted.
+                        let mut tx = conn.start_transaction(TxOpts::default()).await?;
+                        tx.exec_drop(sql.acquire.as_str(), positional(params))
+                            .await?;
+                        if tx.affected_rows() == 0 {
+                            tx.rollback().await?;
+                            return Ok((false, None));
+                        }
+                        tx.exec_drop(sql.fence.as_str(), positional(vec![Value::from(name)]))
+                            .await?;
+                        let fence = tx.last_insert_id();
+                        tx.commit().await?;
+                        Ok((true, fence))
+                    })
+                })
+                .await
+                .map_err(acquire_error)?;
+            match outcome {
+                (true, fence) => {
+                    if spec.fencing && fence.is_none() {
+                        return Err(MyError::Unexpected(
+                            "the acquisition returned no fencing token".into(),
+                        )
+                        .into());
+                    }
+                    Ok(Attempt::Acquired {
+                        fencing_token: fence,
+                    })
+                }
+                (false, _) => {
+                    let sql = Arc::clone(&self.sql);
+                    let name = spec.name.as_bytes().to_vec();
+                    let remaining: Option<Option<i64>> = self
+                        .run("reading the holder's lease", spec.name, move |conn| {
+                            let (sql, name) = (Arc::clone(&sql), name.clone());
+                            Box::pin(async move {
+                                conn.exec_first(sql.remaining.as_str(), (name,)).await
+                            })
+                        })
+                        .await
+                        .map_err(acquire_error)?;
+                    // Gone already (released or expired just now): try again soon.
+                    let micros = remaining.flatten().unwrap_or(0).max(0);
+                    Ok(Attempt::Busy {
+                        ttl: Some(Duration::from_micros(micros as u64)),
+                    })
+                }
+            }
+        })
+    }
+
+    fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(async move {
+            let sql = Arc::clone(&self.sql);
+            let params = vec![
+                Value::from(micros(spec.lease)),
+                Value::from(spec.name.as_bytes()),
+                Value::from(spec.token),
+            ];
+            let renewed = self
+                .run("the renewal", spec.name, move |conn| {
+                    let (sql, params) = (Arc::clone(&sql), params.clone());
+                    Box::pin(async move {
+                        conn.exec_drop(sql.renew.as_str(), positional(params))
+                            .await?;
+                        Ok(conn.affected_rows())
+                    })
+                })
+                .await?;
+            Ok(renewed == 1)
+        })
+    }
+
+    fn renew_many<'a>(
+        &'a self,
+        specs: &'a [LockSpec<'a>],
+    ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
+        Box::pin(async move {
+            if let [spec] = specs {
+                return vec![self.renew(*spec).await.map_err(|e| e.to_string())];
+            }
+            // One UPDATE per distinct lease (usually one), then one SELECT of what is still
+            // ours: a lock still ours and unexpired after the UPDATE was renewed by it.
+            let mut leases: Vec<i64> = specs.iter().map(|s| micros(s.lease)).collect();
+            leases.sort_unstable();
+            leases.dedup();
+            let mut updates = Vec::new();
+            for lease in leases {
+                let mut params = vec![Value::from(lease)];
+                let mut n = 0;
+                for spec in specs.iter().filter(|s| micros(s.lease) == lease) {
+                    params.push(Value::from(spec.name.as_bytes()));
+                    params.push(Value::from(spec.token));
+                    n += 1;
+                }
+                updates.push((self.sql.renew_many(n), params));
+            }
+            let mut check = Vec::with_capacity(specs.len() * 2);
+            for spec in specs {
+                check.push(Value::from(spec.name.as_bytes()));
+                check.push(Value::from(spec.token));
+            }
+            let still_ours = self.sql.still_ours(specs.len());
+            let renewed = self
+                .run("the batched renewal", specs[0].name, move |conn| {
+                    let (updates, check, still_ours) =
+                        (updates.clone(), check.clone(), still_ours.clone());
+                    Box::pin(async move {
+                        for (statement, params) in updates {
+                            conn.exec_drop(statement, positional(params)).await?;
+                        }
+                        let names: Vec<Vec<u8>> = conn.exec(still_ours, positional(check)).await?;
+                        Ok(names)
+                    })
+                })
+                .await;
+            match renewed {
+                Ok(names) => {
+                    let names: std::collections::HashSet<Vec<u8>> = names.into_iter().collect();
+                    specs
+                        .iter()
+                        .map(|s| Ok(names.contains(s.name.as_bytes())))
+                        .collect()
+                }
+                Err(error) => vec![Err(error.to_string()); specs.len()],
+            }
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(async move {
+            let sql = Arc::clone(&self.sql);
+            let params = vec![Value::from(name.as_bytes()), Value::from(token)];
+            let released = self
+                .run("the release", name, move |conn| {
+                    let (sql, params) = (Arc::clone(&sql), params.clone());
+                    Box::pin(async move {
+                        conn.exec_drop(sql.release.as_str(), positional(params.clone()))
+                            .await?;
+                        if conn.affected_rows() == 1 {
+                            return Ok(true);
+                        }
+                        // Our lease ran out and nobody took the row over: delete it anyway,
+                        // but it was not held any more.
+                        conn.exec_drop(sql.release_expired.as_str(), positional(params))
+                            .await?;
+                        Ok(false)
+                    })
+                })
+                .await?;
+            if released {
+                self.hub.notify(name);
+            }
+            Ok(released)
+        })
+    }
+
+    fn subscribe<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        Box::pin(async move { Ok(self.hub.subscribe(name, || {})) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn polling_backs_off_to_a_cap_with_jitter() {
+        for _ in 0..1000 {
+            let first = poll_pause(1);
+            assert!(first >= Duration::from_millis(1) && first <= Duration::from_millis(2));
+            let later = poll_pause(30);
+            assert!(later >= Duration::from_millis(25) && later <= Duration::from_millis(50));
+        }
+        let draws: std::collections::HashSet<Duration> = (0..100).map(|_| poll_pause(9)).collect();
+        assert!(draws.len() > 5, "jittered: {draws:?}");
+    }
+
+    #[test]
+    fn batched_statements_have_a_pair_per_lock() {
+        let settings = SqlSettings::from_url(
+            "mysql://h/db?table=app.locks",
+            &Default::default(),
+            Duration::from_secs(1),
+            Duration::from_secs(1),
+        )
+        .unwrap()
+        .0;
+        let sql = Sql::new(&settings);
+        assert!(sql.renew_many(3).ends_with("IN ((?, ?), (?, ?), (?, ?))"));
+        assert!(sql.still_ours(1).contains("FROM `app`.`locks`"));
+        assert_eq!(slot_of("lock:a", 4), slot_of("lock:a", 4));
+    }
+}
