@@ -20,6 +20,7 @@
 //!
 //! Environment:
 //! - `DISTLOCK_BENCH_QUICK=1` skips the 10 s renewal measurement (for quick comparisons);
+//! - `DISTLOCK_BENCH_SQL_ONLY=1` runs only the database rows (7 and 8);
 //! - `DISTLOCK_BENCH_PROFILE=ours|raw|rawpub` runs only one side of the throughput measurement
 //!   (for 20 s, or `DISTLOCK_BENCH_PROFILE_SECS`) and prints its CPU per call and the server's
 //!   reads/writes per call — for `perf record -g` or `valgrind --tool=callgrind`. `rawpub` is the
@@ -231,6 +232,36 @@ async fn throughput_raw(
     .await
 }
 
+/// Rows 7 and 8: PostgreSQL and MariaDB servers of the bench's own.
+async fn sql_rows(report: &mut Report) -> Result<(), Error> {
+    // 7. PostgreSQL.
+    let postgres = support::postgres::PostgresServer::start();
+    let pg_url = postgres.url();
+    sql::rows(
+        report,
+        "7. postgres",
+        "postgres",
+        &pg_url,
+        sql::PgRaw::connect(&pg_url, distlock_pool_size()).await?,
+    )
+    .await?;
+    drop(postgres);
+
+    // 8. MariaDB.
+    let mariadb = support::mysql::MysqlServer::start();
+    let my_url = mariadb.url();
+    sql::rows(
+        report,
+        "8. mariadb",
+        "mariadb",
+        &my_url,
+        sql::MyRaw::connect(&my_url, distlock_pool_size()).await?,
+    )
+    .await?;
+    drop(mariadb);
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Error> {
     let server = RedisServer::start();
@@ -244,6 +275,11 @@ async fn main() -> Result<(), Error> {
         rows: Vec::new(),
         json: String::new(),
     };
+    // The database rows alone (DISTLOCK_BENCH_SQL_ONLY=1).
+    if std::env::var_os("DISTLOCK_BENCH_SQL_ONLY").is_some() {
+        sql_rows(&mut report).await?;
+        return Ok(());
+    }
     // For profilers (`perf record -g`): only one side of the throughput measurement, 20 s.
     if let Ok(side) = std::env::var("DISTLOCK_BENCH_PROFILE") {
         let secs = std::env::var("DISTLOCK_BENCH_PROFILE_SECS").ok();
@@ -509,31 +545,7 @@ async fn main() -> Result<(), Error> {
     );
     report.field("memory_calls_per_s", rate);
 
-    // 7. PostgreSQL.
-    let postgres = support::postgres::PostgresServer::start();
-    let pg_url = postgres.url();
-    sql::rows(
-        &mut report,
-        "7. postgres",
-        "postgres",
-        &pg_url,
-        sql::PgRaw::connect(&pg_url, distlock_pool_size()).await?,
-    )
-    .await?;
-    drop(postgres);
-
-    // 8. MariaDB.
-    let mariadb = support::mysql::MysqlServer::start();
-    let my_url = mariadb.url();
-    sql::rows(
-        &mut report,
-        "8. mariadb",
-        "mariadb",
-        &my_url,
-        sql::MyRaw::connect(&my_url, distlock_pool_size()).await?,
-    )
-    .await?;
-    drop(mariadb);
+    sql_rows(&mut report).await?;
 
     // 4. Renewal at scale: 10,000 locks, 3 s lease, held 10 s (skipped with
     // DISTLOCK_BENCH_QUICK=1, for quick comparisons of the other figures).

@@ -22,7 +22,14 @@ pub trait RawPair: Clone + Send + Sync + 'static {
 /// PostgreSQL raw pairs on a table shaped like distlock's.
 #[derive(Clone)]
 pub struct PgRaw {
-    clients: Arc<Vec<tokio_postgres::Client>>,
+    /// Each connection with its two prepared statements (take, release).
+    clients: Arc<
+        Vec<(
+            tokio_postgres::Client,
+            tokio_postgres::Statement,
+            tokio_postgres::Statement,
+        )>,
+    >,
 }
 
 impl PgRaw {
@@ -41,30 +48,32 @@ impl PgRaw {
                  NOT NULL, expires_at timestamptz NOT NULL)",
             )
             .await?;
+        let mut prepared = Vec::new();
+        for client in clients {
+            let take = client
+                .prepare(
+                    "INSERT INTO bench_raw_locks VALUES ($1, $2, now() + interval '30 seconds') \
+                     ON CONFLICT (name) DO NOTHING",
+                )
+                .await?;
+            let release = client
+                .prepare("DELETE FROM bench_raw_locks WHERE name = $1 AND token = $2")
+                .await?;
+            prepared.push((client, take, release));
+        }
         Ok(PgRaw {
-            clients: Arc::new(clients),
+            clients: Arc::new(prepared),
         })
     }
 }
 
 impl RawPair for PgRaw {
     async fn pair(&self, conn: usize, key: &str) -> Result<(), Error> {
-        let client = &self.clients[conn % self.clients.len()];
+        let (client, take, release) = &self.clients[conn % self.clients.len()];
         let token = "t0123456789abcdef0123456789abcdef";
-        let taken = client
-            .execute(
-                "INSERT INTO bench_raw_locks VALUES ($1, $2, now() + interval '30 seconds') \
-                 ON CONFLICT (name) DO NOTHING",
-                &[&key, &token],
-            )
-            .await?;
+        let taken = client.execute(take, &[&key, &token]).await?;
         assert_eq!(taken, 1, "raw key {key} was taken");
-        client
-            .execute(
-                "DELETE FROM bench_raw_locks WHERE name = $1 AND token = $2",
-                &[&key, &token],
-            )
-            .await?;
+        client.execute(release, &[&key, &token]).await?;
         Ok(())
     }
 }

@@ -50,6 +50,8 @@ const RETRIES: u32 = 2;
 struct Conn {
     client: Client,
     acquire: Statement,
+    acquire_fenced: Statement,
+    remaining: Statement,
     renew: Statement,
     renew_many: Statement,
     release: Statement,
@@ -399,12 +401,15 @@ impl PostgresBackend {
             return Ok(conn);
         }
         let (client, _driver) = self.open().await?;
-        // Sent together: the connection pipelines them, one round trip for all four.
+        // Sent together: the connection pipelines them, one round trip for all.
+        let lock_params = [Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT];
+        let acquiring = futures_util::future::try_join3(
+            client.prepare_typed(&self.sql.acquire, &lock_params),
+            client.prepare_typed(&self.sql.acquire_fenced, &lock_params),
+            client.prepare_typed(&self.sql.remaining, &[Type::TEXT]),
+        );
         let prepared = futures_util::future::try_join4(
-            client.prepare_typed(
-                &self.sql.acquire,
-                &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT, Type::BOOL],
-            ),
+            acquiring,
             client.prepare_typed(&self.sql.renew, &[Type::TEXT, Type::TEXT, Type::INT8]),
             client.prepare_typed(
                 &self.sql.renew_many,
@@ -412,12 +417,14 @@ impl PostgresBackend {
             ),
             client.prepare_typed(&self.sql.release, &[Type::TEXT, Type::TEXT]),
         );
-        let (acquire, renew, renew_many, release) = self
+        let ((acquire, acquire_fenced, remaining), renew, renew_many, release) = self
             .timed("preparing the lock statements", prepared)
             .await?;
         let conn = Arc::new(Conn {
             client,
             acquire,
+            acquire_fenced,
+            remaining,
             renew,
             renew_many,
             release,
@@ -492,6 +499,14 @@ impl PostgresBackend {
         let listener = Box::pin(Listener::start(self)).await?;
         *self.listener.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&listener));
         Ok(listener)
+    }
+}
+
+/// A busy answer with the holder's remaining lease. No row (released or taken just now, after
+/// the statement's snapshot): retry soon.
+fn busy(ttl_ms: Option<i64>) -> Attempt {
+    Attempt::Busy {
+        ttl: Some(Duration::from_millis(ttl_ms.unwrap_or(0).max(0) as u64)),
     }
 }
 
@@ -575,36 +590,53 @@ impl Backend for PostgresBackend {
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
         Box::pin(async move {
             let lease = millis(spec.lease);
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+                [&spec.name, &spec.token, &lease, &self.holder];
+            if !spec.fencing {
+                let taken = self
+                    .run("the acquisition", spec.name, |conn| async move {
+                        conn.client.query_opt(&conn.acquire, &params).await
+                    })
+                    .await
+                    .map_err(acquire_error)?;
+                if taken.is_some() {
+                    return Ok(Attempt::Acquired {
+                        fencing_token: None,
+                    });
+                }
+                let remaining = self
+                    .run("reading the holder's lease", spec.name, |conn| async move {
+                        conn.client.query_opt(&conn.remaining, &[&spec.name]).await
+                    })
+                    .await
+                    .map_err(acquire_error)?;
+                let ttl_ms: Option<i64> = match remaining {
+                    Some(row) => row.try_get(0).map_err(|e| acquire_error(e.into()))?,
+                    None => None,
+                };
+                return Ok(busy(ttl_ms));
+            }
             let row = self
                 .run("the acquisition", spec.name, |conn| async move {
-                    conn.client
-                        .query_one(
-                            &conn.acquire,
-                            &[&spec.name, &spec.token, &lease, &self.holder, &spec.fencing],
-                        )
-                        .await
+                    conn.client.query_one(&conn.acquire_fenced, &params).await
                 })
                 .await
                 .map_err(acquire_error)?;
             let taken: bool = row.try_get(0).map_err(|e| acquire_error(e.into()))?;
             if taken {
                 let fence: Option<i64> = row.try_get(1).map_err(|e| acquire_error(e.into()))?;
-                if spec.fencing && fence.is_none() {
+                let Some(fence) = fence else {
                     return Err(PgError::Unexpected(
                         "the acquisition returned no fencing token".into(),
                     )
                     .into());
-                }
+                };
                 return Ok(Attempt::Acquired {
-                    fencing_token: fence.map(|f| f as u64),
+                    fencing_token: Some(fence as u64),
                 });
             }
             let ttl_ms: Option<i64> = row.try_get(2).map_err(|e| acquire_error(e.into()))?;
-            Ok(Attempt::Busy {
-                // No row visible to the statement's snapshot: it was released (or taken) just
-                // now; retry soon.
-                ttl: Some(Duration::from_millis(ttl_ms.unwrap_or(0).max(0) as u64)),
-            })
+            Ok(busy(ttl_ms))
         })
     }
 

@@ -8,10 +8,14 @@ pub(super) struct Sql {
     /// Both tables, created if missing (under an advisory lock: concurrent `CREATE TABLE IF
     /// NOT EXISTS` can otherwise fail on PostgreSQL's catalog).
     pub create: String,
-    /// `$1` name, `$2` token, `$3` lease in ms, `$4` holder, `$5` fencing → (taken, fence,
-    /// holder's remaining ms). Inserts, or takes over a row that expired (or is already ours:
-    /// a retried attempt), in one statement; raises the fencing counter only when taken.
+    /// `$1` name, `$2` token, `$3` lease in ms, `$4` holder → one row if taken. Inserts, or
+    /// takes over a row that expired (or is already ours: a retried attempt), in one statement.
     pub acquire: String,
+    /// The same with fencing: `$1`–`$4` as above → (taken, fence, holder's remaining ms); raises
+    /// the fencing counter, in the same statement, only when taken.
+    pub acquire_fenced: String,
+    /// `$1` name → the holder's remaining lease in ms (after an unfenced attempt found it busy).
+    pub remaining: String,
     /// `$1` name, `$2` token, `$3` lease in ms → rows updated (1 if still ours).
     pub renew: String,
     /// `$1` names, `$2` tokens, `$3` leases in ms → the names still ours, renewed.
@@ -63,6 +67,19 @@ COMMIT;",
                 ddl(table, &settings.fence_table())
             ),
             acquire: format!(
+                "INSERT INTO {t} AS l (name, token, expires_at, holder, acquired_at)
+VALUES ($1, $2, now() + $3::int8 * interval '1 millisecond', $4, now())
+ON CONFLICT (name) DO UPDATE
+    SET token = excluded.token, expires_at = excluded.expires_at,
+        holder = excluded.holder, acquired_at = excluded.acquired_at
+    WHERE l.expires_at <= now() OR l.token = excluded.token
+RETURNING true"
+            ),
+            remaining: format!(
+                "SELECT (extract(epoch FROM expires_at - now()) * 1000)::int8 FROM {t} \
+                 WHERE name = $1"
+            ),
+            acquire_fenced: format!(
                 "WITH taken AS (
     INSERT INTO {t} AS l (name, token, expires_at, holder, acquired_at)
     VALUES ($1, $2, now() + $3::int8 * interval '1 millisecond', $4, now())
@@ -73,7 +90,7 @@ COMMIT;",
     RETURNING l.name
 ), fenced AS (
     INSERT INTO {f} AS f (name, fence)
-    SELECT name, 1 FROM taken WHERE $5
+    SELECT name, 1 FROM taken
     ON CONFLICT (name) DO UPDATE SET fence = f.fence + 1
     RETURNING f.fence
 )
