@@ -144,9 +144,13 @@ impl LockClient {
     /// | `rediss://…` | Redis over TLS (needs the `tls` feature) |
     /// | `redlock://[:password@]h1:p1,h2:p2,h3:p3[,…]` | Redlock across independent Redis masters (no fencing) |
     /// | `redis+cluster://[:password@]h1:p1,h2:p2,…` | a Redis Cluster (any reachable nodes as seeds) |
+    /// | `postgres://user:password@host:port/db[?table=…&pool_size=…&create_table=false]` | a lock table in PostgreSQL (`postgres` feature) |
+    /// | `mysql://user:password@host:port/db[?table=…&pool_size=…&create_table=false]` | a lock table in MySQL 8 / MariaDB ≥ 10.6 (`mysql` feature) |
     ///
     /// Connecting checks that the server answers and accepts the credentials, bounded by the
-    /// connect timeout, so a wrong URL fails here and not at the first lock.
+    /// connect timeout, so a wrong URL fails here and not at the first lock. The SQL backends
+    /// also create their tables if missing (see [`LockClientBuilder::create_table`]) and check
+    /// their shape.
     pub async fn connect(url: &str) -> Result<LockClient, LockError> {
         LockClient::builder(url).build().await
     }

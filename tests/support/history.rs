@@ -151,7 +151,10 @@ pub struct Outcome {
 /// connected and begins when the file `go` appears, so that every process contends from the
 /// first round.
 pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Path)>) -> Outcome {
+    // Connecting is not what this measures: four processes set up at once while other history
+    // tests run beside them, on a machine the soak keeps busy.
     let client = LockClient::builder(spec.url.as_str())
+        .connect_timeout(Duration::from_secs(15))
         .fencing(spec.fencing)
         .default_lease(Duration::from_secs(5))
         .default_wait(Duration::from_secs(60))

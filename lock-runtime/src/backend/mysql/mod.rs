@@ -87,9 +87,12 @@ impl From<mysql_async::Error> for MyError {
     }
 }
 
-/// Server errors a new try may cure: deadlock, lock wait timeout, too many connections, server
-/// shutting down, connection killed, query interrupted.
-const TRANSIENT_CODES: [u16; 7] = [1213, 1205, 1040, 1053, 1927, 1317, 2013];
+/// Server errors a new try on the same connection may cure: deadlock, lock wait timeout.
+const RETRY_ON_THIS_CONNECTION: [u16; 2] = [1213, 1205];
+
+/// Server errors a new connection may cure: too many connections, server shutting down,
+/// connection killed, query interrupted, connection lost.
+const RETRY_ON_A_NEW_CONNECTION: [u16; 5] = [1040, 1053, 1927, 1317, 2013];
 
 impl MyError {
     fn is_transient(&self) -> bool {
@@ -99,7 +102,10 @@ impl MyError {
             MyError::Driver(error) => match error {
                 mysql_async::Error::Io(_) => true,
                 mysql_async::Error::Driver(mysql_async::DriverError::ConnectionClosed) => true,
-                mysql_async::Error::Server(e) => TRANSIENT_CODES.contains(&e.code),
+                mysql_async::Error::Server(e) => {
+                    RETRY_ON_THIS_CONNECTION.contains(&e.code)
+                        || RETRY_ON_A_NEW_CONNECTION.contains(&e.code)
+                }
                 _ => false,
             },
         }
@@ -114,7 +120,11 @@ impl MyError {
 
     /// Whether the connection it happened on is still good (a server error leaves it usable).
     fn keeps_connection(&self) -> bool {
-        matches!(self, MyError::Driver(mysql_async::Error::Server(e)) if !TRANSIENT_CODES[2..].contains(&e.code))
+        matches!(
+            self,
+            MyError::Driver(mysql_async::Error::Server(e))
+                if !RETRY_ON_A_NEW_CONNECTION.contains(&e.code)
+        )
     }
 }
 
@@ -168,8 +178,9 @@ impl MysqlBackend {
         });
         if backend.settings.create_table {
             let create = backend.sql.create.clone();
+            let limit = backend.settings.connect_timeout;
             backend
-                .run("creating the lock table", "", move |conn| {
+                .run_on(0, "creating the lock table", limit, move |conn| {
                     let create = create.clone();
                     Box::pin(async move {
                         for statement in create {
@@ -185,7 +196,9 @@ impl MysqlBackend {
         // fails here, naming what is wrong, and the first locks do not pay for connecting.
         let checks = (0..backend.slots.len()).map(|i| {
             let sql = Arc::clone(&backend.sql);
-            backend.run_on(i, "preparing the lock statements", move |conn| {
+            // Part of connecting: bounded by the connect timeout.
+            let limit = backend.settings.connect_timeout;
+            backend.run_on(i, "preparing the lock statements", limit, move |conn| {
                 let sql = Arc::clone(&sql);
                 Box::pin(async move {
                     for statement in [
@@ -220,9 +233,9 @@ impl MysqlBackend {
                 self.opts.db_name().unwrap_or_default()
             ),
             (_, Some(1044)) => "this user may not use that database (GRANT it access)".to_owned(),
-            (MyError::TimedOut { .. }, _) => format!(
-                "no answer within the connect timeout ({:?}): is the host reachable?",
-                self.settings.connect_timeout
+            (MyError::TimedOut { what, after }, _) => format!(
+                "{what} took longer than {after:?}: is the host reachable, and the server not \
+                 overloaded? (raise the builder's connect timeout for slow networks)"
             ),
             (e, _) if e.to_string().to_lowercase().contains("refused") => {
                 "connection refused: is MySQL / MariaDB running at that address?".to_owned()
@@ -273,14 +286,22 @@ impl MysqlBackend {
         T: Send + 'static,
         F: Fn(&mut Conn) -> BoxFuture<'_, Result<T, mysql_async::Error>> + Send + Sync + 'static,
     {
-        self.run_on(slot_of(name, self.slots.len()), what, op).await
+        let limit = self.settings.response_timeout;
+        self.run_on(slot_of(name, self.slots.len()), what, limit, op)
+            .await
     }
 
     /// Runs `op` on connection `i`, in a task of its own so that it completes (and keeps the
     /// connection's statements in order) even if the caller stops waiting. A broken connection
     /// is replaced and the statement retried on the new one; every statement is safe to repeat
     /// with the same token.
-    async fn run_on<T, F>(&self, i: usize, what: &'static str, op: F) -> Result<T, MyError>
+    async fn run_on<T, F>(
+        &self,
+        i: usize,
+        what: &'static str,
+        limit: Duration,
+        op: F,
+    ) -> Result<T, MyError>
     where
         T: Send + 'static,
         F: Fn(&mut Conn) -> BoxFuture<'_, Result<T, mysql_async::Error>> + Send + Sync + 'static,
@@ -288,10 +309,7 @@ impl MysqlBackend {
         let op: Op<T> = Arc::new(op);
         let slot = Arc::clone(&self.slots[i]);
         let opts = self.opts.clone();
-        let (connect_timeout, response_timeout) = (
-            self.settings.connect_timeout,
-            self.settings.response_timeout,
-        );
+        let (connect_timeout, response_timeout) = (self.settings.connect_timeout, limit);
         let task = tokio::spawn(async move {
             let mut conn = slot.lock_owned().await;
             let mut attempt = 0;

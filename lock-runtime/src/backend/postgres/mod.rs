@@ -220,8 +220,9 @@ impl PostgresBackend {
         }
         let (client, _driver) = self.open().await.map_err(|e| self.connect_error(e))?;
         let created = self
-            .timed(
+            .timed_by(
                 "creating the lock table",
+                self.settings.connect_timeout,
                 client.batch_execute(&self.sql.create),
             )
             .await;
@@ -302,9 +303,9 @@ impl PostgresBackend {
                 }
                 _ => "the connection failed".to_owned(),
             },
-            PgError::TimedOut { .. } => format!(
-                "no answer within the connect timeout ({:?}): is the host reachable?",
-                self.settings.connect_timeout
+            PgError::TimedOut { what, after } => format!(
+                "{what} took longer than {after:?}: is the host reachable, and the server not \
+                 overloaded? (raise the builder's connect timeout for slow networks)"
             ),
             PgError::Unexpected(_) => "the connection failed".to_owned(),
         };
@@ -362,12 +363,20 @@ impl PostgresBackend {
         what: &'static str,
         future: impl Future<Output = Result<T, tokio_postgres::Error>>,
     ) -> Result<T, PgError> {
-        match tokio::time::timeout(self.settings.response_timeout, future).await {
+        self.timed_by(what, self.settings.response_timeout, future)
+            .await
+    }
+
+    /// Runs `future` bounded by `limit`.
+    async fn timed_by<T>(
+        &self,
+        what: &'static str,
+        limit: Duration,
+        future: impl Future<Output = Result<T, tokio_postgres::Error>>,
+    ) -> Result<T, PgError> {
+        match tokio::time::timeout(limit, future).await {
             Ok(result) => Ok(result?),
-            Err(_) => Err(PgError::TimedOut {
-                what,
-                after: self.settings.response_timeout,
-            }),
+            Err(_) => Err(PgError::TimedOut { what, after: limit }),
         }
     }
 
@@ -417,8 +426,14 @@ impl PostgresBackend {
             ),
             client.prepare_typed(&self.sql.release, &[Type::TEXT, Type::TEXT]),
         );
+        // Part of connecting: bounded by the connect timeout (a busy server or another client
+        // creating the tables can hold it up for longer than one statement may take).
         let ((acquire, acquire_fenced, remaining), renew, renew_many, release) = self
-            .timed("preparing the lock statements", prepared)
+            .timed_by(
+                "preparing the lock statements",
+                self.settings.connect_timeout,
+                prepared,
+            )
             .await?;
         let conn = Arc::new(Conn {
             client,
