@@ -57,7 +57,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 echo "==> $(redis-server --version)"
 echo "==> $("$(postgres_bin postgres)" --version)"
-echo "==> $( (command -v mariadbd || echo /usr/sbin/mariadbd) | xargs -I{} {} --version)"
+mariadbd_bin="$(command -v mariadbd || echo /usr/sbin/mariadbd)"
+echo "==> $("$mariadbd_bin" --version)"
 
 echo "==> cargo fmt --check"
 cargo fmt --all --check
