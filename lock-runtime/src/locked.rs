@@ -128,9 +128,11 @@ where
 /// retrying) are boxed separately so they do not inflate these.
 #[cfg(test)]
 mod footprint {
+    #[cfg(feature = "redis")]
     use std::time::Duration;
 
     use super::*;
+    #[cfg(feature = "redis")]
     use crate::backend::{Backend, LockSpec};
 
     const OPTIONS: LockOptions = LockOptions {

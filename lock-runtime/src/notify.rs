@@ -81,6 +81,7 @@ impl ReleaseHub {
 
     /// Drops every channel: all current waiters wake up and see their subscription closed
     /// (used when the backend's notification stream dies, so waiters retry and resubscribe).
+    #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
     pub(crate) fn close(&self) {
         self.entries().clear();
     }
@@ -94,6 +95,7 @@ impl ReleaseHub {
 /// Held by the task that reads a backend's notifications: when the task ends, or is dropped
 /// with its runtime, it marks the listener dead and closes the hub, so every waiter wakes,
 /// retries and subscribes again through a new listener.
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
 pub(crate) struct CloseOnDrop {
     pub hub: Arc<ReleaseHub>,
     pub dead: Arc<std::sync::atomic::AtomicBool>,
@@ -158,6 +160,7 @@ impl Channel {
 impl ReleaseSubscription {
     /// One subscription that wakes on a release seen by any of `subscriptions`; `None` when
     /// there are none.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn merge(subscriptions: Vec<ReleaseSubscription>) -> Option<ReleaseSubscription> {
         let mut channels = subscriptions
             .into_iter()

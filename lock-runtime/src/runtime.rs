@@ -20,11 +20,13 @@ use tokio::sync::{mpsc, oneshot};
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A value tied to the runtime it was created on.
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
 pub(crate) struct RuntimeBound<T> {
     value: T,
     alive: oneshot::Sender<()>,
 }
 
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
 impl<T> RuntimeBound<T> {
     /// Binds `value` to the current runtime. Must be called from within a runtime.
     pub(crate) fn new(value: T) -> RuntimeBound<T> {

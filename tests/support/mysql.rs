@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::unprivileged::{as_server_user, chown_to_server_user};
+use super::unprivileged::{as_server_user, chown_to_server_user, remove_at_exit};
 use super::{TEST_COMMAND, free_port, output_tied, spawn_tied, unique};
 
 pub const USER: &str = "distlock";
@@ -45,6 +45,10 @@ impl MysqlServer {
     pub fn start() -> MysqlServer {
         let dir = std::env::temp_dir().join(unique("distlock-mariadb"));
         std::fs::create_dir_all(dir.join("data")).expect("scratch directory");
+        // Temporary tables go to a directory of this server's own: in the shared /tmp, their
+        // files (named by the server's pid) collided across concurrent bootstraps (seen:
+        // `Unknown table 'mysql.tmp_user_sys'` from `mariadb-install-db`).
+        std::fs::create_dir_all(dir.join("tmp")).expect("scratch directory");
         std::fs::write(
             dir.join("init.sql"),
             format!(
@@ -60,7 +64,8 @@ impl MysqlServer {
             .arg("--no-defaults")
             .arg(format!("--datadir={}", dir.join("data").display()))
             .args(["--skip-test-db", "--auth-root-authentication-method=normal"])
-            .arg("--skip-name-resolve");
+            .arg("--skip-name-resolve")
+            .arg(format!("--tmpdir={}", dir.join("tmp").display()));
         as_server_user(&mut install);
         let out = output_tied(install).expect("mariadb-install-db runs");
         assert!(
@@ -95,9 +100,7 @@ impl MysqlServer {
         SHARED.get_or_init(|| {
             let mut server = MysqlServer::start();
             server.owned = false;
-            let _ = SHARED_DIR.set(server.dir.clone());
-            // SAFETY: registering a plain function; it runs once at exit.
-            unsafe { libc::atexit(remove_shared_dir) };
+            remove_at_exit(server.dir.clone());
             server
         })
     }
@@ -116,6 +119,7 @@ impl MysqlServer {
                 self.dir.join("init.sql").display()
             ))
             .arg(format!("--port={}", self.port))
+            .arg(format!("--tmpdir={}", self.dir.join("tmp").display()))
             .args(["--bind-address=127.0.0.1", "--skip-name-resolve"])
             .args(["--max-connections=500", "--skip-log-bin"])
             // Durability against a machine crash is not under test; a process crash (kill -9)
@@ -224,13 +228,5 @@ impl Drop for MysqlServer {
         if self.owned {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
-    }
-}
-
-static SHARED_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-
-extern "C" fn remove_shared_dir() {
-    if let Some(dir) = SHARED_DIR.get() {
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::unprivileged::{as_server_user, chown_to_server_user};
+use super::unprivileged::{as_server_user, chown_to_server_user, remove_at_exit};
 use super::{TEST_COMMAND, free_port, output_tied, spawn_tied, unique};
 
 /// The superuser's password on every test server.
@@ -112,10 +112,7 @@ impl PostgresServer {
         SHARED.get_or_init(|| {
             let mut server = PostgresServer::start();
             server.owned = false;
-            let dir = server.dir.clone();
-            let _ = SHARED_DIR.set(dir);
-            // SAFETY: registering a plain function; it runs once at exit.
-            unsafe { libc::atexit(remove_shared_dir) };
+            remove_at_exit(server.dir.clone());
             server
         })
     }
@@ -277,15 +274,6 @@ impl Drop for PostgresServer {
         if self.owned {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
-    }
-}
-
-static SHARED_DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-
-extern "C" fn remove_shared_dir() {
-    if let Some(dir) = SHARED_DIR.get() {
-        // The server gets SIGKILL when this process is gone; its files can go now.
-        let _ = std::fs::remove_dir_all(dir);
     }
 }
 

@@ -1,8 +1,28 @@
 //! Database servers refuse to run as root (PostgreSQL always, MariaDB without `--user=root`):
 //! when the tests run as root, servers run as `nobody`, which owns their scratch directory.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
+
+/// Scratch directories of servers shared by a whole test binary, removed when it exits.
+static AT_EXIT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Removes `dir` when the test process exits (a shared server lives in a static, which no
+/// `Drop` reaches; the server itself dies by its parent-death signal).
+pub fn remove_at_exit(dir: PathBuf) {
+    extern "C" fn remove_all() {
+        for dir in AT_EXIT.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    let mut dirs = AT_EXIT.lock().unwrap_or_else(|p| p.into_inner());
+    if dirs.is_empty() {
+        // SAFETY: registering a plain function; it runs once at exit.
+        unsafe { libc::atexit(remove_all) };
+    }
+    dirs.push(dir);
+}
 
 /// Runs `command` as `nobody` when we are root.
 pub fn as_server_user(command: &mut Command) {

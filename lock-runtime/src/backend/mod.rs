@@ -28,10 +28,23 @@ pub(crate) mod url;
 #[derive(Debug)]
 pub(crate) struct Transient(pub BoxError);
 
+#[cfg_attr(
+    not(any(feature = "redis", feature = "postgres", feature = "mysql")),
+    allow(dead_code)
+)]
 impl Transient {
     /// `error`, marked as transient.
     pub(crate) fn wrap(error: impl Into<BoxError>) -> BoxError {
         Box::new(Transient(error.into()))
+    }
+
+    /// `error`, marked as transient if `transient`: a backend's acquisition error.
+    pub(crate) fn wrap_if(transient: bool, error: impl Into<BoxError>) -> BoxError {
+        if transient {
+            Transient::wrap(error)
+        } else {
+            error.into()
+        }
     }
 }
 

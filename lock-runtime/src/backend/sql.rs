@@ -7,6 +7,9 @@
 //! since when). Fencing counters live in a second table, `<table>_fences`, one row per lock
 //! name ever acquired with fencing, so they keep rising across releases.
 
+// Without a SQL backend compiled in, only the builder's options are used.
+#![cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+
 use std::time::Duration;
 
 use crate::error::LockError;
@@ -152,6 +155,17 @@ pub(crate) fn holder_id() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "unknown-host".to_owned());
     format!("{host} pid {}", std::process::id())
+}
+
+/// The pooled connection for lock `name` among `slots` (FNV-1a of the name: cheap, and stable
+/// for the process's life). Every statement about one lock goes through the same connection,
+/// which runs them in the order they were sent: the release sent in the background for an
+/// abandoned acquisition can never overtake that acquisition.
+pub(crate) fn slot_of(name: &str, slots: usize) -> usize {
+    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (hash % slots as u64) as usize
 }
 
 /// Milliseconds of `d` for a statement parameter, at least 1.

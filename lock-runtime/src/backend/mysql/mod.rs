@@ -22,7 +22,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Params, TxOpts, Value};
 
-use super::sql::{SqlSettings, holder_id, millis};
+use super::sql::{SqlSettings, holder_id, millis, slot_of};
 use super::url::redact_url;
 use super::{Attempt, Backend, LockSpec, Transient};
 use crate::error::{BoxError, LockError};
@@ -129,19 +129,7 @@ impl MyError {
 }
 
 fn acquire_error(error: MyError) -> BoxError {
-    if error.is_transient() {
-        Transient::wrap(error)
-    } else {
-        error.into()
-    }
-}
-
-/// The pool slot of lock `name` (FNV-1a).
-fn slot_of(name: &str, slots: usize) -> usize {
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
-    (hash % slots as u64) as usize
+    Transient::wrap_if(error.is_transient(), error)
 }
 
 fn micros(d: Duration) -> i64 {

@@ -31,7 +31,7 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
-use super::sql::{SqlSettings, holder_id, millis};
+use super::sql::{SqlSettings, holder_id, millis, slot_of};
 use super::url::redact_url;
 use super::{Attempt, Backend, LockSpec, Transient};
 use crate::error::{BoxError, LockError};
@@ -165,11 +165,7 @@ fn describe(error: &tokio_postgres::Error) -> String {
 
 /// An acquisition's error: transient (retried while the request's `wait` lasts) or permanent.
 fn acquire_error(error: PgError) -> BoxError {
-    if error.is_transient() {
-        Transient::wrap(error)
-    } else {
-        error.into()
-    }
+    Transient::wrap_if(error.is_transient(), error)
 }
 
 impl PostgresBackend {
@@ -523,14 +519,6 @@ fn busy(ttl_ms: Option<i64>) -> Attempt {
     Attempt::Busy {
         ttl: Some(Duration::from_millis(ttl_ms.unwrap_or(0).max(0) as u64)),
     }
-}
-
-/// The pool slot of lock `name` (FNV-1a: cheap, and stable for the process's life).
-fn slot_of(name: &str, slots: usize) -> usize {
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    });
-    (hash % slots as u64) as usize
 }
 
 /// One `LISTEN` connection per client. Its driver task turns notifications (payload: the lock

@@ -410,11 +410,7 @@ fn is_transient(error: &RedisError) -> bool {
 /// failover, a server loading its data); permanent otherwise (authentication, a script error,
 /// a lock key holding a value of another type).
 pub(crate) fn acquire_error(error: RedisError) -> BoxError {
-    if is_transient(&error) {
-        Transient::wrap(error)
-    } else {
-        error.into()
-    }
+    Transient::wrap_if(is_transient(&error), error)
 }
 
 fn millis(d: Duration) -> u64 {
