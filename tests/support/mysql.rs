@@ -68,6 +68,9 @@ impl MysqlServer {
             .arg(format!("--tmpdir={}", dir.join("tmp").display()));
         as_server_user(&mut install);
         let out = output_tied(install).expect("mariadb-install-db runs");
+        if !out.status.success() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
         assert!(
             out.status.success(),
             "mariadb-install-db failed: {}{}",

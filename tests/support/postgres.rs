@@ -79,6 +79,9 @@ impl PostgresServer {
             .arg(format!("--pwfile={}", pwfile.display()));
         as_server_user(&mut initdb);
         let out = output_tied(initdb).expect("initdb runs");
+        if !out.status.success() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
         assert!(
             out.status.success(),
             "initdb failed: {}",
