@@ -49,6 +49,54 @@ impl<T> RuntimeBound<T> {
     }
 }
 
+/// A client's background connection — the Redis pub/sub subscriber, the PostgreSQL `LISTEN`
+/// connection — started on first use and again whenever the last one died (its connection
+/// broke or its runtime shut down), one start at a time.
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+pub(crate) struct Revived<T> {
+    current: std::sync::Mutex<Option<Arc<T>>>,
+    starting: tokio::sync::Mutex<()>,
+}
+
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+impl<T> Revived<T> {
+    pub(crate) fn new() -> Revived<T> {
+        Revived {
+            current: std::sync::Mutex::new(None),
+            starting: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The live one (`alive`), or a new one from `start`.
+    pub(crate) async fn get<E, Fut>(
+        &self,
+        alive: impl Fn(&T) -> bool,
+        start: impl FnOnce() -> Fut,
+    ) -> Result<Arc<T>, E>
+    where
+        Fut: Future<Output = Result<Arc<T>, E>>,
+    {
+        let current = || {
+            self.current
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .filter(|t| alive(t))
+                .cloned()
+        };
+        if let Some(live) = current() {
+            return Ok(live);
+        }
+        let _one_at_a_time = self.starting.lock().await;
+        if let Some(live) = current() {
+            return Ok(live);
+        }
+        let started = start().await?;
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&started));
+        Ok(started)
+    }
+}
+
 /// A piece of clean-up work that is safe to run more than once (it is idempotent).
 pub(crate) type DetachedJob = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
 

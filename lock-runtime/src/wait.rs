@@ -276,7 +276,16 @@ pub(crate) async fn acquire(
 /// 10 ms up to 250 ms, each drawn at random from the upper half of that range, so the clients
 /// that failed together (a node restarting) do not come back in lockstep.
 fn backoff(failures: u32) -> Duration {
-    let ceiling = (10u64 << failures.saturating_sub(1).min(5)).min(250);
+    doubling_jittered(failures, 10, 250)
+}
+
+/// The pause before the `n`-th try (from 1): `first_ms` doubling up to `cap_ms`, drawn at
+/// random from the upper half of that step, so clients that failed or waited together spread
+/// out instead of returning in lockstep.
+pub(crate) fn doubling_jittered(n: u32, first_ms: u64, cap_ms: u64) -> Duration {
+    let ceiling = first_ms
+        .saturating_mul(1 << n.saturating_sub(1).min(16))
+        .min(cap_ms);
     Duration::from_millis(fastrand::u64(ceiling / 2..=ceiling))
 }
 

@@ -60,6 +60,17 @@ impl std::error::Error for Transient {
     }
 }
 
+/// The pause before a backend retries a command on a fresh connection, its `attempt`-th retry
+/// (from 1): 10, 40, 160 ms. Short: the command runs again with the same token, inside the
+/// caller's own bounds.
+#[cfg_attr(
+    not(any(feature = "redis", feature = "postgres", feature = "mysql")),
+    allow(dead_code)
+)]
+pub(crate) fn retry_pause(attempt: u32) -> Duration {
+    Duration::from_millis(10 * 4u64.pow(attempt.clamp(1, 8) - 1))
+}
+
 /// What one acquisition attempt asks of the backend.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LockSpec<'a> {

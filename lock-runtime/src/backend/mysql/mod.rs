@@ -341,7 +341,7 @@ impl MysqlBackend {
                 if attempt < RETRIES && error.is_transient() {
                     attempt += 1;
                     tracing::debug!(%error, attempt, "distlock: mysql statement failed, retrying");
-                    tokio::time::sleep(Duration::from_millis(10 * 4u64.pow(attempt - 1))).await;
+                    tokio::time::sleep(super::retry_pause(attempt)).await;
                     continue;
                 }
                 return Err(error);
@@ -359,8 +359,7 @@ impl MysqlBackend {
 /// The pause before a waiter asks again after its `busy`-th busy answer in a row: doubling from
 /// 2 ms to 50 ms, drawn from the upper half, so waiters of several processes spread out.
 fn poll_pause(busy: u32) -> Duration {
-    let ceiling = (2u64 << busy.saturating_sub(1).min(5)).min(50);
-    Duration::from_millis(fastrand::u64(ceiling / 2..=ceiling))
+    crate::wait::doubling_jittered(busy, 2, 50)
 }
 
 fn positional(values: Vec<Value>) -> Params {

@@ -36,7 +36,7 @@ use super::url::redact_url;
 use super::{Attempt, Backend, LockSpec, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::{CloseOnDrop, ReleaseHub, ReleaseSubscription};
-use crate::runtime::{BoxFuture, RuntimeBound};
+use crate::runtime::{BoxFuture, Revived, RuntimeBound};
 
 mod statements;
 
@@ -45,6 +45,10 @@ use statements::Sql;
 /// How often a statement that failed on a dropped connection or a timeout is retried on a
 /// fresh connection (with the same token: every statement is safe to repeat).
 const RETRIES: u32 = 2;
+
+/// A connection's I/O half, which must be polled for the client to work.
+type RawConnection =
+    tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>;
 
 /// A connection with its prepared statements.
 struct Conn {
@@ -72,8 +76,7 @@ pub(crate) struct PostgresBackend {
     slots: Vec<Mutex<Slot>>,
     connecting: Vec<tokio::sync::Mutex<()>>,
     connections_made: AtomicU64,
-    listener: Mutex<Option<Arc<Listener>>>,
-    listening: tokio::sync::Mutex<()>,
+    listener: Revived<Listener>,
 }
 
 /// A failed statement: the driver's error, or no reply within the response timeout.
@@ -195,8 +198,7 @@ impl PostgresBackend {
                 .collect(),
             settings,
             connections_made: AtomicU64::new(0),
-            listener: Mutex::new(None),
-            listening: tokio::sync::Mutex::new(()),
+            listener: Revived::new(),
         });
         backend.prepare_tables().await?;
         // Every pooled connection is made now, in parallel, and prepares every statement: a
@@ -214,7 +216,7 @@ impl PostgresBackend {
         if !self.settings.create_table {
             return Ok(());
         }
-        let (client, _driver) = self.open().await.map_err(|e| self.connect_error(e))?;
+        let client = self.open().await.map_err(|e| self.connect_error(e))?;
         let created = self
             .timed_by(
                 "creating the lock table",
@@ -241,30 +243,30 @@ impl PostgresBackend {
         })
     }
 
-    /// Opens one connection and starts the task that drives it; the task's handle is returned
-    /// so a caller that only needs the connection briefly can let it go with the client.
-    async fn open(&self) -> Result<(Client, tokio::task::JoinHandle<()>), PgError> {
-        let connecting = self.config.connect(NoTls);
-        let (client, connection) = match tokio::time::timeout(
-            self.settings.connect_timeout + Duration::from_millis(100),
-            connecting,
+    /// Connects, bounded by the connect timeout; the caller drives the connection.
+    async fn connect_raw(&self, what: &'static str) -> Result<(Client, RawConnection), PgError> {
+        let limit = self.settings.connect_timeout;
+        // The driver's own timeout covers the TCP connect; this one the whole handshake.
+        match tokio::time::timeout(
+            limit + Duration::from_millis(100),
+            self.config.connect(NoTls),
         )
         .await
         {
-            Ok(connected) => connected?,
-            Err(_) => {
-                return Err(PgError::TimedOut {
-                    what: "the connection attempt",
-                    after: self.settings.connect_timeout,
-                });
-            }
-        };
-        let driver = tokio::spawn(async move {
+            Ok(connected) => Ok(connected?),
+            Err(_) => Err(PgError::TimedOut { what, after: limit }),
+        }
+    }
+
+    /// Opens one connection and starts the task that drives it (it ends with the client).
+    async fn open(&self) -> Result<Client, PgError> {
+        let (client, connection) = self.connect_raw("the connection attempt").await?;
+        tokio::spawn(async move {
             if let Err(error) = connection.await {
                 tracing::debug!(error = %describe(&error), "distlock: postgres connection ended");
             }
         });
-        Ok((client, driver))
+        Ok(client)
     }
 
     /// A connection-time failure as an error that says what to check.
@@ -405,7 +407,7 @@ impl PostgresBackend {
         if let Some(conn) = self.live(i) {
             return Ok(conn);
         }
-        let (client, _driver) = self.open().await?;
+        let client = self.open().await?;
         // Sent together: the connection pipelines them, one round trip for all.
         let lock_params = [Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT];
         let acquiring = futures_util::future::try_join3(
@@ -480,10 +482,7 @@ impl PostgresBackend {
                 Err(error) if attempt < RETRIES && error.is_transient() => {
                     attempt += 1;
                     tracing::debug!(%error, attempt, "distlock: postgres statement failed, retrying");
-                    Box::pin(tokio::time::sleep(Duration::from_millis(
-                        10 * 4u64.pow(attempt - 1),
-                    )))
-                    .await;
+                    Box::pin(tokio::time::sleep(super::retry_pause(attempt))).await;
                 }
                 other => return other,
             }
@@ -492,24 +491,9 @@ impl PostgresBackend {
 
     /// The live `LISTEN` connection, started on the caller's runtime when needed.
     async fn listener(&self) -> Result<Arc<Listener>, PgError> {
-        let current = || {
-            self.listener
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .as_ref()
-                .filter(|l| l.is_alive())
-                .cloned()
-        };
-        if let Some(listener) = current() {
-            return Ok(listener);
-        }
-        let _one_at_a_time = self.listening.lock().await;
-        if let Some(listener) = current() {
-            return Ok(listener);
-        }
-        let listener = Box::pin(Listener::start(self)).await?;
-        *self.listener.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&listener));
-        Ok(listener)
+        self.listener
+            .get(Listener::is_alive, || Box::pin(Listener::start(self)))
+            .await
     }
 }
 
@@ -534,21 +518,7 @@ struct Listener {
 
 impl Listener {
     async fn start(backend: &PostgresBackend) -> Result<Arc<Listener>, PgError> {
-        let connecting = backend.config.connect(NoTls);
-        let (client, mut connection) = match tokio::time::timeout(
-            backend.settings.connect_timeout + Duration::from_millis(100),
-            connecting,
-        )
-        .await
-        {
-            Ok(connected) => connected?,
-            Err(_) => {
-                return Err(PgError::TimedOut {
-                    what: "the LISTEN connection",
-                    after: backend.settings.connect_timeout,
-                });
-            }
-        };
+        let (client, mut connection) = backend.connect_raw("the LISTEN connection").await?;
         let hub = ReleaseHub::new(None);
         let dead = Arc::new(AtomicBool::new(false));
         let closer = CloseOnDrop {

@@ -42,7 +42,7 @@ use super::url::redact_url;
 use super::{Attempt, Backend, LockSpec, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
-use crate::runtime::{BoxFuture, RuntimeBound};
+use crate::runtime::{BoxFuture, Revived, RuntimeBound};
 
 mod cluster;
 mod nodes;
@@ -130,8 +130,7 @@ pub(crate) struct RedisBackend {
     /// Numbers the connections made, so a failed command forgets only the one it ran on.
     connections_made: std::sync::atomic::AtomicU64,
     reconnecting: tokio::sync::Mutex<()>,
-    subscriber: Mutex<Option<Arc<Subscriber>>>,
-    subscribing: tokio::sync::Mutex<()>,
+    subscriber: Revived<Subscriber>,
     release: Script,
     renew: Script,
     renew_many: Script,
@@ -186,8 +185,7 @@ impl RedisBackend {
             connection: Mutex::new(None),
             connections_made: Default::default(),
             reconnecting: tokio::sync::Mutex::new(()),
-            subscriber: Mutex::new(None),
-            subscribing: tokio::sync::Mutex::new(()),
+            subscriber: Revived::new(),
             release: Script::new(RELEASE),
             renew: Script::new(RENEW),
             renew_many: Script::new(RENEW_MANY),
@@ -348,9 +346,8 @@ impl RedisBackend {
                 Err(error) if attempt < self.settings.retries && is_transient(&error) => {
                     attempt += 1;
                     tracing::debug!(%error, attempt, "distlock: redis command failed, retrying");
-                    let backoff = Duration::from_millis(10 * 4u64.pow(attempt - 1));
                     // Boxed, like the reconnection: off the hot path, out of its future.
-                    Box::pin(tokio::time::sleep(backoff)).await;
+                    Box::pin(tokio::time::sleep(super::retry_pause(attempt))).await;
                 }
                 other => return other,
             }

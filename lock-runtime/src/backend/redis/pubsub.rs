@@ -17,21 +17,12 @@ use crate::runtime::RuntimeBound;
 impl RedisBackend {
     /// The live pub/sub subscriber, started on the caller's runtime when needed.
     pub(super) async fn subscriber(&self) -> RedisResult<Arc<Subscriber>> {
-        let current = || {
-            self.subscriber
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .as_ref()
-                .filter(|s| s.is_alive())
-                .cloned()
-        };
-        if let Some(subscriber) = current() {
-            return Ok(subscriber);
-        }
-        let _one_at_a_time = self.subscribing.lock().await;
-        if let Some(subscriber) = current() {
-            return Ok(subscriber);
-        }
+        self.subscriber
+            .get(Subscriber::is_alive, || self.start_subscriber())
+            .await
+    }
+
+    async fn start_subscriber(&self) -> RedisResult<Arc<Subscriber>> {
         // Any node will do in a cluster (a PUBLISH reaches every node): start with a random
         // one so clients spread out, and move on when one does not answer.
         let start = fastrand::usize(..self.pubsub_nodes.len());
@@ -57,9 +48,7 @@ impl RedisBackend {
         let Some(pubsub) = pubsub else {
             return Err(last_error.expect("at least one node"));
         };
-        let subscriber = Subscriber::start(pubsub, self.settings.response_timeout);
-        *self.subscriber.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&subscriber));
-        Ok(subscriber)
+        Ok(Subscriber::start(pubsub, self.settings.response_timeout))
     }
 }
 
