@@ -93,7 +93,11 @@ impl Renewer {
 
     async fn send_group(&self, chunk: Vec<Pending>) {
         let specs: Vec<LockSpec<'_>> = chunk.iter().map(|p| p.shared.spec()).collect();
-        let results = self.backend.renew_many(&specs).await;
+        // A lone lock takes the backend's plain renewal (a simpler statement than a batch's).
+        let results = match specs.as_slice() {
+            [spec] => vec![self.backend.renew(*spec).await.map_err(|e| e.to_string())],
+            _ => self.backend.renew_many(&specs).await,
+        };
         drop(specs);
         for (pending, renewed) in chunk.into_iter().zip(results) {
             let _ = pending.reply.send(renewed);

@@ -129,6 +129,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
 
     /// Renews several locks of one [`batch_group`](Self::batch_group) in one round trip where
     /// the backend can (the default renews them one by one). One result per spec, in order.
+    /// The renewer sends a lone lock to [`renew`](Self::renew) instead.
     fn renew_many<'a>(
         &'a self,
         specs: &'a [LockSpec<'a>],

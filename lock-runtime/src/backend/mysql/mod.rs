@@ -474,9 +474,6 @@ impl Backend for MysqlBackend {
         specs: &'a [LockSpec<'a>],
     ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
         Box::pin(async move {
-            if let [spec] = specs {
-                return vec![self.renew(*spec).await.map_err(|e| e.to_string())];
-            }
             // One UPDATE per distinct lease (usually one), then one SELECT of what is still
             // ours: a lock still ours and unexpired after the UPDATE was renewed by it.
             let mut leases: Vec<i64> = specs.iter().map(|s| micros(s.lease)).collect();

@@ -632,9 +632,6 @@ impl Backend for PostgresBackend {
         specs: &'a [LockSpec<'a>],
     ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
         Box::pin(async move {
-            if let [spec] = specs {
-                return vec![self.renew(*spec).await.map_err(|e| e.to_string())];
-            }
             let names: Vec<&str> = specs.iter().map(|s| s.name).collect();
             let tokens: Vec<&str> = specs.iter().map(|s| s.token).collect();
             let leases: Vec<i64> = specs.iter().map(|s| millis(s.lease)).collect();

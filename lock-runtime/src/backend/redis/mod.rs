@@ -520,9 +520,6 @@ impl Backend for RedisBackend {
         specs: &'a [LockSpec<'a>],
     ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
         Box::pin(async move {
-            if let [spec] = specs {
-                return vec![self.renew(*spec).await.map_err(|e| e.to_string())];
-            }
             // The renewer groups locks by `batch_group` (the slot in a cluster), so every spec
             // here shares one slot and one script call takes them all.
             match self.renew_batch(specs).await {
