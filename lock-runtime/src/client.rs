@@ -396,10 +396,11 @@ impl LockClientBuilder {
             }
             "postgres" | "postgresql" => self.connect_postgres(url).await?,
             "mysql" => self.connect_mysql(url).await?,
-            "zk" | "etcd" => {
+            "zk" => self.connect_zookeeper(url).await?,
+            "etcd" => {
                 return Err(LockError::Config(format!(
                     "the `{scheme}://` backend is not available in this version of distlock; \
-                     use `postgres://`, `mysql://`, `redis://`, `redlock://`, \
+                     use `zk://`, `postgres://`, `mysql://`, `redis://`, `redlock://`, \
                      `redis+cluster://` or `memory://`"
                 )));
             }
@@ -407,7 +408,7 @@ impl LockClientBuilder {
                 return Err(LockError::Config(format!(
                     "unknown lock backend scheme `{scheme}://` in `{}`: supported are \
                      `memory://`, `redis://` / `rediss://`, `redlock://`, `redis+cluster://`, \
-                     `postgres://` and `mysql://`",
+                     `postgres://`, `mysql://` and `zk://`",
                     redact(url)
                 )));
             }
@@ -497,6 +498,26 @@ impl LockClientBuilder {
             self.response_timeout,
         )?;
         Ok(crate::backend::mysql::MysqlBackend::connect(&driver_url, settings).await?)
+    }
+
+    #[cfg(feature = "zookeeper")]
+    async fn connect_zookeeper(&self, url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        crate::backend::zookeeper::ZookeeperBackend::connect(
+            url,
+            self.connect_timeout,
+            self.response_timeout,
+            self.default_lease,
+        )
+        .await
+    }
+
+    #[cfg(not(feature = "zookeeper"))]
+    async fn connect_zookeeper(&self, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        Err(LockError::Config(
+            "`zk://` needs distlock's `zookeeper` feature: \
+             distlock = { version = \"…\", features = [\"zookeeper\"] }"
+                .into(),
+        ))
     }
 
     #[cfg(not(feature = "mysql"))]
@@ -621,13 +642,14 @@ impl ClientInner {
         validate_key(&key)?;
         check_lease(params.lease, Some(&key))?;
         let started = tokio::time::Instant::now();
-        let token = OwnerToken::generate();
+        let mut token = OwnerToken::generate();
         let name = LockName::new(key, &self.prefix, self.hash_tags);
         let request = wait::Request {
             name: name.full(),
             key: name.key(),
             lease: params.lease,
             fencing: params.fencing,
+            renew: params.renewal != RenewMode::Off,
         };
         // Fast path: when no task of this client waits for the key, try once straight away
         // (one round trip for a free lock) without touching the queue.
@@ -638,6 +660,16 @@ impl ClientInner {
                 Ok(Ok(mut acquired)) => {
                     acquired.waited = started.elapsed();
                     return Ok(self.guard(name, token, params, acquired));
+                }
+                Ok(Err(_)) if self.backend.queues_waiters() => {
+                    // The attempt joined the backend's queue: leave it, and join again from
+                    // the local queue below (a cancelled wait for the local gate must not
+                    // leave a place in line behind).
+                    wait::release_in_background(&self.backend, request.name, token.as_str());
+                    if params.wait == Some(Duration::ZERO) {
+                        return Err(timed_out(name.key(), started));
+                    }
+                    token = OwnerToken::generate();
                 }
                 Ok(Err(_)) if params.wait == Some(Duration::ZERO) => {
                     return Err(timed_out(name.key(), started));
@@ -671,6 +703,7 @@ impl ClientInner {
             key,
             lease: params.lease,
             fencing: params.fencing,
+            renew: params.renewal != RenewMode::Off,
         };
         // Queue behind this client's other tasks waiting for the key. (`queued` is declared
         // first so it is dropped after the gate.)

@@ -68,6 +68,7 @@ impl Shared {
             token: self.token.as_str(),
             lease: self.lease,
             fencing: false,
+            renew: true,
         }
     }
 

@@ -166,6 +166,7 @@ mod footprint {
             token: "t",
             lease: Duration::from_secs(1),
             fencing: false,
+            renew: true,
         };
         for (op, size) in [
             (

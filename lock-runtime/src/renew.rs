@@ -141,6 +141,13 @@ pub(crate) async fn watchdog(
     renewer: Arc<Renewer>,
     mut confirmed_at: Instant,
 ) {
+    let backend = renewer.backend();
+    if backend.keeps_alive() {
+        // The backend keeps the lock alive (a session's heartbeats): wait for it to say lost.
+        let why = backend.lost(shared.spec()).await;
+        shared.mark_lost(&why);
+        return;
+    }
     let lease = shared.lease;
     let interval = lease / 3;
     let margin = drift(lease);

@@ -37,3 +37,9 @@ pub fn owner_token(guard: &crate::LockGuard) -> &str {
 pub fn cluster_slot(key: &str) -> u16 {
     crate::backend::redis::cluster_slot(key)
 }
+
+/// The ZooKeeper node (under the URL's chroot) whose children queue for lock `name`.
+#[cfg(feature = "zookeeper")]
+pub fn zookeeper_parent(name: &str) -> String {
+    crate::backend::zookeeper::parent_of(name)
+}

@@ -131,6 +131,8 @@ pub(crate) struct Request<'a> {
     pub key: &'a str,
     pub lease: Duration,
     pub fencing: bool,
+    /// Whether the lock will be renewed (see [`LockSpec::renew`]).
+    pub renew: bool,
 }
 
 impl<'a> Request<'a> {
@@ -140,6 +142,7 @@ impl<'a> Request<'a> {
             token: token.as_str(),
             lease: self.lease,
             fencing: self.fencing,
+            renew: self.renew,
         }
     }
 }
@@ -170,6 +173,13 @@ pub(crate) async fn acquire(
     // Busy attempts in a row, for backends that poll for releases (`Backend::release_poll`).
     let mut busy: u32 = 0;
     let mut pending = failed;
+    let mut place = PlaceInLine {
+        backend,
+        name: request.name,
+        token: backend
+            .queues_waiters()
+            .then(|| token.as_str().to_owned()),
+    };
     loop {
         if let Some(failure) = pending.take() {
             failures += 1;
@@ -197,12 +207,17 @@ pub(crate) async fn acquire(
                 tracing::debug!(key, error = %failure.source, failures, "distlock: acquisition failed again; retrying");
             }
             *token = OwnerToken::generate();
+            if place.token.is_some() {
+                // The failed attempt's place was given up with it (see `attempt`).
+                place.token = Some(token.as_str().to_owned());
+            }
             let pause = backoff(failures);
             let wake_at = deadline.map_or(now + pause, |deadline| deadline.min(now + pause));
             tokio::time::sleep_until(wake_at).await;
         }
         let ttl = match attempt(backend, request.spec(token), Instant::now()).await {
             Ok(Ok(mut acquired)) => {
+                place.token = None;
                 acquired.waited = started.elapsed();
                 let (waited, fencing_token) = (acquired.waited, acquired.fencing_token);
                 tracing::debug!(key, ?waited, fencing_token, "distlock: acquired");
@@ -233,7 +248,7 @@ pub(crate) async fn acquire(
             && subscribe_after.is_none_or(|after| now >= after)
         {
             subscription = None;
-            match backend.subscribe(request.name).await {
+            match backend.subscribe(request.spec(token)).await {
                 Ok(fresh) => {
                     subscription = Some(fresh);
                     subscribe_after = None;
@@ -310,18 +325,42 @@ impl Drop for InFlight<'_> {
         if !self.armed {
             return;
         }
-        let backend = Arc::clone(self.backend);
-        let name: Arc<str> = Arc::from(self.spec.name);
-        let token: Arc<str> = Arc::from(self.spec.token);
-        tracing::debug!(name = %name, "distlock: acquisition cancelled mid-attempt, releasing");
-        let job: DetachedJob = Arc::new(move || {
-            let (backend, name, token) =
-                (Arc::clone(&backend), Arc::clone(&name), Arc::clone(&token));
-            Box::pin(async move {
-                let _ = backend.release(&name, &token).await;
-            })
-        });
-        run_detached(job);
+        tracing::debug!(name = %self.spec.name, "distlock: acquisition cancelled mid-attempt, releasing");
+        release_in_background(self.backend, self.spec.name, self.spec.token);
+    }
+}
+
+/// Releases `token`'s hold on `name` — a lock, or a place in a backend's queue — in the
+/// background, on a runtime that outlives the caller if need be.
+pub(crate) fn release_in_background(backend: &Arc<dyn Backend>, name: &str, token: &str) {
+    let backend = Arc::clone(backend);
+    let name: Arc<str> = Arc::from(name);
+    let token: Arc<str> = Arc::from(token);
+    let job: DetachedJob = Arc::new(move || {
+        let (backend, name, token) = (Arc::clone(&backend), Arc::clone(&name), Arc::clone(&token));
+        Box::pin(async move {
+            let _ = backend.release(&name, &token).await;
+        })
+    });
+    run_detached(job);
+}
+
+/// For a backend that [queues waiters](Backend::queues_waiters): armed while an acquisition
+/// keeps a place in the backend's queue. An acquisition that ends without the lock — timeout,
+/// error, or the caller dropping it — gives its place up, so the next in line is not stuck
+/// behind a waiter that left.
+struct PlaceInLine<'a> {
+    backend: &'a Arc<dyn Backend>,
+    name: &'a str,
+    token: Option<String>,
+}
+
+impl Drop for PlaceInLine<'_> {
+    fn drop(&mut self) {
+        if let Some(token) = self.token.take() {
+            tracing::debug!(name = %self.name, "distlock: leaving the queue");
+            release_in_background(self.backend, self.name, &token);
+        }
     }
 }
 

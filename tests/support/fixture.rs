@@ -50,6 +50,12 @@ pub trait Fixture {
     /// value lives.
     async fn slowed(&self, min: Duration, max: Duration) -> Slowed;
 
+    /// Whether fencing tokens count acquisitions one by one (a counter), rather than only
+    /// increase (ZooKeeper's transaction ids).
+    fn fencing_consecutive(&self) -> bool {
+        true
+    }
+
     /// Whether anything at all is stored at backend key `name` (on any node).
     async fn anything_at(&self, name: &str) -> bool {
         self.holder(name).await.is_some()
@@ -576,5 +582,147 @@ impl Fixture for MysqlFixture {
     async fn anything_at(&self, name: &str) -> bool {
         let sql = format!("SELECT 1 FROM {} WHERE name = ?", self.table);
         !self.rows::<i64>(&sql, (name.as_bytes(),)).await.is_empty()
+    }
+}
+
+/// A chroot of this test's own on the binary's shared ZooKeeper server.
+#[cfg(feature = "zookeeper")]
+pub struct ZookeeperFixture {
+    pub server: &'static super::zookeeper::ZkServer,
+    pub chroot: String,
+    /// The fixture's own session: what it looks with, and owns the nodes it plants.
+    zk: tokio::sync::OnceCell<zookeeper_client::Client>,
+}
+
+#[cfg(feature = "zookeeper")]
+impl ZookeeperFixture {
+    pub fn new() -> ZookeeperFixture {
+        ZookeeperFixture {
+            server: super::zookeeper::ZkServer::shared(),
+            chroot: format!("/{}", unique("conformance")),
+            zk: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    pub async fn zk(&self) -> &zookeeper_client::Client {
+        self.zk
+            .get_or_init(|| super::zookeeper::client(self.server.client_port))
+            .await
+    }
+
+    /// The node under which lock `name` queues.
+    pub fn parent(&self, name: &str) -> String {
+        format!(
+            "{}{}",
+            self.chroot,
+            distlock::__private::testing::zookeeper_parent(name)
+        )
+    }
+
+    /// The queue of lock `name`: node names, lowest sequence (the holder) first.
+    pub async fn queue(&self, name: &str) -> Vec<String> {
+        if name.len() > 4 * distlock::MAX_KEY_LEN {
+            // Longer than any lock name: no node can exist, and ZooKeeper would refuse the
+            // request (and drop the connection).
+            return Vec::new();
+        }
+        let mut children = match self.zk().await.list_children(&self.parent(name)).await {
+            Ok(children) => children,
+            Err(zookeeper_client::Error::NoNode) => Vec::new(),
+            Err(error) => panic!("list the queue of {:.60}: {error}", name),
+        };
+        children.sort_by_key(|c| c.rsplit_once('-').map(|(_, seq)| seq.to_owned()));
+        children
+    }
+
+    /// The holder's node: its name, data and stat.
+    pub async fn holder_node(
+        &self,
+        name: &str,
+    ) -> Option<(String, String, zookeeper_client::Stat)> {
+        let first = self.queue(name).await.into_iter().next()?;
+        let path = format!("{}/{first}", self.parent(name));
+        let (data, stat) = self.zk().await.get_data(&path).await.ok()?;
+        Some((first, String::from_utf8_lossy(&data).into_owned(), stat))
+    }
+}
+
+#[cfg(feature = "zookeeper")]
+impl Fixture for ZookeeperFixture {
+    fn url(&self) -> String {
+        self.server.url(&self.chroot)
+    }
+
+    async fn holder(&self, name: &str) -> Option<String> {
+        let (node, _, _) = self.holder_node(name).await?;
+        Some(node.rsplit_once('-').map_or(node.clone(), |(t, _)| t.to_owned()))
+    }
+
+    /// How long the server would keep the lock if its holder stopped now: what is left of
+    /// an unrenewed lock's lease, or a renewed lock's whole lease (its session timeout: the
+    /// session's heartbeats keep it full).
+    async fn ttl(&self, name: &str) -> Option<Duration> {
+        let (_, data, stat) = self.holder_node(name).await?;
+        let field = |key: &str| {
+            data.lines()
+                .find_map(|line| line.strip_prefix(key)?.strip_prefix('='))
+                .map(str::to_owned)
+        };
+        let lease = Duration::from_millis(field("lease_ms")?.parse().ok()?);
+        if field("renew").as_deref() == Some("false") {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64;
+            let age = Duration::from_millis((now_ms - stat.ctime).max(0) as u64);
+            Some(lease.saturating_sub(age))
+        } else {
+            Some(lease)
+        }
+    }
+
+    async fn delete(&self, name: &str) {
+        for node in self.queue(name).await {
+            let _ = self
+                .zk()
+                .await
+                .delete(&format!("{}/{node}", self.parent(name)), None)
+                .await;
+        }
+    }
+
+    /// Deletes the queue and puts another owner's node (on the fixture's session) at its head.
+    async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
+        self.delete(name).await;
+        let options = zookeeper_client::CreateMode::EphemeralSequential
+            .with_acls(zookeeper_client::Acls::anyone_all());
+        let data = format!("holder=intruder\nlease_ms={}\nrenew=true\n", ttl.as_millis());
+        let zk = self.zk().await;
+        let _ = zk
+            .mkdir(
+                &self.parent(name),
+                &zookeeper_client::CreateMode::Persistent
+                    .with_acls(zookeeper_client::Acls::anyone_all()),
+            )
+            .await;
+        zk.create(
+            &format!("{}/{token}-", self.parent(name)),
+            data.as_bytes(),
+            &options,
+        )
+        .await
+        .expect("plant another owner's node");
+    }
+
+    async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
+        let proxies = slow_proxies(&[self.server.client_port], min, max).await;
+        Slowed {
+            url: format!("zk://127.0.0.1:{}{}", proxies[0].port(), self.chroot),
+            _keep: keep(proxies),
+        }
+    }
+
+    fn fencing_consecutive(&self) -> bool {
+        false
     }
 }

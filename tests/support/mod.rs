@@ -14,6 +14,7 @@ pub mod proxy;
 #[path = "../../examples/support/store.rs"]
 pub mod store;
 pub mod unprivileged;
+pub mod zookeeper;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

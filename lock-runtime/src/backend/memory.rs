@@ -220,8 +220,9 @@ impl Backend for MemoryBackend {
 
     fn subscribe<'a>(
         &'a self,
-        name: &'a str,
+        spec: LockSpec<'a>,
     ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        let name = spec.name;
         let subscription = self.hub.subscribe(name, || {});
         Box::pin(async move { Ok(subscription) })
     }
@@ -237,6 +238,7 @@ mod tests {
             token,
             lease: Duration::from_millis(lease_ms),
             fencing,
+            renew: true,
         }
     }
 

@@ -19,6 +19,8 @@ pub(crate) mod postgres;
 pub(crate) mod redis;
 pub(crate) mod sql;
 pub(crate) mod url;
+#[cfg(feature = "zookeeper")]
+pub(crate) mod zookeeper;
 
 /// Marks a backend error that may go away by itself — a timeout, a dropped or refused
 /// connection, a cluster failover in progress, a Redlock vote that missed its majority because
@@ -82,6 +84,9 @@ pub(crate) struct LockSpec<'a> {
     pub lease: Duration,
     /// Whether to hand out a fencing token.
     pub fencing: bool,
+    /// Whether the holder keeps the lock alive past one lease. A backend that keeps its locks
+    /// alive itself (see [`Backend::keeps_alive`]) must end an unrenewed lock after `lease`.
+    pub renew: bool,
 }
 
 /// The outcome of one acquisition attempt.
@@ -159,10 +164,36 @@ pub(crate) trait Backend: Send + Sync + 'static {
         None
     }
 
-    /// Starts listening for releases of `name`. The returned subscription must already be
-    /// active (a release after this future resolves is seen).
+    /// Starts listening for releases of `spec.name` that concern the waiter `spec.token` (a
+    /// backend with a queue wakes only the next in line). The returned subscription must
+    /// already be active (a release after this future resolves is seen).
     fn subscribe<'a>(
         &'a self,
-        name: &'a str,
+        spec: LockSpec<'a>,
     ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>>;
+
+    /// Whether a busy attempt leaves a place in a queue on the server (a ZooKeeper node) that
+    /// the waiter keeps between attempts: then an acquisition that ends without the lock —
+    /// timeout, error, cancellation — releases its token, and the token is kept across busy
+    /// attempts so the place in line is kept too.
+    fn queues_waiters(&self) -> bool {
+        false
+    }
+
+    /// Whether the backend keeps the locks it granted alive by itself — a ZooKeeper session,
+    /// an etcd lease — rather than by a per-lock lease the runtime renews. Then no watchdog
+    /// calls [`renew`](Self::renew): it awaits [`lost`](Self::lost) instead, and the backend
+    /// ends locks acquired without renewal after their lease itself.
+    fn keeps_alive(&self) -> bool {
+        false
+    }
+
+    /// For a backend that [keeps its locks alive](Self::keeps_alive): resolves, with the
+    /// reason, once the lock held with `spec.token` can no longer be trusted — its session is
+    /// (or, by this process's monotonic clock, may be) over, or its entry was deleted or
+    /// changed. It must resolve before the store can grant the lock to anyone else: one loss
+    /// of a session resolves it for every lock on that session.
+    fn lost<'a>(&'a self, _spec: LockSpec<'a>) -> BoxFuture<'a, String> {
+        Box::pin(std::future::pending())
+    }
 }

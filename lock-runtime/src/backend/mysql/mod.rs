@@ -556,8 +556,9 @@ impl Backend for MysqlBackend {
 
     fn subscribe<'a>(
         &'a self,
-        name: &'a str,
+        spec: LockSpec<'a>,
     ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        let name = spec.name;
         Box::pin(async move { Ok(self.hub.subscribe(name, || {})) })
     }
 }

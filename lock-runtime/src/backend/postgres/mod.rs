@@ -673,8 +673,9 @@ impl Backend for PostgresBackend {
 
     fn subscribe<'a>(
         &'a self,
-        name: &'a str,
+        spec: LockSpec<'a>,
     ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        let name = spec.name;
         Box::pin(async move {
             let listener = self.listener().await?;
             // The connection has listened since it started: a release from now on is heard.

@@ -555,8 +555,9 @@ impl Backend for RedisBackend {
 
     fn subscribe<'a>(
         &'a self,
-        name: &'a str,
+        spec: LockSpec<'a>,
     ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        let name = spec.name;
         Box::pin(async move {
             let subscriber = self.subscriber().await?;
             Ok(subscriber.subscribe(name).await?)

@@ -472,14 +472,14 @@ impl Backend for RedlockBackend {
 
     fn subscribe<'a>(
         &'a self,
-        name: &'a str,
+        spec: LockSpec<'a>,
     ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
         Box::pin(async move {
             let timeout = self
                 .node_timeout
                 .unwrap_or(LockClient::AUTO_NODE_TIMEOUT_MAX);
             let outcomes = self
-                .on_all(timeout, |node| async move { node.subscribe(name).await })
+                .on_all(timeout, |node| async move { node.subscribe(spec).await })
                 .await;
             let mut failures = Vec::new();
             let mut subscriptions = Vec::new();

@@ -1,0 +1,592 @@
+//! The ZooKeeper backend (`zk://`): Apache Curator's `InterProcessMutex` recipe.
+//!
+//! A lock is a queue of ephemeral sequential nodes under one parent per lock name,
+//! `/<encoded name>/<owner token>-<sequence>` (under the URL's chroot). The lowest sequence
+//! number holds the lock; every other node is a waiter that watches only the node just before
+//! its own, so a release wakes exactly one waiter — the next in line, across all processes:
+//! waiters are served in the order they arrived. The parents are container nodes, which the
+//! server deletes once they have been empty for a while.
+//!
+//! Liveness is per session, not per lock: a node lives as long as the session that created
+//! it. Each distinct lease gets a session whose timeout is that lease (or one session for all
+//! locks when the URL pins `session_timeout`), so a crashed holder's lock is freed one lease
+//! after its last heartbeat, as on every other backend. See [`session`] for how a session's
+//! loss is detected before the server can give its locks away.
+//!
+//! Fencing tokens are the holder node's creation zxid: ZooKeeper's transaction id, which
+//! strictly increases across the whole ensemble (leader changes included) and so across the
+//! successive holders of a lock, whatever happens to its parent node.
+
+mod path;
+mod session;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+pub(crate) use self::path::parent_of;
+use self::path::{ZkUrl, node_prefix, parse_url, sequence_of, token_of};
+use self::session::Session;
+use super::sql::holder_id;
+use super::{Attempt, Backend, LockSpec, Transient};
+use crate::error::{BoxError, LockError};
+use crate::notify::{ReleaseHub, ReleaseSubscription};
+use crate::runtime::BoxFuture;
+
+/// Open to every client: distlock's nodes carry no secrets, and ZooKeeper authentication is
+/// not supported yet.
+fn queue_node() -> zk::CreateOptions<'static> {
+    zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all())
+}
+
+fn container() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Container.with_acls(zk::Acls::anyone_all())
+}
+
+/// A node this client made: a held lock or a place in a lock's queue.
+struct Node {
+    /// The node's full path (under the chroot).
+    path: String,
+    /// The session that owns it.
+    session: Arc<Session>,
+    /// Its creation zxid: the fencing token if it comes to hold the lock.
+    czxid: i64,
+    /// The predecessor watch of a waiter, or the end-of-lease timer of an unrenewed lock.
+    task: Option<AbortHandle>,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The `zk://` backend.
+pub(crate) struct ZookeeperBackend {
+    url: ZkUrl,
+    /// The URL as messages show it.
+    shown: String,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    /// The lease of a lock whose own lease is not known here (a release after a restart of
+    /// this client's bookkeeping): the client's default.
+    default_lease: Duration,
+    /// Sessions by timeout.
+    sessions: Mutex<HashMap<Duration, Arc<Session>>>,
+    /// Held while a session is being opened, so concurrent acquisitions open one, not many.
+    opening: tokio::sync::Mutex<()>,
+    /// This client's nodes, by owner token.
+    nodes: Mutex<HashMap<String, Node>>,
+    /// Wake-ups by owner token: a waiter's predecessor is gone.
+    hub: Arc<ReleaseHub>,
+    holder: String,
+}
+
+/// Errors that waiting may cure: the connection or session broke, the server is busy.
+fn is_transient(error: &zk::Error) -> bool {
+    use zk::Error::*;
+    matches!(
+        error,
+        ConnectionLoss | Timeout | SessionExpired | SessionMoved | ClientClosed | NoHosts | Throttled
+    )
+}
+
+impl ZookeeperBackend {
+    /// Connects: parses the URL, opens a session for the default lease, and creates the
+    /// chroot if it is missing. Fails with an error naming the URL if ZooKeeper cannot be
+    /// reached within `connect_timeout`.
+    pub(crate) async fn connect(
+        url: &str,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+        default_lease: Duration,
+    ) -> Result<Arc<dyn Backend>, LockError> {
+        let parsed = parse_url(url)?;
+        let backend = ZookeeperBackend {
+            shown: super::url::redact_url(url),
+            url: parsed,
+            connect_timeout,
+            response_timeout,
+            default_lease,
+            sessions: Mutex::new(HashMap::new()),
+            opening: tokio::sync::Mutex::new(()),
+            nodes: Mutex::new(HashMap::new()),
+            hub: ReleaseHub::new(None),
+            holder: holder_id(),
+        };
+        let fail = |source: BoxError| LockError::Backend {
+            backend: "zookeeper",
+            op: "connect",
+            key: String::new(),
+            source,
+        };
+        backend.create_chroot().await.map_err(fail)?;
+        backend.session_for(default_lease).await.map_err(fail)?;
+        Ok(Arc::new(backend))
+    }
+
+    fn nodes(&self) -> MutexGuard<'_, HashMap<String, Node>> {
+        self.nodes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs one request, bounded by the response timeout; errors name the operation and
+    /// the URL, and say whether waiting may cure them.
+    async fn call<T>(
+        &self,
+        op: &str,
+        request: impl std::future::Future<Output = Result<T, zk::Error>>,
+    ) -> Result<T, ZkFailure> {
+        match tokio::time::timeout(self.response_timeout, request).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(ZkFailure::Server(error)),
+            Err(_) => Err(ZkFailure::Other(Transient::wrap(format!(
+                "ZooKeeper ({}) did not answer `{op}` within the response timeout ({:?})",
+                self.shown, self.response_timeout
+            )))),
+        }
+    }
+
+    fn failed(&self, op: &str, failure: ZkFailure) -> BoxError {
+        match failure {
+            ZkFailure::Server(error) => Transient::wrap_if(
+                is_transient(&error),
+                format!("ZooKeeper `{op}` failed ({}): {error}", self.shown),
+            ),
+            ZkFailure::Other(error) => error,
+        }
+    }
+
+    /// Opens a session (without the chroot: to create it) and creates the chroot's nodes.
+    async fn create_chroot(&self) -> Result<(), BoxError> {
+        if self.url.chroot.is_empty() {
+            return Ok(());
+        }
+        let client = self.open(self.connect_timeout.max(Duration::from_secs(2)), "").await?;
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        match self
+            .call("create the chroot", client.mkdir(&self.url.chroot, &persistent))
+            .await
+        {
+            Ok(()) | Err(ZkFailure::Server(zk::Error::NodeExists)) => Ok(()),
+            Err(ZkFailure::Server(error @ (zk::Error::NoAuth | zk::Error::NoChildrenForEphemerals))) => {
+                Err(format!(
+                    "cannot create the chroot `{}` ({}): {error}; create it by hand, with an \
+                     ACL that lets this client create nodes under it",
+                    self.url.chroot, self.shown
+                )
+                .into())
+            }
+            Err(failure) => Err(self.failed("create the chroot", failure)),
+        }
+    }
+
+    /// Connects a client with a session of `timeout`, rooted at `chroot`.
+    async fn open(&self, timeout: Duration, chroot: &str) -> Result<zk::Client, BoxError> {
+        let connector = zk::Client::connector()
+            .with_session_timeout(timeout)
+            .with_connection_timeout(self.connect_timeout);
+        let connecting = connector.connect(&self.url.hosts);
+        let client = match tokio::time::timeout(self.connect_timeout, connecting).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(error)) => {
+                return Err(Transient::wrap_if(
+                    is_transient(&error),
+                    format!(
+                        "cannot open a ZooKeeper session at {}: {error}; check that the \
+                         ensemble is up and reachable from here",
+                        self.shown
+                    ),
+                ));
+            }
+            Err(_) => {
+                return Err(Transient::wrap(format!(
+                    "cannot reach ZooKeeper at {} within the connect timeout ({:?}); check \
+                     that the ensemble is up and reachable from here",
+                    self.shown, self.connect_timeout
+                )));
+            }
+        };
+        if chroot.is_empty() {
+            return Ok(client);
+        }
+        client.chroot(chroot.to_owned()).map_err(|_| {
+            BoxError::from(format!(
+                "`{chroot}` is not a valid ZooKeeper chroot ({})",
+                self.shown
+            ))
+        })
+    }
+
+    /// The session for locks of `lease`: an open one, or a new one.
+    async fn session_for(&self, lease: Duration) -> Result<Arc<Session>, BoxError> {
+        let timeout = self.url.session_timeout.unwrap_or(lease);
+        let usable = |sessions: &HashMap<Duration, Arc<Session>>| {
+            sessions
+                .get(&timeout)
+                .filter(|s| s.is_usable())
+                .map(Arc::clone)
+        };
+        if let Some(session) = usable(&self.sessions.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(session);
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(session) = usable(&self.sessions.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(session);
+        }
+        let opened_at = Instant::now();
+        let client = self.open(timeout, &self.url.chroot).await?;
+        if client.session_timeout() != timeout {
+            tracing::debug!(
+                asked = ?timeout,
+                granted = ?client.session_timeout(),
+                "distlock: ZooKeeper granted another session timeout than the lease (its \
+                 minSessionTimeout/maxSessionTimeout)"
+            );
+        }
+        let session = Arc::new(Session::start(client, opened_at, self.shown.clone()));
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(timeout, Arc::clone(&session));
+        Ok(session)
+    }
+
+    /// A client of a usable session, for requests that are not tied to a lease.
+    async fn any_client(&self) -> Result<zk::Client, BoxError> {
+        let open = self
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .find_map(|s| s.client());
+        match open {
+            Some(client) => Ok(client),
+            None => self
+                .session_for(self.default_lease)
+                .await?
+                .client()
+                .ok_or_else(|| Transient::wrap("the ZooKeeper session was lost as it opened")),
+        }
+    }
+
+    /// Gives up `session` if `error` says it is over.
+    fn note_session_error(&self, session: &Session, failure: &ZkFailure) {
+        if let ZkFailure::Server(error @ (zk::Error::SessionExpired | zk::Error::ClientClosed)) =
+            failure
+        {
+            session.abandon(format!("the ZooKeeper session ended: {error}"));
+        }
+    }
+
+    /// Creates this waiter's node in `parent`'s queue (and the parent if it is missing).
+    async fn create_node(
+        &self,
+        client: &zk::Client,
+        session: &Arc<Session>,
+        parent: &str,
+        spec: LockSpec<'_>,
+    ) -> Result<(String, i64), BoxError> {
+        let prefix = node_prefix(parent, spec.token);
+        let data = format!(
+            "holder={}\nlease_ms={}\nrenew={}\n",
+            self.holder,
+            spec.lease.as_millis(),
+            spec.renew
+        );
+        for _ in 0..3 {
+            match self
+                .call("create", client.create(&prefix, data.as_bytes(), &queue_node()))
+                .await
+            {
+                Ok((stat, sequence)) => return Ok((format!("{prefix}{sequence}"), stat.czxid)),
+                // The parent is missing (never made, or deleted by the server as an empty
+                // container just now): make it and try again.
+                Err(ZkFailure::Server(zk::Error::NoNode)) => {
+                    match self
+                        .call("create", client.create(parent, &[], &container()))
+                        .await
+                    {
+                        Ok(_) | Err(ZkFailure::Server(zk::Error::NodeExists)) => {}
+                        Err(failure) => {
+                            self.note_session_error(session, &failure);
+                            return Err(self.failed("create", failure));
+                        }
+                    }
+                }
+                Err(failure) => {
+                    self.note_session_error(session, &failure);
+                    return Err(self.failed("create", failure));
+                }
+            }
+        }
+        Err(Transient::wrap(format!(
+            "the parent node `{parent}` kept disappearing ({})",
+            self.shown
+        )))
+    }
+
+    async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
+        let started = Instant::now();
+        let session = self.session_for(spec.lease).await?;
+        let client = session
+            .client()
+            .ok_or_else(|| Transient::wrap("the ZooKeeper session was lost as it opened"))?;
+        let parent = parent_of(spec.name);
+        for _ in 0..8 {
+            // Our node: made by an earlier attempt with this token (a waiter keeps its place),
+            // or made now.
+            let known = self.nodes().get(spec.token).and_then(|node| {
+                Arc::ptr_eq(&node.session, &session).then(|| (node.path.clone(), node.czxid))
+            });
+            let (path, czxid) = match known {
+                Some(known) => known,
+                None => {
+                    let (path, czxid) = self.create_node(&client, &session, &parent, spec).await?;
+                    let stale = self.nodes().insert(
+                        spec.token.to_owned(),
+                        Node {
+                            path: path.clone(),
+                            session: Arc::clone(&session),
+                            czxid,
+                            task: None,
+                        },
+                    );
+                    if let Some(stale) = stale {
+                        // A place in line on a lost session: delete whatever is left of it.
+                        let client = client.clone();
+                        tokio::spawn(async move {
+                            let _ = client.delete(&stale.path, None).await;
+                        });
+                    }
+                    (path, czxid)
+                }
+            };
+            let children = match self
+                .call("list", client.list_children(&parent))
+                .await
+            {
+                Ok(children) => children,
+                Err(ZkFailure::Server(zk::Error::NoNode)) => {
+                    self.nodes().remove(spec.token);
+                    continue;
+                }
+                Err(failure) => {
+                    self.note_session_error(&session, &failure);
+                    return Err(self.failed("list", failure));
+                }
+            };
+            let mut queue: Vec<(i64, &str)> = children
+                .iter()
+                .filter_map(|child| Some((sequence_of(child)?, child.as_str())))
+                .collect();
+            queue.sort_unstable();
+            let mine = &path[parent.len() + 1..];
+            let Some(place) = queue.iter().position(|&(_, child)| child == mine) else {
+                // Our node is gone (deleted behind our back): join the queue again.
+                self.nodes().remove(spec.token);
+                continue;
+            };
+            if place == 0 {
+                if !spec.renew {
+                    self.end_after_lease(spec, &client, &path, started);
+                }
+                return Ok(Attempt::Acquired {
+                    fencing_token: spec.fencing.then_some(czxid as u64),
+                });
+            }
+            // Watch only the node just before ours: its deletion makes us the holder or
+            // moves us up (it gave up), so no release ever wakes more than one waiter.
+            let before = format!("{parent}/{}", queue[place - 1].1);
+            let watcher = match self
+                .call("watch", client.check_and_watch_stat(&before))
+                .await
+            {
+                Ok((Some(_), watcher)) => watcher,
+                Ok((None, _)) => continue, // gone already: look again
+                Err(failure) => {
+                    self.note_session_error(&session, &failure);
+                    return Err(self.failed("watch", failure));
+                }
+            };
+            let hub = Arc::clone(&self.hub);
+            let token = spec.token.to_owned();
+            let task = tokio::spawn(async move {
+                watcher.changed().await;
+                hub.notify(&token);
+            })
+            .abort_handle();
+            if let Some(node) = self.nodes().get_mut(spec.token) {
+                if let Some(previous) = node.task.replace(task) {
+                    previous.abort();
+                }
+            } else {
+                task.abort();
+            }
+            return Ok(Attempt::Busy {
+                ttl: Some(session.timeout),
+            });
+        }
+        Err(Transient::wrap(format!(
+            "the queue of `{}` kept changing under this waiter ({})",
+            spec.name, self.shown
+        )))
+    }
+
+    /// An unrenewed lock ends after its lease: its node is deleted then, whatever its session.
+    fn end_after_lease(&self, spec: LockSpec<'_>, client: &zk::Client, path: &str, started: Instant) {
+        let client = client.clone();
+        let path = path.to_owned();
+        let end = started + spec.lease;
+        let task = tokio::spawn(async move {
+            tokio::time::sleep_until(end).await;
+            let _ = client.delete(&path, None).await;
+        })
+        .abort_handle();
+        if let Some(node) = self.nodes().get_mut(spec.token) {
+            node.task = Some(task);
+        }
+    }
+
+    async fn delete(&self, name: &str, token: &str) -> Result<bool, BoxError> {
+        let node = self.nodes().remove(token);
+        let (path, alive, client) = match node {
+            Some(node) => {
+                let client = match node.session.client() {
+                    Some(client) => client,
+                    None => self.any_client().await?,
+                };
+                (Some(node.path.clone()), node.session.is_usable(), client)
+            }
+            None => (None, true, self.any_client().await?),
+        };
+        let path = match path {
+            Some(path) => path,
+            // An attempt whose reply never came: find its node by the token in its name.
+            None => {
+                let parent = parent_of(name);
+                let children = match self.call("list", client.list_children(&parent)).await {
+                    Ok(children) => children,
+                    Err(ZkFailure::Server(zk::Error::NoNode)) => return Ok(false),
+                    Err(failure) => return Err(self.failed("list", failure)),
+                };
+                match children.iter().find(|c| token_of(c) == token) {
+                    Some(child) => format!("{parent}/{child}"),
+                    None => return Ok(false),
+                }
+            }
+        };
+        match self.call("delete", client.delete(&path, None)).await {
+            Ok(()) => Ok(alive),
+            Err(ZkFailure::Server(zk::Error::NoNode)) => Ok(false),
+            Err(failure) => Err(self.failed("delete", failure)),
+        }
+    }
+
+    async fn check(&self, spec: LockSpec<'_>) -> Result<bool, BoxError> {
+        let known = self
+            .nodes()
+            .get(spec.token)
+            .map(|node| (node.path.clone(), Arc::clone(&node.session)));
+        let Some((path, session)) = known else {
+            return Ok(false);
+        };
+        let Some(client) = session.client() else {
+            return Ok(false);
+        };
+        match self.call("exists", client.check_stat(&path)).await {
+            Ok(stat) => Ok(stat.is_some() && session.is_usable()),
+            Err(failure) => Err(self.failed("exists", failure)),
+        }
+    }
+
+    async fn watch_lost(&self, spec: LockSpec<'_>) -> String {
+        let known = self
+            .nodes()
+            .get(spec.token)
+            .map(|node| (node.path.clone(), Arc::clone(&node.session)));
+        let Some((path, session)) = known else {
+            return "the lock's node is not known to this client".into();
+        };
+        let loss = Arc::clone(&session.loss);
+        let watched = async {
+            loop {
+                let Some(client) = session.client() else {
+                    return std::future::pending().await;
+                };
+                match self.call("watch", client.check_and_watch_stat(&path)).await {
+                    Ok((None, _)) => return format!("its node `{path}` was deleted"),
+                    Ok((Some(_), watcher)) => match watcher.changed().await.event_type {
+                        zk::EventType::NodeDeleted => {
+                            return format!("its node `{path}` was deleted");
+                        }
+                        zk::EventType::NodeDataChanged => {
+                            return format!("its node `{path}` was changed by another client");
+                        }
+                        // A session event: the heartbeat decides whether the session is over.
+                        _ => tokio::time::sleep(Duration::from_millis(10)).await,
+                    },
+                    // The heartbeat bounds how long this may go on.
+                    Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                }
+            }
+        };
+        tokio::select! {
+            why = loss.wait() => why,
+            why = watched => why,
+        }
+    }
+}
+
+/// A request's failure: the server's error, or one of ours (a timeout).
+enum ZkFailure {
+    Server(zk::Error),
+    Other(BoxError),
+}
+
+impl Backend for ZookeeperBackend {
+    fn kind(&self) -> &'static str {
+        "zookeeper"
+    }
+
+    fn queues_waiters(&self) -> bool {
+        true
+    }
+
+    fn keeps_alive(&self) -> bool {
+        true
+    }
+
+    fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
+        Box::pin(self.acquire(spec))
+    }
+
+    fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(self.check(spec))
+    }
+
+    fn release<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(self.delete(name, token))
+    }
+
+    fn subscribe<'a>(
+        &'a self,
+        spec: LockSpec<'a>,
+    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        let subscription = self.hub.subscribe(spec.token, || {});
+        Box::pin(async move { Ok(subscription) })
+    }
+
+    fn lost<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, String> {
+        Box::pin(self.watch_lost(spec))
+    }
+}

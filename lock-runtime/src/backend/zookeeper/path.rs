@@ -1,0 +1,255 @@
+//! `zk://` URLs and the node layout: where a lock's queue lives in the tree, and how a lock
+//! name that ZooKeeper paths cannot hold is encoded.
+
+use std::time::Duration;
+
+use crate::error::LockError;
+
+/// The ZooKeeper client port when a host names none.
+const DEFAULT_PORT: u16 = 2181;
+
+/// What a `zk://` URL says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ZkUrl {
+    /// `host:port,host:port` for the client.
+    pub hosts: String,
+    /// The chroot every path lives under (`""` for the tree's root), e.g. `/distlock`.
+    pub chroot: String,
+    /// `session_timeout=`: one session of this timeout for every lock, whatever its lease.
+    pub session_timeout: Option<Duration>,
+}
+
+/// Parses `zk://h1:2181,h2:2181/optional/chroot?session_timeout=10s`.
+pub(crate) fn parse_url(url: &str) -> Result<ZkUrl, LockError> {
+    let bad = |why: String| LockError::Config(format!("invalid ZooKeeper URL `{url}`: {why}"));
+    let rest = url
+        .strip_prefix("zk://")
+        .ok_or_else(|| bad("expected `zk://host:port[,host:port…][/chroot]`".into()))?;
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (hosts, chroot) = match rest.find('/') {
+        Some(slash) => rest.split_at(slash),
+        None => (rest, ""),
+    };
+    if hosts.contains('@') {
+        return Err(bad(
+            "ZooKeeper authentication (`user:password@`) is not supported yet; \
+             give the lock nodes' parent an open ACL or use a chroot the client may write"
+                .into(),
+        ));
+    }
+    let mut listed = Vec::new();
+    for host in hosts.split(',') {
+        let host = host.trim();
+        if host.is_empty() {
+            return Err(bad("a host is missing (expected `host:port[,host:port…]`)".into()));
+        }
+        let (name, port) = match host.rsplit_once(':') {
+            Some((name, port)) if !name.ends_with(']') || host.starts_with('[') => {
+                let port: u16 = port
+                    .parse()
+                    .map_err(|_| bad(format!("`{port}` in `{host}` is not a port number")))?;
+                (name, port)
+            }
+            _ => (host, DEFAULT_PORT),
+        };
+        if name.is_empty() {
+            return Err(bad(format!("`{host}` names no host")));
+        }
+        listed.push(format!("{name}:{port}"));
+    }
+    let chroot = match chroot {
+        "" | "/" => String::new(),
+        chroot => {
+            check_chroot(chroot).map_err(|why| bad(format!("bad chroot `{chroot}`: {why}")))?;
+            chroot.to_owned()
+        }
+    };
+    let mut session_timeout = None;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "session_timeout" => {
+                let timeout = parse_duration(value).ok_or_else(|| {
+                    bad(format!(
+                        "`session_timeout={value}`: expected a duration such as `10s` or `500ms`"
+                    ))
+                })?;
+                if timeout < Duration::from_millis(100) {
+                    return Err(bad(format!(
+                        "`session_timeout={value}` is too short: at least 100ms"
+                    )));
+                }
+                session_timeout = Some(timeout);
+            }
+            other => {
+                return Err(bad(format!(
+                    "unknown parameter `{other}` (supported: `session_timeout`)"
+                )));
+            }
+        }
+    }
+    Ok(ZkUrl {
+        hosts: listed.join(","),
+        chroot,
+        session_timeout,
+    })
+}
+
+/// `10s`, `500ms`, `2m`.
+fn parse_duration(text: &str) -> Option<Duration> {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number.parse().ok()?;
+    match unit {
+        "ms" => Some(Duration::from_millis(number)),
+        "s" => Some(Duration::from_secs(number)),
+        "m" => number.checked_mul(60).map(Duration::from_secs),
+        _ => None,
+    }
+}
+
+/// A chroot is an absolute path of non-empty components other than `.` and `..`, without
+/// a trailing slash or control characters.
+fn check_chroot(chroot: &str) -> Result<(), &'static str> {
+    let Some(inner) = chroot.strip_prefix('/') else {
+        return Err("it must start with `/`");
+    };
+    for part in inner.split('/') {
+        match part {
+            "" => return Err("empty path component (`//` or a trailing `/`)"),
+            "." | ".." => return Err("`.` and `..` are not allowed in ZooKeeper paths"),
+            part if part.chars().any(|c| c.is_control()) => {
+                return Err("control characters are not allowed in ZooKeeper paths");
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// The node under which lock `name`'s queue lives: `/` + the name as one path component.
+pub(crate) fn parent_of(name: &str) -> String {
+    let mut parent = String::with_capacity(name.len() + 1);
+    parent.push('/');
+    encode_into(name, &mut parent);
+    parent
+}
+
+/// Encodes a lock name as one ZooKeeper path component, reversibly: letters, digits and
+/// `:._-@+=,~` stay as they are (so `lock:order:42` reads as itself); every other byte — `/`,
+/// `%`, spaces, non-ASCII text, characters ZooKeeper refuses — becomes `%XX`. Names ZooKeeper
+/// reserves (`.`, `..`, `zookeeper`) are escaped too.
+fn encode_into(name: &str, out: &mut String) {
+    let start = out.len();
+    for byte in name.bytes() {
+        if byte.is_ascii_alphanumeric() || b":._-@+=,~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    let encoded = &out[start..];
+    if encoded == "." || encoded == ".." || encoded == "zookeeper" {
+        let first = char::from(name.as_bytes()[0]);
+        out.replace_range(start..start + 1, &format!("%{:02X}", u32::from(first)));
+    }
+}
+
+/// Decodes a path component made by [`encode_into`] (for people and tools reading the tree).
+#[cfg(test)]
+pub(crate) fn decode(component: &str) -> Option<String> {
+    let mut bytes = Vec::with_capacity(component.len());
+    let mut rest = component.as_bytes();
+    while let Some((&byte, tail)) = rest.split_first() {
+        if byte == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(byte);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// The prefix of a waiter's node name: its owner token and a dash; ZooKeeper appends the
+/// sequence number.
+pub(crate) fn node_prefix(parent: &str, token: &str) -> String {
+    format!("{parent}/{token}-")
+}
+
+/// The sequence number at the end of a queue node's name (`<token>-0000000042`), if it is
+/// one of distlock's nodes.
+pub(crate) fn sequence_of(child: &str) -> Option<i64> {
+    let (_, digits) = child.rsplit_once('-')?;
+    if digits.len() < 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The owner token in a queue node's name.
+pub(crate) fn token_of(child: &str) -> &str {
+    child.rsplit_once('-').map_or(child, |(token, _)| token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_hosts_chroot_and_session_timeout() {
+        let url = parse_url("zk://a:1,b,[::1]:3/app/locks?session_timeout=10s").unwrap();
+        assert_eq!(url.hosts, "a:1,b:2181,[::1]:3");
+        assert_eq!(url.chroot, "/app/locks");
+        assert_eq!(url.session_timeout, Some(Duration::from_secs(10)));
+        let url = parse_url("zk://127.0.0.1:2181/").unwrap();
+        assert_eq!((url.chroot.as_str(), url.session_timeout), ("", None));
+        for (bad, says) in [
+            ("zk://", "host is missing"),
+            ("zk://a:x", "not a port"),
+            ("zk://a/b//c", "empty path component"),
+            ("zk://a/b/", "empty path component"),
+            ("zk://a/b/../c", "`.` and `..`"),
+            ("zk://a?session_timeout=ten", "expected a duration"),
+            ("zk://a?session_timeout=10ms", "too short"),
+            ("zk://a?sessiontimeout=1s", "unknown parameter `sessiontimeout`"),
+            ("zk://u:p@a", "authentication"),
+        ] {
+            let err = parse_url(bad).unwrap_err().to_string();
+            assert!(err.contains(says) && err.contains(bad), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn names_become_one_reversible_path_component() {
+        for name in [
+            "lock:order:42",
+            "lock:/orders/42/..",
+            "ünïcødé/κλειδί:🔒",
+            "with space %s \\ \" '",
+            ".",
+            "..",
+            "zookeeper",
+            "{user}:1",
+        ] {
+            let parent = parent_of(name);
+            let component = &parent[1..];
+            assert!(!component.contains('/'), "{name}: {component}");
+            assert!(!matches!(component, "." | ".." | "zookeeper"), "{name}");
+            assert!(component.is_ascii(), "{name}: {component}");
+            assert_eq!(decode(component).as_deref(), Some(name));
+        }
+        assert_eq!(parent_of("lock:order:42"), "/lock:order:42");
+    }
+
+    #[test]
+    fn queue_nodes_carry_token_and_sequence() {
+        assert_eq!(sequence_of("0123abcd-0000000042"), Some(42));
+        assert_eq!(token_of("0123abcd-0000000042"), "0123abcd");
+        assert_eq!(sequence_of("intruder-0000000007"), Some(7));
+        assert_eq!(sequence_of("foreign"), None);
+        assert_eq!(sequence_of("x-12"), None);
+    }
+}

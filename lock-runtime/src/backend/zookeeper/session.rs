@@ -1,0 +1,170 @@
+//! One ZooKeeper session and its liveness, measured on this process's monotonic clock.
+//!
+//! ZooKeeper expires a session when the server has heard nothing from its client for the
+//! session timeout; the session's ephemeral nodes — its locks — go with it. The client library
+//! only notices much later (it reports a session expired 7/5 of the timeout after losing its
+//! connection). So each session has a heartbeat of its own: a cheap read every timeout/4,
+//! and the session counts as alive only until the send time of the last answered read plus
+//! the timeout, minus the drift margin. The server received that read after it was sent, so
+//! it cannot expire the session before then: a session this process calls alive is alive on
+//! the server, and every lock on it is reported lost before the server can give it away.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use crate::renew::drift;
+
+/// Why a session can no longer be trusted, once it cannot.
+#[derive(Default)]
+pub(crate) struct Loss {
+    flag: AtomicBool,
+    why: OnceLock<String>,
+    waiters: Notify,
+}
+
+impl Loss {
+    /// Marks the session lost; the first reason given is kept.
+    pub(crate) fn mark(&self, why: String) {
+        let _ = self.why.set(why);
+        if !self.flag.swap(true, Ordering::AcqRel) {
+            self.waiters.notify_waiters();
+        }
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+
+    /// Resolves with the reason once the session is lost.
+    pub(crate) async fn wait(&self) -> String {
+        loop {
+            let notified = self.waiters.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_lost() {
+                return self.why.get().cloned().unwrap_or_default();
+            }
+            notified.await;
+        }
+    }
+}
+
+/// A session, its negotiated timeout, and whether it still holds.
+pub(crate) struct Session {
+    /// Taken out (and so closed, once the last clone is dropped) when the session is lost.
+    client: Mutex<Option<zk::Client>>,
+    /// The timeout the server granted (it clamps the one asked for to its own bounds).
+    pub timeout: Duration,
+    pub loss: std::sync::Arc<Loss>,
+    heartbeat: AbortHandle,
+}
+
+impl Session {
+    /// Starts the heartbeat of a session opened at `opened_at` (a reading taken before the
+    /// connect request went out).
+    pub(crate) fn start(client: zk::Client, opened_at: Instant, shown: String) -> Session {
+        let timeout = client.session_timeout();
+        let loss = std::sync::Arc::new(Loss::default());
+        let heartbeat = tokio::spawn(heartbeat(
+            client.clone(),
+            std::sync::Arc::clone(&loss),
+            opened_at,
+            shown,
+        ))
+        .abort_handle();
+        Session {
+            client: Mutex::new(Some(client)),
+            timeout,
+            loss,
+            heartbeat,
+        }
+    }
+
+    /// The client, unless the session is lost or its heartbeat died with its runtime.
+    pub(crate) fn client(&self) -> Option<zk::Client> {
+        if !self.is_usable() {
+            return None;
+        }
+        self.client.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn is_usable(&self) -> bool {
+        !self.loss.is_lost() && !self.heartbeat.is_finished()
+    }
+
+    /// Gives the session up: every lock on it is lost, and the connection closes once the
+    /// last request in flight is done (the server then deletes the session's nodes at once,
+    /// if it can still be reached).
+    pub(crate) fn abandon(&self, why: String) {
+        self.loss.mark(why);
+        self.heartbeat.abort();
+        self.client.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.heartbeat.abort();
+    }
+}
+
+/// Confirms the session every timeout/4 and marks it lost as soon as it may have expired.
+async fn heartbeat(
+    client: zk::Client,
+    loss: std::sync::Arc<Loss>,
+    opened_at: Instant,
+    shown: String,
+) {
+    let timeout = client.session_timeout();
+    let margin = drift(timeout);
+    let interval = (timeout / 4).max(Duration::from_millis(5));
+    let retry_pause = (timeout / 20).max(Duration::from_millis(5));
+    let mut states = client.state_watcher();
+    let mut confirmed_at = opened_at;
+    loop {
+        tokio::time::sleep_until(confirmed_at + interval).await;
+        let valid_until = confirmed_at + timeout - margin;
+        loop {
+            let sent_at = Instant::now();
+            if sent_at >= valid_until {
+                loss.mark(format!(
+                    "no answer from ZooKeeper ({shown}) for the session timeout ({timeout:?}): \
+                     the server may have expired the session"
+                ));
+                return;
+            }
+            let answer = tokio::select! {
+                answer = tokio::time::timeout_at(valid_until, client.check_stat("/")) => answer,
+                state = states.changed() => match state {
+                    zk::SessionState::Expired | zk::SessionState::Closed | zk::SessionState::AuthFailed => {
+                        loss.mark(format!("the ZooKeeper session ended ({state:?})"));
+                        return;
+                    }
+                    _ => continue,
+                },
+            };
+            match answer {
+                Ok(Ok(_)) => {
+                    confirmed_at = sent_at;
+                    break;
+                }
+                Ok(Err(error @ (zk::Error::SessionExpired | zk::Error::ClientClosed))) => {
+                    loss.mark(format!("the ZooKeeper session ended: {error}"));
+                    return;
+                }
+                Ok(Err(error)) => {
+                    tracing::debug!(%error, "distlock: ZooKeeper heartbeat failed, retrying");
+                    tokio::time::sleep_until((Instant::now() + retry_pause).min(valid_until))
+                        .await;
+                }
+                Err(_) => {} // the deadline passed: the loop marks the loss
+            }
+        }
+    }
+}

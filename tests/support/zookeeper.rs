@@ -1,0 +1,286 @@
+//! ZooKeeper servers of the tests' own (Debian's `zookeeper` package, Java): a standalone
+//! server, or a three-server ensemble, on free loopback ports in scratch directories.
+//!
+//! The servers tick every 100 ms and accept sessions from 200 ms up to 8 days (the longest
+//! lease distlock accepts is 7 days), so a lock's lease is its session timeout in the tests
+//! as it would be with a production server configured for the leases in use. Container nodes
+//! are checked every 200 ms (ZooKeeper's default: every minute), so tests can see an empty
+//! lock parent go.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::unprivileged::remove_at_exit;
+use super::{TEST_COMMAND, free_port, spawn_tied, unique};
+
+/// Where Debian's package puts the server's jar.
+const JAR: &str = "/usr/share/java/zookeeper.jar";
+
+fn java() -> PathBuf {
+    let java = PathBuf::from("/usr/bin/java");
+    assert!(
+        java.is_file() && Path::new(JAR).is_file(),
+        "ZooKeeper is not installed ({JAR} or {} is missing). Run the README's test command, \
+         `{TEST_COMMAND}`, which installs the `zookeeper` package",
+        java.display()
+    );
+    java
+}
+
+/// One ZooKeeper server process: standalone, or a member of an ensemble.
+pub struct ZkServer {
+    pub client_port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+    owned: bool,
+}
+
+impl ZkServer {
+    /// A standalone server of this test's own.
+    pub fn start() -> ZkServer {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let dir = std::env::temp_dir().join(unique("distlock-zk"));
+            let port = free_port();
+            write_config(&dir, port, None);
+            let mut server = ZkServer {
+                client_port: port,
+                dir,
+                child: None,
+                owned: true,
+            };
+            match server.spawn().and_then(|()| server.wait_serving(Duration::from_secs(60))) {
+                Ok(()) => return server,
+                Err(error) => last = error,
+            }
+        }
+        panic!("could not start a ZooKeeper server: {last}");
+    }
+
+    /// One standalone server for all the tests of this binary (each test uses a chroot of
+    /// its own). It dies with the process; its directory is removed at exit.
+    pub fn shared() -> &'static ZkServer {
+        static SHARED: std::sync::OnceLock<ZkServer> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| {
+            let mut server = ZkServer::start();
+            server.owned = false;
+            remove_at_exit(server.dir.clone());
+            server
+        })
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let log = std::fs::File::create(self.dir.join("log")).map_err(|e| e.to_string())?;
+        let mut command = Command::new(java());
+        command
+            .args(["-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"])
+            .arg(format!("-Dzookeeper.log.dir={}", self.dir.display()))
+            .arg("-Dznode.container.checkIntervalMs=200")
+            .arg("-Dzookeeper.admin.enableServer=false")
+            .args(["-cp", JAR, "org.apache.zookeeper.server.quorum.QuorumPeerMain"])
+            .arg(self.dir.join("zoo.cfg"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log);
+        let child = spawn_tied(command).map_err(|e| format!("cannot run java: {e}"))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Waits until the server serves clients (`srvr` reports a mode), or fails with its log.
+    fn wait_serving(&mut self, within: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.mode().is_some() {
+                return Ok(());
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || Instant::now() > deadline {
+                self.stop_child();
+                let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+                return Err(format!(
+                    "ZooKeeper did not serve on port {}: {log}",
+                    self.client_port
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `standalone`, `leader` or `follower` while the server serves clients.
+    pub fn mode(&self) -> Option<String> {
+        let reply = four_letter(self.client_port, "srvr")?;
+        reply
+            .lines()
+            .find_map(|line| line.strip_prefix("Mode: "))
+            .map(|mode| mode.trim().to_owned())
+    }
+
+    /// `zk://127.0.0.1:<port><chroot>`
+    pub fn url(&self, chroot: &str) -> String {
+        format!("zk://127.0.0.1:{}{chroot}", self.client_port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("server is running").id()
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// SIGKILL: a crash.
+    pub fn kill(&mut self) {
+        self.stop_child();
+    }
+
+    /// Starts the killed server again, with its data.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "kill the server first");
+        self.spawn().expect("restart ZooKeeper");
+    }
+
+    fn stop_child(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ZkServer {
+    fn drop(&mut self) {
+        self.stop_child();
+        if self.owned {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Writes `zoo.cfg` (and `myid` for an ensemble member) into `dir`.
+fn write_config(dir: &Path, client_port: u16, ensemble: Option<(usize, &[(u16, u16)])>) {
+    std::fs::create_dir_all(dir.join("data")).expect("scratch directory");
+    let mut config = format!(
+        "tickTime=100\n\
+         minSessionTimeout=200\n\
+         maxSessionTimeout=700000000\n\
+         dataDir={}\n\
+         clientPort={client_port}\n\
+         clientPortAddress=127.0.0.1\n\
+         admin.enableServer=false\n\
+         4lw.commands.whitelist=*\n\
+         forceSync=no\n",
+        dir.join("data").display()
+    );
+    if let Some((id, peers)) = ensemble {
+        config.push_str("initLimit=100\nsyncLimit=30\n");
+        for (i, (quorum, election)) in peers.iter().enumerate() {
+            config.push_str(&format!(
+                "server.{}=127.0.0.1:{quorum}:{election}\n",
+                i + 1
+            ));
+        }
+        std::fs::write(dir.join("data").join("myid"), format!("{id}\n")).expect("myid");
+    }
+    std::fs::write(dir.join("zoo.cfg"), config).expect("zoo.cfg");
+}
+
+/// Sends a four-letter command and returns the reply.
+pub fn four_letter(port: u16, command: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(500),
+    )
+    .ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(command.as_bytes()).ok()?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).ok()?;
+    Some(reply)
+}
+
+/// A three-server ensemble.
+pub struct ZkEnsemble {
+    pub servers: Vec<ZkServer>,
+    dir: PathBuf,
+}
+
+impl ZkEnsemble {
+    pub fn start() -> ZkEnsemble {
+        let dir = std::env::temp_dir().join(unique("distlock-zk-ensemble"));
+        let peers: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        let mut servers = Vec::new();
+        for id in 1..=3 {
+            let member = dir.join(format!("s{id}"));
+            let port = free_port();
+            write_config(&member, port, Some((id, &peers)));
+            let mut server = ZkServer {
+                client_port: port,
+                dir: member,
+                child: None,
+                owned: false,
+            };
+            server.spawn().expect("start an ensemble member");
+            servers.push(server);
+        }
+        let mut ensemble = ZkEnsemble { servers, dir };
+        for server in &mut ensemble.servers {
+            server
+                .wait_serving(Duration::from_secs(90))
+                .unwrap_or_else(|e| panic!("the ensemble did not form: {e}"));
+        }
+        ensemble
+    }
+
+    /// `zk://127.0.0.1:a,127.0.0.1:b,127.0.0.1:c<chroot>`
+    pub fn url(&self, chroot: &str) -> String {
+        let hosts: Vec<String> = self
+            .servers
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.client_port))
+            .collect();
+        format!("zk://{}{chroot}", hosts.join(","))
+    }
+
+    /// The index of the current leader, waiting up to `within` for one.
+    pub fn leader(&self, within: Duration) -> Option<usize> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(i) = self
+                .servers
+                .iter()
+                .position(|s| s.is_running() && s.mode().as_deref() == Some("leader"))
+            {
+                return Some(i);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for ZkEnsemble {
+    fn drop(&mut self) {
+        for server in &mut self.servers {
+            server.stop_child();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A plain ZooKeeper client of the server at `port` (for looking at and tampering with what
+/// it holds, as a human would with `zkCli.sh`).
+pub async fn client(port: u16) -> zookeeper_client::Client {
+    zookeeper_client::Client::connector()
+        .with_session_timeout(Duration::from_secs(30))
+        .connect(&format!("127.0.0.1:{port}"))
+        .await
+        .expect("connect to the test ZooKeeper")
+}
