@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine, in one command:
-#   1. installs the servers the tests start (redis-server, redis-cli, PostgreSQL, MariaDB) from Debian
+#   1. installs the servers the tests start (redis-server, redis-cli, PostgreSQL, MariaDB, ZooKeeper) from Debian
 #      packages if missing,
 #   2. checks formatting and lints,
 #   3. runs every test: unit tests, integration tests against real servers started by the
@@ -52,6 +52,10 @@ fi
 if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
     missing+=(mariadb-server)
 fi
+# ZooKeeper: the tests run its server (Java) from Debian's jar themselves.
+if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null 2>&1; then
+    missing+=(zookeeper)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
     install_packages "${missing[@]}"
 fi
@@ -59,6 +63,7 @@ echo "==> $(redis-server --version)"
 echo "==> $("$(postgres_bin postgres)" --version)"
 mariadbd_bin="$(command -v mariadbd || echo /usr/sbin/mariadbd)"
 echo "==> $("$mariadbd_bin" --version)"
+echo "==> ZooKeeper $(dpkg-query -W -f='${Version}' zookeeper 2>/dev/null || echo '(jar)'), $(java -version 2>&1 | head -n 1)"
 
 echo "==> cargo fmt --check"
 cargo fmt --all --check
@@ -66,7 +71,7 @@ echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "==> cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
-echo "==> cargo test (all features: memory, redis, rediss, postgres, mysql)"
+echo "==> cargo test (all features: memory, redis, rediss, postgres, mysql, zookeeper)"
 cargo test --workspace --all-features
 echo "==> cargo test (default features: what \`rediss://\` says without \`tls\`)"
 cargo test --test errors

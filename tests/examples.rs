@@ -110,6 +110,38 @@ async fn orders_runs_on_postgres_in_separate_processes() {
     );
 }
 
+/// Three processes hand out order ids under a ZooKeeper lock; each id is a node whose
+/// creation refuses a duplicate. Afterwards no lock node is left.
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_runs_on_zookeeper_in_separate_processes() {
+    let server = support::zookeeper::ZkServer::start();
+    let chroot = format!("/{}", support::unique("orders"));
+    let mut processes = example("orders");
+    processes
+        .env(distlock::URL_ENV, server.url(&chroot))
+        .args(["--processes", "3"]);
+    let out = tokio::task::spawn_blocking(move || run(processes))
+        .await
+        .unwrap();
+    assert!(
+        out.contains("backend zookeeper")
+            && out.contains("3 processes")
+            && out.contains("600 order ids")
+            && out.contains("every id unique"),
+        "{out}"
+    );
+    let zk = support::zookeeper::client(server.client_port).await;
+    let mut left = Vec::new();
+    for parent in zk.list_children(&chroot).await.unwrap() {
+        if parent != "distlock-example" {
+            let path = format!("{chroot}/{parent}");
+            left.extend(zk.list_children(&path).await.unwrap_or_default());
+        }
+    }
+    assert!(left.is_empty(), "lock nodes left after the run: {left:?}");
+}
+
 /// The same on MariaDB: three processes, ids unique (a table whose primary key is the id), no
 /// lock row left.
 #[cfg(feature = "mysql")]

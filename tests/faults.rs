@@ -192,7 +192,10 @@ impl Data {
     async fn open(lock_url: &str) -> Data {
         match Store::open(lock_url, "fence").await.expect("data store") {
             Store::Redis { conn, .. } => Data(conn),
-            Store::Memory(_) | Store::Postgres { .. } | Store::Mysql { .. } => {
+            Store::Memory(_)
+            | Store::Postgres { .. }
+            | Store::Mysql { .. }
+            | Store::Zookeeper { .. } => {
                 unreachable!("these fault tests run on Redis")
             }
         }

@@ -194,6 +194,13 @@ async fn mysql_four_processes_never_overlap() {
     four_processes(&format!("{}?table={table}", server.url()), true).await;
 }
 
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_four_processes_never_overlap() {
+    let server = support::zookeeper::ZkServer::start();
+    four_processes(&server.url(&format!("/{}", unique("history"))), true).await;
+}
+
 /// `memory://` lives in one process: four clients (separate owners) × 32 tasks in this one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_four_clients_never_overlap() {

@@ -3,7 +3,8 @@
 //! separate steps (so, without the lock, updates would be lost). In one process it is a map;
 //! with Redis it is Redis keys, so workers can be separate processes. With `redlock://` the data
 //! lives on the first node (the lock is across all of them); with `redis+cluster://` in the
-//! cluster; with `postgres://` or `mysql://` in a table of the same database as the locks.
+//! cluster; with `postgres://` or `mysql://` in a table of the same database as the locks;
+//! with `zk://` in nodes of the same ensemble.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -31,6 +32,17 @@ pub enum Store {
         pool: mysql_async::Pool,
         namespace: String,
     },
+    /// ZooKeeper nodes under `<chroot>/distlock-example/<namespace>`: a value is a node's
+    /// data, an order id a child node (whose creation refuses a duplicate).
+    Zookeeper {
+        client: zookeeper_client::Client,
+        /// `<chroot>/distlock-example/<namespace>`
+        root: String,
+    },
+}
+
+fn zk_persistent() -> zookeeper_client::CreateOptions<'static> {
+    zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all())
 }
 
 impl Store {
@@ -66,6 +78,26 @@ impl Store {
                 client: Arc::new(client),
                 namespace: namespace.to_owned(),
             });
+        }
+        if let Some(rest) = url.strip_prefix("zk://") {
+            let rest = rest.split('?').next().unwrap_or(rest);
+            let (hosts, chroot) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let client = zookeeper_client::Client::connector()
+                .with_session_timeout(std::time::Duration::from_secs(30))
+                .connect(hosts)
+                .await?;
+            let root = format!(
+                "{}/distlock-example/{namespace}",
+                chroot.trim_end_matches('/')
+            );
+            match client
+                .mkdir(&format!("{root}/orders"), &zk_persistent())
+                .await
+            {
+                Ok(()) | Err(zookeeper_client::Error::NodeExists) => {}
+                Err(e) => return Err(e.into()),
+            }
+            return Ok(Store::Zookeeper { client, root });
         }
         if url.starts_with("mysql://") {
             use mysql_async::prelude::Queryable;
@@ -150,6 +182,13 @@ impl Store {
                     .await?;
                 value.unwrap_or(0) as u64
             }
+            Store::Zookeeper { client, root } => {
+                match client.get_data(&format!("{root}/{name}")).await {
+                    Ok((data, _)) => String::from_utf8(data)?.parse()?,
+                    Err(zookeeper_client::Error::NoNode) => 0,
+                    Err(e) => return Err(e.into()),
+                }
+            }
         })
     }
 
@@ -186,6 +225,19 @@ impl Store {
                         (format!("{namespace}:{name}"), value as i64),
                     )
                     .await?;
+            }
+            Store::Zookeeper { client, root } => {
+                let path = format!("{root}/{name}");
+                let data = value.to_string();
+                match client.set_data(&path, data.as_bytes(), None).await {
+                    Ok(_) => {}
+                    Err(zookeeper_client::Error::NoNode) => {
+                        client
+                            .create(&path, data.as_bytes(), &zk_persistent())
+                            .await?;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
         Ok(())
@@ -230,6 +282,14 @@ impl Store {
                 match inserted {
                     Ok(()) => true,
                     Err(mysql_async::Error::Server(e)) if e.code == 1062 => false, // duplicate
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Store::Zookeeper { client, root } => {
+                let path = format!("{root}/orders/{id}");
+                match client.create(&path, &[], &zk_persistent()).await {
+                    Ok(_) => true,
+                    Err(zookeeper_client::Error::NodeExists) => false,
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -286,6 +346,16 @@ impl Store {
                     (namespace.as_str(),),
                 )
                 .await?;
+            }
+            Store::Zookeeper { client, root } => {
+                let orders = format!("{root}/orders");
+                for child in client.list_children(&orders).await.unwrap_or_default() {
+                    let _ = client.delete(&format!("{orders}/{child}"), None).await;
+                }
+                for name in names.iter().copied().chain(["orders"]) {
+                    let _ = client.delete(&format!("{root}/{name}"), None).await;
+                }
+                let _ = client.delete(root, None).await;
             }
         }
         Ok(())

@@ -176,9 +176,7 @@ pub(crate) async fn acquire(
     let mut place = PlaceInLine {
         backend,
         name: request.name,
-        token: backend
-            .queues_waiters()
-            .then(|| token.as_str().to_owned()),
+        token: backend.queues_waiters().then(|| token.as_str().to_owned()),
     };
     loop {
         if let Some(failure) = pending.take() {

@@ -655,7 +655,10 @@ impl Fixture for ZookeeperFixture {
 
     async fn holder(&self, name: &str) -> Option<String> {
         let (node, _, _) = self.holder_node(name).await?;
-        Some(node.rsplit_once('-').map_or(node.clone(), |(t, _)| t.to_owned()))
+        Some(
+            node.rsplit_once('-')
+                .map_or(node.clone(), |(t, _)| t.to_owned()),
+        )
     }
 
     /// How long the server would keep the lock if its holder stopped now: what is left of
@@ -696,7 +699,10 @@ impl Fixture for ZookeeperFixture {
         self.delete(name).await;
         let options = zookeeper_client::CreateMode::EphemeralSequential
             .with_acls(zookeeper_client::Acls::anyone_all());
-        let data = format!("holder=intruder\nlease_ms={}\nrenew=true\n", ttl.as_millis());
+        let data = format!(
+            "holder=intruder\nlease_ms={}\nrenew=true\n",
+            ttl.as_millis()
+        );
         let zk = self.zk().await;
         let _ = zk
             .mkdir(

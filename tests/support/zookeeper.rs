@@ -50,7 +50,10 @@ impl ZkServer {
                 child: None,
                 owned: true,
             };
-            match server.spawn().and_then(|()| server.wait_serving(Duration::from_secs(60))) {
+            match server
+                .spawn()
+                .and_then(|()| server.wait_serving(Duration::from_secs(60)))
+            {
                 Ok(()) => return server,
                 Err(error) => last = error,
             }
@@ -74,11 +77,20 @@ impl ZkServer {
         let log = std::fs::File::create(self.dir.join("log")).map_err(|e| e.to_string())?;
         let mut command = Command::new(java());
         command
-            .args(["-Xmx192m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto"])
+            .args([
+                "-Xmx192m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                "-Xshare:auto",
+            ])
             .arg(format!("-Dzookeeper.log.dir={}", self.dir.display()))
             .arg("-Dznode.container.checkIntervalMs=200")
             .arg("-Dzookeeper.admin.enableServer=false")
-            .args(["-cp", JAR, "org.apache.zookeeper.server.quorum.QuorumPeerMain"])
+            .args([
+                "-cp",
+                JAR,
+                "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            ])
             .arg(self.dir.join("zoo.cfg"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
@@ -179,10 +191,7 @@ fn write_config(dir: &Path, client_port: u16, ensemble: Option<(usize, &[(u16, u
     if let Some((id, peers)) = ensemble {
         config.push_str("initLimit=100\nsyncLimit=30\n");
         for (i, (quorum, election)) in peers.iter().enumerate() {
-            config.push_str(&format!(
-                "server.{}=127.0.0.1:{quorum}:{election}\n",
-                i + 1
-            ));
+            config.push_str(&format!("server.{}=127.0.0.1:{quorum}:{election}\n", i + 1));
         }
         std::fs::write(dir.join("data").join("myid"), format!("{id}\n")).expect("myid");
     }

@@ -86,6 +86,7 @@ pub(crate) struct LockSpec<'a> {
     pub fencing: bool,
     /// Whether the holder keeps the lock alive past one lease. A backend that keeps its locks
     /// alive itself (see [`Backend::keeps_alive`]) must end an unrenewed lock after `lease`.
+    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
     pub renew: bool,
 }
 

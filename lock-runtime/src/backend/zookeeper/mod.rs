@@ -93,7 +93,13 @@ fn is_transient(error: &zk::Error) -> bool {
     use zk::Error::*;
     matches!(
         error,
-        ConnectionLoss | Timeout | SessionExpired | SessionMoved | ClientClosed | NoHosts | Throttled
+        ConnectionLoss
+            | Timeout
+            | SessionExpired
+            | SessionMoved
+            | ClientClosed
+            | NoHosts
+            | Throttled
     )
 }
 
@@ -167,21 +173,26 @@ impl ZookeeperBackend {
         if self.url.chroot.is_empty() {
             return Ok(());
         }
-        let client = self.open(self.connect_timeout.max(Duration::from_secs(2)), "").await?;
+        let client = self
+            .open(self.connect_timeout.max(Duration::from_secs(2)), "")
+            .await?;
         let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         match self
-            .call("create the chroot", client.mkdir(&self.url.chroot, &persistent))
+            .call(
+                "create the chroot",
+                client.mkdir(&self.url.chroot, &persistent),
+            )
             .await
         {
             Ok(()) | Err(ZkFailure::Server(zk::Error::NodeExists)) => Ok(()),
-            Err(ZkFailure::Server(error @ (zk::Error::NoAuth | zk::Error::NoChildrenForEphemerals))) => {
-                Err(format!(
-                    "cannot create the chroot `{}` ({}): {error}; create it by hand, with an \
+            Err(ZkFailure::Server(
+                error @ (zk::Error::NoAuth | zk::Error::NoChildrenForEphemerals),
+            )) => Err(format!(
+                "cannot create the chroot `{}` ({}): {error}; create it by hand, with an \
                      ACL that lets this client create nodes under it",
-                    self.url.chroot, self.shown
-                )
-                .into())
-            }
+                self.url.chroot, self.shown
+            )
+            .into()),
             Err(failure) => Err(self.failed("create the chroot", failure)),
         }
     }
@@ -301,7 +312,10 @@ impl ZookeeperBackend {
         );
         for _ in 0..3 {
             match self
-                .call("create", client.create(&prefix, data.as_bytes(), &queue_node()))
+                .call(
+                    "create",
+                    client.create(&prefix, data.as_bytes(), &queue_node()),
+                )
                 .await
             {
                 Ok((stat, sequence)) => return Ok((format!("{prefix}{sequence}"), stat.czxid)),
@@ -367,10 +381,7 @@ impl ZookeeperBackend {
                     (path, czxid)
                 }
             };
-            let children = match self
-                .call("list", client.list_children(&parent))
-                .await
-            {
+            let children = match self.call("list", client.list_children(&parent)).await {
                 Ok(children) => children,
                 Err(ZkFailure::Server(zk::Error::NoNode)) => {
                     self.nodes().remove(spec.token);
@@ -439,7 +450,13 @@ impl ZookeeperBackend {
     }
 
     /// An unrenewed lock ends after its lease: its node is deleted then, whatever its session.
-    fn end_after_lease(&self, spec: LockSpec<'_>, client: &zk::Client, path: &str, started: Instant) {
+    fn end_after_lease(
+        &self,
+        spec: LockSpec<'_>,
+        client: &zk::Client,
+        path: &str,
+        started: Instant,
+    ) {
         let client = client.clone();
         let path = path.to_owned();
         let end = started + spec.lease;

@@ -41,7 +41,9 @@ pub(crate) fn parse_url(url: &str) -> Result<ZkUrl, LockError> {
     for host in hosts.split(',') {
         let host = host.trim();
         if host.is_empty() {
-            return Err(bad("a host is missing (expected `host:port[,host:port…]`)".into()));
+            return Err(bad(
+                "a host is missing (expected `host:port[,host:port…]`)".into()
+            ));
         }
         let (name, port) = match host.rsplit_once(':') {
             Some((name, port)) if !name.ends_with(']') || host.starts_with('[') => {
@@ -214,7 +216,10 @@ mod tests {
             ("zk://a/b/../c", "`.` and `..`"),
             ("zk://a?session_timeout=ten", "expected a duration"),
             ("zk://a?session_timeout=10ms", "too short"),
-            ("zk://a?sessiontimeout=1s", "unknown parameter `sessiontimeout`"),
+            (
+                "zk://a?sessiontimeout=1s",
+                "unknown parameter `sessiontimeout`",
+            ),
             ("zk://u:p@a", "authentication"),
         ] {
             let err = parse_url(bad).unwrap_err().to_string();

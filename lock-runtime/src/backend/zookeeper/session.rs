@@ -91,7 +91,10 @@ impl Session {
         if !self.is_usable() {
             return None;
         }
-        self.client.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.client
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub(crate) fn is_usable(&self) -> bool {
@@ -160,8 +163,7 @@ async fn heartbeat(
                 }
                 Ok(Err(error)) => {
                     tracing::debug!(%error, "distlock: ZooKeeper heartbeat failed, retrying");
-                    tokio::time::sleep_until((Instant::now() + retry_pause).min(valid_until))
-                        .await;
+                    tokio::time::sleep_until((Instant::now() + retry_pause).min(valid_until)).await;
                 }
                 Err(_) => {} // the deadline passed: the loop marks the loss
             }
