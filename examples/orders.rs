@@ -12,12 +12,15 @@
 //!     cargo run --features postgres --example orders -- --processes 3
 //! DISTLOCK_URL=mysql://user:pass@127.0.0.1:3306/app \
 //!     cargo run --features mysql --example orders -- --processes 3
+//! DISTLOCK_URL=zk://127.0.0.1:2181/distlock \
+//!     cargo run --features zookeeper --example orders -- --processes 3
 //! ```
 //!
 //! With Redis the shared storage is a Redis key too, so the workers can be separate processes
 //! (`--processes N` starts N copies of this program and checks their ids together). With
 //! PostgreSQL or MySQL it is a row, and every id is also inserted into a table whose primary key is the
 //! id: a duplicate would fail the insert, as in the founding material's lock-table design.
+//! With ZooKeeper the value is a node's data and every id a node (created once, or refused).
 
 #[path = "support/store.rs"]
 mod store;

@@ -146,6 +146,7 @@ impl LockClient {
     /// | `redis+cluster://[:password@]h1:p1,h2:p2,…` | a Redis Cluster (any reachable nodes as seeds) |
     /// | `postgres://user:password@host:port/db[?table=…&pool_size=…&create_table=false]` | a lock table in PostgreSQL (`postgres` feature) |
     /// | `mysql://user:password@host:port/db[?table=…&pool_size=…&create_table=false]` | a lock table in MySQL 8 / MariaDB ≥ 10.6 (`mysql` feature) |
+    /// | `zk://h1:2181,h2:2181[/chroot][?session_timeout=10s]` | ZooKeeper ephemeral sequential nodes, one session per lease (`zookeeper` feature) |
     ///
     /// Connecting checks that the server answers and accepts the credentials, bounded by the
     /// connect timeout, so a wrong URL fails here and not at the first lock. The SQL backends
