@@ -15,12 +15,16 @@
 //!    two raw statements of a lock table, 64-task throughput vs raw pairs on as many
 //!    connections, and handoff between four clients (`bench/src/sql.rs`);
 //! 8. MariaDB (`mariadb-install-db` + `mariadbd`): the same rows.
+//! 9. ZooKeeper (a standalone server of its own): uncontended lock + release vs a raw create +
+//!    delete of an ephemeral node on the same server, 64-task throughput vs raw pairs on one
+//!    session, and handoff between four clients (`bench/src/zk.rs`).
 //!
 //! Prints a table and writes it as JSON to `target/distlock-bench.json`.
 //!
 //! Environment:
 //! - `DISTLOCK_BENCH_QUICK=1` skips the 10 s renewal measurement (for quick comparisons);
-//! - `DISTLOCK_BENCH_SQL_ONLY=1` runs only the database rows (7 and 8);
+//! - `DISTLOCK_BENCH_SQL_ONLY=1` runs only the database rows (7, 8 and 9);
+//! - `DISTLOCK_BENCH_ZK_ONLY=1` runs only the ZooKeeper rows (9);
 //! - `DISTLOCK_BENCH_PROFILE=ours|raw|rawpub` runs only one side of the throughput measurement
 //!   (for 20 s, or `DISTLOCK_BENCH_PROFILE_SECS`) and prints its CPU per call and the server's
 //!   reads/writes per call — for `perf record -g` or `valgrind --tool=callgrind`. `rawpub` is the
@@ -30,6 +34,7 @@ mod sql;
 #[path = "../../tests/support/mod.rs"]
 #[allow(unused_imports)]
 mod support;
+mod zk;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -259,6 +264,23 @@ async fn sql_rows(report: &mut Report) -> Result<(), Error> {
     )
     .await?;
     drop(mariadb);
+    zk_rows(report).await
+}
+
+/// Row 9: a ZooKeeper server of the bench's own.
+async fn zk_rows(report: &mut Report) -> Result<(), Error> {
+    let server = support::zookeeper::ZkServer::start();
+    let hosts = format!("127.0.0.1:{}", server.client_port);
+    // distlock's client uses one session per lease: one session, as the raw side.
+    sql::rows(
+        report,
+        "9. zookeeper",
+        "zookeeper",
+        &server.url("/bench"),
+        zk::ZkRaw::connect(&hosts, 1).await?,
+    )
+    .await?;
+    drop(server);
     Ok(())
 }
 
@@ -276,6 +298,10 @@ async fn main() -> Result<(), Error> {
         json: String::new(),
     };
     // The database rows alone (DISTLOCK_BENCH_SQL_ONLY=1).
+    if std::env::var_os("DISTLOCK_BENCH_ZK_ONLY").is_some() {
+        zk_rows(&mut report).await?;
+        return Ok(());
+    }
     if std::env::var_os("DISTLOCK_BENCH_SQL_ONLY").is_some() {
         sql_rows(&mut report).await?;
         return Ok(());

@@ -528,28 +528,38 @@ impl ZookeeperBackend {
             .get(spec.token)
             .map(|node| (node.path.clone(), Arc::clone(&node.session)));
         let Some((path, session)) = known else {
-            return "the lock's node is not known to this client".into();
+            // Released already: the watchdog's first poll can run on another thread while
+            // the guard releases (an abort does not stop a poll under way). Nothing to report.
+            return std::future::pending().await;
         };
         let loss = Arc::clone(&session.loss);
+        // Whether this client still counts the node as its own (not released meanwhile).
+        let ours = || self.nodes().contains_key(spec.token);
         let watched = async {
             loop {
                 let Some(client) = session.client() else {
                     return std::future::pending().await;
                 };
-                match self.call("watch", client.check_and_watch_stat(&path)).await {
-                    Ok((None, _)) => return format!("its node `{path}` was deleted"),
+                let why = match self.call("watch", client.check_and_watch_stat(&path)).await {
+                    Ok((None, _)) => Some(format!("its node `{path}` was deleted")),
                     Ok((Some(_), watcher)) => match watcher.changed().await.event_type {
                         zk::EventType::NodeDeleted => {
-                            return format!("its node `{path}` was deleted");
+                            Some(format!("its node `{path}` was deleted"))
                         }
                         zk::EventType::NodeDataChanged => {
-                            return format!("its node `{path}` was changed by another client");
+                            Some(format!("its node `{path}` was changed by another client"))
                         }
                         // A session event: the heartbeat decides whether the session is over.
-                        _ => tokio::time::sleep(Duration::from_millis(10)).await,
+                        _ => None,
                     },
                     // The heartbeat bounds how long this may go on.
-                    Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                    Err(_) => None,
+                };
+                match why {
+                    Some(why) if ours() => return why,
+                    // Deleted by this client's own release: nothing was lost.
+                    Some(_) => return std::future::pending().await,
+                    None => tokio::time::sleep(Duration::from_millis(10)).await,
                 }
             }
         };
