@@ -94,7 +94,7 @@ pub(crate) struct LostFlag {
 
 impl LostFlag {
     /// Raises the flag and wakes the waiters; `true` if it was not raised before.
-    fn set(&self) -> bool {
+    pub(crate) fn set(&self) -> bool {
         let first = !self.flag.swap(true, Ordering::AcqRel);
         if first {
             self.waiters.notify_waiters();
@@ -102,12 +102,12 @@ impl LostFlag {
         first
     }
 
-    fn get(&self) -> bool {
+    pub(crate) fn get(&self) -> bool {
         self.flag.load(Ordering::Acquire)
     }
 
     /// Resolves once the flag is raised.
-    async fn wait(&self) {
+    pub(crate) async fn wait(&self) {
         loop {
             let notified = self.waiters.notified();
             tokio::pin!(notified);

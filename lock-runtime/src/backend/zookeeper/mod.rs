@@ -141,6 +141,13 @@ impl ZookeeperBackend {
         self.nodes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The path and session of `token`'s node, if this client has one.
+    fn node_of(&self, token: &str) -> Option<(String, Arc<Session>)> {
+        self.nodes()
+            .get(token)
+            .map(|node| (node.path.clone(), Arc::clone(&node.session)))
+    }
+
     /// Runs one request, bounded by the response timeout; errors name the operation and
     /// the URL, and say whether waiting may cure them.
     async fn call<T>(
@@ -473,12 +480,16 @@ impl ZookeeperBackend {
     async fn delete(&self, name: &str, token: &str) -> Result<bool, BoxError> {
         let node = self.nodes().remove(token);
         let (path, alive, client) = match node {
-            Some(node) => {
+            Some(mut node) => {
                 let client = match node.session.client() {
                     Some(client) => client,
                     None => self.any_client().await?,
                 };
-                (Some(node.path.clone()), node.session.is_usable(), client)
+                (
+                    Some(std::mem::take(&mut node.path)),
+                    node.session.is_usable(),
+                    client,
+                )
             }
             None => (None, true, self.any_client().await?),
         };
@@ -506,10 +517,7 @@ impl ZookeeperBackend {
     }
 
     async fn check(&self, spec: LockSpec<'_>) -> Result<bool, BoxError> {
-        let known = self
-            .nodes()
-            .get(spec.token)
-            .map(|node| (node.path.clone(), Arc::clone(&node.session)));
+        let known = self.node_of(spec.token);
         let Some((path, session)) = known else {
             return Ok(false);
         };
@@ -523,10 +531,7 @@ impl ZookeeperBackend {
     }
 
     async fn watch_lost(&self, spec: LockSpec<'_>) -> String {
-        let known = self
-            .nodes()
-            .get(spec.token)
-            .map(|node| (node.path.clone(), Arc::clone(&node.session)));
+        let known = self.node_of(spec.token);
         let Some((path, session)) = known else {
             // Released already: the watchdog's first poll can run on another thread while
             // the guard releases (an abort does not stop a poll under way). Nothing to report.

@@ -9,49 +9,39 @@
 //! it cannot expire the session before then: a session this process calls alive is alive on
 //! the server, and every lock on it is reported lost before the server can give it away.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use crate::guard::LostFlag;
 use crate::renew::drift;
 
-/// Why a session can no longer be trusted, once it cannot.
+/// Why a session can no longer be trusted, once it cannot: a guard's lost flag, with the
+/// reason every lock on the session reports.
 #[derive(Default)]
 pub(crate) struct Loss {
-    flag: AtomicBool,
+    flag: LostFlag,
     why: OnceLock<String>,
-    waiters: Notify,
 }
 
 impl Loss {
     /// Marks the session lost; the first reason given is kept.
     pub(crate) fn mark(&self, why: String) {
         let _ = self.why.set(why);
-        if !self.flag.swap(true, Ordering::AcqRel) {
-            self.waiters.notify_waiters();
-        }
+        self.flag.set();
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        self.flag.load(Ordering::Acquire)
+        self.flag.get()
     }
 
     /// Resolves with the reason once the session is lost.
     pub(crate) async fn wait(&self) -> String {
-        loop {
-            let notified = self.waiters.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if self.is_lost() {
-                return self.why.get().cloned().unwrap_or_default();
-            }
-            notified.await;
-        }
+        self.flag.wait().await;
+        self.why.get().cloned().unwrap_or_default()
     }
 }
 
