@@ -79,11 +79,16 @@ async fn waiters_are_served_in_arrival_order_and_each_watches_one_node() {
         );
     }
     let parent = fixture.parent("lock:fair");
-    let watched = watchers_under(fixture.server.client_port, &parent);
+    let port = fixture.server.client_port;
     assert!(
-        watched.len() >= WAITERS,
-        "every waiter watches a node: {watched:?}"
+        eventually(Duration::from_secs(5), || async {
+            watchers_under(port, &parent).len() >= WAITERS
+        })
+        .await,
+        "every waiter watches a node: {:?}",
+        watchers_under(port, &parent)
     );
+    let watched = watchers_under(port, &parent);
     for (path, sessions) in &watched {
         assert!(
             *sessions <= 2,

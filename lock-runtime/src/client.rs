@@ -643,7 +643,7 @@ impl ClientInner {
         validate_key(&key)?;
         check_lease(params.lease, Some(&key))?;
         let started = tokio::time::Instant::now();
-        let mut token = OwnerToken::generate();
+        let token = OwnerToken::generate();
         let name = LockName::new(key, &self.prefix, self.hash_tags);
         let request = wait::Request {
             name: name.full(),
@@ -653,24 +653,16 @@ impl ClientInner {
             renew: params.renewal != RenewMode::Off,
         };
         // Fast path: when no task of this client waits for the key, try once straight away
-        // (one round trip for a free lock) without touching the queue.
+        // (one round trip for a free lock) without touching the queue. Not for a backend whose
+        // busy attempt joins a queue on the server (ZooKeeper): its place in line must be
+        // taken, and given up, by the waiting below.
         let mut failed = None;
-        if !self.has_local_waiters(name.key()) {
+        if !self.backend.queues_waiters() && !self.has_local_waiters(name.key()) {
             // `started` doubles as the send time: one clock reading fewer on the hot path.
             match wait::attempt(&self.backend, request.spec(&token), started).await {
                 Ok(Ok(mut acquired)) => {
                     acquired.waited = started.elapsed();
                     return Ok(self.guard(name, token, params, acquired));
-                }
-                Ok(Err(_)) if self.backend.queues_waiters() => {
-                    // The attempt joined the backend's queue: leave it, and join again from
-                    // the local queue below (a cancelled wait for the local gate must not
-                    // leave a place in line behind).
-                    wait::release_in_background(&self.backend, request.name, token.as_str());
-                    if params.wait == Some(Duration::ZERO) {
-                        return Err(timed_out(name.key(), started));
-                    }
-                    token = OwnerToken::generate();
                 }
                 Ok(Err(_)) if params.wait == Some(Duration::ZERO) => {
                     return Err(timed_out(name.key(), started));

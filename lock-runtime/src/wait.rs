@@ -330,7 +330,7 @@ impl Drop for InFlight<'_> {
 
 /// Releases `token`'s hold on `name` — a lock, or a place in a backend's queue — in the
 /// background, on a runtime that outlives the caller if need be.
-pub(crate) fn release_in_background(backend: &Arc<dyn Backend>, name: &str, token: &str) {
+fn release_in_background(backend: &Arc<dyn Backend>, name: &str, token: &str) {
     let backend = Arc::clone(backend);
     let name: Arc<str> = Arc::from(name);
     let token: Arc<str> = Arc::from(token);
