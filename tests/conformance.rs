@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError};
+#[cfg(feature = "etcd")]
+use support::fixture::EtcdFixture;
 #[cfg(feature = "mysql")]
 use support::fixture::MysqlFixture;
 #[cfg(feature = "postgres")]
@@ -817,4 +819,9 @@ suite! {
 #[cfg(feature = "zookeeper")]
 suite! {
     zookeeper => ZookeeperFixture::new(),
+}
+
+#[cfg(feature = "etcd")]
+suite! {
+    etcd => EtcdFixture::new(),
 }

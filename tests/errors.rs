@@ -31,8 +31,16 @@ async fn invalid_urls_and_schemes_are_config_errors_that_say_what_is_supported()
         message.contains("memory://") && message.contains("redis://"),
         "{message}"
     );
-    let message = config_error("etcd://127.0.0.1:2379").await;
-    assert!(message.contains("not available"), "{message}");
+    if !cfg!(feature = "etcd") {
+        let message = config_error("etcd://127.0.0.1:2379").await;
+        assert!(message.contains("`etcd` feature"), "{message}");
+    } else {
+        let message = config_error("etcd://user:secret@127.0.0.1:2379").await;
+        assert!(
+            message.contains("invalid etcd URL") && message.contains("not supported"),
+            "{message}"
+        );
+    }
     let message = config_error("redis://127.0.0.1:notaport").await;
     assert!(message.contains("invalid Redis URL"), "{message}");
     let message = config_error("redis://:topsecret@127.0.0.1:notaport").await;

@@ -147,6 +147,7 @@ impl LockClient {
     /// | `postgres://user:password@host:port/db[?table=…&pool_size=…&create_table=false]` | a lock table in PostgreSQL (`postgres` feature) |
     /// | `mysql://user:password@host:port/db[?table=…&pool_size=…&create_table=false]` | a lock table in MySQL 8 / MariaDB ≥ 10.6 (`mysql` feature) |
     /// | `zk://h1:2181,h2:2181[/chroot][?session_timeout=10s]` | ZooKeeper ephemeral sequential nodes, one session per lease (`zookeeper` feature) |
+    /// | `etcd://h1:2379,h2:2379[/prefix]` | etcd keys on leases, one lease per lease length (`etcd` feature) |
     ///
     /// Connecting checks that the server answers and accepts the credentials, bounded by the
     /// connect timeout, so a wrong URL fails here and not at the first lock. The SQL backends
@@ -398,18 +399,12 @@ impl LockClientBuilder {
             "postgres" | "postgresql" => self.connect_postgres(url).await?,
             "mysql" => self.connect_mysql(url).await?,
             "zk" => self.connect_zookeeper(url).await?,
-            "etcd" => {
-                return Err(LockError::Config(format!(
-                    "the `{scheme}://` backend is not available in this version of distlock; \
-                     use `zk://`, `postgres://`, `mysql://`, `redis://`, `redlock://`, \
-                     `redis+cluster://` or `memory://`"
-                )));
-            }
+            "etcd" => self.connect_etcd(url).await?,
             _ => {
                 return Err(LockError::Config(format!(
                     "unknown lock backend scheme `{scheme}://` in `{}`: supported are \
                      `memory://`, `redis://` / `rediss://`, `redlock://`, `redis+cluster://`, \
-                     `postgres://`, `mysql://` and `zk://`",
+                     `postgres://`, `mysql://`, `zk://` and `etcd://`",
                     redact(url)
                 )));
             }
@@ -510,6 +505,26 @@ impl LockClientBuilder {
             self.default_lease,
         )
         .await
+    }
+
+    #[cfg(feature = "etcd")]
+    async fn connect_etcd(&self, url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        crate::backend::etcd::EtcdBackend::connect(
+            url,
+            self.connect_timeout,
+            self.response_timeout,
+            self.default_lease,
+        )
+        .await
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    async fn connect_etcd(&self, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        Err(LockError::Config(
+            "`etcd://` needs distlock's `etcd` feature: \
+             distlock = { version = \"…\", features = [\"etcd\"] }"
+                .into(),
+        ))
     }
 
     #[cfg(not(feature = "zookeeper"))]

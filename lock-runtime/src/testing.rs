@@ -43,3 +43,13 @@ pub fn cluster_slot(key: &str) -> u16 {
 pub fn zookeeper_parent(name: &str) -> String {
     crate::backend::zookeeper::parent_of(name)
 }
+
+/// The part of lock `name`'s etcd keys after the URL's prefix and before the owner token
+/// (`<name>/`, with `/` and `%` encoded).
+#[cfg(feature = "etcd")]
+pub fn etcd_queue(name: &str) -> String {
+    crate::backend::etcd::queue_of(name)
+}
+
+#[cfg(feature = "etcd")]
+pub use crate::backend::etcd::inspect::{EtcdInspector, EtcdKey};

@@ -732,3 +732,113 @@ impl Fixture for ZookeeperFixture {
         false
     }
 }
+
+/// A key prefix of this test's own on the binary's shared etcd member.
+#[cfg(feature = "etcd")]
+pub struct EtcdFixture {
+    pub member: &'static super::etcd::EtcdMember,
+    pub prefix: String,
+    inspector: std::sync::OnceLock<distlock::__private::testing::EtcdInspector>,
+}
+
+#[cfg(feature = "etcd")]
+impl EtcdFixture {
+    pub fn new() -> EtcdFixture {
+        EtcdFixture {
+            member: super::etcd::EtcdMember::shared(),
+            prefix: unique("conformance"),
+            inspector: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// A plain etcd client of the member (inside a Tokio runtime).
+    pub fn etcd(&self) -> &distlock::__private::testing::EtcdInspector {
+        self.inspector.get_or_init(|| {
+            distlock::__private::testing::EtcdInspector::new(&format!(
+                "127.0.0.1:{}",
+                self.member.client_port
+            ))
+        })
+    }
+
+    /// The key prefix of lock `name`'s queue.
+    pub fn queue(&self, name: &str) -> String {
+        format!(
+            "{}/{}",
+            self.prefix,
+            distlock::__private::testing::etcd_queue(name)
+        )
+    }
+
+    /// The holder's key (the lowest create revision in the queue).
+    pub async fn holder_key(&self, name: &str) -> Option<distlock::__private::testing::EtcdKey> {
+        if name.len() > 4 * distlock::MAX_KEY_LEN {
+            // Longer than any lock name: no key can exist, and etcd would refuse the request.
+            return None;
+        }
+        self.etcd().keys(&self.queue(name)).await.into_iter().next()
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl Fixture for EtcdFixture {
+    fn url(&self) -> String {
+        self.member.url(&self.prefix)
+    }
+
+    async fn holder(&self, name: &str) -> Option<String> {
+        let key = self.holder_key(name).await?;
+        Some(key.key.rsplit('/').next().unwrap_or_default().to_owned())
+    }
+
+    /// How long etcd would keep the lock if its holder stopped now: what is left of an
+    /// unrenewed lock's lease, or a renewed lock's whole lease (its keepalives keep it full).
+    async fn ttl(&self, name: &str) -> Option<Duration> {
+        let key = self.holder_key(name).await?;
+        let field = |name: &str| {
+            key.value
+                .lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
+                .map(str::to_owned)
+        };
+        let lease = Duration::from_millis(field("lease_ms")?.parse().ok()?);
+        if field("renew").as_deref() == Some("false") {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64;
+            let joined: u64 = field("joined_unix_ms")?.parse().ok()?;
+            Some(lease.saturating_sub(Duration::from_millis(now_ms.saturating_sub(joined))))
+        } else {
+            Some(lease)
+        }
+    }
+
+    async fn delete(&self, name: &str) {
+        self.etcd().delete_prefix(&self.queue(name)).await;
+    }
+
+    /// Deletes the queue and puts another owner's key (on a lease of its own) at its head.
+    async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
+        self.delete(name).await;
+        let value = format!(
+            "holder=intruder\nlease_ms={}\nrenew=true\n",
+            ttl.as_millis()
+        );
+        self.etcd()
+            .put_with_lease(&format!("{}{token}", self.queue(name)), &value, ttl)
+            .await;
+    }
+
+    async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
+        let proxies = slow_proxies(&[self.member.client_port], min, max).await;
+        Slowed {
+            url: format!("etcd://127.0.0.1:{}/{}", proxies[0].port(), self.prefix),
+            _keep: keep(proxies),
+        }
+    }
+
+    fn fencing_consecutive(&self) -> bool {
+        false
+    }
+}

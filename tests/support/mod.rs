@@ -6,6 +6,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod cluster;
+pub mod etcd;
 pub mod fixture;
 pub mod history;
 pub mod mysql;

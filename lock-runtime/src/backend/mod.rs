@@ -10,6 +10,10 @@ use crate::error::BoxError;
 use crate::notify::ReleaseSubscription;
 use crate::runtime::BoxFuture;
 
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) mod loss;
 pub(crate) mod memory;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;

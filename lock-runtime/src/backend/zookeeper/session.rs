@@ -9,41 +9,15 @@
 //! it cannot expire the session before then: a session this process calls alive is alive on
 //! the server, and every lock on it is reported lost before the server can give it away.
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::guard::LostFlag;
+use crate::backend::loss::Loss;
 use crate::renew::drift;
-
-/// Why a session can no longer be trusted, once it cannot: a guard's lost flag, with the
-/// reason every lock on the session reports.
-#[derive(Default)]
-pub(crate) struct Loss {
-    flag: LostFlag,
-    why: OnceLock<String>,
-}
-
-impl Loss {
-    /// Marks the session lost; the first reason given is kept.
-    pub(crate) fn mark(&self, why: String) {
-        let _ = self.why.set(why);
-        self.flag.set();
-    }
-
-    pub(crate) fn is_lost(&self) -> bool {
-        self.flag.get()
-    }
-
-    /// Resolves with the reason once the session is lost.
-    pub(crate) async fn wait(&self) -> String {
-        self.flag.wait().await;
-        self.why.get().cloned().unwrap_or_default()
-    }
-}
 
 /// A session, its negotiated timeout, and whether it still holds.
 pub(crate) struct Session {

@@ -1,0 +1,101 @@
+//! What a test sees of an etcd cluster, as a human would with `etcdctl`: the keys under a
+//! prefix, and the means to delete or plant keys behind a holder's back. Not public API.
+
+use std::time::Duration;
+
+use super::proto::{self, DeleteRangeRequest, DeleteRangeResponse, RangeRequest, RangeResponse};
+use super::rpc::Rpc;
+
+/// One key as etcd holds it.
+#[derive(Debug, Clone)]
+pub struct EtcdKey {
+    pub key: String,
+    pub value: String,
+    pub create_revision: i64,
+    pub lease: i64,
+}
+
+/// A plain etcd client for tests.
+pub struct EtcdInspector {
+    rpc: Rpc,
+}
+
+impl EtcdInspector {
+    /// A client of the member at `host:port` (call inside a Tokio runtime).
+    pub fn new(host: &str) -> EtcdInspector {
+        EtcdInspector {
+            rpc: Rpc::new(&[host.to_owned()], Duration::from_secs(5)).expect("a valid host"),
+        }
+    }
+
+    /// Every key starting with `prefix`, lowest create revision first.
+    pub async fn keys(&self, prefix: &str) -> Vec<EtcdKey> {
+        let range: RangeResponse = self
+            .rpc
+            .unary(
+                proto::path::RANGE,
+                RangeRequest {
+                    key: prefix.as_bytes().to_vec(),
+                    range_end: proto::prefix_end(prefix.as_bytes()),
+                    sort_order: proto::ASCEND,
+                    sort_target: proto::SORT_BY_CREATE,
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("etcd answers a range");
+        range
+            .kvs
+            .into_iter()
+            .map(|kv| EtcdKey {
+                key: String::from_utf8_lossy(&kv.key).into_owned(),
+                value: String::from_utf8_lossy(&kv.value).into_owned(),
+                create_revision: kv.create_revision,
+                lease: kv.lease,
+            })
+            .collect()
+    }
+
+    /// Deletes every key starting with `prefix`; how many there were.
+    pub async fn delete_prefix(&self, prefix: &str) -> i64 {
+        let deleted: DeleteRangeResponse = self
+            .rpc
+            .unary(
+                proto::path::DELETE_RANGE,
+                DeleteRangeRequest {
+                    key: prefix.as_bytes().to_vec(),
+                    range_end: proto::prefix_end(prefix.as_bytes()),
+                },
+            )
+            .await
+            .expect("etcd answers a delete");
+        deleted.deleted
+    }
+
+    /// Puts `key` on a fresh lease of `ttl` (whole seconds, never kept alive); the lease id.
+    pub async fn put_with_lease(&self, key: &str, value: &str, ttl: Duration) -> i64 {
+        let lease: proto::LeaseGrantResponse = self
+            .rpc
+            .unary(
+                proto::path::LEASE_GRANT,
+                proto::LeaseGrantRequest {
+                    ttl: ttl.as_secs().max(1) as i64,
+                },
+            )
+            .await
+            .expect("etcd grants a lease");
+        let _: proto::PutResponse = self
+            .rpc
+            .unary(
+                proto::path::PUT,
+                proto::PutRequest {
+                    key: key.as_bytes().to_vec(),
+                    value: value.as_bytes().to_vec(),
+                    lease: lease.id,
+                },
+            )
+            .await
+            .expect("etcd answers a put");
+        lease.id
+    }
+}

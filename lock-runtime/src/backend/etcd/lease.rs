@@ -1,0 +1,149 @@
+//! One etcd lease and its liveness, measured on this process's monotonic clock.
+//!
+//! etcd deletes a lease's keys — the locks on it — once its leader has had no keepalive for
+//! the lease's TTL. Each lease here is kept alive on a stream of its own, one keepalive every
+//! TTL/4, and counts as alive only until the send time of the last answered keepalive plus the
+//! TTL the answer gave, minus the drift margin. The leader renewed the lease after that
+//! keepalive was sent (and a new leader extends every lease when it takes over), so a lease
+//! this process calls alive is alive in the cluster, and every lock on it is reported lost
+//! before etcd can give it to anyone else.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use super::proto::{self, LeaseKeepAliveRequest, LeaseKeepAliveResponse};
+use super::rpc::Rpc;
+use crate::backend::loss::Loss;
+use crate::renew::drift;
+
+/// A granted lease, kept alive until it is lost or given up.
+pub(crate) struct Lease {
+    pub id: i64,
+    /// The TTL etcd granted (it may raise the one asked for to its minimum).
+    pub ttl: Duration,
+    pub loss: Arc<Loss>,
+    keepalive: AbortHandle,
+}
+
+impl Lease {
+    /// Starts keeping alive lease `id` of `ttl`, granted by a request sent at `sent_at`.
+    pub(crate) fn start(
+        rpc: Rpc,
+        id: i64,
+        ttl: Duration,
+        sent_at: Instant,
+        shown: String,
+    ) -> Lease {
+        let loss = Arc::new(Loss::default());
+        let keepalive = tokio::spawn(keep_alive(rpc, id, ttl, sent_at, Arc::clone(&loss), shown))
+            .abort_handle();
+        Lease {
+            id,
+            ttl,
+            loss,
+            keepalive,
+        }
+    }
+
+    /// Whether locks may still be taken and trusted on this lease.
+    pub(crate) fn is_usable(&self) -> bool {
+        !self.loss.is_lost() && !self.keepalive.is_finished()
+    }
+
+    /// Gives the lease up: every lock on it is lost, and it is revoked (its keys deleted at
+    /// once) if etcd can still be reached.
+    pub(crate) fn abandon(&self, why: String, rpc: &Rpc) {
+        self.loss.mark(why);
+        self.keepalive.abort();
+        let rpc = rpc.clone();
+        let id = self.id;
+        tokio::spawn(async move {
+            let revoke = rpc.unary::<_, proto::LeaseRevokeResponse>(
+                proto::path::LEASE_REVOKE,
+                proto::LeaseRevokeRequest { id },
+            );
+            let _ = tokio::time::timeout(Duration::from_secs(5), revoke).await;
+        });
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.keepalive.abort();
+    }
+}
+
+/// Confirms the lease every TTL/4 and marks it lost as soon as it may have expired.
+async fn keep_alive(
+    rpc: Rpc,
+    id: i64,
+    mut ttl: Duration,
+    granted_at: Instant,
+    loss: Arc<Loss>,
+    shown: String,
+) {
+    let mut stream = None;
+    let mut confirmed_at = granted_at;
+    loop {
+        let interval = (ttl / 4).max(Duration::from_millis(5));
+        let retry_pause = (ttl / 20).max(Duration::from_millis(5));
+        tokio::time::sleep_until(confirmed_at + interval).await;
+        let valid_until = confirmed_at + ttl - drift(ttl);
+        loop {
+            let sent_at = Instant::now();
+            if sent_at >= valid_until {
+                loss.mark(format!(
+                    "no keepalive of its etcd lease was answered ({shown}) within the lease's \
+                     TTL ({ttl:?}): etcd may have expired it"
+                ));
+                return;
+            }
+            if stream.is_none() {
+                let opening = rpc.stream::<_, LeaseKeepAliveResponse>(
+                    proto::path::LEASE_KEEP_ALIVE,
+                    LeaseKeepAliveRequest { id },
+                    false,
+                );
+                match tokio::time::timeout_at(valid_until, opening).await {
+                    Ok(Ok(opened)) => stream = Some(opened),
+                    Ok(Err(status)) => {
+                        tracing::debug!(%status, "distlock: etcd keepalive stream failed, retrying");
+                        tokio::time::sleep_until((Instant::now() + retry_pause).min(valid_until))
+                            .await;
+                        continue;
+                    }
+                    Err(_) => continue, // the deadline passed: the loop marks the loss
+                }
+            } else if let Some((sender, _)) = &stream
+                && sender.send(LeaseKeepAliveRequest { id }).await.is_err()
+            {
+                stream = None;
+                continue;
+            }
+            let Some((_, answers)) = &mut stream else {
+                continue;
+            };
+            match tokio::time::timeout_at(valid_until, answers.message()).await {
+                Ok(Ok(Some(answer))) if answer.ttl > 0 => {
+                    confirmed_at = sent_at;
+                    ttl = Duration::from_secs(answer.ttl as u64);
+                    break;
+                }
+                Ok(Ok(Some(_))) => {
+                    loss.mark(format!(
+                        "etcd ({shown}) says its lease {id:x} has expired or was revoked"
+                    ));
+                    return;
+                }
+                Ok(Ok(None)) | Ok(Err(_)) => {
+                    stream = None;
+                    tokio::time::sleep_until((Instant::now() + retry_pause).min(valid_until)).await;
+                }
+                Err(_) => {} // the deadline passed: the loop marks the loss
+            }
+        }
+    }
+}

@@ -1,0 +1,811 @@
+//! The etcd backend (`etcd://`): etcd's own `concurrency.Mutex` recipe.
+//!
+//! A lock is the set of keys `<prefix>/<name>/<owner token>`, each attached to an etcd lease
+//! and created in a transaction only if absent. The key with the lowest create revision holds
+//! the lock; every other key is a waiter that watches only the deletion of the key just
+//! before its own, so a release wakes exactly one waiter — the next in line, across all
+//! processes: waiters are served in the order they arrived.
+//!
+//! Liveness is per lease, not per lock: a key lives as long as its lease. Each distinct lease
+//! (rounded up to whole seconds, etcd's TTL unit) gets an etcd lease of that TTL, kept alive
+//! by a stream of keepalives (see [`lease`]), so a crashed holder's lock is freed one TTL
+//! after its last keepalive. One keepalive per lease renews every lock on it.
+//!
+//! Fencing tokens are the holder key's create revision: etcd's store revision, which strictly
+//! increases across the whole cluster (leader changes included). Keys only ever join a queue
+//! with a revision above every key in it, and the holder is the lowest, so successive holders
+//! have increasing revisions.
+
+pub(crate) mod inspect;
+mod lease;
+mod proto;
+mod rpc;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use tonic::{Code, Status};
+
+use self::lease::Lease;
+use self::proto::{
+    Compare, CompareWith, DeleteRangeRequest, DeleteRangeResponse, PutRequest, RangeRequest,
+    RangeResponse, Request, RequestOp, Response, TxnRequest, TxnResponse, path,
+};
+use self::rpc::Rpc;
+use super::sql::holder_id;
+use super::{Attempt, Backend, LockSpec, Transient};
+use crate::error::{BoxError, LockError};
+use crate::notify::{ReleaseHub, ReleaseSubscription};
+use crate::runtime::BoxFuture;
+
+/// The etcd client port when a host names none.
+const DEFAULT_PORT: u16 = 2379;
+/// Where lock keys live when the URL names no prefix.
+const DEFAULT_PREFIX: &str = "distlock";
+
+/// What an `etcd://` URL says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EtcdUrl {
+    /// `host:port` of each member.
+    pub hosts: Vec<String>,
+    /// The key prefix, without a trailing `/`.
+    pub prefix: String,
+}
+
+/// Parses `etcd://h1:2379,h2:2379[/prefix]`.
+pub(crate) fn parse_url(url: &str) -> Result<EtcdUrl, LockError> {
+    let bad = |why: String| LockError::Config(format!("invalid etcd URL `{url}`: {why}"));
+    let rest = url
+        .strip_prefix("etcd://")
+        .ok_or_else(|| bad("expected `etcd://host:port[,host:port…][/prefix]`".into()))?;
+    if let Some((_, query)) = rest.split_once('?') {
+        return Err(bad(format!(
+            "unknown parameters `{query}` (an etcd URL takes none)"
+        )));
+    }
+    let (hosts, prefix) = match rest.find('/') {
+        Some(slash) => (&rest[..slash], &rest[slash + 1..]),
+        None => (rest, ""),
+    };
+    if hosts.contains('@') {
+        return Err(bad(
+            "etcd authentication (`user:password@`) is not supported yet; give distlock's \
+             prefix to a client without authentication, or use etcd's `--auth-token` off"
+                .into(),
+        ));
+    }
+    let mut listed = Vec::new();
+    for host in hosts.split(',') {
+        let host = host.trim();
+        if host.is_empty() {
+            return Err(bad(
+                "a host is missing (expected `host:port[,host:port…]`)".into()
+            ));
+        }
+        let (name, port) = match host.rsplit_once(':') {
+            Some((name, port)) if !name.ends_with(']') || host.starts_with('[') => {
+                let port: u16 = port
+                    .parse()
+                    .map_err(|_| bad(format!("`{port}` in `{host}` is not a port number")))?;
+                (name, port)
+            }
+            _ => (host, DEFAULT_PORT),
+        };
+        if name.is_empty() {
+            return Err(bad(format!("`{host}` names no host")));
+        }
+        listed.push(format!("{name}:{port}"));
+    }
+    let prefix = prefix.trim_end_matches('/');
+    if prefix.chars().any(char::is_control) {
+        return Err(bad(format!(
+            "the key prefix {prefix:?} contains control characters"
+        )));
+    }
+    Ok(EtcdUrl {
+        hosts: listed,
+        prefix: if prefix.is_empty() {
+            DEFAULT_PREFIX.to_owned()
+        } else {
+            prefix.to_owned()
+        },
+    })
+}
+
+/// The part of every key of lock `name` before the owner token: `<name>/`, with `%` and `/`
+/// in the name percent-encoded so that one lock's keys never fall inside another's range.
+pub(crate) fn queue_of(name: &str) -> String {
+    let mut queue = String::with_capacity(name.len() + 1);
+    for c in name.chars() {
+        match c {
+            '%' => queue.push_str("%25"),
+            '/' => queue.push_str("%2F"),
+            c => queue.push(c),
+        }
+    }
+    queue.push('/');
+    queue
+}
+
+/// A key this client made: a held lock or a place in a lock's queue.
+struct Held {
+    key: Vec<u8>,
+    /// The lease it is attached to.
+    lease: Arc<Lease>,
+    /// Its create revision: the fencing token if it comes to hold the lock.
+    revision: i64,
+    /// The predecessor watch of a waiter, or the end-of-lease timer of an unrenewed lock.
+    task: Option<AbortHandle>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The `etcd://` backend.
+pub(crate) struct EtcdBackend {
+    rpc: Rpc,
+    /// `<prefix>/`.
+    prefix: String,
+    /// The URL as messages show it.
+    shown: String,
+    response_timeout: Duration,
+    /// Leases by the TTL asked for, in seconds.
+    leases: Mutex<HashMap<u64, Arc<Lease>>>,
+    /// Held while a lease is being granted, so concurrent acquisitions share one.
+    granting: tokio::sync::Mutex<()>,
+    /// This client's keys, by owner token.
+    keys: Mutex<HashMap<String, Held>>,
+    /// Per owner token, held while an acquiring transaction is on its way: a release waits
+    /// for it, so it never overtakes the transaction that creates the key (etcd serves the
+    /// calls of one connection concurrently, in no set order).
+    in_flight: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Wake-ups by owner token: a waiter's predecessor is gone.
+    hub: Arc<ReleaseHub>,
+    holder: String,
+}
+
+/// Whether waiting may cure a failed call: a member down or without a leader, a timeout, a
+/// dropped connection. Refusals (a request too large, no permission) are permanent.
+fn is_transient(status: &Status) -> bool {
+    !matches!(
+        status.code(),
+        Code::InvalidArgument
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+            | Code::FailedPrecondition
+            | Code::OutOfRange
+            | Code::Unimplemented
+    )
+}
+
+/// A call's failure: etcd's status, or one of ours (a timeout).
+enum Failure {
+    Server(Status),
+    Other(BoxError),
+}
+
+/// The TTL, in whole seconds, of the lease for locks of `lease`: rounded up, so a lock never
+/// outlives its holder by less than its lease.
+fn ttl_seconds(lease: Duration) -> u64 {
+    lease.as_millis().div_ceil(1000).max(1) as u64
+}
+
+impl EtcdBackend {
+    /// Connects: parses the URL and grants the lease for the default lease, which tells
+    /// whether etcd answers. Fails with an error naming the URL if it cannot within
+    /// `connect_timeout`.
+    pub(crate) async fn connect(
+        url: &str,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+        default_lease: Duration,
+    ) -> Result<Arc<dyn Backend>, LockError> {
+        let parsed = parse_url(url)?;
+        let shown = super::url::redact_url(url);
+        let rpc = Rpc::new(&parsed.hosts, connect_timeout)
+            .map_err(|why| LockError::Config(format!("invalid etcd URL `{shown}`: {why}")))?;
+        let backend = EtcdBackend {
+            rpc,
+            prefix: format!("{}/", parsed.prefix),
+            shown,
+            response_timeout,
+            leases: Mutex::new(HashMap::new()),
+            granting: tokio::sync::Mutex::new(()),
+            keys: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashMap::new()),
+            hub: ReleaseHub::new(None),
+            holder: holder_id(),
+        };
+        let fail = |source: BoxError| LockError::Backend {
+            backend: "etcd",
+            op: "connect",
+            key: String::new(),
+            source,
+        };
+        match tokio::time::timeout(connect_timeout, backend.lease_for(default_lease)).await {
+            Ok(Ok(_)) => Ok(Arc::new(backend)),
+            Ok(Err(error)) => Err(fail(error)),
+            Err(_) => Err(fail(Transient::wrap(format!(
+                "cannot reach etcd at {} within the connect timeout ({connect_timeout:?}); \
+                 check that the cluster is up and reachable from here",
+                backend.shown
+            )))),
+        }
+    }
+
+    fn keys(&self) -> MutexGuard<'_, HashMap<String, Held>> {
+        self.keys.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The full key of lock `name`'s queue (`<prefix>/<name>/`), and of `token`'s place in it.
+    fn key_of(&self, name: &str, token: &str) -> (Vec<u8>, Vec<u8>) {
+        let queue = format!("{}{}", self.prefix, queue_of(name));
+        let key = format!("{queue}{token}");
+        (queue.into_bytes(), key.into_bytes())
+    }
+
+    /// Runs one call, bounded by the response timeout.
+    async fn call<T>(
+        &self,
+        op: &str,
+        request: impl std::future::Future<Output = Result<T, Status>>,
+    ) -> Result<T, Failure> {
+        match tokio::time::timeout(self.response_timeout, request).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(status)) => Err(Failure::Server(status)),
+            Err(_) => Err(Failure::Other(Transient::wrap(format!(
+                "etcd ({}) did not answer `{op}` within the response timeout ({:?})",
+                self.shown, self.response_timeout
+            )))),
+        }
+    }
+
+    /// The error for a failed call: names the operation and the URL, and says whether
+    /// waiting may cure it.
+    fn failed(&self, op: &str, failure: Failure) -> BoxError {
+        match failure {
+            Failure::Server(status) => Transient::wrap_if(
+                is_transient(&status),
+                format!(
+                    "etcd `{op}` failed ({}): {} ({:?})",
+                    self.shown,
+                    status.message(),
+                    status.code()
+                ),
+            ),
+            Failure::Other(error) => error,
+        }
+    }
+
+    /// Gives up `lease` if `failure` says etcd no longer has it.
+    fn note_lease_error(&self, lease: &Lease, failure: &Failure) {
+        if let Failure::Server(status) = failure
+            && status.code() == Code::NotFound
+            && status.message().contains("lease")
+        {
+            lease.abandon(
+                format!(
+                    "etcd ({}) no longer has its lease: {}",
+                    self.shown,
+                    status.message()
+                ),
+                &self.rpc,
+            );
+        }
+    }
+
+    /// The lease for locks of `lease`: a usable one, or a new one.
+    async fn lease_for(&self, lease: Duration) -> Result<Arc<Lease>, BoxError> {
+        let seconds = ttl_seconds(lease);
+        let usable = |leases: &HashMap<u64, Arc<Lease>>| {
+            leases
+                .get(&seconds)
+                .filter(|l| l.is_usable())
+                .map(Arc::clone)
+        };
+        if let Some(lease) = usable(&self.leases.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(lease);
+        }
+        let _granting = self.granting.lock().await;
+        if let Some(lease) = usable(&self.leases.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(lease);
+        }
+        let sent_at = Instant::now();
+        let granted: proto::LeaseGrantResponse = self
+            .call(
+                "grant a lease",
+                self.rpc.unary(
+                    path::LEASE_GRANT,
+                    proto::LeaseGrantRequest {
+                        ttl: seconds as i64,
+                    },
+                ),
+            )
+            .await
+            .map_err(|failure| self.failed("grant a lease", failure))?;
+        if !granted.error.is_empty() || granted.ttl <= 0 {
+            return Err(Transient::wrap(format!(
+                "etcd ({}) refused a lease of {seconds} s: {}",
+                self.shown, granted.error
+            )));
+        }
+        let lease = Arc::new(Lease::start(
+            self.rpc.clone(),
+            granted.id,
+            Duration::from_secs(granted.ttl as u64),
+            sent_at,
+            self.shown.clone(),
+        ));
+        self.leases
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(seconds, Arc::clone(&lease));
+        Ok(lease)
+    }
+
+    /// Runs `token`'s acquiring transaction in a task of its own, so it completes even if
+    /// the caller gives up, and a release of the token can wait for it.
+    async fn txn(&self, token: &str, txn: TxnRequest) -> Result<TxnResponse, Failure> {
+        let gate = Arc::clone(
+            self.in_flight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(token.to_owned())
+                .or_default(),
+        );
+        let running = gate.lock_owned().await;
+        let rpc = self.rpc.clone();
+        let bound = self.response_timeout;
+        let task = tokio::spawn(async move {
+            let _running = running;
+            match tokio::time::timeout(bound, rpc.unary(path::TXN, txn)).await {
+                Ok(answer) => answer,
+                Err(_) => Err(Status::deadline_exceeded(
+                    "no answer within the response timeout",
+                )),
+            }
+        });
+        let answer = async {
+            task.await
+                .unwrap_or_else(|e| Err(Status::cancelled(format!("the call was stopped: {e}"))))
+        };
+        self.call("acquire", answer).await
+    }
+
+    async fn delete_key(&self, key: Vec<u8>) -> Result<bool, Failure> {
+        let deleted: DeleteRangeResponse = self
+            .call(
+                "delete",
+                self.rpc.unary(
+                    path::DELETE_RANGE,
+                    DeleteRangeRequest {
+                        key,
+                        range_end: Vec::new(),
+                    },
+                ),
+            )
+            .await?;
+        Ok(deleted.deleted > 0)
+    }
+
+    async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
+        let started = Instant::now();
+        let lease = self.lease_for(spec.lease).await?;
+        let (queue, key) = self.key_of(spec.name, spec.token);
+        let queue_end = proto::prefix_end(&queue);
+        let head = || {
+            op(Request::Range(RangeRequest {
+                key: queue.clone(),
+                range_end: queue_end.clone(),
+                limit: 1,
+                sort_order: proto::ASCEND,
+                sort_target: proto::SORT_BY_CREATE,
+                keys_only: true,
+                ..Default::default()
+            }))
+        };
+        let value = format!(
+            "holder={}\nlease_ms={}\nrenew={}\njoined_unix_ms={}\n",
+            self.holder,
+            spec.lease.as_millis(),
+            spec.renew,
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis()
+        );
+        for _ in 0..8 {
+            // Our key, made now if absent (a waiter keeps its place between attempts), and
+            // the head of the queue, in one transaction.
+            let txn = TxnRequest {
+                compare: vec![Compare {
+                    result: proto::EQUAL,
+                    target: proto::COMPARE_CREATE,
+                    key: key.clone(),
+                    target_union: Some(CompareWith::CreateRevision(0)),
+                }],
+                success: vec![
+                    op(Request::Put(PutRequest {
+                        key: key.clone(),
+                        value: value.clone().into_bytes(),
+                        lease: lease.id,
+                    })),
+                    head(),
+                ],
+                failure: vec![
+                    op(Request::Range(RangeRequest {
+                        key: key.clone(),
+                        ..Default::default()
+                    })),
+                    head(),
+                ],
+            };
+            let answer = match self.txn(spec.token, txn).await {
+                Ok(answer) => answer,
+                Err(failure) => {
+                    self.note_lease_error(&lease, &failure);
+                    return Err(self.failed("acquire", failure));
+                }
+            };
+            let revision = answer.header.as_ref().map_or(0, |h| h.revision);
+            let mut ranges = answer.responses.into_iter().map(|r| match r.response {
+                Some(Response::Range(range)) => range.kvs,
+                _ => Vec::new(),
+            });
+            let mine = ranges.next().unwrap_or_default();
+            let first = ranges.next().unwrap_or_default();
+            let (created, on_lease) = if answer.succeeded {
+                (revision, lease.id)
+            } else {
+                match mine.first() {
+                    Some(kv) => (kv.create_revision, kv.lease),
+                    None => continue,
+                }
+            };
+            if on_lease != lease.id {
+                // Left by an earlier attempt on a lease this client has given up: its place
+                // dies with that lease; take a new one on the live lease.
+                let _ = self.delete_key(key.clone()).await;
+                self.keys().remove(spec.token);
+                continue;
+            }
+            self.keys()
+                .entry(spec.token.to_owned())
+                .or_insert_with(|| Held {
+                    key: key.clone(),
+                    lease: Arc::clone(&lease),
+                    revision: created,
+                    task: None,
+                });
+            if first.first().map(|kv| kv.create_revision) == Some(created) {
+                if !lease.is_usable() {
+                    return Err(Transient::wrap(format!(
+                        "the etcd lease of `{}` was lost as it was granted ({})",
+                        spec.name, self.shown
+                    )));
+                }
+                if !spec.renew {
+                    self.end_after_lease(spec, &key, started);
+                }
+                return Ok(Attempt::Acquired {
+                    fencing_token: spec.fencing.then_some(created as u64),
+                });
+            }
+            // Watch only the key just before ours: its deletion makes us the holder or moves
+            // us up (it gave up), so no release ever wakes more than one waiter.
+            let before: RangeResponse = match self
+                .call(
+                    "range",
+                    self.rpc.unary(
+                        path::RANGE,
+                        RangeRequest {
+                            key: queue.clone(),
+                            range_end: queue_end.clone(),
+                            limit: 1,
+                            sort_order: proto::DESCEND,
+                            sort_target: proto::SORT_BY_CREATE,
+                            keys_only: true,
+                            max_create_revision: created - 1,
+                        },
+                    ),
+                )
+                .await
+            {
+                Ok(before) => before,
+                Err(failure) => return Err(self.failed("range", failure)),
+            };
+            let Some(predecessor) = before.kvs.into_iter().next() else {
+                continue; // the queue moved: look again
+            };
+            let from = before.header.map_or(0, |h| h.revision) + 1;
+            let task = tokio::spawn(watch_delete(
+                self.rpc.clone(),
+                predecessor.key,
+                from,
+                Arc::clone(&self.hub),
+                spec.token.to_owned(),
+            ))
+            .abort_handle();
+            if let Some(held) = self.keys().get_mut(spec.token) {
+                if let Some(previous) = held.task.replace(task) {
+                    previous.abort();
+                }
+            } else {
+                task.abort();
+            }
+            return Ok(Attempt::Busy {
+                ttl: Some(lease.ttl),
+            });
+        }
+        Err(Transient::wrap(format!(
+            "the queue of `{}` kept changing under this waiter ({})",
+            spec.name, self.shown
+        )))
+    }
+
+    /// An unrenewed lock ends after its lease: its key is deleted then, whatever its lease.
+    fn end_after_lease(&self, spec: LockSpec<'_>, key: &[u8], started: Instant) {
+        let rpc = self.rpc.clone();
+        let key = key.to_vec();
+        let end = started + spec.lease;
+        let task = tokio::spawn(async move {
+            tokio::time::sleep_until(end).await;
+            for attempt in 1..=3 {
+                let deleting = rpc.unary::<_, DeleteRangeResponse>(
+                    path::DELETE_RANGE,
+                    DeleteRangeRequest {
+                        key: key.clone(),
+                        range_end: Vec::new(),
+                    },
+                );
+                if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(2), deleting).await {
+                    return;
+                }
+                tokio::time::sleep(super::retry_pause(attempt)).await;
+            }
+        })
+        .abort_handle();
+        if let Some(held) = self.keys().get_mut(spec.token) {
+            held.task = Some(task);
+        }
+    }
+
+    async fn release_key(&self, name: &str, token: &str) -> Result<bool, BoxError> {
+        let in_flight = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(token);
+        if let Some(gate) = in_flight {
+            let _done = gate.lock().await;
+        }
+        let held = self.keys().remove(token);
+        let (key, alive) = match held {
+            Some(mut held) => (std::mem::take(&mut held.key), held.lease.is_usable()),
+            // An attempt whose reply never came: its key is known from the token.
+            None => (self.key_of(name, token).1, true),
+        };
+        match self.delete_key(key).await {
+            Ok(deleted) => Ok(deleted && alive),
+            Err(failure) => Err(self.failed("delete", failure)),
+        }
+    }
+
+    async fn check(&self, spec: LockSpec<'_>) -> Result<bool, BoxError> {
+        let known = self
+            .keys()
+            .get(spec.token)
+            .map(|held| (held.key.clone(), Arc::clone(&held.lease), held.revision));
+        let Some((key, lease, revision)) = known else {
+            return Ok(false);
+        };
+        let found: RangeResponse = self
+            .call(
+                "range",
+                self.rpc.unary(
+                    path::RANGE,
+                    RangeRequest {
+                        key,
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await
+            .map_err(|failure| self.failed("range", failure))?;
+        Ok(lease.is_usable()
+            && found
+                .kvs
+                .first()
+                .is_some_and(|kv| kv.create_revision == revision && kv.lease == lease.id))
+    }
+
+    async fn watch_lost(&self, spec: LockSpec<'_>) -> String {
+        let known = self
+            .keys()
+            .get(spec.token)
+            .map(|held| (held.key.clone(), Arc::clone(&held.lease), held.revision));
+        let Some((key, lease, revision)) = known else {
+            // Released already: the watchdog's first poll can run on another thread while
+            // the guard releases. Nothing to report.
+            return std::future::pending().await;
+        };
+        // Whether this client still counts the key as its own (not released meanwhile).
+        let ours = || self.keys().contains_key(spec.token);
+        let shown_key = String::from_utf8_lossy(&key).into_owned();
+        let watched = async {
+            loop {
+                let why = match watch_change(&self.rpc, key.clone(), revision + 1).await {
+                    Ok(Change::Deleted) => Some(format!("its key `{shown_key}` was deleted")),
+                    Ok(Change::Put) => Some(format!(
+                        "its key `{shown_key}` was changed by another client"
+                    )),
+                    // The history was compacted: look at the key itself.
+                    Ok(Change::Compacted) => match self.check(spec).await {
+                        Ok(false) => Some(format!("its key `{shown_key}` is gone")),
+                        _ => None,
+                    },
+                    // The keepalive bounds how long this may go on.
+                    Err(_) => None,
+                };
+                match why {
+                    Some(why) if ours() => return why,
+                    // Deleted by this client's own release: nothing was lost.
+                    Some(_) => return std::future::pending().await,
+                    None => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        };
+        tokio::select! {
+            why = lease.loss.wait() => why,
+            why = watched => why,
+        }
+    }
+}
+
+fn op(request: Request) -> RequestOp {
+    RequestOp {
+        request: Some(request),
+    }
+}
+
+/// What happened to a watched key.
+enum Change {
+    Deleted,
+    Put,
+    /// The revisions from which it was watched are compacted away: nothing can be told.
+    Compacted,
+}
+
+/// Waits for the first change of `key` from revision `from` on.
+async fn watch_change(rpc: &Rpc, key: Vec<u8>, from: i64) -> Result<Change, Status> {
+    let create = proto::WatchRequest {
+        request_union: Some(proto::WatchRequestUnion::Create(
+            proto::WatchCreateRequest {
+                key,
+                start_revision: from,
+                filters: Vec::new(),
+            },
+        )),
+    };
+    let (_sender, mut events) = rpc
+        .stream::<_, proto::WatchResponse>(path::WATCH, create, true)
+        .await?;
+    loop {
+        let Some(answer) = events.message().await? else {
+            return Err(Status::unavailable("the watch stream ended"));
+        };
+        if answer.canceled {
+            return if answer.compact_revision > 0 {
+                Ok(Change::Compacted)
+            } else {
+                Err(Status::unavailable(format!(
+                    "the watch was cancelled: {}",
+                    answer.cancel_reason
+                )))
+            };
+        }
+        if let Some(event) = answer.events.first() {
+            return Ok(if event.r#type == proto::DELETE {
+                Change::Deleted
+            } else {
+                Change::Put
+            });
+        }
+    }
+}
+
+/// A waiter's watch on the key before its own: wakes the waiter `token` once that key is
+/// deleted — or once the watch fails, so the waiter looks again rather than sleeps on.
+async fn watch_delete(rpc: Rpc, key: Vec<u8>, from: i64, hub: Arc<ReleaseHub>, token: String) {
+    let _ = watch_change(&rpc, key, from).await;
+    hub.notify(&token);
+}
+
+impl Backend for EtcdBackend {
+    fn kind(&self) -> &'static str {
+        "etcd"
+    }
+
+    fn queues_waiters(&self) -> bool {
+        true
+    }
+
+    fn keeps_alive(&self) -> bool {
+        true
+    }
+
+    fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
+        Box::pin(self.acquire(spec))
+    }
+
+    fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(self.check(spec))
+    }
+
+    fn release<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(self.release_key(name, token))
+    }
+
+    fn subscribe<'a>(
+        &'a self,
+        spec: LockSpec<'a>,
+    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        let subscription = self.hub.subscribe(spec.token, || {});
+        Box::pin(async move { Ok(subscription) })
+    }
+
+    fn lost<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, String> {
+        Box::pin(self.watch_lost(spec))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let url = parse_url("etcd://a:1,b,[::1]:3/app/locks/").unwrap();
+        assert_eq!(url.hosts, ["a:1", "b:2379", "[::1]:3"]);
+        assert_eq!(url.prefix, "app/locks");
+        assert_eq!(parse_url("etcd://a").unwrap().prefix, "distlock");
+        for bad in [
+            "etcd://",
+            "etcd://a:x",
+            "etcd://a,,b",
+            "etcd://u:p@a",
+            "etcd://a?x=1",
+            "zk://a",
+        ] {
+            let err = parse_url(bad).expect_err(bad).to_string();
+            assert!(err.contains("invalid etcd URL"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn names_never_fall_into_another_locks_range() {
+        assert_eq!(queue_of("lock:order:42"), "lock:order:42/");
+        assert_eq!(queue_of("a/b"), "a%2Fb/");
+        assert_eq!(queue_of("a%2Fb"), "a%252Fb/");
+        assert!(!queue_of("a/b").starts_with(&queue_of("a")));
+    }
+
+    #[test]
+    fn ttls_round_up() {
+        assert_eq!(ttl_seconds(Duration::from_millis(10)), 1);
+        assert_eq!(ttl_seconds(Duration::from_millis(1_000)), 1);
+        assert_eq!(ttl_seconds(Duration::from_millis(1_001)), 2);
+    }
+}

@@ -1,0 +1,295 @@
+//! etcd members of the tests' own (Debian's `etcd-server` package): a single-member cluster,
+//! or three members, on free loopback ports with their data in scratch directories (under
+//! `/dev/shm` when there is one: etcd fsyncs every write, and the tests measure locks, not
+//! disks).
+//!
+//! The members heartbeat every 50 ms and elect a new leader after 500 ms of silence (etcd's
+//! defaults: 100 ms and 1 s), which lets etcd grant leases of 1 s, the shortest its TTL unit
+//! allows (its minimum TTL is 1.5 election timeouts, rounded up to a second).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::unprivileged::remove_at_exit;
+use super::{TEST_COMMAND, free_port, spawn_tied, unique};
+
+const ETCD: &str = "/usr/bin/etcd";
+
+fn etcd() -> &'static str {
+    assert!(
+        Path::new(ETCD).is_file(),
+        "etcd is not installed ({ETCD} is missing). Run the README's test command, \
+         `{TEST_COMMAND}`, which installs the `etcd-server` package"
+    );
+    ETCD
+}
+
+fn scratch(label: &str) -> PathBuf {
+    let base = Path::new("/dev/shm");
+    let base = if base.is_dir() {
+        base.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    base.join(unique(label))
+}
+
+/// One etcd member process.
+pub struct EtcdMember {
+    pub name: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    dir: PathBuf,
+    /// `name=http://…` for every member of its cluster.
+    initial_cluster: String,
+    child: Option<Child>,
+    owned: bool,
+}
+
+impl EtcdMember {
+    /// A single-member cluster of this test's own.
+    pub fn start() -> EtcdMember {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let peer_port = free_port();
+            let mut member = EtcdMember {
+                name: "solo".into(),
+                client_port: free_port(),
+                peer_port,
+                dir: scratch("distlock-etcd"),
+                initial_cluster: format!("solo=http://127.0.0.1:{peer_port}"),
+                child: None,
+                owned: true,
+            };
+            match member
+                .spawn()
+                .and_then(|()| member.wait_healthy(Duration::from_secs(60)))
+            {
+                Ok(()) => return member,
+                Err(error) => last = error,
+            }
+        }
+        panic!("could not start etcd: {last}");
+    }
+
+    /// One single-member cluster for all the tests of this binary (each test uses a key
+    /// prefix of its own). It dies with the process; its directory is removed at exit.
+    pub fn shared() -> &'static EtcdMember {
+        static SHARED: std::sync::OnceLock<EtcdMember> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| {
+            let mut member = EtcdMember::start();
+            member.owned = false;
+            remove_at_exit(member.dir.clone());
+            member
+        })
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        std::fs::create_dir_all(&self.dir).map_err(|e| e.to_string())?;
+        let log = std::fs::File::create(self.dir.join("log")).map_err(|e| e.to_string())?;
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let mut command = Command::new(etcd());
+        command
+            .args(["--name", &self.name])
+            .arg("--data-dir")
+            .arg(self.dir.join("data"))
+            .args(["--listen-client-urls", &client])
+            .args(["--advertise-client-urls", &client])
+            .args(["--listen-peer-urls", &peer])
+            .args(["--initial-advertise-peer-urls", &peer])
+            .args(["--initial-cluster", &self.initial_cluster])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", &self.dir.display().to_string()])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .args(["--logger", "zap", "--log-level", "warn"])
+            .env("ETCD_UNSUPPORTED_ARCH", std::env::consts::ARCH)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log);
+        let child = spawn_tied(command).map_err(|e| format!("cannot run etcd: {e}"))?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Waits until the member answers `/health` with a leader, or fails with its log.
+    fn wait_healthy(&mut self, within: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + within;
+        loop {
+            if self.healthy() {
+                return Ok(());
+            }
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || Instant::now() > deadline {
+                self.stop_child();
+                let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+                return Err(format!(
+                    "etcd did not become healthy on port {}: {log}",
+                    self.client_port
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Whether the member serves and has a leader (`GET /health`).
+    pub fn healthy(&self) -> bool {
+        http_call(self.client_port, "GET", "/health", "")
+            .is_some_and(|reply| reply.contains("\"health\":\"true\""))
+    }
+
+    /// Whether this member is its cluster's leader (`/v3/maintenance/status`).
+    pub fn is_leader(&self) -> bool {
+        let Some(reply) = http_call(self.client_port, "POST", "/v3/maintenance/status", "{}")
+        else {
+            return false;
+        };
+        let field = |name: &str| {
+            let at = reply.find(&format!("\"{name}\":\""))? + name.len() + 4;
+            Some(reply[at..].split('"').next()?.to_owned())
+        };
+        field("leader").is_some() && field("leader") == field("member_id")
+    }
+
+    /// `etcd://127.0.0.1:<port>/<prefix>`
+    pub fn url(&self, prefix: &str) -> String {
+        format!("etcd://127.0.0.1:{}/{prefix}", self.client_port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("etcd is running").id()
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// SIGKILL: a crash.
+    pub fn kill(&mut self) {
+        self.stop_child();
+    }
+
+    /// Starts the killed member again, with its data.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "kill the member first");
+        self.spawn().expect("restart etcd");
+    }
+
+    fn stop_child(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for EtcdMember {
+    fn drop(&mut self) {
+        self.stop_child();
+        if self.owned {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A plain HTTP/1.1 call to etcd's JSON gateway; the reply's body.
+pub fn http_call(port: u16, method: &str, path: &str, body: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(
+        &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        Duration::from_millis(500),
+    )
+    .ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).ok()?;
+    reply
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+}
+
+/// A three-member cluster.
+pub struct EtcdCluster {
+    pub members: Vec<EtcdMember>,
+    dir: PathBuf,
+}
+
+impl EtcdCluster {
+    pub fn start() -> EtcdCluster {
+        let dir = scratch("distlock-etcd-cluster");
+        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        let initial_cluster: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect();
+        let mut members = Vec::new();
+        for (i, &(client_port, peer_port)) in ports.iter().enumerate() {
+            let mut member = EtcdMember {
+                name: format!("m{i}"),
+                client_port,
+                peer_port,
+                dir: dir.join(format!("m{i}")),
+                initial_cluster: initial_cluster.join(","),
+                child: None,
+                owned: false,
+            };
+            member.spawn().expect("start a cluster member");
+            members.push(member);
+        }
+        let mut cluster = EtcdCluster { members, dir };
+        for member in &mut cluster.members {
+            member
+                .wait_healthy(Duration::from_secs(90))
+                .unwrap_or_else(|e| panic!("the cluster did not form: {e}"));
+        }
+        cluster
+    }
+
+    /// `etcd://127.0.0.1:a,127.0.0.1:b,127.0.0.1:c/<prefix>`
+    pub fn url(&self, prefix: &str) -> String {
+        let hosts: Vec<String> = self
+            .members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect();
+        format!("etcd://{}/{prefix}", hosts.join(","))
+    }
+
+    /// The index of the current leader, waiting up to `within` for one.
+    pub fn leader(&self, within: Duration) -> Option<usize> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(i) = self
+                .members
+                .iter()
+                .position(|m| m.is_running() && m.is_leader())
+            {
+                return Some(i);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for member in &mut self.members {
+            member.stop_child();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
