@@ -195,7 +195,8 @@ impl Data {
             Store::Memory(_)
             | Store::Postgres { .. }
             | Store::Mysql { .. }
-            | Store::Zookeeper { .. } => {
+            | Store::Zookeeper { .. }
+            | Store::Etcd { .. } => {
                 unreachable!("these fault tests run on Redis")
             }
         }

@@ -18,18 +18,23 @@
 //! 9. ZooKeeper (a standalone server of its own): uncontended lock + release vs a raw create +
 //!    delete of an ephemeral node on the same server, 64-task throughput vs raw pairs on one
 //!    session, and handoff between four clients (`bench/src/zk.rs`).
+//! 10. etcd (a single member of its own): uncontended lock + release vs a raw put-if-absent
+//!    transaction on a lease + delete on the same member, 64-task throughput vs raw pairs on
+//!    one connection, and handoff between four clients (`bench/src/etcd.rs`).
 //!
 //! Prints a table and writes it as JSON to `target/distlock-bench.json`.
 //!
 //! Environment:
 //! - `DISTLOCK_BENCH_QUICK=1` skips the 10 s renewal measurement (for quick comparisons);
-//! - `DISTLOCK_BENCH_SQL_ONLY=1` runs only the database rows (7, 8 and 9);
+//! - `DISTLOCK_BENCH_SQL_ONLY=1` runs only the database rows (7, 8, 9 and 10);
 //! - `DISTLOCK_BENCH_ZK_ONLY=1` runs only the ZooKeeper rows (9);
+//! - `DISTLOCK_BENCH_ETCD_ONLY=1` runs only the etcd rows (10);
 //! - `DISTLOCK_BENCH_PROFILE=ours|raw|rawpub` runs only one side of the throughput measurement
 //!   (for 20 s, or `DISTLOCK_BENCH_PROFILE_SECS`) and prints its CPU per call and the server's
 //!   reads/writes per call — for `perf record -g` or `valgrind --tool=callgrind`. `rawpub` is the
 //!   raw floor with a `PUBLISH` added to the release script, to price the wake-up alone.
 
+mod etcd;
 mod sql;
 #[path = "../../tests/support/mod.rs"]
 #[allow(unused_imports)]
@@ -281,6 +286,22 @@ async fn zk_rows(report: &mut Report) -> Result<(), Error> {
     )
     .await?;
     drop(server);
+    etcd_rows(report).await
+}
+
+/// Row 10: an etcd member of the bench's own.
+async fn etcd_rows(report: &mut Report) -> Result<(), Error> {
+    let member = support::etcd::EtcdMember::start();
+    let host = format!("127.0.0.1:{}", member.client_port);
+    sql::rows(
+        report,
+        "10. etcd",
+        "etcd",
+        &member.url("bench"),
+        etcd::EtcdRaw::connect(&host).await?,
+    )
+    .await?;
+    drop(member);
     Ok(())
 }
 
@@ -298,6 +319,10 @@ async fn main() -> Result<(), Error> {
         json: String::new(),
     };
     // The database rows alone (DISTLOCK_BENCH_SQL_ONLY=1).
+    if std::env::var_os("DISTLOCK_BENCH_ETCD_ONLY").is_some() {
+        etcd_rows(&mut report).await?;
+        return Ok(());
+    }
     if std::env::var_os("DISTLOCK_BENCH_ZK_ONLY").is_some() {
         zk_rows(&mut report).await?;
         return Ok(());

@@ -4,7 +4,8 @@
 //! with Redis it is Redis keys, so workers can be separate processes. With `redlock://` the data
 //! lives on the first node (the lock is across all of them); with `redis+cluster://` in the
 //! cluster; with `postgres://` or `mysql://` in a table of the same database as the locks;
-//! with `zk://` in nodes of the same ensemble.
+//! with `zk://` in nodes of the same ensemble; with `etcd://` in keys of the same cluster
+//! (through etcd's JSON gateway, so the examples need no gRPC client of their own).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -37,6 +38,14 @@ pub enum Store {
     Zookeeper {
         client: zookeeper_client::Client,
         /// `<chroot>/distlock-example/<namespace>`
+        root: String,
+    },
+    /// etcd keys `distlock-example/<namespace>/<name>`; an order id is a key created only if
+    /// absent.
+    Etcd {
+        /// `host:port` of each member.
+        host: Arc<Vec<String>>,
+        /// `distlock-example/<namespace>/`
         root: String,
     },
 }
@@ -98,6 +107,23 @@ impl Store {
                 Err(e) => return Err(e.into()),
             }
             return Ok(Store::Zookeeper { client, root });
+        }
+        if let Some(rest) = url.strip_prefix("etcd://") {
+            let hosts = rest.split(['/', '?']).next().unwrap_or(rest);
+            let hosts = hosts
+                .split(',')
+                .map(|host| {
+                    if host.contains(':') {
+                        host.to_owned()
+                    } else {
+                        format!("{host}:2379")
+                    }
+                })
+                .collect();
+            return Ok(Store::Etcd {
+                host: Arc::new(hosts),
+                root: format!("distlock-example/{namespace}/"),
+            });
         }
         if url.starts_with("mysql://") {
             use mysql_async::prelude::Queryable;
@@ -182,6 +208,18 @@ impl Store {
                     .await?;
                 value.unwrap_or(0) as u64
             }
+            Store::Etcd { host, root } => {
+                let reply = etcd::call(
+                    host,
+                    "/v3/kv/range",
+                    &format!(r#"{{"key":"{}"}}"#, etcd::base64(&format!("{root}{name}"))),
+                )
+                .await?;
+                match etcd::field(&reply, "value") {
+                    Some(value) => String::from_utf8(etcd::unbase64(&value)?)?.parse()?,
+                    None => 0,
+                }
+            }
             Store::Zookeeper { client, root } => {
                 match client.get_data(&format!("{root}/{name}")).await {
                     Ok((data, _)) => String::from_utf8(data)?.parse()?,
@@ -225,6 +263,18 @@ impl Store {
                         (format!("{namespace}:{name}"), value as i64),
                     )
                     .await?;
+            }
+            Store::Etcd { host, root } => {
+                etcd::call(
+                    host,
+                    "/v3/kv/put",
+                    &format!(
+                        r#"{{"key":"{}","value":"{}"}}"#,
+                        etcd::base64(&format!("{root}{name}")),
+                        etcd::base64(&value.to_string())
+                    ),
+                )
+                .await?;
             }
             Store::Zookeeper { client, root } => {
                 let path = format!("{root}/{name}");
@@ -284,6 +334,18 @@ impl Store {
                     Err(mysql_async::Error::Server(e)) if e.code == 1062 => false, // duplicate
                     Err(e) => return Err(e.into()),
                 }
+            }
+            Store::Etcd { host, root } => {
+                let key = etcd::base64(&format!("{root}orders/{id}"));
+                let reply = etcd::call(
+                    host,
+                    "/v3/kv/txn",
+                    &format!(
+                        r#"{{"compare":[{{"key":"{key}","target":"CREATE","result":"EQUAL","create_revision":"0"}}],"success":[{{"request_put":{{"key":"{key}","value":""}}}}]}}"#
+                    ),
+                )
+                .await?;
+                reply.contains(r#""succeeded":true"#)
             }
             Store::Zookeeper { client, root } => {
                 let path = format!("{root}/orders/{id}");
@@ -347,6 +409,18 @@ impl Store {
                 )
                 .await?;
             }
+            Store::Etcd { host, root } => {
+                etcd::call(
+                    host,
+                    "/v3/kv/deleterange",
+                    &format!(
+                        r#"{{"key":"{}","range_end":"{}"}}"#,
+                        etcd::base64(root),
+                        etcd::base64(&format!("{}0", root.trim_end_matches('/')))
+                    ),
+                )
+                .await?;
+            }
             Store::Zookeeper { client, root } => {
                 let orders = format!("{root}/orders");
                 for child in client.list_children(&orders).await.unwrap_or_default() {
@@ -359,6 +433,97 @@ impl Store {
             }
         }
         Ok(())
+    }
+}
+
+/// etcd's JSON gateway (`POST /v3/kv/…` on the client port), spoken over plain HTTP/1.0.
+pub mod etcd {
+    use std::time::{Duration, Instant};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::BoxError;
+
+    /// Posts `body` to `path` on the first member of `hosts` that answers, retrying for up to
+    /// 30 s while none does (a member down, a leader election under way); the reply's body.
+    pub async fn call(hosts: &[String], path: &str, body: &str) -> Result<String, BoxError> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut last = None;
+            for host in hosts {
+                match call_one(host, path, body).await {
+                    Ok(reply) => return Ok(reply),
+                    Err(error) => last = Some(error),
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(last.unwrap_or_else(|| "no etcd host".into()));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// One call to one member; errors name the call.
+    pub async fn call_one(host: &str, path: &str, body: &str) -> Result<String, BoxError> {
+        let mut stream = tokio::net::TcpStream::connect(host).await?;
+        let request = format!(
+            "POST {path} HTTP/1.0\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await?;
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).await?;
+        let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((&reply, ""));
+        if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
+            return Err(format!("etcd {path} at {host}: {head} {body}").into());
+        }
+        Ok(body.to_owned())
+    }
+
+    /// The string value of the first `"name":"…"` in `json`.
+    pub fn field(json: &str, name: &str) -> Option<String> {
+        let start = json.find(&format!("\"{name}\":\""))? + name.len() + 4;
+        Some(json[start..].split('"').next()?.to_owned())
+    }
+
+    const ALPHABET: &[u8; 64] =
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+    pub fn base64(text: &str) -> String {
+        let mut out = String::new();
+        for chunk in text.as_bytes().chunks(3) {
+            let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+            for i in 0..4 {
+                if i <= chunk.len() {
+                    out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+                } else {
+                    out.push('=');
+                }
+            }
+        }
+        out
+    }
+
+    pub fn unbase64(text: &str) -> Result<Vec<u8>, BoxError> {
+        let mut out = Vec::new();
+        let mut bits = 0u32;
+        let mut count = 0;
+        for c in text.bytes().filter(|&c| c != b'=') {
+            let v = ALPHABET
+                .iter()
+                .position(|&a| a == c)
+                .ok_or("etcd sent invalid base64")? as u32;
+            bits = bits << 6 | v;
+            count += 6;
+            if count >= 8 {
+                count -= 8;
+                out.push((bits >> count) as u8);
+                bits &= (1 << count) - 1;
+            }
+        }
+        Ok(out)
     }
 }
 

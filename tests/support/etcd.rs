@@ -196,7 +196,7 @@ impl Drop for EtcdMember {
     }
 }
 
-/// A plain HTTP/1.1 call to etcd's JSON gateway; the reply's body.
+/// A plain HTTP/1.0 call (so the reply is never chunked) to etcd's JSON gateway; the reply's body.
 pub fn http_call(port: u16, method: &str, path: &str, body: &str) -> Option<String> {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect_timeout(
@@ -206,8 +206,8 @@ pub fn http_call(port: u16, method: &str, path: &str, body: &str) -> Option<Stri
     .ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).ok()?;

@@ -9,13 +9,17 @@ use super::rpc::Rpc;
 /// One key as etcd holds it.
 #[derive(Debug, Clone)]
 pub struct EtcdKey {
+    /// The key, as text.
     pub key: String,
+    /// The value, as text.
     pub value: String,
+    /// The revision that created it.
     pub create_revision: i64,
+    /// The lease it is attached to (0: none).
     pub lease: i64,
 }
 
-/// A plain etcd client for tests.
+/// A plain etcd client for tests and the benchmark.
 pub struct EtcdInspector {
     rpc: Rpc,
 }
@@ -97,5 +101,61 @@ impl EtcdInspector {
             .await
             .expect("etcd answers a put");
         lease.id
+    }
+
+    /// Grants a lease of `ttl` (whole seconds), never kept alive; its id.
+    pub async fn grant_lease(&self, ttl: Duration) -> i64 {
+        let lease: proto::LeaseGrantResponse = self
+            .rpc
+            .unary(
+                proto::path::LEASE_GRANT,
+                proto::LeaseGrantRequest {
+                    ttl: ttl.as_secs().max(1) as i64,
+                },
+            )
+            .await
+            .expect("etcd grants a lease");
+        lease.id
+    }
+
+    /// The raw floor of a lock: `key` created on `lease` in a transaction only if absent,
+    /// then deleted. Errors with etcd's status.
+    pub async fn put_if_absent_then_delete(
+        &self,
+        key: &str,
+        lease: i64,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let key = key.as_bytes().to_vec();
+        let txn = proto::TxnRequest {
+            compare: vec![proto::Compare {
+                result: proto::EQUAL,
+                target: proto::COMPARE_CREATE,
+                key: key.clone(),
+                target_union: Some(proto::CompareWith::CreateRevision(0)),
+            }],
+            success: vec![proto::RequestOp {
+                request: Some(proto::Request::Put(proto::PutRequest {
+                    key: key.clone(),
+                    value: b"holder".to_vec(),
+                    lease,
+                })),
+            }],
+            failure: Vec::new(),
+        };
+        let taken: proto::TxnResponse = self.rpc.unary(proto::path::TXN, txn).await?;
+        if !taken.succeeded {
+            return Err("the raw key was taken".into());
+        }
+        let _: DeleteRangeResponse = self
+            .rpc
+            .unary(
+                proto::path::DELETE_RANGE,
+                DeleteRangeRequest {
+                    key,
+                    range_end: Vec::new(),
+                },
+            )
+            .await?;
+        Ok(())
     }
 }

@@ -525,11 +525,9 @@ impl EtcdBackend {
             let Some(predecessor) = before.kvs.into_iter().next() else {
                 continue; // the queue moved: look again
             };
-            let from = before.header.map_or(0, |h| h.revision) + 1;
             let task = tokio::spawn(watch_delete(
                 self.rpc.clone(),
                 predecessor.key,
-                from,
                 Arc::clone(&self.hub),
                 spec.token.to_owned(),
             ))
@@ -593,9 +591,18 @@ impl EtcdBackend {
             // An attempt whose reply never came: its key is known from the token.
             None => (self.key_of(name, token).1, true),
         };
-        match self.delete_key(key).await {
-            Ok(deleted) => Ok(deleted && alive),
-            Err(failure) => Err(self.failed("delete", failure)),
+        // A release that fails is retried briefly: a leader election or a member going away
+        // fails a call, and a lock left behind holds up everyone until its lease runs out.
+        let mut attempt = 0;
+        loop {
+            match self.delete_key(key.clone()).await {
+                Ok(deleted) => return Ok(deleted && alive),
+                Err(Failure::Server(status)) if is_transient(&status) && attempt < 3 => {}
+                Err(Failure::Other(_)) if attempt < 3 => {}
+                Err(failure) => return Err(self.failed("delete", failure)),
+            }
+            attempt += 1;
+            tokio::time::sleep(super::retry_pause(attempt)).await;
         }
     }
 
@@ -642,16 +649,11 @@ impl EtcdBackend {
         let shown_key = String::from_utf8_lossy(&key).into_owned();
         let watched = async {
             loop {
-                let why = match watch_change(&self.rpc, key.clone(), revision + 1).await {
+                let why = match watch_change(&self.rpc, key.clone(), Some(revision)).await {
                     Ok(Change::Deleted) => Some(format!("its key `{shown_key}` was deleted")),
                     Ok(Change::Put) => Some(format!(
                         "its key `{shown_key}` was changed by another client"
                     )),
-                    // The history was compacted: look at the key itself.
-                    Ok(Change::Compacted) => match self.check(spec).await {
-                        Ok(false) => Some(format!("its key `{shown_key}` is gone")),
-                        _ => None,
-                    },
                     // The keepalive bounds how long this may go on.
                     Err(_) => None,
                 };
@@ -680,37 +682,36 @@ fn op(request: Request) -> RequestOp {
 enum Change {
     Deleted,
     Put,
-    /// The revisions from which it was watched are compacted away: nothing can be told.
-    Compacted,
 }
 
-/// Waits for the first change of `key` from revision `from` on.
-async fn watch_change(rpc: &Rpc, key: Vec<u8>, from: i64) -> Result<Change, Status> {
+/// Waits for the first change of `key`: its deletion, or (with `revision`, the key's create
+/// revision) any sign that it is no longer that key.
+///
+/// The watch starts from the present, not from a past revision: etcd serves a watch that
+/// starts in the past from a catch-up loop that runs every 100 ms, and a waiter would wake up
+/// to 100 ms late. Once the watch is in place the key is read once, so a change between the
+/// caller's last look and the watch's start is not missed.
+async fn watch_change(rpc: &Rpc, key: Vec<u8>, revision: Option<i64>) -> Result<Change, Status> {
     let create = proto::WatchRequest {
-        request_union: Some(proto::WatchRequestUnion::Create(
-            proto::WatchCreateRequest {
-                key,
-                start_revision: from,
-                filters: Vec::new(),
-            },
-        )),
+        request_union: Some(proto::WatchRequestUnion::Create(proto::WatchCreateRequest {
+            key: key.clone(),
+            start_revision: 0,
+            filters: Vec::new(),
+        })),
     };
     let (_sender, mut events) = rpc
         .stream::<_, proto::WatchResponse>(path::WATCH, create, true)
         .await?;
+    let mut checked = false;
     loop {
         let Some(answer) = events.message().await? else {
             return Err(Status::unavailable("the watch stream ended"));
         };
         if answer.canceled {
-            return if answer.compact_revision > 0 {
-                Ok(Change::Compacted)
-            } else {
-                Err(Status::unavailable(format!(
-                    "the watch was cancelled: {}",
-                    answer.cancel_reason
-                )))
-            };
+            return Err(Status::unavailable(format!(
+                "the watch was cancelled: {}",
+                answer.cancel_reason
+            )));
         }
         if let Some(event) = answer.events.first() {
             return Ok(if event.r#type == proto::DELETE {
@@ -719,13 +720,32 @@ async fn watch_change(rpc: &Rpc, key: Vec<u8>, from: i64) -> Result<Change, Stat
                 Change::Put
             });
         }
+        if answer.created && !checked {
+            checked = true;
+            let now: RangeResponse = rpc
+                .unary(
+                    path::RANGE,
+                    RangeRequest {
+                        key: key.clone(),
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            match (now.kvs.first(), revision) {
+                (None, _) => return Ok(Change::Deleted),
+                (Some(kv), Some(revision)) if kv.mod_revision != revision => {
+                    return Ok(Change::Put);
+                }
+                _ => {}
+            }
+        }
     }
 }
 
 /// A waiter's watch on the key before its own: wakes the waiter `token` once that key is
 /// deleted — or once the watch fails, so the waiter looks again rather than sleeps on.
-async fn watch_delete(rpc: Rpc, key: Vec<u8>, from: i64, hub: Arc<ReleaseHub>, token: String) {
-    let _ = watch_change(&rpc, key, from).await;
+async fn watch_delete(rpc: Rpc, key: Vec<u8>, hub: Arc<ReleaseHub>, token: String) {
+    let _ = watch_change(&rpc, key, None).await;
     hub.notify(&token);
 }
 

@@ -1,0 +1,561 @@
+//! The etcd backend against real members: the queue on the server (one watch per waiter,
+//! served in arrival order), leases shared by lock length, leases as liveness (a killed
+//! holder, a partitioned holder, a paused holder fenced off), a cluster losing its leader and
+//! then its majority, a cluster whose leader is killed under a running history, cancelled
+//! waiters, and bad input.
+
+#![cfg(feature = "etcd")]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use distlock::{LockClient, LockError};
+use support::etcd::{EtcdCluster, EtcdMember, http_call};
+use support::fixture::{EtcdFixture, Fixture};
+use support::history::{self, Helper, now_ns};
+use support::proxy::DelayProxy;
+use support::{eventually, unique};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// How many watchers the member serves (its `etcd_debugging_mvcc_watcher_total` gauge).
+fn watchers(port: u16) -> u64 {
+    let metrics = http_call(port, "GET", "/metrics", "").expect("/metrics answers");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+        .and_then(|value| value.trim().parse::<f64>().ok())
+        .expect("the watcher gauge") as u64
+}
+
+/// Six clients (to etcd: six processes) queue for a held lock one after another. Each waiter
+/// watches only the key before its own — the member serves one watcher per waiter plus the
+/// holder's watch on its own key, not one per waiter per key — and the lock goes to them in
+/// the order they arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_served_in_arrival_order_and_each_watches_one_key() {
+    const WAITERS: usize = 6;
+    // A member of this test's own: its watcher count is this test's alone.
+    let member = EtcdMember::start();
+    let url = member.url("fair");
+    let queue = format!("fair/{}", distlock::__private::testing::etcd_queue("lock:fair"));
+    let etcd = distlock::__private::testing::EtcdInspector::new(&format!(
+        "127.0.0.1:{}",
+        member.client_port
+    ));
+    let holder = LockClient::connect(&url).await.unwrap();
+    let guard = holder
+        .lock("fair")
+        .lease(ms(5_000))
+        .acquire()
+        .await
+        .unwrap();
+    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..WAITERS {
+        let client = LockClient::connect(&url).await.unwrap();
+        let order = order_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = client
+                .lock("fair")
+                .lease(ms(5_000))
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+                .unwrap();
+            order.send(i).unwrap();
+            tokio::time::sleep(ms(20)).await;
+            guard.release().await.unwrap();
+        }));
+        // Wait until this waiter's key is in the queue before the next one arrives.
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                etcd.keys(&queue).await.len() == i + 2
+            })
+            .await,
+            "waiter {i} did not join the queue"
+        );
+    }
+    let port = member.client_port;
+    let expected = WAITERS as u64 + 1;
+    assert!(
+        eventually(Duration::from_secs(5), || async { watchers(port) == expected }).await,
+        "{} watchers for {WAITERS} waiters and one holder",
+        watchers(port)
+    );
+    guard.release().await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..WAITERS {
+        order.push(
+            tokio::time::timeout(Duration::from_secs(20), order_rx.recv())
+                .await
+                .expect("every waiter gets the lock")
+                .unwrap(),
+        );
+    }
+    assert_eq!(
+        order,
+        (0..WAITERS).collect::<Vec<_>>(),
+        "served out of order"
+    );
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert!(etcd.keys(&queue).await.is_empty());
+    assert!(
+        eventually(Duration::from_secs(5), || async { watchers(port) == 0 }).await,
+        "{} watchers left after every lock was released",
+        watchers(port)
+    );
+}
+
+/// A waiter cancelled mid-wait deletes its key; the waiter behind it is not stuck.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_waiter_leaves_the_queue_and_the_next_is_not_stuck() {
+    let fixture = EtcdFixture::new();
+    let queue = fixture.queue("lock:cancel");
+    let in_line = || async { fixture.etcd().keys(&queue).await.len() };
+    let holder = fixture.client().await;
+    let guard = holder.lock("cancel").acquire().await.unwrap();
+    let second = fixture.client().await;
+    let cancelled = tokio::spawn(async move {
+        second
+            .lock("cancel")
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+    });
+    assert!(eventually(Duration::from_secs(5), || async { in_line().await == 2 }).await);
+    let third = fixture.client().await;
+    let next = tokio::spawn(async move {
+        let guard = third
+            .lock("cancel")
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+            .unwrap();
+        (Instant::now(), guard)
+    });
+    assert!(eventually(Duration::from_secs(5), || async { in_line().await == 3 }).await);
+    cancelled.abort();
+    assert!(cancelled.await.unwrap_err().is_cancelled());
+    assert!(
+        eventually(Duration::from_secs(5), || async { in_line().await == 2 }).await,
+        "the cancelled waiter's key is still queued: {:?}",
+        fixture.etcd().keys(&queue).await
+    );
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (granted_at, guard) = tokio::time::timeout(Duration::from_secs(5), next)
+        .await
+        .expect("the waiter behind the cancelled one is not stuck")
+        .unwrap();
+    assert!(granted_at - released_at < ms(1_000));
+    guard.release().await.unwrap();
+    assert_eq!(in_line().await, 0);
+}
+
+/// Locks share an etcd lease by TTL (whole seconds, rounded up): a 300 ms and a 1 s lock ride
+/// one lease, a 5 s lock another; so one keepalive renews any number of locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_share_a_lease_per_ttl() {
+    let fixture = EtcdFixture::new();
+    let lease_of = |name: &'static str| {
+        let fixture = &fixture;
+        async move { fixture.holder_key(name).await.unwrap().lease }
+    };
+    let client = fixture.client().await;
+    let a = client.lock("a").lease(ms(300)).acquire().await.unwrap();
+    let b = client.lock("b").lease(ms(1_000)).acquire().await.unwrap();
+    let c = client.lock("c").lease(ms(5_000)).acquire().await.unwrap();
+    assert_ne!(lease_of("lock:a").await, 0);
+    assert_eq!(lease_of("lock:a").await, lease_of("lock:b").await);
+    assert_ne!(lease_of("lock:a").await, lease_of("lock:c").await);
+    // Held for several TTLs on keepalives alone.
+    tokio::time::sleep(ms(2_500)).await;
+    assert!(!a.is_lost() && !b.is_lost() && !c.is_lost());
+    for guard in [a, b, c] {
+        guard.release().await.unwrap();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Faults.
+
+/// The helper entry point: a holder process. Acquires `LOCK_KEY` with fencing and a lease of
+/// `LEASE_MS`, writes `acquired` (`fencing-token now-ns`); then holds until killed, or (with
+/// `WRITE_AFTER`) writes the fenced register once the file `write-again` appears.
+#[test]
+fn etcd_holder_process() {
+    let Some(dir) = history::helper_dir() else {
+        return;
+    };
+    let var = history::helper_var;
+    history::helper_runtime().block_on(async {
+        let client = LockClient::builder(var("LOCK_URL"))
+            .fencing(true)
+            .build()
+            .await
+            .unwrap();
+        let guard = client
+            .lock(var("LOCK_KEY"))
+            .lease(ms(var("LEASE_MS").parse().unwrap()))
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        let token = guard.fencing_token().unwrap();
+        history::write_file(&dir.join("acquired"), &format!("{token} {}", now_ns()));
+        if std::env::var("WRITE_AFTER").is_ok() {
+            while !dir.join("write-again").exists() {
+                tokio::time::sleep(ms(10)).await;
+            }
+            let host = var("ETCD_HOST");
+            let plain = register::plain_put(&host, "stale holder").await;
+            let fenced = register::fenced_put(&host, "stale holder", token).await;
+            history::write_file(
+                &dir.join("wrote"),
+                &format!("{plain} {fenced} {}", guard.is_lost()),
+            );
+        }
+        std::future::pending::<()>().await;
+    });
+}
+
+/// A register in etcd, written plainly or fenced, through etcd's JSON gateway: a fenced write
+/// is one transaction that puts the value only if the stored token is below the writer's (the
+/// token is kept zero-padded, so etcd's byte-wise comparison is numeric).
+mod register {
+    use super::support::store;
+
+    const KEY: &str = "fenced-register";
+    const FENCE: &str = "fenced-register-token";
+
+    async fn call(host: &str, path: &str, body: String) -> String {
+        store::etcd::call(&[host.to_owned()], path, &body)
+            .await
+            .expect("etcd's gateway answers")
+    }
+
+    /// Writes without a check: what a holder without fencing does.
+    pub async fn plain_put(host: &str, value: &str) -> bool {
+        let reply = call(
+            host,
+            "/v3/kv/put",
+            format!(
+                r#"{{"key":"{}","value":"{}"}}"#,
+                store::etcd::base64(&format!("plain-{KEY}")),
+                store::etcd::base64(value)
+            ),
+        )
+        .await;
+        reply.contains("header")
+    }
+
+    /// Writes only if no later holder has written: `token` above the stored one.
+    pub async fn fenced_put(host: &str, value: &str, token: u64) -> bool {
+        let token = format!("{token:020}");
+        let (key, fence) = (store::etcd::base64(KEY), store::etcd::base64(FENCE));
+        let reply = call(
+            host,
+            "/v3/kv/txn",
+            format!(
+                r#"{{"compare":[{{"key":"{fence}","target":"VALUE","result":"LESS","value":"{}"}}],"success":[{{"request_put":{{"key":"{key}","value":"{}"}}}},{{"request_put":{{"key":"{fence}","value":"{}"}}}}]}}"#,
+                store::etcd::base64(&token),
+                store::etcd::base64(value),
+                store::etcd::base64(&token),
+            ),
+        )
+        .await;
+        reply.contains(r#""succeeded":true"#)
+    }
+
+    /// Creates the fence below every token.
+    pub async fn init(host: &str) {
+        call(
+            host,
+            "/v3/kv/put",
+            format!(
+                r#"{{"key":"{}","value":"{}"}}"#,
+                store::etcd::base64(FENCE),
+                store::etcd::base64(&format!("{:020}", 0))
+            ),
+        )
+        .await;
+    }
+
+    /// The register's value.
+    pub async fn value(host: &str, plain: bool) -> String {
+        let key = if plain {
+            format!("plain-{KEY}")
+        } else {
+            KEY.to_owned()
+        };
+        let reply = call(
+            host,
+            "/v3/kv/range",
+            format!(r#"{{"key":"{}"}}"#, store::etcd::base64(&key)),
+        )
+        .await;
+        store::etcd::field(&reply, "value")
+            .map(|v| String::from_utf8(store::etcd::unbase64(&v).unwrap()).unwrap())
+            .unwrap_or_default()
+    }
+}
+
+/// `kill -9` of the holder: its keepalives stop, and etcd frees the lock when the lease's TTL
+/// runs out — not before, and not much later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_is_freed_after_its_lease() {
+    let fixture = EtcdFixture::new();
+    let key = unique("killed");
+    let lease = ms(2_000);
+    let dir = history::scratch_dir("etcd-holder");
+    let env = [
+        ("LOCK_URL", fixture.url()),
+        ("LOCK_KEY", key.clone()),
+        ("LEASE_MS", lease.as_millis().to_string()),
+    ];
+    let mut holder = Helper::spawn("etcd_holder_process", &dir, &env);
+    holder.owns_dir = true;
+    let line = holder.read("acquired", Duration::from_secs(30)).await;
+    let first_token: u64 = line.split(' ').next().unwrap().parse().unwrap();
+    tokio::time::sleep(ms(500)).await;
+    holder.signal(libc::SIGKILL);
+    let killed_at = Instant::now();
+    let _ = holder.child.wait();
+    let client = fixture.builder().fencing(true).build().await.unwrap();
+    let guard = client
+        .lock(key.as_str())
+        .lease(lease)
+        .wait(Duration::from_secs(15))
+        .acquire()
+        .await
+        .unwrap();
+    let after = killed_at.elapsed();
+    // The leader last renewed the lease at most TTL/4 before the kill (the keepalive
+    // interval), so the lease cannot end sooner than this.
+    assert!(
+        after >= lease * 3 / 5,
+        "granted {after:?} after the kill: before the lease ran out"
+    );
+    assert!(
+        after < lease + ms(3_000),
+        "granted {after:?} after the kill"
+    );
+    assert!(guard.fencing_token().unwrap() > first_token);
+    guard.release().await.unwrap();
+    eprintln!("etcd: a killed holder's lock granted again {after:?} after the kill");
+}
+
+/// A holder cut off by a blackholing proxy is told its lock is lost before another client is
+/// granted it: the keepalive gives the lease up before etcd can expire it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_holder_is_told_before_anyone_else_is_granted() {
+    let fixture = EtcdFixture::new();
+    let proxy = DelayProxy::start(fixture.member.client_port).await;
+    let through_proxy = format!("etcd://127.0.0.1:{}/{}", proxy.port(), fixture.prefix);
+    let holder = LockClient::builder(&through_proxy)
+        .fencing(true)
+        .build()
+        .await
+        .unwrap();
+    let lease = ms(2_000);
+    let guard = holder.lock("cut").lease(lease).acquire().await.unwrap();
+    let held_token = guard.fencing_token().unwrap();
+    let lost = guard.lost();
+    let told = tokio::spawn(async move {
+        lost.await;
+        now_ns()
+    });
+    tokio::time::sleep(ms(300)).await;
+    let cut_at = Instant::now();
+    proxy.set_blackhole(true);
+    let other = fixture.builder().fencing(true).build().await.unwrap();
+    let next = other
+        .lock("cut")
+        .lease(lease)
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    let granted_ns = now_ns();
+    let told_ns = tokio::time::timeout(Duration::from_secs(5), told)
+        .await
+        .expect("the holder is told")
+        .unwrap();
+    assert!(
+        told_ns < granted_ns,
+        "told {} ms after the next holder was granted",
+        (told_ns - granted_ns) / 1_000_000
+    );
+    assert!(next.fencing_token().unwrap() > held_token);
+    assert!(guard.is_lost());
+    next.release().await.unwrap();
+    eprintln!(
+        "etcd cut: told after {:?}, next holder {} ms later",
+        cut_at
+            .elapsed()
+            .saturating_sub(Duration::from_nanos(now_ns() - told_ns)),
+        (granted_ns - told_ns) / 1_000_000
+    );
+}
+
+/// What fencing adds (Jepsen's etcd 3.4.3 finding): a holder paused (SIGSTOP) past its lease
+/// loses the lock to another process without knowing; when it resumes, its plain write lands
+/// over the new holder's, but its fenced write is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holder_is_fenced_off() {
+    let fixture = EtcdFixture::new();
+    let host = format!("127.0.0.1:{}", fixture.member.client_port);
+    register::init(&host).await;
+    let key = unique("paused");
+    let lease = ms(1_000);
+    let dir = history::scratch_dir("etcd-paused");
+    let env = [
+        ("LOCK_URL", fixture.url()),
+        ("LOCK_KEY", key.clone()),
+        ("LEASE_MS", lease.as_millis().to_string()),
+        ("WRITE_AFTER", "1".into()),
+        ("ETCD_HOST", host.clone()),
+    ];
+    let mut holder = Helper::spawn("etcd_holder_process", &dir, &env);
+    holder.owns_dir = true;
+    let line = holder.read("acquired", Duration::from_secs(30)).await;
+    let stale_token: u64 = line.split(' ').next().unwrap().parse().unwrap();
+    holder.signal(libc::SIGSTOP);
+    let client = fixture.builder().fencing(true).build().await.unwrap();
+    let guard = client
+        .lock(key.as_str())
+        .lease(ms(10_000))
+        .wait(Duration::from_secs(15))
+        .acquire()
+        .await
+        .expect("granted once the paused holder's lease ran out");
+    let token = guard.fencing_token().unwrap();
+    assert!(token > stale_token);
+    assert!(register::plain_put(&host, "new holder").await);
+    assert!(register::fenced_put(&host, "new holder", token).await);
+    // The stale holder wakes up and writes before it can notice anything.
+    history::write_file(&dir.join("write-again"), "");
+    holder.signal(libc::SIGCONT);
+    let wrote = holder.read("wrote", Duration::from_secs(10)).await;
+    let parts: Vec<&str> = wrote.split(' ').collect();
+    assert_eq!(parts[0], "true", "the plain write went through");
+    assert_eq!(parts[1], "false", "the fenced write was refused");
+    assert_eq!(register::value(&host, true).await, "stale holder");
+    assert_eq!(register::value(&host, false).await, "new holder");
+    guard.release().await.unwrap();
+    eprintln!(
+        "etcd paused holder: plain write overwrote the new holder's; fenced write refused \
+         (stale token {stale_token} < {token}); the holder knew it was lost: {}",
+        parts[2]
+    );
+}
+
+/// A three-member cluster: the leader killed (a held lock stays held, service continues on the
+/// remaining majority), then a majority down (acquisitions fail within their `wait` with an
+/// error that says what to check; the held lock is reported lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_keeps_locks_through_a_leader_loss_and_refuses_without_a_majority() {
+    let mut cluster = EtcdCluster::start();
+    let url = cluster.url(&unique("cluster"));
+    let client = LockClient::builder(&url)
+        .fencing(true)
+        .connect_timeout(ms(2_000))
+        .build()
+        .await
+        .unwrap();
+    let lease = ms(5_000);
+    let held = client.lock("kept").lease(lease).acquire().await.unwrap();
+    let token = held.fencing_token().unwrap();
+
+    let leader = cluster.leader(Duration::from_secs(10)).expect("a leader");
+    cluster.members[leader].kill();
+    let killed_at = Instant::now();
+    let new_leader = cluster
+        .leader(Duration::from_secs(30))
+        .expect("the remaining two elect a leader");
+    assert_ne!(new_leader, leader);
+    eprintln!("etcd cluster: new leader after {:?}", killed_at.elapsed());
+    let other = LockClient::builder(&url)
+        .fencing(true)
+        .build()
+        .await
+        .unwrap();
+    assert!(other.lock("kept").try_acquire().await.unwrap().is_none());
+    let fresh = other
+        .lock("fresh")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquisitions go on with a majority");
+    assert!(fresh.fencing_token().unwrap() > token);
+    fresh.release().await.unwrap();
+    // Past a full lease after the kill: the keepalives went on with the new leader.
+    tokio::time::sleep_until((killed_at + lease + ms(500)).into()).await;
+    assert!(
+        !held.is_lost(),
+        "the held lock was lost with the old leader"
+    );
+
+    // A majority down: nobody can be granted anything.
+    let second = cluster.members.iter().position(|m| m.is_running()).unwrap();
+    cluster.members[second].kill();
+    let started = Instant::now();
+    let err = other
+        .lock("refused")
+        .wait(ms(3_000))
+        .acquire()
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    let message = err.to_string();
+    assert!(
+        matches!(err, LockError::Backend { .. }) && message.contains("etcd"),
+        "{message}"
+    );
+    assert!(took < ms(3_000) + ms(2_500), "failed after {took:?}");
+    // The held lock cannot be confirmed any more: it is reported lost within its lease.
+    tokio::time::timeout(lease + ms(1_000), held.lost())
+        .await
+        .expect("the holder is told once its lease cannot be confirmed");
+    eprintln!("etcd cluster without a majority: refused after {took:?}: {message}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_fails_with_an_error_that_names_the_cause() {
+    let nobody = format!("etcd://127.0.0.1:{}/x", support::free_port());
+    let started = Instant::now();
+    let e = LockClient::builder(&nobody)
+        .connect_timeout(ms(1_000))
+        .build()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("etcd") && e.contains(&nobody) && e.contains("reachable"),
+        "{e}"
+    );
+    assert!(started.elapsed() < ms(5_000), "{:?}", started.elapsed());
+
+    let member = EtcdMember::shared();
+    for (url, says) in [
+        (format!("{}?table=x", member.url("a")), "takes none"),
+        ("etcd://127.0.0.1:notaport/a".to_owned(), "not a port"),
+        ("etcd://root:secret@127.0.0.1:2379".to_owned(), "not supported"),
+        ("etcd://,127.0.0.1:2379".to_owned(), "a host is missing"),
+    ] {
+        let err = LockClient::connect(&url).await.unwrap_err();
+        assert!(matches!(err, LockError::Config(_)), "{url}: {err:?}");
+        let message = err.to_string();
+        assert!(message.contains(says), "{url}: {message}");
+        assert!(!message.contains("secret"), "password leaked: {message}");
+    }
+}
