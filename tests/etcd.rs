@@ -41,7 +41,10 @@ async fn waiters_are_served_in_arrival_order_and_each_watches_one_key() {
     // A member of this test's own: its watcher count is this test's alone.
     let member = EtcdMember::start();
     let url = member.url("fair");
-    let queue = format!("fair/{}", distlock::__private::testing::etcd_queue("lock:fair"));
+    let queue = format!(
+        "fair/{}",
+        distlock::__private::testing::etcd_queue("lock:fair")
+    );
     let etcd = distlock::__private::testing::EtcdInspector::new(&format!(
         "127.0.0.1:{}",
         member.client_port
@@ -82,7 +85,10 @@ async fn waiters_are_served_in_arrival_order_and_each_watches_one_key() {
     let port = member.client_port;
     let expected = WAITERS as u64 + 1;
     assert!(
-        eventually(Duration::from_secs(5), || async { watchers(port) == expected }).await,
+        eventually(Duration::from_secs(5), || async {
+            watchers(port) == expected
+        })
+        .await,
         "{} watchers for {WAITERS} waiters and one holder",
         watchers(port)
     );
@@ -549,7 +555,10 @@ async fn bad_input_fails_with_an_error_that_names_the_cause() {
     for (url, says) in [
         (format!("{}?table=x", member.url("a")), "takes none"),
         ("etcd://127.0.0.1:notaport/a".to_owned(), "not a port"),
-        ("etcd://root:secret@127.0.0.1:2379".to_owned(), "not supported"),
+        (
+            "etcd://root:secret@127.0.0.1:2379".to_owned(),
+            "not supported",
+        ),
         ("etcd://,127.0.0.1:2379".to_owned(), "a host is missing"),
     ] {
         let err = LockClient::connect(&url).await.unwrap_err();

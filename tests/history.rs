@@ -106,7 +106,11 @@ async fn four_processes(url: &str, fencing: bool) {
 }
 
 /// [`four_processes`], with `faults` run from the moment the processes start contending.
-async fn four_processes_during(url: &str, fencing: bool, faults: impl std::future::Future<Output = ()>) {
+async fn four_processes_during(
+    url: &str,
+    fencing: bool,
+    faults: impl std::future::Future<Output = ()>,
+) {
     let dir = history::scratch_dir("history");
     let namespace = unique("register");
     let key = unique("hot");
@@ -260,12 +264,12 @@ async fn etcd_four_processes_never_overlap_through_leader_kills() {
     let faults = async {
         for round in 0..2 {
             tokio::time::sleep(Duration::from_millis(1_500)).await;
-            let leader = cluster
-                .leader(Duration::from_secs(10))
-                .expect("a leader");
+            let leader = cluster.leader(Duration::from_secs(10)).expect("a leader");
             cluster.members[leader].kill();
             let killed_at = Instant::now();
-            let next = cluster.leader(Duration::from_secs(30)).expect("a new leader");
+            let next = cluster
+                .leader(Duration::from_secs(30))
+                .expect("a new leader");
             eprintln!(
                 "etcd history: leader m{leader} killed (round {round}), m{next} leads after {:?}",
                 killed_at.elapsed()

@@ -101,10 +101,9 @@ impl EtcdMember {
             .args(["--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &self.initial_cluster])
             .args(["--initial-cluster-state", "new"])
-            .args(["--initial-cluster-token", &self.dir.display().to_string()])
+            .args(["--initial-cluster-token", &self.initial_cluster])
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
             .args(["--logger", "zap", "--log-level", "warn"])
-            .env("ETCD_UNSUPPORTED_ARCH", std::env::consts::ARCH)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);

@@ -57,7 +57,8 @@ pub(crate) struct EtcdUrl {
 
 /// Parses `etcd://h1:2379,h2:2379[/prefix]`.
 pub(crate) fn parse_url(url: &str) -> Result<EtcdUrl, LockError> {
-    let bad = |why: String| LockError::Config(format!("invalid etcd URL `{url}`: {why}"));
+    let shown = super::url::redact_url(url);
+    let bad = |why: String| LockError::Config(format!("invalid etcd URL `{shown}`: {why}"));
     let rest = url
         .strip_prefix("etcd://")
         .ok_or_else(|| bad("expected `etcd://host:port[,host:port…][/prefix]`".into()))?;
@@ -72,8 +73,8 @@ pub(crate) fn parse_url(url: &str) -> Result<EtcdUrl, LockError> {
     };
     if hosts.contains('@') {
         return Err(bad(
-            "etcd authentication (`user:password@`) is not supported yet; give distlock's \
-             prefix to a client without authentication, or use etcd's `--auth-token` off"
+            "etcd authentication (`user:password@`) is not supported yet; connect to a \
+             cluster (or a gRPC proxy) that lets this client in without credentials"
                 .into(),
         ));
     }
@@ -232,7 +233,17 @@ impl EtcdBackend {
         };
         match tokio::time::timeout(connect_timeout, backend.lease_for(default_lease)).await {
             Ok(Ok(_)) => Ok(Arc::new(backend)),
-            Ok(Err(error)) => Err(fail(error)),
+            Ok(Err(error)) => {
+                let transient = error.downcast_ref::<Transient>().is_some();
+                Err(fail(Transient::wrap_if(
+                    transient,
+                    format!(
+                        "cannot reach etcd at {}: {error}; check that the cluster is up and \
+                         reachable from here",
+                        backend.shown
+                    ),
+                )))
+            }
             Err(_) => Err(fail(Transient::wrap(format!(
                 "cannot reach etcd at {} within the connect timeout ({connect_timeout:?}); \
                  check that the cluster is up and reachable from here",
@@ -691,52 +702,69 @@ enum Change {
 /// starts in the past from a catch-up loop that runs every 100 ms, and a waiter would wake up
 /// to 100 ms late. Once the watch is in place the key is read once, so a change between the
 /// caller's last look and the watch's start is not missed.
+///
+/// etcd (3.4) reads the store's revision for a watch "from now" just before registering it;
+/// a write in between leaves the watch behind, in the catch-up loop. The created reply carries
+/// the revision it read: when the read that follows sees a later one, the watch may be behind,
+/// and it is made again (a few times; after that, the catch-up loop delivers within 100 ms).
 async fn watch_change(rpc: &Rpc, key: Vec<u8>, revision: Option<i64>) -> Result<Change, Status> {
-    let create = proto::WatchRequest {
-        request_union: Some(proto::WatchRequestUnion::Create(proto::WatchCreateRequest {
-            key: key.clone(),
-            start_revision: 0,
-            filters: Vec::new(),
-        })),
-    };
-    let (_sender, mut events) = rpc
-        .stream::<_, proto::WatchResponse>(path::WATCH, create, true)
-        .await?;
-    let mut checked = false;
-    loop {
-        let Some(answer) = events.message().await? else {
-            return Err(Status::unavailable("the watch stream ended"));
+    let mut attempts = 0;
+    'watch: loop {
+        attempts += 1;
+        let create = proto::WatchRequest {
+            request_union: Some(proto::WatchRequestUnion::Create(
+                proto::WatchCreateRequest {
+                    key: key.clone(),
+                    start_revision: 0,
+                    filters: Vec::new(),
+                },
+            )),
         };
-        if answer.canceled {
-            return Err(Status::unavailable(format!(
-                "the watch was cancelled: {}",
-                answer.cancel_reason
-            )));
-        }
-        if let Some(event) = answer.events.first() {
-            return Ok(if event.r#type == proto::DELETE {
-                Change::Deleted
-            } else {
-                Change::Put
-            });
-        }
-        if answer.created && !checked {
-            checked = true;
-            let now: RangeResponse = rpc
-                .unary(
-                    path::RANGE,
-                    RangeRequest {
-                        key: key.clone(),
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            match (now.kvs.first(), revision) {
-                (None, _) => return Ok(Change::Deleted),
-                (Some(kv), Some(revision)) if kv.mod_revision != revision => {
-                    return Ok(Change::Put);
+        let (_sender, mut events) = rpc
+            .stream::<_, proto::WatchResponse>(path::WATCH, create, true)
+            .await?;
+        let mut checked = false;
+        loop {
+            let Some(answer) = events.message().await? else {
+                return Err(Status::unavailable("the watch stream ended"));
+            };
+            if answer.canceled {
+                return Err(Status::unavailable(format!(
+                    "the watch was cancelled: {}",
+                    answer.cancel_reason
+                )));
+            }
+            if let Some(event) = answer.events.first() {
+                return Ok(if event.r#type == proto::DELETE {
+                    Change::Deleted
+                } else {
+                    Change::Put
+                });
+            }
+            if answer.created && !checked {
+                checked = true;
+                let now: RangeResponse = rpc
+                    .unary(
+                        path::RANGE,
+                        RangeRequest {
+                            key: key.clone(),
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                match (now.kvs.first(), revision) {
+                    (None, _) => return Ok(Change::Deleted),
+                    (Some(kv), Some(revision)) if kv.mod_revision != revision => {
+                        return Ok(Change::Put);
+                    }
+                    _ => {}
                 }
-                _ => {}
+                let read_at = |header: &Option<proto::ResponseHeader>| {
+                    header.as_ref().map_or(0, |h| h.revision)
+                };
+                if read_at(&now.header) != read_at(&answer.header) && attempts < 4 {
+                    continue 'watch;
+                }
             }
         }
     }

@@ -43,8 +43,28 @@ impl Rpc {
         Ok(Rpc { channel })
     }
 
-    /// One request, one reply.
+    /// One request, one reply. A call that finds no member ready, or whose member is gone or
+    /// between leaders (`Unavailable`), is tried twice more, 10 and 40 ms later, so a balanced
+    /// channel moves on to a live member: every call this backend makes may be repeated (its
+    /// writes are conditional or idempotent).
     pub(crate) async fn unary<Q, R>(&self, path: &'static str, request: Q) -> Result<R, Status>
+    where
+        Q: prost::Message + Clone + Send + Sync + 'static,
+        R: prost::Message + Default + Send + Sync + 'static,
+    {
+        let mut attempt = 1;
+        loop {
+            match self.unary_once(path, request.clone()).await {
+                Err(status) if status.code() == tonic::Code::Unavailable && attempt < 3 => {
+                    tokio::time::sleep(crate::backend::retry_pause(attempt)).await;
+                    attempt += 1;
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    async fn unary_once<Q, R>(&self, path: &'static str, request: Q) -> Result<R, Status>
     where
         Q: prost::Message + Send + Sync + 'static,
         R: prost::Message + Default + Send + Sync + 'static,
