@@ -142,6 +142,35 @@ async fn orders_runs_on_zookeeper_in_separate_processes() {
     assert!(left.is_empty(), "lock nodes left after the run: {left:?}");
 }
 
+/// Three processes hand out order ids under an etcd lock; each id is a key created only if
+/// absent. Afterwards no lock key is left.
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_runs_on_etcd_in_separate_processes() {
+    let member = support::etcd::EtcdMember::start();
+    let prefix = support::unique("orders");
+    let mut processes = example("orders");
+    processes
+        .env(distlock::URL_ENV, member.url(&prefix))
+        .args(["--processes", "3"]);
+    let out = tokio::task::spawn_blocking(move || run(processes))
+        .await
+        .unwrap();
+    assert!(
+        out.contains("backend etcd")
+            && out.contains("3 processes")
+            && out.contains("600 order ids")
+            && out.contains("every id unique"),
+        "{out}"
+    );
+    let etcd = distlock::__private::testing::EtcdInspector::new(&format!(
+        "127.0.0.1:{}",
+        member.client_port
+    ));
+    let left = etcd.keys(&format!("{prefix}/")).await;
+    assert!(left.is_empty(), "lock keys left after the run: {left:?}");
+}
+
 /// The same on MariaDB: three processes, ids unique (a table whose primary key is the id), no
 /// lock row left.
 #[cfg(feature = "mysql")]

@@ -660,7 +660,7 @@ impl EtcdBackend {
         let shown_key = String::from_utf8_lossy(&key).into_owned();
         let watched = async {
             loop {
-                let why = match watch_change(&self.rpc, key.clone(), Some(revision)).await {
+                let why = match watch_held(&self.rpc, key.clone(), revision).await {
                     Ok(Change::Deleted) => Some(format!("its key `{shown_key}` was deleted")),
                     Ok(Change::Put) => Some(format!(
                         "its key `{shown_key}` was changed by another client"
@@ -695,51 +695,27 @@ enum Change {
     Put,
 }
 
-/// Waits for the first change of `key`: its deletion, or (with `revision`, the key's create
-/// revision) any sign that it is no longer that key.
+/// Waits for the deletion of `key` (a waiter's predecessor).
 ///
 /// The watch starts from the present, not from a past revision: etcd serves a watch that
-/// starts in the past from a catch-up loop that runs every 100 ms, and a waiter would wake up
-/// to 100 ms late. Once the watch is in place the key is read once, so a change between the
-/// caller's last look and the watch's start is not missed.
+/// starts in the past from a catch-up loop that runs every 100 ms, and the waiter would wake
+/// up to 100 ms late. Once the watch is in place the key is read once, so a deletion between
+/// the caller's last look and the watch's start is not missed.
 ///
 /// etcd (3.4) reads the store's revision for a watch "from now" just before registering it;
 /// a write in between leaves the watch behind, in the catch-up loop. The created reply carries
 /// the revision it read: when the read that follows sees a later one, the watch may be behind,
 /// and it is made again (a few times; after that, the catch-up loop delivers within 100 ms).
-async fn watch_change(rpc: &Rpc, key: Vec<u8>, revision: Option<i64>) -> Result<Change, Status> {
+async fn watch_deletion(rpc: &Rpc, key: Vec<u8>) -> Result<(), Status> {
     let mut attempts = 0;
     'watch: loop {
         attempts += 1;
-        let create = proto::WatchRequest {
-            request_union: Some(proto::WatchRequestUnion::Create(
-                proto::WatchCreateRequest {
-                    key: key.clone(),
-                    start_revision: 0,
-                    filters: Vec::new(),
-                },
-            )),
-        };
-        let (_sender, mut events) = rpc
-            .stream::<_, proto::WatchResponse>(path::WATCH, create, true)
-            .await?;
+        let mut events = open_watch(rpc, key.clone(), 0).await?;
         let mut checked = false;
         loop {
-            let Some(answer) = events.message().await? else {
-                return Err(Status::unavailable("the watch stream ended"));
-            };
-            if answer.canceled {
-                return Err(Status::unavailable(format!(
-                    "the watch was cancelled: {}",
-                    answer.cancel_reason
-                )));
-            }
-            if let Some(event) = answer.events.first() {
-                return Ok(if event.r#type == proto::DELETE {
-                    Change::Deleted
-                } else {
-                    Change::Put
-                });
+            let answer = next_answer(&mut events).await?;
+            if answer.events.iter().any(|e| e.r#type == proto::DELETE) {
+                return Ok(());
             }
             if answer.created && !checked {
                 checked = true;
@@ -748,16 +724,13 @@ async fn watch_change(rpc: &Rpc, key: Vec<u8>, revision: Option<i64>) -> Result<
                         path::RANGE,
                         RangeRequest {
                             key: key.clone(),
+                            keys_only: true,
                             ..Default::default()
                         },
                     )
                     .await?;
-                match (now.kvs.first(), revision) {
-                    (None, _) => return Ok(Change::Deleted),
-                    (Some(kv), Some(revision)) if kv.mod_revision != revision => {
-                        return Ok(Change::Put);
-                    }
-                    _ => {}
+                if now.kvs.is_empty() {
+                    return Ok(());
                 }
                 let read_at = |header: &Option<proto::ResponseHeader>| {
                     header.as_ref().map_or(0, |h| h.revision)
@@ -770,10 +743,99 @@ async fn watch_change(rpc: &Rpc, key: Vec<u8>, revision: Option<i64>) -> Result<
     }
 }
 
+/// Waits for the first change of a held lock's `key` after its creation at `revision`.
+///
+/// Watched from the revision after its creation, so nothing since is missed; on a busy
+/// cluster etcd may serve such a watch from its catch-up loop, up to 100 ms late, which the
+/// holder's lease covers many times over (its loss is found by the keepalive, not by this).
+async fn watch_held(rpc: &Rpc, key: Vec<u8>, revision: i64) -> Result<Change, Status> {
+    let mut events = open_watch(rpc, key.clone(), revision + 1).await?;
+    loop {
+        let answer = match next_answer(&mut events).await {
+            Ok(answer) => answer,
+            // The history since the key's creation was compacted: look at the key itself.
+            Err(status) if status.code() == Code::OutOfRange => {
+                let now: RangeResponse = rpc
+                    .unary(
+                        path::RANGE,
+                        RangeRequest {
+                            key: key.clone(),
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                return match now.kvs.first() {
+                    None => Ok(Change::Deleted),
+                    Some(kv) if kv.mod_revision != revision => Ok(Change::Put),
+                    Some(_) => {
+                        events =
+                            open_watch(rpc, key.clone(), now.header.map_or(0, |h| h.revision) + 1)
+                                .await?;
+                        continue;
+                    }
+                };
+            }
+            Err(status) => return Err(status),
+        };
+        if let Some(event) = answer.events.first() {
+            return Ok(if event.r#type == proto::DELETE {
+                Change::Deleted
+            } else {
+                Change::Put
+            });
+        }
+    }
+}
+
+/// Opens a watch of `key` from `start` (0: from now).
+async fn open_watch(
+    rpc: &Rpc,
+    key: Vec<u8>,
+    start: i64,
+) -> Result<
+    (
+        rpc::Sender<proto::WatchRequest>,
+        tonic::Streaming<proto::WatchResponse>,
+    ),
+    Status,
+> {
+    let create = proto::WatchRequest {
+        request_union: Some(proto::WatchRequestUnion::Create(
+            proto::WatchCreateRequest {
+                key,
+                start_revision: start,
+                filters: Vec::new(),
+            },
+        )),
+    };
+    rpc.stream(path::WATCH, create, true).await
+}
+
+/// The next answer on a watch stream; a cancelled watch is an error (`OutOfRange` when its
+/// start revision was compacted away).
+async fn next_answer(
+    (_, events): &mut (
+        rpc::Sender<proto::WatchRequest>,
+        tonic::Streaming<proto::WatchResponse>,
+    ),
+) -> Result<proto::WatchResponse, Status> {
+    let Some(answer) = events.message().await? else {
+        return Err(Status::unavailable("the watch stream ended"));
+    };
+    if answer.canceled {
+        return Err(if answer.compact_revision > 0 {
+            Status::out_of_range("the watched revisions were compacted")
+        } else {
+            Status::unavailable(format!("the watch was cancelled: {}", answer.cancel_reason))
+        });
+    }
+    Ok(answer)
+}
+
 /// A waiter's watch on the key before its own: wakes the waiter `token` once that key is
 /// deleted — or once the watch fails, so the waiter looks again rather than sleeps on.
 async fn watch_delete(rpc: Rpc, key: Vec<u8>, hub: Arc<ReleaseHub>, token: String) {
-    let _ = watch_change(&rpc, key, None).await;
+    let _ = watch_deletion(&rpc, key).await;
     hub.notify(&token);
 }
 
