@@ -3,13 +3,13 @@
 # processes hog both cores, the way a shared CI host or a user's busy machine does.
 #
 #   scripts/soak.sh [N]                 # history faults redlock cluster conformance
-#                                       # postgres mysql zookeeper attribute_memory attribute_redis
+#                                       # postgres mysql zookeeper etcd attribute_memory attribute_redis
 #                                       # examples
 #   SOAK_TESTS="redlock history" scripts/soak.sh 3   # a subset
 #   SOAK_HOGS=0 scripts/soak.sh 1       # without the hogs (a baseline)
 #
 # Prints the pass count per test binary, keeps the output of every failed run under
-# target/soak/, checks that no redis-server, postgres, mariadbd, ZooKeeper or helper process outlived its test binary, and
+# target/soak/, checks that no redis-server, postgres, mariadbd, ZooKeeper, etcd or helper process outlived its test binary, and
 # exits non-zero on any failure or leak. It needs what ./scripts/test.sh installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: scripts/soak.sh [N]   (N = runs per test binary, default 5)" >&2
     exit 2
 fi
-tests=(${SOAK_TESTS:-history faults redlock cluster conformance postgres mysql zookeeper attribute_memory attribute_redis examples})
+tests=(${SOAK_TESTS:-history faults redlock cluster conformance postgres mysql zookeeper etcd attribute_memory attribute_redis examples})
 hogs="${SOAK_HOGS:-2}"
 logs=target/soak
 mkdir -p "$logs"
@@ -53,6 +53,7 @@ servers() {
     pgrep -x redis-server || true
     pgrep -x mariadbd || true
     pgrep -f 'org.apache.zookeeper.server.quorum.QuorumPeerMain' || true
+    pgrep -x etcd || true
     local pid
     for pid in $(pgrep -x postgres || true); do
         parent="$(ps -o ppid= -p "$pid" 2>/dev/null | tr -d ' ')"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine, in one command:
-#   1. installs the servers the tests start (redis-server, redis-cli, PostgreSQL, MariaDB, ZooKeeper) from Debian
+#   1. installs the servers the tests start (redis-server, redis-cli, PostgreSQL, MariaDB, ZooKeeper, etcd) from Debian
 #      packages if missing,
 #   2. checks formatting and lints,
 #   3. runs every test: unit tests, integration tests against real servers started by the
@@ -56,6 +56,9 @@ fi
 if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null 2>&1; then
     missing+=(zookeeper)
 fi
+# etcd: the tests run its members themselves. distlock speaks etcd's gRPC API without protoc
+# (its few messages are written out in lock-runtime/src/backend/etcd/proto.rs).
+[ -x /usr/bin/etcd ] || missing+=(etcd-server)
 if [ ${#missing[@]} -gt 0 ]; then
     install_packages "${missing[@]}"
 fi
@@ -63,6 +66,7 @@ echo "==> $(redis-server --version)"
 echo "==> $("$(postgres_bin postgres)" --version)"
 mariadbd_bin="$(command -v mariadbd || echo /usr/sbin/mariadbd)"
 echo "==> $("$mariadbd_bin" --version)"
+echo "==> $(/usr/bin/etcd --version | head -n 1)"
 echo "==> ZooKeeper $(dpkg-query -W -f='${Version}' zookeeper 2>/dev/null || echo '(jar)'), $(java -version 2>&1 | head -n 1)"
 
 echo "==> cargo fmt --check"
@@ -71,7 +75,7 @@ echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "==> cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
-echo "==> cargo test (all features: memory, redis, rediss, postgres, mysql, zookeeper)"
+echo "==> cargo test (all features: memory, redis, rediss, postgres, mysql, zookeeper, etcd)"
 cargo test --workspace --all-features
 echo "==> cargo test (default features: what \`rediss://\` says without \`tls\`)"
 cargo test --test errors

@@ -19,8 +19,8 @@
 //!    delete of an ephemeral node on the same server, 64-task throughput vs raw pairs on one
 //!    session, and handoff between four clients (`bench/src/zk.rs`).
 //! 10. etcd (a single member of its own): uncontended lock + release vs a raw put-if-absent
-//!    transaction on a lease + delete on the same member, 64-task throughput vs raw pairs on
-//!    one connection, and handoff between four clients (`bench/src/etcd.rs`).
+//!     transaction on a lease + delete on the same member, 64-task throughput vs raw pairs on
+//!     one connection, and handoff between four clients (`bench/src/etcd.rs`).
 //!
 //! Prints a table and writes it as JSON to `target/distlock-bench.json`.
 //!
