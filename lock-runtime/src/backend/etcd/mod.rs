@@ -488,14 +488,25 @@ impl EtcdBackend {
                 self.keys().remove(spec.token);
                 continue;
             }
-            self.keys()
-                .entry(spec.token.to_owned())
-                .or_insert_with(|| Held {
-                    key: key.clone(),
-                    lease: Arc::clone(&lease),
-                    revision: created,
-                    task: None,
+            {
+                // Recorded anew unless this very key (same revision, same lease) is known: an
+                // earlier attempt's record may belong to a key that died with a lost lease.
+                let mut keys = self.keys();
+                let known = keys.get(spec.token).is_some_and(|held| {
+                    held.revision == created && Arc::ptr_eq(&held.lease, &lease)
                 });
+                if !known {
+                    keys.insert(
+                        spec.token.to_owned(),
+                        Held {
+                            key: key.clone(),
+                            lease: Arc::clone(&lease),
+                            revision: created,
+                            task: None,
+                        },
+                    );
+                }
+            }
             if first.first().map(|kv| kv.create_revision) == Some(created) {
                 if !lease.is_usable() {
                     return Err(Transient::wrap(format!(
