@@ -59,16 +59,30 @@ async fn acquire_release_and_renew_are_one_round_trip_each() {
     assert!((8..=11).contains(&renewals), "{renewals} renewals");
     guard.release().await.unwrap();
 
-    // Busy: one SET and one EVALSHA to read the holder's TTL.
+    // Busy, not waiting: one SET (nobody needs the holder's TTL).
     let holder = client.lock("rt").acquire().await.unwrap();
     server.reset_stats().await;
     assert!(client.lock("rt").try_acquire().await.unwrap().is_none());
-    let (sets, evalshas) = (
+    let (sets, evalshas, pttls) = (
         server.command_calls("set").await,
         server.command_calls("evalsha").await,
+        server.command_calls("pttl").await,
     );
-    println!("try_acquire (busy): SET={sets} EVALSHA={evalshas}");
-    assert_eq!((sets, evalshas), (1, 1));
+    println!("try_acquire (busy): SET={sets} EVALSHA={evalshas} PTTL={pttls}");
+    assert_eq!((sets, evalshas, pttls), (1, 0, 0));
+
+    // Busy, waiting 150 ms: the first SET, then the waiter's SET + PTTL, then nothing but a
+    // last try when its wait ends: it waits for a release, it does not poll.
+    server.reset_stats().await;
+    let error = client.lock("rt").wait(ms(150)).await.unwrap_err();
+    assert!(matches!(error, LockError::Timeout { .. }), "{error:?}");
+    let (sets, evalshas, pttls) = (
+        server.command_calls("set").await,
+        server.command_calls("evalsha").await,
+        server.command_calls("pttl").await,
+    );
+    println!("a 150 ms wait on a busy lock: SET={sets} EVALSHA={evalshas} PTTL={pttls}");
+    assert_eq!((sets, evalshas, pttls), (3, 0, 2));
     holder.release().await.unwrap();
 
     // Fencing: one EVALSHA.
@@ -300,7 +314,7 @@ async fn waiters_of_one_client_share_one_subscription_and_leave_none_behind() {
     }
     assert!(
         eventually(ms(2_000), subscribed(0)).await,
-        "unsubscribed when nobody waits"
+        "unsubscribed (a second) after nobody waits"
     );
     assert_eq!(server.get("lock:crowd").await, None);
 }
@@ -643,9 +657,11 @@ mod retries {
             message.contains("WRONGTYPE") && message.contains("`not-a-lock`"),
             "{message}"
         );
-        // One SET NX, not retried (the scripts: the inspection, and perhaps the background
-        // clean-up of a failed attempt, which finds no token of ours).
-        assert_eq!(server.command_calls("set").await, 1);
+        // Not retried: the first SET NX, the waiter's SET NX + PTTL (no TTL: not a lock of
+        // ours), and the script whose GET finds the hash (and perhaps the background clean-up
+        // of a failed attempt, which finds no token of ours).
+        let sets = server.command_calls("set").await;
+        assert!(sets <= 3, "{sets} SETs: the error was retried");
         let value: String = redis::cmd("HGET")
             .arg(&["lock:not-a-lock", "field"])
             .query_async(&mut conn)
@@ -653,4 +669,171 @@ mod retries {
             .unwrap();
         assert_eq!(value, "value");
     }
+}
+
+/// Waits until some task of `client` waits on the server for `key` (its waiter's SET + PTTL
+/// has been seen), so the test knows the waiter is at the head of its queue.
+async fn until_waiting(server: &RedisServer) {
+    assert!(
+        eventually(ms(5_000), || async {
+            server.command_calls("pttl").await >= 1
+        })
+        .await,
+        "the waiter never asked for the holder's TTL"
+    );
+}
+
+/// A guard released while another task of its client waits for the key passes the lock
+/// straight over: one EVALSHA (compare the token, set the waiter's), no DEL, no PUBLISH, no
+/// SET by the waiter — and the key holds the waiter's token with the waiter's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_hands_the_lock_to_the_next_task_of_the_client() {
+    let (server, client) = start().await;
+    let holder = client
+        .lock("pass")
+        .lease(ms(10_000))
+        .fencing(true)
+        .acquire()
+        .await
+        .unwrap();
+    let first_token = holder.fencing_token().unwrap();
+    let held_by = server.get("lock:pass").await.unwrap();
+    server.reset_stats().await;
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .lock("pass")
+                .lease(ms(4_000))
+                .fencing(true)
+                .wait(ms(10_000))
+                .acquire()
+                .await
+                .unwrap()
+        })
+    };
+    until_waiting(&server).await;
+    server.reset_stats().await;
+    holder.release().await.unwrap();
+    let next = tokio::time::timeout(ms(5_000), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    let calls = |c: &'static str| server.command_calls(c);
+    let (evalshas, dels, publishes, sets) = (
+        calls("evalsha").await,
+        calls("del").await,
+        calls("publish").await,
+        calls("set").await,
+    );
+    println!("hand-over: EVALSHA={evalshas} DEL={dels} PUBLISH={publishes} SET={sets}");
+    assert_eq!(
+        (evalshas, dels, publishes),
+        (1, 0, 0),
+        "one command, nobody woken"
+    );
+    assert_eq!(
+        sets, 1,
+        "the script's SET of the waiter's token, no SET by the waiter"
+    );
+    let now_held_by = server.get("lock:pass").await.unwrap();
+    assert_ne!(now_held_by, held_by, "the key holds the waiter's token now");
+    let mut conn = server.connection().await;
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("lock:pass")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        (3_000..=4_000).contains(&pttl),
+        "the waiter's lease: {pttl} ms"
+    );
+    assert_eq!(
+        next.fencing_token(),
+        Some(first_token + 1),
+        "a hand-over is a new grant: a new fencing token"
+    );
+    next.release().await.unwrap();
+    assert_eq!(server.get("lock:pass").await, None);
+}
+
+/// Hand-overs are bounded: 16 tasks of one client taking a key once each pass it along at
+/// most 8 times in a row, then release it on the server (DEL + PUBLISH) where other processes'
+/// waiters compete on equal terms. Nothing is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_overs_are_bounded_so_other_processes_get_their_turn() {
+    let (server, client) = start().await;
+    let holder = client
+        .lock("bounded")
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..16 {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = client
+                .lock("bounded")
+                .wait(ms(10_000))
+                .acquire()
+                .await
+                .unwrap();
+            tokio::time::sleep(ms(2)).await;
+            guard.release().await.unwrap();
+        }));
+    }
+    until_waiting(&server).await;
+    server.reset_stats().await;
+    holder.release().await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(ms(10_000), task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let (dels, publishes) = (
+        server.command_calls("del").await,
+        server.command_calls("publish").await,
+    );
+    println!("17 releases: DEL={dels} PUBLISH={publishes}");
+    // 17 releases: at most 8 hand-overs in a row, so at least 17 / 9 → 2 server releases.
+    assert!(
+        publishes >= 2 && dels >= 2,
+        "DEL={dels} PUBLISH={publishes}"
+    );
+    assert!(
+        publishes <= 4,
+        "hand-overs mostly happen: PUBLISH={publishes}"
+    );
+    assert_eq!(server.get("lock:bounded").await, None);
+}
+
+/// A waiter that gives up (its future dropped) while a guard of its client holds the key
+/// withdraws its offer: the holder's release is a plain release, no token is left in the key,
+/// and the next acquisition is immediate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_leaves_withdraws_its_offer() {
+    let (server, client) = start().await;
+    let holder = client
+        .lock("leave")
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move { client.lock("leave").wait(ms(10_000)).acquire().await })
+    };
+    until_waiting(&server).await;
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    server.reset_stats().await;
+    holder.release().await.unwrap();
+    assert_eq!(server.command_calls("del").await, 1, "a plain release");
+    assert_eq!(server.get("lock:leave").await, None, "no token left behind");
+    let started = Instant::now();
+    let again = client.lock("leave").wait(Duration::ZERO).acquire().await;
+    assert!(again.is_ok(), "free at once: {again:?}");
+    assert!(started.elapsed() < ms(1_000));
 }

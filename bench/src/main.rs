@@ -21,11 +21,17 @@
 //! 10. etcd (a single member of its own): uncontended lock + release vs a raw put-if-absent
 //!     transaction on a lease + delete on the same member, 64-task throughput vs raw pairs on
 //!     one connection, and handoff between four clients (`bench/src/etcd.rs`).
+//! 11. contention on one key (`bench/src/contention.rs`): 16 tasks of one process and 4 × 4
+//!     tasks of four processes taking turns with 1 ms holds — acquisitions/s, release → grant
+//!     gap, server commands per acquisition, most overtakes of one waiter — for distlock and
+//!     rslock side by side on the same server.
 //!
 //! Prints a table and writes it as JSON to `target/distlock-bench.json`.
 //!
 //! Environment:
 //! - `DISTLOCK_BENCH_QUICK=1` skips the 10 s renewal measurement (for quick comparisons);
+//! - `DISTLOCK_BENCH_REDIS_ONLY=1` skips the database rows (7–10);
+//! - `DISTLOCK_BENCH_CONTENTION_ONLY=1` runs only the contention rows (11);
 //! - `DISTLOCK_BENCH_SQL_ONLY=1` runs only the database rows (7, 8, 9 and 10);
 //! - `DISTLOCK_BENCH_ZK_ONLY=1` runs only the ZooKeeper rows (9);
 //! - `DISTLOCK_BENCH_ETCD_ONLY=1` runs only the etcd rows (10);
@@ -34,6 +40,7 @@
 //!   reads/writes per call — for `perf record -g` or `valgrind --tool=callgrind`. `rawpub` is the
 //!   raw floor with a `PUBLISH` added to the release script, to price the wake-up alone.
 
+mod contention;
 mod etcd;
 mod sql;
 #[path = "../../tests/support/mod.rs"]
@@ -307,6 +314,10 @@ async fn etcd_rows(report: &mut Report) -> Result<(), Error> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Error> {
+    // A helper process of row 11's four-process case.
+    if std::env::var("DISTLOCK_BENCH_CHILD").as_deref() == Ok("contend") {
+        return contention::child_main().await;
+    }
     let server = RedisServer::start();
     let url = server.url();
     distlock::init(LockClient::connect(&url).await?)?;
@@ -318,6 +329,10 @@ async fn main() -> Result<(), Error> {
         rows: Vec::new(),
         json: String::new(),
     };
+    if std::env::var_os("DISTLOCK_BENCH_CONTENTION_ONLY").is_some() {
+        contention::rows(&mut report, &server).await?;
+        return Ok(());
+    }
     // The database rows alone (DISTLOCK_BENCH_SQL_ONLY=1).
     if std::env::var_os("DISTLOCK_BENCH_ETCD_ONLY").is_some() {
         etcd_rows(&mut report).await?;
@@ -510,6 +525,7 @@ async fn main() -> Result<(), Error> {
     report.field("throughput_ratio", r);
 
     // 3. Handoff: 16 tasks of one process contending for one key.
+    server.reset_stats().await;
     let log = Arc::new(std::sync::Mutex::new(Vec::with_capacity(100_000)));
     let stop = Arc::new(AtomicBool::new(false));
     let mut handles = Vec::new();
@@ -527,6 +543,20 @@ async fn main() -> Result<(), Error> {
     for h in handles {
         h.await?;
     }
+    let commands = server
+        .commands_calls(&[
+            "set",
+            "evalsha",
+            "get",
+            "del",
+            "pttl",
+            "publish",
+            "subscribe",
+            "unsubscribe",
+            "incr",
+            "pexpire",
+        ])
+        .await;
     let log = log.lock().unwrap().clone();
     let mut gaps: Vec<Duration> = log
         .windows(2)
@@ -551,6 +581,14 @@ async fn main() -> Result<(), Error> {
         "1 RTT ≈ raw/2".into(),
         format!("{:.1} RTT", p50.as_secs_f64() * 1e6 / (floor_us / 2.0)),
     );
+    let per_acquisition = commands as f64 / log.len() as f64;
+    report.row(
+        "   server commands per acquisition",
+        format!("{per_acquisition:.2}"),
+        "≥ 5 release + SET".into(),
+        "-".into(),
+    );
+    report.field("handoff_commands_per_acquisition", per_acquisition);
     report.field("handoffs_per_s", rate);
     report.field("handoff_p50_us", p50.as_secs_f64() * 1e6);
     report.field("handoff_p99_us", p99.as_secs_f64() * 1e6);
@@ -596,7 +634,12 @@ async fn main() -> Result<(), Error> {
     );
     report.field("memory_calls_per_s", rate);
 
-    sql_rows(&mut report).await?;
+    // 11. Contention on one key, distlock beside its peers.
+    contention::rows(&mut report, &server).await?;
+
+    if std::env::var_os("DISTLOCK_BENCH_REDIS_ONLY").is_none() {
+        sql_rows(&mut report).await?;
+    }
 
     // 4. Renewal at scale: 10,000 locks, 3 s lease, held 10 s (skipped with
     // DISTLOCK_BENCH_QUICK=1, for quick comparisons of the other figures).

@@ -3,19 +3,18 @@
 use std::fmt;
 use std::future::IntoFuture;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::backend::Backend;
 use crate::backend::memory::MemoryBackend;
+use crate::backend::{Backend, LockSpec};
 use crate::error::LockError;
 use crate::guard::{LockGuard, RenewMode};
 use crate::key::{LockName, validate_key};
 use crate::runtime::BoxFuture;
 use crate::token::OwnerToken;
-use crate::wait;
+use crate::{local, wait};
 
 /// A connection to a lock backend: cheap to clone (an `Arc` inside), safe to share between
 /// tasks and between tokio runtimes.
@@ -40,15 +39,6 @@ pub struct LockClient {
 struct ClientInner {
     backend: Arc<dyn Backend>,
     renewer: Arc<crate::renew::Renewer>,
-    /// One FIFO gate per key with local waiters: tasks of this client that wait for the same
-    /// key queue here, so only the head of the queue talks to the backend (no herd of local
-    /// waiters hammering the server on every release) and local waiters are served in arrival
-    /// order. The gate is held while waiting only, never while holding the lock, so a stale
-    /// guard cannot block anyone beyond its lease.
-    gates: std::sync::Mutex<Gates>,
-    /// Tasks of this client past the fast path (queued on a gate or about to be): while it is
-    /// zero, an acquisition knows there are no local waiters without locking `gates`.
-    queued: AtomicUsize,
     url: String,
     prefix: String,
     /// Wrap names in a hash tag (Redis Cluster).
@@ -56,57 +46,6 @@ struct ClientInner {
     default_lease: Duration,
     default_wait: Option<Duration>,
     fencing: bool,
-}
-
-#[derive(Default)]
-struct Gates {
-    by_key: std::collections::HashMap<String, std::sync::Weak<tokio::sync::Mutex<()>>>,
-    swept_len: usize,
-}
-
-impl ClientInner {
-    /// `true` while some task of this client waits for `key` (it holds the key's gate).
-    fn has_local_waiters(&self, key: &str) -> bool {
-        if self.queued.load(Ordering::Acquire) == 0 {
-            return false;
-        }
-        let gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
-        gates
-            .by_key
-            .get(key)
-            .is_some_and(|gate| gate.strong_count() > 0)
-    }
-
-    fn gate(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut gates = self.gates.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(gate) = gates.by_key.get(key).and_then(std::sync::Weak::upgrade) {
-            return gate;
-        }
-        // Forget gates nobody uses once the map has doubled: amortized O(1).
-        if gates.by_key.len() >= 64 && gates.by_key.len() >= 2 * gates.swept_len {
-            gates.by_key.retain(|_, gate| gate.strong_count() > 0);
-            gates.swept_len = gates.by_key.len();
-        }
-        let gate = Arc::new(tokio::sync::Mutex::new(()));
-        gates.by_key.insert(key.to_owned(), Arc::downgrade(&gate));
-        gate
-    }
-}
-
-/// Counts a task in [`ClientInner::queued`] while it lives.
-struct Queued<'a>(&'a AtomicUsize);
-
-impl<'a> Queued<'a> {
-    fn enter(count: &'a AtomicUsize) -> Queued<'a> {
-        count.fetch_add(1, Ordering::AcqRel);
-        Queued(count)
-    }
-}
-
-impl Drop for Queued<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 impl LockClient {
@@ -414,8 +353,6 @@ impl LockClientBuilder {
                 renewer: crate::renew::Renewer::new(Arc::clone(&backend)),
                 hash_tags: backend.hash_tags(),
                 backend,
-                gates: Default::default(),
-                queued: Default::default(),
                 url: redact(url),
                 prefix: self.prefix,
                 default_lease: self.default_lease,
@@ -672,12 +609,21 @@ impl ClientInner {
         // busy attempt joins a queue on the server (ZooKeeper): its place in line must be
         // taken, and given up, by the waiting below.
         let mut failed = None;
-        if !self.backend.queues_waiters() && !self.has_local_waiters(name.key()) {
+        if !self.backend.queues_waiters() && !self.renewer.local().has_waiters(name.key()) {
+            // Only the lock is asked for (on Redis one `SET NX PX`, without the holder's TTL):
+            // a busy lock is asked again, with its TTL, once this task waits in line.
+            let spec = LockSpec {
+                waiting: false,
+                ..request.spec(&token)
+            };
             // `started` doubles as the send time: one clock reading fewer on the hot path.
-            match wait::attempt(&self.backend, request.spec(&token), started).await {
+            match wait::attempt(&self.backend, spec, started).await {
                 Ok(Ok(mut acquired)) => {
                     acquired.waited = started.elapsed();
-                    return Ok(self.guard(name, token, params, acquired));
+                    let guard = self.guard(name, token, params, acquired);
+                    // A task that queued meanwhile waits for this guard rather than the server.
+                    self.renewer.local().holding(guard.shared_ref(), false);
+                    return Ok(guard);
                 }
                 Ok(Err(_)) if params.wait == Some(Duration::ZERO) => {
                     return Err(timed_out(name.key(), started));
@@ -714,38 +660,58 @@ impl ClientInner {
             renew: params.renewal != RenewMode::Off,
         };
         // Queue behind this client's other tasks waiting for the key. (`queued` is declared
-        // first so it is dropped after the gate.)
-        let queued = Queued::enter(&self.queued);
-        let gate = self.gate(key);
+        // first so it is dropped after the queue.)
+        let local_queues = self.renewer.local();
+        let queued = local_queues.enter();
+        let queue = local_queues.queue(key);
         let local = match params.wait {
-            Some(wait) if wait.is_zero() => match gate.try_lock_owned() {
+            Some(wait) if wait.is_zero() => match queue.gate.try_lock() {
                 Ok(local) => local,
                 Err(_) => return Err(timeout(key)),
             },
-            Some(wait) => match tokio::time::timeout(wait, gate.lock_owned()).await {
+            Some(wait) => match tokio::time::timeout(wait, queue.gate.lock()).await {
                 Ok(local) => local,
                 Err(_) => return Err(timeout(key)),
             },
-            None => gate.lock_owned().await,
+            None => queue.gate.lock().await,
         };
+        // At the head of the queue: offer to take the lock over from a guard of this client.
+        let mut head = self
+            .backend
+            .hands_over()
+            .then(|| local::Head::new(Arc::clone(&queue)));
         let remaining = params
             .wait
             .map(|wait| wait.saturating_sub(started.elapsed()));
         let span =
             tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.kind());
-        let mut acquired =
-            match wait::acquire(&self.backend, request, &mut token, remaining, failed)
-                .instrument(span)
-                .await
-            {
-                Ok(acquired) => acquired,
-                Err(LockError::Timeout { .. }) => return Err(timeout(key)),
-                Err(error) => return Err(error),
-            };
+        let mut acquired = match wait::acquire(
+            &self.backend,
+            request,
+            &mut token,
+            remaining,
+            failed,
+            head.as_mut(),
+        )
+        .instrument(span)
+        .await
+        {
+            Ok(acquired) => acquired,
+            Err(LockError::Timeout { .. }) => return Err(timeout(key)),
+            Err(error) => return Err(error),
+        };
+        drop(head);
         acquired.waited = started.elapsed();
+        let handed = acquired.handed;
+        let guard = self.guard(name, token, params, acquired);
+        // The next in line, if any, waits for this guard to hand the lock over or let go.
+        if self.backend.hands_over() {
+            queue.holding(guard.shared_ref(), handed);
+        }
         drop(local); // the next local waiter now waits on the backend
+        drop(queue);
         drop(queued);
-        Ok(self.guard(name, token, params, acquired))
+        Ok(guard)
     }
 
     fn guard(

@@ -10,9 +10,10 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::backend::LockSpec;
-use crate::error::LockError;
+use crate::backend::{Backend, Handover, LockSpec};
+use crate::error::{BoxError, LockError};
 use crate::key::LockName;
+use crate::local::{Handed, Offer};
 use crate::renew;
 use crate::runtime::{DetachedJob, run_detached};
 use crate::token::OwnerToken;
@@ -69,6 +70,7 @@ impl Shared {
             lease: self.lease,
             fencing: false,
             renew: true,
+            waiting: false,
         }
     }
 
@@ -200,6 +202,10 @@ impl LockGuard {
         Arc::clone(&self.held.shared)
     }
 
+    pub(crate) fn shared_ref(&self) -> &Arc<Shared> {
+        &self.held.shared
+    }
+
     /// The lease this lock was taken with.
     pub fn lease(&self) -> Duration {
         self.held.shared.lease
@@ -253,11 +259,7 @@ impl LockGuard {
             watchdog.abort();
         }
         let shared = Arc::clone(&held.shared);
-        let result = held
-            .renewer
-            .backend()
-            .release(shared.name.full(), shared.token.as_str())
-            .await;
+        let result = give_back(&held.renewer, &shared).await;
         // Past this point the release happened (or failed for good): nothing left for Drop.
         held.armed = false;
         let was_lost = shared.is_lost();
@@ -282,8 +284,81 @@ impl LockGuard {
     }
 }
 
+/// Gives a lock back: to the next task of this client in line for the key if it offered to
+/// take it over (one hand-over command, see [`crate::local`]), else to the server (released,
+/// waking the waiters). `Ok(false)`: it was not ours any more.
+async fn give_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<bool, BoxError> {
+    let backend = renewer.backend();
+    let local = renewer.local();
+    let name = shared.name.full();
+    let mut offer = local.take_offer(shared);
+    if offer.is_none() && local.may_offer(shared.key()) {
+        // The next in line may be about to offer (it was just let through its gate, as this
+        // lock was granted): let it run once rather than release past it.
+        tokio::task::yield_now().await;
+        offer = local.take_offer(shared);
+    }
+    if let Some(offer) = offer {
+        let sent_at = Instant::now();
+        let mut in_flight = HandoverInFlight {
+            offer: Some(offer),
+            backend,
+            name,
+        };
+        let to = in_flight.offer.as_ref().expect("just set").spec(name);
+        let outcome = backend.hand_over(shared.token.as_str(), to).await;
+        let offer = in_flight.offer.take().expect("taken once");
+        match outcome {
+            Ok(Handover::Handed { fencing_token }) => {
+                tracing::debug!(key = %shared.key(), "distlock: handed over to the next task in line");
+                let handed = Handed::Acquired {
+                    fencing_token,
+                    sent_at,
+                };
+                if offer.reply.send(handed).is_err() {
+                    // The waiter left meanwhile: the lock holds a token nobody will use.
+                    crate::wait::release_in_background(backend, name, &offer.token);
+                }
+                return Ok(true);
+            }
+            Ok(Handover::NotHeld) => {
+                // Nothing changed on the server: the waiter goes on asking for itself.
+                drop(offer);
+                local.let_go(shared);
+                return Ok(false);
+            }
+            Err(error) => {
+                tracing::debug!(key = %shared.key(), %error, "distlock: hand-over failed; releasing instead");
+                let _ = offer.reply.send(Handed::Unknown);
+                crate::wait::release_in_background(backend, name, &offer.token);
+            }
+        }
+    }
+    let released = backend.release(name, shared.token.as_str()).await;
+    local.let_go(shared);
+    released
+}
+
+/// Armed while a hand-over command is in flight: if the releasing future is dropped then, the
+/// command may still land, so the waiter is told to go on with a new token and the token it
+/// offered is removed in the background.
+struct HandoverInFlight<'a> {
+    offer: Option<Offer>,
+    backend: &'a Arc<dyn Backend>,
+    name: &'a str,
+}
+
+impl Drop for HandoverInFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(offer) = self.offer.take() {
+            let _ = offer.reply.send(Handed::Unknown);
+            crate::wait::release_in_background(self.backend, self.name, &offer.token);
+        }
+    }
+}
+
 /// Resolves when `shared`'s lock is known lost; never, once it is released.
-async fn lost(shared: Arc<Shared>) {
+pub(crate) async fn lost(shared: Arc<Shared>) {
     // Once released, nobody sets the flag: the future stays pending.
     let flagged = shared.lost.wait();
     match shared.unrenewed_end {
@@ -306,16 +381,13 @@ impl Drop for Held {
             return;
         }
         tracing::debug!(key = %self.shared.key(), "distlock: guard dropped, releasing in the background");
-        let backend = Arc::clone(self.renewer.backend());
+        let renewer = Arc::clone(&self.renewer);
         let shared = Arc::clone(&self.shared);
         let job: DetachedJob = Arc::new(move || {
-            let backend = Arc::clone(&backend);
+            let renewer = Arc::clone(&renewer);
             let shared = Arc::clone(&shared);
             Box::pin(async move {
-                if let Err(error) = backend
-                    .release(shared.name.full(), shared.token.as_str())
-                    .await
-                {
+                if let Err(error) = give_back(&renewer, &shared).await {
                     tracing::warn!(key = %shared.key(), %error, "distlock: background release failed; the lease will expire");
                 }
             })

@@ -47,6 +47,7 @@ pub mod fence;
 mod global;
 mod guard;
 mod key;
+mod local;
 mod locked;
 mod notify;
 mod renew;

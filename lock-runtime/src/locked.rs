@@ -167,6 +167,7 @@ mod footprint {
             lease: Duration::from_secs(1),
             fencing: false,
             renew: true,
+            waiting: false,
         };
         for (op, size) in [
             (

@@ -193,6 +193,13 @@ impl ReleaseSubscription {
         .await
     }
 
+    /// Forgets the releases seen so far: [`released`](Self::released) waits for the next.
+    pub(crate) fn mark_seen(&mut self) {
+        for channel in std::iter::once(&mut self.first).chain(self.more.iter_mut()) {
+            channel.rx.borrow_and_update();
+        }
+    }
+
     /// `true` when a notification stream behind this subscription is gone (the waiter then
     /// resubscribes, so a node that comes back is listened to again).
     pub(crate) fn is_closed(&self) -> bool {

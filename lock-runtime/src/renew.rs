@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use crate::backend::{Backend, LockSpec};
 use crate::error::BoxError;
 use crate::guard::Shared;
+use crate::local::LocalQueues;
 
 /// Most locks renewed by one backend call (one Lua script on Redis).
 const MAX_BATCH: usize = 500;
@@ -24,6 +25,8 @@ const MAX_BATCH: usize = 500;
 pub(crate) struct Renewer {
     backend: Arc<dyn Backend>,
     pending: Mutex<Vec<Pending>>,
+    /// The client's local queues (here because every guard holds its client's renewer).
+    local: LocalQueues,
 }
 
 struct Pending {
@@ -34,6 +37,7 @@ struct Pending {
 impl Renewer {
     pub(crate) fn new(backend: Arc<dyn Backend>) -> Arc<Renewer> {
         Arc::new(Renewer {
+            local: LocalQueues::new(backend.hands_over()),
             backend,
             pending: Mutex::new(Vec::new()),
         })
@@ -41,6 +45,10 @@ impl Renewer {
 
     pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
+    }
+
+    pub(crate) fn local(&self) -> &LocalQueues {
+        &self.local
     }
 
     /// Renews `shared`'s lock, together with whatever else is due now.

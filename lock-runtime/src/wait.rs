@@ -9,12 +9,18 @@ use tokio::time::Instant;
 
 use crate::backend::{Attempt, Backend, LockSpec, Transient};
 use crate::error::{BoxError, LockError};
+use crate::local::{Gone, Handed, Head, Outcome};
 use crate::notify::ReleaseSubscription;
 use crate::runtime::{DetachedJob, run_detached};
 use crate::token::OwnerToken;
 
 /// Retry interval when the holder's lock has no TTL at all (a foreign client that set none).
 const NO_TTL_RETRY: Duration = Duration::from_millis(250);
+
+/// After a guard of this client let go of a key on the server, how long the next local waiter
+/// waits for the release's notification (which the waiters of other processes get at the same
+/// time) before it asks the server anyway.
+const RELEASE_NOTICE: Duration = Duration::from_millis(100);
 
 /// After a failed SUBSCRIBE, how long a waiter relies on the holder's TTL alone before it
 /// tries to subscribe again.
@@ -29,6 +35,8 @@ pub(crate) struct Acquired {
     pub sent_at: Instant,
     /// How long the acquisition took, waiting included.
     pub waited: Duration,
+    /// Whether another guard of this client handed the lock over (see [`crate::local`]).
+    pub handed: bool,
 }
 
 /// A failed attempt: the backend's error, and whether waiting may cure it (see
@@ -116,6 +124,7 @@ pub(crate) async fn attempt(
             fencing_token,
             sent_at,
             waited: Duration::ZERO,
+            handed: false,
         })),
         Ok(Attempt::Busy { ttl }) => Ok(Err(ttl)),
         Err(source) => Err(Failure::of(source)),
@@ -143,6 +152,7 @@ impl<'a> Request<'a> {
             lease: self.lease,
             fencing: self.fencing,
             renew: self.renew,
+            waiting: true,
         }
     }
 }
@@ -155,12 +165,17 @@ impl<'a> Request<'a> {
 /// (released in the background) must not remove the lock a later attempt takes. A permanent
 /// failure ends the acquisition at once. `failed` is the fast path's transient failure, if the
 /// first attempt was already made and failed.
+///
+/// `head`, on a backend that hands locks over, is this task's place at the head of the key's
+/// local queue: it offers to take the lock over from a guard of this client (see
+/// [`crate::local`]), and while such a guard holds the key nothing is asked of the server.
 pub(crate) async fn acquire(
     backend: &Arc<dyn Backend>,
     request: Request<'_>,
     token: &mut OwnerToken,
     wait: Option<Duration>,
     failed: Option<Failure>,
+    mut head: Option<&mut Head>,
 ) -> Result<Acquired, LockError> {
     let key = request.key;
     let started = Instant::now();
@@ -213,6 +228,68 @@ pub(crate) async fn acquire(
             let wake_at = deadline.map_or(now + pause, |deadline| deadline.min(now + pause));
             tokio::time::sleep_until(wake_at).await;
         }
+        // Listen for releases before asking the server (a backend without a queue of waiters
+        // needs no place in line to listen): a release after the attempt then wakes us, and a
+        // busy attempt need not be repeated once subscribed.
+        if !backend.queues_waiters()
+            && subscription.as_ref().is_none_or(|s| s.is_closed())
+            && subscribe_after.is_none_or(|after| Instant::now() >= after)
+        {
+            subscription = None;
+            match backend.subscribe(request.spec(token)).await {
+                Ok(fresh) => {
+                    subscription = Some(fresh);
+                    subscribe_after = None;
+                }
+                Err(error) => {
+                    subscribe_after = Some(Instant::now() + SUBSCRIBE_RETRY);
+                    tracing::warn!(key, %error, "distlock: cannot listen for releases; waiting for the holder's lease to run out instead");
+                }
+            }
+        }
+        if let Some(head) = head.as_deref_mut() {
+            // A guard of this client holds the key: wait for it to hand the lock over, let go
+            // of it or lose it, asking the server nothing meanwhile.
+            if let Some(holder) = head.holder() {
+                head.offer(request.spec(token));
+                let queue = head.queue();
+                let wake_at = deadline.unwrap_or_else(far_future);
+                if let Some(subscription) = subscription.as_mut() {
+                    subscription.mark_seen();
+                }
+                tokio::select! {
+                    outcome = head.answer() => {
+                        match handed(outcome, token, started, key) {
+                            Some(acquired) => return Ok(acquired),
+                            None => continue,
+                        }
+                    }
+                    gone = queue.holder_gone(&holder) => {
+                        if gone == Gone::LetGo
+                            && let Some(subscription) = subscription.as_mut()
+                        {
+                            // Released on the server: compete for it on equal terms with the
+                            // waiters of other processes, which learn of the release from its
+                            // notification, rather than with a head start.
+                            let notice = Instant::now() + RELEASE_NOTICE;
+                            tokio::select! {
+                                _ = subscription.released() => {}
+                                _ = tokio::time::sleep_until(notice.min(wake_at)) => {}
+                            }
+                        }
+                    }
+                    _ = tokio::time::sleep_until(wake_at) => {}
+                }
+            }
+            // About to ask the server: take the offer back first. If a holder already took it,
+            // its answer (one round trip) comes first.
+            if let Some(outcome) = head.withdraw().await {
+                match handed(outcome, token, started, key) {
+                    Some(acquired) => return Ok(acquired),
+                    None => continue,
+                }
+            }
+        }
         let ttl = match attempt(backend, request.spec(token), Instant::now()).await {
             Ok(Ok(mut acquired)) => {
                 place.token = None;
@@ -241,7 +318,8 @@ pub(crate) async fn acquire(
             });
         }
         // Listen for the release before trying again, so a release that lands between the
-        // attempt and the wait still wakes us.
+        // attempt and the wait still wakes us (a backend with a queue of waiters listens once
+        // its attempt has a place in line).
         if subscription.as_ref().is_none_or(|s| s.is_closed())
             && subscribe_after.is_none_or(|after| now >= after)
         {
@@ -273,15 +351,70 @@ pub(crate) async fn acquire(
             None => now + pause,
         };
         tracing::trace!(key, ?ttl, "distlock: lock busy, waiting");
-        match subscription.as_mut() {
+        if let Some(head) = head.as_deref_mut() {
+            head.offer(request.spec(token));
+        }
+        let handover = async {
+            match head.as_deref_mut() {
+                Some(head) => head.answer().await,
+                None => std::future::pending().await,
+            }
+        };
+        let outcome = match subscription.as_mut() {
             Some(subscription) => {
                 tokio::select! {
-                    _ = subscription.released() => {}
-                    _ = tokio::time::sleep_until(wake_at) => {}
+                    outcome = handover => Some(outcome),
+                    _ = subscription.released() => None,
+                    _ = tokio::time::sleep_until(wake_at) => None,
                 }
             }
-            None => tokio::time::sleep_until(wake_at).await,
+            None => {
+                tokio::select! {
+                    outcome = handover => Some(outcome),
+                    _ = tokio::time::sleep_until(wake_at) => None,
+                }
+            }
+        };
+        if let Some(outcome) = outcome
+            && let Some(acquired) = handed(outcome, token, started, key)
+        {
+            return Ok(acquired);
         }
+    }
+}
+
+/// An instant no wait reaches (a wait without deadline).
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400 * 365)
+}
+
+/// What a holder's answer to our offer means for the waiting loop: the lock, or `None` to go
+/// on (with a new token if the hand-over may have written ours).
+fn handed(
+    outcome: Outcome,
+    token: &mut OwnerToken,
+    started: Instant,
+    key: &str,
+) -> Option<Acquired> {
+    match outcome {
+        Outcome::Handed(Handed::Acquired {
+            fencing_token,
+            sent_at,
+        }) => {
+            let waited = started.elapsed();
+            tracing::debug!(key, ?waited, fencing_token, "distlock: handed over");
+            Some(Acquired {
+                fencing_token,
+                sent_at,
+                waited,
+                handed: true,
+            })
+        }
+        Outcome::Handed(Handed::Unknown) => {
+            *token = OwnerToken::generate();
+            None
+        }
+        Outcome::NotHanded => None,
     }
 }
 
@@ -330,7 +463,7 @@ impl Drop for InFlight<'_> {
 
 /// Releases `token`'s hold on `name` — a lock, or a place in a backend's queue — in the
 /// background, on a runtime that outlives the caller if need be.
-fn release_in_background(backend: &Arc<dyn Backend>, name: &str, token: &str) {
+pub(crate) fn release_in_background(backend: &Arc<dyn Backend>, name: &str, token: &str) {
     let backend = Arc::clone(backend);
     let name: Arc<str> = Arc::from(name);
     let token: Arc<str> = Arc::from(token);

@@ -239,6 +239,7 @@ mod tests {
             lease: Duration::from_millis(lease_ms),
             fencing,
             renew: true,
+            waiting: false,
         }
     }
 

@@ -92,6 +92,20 @@ pub(crate) struct LockSpec<'a> {
     /// alive itself (see [`Backend::keeps_alive`]) must end an unrenewed lock after `lease`.
     #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
     pub renew: bool,
+    /// Whether the attempt is made by a waiter, which needs the holder's remaining lease with
+    /// a busy answer. The first, optimistic attempt of an acquisition only asks for the lock
+    /// (one command on Redis), and learns the lease when it goes on to wait.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub waiting: bool,
+}
+
+/// The outcome of [`Backend::hand_over`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handover {
+    /// The lock now holds the waiter's token; with a fencing token when it asked for one.
+    Handed { fencing_token: Option<u64> },
+    /// The lock did not hold the releasing token (lease lost): nothing changed.
+    NotHeld,
 }
 
 /// The outcome of one acquisition attempt.
@@ -160,6 +174,23 @@ pub(crate) trait Backend: Send + Sync + 'static {
         name: &'a str,
         token: &'a str,
     ) -> BoxFuture<'a, Result<bool, BoxError>>;
+
+    /// Whether [`hand_over`](Self::hand_over) is supported: then a guard that releases a key
+    /// another task of its client waits for passes the lock straight to it.
+    fn hands_over(&self) -> bool {
+        false
+    }
+
+    /// Passes the lock held with `from` to `to.token` (with `to.lease`, and a new fencing
+    /// token if `to.fencing`) in one atomic step, without releasing it: nobody else can take
+    /// it in between and nobody is woken. Must be safe to retry with the same arguments.
+    fn hand_over<'a>(
+        &'a self,
+        _from: &'a str,
+        _to: LockSpec<'a>,
+    ) -> BoxFuture<'a, Result<Handover, BoxError>> {
+        Box::pin(async { Err("this backend cannot hand a lock over".into()) })
+    }
 
     /// For a backend that cannot announce releases to other processes (MySQL has no
     /// notifications): how long a waiter pauses before asking again after its `busy`-th busy

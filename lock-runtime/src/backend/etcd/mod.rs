@@ -78,28 +78,7 @@ pub(crate) fn parse_url(url: &str) -> Result<EtcdUrl, LockError> {
                 .into(),
         ));
     }
-    let mut listed = Vec::new();
-    for host in hosts.split(',') {
-        let host = host.trim();
-        if host.is_empty() {
-            return Err(bad(
-                "a host is missing (expected `host:port[,host:port…]`)".into()
-            ));
-        }
-        let (name, port) = match host.rsplit_once(':') {
-            Some((name, port)) if !name.ends_with(']') || host.starts_with('[') => {
-                let port: u16 = port
-                    .parse()
-                    .map_err(|_| bad(format!("`{port}` in `{host}` is not a port number")))?;
-                (name, port)
-            }
-            _ => (host, DEFAULT_PORT),
-        };
-        if name.is_empty() {
-            return Err(bad(format!("`{host}` names no host")));
-        }
-        listed.push(format!("{name}:{port}"));
-    }
+    let listed = super::url::host_list(hosts, DEFAULT_PORT).map_err(bad)?;
     let prefix = prefix.trim_end_matches('/');
     if prefix.chars().any(char::is_control) {
         return Err(bad(format!(

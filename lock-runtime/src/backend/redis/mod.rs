@@ -39,7 +39,7 @@ use redis::{
 };
 
 use super::url::redact_url;
-use super::{Attempt, Backend, LockSpec, Transient};
+use super::{Attempt, Backend, Handover, LockSpec, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::runtime::{BoxFuture, Revived, RuntimeBound};
@@ -53,7 +53,7 @@ mod scripts;
 pub(crate) use cluster::cluster_slot;
 pub(crate) use nodes::node_urls;
 use pubsub::Subscriber;
-use scripts::{ACQUIRE_FENCED, INSPECT, RELEASE, RENEW, RENEW_MANY, VOTE};
+use scripts::{ACQUIRE, ACQUIRE_FENCED, HAND_OVER, RELEASE, RENEW, RENEW_MANY, VOTE};
 
 /// How often a command that failed on a dropped connection is retried (with the same token),
 /// unless the settings say otherwise.
@@ -135,7 +135,8 @@ pub(crate) struct RedisBackend {
     renew: Script,
     renew_many: Script,
     acquire_fenced: Script,
-    inspect: Script,
+    acquire: Script,
+    hand_over: Script,
     vote: Script,
 }
 
@@ -190,7 +191,8 @@ impl RedisBackend {
             renew: Script::new(RENEW),
             renew_many: Script::new(RENEW_MANY),
             acquire_fenced: Script::new(ACQUIRE_FENCED),
-            inspect: Script::new(INSPECT),
+            acquire: Script::new(ACQUIRE),
+            hand_over: Script::new(HAND_OVER),
             vote: Script::new(VOTE),
         }
     }
@@ -205,7 +207,8 @@ impl RedisBackend {
                 &self.renew,
                 &self.renew_many,
                 &self.acquire_fenced,
-                &self.inspect,
+                &self.acquire,
+                &self.hand_over,
                 &self.vote,
             ] {
                 script.load_async(&mut conn).await?;
@@ -462,40 +465,59 @@ impl Backend for RedisBackend {
                     }
                 });
             }
-            // `OK` when set, nil when taken: read as a raw value, no string allocated.
-            let set: Value = self
-                .run(|mut conn, _| async move {
-                    redis::cmd("SET")
-                        .arg(spec.name)
+            // A first try is one `SET NX PX` (`OK` when set, nil when taken: read as a raw
+            // value, no string allocated); a waiter that finds the lock busy also reads the
+            // holder's TTL. A retry on a fresh connection runs a script that also recognizes
+            // the lock as ours if the lost first try took it.
+            let (taken, pttl): (bool, Option<i64>) = self
+                .run(|mut conn, attempt| {
+                    let mut set = redis::cmd("SET");
+                    set.arg(spec.name)
                         .arg(spec.token)
                         .arg("NX")
                         .arg("PX")
-                        .arg(lease)
-                        .query_async(&mut conn)
-                        .await
+                        .arg(lease);
+                    let mut retry = self.acquire.key(spec.name);
+                    retry.arg(spec.token).arg(lease);
+                    async move {
+                        if attempt > 0 {
+                            let (taken, pttl): (i64, i64) = retry.invoke_async(&mut conn).await?;
+                            Ok((taken == 1, Some(pttl)))
+                        } else if spec.waiting {
+                            let set: Value = set.query_async(&mut conn).await?;
+                            if set != Value::Nil {
+                                return Ok((true, None));
+                            }
+                            // Busy: the holder's TTL bounds the wait. (Asked only now, not
+                            // pipelined with the SET: a waiter woken by a release mostly wins,
+                            // and a loser's extra round trip is spent waiting anyway.)
+                            let pttl: i64 = redis::cmd("PTTL")
+                                .arg(spec.name)
+                                .query_async(&mut conn)
+                                .await?;
+                            if pttl == -1 {
+                                // A key without expiry: a foreign lock, or not a lock at all
+                                // (a hash: the script's GET fails with WRONGTYPE, for good).
+                                let (taken, pttl): (i64, i64) =
+                                    retry.invoke_async(&mut conn).await?;
+                                return Ok((taken == 1, Some(pttl)));
+                            }
+                            Ok((false, Some(pttl)))
+                        } else {
+                            let set: Value = set.query_async(&mut conn).await?;
+                            Ok((set != Value::Nil, None))
+                        }
+                    }
                 })
                 .await
                 .map_err(acquire_error)?;
-            if set != Value::Nil {
-                return Ok(Attempt::Acquired {
-                    fencing_token: None,
-                });
-            }
-            let (ours, pttl): (i64, i64) = self
-                .run(|mut conn, _| {
-                    let mut call = self.inspect.key(spec.name);
-                    call.arg(spec.token);
-                    async move { call.invoke_async(&mut conn).await }
-                })
-                .await
-                .map_err(acquire_error)?;
-            Ok(if ours == 1 {
+            Ok(if taken {
                 Attempt::Acquired {
                     fencing_token: None,
                 }
             } else {
                 Attempt::Busy {
-                    ttl: ttl_from_pttl(pttl),
+                    ttl: pttl.and_then(ttl_from_pttl),
                 }
             })
         })
@@ -550,6 +572,39 @@ impl Backend for RedisBackend {
                 tracing::debug!(name, "distlock: release retried after a dropped connection");
             }
             Ok(released == 1)
+        })
+    }
+
+    fn hands_over(&self) -> bool {
+        true
+    }
+
+    fn hand_over<'a>(
+        &'a self,
+        from: &'a str,
+        to: LockSpec<'a>,
+    ) -> BoxFuture<'a, Result<Handover, BoxError>> {
+        Box::pin(async move {
+            let fence_key = self.fence_key(to.name);
+            let lease = millis(to.lease);
+            let handed: i64 = self
+                .run(|mut conn, attempt| {
+                    let mut call = self.hand_over.key(to.name);
+                    call.key(&fence_key)
+                        .arg(from)
+                        .arg(to.token)
+                        .arg(lease)
+                        .arg(u8::from(to.fencing))
+                        .arg(u8::from(attempt > 0));
+                    async move { call.invoke_async(&mut conn).await }
+                })
+                .await?;
+            Ok(match handed {
+                -1 => Handover::NotHeld,
+                token => Handover::Handed {
+                    fencing_token: to.fencing.then_some(token as u64),
+                },
+            })
         })
     }
 

@@ -1,7 +1,7 @@
-//! Wake-on-release: one pub/sub connection per client, subscribed to a lock's channel only
-//! while somebody in this process waits on it.
+//! Wake-on-release: one pub/sub connection per client, subscribed to a lock's channel while
+//! somebody in this process waits on it, and for a second after (see [`LINGER`]).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -9,6 +9,20 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::{RedisError, RedisResult};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+/// How long a channel stays subscribed after its last local waiter leaves: the next waiter of
+/// a contended key (the next task in line, or the next contention) finds it subscribed and
+/// costs the server no `SUBSCRIBE`/`UNSUBSCRIBE` pair.
+const LINGER: Duration = Duration::from_secs(1);
+
+/// Sleeps until `at`, or forever when there is nothing to wait for.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
 
 use super::RedisBackend;
 use crate::notify::{CloseOnDrop, ReleaseHub, ReleaseSubscription};
@@ -54,8 +68,8 @@ impl RedisBackend {
 
 /// One pub/sub connection shared by every waiter of a client.
 ///
-/// A command task owns the sink and applies SUBSCRIBE/UNSUBSCRIBE in order (so a key's
-/// subscription always matches whether anyone waits on it); a reader task turns messages into
+/// A command task owns the sink and applies SUBSCRIBE/UNSUBSCRIBE in order (so a key is
+/// subscribed whenever anyone waits on it, and for [`LINGER`] after); a reader task turns messages into
 /// hub notifications. When the connection or its runtime dies, the hub is closed, which wakes
 /// every waiter so it retries and resubscribes through a new subscriber.
 pub(super) struct Subscriber {
@@ -95,11 +109,44 @@ impl Subscriber {
 
         let command_dead = Arc::clone(&dead);
         tokio::spawn(async move {
+            // Channels subscribed on the server; those nobody waits on are `idle` (since when,
+            // oldest first) and are unsubscribed after `LINGER`, in one command.
             let mut subscribed = HashSet::new();
-            while let Some(command) = queue.recv().await {
+            let mut idle: HashMap<String, Instant> = HashMap::new();
+            let mut idle_order: VecDeque<(Instant, String)> = VecDeque::new();
+            loop {
+                let expiry = idle_order.front().map(|(since, _)| *since + LINGER);
+                let command = tokio::select! {
+                    command = queue.recv() => match command {
+                        Some(command) => command,
+                        None => break,
+                    },
+                    _ = sleep_until_some(expiry) => {
+                        let now = Instant::now();
+                        let mut expired = Vec::new();
+                        while let Some((since, _)) = idle_order.front() {
+                            if *since + LINGER > now {
+                                break;
+                            }
+                            let (since, channel) = idle_order.pop_front().expect("front");
+                            // Still idle since then (not waited on again meanwhile)?
+                            if idle.get(&channel) == Some(&since) {
+                                idle.remove(&channel);
+                                subscribed.remove(&channel);
+                                expired.push(channel);
+                            }
+                        }
+                        if !expired.is_empty() && sink.unsubscribe(&expired).await.is_err() {
+                            command_dead.store(true, Ordering::SeqCst);
+                        }
+                        continue;
+                    }
+                };
                 match command {
                     Command::Subscribe(channel, ack) => {
                         let result = if subscribed.contains(&channel) {
+                            // Subscribed all along (maybe idle, lingering): no command needed.
+                            idle.remove(&channel);
                             Ok(())
                         } else {
                             let result = sink.subscribe(&channel).await;
@@ -114,9 +161,10 @@ impl Subscriber {
                         let _ = ack.send(result);
                     }
                     Command::Unsubscribe(channel) => {
-                        if subscribed.remove(&channel) && sink.unsubscribe(&channel).await.is_err()
-                        {
-                            command_dead.store(true, Ordering::SeqCst);
+                        if subscribed.contains(&channel) {
+                            let now = Instant::now();
+                            idle.insert(channel.clone(), now);
+                            idle_order.push_back((now, channel));
                         }
                     }
                 }

@@ -43,12 +43,30 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return {0, redis.call('PTTL', KEYS[1])}";
 
-/// After a `SET NX` found the key taken: {1, pttl} if it is ours after all (a retried attempt
-/// whose first `SET` succeeded), else {0, pttl}; pttl is -2 when the key is gone, -1 without TTL.
-pub(super) const INSPECT: &str = r"
+/// A retried acquisition (the first try's reply was lost on a dropped connection): take the
+/// lock if free, or report it ours if the first try took it → {1, -3}; else {0, pttl} (pttl is
+/// -2 when the key is gone, -1 without TTL).
+pub(super) const ACQUIRE: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, -3} end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return {1, -3} end
+return {0, redis.call('PTTL', KEYS[1])}";
+
+/// Hand-over between two tasks of one client: if the lock holds ARGV[1], it now holds ARGV[2]
+/// with a lease of ARGV[3] ms (and a new fencing token from KEYS[2] if ARGV[4] is 1) → the
+/// fencing token, or 0. If ARGV[5] is 1 (a retry whose first reply was lost) a lock already
+/// holding ARGV[2] counts as handed. Otherwise → -1: it was not ours, nothing changed.
+pub(super) const HAND_OVER: &str = r"
 local v = redis.call('GET', KEYS[1])
-if not v then return {0, -2} end
-return {v == ARGV[1] and 1 or 0, redis.call('PTTL', KEYS[1])}";
+if v == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  if ARGV[4] == '1' then return redis.call('INCR', KEYS[2]) end
+  return 0
+end
+if ARGV[5] == '1' and v == ARGV[2] then
+  if ARGV[4] == '1' then return tonumber(redis.call('GET', KEYS[2]) or '0') end
+  return 0
+end
+return -1";
 
 /// One Redlock vote: take the lock if free (or refresh it if it is already ours: a retried
 /// attempt) → {1}; else {0, pttl, holder's token}.

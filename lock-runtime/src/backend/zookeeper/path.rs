@@ -37,28 +37,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ZkUrl, LockError> {
                 .into(),
         ));
     }
-    let mut listed = Vec::new();
-    for host in hosts.split(',') {
-        let host = host.trim();
-        if host.is_empty() {
-            return Err(bad(
-                "a host is missing (expected `host:port[,host:port…]`)".into()
-            ));
-        }
-        let (name, port) = match host.rsplit_once(':') {
-            Some((name, port)) if !name.ends_with(']') || host.starts_with('[') => {
-                let port: u16 = port
-                    .parse()
-                    .map_err(|_| bad(format!("`{port}` in `{host}` is not a port number")))?;
-                (name, port)
-            }
-            _ => (host, DEFAULT_PORT),
-        };
-        if name.is_empty() {
-            return Err(bad(format!("`{host}` names no host")));
-        }
-        listed.push(format!("{name}:{port}"));
-    }
+    let listed = crate::backend::url::host_list(hosts, DEFAULT_PORT).map_err(bad)?;
     let chroot = match chroot {
         "" | "/" => String::new(),
         chroot => {

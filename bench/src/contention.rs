@@ -1,0 +1,385 @@
+//! Row 11: contention on one key, distlock beside its peers on the same redis-server.
+//!
+//! Tasks take turns on one key (take it, hold it, give it back, again) for a window, in one
+//! process or spread over four processes (copies of this binary, started through
+//! [`child_main`]). Reported per contender: acquisitions per second, the gap from one holder's
+//! release to the next holder's grant (p50/p99), the server commands each acquisition cost
+//! (from `INFO commandstats`, which counts the commands scripts run too, as
+//! `total_commands_processed` does), and fairness: the most acquisitions that overtook one
+//! waiter (asked after it, granted before it).
+//!
+//! Peers: [rslock](https://crates.io/crates/rslock) (Redlock over one server, its default
+//! retries: 3 tries, a random 0–200 ms pause between them).
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use distlock::LockClient;
+
+use super::support::{self, RedisServer};
+use super::{Error, Report};
+
+/// Who takes the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    Distlock,
+    Rslock,
+}
+
+impl Peer {
+    fn name(self) -> &'static str {
+        match self {
+            Peer::Distlock => "distlock",
+            Peer::Rslock => "rslock",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Peer> {
+        [Peer::Distlock, Peer::Rslock]
+            .into_iter()
+            .find(|p| p.name() == name)
+    }
+}
+
+/// One acquisition: when it was asked for, granted and given back (ns since the UNIX epoch,
+/// so processes on one machine share the clock).
+#[derive(Clone, Copy, Debug)]
+struct Turn {
+    asked: u64,
+    granted: u64,
+    released: u64,
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// A connected contender of one process.
+#[derive(Clone)]
+enum Taker {
+    Distlock(LockClient),
+}
+
+impl Taker {
+    async fn connect(peer: Peer, url: &str) -> Result<Taker, Error> {
+        Ok(match peer {
+            Peer::Distlock => Taker::Distlock(LockClient::connect(url).await?),
+            Peer::Rslock => return Err("rslock runs in the peers binary".into()),
+        })
+    }
+
+    /// Takes `key`, holds it `hold`, gives it back.
+    async fn turn(&self, key: &str, hold: Duration) -> Result<Turn, Error> {
+        let asked = now_ns();
+        let lease = Duration::from_secs(30);
+        match self {
+            Taker::Distlock(client) => {
+                let guard = client
+                    .lock(key)
+                    .lease(lease)
+                    .wait_forever()
+                    .acquire()
+                    .await?;
+                let granted = now_ns();
+                if !hold.is_zero() {
+                    tokio::time::sleep(hold).await;
+                }
+                let released = now_ns();
+                guard.release().await?;
+                Ok(Turn {
+                    asked,
+                    granted,
+                    released,
+                })
+            }
+        }
+    }
+}
+
+/// `tasks` tasks of this process taking turns on `key` from `start` (ns since the epoch) for
+/// `window`.
+async fn run_tasks(
+    taker: &Taker,
+    key: &str,
+    tasks: usize,
+    start: u64,
+    window: Duration,
+    hold: Duration,
+) -> Result<Vec<Turn>, Error> {
+    let turns = Arc::new(Mutex::new(Vec::new()));
+    let end = start + window.as_nanos() as u64;
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let (taker, key, turns) = (taker.clone(), key.to_owned(), Arc::clone(&turns));
+        handles.push(tokio::spawn(async move {
+            let wait = start.saturating_sub(now_ns());
+            tokio::time::sleep(Duration::from_nanos(wait)).await;
+            while now_ns() < end {
+                let turn = taker.turn(&key, hold).await?;
+                turns.lock().unwrap().push(turn);
+            }
+            Ok::<_, Error>(())
+        }));
+    }
+    for handle in handles {
+        handle.await??;
+    }
+    let turns = std::mem::take(&mut *turns.lock().unwrap());
+    Ok(turns)
+}
+
+/// The entry point of a helper process (`DISTLOCK_BENCH_CHILD=contend`): takes turns as told
+/// by its arguments and prints one `asked granted released` line per acquisition.
+pub async fn child_main() -> Result<(), Error> {
+    let var = |name: &str| std::env::var(name).map_err(|_| format!("{name} is not set"));
+    let peer = Peer::parse(&var("BENCH_PEER")?).ok_or("unknown BENCH_PEER")?;
+    let url = var("BENCH_URL")?;
+    let key = var("BENCH_KEY")?;
+    let tasks: usize = var("BENCH_TASKS")?.parse()?;
+    let start: u64 = var("BENCH_START_NS")?.parse()?;
+    let window = Duration::from_millis(var("BENCH_WINDOW_MS")?.parse()?);
+    let hold = Duration::from_micros(var("BENCH_HOLD_US")?.parse()?);
+    let taker = Taker::connect(peer, &url).await?;
+    let turns = run_tasks(&taker, &key, tasks, start, window, hold).await?;
+    let mut out = String::with_capacity(turns.len() * 64);
+    for t in turns {
+        use std::fmt::Write as _;
+        let _ = writeln!(out, "{} {} {}", t.asked, t.granted, t.released);
+    }
+    print!("{out}");
+    Ok(())
+}
+
+/// Builds the peers' binary (`bench/peers`, a workspace of its own so that a peer's
+/// dependencies' features never reach distlock's build) and returns its path.
+fn peers_binary() -> Result<std::path::PathBuf, Error> {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    if let Some(path) = BUILT.get() {
+        return Ok(path.clone());
+    }
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("peers");
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/peers");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "--manifest-path"])
+        .arg(dir.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", &target)
+        .status()?;
+    if !status.success() {
+        return Err(format!("building the peers' binary ({}) failed", dir.display()).into());
+    }
+    let path = target.join("release/distlock-bench-peers");
+    Ok(BUILT.get_or_init(|| path).clone())
+}
+
+/// What one contention run measured.
+pub struct Outcome {
+    pub acquisitions: usize,
+    pub per_s: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub commands_per_acquisition: f64,
+    /// Commands per acquisition by name, largest first.
+    pub breakdown: Vec<(String, f64)>,
+    pub max_overtakes: usize,
+    /// Acquisitions per process (four-process case).
+    pub shares: Vec<usize>,
+}
+
+/// `INFO commandstats` as name → calls.
+async fn command_stats(server: &RedisServer) -> BTreeMap<String, u64> {
+    let mut conn = server.connection().await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap_or_default();
+    info.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("cmdstat_")?;
+            let (name, stats) = rest.split_once(':')?;
+            let calls = stats
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_owned(), calls))
+        })
+        .collect()
+}
+
+/// Runs `processes` × `tasks` contenders of `peer` on one fresh key for `window`, each holding
+/// the lock `hold` per turn.
+pub async fn measure(
+    server: &RedisServer,
+    peer: Peer,
+    processes: usize,
+    tasks: usize,
+    window: Duration,
+    hold: Duration,
+) -> Result<Outcome, Error> {
+    let url = server.url();
+    let key = format!("contend:{}:{}", peer.name(), support::unique("k"));
+    // Helper processes run this binary, or the peers' (built first, outside the window).
+    let exe = match peer {
+        Peer::Distlock if processes == 1 => None,
+        Peer::Distlock => Some(std::env::current_exe()?),
+        Peer::Rslock => Some(peers_binary()?),
+    };
+    // Connect (and let helper processes start) before the window opens.
+    let start = now_ns()
+        + if processes > 1 {
+            1_500_000_000
+        } else {
+            200_000_000
+        };
+    let before = command_stats(server).await;
+    let mut turns = Vec::new();
+    let mut shares = Vec::new();
+    if processes == 1 && peer == Peer::Distlock {
+        let taker = Taker::connect(peer, &url).await?;
+        turns = run_tasks(&taker, &key, tasks, start, window, hold).await?;
+    } else {
+        let exe = exe.expect("a binary for helper processes");
+        let mut children = Vec::new();
+        for _ in 0..processes {
+            let mut command = Command::new(&exe);
+            command
+                .env("DISTLOCK_BENCH_CHILD", "contend")
+                .env("BENCH_PEER", peer.name())
+                .env("BENCH_URL", &url)
+                .env("BENCH_KEY", &key)
+                .env("BENCH_TASKS", tasks.to_string())
+                .env("BENCH_START_NS", start.to_string())
+                .env("BENCH_WINDOW_MS", window.as_millis().to_string())
+                .env("BENCH_HOLD_US", hold.as_micros().to_string())
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit());
+            children.push(support::spawn_tied(command)?);
+        }
+        for child in children {
+            let before = turns.len();
+            let output = tokio::task::spawn_blocking(move || child.wait_with_output()).await??;
+            if !output.status.success() {
+                return Err(format!("a contending process failed: {}", output.status).into());
+            }
+            for line in String::from_utf8_lossy(&output.stdout).lines() {
+                let mut fields = line.split(' ').map(str::parse::<u64>);
+                if let (Some(Ok(asked)), Some(Ok(granted)), Some(Ok(released))) =
+                    (fields.next(), fields.next(), fields.next())
+                {
+                    turns.push(Turn {
+                        asked,
+                        granted,
+                        released,
+                    });
+                }
+            }
+            shares.push(turns.len() - before);
+        }
+    }
+    let after = command_stats(server).await;
+    if turns.len() < 2 {
+        return Err(format!("{}: only {} acquisitions", peer.name(), turns.len()).into());
+    }
+    // The two INFO calls of this measurement are not the contenders'.
+    let mut spent: Vec<(String, u64)> = after
+        .iter()
+        .map(|(name, calls)| {
+            let own = u64::from(name == "info");
+            let delta = calls.saturating_sub(before.get(name).copied().unwrap_or(0));
+            (name.clone(), delta.saturating_sub(own))
+        })
+        .filter(|(name, delta)| *delta > 0 && name != "config")
+        .collect();
+    spent.sort_by_key(|(_, calls)| std::cmp::Reverse(*calls));
+    let n = turns.len() as f64;
+    let total: u64 = spent.iter().map(|(_, d)| d).sum();
+
+    turns.sort_by_key(|t| t.granted);
+    let mut gaps: Vec<u64> = turns
+        .windows(2)
+        .map(|w| w[1].granted.saturating_sub(w[0].released))
+        .collect();
+    gaps.sort_unstable();
+    let pct = |p: f64| gaps[((gaps.len() - 1) as f64 * p).round() as usize] as f64 / 1e3;
+    // Overtakes: acquisitions asked after this one and granted before it (sorted by grant).
+    let max_overtakes = (0..turns.len())
+        .map(|i| {
+            turns[..i]
+                .iter()
+                .filter(|earlier| earlier.asked > turns[i].asked)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    Ok(Outcome {
+        acquisitions: turns.len(),
+        per_s: n / window.as_secs_f64(),
+        p50_us: pct(0.5),
+        p99_us: pct(0.99),
+        commands_per_acquisition: total as f64 / n,
+        breakdown: spent
+            .into_iter()
+            .map(|(name, d)| (name, d as f64 / n))
+            .collect(),
+        max_overtakes,
+        shares,
+    })
+}
+
+/// Row 11: each contender in the 16-task one-process and the 4 × 4-task four-process case,
+/// 1 ms holds.
+pub async fn rows(report: &mut Report, server: &RedisServer) -> Result<(), Error> {
+    let window = Duration::from_secs(3);
+    let hold = Duration::from_millis(1);
+    for (processes, tasks) in [(1, 16), (4, 4)] {
+        for peer in [Peer::Distlock, Peer::Rslock] {
+            let o = measure(server, peer, processes, tasks, window, hold).await?;
+            let label = format!(
+                "11. {} {}×{} one key, 1 ms hold",
+                peer.name(),
+                processes,
+                tasks
+            );
+            report.row(
+                &label,
+                format!(
+                    "{:.0}/s, {:.1} cmds/acq",
+                    o.per_s, o.commands_per_acquisition
+                ),
+                format!("p50 {:.0} µs p99 {:.0} µs", o.p50_us, o.p99_us),
+                format!("≤{} overtakes", o.max_overtakes),
+            );
+            let detail: Vec<String> = o
+                .breakdown
+                .iter()
+                .take(8)
+                .map(|(name, per)| format!("{name} {per:.2}"))
+                .collect();
+            println!("      per acquisition: {}", detail.join(", "));
+            if o.shares.len() > 1 {
+                println!("      acquisitions per process: {:?}", o.shares);
+            }
+            let field = format!(
+                "contention_{}_{}x{}",
+                peer.name().replace('-', "_"),
+                processes,
+                tasks
+            );
+            report.field(&format!("{field}_per_s"), o.per_s);
+            report.field(&format!("{field}_cmds_per_acq"), o.commands_per_acquisition);
+            report.field(&format!("{field}_p50_us"), o.p50_us);
+            report.field(&format!("{field}_p99_us"), o.p99_us);
+            report.field(&format!("{field}_max_overtakes"), o.max_overtakes as f64);
+            let _ = o.acquisitions;
+        }
+    }
+    Ok(())
+}
