@@ -671,23 +671,12 @@ mod retries {
     }
 }
 
-/// Waits until some task of `client` waits on the server for `key` (its waiter's SET + PTTL
-/// has been seen), so the test knows the waiter is at the head of its queue.
-async fn until_waiting(server: &RedisServer) {
-    assert!(
-        eventually(ms(5_000), || async {
-            server.command_calls("pttl").await >= 1
-        })
-        .await,
-        "the waiter never asked for the holder's TTL"
-    );
-}
-
 /// A guard released while another task of its client waits for the key passes the lock
 /// straight over: one EVALSHA (compare the token, set the waiter's), no DEL, no PUBLISH, no
 /// SET by the waiter — and the key holds the waiter's token with the waiter's lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_hands_the_lock_to_the_next_task_of_the_client() {
+    offers::listen();
     let (server, client) = start().await;
     let holder = client
         .lock("pass")
@@ -712,7 +701,7 @@ async fn a_release_hands_the_lock_to_the_next_task_of_the_client() {
                 .unwrap()
         })
     };
-    until_waiting(&server).await;
+    offers::until("lock:pass", 1).await;
     server.reset_stats().await;
     holder.release().await.unwrap();
     let next = tokio::time::timeout(ms(5_000), waiter)
@@ -762,7 +751,9 @@ async fn a_release_hands_the_lock_to_the_next_task_of_the_client() {
 /// waiters compete on equal terms. Nothing is left behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_overs_are_bounded_so_other_processes_get_their_turn() {
+    offers::listen();
     let (server, client) = start().await;
+    let taken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let holder = client
         .lock("bounded")
         .lease(ms(10_000))
@@ -771,7 +762,7 @@ async fn hand_overs_are_bounded_so_other_processes_get_their_turn() {
         .unwrap();
     let mut tasks = Vec::new();
     for _ in 0..16 {
-        let client = client.clone();
+        let (client, taken) = (client.clone(), taken.clone());
         tasks.push(tokio::spawn(async move {
             let guard = client
                 .lock("bounded")
@@ -779,11 +770,16 @@ async fn hand_overs_are_bounded_so_other_processes_get_their_turn() {
                 .acquire()
                 .await
                 .unwrap();
-            tokio::time::sleep(ms(2)).await;
+            // The k-th of the 16 holds until the next waiter has offered to take over (each
+            // waiter offers once at the head of the queue): every release could be a hand-over.
+            let k = taken.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+            if k < 16 {
+                offers::until("lock:bounded", k + 1).await;
+            }
             guard.release().await.unwrap();
         }));
     }
-    until_waiting(&server).await;
+    offers::until("lock:bounded", 1).await;
     server.reset_stats().await;
     holder.release().await.unwrap();
     for task in tasks {
@@ -797,14 +793,12 @@ async fn hand_overs_are_bounded_so_other_processes_get_their_turn() {
         server.command_calls("publish").await,
     );
     println!("17 releases: DEL={dels} PUBLISH={publishes}");
-    // 17 releases: at most 8 hand-overs in a row, so at least 17 / 9 → 2 server releases.
-    assert!(
-        publishes >= 2 && dels >= 2,
-        "DEL={dels} PUBLISH={publishes}"
-    );
-    assert!(
-        publishes <= 4,
-        "hand-overs mostly happen: PUBLISH={publishes}"
+    // 17 releases, each with the next waiter's offer in place: 8 hand-overs, the 9th release
+    // on the server, 7 more hand-overs, the last release on the server.
+    assert_eq!(
+        (dels, publishes),
+        (2, 2),
+        "8 hand-overs at most in a row, every other release a hand-over"
     );
     assert_eq!(server.get("lock:bounded").await, None);
 }
@@ -814,6 +808,7 @@ async fn hand_overs_are_bounded_so_other_processes_get_their_turn() {
 /// and the next acquisition is immediate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_leaves_withdraws_its_offer() {
+    offers::listen();
     let (server, client) = start().await;
     let holder = client
         .lock("leave")
@@ -825,7 +820,7 @@ async fn a_waiter_that_leaves_withdraws_its_offer() {
         let client = client.clone();
         tokio::spawn(async move { client.lock("leave").wait(ms(10_000)).acquire().await })
     };
-    until_waiting(&server).await;
+    offers::until("lock:leave", 1).await;
     waiter.abort();
     assert!(waiter.await.unwrap_err().is_cancelled());
     server.reset_stats().await;
@@ -836,4 +831,98 @@ async fn a_waiter_that_leaves_withdraws_its_offer() {
     let again = client.lock("leave").wait(Duration::ZERO).acquire().await;
     assert!(again.is_ok(), "free at once: {again:?}");
     assert!(started.elapsed() < ms(1_000));
+}
+
+/// Waiters' offers to take a lock over from a guard of their own client, counted per lock from
+/// the runtime's trace event (emitted once the offer is in place, `lock-runtime/src/local.rs`):
+/// the signal that the next release of that lock can be a hand-over, instead of a guess at how
+/// long the waiter takes to get there on a busy machine.
+mod offers {
+    use std::collections::HashMap;
+    use std::fmt;
+    use std::sync::{Mutex, Once};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata, Subscriber};
+
+    use super::{eventually, ms};
+
+    const MESSAGE: &str = "distlock: offered to take the lock over";
+
+    static COUNTS: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+
+    /// Listens to the runtime's events of this kind only (every other callsite stays off).
+    struct Listener;
+
+    #[derive(Default)]
+    struct Fields {
+        message: String,
+        lock: String,
+    }
+
+    impl Visit for Fields {
+        fn record_str(&mut self, field: &Field, value: &str) {
+            if field.name() == "lock" {
+                self.lock = value.to_owned();
+            }
+        }
+
+        fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+            if field.name() == "message" {
+                self.message = format!("{value:?}");
+            }
+        }
+    }
+
+    impl Subscriber for Listener {
+        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
+            metadata.is_event() && metadata.target() == "lock_runtime::local"
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut fields = Fields::default();
+            event.record(&mut fields);
+            if fields.message.starts_with(MESSAGE) {
+                let mut counts = COUNTS.lock().unwrap();
+                *counts
+                    .get_or_insert_with(HashMap::new)
+                    .entry(fields.lock)
+                    .or_default() += 1;
+            }
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    /// Starts counting (once per test binary).
+    pub fn listen() {
+        static ONCE: Once = Once::new();
+        ONCE.call_once(|| {
+            tracing::subscriber::set_global_default(Listener).expect("no other subscriber");
+        });
+    }
+
+    /// Offers made so far for `lock` (the full name, e.g. `lock:pass`).
+    pub fn count(lock: &str) -> usize {
+        COUNTS
+            .lock()
+            .unwrap()
+            .as_ref()
+            .and_then(|counts| counts.get(lock).copied())
+            .unwrap_or(0)
+    }
+
+    /// Waits until `lock` has seen at least `n` offers.
+    pub async fn until(lock: &str, n: usize) {
+        assert!(
+            eventually(ms(5_000), || async { count(lock) >= n }).await,
+            "{lock}: {} offers, expected {n}",
+            count(lock)
+        );
+    }
 }

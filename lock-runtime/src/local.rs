@@ -322,6 +322,11 @@ impl Head {
         self.queue.state().offer = Some(offer);
         self.offered = Some(spec.token.to_owned());
         self.reply = Some(answer);
+        // After the offer is in place: a holder that sees this event hands the lock over.
+        tracing::trace!(
+            lock = spec.name,
+            "distlock: offered to take the lock over from a guard of this client"
+        );
     }
 
     /// Takes the offer back before asking the server. `Some` when a holder took it already:
