@@ -32,6 +32,7 @@
 //! | `renew = true` | `true` | renew every lease/3 while the body runs |
 //! | `on_lost = "abort"` | `"abort"` | `"abort"`: the body is dropped and the call returns `Err(LockError::Lost)`; `"continue"`: the body finishes and [`current()`] reports `is_lost()` |
 //! | `fencing = true` | client's (`false`) | hand out a strictly increasing fencing token, read with [`current()`] |
+//! | `fair = true` | `false` | grant the lock in arrival order across processes, through a queue on the server ([`LockRequest::fair`]) |
 //! | `crate = "path"` | `distlock` | where distlock is, for renamed dependencies |
 //!
 //! The function must be `async` and return `Result<T, E>` with `E: From<LockError>`
@@ -74,7 +75,7 @@ pub use lock_macros::distributed_lock;
 pub use lock_runtime::fence;
 pub use lock_runtime::{
     BoxError, CurrentLock, LockClient, LockClientBuilder, LockError, LockGuard, LockRequest,
-    MAX_KEY_LEN, URL_ENV, client, current, init, init_from_env,
+    FAIR_QUEUE_TTL, MAX_KEY_LEN, URL_ENV, client, current, init, init_from_env,
 };
 
 #[doc(hidden)]

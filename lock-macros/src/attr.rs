@@ -13,7 +13,7 @@ use crate::errors::{Errors, closest};
 
 /// Every argument the attribute takes.
 pub(crate) const ARGUMENTS: &[&str] = &[
-    "key", "lease", "wait", "renew", "on_lost", "fencing", "crate",
+    "key", "lease", "wait", "renew", "on_lost", "fencing", "fair", "crate",
 ];
 
 /// The shortest lease the runtime accepts (its `LockClient::MIN_LEASE`).
@@ -41,6 +41,7 @@ pub(crate) struct LockArgs {
     pub renew: Option<bool>,
     pub on_lost: Option<OnLostArg>,
     pub fencing: Option<bool>,
+    pub fair: Option<bool>,
     pub krate: Option<syn::Path>,
     seen: Vec<String>,
 }
@@ -208,6 +209,7 @@ impl LockArgs {
             }
             "renew" => self.renew = bool_value(&arg, errors),
             "fencing" => self.fencing = bool_value(&arg, errors),
+            "fair" => self.fair = bool_value(&arg, errors),
             "on_lost" => {
                 let Some(lit) = string_value(&arg, errors, "\"abort\"") else {
                     return;

@@ -204,6 +204,7 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
         Some(fencing) => quote!(::core::option::Option::Some(#fencing)),
         None => quote!(::core::option::Option::None),
     };
+    let fair = args.fair.unwrap_or(false);
     quote! {
         #krate::__private::LockOptions {
             lease: #lease,
@@ -211,6 +212,7 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
             renew: #renew,
             on_lost: #on_lost,
             fencing: #fencing,
+            fair: #fair,
         }
     }
 }

@@ -122,6 +122,7 @@ impl LockClient {
             wait: self.inner.default_wait,
             renew: true,
             fencing: self.inner.fencing,
+            fair: false,
         }
     }
 
@@ -560,6 +561,7 @@ struct Params {
     wait: Option<Duration>,
     renewal: RenewMode,
     fencing: bool,
+    fair: bool,
 }
 
 impl LockClient {
@@ -585,6 +587,7 @@ impl LockClient {
                 RenewMode::Off
             },
             fencing: options.fencing.unwrap_or(inner.fencing),
+            fair: options.fair,
         };
         inner.acquire(key, params).await
     }
@@ -603,7 +606,23 @@ impl ClientInner {
             lease: params.lease,
             fencing: params.fencing,
             renew: params.renewal != RenewMode::Off,
+            fair: params.fair,
         };
+        if params.fair {
+            if !self.backend.supports_fair() {
+                return Err(LockError::Config(format!(
+                    "`{}`: fair locks are not available on the {} backend; use redis://, \
+                     redis+cluster://, memory://, zk:// or etcd:// (their waiters queue in \
+                     arrival order), or drop `fair`",
+                    name.key(),
+                    self.backend.kind()
+                )));
+            }
+            // Straight into the lock's queue on the server: no optimistic first attempt and
+            // no local queue, which would let a newcomer or a task of this client pass
+            // waiters that came first.
+            return Box::pin(self.acquire_fair(name, token, params, started)).await;
+        }
         // Fast path: when no task of this client waits for the key, try once straight away
         // (one round trip for a free lock) without touching the queue. Not for a backend whose
         // busy attempt joins a queue on the server (ZooKeeper): its place in line must be
@@ -640,6 +659,37 @@ impl ClientInner {
         Box::pin(self.acquire_queued(name, token, params, started, failed)).await
     }
 
+    /// A fair acquisition: every attempt goes through the lock's queue on the server.
+    async fn acquire_fair(
+        &self,
+        name: LockName,
+        mut token: OwnerToken,
+        params: Params,
+        started: tokio::time::Instant,
+    ) -> Result<LockGuard, LockError> {
+        let key = name.key();
+        let request = wait::Request {
+            name: name.full(),
+            key,
+            lease: params.lease,
+            fencing: params.fencing,
+            renew: params.renewal != RenewMode::Off,
+            fair: true,
+        };
+        let span = tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.kind(), fair = true);
+        let mut acquired =
+            match wait::acquire(&self.backend, request, &mut token, params.wait, None, None)
+                .instrument(span)
+                .await
+            {
+                Ok(acquired) => acquired,
+                Err(LockError::Timeout { .. }) => return Err(timed_out(key, started)),
+                Err(error) => return Err(error),
+            };
+        acquired.waited = started.elapsed();
+        Ok(self.guard(name, token, params, acquired))
+    }
+
     /// The slow path of [`acquire`](Self::acquire): the lock is busy (or other tasks of this
     /// client wait for it, or the first attempt failed transiently) and the request may wait.
     async fn acquire_queued(
@@ -658,6 +708,7 @@ impl ClientInner {
             lease: params.lease,
             fencing: params.fencing,
             renew: params.renewal != RenewMode::Off,
+            fair: false,
         };
         // Queue behind this client's other tasks waiting for the key. (`queued` is declared
         // first so it is dropped after the queue.)
@@ -727,6 +778,7 @@ impl ClientInner {
             token,
             params.lease,
             params.renewal,
+            params.fair,
             acquired,
         )
     }
@@ -745,6 +797,7 @@ pub struct LockRequest {
     wait: Option<Duration>,
     renew: bool,
     fencing: bool,
+    fair: bool,
 }
 
 impl LockRequest {
@@ -780,6 +833,22 @@ impl LockRequest {
         self
     }
 
+    /// Make this a fair lock: waiters from every process are granted the lock in the order
+    /// they asked for it, through a queue the backend keeps beside the lock (as Redisson's
+    /// `RFairLock`). A release wakes only the head of the queue; a waiter that gives up or
+    /// dies loses its place (a dead one after [`FAIR_QUEUE_TTL`](crate::FAIR_QUEUE_TTL)).
+    ///
+    /// It costs more than the default lock (on Redis a script per attempt and per release,
+    /// touching the queue, instead of one `SET`), and a fair lock is never handed over between
+    /// tasks of one client. Every process must take a given key the same way, fair or not: a
+    /// plain request ignores the queue. Supported on `redis://`, `redis+cluster://` and
+    /// `memory://`; on `zk://` and `etcd://` every lock is fair already. Elsewhere the
+    /// acquisition fails with [`LockError::Config`].
+    pub fn fair(mut self) -> Self {
+        self.fair = true;
+        self
+    }
+
     /// The lock key, without the client's prefix.
     pub fn key(&self) -> &str {
         &self.key
@@ -797,6 +866,7 @@ impl LockRequest {
                 RenewMode::Off
             },
             fencing: self.fencing,
+            fair: self.fair,
         };
         self.client.inner.acquire(self.key, params).await
     }

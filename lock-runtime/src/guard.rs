@@ -55,6 +55,8 @@ pub(crate) struct Shared {
     pub lost: LostFlag,
     /// Without renewal, the instant the lease ends (minus the drift margin).
     pub unrenewed_end: Option<Instant>,
+    /// Taken as a fair lock: released through the lock's queue, never handed over.
+    pub fair: bool,
 }
 
 impl Shared {
@@ -71,6 +73,7 @@ impl Shared {
             fencing: false,
             renew: true,
             waiting: false,
+            fair: self.fair,
         }
     }
 
@@ -140,6 +143,7 @@ impl LockGuard {
         token: OwnerToken,
         lease: Duration,
         renewal: RenewMode,
+        fair: bool,
         acquired: Acquired,
     ) -> LockGuard {
         let renew = renewal != RenewMode::Off;
@@ -152,6 +156,7 @@ impl LockGuard {
             waited: acquired.waited,
             lost: LostFlag::default(),
             unrenewed_end: (!renew).then_some(lease_end),
+            fair,
         });
         let watchdog = (renewal == RenewMode::Spawned).then(|| {
             renew::spawn_watchdog(Arc::clone(&shared), Arc::clone(renewer), acquired.sent_at)
@@ -291,6 +296,12 @@ async fn give_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<boo
     let backend = renewer.backend();
     let local = renewer.local();
     let name = shared.name.full();
+    if shared.fair {
+        // The next in line is the head of the lock's queue on the server, not a task here.
+        let released = backend.release_fair(name, shared.token.as_str()).await;
+        local.let_go(shared);
+        return released;
+    }
     let mut offer = local.take_offer(shared);
     if offer.is_none() && local.may_offer(shared.key()) {
         // The next in line may be about to offer (it was just let through its gate, as this
@@ -317,7 +328,7 @@ async fn give_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<boo
                 };
                 if offer.reply.send(handed).is_err() {
                     // The waiter left meanwhile: the lock holds a token nobody will use.
-                    crate::wait::release_in_background(backend, name, &offer.token);
+                    crate::wait::release_in_background(backend, name, &offer.token, false);
                 }
                 return Ok(true);
             }
@@ -330,7 +341,7 @@ async fn give_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<boo
             Err(error) => {
                 tracing::debug!(key = %shared.key(), %error, "distlock: hand-over failed; releasing instead");
                 let _ = offer.reply.send(Handed::Unknown);
-                crate::wait::release_in_background(backend, name, &offer.token);
+                crate::wait::release_in_background(backend, name, &offer.token, false);
             }
         }
     }
@@ -352,7 +363,7 @@ impl Drop for HandoverInFlight<'_> {
     fn drop(&mut self) {
         if let Some(offer) = self.offer.take() {
             let _ = offer.reply.send(Handed::Unknown);
-            crate::wait::release_in_background(self.backend, self.name, &offer.token);
+            crate::wait::release_in_background(self.backend, self.name, &offer.token, false);
         }
     }
 }

@@ -65,6 +65,7 @@ pub use global::{URL_ENV, client, init, init_from_env};
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
 pub use scope::{CurrentLock, current};
+pub use wait::FAIR_QUEUE_TTL;
 
 /// What `#[distributed_lock]` expands to. Not a stable API: use the attribute.
 #[doc(hidden)]

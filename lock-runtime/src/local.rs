@@ -87,6 +87,7 @@ impl Offer {
             fencing: self.fencing,
             renew: self.renew,
             waiting: true,
+            fair: false,
         }
     }
 }

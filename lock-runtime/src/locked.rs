@@ -41,6 +41,8 @@ pub struct LockOptions {
     pub on_lost: OnLost,
     /// `fencing = …`; `None` for the client's default.
     pub fencing: Option<bool>,
+    /// `fair = …`.
+    pub fair: bool,
 }
 
 /// The return type of a `#[distributed_lock]` function: `Result<T, E>` with
@@ -141,6 +143,7 @@ mod footprint {
         renew: true,
         on_lost: OnLost::Abort,
         fencing: None,
+        fair: false,
     };
 
     #[test]
@@ -168,6 +171,7 @@ mod footprint {
             fencing: false,
             renew: true,
             waiting: false,
+            fair: false,
         };
         for (op, size) in [
             (

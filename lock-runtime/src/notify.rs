@@ -24,6 +24,8 @@ pub(crate) struct ReleaseHub {
 
 struct Entry {
     releases: watch::Sender<u64>,
+    /// Waiters of a fair lock, by owner token: a release wakes only the one it names.
+    targeted: HashMap<String, watch::Sender<u64>>,
     waiters: usize,
 }
 
@@ -44,18 +46,42 @@ impl ReleaseHub {
     /// Registers a waiter for `key`. The returned `bool` is `true` for the first waiter of the
     /// key, which is when a backend must start listening for it. `on_first` runs under the
     /// hub's lock, so it is ordered with the `on_idle` of a previous generation.
+    #[cfg_attr(
+        not(any(feature = "postgres", feature = "mysql", test)),
+        allow(dead_code)
+    )]
     pub(crate) fn subscribe(
         self: &Arc<Self>,
         key: &str,
         on_first: impl FnOnce(),
     ) -> ReleaseSubscription {
+        self.subscribe_as(key, None, on_first)
+    }
+
+    /// [`subscribe`](Self::subscribe) for the waiter `token` of a fair lock: woken by
+    /// [`notify`](Self::notify), and by [`notify_one`](Self::notify_one) only when it names
+    /// `token`.
+    pub(crate) fn subscribe_as(
+        self: &Arc<Self>,
+        key: &str,
+        token: Option<&str>,
+        on_first: impl FnOnce(),
+    ) -> ReleaseSubscription {
         let mut entries = self.entries();
         let entry = entries.entry(key.to_owned()).or_insert_with(|| Entry {
             releases: watch::Sender::new(0),
+            targeted: HashMap::new(),
             waiters: 0,
         });
         entry.waiters += 1;
-        let rx = entry.releases.subscribe();
+        let rx = match token {
+            Some(token) => entry
+                .targeted
+                .entry(token.to_owned())
+                .or_insert_with(|| watch::Sender::new(0))
+                .subscribe(),
+            None => entry.releases.subscribe(),
+        };
         if entry.waiters == 1 {
             on_first();
         }
@@ -66,6 +92,7 @@ impl ReleaseHub {
                 _registration: Registration {
                     hub: Arc::clone(self),
                     key: key.to_owned(),
+                    token: token.map(str::to_owned),
                 },
             },
             more: Vec::new(),
@@ -76,6 +103,20 @@ impl ReleaseHub {
     pub(crate) fn notify(&self, key: &str) {
         if let Some(entry) = self.entries().get(key) {
             entry.releases.send_modify(|n| *n = n.wrapping_add(1));
+            for targeted in entry.targeted.values() {
+                targeted.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        }
+    }
+
+    /// Wakes the waiters of `key` that are not in a fair lock's queue, and the fair waiter
+    /// `token` (the next in line): a fair release wakes one waiter, not a herd.
+    pub(crate) fn notify_one(&self, key: &str, token: &str) {
+        if let Some(entry) = self.entries().get(key) {
+            entry.releases.send_modify(|n| *n = n.wrapping_add(1));
+            if let Some(targeted) = entry.targeted.get(token) {
+                targeted.send_modify(|n| *n = n.wrapping_add(1));
+            }
         }
     }
 
@@ -111,12 +152,16 @@ impl Drop for CloseOnDrop {
 struct Registration {
     hub: Arc<ReleaseHub>,
     key: String,
+    token: Option<String>,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
         let mut entries = self.hub.entries();
         if let Some(entry) = entries.get_mut(&self.key) {
+            if let Some(token) = &self.token {
+                entry.targeted.remove(token);
+            }
             entry.waiters -= 1;
             if entry.waiters == 0 {
                 entries.remove(&self.key);

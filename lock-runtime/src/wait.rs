@@ -142,6 +142,8 @@ pub(crate) struct Request<'a> {
     pub fencing: bool,
     /// Whether the lock will be renewed (see [`LockSpec::renew`]).
     pub renew: bool,
+    /// Whether the lock is granted in arrival order (see [`LockSpec::fair`]).
+    pub fair: bool,
 }
 
 impl<'a> Request<'a> {
@@ -153,9 +155,16 @@ impl<'a> Request<'a> {
             fencing: self.fencing,
             renew: self.renew,
             waiting: true,
+            fair: self.fair,
         }
     }
 }
+
+/// How long a fair lock's waiter keeps its place in the lock's queue without asking again:
+/// a waiter refreshes its place every third of it while it waits, so a waiter whose process
+/// died is dropped from the queue at most this long after its last refresh, and the waiters
+/// behind it move up.
+pub const FAIR_QUEUE_TTL: Duration = Duration::from_secs(5);
 
 /// Attempts until the lock is ours or `wait` has passed (`None`: no deadline).
 ///
@@ -188,10 +197,14 @@ pub(crate) async fn acquire(
     // Busy attempts in a row, for backends that poll for releases (`Backend::release_poll`).
     let mut busy: u32 = 0;
     let mut pending = failed;
+    // A fair request keeps a place in the lock's queue on the server, as a backend whose
+    // waiters always queue does.
+    let queues = backend.queues_waiters() || request.fair;
     let mut place = PlaceInLine {
         backend,
         name: request.name,
-        token: backend.queues_waiters().then(|| token.as_str().to_owned()),
+        token: queues.then(|| token.as_str().to_owned()),
+        fair: request.fair,
     };
     loop {
         if let Some(failure) = pending.take() {
@@ -346,6 +359,12 @@ pub(crate) async fn acquire(
             Some(poll) => poll.min(until_lease_ends),
             None => until_lease_ends,
         };
+        // A fair waiter asks again in time to keep its place in the queue.
+        let pause = if request.fair {
+            pause.min(FAIR_QUEUE_TTL / 3)
+        } else {
+            pause
+        };
         let wake_at = match deadline {
             Some(deadline) => deadline.min(now + pause),
             None => now + pause,
@@ -457,20 +476,34 @@ impl Drop for InFlight<'_> {
             return;
         }
         tracing::debug!(name = %self.spec.name, "distlock: acquisition cancelled mid-attempt, releasing");
-        release_in_background(self.backend, self.spec.name, self.spec.token);
+        release_in_background(
+            self.backend,
+            self.spec.name,
+            self.spec.token,
+            self.spec.fair,
+        );
     }
 }
 
 /// Releases `token`'s hold on `name` — a lock, or a place in a backend's queue — in the
 /// background, on a runtime that outlives the caller if need be.
-pub(crate) fn release_in_background(backend: &Arc<dyn Backend>, name: &str, token: &str) {
+pub(crate) fn release_in_background(
+    backend: &Arc<dyn Backend>,
+    name: &str,
+    token: &str,
+    fair: bool,
+) {
     let backend = Arc::clone(backend);
     let name: Arc<str> = Arc::from(name);
     let token: Arc<str> = Arc::from(token);
     let job: DetachedJob = Arc::new(move || {
         let (backend, name, token) = (Arc::clone(&backend), Arc::clone(&name), Arc::clone(&token));
         Box::pin(async move {
-            let _ = backend.release(&name, &token).await;
+            let _ = if fair {
+                backend.release_fair(&name, &token).await
+            } else {
+                backend.release(&name, &token).await
+            };
         })
     });
     run_detached(job);
@@ -484,13 +517,14 @@ struct PlaceInLine<'a> {
     backend: &'a Arc<dyn Backend>,
     name: &'a str,
     token: Option<String>,
+    fair: bool,
 }
 
 impl Drop for PlaceInLine<'_> {
     fn drop(&mut self) {
         if let Some(token) = self.token.take() {
             tracing::debug!(name = %self.name, "distlock: leaving the queue");
-            release_in_background(self.backend, self.name, &token);
+            release_in_background(self.backend, self.name, &token, self.fair);
         }
     }
 }

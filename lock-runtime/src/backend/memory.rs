@@ -5,7 +5,7 @@
 //! connected to the same URL share locks, exactly as two clients of one Redis server do.
 //! It excludes nobody outside this process: use it for single-process apps, demos and tests.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -33,6 +33,9 @@ struct State {
     fences: HashMap<String, u64>,
     /// Size of `locks` after the last sweep of expired entries.
     swept_len: usize,
+    /// Fair locks' queues: waiting tokens in arrival order, each with the instant its place
+    /// lapses unless the waiter asks again. Removed when empty.
+    queues: HashMap<String, VecDeque<(String, Instant)>>,
 }
 
 struct Held {
@@ -69,28 +72,75 @@ impl MemoryBackend {
 
     fn acquire_now(&self, spec: LockSpec<'_>) -> Attempt {
         let now = Instant::now();
+        self.state().acquire(spec, now)
+    }
+
+    /// A fair attempt: as the Redis backend's fair script (see `redis/scripts.rs`).
+    fn acquire_fair_now(&self, spec: LockSpec<'_>) -> Attempt {
+        let now = Instant::now();
         let mut state = self.state();
-        if let Some(held) = state.locks.get(spec.name)
-            && held.expires_at > now
-        {
-            return Attempt::Busy {
-                ttl: Some(held.expires_at - now),
-            };
+        let head = state.next_in_line(spec.name, now);
+        let held = state
+            .locks
+            .get(spec.name)
+            .filter(|held| held.expires_at > now)
+            .map(|held| held.expires_at - now);
+        if held.is_none() && head.as_deref().is_none_or(|head| head == spec.token) {
+            if head.is_some()
+                && let Some(queue) = state.queues.get_mut(spec.name)
+            {
+                queue.pop_front();
+                if queue.is_empty() {
+                    state.queues.remove(spec.name);
+                }
+            }
+            return state.acquire(spec, now);
         }
-        state.sweep(now);
-        state.locks.insert(
-            spec.name.to_owned(),
-            Held {
-                token: spec.token.to_owned(),
-                expires_at: now + spec.lease,
-            },
-        );
-        let fencing_token = spec.fencing.then(|| {
-            let counter = state.fences.entry(spec.name.to_owned()).or_insert(0);
-            *counter += 1;
-            *counter
+        let until = now + crate::wait::FAIR_QUEUE_TTL;
+        let queue = state.queues.entry(spec.name.to_owned()).or_default();
+        match queue.iter_mut().find(|(token, _)| token == spec.token) {
+            Some(place) => place.1 = until,
+            None => queue.push_back((spec.token.to_owned(), until)),
+        }
+        let ttl = held.unwrap_or_else(|| {
+            // Free, but another is first in line: until its place lapses, unless woken first.
+            queue.front().map_or(Duration::ZERO, |(_, lapses)| {
+                lapses.saturating_duration_since(now)
+            })
         });
-        Attempt::Acquired { fencing_token }
+        Attempt::Busy { ttl: Some(ttl) }
+    }
+
+    /// A fair release: the holder's token frees the lock and wakes the next in line; a waiting
+    /// token gives up its place (waking the next if it was first in line of a free lock).
+    fn release_fair_now(&self, name: &str, token: &str) -> bool {
+        let now = Instant::now();
+        let mut state = self.state();
+        let released = matches!(state.locks.get(name), Some(held) if held.token == token);
+        if released {
+            state.locks.remove(name);
+        } else {
+            let Some(queue) = state.queues.get_mut(name) else {
+                return false;
+            };
+            let Some(at) = queue.iter().position(|(t, _)| t == token) else {
+                return false;
+            };
+            queue.remove(at);
+            let free = state
+                .locks
+                .get(name)
+                .is_none_or(|held| held.expires_at <= now);
+            if at != 0 || !free {
+                return false;
+            }
+        }
+        let head = state.next_in_line(name, now);
+        drop(state);
+        if let Some(head) = head {
+            self.hub.notify_one(name, &head);
+        }
+        released
     }
 
     fn renew_now(&self, spec: LockSpec<'_>) -> bool {
@@ -187,6 +237,44 @@ impl MemoryBackend {
 }
 
 impl State {
+    /// Takes the lock for `spec` if it is free (no queue considered).
+    fn acquire(&mut self, spec: LockSpec<'_>, now: Instant) -> Attempt {
+        if let Some(held) = self.locks.get(spec.name)
+            && held.expires_at > now
+        {
+            return Attempt::Busy {
+                ttl: Some(held.expires_at - now),
+            };
+        }
+        self.sweep(now);
+        self.locks.insert(
+            spec.name.to_owned(),
+            Held {
+                token: spec.token.to_owned(),
+                expires_at: now + spec.lease,
+            },
+        );
+        let fencing_token = spec.fencing.then(|| {
+            let counter = self.fences.entry(spec.name.to_owned()).or_insert(0);
+            *counter += 1;
+            *counter
+        });
+        Attempt::Acquired { fencing_token }
+    }
+
+    /// The first token in `name`'s queue whose place has not lapsed (lapsed ones dropped).
+    fn next_in_line(&mut self, name: &str, now: Instant) -> Option<String> {
+        let queue = self.queues.get_mut(name)?;
+        while queue.front().is_some_and(|(_, lapses)| *lapses <= now) {
+            queue.pop_front();
+        }
+        let head = queue.front().map(|(token, _)| token.clone());
+        if head.is_none() {
+            self.queues.remove(name);
+        }
+        head
+    }
+
     /// Drops expired locks once the map has doubled since the last sweep, so keys that are
     /// never touched again do not pile up; amortized O(1) per acquisition.
     fn sweep(&mut self, now: Instant) {
@@ -203,7 +291,22 @@ impl Backend for MemoryBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
+        if spec.fair {
+            return self.answer(move || self.acquire_fair_now(spec));
+        }
         self.answer(move || self.acquire_now(spec))
+    }
+
+    fn release_fair<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+        self.answer(move || self.release_fair_now(name, token))
+    }
+
+    fn supports_fair(&self) -> bool {
+        true
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
@@ -223,7 +326,9 @@ impl Backend for MemoryBackend {
         spec: LockSpec<'a>,
     ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
         let name = spec.name;
-        let subscription = self.hub.subscribe(name, || {});
+        let subscription = self
+            .hub
+            .subscribe_as(name, spec.fair.then_some(spec.token), || {});
         Box::pin(async move { Ok(subscription) })
     }
 }
@@ -240,6 +345,7 @@ mod tests {
             fencing,
             renew: true,
             waiting: false,
+            fair: false,
         }
     }
 

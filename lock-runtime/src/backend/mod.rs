@@ -97,6 +97,10 @@ pub(crate) struct LockSpec<'a> {
     /// (one command on Redis), and learns the lease when it goes on to wait.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub waiting: bool,
+    /// Whether the lock is fair: granted in arrival order through a queue on the server (see
+    /// [`Backend::supports_fair`]).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub fair: bool,
 }
 
 /// The outcome of [`Backend::hand_over`].
@@ -174,6 +178,24 @@ pub(crate) trait Backend: Send + Sync + 'static {
         name: &'a str,
         token: &'a str,
     ) -> BoxFuture<'a, Result<bool, BoxError>>;
+
+    /// Like [`release`](Self::release), for a lock taken with `fair` set: also gives up the
+    /// token's place in the lock's queue if it is only waiting, and wakes the next in line.
+    /// The default is `release`: a backend whose every lock queues its waiters.
+    fn release_fair<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+        self.release(name, token)
+    }
+
+    /// Whether the backend can grant a lock in arrival order across processes (a request with
+    /// `fair` set): with a queue of its own for fair requests (Redis), or because its waiters
+    /// always queue ([`queues_waiters`](Self::queues_waiters): ZooKeeper, etcd).
+    fn supports_fair(&self) -> bool {
+        self.queues_waiters()
+    }
 
     /// Whether [`hand_over`](Self::hand_over) is supported: then a guard that releases a key
     /// another task of its client waits for passes the lock straight to it.

@@ -55,6 +55,12 @@ pub(crate) use nodes::node_urls;
 use pubsub::Subscriber;
 use scripts::{ACQUIRE, ACQUIRE_FENCED, HAND_OVER, RELEASE, RENEW, RENEW_MANY, VOTE};
 
+/// Prefixes of a fair lock's queue (a list of waiting tokens) and of its waiters' deadlines (a
+/// sorted set), before the lock's name: `lock-queue:lock:K`, `lock-queue-deadlines:lock:K`
+/// (in a cluster `lock-queue:{lock:K}`, in the lock's slot). Both expire when nobody waits.
+const FAIR_QUEUE_PREFIX: &str = "lock-queue:";
+const FAIR_DEADLINES_PREFIX: &str = "lock-queue-deadlines:";
+
 /// How often a command that failed on a dropped connection is retried (with the same token),
 /// unless the settings say otherwise.
 pub(crate) const RETRIES: u32 = 3;
@@ -138,6 +144,8 @@ pub(crate) struct RedisBackend {
     acquire: Script,
     hand_over: Script,
     vote: Script,
+    acquire_fair: Script,
+    release_fair: Script,
 }
 
 impl RedisBackend {
@@ -194,6 +202,8 @@ impl RedisBackend {
             acquire: Script::new(ACQUIRE),
             hand_over: Script::new(HAND_OVER),
             vote: Script::new(VOTE),
+            acquire_fair: Script::new(&scripts::acquire_fair()),
+            release_fair: Script::new(&scripts::release_fair()),
         }
     }
 
@@ -210,6 +220,8 @@ impl RedisBackend {
                 &self.acquire,
                 &self.hand_over,
                 &self.vote,
+                &self.acquire_fair,
+                &self.release_fair,
             ] {
                 script.load_async(&mut conn).await?;
             }
@@ -361,6 +373,45 @@ impl RedisBackend {
         format!("{}{}", self.settings.fence_prefix, name)
     }
 
+    /// A fair lock's queue and deadline keys.
+    fn fair_keys(&self, name: &str) -> (String, String) {
+        (
+            format!("{FAIR_QUEUE_PREFIX}{name}"),
+            format!("{FAIR_DEADLINES_PREFIX}{name}"),
+        )
+    }
+
+    /// A fair attempt: one script that queues the token unless the lock is free and it is
+    /// first in line.
+    async fn try_acquire_fair(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
+        let fence_key = self.fence_key(spec.name);
+        let (queue, deadlines) = self.fair_keys(spec.name);
+        let place = millis(crate::wait::FAIR_QUEUE_TTL);
+        let (taken, value): (i64, i64) = self
+            .run(|mut conn, _| {
+                let mut call = self.acquire_fair.key(spec.name);
+                call.key(&queue)
+                    .key(&deadlines)
+                    .key(&fence_key)
+                    .arg(spec.token)
+                    .arg(millis(spec.lease))
+                    .arg(place)
+                    .arg(u8::from(spec.fencing));
+                async move { call.invoke_async(&mut conn).await }
+            })
+            .await
+            .map_err(acquire_error)?;
+        Ok(if taken == 1 {
+            Attempt::Acquired {
+                fencing_token: spec.fencing.then_some(value as u64),
+            }
+        } else {
+            Attempt::Busy {
+                ttl: ttl_from_pttl(value.max(-2)),
+            }
+        })
+    }
+
     fn is_cluster(&self) -> bool {
         matches!(self.link, Link::Cluster(_))
     }
@@ -444,6 +495,9 @@ impl Backend for RedisBackend {
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
         Box::pin(async move {
+            if spec.fair {
+                return self.try_acquire_fair(spec).await;
+            }
             let lease = millis(spec.lease);
             if spec.fencing {
                 let fence_key = self.fence_key(spec.name);
@@ -575,6 +629,28 @@ impl Backend for RedisBackend {
         })
     }
 
+    fn release_fair<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(async move {
+            let (queue, deadlines) = self.fair_keys(name);
+            let released: i64 = self
+                .run(|mut conn, _| {
+                    let mut call = self.release_fair.key(name);
+                    call.key(&queue).key(&deadlines).arg(token);
+                    async move { call.invoke_async(&mut conn).await }
+                })
+                .await?;
+            Ok(released == 1)
+        })
+    }
+
+    fn supports_fair(&self) -> bool {
+        true
+    }
+
     fn hands_over(&self) -> bool {
         true
     }
@@ -612,10 +688,10 @@ impl Backend for RedisBackend {
         &'a self,
         spec: LockSpec<'a>,
     ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
-        let name = spec.name;
+        let (name, token) = (spec.name, spec.fair.then_some(spec.token));
         Box::pin(async move {
             let subscriber = self.subscriber().await?;
-            Ok(subscriber.subscribe(name).await?)
+            Ok(subscriber.subscribe(name, token).await?)
         })
     }
 }

@@ -102,7 +102,12 @@ impl Subscriber {
         tokio::spawn(async move {
             let _closer = closer;
             while let Some(message) = stream.next().await {
-                _closer.hub.notify(message.get_channel_name());
+                let channel = message.get_channel_name();
+                // A plain release says `released`; a fair lock's names the next in line.
+                match std::str::from_utf8(message.get_payload_bytes()) {
+                    Ok("released") | Err(_) => _closer.hub.notify(channel),
+                    Ok(next) => _closer.hub.notify_one(channel, next),
+                }
             }
             tracing::debug!("distlock: redis pub/sub connection closed");
         });
@@ -184,9 +189,14 @@ impl Subscriber {
         !self.dead.load(Ordering::SeqCst) && self.runtime.is_alive()
     }
 
-    /// Registers a waiter and returns once Redis has confirmed the channel subscription.
-    pub(super) async fn subscribe(&self, name: &str) -> RedisResult<ReleaseSubscription> {
-        let subscription = self.hub.subscribe(name, || {});
+    /// Registers a waiter (of a fair lock: `token`, woken only when a release names it) and
+    /// returns once Redis has confirmed the channel subscription.
+    pub(super) async fn subscribe(
+        &self,
+        name: &str,
+        token: Option<&str>,
+    ) -> RedisResult<ReleaseSubscription> {
+        let subscription = self.hub.subscribe_as(name, token, || {});
         let (ack, confirmed) = oneshot::channel();
         let gone = || {
             RedisError::from(std::io::Error::new(
