@@ -23,6 +23,10 @@ mod backend {
         distlock::__private::testing::memory_peek(URL, name).map(|(token, _)| token)
     }
 
+    pub async fn queued(name: &str) -> usize {
+        distlock::__private::testing::memory_queued(URL, name)
+    }
+
     pub async fn steal(name: &str) {
         distlock::__private::testing::memory_force(
             URL,

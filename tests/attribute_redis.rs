@@ -25,6 +25,17 @@ mod backend {
         RedisServer::shared().get(name).await
     }
 
+    /// How many waiters stand in the fair queue of backend key `name`.
+    pub async fn queued(name: &str) -> usize {
+        let mut conn = RedisServer::shared().connection().await;
+        let len: usize = redis::cmd("LLEN")
+            .arg(format!("lock-queue:{name}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        len
+    }
+
     /// Another owner takes the key behind the holder's back.
     pub async fn steal(name: &str) {
         let mut conn = RedisServer::shared().connection().await;

@@ -242,3 +242,39 @@ async fn unreachable_or_wrong_protocol_servers_fail_within_the_connect_timeout()
             .unwrap();
     }
 }
+
+/// A fair lock on a backend that cannot queue waiters across processes (Redlock here; also the
+/// SQL backends) fails at once with a `Config` error that names the key and says which
+/// backends can, before anything is sent.
+#[tokio::test]
+async fn a_fair_lock_where_the_backend_cannot_queue_is_a_config_error() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let url = format!(
+        "redlock://{}",
+        servers
+            .iter()
+            .map(|s| s.url().trim_start_matches("redis://").to_owned())
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let client = LockClient::connect(&url).await.unwrap();
+    for server in &servers {
+        server.reset_stats().await;
+    }
+    let err = client
+        .lock("order:7")
+        .fair()
+        .acquire()
+        .await
+        .expect_err("Redlock has no fair queue");
+    let message = err.to_string();
+    assert!(matches!(err, LockError::Config(_)), "{err:?}");
+    assert!(
+        message.contains("order:7") && message.contains("fair") && message.contains("redis://"),
+        "{message}"
+    );
+    for server in &servers {
+        assert_eq!(server.command_calls("set").await, 0, "nothing sent");
+        assert_eq!(server.command_calls("evalsha").await, 0, "nothing sent");
+    }
+}

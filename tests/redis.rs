@@ -926,3 +926,242 @@ mod offers {
         );
     }
 }
+
+/// A fair lock's queue and deadline keys on the server, as `(LLEN, ZCARD)`.
+async fn fair_queue(server: &RedisServer, key: &str) -> (i64, i64) {
+    let mut conn = server.connection().await;
+    let len: i64 = redis::cmd("LLEN")
+        .arg(format!("lock-queue:lock:{key}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let card: i64 = redis::cmd("ZCARD")
+        .arg(format!("lock-queue-deadlines:lock:{key}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    (len, card)
+}
+
+async fn until_queued(server: &RedisServer, key: &str, n: i64) {
+    assert!(
+        eventually(ms(5_000), || async { fair_queue(server, key).await.0 >= n }).await,
+        "{key}: {n} waiters never queued (queue: {:?})",
+        fair_queue(server, key).await
+    );
+}
+
+/// Fair: waiters of three clients (three connections, as three processes), two tasks each,
+/// arriving one after another, are granted the lock exactly in arrival order — a task is not
+/// passed by a later task of its own client (no local queue, no hand-over) nor of another. The
+/// queue keys are gone afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_lock_grants_waiters_of_every_client_in_arrival_order() {
+    let server = RedisServer::start();
+    let mut clients = Vec::new();
+    for _ in 0..3 {
+        clients.push(LockClient::connect(&server.url()).await.unwrap());
+    }
+    let holder = clients[0]
+        .lock("fair")
+        .fair()
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for arrival in 0..6 {
+        let client = clients[arrival % 3].clone();
+        let order = order.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = client
+                .lock("fair")
+                .fair()
+                .fencing(true)
+                .wait(ms(20_000))
+                .acquire()
+                .await
+                .unwrap();
+            order
+                .lock()
+                .unwrap()
+                .push((arrival, guard.fencing_token().unwrap()));
+            tokio::time::sleep(ms(5)).await;
+            guard.release().await.unwrap();
+        }));
+        until_queued(&server, "fair", arrival as i64 + 1).await;
+    }
+    server.reset_stats().await;
+    holder.release().await.unwrap();
+    for task in tasks {
+        tokio::time::timeout(ms(20_000), task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let arrivals: Vec<usize> = order.iter().map(|(arrival, _)| *arrival).collect();
+    assert_eq!(arrivals, vec![0, 1, 2, 3, 4, 5], "granted in arrival order");
+    assert!(
+        order.windows(2).all(|w| w[0].1 < w[1].1),
+        "fencing tokens rise: {order:?}"
+    );
+    let scripts = server.command_calls("evalsha").await;
+    println!("fair: 6 grants and 7 releases in {scripts} EVALSHA");
+    // Each waiter woken by name: one attempt each (≤ 2 with a refresh), plus 7 releases.
+    assert!(
+        scripts <= 7 + 6 * 2,
+        "a release wakes one waiter, not all: {scripts}"
+    );
+    assert_eq!(server.get("lock:fair").await, None);
+    assert_eq!(
+        fair_queue(&server, "fair").await,
+        (0, 0),
+        "the queue is gone"
+    );
+}
+
+/// Fair: a waiter whose process died keeps its place until it lapses, and not longer. A dead
+/// waiter is put first in line by hand (its place lapses 1 s after it joined); the live
+/// waiter behind it is not granted the freed lock before then, and is granted it within the
+/// refresh interval after (FAIR_QUEUE_TTL / 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_waiters_place_lapses_and_the_line_moves_on() {
+    let (server, client) = start().await;
+    let holder = client
+        .lock("ghost")
+        .fair()
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let mut conn = server.connection().await;
+    let (secs, micros): (String, String) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let now_ms = secs.parse::<u64>().unwrap() * 1_000 + micros.parse::<u64>().unwrap() / 1_000;
+    let _: () = redis::pipe()
+        .cmd("RPUSH")
+        .arg("lock-queue:lock:ghost")
+        .arg("dead-waiter")
+        .ignore()
+        .cmd("ZADD")
+        .arg("lock-queue-deadlines:lock:ghost")
+        .arg(now_ms + 1_000)
+        .arg("dead-waiter")
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let lapses_at = Instant::now() + ms(1_000);
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let guard = client
+                .lock("ghost")
+                .fair()
+                .wait(ms(20_000))
+                .acquire()
+                .await
+                .unwrap();
+            let at = Instant::now();
+            guard.release().await.unwrap();
+            at
+        })
+    };
+    until_queued(&server, "ghost", 2).await;
+    holder.release().await.unwrap();
+    let granted_at = tokio::time::timeout(ms(20_000), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        granted_at >= lapses_at - ms(50),
+        "granted {:?} before the dead waiter's place lapsed",
+        lapses_at - granted_at
+    );
+    let late = granted_at.saturating_duration_since(lapses_at);
+    println!("granted {late:?} after the dead waiter's place lapsed");
+    assert!(
+        late <= distlock::FAIR_QUEUE_TTL / 3 + ms(2_000),
+        "granted {late:?} after the place lapsed"
+    );
+    assert_eq!(
+        fair_queue(&server, "ghost").await,
+        (0, 0),
+        "the dead waiter is gone"
+    );
+    assert_eq!(server.get("lock:ghost").await, None);
+}
+
+/// Fair: a waiter that times out, and one that is cancelled, leave the line at once; the
+/// waiter behind them is woken by the release (well within a second, not after their places
+/// lapse).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_waiters_that_give_up_leave_the_line() {
+    let (server, client) = start().await;
+    let holder = client
+        .lock("leave")
+        .fair()
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let timed_out = client.lock("leave").fair().wait(ms(300)).acquire().await;
+    assert!(
+        matches!(timed_out, Err(LockError::Timeout { .. })),
+        "{timed_out:?}"
+    );
+    assert!(
+        eventually(ms(2_000), || async {
+            fair_queue(&server, "leave").await == (0, 0)
+        })
+        .await,
+        "the timed-out waiter left: {:?}",
+        fair_queue(&server, "leave").await
+    );
+    let cancelled = {
+        let client = client.clone();
+        tokio::spawn(async move { client.lock("leave").fair().wait(ms(20_000)).acquire().await })
+    };
+    until_queued(&server, "leave", 1).await;
+    let behind = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let guard = client
+                .lock("leave")
+                .fair()
+                .wait(ms(20_000))
+                .acquire()
+                .await
+                .unwrap();
+            let at = Instant::now();
+            guard.release().await.unwrap();
+            at
+        })
+    };
+    until_queued(&server, "leave", 2).await;
+    cancelled.abort();
+    assert!(cancelled.await.unwrap_err().is_cancelled());
+    assert!(
+        eventually(ms(2_000), || async {
+            fair_queue(&server, "leave").await == (1, 1)
+        })
+        .await,
+        "the cancelled waiter left: {:?}",
+        fair_queue(&server, "leave").await
+    );
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let granted_at = tokio::time::timeout(ms(20_000), behind)
+        .await
+        .unwrap()
+        .unwrap();
+    let woken = granted_at - released_at;
+    println!("the waiter behind was granted {woken:?} after the release");
+    assert!(
+        woken < ms(1_000),
+        "woken by the release, not a lapse: {woken:?}"
+    );
+    assert_eq!(fair_queue(&server, "leave").await, (0, 0));
+    assert_eq!(server.get("lock:leave").await, None);
+}

@@ -20,6 +20,11 @@ pub fn memory_force(url: &str, name: &str, value: Option<(&str, Duration)>) {
     store(url).force(name, value)
 }
 
+/// How many waiters stand in the fair queue of backend key `name` in the `memory://` store.
+pub fn memory_queued(url: &str, name: &str) -> usize {
+    store(url).queued(name)
+}
+
 /// Gives every operation on the `memory://` store at `url` a simulated round trip of
 /// `min..=max` from now on (`None`: back to none), like a slow network to a server.
 pub fn memory_latency(url: &str, latency: Option<(Duration, Duration)>) {

@@ -1,7 +1,8 @@
 //! Behaviour of `#[distributed_lock]` functions, written once and run by `attribute_memory.rs`
 //! and `attribute_redis.rs` against their backend. Each binary provides `crate::backend` with
 //! `setup()` (installs the global client once), `holder(name)` (what the server holds) and
-//! `steal(name)` (another owner takes the key behind the holder's back).
+//! `steal(name)` (another owner takes the key behind the holder's back) and `queued(name)` (how
+//! many waiters stand in the key's fair queue).
 //!
 //! All tests of a binary share one global client, each on its own `#[tokio::test]` runtime,
 //! in any order — what users' test suites do.
@@ -369,4 +370,54 @@ async fn methods_and_field_paths_build_the_key() {
     assert_eq!(key, format!("shard:{region}:ada:7"));
     assert_eq!(shard.counter.load(Ordering::SeqCst), 1);
     assert!(distlock::current().is_none());
+}
+
+#[distributed_lock(key = "fair:<tag>", lease = "10s", wait = "20s", fair = true)]
+async fn fair_turn(
+    tag: &str,
+    arrival: usize,
+    order: &std::sync::Mutex<Vec<usize>>,
+) -> Result<(), LockError> {
+    order.lock().unwrap().push(arrival);
+    tokio::time::sleep(ms(2)).await;
+    Ok(())
+}
+
+/// `fair = true`: calls queue on the server and run in the order they arrived, although all
+/// come from one client (a plain lock would let them in through the client's local queue and
+/// hand-overs, in any order relative to a queue on the server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_calls_run_in_arrival_order() {
+    backend::setup().await;
+    let tag = unique("fair");
+    let name = format!("lock:fair:{tag}");
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let first = distlock::client()
+        .unwrap()
+        .lock(format!("fair:{tag}"))
+        .fair()
+        .acquire()
+        .await
+        .unwrap();
+    let mut calls = Vec::new();
+    for arrival in 0..5 {
+        let (tag, order) = (tag.clone(), order.clone());
+        calls.push(tokio::spawn(async move {
+            fair_turn(&tag, arrival, &order).await
+        }));
+        assert!(
+            eventually(ms(5_000), || async {
+                backend::queued(&name).await > arrival
+            })
+            .await,
+            "call {arrival} never queued"
+        );
+    }
+    first.release().await.unwrap();
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3, 4]);
+    assert!(gone(&name).await);
+    assert_eq!(backend::queued(&name).await, 0, "nobody left in line");
 }

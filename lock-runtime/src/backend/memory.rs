@@ -216,6 +216,11 @@ impl MemoryBackend {
             .map(|held| (held.token.clone(), held.expires_at - now))
     }
 
+    /// How many waiters stand in `name`'s fair queue (test support).
+    pub(crate) fn queued(&self, name: &str) -> usize {
+        self.state().queues.get(name).map_or(0, VecDeque::len)
+    }
+
     /// Overwrites or deletes `name` behind its holder's back (test support for fault tests).
     pub(crate) fn force(&self, name: &str, value: Option<(&str, Duration)>) {
         let mut state = self.state();
