@@ -8,7 +8,8 @@
 //! `total_commands_processed` does), and fairness: the most acquisitions that overtook one
 //! waiter (asked after it, granted before it).
 //!
-//! Peers: [rslock](https://crates.io/crates/rslock) (Redlock over one server, its default
+//! Contenders: distlock's default lock, its fair lock (`.fair()`), and
+//! [rslock](https://crates.io/crates/rslock) (Redlock over one server, its default
 //! retries: 3 tries, a random 0–200 ms pause between them).
 
 use std::collections::BTreeMap;
@@ -25,6 +26,8 @@ use super::{Error, Report};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Peer {
     Distlock,
+    /// distlock's fair lock (`.fair()`): granted in arrival order through a queue on the server.
+    DistlockFair,
     Rslock,
 }
 
@@ -32,12 +35,13 @@ impl Peer {
     fn name(self) -> &'static str {
         match self {
             Peer::Distlock => "distlock",
+            Peer::DistlockFair => "distlock-fair",
             Peer::Rslock => "rslock",
         }
     }
 
     fn parse(name: &str) -> Option<Peer> {
-        [Peer::Distlock, Peer::Rslock]
+        [Peer::Distlock, Peer::DistlockFair, Peer::Rslock]
             .into_iter()
             .find(|p| p.name() == name)
     }
@@ -61,13 +65,14 @@ fn now_ns() -> u64 {
 /// A connected contender of one process.
 #[derive(Clone)]
 enum Taker {
-    Distlock(LockClient),
+    Distlock(LockClient, bool),
 }
 
 impl Taker {
     async fn connect(peer: Peer, url: &str) -> Result<Taker, Error> {
         Ok(match peer {
-            Peer::Distlock => Taker::Distlock(LockClient::connect(url).await?),
+            Peer::Distlock => Taker::Distlock(LockClient::connect(url).await?, false),
+            Peer::DistlockFair => Taker::Distlock(LockClient::connect(url).await?, true),
             Peer::Rslock => return Err("rslock runs in the peers binary".into()),
         })
     }
@@ -77,13 +82,12 @@ impl Taker {
         let asked = now_ns();
         let lease = Duration::from_secs(30);
         match self {
-            Taker::Distlock(client) => {
-                let guard = client
-                    .lock(key)
-                    .lease(lease)
-                    .wait_forever()
-                    .acquire()
-                    .await?;
+            Taker::Distlock(client, fair) => {
+                let mut request = client.lock(key).lease(lease).wait_forever();
+                if *fair {
+                    request = request.fair();
+                }
+                let guard = request.acquire().await?;
                 let granted = now_ns();
                 if !hold.is_zero() {
                     tokio::time::sleep(hold).await;
@@ -227,8 +231,8 @@ pub async fn measure(
     let key = format!("contend:{}:{}", peer.name(), support::unique("k"));
     // Helper processes run this binary, or the peers' (built first, outside the window).
     let exe = match peer {
-        Peer::Distlock if processes == 1 => None,
-        Peer::Distlock => Some(std::env::current_exe()?),
+        Peer::Distlock | Peer::DistlockFair if processes == 1 => None,
+        Peer::Distlock | Peer::DistlockFair => Some(std::env::current_exe()?),
         Peer::Rslock => Some(peers_binary()?),
     };
     // Connect (and let helper processes start) before the window opens.
@@ -241,7 +245,7 @@ pub async fn measure(
     let before = command_stats(server).await;
     let mut turns = Vec::new();
     let mut shares = Vec::new();
-    if processes == 1 && peer == Peer::Distlock {
+    if processes == 1 && peer != Peer::Rslock {
         let taker = Taker::connect(peer, &url).await?;
         turns = run_tasks(&taker, &key, tasks, start, window, hold).await?;
     } else {
@@ -340,7 +344,7 @@ pub async fn rows(report: &mut Report, server: &RedisServer) -> Result<(), Error
     let window = Duration::from_secs(3);
     let hold = Duration::from_millis(1);
     for (processes, tasks) in [(1, 16), (4, 4)] {
-        for peer in [Peer::Distlock, Peer::Rslock] {
+        for peer in [Peer::Distlock, Peer::DistlockFair, Peer::Rslock] {
             let o = measure(server, peer, processes, tasks, window, hold).await?;
             let label = format!(
                 "11. {} {}×{} one key, 1 ms hold",

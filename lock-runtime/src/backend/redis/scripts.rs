@@ -82,13 +82,16 @@ end
 if not v then return {0, -2, ''} end
 return {0, redis.call('PTTL', KEYS[1]), v}";
 
-/// The part of the fair-lock scripts that finds the next in line: drops, from the head of the
-/// queue (KEYS[2], a list of tokens), waiters whose place (score in KEYS[3], a sorted set of
-/// deadlines in server milliseconds) has lapsed; → the head's token or nil.
+/// The part of the fair-lock scripts that finds the next in line: `now()` is the server's
+/// clock in milliseconds; `next_in_line(now)` drops, from the head of the queue (KEYS[2], a
+/// list of tokens), waiters whose place (score in KEYS[3], a sorted set of deadlines) has
+/// lapsed, and returns the head's token or nil.
 const FAIR_HEAD: &str = r"
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function next_in_line()
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function next_in_line(now)
   local head = redis.call('LINDEX', KEYS[2], 0)
   while head do
     local deadline = redis.call('ZSCORE', KEYS[3], head)
@@ -106,32 +109,37 @@ end
 /// line → {1, fencing token or 0}; a lock already holding ARGV[1] (a retry whose first reply
 /// was lost) → the same. Otherwise the token joins the end of the line, or keeps its place
 /// for ARGV[3] ms more → {0, ms to wait: the holder's PTTL, or until the head's place lapses}.
+/// A busy lock costs no look at the queue beyond joining it.
 pub(super) fn acquire_fair() -> String {
     format!(
         "{FAIR_HEAD}{}",
         r"
-local head = next_in_line()
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   if ARGV[4] == '1' then return {1, tonumber(redis.call('GET', KEYS[4]) or '0')} end
   return {1, 0}
 end
-if not v and (not head or head == ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  if head then
-    redis.call('LPOP', KEYS[2])
-    redis.call('ZREM', KEYS[3], head)
+local t = now()
+local head = nil
+if not v then
+  head = next_in_line(t)
+  if not head or head == ARGV[1] then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    if head then
+      redis.call('LPOP', KEYS[2])
+      redis.call('ZREM', KEYS[3], head)
+    end
+    if ARGV[4] == '1' then return {1, redis.call('INCR', KEYS[4])} end
+    return {1, 0}
   end
-  if ARGV[4] == '1' then return {1, redis.call('INCR', KEYS[4])} end
-  return {1, 0}
 end
-if redis.call('ZADD', KEYS[3], now + tonumber(ARGV[3]), ARGV[1]) == 1 then
+if redis.call('ZADD', KEYS[3], t + tonumber(ARGV[3]), ARGV[1]) == 1 then
   redis.call('RPUSH', KEYS[2], ARGV[1])
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 if v then return {0, redis.call('PTTL', KEYS[1])} end
-return {0, tonumber(redis.call('ZSCORE', KEYS[3], head)) - now}"
+return {0, tonumber(redis.call('ZSCORE', KEYS[3], head)) - t}"
     )
 }
 
@@ -144,7 +152,7 @@ pub(super) fn release_fair() -> String {
         r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  local head = next_in_line()
+  local head = next_in_line(now())
   if head then redis.call('PUBLISH', KEYS[1], head) end
   return 1
 end
@@ -152,7 +160,7 @@ local first = redis.call('LINDEX', KEYS[2], 0) == ARGV[1]
 if redis.call('LREM', KEYS[2], 1, ARGV[1]) == 1 then
   redis.call('ZREM', KEYS[3], ARGV[1])
   if first and redis.call('EXISTS', KEYS[1]) == 0 then
-    local head = next_in_line()
+    local head = next_in_line(now())
     if head then redis.call('PUBLISH', KEYS[1], head) end
   end
 end
