@@ -292,3 +292,67 @@ async fn a_killed_master_without_replica_tells_its_holders_they_lost_the_lock() 
     again.release().await.unwrap();
     println!("holders on the killed master told they lost the lock within {told_within:?}");
 }
+
+/// A fair lock in a cluster: the lock, its queue and its deadlines share the lock's slot (one
+/// script touches all three), waiters of two clients are granted in arrival order, and nothing
+/// is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_lock_keeps_its_queue_in_the_locks_slot() {
+    let cluster = RedisCluster::start(3, 0);
+    let clients = [
+        LockClient::connect(&cluster.url()).await.unwrap(),
+        LockClient::connect(&cluster.url()).await.unwrap(),
+    ];
+    let holder = clients[0]
+        .lock("fair")
+        .fair()
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let queue_len = || async {
+        let mut conn = cluster.connection().await;
+        let len: i64 = redis::cmd("LLEN")
+            .arg("lock-queue:{lock:fair}")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        len
+    };
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for arrival in 0..4 {
+        let (client, order) = (clients[arrival % 2].clone(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let guard = client
+                .lock("fair")
+                .fair()
+                .wait(ms(20_000))
+                .acquire()
+                .await
+                .unwrap();
+            order.lock().unwrap().push(arrival);
+            guard.release().await.unwrap();
+        }));
+        assert!(
+            eventually(ms(5_000), || async { queue_len().await > arrival as i64 }).await,
+            "waiter {arrival} never queued"
+        );
+    }
+    let lock_slot = cluster.slot("{lock:fair}", 0);
+    assert_eq!(cluster.slot("lock-queue:{lock:fair}", 0), lock_slot);
+    assert_eq!(
+        cluster.slot("lock-queue-deadlines:{lock:fair}", 0),
+        lock_slot
+    );
+    holder.release().await.unwrap();
+    for waiter in waiters {
+        tokio::time::timeout(ms(20_000), waiter)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+    assert_eq!(queue_len().await, 0);
+    assert_eq!(cluster.get("{lock:fair}").await, None);
+}

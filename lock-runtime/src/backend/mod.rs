@@ -105,6 +105,7 @@ pub(crate) struct LockSpec<'a> {
 
 /// The outcome of [`Backend::hand_over`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) enum Handover {
     /// The lock now holds the waiter's token; with a fencing token when it asked for one.
     Handed { fencing_token: Option<u64> },
