@@ -494,10 +494,11 @@ impl Backend for RedisBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
+        if spec.fair {
+            // A future of its own: the plain path's stays small (see `locked::footprint`).
+            return Box::pin(self.try_acquire_fair(spec));
+        }
         Box::pin(async move {
-            if spec.fair {
-                return self.try_acquire_fair(spec).await;
-            }
             let lease = millis(spec.lease);
             if spec.fencing {
                 let fence_key = self.fence_key(spec.name);
