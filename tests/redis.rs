@@ -1165,3 +1165,28 @@ async fn fair_waiters_that_give_up_leave_the_line() {
     assert_eq!(fair_queue(&server, "leave").await, (0, 0));
     assert_eq!(server.get("lock:leave").await, None);
 }
+
+/// A server that lost its scripts (`SCRIPT FLUSH`, as after a restart) is given the release
+/// script again by the release that meets `NOSCRIPT`: the lock is released, not reported lost.
+#[tokio::test]
+async fn a_release_reloads_a_script_the_server_lost() {
+    let (server, client) = start().await;
+    let guard = client.lock("flushed").acquire().await.unwrap();
+    let mut conn = server.connection().await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    server.reset_stats().await;
+    guard.release().await.expect("released, not lost");
+    assert_eq!(server.get("lock:flushed").await, None, "the key is gone");
+    assert_eq!(
+        server.command_calls("script|load").await,
+        1,
+        "the script was loaded again once"
+    );
+    let again = client.lock("flushed").acquire().await.unwrap();
+    again.release().await.unwrap();
+    assert_eq!(server.get("lock:flushed").await, None);
+}

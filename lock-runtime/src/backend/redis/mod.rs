@@ -464,6 +464,44 @@ pub(crate) fn acquire_error(error: RedisError) -> BoxError {
     Transient::wrap_if(is_transient(&error), error)
 }
 
+/// `SET <name> <token> NX PX <lease>` in one pre-sized command (the hot path: `redis::cmd`
+/// grows its buffers argument by argument).
+fn set_nx_px(name: &str, token: &str, lease: u64) -> Cmd {
+    let mut set = Cmd::with_capacity(6, 3 + name.len() + token.len() + 4 + 20);
+    set.arg("SET")
+        .arg(name)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(lease);
+    set
+}
+
+/// `EVALSHA <script> 1 <name> <token>`, pre-sized: what a `ScriptInvocation` sends, without
+/// its vector per key and argument and its growing command.
+fn evalsha_key_token(script: &Script, name: &str, token: &str) -> Cmd {
+    let hash = script.get_hash();
+    let mut call = Cmd::with_capacity(5, 7 + hash.len() + 1 + name.len() + token.len());
+    call.arg("EVALSHA").arg(hash).arg(1).arg(name).arg(token);
+    call
+}
+
+/// Runs an `EVALSHA` of `script`; a server that no longer has the script (`NOSCRIPT`: restarted
+/// empty, or `SCRIPT FLUSH`) is given it again and asked once more.
+async fn query_script<T: redis::FromRedisValue>(
+    conn: &mut Connection,
+    script: &Script,
+    call: &Cmd,
+) -> RedisResult<T> {
+    match call.query_async(conn).await {
+        Err(error) if error.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            call.query_async(conn).await
+        }
+        other => other,
+    }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -526,17 +564,15 @@ impl Backend for RedisBackend {
             // the lock as ours if the lost first try took it.
             let (taken, pttl): (bool, Option<i64>) = self
                 .run(|mut conn, attempt| {
-                    let mut set = redis::cmd("SET");
-                    set.arg(spec.name)
-                        .arg(spec.token)
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(lease);
-                    let mut retry = self.acquire.key(spec.name);
-                    retry.arg(spec.token).arg(lease);
+                    let set = set_nx_px(spec.name, spec.token, lease);
+                    let retry = || {
+                        let mut retry = self.acquire.key(spec.name);
+                        retry.arg(spec.token).arg(lease);
+                        retry
+                    };
                     async move {
                         if attempt > 0 {
-                            let (taken, pttl): (i64, i64) = retry.invoke_async(&mut conn).await?;
+                            let (taken, pttl): (i64, i64) = retry().invoke_async(&mut conn).await?;
                             Ok((taken == 1, Some(pttl)))
                         } else if spec.waiting {
                             let set: Value = set.query_async(&mut conn).await?;
@@ -554,7 +590,7 @@ impl Backend for RedisBackend {
                                 // A key without expiry: a foreign lock, or not a lock at all
                                 // (a hash: the script's GET fails with WRONGTYPE, for good).
                                 let (taken, pttl): (i64, i64) =
-                                    retry.invoke_async(&mut conn).await?;
+                                    retry().invoke_async(&mut conn).await?;
                                 return Ok((taken == 1, Some(pttl)));
                             }
                             Ok((false, Some(pttl)))
@@ -616,9 +652,8 @@ impl Backend for RedisBackend {
             let released: i64 = self
                 .run(|mut conn, attempt| {
                     retried |= attempt > 0;
-                    let mut call = self.release.key(name);
-                    call.arg(token);
-                    async move { call.invoke_async(&mut conn).await }
+                    let call = evalsha_key_token(&self.release, name, token);
+                    async move { query_script(&mut conn, &self.release, &call).await }
                 })
                 .await?;
             if released == 0 && retried {
