@@ -311,8 +311,11 @@ pub async fn a_cancelled_acquisition_leaves_no_lock_behind(fixture: &impl Fixtur
             guard.release().await.unwrap();
         }
     }
+    // The background releases run behind up to 50 cancelled attempts on a busy machine (a
+    // MySQL pool of 4 connections under two CPU hogs once needed more than 1 s): the promise is
+    // that the lock goes well before its 30 s lease would have freed it, so allow a third of it.
     assert!(
-        eventually(ms(1_000), || async {
+        eventually(ms(10_000), || async {
             fixture.holder("lock:cancel").await.is_none()
         })
         .await,
