@@ -73,6 +73,7 @@
 
 pub use lock_macros::distributed_lock;
 pub use lock_runtime::fence;
+pub use lock_runtime::metrics;
 pub use lock_runtime::{
     BoxError, CurrentLock, FAIR_QUEUE_TTL, LockClient, LockClientBuilder, LockError, LockGuard,
     LockRequest, MAX_KEY_LEN, URL_ENV, client, current, init, init_from_env,

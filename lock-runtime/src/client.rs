@@ -306,6 +306,7 @@ impl LockClientBuilder {
     /// Validates the settings and connects.
     pub async fn build(self) -> Result<LockClient, LockError> {
         check_lease(self.default_lease, None)?;
+        crate::metrics::describe();
         if self.connect_timeout.is_zero()
             || self.response_timeout.is_zero()
             || self.node_timeout.is_some_and(|t| t.is_zero())
@@ -595,6 +596,23 @@ impl LockClient {
 
 impl ClientInner {
     async fn acquire(&self, key: String, params: Params) -> Result<LockGuard, LockError> {
+        #[cfg(feature = "metrics")]
+        {
+            let started = tokio::time::Instant::now();
+            let result = self.acquire_any(key, params).await;
+            let outcome = match &result {
+                Ok(_) => crate::metrics::Outcome::Acquired,
+                Err(LockError::Timeout { .. }) => crate::metrics::Outcome::Timeout,
+                Err(_) => crate::metrics::Outcome::Error,
+            };
+            crate::metrics::acquisition(self.backend.kind(), outcome, started.elapsed());
+            result
+        }
+        #[cfg(not(feature = "metrics"))]
+        self.acquire_any(key, params).await
+    }
+
+    async fn acquire_any(&self, key: String, params: Params) -> Result<LockGuard, LockError> {
         validate_key(&key)?;
         check_lease(params.lease, Some(&key))?;
         let started = tokio::time::Instant::now();
@@ -687,6 +705,7 @@ impl ClientInner {
                 Err(error) => return Err(error),
             };
         acquired.waited = started.elapsed();
+        crate::metrics::waited(self.backend.kind(), acquired.waited);
         Ok(self.guard(name, token, params, acquired))
     }
 
@@ -753,6 +772,7 @@ impl ClientInner {
         };
         drop(head);
         acquired.waited = started.elapsed();
+        crate::metrics::waited(self.backend.kind(), acquired.waited);
         let handed = acquired.handed;
         let guard = self.guard(name, token, params, acquired);
         // The next in line, if any, waits for this guard to hand the lock over or let go.

@@ -57,6 +57,8 @@ pub(crate) struct Shared {
     pub unrenewed_end: Option<Instant>,
     /// Taken as a fair lock: released through the lock's queue, never handed over.
     pub fair: bool,
+    /// The backend's kind (`redis`, …), for metrics.
+    pub backend: &'static str,
 }
 
 impl Shared {
@@ -80,6 +82,7 @@ impl Shared {
     pub(crate) fn mark_lost(&self, why: &str) {
         if self.lost.set() {
             tracing::warn!(key = %self.key(), why, "distlock: lock lost");
+            crate::metrics::lease_lost(self.backend);
         }
     }
 
@@ -157,7 +160,9 @@ impl LockGuard {
             lost: LostFlag::default(),
             unrenewed_end: (!renew).then_some(lease_end),
             fair,
+            backend: renewer.backend().kind(),
         });
+        crate::metrics::held(shared.backend, 1.0);
         let watchdog = (renewal == RenewMode::Spawned).then(|| {
             renew::spawn_watchdog(Arc::clone(&shared), Arc::clone(renewer), acquired.sent_at)
         });
@@ -279,11 +284,14 @@ impl LockGuard {
                     key: shared.key().to_owned(),
                 })
             }
-            Err(source) => Err(LockError::Backend {
-                backend: held.renewer.backend().kind(),
-                op: "release",
-                key: shared.key().to_owned(),
-                source,
+            Err(source) => Err({
+                crate::metrics::release_failed(shared.backend);
+                LockError::Backend {
+                    backend: held.renewer.backend().kind(),
+                    op: "release",
+                    key: shared.key().to_owned(),
+                    source,
+                }
             }),
         }
     }
@@ -385,6 +393,7 @@ pub(crate) async fn lost(shared: Arc<Shared>) {
 
 impl Drop for Held {
     fn drop(&mut self) {
+        crate::metrics::held(self.shared.backend, -1.0);
         if let Some(watchdog) = self.watchdog.take() {
             watchdog.abort();
         }
@@ -399,6 +408,7 @@ impl Drop for Held {
             let shared = Arc::clone(&shared);
             Box::pin(async move {
                 if let Err(error) = give_back(&renewer, &shared).await {
+                    crate::metrics::release_failed(shared.backend);
                     tracing::warn!(key = %shared.key(), %error, "distlock: background release failed; the lease will expire");
                 }
             })

@@ -49,6 +49,7 @@ mod guard;
 mod key;
 mod local;
 mod locked;
+pub mod metrics;
 mod notify;
 mod renew;
 mod runtime;

@@ -177,6 +177,7 @@ pub(crate) async fn watchdog(
             match tokio::time::timeout_at(valid_until, renewer.renew(Arc::clone(&shared))).await {
                 Ok(Ok(true)) => {
                     tracing::trace!(key = %shared.key(), "distlock: renewed");
+                    crate::metrics::renewed(shared.backend, 1);
                     confirmed_at = sent_at;
                     break;
                 }
@@ -185,6 +186,7 @@ pub(crate) async fn watchdog(
                     return;
                 }
                 Ok(Err(error)) => {
+                    crate::metrics::renewal_failed(shared.backend);
                     tracing::warn!(key = %shared.key(), %error, "distlock: renewal failed, retrying until the lease ends");
                     tokio::time::sleep_until((Instant::now() + retry_pause).min(valid_until)).await;
                 }
