@@ -9,6 +9,14 @@
 //! curl -X POST localhost:3000/orders/7/pay          # 409 already paid
 //! curl localhost:3000/orders/7                      # charged 1 time(s)
 //! ```
+//!
+//! With the `metrics` feature (`cargo run --features metrics --example web_handler`) it also
+//! serves distlock's metrics in the Prometheus text format, through
+//! `metrics-exporter-prometheus` installed as the `metrics` recorder:
+//!
+//! ```text
+//! curl localhost:3000/metrics   # distlock_acquisitions_total{backend="memory",outcome="acquired"} 1 …
+//! ```
 
 #[path = "support/store.rs"]
 mod store;
@@ -70,12 +78,27 @@ async fn show(Path(id): Path<u64>, State(store): State<Store>) -> (StatusCode, S
     }
 }
 
+/// `GET /metrics`: everything recorded through the `metrics` facade, distlock's metrics among
+/// it. The recorder is installed before the lock client is built, so the client describes its
+/// metrics (help texts, units) to it.
+#[cfg(feature = "metrics")]
+fn serve_metrics(app: Router<Store>) -> Result<Router<Store>, BoxError> {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+    Ok(app.route("/metrics", get(move || std::future::ready(handle.render()))))
+}
+
+#[cfg(not(feature = "metrics"))]
+fn serve_metrics(app: Router<Store>) -> Result<Router<Store>, BoxError> {
+    Ok(app)
+}
+
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
+    let app = serve_metrics(Router::new())?;
     let url = store::init_lock_client(false).await?;
     let namespace = format!("distlock-example:web:{}", std::process::id());
     let store = Store::open(&url, &namespace).await?;
-    let app = Router::new()
+    let app = app
         .route("/orders/{id}/pay", post(pay))
         .route("/orders/{id}", get(show))
         .with_state(store);

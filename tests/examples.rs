@@ -297,6 +297,7 @@ async fn http(port: u16, method: &str, path: &str) -> (u16, String) {
 /// HTTP, and checks every order was charged exactly once.
 async fn web_handler_charges_each_order_once(url: Option<String>) {
     use std::io::BufRead;
+    let backend = if url.is_some() { "redis" } else { "memory" };
     let mut command = example("web_handler");
     command
         .env("PORT", "0")
@@ -343,6 +344,27 @@ async fn web_handler_charges_each_order_once(url: Option<String>) {
         let (status, body) = http(port, "GET", &format!("/orders/{order}")).await;
         assert_eq!(status, 200);
         assert!(body.contains("charged 1 time(s)"), "order {order}: {body}");
+    }
+    if cfg!(feature = "metrics") {
+        // The tests build the examples with every feature: the example serves its metrics.
+        let (status, body) = http(port, "GET", "/metrics").await;
+        assert_eq!(status, 200, "{body}");
+        let acquired =
+            format!("distlock_acquisitions_total{{backend=\"{backend}\",outcome=\"acquired\"}} ");
+        let count: u64 = body
+            .lines()
+            .find_map(|line| line.strip_prefix(acquired.as_str()))
+            .unwrap_or_else(|| panic!("no {acquired} in\n{body}"))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(count >= 60, "every request took the lock: {count}\n{body}");
+        assert!(
+            body.contains(&format!("distlock_locks_held{{backend=\"{backend}\"}} 0")),
+            "nothing held after the requests:\n{body}"
+        );
+        assert!(body.contains("# HELP distlock_acquire_seconds"), "{body}");
+        assert!(!body.contains("order:"), "a key in a label:\n{body}");
     }
 }
 
