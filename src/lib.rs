@@ -71,6 +71,8 @@
 //! See the README for backends, URL schemes and the exact semantics of leases, renewal, lost
 //! locks, fencing tokens and exit paths.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 pub use lock_macros::distributed_lock;
 pub use lock_runtime::fence;
 pub use lock_runtime::metrics;
