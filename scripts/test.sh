@@ -69,6 +69,18 @@ echo "==> $("$mariadbd_bin" --version)"
 echo "==> $(/usr/bin/etcd --version | head -n 1)"
 echo "==> ZooKeeper $(dpkg-query -W -f='${Version}' zookeeper 2>/dev/null || echo '(jar)'), $(java -version 2>&1 | head -n 1)"
 
+# The minimum supported Rust version is the pinned toolchain (rust-toolchain.toml): every
+# build below is an MSRV build, as long as the two agree.
+msrv="$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)"
+rustc_version="$(rustc --version | awk '{print $2}')"
+case "$rustc_version" in
+    "$msrv" | "$msrv".*) echo "==> rustc $rustc_version = the minimum supported Rust version ($msrv)" ;;
+    *)
+        echo "error: rustc $rustc_version is not the minimum supported Rust version $msrv (Cargo.toml rust-version); rust-toolchain.toml must pin it" >&2
+        exit 1
+        ;;
+esac
+
 echo "==> cargo fmt --check"
 cargo fmt --all --check
 echo "==> cargo clippy"
@@ -79,3 +91,7 @@ echo "==> cargo test (all features: memory, redis, rediss, postgres, mysql, zook
 cargo test --workspace --all-features
 echo "==> cargo test (default features: what \`rediss://\` says without \`tls\`)"
 cargo test --test errors
+# The three published crates package and build from their tarballs (the benchmark is not
+# published: it shares the tests' harness from outside its directory).
+echo "==> cargo package (distlock, lock-runtime, lock-macros)"
+cargo package --workspace --exclude distlock-bench --allow-dirty --quiet
