@@ -84,6 +84,7 @@ fn contender_process() {
         tasks: var("TASKS").parse().unwrap(),
         rounds: var("ROUNDS").parse().unwrap(),
         fencing: var("FENCING") == "1",
+        fair: var("FAIR") == "1",
         max_sleep_us: MAX_SLEEP_US,
     };
     history::helper_runtime().block_on(async {
@@ -102,13 +103,14 @@ fn contender_process() {
 
 /// Runs the contending processes against `url`, checks the history and the register.
 async fn four_processes(url: &str, fencing: bool) {
-    four_processes_during(url, fencing, async {}).await;
+    four_processes_during(url, fencing, false, async {}).await;
 }
 
 /// [`four_processes`], with `faults` run from the moment the processes start contending.
 async fn four_processes_during(
     url: &str,
     fencing: bool,
+    fair: bool,
     faults: impl std::future::Future<Output = ()>,
 ) {
     let dir = history::scratch_dir("history");
@@ -124,6 +126,7 @@ async fn four_processes_during(
             ("TASKS", TASKS.to_string()),
             ("ROUNDS", ROUNDS.to_string()),
             ("FENCING", if fencing { "1" } else { "0" }.to_owned()),
+            ("FAIR", if fair { "1" } else { "0" }.to_owned()),
             ("NAMESPACE", namespace.clone()),
         ];
         helpers.push(Helper::spawn("contender_process", &dir, &env));
@@ -177,6 +180,21 @@ async fn redis_four_processes_never_overlap() {
     four_processes(&server.url(), true).await;
 }
 
+/// The fair lock (its queue scripts, wake-by-token) under the same contention: 128 waiters of
+/// four processes in one queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_fair_four_processes_never_overlap() {
+    let server = RedisServer::start();
+    four_processes_during(&server.url(), true, true, async {}).await;
+    let mut conn = server.connection().await;
+    let left: Vec<String> = redis::cmd("KEYS")
+        .arg("lock-queue*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "the queue is gone: {left:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_four_processes_never_overlap() {
     let fixture = RedlockFixture::new(3);
@@ -214,6 +232,16 @@ async fn zookeeper_four_processes_never_overlap() {
 /// `memory://` lives in one process: four clients (separate owners) × 32 tasks in this one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_four_clients_never_overlap() {
+    memory_four_clients(false).await;
+}
+
+/// `memory://`'s fair queue under the same contention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_fair_four_clients_never_overlap() {
+    memory_four_clients(true).await;
+}
+
+async fn memory_four_clients(fair: bool) {
     let url = format!("memory://{}", unique("history"));
     let store = Store::open(&url, "register").await.unwrap();
     let mut runs = Vec::new();
@@ -225,6 +253,7 @@ async fn memory_four_clients_never_overlap() {
             tasks: TASKS,
             rounds: ROUNDS,
             fencing: true,
+            fair,
             max_sleep_us: MAX_SLEEP_US,
         };
         let store = store.clone();
@@ -278,5 +307,5 @@ async fn etcd_four_processes_never_overlap_through_leader_kills() {
             cluster.members[leader].restart();
         }
     };
-    four_processes_during(&url, true, faults).await;
+    four_processes_during(&url, true, false, faults).await;
 }

@@ -135,6 +135,8 @@ pub struct Contention {
     pub tasks: usize,
     pub rounds: usize,
     pub fencing: bool,
+    /// Take the lock as a fair lock (`.fair()`).
+    pub fair: bool,
     /// Upper bound of the random sleep between the register's read and write.
     pub max_sleep_us: u64,
 }
@@ -179,7 +181,9 @@ pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Pa
             let holder = format!("{}.{task}", spec.name);
             let mut holds = Vec::with_capacity(spec.rounds);
             for _ in 0..spec.rounds {
-                let guard = client.lock(spec.key.as_str()).acquire().await;
+                let request = client.lock(spec.key.as_str());
+                let request = if spec.fair { request.fair() } else { request };
+                let guard = request.acquire().await;
                 let guard = guard.unwrap_or_else(|e| panic!("{holder}: {e}"));
                 let acquired_at = now_ns();
                 let value = store.get("register").await.expect("register read");
