@@ -943,6 +943,23 @@ async fn fair_queue(server: &RedisServer, key: &str) -> (i64, i64) {
     (len, card)
 }
 
+/// A task that takes `key` as a fair lock, gives it back at once, and returns when it got it.
+fn fair_turn(client: &LockClient, key: &'static str) -> tokio::task::JoinHandle<Instant> {
+    let client = client.clone();
+    tokio::spawn(async move {
+        let guard = client
+            .lock(key)
+            .fair()
+            .wait(ms(20_000))
+            .acquire()
+            .await
+            .unwrap();
+        let at = Instant::now();
+        guard.release().await.unwrap();
+        at
+    })
+}
+
 async fn until_queued(server: &RedisServer, key: &str, n: i64) {
     assert!(
         eventually(ms(5_000), || async { fair_queue(server, key).await.0 >= n }).await,
@@ -1055,21 +1072,7 @@ async fn a_dead_waiters_place_lapses_and_the_line_moves_on() {
         .await
         .unwrap();
     let lapses_at = asked + ms(1_000);
-    let waiter = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            let guard = client
-                .lock("ghost")
-                .fair()
-                .wait(ms(20_000))
-                .acquire()
-                .await
-                .unwrap();
-            let at = Instant::now();
-            guard.release().await.unwrap();
-            at
-        })
-    };
+    let waiter = fair_turn(&client, "ghost");
     until_queued(&server, "ghost", 2).await;
     holder.release().await.unwrap();
     let granted_at = tokio::time::timeout(ms(20_000), waiter)
@@ -1126,21 +1129,7 @@ async fn fair_waiters_that_give_up_leave_the_line() {
         tokio::spawn(async move { client.lock("leave").fair().wait(ms(20_000)).acquire().await })
     };
     until_queued(&server, "leave", 1).await;
-    let behind = {
-        let client = client.clone();
-        tokio::spawn(async move {
-            let guard = client
-                .lock("leave")
-                .fair()
-                .wait(ms(20_000))
-                .acquire()
-                .await
-                .unwrap();
-            let at = Instant::now();
-            guard.release().await.unwrap();
-            at
-        })
-    };
+    let behind = fair_turn(&client, "leave");
     until_queued(&server, "leave", 2).await;
     cancelled.abort();
     assert!(cancelled.await.unwrap_err().is_cancelled());

@@ -565,6 +565,20 @@ struct Params {
     fair: bool,
 }
 
+impl Params {
+    /// What the waiting loop and the backend are asked for `name` under these parameters.
+    fn request<'a>(&self, name: &'a LockName) -> wait::Request<'a> {
+        wait::Request {
+            name: name.full(),
+            key: name.key(),
+            lease: self.lease,
+            fencing: self.fencing,
+            renew: self.renewal != RenewMode::Off,
+            fair: self.fair,
+        }
+    }
+}
+
 impl LockClient {
     /// `lock(key)` with the attribute's options, acquired with inline renewal: what
     /// `run_locked` does on every call, so it borrows the client instead of cloning it.
@@ -618,14 +632,7 @@ impl ClientInner {
         let started = tokio::time::Instant::now();
         let token = OwnerToken::generate();
         let name = LockName::new(key, &self.prefix, self.hash_tags);
-        let request = wait::Request {
-            name: name.full(),
-            key: name.key(),
-            lease: params.lease,
-            fencing: params.fencing,
-            renew: params.renewal != RenewMode::Off,
-            fair: params.fair,
-        };
+        let request = params.request(&name);
         if params.fair {
             if !self.backend.supports_fair() {
                 return Err(LockError::Config(format!(
@@ -686,14 +693,7 @@ impl ClientInner {
         started: tokio::time::Instant,
     ) -> Result<LockGuard, LockError> {
         let key = name.key();
-        let request = wait::Request {
-            name: name.full(),
-            key,
-            lease: params.lease,
-            fencing: params.fencing,
-            renew: params.renewal != RenewMode::Off,
-            fair: true,
-        };
+        let request = params.request(&name);
         let span = tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.kind(), fair = true);
         let mut acquired =
             match wait::acquire(&self.backend, request, &mut token, params.wait, None, None)
@@ -721,14 +721,7 @@ impl ClientInner {
     ) -> Result<LockGuard, LockError> {
         let key = name.key();
         let timeout = |key: &str| timed_out(key, started);
-        let request = wait::Request {
-            name: name.full(),
-            key,
-            lease: params.lease,
-            fencing: params.fencing,
-            renew: params.renewal != RenewMode::Off,
-            fair: false,
-        };
+        let request = params.request(&name);
         // Queue behind this client's other tasks waiting for the key. (`queued` is declared
         // first so it is dropped after the queue.)
         let local_queues = self.renewer.local();
