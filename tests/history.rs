@@ -18,6 +18,8 @@ const PROCESSES: usize = 4;
 const TASKS: usize = 32;
 const ROUNDS: usize = 40;
 const MAX_SLEEP_US: u64 = 200;
+/// The contenders' lease (renewed every third of it).
+const LEASE: Duration = Duration::from_secs(5);
 
 fn hold(holder: &str, token: Option<u64>, acquired_at: u64, released_at: u64) -> Hold {
     Hold {
@@ -85,6 +87,7 @@ fn contender_process() {
         rounds: var("ROUNDS").parse().unwrap(),
         fencing: var("FENCING") == "1",
         fair: var("FAIR") == "1",
+        lease: Duration::from_millis(var("LEASE_MS").parse().unwrap()),
         max_sleep_us: MAX_SLEEP_US,
     };
     history::helper_runtime().block_on(async {
@@ -103,7 +106,7 @@ fn contender_process() {
 
 /// Runs the contending processes against `url`, checks the history and the register.
 async fn four_processes(url: &str, fencing: bool) {
-    four_processes_during(url, fencing, false, async {}).await;
+    four_processes_during(url, fencing, false, LEASE, async {}).await;
 }
 
 /// [`four_processes`], with `faults` run from the moment the processes start contending.
@@ -111,6 +114,7 @@ async fn four_processes_during(
     url: &str,
     fencing: bool,
     fair: bool,
+    lease: Duration,
     faults: impl std::future::Future<Output = ()>,
 ) {
     let dir = history::scratch_dir("history");
@@ -127,6 +131,7 @@ async fn four_processes_during(
             ("ROUNDS", ROUNDS.to_string()),
             ("FENCING", if fencing { "1" } else { "0" }.to_owned()),
             ("FAIR", if fair { "1" } else { "0" }.to_owned()),
+            ("LEASE_MS", lease.as_millis().to_string()),
             ("NAMESPACE", namespace.clone()),
         ];
         helpers.push(Helper::spawn("contender_process", &dir, &env));
@@ -185,7 +190,7 @@ async fn redis_four_processes_never_overlap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_fair_four_processes_never_overlap() {
     let server = RedisServer::start();
-    four_processes_during(&server.url(), true, true, async {}).await;
+    four_processes_during(&server.url(), true, true, LEASE, async {}).await;
     let mut conn = server.connection().await;
     let left: Vec<String> = redis::cmd("KEYS")
         .arg("lock-queue*")
@@ -254,6 +259,7 @@ async fn memory_four_clients(fair: bool) {
             rounds: ROUNDS,
             fencing: true,
             fair,
+            lease: LEASE,
             max_sleep_us: MAX_SLEEP_US,
         };
         let store = store.clone();
@@ -307,5 +313,8 @@ async fn etcd_four_processes_never_overlap_through_leader_kills() {
             cluster.members[leader].restart();
         }
     };
-    four_processes_during(&url, true, false, faults).await;
+    // A lease of 10 s: the promise tested is that a leader change (≈ 0.5–1 s here) shorter
+    // than the lease loses no lock; with 5 s, four contending processes, three members and the
+    // history test beside it on two cores once starved a keepalive past the lease.
+    four_processes_during(&url, true, false, Duration::from_secs(10), faults).await;
 }

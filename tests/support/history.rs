@@ -137,6 +137,8 @@ pub struct Contention {
     pub fencing: bool,
     /// Take the lock as a fair lock (`.fair()`).
     pub fair: bool,
+    /// The locks' lease.
+    pub lease: Duration,
     /// Upper bound of the random sleep between the register's read and write.
     pub max_sleep_us: u64,
 }
@@ -158,7 +160,7 @@ pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Pa
     let client = LockClient::builder(spec.url.as_str())
         .connect_timeout(Duration::from_secs(15))
         .fencing(spec.fencing)
-        .default_lease(Duration::from_secs(5))
+        .default_lease(spec.lease)
         .default_wait(Duration::from_secs(60))
         .build()
         .await
@@ -204,6 +206,15 @@ pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Pa
                 match guard.release().await {
                     Ok(()) => {}
                     Err(LockError::Lost { .. }) => {
+                        // Said on stderr (a helper's reaches the test's output): when, and after
+                        // how long a hold, for whoever reads a failed run.
+                        eprintln!(
+                            "{holder}: lease lost, reported at release after holding {:?} \
+                             (lease {:?}, at {} ns since the epoch)",
+                            Duration::from_nanos(released_at.saturating_sub(acquired_at)),
+                            spec.lease,
+                            released_at
+                        );
                         lost.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) => panic!("{holder}: release: {e}"),
