@@ -29,6 +29,8 @@ pub enum Peer {
     /// distlock's fair lock (`.fair()`): granted in arrival order through a queue on the server.
     DistlockFair,
     Rslock,
+    /// redis-py's `Lock` (threads of a `python3` process), installed on demand.
+    RedisPy,
 }
 
 impl Peer {
@@ -37,13 +39,19 @@ impl Peer {
             Peer::Distlock => "distlock",
             Peer::DistlockFair => "distlock-fair",
             Peer::Rslock => "rslock",
+            Peer::RedisPy => "redis-py",
         }
     }
 
     fn parse(name: &str) -> Option<Peer> {
-        [Peer::Distlock, Peer::DistlockFair, Peer::Rslock]
-            .into_iter()
-            .find(|p| p.name() == name)
+        [
+            Peer::Distlock,
+            Peer::DistlockFair,
+            Peer::Rslock,
+            Peer::RedisPy,
+        ]
+        .into_iter()
+        .find(|p| p.name() == name)
     }
 }
 
@@ -73,7 +81,9 @@ impl Taker {
         Ok(match peer {
             Peer::Distlock => Taker::Distlock(LockClient::connect(url).await?, false),
             Peer::DistlockFair => Taker::Distlock(LockClient::connect(url).await?, true),
-            Peer::Rslock => return Err("rslock runs in the peers binary".into()),
+            Peer::Rslock | Peer::RedisPy => {
+                return Err(format!("{} runs in a process of its own", peer.name()).into());
+            }
         })
     }
 
@@ -180,6 +190,46 @@ fn peers_binary() -> Result<std::path::PathBuf, Error> {
     Ok(BUILT.get_or_init(|| path).clone())
 }
 
+/// The Python peer's script.
+fn python_script() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/python/contend.py")
+}
+
+/// Where redis-py is installed for it: `target/peers/python`, beside the Rust peers' build.
+fn python_lib() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/peers/python")
+}
+
+/// `python3` with redis-py importable from [`python_lib`] (installed there with pip on first
+/// use, never into the system's Python); an error that says how to get it otherwise.
+fn redis_py() -> Result<std::path::PathBuf, Error> {
+    let lib = python_lib();
+    let importable = || {
+        Command::new("python3")
+            .args(["-c", "import redis"])
+            .env("PYTHONPATH", &lib)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !importable() {
+        let status = Command::new("python3")
+            .args(["-m", "pip", "install", "--quiet", "--target"])
+            .arg(&lib)
+            .arg("redis==5.*")
+            .status()?;
+        if !status.success() || !importable() {
+            return Err(format!(
+                "redis-py is not installed and `python3 -m pip install --target {} redis` \
+                 failed: install python3 and pip, or set DISTLOCK_BENCH_NO_PYTHON=1",
+                lib.display()
+            )
+            .into());
+        }
+    }
+    Ok("python3".into())
+}
+
 /// What one contention run measured.
 pub struct Outcome {
     pub acquisitions: usize,
@@ -234,6 +284,7 @@ pub async fn measure(
         Peer::Distlock | Peer::DistlockFair if processes == 1 => None,
         Peer::Distlock | Peer::DistlockFair => Some(std::env::current_exe()?),
         Peer::Rslock => Some(peers_binary()?),
+        Peer::RedisPy => Some(redis_py()?),
     };
     // Connect (and let helper processes start) before the window opens.
     let start = now_ns()
@@ -245,7 +296,7 @@ pub async fn measure(
     let before = command_stats(server).await;
     let mut turns = Vec::new();
     let mut shares = Vec::new();
-    if processes == 1 && peer != Peer::Rslock {
+    if processes == 1 && matches!(peer, Peer::Distlock | Peer::DistlockFair) {
         let taker = Taker::connect(peer, &url).await?;
         turns = run_tasks(&taker, &key, tasks, start, window, hold).await?;
     } else {
@@ -253,6 +304,10 @@ pub async fn measure(
         let mut children = Vec::new();
         for _ in 0..processes {
             let mut command = Command::new(&exe);
+            if peer == Peer::RedisPy {
+                command.arg(python_script());
+                command.env("PYTHONPATH", python_lib());
+            }
             command
                 .env("DISTLOCK_BENCH_CHILD", "contend")
                 .env("BENCH_PEER", peer.name())
@@ -344,7 +399,11 @@ pub async fn rows(report: &mut Report, server: &RedisServer) -> Result<(), Error
     let window = Duration::from_secs(3);
     let hold = Duration::from_millis(1);
     for (processes, tasks) in [(1, 16), (4, 4)] {
-        for peer in [Peer::Distlock, Peer::DistlockFair, Peer::Rslock] {
+        let mut peers = vec![Peer::Distlock, Peer::DistlockFair, Peer::Rslock];
+        if std::env::var_os("DISTLOCK_BENCH_NO_PYTHON").is_none() {
+            peers.push(Peer::RedisPy);
+        }
+        for peer in peers {
             let o = measure(server, peer, processes, tasks, window, hold).await?;
             let label = format!(
                 "11. {} {}×{} one key, 1 ms hold",
