@@ -617,6 +617,10 @@ impl ClientInner {
             let outcome = match &result {
                 Ok(_) => crate::metrics::Outcome::Acquired,
                 Err(LockError::Timeout { .. }) => crate::metrics::Outcome::Timeout,
+                // The backend failed (a bad key or a refused fair request is the caller's).
+                Err(LockError::Backend { .. } | LockError::Connect { .. }) => {
+                    crate::metrics::Outcome::BackendError
+                }
                 Err(_) => crate::metrics::Outcome::Error,
             };
             crate::metrics::acquisition(self.backend.kind(), outcome, started.elapsed());

@@ -284,14 +284,11 @@ impl LockGuard {
                     key: shared.key().to_owned(),
                 })
             }
-            Err(source) => Err({
-                crate::metrics::release_failed(shared.backend);
-                LockError::Backend {
-                    backend: held.renewer.backend().kind(),
-                    op: "release",
-                    key: shared.key().to_owned(),
-                    source,
-                }
+            Err(source) => Err(LockError::Backend {
+                backend: shared.backend,
+                op: "release",
+                key: shared.key().to_owned(),
+                source,
             }),
         }
     }
@@ -301,15 +298,27 @@ impl LockGuard {
 /// take it over (one hand-over command, see [`crate::local`]), else to the server (released,
 /// waking the waiters). `Ok(false)`: it was not ours any more.
 async fn give_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<bool, BoxError> {
+    let result = if shared.fair {
+        // The next in line is the head of the lock's queue on the server, not a task here (a
+        // fair guard is never a local holder: nothing to let go of locally).
+        renewer
+            .backend()
+            .release_fair(shared.name.full(), shared.token.as_str())
+            .await
+    } else {
+        hand_back(renewer, shared).await
+    };
+    if result.is_err() {
+        crate::metrics::release_failed(shared.backend);
+    }
+    result
+}
+
+/// [`give_back`] of a plain lock: a hand-over to a waiting task of this client, or a release.
+async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<bool, BoxError> {
     let backend = renewer.backend();
     let local = renewer.local();
     let name = shared.name.full();
-    if shared.fair {
-        // The next in line is the head of the lock's queue on the server, not a task here.
-        let released = backend.release_fair(name, shared.token.as_str()).await;
-        local.let_go(shared);
-        return released;
-    }
     let mut offer = local.take_offer(shared);
     if offer.is_none() && local.may_offer(shared.key()) {
         // The next in line may be about to offer (it was just let through its gate, as this
@@ -408,7 +417,6 @@ impl Drop for Held {
             let shared = Arc::clone(&shared);
             Box::pin(async move {
                 if let Err(error) = give_back(&renewer, &shared).await {
-                    crate::metrics::release_failed(shared.backend);
                     tracing::warn!(key = %shared.key(), %error, "distlock: background release failed; the lease will expire");
                 }
             })

@@ -44,6 +44,9 @@ const BACKEND_ERRORS: &str = "distlock_backend_errors_total";
 pub(crate) enum Outcome {
     Acquired,
     Timeout,
+    /// Failed in the backend: also counted in `distlock_backend_errors_total`.
+    BackendError,
+    /// Refused before the backend was asked (an invalid key, a fair lock where there is none).
     Error,
 }
 
@@ -53,7 +56,7 @@ impl Outcome {
         match self {
             Outcome::Acquired => "acquired",
             Outcome::Timeout => "timeout",
-            Outcome::Error => "error",
+            Outcome::BackendError | Outcome::Error => "error",
         }
     }
 }
@@ -110,15 +113,13 @@ pub(crate) fn describe() {
 /// An acquisition ended with `outcome` after `elapsed`.
 #[cfg(feature = "metrics")]
 pub(crate) fn acquisition(backend: &'static str, outcome: Outcome, elapsed: Duration) {
-    {
-        let outcome = outcome.label();
-        metrics::counter!(ACQUISITIONS, "backend" => backend, "outcome" => outcome).increment(1);
-        metrics::histogram!(ACQUIRE_SECONDS, "backend" => backend, "outcome" => outcome)
-            .record(elapsed.as_secs_f64());
-        if outcome == "error" {
-            metrics::counter!(BACKEND_ERRORS, "backend" => backend, "op" => Op::Acquire.label())
-                .increment(1);
-        }
+    let label = outcome.label();
+    metrics::counter!(ACQUISITIONS, "backend" => backend, "outcome" => label).increment(1);
+    metrics::histogram!(ACQUIRE_SECONDS, "backend" => backend, "outcome" => label)
+        .record(elapsed.as_secs_f64());
+    if outcome == Outcome::BackendError {
+        metrics::counter!(BACKEND_ERRORS, "backend" => backend, "op" => Op::Acquire.label())
+            .increment(1);
     }
 }
 
