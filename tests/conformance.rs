@@ -83,7 +83,14 @@ pub async fn acquire_stores_a_token_with_a_ttl_and_release_deletes_it(fixture: &
         .holder("app:order:42")
         .await
         .expect("lock key present");
-    assert_eq!(token.len(), 32, "128-bit hex owner token, got {token:?}");
+    // `<host>:<pid>:<unix ms>:<128 random bits in hex>`: names this process.
+    let random = token.rsplit(':').next().unwrap_or_default();
+    assert!(
+        random.len() == 32 && random.bytes().all(|b| b.is_ascii_hexdigit()),
+        "owner token ends in 128 random bits in hex, got {token:?}"
+    );
+    let holder = distlock::Holder::from_token(&token).expect("the token names its holder");
+    assert_eq!(holder.pid, std::process::id(), "{token:?}");
     let ttl = fixture.ttl("app:order:42").await.expect("lock has a TTL");
     assert!(ttl <= ms(5_000) && ttl > ms(4_000), "ttl {ttl:?}");
     guard.release().await.unwrap();

@@ -156,6 +156,29 @@ impl LockClient {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// The backend, for the administrative operations (`admin`).
+    pub(crate) fn admin_backend(&self) -> &Arc<dyn Backend> {
+        &self.inner.backend
+    }
+
+    /// The backend name of `key`: `lock:K`, or `{lock:K}` in a Redis Cluster.
+    pub(crate) fn name_of(&self, key: &str) -> String {
+        LockName::new(key.to_owned(), &self.inner.prefix, self.inner.hash_tags)
+            .full()
+            .to_owned()
+    }
+
+    /// The key of backend name `name`, if it is a lock of this client's prefix.
+    pub(crate) fn key_of(&self, name: &str) -> Option<String> {
+        let name = if self.inner.hash_tags {
+            name.strip_prefix('{')?.strip_suffix('}')?
+        } else {
+            name
+        };
+        let key = name.strip_prefix(self.inner.prefix.as_str())?;
+        (!key.is_empty()).then(|| key.to_owned())
+    }
+
     /// The address shared by all clones of this client: equal for two handles exactly when
     /// [`same_client`](Self::same_client) is `true` (while both live).
     pub(crate) fn identity(&self) -> usize {

@@ -91,6 +91,18 @@ pub enum LockError {
         #[source]
         source: BoxError,
     },
+
+    /// The backend cannot do this administrative operation (list, inspect, force-release):
+    /// `reason` says why, and what can.
+    #[error("the {backend} backend cannot {op} locks: {reason}")]
+    Unsupported {
+        /// Which backend (`redlock`, `memory`, …).
+        backend: &'static str,
+        /// The operation: `list`, `inspect`, `release`, `ping`.
+        op: &'static str,
+        /// Why not, and what to use instead.
+        reason: String,
+    },
 }
 
 impl LockError {

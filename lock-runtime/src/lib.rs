@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod admin;
 mod backend;
 mod client;
 mod error;
@@ -61,6 +62,7 @@ mod wait;
 #[doc(hidden)]
 pub mod testing;
 
+pub use admin::{Holder, LockInfo, ServerInfo};
 pub use client::{LockClient, LockClientBuilder, LockRequest};
 pub use error::{BoxError, LockError};
 pub use global::{URL_ENV, client, init, init_from_env};

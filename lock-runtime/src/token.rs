@@ -1,15 +1,50 @@
-//! Owner tokens: the random value that proves who holds a lock.
+//! Owner tokens: the value that proves who holds a lock, and says who that is.
 
 use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// A fresh 128-bit value, rendered as 32 lowercase hex digits. Release and renewal compare it
-/// atomically, so only the owner that acquired a lock can give it back or extend it.
+/// An owner token: `<host>:<pid>:<unix ms>:<32 hex digits>`, e.g.
+/// `web-3:4242:1763900000123:9f86d081884c7d659a2feaa0c55ad015`.
+///
+/// The last part is a fresh 128-bit value: release and renewal compare the whole token
+/// atomically, so only the owner that acquired a lock can give it back or extend it. The parts
+/// before it name the process and when its acquisition began, so `distlock list` can say who
+/// holds a lock without a second write on the hot path (the Redis value stays one plain string,
+/// the layout other clients use; their random values show as "holder unknown").
 ///
 /// Each thread keys a SipHash (a pseudo-random function) with 128 bits from the operating
 /// system's CSPRNG once, then hashes a per-thread counter: tokens never repeat, and cannot be
 /// predicted without the keys — without a system call per acquisition.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub(crate) struct OwnerToken([u8; 32]);
+pub(crate) struct OwnerToken(String);
+
+/// The longest host name kept in a token (longer ones are cut).
+const MAX_HOST_LEN: usize = 64;
+
+/// `<host>:<pid>:`, formatted once per process. Host names are cut to letters, digits, `.`,
+/// `-` and `_` (a token is also a ZooKeeper node name and part of an etcd key).
+fn process_prefix() -> &'static str {
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PREFIX.get_or_init(|| {
+        let host: String = host_name()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+            .take(MAX_HOST_LEN)
+            .collect();
+        let host = if host.is_empty() { "unknown-host".to_owned() } else { host };
+        format!("{host}:{}:", std::process::id())
+    })
+}
+
+/// This machine's name, from the kernel (Linux) or `HOSTNAME`.
+pub(crate) fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".to_owned())
+}
 
 impl OwnerToken {
     pub(crate) fn generate() -> OwnerToken {
@@ -39,24 +74,77 @@ impl OwnerToken {
         bytes[..8].copy_from_slice(&high.to_be_bytes());
         bytes[8..].copy_from_slice(&low.to_be_bytes());
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut hex = [0u8; 32];
-        for (i, byte) in bytes.into_iter().enumerate() {
-            hex[2 * i] = HEX[usize::from(byte >> 4)];
-            hex[2 * i + 1] = HEX[usize::from(byte & 0xf)];
+        let prefix = process_prefix();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis();
+        let mut token = String::with_capacity(prefix.len() + 14 + 32);
+        token.push_str(prefix);
+        {
+            use std::fmt::Write;
+            let _ = write!(token, "{now}:");
         }
-        OwnerToken(hex)
+        for byte in bytes {
+            token.push(char::from(HEX[usize::from(byte >> 4)]));
+            token.push(char::from(HEX[usize::from(byte & 0xf)]));
+        }
+        OwnerToken(token)
     }
 
     pub(crate) fn as_str(&self) -> &str {
-        // Only ASCII hex digits are ever stored.
-        std::str::from_utf8(&self.0).unwrap_or_default()
+        &self.0
+    }
+}
+
+/// Who holds a lock, read from its owner token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The holder's host name (as its kernel reports it, cut to 64 characters).
+    pub host: String,
+    /// The holder's process id on that host.
+    pub pid: u32,
+    /// When the holder's acquisition began, by its wall clock (a holder that waited got the
+    /// lock later).
+    pub since: SystemTime,
+}
+
+impl Holder {
+    /// Reads the holder from an owner token distlock wrote
+    /// (`<host>:<pid>:<unix ms>:<32 hex digits>`); `None` for any other value (another
+    /// client's lock).
+    pub fn from_token(token: &str) -> Option<Holder> {
+        let mut parts = token.rsplitn(4, ':');
+        let random = parts.next()?;
+        let millis: u64 = parts.next()?.parse().ok()?;
+        let pid: u32 = parts.next()?.parse().ok()?;
+        let host = parts.next()?;
+        let valid = random.len() == 32
+            && random.bytes().all(|b| b.is_ascii_hexdigit())
+            && !host.is_empty()
+            && !host.contains(':');
+        valid.then(|| Holder {
+            host: host.to_owned(),
+            pid,
+            since: UNIX_EPOCH + Duration::from_millis(millis),
+        })
+    }
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} pid {}", self.host, self.pid)
     }
 }
 
 impl fmt::Debug for OwnerToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Show a prefix only: enough to correlate logs, not enough to forge a release.
-        write!(f, "OwnerToken({}…)", &self.as_str()[..8])
+        // Who, and a prefix of the random part only: enough to correlate logs, not enough
+        // to forge a release.
+        let token = self.as_str();
+        let shown = token.len().saturating_sub(24);
+        write!(f, "OwnerToken({}…)", &token[..shown])
     }
 }
 
@@ -65,12 +153,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_are_128_bit_hex_and_distinct() {
+    fn tokens_name_the_process_and_end_in_128_random_bits() {
         let a = OwnerToken::generate();
         let b = OwnerToken::generate();
-        assert_eq!(a.as_str().len(), 32);
-        assert!(a.as_str().chars().all(|c| c.is_ascii_hexdigit()));
+        let random = a.as_str().rsplit(':').next().unwrap();
+        assert_eq!(random.len(), 32, "{a:?}");
+        assert!(random.chars().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
+        let holder = Holder::from_token(a.as_str()).expect("a token of ours names its holder");
+        assert_eq!(holder.pid, std::process::id());
+        let age = SystemTime::now().duration_since(holder.since).unwrap();
+        assert!(age < Duration::from_secs(60), "{age:?}");
+        assert!(!format!("{a:?}").contains(&random[8..]), "Debug shows the secret: {a:?}");
+    }
+
+    #[test]
+    fn foreign_values_name_no_holder() {
+        for value in [
+            "9f86d081884c7d659a2feaa0c55ad015",
+            "a1b2c3",
+            "host:12:34:not-hex-not-hex-not-hex-not-hex-",
+            ":12:34:9f86d081884c7d659a2feaa0c55ad015",
+            "h:x:34:9f86d081884c7d659a2feaa0c55ad015",
+            "",
+        ] {
+            assert_eq!(Holder::from_token(value), None, "{value:?}");
+        }
+        let h = Holder::from_token("web-3:4242:1000:9f86d081884c7d659a2feaa0c55ad015").unwrap();
+        assert_eq!((h.host.as_str(), h.pid), ("web-3", 4242));
+        assert_eq!(h.since, UNIX_EPOCH + Duration::from_secs(1));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::{Attempt, Backend, LockSpec};
+use crate::admin::{Entry, glob_match};
 use crate::error::BoxError;
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::BoxFuture;
@@ -63,6 +64,20 @@ impl MemoryBackend {
         });
         stores.insert(name.to_owned(), Arc::downgrade(&store));
         store
+    }
+
+    /// The live lock `name`, for the admin API.
+    fn entry(&self, name: &str, now: Instant) -> Option<Entry> {
+        let state = self.state();
+        let held = state.locks.get(name).filter(|held| held.expires_at > now)?;
+        Some(Entry {
+            name: name.to_owned(),
+            token: Some(held.token.clone()),
+            holder: None,
+            ttl: Some(held.expires_at - now),
+            fencing_token: state.fences.get(name).copied(),
+            waiters: state.queues.get(name).map(|q| q.len() as u64),
+        })
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -324,6 +339,61 @@ impl Backend for MemoryBackend {
         token: &'a str,
     ) -> BoxFuture<'a, Result<bool, BoxError>> {
         self.answer(move || self.release_now(name, token))
+    }
+
+    fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        Box::pin(async move { Ok(self.entry(name, Instant::now())) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+        Box::pin(async move {
+            let now = Instant::now();
+            let names: Vec<String> = self
+                .state()
+                .locks
+                .iter()
+                .filter(|(name, held)| {
+                    held.expires_at > now
+                        && name
+                            .strip_prefix(prefix)
+                            .is_some_and(|key| glob_match(pattern, key))
+                })
+                .map(|(name, _)| name.clone())
+                .take(limit)
+                .collect();
+            Ok(names
+                .iter()
+                .filter_map(|name| self.entry(name, now))
+                .collect())
+        })
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        Box::pin(async move {
+            let now = Instant::now();
+            let entry = self.entry(name, now);
+            let token = entry.as_ref().and_then(|e| e.token.clone());
+            if let Some(token) = token {
+                if self.state().queues.contains_key(name) {
+                    self.release_fair_now(name, &token);
+                } else {
+                    self.release_now(name, &token);
+                }
+            }
+            Ok(entry)
+        })
+    }
+
+    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
+        Box::pin(async { Ok(format!("in-process (lock-runtime {})", env!("CARGO_PKG_VERSION"))) })
     }
 
     fn subscribe<'a>(

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::admin::{Entry, unsupported};
 use crate::error::BoxError;
 use crate::notify::ReleaseSubscription;
 use crate::runtime::BoxFuture;
@@ -254,5 +255,39 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// of a session resolves it for every lock on that session.
     fn lost<'a>(&'a self, _spec: LockSpec<'a>) -> BoxFuture<'a, String> {
         Box::pin(std::future::pending())
+    }
+
+    /// The lock `name` as the store holds it now (`None`: free). For the admin API.
+    fn inspect<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        let kind = self.kind();
+        Box::pin(async move { unsupported(format!("the {kind} backend cannot be inspected")) })
+    }
+
+    /// The held locks whose name is `prefix` followed by a key matching the glob `pattern`
+    /// (see [`glob_match`](crate::admin::glob_match)), about `limit` of them at most (the
+    /// caller filters, sorts and cuts again).
+    fn list<'a>(
+        &'a self,
+        _prefix: &'a str,
+        _pattern: &'a str,
+        _limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+        let kind = self.kind();
+        Box::pin(async move { unsupported(format!("the {kind} backend cannot list its locks")) })
+    }
+
+    /// Deletes the lock `name` whoever holds it and wakes its waiters; what was removed.
+    fn force_release<'a>(
+        &'a self,
+        _name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        let kind = self.kind();
+        Box::pin(async move { unsupported(format!("the {kind} backend cannot force a release")) })
+    }
+
+    /// One request to the server: its version.
+    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
+        let kind = self.kind();
+        Box::pin(async move { unsupported(format!("the {kind} backend has no server to ask")) })
     }
 }

@@ -148,13 +148,36 @@ pub(crate) fn check_table_name(table: &str) -> Result<(), LockError> {
 
 /// Who holds a lock, stored in its row for people looking at the table: `host pid 1234`.
 pub(crate) fn holder_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown-host".to_owned());
-    format!("{host} pid {}", std::process::id())
+    format!("{} pid {}", crate::token::host_name(), std::process::id())
+}
+
+/// `prefix` followed by the glob `pattern` (see [`glob_match`](crate::admin::glob_match)) as a
+/// `LIKE` pattern with `\` as its escape character: `*` → `%`, `?` → `_`, literal `%`, `_`
+/// and `\` escaped.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+pub(crate) fn like_pattern(prefix: &str, pattern: &str) -> String {
+    let mut out = String::with_capacity(prefix.len() + pattern.len() + 4);
+    let literal = |c: char, out: &mut String| {
+        if matches!(c, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    };
+    prefix.chars().for_each(|c| literal(c, &mut out));
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '*' => out.push('%'),
+            '?' => out.push('_'),
+            '\\' => {
+                if let Some(next) = chars.next() {
+                    literal(next, &mut out);
+                }
+            }
+            c => literal(c, &mut out),
+        }
+    }
+    out
 }
 
 /// The pooled connection for lock `name` among `slots` (FNV-1a of the name: cheap, and stable
@@ -227,6 +250,12 @@ mod tests {
         }
         assert!(check_table_name(&"t".repeat(57)).is_err());
         assert!(check_table_name("public.distlock_locks").is_ok());
+    }
+
+    #[test]
+    fn globs_become_like_patterns() {
+        assert_eq!(like_pattern("lock:", "order:*"), "lock:order:%");
+        assert_eq!(like_pattern("my_app:", "a?b\\*%"), "my\\_app:a_b*\\%");
     }
 
     #[test]

@@ -22,7 +22,8 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Params, TxOpts, Value};
 
-use super::sql::{SqlSettings, holder_id, millis, slot_of};
+use super::sql::{SqlSettings, holder_id, like_pattern, millis, slot_of};
+use crate::admin::{Entry, holder_from_record};
 use super::url::redact_url;
 use super::{Attempt, Backend, LockSpec, Transient};
 use crate::error::{BoxError, LockError};
@@ -356,6 +357,37 @@ impl MysqlBackend {
     }
 }
 
+/// A row of the admin statements: (name, token, holder, acquired ms, remaining ms, fence).
+type AdminRow = (Vec<u8>, String, String, Option<i64>, Option<i64>, Option<i64>);
+
+fn entry((name, token, holder, acquired, remaining, fence): AdminRow) -> Entry {
+    Entry {
+        name: String::from_utf8_lossy(&name).into_owned(),
+        token: Some(token),
+        holder: holder_from_record(&holder, acquired.map(|ms| ms.max(0) as u64)),
+        ttl: remaining.map(|ms| Duration::from_millis(ms.max(0) as u64)),
+        fencing_token: fence.map(|f| f as u64),
+        waiters: None,
+    }
+}
+
+impl MysqlBackend {
+    async fn inspect_row(&self, name: &str) -> Result<Option<Entry>, MyError> {
+        let sql = Arc::clone(&self.sql);
+        let params = vec![Value::from(name.as_bytes())];
+        let rows = self
+            .run("the inspection", name, move |conn| {
+                let (sql, params) = (Arc::clone(&sql), params.clone());
+                Box::pin(async move {
+                    conn.exec::<AdminRow, _, _>(sql.inspect.as_str(), positional(params))
+                        .await
+                })
+            })
+            .await?;
+        Ok(rows.into_iter().next().map(entry))
+    }
+}
+
 /// The pause before a waiter asks again after its `busy`-th busy answer in a row: doubling from
 /// 2 ms to 50 ms, drawn from the upper half, so waiters of several processes spread out.
 fn poll_pause(busy: u32) -> Duration {
@@ -551,6 +583,85 @@ impl Backend for MysqlBackend {
                 self.hub.notify(name);
             }
             Ok(released)
+        })
+    }
+
+    fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        Box::pin(async move { Ok(self.inspect_row(name).await?) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+        Box::pin(async move {
+            let sql = Arc::clone(&self.sql);
+            let params = vec![
+                Value::from(like_pattern(prefix, pattern).into_bytes()),
+                Value::from(u64::try_from(limit).unwrap_or(u64::MAX)),
+            ];
+            let rows = self
+                .run("the listing", prefix, move |conn| {
+                    let (sql, params) = (Arc::clone(&sql), params.clone());
+                    Box::pin(async move {
+                        conn.exec::<AdminRow, _, _>(sql.list.as_str(), positional(params))
+                            .await
+                    })
+                })
+                .await?;
+            Ok(rows.into_iter().map(entry).collect())
+        })
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        Box::pin(async move {
+            // No `DELETE … RETURNING` in MySQL: read the row, then delete exactly that holder's
+            // row; if another holder took it in between, look again.
+            for _ in 0..5 {
+                let Some(found) = self.inspect_row(name).await? else {
+                    return Ok(None);
+                };
+                let sql = Arc::clone(&self.sql);
+                let params = vec![
+                    Value::from(name.as_bytes()),
+                    Value::from(found.token.clone().unwrap_or_default()),
+                ];
+                let deleted = self
+                    .run("the forced release", name, move |conn| {
+                        let (sql, params) = (Arc::clone(&sql), params.clone());
+                        Box::pin(async move {
+                            conn.exec_drop(sql.force_release.as_str(), positional(params))
+                                .await?;
+                            Ok(conn.affected_rows())
+                        })
+                    })
+                    .await?;
+                if deleted == 1 {
+                    self.hub.notify(name);
+                    return Ok(Some(found));
+                }
+            }
+            Err("the lock changed hands five times while being released; try again".into())
+        })
+    }
+
+    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
+        Box::pin(async move {
+            let version = self
+                .run("the version query", "", |conn| {
+                    Box::pin(async move { conn.query_first::<String, _>("SELECT VERSION()").await })
+                })
+                .await?
+                .unwrap_or_default();
+            Ok(match version.split_once("-MariaDB") {
+                Some((number, _)) => format!("MariaDB {number}"),
+                None => format!("MySQL {version}"),
+            })
         })
     }
 

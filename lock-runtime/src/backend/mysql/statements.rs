@@ -24,6 +24,13 @@ pub(super) struct Sql {
     pub release_expired: String,
     /// The quoted lock table, for the batched renewal built per batch size.
     pub table: String,
+    /// Admin: `name` → the live row: (name, token, holder, acquired ms, remaining ms, fence).
+    pub inspect: String,
+    /// Admin: `LIKE pattern, limit` → live rows as in `inspect`, by name.
+    pub list: String,
+    /// Admin: `name, token` → deletes the row if it still holds that token (a forced release
+    /// deletes exactly the row it showed).
+    pub force_release: String,
 }
 
 /// `` `schema`.`table` `` or `` `table` `` (names are checked to be letters, digits and `_`).
@@ -42,7 +49,7 @@ pub(crate) fn ddl(table: &str, fence_table: &str) -> [String; 2] {
         format!(
             "CREATE TABLE IF NOT EXISTS {t} (
     name        VARBINARY(2048) NOT NULL PRIMARY KEY,
-    token       VARCHAR(64) CHARACTER SET ascii NOT NULL,
+    token       VARCHAR(255) CHARACTER SET ascii NOT NULL,
     expires_at  DATETIME(6) NOT NULL,
     holder      VARCHAR(255) NOT NULL,
     acquired_at DATETIME(6) NOT NULL
@@ -63,6 +70,12 @@ impl Sql {
         let f = quoted(&settings.fence_table());
         // The assignments of `ON DUPLICATE KEY UPDATE` run left to right, each seeing the
         // ones before: `token` is decided from the old row, then `expires_at` follows it.
+        // Times in ms: since the epoch (the stored UTC datetime, read without a time zone),
+        // and until the lease ends.
+        let columns = "l.name, l.token, l.holder, \
+            CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.acquired_at) DIV 1000 AS SIGNED), \
+            CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at) DIV 1000 AS SIGNED), \
+            f.fence";
         let may_take = "expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token)";
         Sql {
             create: ddl(&settings.table, &settings.fence_table()),
@@ -91,6 +104,15 @@ WHERE name = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
                 "DELETE FROM {t} WHERE name = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
             ),
             release_expired: format!("DELETE FROM {t} WHERE name = ? AND token = ?"),
+            inspect: format!(
+                "SELECT {columns} FROM {t} l LEFT JOIN {f} f ON f.name = l.name
+WHERE l.name = ? AND l.expires_at > UTC_TIMESTAMP(6)"
+            ),
+            list: format!(
+                "SELECT {columns} FROM {t} l LEFT JOIN {f} f ON f.name = l.name
+WHERE l.name LIKE ? AND l.expires_at > UTC_TIMESTAMP(6) ORDER BY l.name LIMIT ?"
+            ),
+            force_release: format!("DELETE FROM {t} WHERE name = ? AND token = ?"),
             table: t,
         }
     }

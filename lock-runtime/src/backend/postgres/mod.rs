@@ -31,7 +31,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::Type;
 use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
-use super::sql::{SqlSettings, holder_id, millis, slot_of};
+use super::sql::{SqlSettings, holder_id, like_pattern, millis, slot_of};
+use crate::admin::{Entry, holder_from_record};
 use super::url::redact_url;
 use super::{Attempt, Backend, LockSpec, Transient};
 use crate::error::{BoxError, LockError};
@@ -499,6 +500,21 @@ impl PostgresBackend {
 
 /// A busy answer with the holder's remaining lease. No row (released or taken just now, after
 /// the statement's snapshot): retry soon.
+/// A row of the admin statements: (name, token, holder, acquired ms, remaining ms, fence).
+fn entry(row: &tokio_postgres::Row) -> Entry {
+    let acquired: Option<i64> = row.get(3);
+    let remaining: Option<i64> = row.get(4);
+    let fence: Option<i64> = row.get(5);
+    Entry {
+        name: row.get(0),
+        token: row.get(1),
+        holder: holder_from_record(row.get(2), acquired.map(|ms| ms.max(0) as u64)),
+        ttl: remaining.map(|ms| Duration::from_millis(ms.max(0) as u64)),
+        fencing_token: fence.map(|f| f as u64),
+        waiters: None,
+    }
+}
+
 fn busy(ttl_ms: Option<i64>) -> Attempt {
     Attempt::Busy {
         ttl: Some(Duration::from_millis(ttl_ms.unwrap_or(0).max(0) as u64)),
@@ -668,6 +684,62 @@ impl Backend for PostgresBackend {
                 })
                 .await?;
             Ok(released.len() == 1)
+        })
+    }
+
+    fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        Box::pin(async move {
+            let rows = self
+                .run("the inspection", name, |conn| async move {
+                    conn.client.query(&self.sql.inspect, &[&name]).await
+                })
+                .await?;
+            Ok(rows.first().map(entry))
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+        Box::pin(async move {
+            let like = like_pattern(prefix, pattern);
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let rows = self
+                .run("the listing", prefix, |conn| {
+                    let like = &like;
+                    async move { conn.client.query(&self.sql.list, &[like, &limit]).await }
+                })
+                .await?;
+            Ok(rows.iter().map(entry).collect())
+        })
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        Box::pin(async move {
+            let rows = self
+                .run("the forced release", name, |conn| async move {
+                    conn.client.query(&self.sql.force_release, &[&name]).await
+                })
+                .await?;
+            Ok(rows.first().map(entry))
+        })
+    }
+
+    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
+        Box::pin(async move {
+            let rows = self
+                .run("the version query", "", |conn| async move {
+                    conn.client.query("SHOW server_version", &[]).await
+                })
+                .await?;
+            let version: String = rows.first().map(|r| r.get(0)).unwrap_or_default();
+            Ok(format!("PostgreSQL {version}"))
         })
     }
 

@@ -24,6 +24,14 @@ pub(super) struct Sql {
     pub release: String,
     /// Subscribes a connection to the table's release notifications.
     pub listen: String,
+    /// Admin: `$1` name → the live row: (name, token, holder, acquired ms, remaining ms,
+    /// fence).
+    pub inspect: String,
+    /// Admin: `$1` LIKE pattern, `$2` limit → live rows as in `inspect`, by name.
+    pub list: String,
+    /// Admin: `$1` name → deletes the row whoever holds it, wakes the waiters; the row as in
+    /// `inspect` if it was live.
+    pub force_release: String,
 }
 
 /// `"schema"."table"` or `"table"` (names are checked to be letters, digits and `_`).
@@ -58,6 +66,9 @@ impl Sql {
         let table = &settings.table;
         let t = quoted(table);
         let f = quoted(&settings.fence_table());
+        let columns = "l.name, l.token, l.holder, \
+            (extract(epoch FROM l.acquired_at) * 1000)::int8, \
+            (extract(epoch FROM l.expires_at - now()) * 1000)::int8, f.fence";
         Sql {
             create: format!(
                 "BEGIN;
@@ -117,6 +128,19 @@ RETURNING l.name"
 SELECT pg_notify('{table}', name) FROM gone WHERE live"
             ),
             listen: format!("LISTEN \"{table}\""),
+            inspect: format!(
+                "SELECT {columns} FROM {t} l LEFT JOIN {f} f ON f.name = l.name
+WHERE l.name = $1 AND l.expires_at > now()"
+            ),
+            list: format!(
+                "SELECT {columns} FROM {t} l LEFT JOIN {f} f ON f.name = l.name
+WHERE l.name LIKE $1 AND l.expires_at > now() ORDER BY l.name LIMIT $2"
+            ),
+            force_release: format!(
+                "WITH l AS (DELETE FROM {t} WHERE name = $1 RETURNING *)
+SELECT {columns}, pg_notify('{table}', l.name) FROM l LEFT JOIN {f} f ON f.name = l.name
+WHERE l.expires_at > now()"
+            ),
         }
     }
 }

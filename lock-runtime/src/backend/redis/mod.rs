@@ -44,6 +44,7 @@ use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::runtime::{BoxFuture, Revived, RuntimeBound};
 
+mod admin;
 mod cluster;
 mod nodes;
 mod pubsub;
@@ -718,6 +719,33 @@ impl Backend for RedisBackend {
                 },
             })
         })
+    }
+
+    fn inspect<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
+        Box::pin(self.inspect_lock(name))
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<crate::admin::Entry>, BoxError>> {
+        Box::pin(self.list_locks(prefix, pattern, limit))
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
+        Box::pin(self.force_release_lock(name))
+    }
+
+    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
+        Box::pin(self.version())
     }
 
     fn subscribe<'a>(

@@ -1,0 +1,316 @@
+//! Looking at locks from outside: who holds a key, since when, for how much longer, who
+//! waits; listing the held locks; releasing one by force; checking the backend answers.
+//!
+//! This is what the `distlock` command line (`distlock-cli`) is built on, and what a service's
+//! admin endpoint can call. None of it is needed to take locks.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_runtime::LockError> {
+//! use lock_runtime::LockClient;
+//!
+//! let client = LockClient::connect("memory://admin-doc").await?;
+//! let guard = client.lock("order:42").acquire().await?;
+//! let info = client.inspect("order:42").await?.expect("held");
+//! assert_eq!(info.holder.as_ref().map(|h| h.pid), Some(std::process::id()));
+//! assert_eq!(client.list("order:*", 100).await?.len(), 1);
+//! // Taken away from its holder, which learns it at its next renewal.
+//! assert!(client.force_release("order:42").await?.is_some());
+//! assert!(client.inspect("order:42").await?.is_none());
+//! # drop(guard);
+//! # Ok(()) }
+//! ```
+
+use std::time::{Duration, SystemTime};
+
+use crate::LockClient;
+use crate::error::{BoxError, LockError};
+use crate::key::validate_key;
+pub use crate::token::Holder;
+
+/// One held lock, as the backend reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockInfo {
+    /// The lock key, without the client's prefix: `order:42`.
+    pub key: String,
+    /// The key in the backend: `lock:order:42` (`{lock:order:42}` in a Redis Cluster).
+    pub name: String,
+    /// The holder's owner token, when the backend stores one. Printing it is safe for a
+    /// human, but anyone with it can release or renew the lock.
+    pub token: Option<String>,
+    /// Who holds it (host, process, since when): from the token distlock wrote, or the
+    /// backend's own record; `None` for a lock another client took.
+    pub holder: Option<Holder>,
+    /// How long until the lease runs out unless renewed; `None` when the backend keeps the
+    /// lock alive by a session (ZooKeeper) or the key has no expiry (a foreign lock).
+    pub ttl: Option<Duration>,
+    /// The last fencing token handed out for the key, when fencing was ever used on it.
+    pub fencing_token: Option<u64>,
+    /// How many acquisitions wait in the lock's queue, where the backend keeps one (a fair
+    /// lock on Redis, ZooKeeper, etcd); `None` where waiters leave no trace on the server.
+    pub waiters: Option<u64>,
+}
+
+/// What [`LockClient::ping`] learned about the backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServerInfo {
+    /// The backend kind: `redis`, `postgres`, …
+    pub backend: &'static str,
+    /// The URL, password redacted.
+    pub url: String,
+    /// The server's version as it reports it (every node's, comma-separated, for several).
+    pub version: String,
+    /// The time one request took, after the connection was made.
+    pub round_trip: Duration,
+}
+
+/// A lock as a backend reports it, before the client turns its name into a key.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Entry {
+    pub name: String,
+    pub token: Option<String>,
+    /// The backend's own record of the holder (SQL `holder` column, ZooKeeper/etcd node data);
+    /// otherwise the client reads it from the token.
+    pub holder: Option<Holder>,
+    pub ttl: Option<Duration>,
+    pub fencing_token: Option<u64>,
+    pub waiters: Option<u64>,
+}
+
+/// An operation a backend cannot do, and why (`LockError::Unsupported`).
+#[derive(Debug)]
+pub(crate) struct Unsupported(pub String);
+
+impl std::fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Unsupported {}
+
+/// A backend's "cannot": `why` says what the backend is missing.
+pub(crate) fn unsupported<T>(why: impl Into<String>) -> Result<T, BoxError> {
+    Err(Box::new(Unsupported(why.into())))
+}
+
+/// Whether `text` matches the glob `pattern`: `*` any run of characters, `?` one character,
+/// `\` makes the next character literal; everything else stands for itself.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    // Iterative matching with one backtrack point for the last `*`: linear in practice.
+    let (mut i, mut j) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while j < t.len() {
+        match p.get(i) {
+            Some('*') => {
+                star = Some((i, j));
+                i += 1;
+                continue;
+            }
+            Some('?') => {
+                i += 1;
+                j += 1;
+                continue;
+            }
+            Some('\\') if p.get(i + 1) == Some(&t[j]) => {
+                i += 2;
+                j += 1;
+                continue;
+            }
+            Some(&c) if c != '\\' && c == t[j] => {
+                i += 1;
+                j += 1;
+                continue;
+            }
+            _ => {}
+        }
+        match star {
+            Some((si, sj)) => {
+                i = si + 1;
+                j = sj + 1;
+                star = Some((si, sj + 1));
+            }
+            None => return false,
+        }
+    }
+    p[i..].iter().all(|&c| c == '*')
+}
+
+/// The longest run of literal characters `pattern` starts with (what a backend can narrow a
+/// scan to: a key prefix).
+pub(crate) fn literal_prefix(pattern: &str) -> String {
+    let mut out = String::new();
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '*' | '?' => break,
+            '\\' => match chars.next() {
+                Some(next) => out.push(next),
+                None => break,
+            },
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+impl LockClient {
+    /// Who holds `key` now: `None` if nobody does.
+    ///
+    /// Errors: [`LockError::Unsupported`] on a backend that cannot be inspected (Redlock has no
+    /// single answer: see its docs), [`LockError::Backend`] when the backend fails.
+    pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
+        validate_key(key)?;
+        let name = self.name_of(key);
+        let entry = self
+            .admin_backend()
+            .inspect(&name)
+            .await
+            .map_err(|e| self.admin_error("inspect", key, e))?;
+        Ok(entry.and_then(|entry| self.info(entry)))
+    }
+
+    /// The held locks whose key matches the glob `pattern` (`*` any characters, `?` one, `\`
+    /// escapes; `*` for all), at most `limit` of them, sorted by key.
+    pub async fn list(&self, pattern: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
+        let entries = self
+            .admin_backend()
+            .list(self.prefix(), pattern, limit)
+            .await
+            .map_err(|e| self.admin_error("list", pattern, e))?;
+        let mut infos: Vec<LockInfo> = entries
+            .into_iter()
+            .filter_map(|entry| self.info(entry))
+            .filter(|info| glob_match(pattern, &info.key))
+            .collect();
+        infos.sort_by(|a, b| a.key.cmp(&b.key));
+        infos.truncate(limit);
+        Ok(infos)
+    }
+
+    /// Deletes the lock `key` whoever holds it, wakes its waiters, and returns what it removed
+    /// (`None`: nobody held it). The holder is not asked: it learns at its next renewal that
+    /// its lock is gone ([`LockGuard::is_lost`](crate::LockGuard::is_lost)), and may still be
+    /// running its critical section until then — use it to clear a lock whose holder is gone,
+    /// and fencing tokens where overlapping work must be refused.
+    pub async fn force_release(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
+        validate_key(key)?;
+        let name = self.name_of(key);
+        let entry = self
+            .admin_backend()
+            .force_release(&name)
+            .await
+            .map_err(|e| self.admin_error("release", key, e))?;
+        Ok(entry.and_then(|entry| self.info(entry)))
+    }
+
+    /// Checks the backend answers: its version, and how long one request takes once
+    /// connected.
+    pub async fn ping(&self) -> Result<ServerInfo, LockError> {
+        let backend = self.admin_backend();
+        let fail = |e| self.admin_error("ping", "", e);
+        // The first request may (re)connect; the second is the round trip.
+        backend.server_version().await.map_err(fail)?;
+        let started = std::time::Instant::now();
+        let version = backend.server_version().await.map_err(fail)?;
+        Ok(ServerInfo {
+            backend: backend.kind(),
+            url: self.url().to_owned(),
+            version,
+            round_trip: started.elapsed(),
+        })
+    }
+
+    fn info(&self, entry: Entry) -> Option<LockInfo> {
+        let key = self.key_of(&entry.name)?;
+        let holder = entry
+            .holder
+            .or_else(|| entry.token.as_deref().and_then(Holder::from_token));
+        Some(LockInfo {
+            key,
+            name: entry.name,
+            token: entry.token,
+            holder,
+            ttl: entry.ttl,
+            fencing_token: entry.fencing_token,
+            waiters: entry.waiters,
+        })
+    }
+
+    fn admin_error(&self, op: &'static str, key: &str, error: BoxError) -> LockError {
+        let backend = self.backend_kind();
+        match error.downcast::<Unsupported>() {
+            Ok(why) => LockError::Unsupported {
+                backend,
+                op,
+                reason: why.0,
+            },
+            Err(source) => LockError::Backend {
+                backend,
+                op,
+                key: key.to_owned(),
+                source,
+            },
+        }
+    }
+}
+
+/// Seconds and milliseconds since the Unix epoch of `time` (0 before it).
+pub(crate) fn unix_millis(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// A holder recorded as `<host> pid <n>` (SQL rows, ZooKeeper and etcd node data), since
+/// `since_ms` (Unix milliseconds).
+pub(crate) fn holder_from_record(record: &str, since_ms: Option<u64>) -> Option<Holder> {
+    let (host, pid) = record.trim().rsplit_once(" pid ")?;
+    Some(Holder {
+        host: host.to_owned(),
+        pid: pid.trim().parse().ok()?,
+        since: SystemTime::UNIX_EPOCH + Duration::from_millis(since_ms?),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_match_like_redis_without_classes() {
+        for (p, t, m) in [
+            ("*", "", true),
+            ("*", "order:42", true),
+            ("order:*", "order:42", true),
+            ("order:*", "orders:42", false),
+            ("order:?", "order:4", true),
+            ("order:?", "order:42", false),
+            ("*:42", "order:42", true),
+            ("a*b*c", "aXXbYYc", true),
+            ("a*b*c", "aXXbYY", false),
+            ("a\\*", "a*", true),
+            ("a\\*", "ab", false),
+            ("[ab]", "[ab]", true),
+            ("[ab]", "a", false),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+        ] {
+            assert_eq!(glob_match(p, t), m, "{p:?} vs {t:?}");
+        }
+        assert_eq!(literal_prefix("order:*"), "order:");
+        assert_eq!(literal_prefix("a\\*b?c"), "a*b");
+        assert_eq!(literal_prefix("*"), "");
+    }
+
+    #[test]
+    fn records_name_a_holder() {
+        let h = holder_from_record("web-1 pid 42", Some(1_000)).unwrap();
+        assert_eq!((h.host.as_str(), h.pid), ("web-1", 42));
+        assert_eq!(unix_millis(h.since), 1_000);
+        assert_eq!(holder_from_record("nonsense", Some(1)), None);
+    }
+}

@@ -1,0 +1,187 @@
+//! The admin API on Redis: inspecting, listing (SCAN) and force-releasing locks, and `INFO`.
+//! Off the hot path: scripts are sent with `EVALSHA`, falling back to `EVAL`.
+
+use std::time::Duration;
+
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{RedisResult, Script, Value};
+
+use super::scripts::{FORCE_RELEASE, INSPECT};
+use super::{Connection, RedisBackend};
+use crate::admin::Entry;
+use crate::error::BoxError;
+
+/// How many keys one `SCAN` step asks a node to look at.
+const SCAN_COUNT: usize = 1000;
+
+/// The reply of [`INSPECT`] / [`FORCE_RELEASE`].
+type Found = Option<(Option<String>, i64, Option<String>, i64)>;
+
+impl RedisBackend {
+    /// Runs `script` (one of the admin scripts) on lock `name`.
+    async fn admin_script(&self, script: &str, name: &str) -> Result<Option<Entry>, BoxError> {
+        let script = Script::new(script);
+        let fence_key = self.fence_key(name);
+        let (queue, _) = self.fair_keys(name);
+        let found: Found = self
+            .run(|mut conn, _| {
+                let mut call = script.key(name);
+                call.key(&fence_key).key(&queue);
+                async move { call.invoke_async(&mut conn).await }
+            })
+            .await?;
+        Ok(found.and_then(|(value, pttl, fence, waiting)| {
+            Some(Entry {
+                name: name.to_owned(),
+                token: Some(value?),
+                holder: None,
+                ttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+                fencing_token: fence.and_then(|f| f.parse().ok()),
+                waiters: (waiting > 0).then_some(waiting as u64),
+            })
+        }))
+    }
+
+    pub(crate) async fn inspect_lock(&self, name: &str) -> Result<Option<Entry>, BoxError> {
+        self.admin_script(INSPECT, name).await
+    }
+
+    pub(crate) async fn force_release_lock(&self, name: &str) -> Result<Option<Entry>, BoxError> {
+        self.admin_script(FORCE_RELEASE, name).await
+    }
+
+    /// The lock names matching `prefix` + `pattern` (SCAN on the server, or on every master of
+    /// a cluster), then each inspected.
+    pub(crate) async fn list_locks(
+        &self,
+        prefix: &str,
+        pattern: &str,
+        limit: usize,
+    ) -> Result<Vec<Entry>, BoxError> {
+        let mut glob = String::new();
+        if self.is_cluster() {
+            glob.push('{');
+        }
+        glob.push_str(&redis_glob(prefix, true));
+        glob.push_str(&redis_glob(pattern, false));
+        if self.is_cluster() {
+            glob.push('}');
+        }
+        let (mut conn, _) = self.connection().await?;
+        let nodes = if self.is_cluster() {
+            masters(&mut conn).await?.into_iter().map(Some).collect()
+        } else {
+            vec![None]
+        };
+        let mut names = Vec::new();
+        'nodes: for node in nodes {
+            let mut cursor = 0u64;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&glob)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT)
+                    .arg("TYPE")
+                    .arg("string");
+                let (next, keys): (u64, Vec<String>) = match (&node, &mut conn) {
+                    (Some((host, port)), Connection::Cluster(cluster)) => {
+                        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                            host: host.clone(),
+                            port: *port,
+                        });
+                        redis::from_redis_value(cluster.route_command(scan, routing).await?)?
+                    }
+                    _ => scan.query_async(&mut conn).await?,
+                };
+                names.extend(keys);
+                if names.len() >= limit {
+                    break 'nodes;
+                }
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        names.truncate(limit);
+        let found =
+            futures_util::future::join_all(names.iter().map(|name| self.inspect_lock(name))).await;
+        let mut entries = Vec::with_capacity(found.len());
+        for entry in found {
+            entries.extend(entry?);
+        }
+        Ok(entries)
+    }
+
+    /// `redis_version` (and `redis_mode` when not standalone) from `INFO server`.
+    pub(crate) async fn version(&self) -> Result<String, BoxError> {
+        let info: String = self
+            .run(|mut conn, _| async move {
+                redis::cmd("INFO").arg("server").query_async(&mut conn).await
+            })
+            .await?;
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_owned())
+        };
+        let version = field("redis_version").unwrap_or_else(|| "unknown".to_owned());
+        Ok(match field("redis_mode") {
+            Some(mode) if mode != "standalone" => format!("Redis {version} ({mode})"),
+            _ => format!("Redis {version}"),
+        })
+    }
+}
+
+/// `text` as a Redis `MATCH` glob: as is (`*`, `?`, `\`) but with `[` and `]` literal — or,
+/// for a `literal` text (the key prefix), with every special character escaped.
+fn redis_glob(text: &str, literal: bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let special = if literal {
+            matches!(c, '*' | '?' | '[' | ']' | '\\')
+        } else {
+            matches!(c, '[' | ']')
+        };
+        if special {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The masters of the cluster behind `conn`, from `CLUSTER NODES`: (host, port).
+async fn masters(conn: &mut Connection) -> RedisResult<Vec<(String, u16)>> {
+    let nodes: Value = redis::cmd("CLUSTER").arg("NODES").query_async(conn).await?;
+    let nodes: String = redis::from_redis_value(nodes)?;
+    Ok(nodes
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split(' ');
+            let address = fields.nth(1)?;
+            let flags = fields.next()?;
+            if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
+                return None;
+            }
+            let address = address.split(['@', ',']).next()?;
+            let (host, port) = address.rsplit_once(':')?;
+            Some((host.to_owned(), port.parse().ok()?))
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs_for_match() {
+        assert_eq!(redis_glob("lock:*[x]", true), "lock:\\*\\[x\\]");
+        assert_eq!(redis_glob("order:*[x]", false), "order:*\\[x\\]");
+    }
+}
