@@ -74,11 +74,13 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use lock_macros::distributed_lock;
+pub use lock_runtime::admin;
 pub use lock_runtime::fence;
 pub use lock_runtime::metrics;
 pub use lock_runtime::{
-    BoxError, CurrentLock, FAIR_QUEUE_TTL, LockClient, LockClientBuilder, LockError, LockGuard,
-    LockRequest, MAX_KEY_LEN, URL_ENV, client, current, init, init_from_env,
+    BoxError, CurrentLock, FAIR_QUEUE_TTL, Holder, LockClient, LockClientBuilder, LockError,
+    LockGuard, LockInfo, LockRequest, MAX_KEY_LEN, ServerInfo, URL_ENV, client, current, init,
+    init_from_env,
 };
 
 #[doc(hidden)]

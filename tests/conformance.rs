@@ -764,6 +764,121 @@ pub async fn a_slow_backend_still_grants_waiting_acquisitions(fixture: &impl Fix
     }
 }
 
+/// The admin API (what `distlock list`/`show` print): a held lock names this process, its
+/// token, lease and fencing token; a listing finds exactly the keys its glob matches; a free
+/// key shows nothing; the server answers a ping.
+pub async fn the_admin_api_shows_who_holds_what(fixture: &impl Fixture) {
+    let client = fixture
+        .builder()
+        .fencing(fixture.fencing())
+        .build()
+        .await
+        .unwrap();
+    let one = client
+        .lock("admin:1")
+        .lease(ms(20_000))
+        .acquire()
+        .await
+        .unwrap();
+    let _two = client
+        .lock("admin:2")
+        .lease(ms(20_000))
+        .acquire()
+        .await
+        .unwrap();
+    let _other = client
+        .lock("other:1")
+        .lease(ms(20_000))
+        .acquire()
+        .await
+        .unwrap();
+    let info = client
+        .inspect("admin:1")
+        .await
+        .unwrap()
+        .expect("admin:1 is held");
+    assert_eq!(info.key, "admin:1");
+    let holder = info.holder.as_ref().expect("the holder is named");
+    assert_eq!(holder.pid, std::process::id(), "{info:?}");
+    let age = std::time::SystemTime::now()
+        .duration_since(holder.since)
+        .unwrap_or_default();
+    assert!(age < ms(60_000), "held since {age:?}? {info:?}");
+    if let Some(stored) = fixture.holder(&format!("lock:{}", "admin:1")).await {
+        assert_eq!(info.token.as_deref(), Some(stored.as_str()), "{info:?}");
+    }
+    if let Some(ttl) = info.ttl {
+        assert!(ttl <= ms(20_000) && ttl > ms(5_000), "{info:?}");
+    }
+    assert_eq!(info.fencing_token, one.fencing_token(), "{info:?}");
+    let listed = client.list("admin:*", 100).await.unwrap();
+    let keys: Vec<&str> = listed.iter().map(|i| i.key.as_str()).collect();
+    assert_eq!(keys, ["admin:1", "admin:2"]);
+    assert_eq!(client.list("admin:?", 1).await.unwrap().len(), 1);
+    assert_eq!(client.list("*", 100).await.unwrap().len(), 3);
+    assert!(client.list("nothing*", 100).await.unwrap().is_empty());
+    assert_eq!(client.inspect("admin:3").await.unwrap(), None);
+    let ping = client.ping().await.unwrap();
+    assert_eq!(ping.backend, client.backend_kind());
+    assert!(!ping.version.is_empty());
+}
+
+/// A forced release deletes the lock whoever holds it, returns what it removed, lets a waiter
+/// in well before the holder's lease would have ended, and the holder learns it lost the lock
+/// (at its next renewal at the latest).
+pub async fn a_forced_release_frees_the_lock_and_tells_the_holder(fixture: &impl Fixture) {
+    let admin = fixture.client().await;
+    let lease = ms(6_000);
+    let holder = fixture.client().await;
+    let guard = holder
+        .lock("admin:stuck")
+        .lease(lease)
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = fixture.client().await;
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock("admin:stuck")
+            .lease(lease)
+            .wait(ms(30_000))
+            .acquire()
+            .await;
+        (guard, Instant::now())
+    });
+    tokio::time::sleep(ms(200)).await;
+    let forced_at = Instant::now();
+    let removed = admin
+        .force_release("admin:stuck")
+        .await
+        .unwrap()
+        .expect("it was held");
+    assert_eq!(removed.key, "admin:stuck");
+    assert_eq!(
+        removed.holder.as_ref().map(|h| h.pid),
+        Some(std::process::id())
+    );
+    let (granted, at) = waiting.await.unwrap();
+    let granted = granted.expect("the waiter gets the lock");
+    assert!(
+        at.duration_since(forced_at) < lease / 2,
+        "the waiter got it {:?} after the forced release (lease {lease:?})",
+        at.duration_since(forced_at)
+    );
+    assert!(
+        eventually(lease, || async { guard.is_lost() }).await,
+        "the holder never learned its lock was released"
+    );
+    let now = admin
+        .inspect("admin:stuck")
+        .await
+        .unwrap()
+        .expect("the waiter holds it");
+    assert_ne!(now.token, removed.token, "{now:?}");
+    drop(granted);
+    assert_eq!(admin.force_release("nobody:holds").await.unwrap(), None);
+}
+
 macro_rules! conformance {
     ($backend:ident => $fixture:expr; $($case:ident),* $(,)?) => {
         mod $backend {
@@ -804,6 +919,8 @@ macro_rules! suite {
                 unusual_keys_are_stored_verbatim,
                 durations_at_the_edges,
                 a_slow_backend_still_grants_waiting_acquisitions,
+                the_admin_api_shows_who_holds_what,
+                a_forced_release_frees_the_lock_and_tells_the_holder,
             );
         )*
     };

@@ -139,24 +139,6 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     p[i..].iter().all(|&c| c == '*')
 }
 
-/// The longest run of literal characters `pattern` starts with (what a backend can narrow a
-/// scan to: a key prefix).
-pub(crate) fn literal_prefix(pattern: &str) -> String {
-    let mut out = String::new();
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '*' | '?' => break,
-            '\\' => match chars.next() {
-                Some(next) => out.push(next),
-                None => break,
-            },
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 impl LockClient {
     /// Who holds `key` now: `None` if nobody does.
     ///
@@ -258,13 +240,6 @@ impl LockClient {
     }
 }
 
-/// Seconds and milliseconds since the Unix epoch of `time` (0 before it).
-pub(crate) fn unix_millis(time: SystemTime) -> u64 {
-    time.duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 /// A holder recorded as `<host> pid <n>` (SQL rows, ZooKeeper and etcd node data), since
 /// `since_ms` (Unix milliseconds).
 pub(crate) fn holder_from_record(record: &str, since_ms: Option<u64>) -> Option<Holder> {
@@ -301,16 +276,13 @@ mod tests {
         ] {
             assert_eq!(glob_match(p, t), m, "{p:?} vs {t:?}");
         }
-        assert_eq!(literal_prefix("order:*"), "order:");
-        assert_eq!(literal_prefix("a\\*b?c"), "a*b");
-        assert_eq!(literal_prefix("*"), "");
     }
 
     #[test]
     fn records_name_a_holder() {
         let h = holder_from_record("web-1 pid 42", Some(1_000)).unwrap();
         assert_eq!((h.host.as_str(), h.pid), ("web-1", 42));
-        assert_eq!(unix_millis(h.since), 1_000);
+        assert_eq!(h.since, SystemTime::UNIX_EPOCH + Duration::from_secs(1));
         assert_eq!(holder_from_record("nonsense", Some(1)), None);
     }
 }

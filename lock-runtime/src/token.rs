@@ -31,7 +31,11 @@ fn process_prefix() -> &'static str {
             .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
             .take(MAX_HOST_LEN)
             .collect();
-        let host = if host.is_empty() { "unknown-host".to_owned() } else { host };
+        let host = if host.is_empty() {
+            "unknown-host".to_owned()
+        } else {
+            host
+        };
         format!("{host}:{}:", std::process::id())
     })
 }
@@ -164,7 +168,10 @@ mod tests {
         assert_eq!(holder.pid, std::process::id());
         let age = SystemTime::now().duration_since(holder.since).unwrap();
         assert!(age < Duration::from_secs(60), "{age:?}");
-        assert!(!format!("{a:?}").contains(&random[8..]), "Debug shows the secret: {a:?}");
+        assert!(
+            !format!("{a:?}").contains(&random[8..]),
+            "Debug shows the secret: {a:?}"
+        );
     }
 
     #[test]

@@ -393,7 +393,12 @@ impl Backend for MemoryBackend {
     }
 
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
-        Box::pin(async { Ok(format!("in-process (lock-runtime {})", env!("CARGO_PKG_VERSION"))) })
+        Box::pin(async {
+            Ok(format!(
+                "in-process (lock-runtime {})",
+                env!("CARGO_PKG_VERSION")
+            ))
+        })
     }
 
     fn subscribe<'a>(

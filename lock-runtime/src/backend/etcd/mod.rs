@@ -31,12 +31,13 @@ use tonic::{Code, Status};
 
 use self::lease::Lease;
 use self::proto::{
-    Compare, CompareWith, DeleteRangeRequest, DeleteRangeResponse, PutRequest, RangeRequest,
-    RangeResponse, Request, RequestOp, Response, TxnRequest, TxnResponse, path,
+    Compare, CompareWith, DeleteRangeRequest, DeleteRangeResponse, KeyValue, PutRequest,
+    RangeRequest, RangeResponse, Request, RequestOp, Response, TxnRequest, TxnResponse, path,
 };
 use self::rpc::Rpc;
 use super::sql::holder_id;
 use super::{Attempt, Backend, LockSpec, Transient};
+use crate::admin::{Entry, glob_match, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::BoxFuture;
@@ -868,6 +869,159 @@ impl Backend for EtcdBackend {
 
     fn lost<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, String> {
         Box::pin(self.watch_lost(spec))
+    }
+
+    fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        Box::pin(async move {
+            let (queue, _) = self.key_of(name, "");
+            let keys = self.range_prefix(&queue).await?;
+            match keys.first() {
+                Some(first) => Ok(Some(self.entry(name, first, keys.len()).await?)),
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+        Box::pin(async move {
+            // Every key under the prefix, oldest first; grouped by lock: the first of each
+            // group holds it.
+            let start = self.prefix.clone().into_bytes();
+            let keys = self.range_prefix(&start).await?;
+            let mut queues: Vec<(String, Vec<&KeyValue>)> = Vec::new();
+            for kv in &keys {
+                let Some(rest) = kv.key.strip_prefix(start.as_slice()) else {
+                    continue;
+                };
+                let rest = String::from_utf8_lossy(rest);
+                let Some((encoded, _token)) = rest.rsplit_once('/') else {
+                    continue;
+                };
+                let name = encoded.replace("%2F", "/").replace("%25", "%");
+                if !name
+                    .strip_prefix(prefix)
+                    .is_some_and(|key| glob_match(pattern, key))
+                {
+                    continue;
+                }
+                match queues.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, members)) => members.push(kv),
+                    None => queues.push((name, vec![kv])),
+                }
+            }
+            queues.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut entries = Vec::new();
+            for (name, members) in queues.into_iter().take(limit) {
+                entries.push(self.entry(&name, members[0], members.len()).await?);
+            }
+            Ok(entries)
+        })
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        Box::pin(async move {
+            let (queue, _) = self.key_of(name, "");
+            let keys = self.range_prefix(&queue).await?;
+            let Some(first) = keys.first() else {
+                return Ok(None);
+            };
+            let entry = self.entry(name, first, keys.len()).await?;
+            // Deleting the holder's key wakes the next in line (it watches that key) and
+            // tells the holder (it watches its own key too).
+            let _: DeleteRangeResponse = self
+                .call(
+                    "delete",
+                    self.rpc.unary(
+                        path::DELETE_RANGE,
+                        DeleteRangeRequest {
+                            key: first.key.clone(),
+                            range_end: Vec::new(),
+                        },
+                    ),
+                )
+                .await
+                .map_err(|f| self.failed("delete", f))?;
+            Ok(Some(entry))
+        })
+    }
+
+    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
+        Box::pin(async move {
+            let status: proto::StatusResponse = self
+                .call(
+                    "status",
+                    self.rpc.unary(path::STATUS, proto::StatusRequest {}),
+                )
+                .await
+                .map_err(|f| self.failed("status", f))?;
+            Ok(format!("etcd {}", status.version))
+        })
+    }
+}
+
+impl EtcdBackend {
+    /// Every key starting with `start`, lowest create revision first.
+    async fn range_prefix(&self, start: &[u8]) -> Result<Vec<KeyValue>, BoxError> {
+        let range: RangeResponse = self
+            .call(
+                "range",
+                self.rpc.unary(
+                    path::RANGE,
+                    RangeRequest {
+                        key: start.to_vec(),
+                        range_end: proto::prefix_end(start),
+                        sort_order: proto::ASCEND,
+                        sort_target: proto::SORT_BY_CREATE,
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await
+            .map_err(|f| self.failed("range", f))?;
+        Ok(range.kvs)
+    }
+
+    /// The admin view of lock `name` held by `holder`, with `queued` keys in its queue.
+    async fn entry(&self, name: &str, holder: &KeyValue, queued: usize) -> Result<Entry, BoxError> {
+        let key = String::from_utf8_lossy(&holder.key);
+        let value = String::from_utf8_lossy(&holder.value);
+        let field = |name: &str| {
+            value
+                .lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
+        };
+        let since = field("joined_unix_ms").and_then(|ms| ms.parse().ok());
+        let ttl = if holder.lease == 0 {
+            None
+        } else {
+            let left: proto::LeaseTimeToLiveResponse = self
+                .call(
+                    "lease time-to-live",
+                    self.rpc.unary(
+                        path::LEASE_TIME_TO_LIVE,
+                        proto::LeaseTimeToLiveRequest { id: holder.lease },
+                    ),
+                )
+                .await
+                .map_err(|f| self.failed("lease time-to-live", f))?;
+            u64::try_from(left.ttl).ok().map(Duration::from_secs)
+        };
+        Ok(Entry {
+            name: name.to_owned(),
+            token: key.rsplit_once('/').map(|(_, token)| token.to_owned()),
+            holder: holder_from_record(field("holder").unwrap_or_default(), since),
+            ttl,
+            fencing_token: u64::try_from(holder.create_revision).ok(),
+            waiters: Some(queued as u64 - 1),
+        })
     }
 }
 

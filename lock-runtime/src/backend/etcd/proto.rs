@@ -18,6 +18,32 @@ pub(crate) mod path {
     pub const LEASE_GRANT: &str = "/etcdserverpb.Lease/LeaseGrant";
     pub const LEASE_REVOKE: &str = "/etcdserverpb.Lease/LeaseRevoke";
     pub const LEASE_KEEP_ALIVE: &str = "/etcdserverpb.Lease/LeaseKeepAlive";
+    pub const LEASE_TIME_TO_LIVE: &str = "/etcdserverpb.Lease/LeaseTimeToLive";
+    pub const STATUS: &str = "/etcdserverpb.Maintenance/Status";
+}
+
+/// `LeaseTimeToLiveRequest` (admin API: a holder's remaining lease).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct LeaseTimeToLiveRequest {
+    #[prost(int64, tag = "1")]
+    pub id: i64,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct LeaseTimeToLiveResponse {
+    /// Seconds left; -1 when the lease has expired.
+    #[prost(int64, tag = "3")]
+    pub ttl: i64,
+}
+
+/// `StatusRequest` (admin API: the member's version).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct StatusRequest {}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct StatusResponse {
+    #[prost(string, tag = "2")]
+    pub version: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

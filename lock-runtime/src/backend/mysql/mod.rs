@@ -23,9 +23,9 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Params, TxOpts, Value};
 
 use super::sql::{SqlSettings, holder_id, like_pattern, millis, slot_of};
-use crate::admin::{Entry, holder_from_record};
 use super::url::redact_url;
 use super::{Attempt, Backend, LockSpec, Transient};
+use crate::admin::{Entry, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::{BoxFuture, RuntimeBound};
@@ -358,7 +358,14 @@ impl MysqlBackend {
 }
 
 /// A row of the admin statements: (name, token, holder, acquired ms, remaining ms, fence).
-type AdminRow = (Vec<u8>, String, String, Option<i64>, Option<i64>, Option<i64>);
+type AdminRow = (
+    Vec<u8>,
+    String,
+    String,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
 
 fn entry((name, token, holder, acquired, remaining, fence): AdminRow) -> Entry {
     Entry {

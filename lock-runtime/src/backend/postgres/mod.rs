@@ -32,9 +32,9 @@ use tokio_postgres::types::Type;
 use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
 use super::sql::{SqlSettings, holder_id, like_pattern, millis, slot_of};
-use crate::admin::{Entry, holder_from_record};
 use super::url::redact_url;
 use super::{Attempt, Backend, LockSpec, Transient};
+use crate::admin::{Entry, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{CloseOnDrop, ReleaseHub, ReleaseSubscription};
 use crate::runtime::{BoxFuture, Revived, RuntimeBound};

@@ -117,20 +117,41 @@ impl RedisBackend {
         Ok(entries)
     }
 
-    /// `redis_version` (and `redis_mode` when not standalone) from `INFO server`.
+    /// `redis_version` (and `redis_mode` when not standalone) from `INFO server` (which a
+    /// cluster connection sends to every master: one answer per node).
     pub(crate) async fn version(&self) -> Result<String, BoxError> {
-        let info: String = self
+        let info: Value = self
             .run(|mut conn, _| async move {
-                redis::cmd("INFO").arg("server").query_async(&mut conn).await
+                redis::cmd("INFO")
+                    .arg("server")
+                    .query_async(&mut conn)
+                    .await
             })
             .await?;
-        let field = |name: &str| {
+        let answers: Vec<String> = match info {
+            Value::Map(nodes) => nodes
+                .into_iter()
+                .filter_map(|(_, info)| redis::from_redis_value(info).ok())
+                .collect(),
+            info => vec![redis::from_redis_value(info)?],
+        };
+        let field = |info: &str, name: &str| {
             info.lines()
                 .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
                 .map(|v| v.trim().to_owned())
         };
-        let version = field("redis_version").unwrap_or_else(|| "unknown".to_owned());
-        Ok(match field("redis_mode") {
+        let mut versions: Vec<String> = answers
+            .iter()
+            .map(|info| field(info, "redis_version").unwrap_or_else(|| "unknown".to_owned()))
+            .collect();
+        versions.sort();
+        versions.dedup();
+        let version = versions.join("/");
+        let mode = answers.first().and_then(|info| field(info, "redis_mode"));
+        Ok(match mode {
+            Some(mode) if mode != "standalone" && answers.len() > 1 => {
+                format!("Redis {version} ({mode}, {} nodes answered)", answers.len())
+            }
             Some(mode) if mode != "standalone" => format!("Redis {version} ({mode})"),
             _ => format!("Redis {version}"),
         })

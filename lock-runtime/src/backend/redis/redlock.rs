@@ -372,9 +372,7 @@ impl Backend for RedlockBackend {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
         Box::pin(async move {
-            let found = self
-                .on_every_node(|node| node.inspect_lock(name))
-                .await?;
+            let found = self.on_every_node(|node| node.inspect_lock(name)).await?;
             Ok(self.majority(found))
         })
     }

@@ -29,10 +29,11 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 pub(crate) use self::path::parent_of;
-use self::path::{ZkUrl, node_prefix, parse_url, sequence_of, token_of};
+use self::path::{ZkUrl, decode, node_prefix, parse_url, sequence_of, token_of};
 use self::session::Session;
 use super::sql::holder_id;
 use super::{Attempt, Backend, LockSpec, Transient};
+use crate::admin::{Entry, glob_match, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::BoxFuture;
@@ -86,6 +87,8 @@ pub(crate) struct ZookeeperBackend {
     /// Wake-ups by owner token: a waiter's predecessor is gone.
     hub: Arc<ReleaseHub>,
     holder: String,
+    /// The server's version, once `srvr` told it (admin API).
+    version: std::sync::OnceLock<String>,
 }
 
 /// Errors that waiting may cure: the connection or session broke, the server is busy.
@@ -125,6 +128,7 @@ impl ZookeeperBackend {
             nodes: Mutex::new(HashMap::new()),
             hub: ReleaseHub::new(None),
             holder: holder_id(),
+            version: std::sync::OnceLock::new(),
         };
         let fail = |source: BoxError| LockError::Backend {
             backend: "zookeeper",
@@ -620,5 +624,145 @@ impl Backend for ZookeeperBackend {
 
     fn lost<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, String> {
         Box::pin(self.watch_lost(spec))
+    }
+
+    fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        Box::pin(async move { Ok(self.holder_of(name).await?.map(|(entry, _)| entry)) })
+    }
+
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+        Box::pin(async move {
+            let client = self.any_client().await?;
+            let parents = self
+                .call("list", client.list_children("/"))
+                .await
+                .map_err(|f| self.failed("list", f))?;
+            let mut names: Vec<String> = parents
+                .iter()
+                .filter_map(|parent| decode(parent))
+                .filter(|name| {
+                    name.strip_prefix(prefix)
+                        .is_some_and(|key| glob_match(pattern, key))
+                })
+                .collect();
+            names.sort();
+            let mut entries = Vec::new();
+            for name in names {
+                if entries.len() >= limit {
+                    break;
+                }
+                if let Some((entry, _)) = self.holder_of(&name).await? {
+                    entries.push(entry);
+                }
+            }
+            Ok(entries)
+        })
+    }
+
+    fn force_release<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        Box::pin(async move {
+            let Some((entry, path)) = self.holder_of(name).await? else {
+                return Ok(None);
+            };
+            let client = self.any_client().await?;
+            // Deleting the holder's node wakes the next in line (it watches that node) and
+            // tells the holder at once (it watches its own node too).
+            match self.call("delete", client.delete(&path, None)).await {
+                Ok(()) | Err(ZkFailure::Server(zk::Error::NoNode)) => Ok(Some(entry)),
+                Err(failure) => Err(self.failed("delete", failure)),
+            }
+        })
+    }
+
+    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
+        Box::pin(async move {
+            let client = self.any_client().await?;
+            self.call("exists", client.check_stat("/"))
+                .await
+                .map_err(|f| self.failed("exists", f))?;
+            // The version comes from the `srvr` four-letter word (whitelisted by default).
+            if let Some(version) = self.version.get() {
+                return Ok(version.clone());
+            }
+            let version = match self.srvr().await {
+                Some(version) => self.version.get_or_init(|| version).clone(),
+                None => "ZooKeeper (version unknown: `srvr` is not whitelisted)".to_owned(),
+            };
+            Ok(version)
+        })
+    }
+}
+
+impl ZookeeperBackend {
+    /// The holder of lock `name` (the lowest sequence in its queue) and its node's path.
+    async fn holder_of(&self, name: &str) -> Result<Option<(Entry, String)>, BoxError> {
+        let client = self.any_client().await?;
+        let parent = parent_of(name);
+        for _ in 0..5 {
+            let children = match self.call("list", client.list_children(&parent)).await {
+                Ok(children) => children,
+                Err(ZkFailure::Server(zk::Error::NoNode)) => return Ok(None),
+                Err(failure) => return Err(self.failed("list", failure)),
+            };
+            let mut queue: Vec<(i64, &String)> = children
+                .iter()
+                .filter_map(|child| Some((sequence_of(child)?, child)))
+                .collect();
+            queue.sort();
+            let Some((_, first)) = queue.first() else {
+                return Ok(None);
+            };
+            let path = format!("{parent}/{first}");
+            let (data, stat) = match self.call("get", client.get_data(&path)).await {
+                Ok(found) => found,
+                // Released in between: look again.
+                Err(ZkFailure::Server(zk::Error::NoNode)) => continue,
+                Err(failure) => return Err(self.failed("get", failure)),
+            };
+            let data = String::from_utf8_lossy(&data);
+            let record = data
+                .lines()
+                .find_map(|line| line.strip_prefix("holder="))
+                .unwrap_or_default();
+            let entry = Entry {
+                name: name.to_owned(),
+                token: Some(token_of(first).to_owned()),
+                holder: holder_from_record(record, u64::try_from(stat.ctime).ok()),
+                ttl: None,
+                fencing_token: u64::try_from(stat.czxid).ok(),
+                waiters: Some(queue.len() as u64 - 1),
+            };
+            return Ok(Some((entry, path)));
+        }
+        Err("the lock changed hands five times while being looked at; try again".into())
+    }
+
+    /// `srvr` on the first host: `Zookeeper version: 3.8.4-…` → `ZooKeeper 3.8.4`.
+    async fn srvr(&self) -> Option<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let host = self.url.hosts.split(',').next()?;
+        let exchange = async {
+            let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
+            stream.write_all(b"srvr").await.ok()?;
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).await.ok()?;
+            let line = answer
+                .lines()
+                .find_map(|l| l.strip_prefix("Zookeeper version: "))?;
+            let version = line.split(['-', ',']).next()?.trim();
+            Some(format!("ZooKeeper {version}"))
+        };
+        tokio::time::timeout(self.response_timeout, exchange)
+            .await
+            .ok()
+            .flatten()
     }
 }

@@ -137,7 +137,6 @@ fn encode_into(name: &str, out: &mut String) {
 }
 
 /// Decodes a path component made by [`encode_into`] (for people and tools reading the tree).
-#[cfg(test)]
 pub(crate) fn decode(component: &str) -> Option<String> {
     let mut bytes = Vec::with_capacity(component.len());
     let mut rest = component.as_bytes();
