@@ -1,0 +1,521 @@
+//! The `distlock` binary against real servers started by the tests: what it prints, its exit
+//! codes, and what the servers hold afterwards.
+
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use distlock::LockClient;
+use serde_json::Value;
+use support::postgres::PostgresServer;
+use support::{RedisServer, eventually, unique};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The binary, without the caller's `DISTLOCK_URL`.
+fn distlock() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_distlock"));
+    command
+        .env_remove("DISTLOCK_URL")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    command
+}
+
+/// Runs `distlock args…` to its end (bounded: a hung command fails the test).
+async fn run(args: &[&str]) -> Output {
+    run_with(distlock().args(args)).await
+}
+
+async fn run_with(command: &mut Command) -> Output {
+    let output = command.output();
+    tokio::time::timeout(Duration::from_secs(60), output)
+        .await
+        .expect("distlock ended within 60 s")
+        .expect("distlock runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn code(output: &Output) -> i32 {
+    output.status.code().unwrap_or(-1)
+}
+
+/// Starts a long-running `distlock args…` and waits for its first line of output.
+async fn spawn_until_line(args: &[&str]) -> (Child, String) {
+    let mut child = distlock()
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("distlock starts");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("a first line within 30 s")
+        .unwrap()
+        .unwrap_or_default();
+    // Keep reading the rest in the background so the child never blocks on a full pipe.
+    let rest = tokio::spawn(async move {
+        let mut all = String::new();
+        while let Ok(Some(line)) = lines.next_line().await {
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    child_rest(&mut child, rest);
+    (child, first)
+}
+
+/// Where the rest of a spawned child's output goes: collected by `finish`.
+fn child_rest(child: &mut Child, rest: tokio::task::JoinHandle<String>) {
+    OUTPUTS
+        .lock()
+        .unwrap()
+        .push((child.id().unwrap_or_default(), rest));
+}
+
+static OUTPUTS: std::sync::Mutex<Vec<(u32, tokio::task::JoinHandle<String>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Waits (bounded) for a spawned child to end: its exit code, the rest of its stdout, its
+/// stderr.
+async fn finish(mut child: Child, within: Duration) -> (i32, String, String) {
+    let pid = child.id().unwrap_or_default();
+    let status = tokio::time::timeout(within, child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("distlock (pid {pid}) did not end within {within:?}"))
+        .unwrap();
+    let rest = {
+        let mut outputs = OUTPUTS.lock().unwrap();
+        let at = outputs.iter().position(|(p, _)| *p == pid).unwrap();
+        outputs.remove(at).1
+    };
+    let out = rest.await.unwrap();
+    let mut err = String::new();
+    if let Some(mut stderr) = child.stderr.take() {
+        use tokio::io::AsyncReadExt;
+        let _ = stderr.read_to_string(&mut err).await;
+    }
+    (status.code().unwrap_or(-1), out, err)
+}
+
+async fn server_value(server: &RedisServer, name: &str) -> Option<String> {
+    server.get(name).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_show_and_ping_tell_who_holds_what() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = LockClient::builder(url.as_str())
+        .fencing(true)
+        .build()
+        .await
+        .unwrap();
+    let first = client
+        .lock("order:1")
+        .lease(ms(20_000))
+        .acquire()
+        .await
+        .unwrap();
+    let _second = client
+        .lock("order:2")
+        .lease(ms(20_000))
+        .acquire()
+        .await
+        .unwrap();
+    let _other = client
+        .lock("invoice:9")
+        .lease(ms(20_000))
+        .acquire()
+        .await
+        .unwrap();
+    // A fair waiter of order:2 shows in its queue.
+    let waiter = client.clone();
+    let queued = tokio::spawn(async move {
+        waiter
+            .lock("order:2")
+            .fair()
+            .wait(ms(30_000))
+            .acquire()
+            .await
+    });
+    let pid = std::process::id().to_string();
+
+    assert!(
+        eventually(ms(5_000), || async {
+            client
+                .inspect("order:2")
+                .await
+                .unwrap()
+                .is_some_and(|i| i.waiters == Some(1))
+        })
+        .await,
+        "the fair waiter joined the queue"
+    );
+    let listed = run(&["list", &url, "order:*", "--json"]).await;
+    assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+    let json: Value = serde_json::from_str(&stdout(&listed)).unwrap();
+    let locks = json.as_array().unwrap();
+    let keys: Vec<&str> = locks.iter().map(|l| l["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["order:1", "order:2"]);
+    for lock in locks {
+        assert_eq!(lock["holder"]["pid"].to_string(), pid, "{lock}");
+        let ttl = lock["ttl_ms"].as_u64().unwrap();
+        assert!(ttl > 5_000 && ttl <= 20_000, "{lock}");
+        let stored = server_value(&server, lock["name"].as_str().unwrap()).await;
+        assert_eq!(lock["token"].as_str(), stored.as_deref(), "{lock}");
+    }
+    assert_eq!(locks[0]["fencing_token"].as_u64(), first.fencing_token());
+    assert_eq!(locks[1]["waiters"].as_u64(), Some(1));
+
+    // The table, with the URL from DISTLOCK_URL.
+    let table = run_with(distlock().env("DISTLOCK_URL", &url).arg("list")).await;
+    assert_eq!(code(&table), 0, "{}", stderr(&table));
+    let text = stdout(&table);
+    assert!(text.starts_with("KEY"), "{text}");
+    for key in ["order:1", "order:2", "invoice:9"] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(key))
+            .unwrap_or_else(|| panic!("{key} in {text}"));
+        assert!(line.contains(&format!("pid {pid}")), "{line}");
+    }
+
+    let show = run(&["show", &url, "order:1"]).await;
+    assert_eq!(code(&show), 0, "{}", stderr(&show));
+    let token = server_value(&server, "lock:order:1").await.unwrap();
+    assert!(stdout(&show).contains(&token), "{}", stdout(&show));
+    assert!(stdout(&show).contains(&format!("pid {pid} since ")));
+
+    let free = run(&["show", &url, "order:3"]).await;
+    assert_eq!(code(&free), 4, "{}", stderr(&free));
+    assert!(stderr(&free).contains("nobody holds `order:3`"));
+
+    let nothing = run(&["list", &url, "nothing:*"]).await;
+    assert_eq!((code(&nothing), stdout(&nothing).as_str()), (0, ""));
+
+    let ping = run(&["ping", &url]).await;
+    assert_eq!(code(&ping), 0, "{}", stderr(&ping));
+    assert!(stdout(&ping).contains("Redis "), "{}", stdout(&ping));
+    assert!(stdout(&ping).contains("round trip"), "{}", stdout(&ping));
+
+    drop(first);
+    drop(_second);
+    let _ = tokio::time::timeout(ms(10_000), queued).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lock_released_by_force_is_reported_lost_by_its_holder() {
+    let server = RedisServer::start();
+    let url = server.url();
+    // Renewed every 500 ms: the holder finds out at its next renewal.
+    let (hold, first) = spawn_until_line(&["hold", &url, "job:nightly", "--lease", "1500ms"]).await;
+    let hold_pid = hold.id().unwrap();
+    assert!(first.contains("holding `job:nightly`"), "{first}");
+    let stored = server_value(&server, "lock:job:nightly")
+        .await
+        .expect("the lock is on the server");
+    assert!(
+        stored.contains(&format!(":{hold_pid}:")),
+        "the value names the hold process: {stored}"
+    );
+
+    // Without --force, or without --yes and no terminal: refused, nothing removed.
+    let refused = run(&["release", &url, "job:nightly"]).await;
+    assert_eq!(code(&refused), 2, "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("--force"));
+    let unconfirmed = run(&["release", &url, "job:nightly", "--force"]).await;
+    assert_eq!(code(&unconfirmed), 2, "{}", stderr(&unconfirmed));
+    assert!(stderr(&unconfirmed).contains("--yes"));
+    assert_eq!(
+        server_value(&server, "lock:job:nightly").await,
+        Some(stored.clone())
+    );
+
+    let released_at = Instant::now();
+    let released = run(&["release", &url, "job:nightly", "--force", "--yes"]).await;
+    assert_eq!(code(&released), 0, "{}", stderr(&released));
+    assert!(
+        stdout(&released).contains(&format!("pid {hold_pid}")),
+        "{}",
+        stdout(&released)
+    );
+    assert_eq!(server_value(&server, "lock:job:nightly").await, None);
+
+    let (status, out, err) = finish(hold, ms(15_000)).await;
+    assert_eq!(status, 6, "hold exits with `lost`: {out} {err}");
+    assert!(out.contains("lost `job:nightly`"), "{out}");
+    assert!(
+        released_at.elapsed() < ms(15_000),
+        "told after {:?}",
+        released_at.elapsed()
+    );
+    // It did not take the lock back.
+    assert_eq!(server_value(&server, "lock:job:nightly").await, None);
+
+    let again = run(&["release", &url, "job:nightly", "--force", "--yes"]).await;
+    assert_eq!(code(&again), 4, "{}", stderr(&again));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_releases_on_ctrl_c_when_its_time_is_up_and_refuses_a_busy_lock() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (hold, first) = spawn_until_line(&["hold", &url, "maintenance", "--for", "60s"]).await;
+    assert!(first.contains("for 1m00s"), "{first}");
+    assert!(server_value(&server, "lock:maintenance").await.is_some());
+    // SAFETY: kill(2) on the child we started.
+    unsafe { libc::kill(hold.id().unwrap() as libc::pid_t, libc::SIGINT) };
+    let (status, out, err) = finish(hold, ms(15_000)).await;
+    assert_eq!(status, 0, "{out} {err}");
+    assert!(
+        out.contains("released `maintenance` (interrupted)"),
+        "{out}"
+    );
+    assert_eq!(server_value(&server, "lock:maintenance").await, None);
+
+    let timed = run(&["hold", &url, "maintenance", "--for", "300ms"]).await;
+    assert_eq!(code(&timed), 0, "{}", stderr(&timed));
+    assert!(stdout(&timed).contains("(its time was up)"));
+    assert_eq!(server_value(&server, "lock:maintenance").await, None);
+
+    // Busy: exit 5, naming the holder; the holder's lock untouched.
+    let client = LockClient::connect(&url).await.unwrap();
+    let _guard = client.lock("maintenance").acquire().await.unwrap();
+    let value = server_value(&server, "lock:maintenance").await;
+    for wait in ["0s", "300ms"] {
+        let busy = run(&["hold", &url, "maintenance", "--wait", wait]).await;
+        assert_eq!(code(&busy), 5, "{}", stderr(&busy));
+        assert!(
+            stderr(&busy).contains(&format!("pid {}", std::process::id())),
+            "{}",
+            stderr(&busy)
+        );
+    }
+    assert_eq!(server_value(&server, "lock:maintenance").await, value);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_acquisitions_and_releases() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = LockClient::connect(&url).await.unwrap();
+    let _before = client.lock("w:before").acquire().await.unwrap();
+    let watch = distlock()
+        .args([
+            "--json",
+            "watch",
+            &url,
+            "w:*",
+            "--interval",
+            "100ms",
+            "--for",
+            "4s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(ms(1_000)).await;
+    let guard = client.lock("w:1").acquire().await.unwrap();
+    let _unwatched = client.lock("x:1").acquire().await.unwrap();
+    tokio::time::sleep(ms(800)).await;
+    guard.release().await.unwrap();
+    let output = tokio::time::timeout(ms(30_000), watch.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let events: Vec<Value> = stdout(&output)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seen: Vec<(&str, &str)> = events
+        .iter()
+        .map(|e| (e["event"].as_str().unwrap(), e["key"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("held", "w:before"),
+            ("acquired", "w:1"),
+            ("released", "w:1")
+        ],
+        "{}",
+        stdout(&output)
+    );
+    for event in &events {
+        assert_eq!(
+            event["holder"]["pid"].as_u64(),
+            Some(u64::from(std::process::id()))
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_the_reason_and_its_exit_code() {
+    let no_url = run(&["list"]).await;
+    assert_eq!(code(&no_url), 2);
+    assert!(
+        stderr(&no_url).contains("DISTLOCK_URL"),
+        "{}",
+        stderr(&no_url)
+    );
+
+    let memory = run(&["list", "memory://"]).await;
+    assert_eq!(code(&memory), 3);
+    assert!(
+        stderr(&memory).contains("inside the process"),
+        "{}",
+        stderr(&memory)
+    );
+
+    let port = support::free_port();
+    let down = format!("redis://127.0.0.1:{port}");
+    let unreachable = run(&["ping", &down, "--connect-timeout", "1s"]).await;
+    assert_eq!(code(&unreachable), 1);
+    assert!(
+        stderr(&unreachable).contains(&down),
+        "{}",
+        stderr(&unreachable)
+    );
+
+    let scheme = run(&["list", "mongodb://127.0.0.1"]).await;
+    assert_eq!(code(&scheme), 2, "{}", stderr(&scheme));
+
+    let server = RedisServer::start();
+    let url = server.url();
+    let empty_key = run(&["show", &url, ""]).await;
+    assert_eq!(code(&empty_key), 2, "{}", stderr(&empty_key));
+    assert!(
+        stderr(&empty_key).contains("empty"),
+        "{}",
+        stderr(&empty_key)
+    );
+    let long_key = "k".repeat(distlock::MAX_KEY_LEN + 1);
+    let too_long = run(&["release", &url, &long_key, "--force", "--yes"]).await;
+    assert_eq!(code(&too_long), 2, "{}", stderr(&too_long));
+
+    let duration = run(&["hold", &url, "k", "--for", "10"]).await;
+    assert_eq!(code(&duration), 2);
+    assert!(stderr(&duration).contains("unit"), "{}", stderr(&duration));
+
+    let extra = run(&["show", &url, "a", "b"]).await;
+    assert_eq!(code(&extra), 2, "{}", stderr(&extra));
+}
+
+/// The same commands on a lock table: PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_locks_are_listed_and_released_by_force() {
+    let table = unique("cli").replace('-', "_");
+    let url = format!("{}?table={table}", PostgresServer::shared().url());
+    tables_and_queues(&url, false).await;
+}
+
+/// The same commands on etcd, where waiters queue: their count shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_locks_show_their_queue() {
+    let url = support::etcd::EtcdMember::shared().url(&unique("cli"));
+    tables_and_queues(&url, true).await;
+}
+
+/// The same commands on ZooKeeper.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_locks_show_their_queue() {
+    let url = support::zookeeper::ZkServer::shared().url(&format!("/{}", unique("cli")));
+    tables_and_queues(&url, true).await;
+}
+
+/// The same commands on MariaDB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_locks_are_listed_and_released_by_force() {
+    let table = unique("cli").replace('-', "_");
+    let url = format!(
+        "{}?table={table}",
+        support::mysql::MysqlServer::shared().url()
+    );
+    tables_and_queues(&url, false).await;
+}
+
+/// A lock held by this process (and, where the backend queues waiters, one waiter): listed
+/// with its holder, released by force, its holder told, nothing left.
+async fn tables_and_queues(url: &str, queues: bool) {
+    let client = LockClient::builder(url)
+        .fencing(true)
+        .build()
+        .await
+        .unwrap();
+    let guard = client
+        .lock("svc:1")
+        .lease(ms(3_000))
+        .acquire()
+        .await
+        .unwrap();
+    let waiter = LockClient::connect(url).await.unwrap();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock("svc:1")
+            .lease(ms(3_000))
+            .wait(ms(60_000))
+            .acquire()
+            .await
+            .map(|g| (g, Instant::now()))
+    });
+    if queues {
+        assert!(
+            eventually(ms(10_000), || async {
+                client
+                    .inspect("svc:1")
+                    .await
+                    .unwrap()
+                    .is_some_and(|i| i.waiters == Some(1))
+            })
+            .await
+        );
+    }
+    let listed = run(&["--json", "list", url, "svc:*"]).await;
+    assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+    let json: Value = serde_json::from_str(&stdout(&listed)).unwrap();
+    let locks = json.as_array().unwrap();
+    assert_eq!(locks.len(), 1, "{json}");
+    assert_eq!(locks[0]["key"], "svc:1");
+    assert_eq!(
+        locks[0]["holder"]["pid"].as_u64(),
+        Some(u64::from(std::process::id()))
+    );
+    assert_eq!(locks[0]["fencing_token"].as_u64(), guard.fencing_token());
+    if queues {
+        assert_eq!(locks[0]["waiters"].as_u64(), Some(1), "{json}");
+    }
+    let released = run(&["release", url, "svc:1", "--force", "--yes"]).await;
+    assert_eq!(code(&released), 0, "{}", stderr(&released));
+    let released_at = Instant::now();
+    let (next, granted_at) = waiting.await.unwrap().unwrap();
+    assert!(
+        granted_at.duration_since(released_at) < ms(1_500),
+        "the waiter got it {:?} after the forced release",
+        granted_at.duration_since(released_at)
+    );
+    assert!(
+        eventually(ms(5_000), || async { guard.is_lost() }).await,
+        "the holder was told"
+    );
+    next.release().await.unwrap();
+    let free = run(&["show", url, "svc:1"]).await;
+    assert_eq!(code(&free), 4, "{}", stderr(&free));
+}
