@@ -91,7 +91,22 @@ echo "==> cargo test (all features: memory, redis, rediss, postgres, mysql, zook
 cargo test --workspace --all-features
 echo "==> cargo test (default features: what \`rediss://\` says without \`tls\`)"
 cargo test --test errors
-# The three published crates package and build from their tarballs (the benchmark is not
+# The four published crates package and build from their tarballs (the benchmark is not
 # published: it shares the tests' harness from outside its directory).
-echo "==> cargo package (distlock, lock-runtime, lock-macros)"
+# Cargo unpacks the workspace's own tarballs from its temporary registry into
+# $CARGO_HOME/registry/src/-<hash>/<crate>-<version> and reuses that copy on the next run of the
+# same version: drop those copies, so the tarballs verified are today's sources.
+# Cargo also takes a registry crate of an unchanged version for unchanged, so the builds of
+# those tarballs left in the target directory by an earlier run go too (a build's `.d` file
+# names its sources: those under registry/src/-<hash>/).
+cargo_home="${CARGO_HOME:-$HOME/.cargo}"
+rm -rf "$cargo_home"/registry/src/-*/{distlock,distlock-cli,lock-runtime,lock-macros}-[0-9]*
+deps="${CARGO_TARGET_DIR:-target}/debug/deps"
+for made in "$deps"/{lock_runtime,lock_macros,distlock,distlock_cli}-*.d; do
+    [ -e "$made" ] && grep -q '/registry/src/-' "$made" || continue
+    stem="${made%.d}"
+    hash="${stem##*-}"
+    rm -rf "$deps"/*-"$hash".* "$deps"/../.fingerprint/*-"$hash"
+done
+echo "==> cargo package (distlock, lock-runtime, lock-macros, distlock-cli)"
 cargo package --workspace --exclude distlock-bench --allow-dirty --quiet
