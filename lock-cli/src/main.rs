@@ -69,7 +69,7 @@ enum Command {
     /// The held locks whose key matches PATTERN (`*` any characters, `?` one, `\` escapes;
     /// all when omitted), with holder, age, lease left, fencing token and waiters.
     List {
-        /// [URL] [PATTERN]
+        /// The URL (when it contains `://`; else DISTLOCK_URL), then the key glob
         #[arg(value_name = "URL] [PATTERN", num_args = 0..=2)]
         args: Vec<String>,
         /// At most this many locks.
@@ -78,7 +78,7 @@ enum Command {
     },
     /// One lock in detail (exit code 4 if nobody holds it).
     Show {
-        /// [URL] KEY
+        /// The URL (when it contains `://`; else DISTLOCK_URL), then the lock key
         #[arg(value_name = "URL] [KEY", num_args = 1..=2, required = true)]
         args: Vec<String>,
     },
@@ -86,7 +86,7 @@ enum Command {
     /// learns at its next renewal that the lock is gone, and may still be inside its critical
     /// section until then. Asks for confirmation unless --yes.
     Release {
-        /// [URL] KEY
+        /// The URL (when it contains `://`; else DISTLOCK_URL), then the lock key
         #[arg(value_name = "URL] [KEY", num_args = 1..=2, required = true)]
         args: Vec<String>,
         /// Required: a forced release overrides the lock's holder.
@@ -99,7 +99,7 @@ enum Command {
     /// Takes a lock by hand and keeps it (renewed) until --for ends or Ctrl-C / SIGTERM, then
     /// releases it: e.g. to keep a scheduled job from running during maintenance.
     Hold {
-        /// [URL] KEY
+        /// The URL (when it contains `://`; else DISTLOCK_URL), then the lock key
         #[arg(value_name = "URL] [KEY", num_args = 1..=2, required = true)]
         args: Vec<String>,
         /// How long to hold it (default: until interrupted).
@@ -119,7 +119,7 @@ enum Command {
     /// comparing listings taken every --interval (a lock held for less than that may be
     /// missed). Runs until Ctrl-C or --for.
     Watch {
-        /// [URL] [PATTERN]
+        /// The URL (when it contains `://`; else DISTLOCK_URL), then the key glob
         #[arg(value_name = "URL] [PATTERN", num_args = 0..=2)]
         args: Vec<String>,
         /// Time between two listings.
@@ -131,7 +131,7 @@ enum Command {
     },
     /// Checks the backend answers: server version and one request's round trip.
     Ping {
-        /// [URL]
+        /// The URL (else DISTLOCK_URL)
         #[arg(value_name = "URL", num_args = 0..=1)]
         args: Vec<String>,
     },

@@ -243,7 +243,12 @@ impl LockClient {
 /// A holder recorded as `<host> pid <n>` (SQL rows, ZooKeeper and etcd node data), since
 /// `since_ms` (Unix milliseconds).
 #[cfg_attr(
-    not(any(feature = "postgres", feature = "mysql", feature = "zookeeper", feature = "etcd")),
+    not(any(
+        feature = "postgres",
+        feature = "mysql",
+        feature = "zookeeper",
+        feature = "etcd"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn holder_from_record(record: &str, since_ms: Option<u64>) -> Option<Holder> {
