@@ -15,8 +15,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Each thread keys a SipHash (a pseudo-random function) with 128 bits from the operating
 /// system's CSPRNG once, then hashes a per-thread counter: tokens never repeat, and cannot be
 /// predicted without the keys — without a system call per acquisition.
+///
+/// Kept inline (no allocation per acquisition): the longest token is 64 + 1 + 10 + 1 + 20 + 1 +
+/// 32 bytes.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub(crate) struct OwnerToken(String);
+pub(crate) struct OwnerToken {
+    bytes: [u8; TOKEN_CAPACITY],
+    len: u8,
+}
+
+const TOKEN_CAPACITY: usize = MAX_HOST_LEN + 1 + 10 + 1 + 20 + 1 + 32;
 
 /// The longest host name kept in a token (longer ones are cut).
 const MAX_HOST_LEN: usize = 64;
@@ -78,26 +86,44 @@ impl OwnerToken {
         bytes[..8].copy_from_slice(&high.to_be_bytes());
         bytes[8..].copy_from_slice(&low.to_be_bytes());
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let prefix = process_prefix();
+        let prefix = process_prefix().as_bytes();
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis();
-        let mut token = String::with_capacity(prefix.len() + 14 + 32);
-        token.push_str(prefix);
-        {
-            use std::fmt::Write;
-            let _ = write!(token, "{now}:");
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let mut token = OwnerToken {
+            bytes: [0; TOKEN_CAPACITY],
+            len: 0,
+        };
+        let mut at = prefix.len();
+        token.bytes[..at].copy_from_slice(prefix);
+        // The milliseconds in decimal, without the formatting machinery.
+        let mut digits = [0u8; 20];
+        let mut n = now;
+        let mut count = 0;
+        loop {
+            digits[19 - count] = b'0' + (n % 10) as u8;
+            count += 1;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
         }
+        token.bytes[at..at + count].copy_from_slice(&digits[20 - count..]);
+        at += count;
+        token.bytes[at] = b':';
+        at += 1;
         for byte in bytes {
-            token.push(char::from(HEX[usize::from(byte >> 4)]));
-            token.push(char::from(HEX[usize::from(byte & 0xf)]));
+            token.bytes[at] = HEX[usize::from(byte >> 4)];
+            token.bytes[at + 1] = HEX[usize::from(byte & 0xf)];
+            at += 2;
         }
-        OwnerToken(token)
+        token.len = at as u8;
+        token
     }
 
     pub(crate) fn as_str(&self) -> &str {
-        &self.0
+        // Only ASCII is ever stored: the host is filtered, the rest are digits, `:` and hex.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
     }
 }
 
@@ -198,7 +224,7 @@ mod tests {
             .map(|_| {
                 std::thread::spawn(|| {
                     (0..10_000)
-                        .map(|_| OwnerToken::generate().0)
+                        .map(|_| OwnerToken::generate().as_str().to_owned())
                         .collect::<Vec<_>>()
                 })
             })
