@@ -19,7 +19,10 @@ async fn locks_work_over_tls() {
         .acquire()
         .await
         .unwrap();
-    let token = server.get("lock:tls").await.expect("the lock is on the server");
+    let token = server
+        .get("lock:tls")
+        .await
+        .expect("the lock is on the server");
     let holder = distlock::Holder::from_token(&token).expect("a distlock owner token");
     assert_eq!(holder.pid, std::process::id(), "{token}");
     // Waiting (the pub/sub connection) and renewal go over TLS too.
