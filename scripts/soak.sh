@@ -19,7 +19,7 @@ if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: scripts/soak.sh [N]   (N = runs per test binary, default 5)" >&2
     exit 2
 fi
-tests=(${SOAK_TESTS:-history faults redlock cluster conformance postgres mysql zookeeper etcd attribute_memory attribute_redis examples})
+tests=(${SOAK_TESTS:-history faults redlock cluster conformance postgres mysql zookeeper etcd attribute_memory attribute_redis examples cli})
 hogs="${SOAK_HOGS:-2}"
 logs=target/soak
 mkdir -p "$logs"

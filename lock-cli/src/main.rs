@@ -449,6 +449,7 @@ async fn hold(
     fencing: bool,
     json: bool,
 ) -> Result<(), Failure> {
+    let mut interrupts = Interrupts::listen();
     let guard = match client
         .lock(key)
         .lease(lease)
@@ -501,7 +502,7 @@ async fn hold(
     let lost = guard.lost();
     let ended = tokio::select! {
         () = deadline => "its time was up",
-        () = interrupted() => "interrupted",
+        () = interrupts.recv() => "interrupted",
         () = lost => {
             let message = format!(
                 "lost `{key}`: its lease ran out or it was released by force; whatever relied \
@@ -539,18 +540,44 @@ async fn hold(
     }
 }
 
-/// Ctrl-C, or SIGTERM.
-async fn interrupted() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = async {
-            match term.as_mut() {
-                Some(term) => { term.recv().await; }
-                None => std::future::pending::<()>().await,
-            }
-        } => {}
+/// Ctrl-C (SIGINT) and SIGTERM, listened for from creation on: a signal that arrives before
+/// anyone awaits [`Interrupts::recv`] is kept, not lost (nor does it kill the process).
+struct Interrupts {
+    signals: Vec<tokio::signal::unix::Signal>,
+}
+
+impl Interrupts {
+    fn listen() -> Interrupts {
+        use tokio::signal::unix::{SignalKind, signal};
+        Interrupts {
+            signals: [SignalKind::interrupt(), SignalKind::terminate()]
+                .into_iter()
+                .filter_map(|kind| signal(kind).ok())
+                .collect(),
+        }
     }
+
+    async fn recv(&mut self) {
+        if self.signals.is_empty() {
+            return std::future::pending().await;
+        }
+        let any = self.signals.iter_mut().map(|s| Box::pin(s.recv()));
+        futures_select_all(any).await;
+    }
+}
+
+/// The first of `futures` to finish.
+async fn futures_select_all<F: std::future::Future + Unpin>(futures: impl Iterator<Item = F>) {
+    let mut futures: Vec<F> = futures.collect();
+    std::future::poll_fn(|cx| {
+        for future in &mut futures {
+            if std::pin::Pin::new(future).poll(cx).is_ready() {
+                return std::task::Poll::Ready(());
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 async fn watch(
@@ -561,6 +588,7 @@ async fn watch(
     json: bool,
 ) -> Result<(), Failure> {
     const LIMIT: usize = 10_000;
+    let mut interrupts = Interrupts::listen();
     let started = Instant::now();
     if !json {
         eprintln!(
@@ -574,7 +602,7 @@ async fn watch(
     let stop = async {
         match watch_for {
             Some(d) => tokio::time::sleep(d).await,
-            None => interrupted().await,
+            None => interrupts.recv().await,
         }
     };
     tokio::pin!(stop);
