@@ -154,6 +154,44 @@ async fn tables_made_from_the_readme_ddl_work_without_create_table() {
     guard.release().await.unwrap();
 }
 
+/// A table made before owner tokens named their holder (a 64-character `token` column) is
+/// refused at connect time with the statement that widens it; widened, it works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_with_a_narrow_token_column_is_refused_with_the_fix() {
+    let server = MysqlServer::shared();
+    let mut conn = server.conn().await;
+    let table = unique("narrow").replace('-', "_");
+    conn.query_drop(format!(
+        "CREATE TABLE {table} (name VARBINARY(2048) NOT NULL PRIMARY KEY, \
+         token VARCHAR(64) CHARACTER SET ascii NOT NULL, expires_at DATETIME(6) NOT NULL, \
+         holder VARCHAR(255) NOT NULL, acquired_at DATETIME(6) NOT NULL) ENGINE=InnoDB"
+    ))
+    .await
+    .unwrap();
+    let url = format!("{}?table={table}", server.url());
+    let error = LockClient::connect(&url).await.unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, LockError::Connect { .. }), "{message}");
+    assert!(
+        message.contains("64-character `token` column") && message.contains("ALTER TABLE"),
+        "{message}"
+    );
+    conn.query_drop(format!(
+        "ALTER TABLE {table} MODIFY token VARCHAR(255) CHARACTER SET ascii NOT NULL"
+    ))
+    .await
+    .unwrap();
+    let client = LockClient::connect(&url).await.unwrap();
+    client
+        .lock("widened")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
 /// Fifty locks renewed for 3 s (10 rounds): a few UPDATE statements per round, not fifty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_of_many_locks_are_batched() {

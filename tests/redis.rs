@@ -1183,3 +1183,46 @@ async fn a_release_reloads_a_script_the_server_lost() {
     again.release().await.unwrap();
     assert_eq!(server.get("lock:flushed").await, None);
 }
+
+/// The admin API on keys it did not write: another client's lock (a random value without
+/// expiry) is listed with no holder and no lease; a key of another type under the prefix is
+/// skipped by `list` and `inspect` and survives a forced release of its name untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_api_reads_foreign_locks_and_skips_other_keys() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let mut conn = server.connection().await;
+    let _: () = redis::cmd("SET")
+        .arg("lock:foreign")
+        .arg("3f2a9c")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("HSET")
+        .arg("lock:hash")
+        .arg("field")
+        .arg("value")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let _ours = client.lock("ours").acquire().await.unwrap();
+    let listed = client.list("*", 100).await.unwrap();
+    let keys: Vec<&str> = listed.iter().map(|i| i.key.as_str()).collect();
+    assert_eq!(keys, ["foreign", "ours"]);
+    let foreign = &listed[0];
+    assert_eq!(
+        (foreign.token.as_deref(), &foreign.holder, foreign.ttl),
+        (Some("3f2a9c"), &None, None)
+    );
+    assert_eq!(client.inspect("hash").await.unwrap(), None);
+    assert_eq!(client.force_release("hash").await.unwrap(), None);
+    let kind: String = redis::cmd("TYPE")
+        .arg("lock:hash")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(kind, "hash", "the hash is untouched");
+    let removed = client.force_release("foreign").await.unwrap().unwrap();
+    assert_eq!(removed.token.as_deref(), Some("3f2a9c"));
+    assert_eq!(server.get("lock:foreign").await, None);
+}

@@ -207,7 +207,53 @@ impl MysqlBackend {
         futures_util::future::try_join_all(checks)
             .await
             .map_err(|e| backend.setup_error(e))?;
+        backend.check_token_width().await?;
         Ok(backend)
+    }
+
+    /// A table made before owner tokens named their holder has a 64-character `token`
+    /// column: every acquisition would fail with "data too long". Said at connect time, with
+    /// the fix.
+    async fn check_token_width(&self) -> Result<(), LockError> {
+        let table = self.settings.table.clone();
+        let width = self
+            .run_on(
+                0,
+                "checking the lock table",
+                self.settings.connect_timeout,
+                move |conn| {
+                    let (schema, name) = match table.split_once('.') {
+                        Some((schema, name)) => (Some(schema.to_owned()), name.to_owned()),
+                        None => (None, table.clone()),
+                    };
+                    Box::pin(async move {
+                        conn.exec_first::<Option<u64>, _, _>(
+                            "SELECT CHARACTER_MAXIMUM_LENGTH FROM information_schema.COLUMNS \
+                             WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ? \
+                             AND COLUMN_NAME = 'token'",
+                            (schema, name),
+                        )
+                        .await
+                    })
+                },
+            )
+            .await
+            .map_err(|e| self.setup_error(e))?
+            .flatten();
+        match width {
+            Some(width) if width < MIN_TOKEN_WIDTH => Err(LockError::Connect {
+                url: self.url.clone(),
+                reason: format!(
+                    "the lock table `{}` has a {width}-character `token` column; owner tokens \
+                     are up to {MIN_TOKEN_WIDTH} characters since they name their holder. \
+                     Widen it: ALTER TABLE {} MODIFY token VARCHAR(255) CHARACTER SET ascii \
+                     NOT NULL",
+                    self.settings.table, self.sql.table
+                ),
+                source: None,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// A connection-time failure as an error that says what to check.
@@ -356,6 +402,9 @@ impl MysqlBackend {
         }
     }
 }
+
+/// The narrowest `token` column that holds every owner token (host cut to 64 characters).
+const MIN_TOKEN_WIDTH: u64 = 129;
 
 /// A row of the admin statements: (name, token, holder, acquired ms, remaining ms, fence).
 type AdminRow = (

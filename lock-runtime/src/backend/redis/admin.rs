@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{RedisResult, Script, Value};
+use redis::{RedisError, RedisResult, Script, Value};
 
 use super::scripts::{FORCE_RELEASE, INSPECT};
 use super::{Connection, RedisBackend};
@@ -73,7 +73,10 @@ impl RedisBackend {
         } else {
             vec![None]
         };
-        let mut names = Vec::new();
+        let mut names: Vec<String> = Vec::new();
+        // `SCAN … TYPE string` (Redis ≥ 6) skips other keys on the server; an older server
+        // refuses the option, and then the inspection script skips them.
+        let mut typed = true;
         'nodes: for node in nodes {
             let mut cursor = 0u64;
             loop {
@@ -82,18 +85,29 @@ impl RedisBackend {
                     .arg("MATCH")
                     .arg(&glob)
                     .arg("COUNT")
-                    .arg(SCAN_COUNT)
-                    .arg("TYPE")
-                    .arg("string");
-                let (next, keys): (u64, Vec<String>) = match (&node, &mut conn) {
+                    .arg(SCAN_COUNT);
+                if typed {
+                    scan.arg("TYPE").arg("string");
+                }
+                let answer: RedisResult<(u64, Vec<String>)> = match (&node, &mut conn) {
                     (Some((host, port)), Connection::Cluster(cluster)) => {
                         let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
                             host: host.clone(),
                             port: *port,
                         });
-                        redis::from_redis_value(cluster.route_command(scan, routing).await?)?
+                        match cluster.route_command(scan, routing).await {
+                            Ok(value) => redis::from_redis_value(value).map_err(RedisError::from),
+                            Err(e) => Err(e),
+                        }
                     }
-                    _ => scan.query_async(&mut conn).await?,
+                    _ => scan.query_async(&mut conn).await,
+                };
+                let (next, keys) = match answer {
+                    Err(e) if typed && e.to_string().to_ascii_lowercase().contains("syntax") => {
+                        typed = false;
+                        continue;
+                    }
+                    other => other?,
                 };
                 names.extend(keys);
                 if names.len() >= limit {
