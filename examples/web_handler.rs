@@ -8,6 +8,7 @@
 //! curl -X POST localhost:3000/orders/7/pay          # 200 paid
 //! curl -X POST localhost:3000/orders/7/pay          # 409 already paid
 //! curl localhost:3000/orders/7                      # charged 1 time(s)
+//! curl localhost:3000/locks                         # the locks held now, and by whom
 //! ```
 //!
 //! With the `metrics` feature (`cargo run --features metrics --example web_handler`) it also
@@ -78,6 +79,32 @@ async fn show(Path(id): Path<u64>, State(store): State<Store>) -> (StatusCode, S
     }
 }
 
+/// `GET /locks`: an admin view of the locks held now, by any replica (the same data as
+/// `distlock list`): key, holder, lease left.
+async fn locks() -> (StatusCode, String) {
+    let listed = match distlock::client() {
+        Ok(client) => client.list("*", 100).await,
+        Err(error) => Err(error),
+    };
+    match listed {
+        Ok(locks) if locks.is_empty() => (StatusCode::OK, "no lock is held\n".to_owned()),
+        Ok(locks) => {
+            let mut body = String::new();
+            for lock in locks {
+                let holder = lock
+                    .holder
+                    .map_or_else(|| "an unknown holder".to_owned(), |h| h.to_string());
+                let left = lock
+                    .ttl
+                    .map_or_else(String::new, |ttl| format!(", {ttl:.1?} left"));
+                body.push_str(&format!("{} held by {holder}{left}\n", lock.key));
+            }
+            (StatusCode::OK, body)
+        }
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")),
+    }
+}
+
 /// `GET /metrics`: everything recorded through the `metrics` facade, distlock's metrics among
 /// it. The recorder is installed before the lock client is built, so the client describes its
 /// metrics (help texts, units) to it.
@@ -101,6 +128,7 @@ async fn main() -> Result<(), BoxError> {
     let app = app
         .route("/orders/{id}/pay", post(pay))
         .route("/orders/{id}", get(show))
+        .route("/locks", get(locks))
         .with_state(store);
     let port: u16 = std::env::var("PORT")
         .ok()

@@ -302,7 +302,7 @@ async fn web_handler_charges_each_order_once(url: Option<String>) {
     command
         .env("PORT", "0")
         .stdout(std::process::Stdio::piped());
-    if let Some(url) = url {
+    if let Some(url) = &url {
         command.env(distlock::URL_ENV, url);
     }
     let mut child = KillOnDrop(support::spawn_tied(command).expect("web_handler starts"));
@@ -344,6 +344,28 @@ async fn web_handler_charges_each_order_once(url: Option<String>) {
         let (status, body) = http(port, "GET", &format!("/orders/{order}")).await;
         assert_eq!(status, 200);
         assert!(body.contains("charged 1 time(s)"), "order {order}: {body}");
+    }
+    // The admin view: nothing held after the requests; a lock this test takes on the same
+    // backend (Redis) shows with this process as its holder.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut last = http(port, "GET", "/locks").await;
+    while last != (200, "no lock is held\n".to_owned()) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        last = http(port, "GET", "/locks").await;
+    }
+    let released = last == (200, "no lock is held\n".to_owned());
+    assert!(released, "locks left after the requests: {last:?}");
+    if let Some(url) = &url {
+        let client = distlock::LockClient::connect(url).await.unwrap();
+        let _held = client.lock("order:999:payment").acquire().await.unwrap();
+        let (status, body) = http(port, "GET", "/locks").await;
+        assert_eq!(status, 200, "{body}");
+        assert!(
+            body.starts_with("order:999:payment held by ")
+                && body.contains(&format!(" pid {}, ", std::process::id()))
+                && body.ends_with(" left\n"),
+            "{body}"
+        );
     }
     if cfg!(feature = "metrics") {
         // The tests build the examples with every feature: the example serves its metrics.

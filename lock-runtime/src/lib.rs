@@ -3,8 +3,9 @@
 //!
 //! # Model
 //!
-//! A lock is a key in a backend (`lock:order:42` in Redis) whose value is a fresh 128-bit owner
-//! token and which expires after its *lease*. [`LockClient::lock`] builds a request;
+//! A lock is a key in a backend (`lock:order:42` in Redis) whose value is an owner token — the
+//! holder's host, process id and start time, and 128 fresh random bits — and which expires
+//! after its *lease*. [`LockClient::lock`] builds a request;
 //! acquiring it returns a [`LockGuard`]. While the guard lives, a watchdog renews the lease every
 //! lease/3; if a renewal finds another owner, or none can be confirmed before the lease ends
 //! (on the monotonic clock, minus a drift margin of 1 % + 2 ms), the guard is marked lost at
