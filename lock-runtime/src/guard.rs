@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Handover, LockSpec};
+use crate::backend::{Backend, Handover, LockSpec, NotOursAfterRetry};
 use crate::error::{BoxError, LockError};
 use crate::key::LockName;
 use crate::local::{Handed, Offer};
@@ -59,9 +59,33 @@ pub(crate) struct Shared {
     pub fair: bool,
     /// The backend's kind (`redis`, …), for metrics.
     pub backend: &'static str,
+    /// When the lease was granted (the acquisition's send time)…
+    pub granted_at: Instant,
+    /// … and, in nanoseconds after that, when it was last confirmed (renewed).
+    pub confirmed_ns: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
+    /// Records a renewal sent at `sent_at` and confirmed: the lease lasts from then.
+    pub(crate) fn confirm(&self, sent_at: Instant) {
+        let ns = u64::try_from(
+            sent_at
+                .saturating_duration_since(self.granted_at)
+                .as_nanos(),
+        )
+        .unwrap_or(u64::MAX);
+        self.confirmed_ns
+            .fetch_max(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Until when, on this process's monotonic clock, nobody else can hold the lock: the last
+    /// confirmation plus the lease, minus the drift margin.
+    pub(crate) fn valid_until(&self) -> Instant {
+        let confirmed =
+            Duration::from_nanos(self.confirmed_ns.load(std::sync::atomic::Ordering::Relaxed));
+        self.granted_at + confirmed + self.lease - renew::drift(self.lease)
+    }
+
     /// The lock key, without the client's prefix.
     pub(crate) fn key(&self) -> &str {
         self.name.key()
@@ -161,6 +185,8 @@ impl LockGuard {
             unrenewed_end: (!renew).then_some(lease_end),
             fair,
             backend: renewer.backend().kind(),
+            granted_at: acquired.sent_at,
+            confirmed_ns: std::sync::atomic::AtomicU64::new(0),
         });
         crate::metrics::held(shared.backend, 1.0);
         let watchdog = (renewal == RenewMode::Spawned).then(|| {
@@ -307,6 +333,17 @@ async fn give_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<boo
             .await
     } else {
         hand_back(renewer, shared).await
+    };
+    let result = match result {
+        // The reply to the release was lost and its retry found the lock not ours: the first
+        // attempt deleted it, unless the lease had run out — impossible while the lease is
+        // still valid on this process's clock, since nobody else can take it before that.
+        Err(error) if error.is::<NotOursAfterRetry>() => {
+            let valid = Instant::now() < shared.valid_until();
+            tracing::debug!(key = %shared.key(), valid, "distlock: release retried after a lost reply; the first attempt released the lock if the lease was still valid");
+            Ok(valid)
+        }
+        other => other,
     };
     if result.is_err() {
         crate::metrics::release_failed(shared.backend);

@@ -179,6 +179,7 @@ pub(crate) async fn watchdog(
                     tracing::trace!(key = %shared.key(), "distlock: renewed");
                     crate::metrics::renewed(shared.backend, 1);
                     confirmed_at = sent_at;
+                    shared.confirm(sent_at);
                     break;
                 }
                 Ok(Ok(false)) => {

@@ -67,6 +67,24 @@ impl std::error::Error for Transient {
     }
 }
 
+/// A release's answer: its first attempt's reply was lost (a timeout, a dropped connection),
+/// and the retry found the lock not ours. The first attempt may have deleted it — and someone
+/// else taken it since — or the lease may have run out before: the guard decides from its
+/// lease (see `guard::give_back`).
+#[derive(Debug)]
+pub(crate) struct NotOursAfterRetry;
+
+impl std::fmt::Display for NotOursAfterRetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "the release was retried after its reply was lost, and the lock was not ours any \
+             more: the first attempt may have released it",
+        )
+    }
+}
+
+impl std::error::Error for NotOursAfterRetry {}
+
 /// The pause before a backend retries a command on a fresh connection, its `attempt`-th retry
 /// (from 1): 10, 40, 160 ms. Short: the command runs again with the same token, inside the
 /// caller's own bounds.

@@ -618,9 +618,12 @@ impl Backend for MysqlBackend {
         Box::pin(async move {
             let sql = Arc::clone(&self.sql);
             let params = vec![Value::from(name.as_bytes()), Value::from(token)];
+            let tries = Arc::new(std::sync::atomic::AtomicU32::new(0));
+            let counted = Arc::clone(&tries);
             let released = self
                 .run("the release", name, move |conn| {
                     let (sql, params) = (Arc::clone(&sql), params.clone());
+                    counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     Box::pin(async move {
                         conn.exec_drop(sql.release.as_str(), positional(params.clone()))
                             .await?;
@@ -637,6 +640,9 @@ impl Backend for MysqlBackend {
                 .await?;
             if released {
                 self.hub.notify(name);
+            } else if tries.load(std::sync::atomic::Ordering::Relaxed) > 1 {
+                // The first attempt may have deleted the row before its reply was lost.
+                return Err(Box::new(super::NotOursAfterRetry) as BoxError);
             }
             Ok(released)
         })

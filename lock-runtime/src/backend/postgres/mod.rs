@@ -678,11 +678,17 @@ impl Backend for PostgresBackend {
         token: &'a str,
     ) -> BoxFuture<'a, Result<bool, BoxError>> {
         Box::pin(async move {
+            let mut tries = 0;
             let released = self
-                .run("the release", name, |conn| async move {
-                    conn.client.query(&conn.release, &[&name, &token]).await
+                .run("the release", name, |conn| {
+                    tries += 1;
+                    async move { conn.client.query(&conn.release, &[&name, &token]).await }
                 })
                 .await?;
+            if released.len() != 1 && tries > 1 {
+                // The first attempt may have deleted the row before its reply was lost.
+                return Err(Box::new(super::NotOursAfterRetry) as BoxError);
+            }
             Ok(released.len() == 1)
         })
     }

@@ -657,10 +657,10 @@ impl Backend for RedisBackend {
                     async move { query_script(&mut conn, &self.release, &call).await }
                 })
                 .await?;
-            if released == 0 && retried {
-                // The first attempt may have deleted the key before its reply was lost; we
-                // cannot tell that apart from an expired lease, so report it as not held.
-                tracing::debug!(name, "distlock: release retried after a dropped connection");
+            if released != 1 && retried {
+                // The first attempt may have deleted the key before its reply was lost: the
+                // guard tells that apart from an expired lease by its own clock.
+                return Err(Box::new(super::NotOursAfterRetry) as BoxError);
             }
             Ok(released == 1)
         })
