@@ -1226,3 +1226,49 @@ async fn the_admin_api_reads_foreign_locks_and_skips_other_keys() {
     assert_eq!(removed.token.as_deref(), Some("3f2a9c"));
     assert_eq!(server.get("lock:foreign").await, None);
 }
+
+/// A release whose reply is lost after it landed: the retry finds the lock taken by the next
+/// holder. The lease was still valid, so nobody could have taken it before our delete: the
+/// release is reported done (not `Lost`), and the next holder's lock is left intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_reply_was_lost_is_not_reported_lost() {
+    let server = RedisServer::start();
+    let proxy = support::proxy::DelayProxy::start(server.port()).await;
+    let via_proxy = LockClient::builder(format!("redis://127.0.0.1:{}", proxy.port()))
+        .response_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let next = LockClient::connect(&server.url()).await.unwrap();
+    let guard = via_proxy
+        .lock("lost-reply")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    // Replies are held back from now on: the release's first attempt deletes the key, but its
+    // answer comes after the response timeout.
+    proxy.set_delay(Duration::from_secs(3));
+    let releasing = tokio::spawn(guard.release());
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            server.get("lock:lost-reply").await.is_none()
+        })
+        .await,
+        "the first attempt reached the server"
+    );
+    let taken = next.lock("lost-reply").acquire().await.unwrap();
+    let theirs = server.get("lock:lost-reply").await;
+    proxy.set_delay(Duration::ZERO);
+    let released = tokio::time::timeout(Duration::from_secs(30), releasing)
+        .await
+        .expect("the release ends")
+        .unwrap();
+    assert!(released.is_ok(), "reported {released:?}");
+    assert_eq!(
+        server.get("lock:lost-reply").await,
+        theirs,
+        "the next holder's lock is intact"
+    );
+    taken.release().await.unwrap();
+}
