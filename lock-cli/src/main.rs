@@ -543,41 +543,34 @@ async fn hold(
 /// Ctrl-C (SIGINT) and SIGTERM, listened for from creation on: a signal that arrives before
 /// anyone awaits [`Interrupts::recv`] is kept, not lost (nor does it kill the process).
 struct Interrupts {
-    signals: Vec<tokio::signal::unix::Signal>,
+    interrupt: Option<tokio::signal::unix::Signal>,
+    terminate: Option<tokio::signal::unix::Signal>,
 }
 
 impl Interrupts {
     fn listen() -> Interrupts {
         use tokio::signal::unix::{SignalKind, signal};
         Interrupts {
-            signals: [SignalKind::interrupt(), SignalKind::terminate()]
-                .into_iter()
-                .filter_map(|kind| signal(kind).ok())
-                .collect(),
+            interrupt: signal(SignalKind::interrupt()).ok(),
+            terminate: signal(SignalKind::terminate()).ok(),
         }
     }
 
     async fn recv(&mut self) {
-        if self.signals.is_empty() {
-            return std::future::pending().await;
-        }
-        let any = self.signals.iter_mut().map(|s| Box::pin(s.recv()));
-        futures_select_all(any).await;
-    }
-}
-
-/// The first of `futures` to finish.
-async fn futures_select_all<F: std::future::Future + Unpin>(futures: impl Iterator<Item = F>) {
-    let mut futures: Vec<F> = futures.collect();
-    std::future::poll_fn(|cx| {
-        for future in &mut futures {
-            if std::pin::Pin::new(future).poll(cx).is_ready() {
-                return std::task::Poll::Ready(());
+        /// One signal's next delivery; never, for a signal that could not be listened for.
+        async fn next(signal: Option<&mut tokio::signal::unix::Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
             }
         }
-        std::task::Poll::Pending
-    })
-    .await
+        tokio::select! {
+            () = next(self.interrupt.as_mut()) => {}
+            () = next(self.terminate.as_mut()) => {}
+        }
+    }
 }
 
 async fn watch(

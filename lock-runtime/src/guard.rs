@@ -29,9 +29,9 @@ use crate::wait::Acquired;
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
     held: Held,
-    /// With inline renewal, until [`until_lost`](Self::until_lost) takes it: when the lease was
-    /// last confirmed (the acquisition's send time).
-    inline_since: Option<Instant>,
+    /// With inline renewal, until [`until_lost`](Self::until_lost) takes it: the renewal loop
+    /// is still to be run by the caller.
+    inline: bool,
 }
 
 /// How a guard's lease is kept alive.
@@ -81,9 +81,13 @@ impl Shared {
     /// Until when, on this process's monotonic clock, nobody else can hold the lock: the last
     /// confirmation plus the lease, minus the drift margin.
     pub(crate) fn valid_until(&self) -> Instant {
-        let confirmed =
-            Duration::from_nanos(self.confirmed_ns.load(std::sync::atomic::Ordering::Relaxed));
-        self.granted_at + confirmed + self.lease - renew::drift(self.lease)
+        self.confirmed_at() + self.lease - renew::drift(self.lease)
+    }
+
+    /// When the lease was last confirmed: the grant, or the send time of the last renewal.
+    pub(crate) fn confirmed_at(&self) -> Instant {
+        let ns = self.confirmed_ns.load(std::sync::atomic::Ordering::Relaxed);
+        self.granted_at + Duration::from_nanos(ns)
     }
 
     /// The lock key, without the client's prefix.
@@ -189,10 +193,8 @@ impl LockGuard {
             confirmed_ns: std::sync::atomic::AtomicU64::new(0),
         });
         crate::metrics::held(shared.backend, 1.0);
-        let watchdog = (renewal == RenewMode::Spawned).then(|| {
-            renew::spawn_watchdog(Arc::clone(&shared), Arc::clone(renewer), acquired.sent_at)
-        });
-        let inline_since = (renewal == RenewMode::Inline).then_some(acquired.sent_at);
+        let watchdog = (renewal == RenewMode::Spawned)
+            .then(|| renew::spawn_watchdog(Arc::clone(&shared), Arc::clone(renewer)));
         LockGuard {
             held: Held {
                 shared,
@@ -200,7 +202,7 @@ impl LockGuard {
                 watchdog,
                 armed: true,
             },
-            inline_since,
+            inline: renewal == RenewMode::Inline,
         }
     }
 
@@ -217,13 +219,10 @@ impl LockGuard {
     /// it lives inside every locked call's future.
     pub(crate) fn until_lost(&mut self) -> impl Future<Output = ()> + Send + 'static {
         let shared = Arc::clone(&self.held.shared);
-        let renewal = self
-            .inline_since
-            .take()
-            .map(|since| (Arc::clone(&self.held.renewer), since));
+        let renewal = std::mem::take(&mut self.inline).then(|| Arc::clone(&self.held.renewer));
         async move {
             match renewal {
-                Some((renewer, since)) => renew::watchdog(shared, renewer, since).await,
+                Some(renewer) => renew::watchdog(shared, renewer).await,
                 None => lost(shared).await,
             }
         }

@@ -135,20 +135,12 @@ pub(crate) fn drift(lease: Duration) -> Duration {
 }
 
 /// Starts renewing every lease/3. Aborted when the guard is released or dropped.
-pub(crate) fn spawn_watchdog(
-    shared: Arc<Shared>,
-    renewer: Arc<Renewer>,
-    confirmed_at: Instant,
-) -> AbortHandle {
-    tokio::spawn(watchdog(shared, renewer, confirmed_at)).abort_handle()
+pub(crate) fn spawn_watchdog(shared: Arc<Shared>, renewer: Arc<Renewer>) -> AbortHandle {
+    tokio::spawn(watchdog(shared, renewer)).abort_handle()
 }
 
 /// Renews every lease/3 until the lock is lost (then returns) — forever otherwise.
-pub(crate) async fn watchdog(
-    shared: Arc<Shared>,
-    renewer: Arc<Renewer>,
-    mut confirmed_at: Instant,
-) {
+pub(crate) async fn watchdog(shared: Arc<Shared>, renewer: Arc<Renewer>) {
     let backend = renewer.backend();
     if backend.keeps_alive() {
         // The backend keeps the lock alive (a session's heartbeats): wait for it to say lost.
@@ -158,16 +150,16 @@ pub(crate) async fn watchdog(
     }
     let lease = shared.lease;
     let interval = lease / 3;
-    let margin = drift(lease);
     let retry_pause = (lease / 20).max(Duration::from_millis(5));
     // Renew up to one grid step early, on the shared grid, so renewals batch.
     let step = (interval / 10).clamp(Duration::from_millis(1), Duration::from_millis(100));
     loop {
-        let due = confirmed_at + interval;
+        let due = shared.confirmed_at() + interval;
         tokio::time::sleep_until(on_grid(due, step, due - step)).await;
-        // The lease is only known to last until the last confirmed renewal plus the lease, on
-        // this process's monotonic clock; failures are retried until then and not a moment later.
-        let valid_until = confirmed_at + lease - margin;
+        // The lease is only known to last until the last confirmed renewal plus the lease
+        // (minus the drift margin), on this process's monotonic clock; failures are retried
+        // until then and not a moment later.
+        let valid_until = shared.valid_until();
         loop {
             let sent_at = Instant::now();
             if sent_at >= valid_until {
@@ -178,7 +170,6 @@ pub(crate) async fn watchdog(
                 Ok(Ok(true)) => {
                     tracing::trace!(key = %shared.key(), "distlock: renewed");
                     crate::metrics::renewed(shared.backend, 1);
-                    confirmed_at = sent_at;
                     shared.confirm(sent_at);
                     break;
                 }

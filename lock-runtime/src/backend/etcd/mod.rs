@@ -893,7 +893,8 @@ impl Backend for EtcdBackend {
             // group holds it.
             let start = self.prefix.clone().into_bytes();
             let keys = self.range_prefix(&start).await?;
-            let mut queues: Vec<(String, Vec<&KeyValue>)> = Vec::new();
+            // By lock name (sorted), each queue oldest first.
+            let mut queues: std::collections::BTreeMap<String, Vec<&KeyValue>> = Default::default();
             for kv in &keys {
                 let Some(rest) = kv.key.strip_prefix(start.as_slice()) else {
                     continue;
@@ -909,12 +910,8 @@ impl Backend for EtcdBackend {
                 {
                     continue;
                 }
-                match queues.iter_mut().find(|(n, _)| *n == name) {
-                    Some((_, members)) => members.push(kv),
-                    None => queues.push((name, vec![kv])),
-                }
+                queues.entry(name).or_default().push(kv);
             }
-            queues.sort_by(|a, b| a.0.cmp(&b.0));
             let mut entries = Vec::new();
             for (name, members) in queues.into_iter().take(limit) {
                 entries.push(self.entry(&name, members[0], members.len()).await?);

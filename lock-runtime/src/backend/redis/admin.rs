@@ -1,6 +1,7 @@
 //! The admin API on Redis: inspecting, listing (SCAN) and force-releasing locks, and `INFO`.
 //! Off the hot path: scripts are sent with `EVALSHA`, falling back to `EVAL`.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -19,8 +20,7 @@ type Found = Option<(Option<String>, i64, Option<String>, i64)>;
 
 impl RedisBackend {
     /// Runs `script` (one of the admin scripts) on lock `name`.
-    async fn admin_script(&self, script: &str, name: &str) -> Result<Option<Entry>, BoxError> {
-        let script = Script::new(script);
+    async fn admin_script(&self, script: &Script, name: &str) -> Result<Option<Entry>, BoxError> {
         let fence_key = self.fence_key(name);
         let (queue, _) = self.fair_keys(name);
         let found: Found = self
@@ -43,11 +43,13 @@ impl RedisBackend {
     }
 
     pub(crate) async fn inspect_lock(&self, name: &str) -> Result<Option<Entry>, BoxError> {
-        self.admin_script(INSPECT, name).await
+        static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT));
+        self.admin_script(&SCRIPT, name).await
     }
 
     pub(crate) async fn force_release_lock(&self, name: &str) -> Result<Option<Entry>, BoxError> {
-        self.admin_script(FORCE_RELEASE, name).await
+        static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE));
+        self.admin_script(&SCRIPT, name).await
     }
 
     /// The lock names matching `prefix` + `pattern` (SCAN on the server, or on every master of

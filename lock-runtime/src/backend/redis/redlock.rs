@@ -390,11 +390,10 @@ impl Backend for RedlockBackend {
             let mut names: Vec<String> = listed.into_iter().flatten().map(|e| e.name).collect();
             names.sort();
             names.dedup();
-            let mut entries = Vec::new();
-            for name in names {
-                if let Some(entry) = self.inspect(&name).await? {
-                    entries.push(entry);
-                }
+            let found = join_all(names.iter().map(|name| self.inspect(name))).await;
+            let mut entries = Vec::with_capacity(found.len());
+            for entry in found {
+                entries.extend(entry?);
             }
             Ok(entries)
         })

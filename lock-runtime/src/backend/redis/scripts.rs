@@ -168,26 +168,28 @@ return 0"
     )
 }
 
-/// The admin API's look at one lock: KEYS = the lock, its fencing counter, its fair queue →
-/// nil unless the lock is a string; else {value, pttl, fence or nil, queue length}. Read-only,
-/// and safe on foreign keys of other types (they are skipped, not failed on).
-pub(super) const INSPECT: &str = r"
-if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return false end
-local fence = false
-if redis.call('TYPE', KEYS[2]).ok == 'string' then fence = redis.call('GET', KEYS[2]) end
-local waiting = 0
-if redis.call('TYPE', KEYS[3]).ok == 'list' then waiting = redis.call('LLEN', KEYS[3]) end
-return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), fence, waiting}";
-
-/// A forced release: as [`INSPECT`], then the lock is deleted whoever holds it and every waiter
-/// is woken (`released`: a fair lock's next in line asks again and finds it free).
-pub(super) const FORCE_RELEASE: &str = r"
+/// Reads one lock for the admin API into `found` — {value, pttl, fence or nil, queue length};
+/// KEYS = the lock, its fencing counter, its fair queue. Returns nil unless the lock is a
+/// string: foreign keys of other types are skipped, not failed on.
+macro_rules! read_lock {
+    () => {
+        r"
 if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return false end
 local fence = false
 if redis.call('TYPE', KEYS[2]).ok == 'string' then fence = redis.call('GET', KEYS[2]) end
 local waiting = 0
 if redis.call('TYPE', KEYS[3]).ok == 'list' then waiting = redis.call('LLEN', KEYS[3]) end
 local found = {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), fence, waiting}
-redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', KEYS[1], 'released')
-return found";
+"
+    };
+}
+
+/// The admin API's look at one lock (read-only): see `read_lock!`.
+pub(super) const INSPECT: &str = concat!(read_lock!(), "return found");
+
+/// A forced release: the lock as `INSPECT` reads it, then deleted whoever holds it, and every
+/// waiter woken (`released`: a fair lock's next in line asks again and finds it free).
+pub(super) const FORCE_RELEASE: &str = concat!(
+    read_lock!(),
+    "redis.call('DEL', KEYS[1])\nredis.call('PUBLISH', KEYS[1], 'released')\nreturn found"
+);
