@@ -413,10 +413,15 @@ fn redis_server_binary() -> String {
 /// server's bind (which made a server fail to start, or a test connect to nothing). The port
 /// 10000 above it — a cluster node's bus port — is checked free too.
 pub fn free_port() -> u16 {
+    // Never the same port twice in one test binary: two servers started at once by parallel
+    // tests could otherwise both be handed a port that is free until the first binds it.
+    static HANDED_OUT: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     for _ in 0..1000 {
         let port = fastrand::u16(10_000..22_000);
         let free = |port: u16| TcpListener::bind(("127.0.0.1", port)).is_ok();
-        if free(port) && free(port + 10_000) {
+        let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner());
+        if !handed_out.contains(&port) && free(port) && free(port + 10_000) {
+            handed_out.push(port);
             return port;
         }
     }
