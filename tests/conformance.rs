@@ -410,13 +410,20 @@ pub async fn wait_zero_tries_once(fixture: &impl Fixture) {
         .await
         .unwrap_err();
     assert!(started.elapsed() < ms(200), "{:?}", started.elapsed());
+    let message = err.to_string();
     match err {
-        LockError::Timeout { key, waited } => {
+        LockError::Timeout { key, waited, wait } => {
             assert_eq!(key, "busy");
             assert!(waited < ms(200));
+            assert_eq!(wait, Duration::ZERO);
         }
         other => panic!("expected Timeout, got {other}"),
     }
+    // A try-once is told the lock is busy, not advised to fail fast (it did).
+    assert!(
+        message.contains("`busy` is busy") && !message.contains("fail fast"),
+        "{message}"
+    );
     assert!(client.lock("busy").try_acquire().await.unwrap().is_none());
     assert_eq!(fixture.holder("lock:busy").await, token);
     holder.release().await.unwrap();
@@ -439,14 +446,20 @@ pub async fn timeout_reports_how_long_it_waited(fixture: &impl Fixture) {
         .acquire()
         .await
         .unwrap_err();
-    let LockError::Timeout { ref key, waited } = err else {
+    let LockError::Timeout {
+        ref key,
+        waited,
+        wait,
+    } = err
+    else {
         panic!("expected Timeout, got {err}");
     };
     assert_eq!(key, "slow");
+    assert_eq!(wait, ms(300));
     assert!(waited >= ms(300) && waited < ms(800), "waited {waited:?}");
     let message = err.to_string();
     assert!(
-        message.contains("`slow`") && message.contains("wait"),
+        message.contains("`slow`") && message.contains("raise `wait`"),
         "{message}"
     );
     holder.release().await.unwrap();
@@ -879,6 +892,178 @@ pub async fn a_forced_release_frees_the_lock_and_tells_the_holder(fixture: &impl
     assert_eq!(admin.force_release("nobody:holds").await.unwrap(), None);
 }
 
+/// The lease of the locks in the try-once scenario: a place left in line would hold up the next
+/// waiter this long (the session or lease it lives on), far past the bound the test allows.
+const TRY_ONCE_LEASE: Duration = Duration::from_secs(5);
+
+/// A process that asks once for a busy lock (`wait = 0`) and exits right after its answer leaves
+/// nothing in line: the next waiter is granted the lock as soon as the holder releases it, not
+/// one lease later. ShedLock's case: a job scheduled on many nodes, each asking once and exiting
+/// when another node runs it.
+pub async fn a_try_once_that_exits_leaves_nothing_in_line(fixture: &impl Fixture) {
+    let key = "try-once:exit";
+    let fair = fixture.fair();
+    let request = move |client: &LockClient| {
+        let request = client.lock(key).lease(TRY_ONCE_LEASE);
+        if fair { request.fair() } else { request }
+    };
+    let holding = fixture.client().await;
+    let holder = request(&holding).acquire().await.unwrap();
+    let answer = match fixture.one_process() {
+        None => {
+            let dir = history::scratch_dir("try-once");
+            let env = [
+                ("LOCK_URL", fixture.url()),
+                ("LOCK_KEY", key.to_owned()),
+                ("FAIR", if fair { "1" } else { "0" }.to_owned()),
+            ];
+            let mut helper = history::Helper::spawn("try_once_process", &dir, &env);
+            helper.owns_dir = true;
+            tokio::task::block_in_place(|| helper.wait_success(Duration::from_secs(60)));
+            helper.read("answer", Duration::from_secs(5)).await
+        }
+        Some(why) => {
+            // One process only: the try-once runs on a runtime of its own, shut down at once.
+            println!("the try-once runs on a runtime of its own, not in a process ({why})");
+            let url = fixture.url();
+            tokio::task::block_in_place(|| {
+                std::thread::spawn(move || try_once_and_exit(&url, key, fair))
+                    .join()
+                    .unwrap()
+            })
+        }
+    };
+    assert_eq!(answer, "busy", "the try-once's answer");
+    let waiting = fixture.client().await;
+    let waiter = tokio::spawn(async move {
+        let granted = request(&waiting).wait(ms(30_000)).acquire().await;
+        (granted, Instant::now(), waiting)
+    });
+    // The waiter queues (behind whatever the try-once left) before the release.
+    tokio::time::sleep(ms(300)).await;
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (granted, at, _waiting) = waiter.await.unwrap();
+    let granted = granted.expect("the waiter gets the lock");
+    let handoff = at.duration_since(released_at);
+    println!("handoff after a try-once that exited: {handoff:?}");
+    assert!(
+        handoff < ms(1_000),
+        "the waiter was granted the lock {handoff:?} after the release (lease \
+         {TRY_ONCE_LEASE:?}): the exited try-once left a place in line behind"
+    );
+    granted.release().await.unwrap();
+    assert_eq!(fixture.holder("lock:try-once:exit").await, None);
+}
+
+/// What `try_once_process` does: asks once for `key` on a runtime of its own, and drops the
+/// runtime at once (as a process's exit would end it). `busy`, `acquired` or the error.
+fn try_once_and_exit(url: &str, key: &str, fair: bool) -> String {
+    let runtime = history::helper_runtime();
+    let answer = runtime.block_on(async {
+        let client = LockClient::connect(url).await.unwrap();
+        let mut request = client.lock(key).lease(TRY_ONCE_LEASE).wait(Duration::ZERO);
+        if fair {
+            request = request.fair();
+        }
+        match request.acquire().await {
+            Err(LockError::Timeout { .. }) => "busy".to_owned(),
+            Ok(_) => "acquired".to_owned(),
+            Err(error) => format!("error: {error}"),
+        }
+    });
+    // No clean-up but what the acquisition did before it returned: the runtime goes now.
+    drop(runtime);
+    answer
+}
+
+/// The helper process of [`a_try_once_that_exits_leaves_nothing_in_line`]: one try, its
+/// answer in the file `answer`, then `exit(0)` — no destructor, no runtime shutdown.
+#[test]
+fn try_once_process() {
+    let Some(dir) = history::helper_dir() else {
+        return;
+    };
+    let var = history::helper_var;
+    let answer = try_once_and_exit(&var("LOCK_URL"), &var("LOCK_KEY"), var("FAIR") == "1");
+    history::write_file(&dir.join("answer"), &answer);
+    std::process::exit(0);
+}
+
+/// A release whose first try reached the server and deleted the lock, but whose reply was lost
+/// (the proxy drops replies, then cuts the connections): the retry finds the lock not ours — the
+/// next owner took it meanwhile. That is no lost lease: `release()` is `Ok`, and the next owner's
+/// lock is intact.
+pub async fn a_release_whose_reply_was_lost_is_not_reported_lost(fixture: &impl Fixture) {
+    if let Some(why) = fixture.one_process() {
+        println!("does not apply: no network between the client and the store ({why})");
+        return;
+    }
+    let path = fixture.slowed(Duration::ZERO, Duration::ZERO).await;
+    let via_proxy = LockClient::builder(path.url.as_str())
+        .response_timeout(ms(500))
+        .node_timeout(ms(5_000))
+        .build()
+        .await
+        .unwrap();
+    let next = fixture.client().await;
+    let guard = via_proxy
+        .lock("lost-reply")
+        .lease(ms(30_000))
+        .acquire()
+        .await
+        .unwrap();
+    let ours = fixture.holder("lock:lost-reply").await.expect("held");
+    for proxy in path.proxies() {
+        proxy.set_drop_replies(true);
+    }
+    let releasing = tokio::spawn(guard.release());
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            fixture.holder("lock:lost-reply").await.is_none()
+        })
+        .await,
+        "the release's first try never reached the server"
+    );
+    // Replies pass again (a cluster client reaches its nodes through the proxies too), but the
+    // release's reply is gone: it waits out its response timeout, and retries after the next
+    // owner took the lock.
+    for proxy in path.proxies() {
+        proxy.set_drop_replies(false);
+    }
+    let taken = next
+        .lock("lost-reply")
+        .lease(ms(30_000))
+        .wait(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let theirs = fixture.holder("lock:lost-reply").await;
+    assert!(
+        theirs.is_some() && theirs.as_ref() != Some(&ours),
+        "{theirs:?}"
+    );
+    // A connection that lost part of a reply stream is of no use: cut, the client reconnects.
+    for proxy in path.proxies() {
+        proxy.cut(Duration::ZERO);
+    }
+    let released = tokio::time::timeout(Duration::from_secs(60), releasing)
+        .await
+        .expect("the release ends")
+        .unwrap();
+    assert!(
+        released.is_ok(),
+        "a release that landed was reported {released:?}"
+    );
+    assert_eq!(
+        fixture.holder("lock:lost-reply").await,
+        theirs,
+        "the next owner's lock is intact"
+    );
+    assert!(!taken.is_lost());
+    taken.release().await.unwrap();
+}
+
 macro_rules! conformance {
     ($backend:ident => $fixture:expr; $($case:ident),* $(,)?) => {
         mod $backend {
@@ -921,6 +1106,8 @@ macro_rules! suite {
                 a_slow_backend_still_grants_waiting_acquisitions,
                 the_admin_api_shows_who_holds_what,
                 a_forced_release_frees_the_lock_and_tells_the_holder,
+                a_try_once_that_exits_leaves_nothing_in_line,
+                a_release_whose_reply_was_lost_is_not_reported_lost,
             );
         )*
     };

@@ -46,6 +46,8 @@ struct ClientInner {
     default_lease: Duration,
     default_wait: Option<Duration>,
     fencing: bool,
+    /// Bound on one reply (see [`LockClientBuilder::response_timeout`]).
+    response_timeout: Duration,
 }
 
 impl LockClient {
@@ -383,6 +385,7 @@ impl LockClientBuilder {
                 default_lease: self.default_lease,
                 default_wait: self.default_wait,
                 fencing: self.fencing,
+                response_timeout: self.response_timeout,
             }),
         })
     }
@@ -571,10 +574,11 @@ fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {
 }
 
 /// The error of an acquisition of `key` that gave up waiting.
-fn timed_out(key: &str, started: tokio::time::Instant) -> LockError {
+fn timed_out(key: &str, started: tokio::time::Instant, wait: Option<Duration>) -> LockError {
     LockError::Timeout {
         key: key.to_owned(),
         waited: started.elapsed(),
+        wait: wait.unwrap_or(Duration::MAX),
     }
 }
 
@@ -590,8 +594,9 @@ struct Params {
 
 impl Params {
     /// What the waiting loop and the backend are asked for `name` under these parameters.
-    fn request<'a>(&self, name: &'a LockName) -> wait::Request<'a> {
+    fn request<'a>(&self, name: &'a LockName, response_timeout: Duration) -> wait::Request<'a> {
         wait::Request {
+            response_timeout,
             name: name.full(),
             key: name.key(),
             lease: self.lease,
@@ -659,7 +664,7 @@ impl ClientInner {
         let started = tokio::time::Instant::now();
         let token = OwnerToken::generate();
         let name = LockName::new(key, &self.prefix, self.hash_tags);
-        let request = params.request(&name);
+        let request = params.request(&name, self.response_timeout);
         if params.fair {
             if !self.backend.supports_fair() {
                 return Err(LockError::Config(format!(
@@ -697,10 +702,22 @@ impl ClientInner {
                     return Ok(guard);
                 }
                 Ok(Err(_)) if params.wait == Some(Duration::ZERO) => {
-                    return Err(timed_out(name.key(), started));
+                    return Err(timed_out(name.key(), started, params.wait));
                 }
                 Ok(Err(_)) => {} // busy: wait in line below
                 Err(failure) if !failure.transient || params.wait == Some(Duration::ZERO) => {
+                    if failure.leftover {
+                        // The failed command may have taken the lock after all: give it back
+                        // before returning (the caller may exit right after).
+                        wait::leave(
+                            &self.backend,
+                            request.name,
+                            token.as_str(),
+                            false,
+                            self.response_timeout,
+                        )
+                        .await;
+                    }
                     return Err(failure.into_error(&*self.backend, name.key()));
                 }
                 // A transient failure with `wait` left: retried below.
@@ -720,7 +737,7 @@ impl ClientInner {
         started: tokio::time::Instant,
     ) -> Result<LockGuard, LockError> {
         let key = name.key();
-        let request = params.request(&name);
+        let request = params.request(&name, self.response_timeout);
         let span = tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.kind(), fair = true);
         let mut acquired =
             match wait::acquire(&self.backend, request, &mut token, params.wait, None, None)
@@ -728,7 +745,7 @@ impl ClientInner {
                 .await
             {
                 Ok(acquired) => acquired,
-                Err(LockError::Timeout { .. }) => return Err(timed_out(key, started)),
+                Err(LockError::Timeout { .. }) => return Err(timed_out(key, started, params.wait)),
                 Err(error) => return Err(error),
             };
         acquired.waited = started.elapsed();
@@ -747,8 +764,8 @@ impl ClientInner {
         failed: Option<wait::Failure>,
     ) -> Result<LockGuard, LockError> {
         let key = name.key();
-        let timeout = |key: &str| timed_out(key, started);
-        let request = params.request(&name);
+        let timeout = |key: &str| timed_out(key, started, params.wait);
+        let request = params.request(&name, self.response_timeout);
         // Queue behind this client's other tasks waiting for the key. (`queued` is declared
         // first so it is dropped after the queue.)
         let local_queues = self.renewer.local();

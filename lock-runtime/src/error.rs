@@ -29,16 +29,15 @@ pub enum LockError {
     )]
     AlreadyInitialized,
 
-    /// The lock stayed busy for the whole `wait`.
-    #[error(
-        "timed out after {waited:?} waiting for lock `{key}`: another owner still holds it \
-         (raise `wait`, or use `wait = 0` to fail fast)"
-    )]
+    /// The lock stayed busy for the whole `wait` — or, asked once (`wait` zero), was busy.
+    #[error("{}", timeout_message(key, *waited, *wait))]
     Timeout {
         /// The lock key, without the client's prefix.
         key: String,
         /// How long the acquisition waited before giving up.
         waited: Duration,
+        /// The `wait` the acquisition was given: zero for a try-once.
+        wait: Duration,
     },
 
     /// The lease ended while the lock was meant to be held: it expired before a renewal could
@@ -103,6 +102,22 @@ pub enum LockError {
         /// Why not, and what to use instead.
         reason: String,
     },
+}
+
+/// [`LockError::Timeout`]'s message: a try-once was refused because the lock is busy, and is
+/// not told to fail fast (it did); a wait that ran out is told what to change.
+fn timeout_message(key: &str, waited: Duration, wait: Duration) -> String {
+    if wait.is_zero() {
+        format!(
+            "lock `{key}` is busy: another owner holds it (asked once, as `wait = 0` says; \
+             give a `wait` to queue for it instead)"
+        )
+    } else {
+        format!(
+            "timed out after {waited:?} waiting for lock `{key}`: another owner still holds it \
+             (raise `wait`, or use `wait = 0` to fail fast)"
+        )
+    }
 }
 
 impl LockError {

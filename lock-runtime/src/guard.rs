@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Handover, LockSpec, NotOursAfterRetry};
+use crate::backend::{Backend, Handover, LockSpec, Released};
 use crate::error::{BoxError, LockError};
 use crate::key::LockName;
 use crate::local::{Handed, Offer};
@@ -319,6 +319,24 @@ impl LockGuard {
     }
 }
 
+/// Whether a release gave back a lock that was still ours, from what the backend saw: the one
+/// rule for every backend. An ambiguous answer (an earlier try's reply was lost, and a retry
+/// found the lock not ours) counts as released while the lease is still valid on this
+/// process's monotonic clock — nobody else can have taken the lock before then, so the earlier
+/// try deleted it — and as lost after.
+fn settle(shared: &Shared, released: Released) -> bool {
+    match released {
+        Released::Deleted => true,
+        Released::NotOurs => false,
+        Released::Ambiguous { alive_until } => {
+            let until = alive_until.unwrap_or_else(|| shared.valid_until());
+            let valid = Instant::now() < until;
+            tracing::debug!(key = %shared.key(), valid, "distlock: a release was retried after a lost reply and found the lock not ours; the first try released it if the lease was still valid");
+            valid
+        }
+    }
+}
+
 /// Gives a lock back: to the next task of this client in line for the key if it offered to
 /// take it over (one hand-over command, see [`crate::local`]), else to the server (released,
 /// waking the waiters). `Ok(false)`: it was not ours any more.
@@ -333,17 +351,7 @@ async fn give_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<boo
     } else {
         hand_back(renewer, shared).await
     };
-    let result = match result {
-        // The reply to the release was lost and its retry found the lock not ours: the first
-        // attempt deleted it, unless the lease had run out — impossible while the lease is
-        // still valid on this process's clock, since nobody else can take it before that.
-        Err(error) if error.is::<NotOursAfterRetry>() => {
-            let valid = Instant::now() < shared.valid_until();
-            tracing::debug!(key = %shared.key(), valid, "distlock: release retried after a lost reply; the first attempt released the lock if the lease was still valid");
-            Ok(valid)
-        }
-        other => other,
-    };
+    let result = result.map(|released| settle(shared, released));
     if result.is_err() {
         crate::metrics::release_failed(shared.backend);
     }
@@ -351,7 +359,7 @@ async fn give_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<boo
 }
 
 /// [`give_back`] of a plain lock: a hand-over to a waiting task of this client, or a release.
-async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<bool, BoxError> {
+async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<Released, BoxError> {
     let backend = renewer.backend();
     let local = renewer.local();
     let name = shared.name.full();
@@ -383,13 +391,13 @@ async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<boo
                     // The waiter left meanwhile: the lock holds a token nobody will use.
                     crate::wait::release_in_background(backend, name, &offer.token, false);
                 }
-                return Ok(true);
+                return Ok(Released::Deleted);
             }
             Ok(Handover::NotHeld) => {
                 // Nothing changed on the server: the waiter goes on asking for itself.
                 drop(offer);
                 local.let_go(shared);
-                return Ok(false);
+                return Ok(Released::NotOurs);
             }
             Err(error) => {
                 tracing::debug!(key = %shared.key(), %error, "distlock: hand-over failed; releasing instead");

@@ -168,6 +168,72 @@ fn submit_to_reaper(job: DetachedJob) {
     }
 }
 
+/// Clean-up that must be done although it starts in `Drop`, and before the process ends if it
+/// is ending: closing a ZooKeeper session, revoking an etcd lease — so that what they hold goes
+/// at once rather than one lease later. Made anew on every run (it opens its own connection:
+/// the runtime of the one it closes may be gone).
+#[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
+pub(crate) type Closing = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// Runs `close` without blocking when it can, to completion when it must: on the current
+/// runtime when there is one; on a thread of its own, waited for at most `bound`, when there is
+/// none or when the runtime drops the task unfinished because it is shutting down (the process
+/// may be about to exit: a task left to the reaper thread would die with it).
+#[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
+pub(crate) fn close_soon(close: Closing, bound: std::time::Duration) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            let mut unfinished = CloseUnfinished(Some((Arc::clone(&close), bound)));
+            handle.spawn(async move {
+                let _ = tokio::time::timeout(bound, close()).await;
+                unfinished.disarm();
+            });
+        }
+        Err(_) => close_now(close, bound),
+    }
+}
+
+/// Runs `close` on a thread with a runtime of its own and waits for it, at most `bound`. For
+/// `Drop` during a runtime's shutdown or without a runtime: it blocks the calling thread.
+#[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
+pub(crate) fn close_now(close: Closing, bound: std::time::Duration) {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let started = std::thread::Builder::new()
+        .name("distlock-close".into())
+        .spawn(move || {
+            if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                runtime.block_on(async {
+                    let _ = tokio::time::timeout(bound, close()).await;
+                });
+            }
+            let _ = done.send(());
+        });
+    if started.is_ok() {
+        let _ = finished.recv_timeout(bound + std::time::Duration::from_millis(50));
+    }
+}
+
+/// Closes on a thread of its own if dropped while armed (its task dropped by a runtime that is
+/// shutting down).
+struct CloseUnfinished(Option<(Closing, std::time::Duration)>);
+
+impl CloseUnfinished {
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CloseUnfinished {
+    fn drop(&mut self) {
+        if let Some((close, bound)) = self.0.take() {
+            close_now(close, bound);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -45,18 +45,25 @@ pub(crate) struct Acquired {
 pub(crate) struct Failure {
     pub transient: bool,
     pub source: BoxError,
+    /// Whether the failed attempt may still have written its token on the server (a command
+    /// whose reply was lost may have taken the lock or a place in its queue), so that token
+    /// must be released: awaited by an acquisition that returns, in the background by one that
+    /// tries again with a new token.
+    pub leftover: bool,
 }
 
 impl Failure {
-    fn of(source: BoxError) -> Failure {
+    fn of(source: BoxError, leftover: bool) -> Failure {
         match source.downcast::<Transient>() {
             Ok(transient) => Failure {
                 transient: true,
                 source: transient.0,
+                leftover,
             },
             Err(source) => Failure {
                 transient: false,
                 source,
+                leftover,
             },
         }
     }
@@ -112,13 +119,10 @@ pub(crate) async fn attempt(
         armed: true,
     };
     let attempt = backend.try_acquire(spec).await;
-    if attempt.is_ok() || backend.undoes_failed_attempts() {
-        in_flight.disarm();
-    } else {
-        // A failed attempt (timeout, dropped connection) may still have taken the lock on the
-        // server: drop the armed guard, which releases our token in the background.
-        drop(in_flight);
-    }
+    // Answered: only a cancellation from here on would leave the token unaccounted for. A
+    // failed attempt (timeout, dropped connection) may still have taken the lock on the
+    // server: the caller releases it (see `Failure::leftover`).
+    in_flight.disarm();
     match attempt {
         Ok(Attempt::Acquired { fencing_token }) => Ok(Ok(Acquired {
             fencing_token,
@@ -127,7 +131,34 @@ pub(crate) async fn attempt(
             handed: false,
         })),
         Ok(Attempt::Busy { ttl }) => Ok(Err(ttl)),
-        Err(source) => Err(Failure::of(source)),
+        Err(source) => Err(Failure::of(source, !backend.undoes_failed_attempts())),
+    }
+}
+
+/// Gives up whatever `token` may hold on `name` — a lock a failed attempt took after all, a
+/// place in the lock's queue — before an acquisition returns without the lock, so that the
+/// next in line is not held up by it even if this process exits right after. Awaited for at
+/// most `within` (the response timeout); past that, it goes on in the background.
+pub(crate) async fn leave(
+    backend: &Arc<dyn Backend>,
+    name: &str,
+    token: &str,
+    fair: bool,
+    within: Duration,
+) {
+    let release = async {
+        if fair {
+            backend.release_fair(name, token).await
+        } else {
+            backend.release(name, token).await
+        }
+    };
+    match tokio::time::timeout(within, release).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => {
+            tracing::debug!(%name, %error, "distlock: could not leave the lock's queue; its entry ends with its lease");
+        }
+        Err(_) => release_in_background(backend, name, token, fair),
     }
 }
 
@@ -144,6 +175,9 @@ pub(crate) struct Request<'a> {
     pub renew: bool,
     /// Whether the lock is granted in arrival order (see [`LockSpec::fair`]).
     pub fair: bool,
+    /// The client's bound on one reply: how long an acquisition that ends without the lock
+    /// waits for its place in line to be given up before it returns.
+    pub response_timeout: Duration,
 }
 
 impl<'a> Request<'a> {
@@ -213,6 +247,10 @@ pub(crate) async fn acquire(
             if deadline.is_some_and(|deadline| now >= deadline) {
                 let waited = now - started;
                 tracing::debug!(key, ?waited, failures, "distlock: gave up retrying");
+                if failure.leftover {
+                    place.token = Some(token.as_str().to_owned());
+                }
+                place.leave(request).await;
                 return Err(if failures == 1 {
                     failure.into_error(&**backend, key)
                 } else {
@@ -223,9 +261,13 @@ pub(crate) async fn acquire(
                             waited,
                             last: failure.source,
                         }),
+                        leftover: false,
                     }
                     .into_error(&**backend, key)
                 });
+            }
+            if failure.leftover {
+                release_in_background(backend, request.name, token.as_str(), request.fair);
             }
             if failures == 1 {
                 tracing::warn!(key, error = %failure.source, "distlock: acquisition failed; retrying until its `wait` ends");
@@ -234,7 +276,7 @@ pub(crate) async fn acquire(
             }
             *token = OwnerToken::generate();
             if place.token.is_some() {
-                // The failed attempt's place was given up with it (see `attempt`).
+                // The failed attempt's place was given up with it (just above).
                 place.token = Some(token.as_str().to_owned());
             }
             let pause = backoff(failures);
@@ -319,15 +361,23 @@ pub(crate) async fn acquire(
                 pending = Some(failure);
                 continue;
             }
-            Err(failure) => return Err(failure.into_error(&**backend, key)),
+            Err(failure) => {
+                if failure.leftover {
+                    place.token = Some(token.as_str().to_owned());
+                }
+                place.leave(request).await;
+                return Err(failure.into_error(&**backend, key));
+            }
         };
         let now = Instant::now();
         if deadline.is_some_and(|deadline| now >= deadline) {
-            let waited = now - started;
+            place.leave(request).await;
+            let waited = Instant::now() - started;
             tracing::debug!(key, ?waited, "distlock: timed out waiting");
             return Err(LockError::Timeout {
                 key: key.to_owned(),
                 waited,
+                wait: wait.unwrap_or(Duration::MAX),
             });
         }
         // Listen for the release before trying again, so a release that lands between the
@@ -518,6 +568,23 @@ struct PlaceInLine<'a> {
     name: &'a str,
     token: Option<String>,
     fair: bool,
+}
+
+impl PlaceInLine<'_> {
+    /// Gives the place up before the acquisition returns (see [`leave`]).
+    async fn leave(&mut self, request: Request<'_>) {
+        if let Some(token) = self.token.take() {
+            tracing::debug!(name = %self.name, "distlock: leaving the queue");
+            leave(
+                self.backend,
+                self.name,
+                &token,
+                self.fair,
+                request.response_timeout,
+            )
+            .await;
+        }
+    }
 }
 
 impl Drop for PlaceInLine<'_> {

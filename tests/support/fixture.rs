@@ -56,6 +56,17 @@ pub trait Fixture {
         true
     }
 
+    /// Why the backend's clients cannot be told apart by process — `None` when a lock can be
+    /// shared across processes (every backend with a server; `memory://` lives in one).
+    fn one_process(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// Whether the backend grants locks in arrival order on request (`.fair()`).
+    fn fair(&self) -> bool {
+        true
+    }
+
     /// Whether anything at all is stored at backend key `name` (on any node).
     async fn anything_at(&self, name: &str) -> bool {
         self.holder(name).await.is_some()
@@ -67,6 +78,13 @@ pub struct Slowed {
     pub url: String,
     /// The proxies (or the client that keeps a `memory://` store alive).
     _keep: Vec<Box<dyn std::any::Any + Send>>,
+}
+
+impl Slowed {
+    /// The proxies on this path (none on `memory://`).
+    pub fn proxies(&self) -> impl Iterator<Item = &DelayProxy> {
+        self._keep.iter().filter_map(|kept| kept.downcast_ref())
+    }
 }
 
 /// Delay proxies in front of `ports`, replies held back by `min..=max`.
@@ -101,6 +119,10 @@ impl MemoryFixture {
 }
 
 impl Fixture for MemoryFixture {
+    fn one_process(&self) -> Option<&'static str> {
+        Some("memory:// lives in one process")
+    }
+
     fn url(&self) -> String {
         self.url.clone()
     }
@@ -256,6 +278,10 @@ impl RedlockFixture {
 }
 
 impl Fixture for RedlockFixture {
+    fn fair(&self) -> bool {
+        false
+    }
+
     fn url(&self) -> String {
         RedlockFixture::url_of(&self.servers)
     }
@@ -336,8 +362,20 @@ impl Fixture for ClusterFixture {
         self.cluster.url()
     }
 
+    /// Read from the owning node on a plain connection of its own (not through the cluster's
+    /// announced ports, which may be a test's proxies).
     async fn holder(&self, name: &str) -> Option<String> {
-        self.cluster.get(&format!("{{{name}}}")).await
+        let key = format!("{{{name}}}");
+        for node in &self.cluster.nodes {
+            let mut conn = node.connection().await;
+            // A node that does not own the slot answers MOVED.
+            let value: redis::RedisResult<Option<String>> =
+                redis::cmd("GET").arg(&key).query_async(&mut conn).await;
+            if let Ok(value) = value {
+                return value;
+            }
+        }
+        panic!("no node of the cluster serves {key}")
     }
 
     async fn ttl(&self, name: &str) -> Option<Duration> {
@@ -421,6 +459,10 @@ impl PostgresFixture {
 }
 
 impl Fixture for PostgresFixture {
+    fn fair(&self) -> bool {
+        false
+    }
+
     fn url(&self) -> String {
         format!("{}?table={}", self.server.url(), self.table)
     }
@@ -522,6 +564,10 @@ impl MysqlFixture {
 }
 
 impl Fixture for MysqlFixture {
+    fn fair(&self) -> bool {
+        false
+    }
+
     fn url(&self) -> String {
         format!("{}?table={}", self.server.url(), self.table)
     }

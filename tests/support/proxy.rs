@@ -24,6 +24,9 @@ pub struct DelayProxy {
 #[derive(Default)]
 struct Faults {
     blackhole: AtomicBool,
+    /// Replies are dropped (requests still reach the server): a command applied whose answer
+    /// never comes back.
+    drop_replies: AtomicBool,
     /// New connections are closed at once until this instant.
     refuse_until: Mutex<Option<Instant>>,
     /// The forwarding tasks of the open connections, aborted (sockets closed) by a cut.
@@ -95,7 +98,9 @@ impl DelayProxy {
                             let ms = fastrand::u64((range >> 32)..=(range & 0xffff_ffff));
                             tokio::time::sleep(Duration::from_millis(ms)).await;
                         }
-                        if faults.blackhole.load(Ordering::SeqCst) {
+                        if faults.blackhole.load(Ordering::SeqCst)
+                            || faults.drop_replies.load(Ordering::SeqCst)
+                        {
                             continue;
                         }
                         if client_write.write_all(&buffer[..n]).await.is_err() {
@@ -121,6 +126,13 @@ impl DelayProxy {
     /// requests never reach the server, replies never reach the client.
     pub fn set_blackhole(&self, on: bool) {
         self.faults.blackhole.store(on, Ordering::SeqCst);
+    }
+
+    /// From now on, passes requests to the server but drops its replies (connections stay
+    /// open): what the server did is never confirmed. Cut the connections after turning it off
+    /// (a connection that lost part of a reply stream is no use to its client).
+    pub fn set_drop_replies(&self, on: bool) {
+        self.faults.drop_replies.store(on, Ordering::SeqCst);
     }
 
     /// Closes every open connection at once and refuses new ones for `refuse`: a cable pulled

@@ -1,9 +1,13 @@
 //! The loss of a session or lease that keeps many locks alive at once (a ZooKeeper session, an
 //! etcd lease): one flag, set once, that every lock on it waits on.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::guard::LostFlag;
+use crate::runtime::{Closing, close_now, close_soon};
 
 /// Why a session can no longer be trusted, once it cannot: a guard's lost flag, with the
 /// reason every lock on the session reports.
@@ -11,9 +15,26 @@ use crate::guard::LostFlag;
 pub(crate) struct Loss {
     flag: LostFlag,
     why: OnceLock<String>,
+    /// Until when, on this process's monotonic clock, the session is known alive: its last
+    /// confirmation plus its timeout, minus the drift margin (`None` before the first).
+    alive_until: Mutex<Option<Instant>>,
 }
 
 impl Loss {
+    /// Records a confirmation: the session lives at least until `until`.
+    pub(crate) fn confirm(&self, until: Instant) {
+        let mut alive = self.alive_until.lock().unwrap_or_else(|p| p.into_inner());
+        *alive = Some(alive.map_or(until, |known| known.max(until)));
+    }
+
+    /// Until when the session is known alive (an instant in the past once it is lost).
+    pub(crate) fn alive_until(&self) -> Option<Instant> {
+        if self.is_lost() {
+            return Some(Instant::now());
+        }
+        *self.alive_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Marks the session lost; the first reason given is kept.
     pub(crate) fn mark(&self, why: String) {
         let _ = self.why.set(why);
@@ -28,5 +49,47 @@ impl Loss {
     pub(crate) async fn wait(&self) -> String {
         self.flag.wait().await;
         self.why.get().cloned().unwrap_or_default()
+    }
+}
+
+/// How a session is closed on the server, and for how long a close may hold up the thread
+/// that drops it.
+#[derive(Clone)]
+pub(crate) struct Closer {
+    pub close: Closing,
+    pub bound: Duration,
+}
+
+impl Closer {
+    /// The session is being dropped (its client is gone): marked lost, so that nothing else
+    /// closes it again, and closed on the server — without blocking while a runtime runs, to
+    /// completion if the runtime is shutting down.
+    pub(crate) fn close_dropped(&self, loss: &Loss) {
+        if loss.is_lost() {
+            return; // given up already: closed (or expired) on the server
+        }
+        loss.mark("the lock client was dropped".into());
+        close_soon(Arc::clone(&self.close), self.bound);
+    }
+}
+
+/// Lives in the task that keeps a session alive (a heartbeat, a keepalive stream). Dropped with
+/// that task by its runtime shutting down — the process ending, a `#[tokio::test]` finishing —
+/// while the session still counts as alive, it marks the session lost (nothing keeps it alive
+/// any more) and closes it on the server before the thread goes on, so that the locks and
+/// places in line it holds go at once rather than one session timeout later.
+pub(crate) struct Sentinel {
+    pub loss: Arc<Loss>,
+    pub closer: Closer,
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        if self.loss.is_lost() {
+            return; // lost, given up or closed by its owner: nothing left to do here
+        }
+        self.loss
+            .mark("its runtime shut down: nothing keeps the session alive".into());
+        close_now(Arc::clone(&self.closer.close), self.closer.bound);
     }
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use super::{Attempt, Backend, LockSpec};
+use super::{Attempt, Backend, LockSpec, Released};
 use crate::admin::{Entry, glob_match};
 use crate::error::BoxError;
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -305,6 +305,15 @@ impl State {
     }
 }
 
+/// A release's answer in one process: nothing is ever ambiguous.
+fn released(deleted: bool) -> Released {
+    if deleted {
+        Released::Deleted
+    } else {
+        Released::NotOurs
+    }
+}
+
 impl Backend for MemoryBackend {
     fn kind(&self) -> &'static str {
         "memory"
@@ -321,8 +330,8 @@ impl Backend for MemoryBackend {
         &'a self,
         name: &'a str,
         token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, BoxError>> {
-        self.answer(move || self.release_fair_now(name, token))
+    ) -> BoxFuture<'a, Result<Released, BoxError>> {
+        self.answer(move || released(self.release_fair_now(name, token)))
     }
 
     fn supports_fair(&self) -> bool {
@@ -337,8 +346,8 @@ impl Backend for MemoryBackend {
         &'a self,
         name: &'a str,
         token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, BoxError>> {
-        self.answer(move || self.release_now(name, token))
+    ) -> BoxFuture<'a, Result<Released, BoxError>> {
+        self.answer(move || released(self.release_now(name, token)))
     }
 
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {

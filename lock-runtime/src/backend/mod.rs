@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use crate::admin::{Entry, unsupported};
 use crate::error::BoxError;
 use crate::notify::ReleaseSubscription;
@@ -67,23 +69,38 @@ impl std::error::Error for Transient {
     }
 }
 
-/// A release's answer: its first attempt's reply was lost (a timeout, a dropped connection),
-/// and the retry found the lock not ours. The first attempt may have deleted it — and someone
-/// else taken it since — or the lease may have run out before: the guard decides from its
-/// lease (see `guard::give_back`).
-#[derive(Debug)]
-pub(crate) struct NotOursAfterRetry;
-
-impl std::fmt::Display for NotOursAfterRetry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(
-            "the release was retried after its reply was lost, and the lock was not ours any \
-             more: the first attempt may have released it",
-        )
-    }
+/// What a release saw on the server. The backend reports it; the guard decides what it means
+/// for the caller (see `guard::give_back`): one rule for every backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The lock held our token, and is deleted now.
+    Deleted,
+    /// The lock did not hold our token (someone else's, or nobody's): our lease had ended.
+    NotOurs,
+    /// Unknown: an earlier try's reply was lost (a timeout, a dropped connection, a leader
+    /// change), and a retry found the lock not ours. The earlier try may have deleted it — and
+    /// someone else taken it since — or the lease may have run out before. `alive_until` is,
+    /// for a backend that keeps its locks alive itself (a ZooKeeper session, an etcd lease),
+    /// until when on this process's monotonic clock that session or lease was known alive;
+    /// `None` for a backend whose leases the runtime renews (the guard knows their end).
+    Ambiguous { alive_until: Option<Instant> },
 }
 
-impl std::error::Error for NotOursAfterRetry {}
+impl Released {
+    /// What a retried release found: `deleted` by this try, or else ambiguous if an earlier
+    /// try may have landed (`retried`), not ours otherwise.
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "postgres", feature = "mysql")),
+        allow(dead_code)
+    )]
+    pub(crate) fn after_tries(deleted: bool, retried: bool) -> Released {
+        match (deleted, retried) {
+            (true, _) => Released::Deleted,
+            (false, true) => Released::Ambiguous { alive_until: None },
+            (false, false) => Released::NotOurs,
+        }
+    }
+}
 
 /// The pause before a backend retries a command on a fresh connection, its `attempt`-th retry
 /// (from 1): 10, 40, 160 ms. Short: the command runs again with the same token, inside the
@@ -191,13 +208,14 @@ pub(crate) trait Backend: Send + Sync + 'static {
         })
     }
 
-    /// Deletes the lock if it still holds `token`, and wakes its waiters.
-    /// `Ok(false)` means it was not ours any more.
+    /// Deletes the lock if it still holds `token`, and wakes its waiters; what it saw (a
+    /// backend that retries a release whose reply was lost reports what the retry found as
+    /// [`Released::Ambiguous`], never as [`Released::NotOurs`]).
     fn release<'a>(
         &'a self,
         name: &'a str,
         token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, BoxError>>;
+    ) -> BoxFuture<'a, Result<Released, BoxError>>;
 
     /// Like [`release`](Self::release), for a lock taken with `fair` set: also gives up the
     /// token's place in the lock's queue if it is only waiting, and wakes the next in line.
@@ -206,7 +224,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
         &'a self,
         name: &'a str,
         token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+    ) -> BoxFuture<'a, Result<Released, BoxError>> {
         self.release(name, token)
     }
 

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use super::proto::{self, LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 use super::rpc::Rpc;
-use crate::backend::loss::Loss;
+use crate::backend::loss::{Closer, Loss, Sentinel};
 use crate::renew::drift;
 
 /// A granted lease, kept alive until it is lost or given up.
@@ -26,25 +26,38 @@ pub(crate) struct Lease {
     pub ttl: Duration,
     pub loss: Arc<Loss>,
     keepalive: AbortHandle,
+    closer: Closer,
 }
 
 impl Lease {
     /// Starts keeping alive lease `id` of `ttl`, granted by a request sent at `sent_at`.
+    /// `closer` revokes it: when the lease is dropped (the client is gone) or its runtime shuts
+    /// down.
     pub(crate) fn start(
         rpc: Rpc,
         id: i64,
         ttl: Duration,
         sent_at: Instant,
         shown: String,
+        closer: Closer,
     ) -> Lease {
         let loss = Arc::new(Loss::default());
-        let keepalive = tokio::spawn(keep_alive(rpc, id, ttl, sent_at, Arc::clone(&loss), shown))
-            .abort_handle();
+        loss.confirm(sent_at + ttl - drift(ttl));
+        let sentinel = Sentinel {
+            loss: Arc::clone(&loss),
+            closer: closer.clone(),
+        };
+        let keepalive = tokio::spawn(async move {
+            let _sentinel = sentinel;
+            keep_alive(rpc, id, ttl, sent_at, Arc::clone(&_sentinel.loss), shown).await
+        })
+        .abort_handle();
         Lease {
             id,
             ttl,
             loss,
             keepalive,
+            closer,
         }
     }
 
@@ -72,8 +85,33 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        // Revoked, so its keys — locks, places in line — go now, not one TTL later.
+        self.closer.close_dropped(&self.loss);
         self.keepalive.abort();
     }
+}
+
+/// Revokes lease `id` on a connection of its own (see [`Closer`]).
+pub(crate) fn revoker(
+    hosts: Arc<[String]>,
+    connect_timeout: Duration,
+    bound: Duration,
+    id: i64,
+) -> Closer {
+    let close: crate::runtime::Closing = Arc::new(move || {
+        let hosts = Arc::clone(&hosts);
+        Box::pin(async move {
+            if let Ok(rpc) = Rpc::new(&hosts, connect_timeout) {
+                let _ = rpc
+                    .unary::<_, proto::LeaseRevokeResponse>(
+                        proto::path::LEASE_REVOKE,
+                        proto::LeaseRevokeRequest { id },
+                    )
+                    .await;
+            }
+        })
+    });
+    Closer { close, bound }
 }
 
 /// Confirms the lease every TTL/4 and marks it lost as soon as it may have expired.
@@ -90,6 +128,7 @@ async fn keep_alive(
     loop {
         let interval = (ttl / 4).max(Duration::from_millis(5));
         let retry_pause = (ttl / 20).max(Duration::from_millis(5));
+        loss.confirm(confirmed_at + ttl - drift(ttl));
         tokio::time::sleep_until(confirmed_at + interval).await;
         let valid_until = confirmed_at + ttl - drift(ttl);
         loop {

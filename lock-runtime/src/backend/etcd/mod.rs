@@ -36,7 +36,7 @@ use self::proto::{
 };
 use self::rpc::Rpc;
 use super::sql::holder_id;
-use super::{Attempt, Backend, LockSpec, Transient};
+use super::{Attempt, Backend, LockSpec, Released, Transient};
 use crate::admin::{Entry, glob_match, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -138,6 +138,10 @@ pub(crate) struct EtcdBackend {
     /// The URL as messages show it.
     shown: String,
     response_timeout: Duration,
+    /// The members, and the connect timeout: a lease is revoked on a connection of its own
+    /// when the client goes (see [`lease::revoker`]).
+    hosts: Arc<[String]>,
+    connect_timeout: Duration,
     /// Leases by the TTL asked for, in seconds.
     leases: Mutex<HashMap<u64, Arc<Lease>>>,
     /// Held while a lease is being granted, so concurrent acquisitions share one.
@@ -198,6 +202,8 @@ impl EtcdBackend {
             prefix: format!("{}/", parsed.prefix),
             shown,
             response_timeout,
+            hosts: parsed.hosts.clone().into(),
+            connect_timeout,
             leases: Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
             keys: Mutex::new(HashMap::new()),
@@ -334,6 +340,12 @@ impl EtcdBackend {
             Duration::from_secs(granted.ttl as u64),
             sent_at,
             self.shown.clone(),
+            lease::revoker(
+                Arc::clone(&self.hosts),
+                self.connect_timeout,
+                self.response_timeout,
+                granted.id,
+            ),
         ));
         self.leases
             .lock()
@@ -578,7 +590,7 @@ impl EtcdBackend {
         }
     }
 
-    async fn release_key(&self, name: &str, token: &str) -> Result<bool, BoxError> {
+    async fn release_key(&self, name: &str, token: &str) -> Result<Released, BoxError> {
         let in_flight = self
             .in_flight
             .lock()
@@ -588,17 +600,27 @@ impl EtcdBackend {
             let _done = gate.lock().await;
         }
         let held = self.keys().remove(token);
-        let (key, alive) = match held {
-            Some(mut held) => (std::mem::take(&mut held.key), held.lease.is_usable()),
+        let (key, lease) = match held {
+            Some(mut held) => (std::mem::take(&mut held.key), Some(Arc::clone(&held.lease))),
             // An attempt whose reply never came: its key is known from the token.
-            None => (self.key_of(name, token).1, true),
+            None => (self.key_of(name, token).1, None),
         };
+        // A key on a lease this client has given up was not held any more, deleted or not.
+        let alive = lease.as_ref().is_none_or(|lease| lease.is_usable());
         // A release that fails is retried briefly: a leader election or a member going away
         // fails a call, and a lock left behind holds up everyone until its lease runs out.
         let mut attempt = 0;
         loop {
             match self.delete_key(key.clone()).await {
-                Ok(deleted) => return Ok(deleted && alive),
+                Ok(true) if alive => return Ok(Released::Deleted),
+                Ok(true) => return Ok(Released::NotOurs),
+                // An earlier try may have deleted it (its reply lost in a leader change).
+                Ok(false) if attempt > 0 && alive => {
+                    return Ok(Released::Ambiguous {
+                        alive_until: lease.and_then(|lease| lease.loss.alive_until()),
+                    });
+                }
+                Ok(false) => return Ok(Released::NotOurs),
                 Err(Failure::Server(status)) if is_transient(&status) && attempt < 3 => {}
                 Err(Failure::Other(_)) if attempt < 3 => {}
                 Err(failure) => return Err(self.failed("delete", failure)),
@@ -855,7 +877,7 @@ impl Backend for EtcdBackend {
         &'a self,
         name: &'a str,
         token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+    ) -> BoxFuture<'a, Result<Released, BoxError>> {
         Box::pin(self.release_key(name, token))
     }
 

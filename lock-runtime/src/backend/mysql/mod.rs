@@ -24,7 +24,7 @@ use mysql_async::{Conn, Opts, OptsBuilder, Params, TxOpts, Value};
 
 use super::sql::{SqlSettings, holder_id, like_pattern, millis, slot_of};
 use super::url::redact_url;
-use super::{Attempt, Backend, LockSpec, Transient};
+use super::{Attempt, Backend, LockSpec, Released, Transient};
 use crate::admin::{Entry, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -614,7 +614,7 @@ impl Backend for MysqlBackend {
         &'a self,
         name: &'a str,
         token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+    ) -> BoxFuture<'a, Result<Released, BoxError>> {
         Box::pin(async move {
             let sql = Arc::clone(&self.sql);
             let params = vec![Value::from(name.as_bytes()), Value::from(token)];
@@ -640,11 +640,9 @@ impl Backend for MysqlBackend {
                 .await?;
             if released {
                 self.hub.notify(name);
-            } else if tries.load(std::sync::atomic::Ordering::Relaxed) > 1 {
-                // The first attempt may have deleted the row before its reply was lost.
-                return Err(Box::new(super::NotOursAfterRetry) as BoxError);
             }
-            Ok(released)
+            let retried = tries.load(std::sync::atomic::Ordering::Relaxed) > 1;
+            Ok(Released::after_tries(released, retried))
         })
     }
 

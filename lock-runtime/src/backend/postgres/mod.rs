@@ -33,7 +33,7 @@ use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
 use super::sql::{SqlSettings, holder_id, like_pattern, millis, slot_of};
 use super::url::redact_url;
-use super::{Attempt, Backend, LockSpec, Transient};
+use super::{Attempt, Backend, LockSpec, Released, Transient};
 use crate::admin::{Entry, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{CloseOnDrop, ReleaseHub, ReleaseSubscription};
@@ -676,7 +676,7 @@ impl Backend for PostgresBackend {
         &'a self,
         name: &'a str,
         token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+    ) -> BoxFuture<'a, Result<Released, BoxError>> {
         Box::pin(async move {
             let mut tries = 0;
             let released = self
@@ -685,11 +685,7 @@ impl Backend for PostgresBackend {
                     async move { conn.client.query(&conn.release, &[&name, &token]).await }
                 })
                 .await?;
-            if released.len() != 1 && tries > 1 {
-                // The first attempt may have deleted the row before its reply was lost.
-                return Err(Box::new(super::NotOursAfterRetry) as BoxError);
-            }
-            Ok(released.len() == 1)
+            Ok(Released::after_tries(released.len() == 1, tries > 1))
         })
     }
 

@@ -39,7 +39,7 @@ use redis::{
 };
 
 use super::url::redact_url;
-use super::{Attempt, Backend, Handover, LockSpec, Transient};
+use super::{Attempt, Backend, Handover, LockSpec, Released, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::runtime::{BoxFuture, Revived, RuntimeBound};
@@ -647,7 +647,7 @@ impl Backend for RedisBackend {
         &'a self,
         name: &'a str,
         token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+    ) -> BoxFuture<'a, Result<Released, BoxError>> {
         Box::pin(async move {
             let mut retried = false;
             let released: i64 = self
@@ -657,12 +657,11 @@ impl Backend for RedisBackend {
                     async move { query_script(&mut conn, &self.release, &call).await }
                 })
                 .await?;
-            if released != 1 && retried {
-                // The first attempt may have deleted the key before its reply was lost: the
-                // guard tells that apart from an expired lease by its own clock.
-                return Err(Box::new(super::NotOursAfterRetry) as BoxError);
-            }
-            Ok(released == 1)
+            // A cluster connection retries a command inside (after a timeout or a dropped
+            // connection, and counts redirections as retries), out of sight: any of its
+            // answers may follow an earlier try that landed.
+            retried |= self.is_cluster();
+            Ok(Released::after_tries(released == 1, retried))
         })
     }
 
@@ -670,17 +669,23 @@ impl Backend for RedisBackend {
         &'a self,
         name: &'a str,
         token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+    ) -> BoxFuture<'a, Result<Released, BoxError>> {
         Box::pin(async move {
             let (queue, deadlines) = self.fair_keys(name);
+            let mut retried = false;
             let released: i64 = self
-                .run(|mut conn, _| {
+                .run(|mut conn, attempt| {
+                    retried |= attempt > 0;
                     let mut call = self.release_fair.key(name);
                     call.key(&queue).key(&deadlines).arg(token);
                     async move { call.invoke_async(&mut conn).await }
                 })
                 .await?;
-            Ok(released == 1)
+            // A cluster connection retries a command inside (after a timeout or a dropped
+            // connection, and counts redirections as retries), out of sight: any of its
+            // answers may follow an earlier try that landed.
+            retried |= self.is_cluster();
+            Ok(Released::after_tries(released == 1, retried))
         })
     }
 

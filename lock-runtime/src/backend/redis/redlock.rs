@@ -43,7 +43,7 @@ use redis::{ErrorKind, RedisError, RedisResult, Value};
 use super::{RedisBackend, RedisSettings, acquire_error, millis, node_urls};
 use crate::LockClient;
 use crate::backend::url::redact_url;
-use crate::backend::{Attempt, Backend, LockSpec, Transient};
+use crate::backend::{Attempt, Backend, LockSpec, Released, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::renew::drift;
@@ -270,7 +270,7 @@ async fn delete(
     loud: bool,
 ) -> Result<bool, BoxError> {
     if loud {
-        node.release(name, token).await
+        Ok(node.release(name, token).await? == Released::Deleted)
     } else {
         Ok(node.release_quietly(name, token).await?)
     }
@@ -573,7 +573,7 @@ impl Backend for RedlockBackend {
         &'a self,
         name: &'a str,
         token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+    ) -> BoxFuture<'a, Result<Released, BoxError>> {
         Box::pin(async move {
             // The lease is not known here: wait as long as for the longest automatic timeout.
             let timeout = self
@@ -585,7 +585,27 @@ impl Backend for RedlockBackend {
                     |node| async move { node.release(name, token).await },
                 )
                 .await;
-            self.count(&outcomes, "release", |released| *released)
+            // Deleted on a majority: released. Deleted or maybe deleted (a node's reply was
+            // lost and its retry found the key not ours) on a majority: ambiguous, which the
+            // guard settles by its lease. Not ours on more than a minority: not ours.
+            let answered = |wanted: &dyn Fn(&Released) -> bool| {
+                outcomes
+                    .iter()
+                    .filter(|o| matches!(o, Outcome::Answered(r) if wanted(r)))
+                    .count()
+            };
+            let deleted = answered(&|r| *r == Released::Deleted);
+            let maybe = answered(&|r| *r != Released::NotOurs);
+            let not_ours = answered(&|r| *r == Released::NotOurs);
+            if deleted >= self.quorum {
+                Ok(Released::Deleted)
+            } else if maybe >= self.quorum {
+                Ok(Released::Ambiguous { alive_until: None })
+            } else if not_ours > self.nodes.len() - self.quorum {
+                Ok(Released::NotOurs)
+            } else {
+                Err(self.unreachable_error("release", &outcomes))
+            }
         })
     }
 

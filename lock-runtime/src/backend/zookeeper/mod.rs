@@ -32,7 +32,7 @@ pub(crate) use self::path::parent_of;
 use self::path::{ZkUrl, decode, node_prefix, parse_url, sequence_of, token_of};
 use self::session::Session;
 use super::sql::holder_id;
-use super::{Attempt, Backend, LockSpec, Transient};
+use super::{Attempt, Backend, LockSpec, Released, Transient};
 use crate::admin::{Entry, glob_match, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -271,7 +271,14 @@ impl ZookeeperBackend {
                  minSessionTimeout/maxSessionTimeout)"
             );
         }
-        let session = Arc::new(Session::start(client, opened_at, self.shown.clone()));
+        let session = Arc::new(Session::start(
+            client,
+            opened_at,
+            self.shown.clone(),
+            &self.url.hosts,
+            self.connect_timeout,
+            self.response_timeout,
+        ));
         self.sessions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -481,9 +488,9 @@ impl ZookeeperBackend {
         }
     }
 
-    async fn delete(&self, name: &str, token: &str) -> Result<bool, BoxError> {
+    async fn delete(&self, name: &str, token: &str) -> Result<Released, BoxError> {
         let node = self.nodes().remove(token);
-        let (path, alive, client) = match node {
+        let (path, session, client) = match node {
             Some(mut node) => {
                 let client = match node.session.client() {
                     Some(client) => client,
@@ -491,12 +498,14 @@ impl ZookeeperBackend {
                 };
                 (
                     Some(std::mem::take(&mut node.path)),
-                    node.session.is_usable(),
+                    Some(Arc::clone(&node.session)),
                     client,
                 )
             }
-            None => (None, true, self.any_client().await?),
+            None => (None, None, self.any_client().await?),
         };
+        // A node of a session this client has lost was not held any more, deleted or not.
+        let alive = session.as_ref().is_none_or(|session| session.is_usable());
         let path = match path {
             Some(path) => path,
             // An attempt whose reply never came: find its node by the token in its name.
@@ -504,19 +513,36 @@ impl ZookeeperBackend {
                 let parent = parent_of(name);
                 let children = match self.call("list", client.list_children(&parent)).await {
                     Ok(children) => children,
-                    Err(ZkFailure::Server(zk::Error::NoNode)) => return Ok(false),
+                    Err(ZkFailure::Server(zk::Error::NoNode)) => return Ok(Released::NotOurs),
                     Err(failure) => return Err(self.failed("list", failure)),
                 };
                 match children.iter().find(|c| token_of(c) == token) {
                     Some(child) => format!("{parent}/{child}"),
-                    None => return Ok(false),
+                    None => return Ok(Released::NotOurs),
                 }
             }
         };
-        match self.call("delete", client.delete(&path, None)).await {
-            Ok(()) => Ok(alive),
-            Err(ZkFailure::Server(zk::Error::NoNode)) => Ok(false),
-            Err(failure) => Err(self.failed("delete", failure)),
+        // A delete whose answer is lost (the connection dropped, a slow server) is retried on
+        // the same session: the client library reconnects it.
+        let mut attempt = 0;
+        loop {
+            match self.call("delete", client.delete(&path, None)).await {
+                Ok(()) if alive => return Ok(Released::Deleted),
+                Ok(()) => return Ok(Released::NotOurs),
+                Err(ZkFailure::Server(zk::Error::NoNode)) if attempt > 0 && alive => {
+                    return Ok(Released::Ambiguous {
+                        alive_until: session.and_then(|session| session.loss.alive_until()),
+                    });
+                }
+                Err(ZkFailure::Server(zk::Error::NoNode)) => return Ok(Released::NotOurs),
+                Err(ZkFailure::Server(
+                    zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::Throttled,
+                )) if attempt < 3 => {}
+                Err(ZkFailure::Other(_)) if attempt < 3 => {}
+                Err(failure) => return Err(self.failed("delete", failure)),
+            }
+            attempt += 1;
+            tokio::time::sleep(super::retry_pause(attempt)).await;
         }
     }
 
@@ -610,7 +636,7 @@ impl Backend for ZookeeperBackend {
         &'a self,
         name: &'a str,
         token: &'a str,
-    ) -> BoxFuture<'a, Result<bool, BoxError>> {
+    ) -> BoxFuture<'a, Result<Released, BoxError>> {
         Box::pin(self.delete(name, token))
     }
 

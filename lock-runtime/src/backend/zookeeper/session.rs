@@ -16,7 +16,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::backend::loss::Loss;
+use crate::backend::loss::{Closer, Loss, Sentinel};
 use crate::renew::drift;
 
 /// A session, its negotiated timeout, and whether it still holds.
@@ -27,26 +27,49 @@ pub(crate) struct Session {
     pub timeout: Duration,
     pub loss: std::sync::Arc<Loss>,
     heartbeat: AbortHandle,
+    closer: Closer,
 }
 
 impl Session {
     /// Starts the heartbeat of a session opened at `opened_at` (a reading taken before the
     /// connect request went out).
-    pub(crate) fn start(client: zk::Client, opened_at: Instant, shown: String) -> Session {
+    /// The session is closed on the server (on a connection of its own, `hosts`) when it is
+    /// dropped (the client is gone) or its runtime shuts down: its nodes go at once.
+    pub(crate) fn start(
+        client: zk::Client,
+        opened_at: Instant,
+        shown: String,
+        hosts: &str,
+        connect_timeout: Duration,
+        bound: Duration,
+    ) -> Session {
         let timeout = client.session_timeout();
         let loss = std::sync::Arc::new(Loss::default());
-        let heartbeat = tokio::spawn(heartbeat(
-            client.clone(),
-            std::sync::Arc::clone(&loss),
-            opened_at,
-            shown,
-        ))
+        loss.confirm(opened_at + timeout - drift(timeout));
+        let closer = closer(
+            hosts.to_owned(),
+            client.session().clone(),
+            timeout,
+            connect_timeout,
+            bound,
+        );
+        let sentinel = Sentinel {
+            loss: std::sync::Arc::clone(&loss),
+            closer: closer.clone(),
+        };
+        let beating = client.clone();
+        let heartbeat = tokio::spawn(async move {
+            let _sentinel = sentinel;
+            let loss = std::sync::Arc::clone(&_sentinel.loss);
+            heartbeat(beating, loss, opened_at, shown).await
+        })
         .abort_handle();
         Session {
             client: Mutex::new(Some(client)),
             timeout,
             loss,
             heartbeat,
+            closer,
         }
     }
 
@@ -77,8 +100,42 @@ impl Session {
 
 impl Drop for Session {
     fn drop(&mut self) {
+        // Closed, so its nodes — locks, places in line — go now, not one timeout later.
+        self.closer.close_dropped(&self.loss);
         self.heartbeat.abort();
     }
+}
+
+/// Closes session `info` on a connection of its own: attaches to it and closes it (see
+/// [`Closer`]).
+fn closer(
+    hosts: String,
+    info: zk::SessionInfo,
+    timeout: Duration,
+    connect_timeout: Duration,
+    bound: Duration,
+) -> Closer {
+    let close: crate::runtime::Closing = std::sync::Arc::new(move || {
+        let (hosts, info) = (hosts.clone(), info.clone());
+        Box::pin(async move {
+            let connecting = zk::Client::connector()
+                .with_session(info)
+                .with_session_timeout(timeout)
+                .with_connection_timeout(connect_timeout)
+                .connect(&hosts);
+            let Ok(client) = connecting.await else {
+                return; // expired or closed already, or unreachable: nothing more to do
+            };
+            let mut states = client.state_watcher();
+            // Dropping the last handle sends `CloseSession`.
+            drop(client);
+            while !matches!(
+                states.changed().await,
+                zk::SessionState::Closed | zk::SessionState::Expired | zk::SessionState::AuthFailed
+            ) {}
+        })
+    });
+    Closer { close, bound }
 }
 
 /// Confirms the session every timeout/4 and marks it lost as soon as it may have expired.
@@ -95,6 +152,7 @@ async fn heartbeat(
     let mut states = client.state_watcher();
     let mut confirmed_at = opened_at;
     loop {
+        loss.confirm(confirmed_at + timeout - margin);
         tokio::time::sleep_until(confirmed_at + interval).await;
         let valid_until = confirmed_at + timeout - margin;
         loop {
