@@ -956,38 +956,152 @@ pub async fn a_try_once_that_exits_leaves_nothing_in_line(fixture: &impl Fixture
     assert_eq!(fixture.holder("lock:try-once:exit").await, None);
 }
 
-/// What `try_once_process` does: asks once for `key` on a runtime of its own, and drops the
-/// runtime at once (as a process's exit would end it). `busy`, `acquired` or the error.
+/// One try for `key` (`wait = 0`): `busy`, `acquired` or the error.
+async fn try_once(url: &str, key: &str, fair: bool) -> String {
+    let client = LockClient::connect(url).await.unwrap();
+    let mut request = client.lock(key).lease(TRY_ONCE_LEASE).wait(Duration::ZERO);
+    if fair {
+        request = request.fair();
+    }
+    match request.acquire().await {
+        Err(LockError::Timeout { .. }) => "busy".to_owned(),
+        Ok(_) => "acquired".to_owned(),
+        Err(error) => format!("error: {error}"),
+    }
+}
+
+/// In one process: [`try_once`] on a runtime of its own, shut down at once after the answer.
 fn try_once_and_exit(url: &str, key: &str, fair: bool) -> String {
     let runtime = history::helper_runtime();
-    let answer = runtime.block_on(async {
-        let client = LockClient::connect(url).await.unwrap();
-        let mut request = client.lock(key).lease(TRY_ONCE_LEASE).wait(Duration::ZERO);
-        if fair {
-            request = request.fair();
-        }
-        match request.acquire().await {
-            Err(LockError::Timeout { .. }) => "busy".to_owned(),
-            Ok(_) => "acquired".to_owned(),
-            Err(error) => format!("error: {error}"),
-        }
-    });
-    // No clean-up but what the acquisition did before it returned: the runtime goes now.
+    let answer = runtime.block_on(try_once(url, key, fair));
     drop(runtime);
     answer
 }
 
 /// The helper process of [`a_try_once_that_exits_leaves_nothing_in_line`]: one try, its
-/// answer in the file `answer`, then `exit(0)` — no destructor, no runtime shutdown.
+/// answer in the file `answer`, then `exit(0)` from inside the runtime — no destructor, no
+/// runtime shutdown: only what the acquisition did before it returned is done.
 #[test]
 fn try_once_process() {
     let Some(dir) = history::helper_dir() else {
         return;
     };
     let var = history::helper_var;
-    let answer = try_once_and_exit(&var("LOCK_URL"), &var("LOCK_KEY"), var("FAIR") == "1");
-    history::write_file(&dir.join("answer"), &answer);
-    std::process::exit(0);
+    // One thread: nothing spawned in the background (a release left to a task) runs between
+    // the answer and the exit, so only what the acquisition awaited is done.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let answer = try_once(&var("LOCK_URL"), &var("LOCK_KEY"), var("FAIR") == "1").await;
+        history::write_file(&dir.join("answer"), &answer);
+        std::process::exit(0);
+    });
+}
+
+/// A process whose waiter is still in line when the process ends normally (its `main`
+/// returns: the runtime shuts down) leaves nothing in line: the next waiter is granted the lock
+/// as soon as the holder releases it. On ZooKeeper and etcd the waiter's place is a node or key
+/// on the client's session or lease, closed or revoked as the runtime shuts down; elsewhere a
+/// plain waiter holds no place on the server.
+pub async fn a_waiter_whose_process_ends_leaves_nothing_in_line(fixture: &impl Fixture) {
+    let key = "ended:waiter";
+    let holding = fixture.client().await;
+    let holder = holding
+        .lock(key)
+        .lease(TRY_ONCE_LEASE)
+        .acquire()
+        .await
+        .unwrap();
+    match fixture.one_process() {
+        None => {
+            let dir = history::scratch_dir("ended-waiter");
+            let env = [("LOCK_URL", fixture.url()), ("LOCK_KEY", key.to_owned())];
+            let mut helper = history::Helper::spawn("waiter_process", &dir, &env);
+            helper.owns_dir = true;
+            tokio::task::block_in_place(|| helper.wait_success(Duration::from_secs(60)));
+            assert_eq!(
+                helper.read("queued", Duration::from_secs(5)).await,
+                "queued"
+            );
+        }
+        Some(why) => {
+            println!("the waiter runs on a runtime of its own, not in a process ({why})");
+            let url = fixture.url();
+            tokio::task::block_in_place(|| {
+                std::thread::spawn(move || {
+                    let runtime = history::helper_runtime();
+                    runtime.block_on(wait_in_line(&url, key));
+                    drop(runtime);
+                })
+                .join()
+                .unwrap()
+            });
+        }
+    }
+    let waiting = fixture.client().await;
+    let waiter = tokio::spawn(async move {
+        let granted = waiting
+            .lock(key)
+            .lease(TRY_ONCE_LEASE)
+            .wait(ms(30_000))
+            .acquire()
+            .await;
+        (granted, Instant::now(), waiting)
+    });
+    tokio::time::sleep(ms(300)).await;
+    let released_at = Instant::now();
+    holder.release().await.unwrap();
+    let (granted, at, _waiting) = waiter.await.unwrap();
+    let granted = granted.expect("the waiter gets the lock");
+    let handoff = at.duration_since(released_at);
+    println!("handoff after a waiter's process ended: {handoff:?}");
+    assert!(
+        handoff < ms(1_000),
+        "the waiter was granted the lock {handoff:?} after the release (lease \
+         {TRY_ONCE_LEASE:?}): the ended process left a place in line behind"
+    );
+    granted.release().await.unwrap();
+}
+
+/// Starts waiting for `key` (forever) and returns once the server counts the waiter (or, on a
+/// backend that counts no plain waiters, after 3 s), the wait still under way.
+async fn wait_in_line(url: &str, key: &'static str) {
+    let client = LockClient::connect(url).await.unwrap();
+    let waiting = client.clone();
+    tokio::spawn(async move {
+        let _ = waiting
+            .lock(key)
+            .lease(TRY_ONCE_LEASE)
+            .wait_forever()
+            .acquire()
+            .await;
+    });
+    // A plain waiter on Redis or SQL is counted nowhere: it is simply under way after this.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        tokio::time::sleep(ms(20)).await;
+        let info = client.inspect(key).await.ok().flatten();
+        if info.and_then(|i| i.waiters).is_some_and(|n| n >= 1) {
+            return;
+        }
+    }
+}
+
+/// The helper process of [`a_waiter_whose_process_ends_leaves_nothing_in_line`]: waits in line,
+/// writes `queued`, and ends normally (its runtime shuts down with the wait under way).
+#[test]
+fn waiter_process() {
+    let Some(dir) = history::helper_dir() else {
+        return;
+    };
+    let var = history::helper_var;
+    let runtime = history::helper_runtime();
+    let key: &'static str = var("LOCK_KEY").leak();
+    runtime.block_on(wait_in_line(&var("LOCK_URL"), key));
+    history::write_file(&dir.join("queued"), "queued");
+    drop(runtime);
 }
 
 /// A release whose first try reached the server and deleted the lock, but whose reply was lost
@@ -1107,6 +1221,7 @@ macro_rules! suite {
                 the_admin_api_shows_who_holds_what,
                 a_forced_release_frees_the_lock_and_tells_the_holder,
                 a_try_once_that_exits_leaves_nothing_in_line,
+                a_waiter_whose_process_ends_leaves_nothing_in_line,
                 a_release_whose_reply_was_lost_is_not_reported_lost,
             );
         )*
