@@ -2,9 +2,11 @@
 # Soak: runs the timing-sensitive test binaries N times (default 5) while two busy-loop
 # processes hog both cores, the way a shared CI host or a user's busy machine does.
 #
-#   scripts/soak.sh [N]                 # history faults redlock cluster conformance
-#                                       # postgres mysql zookeeper etcd attribute_memory attribute_redis
-#                                       # examples
+#   scripts/soak.sh [N]                 # every test binary that starts a server, and
+#                                       # attribute_memory: history faults redlock cluster
+#                                       # conformance postgres mysql zookeeper etcd
+#                                       # attribute_memory attribute_redis attribute_round_trips
+#                                       # examples cli redis metrics tls global errors
 #   SOAK_TESTS="redlock history" scripts/soak.sh 3   # a subset
 #   SOAK_HOGS=0 scripts/soak.sh 1       # without the hogs (a baseline)
 #
@@ -19,7 +21,7 @@ if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: scripts/soak.sh [N]   (N = runs per test binary, default 5)" >&2
     exit 2
 fi
-tests=(${SOAK_TESTS:-history faults redlock cluster conformance postgres mysql zookeeper etcd attribute_memory attribute_redis examples cli})
+tests=(${SOAK_TESTS:-history faults redlock cluster conformance postgres mysql zookeeper etcd attribute_memory attribute_redis attribute_round_trips examples cli redis metrics tls global errors})
 hogs="${SOAK_HOGS:-2}"
 logs=target/soak
 mkdir -p "$logs"
