@@ -342,11 +342,14 @@ impl MysqlBackend {
         F: Fn(&mut Conn) -> BoxFuture<'_, Result<T, mysql_async::Error>> + Send + Sync + 'static,
     {
         let op: Op<T> = Arc::new(op);
-        let slot = Arc::clone(&self.slots[i]);
         let opts = self.opts.clone();
         let (connect_timeout, response_timeout) = (self.settings.connect_timeout, limit);
+        // The connection is taken here, before the task is spawned: statements on one slot run
+        // in the order their callers asked, so a cancelled acquisition's clean-up (a release
+        // asked for after it) never runs before the acquisition's own statement. (Taken in the
+        // task, the two would race for it.)
+        let mut conn = Arc::clone(&self.slots[i]).lock_owned().await;
         let task = tokio::spawn(async move {
-            let mut conn = slot.lock_owned().await;
             let mut attempt = 0;
             loop {
                 if conn
