@@ -934,26 +934,39 @@ pub async fn a_try_once_that_exits_leaves_nothing_in_line(fixture: &impl Fixture
         }
     };
     assert_eq!(answer, "busy", "the try-once's answer");
+    next_waiter_is_granted_at_once(fixture, holder, key, fair, "the exited try-once").await;
+}
+
+/// Releases `holder` once a waiter of a fresh client queued for `key` (behind whatever was left
+/// in line), and asserts that the waiter is granted the lock within a second of the release —
+/// not one lease later, as it would be behind a place `left` by someone gone.
+async fn next_waiter_is_granted_at_once(
+    fixture: &impl Fixture,
+    holder: distlock::LockGuard,
+    key: &'static str,
+    fair: bool,
+    left: &str,
+) {
     let waiting = fixture.client().await;
     let waiter = tokio::spawn(async move {
-        let granted = request(&waiting).wait(ms(30_000)).acquire().await;
+        let request = waiting.lock(key).lease(TRY_ONCE_LEASE).wait(ms(30_000));
+        let granted = if fair { request.fair() } else { request }.acquire().await;
         (granted, Instant::now(), waiting)
     });
-    // The waiter queues (behind whatever the try-once left) before the release.
     tokio::time::sleep(ms(300)).await;
     let released_at = Instant::now();
     holder.release().await.unwrap();
     let (granted, at, _waiting) = waiter.await.unwrap();
     let granted = granted.expect("the waiter gets the lock");
     let handoff = at.duration_since(released_at);
-    println!("handoff after a try-once that exited: {handoff:?}");
+    println!("handoff after {left}: {handoff:?}");
     assert!(
         handoff < ms(1_000),
         "the waiter was granted the lock {handoff:?} after the release (lease \
-         {TRY_ONCE_LEASE:?}): the exited try-once left a place in line behind"
+         {TRY_ONCE_LEASE:?}): {left} left a place in line behind"
     );
     granted.release().await.unwrap();
-    assert_eq!(fixture.holder("lock:try-once:exit").await, None);
+    assert_eq!(fixture.holder(&format!("lock:{key}")).await, None);
 }
 
 /// One try for `key` (`wait = 0`): `busy`, `acquired` or the error.
@@ -1040,29 +1053,7 @@ pub async fn a_waiter_whose_process_ends_leaves_nothing_in_line(fixture: &impl F
             });
         }
     }
-    let waiting = fixture.client().await;
-    let waiter = tokio::spawn(async move {
-        let granted = waiting
-            .lock(key)
-            .lease(TRY_ONCE_LEASE)
-            .wait(ms(30_000))
-            .acquire()
-            .await;
-        (granted, Instant::now(), waiting)
-    });
-    tokio::time::sleep(ms(300)).await;
-    let released_at = Instant::now();
-    holder.release().await.unwrap();
-    let (granted, at, _waiting) = waiter.await.unwrap();
-    let granted = granted.expect("the waiter gets the lock");
-    let handoff = at.duration_since(released_at);
-    println!("handoff after a waiter's process ended: {handoff:?}");
-    assert!(
-        handoff < ms(1_000),
-        "the waiter was granted the lock {handoff:?} after the release (lease \
-         {TRY_ONCE_LEASE:?}): the ended process left a place in line behind"
-    );
-    granted.release().await.unwrap();
+    next_waiter_is_granted_at_once(fixture, holder, key, false, "a waiter's ended process").await;
 }
 
 /// Starts waiting for `key` (forever) and returns once the server counts the waiter (or, on a
