@@ -594,9 +594,8 @@ struct Params {
 
 impl Params {
     /// What the waiting loop and the backend are asked for `name` under these parameters.
-    fn request<'a>(&self, name: &'a LockName, response_timeout: Duration) -> wait::Request<'a> {
+    fn request<'a>(&self, name: &'a LockName) -> wait::Request<'a> {
         wait::Request {
-            response_timeout,
             name: name.full(),
             key: name.key(),
             lease: self.lease,
@@ -664,7 +663,7 @@ impl ClientInner {
         let started = tokio::time::Instant::now();
         let token = OwnerToken::generate();
         let name = LockName::new(key, &self.prefix, self.hash_tags);
-        let request = params.request(&name, self.response_timeout);
+        let request = params.request(&name);
         if params.fair {
             if !self.backend.supports_fair() {
                 return Err(LockError::Config(format!(
@@ -706,19 +705,13 @@ impl ClientInner {
                 }
                 Ok(Err(_)) => {} // busy: wait in line below
                 Err(failure) if !failure.transient || params.wait == Some(Duration::ZERO) => {
-                    if failure.leftover {
-                        // The failed command may have taken the lock after all: give it back
-                        // before returning (the caller may exit right after).
-                        wait::leave(
-                            &self.backend,
-                            request.name,
-                            token.as_str(),
-                            false,
-                            self.response_timeout,
-                        )
-                        .await;
+                    if !failure.leftover {
+                        return Err(failure.into_error(&*self.backend, name.key()));
                     }
-                    return Err(failure.into_error(&*self.backend, name.key()));
+                    // The failed command may have taken the lock after all: give it back before
+                    // returning (the caller may exit right after). Boxed: a cold path that
+                    // every locked call's future would otherwise carry.
+                    return Err(Box::pin(self.give_back_failed(name, token, failure)).await);
                 }
                 // A transient failure with `wait` left: retried below.
                 Err(failure) => failed = Some(failure),
@@ -726,6 +719,25 @@ impl ClientInner {
         }
         // Boxed: waiting is a large future that the fast path above should not carry.
         Box::pin(self.acquire_queued(name, token, params, started, failed)).await
+    }
+
+    /// The error of a fast-path attempt that failed and may still have taken the lock: the
+    /// lock is given back first (awaited, at most the response timeout).
+    async fn give_back_failed(
+        &self,
+        name: LockName,
+        token: OwnerToken,
+        failure: wait::Failure,
+    ) -> LockError {
+        wait::leave(
+            &self.backend,
+            name.full(),
+            token.as_str(),
+            false,
+            self.response_timeout,
+        )
+        .await;
+        failure.into_error(&*self.backend, name.key())
     }
 
     /// A fair acquisition: every attempt goes through the lock's queue on the server.
@@ -737,17 +749,24 @@ impl ClientInner {
         started: tokio::time::Instant,
     ) -> Result<LockGuard, LockError> {
         let key = name.key();
-        let request = params.request(&name, self.response_timeout);
+        let request = params.request(&name);
         let span = tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.kind(), fair = true);
-        let mut acquired =
-            match wait::acquire(&self.backend, request, &mut token, params.wait, None, None)
-                .instrument(span)
-                .await
-            {
-                Ok(acquired) => acquired,
-                Err(LockError::Timeout { .. }) => return Err(timed_out(key, started, params.wait)),
-                Err(error) => return Err(error),
-            };
+        let mut acquired = match wait::acquire(
+            &self.backend,
+            request,
+            &mut token,
+            params.wait,
+            None,
+            None,
+            self.response_timeout,
+        )
+        .instrument(span)
+        .await
+        {
+            Ok(acquired) => acquired,
+            Err(LockError::Timeout { .. }) => return Err(timed_out(key, started, params.wait)),
+            Err(error) => return Err(error),
+        };
         acquired.waited = started.elapsed();
         crate::metrics::waited(self.backend.kind(), acquired.waited);
         Ok(self.guard(name, token, params, acquired))
@@ -765,7 +784,7 @@ impl ClientInner {
     ) -> Result<LockGuard, LockError> {
         let key = name.key();
         let timeout = |key: &str| timed_out(key, started, params.wait);
-        let request = params.request(&name, self.response_timeout);
+        let request = params.request(&name);
         // Queue behind this client's other tasks waiting for the key. (`queued` is declared
         // first so it is dropped after the queue.)
         let local_queues = self.renewer.local();
@@ -799,6 +818,7 @@ impl ClientInner {
             remaining,
             failed,
             head.as_mut(),
+            self.response_timeout,
         )
         .instrument(span)
         .await

@@ -175,9 +175,6 @@ pub(crate) struct Request<'a> {
     pub renew: bool,
     /// Whether the lock is granted in arrival order (see [`LockSpec::fair`]).
     pub fair: bool,
-    /// The client's bound on one reply: how long an acquisition that ends without the lock
-    /// waits for its place in line to be given up before it returns.
-    pub response_timeout: Duration,
 }
 
 impl<'a> Request<'a> {
@@ -219,6 +216,7 @@ pub(crate) async fn acquire(
     wait: Option<Duration>,
     failed: Option<Failure>,
     mut head: Option<&mut Head>,
+    leave_within: Duration,
 ) -> Result<Acquired, LockError> {
     let key = request.key;
     let started = Instant::now();
@@ -239,6 +237,7 @@ pub(crate) async fn acquire(
         name: request.name,
         token: queues.then(|| token.as_str().to_owned()),
         fair: request.fair,
+        within: leave_within,
     };
     loop {
         if let Some(failure) = pending.take() {
@@ -250,7 +249,7 @@ pub(crate) async fn acquire(
                 if failure.leftover {
                     place.token = Some(token.as_str().to_owned());
                 }
-                place.leave(request).await;
+                place.leave().await;
                 return Err(if failures == 1 {
                     failure.into_error(&**backend, key)
                 } else {
@@ -365,13 +364,13 @@ pub(crate) async fn acquire(
                 if failure.leftover {
                     place.token = Some(token.as_str().to_owned());
                 }
-                place.leave(request).await;
+                place.leave().await;
                 return Err(failure.into_error(&**backend, key));
             }
         };
         let now = Instant::now();
         if deadline.is_some_and(|deadline| now >= deadline) {
-            place.leave(request).await;
+            place.leave().await;
             let waited = Instant::now() - started;
             tracing::debug!(key, ?waited, "distlock: timed out waiting");
             return Err(LockError::Timeout {
@@ -568,21 +567,16 @@ struct PlaceInLine<'a> {
     name: &'a str,
     token: Option<String>,
     fair: bool,
+    /// How long giving the place up may hold up a returning acquisition (the response timeout).
+    within: Duration,
 }
 
 impl PlaceInLine<'_> {
     /// Gives the place up before the acquisition returns (see [`leave`]).
-    async fn leave(&mut self, request: Request<'_>) {
+    async fn leave(&mut self) {
         if let Some(token) = self.token.take() {
             tracing::debug!(name = %self.name, "distlock: leaving the queue");
-            leave(
-                self.backend,
-                self.name,
-                &token,
-                self.fair,
-                request.response_timeout,
-            )
-            .await;
+            leave(self.backend, self.name, &token, self.fair, self.within).await;
         }
     }
 }
