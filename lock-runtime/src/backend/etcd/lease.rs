@@ -47,9 +47,10 @@ impl Lease {
             loss: Arc::clone(&loss),
             closer: closer.clone(),
         };
+        let kept = Arc::clone(&loss);
         let keepalive = tokio::spawn(async move {
             let _sentinel = sentinel;
-            keep_alive(rpc, id, ttl, sent_at, Arc::clone(&_sentinel.loss), shown).await
+            keep_alive(rpc, id, ttl, sent_at, kept, shown).await
         })
         .abort_handle();
         Lease {

@@ -588,18 +588,18 @@ impl Backend for RedlockBackend {
             // Deleted on a majority: released. Deleted or maybe deleted (a node's reply was
             // lost and its retry found the key not ours) on a majority: ambiguous, which the
             // guard settles by its lease. Not ours on more than a minority: not ours.
-            let answered = |wanted: &dyn Fn(&Released) -> bool| {
-                outcomes
-                    .iter()
-                    .filter(|o| matches!(o, Outcome::Answered(r) if wanted(r)))
-                    .count()
-            };
-            let deleted = answered(&|r| *r == Released::Deleted);
-            let maybe = answered(&|r| *r != Released::NotOurs);
-            let not_ours = answered(&|r| *r == Released::NotOurs);
+            let (mut deleted, mut ambiguous, mut not_ours) = (0, 0, 0);
+            for outcome in &outcomes {
+                match outcome {
+                    Outcome::Answered(Released::Deleted) => deleted += 1,
+                    Outcome::Answered(Released::Ambiguous { .. }) => ambiguous += 1,
+                    Outcome::Answered(Released::NotOurs) => not_ours += 1,
+                    Outcome::Failed { .. } => {}
+                }
+            }
             if deleted >= self.quorum {
                 Ok(Released::Deleted)
-            } else if maybe >= self.quorum {
+            } else if deleted + ambiguous >= self.quorum {
                 Ok(Released::Ambiguous { alive_until: None })
             } else if not_ours > self.nodes.len() - self.quorum {
                 Ok(Released::NotOurs)

@@ -57,11 +57,10 @@ impl Session {
             loss: std::sync::Arc::clone(&loss),
             closer: closer.clone(),
         };
-        let beating = client.clone();
+        let (beating, kept) = (client.clone(), std::sync::Arc::clone(&loss));
         let heartbeat = tokio::spawn(async move {
             let _sentinel = sentinel;
-            let loss = std::sync::Arc::clone(&_sentinel.loss);
-            heartbeat(beating, loss, opened_at, shown).await
+            heartbeat(beating, kept, opened_at, shown).await
         })
         .abort_handle();
         Session {
