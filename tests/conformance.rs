@@ -19,10 +19,17 @@ use support::fixture::PostgresFixture;
 #[cfg(feature = "zookeeper")]
 use support::fixture::ZookeeperFixture;
 use support::fixture::{ClusterFixture, Fixture, MemoryFixture, RedisFixture, RedlockFixture};
+use support::helper::{TRY_ONCE_LEASE, try_once, wait_in_line};
 use support::{eventually, history};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
+}
+
+/// The body of every helper copy of this binary (see `support::helper`).
+#[test]
+fn helper_process() {
+    support::helper::run();
 }
 
 /// 64 tasks do a read-modify-write on shared state under the lock, with a yield between the
@@ -892,10 +899,6 @@ pub async fn a_forced_release_frees_the_lock_and_tells_the_holder(fixture: &impl
     assert_eq!(admin.force_release("nobody:holds").await.unwrap(), None);
 }
 
-/// The lease of the locks in the try-once scenario: a place left in line would hold up the next
-/// waiter this long (the session or lease it lives on), far past the bound the test allows.
-const TRY_ONCE_LEASE: Duration = Duration::from_secs(5);
-
 /// A process that asks once for a busy lock (`wait = 0`) and exits right after its answer leaves
 /// nothing in line: the next waiter is granted the lock as soon as the holder releases it, not
 /// one lease later. ShedLock's case: a job scheduled on many nodes, each asking once and exiting
@@ -917,7 +920,7 @@ pub async fn a_try_once_that_exits_leaves_nothing_in_line(fixture: &impl Fixture
                 ("LOCK_KEY", key.to_owned()),
                 ("FAIR", if fair { "1" } else { "0" }.to_owned()),
             ];
-            let mut helper = history::Helper::spawn("try_once_process", &dir, &env);
+            let mut helper = history::Helper::spawn("try_once", &dir, &env);
             helper.owns_dir = true;
             tokio::task::block_in_place(|| helper.wait_success(Duration::from_secs(60)));
             helper.read("answer", Duration::from_secs(5)).await
@@ -969,48 +972,12 @@ async fn next_waiter_is_granted_at_once(
     assert_eq!(fixture.holder(&format!("lock:{key}")).await, None);
 }
 
-/// One try for `key` (`wait = 0`): `busy`, `acquired` or the error.
-async fn try_once(url: &str, key: &str, fair: bool) -> String {
-    let client = LockClient::connect(url).await.unwrap();
-    let mut request = client.lock(key).lease(TRY_ONCE_LEASE).wait(Duration::ZERO);
-    if fair {
-        request = request.fair();
-    }
-    match request.acquire().await {
-        Err(LockError::Timeout { .. }) => "busy".to_owned(),
-        Ok(_) => "acquired".to_owned(),
-        Err(error) => format!("error: {error}"),
-    }
-}
-
 /// In one process: [`try_once`] on a runtime of its own, shut down at once after the answer.
 fn try_once_and_exit(url: &str, key: &str, fair: bool) -> String {
     let runtime = history::helper_runtime();
     let answer = runtime.block_on(try_once(url, key, fair));
     drop(runtime);
     answer
-}
-
-/// The helper process of [`a_try_once_that_exits_leaves_nothing_in_line`]: one try, its
-/// answer in the file `answer`, then `exit(0)` from inside the runtime — no destructor, no
-/// runtime shutdown: only what the acquisition did before it returned is done.
-#[test]
-fn try_once_process() {
-    let Some(dir) = history::helper_dir() else {
-        return;
-    };
-    let var = history::helper_var;
-    // One thread: nothing spawned in the background (a release left to a task) runs between
-    // the answer and the exit, so only what the acquisition awaited is done.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let answer = try_once(&var("LOCK_URL"), &var("LOCK_KEY"), var("FAIR") == "1").await;
-        history::write_file(&dir.join("answer"), &answer);
-        std::process::exit(0);
-    });
 }
 
 /// A process whose waiter is still in line when the process ends normally (its `main`
@@ -1031,7 +998,7 @@ pub async fn a_waiter_whose_process_ends_leaves_nothing_in_line(fixture: &impl F
         None => {
             let dir = history::scratch_dir("ended-waiter");
             let env = [("LOCK_URL", fixture.url()), ("LOCK_KEY", key.to_owned())];
-            let mut helper = history::Helper::spawn("waiter_process", &dir, &env);
+            let mut helper = history::Helper::spawn("waiter", &dir, &env);
             helper.owns_dir = true;
             tokio::task::block_in_place(|| helper.wait_success(Duration::from_secs(60)));
             assert_eq!(
@@ -1054,45 +1021,6 @@ pub async fn a_waiter_whose_process_ends_leaves_nothing_in_line(fixture: &impl F
         }
     }
     next_waiter_is_granted_at_once(fixture, holder, key, false, "a waiter's ended process").await;
-}
-
-/// Starts waiting for `key` (forever) and returns once the server counts the waiter (or, on a
-/// backend that counts no plain waiters, after 3 s), the wait still under way.
-async fn wait_in_line(url: &str, key: &'static str) {
-    let client = LockClient::connect(url).await.unwrap();
-    let waiting = client.clone();
-    tokio::spawn(async move {
-        let _ = waiting
-            .lock(key)
-            .lease(TRY_ONCE_LEASE)
-            .wait_forever()
-            .acquire()
-            .await;
-    });
-    // A plain waiter on Redis or SQL is counted nowhere: it is simply under way after this.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline {
-        tokio::time::sleep(ms(20)).await;
-        let info = client.inspect(key).await.ok().flatten();
-        if info.and_then(|i| i.waiters).is_some_and(|n| n >= 1) {
-            return;
-        }
-    }
-}
-
-/// The helper process of [`a_waiter_whose_process_ends_leaves_nothing_in_line`]: waits in line,
-/// writes `queued`, and ends normally (its runtime shuts down with the wait under way).
-#[test]
-fn waiter_process() {
-    let Some(dir) = history::helper_dir() else {
-        return;
-    };
-    let var = history::helper_var;
-    let runtime = history::helper_runtime();
-    let key: &'static str = var("LOCK_KEY").leak();
-    runtime.block_on(wait_in_line(&var("LOCK_URL"), key));
-    history::write_file(&dir.join("queued"), "queued");
-    drop(runtime);
 }
 
 /// A release whose first try reached the server and deleted the lock, but whose reply was lost

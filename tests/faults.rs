@@ -1,291 +1,111 @@
-//! Safety under faults, one test per scenario and backend (RELIABILITY.md lists them):
+//! The fault suite: every scenario written once, as a function of the backend's
+//! [`Faulty`] fixture, and run on every backend it applies to — one `redis-server`, Redlock over
+//! three servers (a fault hits a majority: two), a three-master Redis Cluster (a fault hits the
+//! master that owns the key's slot), PostgreSQL, MariaDB, ZooKeeper, etcd. Where a scenario does
+//! not apply, its test says why ([`Scenario::applies`]), and RELIABILITY.md's fault table is
+//! generated from the same list (`reliability_md_lists_every_scenario_and_backend`).
 //!
 //! 1. the holder process is killed (`kill -9`): the next grant comes after the lease, never before;
-//! 2. the server restarts empty while a lock is held: the guard reports the loss before its lease
-//!    would have ended, and a new holder succeeds;
-//! 3. the holder process is paused (SIGSTOP) past its lease, another process takes the lock and
+//! 2. the holder process is paused (SIGSTOP) past its lease, another process takes the lock and
 //!    writes, the first resumes and writes: the fenced resource rejects the stale write;
-//! 4. the holder's connection is blackholed past its lease: the guard declares the loss (on the
+//! 3. the holder's connection is blackholed past its lease: the guard declares the loss (on the
 //!    monotonic clock) before the new holder's acquisition returns;
-//! 5. a waiter's connection is cut while it waits and the holder releases: the waiter never
+//! 4. a waiter's connection is cut while it waits and the holder releases: the waiter never
 //!    believes it holds a lock it does not hold;
-//! 6. after every exit path of an annotated function, and after runtime shutdown, no renewal is
-//!    sent again (the server's command stats);
+//! 5. the server restarts empty while a lock is held: the guard reports the loss before its lease
+//!    would have ended, and a new holder succeeds;
+//! 6. the server is killed and restarts with its data: the lock stays held, renewal goes on;
 //! 7. the server dies mid-acquire, mid-renew and mid-release: each call fails within a bound,
-//!    nothing panics, and once the server is back the lock works again.
+//!    nothing panics, and once the server is back the lock works again;
+//! 8. after every exit path of an annotated function, and after runtime shutdown, nothing is
+//!    written again (the server's own counters).
 //!
-//! Backends: one `redis-server`, Redlock over three servers (a fault hits a majority: two), and a
-//! three-master Redis Cluster (a fault hits the master that owns the key's slot). Processes are
-//! copies of this test binary running a helper entry point.
+//! Processes are copies of this test binary in a role of `support::helper`.
 
 mod support;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use distlock::fence::{FencedWrite, redis_fenced_set};
-use distlock::{LockClient, LockError, distributed_lock};
-use support::cluster::RedisCluster;
-use support::fixture::{ClusterFixture, Fixture, RedisFixture, RedlockFixture};
+use distlock::{LockClient, LockError};
+use support::faults::{Backend, Faulty, Scenario};
+use support::fenced::Resource;
+use support::fixture::Fixture;
+use support::helper::{self, EXIT_PATHS};
 use support::history::{self, Helper, Hold, check, now_ns};
-use support::proxy::DelayProxy;
-use support::store::{Conn, Store};
-use support::{RedisServer, unique};
+use support::unique;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-// ---------------------------------------------------------------------------------------------
-// The servers of one backend, and the ones a fault hits.
-
-enum Servers {
-    Redis(RedisFixture),
-    Redlock(RedlockFixture),
-    Cluster(ClusterFixture),
+/// The body of every helper copy of this binary (see `support::helper`).
+#[test]
+fn helper_process() {
+    helper::run();
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
-    Redis,
-    Redlock,
-    Cluster,
-}
-
-impl Servers {
-    fn start(kind: Kind) -> Servers {
-        match kind {
-            Kind::Redis => Servers::Redis(RedisFixture::new()),
-            Kind::Redlock => Servers::Redlock(RedlockFixture::new(3)),
-            Kind::Cluster => {
-                let fixture = ClusterFixture::new();
-                for i in 0..fixture.cluster.nodes.len() {
-                    // The other masters serve their slots while one is down.
-                    let () = fixture.cluster.query(
-                        i,
-                        redis::cmd("CONFIG")
-                            .arg("SET")
-                            .arg("cluster-require-full-coverage")
-                            .arg("no"),
-                    );
-                }
-                Servers::Cluster(fixture)
-            }
-        }
+/// Runs `scenario` on backend `F`, or says in one line why it does not apply.
+async fn run<F: Faulty>(scenario: Scenario) {
+    if let Err(why) = scenario.applies(F::BACKEND) {
+        println!(
+            "{} does not apply to {}: {why}",
+            scenario.test_name(),
+            F::BACKEND.names().0
+        );
+        return;
     }
-
-    fn url(&self) -> String {
-        match self {
-            Servers::Redis(f) => f.url(),
-            Servers::Redlock(f) => f.url(),
-            Servers::Cluster(f) => f.url(),
-        }
-    }
-
-    fn fencing(&self) -> bool {
-        !matches!(self, Servers::Redlock(_))
-    }
-
-    fn all(&self) -> &[RedisServer] {
-        match self {
-            Servers::Redis(f) => std::slice::from_ref(&f.server),
-            Servers::Redlock(f) => &f.servers,
-            Servers::Cluster(f) => &f.cluster.nodes,
-        }
-    }
-
-    fn all_mut(&mut self) -> &mut [RedisServer] {
-        match self {
-            Servers::Redis(f) => std::slice::from_mut(&mut f.server),
-            Servers::Redlock(f) => &mut f.servers,
-            Servers::Cluster(f) => &mut f.cluster.nodes,
-        }
-    }
-
-    fn cluster(&self) -> Option<&RedisCluster> {
-        match self {
-            Servers::Cluster(f) => Some(&f.cluster),
-            _ => None,
-        }
-    }
-
-    /// The servers a fault on lock `key` hits: the server; a majority of the Redlock nodes; the
-    /// cluster master that owns the key's slot.
-    fn victims(&self, key: &str) -> Vec<usize> {
-        match self {
-            Servers::Redis(_) => vec![0],
-            Servers::Redlock(_) => vec![0, 1],
-            Servers::Cluster(f) => {
-                let slot = f.cluster.slot(&format!("{{lock:{key}}}"), 0);
-                vec![f.cluster.owner_of(slot, 0)]
-            }
-        }
-    }
-
-    fn pause(&self, victims: &[usize]) {
-        for &i in victims {
-            self.all()[i].pause();
-        }
-    }
-
-    fn kill(&mut self, victims: &[usize]) {
-        for &i in victims {
-            self.all_mut()[i].kill();
-        }
-    }
-
-    /// Restarts the victims empty (a cluster node keeps its slot map in `nodes.conf`).
-    fn restart(&mut self, victims: &[usize]) {
-        for &i in victims {
-            self.all_mut()[i].restart();
-        }
-        if let Some(cluster) = self.cluster() {
-            for &i in victims {
-                tokio::task::block_in_place(|| cluster.wait_until_ok(i, Duration::from_secs(20)));
-            }
-        }
-    }
-
-    async fn holder(&self, key: &str) -> Option<String> {
-        let name = format!("lock:{key}");
-        match self {
-            Servers::Redis(f) => f.holder(&name).await,
-            Servers::Redlock(f) => f.holder(&name).await,
-            Servers::Cluster(f) => f.holder(&name).await,
-        }
-    }
-
-    /// The lock's remaining TTL (on Redlock, the shortest among the nodes of the majority).
-    async fn ttl(&self, key: &str) -> Duration {
-        let name = format!("lock:{key}");
-        match self {
-            Servers::Redis(f) => f.ttl(&name).await,
-            Servers::Redlock(f) => f.ttl(&name).await,
-            Servers::Cluster(f) => f.ttl(&name).await,
-        }
-        .expect("the lock has a TTL")
-    }
-
-    /// Calls of the lock commands (SET, EVAL, EVALSHA, PEXPIRE) on every running server since
-    /// the last reset.
-    async fn lock_commands(&self) -> u64 {
-        let mut total = 0;
-        for server in self.all().iter().filter(|s| s.is_running()) {
-            total += server
-                .commands_calls(&["set", "eval", "evalsha", "pexpire"])
-                .await;
-        }
-        total
-    }
-
-    async fn reset_stats(&self) {
-        for server in self.all().iter().filter(|s| s.is_running()) {
-            server.reset_stats().await;
-        }
+    match scenario {
+        Scenario::HolderKilled => holder_killed(F::shared()).await,
+        Scenario::PausedHolderIsFencedOff => paused_holder_is_fenced_off(F::shared()).await,
+        Scenario::BlackholedHolder => blackholed_holder(F::shared()).await,
+        Scenario::WaiterCutOff => waiter_cut_off(F::shared()).await,
+        Scenario::ServerRestartsEmpty => server_restarts_empty(F::own()).await,
+        Scenario::ServerRestartsWithItsData => server_restarts_with_its_data(F::own()).await,
+        Scenario::ServerDiesMidCall => server_dies_mid_call(F::own()).await,
+        Scenario::NoRenewalAfterExit => no_renewal_after_exit(F::own()).await,
     }
 }
 
-/// The fenced resource: a hash in the examples' store (the server, the first Redlock node, or
-/// the cluster), written through `distlock::fence`.
-struct Data(Conn);
-
-impl Data {
-    async fn open(lock_url: &str) -> Data {
-        match Store::open(lock_url, "fence").await.expect("data store") {
-            Store::Redis { conn, .. } => Data(conn),
-            Store::Memory(_)
-            | Store::Postgres { .. }
-            | Store::Mysql { .. }
-            | Store::Zookeeper { .. }
-            | Store::Etcd { .. } => {
-                unreachable!("these fault tests run on Redis")
-            }
-        }
-    }
-
-    async fn fenced_set(&self, value: &str, token: u64) -> FencedWrite {
-        match self.0.clone() {
-            Conn::Single(mut conn) => redis_fenced_set(&mut conn, "resource", value, token).await,
-            Conn::Cluster(mut conn) => redis_fenced_set(&mut conn, "resource", value, token).await,
-        }
-        .expect("fenced write")
-    }
-
-    async fn value(&self) -> Option<String> {
-        self.0
-            .query(redis::cmd("HGET").arg("resource").arg("value"))
-            .await
-            .expect("HGET")
-    }
+/// The owner token the servers hold for lock `key`.
+async fn holder_of(fixture: &impl Fixture, key: &str) -> Option<String> {
+    fixture.holder(&format!("lock:{key}")).await
 }
 
 /// Asserts that the servers hold the lock `key` for `guard` (its owner token is stored).
-async fn assert_holds(servers: &Servers, key: &str, guard: &distlock::LockGuard, what: &str) {
+async fn assert_holds(fixture: &impl Fixture, key: &str, guard: &distlock::LockGuard, what: &str) {
     let mine = distlock::__private::testing::owner_token(guard).to_owned();
-    assert_eq!(servers.holder(key).await, Some(mine), "{what}");
+    assert_eq!(holder_of(fixture, key).await, Some(mine), "{what}");
 }
 
-/// A holder process: takes `key` and reports `token acquired_at owner`; in `fenced` mode it then
-/// writes the fenced resource, waits for the file `write-again`, and writes again.
-#[test]
-fn holder_process() {
-    let Some(dir) = history::helper_dir() else {
-        return;
-    };
-    let var = history::helper_var;
-    history::helper_runtime().block_on(async {
-        let url = var("LOCK_URL");
-        let fencing = var("FENCING") == "1";
-        let client = LockClient::builder(url.as_str())
-            .fencing(fencing)
-            .response_timeout(ms(300))
-            .build()
-            .await
-            .unwrap();
-        let guard = client
-            .lock(var("LOCK_KEY"))
-            .lease(ms(var("LEASE_MS").parse().unwrap()))
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap();
-        let token = guard.fencing_token();
-        let line = format!(
-            "{} {} {}",
-            token.map_or("-".into(), |t| t.to_string()),
-            now_ns(),
-            distlock::__private::testing::owner_token(&guard)
-        );
-        history::write_file(&dir.join("acquired"), &line);
-        if var("MODE") != "fenced" {
-            std::future::pending::<()>().await;
-        }
-        let token = token.expect("fencing is on");
-        let data = Data::open(&url).await;
-        let first = data.fenced_set("written by the first holder", token).await;
-        history::write_file(&dir.join("wrote1"), &format!("{first:?}"));
-        history::read_when_there(&dir.join("write-again"), Duration::from_secs(60)).await;
-        // The stale holder writes without asking whether it still holds the lock: the pause can
-        // fall between any check and the write, so only the resource can refuse.
-        let second = data.fenced_set("written by the stale holder", token).await;
-        let told = tokio::time::timeout(Duration::from_secs(2), guard.lost())
-            .await
-            .is_ok();
-        history::write_file(&dir.join("wrote2"), &format!("{second:?} lost={told}"));
-    });
+/// A client of the fixture with fencing where the backend has it.
+async fn fenced_client(fixture: &impl Fixture) -> LockClient {
+    fixture
+        .builder()
+        .fencing(fixture.fencing())
+        .build()
+        .await
+        .unwrap()
 }
 
-fn spawn_holder(servers: &Servers, key: &str, lease: Duration, mode: &str) -> Helper {
-    let dir = history::scratch_dir("holder");
-    let env = [
-        ("LOCK_URL", servers.url()),
-        ("LOCK_KEY", key.to_owned()),
-        ("LEASE_MS", lease.as_millis().to_string()),
-        ("FENCING", if servers.fencing() { "1" } else { "0" }.into()),
-        ("MODE", mode.to_owned()),
-    ];
-    let mut helper = Helper::spawn("holder_process", &dir, &env);
-    helper.owns_dir = true;
-    helper
+/// A holder process of `key` (lease `lease`), in mode `hold` or `fenced` (writing `resource`).
+fn spawn_holder<F: Faulty>(
+    fixture: &F,
+    key: &str,
+    lease: Duration,
+    mode: &str,
+    resource: &str,
+) -> Helper {
+    helper::spawn(
+        "holder",
+        &[
+            ("LOCK_URL", fixture.url()),
+            ("LOCK_KEY", key.to_owned()),
+            ("LEASE_MS", lease.as_millis().to_string()),
+            ("FENCING", if fixture.fencing() { "1" } else { "0" }.into()),
+            ("MODE", mode.to_owned()),
+            ("RESOURCE", resource.to_owned()),
+        ],
+    )
 }
 
 /// `(fencing token, acquired_at, owner token)` from a holder's `acquired` file.
@@ -299,193 +119,140 @@ async fn acquired(helper: &Helper) -> (Option<u64>, u64, String) {
     )
 }
 
+/// Asserts that a grant at `granted_at` came no sooner than the expiry the server held for a
+/// holder that stopped at `before_read`, when the TTL read was `ttl` (see
+/// [`Faulty::expiry_slack`]; 2 ms tolerance).
+fn assert_not_before_expiry<F: Faulty>(
+    fixture: &F,
+    lease: Duration,
+    before_read: u64,
+    ttl: Duration,
+    granted_at: u64,
+) {
+    let slack = fixture.expiry_slack(lease);
+    let expiry = before_read + ttl.saturating_sub(slack).as_nanos() as u64;
+    assert!(
+        granted_at + 2_000_000 >= expiry,
+        "granted {} ms before the stopped holder's lease ended (TTL {ttl:?} read then, slack \
+         {slack:?})",
+        (expiry - granted_at) / 1_000_000
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 1. kill -9 of the holder process.
 
-async fn holder_killed(kind: Kind) {
-    let servers = Servers::start(kind);
+async fn holder_killed<F: Faulty>(fixture: F) {
     let key = unique("killed");
-    let lease = ms(1_000);
-    let mut holder = spawn_holder(&servers, &key, lease, "hold");
+    let lease = fixture.short_lease();
+    let mut holder = spawn_holder(&fixture, &key, lease, "hold", "");
     let (first_token, _, owner) = acquired(&holder).await;
-    assert_eq!(servers.holder(&key).await, Some(owner));
+    assert_eq!(holder_of(&fixture, &key).await, Some(owner));
     // Let the holder renew a few times, so the lease is the renewed one.
     tokio::time::sleep(ms(500)).await;
     let before_read = now_ns();
-    let ttl = servers.ttl(&key).await;
+    let ttl = fixture
+        .ttl(&format!("lock:{key}"))
+        .await
+        .expect("the lock has a TTL");
     holder.signal(libc::SIGKILL);
     let killed_at = now_ns();
     let _ = holder.child.wait();
 
-    let client = LockClient::builder(servers.url())
-        .fencing(servers.fencing())
-        .build()
-        .await
-        .unwrap();
+    let client = fenced_client(&fixture).await;
     let guard = client
         .lock(key.as_str())
-        .wait(Duration::from_secs(10))
+        .lease(lease)
+        .wait(Duration::from_secs(15))
         .acquire()
         .await
         .unwrap();
     let granted_at = now_ns();
     // Never before the lease the server held at the kill (it can only have been extended since
     // `before_read`); and soon after it, since the waiter retries when the TTL runs out.
-    let lease_end = before_read + ttl.as_nanos() as u64;
-    assert!(
-        granted_at + 2_000_000 >= lease_end,
-        "granted {} ms before the killed holder's lease ended",
-        (lease_end - granted_at) / 1_000_000
-    );
+    assert_not_before_expiry(&fixture, lease, before_read, ttl, granted_at);
     let after_kill = Duration::from_nanos(granted_at - killed_at);
     assert!(
-        after_kill < lease + ms(700),
+        after_kill < lease + fixture.expiry_late(),
         "granted {after_kill:?} after the kill"
     );
-    if servers.fencing() {
+    if fixture.fencing() {
         assert!(guard.fencing_token() > first_token);
     }
-    assert_holds(&servers, &key, &guard, "the holder's token is stored").await;
+    assert_holds(&fixture, &key, &guard, "the new holder's token is stored").await;
     guard.release().await.unwrap();
     eprintln!(
-        "{kind:?}: killed holder's lock granted again {after_kill:?} after the kill (TTL then {ttl:?})"
+        "{:?}: a killed holder's lock granted again {after_kill:?} after the kill (TTL then {ttl:?})",
+        F::BACKEND
     );
 }
 
 // ---------------------------------------------------------------------------------------------
-// 2. The server restarts empty while a lock is held.
+// 2. The holder is paused past its lease; the fenced resource rejects its stale write.
 
-async fn server_restarts_empty(kind: Kind) {
-    let mut servers = Servers::start(kind);
-    let key = unique("restart");
-    let client = LockClient::builder(servers.url())
-        .connect_timeout(ms(300))
-        .response_timeout(ms(300))
-        .build()
-        .await
-        .unwrap();
-    let lease = ms(3_000);
-    let guard = client
-        .lock(key.as_str())
-        .lease(lease)
-        .acquire()
-        .await
-        .unwrap();
-    tokio::time::sleep(ms(200)).await;
-    let victims = servers.victims(&key);
-    let before_read = now_ns();
-    let ttl = servers.ttl(&key).await;
-    servers.kill(&victims);
-    servers.restart(&victims);
-    assert_eq!(servers.holder(&key).await, None, "restarted empty");
-    tokio::time::timeout(lease, guard.lost())
-        .await
-        .expect("the holder is told within its lease");
-    let told_at = now_ns();
-    let lease_end = before_read + ttl.as_nanos() as u64;
-    assert!(
-        told_at < lease_end,
-        "the loss was reported {} ms after the lease would have ended",
-        (told_at - lease_end) / 1_000_000
-    );
-    let other = LockClient::connect(&servers.url()).await.unwrap();
-    let next = other
-        .lock(key.as_str())
-        .wait(Duration::from_secs(5))
-        .acquire()
-        .await
-        .expect("a new holder succeeds");
-    assert_holds(&servers, &key, &next, "the holder's token is stored").await;
-    assert!(
-        guard.release().await.is_err(),
-        "the old holder cannot release"
-    );
-    next.release().await.unwrap();
-    eprintln!(
-        "{kind:?}: loss reported {} ms before the lease would have ended",
-        (lease_end - told_at) / 1_000_000
-    );
-}
-
-// ---------------------------------------------------------------------------------------------
-// 3. The holder is paused past its lease; the fenced resource rejects its stale write.
-
-async fn paused_holder_is_fenced_off(kind: Kind) {
-    let servers = Servers::start(kind);
+async fn paused_holder_is_fenced_off<F: Faulty>(fixture: F) {
     let key = unique("paused");
-    let lease = ms(500);
-    let holder = spawn_holder(&servers, &key, lease, "fenced");
+    let resource_name = unique("resource").replace('-', "_");
+    let mut resource = Resource::open(&fixture.url(), &resource_name).await;
+    let lease = fixture.short_lease() / 2;
+    let holder = spawn_holder(&fixture, &key, lease, "fenced", &resource_name);
     let (stale_token, _, _) = acquired(&holder).await;
     let stale_token = stale_token.expect("fencing token");
-    assert_eq!(
-        holder.read("wrote1", Duration::from_secs(10)).await,
-        "Written"
-    );
+    assert_eq!(holder.read("wrote1", Duration::from_secs(10)).await, "true");
 
     holder.signal(libc::SIGSTOP);
-    let client = LockClient::builder(servers.url())
-        .fencing(true)
-        .build()
-        .await
-        .unwrap();
+    let client = fenced_client(&fixture).await;
     let guard = client
         .lock(key.as_str())
-        .wait(Duration::from_secs(10))
+        .lease(ms(10_000))
+        .wait(Duration::from_secs(15))
         .acquire()
         .await
-        .unwrap();
+        .expect("granted once the paused holder's lease ran out");
     let token = guard.fencing_token().unwrap();
-    assert!(token > stale_token);
-    let data = Data::open(&servers.url()).await;
-    assert_eq!(
-        data.fenced_set("written by the new holder", token).await,
-        FencedWrite::Written
+    assert!(token > stale_token, "{token} after {stale_token}");
+    resource.plain_write("written by the new holder").await;
+    assert!(
+        resource
+            .fenced_write("written by the new holder", token)
+            .await,
+        "the new holder's write goes through"
     );
 
     holder.signal(libc::SIGCONT);
     history::write_file(&holder.dir.join("write-again"), "go");
     let outcome = holder.read("wrote2", Duration::from_secs(10)).await;
     assert_eq!(
-        outcome,
-        format!("Stale {{ highest: {token} }} lost=true"),
-        "the stale write must be refused, and the paused holder told it lost the lock"
+        outcome, "false plain lost=true",
+        "the stale fenced write must be refused, and the paused holder told it lost the lock"
     );
     assert_eq!(
-        data.value().await.as_deref(),
-        Some("written by the new holder")
+        resource.values().await,
+        (
+            "written by the new holder".to_owned(),
+            "written by the stale holder".to_owned()
+        ),
+        "the fenced value is the new holder's; the stale plain write landed over the new one"
     );
     guard.release().await.unwrap();
+    eprintln!(
+        "{:?}: paused holder's fenced write refused (stale token {stale_token} < {token}); its \
+         plain write landed",
+        F::BACKEND
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
-// 4. The holder's connection is blackholed past its lease.
+// 3. The holder's connection is blackholed past its lease.
 
-/// Proxies in front of every server, and the URL that goes through them.
-async fn proxied(servers: &Servers) -> (Vec<DelayProxy>, String) {
-    let mut proxies = Vec::new();
-    for server in servers.all() {
-        proxies.push(DelayProxy::start(server.port()).await);
-    }
-    let nodes: Vec<String> = proxies
-        .iter()
-        .map(|p| format!("127.0.0.1:{}", p.port()))
-        .collect();
-    let url = match servers {
-        Servers::Redis(_) => format!("redis://{}", nodes[0]),
-        Servers::Redlock(_) => format!("redlock://{}", nodes.join(",")),
-        Servers::Cluster(_) => unreachable!("cluster nodes announce their own addresses"),
-    };
-    (proxies, url)
-}
-
-async fn blackholed_holder(kind: Kind) {
-    let servers = Servers::start(kind);
-    let (proxies, url) = proxied(&servers).await;
+async fn blackholed_holder<F: Faulty>(fixture: F) {
+    let path = fixture.slowed(Duration::ZERO, Duration::ZERO).await;
     let key = unique("blackholed");
     // The holder's margin is the drift allowance (1 % + 2 ms = 22 ms) plus the waiter's retry
     // jitter: a longer lease keeps a busy machine's scheduling delays inside it.
     let lease = ms(2_000);
-    let holder = LockClient::builder(url.as_str())
+    let holder = LockClient::builder(path.url.as_str())
+        .fencing(fixture.fencing())
         .response_timeout(ms(200))
         .connect_timeout(ms(200))
         .build()
@@ -497,10 +264,15 @@ async fn blackholed_holder(kind: Kind) {
         .acquire()
         .await
         .unwrap();
-    tokio::time::sleep(ms(100)).await;
+    let held_token = guard.fencing_token();
+    tokio::time::sleep(ms(300)).await;
     let before_read = now_ns();
-    let ttl = servers.ttl(&key).await;
-    for proxy in &proxies {
+    let ttl = fixture
+        .ttl(&format!("lock:{key}"))
+        .await
+        .expect("the lock has a TTL");
+    let cut_at = Instant::now();
+    for proxy in path.proxies() {
         proxy.set_blackhole(true);
     }
     let lost = guard.lost();
@@ -508,9 +280,10 @@ async fn blackholed_holder(kind: Kind) {
         lost.await;
         now_ns()
     });
-    let other = LockClient::connect(&servers.url()).await.unwrap();
+    let other = fenced_client(&fixture).await;
     let next = other
         .lock(key.as_str())
+        .lease(lease)
         .wait(Duration::from_secs(10))
         .acquire()
         .await
@@ -525,12 +298,11 @@ async fn blackholed_holder(kind: Kind) {
         "lost reported {} µs after the new grant",
         (told_at - granted_at) / 1_000
     );
-    let lease_end = before_read + ttl.as_nanos() as u64;
-    assert!(
-        granted_at + 2_000_000 >= lease_end,
-        "granted before the lease ended"
-    );
-    for proxy in &proxies {
+    assert_not_before_expiry(&fixture, lease, before_read, ttl, granted_at);
+    if fixture.fencing() {
+        assert!(next.fencing_token() > held_token);
+    }
+    for proxy in path.proxies() {
         proxy.set_blackhole(false);
     }
     let err = guard.release().await.unwrap_err();
@@ -538,32 +310,33 @@ async fn blackholed_holder(kind: Kind) {
         err.is_lost() || matches!(err, LockError::Backend { .. }),
         "{err}"
     );
-    assert_holds(&servers, &key, &next, "the new holder's lock is intact").await;
+    assert_holds(&fixture, &key, &next, "the new holder's lock is intact").await;
     next.release().await.unwrap();
     eprintln!(
-        "{kind:?}: blackholed holder told {} ms before the new grant",
+        "{:?}: blackholed holder told {:?} after the cut, {} ms before the new grant",
+        F::BACKEND,
+        cut_at
+            .elapsed()
+            .saturating_sub(Duration::from_nanos(now_ns() - told_at)),
         (granted_at - told_at) / 1_000_000
     );
 }
 
 // ---------------------------------------------------------------------------------------------
-// 5. A waiter's connection is cut while it waits.
+// 4. A waiter's connection is cut while it waits.
 
-async fn waiter_cut_off(kind: Kind) {
-    let servers = Servers::start(kind);
-    let fencing = servers.fencing();
+async fn waiter_cut_off<F: Faulty>(fixture: F) {
     let key = unique("cut");
-    let (proxies, waiter_url) = match kind {
-        Kind::Cluster => (Vec::new(), servers.url()),
-        _ => proxied(&servers).await,
+    // Cluster nodes announce their own addresses: no proxy in between; the waiter's connections
+    // are cut with `CLIENT KILL` instead.
+    let path = match F::BACKEND {
+        Backend::Cluster => None,
+        _ => Some(fixture.slowed(Duration::ZERO, Duration::ZERO).await),
     };
-    let direct = LockClient::builder(servers.url())
-        .fencing(fencing)
-        .build()
-        .await
-        .unwrap();
+    let waiter_url = path.as_ref().map_or(fixture.url(), |p| p.url.clone());
+    let direct = fenced_client(&fixture).await;
     let waiter_client = LockClient::builder(waiter_url.as_str())
-        .fencing(fencing)
+        .fencing(fixture.fencing())
         .response_timeout(ms(300))
         .connect_timeout(ms(300))
         .build()
@@ -591,22 +364,9 @@ async fn waiter_cut_off(kind: Kind) {
     tokio::time::sleep(ms(150)).await;
     // Cut every connection of the waiter (for the cluster: every client connection of every
     // node, the holders' included) and keep it off for a while.
-    match kind {
-        Kind::Cluster => {
-            for i in 0..servers.all().len() {
-                for kind in ["normal", "pubsub"] {
-                    let _: i64 = servers
-                        .cluster()
-                        .unwrap()
-                        .query(i, redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg(kind));
-                }
-            }
-        }
-        _ => {
-            for proxy in &proxies {
-                proxy.cut(ms(400));
-            }
-        }
+    match &path {
+        Some(path) => path.proxies().for_each(|proxy| proxy.cut(ms(400))),
+        None => fixture.cut_every_client().await,
     }
     tokio::time::sleep(ms(50)).await;
     // The holder releases while the waiter is cut off, and a third client takes the lock at
@@ -621,8 +381,10 @@ async fn waiter_cut_off(kind: Kind) {
         acquired_at: first_at,
         released_at: first_released,
     }];
-    // Through the proxy the waiter stays cut off for 400 ms, so this is free; in the cluster
-    // the waiter reconnects at once and may win first (then this one is refused).
+    // Through the proxy the waiter stays cut off for 400 ms, so this is free — unless the
+    // waiter keeps its place in line on the server (ZooKeeper, etcd: its session or lease
+    // outlives a short cut), or reconnects at once (the cluster) and wins first: then this one
+    // is refused.
     match direct
         .lock(key.as_str())
         .wait(Duration::ZERO)
@@ -641,7 +403,8 @@ async fn waiter_cut_off(kind: Kind) {
             });
             second.release().await.unwrap();
         }
-        Err(err) if err.is_timeout() && kind == Kind::Cluster => {}
+        Err(err)
+            if err.is_timeout() && (path.is_none() || fixture.queues_waiters()) => {}
         Err(err) => panic!("the lock is free while the waiter is cut off: {err}"),
     }
 
@@ -649,11 +412,11 @@ async fn waiter_cut_off(kind: Kind) {
         .await
         .expect("the waiter returns")
         .unwrap();
-    match result {
+    let outcome = match result {
         Ok(guard) => {
             // It believes it holds the lock: the server must agree, and its hold must not
             // overlap the others.
-            assert_holds(&servers, &key, &guard, "the waiter holds what it thinks").await;
+            assert_holds(&fixture, &key, &guard, "the waiter holds what it thinks").await;
             holds.push(Hold {
                 key: key.clone(),
                 holder: "waiter".into(),
@@ -662,6 +425,7 @@ async fn waiter_cut_off(kind: Kind) {
                 released_at: now_ns(),
             });
             guard.release().await.unwrap();
+            "granted".to_owned()
         }
         Err(err) => {
             // It gave up: it must say so, and leave nothing behind.
@@ -670,126 +434,165 @@ async fn waiter_cut_off(kind: Kind) {
                 "{err}"
             );
             assert!(
-                support::eventually(ms(2_000), || async { servers.holder(&key).await.is_none() })
-                    .await,
+                support::eventually(ms(2_000), || async {
+                    holder_of(&fixture, &key).await.is_none()
+                })
+                .await,
                 "the waiter left a lock behind"
             );
+            format!("gave up: {err}")
         }
-    }
+    };
     let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
     eprintln!(
-        "{kind:?}: cut-off waiter: {} holds, no overlap",
+        "{:?}: cut-off waiter {outcome}; {} holds, no overlap",
+        F::BACKEND,
         summary.holds
     );
 }
 
 // ---------------------------------------------------------------------------------------------
-// 6. No renewal after any exit path of an annotated function, or after runtime shutdown.
+// 5. The server restarts empty while a lock is held.
 
-#[derive(Clone, Copy, Debug)]
-enum Exit {
-    Return,
-    Error,
-    Panic,
-    Forever,
+async fn server_restarts_empty<F: Faulty>(mut fixture: F) {
+    let key = unique("restart");
+    let client = fixture
+        .builder()
+        .connect_timeout(ms(300))
+        .response_timeout(ms(300))
+        .build()
+        .await
+        .unwrap();
+    let lease = ms(3_000);
+    let guard = client
+        .lock(key.as_str())
+        .lease(lease)
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(ms(200)).await;
+    let victims = fixture.victims(&key);
+    let before_read = now_ns();
+    let ttl = fixture
+        .ttl(&format!("lock:{key}"))
+        .await
+        .expect("the lock has a TTL");
+    fixture.kill(&victims);
+    fixture.restart(&victims);
+    assert_eq!(holder_of(&fixture, &key).await, None, "restarted empty");
+    tokio::time::timeout(lease, guard.lost())
+        .await
+        .expect("the holder is told within its lease");
+    let told_at = now_ns();
+    let lease_end = before_read + ttl.as_nanos() as u64;
+    assert!(
+        told_at < lease_end,
+        "the loss was reported {} ms after the lease would have ended",
+        (told_at - lease_end) / 1_000_000
+    );
+    let other = fixture.client().await;
+    let next = other
+        .lock(key.as_str())
+        .wait(Duration::from_secs(5))
+        .acquire()
+        .await
+        .expect("a new holder succeeds");
+    assert_holds(&fixture, &key, &next, "the new holder's token is stored").await;
+    assert!(
+        guard.release().await.is_err(),
+        "the old holder cannot release"
+    );
+    next.release().await.unwrap();
+    eprintln!(
+        "{:?}: loss reported {} ms before the lease would have ended",
+        F::BACKEND,
+        (lease_end - told_at) / 1_000_000
+    );
 }
 
-/// Lease 300 ms: renewed every 100 ms while the body runs.
-#[distributed_lock(key = "exit:<path>", lease = "300ms", wait = "5s")]
-async fn guarded(path: &str, how: Exit) -> Result<(), LockError> {
-    tokio::time::sleep(ms(350)).await;
-    match how {
-        Exit::Return => Ok(()),
-        Exit::Error => {
-            let failed: Result<(), LockError> = Err(LockError::Config("the body failed".into()));
-            failed?;
-            unreachable!()
-        }
-        Exit::Panic => panic!("the body panics"),
-        Exit::Forever => std::future::pending().await,
-    }
-}
+// ---------------------------------------------------------------------------------------------
+// 6. The server is killed and restarts with its data while a lock is held.
 
-const EXIT_PATHS: [&str; 5] = ["return", "error", "panic", "cancel", "shutdown"];
+async fn server_restarts_with_its_data<F: Faulty>(mut fixture: F) {
+    let key = unique("kept");
+    let holder = fixture
+        .builder()
+        .connect_timeout(ms(500))
+        .response_timeout(ms(500))
+        .build()
+        .await
+        .unwrap();
+    let waiter = fixture.client().await;
+    let lease = ms(8_000);
+    let guard = holder
+        .lock(key.as_str())
+        .lease(lease)
+        .acquire()
+        .await
+        .unwrap();
+    // The waiter asks once before the restart: whatever it waits with (a `LISTEN` connection, a
+    // watch) dies with the server.
+    assert!(waiter.lock(key.as_str()).try_acquire().await.unwrap().is_none());
 
-/// Runs each exit path in turn; after each it writes `done-<path>` and waits for `next-<path>`.
-#[test]
-fn exit_paths_process() {
-    let Some(dir) = history::helper_dir() else {
-        return;
-    };
-    let url = history::helper_var("LOCK_URL");
-    let runtime = history::helper_runtime();
-    let step = |path: &str| {
-        history::write_file(&dir.join(format!("done-{path}")), "done");
-        let next = dir.join(format!("next-{path}"));
-        while !next.exists() {
-            std::thread::sleep(ms(2));
+    let victims = fixture.victims(&key);
+    let killed_at = Instant::now();
+    fixture.kill(&victims);
+    tokio::task::block_in_place(|| fixture.restart(&victims));
+    let down_for = killed_at.elapsed();
+    assert_holds(&fixture, &key, &guard, "still held after the restart").await;
+    assert!(
+        waiter
+            .lock(key.as_str())
+            .wait(Duration::ZERO)
+            .acquire()
+            .await
+            .is_err_and(|e| e.is_timeout()),
+        "another client cannot take it"
+    );
+    // A full lease after the kill: renewal went on with the restarted server.
+    tokio::time::sleep_until((killed_at + lease + ms(500)).into()).await;
+    assert!(
+        !guard.is_lost(),
+        "the guard reported a loss it did not have"
+    );
+    assert_holds(&fixture, &key, &guard, "held a full lease after the kill").await;
+
+    // A waiter after the restart is woken by the release, not by the lease.
+    let waiting = tokio::spawn({
+        let (waiter, key) = (waiter.clone(), key.clone());
+        async move {
+            let guard = waiter
+                .lock(key.as_str())
+                .wait(Duration::from_secs(20))
+                .acquire()
+                .await
+                .unwrap();
+            (Instant::now(), guard)
         }
-    };
-    runtime.block_on(async {
-        distlock::init(LockClient::connect(&url).await.unwrap()).unwrap();
     });
-    let result = runtime.block_on(guarded("return", Exit::Return));
-    assert!(result.is_ok());
-    step("return");
-    let result = runtime.block_on(guarded("error", Exit::Error));
-    assert!(matches!(result, Err(LockError::Config(_))));
-    step("error");
-    let result = runtime.block_on(runtime.spawn(guarded("panic", Exit::Panic)));
-    assert!(result.unwrap_err().is_panic());
-    step("panic");
-    let result = runtime
-        .block_on(async { tokio::time::timeout(ms(350), guarded("cancel", Exit::Forever)).await });
-    assert!(result.is_err(), "cancelled");
-    step("cancel");
-    runtime.spawn(guarded("shutdown", Exit::Forever));
-    runtime.block_on(async { tokio::time::sleep(ms(350)).await });
-    runtime.shutdown_timeout(ms(100));
-    step("shutdown");
-}
-
-async fn no_renewal_after_exit(kind: Kind) {
-    let servers = Servers::start(kind);
-    let dir = history::scratch_dir("exit");
-    let _helper = Helper::spawn("exit_paths_process", &dir, &[("LOCK_URL", servers.url())]);
-    let mut report = Vec::new();
-    for path in EXIT_PATHS {
-        history::read_when_there(&dir.join(format!("done-{path}")), Duration::from_secs(30)).await;
-        let during = servers.lock_commands().await;
-        // Acquisition, and renewals every 100 ms for 350 ms, went to the servers: the counter
-        // below can see commands.
-        assert!(
-            during >= 3,
-            "{path}: only {during} lock commands while the body ran"
-        );
-        tokio::time::sleep(ms(50)).await; // a background release (panic, cancel) lands
-        servers.reset_stats().await;
-        tokio::time::sleep(ms(600)).await; // six renewal intervals
-        let after = servers.lock_commands().await;
-        assert_eq!(
-            after, 0,
-            "{path}: {after} lock commands after the function exited"
-        );
-        let name = format!("exit:{path}");
-        assert!(
-            support::eventually(ms(400), || async { servers.holder(&name).await.is_none() }).await,
-            "{path}: the lock is still held"
-        );
-        report.push(format!("{path}: {during} commands while running, 0 after"));
-        servers.reset_stats().await;
-        history::write_file(&dir.join(format!("next-{path}")), "next");
-    }
-    eprintln!("{kind:?}: {}", report.join("; "));
-    let _ = std::fs::remove_dir_all(&dir);
+    tokio::time::sleep(ms(300)).await;
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (granted_at, next) = waiting.await.unwrap();
+    let handoff = granted_at - released_at;
+    assert!(
+        handoff < ms(2_000),
+        "the waiter got the lock {handoff:?} after the release: not woken by it"
+    );
+    assert_holds(&fixture, &key, &next, "the waiter's token is stored").await;
+    next.release().await.unwrap();
+    eprintln!(
+        "{:?}: down {down_for:?}, lock kept a full lease, handoff after it {handoff:?}",
+        F::BACKEND
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
 // 7. The server dies mid-acquire, mid-renew and mid-release.
 
-async fn server_dies_mid_call(kind: Kind) {
-    let mut servers = Servers::start(kind);
-    let client = LockClient::builder(servers.url())
+async fn server_dies_mid_call<F: Faulty>(mut fixture: F) {
+    let client = fixture
+        .builder()
         .connect_timeout(ms(300))
         .response_timeout(ms(300))
         .build()
@@ -800,15 +603,15 @@ async fn server_dies_mid_call(kind: Kind) {
 
     // Mid-acquire: the request is sent to a hung server, which then dies.
     let key = unique("mid-acquire");
-    let victims = servers.victims(&key);
-    servers.pause(&victims);
-    let started = std::time::Instant::now();
+    let victims = fixture.victims(&key);
+    fixture.pause(&victims);
+    let started = Instant::now();
     let acquiring = tokio::spawn({
         let (client, key) = (client.clone(), key.clone());
         async move { client.lock(key.as_str()).wait(ms(1_000)).acquire().await }
     });
     tokio::time::sleep(ms(50)).await;
-    servers.kill(&victims);
+    fixture.kill(&victims);
     let result = tokio::time::timeout(bound, acquiring)
         .await
         .expect("acquire returns within the bound")
@@ -816,12 +619,12 @@ async fn server_dies_mid_call(kind: Kind) {
     let err = result.expect_err("nothing to acquire from a dead server");
     assert_eq!(err.key(), Some(key.as_str()), "{err}");
     report.push(format!("acquire: {:?} ({err})", started.elapsed()));
-    servers.restart(&victims);
-    works_again(&servers, &client, &key).await;
+    tokio::task::block_in_place(|| fixture.restart(&victims));
+    works_again(&fixture, &client, &key).await;
 
     // Mid-renew: the renewal goes to a hung server, which then dies.
     let key = unique("mid-renew");
-    let victims = servers.victims(&key);
+    let victims = fixture.victims(&key);
     let lease = ms(900);
     let guard = client
         .lock(key.as_str())
@@ -830,13 +633,13 @@ async fn server_dies_mid_call(kind: Kind) {
         .await
         .unwrap();
     tokio::time::sleep(ms(200)).await;
-    servers.pause(&victims); // the renewal due at 300 ms hangs
+    fixture.pause(&victims); // the renewal due at 300 ms hangs
     tokio::time::sleep(ms(200)).await;
-    servers.kill(&victims);
+    fixture.kill(&victims);
     tokio::time::timeout(lease, guard.lost())
         .await
         .expect("the holder is told within its lease");
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let release = tokio::time::timeout(bound, guard.release())
         .await
         .expect("release returns within the bound");
@@ -845,23 +648,23 @@ async fn server_dies_mid_call(kind: Kind) {
         "renew: lost in time, release {:?}",
         started.elapsed()
     ));
-    servers.restart(&victims);
-    works_again(&servers, &client, &key).await;
+    tokio::task::block_in_place(|| fixture.restart(&victims));
+    works_again(&fixture, &client, &key).await;
 
     // Mid-release: the release goes to a hung server, which then dies.
     let key = unique("mid-release");
-    let victims = servers.victims(&key);
+    let victims = fixture.victims(&key);
     let guard = client
         .lock(key.as_str())
         .lease(ms(3_000))
         .acquire()
         .await
         .unwrap();
-    servers.pause(&victims);
-    let started = std::time::Instant::now();
+    fixture.pause(&victims);
+    let started = Instant::now();
     let releasing = tokio::spawn(guard.release());
     tokio::time::sleep(ms(50)).await;
-    servers.kill(&victims);
+    fixture.kill(&victims);
     let result = tokio::time::timeout(bound, releasing)
         .await
         .expect("release returns within the bound")
@@ -869,60 +672,120 @@ async fn server_dies_mid_call(kind: Kind) {
     let err = result.expect_err("a release the server never confirmed is an error");
     assert_eq!(err.key(), Some(key.as_str()), "{err}");
     report.push(format!("release: {:?} ({err})", started.elapsed()));
-    servers.restart(&victims);
-    works_again(&servers, &client, &key).await;
-    eprintln!("{kind:?}: {}", report.join("; "));
+    tokio::task::block_in_place(|| fixture.restart(&victims));
+    works_again(&fixture, &client, &key).await;
+    eprintln!("{:?}: {}", F::BACKEND, report.join("; "));
 }
 
-/// After the restart the same client takes and gives back the lock, and the server saw it.
-async fn works_again(servers: &Servers, client: &LockClient, key: &str) {
+/// After the restart the same client takes and gives back the lock, and the server saw it (a
+/// lock the dead server kept with its data is free once its lease ran out).
+async fn works_again(fixture: &impl Fixture, client: &LockClient, key: &str) {
     let guard = client
         .lock(key)
-        .wait(Duration::from_secs(5))
+        .wait(Duration::from_secs(8))
         .acquire()
         .await
         .unwrap_or_else(|err| panic!("{key}: the lock works again after the restart: {err}"));
-    assert_holds(servers, key, &guard, "the holder's token is stored").await;
+    assert_holds(fixture, key, &guard, "the holder's token is stored").await;
     guard.release().await.unwrap();
-    assert_eq!(servers.holder(key).await, None);
+    assert_eq!(holder_of(fixture, key).await, None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. Nothing written after any exit path of an annotated function, or after runtime shutdown.
+
+async fn no_renewal_after_exit<F: Faulty>(fixture: F) {
+    // The fixture's own look at the server first (a ZooKeeper session of its own, say), so the
+    // counts below are the helper's alone.
+    let _ = fixture.anything_at("lock:warm-up").await;
+    let sessions_before = fixture.sessions().await;
+    let helper = helper::spawn("exit_paths", &[("LOCK_URL", fixture.url())]);
+    let dir = helper.dir.clone();
+    let mut report = Vec::new();
+    let mut start = fixture.renewals().await;
+    for path in EXIT_PATHS {
+        history::read_when_there(&dir.join(format!("done-{path}")), Duration::from_secs(30)).await;
+        let during = fixture.renewals().await - start;
+        // Acquisition, and renewals every 100 ms for 350 ms, went to the servers: the counter
+        // can see them. (On ZooKeeper and etcd the renewals are the session's or lease's
+        // heartbeats, and the acquisition is one write.)
+        let least = if fixture.renews_per_lock() { 3 } else { 1 };
+        assert!(
+            during >= least,
+            "{path}: only {during} lock commands while the body ran"
+        );
+        tokio::time::sleep(ms(50)).await; // a background release (panic, cancel) lands
+        if path == "shutdown"
+            && let Some(before) = sessions_before
+        {
+            // The runtime's shutdown closed the helper's session / revoked its lease: nothing
+            // can renew it any more.
+            let closed = support::eventually(ms(2_000), || async {
+                fixture.sessions().await == Some(before)
+            })
+            .await;
+            assert!(
+                closed,
+                "{path}: {:?} sessions or leases left, {before} before the helper",
+                fixture.sessions().await
+            );
+        }
+        // While the helper's client lives (every path but the shutdown), ZooKeeper and etcd
+        // keep its session or lease alive like a connection: only writes count there.
+        let count = async || {
+            if path == "shutdown" {
+                fixture.renewals().await
+            } else {
+                fixture.writes().await
+            }
+        };
+        let settled = count().await;
+        tokio::time::sleep(ms(600)).await; // six renewal intervals
+        let after = count().await - settled;
+        assert_eq!(
+            after, 0,
+            "{path}: {after} lock commands after the function exited"
+        );
+        let name = format!("exit:{path}");
+        assert!(
+            support::eventually(ms(400), || async {
+                holder_of(&fixture, &name).await.is_none()
+            })
+            .await,
+            "{path}: the lock is still held"
+        );
+        report.push(format!("{path}: {during} commands while running, 0 after"));
+        start = fixture.renewals().await;
+        history::write_file(&dir.join(format!("next-{path}")), "next");
+    }
+    eprintln!("{:?}: {}", F::BACKEND, report.join("; "));
+}
+
+// ---------------------------------------------------------------------------------------------
+// RELIABILITY.md: the table is the suite's.
+
+/// RELIABILITY.md's fault table is exactly the one generated from the scenarios and where they
+/// apply (`support::faults::matrix`): it cannot claim a scenario the suite does not run.
+#[test]
+fn reliability_md_lists_every_scenario_and_backend() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/RELIABILITY.md");
+    let text = std::fs::read_to_string(path).expect("RELIABILITY.md");
+    let (begin, end) = (
+        "<!-- fault matrix: generated by tests/faults.rs -->\n",
+        "<!-- end of fault matrix -->",
+    );
+    let start = text.find(begin).expect("RELIABILITY.md marks the fault matrix") + begin.len();
+    let stop = start + text[start..].find(end).expect("the matrix's end marker");
+    let expected = support::faults::matrix();
+    assert!(
+        text[start..stop] == expected,
+        "RELIABILITY.md's fault matrix differs from the suite's; put this between its markers:\n\
+         {expected}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
 // 0. The harness itself: nothing a test starts outlives its test binary.
-
-/// A test binary that starts servers (one of its own, the binary's shared one) and a helper
-/// process of its own, writes their pids, then dies without running a destructor: aborted, or
-/// waiting to be killed with SIGKILL.
-#[test]
-fn process_starter_process() {
-    let Some(dir) = history::helper_dir() else {
-        return;
-    };
-    if std::env::var_os("NESTED").is_some() {
-        history::write_file(&dir.join("nested"), &std::process::id().to_string());
-        loop {
-            std::thread::park();
-        }
-    }
-    let own = RedisServer::start();
-    let shared = RedisServer::shared();
-    let nested = Helper::spawn("process_starter_process", &dir, &[("NESTED", "1".into())]);
-    history::helper_runtime().block_on(async {
-        history::read_when_there(&dir.join("nested"), Duration::from_secs(30)).await;
-    });
-    let pids = [own.pid(), shared.pid(), nested.pid() as u32];
-    let line: Vec<String> = pids.iter().map(u32::to_string).collect();
-    history::write_file(&dir.join("pids"), &line.join(" "));
-    history::helper_runtime().block_on(async {
-        history::read_when_there(&dir.join("die"), Duration::from_secs(60)).await;
-    });
-    if history::helper_var("MODE") == "abort" {
-        std::process::abort();
-    }
-    loop {
-        std::thread::park();
-    }
-}
 
 /// Whether process `pid` still runs (a zombie waiting to be reaped does not).
 fn running(pid: u32) -> bool {
@@ -937,7 +800,7 @@ async fn servers_and_helpers_die_with_their_test_binary() {
     for mode in ["abort", "kill"] {
         let dir = history::scratch_dir("orphans");
         let mut starter = Helper::spawn(
-            "process_starter_process",
+            "process_starter",
             &dir,
             &[("MODE", mode.to_owned())],
         );
@@ -965,30 +828,78 @@ async fn servers_and_helpers_die_with_their_test_binary() {
     }
 }
 
+
 // ---------------------------------------------------------------------------------------------
 
-macro_rules! scenarios {
-    ($($name:ident: $scenario:ident => [$($backend:ident),*];)*) => {
+/// One test per scenario for a backend (`<backend>::s<N>_<scenario>`): it runs the scenario, or
+/// says why it does not apply.
+macro_rules! suite {
+    ($($backend:ident => $fixture:ty),* $(,)?) => {
         $(
-            mod $name {
-                $(
-                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    #[allow(non_snake_case)]
-                    async fn $backend() {
-                        super::$scenario(super::Kind::$backend).await;
-                    }
-                )*
+            mod $backend {
+                #[allow(unused_imports)]
+                use super::*;
+                suite!(@scenarios $fixture;
+                    s1_holder_killed => HolderKilled,
+                    s2_paused_holder_is_fenced_off => PausedHolderIsFencedOff,
+                    s3_blackholed_holder => BlackholedHolder,
+                    s4_waiter_cut_off => WaiterCutOff,
+                    s5_server_restarts_empty => ServerRestartsEmpty,
+                    s6_server_restarts_with_its_data => ServerRestartsWithItsData,
+                    s7_server_dies_mid_call => ServerDiesMidCall,
+                    s8_no_renewal_after_exit => NoRenewalAfterExit,
+                );
+            }
+        )*
+    };
+    (@scenarios $fixture:ty; $($test:ident => $scenario:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                assert_eq!(Scenario::$scenario.test_name(), stringify!($test));
+                run::<$fixture>(Scenario::$scenario).await;
             }
         )*
     };
 }
 
-scenarios! {
-    s1_holder_killed: holder_killed => [Redis, Redlock, Cluster];
-    s2_server_restarts_empty: server_restarts_empty => [Redis, Redlock, Cluster];
-    s3_paused_holder_is_fenced_off: paused_holder_is_fenced_off => [Redis, Cluster];
-    s4_blackholed_holder: blackholed_holder => [Redis, Redlock];
-    s5_waiter_cut_off: waiter_cut_off => [Redis, Redlock, Cluster];
-    s6_no_renewal_after_exit: no_renewal_after_exit => [Redis, Redlock, Cluster];
-    s7_server_dies_mid_call: server_dies_mid_call => [Redis, Redlock, Cluster];
+suite! {
+    redis => support::fixture::RedisFixture,
+    redlock => support::fixture::RedlockFixture,
+    cluster => support::fixture::ClusterFixture,
+}
+
+#[cfg(feature = "postgres")]
+suite! {
+    postgres => support::fixture::PostgresFixture,
+}
+
+#[cfg(feature = "mysql")]
+suite! {
+    mysql => support::fixture::MysqlFixture,
+}
+
+#[cfg(feature = "zookeeper")]
+suite! {
+    zookeeper => support::fixture::ZookeeperFixture,
+}
+
+#[cfg(feature = "etcd")]
+suite! {
+    etcd => support::fixture::EtcdFixture,
+}
+
+/// `memory://` lives in one process: no scenario applies; each test says why.
+mod memory {
+    use super::*;
+
+    #[test]
+    fn no_fault_scenario_applies() {
+        for scenario in Scenario::ALL {
+            let why = scenario
+                .applies(Backend::Memory)
+                .expect_err("no fault applies to memory://");
+            println!("{} does not apply to memory: {why}", scenario.test_name());
+        }
+    }
 }

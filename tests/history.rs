@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use support::cluster::RedisCluster;
 use support::fixture::RedlockFixture;
+use support::helper::MAX_SLEEP_US;
 use support::history::{self, Contention, Helper, Hold, check};
 use support::store::Store;
 use support::{RedisServer, unique};
@@ -17,7 +18,6 @@ use support::{RedisServer, unique};
 const PROCESSES: usize = 4;
 const TASKS: usize = 32;
 const ROUNDS: usize = 40;
-const MAX_SLEEP_US: u64 = 200;
 /// The contenders' lease (renewed every third of it).
 const LEASE: Duration = Duration::from_secs(5);
 
@@ -72,36 +72,10 @@ fn the_checker_finds_overlaps_and_tokens_out_of_order() {
     assert_eq!(Hold::parse(&line), valid[0]);
 }
 
-/// The helper entry point: a contending process. Does nothing in a normal test run.
+/// The body of every helper copy of this binary (see `support::helper`).
 #[test]
-fn contender_process() {
-    let Some(dir) = history::helper_dir() else {
-        return;
-    };
-    let var = history::helper_var;
-    let spec = Contention {
-        url: var("LOCK_URL"),
-        key: var("LOCK_KEY"),
-        name: var("HOLDER"),
-        tasks: var("TASKS").parse().unwrap(),
-        rounds: var("ROUNDS").parse().unwrap(),
-        fencing: var("FENCING") == "1",
-        fair: var("FAIR") == "1",
-        lease: Duration::from_millis(var("LEASE_MS").parse().unwrap()),
-        max_sleep_us: MAX_SLEEP_US,
-    };
-    history::helper_runtime().block_on(async {
-        let store = Store::open(&spec.url, &var("NAMESPACE")).await.unwrap();
-        let ready = dir.join(format!("{}.ready", spec.name));
-        let go = dir.join("go");
-        let outcome = history::contend(&spec, &store, Some((&ready, &go))).await;
-        let mut out = format!("{} {}\n", outcome.increments, outcome.lost);
-        for hold in &outcome.holds {
-            out.push_str(&hold.to_line());
-            out.push('\n');
-        }
-        history::write_file(&dir.join(format!("{}.out", spec.name)), &out);
-    });
+fn helper_process() {
+    support::helper::run();
 }
 
 /// Runs the contending processes against `url`, checks the history and the register.
@@ -134,7 +108,7 @@ async fn four_processes_during(
             ("LEASE_MS", lease.as_millis().to_string()),
             ("NAMESPACE", namespace.clone()),
         ];
-        helpers.push(Helper::spawn("contender_process", &dir, &env));
+        helpers.push(Helper::spawn("contender", &dir, &env));
     }
     for p in 0..PROCESSES {
         history::read_when_there(&dir.join(format!("p{p}.ready")), Duration::from_secs(30)).await;

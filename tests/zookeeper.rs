@@ -1,7 +1,8 @@
-//! The ZooKeeper backend against real servers: the queue on the server (one watch per waiter,
-//! served in arrival order), sessions as leases (a killed holder, a partitioned holder), an
-//! ensemble losing its leader, a minority and a majority, cancelled waiters, empty parents,
-//! fencing across a parent's deletion, and bad input.
+//! The ZooKeeper backend against real servers, what only ZooKeeper has: the queue on the server
+//! (one watch per waiter, served in arrival order), sessions per lease, an ensemble losing its
+//! leader, a minority and a majority, cancelled waiters, empty parents, fencing across a
+//! parent's deletion, and bad input. The faults every backend shares (a killed, paused or
+//! partitioned holder, a restart, …) are in `tests/faults.rs`.
 
 #![cfg(feature = "zookeeper")]
 
@@ -11,8 +12,6 @@ use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError};
 use support::fixture::{Fixture, ZookeeperFixture};
-use support::history::{self, Helper, now_ns};
-use support::proxy::DelayProxy;
 use support::zookeeper::{ZkEnsemble, ZkServer, four_letter};
 use support::{eventually, unique};
 
@@ -225,136 +224,7 @@ async fn sessions_follow_leases_unless_the_url_pins_one() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Faults.
-
-/// The helper entry point: a holder process. Acquires `LOCK_KEY` with fencing and a lease of
-/// `LEASE_MS`, writes `acquired` (`fencing-token now-ns`), then holds until killed.
-#[test]
-fn zk_holder_process() {
-    let Some(dir) = history::helper_dir() else {
-        return;
-    };
-    let var = history::helper_var;
-    history::helper_runtime().block_on(async {
-        let client = LockClient::builder(var("LOCK_URL"))
-            .fencing(true)
-            .build()
-            .await
-            .unwrap();
-        let guard = client
-            .lock(var("LOCK_KEY"))
-            .lease(ms(var("LEASE_MS").parse().unwrap()))
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap();
-        let token = guard.fencing_token().unwrap();
-        history::write_file(&dir.join("acquired"), &format!("{token} {}", now_ns()));
-        std::future::pending::<()>().await;
-    });
-}
-
-/// `kill -9` of the holder: its session's heartbeats stop, and the server frees the lock when
-/// the session times out — not before, and not much later.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_holder_is_freed_after_its_session_times_out() {
-    let fixture = ZookeeperFixture::new();
-    let key = unique("killed");
-    let lease = ms(2_000);
-    let dir = history::scratch_dir("zk-holder");
-    let env = [
-        ("LOCK_URL", fixture.url()),
-        ("LOCK_KEY", key.clone()),
-        ("LEASE_MS", lease.as_millis().to_string()),
-    ];
-    let mut holder = Helper::spawn("zk_holder_process", &dir, &env);
-    holder.owns_dir = true;
-    let line = holder.read("acquired", Duration::from_secs(30)).await;
-    let first_token: u64 = line.split(' ').next().unwrap().parse().unwrap();
-    tokio::time::sleep(ms(500)).await;
-    holder.signal(libc::SIGKILL);
-    let killed_at = Instant::now();
-    let _ = holder.child.wait();
-    let client = fixture.builder().fencing(true).build().await.unwrap();
-    let guard = client
-        .lock(key.as_str())
-        .lease(lease)
-        .wait(Duration::from_secs(15))
-        .acquire()
-        .await
-        .unwrap();
-    let after = killed_at.elapsed();
-    // The server last heard from the holder at most a third of the timeout before the kill
-    // (its client pings that often), so the session cannot end sooner than this.
-    assert!(
-        after >= lease * 3 / 5,
-        "granted {after:?} after the kill: before the session timed out"
-    );
-    assert!(
-        after < lease + ms(3_000),
-        "granted {after:?} after the kill"
-    );
-    assert!(guard.fencing_token().unwrap() > first_token);
-    guard.release().await.unwrap();
-    eprintln!("zookeeper: a killed holder's lock granted again {after:?} after the kill");
-}
-
-/// A holder cut off by a blackholing proxy is told its lock is lost before another client is
-/// granted it: the heartbeat gives the session up before the server can expire it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partitioned_holder_is_told_before_anyone_else_is_granted() {
-    let fixture = ZookeeperFixture::new();
-    let proxy = DelayProxy::start(fixture.server.client_port).await;
-    let through_proxy = format!("zk://127.0.0.1:{}{}", proxy.port(), fixture.chroot);
-    let holder = LockClient::builder(&through_proxy)
-        .fencing(true)
-        .build()
-        .await
-        .unwrap();
-    let lease = ms(1_500);
-    let guard = holder.lock("cut").lease(lease).acquire().await.unwrap();
-    let held_token = guard.fencing_token().unwrap();
-    let lost = guard.lost();
-    let told = tokio::spawn(async move {
-        lost.await;
-        now_ns()
-    });
-    tokio::time::sleep(ms(300)).await;
-    let cut_at = Instant::now();
-    proxy.set_blackhole(true);
-    let other = fixture.builder().fencing(true).build().await.unwrap();
-    let next = other
-        .lock("cut")
-        .lease(lease)
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .unwrap();
-    let granted_ns = now_ns();
-    let told_ns = tokio::time::timeout(Duration::from_secs(5), told)
-        .await
-        .expect("the holder is told")
-        .unwrap();
-    assert!(
-        told_ns < granted_ns,
-        "told {} ms after the next holder was granted",
-        (told_ns - granted_ns) / 1_000_000
-    );
-    assert!(next.fencing_token().unwrap() > held_token);
-    assert!(guard.is_lost());
-    assert!(
-        guard.release().await.is_err(),
-        "a lost lock cannot be released"
-    );
-    next.release().await.unwrap();
-    eprintln!(
-        "zookeeper cut: told after {:?}, next holder {} ms later",
-        cut_at
-            .elapsed()
-            .saturating_sub(Duration::from_nanos(now_ns() - told_ns)),
-        (granted_ns - told_ns) / 1_000_000
-    );
-}
+// Faults only an ensemble has (the others, on one server: `tests/faults.rs`).
 
 /// A three-server ensemble: the leader killed (a held lock stays held, service continues on
 /// the remaining majority), then a majority down (acquisitions fail within their `wait` with an

@@ -167,6 +167,16 @@ impl EtcdMember {
         self.child.is_some()
     }
 
+    /// SIGSTOP: connections stay open, nothing is answered, like a hung host.
+    pub fn pause(&self) {
+        super::signal(self.child.as_ref().expect("running").id(), libc::SIGSTOP);
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        super::signal(self.child.as_ref().expect("running").id(), libc::SIGCONT);
+    }
+
     /// SIGKILL: a crash.
     pub fn kill(&mut self) {
         self.stop_child();

@@ -73,6 +73,34 @@ pub trait Fixture {
     }
 }
 
+/// A server a fixture uses: the binary's shared one (each test in a namespace of its own), or
+/// one of the test's own, which a fault scenario may pause, kill and restart.
+pub enum Server<S: 'static> {
+    Shared(&'static S),
+    Own(S),
+}
+
+impl<S> std::ops::Deref for Server<S> {
+    type Target = S;
+
+    fn deref(&self) -> &S {
+        match self {
+            Server::Shared(server) => server,
+            Server::Own(server) => server,
+        }
+    }
+}
+
+impl<S> Server<S> {
+    /// The test's own server, to kill or restart (a shared one is never touched).
+    pub fn own_mut(&mut self) -> &mut S {
+        match self {
+            Server::Own(server) => server,
+            Server::Shared(_) => panic!("a fault hits only a server of the test's own"),
+        }
+    }
+}
+
 /// A slow path to a backend (see [`Fixture::slowed`]).
 pub struct Slowed {
     pub url: String,
@@ -409,21 +437,27 @@ impl Fixture for ClusterFixture {
 /// `postgres://` on the binary's shared PostgreSQL server, with a lock table of this test's own
 /// (`?table=` in the URL). What it "holds" is a row whose expiry has not passed.
 pub struct PostgresFixture {
-    pub server: &'static PostgresServer,
+    pub server: Server<PostgresServer>,
     table: String,
-    client: tokio::sync::OnceCell<tokio_postgres::Client>,
+    client: tokio::sync::Mutex<Option<std::sync::Arc<tokio_postgres::Client>>>,
 }
 
 impl PostgresFixture {
     pub fn new() -> PostgresFixture {
-        PostgresFixture::on(PostgresServer::shared())
+        PostgresFixture::on(Server::Shared(PostgresServer::shared()))
     }
 
-    pub fn on(server: &'static PostgresServer) -> PostgresFixture {
+    /// On a server of this test's own that logs every statement (so a test can count them).
+    pub fn own() -> PostgresFixture {
+        let server = PostgresServer::start_with(&["-c", "log_statement=all"]);
+        PostgresFixture::on(Server::Own(server))
+    }
+
+    fn on(server: Server<PostgresServer>) -> PostgresFixture {
         PostgresFixture {
             server,
             table: unique("locks").replace('-', "_"),
-            client: tokio::sync::OnceCell::new(),
+            client: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -431,10 +465,14 @@ impl PostgresFixture {
         &self.table
     }
 
-    /// A plain connection for looking at the table; the table itself is made by the first
-    /// lock client (the backend creates it on connect).
-    pub async fn sql(&self) -> &tokio_postgres::Client {
-        self.client.get_or_init(|| self.server.client()).await
+    /// A plain connection for looking at the table (a new one after a restart of the server);
+    /// the table itself is made by the first lock client (the backend creates it on connect).
+    pub async fn sql(&self) -> std::sync::Arc<tokio_postgres::Client> {
+        let mut client = self.client.lock().await;
+        match &*client {
+            Some(open) if !open.is_closed() => open.clone(),
+            _ => client.insert(std::sync::Arc::new(self.server.client().await)).clone(),
+        }
     }
 
     /// Runs `statement`; a table not created yet (no client connected so far) reads as empty,
@@ -525,15 +563,24 @@ impl Fixture for PostgresFixture {
 /// `mysql://` on the binary's shared MariaDB server, with a lock table of this test's own.
 /// What it "holds" is a row whose expiry (UTC, the server's clock) has not passed.
 pub struct MysqlFixture {
-    pub server: &'static MysqlServer,
+    pub server: Server<MysqlServer>,
     table: String,
     conn: tokio::sync::Mutex<Option<mysql_async::Conn>>,
 }
 
 impl MysqlFixture {
     pub fn new() -> MysqlFixture {
+        MysqlFixture::on(Server::Shared(MysqlServer::shared()))
+    }
+
+    /// On a server of this test's own.
+    pub fn own() -> MysqlFixture {
+        MysqlFixture::on(Server::Own(MysqlServer::start()))
+    }
+
+    fn on(server: Server<MysqlServer>) -> MysqlFixture {
         MysqlFixture {
-            server: MysqlServer::shared(),
+            server,
             table: unique("locks").replace('-', "_"),
             conn: tokio::sync::Mutex::new(None),
         }
@@ -544,22 +591,31 @@ impl MysqlFixture {
     }
 
     /// Runs `statement` with `params` and returns its rows; a table not created yet reads as
-    /// empty.
+    /// empty. A connection lost (the server restarted) is made again, once.
     pub async fn rows<T: mysql_async::prelude::FromRow + Send + 'static>(
         &self,
         statement: &str,
         params: impl Into<mysql_async::Params> + Send,
     ) -> Vec<T> {
         use mysql_async::prelude::Queryable;
+        let params = params.into();
         let mut conn = self.conn.lock().await;
-        if conn.is_none() {
-            *conn = Some(self.server.conn().await);
+        for attempt in 0..2 {
+            if conn.is_none() {
+                *conn = Some(self.server.conn().await);
+            }
+            match conn.as_mut().unwrap().exec(statement, params.clone()).await {
+                Ok(rows) => return rows,
+                Err(mysql_async::Error::Server(e)) if e.code == 1146 => return Vec::new(),
+                Err(mysql_async::Error::Server(e)) => panic!("{statement}: {e:?}"),
+                Err(e) if attempt == 0 => {
+                    eprintln!("the fixture's connection failed ({e}): connecting again");
+                    *conn = None;
+                }
+                Err(e) => panic!("{statement}: {e:?}"),
+            }
         }
-        match conn.as_mut().unwrap().exec(statement, params).await {
-            Ok(rows) => rows,
-            Err(mysql_async::Error::Server(e)) if e.code == 1146 => Vec::new(),
-            Err(e) => panic!("{statement}: {e:?}"),
-        }
+        unreachable!()
     }
 }
 
@@ -634,7 +690,7 @@ impl Fixture for MysqlFixture {
 /// A chroot of this test's own on the binary's shared ZooKeeper server.
 #[cfg(feature = "zookeeper")]
 pub struct ZookeeperFixture {
-    pub server: &'static super::zookeeper::ZkServer,
+    pub server: Server<super::zookeeper::ZkServer>,
     pub chroot: String,
     /// The fixture's own session: what it looks with, and owns the nodes it plants.
     zk: tokio::sync::OnceCell<zookeeper_client::Client>,
@@ -643,8 +699,17 @@ pub struct ZookeeperFixture {
 #[cfg(feature = "zookeeper")]
 impl ZookeeperFixture {
     pub fn new() -> ZookeeperFixture {
+        ZookeeperFixture::on(Server::Shared(super::zookeeper::ZkServer::shared()))
+    }
+
+    /// On a server of this test's own.
+    pub fn own() -> ZookeeperFixture {
+        ZookeeperFixture::on(Server::Own(super::zookeeper::ZkServer::start()))
+    }
+
+    fn on(server: Server<super::zookeeper::ZkServer>) -> ZookeeperFixture {
         ZookeeperFixture {
-            server: super::zookeeper::ZkServer::shared(),
+            server,
             chroot: format!("/{}", unique("conformance")),
             zk: tokio::sync::OnceCell::new(),
         }
@@ -782,7 +847,7 @@ impl Fixture for ZookeeperFixture {
 /// A key prefix of this test's own on the binary's shared etcd member.
 #[cfg(feature = "etcd")]
 pub struct EtcdFixture {
-    pub member: &'static super::etcd::EtcdMember,
+    pub member: Server<super::etcd::EtcdMember>,
     pub prefix: String,
     inspector: std::sync::OnceLock<distlock::__private::testing::EtcdInspector>,
 }
@@ -790,8 +855,17 @@ pub struct EtcdFixture {
 #[cfg(feature = "etcd")]
 impl EtcdFixture {
     pub fn new() -> EtcdFixture {
+        EtcdFixture::on(Server::Shared(super::etcd::EtcdMember::shared()))
+    }
+
+    /// On a member of this test's own.
+    pub fn own() -> EtcdFixture {
+        EtcdFixture::on(Server::Own(super::etcd::EtcdMember::start()))
+    }
+
+    fn on(member: Server<super::etcd::EtcdMember>) -> EtcdFixture {
         EtcdFixture {
-            member: super::etcd::EtcdMember::shared(),
+            member,
             prefix: unique("conformance"),
             inspector: std::sync::OnceLock::new(),
         }

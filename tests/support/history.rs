@@ -265,8 +265,9 @@ pub fn helper_runtime() -> tokio::runtime::Runtime {
         .expect("helper runtime")
 }
 
-/// A copy of the running test binary, started to run one helper test (`entry`), which reads
-/// its instructions from the environment and talks through files in `dir`.
+/// A copy of the running test binary, started to run its `helper_process` test (see
+/// [`super::helper`]) in role `role`, which reads its instructions from the environment and
+/// talks through files in `dir`.
 pub struct Helper {
     pub child: Child,
     pub dir: PathBuf,
@@ -275,12 +276,13 @@ pub struct Helper {
 }
 
 impl Helper {
-    pub fn spawn(entry: &str, dir: &Path, env: &[(&str, String)]) -> Helper {
+    pub fn spawn(role: &str, dir: &Path, env: &[(&str, String)]) -> Helper {
         let exe = std::env::current_exe().expect("the test binary's path");
         let mut command = Command::new(exe);
         command
-            .args([entry, "--exact", "--nocapture", "--test-threads=1"])
+            .args(["helper_process", "--exact", "--nocapture", "--test-threads=1"])
             .env(HELPER_ENV, "1")
+            .env("ROLE", role)
             .env("HELPER_DIR", dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

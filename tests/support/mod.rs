@@ -7,7 +7,10 @@
 
 pub mod cluster;
 pub mod etcd;
+pub mod faults;
+pub mod fenced;
 pub mod fixture;
+pub mod helper;
 pub mod history;
 pub mod mysql;
 pub mod postgres;
@@ -76,6 +79,13 @@ pub fn spawn_tied(mut command: Command) -> std::io::Result<Child> {
         .send((command, reply))
         .expect("the process spawner thread is alive");
     answer.recv().expect("the process spawner answers")
+}
+
+/// Sends `signal` to process `pid` (one the tests started).
+pub fn signal(pid: u32, signal: libc::c_int) {
+    // SAFETY: sending a signal to a process by pid.
+    let sent = unsafe { libc::kill(pid as libc::pid_t, signal) };
+    assert_eq!(sent, 0, "kill({pid}, {signal})");
 }
 
 /// Runs `command` to completion through [`spawn_tied`] and collects its output, like

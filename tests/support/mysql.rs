@@ -202,6 +202,16 @@ impl MysqlServer {
         }
     }
 
+    /// SIGSTOP: connections stay open, nothing is answered, like a hung host.
+    pub fn pause(&self) {
+        super::signal(self.child.as_ref().expect("running").id(), libc::SIGSTOP);
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        super::signal(self.child.as_ref().expect("running").id(), libc::SIGCONT);
+    }
+
     /// Stops the server cleanly (SIGTERM) and waits for it.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -234,6 +234,26 @@ impl PostgresServer {
         }
     }
 
+    /// Stops the postmaster and its backends (SIGSTOP): connections stay open, nothing is
+    /// answered, like a hung host.
+    pub fn pause(&self) {
+        self.signal_all(libc::SIGSTOP);
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        self.signal_all(libc::SIGCONT);
+    }
+
+    fn signal_all(&self, signal: libc::c_int) {
+        let postmaster = self.pid();
+        super::signal(postmaster, signal);
+        for pid in children_of(postmaster as libc::pid_t) {
+            // SAFETY: signalling a backend of our own server by pid (it may have just exited).
+            unsafe { libc::kill(pid, signal) };
+        }
+    }
+
     /// Stops the server cleanly ("fast" shutdown: SIGINT) and waits for it.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

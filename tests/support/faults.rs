@@ -1,0 +1,700 @@
+//! What the fault suite (`tests/faults.rs`) needs of a backend beyond the conformance
+//! [`Fixture`]: servers of the test's own to pause, kill and restart, the servers a fault hits,
+//! counters of what reaches them, and the bounds its lease promise allows; and which scenario
+//! applies to which backend, from which RELIABILITY.md's fault table is generated.
+
+use std::time::Duration;
+
+use super::RedisServer;
+use super::fixture::{
+    ClusterFixture, Fixture, MysqlFixture, PostgresFixture, RedisFixture, RedlockFixture,
+};
+#[cfg(feature = "etcd")]
+use super::fixture::EtcdFixture;
+#[cfg(feature = "zookeeper")]
+use super::fixture::ZookeeperFixture;
+
+/// The backends, in the order of RELIABILITY.md's columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Redis,
+    Redlock,
+    Cluster,
+    Postgres,
+    Mysql,
+    Zookeeper,
+    Etcd,
+    Memory,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 8] = [
+        Backend::Redis,
+        Backend::Redlock,
+        Backend::Cluster,
+        Backend::Postgres,
+        Backend::Mysql,
+        Backend::Zookeeper,
+        Backend::Etcd,
+        Backend::Memory,
+    ];
+
+    /// The column header, and the module of the suite's tests (`faults <module>::`).
+    pub fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Backend::Redis => ("Redis", "redis"),
+            Backend::Redlock => ("Redlock", "redlock"),
+            Backend::Cluster => ("Cluster", "cluster"),
+            Backend::Postgres => ("PostgreSQL", "postgres"),
+            Backend::Mysql => ("MariaDB", "mysql"),
+            Backend::Zookeeper => ("ZooKeeper", "zookeeper"),
+            Backend::Etcd => ("etcd", "etcd"),
+            Backend::Memory => ("memory", "memory"),
+        }
+    }
+
+    fn is_redis(self) -> bool {
+        matches!(self, Backend::Redis | Backend::Redlock | Backend::Cluster)
+    }
+}
+
+/// The fault scenarios, each a function of the fixture in `tests/faults.rs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    HolderKilled,
+    PausedHolderIsFencedOff,
+    BlackholedHolder,
+    WaiterCutOff,
+    ServerRestartsEmpty,
+    ServerRestartsWithItsData,
+    ServerDiesMidCall,
+    NoRenewalAfterExit,
+}
+
+/// Why no process, server or network fault applies to `memory://`.
+const ONE_PROCESS: &str = "lives in one process: no server, network or other process to fault";
+
+impl Scenario {
+    pub const ALL: [Scenario; 8] = [
+        Scenario::HolderKilled,
+        Scenario::PausedHolderIsFencedOff,
+        Scenario::BlackholedHolder,
+        Scenario::WaiterCutOff,
+        Scenario::ServerRestartsEmpty,
+        Scenario::ServerRestartsWithItsData,
+        Scenario::ServerDiesMidCall,
+        Scenario::NoRenewalAfterExit,
+    ];
+
+    /// The test's name (in every backend's module of `tests/faults.rs`).
+    pub fn test_name(self) -> &'static str {
+        match self {
+            Scenario::HolderKilled => "s1_holder_killed",
+            Scenario::PausedHolderIsFencedOff => "s2_paused_holder_is_fenced_off",
+            Scenario::BlackholedHolder => "s3_blackholed_holder",
+            Scenario::WaiterCutOff => "s4_waiter_cut_off",
+            Scenario::ServerRestartsEmpty => "s5_server_restarts_empty",
+            Scenario::ServerRestartsWithItsData => "s6_server_restarts_with_its_data",
+            Scenario::ServerDiesMidCall => "s7_server_dies_mid_call",
+            Scenario::NoRenewalAfterExit => "s8_no_renewal_after_exit",
+        }
+    }
+
+    /// `(setup, fault, asserted)`: the row of RELIABILITY.md's table.
+    pub fn row(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Scenario::HolderKilled => (
+                "A holder process, lease 1 s (ZooKeeper, etcd: 2 s), renewing",
+                "`kill -9` of the holder",
+                "the server held the holder's token; the next grant comes no earlier than the \
+                 expiry the server held at the kill (Redis, SQL: the TTL read just before, 2 ms \
+                 tolerance; ZooKeeper, etcd: the lease less the 2/5 a heartbeat may be behind) \
+                 and within lease + 700 ms (ZooKeeper, etcd: + 3 s); its fencing token is \
+                 larger; the server holds the new owner",
+            ),
+            Scenario::PausedHolderIsFencedOff => (
+                "A holder process with fencing (lease 500 ms; ZooKeeper, etcd: 1 s) has written \
+                 the resource",
+                "SIGSTOP past the lease; another client takes the lock (token larger) and writes \
+                 the resource; SIGCONT; the first writes again, plain and fenced, without asking",
+                "the stale **plain write lands** over the new holder's; its **fenced write is \
+                 refused** (`fence::redis_fenced_set`; `fence::SQL_FENCED_UPDATE`, `?` \
+                 placeholders on MariaDB; an etcd transaction comparing the stored token; a \
+                 ZooKeeper version-checked write) and the resource keeps the new holder's \
+                 value; the resumed holder is told its lock was lost",
+            ),
+            Scenario::BlackholedHolder => (
+                "Holder behind TCP proxies (every node), lease 2 s",
+                "the proxies drop everything, connections stay open (blackhole)",
+                "the guard declares the loss (monotonic clock) before another client's \
+                 acquisition returns, and that grant comes after the lease the server held \
+                 (bounds as in row 1); its token is larger; the old guard's release fails; the \
+                 new holder's lock is intact",
+            ),
+            Scenario::WaiterCutOff => (
+                "A waiter (behind proxies) waits for a held lock",
+                "every connection of the waiter is cut and refused for 400 ms (Cluster: \
+                 `CLIENT KILL` of every client on every node); meanwhile the holder releases and \
+                 a third client takes and releases the lock",
+                "the waiter either holds the lock and the server agrees (its token is stored), \
+                 or returns an error and leaves nothing behind; the checker finds no overlap \
+                 among the holds",
+            ),
+            Scenario::ServerRestartsEmpty => (
+                "Lease 3 s, held",
+                "the server (Redlock: 2 of 3 nodes; Cluster: the key's master) is killed and \
+                 restarted empty",
+                "the guard reports the loss *before* the lease would have ended; a new client \
+                 then takes the lock; the old guard cannot release it",
+            ),
+            Scenario::ServerRestartsWithItsData => (
+                "Lease 8 s, held; another client asked once (its waiting set up)",
+                "the server is killed (`kill -9`) and restarted with its data",
+                "the lock is still held by the same owner a full lease after the kill (renewal \
+                 went on with the restarted server), another client still cannot take it, the \
+                 guard never reported a loss; a waiter is granted the lock < 2 s after the \
+                 release (woken by it, not by the lease)",
+            ),
+            Scenario::ServerDiesMidCall => (
+                "Client with 300 ms connect/response timeouts",
+                "the server (majority; key's master) is SIGSTOPped with a call in flight, then \
+                 killed: mid-acquire, mid-renew, mid-release",
+                "each call returns an error naming the key within 4 s; mid-renew the guard is \
+                 told lost within its lease; nothing panics; after a restart the same client \
+                 takes and releases the lock and the server saw it",
+            ),
+            Scenario::NoRenewalAfterExit => (
+                "An annotated function (lease 300 ms, renewed every 100 ms) in a helper process",
+                "exit by return, `Err` through `?`, panic, cancellation (future dropped), \
+                 runtime shutdown",
+                "the server saw the lock's commands while the body ran; after each exit nothing \
+                 writes to the server for 600 ms (Redis: `INFO commandstats`; PostgreSQL: the \
+                 statement log; MariaDB: `Com_insert/update/delete`; ZooKeeper: the zxid; etcd: \
+                 the revision) and the key is gone; after the runtime's shutdown no renewal \
+                 either: the session is closed / the lease revoked, and no keepalive arrives",
+            ),
+        }
+    }
+
+    /// Whether the scenario runs on `backend`, or why not (one line).
+    pub fn applies(self, backend: Backend) -> Result<(), &'static str> {
+        use Backend::*;
+        use Scenario::*;
+        match (self, backend) {
+            (_, Memory) => Err(ONE_PROCESS),
+            (PausedHolderIsFencedOff, Redlock) => Err("Redlock refuses fencing"),
+            (BlackholedHolder, Cluster) => Err(
+                "cluster nodes announce their own addresses: a proxy in front of them would \
+                 carry every client's traffic",
+            ),
+            (ServerRestartsEmpty, b) if !b.is_redis() => Err(
+                "the server keeps its data: restarted empty it would be a new, empty \
+                 deployment",
+            ),
+            (ServerRestartsWithItsData, b) if b.is_redis() => Err(
+                "the test servers persist nothing (`tests/redlock.rs` restarts a node with its \
+                 AOF)",
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// RELIABILITY.md's fault table, generated from [`Scenario::row`] and [`Scenario::applies`].
+pub fn matrix() -> String {
+    let mut table = String::from("| # | Setup | Fault | Asserted |");
+    for backend in Backend::ALL {
+        table.push_str(&format!(" {} |", backend.names().0));
+    }
+    table.push_str("\n|---|---|---|---|");
+    table.push_str(&"---|".repeat(Backend::ALL.len()));
+    table.push('\n');
+    for (i, scenario) in Scenario::ALL.iter().enumerate() {
+        let (setup, fault, asserted) = scenario.row();
+        let squeeze = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        table.push_str(&format!(
+            "| {} | {} | {} | {} |",
+            i + 1,
+            squeeze(setup),
+            squeeze(fault),
+            squeeze(asserted)
+        ));
+        for backend in Backend::ALL {
+            match scenario.applies(backend) {
+                Ok(()) => table.push_str(" pass |"),
+                Err(why) => table.push_str(&format!(" n/a: {} |", squeeze(why))),
+            }
+        }
+        table.push('\n');
+    }
+    table
+}
+
+/// A backend under faults: its [`Fixture`], with servers of the test's own where a scenario
+/// faults them.
+#[allow(async_fn_in_trait)]
+pub trait Faulty: Fixture + Sized {
+    const BACKEND: Backend;
+
+    /// On the binary's shared servers where the backend has them (a namespace of the test's
+    /// own): for faults of clients and networks.
+    fn shared() -> Self;
+
+    /// On servers of the test's own: for faults of the servers, and counters of the server's
+    /// whole traffic.
+    fn own() -> Self;
+
+    /// The servers a fault on lock `key` hits (indexes for [`pause`](Self::pause) …): the
+    /// server; a majority of the Redlock nodes; the cluster master that owns the key's slot.
+    fn victims(&self, _key: &str) -> Vec<usize> {
+        vec![0]
+    }
+
+    fn pause(&self, victims: &[usize]);
+    fn resume(&self, victims: &[usize]);
+    fn kill(&mut self, victims: &[usize]);
+    /// Starts killed servers again: empty on Redis (the test servers persist nothing), with
+    /// their data elsewhere.
+    fn restart(&mut self, victims: &[usize]);
+
+    /// How much sooner than the TTL [`Fixture::ttl`] read the server may free a lock whose
+    /// holder stopped at the read: nothing where the TTL is the server's own expiry (Redis,
+    /// SQL); on ZooKeeper and etcd the TTL read is the whole lease, which the server counts
+    /// from the holder's last heartbeat (at most a third of the lease before).
+    fn expiry_slack(&self, _lease: Duration) -> Duration {
+        Duration::ZERO
+    }
+
+    /// How long after its expiry the server may still hold a lock whose holder stopped:
+    /// ZooKeeper and etcd check their sessions and leases on ticks of their own.
+    fn expiry_late(&self) -> Duration {
+        Duration::from_millis(700)
+    }
+
+    /// A lease short enough for a test, long enough for the backend's lease unit (etcd counts
+    /// whole seconds; ZooKeeper's session timeout is checked per tick).
+    fn short_lease(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    /// Whether waiters queue on the server (a try-once then finds a waiter ahead of it).
+    fn queues_waiters(&self) -> bool {
+        false
+    }
+
+    /// Whether a lock is renewed by its own writes (Redis, SQL), rather than by its session's
+    /// or lease's heartbeats, which the client keeps while it lives (ZooKeeper, etcd).
+    fn renews_per_lock(&self) -> bool {
+        true
+    }
+
+    /// Cuts every client connection of every server (where no proxy can sit in between).
+    async fn cut_every_client(&self) {
+        unreachable!("{:?}: cut through the proxies", Self::BACKEND)
+    }
+
+    /// A counter of the writes that reach the servers (acquisitions, renewals, releases).
+    async fn writes(&self) -> u64;
+
+    /// A counter of everything that renews a lock: its writes, and on etcd the lease
+    /// keepalives.
+    async fn renewals(&self) -> u64 {
+        self.writes().await
+    }
+
+    /// How many sessions (ZooKeeper) or leases (etcd) the server keeps; `None` elsewhere.
+    async fn sessions(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// Calls of the lock commands (SET, EVAL, EVALSHA, PEXPIRE) on every running server of `all`.
+async fn redis_writes(all: &[RedisServer]) -> u64 {
+    let mut total = 0;
+    for server in all.iter().filter(|s| s.is_running()) {
+        total += server
+            .commands_calls(&["set", "eval", "evalsha", "pexpire"])
+            .await;
+    }
+    total
+}
+
+impl Faulty for RedisFixture {
+    const BACKEND: Backend = Backend::Redis;
+
+    fn shared() -> Self {
+        RedisFixture::new()
+    }
+
+    fn own() -> Self {
+        RedisFixture::new()
+    }
+
+    fn pause(&self, _: &[usize]) {
+        self.server.pause();
+    }
+
+    fn resume(&self, _: &[usize]) {
+        self.server.resume();
+    }
+
+    fn kill(&mut self, _: &[usize]) {
+        self.server.kill();
+    }
+
+    fn restart(&mut self, _: &[usize]) {
+        self.server.restart();
+    }
+
+    async fn writes(&self) -> u64 {
+        redis_writes(std::slice::from_ref(&self.server)).await
+    }
+}
+
+impl Faulty for RedlockFixture {
+    const BACKEND: Backend = Backend::Redlock;
+
+    fn shared() -> Self {
+        RedlockFixture::new(3)
+    }
+
+    fn own() -> Self {
+        RedlockFixture::new(3)
+    }
+
+    /// A majority: two of three.
+    fn victims(&self, _: &str) -> Vec<usize> {
+        vec![0, 1]
+    }
+
+    fn pause(&self, victims: &[usize]) {
+        victims.iter().for_each(|&i| self.servers[i].pause());
+    }
+
+    fn resume(&self, victims: &[usize]) {
+        victims.iter().for_each(|&i| self.servers[i].resume());
+    }
+
+    fn kill(&mut self, victims: &[usize]) {
+        victims.iter().for_each(|&i| self.servers[i].kill());
+    }
+
+    fn restart(&mut self, victims: &[usize]) {
+        victims.iter().for_each(|&i| self.servers[i].restart());
+    }
+
+    async fn writes(&self) -> u64 {
+        redis_writes(&self.servers).await
+    }
+}
+
+impl Faulty for ClusterFixture {
+    const BACKEND: Backend = Backend::Cluster;
+
+    fn shared() -> Self {
+        ClusterFixture::own()
+    }
+
+    /// The other masters serve their slots while one is down.
+    fn own() -> Self {
+        let fixture = ClusterFixture::new();
+        for i in 0..fixture.cluster.nodes.len() {
+            let () = fixture.cluster.query(
+                i,
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("cluster-require-full-coverage")
+                    .arg("no"),
+            );
+        }
+        fixture
+    }
+
+    /// The master that owns the key's slot.
+    fn victims(&self, key: &str) -> Vec<usize> {
+        let slot = self.cluster.slot(&format!("{{lock:{key}}}"), 0);
+        vec![self.cluster.owner_of(slot, 0)]
+    }
+
+    fn pause(&self, victims: &[usize]) {
+        victims.iter().for_each(|&i| self.cluster.nodes[i].pause());
+    }
+
+    fn resume(&self, victims: &[usize]) {
+        victims.iter().for_each(|&i| self.cluster.nodes[i].resume());
+    }
+
+    fn kill(&mut self, victims: &[usize]) {
+        victims.iter().for_each(|&i| self.cluster.nodes[i].kill());
+    }
+
+    /// Restarts the victims empty (a node keeps its slot map in `nodes.conf`), and waits until
+    /// the cluster is whole again.
+    fn restart(&mut self, victims: &[usize]) {
+        victims.iter().for_each(|&i| self.cluster.nodes[i].restart());
+        for &i in victims {
+            tokio::task::block_in_place(|| {
+                self.cluster.wait_until_ok(i, Duration::from_secs(20))
+            });
+        }
+    }
+
+    async fn cut_every_client(&self) {
+        for i in 0..self.cluster.nodes.len() {
+            for kind in ["normal", "pubsub"] {
+                let _: i64 = self
+                    .cluster
+                    .query(i, redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg(kind));
+            }
+        }
+    }
+
+    async fn writes(&self) -> u64 {
+        redis_writes(&self.cluster.nodes).await
+    }
+}
+
+impl Faulty for PostgresFixture {
+    const BACKEND: Backend = Backend::Postgres;
+
+    fn shared() -> Self {
+        PostgresFixture::new()
+    }
+
+    fn own() -> Self {
+        PostgresFixture::own()
+    }
+
+    fn pause(&self, _: &[usize]) {
+        self.server.pause();
+    }
+
+    fn resume(&self, _: &[usize]) {
+        self.server.resume();
+    }
+
+    fn kill(&mut self, _: &[usize]) {
+        self.server.own_mut().kill();
+    }
+
+    fn restart(&mut self, _: &[usize]) {
+        self.server.own_mut().restart();
+    }
+
+    /// The statements that write the lock table, in the server's statement log.
+    async fn writes(&self) -> u64 {
+        let log = self.server.log();
+        let table = self.table();
+        ["INSERT INTO", "UPDATE", "DELETE FROM"]
+            .iter()
+            .map(|verb| log.matches(&format!("{verb} {table} ")).count() as u64)
+            .sum()
+    }
+}
+
+impl Faulty for MysqlFixture {
+    const BACKEND: Backend = Backend::Mysql;
+
+    fn shared() -> Self {
+        MysqlFixture::new()
+    }
+
+    fn own() -> Self {
+        MysqlFixture::own()
+    }
+
+    fn pause(&self, _: &[usize]) {
+        self.server.pause();
+    }
+
+    fn resume(&self, _: &[usize]) {
+        self.server.resume();
+    }
+
+    fn kill(&mut self, _: &[usize]) {
+        self.server.own_mut().kill();
+    }
+
+    fn restart(&mut self, _: &[usize]) {
+        self.server.own_mut().restart();
+    }
+
+    /// `Com_insert + Com_update + Com_delete` (the server's: a server of the test's own).
+    async fn writes(&self) -> u64 {
+        let rows: Vec<(String, u64)> = self
+            .rows(
+                "SELECT VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+                 WHERE VARIABLE_NAME IN ('COM_INSERT', 'COM_UPDATE', 'COM_DELETE')",
+                (),
+            )
+            .await;
+        assert_eq!(rows.len(), 3, "{rows:?}");
+        rows.iter().map(|(_, n)| n).sum()
+    }
+}
+
+#[cfg(feature = "zookeeper")]
+impl Faulty for ZookeeperFixture {
+    const BACKEND: Backend = Backend::Zookeeper;
+
+    fn shared() -> Self {
+        ZookeeperFixture::new()
+    }
+
+    fn own() -> Self {
+        ZookeeperFixture::own()
+    }
+
+    fn pause(&self, _: &[usize]) {
+        self.server.pause();
+    }
+
+    fn resume(&self, _: &[usize]) {
+        self.server.resume();
+    }
+
+    fn kill(&mut self, _: &[usize]) {
+        self.server.own_mut().kill();
+    }
+
+    fn restart(&mut self, _: &[usize]) {
+        self.server.own_mut().restart();
+    }
+
+    fn expiry_slack(&self, lease: Duration) -> Duration {
+        lease * 2 / 5
+    }
+
+    fn expiry_late(&self) -> Duration {
+        Duration::from_secs(3)
+    }
+
+    fn short_lease(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+
+    fn queues_waiters(&self) -> bool {
+        true
+    }
+
+    fn renews_per_lock(&self) -> bool {
+        false
+    }
+
+    /// The last transaction id (`srvr`): every create, delete, set and session change.
+    async fn writes(&self) -> u64 {
+        let reply = super::zookeeper::four_letter(self.server.client_port, "srvr")
+            .expect("srvr answers");
+        let zxid = reply
+            .lines()
+            .find_map(|line| line.strip_prefix("Zxid: 0x"))
+            .expect("srvr reports the zxid");
+        u64::from_str_radix(zxid.trim(), 16).expect("a hex zxid")
+    }
+
+    async fn sessions(&self) -> Option<usize> {
+        let reply = super::zookeeper::four_letter(self.server.client_port, "mntr")
+            .expect("mntr answers");
+        let count = |name: &str| {
+            reply
+                .lines()
+                .find_map(|line| line.strip_prefix(name)?.trim().parse::<usize>().ok())
+                .unwrap_or(0)
+        };
+        Some(count("zk_global_sessions") + count("zk_local_sessions"))
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl Faulty for EtcdFixture {
+    const BACKEND: Backend = Backend::Etcd;
+
+    fn shared() -> Self {
+        EtcdFixture::new()
+    }
+
+    fn own() -> Self {
+        EtcdFixture::own()
+    }
+
+    fn pause(&self, _: &[usize]) {
+        self.member.pause();
+    }
+
+    fn resume(&self, _: &[usize]) {
+        self.member.resume();
+    }
+
+    fn kill(&mut self, _: &[usize]) {
+        self.member.own_mut().kill();
+    }
+
+    fn restart(&mut self, _: &[usize]) {
+        self.member.own_mut().restart();
+    }
+
+    fn expiry_slack(&self, lease: Duration) -> Duration {
+        lease * 2 / 5
+    }
+
+    fn expiry_late(&self) -> Duration {
+        Duration::from_secs(3)
+    }
+
+    fn short_lease(&self) -> Duration {
+        Duration::from_secs(2)
+    }
+
+    fn queues_waiters(&self) -> bool {
+        true
+    }
+
+    fn renews_per_lock(&self) -> bool {
+        false
+    }
+
+    /// The store's revision: every put and delete.
+    async fn writes(&self) -> u64 {
+        let port = self.member.client_port;
+        let reply = tokio::task::spawn_blocking(move || {
+            super::etcd::http_call(port, "POST", "/v3/kv/range", r#"{"key":"AA=="}"#)
+        })
+        .await
+        .unwrap()
+        .expect("etcd answers");
+        super::store::etcd::field(&reply, "revision")
+            .and_then(|r| r.parse().ok())
+            .expect("a revision")
+    }
+
+    /// The revision and the lease keepalives received (the member's gRPC metrics).
+    async fn renewals(&self) -> u64 {
+        let port = self.member.client_port;
+        let metrics = tokio::task::spawn_blocking(move || {
+            super::etcd::http_call(port, "GET", "/metrics", "")
+        })
+        .await
+        .unwrap()
+        .expect("/metrics answers");
+        let keepalives = metrics
+            .lines()
+            .filter(|line| {
+                line.starts_with("grpc_server_msg_received_total")
+                    && line.contains(r#"grpc_method="LeaseKeepAlive""#)
+            })
+            .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>() as u64;
+        keepalives + self.writes().await
+    }
+
+    async fn sessions(&self) -> Option<usize> {
+        let port = self.member.client_port;
+        let reply = tokio::task::spawn_blocking(move || {
+            super::etcd::http_call(port, "POST", "/v3/lease/leases", "{}")
+        })
+        .await
+        .unwrap()
+        .expect("etcd answers");
+        Some(reply.matches(r#""ID""#).count())
+    }
+}

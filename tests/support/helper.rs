@@ -1,0 +1,321 @@
+//! The one helper-process entry point. A test starts a copy of its own binary
+//! ([`Helper::spawn`](super::history::Helper::spawn)) running the test `helper_process`, which
+//! every binary that starts helpers declares as
+//!
+//! ```ignore
+//! #[test]
+//! fn helper_process() {
+//!     support::helper::run();
+//! }
+//! ```
+//!
+//! In a normal test run it returns at once. In a copy it reads its role (`ROLE`), its backend
+//! (`LOCK_URL`) and the rest of its instructions from the environment, and talks to the test
+//! through files in its directory (`HELPER_DIR`). The roles:
+//!
+//! - `holder` — takes `LOCK_KEY` and reports it; in mode `fenced` it then writes the fenced
+//!   resource, waits to be told to write again, and writes again (the fault suite);
+//! - `exit_paths` — runs an annotated function out by every exit path in turn (the fault suite);
+//! - `contender` — a contending process of the history checker;
+//! - `try_once`, `waiter` — a try-once that exits at once, and a waiter whose process ends (the
+//!   conformance suite);
+//! - `process_starter` — starts servers and a helper, then dies without cleaning up (the
+//!   harness's own test).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use distlock::{LockClient, LockError, distributed_lock};
+
+use super::fenced::Resource;
+use super::history::{self, Contention, Helper, helper_var as var, now_ns, write_file};
+use super::store::Store;
+use super::RedisServer;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The body of every binary's `helper_process` test.
+pub fn run() {
+    let Some(dir) = history::helper_dir() else {
+        return;
+    };
+    match var("ROLE").as_str() {
+        "holder" => holder(&dir),
+        "exit_paths" => exit_paths(&dir),
+        "contender" => contender(&dir),
+        "try_once" => try_once_and_exit_at_once(&dir),
+        "waiter" => waiter(&dir),
+        "process_starter" => process_starter(&dir),
+        role => panic!("no helper role `{role}`"),
+    }
+}
+
+/// Spawns a helper copy of this binary in role `role`, in a directory of its own.
+pub fn spawn(role: &str, env: &[(&str, String)]) -> Helper {
+    let dir = history::scratch_dir(role);
+    let mut helper = Helper::spawn(role, &dir, env);
+    helper.owns_dir = true;
+    helper
+}
+
+// ---------------------------------------------------------------------------------------------
+// `holder`
+
+/// Takes `LOCK_KEY` (lease `LEASE_MS`, fencing when `FENCING=1`) and writes `acquired`:
+/// `fencing-token|- now-ns owner-token`. Mode `hold` then holds until killed. Mode `fenced`
+/// writes the resource `RESOURCE` (fenced), writes `wrote1`, waits for the file `write-again`,
+/// then writes the resource again — plain and fenced, without asking whether it still holds
+/// the lock — and writes `wrote2`: `fenced-written plain lost=<told within 2 s>`.
+fn holder(dir: &Path) {
+    history::helper_runtime().block_on(async {
+        let url = var("LOCK_URL");
+        let fencing = var("FENCING") == "1";
+        let client = LockClient::builder(url.as_str())
+            .fencing(fencing)
+            .response_timeout(ms(300))
+            .build()
+            .await
+            .unwrap();
+        let guard = client
+            .lock(var("LOCK_KEY"))
+            .lease(ms(var("LEASE_MS").parse().unwrap()))
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        let token = guard.fencing_token();
+        let line = format!(
+            "{} {} {}",
+            token.map_or("-".into(), |t| t.to_string()),
+            now_ns(),
+            distlock::__private::testing::owner_token(&guard)
+        );
+        write_file(&dir.join("acquired"), &line);
+        if var("MODE") != "fenced" {
+            std::future::pending::<()>().await;
+        }
+        let token = token.expect("fencing is on");
+        let mut resource = Resource::open(&url, &var("RESOURCE")).await;
+        let first = resource
+            .fenced_write("written by the first holder", token)
+            .await;
+        write_file(&dir.join("wrote1"), &first.to_string());
+        history::read_when_there(&dir.join("write-again"), Duration::from_secs(60)).await;
+        // The stale holder writes without asking whether it still holds the lock: the pause can
+        // fall between any check and the write, so only the resource can refuse.
+        resource.plain_write("written by the stale holder").await;
+        let second = resource
+            .fenced_write("written by the stale holder", token)
+            .await;
+        let told = tokio::time::timeout(Duration::from_secs(2), guard.lost())
+            .await
+            .is_ok();
+        write_file(&dir.join("wrote2"), &format!("{second} plain lost={told}"));
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// `exit_paths`
+
+#[derive(Clone, Copy, Debug)]
+enum Exit {
+    Return,
+    Error,
+    Panic,
+    Forever,
+}
+
+/// Lease 300 ms: renewed every 100 ms while the body runs.
+#[distributed_lock(key = "exit:<path>", lease = "300ms", wait = "5s")]
+async fn guarded(path: &str, how: Exit) -> Result<(), LockError> {
+    tokio::time::sleep(ms(350)).await;
+    match how {
+        Exit::Return => Ok(()),
+        Exit::Error => {
+            let failed: Result<(), LockError> = Err(LockError::Config("the body failed".into()));
+            failed?;
+            unreachable!()
+        }
+        Exit::Panic => panic!("the body panics"),
+        Exit::Forever => std::future::pending().await,
+    }
+}
+
+/// The exit paths of [`exit_paths`], in the order it runs them.
+pub const EXIT_PATHS: [&str; 5] = ["return", "error", "panic", "cancel", "shutdown"];
+
+/// Runs the annotated function out by each exit path in turn; after each it writes
+/// `done-<path>` and waits for `next-<path>`.
+fn exit_paths(dir: &Path) {
+    let url = var("LOCK_URL");
+    let runtime = history::helper_runtime();
+    let step = |path: &str| {
+        write_file(&dir.join(format!("done-{path}")), "done");
+        let next = dir.join(format!("next-{path}"));
+        while !next.exists() {
+            std::thread::sleep(ms(2));
+        }
+    };
+    runtime.block_on(async {
+        distlock::init(LockClient::connect(&url).await.unwrap()).unwrap();
+    });
+    let result = runtime.block_on(guarded("return", Exit::Return));
+    assert!(result.is_ok());
+    step("return");
+    let result = runtime.block_on(guarded("error", Exit::Error));
+    assert!(matches!(result, Err(LockError::Config(_))));
+    step("error");
+    let result = runtime.block_on(runtime.spawn(guarded("panic", Exit::Panic)));
+    assert!(result.unwrap_err().is_panic());
+    step("panic");
+    let result = runtime
+        .block_on(async { tokio::time::timeout(ms(350), guarded("cancel", Exit::Forever)).await });
+    assert!(result.is_err(), "cancelled");
+    step("cancel");
+    runtime.spawn(guarded("shutdown", Exit::Forever));
+    runtime.block_on(async { tokio::time::sleep(ms(350)).await });
+    runtime.shutdown_timeout(ms(100));
+    step("shutdown");
+}
+
+// ---------------------------------------------------------------------------------------------
+// `contender`
+
+/// Upper bound of a contender's random pause between the register's read and write.
+pub const MAX_SLEEP_US: u64 = 200;
+
+/// A contending process of the history checker: contends as [`Contention`] says (from the
+/// environment), then writes `<HOLDER>.out`: `increments lost`, then one hold per line.
+fn contender(dir: &Path) {
+    let spec = Contention {
+        url: var("LOCK_URL"),
+        key: var("LOCK_KEY"),
+        name: var("HOLDER"),
+        tasks: var("TASKS").parse().unwrap(),
+        rounds: var("ROUNDS").parse().unwrap(),
+        fencing: var("FENCING") == "1",
+        fair: var("FAIR") == "1",
+        lease: ms(var("LEASE_MS").parse().unwrap()),
+        max_sleep_us: MAX_SLEEP_US,
+    };
+    history::helper_runtime().block_on(async {
+        let store = Store::open(&spec.url, &var("NAMESPACE")).await.unwrap();
+        let ready = dir.join(format!("{}.ready", spec.name));
+        let go = dir.join("go");
+        let outcome = history::contend(&spec, &store, Some((&ready, &go))).await;
+        let mut out = format!("{} {}\n", outcome.increments, outcome.lost);
+        for hold in &outcome.holds {
+            out.push_str(&hold.to_line());
+            out.push('\n');
+        }
+        write_file(&dir.join(format!("{}.out", spec.name)), &out);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// `try_once`, `waiter`
+
+/// The lease of the locks in the try-once and waiter scenarios: a place left in line would hold
+/// up the next waiter this long (the session or lease it lives on), far past the bound the
+/// tests allow.
+pub const TRY_ONCE_LEASE: Duration = Duration::from_secs(5);
+
+/// One try for `key` (`wait = 0`): `busy`, `acquired` or the error.
+pub async fn try_once(url: &str, key: &str, fair: bool) -> String {
+    let client = LockClient::connect(url).await.unwrap();
+    let mut request = client.lock(key).lease(TRY_ONCE_LEASE).wait(Duration::ZERO);
+    if fair {
+        request = request.fair();
+    }
+    match request.acquire().await {
+        Err(LockError::Timeout { .. }) => "busy".to_owned(),
+        Ok(_) => "acquired".to_owned(),
+        Err(error) => format!("error: {error}"),
+    }
+}
+
+/// One try (`LOCK_KEY`, fair when `FAIR=1`), its answer in the file `answer`, then `exit(0)`
+/// from inside the runtime — no destructor, no runtime shutdown: only what the acquisition did
+/// before it returned is done.
+fn try_once_and_exit_at_once(dir: &Path) {
+    // One thread: nothing spawned in the background (a release left to a task) runs between
+    // the answer and the exit, so only what the acquisition awaited is done.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let answer = try_once(&var("LOCK_URL"), &var("LOCK_KEY"), var("FAIR") == "1").await;
+        write_file(&dir.join("answer"), &answer);
+        std::process::exit(0);
+    });
+}
+
+/// Starts waiting for `key` (forever) and returns once the server counts the waiter (or, on a
+/// backend that counts no plain waiters, after 3 s), the wait still under way.
+pub async fn wait_in_line(url: &str, key: &'static str) {
+    let client = LockClient::connect(url).await.unwrap();
+    let waiting = client.clone();
+    tokio::spawn(async move {
+        let _ = waiting
+            .lock(key)
+            .lease(TRY_ONCE_LEASE)
+            .wait_forever()
+            .acquire()
+            .await;
+    });
+    // A plain waiter on Redis or SQL is counted nowhere: it is simply under way after this.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        tokio::time::sleep(ms(20)).await;
+        let info = client.inspect(key).await.ok().flatten();
+        if info.and_then(|i| i.waiters).is_some_and(|n| n >= 1) {
+            return;
+        }
+    }
+}
+
+/// Waits in line for `LOCK_KEY`, writes `queued`, and ends normally (its runtime shuts down
+/// with the wait under way).
+fn waiter(dir: &Path) {
+    let runtime = history::helper_runtime();
+    let key: &'static str = var("LOCK_KEY").leak();
+    runtime.block_on(wait_in_line(&var("LOCK_URL"), key));
+    write_file(&dir.join("queued"), "queued");
+    drop(runtime);
+}
+
+// ---------------------------------------------------------------------------------------------
+// `process_starter`
+
+/// Starts servers (one of its own, the binary's shared one) and a helper process of its own,
+/// writes their pids, then dies without running a destructor: aborted (`MODE=abort`), or
+/// waiting to be killed with SIGKILL.
+fn process_starter(dir: &Path) {
+    if std::env::var_os("NESTED").is_some() {
+        write_file(&dir.join("nested"), &std::process::id().to_string());
+        loop {
+            std::thread::park();
+        }
+    }
+    let own = RedisServer::start();
+    let shared = RedisServer::shared();
+    let nested = Helper::spawn("process_starter", dir, &[("NESTED", "1".into())]);
+    history::helper_runtime().block_on(async {
+        history::read_when_there(&dir.join("nested"), Duration::from_secs(30)).await;
+    });
+    let pids = [own.pid(), shared.pid(), nested.pid() as u32];
+    let line: Vec<String> = pids.iter().map(u32::to_string).collect();
+    write_file(&dir.join("pids"), &line.join(" "));
+    history::helper_runtime().block_on(async {
+        history::read_when_there(&dir.join("die"), Duration::from_secs(60)).await;
+    });
+    if var("MODE") == "abort" {
+        std::process::abort();
+    }
+    loop {
+        std::thread::park();
+    }
+}
