@@ -6,13 +6,13 @@
 use std::time::Duration;
 
 use super::RedisServer;
-use super::fixture::{
-    ClusterFixture, Fixture, MysqlFixture, PostgresFixture, RedisFixture, RedlockFixture,
-};
 #[cfg(feature = "etcd")]
 use super::fixture::EtcdFixture;
 #[cfg(feature = "zookeeper")]
 use super::fixture::ZookeeperFixture;
+use super::fixture::{
+    ClusterFixture, Fixture, MysqlFixture, PostgresFixture, RedisFixture, RedlockFixture,
+};
 
 /// The backends, in the order of RELIABILITY.md's columns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -302,7 +302,12 @@ pub trait Faulty: Fixture + Sized {
         self.writes().await
     }
 
-    /// How many sessions (ZooKeeper) or leases (etcd) the server keeps; `None` elsewhere.
+    /// Waits until the server has done what it does by itself after lock `name` was released
+    /// (ZooKeeper deletes the empty lock parent, a write of its own).
+    async fn settle(&self, _name: &str) {}
+
+    /// How many client connections (ZooKeeper) or leases (etcd) the server keeps, through which
+    /// a lock could still be renewed; `None` elsewhere.
     async fn sessions(&self) -> Option<usize> {
         None
     }
@@ -431,11 +436,11 @@ impl Faulty for ClusterFixture {
     /// Restarts the victims empty (a node keeps its slot map in `nodes.conf`), and waits until
     /// the cluster is whole again.
     fn restart(&mut self, victims: &[usize]) {
-        victims.iter().for_each(|&i| self.cluster.nodes[i].restart());
+        victims
+            .iter()
+            .for_each(|&i| self.cluster.nodes[i].restart());
         for &i in victims {
-            tokio::task::block_in_place(|| {
-                self.cluster.wait_until_ok(i, Duration::from_secs(20))
-            });
+            tokio::task::block_in_place(|| self.cluster.wait_until_ok(i, Duration::from_secs(20)));
         }
     }
 
@@ -487,7 +492,7 @@ impl Faulty for PostgresFixture {
         let table = self.table();
         ["INSERT INTO", "UPDATE", "DELETE FROM"]
             .iter()
-            .map(|verb| log.matches(&format!("{verb} {table} ")).count() as u64)
+            .map(|verb| log.matches(&format!("{verb} \"{table}\" ")).count() as u64)
             .sum()
     }
 }
@@ -583,8 +588,8 @@ impl Faulty for ZookeeperFixture {
 
     /// The last transaction id (`srvr`): every create, delete, set and session change.
     async fn writes(&self) -> u64 {
-        let reply = super::zookeeper::four_letter(self.server.client_port, "srvr")
-            .expect("srvr answers");
+        let reply =
+            super::zookeeper::four_letter(self.server.client_port, "srvr").expect("srvr answers");
         let zxid = reply
             .lines()
             .find_map(|line| line.strip_prefix("Zxid: 0x"))
@@ -592,16 +597,29 @@ impl Faulty for ZookeeperFixture {
         u64::from_str_radix(zxid.trim(), 16).expect("a hex zxid")
     }
 
+    async fn settle(&self, name: &str) {
+        let parent = self.parent(name);
+        let zk = self.zk().await;
+        let gone = super::eventually(Duration::from_secs(5), || async {
+            matches!(zk.check_stat(&parent).await, Ok(None))
+        })
+        .await;
+        assert!(gone, "the empty lock parent {parent} stays");
+    }
+
     async fn sessions(&self) -> Option<usize> {
-        let reply = super::zookeeper::four_letter(self.server.client_port, "mntr")
-            .expect("mntr answers");
+        let reply =
+            super::zookeeper::four_letter(self.server.client_port, "mntr").expect("mntr answers");
         let count = |name: &str| {
             reply
                 .lines()
                 .find_map(|line| line.strip_prefix(name)?.trim().parse::<usize>().ok())
                 .unwrap_or(0)
         };
-        Some(count("zk_global_sessions") + count("zk_local_sessions"))
+        // Connections, not sessions: a session with no lock on it (the one a client opens to
+        // check its chroot) is not closed by the runtime's shutdown, it simply ends at its
+        // timeout; but its connection is gone, and with it every heartbeat.
+        Some(count("zk_num_alive_connections"))
     }
 }
 

@@ -58,7 +58,9 @@ impl Resource {
                 let opts =
                     mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(base).unwrap())
                         .prefer_socket(false);
-                let mut conn = mysql_async::Conn::new(opts).await.expect("connect to MySQL");
+                let mut conn = mysql_async::Conn::new(opts)
+                    .await
+                    .expect("connect to MySQL");
                 conn.query_drop(format!(
                     "CREATE TABLE IF NOT EXISTS {name} (id BIGINT PRIMARY KEY, value TEXT, \
                      fence BIGINT NOT NULL DEFAULT 0, plain TEXT)"
@@ -108,7 +110,10 @@ impl Resource {
                 .await;
                 At::Etcd(host)
             }
-            _ => match Store::open(lock_url, "fence").await.expect("the Redis store") {
+            _ => match Store::open(lock_url, "fence")
+                .await
+                .expect("the Redis store")
+            {
                 Store::Redis { conn, .. } => At::Redis(conn),
                 _ => unreachable!("a Redis URL opens a Redis store"),
             },
@@ -249,7 +254,10 @@ impl Resource {
             }
             At::Postgres(client) => {
                 let row = client
-                    .query_one(&format!("SELECT value, plain FROM {name} WHERE id = 1"), &[])
+                    .query_one(
+                        &format!("SELECT value, plain FROM {name} WHERE id = 1"),
+                        &[],
+                    )
                     .await
                     .expect("select");
                 (

@@ -471,7 +471,9 @@ impl PostgresFixture {
         let mut client = self.client.lock().await;
         match &*client {
             Some(open) if !open.is_closed() => open.clone(),
-            _ => client.insert(std::sync::Arc::new(self.server.client().await)).clone(),
+            _ => client
+                .insert(std::sync::Arc::new(self.server.client().await))
+                .clone(),
         }
     }
 

@@ -27,10 +27,10 @@ use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError, distributed_lock};
 
+use super::RedisServer;
 use super::fenced::Resource;
 use super::history::{self, Contention, Helper, helper_var as var, now_ns, write_file};
 use super::store::Store;
-use super::RedisServer;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

@@ -280,7 +280,12 @@ impl Helper {
         let exe = std::env::current_exe().expect("the test binary's path");
         let mut command = Command::new(exe);
         command
-            .args(["helper_process", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "helper_process",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(HELPER_ENV, "1")
             .env("ROLE", role)
             .env("HELPER_DIR", dir)

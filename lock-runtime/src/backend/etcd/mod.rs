@@ -539,6 +539,23 @@ impl EtcdBackend {
             let Some(predecessor) = before.kvs.into_iter().next() else {
                 continue; // the queue moved: look again
             };
+            // A key on our own lease that no acquisition of ours knows: an attempt given up (its
+            // reply lost, a leader change, a restart) whose put landed all the same. Nobody
+            // would ever delete it while the lease lives: it goes now.
+            let orphan = predecessor.lease == lease.id && {
+                let token = predecessor.key.get(queue.len()..).unwrap_or_default();
+                let token = std::str::from_utf8(token).unwrap_or_default();
+                !self.keys().contains_key(token)
+            };
+            if orphan {
+                match self.delete_key(predecessor.key).await {
+                    Ok(_) => {
+                        tracing::debug!("distlock: etcd: deleted an orphaned key of this lease");
+                        continue;
+                    }
+                    Err(failure) => return Err(self.failed("delete", failure)),
+                }
+            }
             let task = tokio::spawn(watch_delete(
                 self.rpc.clone(),
                 predecessor.key,
@@ -623,11 +640,43 @@ impl EtcdBackend {
                 Ok(false) => return Ok(Released::NotOurs),
                 Err(Failure::Server(status)) if is_transient(&status) && attempt < 3 => {}
                 Err(Failure::Other(_)) if attempt < 3 => {}
-                Err(failure) => return Err(self.failed("delete", failure)),
+                Err(failure) => {
+                    if let Some(lease) = lease.filter(|lease| lease.is_usable()) {
+                        self.delete_later(key, lease);
+                    }
+                    return Err(self.failed("delete", failure));
+                }
             }
             attempt += 1;
             tokio::time::sleep(super::retry_pause(attempt)).await;
         }
+    }
+
+    /// A release that failed for good reports its error, but its key must not outlive it: the
+    /// lease it lives on is kept alive for the client's other locks, so the key would hold the
+    /// lock for as long as the client runs. It is deleted in the background once etcd answers
+    /// again (the server restarted, the leader elected), or goes with its lease.
+    fn delete_later(&self, key: Vec<u8>, lease: Arc<Lease>) {
+        let rpc = self.rpc.clone();
+        let response_timeout = self.response_timeout;
+        tokio::spawn(async move {
+            let mut attempt = 0;
+            while lease.is_usable() {
+                attempt += 1;
+                tokio::time::sleep(super::retry_pause(attempt.min(4))).await;
+                let delete = rpc.unary::<_, DeleteRangeResponse>(
+                    path::DELETE_RANGE,
+                    DeleteRangeRequest {
+                        key: key.clone(),
+                        range_end: Vec::new(),
+                    },
+                );
+                if let Ok(Ok(_)) = tokio::time::timeout(response_timeout, delete).await {
+                    tracing::debug!("distlock: etcd: a failed release's key deleted later");
+                    return;
+                }
+            }
+        });
     }
 
     async fn check(&self, spec: LockSpec<'_>) -> Result<bool, BoxError> {

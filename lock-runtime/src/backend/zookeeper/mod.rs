@@ -91,6 +91,27 @@ pub(crate) struct ZookeeperBackend {
     version: std::sync::OnceLock<String>,
 }
 
+/// A release that failed for good reports its error, but its node must not outlive it: the
+/// session it lives on is kept alive for the client's other locks, so the node would hold the
+/// lock for as long as the client runs. It is deleted in the background once the server answers
+/// again (restarted, or the client reconnected), or goes with its session.
+fn delete_later(client: zk::Client, path: String, session: Arc<Session>, timeout: Duration) {
+    tokio::spawn(async move {
+        let mut attempt = 0;
+        while session.is_usable() {
+            attempt += 1;
+            tokio::time::sleep(super::retry_pause(attempt.min(4))).await;
+            match tokio::time::timeout(timeout, client.delete(&path, None)).await {
+                Ok(Ok(()) | Err(zk::Error::NoNode)) => {
+                    tracing::debug!("distlock: zookeeper: a failed release's node deleted later");
+                    return;
+                }
+                _ => {}
+            }
+        }
+    });
+}
+
 /// Errors that waiting may cure: the connection or session broke, the server is busy.
 fn is_transient(error: &zk::Error) -> bool {
     use zk::Error::*;
@@ -286,15 +307,18 @@ impl ZookeeperBackend {
         Ok(session)
     }
 
-    /// A client of a usable session, for requests that are not tied to a lease.
-    async fn any_client(&self) -> Result<zk::Client, BoxError> {
-        let open = self
-            .sessions
+    /// A client of a usable session already open, if any.
+    fn open_client(&self) -> Option<zk::Client> {
+        self.sessions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .values()
-            .find_map(|s| s.client());
-        match open {
+            .find_map(|s| s.client())
+    }
+
+    /// A client of a usable session, for requests that are not tied to a lease.
+    async fn any_client(&self) -> Result<zk::Client, BoxError> {
+        match self.open_client() {
             Some(client) => Ok(client),
             None => self
                 .session_for(self.default_lease)
@@ -410,12 +434,34 @@ impl ZookeeperBackend {
                     return Err(self.failed("list", failure));
                 }
             };
+            let mine = &path[parent.len() + 1..];
+            // A create whose reply was lost (the connection dropped, the server restarted) may
+            // have made a node all the same, and its retry another: the earlier one, ahead of
+            // ours and on our own live session, would hold us up for good. Every node with our
+            // token is ours (Curator's "protection"): the others go.
+            let orphans: Vec<&str> = children
+                .iter()
+                .map(String::as_str)
+                .filter(|child| *child != mine && token_of(child) == spec.token)
+                .collect();
+            for orphan in &orphans {
+                let orphan = format!("{parent}/{orphan}");
+                match self.call("delete", client.delete(&orphan, None)).await {
+                    Ok(()) | Err(ZkFailure::Server(zk::Error::NoNode)) => {
+                        tracing::debug!(node = %orphan, "distlock: zookeeper: deleted a node of a create whose reply was lost");
+                    }
+                    Err(failure) => {
+                        self.note_session_error(&session, &failure);
+                        return Err(self.failed("delete", failure));
+                    }
+                }
+            }
             let mut queue: Vec<(i64, &str)> = children
                 .iter()
+                .filter(|child| !orphans.contains(&child.as_str()))
                 .filter_map(|child| Some((sequence_of(child)?, child.as_str())))
                 .collect();
             queue.sort_unstable();
-            let mine = &path[parent.len() + 1..];
             let Some(place) = queue.iter().position(|&(_, child)| child == mine) else {
                 // Our node is gone (deleted behind our back): join the queue again.
                 self.nodes().remove(spec.token);
@@ -436,6 +482,24 @@ impl ZookeeperBackend {
                 .call("watch", client.check_and_watch_stat(&before))
                 .await
             {
+                // A node of our own session that no acquisition of ours knows: a create of an
+                // attempt given up (its reply lost, the server restarting) that landed all the
+                // same. Nobody would ever delete it while the session lives: it goes now.
+                Ok((Some(stat), _))
+                    if stat.ephemeral_owner == client.session_id().0
+                        && !self.nodes().contains_key(token_of(queue[place - 1].1)) =>
+                {
+                    match self.call("delete", client.delete(&before, None)).await {
+                        Ok(()) | Err(ZkFailure::Server(zk::Error::NoNode)) => {
+                            tracing::debug!(node = %before, "distlock: zookeeper: deleted an orphaned node of this session");
+                            continue;
+                        }
+                        Err(failure) => {
+                            self.note_session_error(&session, &failure);
+                            return Err(self.failed("delete", failure));
+                        }
+                    }
+                }
                 Ok((Some(_), watcher)) => watcher,
                 Ok((None, _)) => continue, // gone already: look again
                 Err(failure) => {
@@ -492,9 +556,12 @@ impl ZookeeperBackend {
         let node = self.nodes().remove(token);
         let (path, session, client) = match node {
             Some(mut node) => {
-                let client = match node.session.client() {
+                let client = match node.session.client().or_else(|| self.open_client()) {
                     Some(client) => client,
-                    None => self.any_client().await?,
+                    // The node's session is lost, and no other is open: the node goes with its
+                    // session (closed, or expired one timeout later). Opening a session just for
+                    // this would outlive a runtime shutting down, whose guards are dropped here.
+                    None => return Ok(Released::NotOurs),
                 };
                 (
                     Some(std::mem::take(&mut node.path)),
@@ -539,7 +606,12 @@ impl ZookeeperBackend {
                     zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::Throttled,
                 )) if attempt < 3 => {}
                 Err(ZkFailure::Other(_)) if attempt < 3 => {}
-                Err(failure) => return Err(self.failed("delete", failure)),
+                Err(failure) => {
+                    if let Some(session) = session.filter(|session| session.is_usable()) {
+                        delete_later(client, path, session, self.response_timeout);
+                    }
+                    return Err(self.failed("delete", failure));
+                }
             }
             attempt += 1;
             tokio::time::sleep(super::retry_pause(attempt)).await;
