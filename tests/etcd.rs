@@ -1,7 +1,7 @@
 //! The etcd backend against real members, what only etcd has: the queue on the server (one
-//! watch per waiter, served in arrival order), leases shared by lock length, a cluster losing
-//! its leader and then its majority, cancelled waiters, and bad input. The faults every backend
-//! shares (a killed, paused or partitioned holder, a restart, …) are in `tests/faults.rs`.
+//! watch per waiter, served in arrival order), leases shared by lock length, cancelled waiters,
+//! and bad input. Its faults (a killed, paused or partitioned holder, a restart, a cluster
+//! losing its leader and then its majority, …) are in the fault suite, `tests/faults.rs`.
 
 #![cfg(feature = "etcd")]
 
@@ -10,9 +10,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError};
-use support::etcd::{EtcdCluster, EtcdMember, http_call};
+use support::etcd::{EtcdMember, http_call};
+use support::eventually;
 use support::fixture::{EtcdFixture, Fixture};
-use support::{eventually, unique};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -183,82 +183,6 @@ async fn locks_share_a_lease_per_ttl() {
     for guard in [a, b, c] {
         guard.release().await.unwrap();
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Faults only a cluster has (the others, on one member: `tests/faults.rs`).
-
-/// A three-member cluster: the leader killed (a held lock stays held, service continues on the
-/// remaining majority), then a majority down (acquisitions fail within their `wait` with an
-/// error that says what to check; the held lock is reported lost).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_keeps_locks_through_a_leader_loss_and_refuses_without_a_majority() {
-    let mut cluster = EtcdCluster::start();
-    let url = cluster.url(&unique("cluster"));
-    let client = LockClient::builder(&url)
-        .fencing(true)
-        .connect_timeout(ms(2_000))
-        .build()
-        .await
-        .unwrap();
-    let lease = ms(5_000);
-    let held = client.lock("kept").lease(lease).acquire().await.unwrap();
-    let token = held.fencing_token().unwrap();
-
-    let leader = cluster.leader(Duration::from_secs(10)).expect("a leader");
-    cluster.members[leader].kill();
-    let killed_at = Instant::now();
-    let new_leader = cluster
-        .leader(Duration::from_secs(30))
-        .expect("the remaining two elect a leader");
-    assert_ne!(new_leader, leader);
-    eprintln!("etcd cluster: new leader after {:?}", killed_at.elapsed());
-    let other = LockClient::builder(&url)
-        .fencing(true)
-        .build()
-        .await
-        .unwrap();
-    assert!(other.lock("kept").try_acquire().await.unwrap().is_none());
-    let fresh = other
-        .lock("fresh")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect("acquisitions go on with a majority");
-    assert!(fresh.fencing_token().unwrap() > token);
-    fresh.release().await.unwrap();
-    // Past a full lease after the kill: the keepalives went on with the new leader.
-    tokio::time::sleep_until((killed_at + lease + ms(500)).into()).await;
-    assert!(
-        !held.is_lost(),
-        "the held lock was lost with the old leader"
-    );
-
-    // A majority down: nobody can be granted anything.
-    let second = cluster.members.iter().position(|m| m.is_running()).unwrap();
-    cluster.members[second].kill();
-    let started = Instant::now();
-    let err = other
-        .lock("refused")
-        .wait(ms(3_000))
-        .acquire()
-        .await
-        .unwrap_err();
-    let took = started.elapsed();
-    let message = err.to_string();
-    assert!(
-        matches!(err, LockError::Backend { .. }) && message.contains("etcd"),
-        "{message}"
-    );
-    // The wait, then the last attempt's reply (at most the response timeout, 2 s by default),
-    // then giving up its place in line before returning (at most the response timeout again).
-    let bound = ms(3_000) + 2 * LockClient::DEFAULT_RESPONSE_TIMEOUT + ms(500);
-    assert!(took < bound, "failed after {took:?}");
-    // The held lock cannot be confirmed any more: it is reported lost within its lease.
-    tokio::time::timeout(lease + ms(1_000), held.lost())
-        .await
-        .expect("the holder is told once its lease cannot be confirmed");
-    eprintln!("etcd cluster without a majority: refused after {took:?}: {message}");
 }
 
 // ---------------------------------------------------------------------------------------------

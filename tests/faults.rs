@@ -18,7 +18,9 @@
 //! 7. the server dies mid-acquire, mid-renew and mid-release: each call fails within a bound,
 //!    nothing panics, and once the server is back the lock works again;
 //! 8. after every exit path of an annotated function, and after runtime shutdown, nothing is
-//!    written again (the server's own counters).
+//!    written again (the server's own counters);
+//! 9. three servers that elect a leader lose it, then their majority: locks are kept through the
+//!    first, refused (and the holder told) after the second.
 //!
 //! Processes are copies of this test binary in a role of `support::helper`.
 
@@ -63,6 +65,7 @@ async fn run<F: Faulty>(scenario: Scenario) {
         Scenario::ServerRestartsWithItsData => server_restarts_with_its_data(F::own()).await,
         Scenario::ServerDiesMidCall => server_dies_mid_call(F::own()).await,
         Scenario::NoRenewalAfterExit => no_renewal_after_exit(F::own()).await,
+        Scenario::LeaderThenMajorityLost => leader_then_majority_lost::<F>().await,
     }
 }
 
@@ -783,6 +786,83 @@ async fn no_renewal_after_exit<F: Faulty>(fixture: F) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 9. Three servers lose their leader, then their majority.
+
+async fn leader_then_majority_lost<F: Faulty>() {
+    let (mut servers, lease) = F::quorum();
+    let url = servers.url();
+    let client = LockClient::builder(&url)
+        .fencing(true)
+        .connect_timeout(ms(2_000))
+        .build()
+        .await
+        .unwrap();
+    let held = client.lock("kept").lease(lease).acquire().await.unwrap();
+    let token = held.fencing_token().unwrap();
+
+    let leader =
+        tokio::task::block_in_place(|| servers.leader(Duration::from_secs(10))).expect("a leader");
+    servers.kill(leader);
+    let killed_at = Instant::now();
+    let new_leader = tokio::task::block_in_place(|| servers.leader(Duration::from_secs(30)))
+        .expect("the remaining two elect a leader");
+    assert_ne!(new_leader, leader);
+    let elected_after = killed_at.elapsed();
+    // The minority is gone: the service goes on, and the held lock is still ours.
+    let other = LockClient::builder(&url)
+        .fencing(true)
+        .build()
+        .await
+        .unwrap();
+    assert!(other.lock("kept").try_acquire().await.unwrap().is_none());
+    let fresh = other
+        .lock("fresh")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .expect("acquisitions go on with a majority");
+    assert!(fresh.fencing_token().unwrap() > token);
+    fresh.release().await.unwrap();
+    // Past a full lease after the kill: the heartbeats went on with the new leader.
+    tokio::time::sleep_until((killed_at + lease + ms(500)).into()).await;
+    assert!(
+        !held.is_lost(),
+        "the held lock was lost with the old leader"
+    );
+
+    // A majority down: nobody can be granted anything.
+    let second = (0..3).find(|&i| servers.is_running(i)).unwrap();
+    servers.kill(second);
+    let started = Instant::now();
+    let err = other
+        .lock("refused")
+        .wait(ms(3_000))
+        .acquire()
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    let message = err.to_string();
+    let backend = F::BACKEND.names().1;
+    assert!(
+        matches!(err, LockError::Backend { .. }) && message.contains(backend),
+        "{message}"
+    );
+    // The wait, then the last attempt's reply (at most the response timeout, 2 s by default),
+    // then giving up its place in line before returning (at most the response timeout again).
+    let bound = ms(3_000) + 2 * LockClient::DEFAULT_RESPONSE_TIMEOUT + ms(500);
+    assert!(took < bound, "failed after {took:?}");
+    // The held lock cannot be confirmed any more: it is reported lost within its lease.
+    tokio::time::timeout(lease + ms(1_000), held.lost())
+        .await
+        .expect("the holder is told once its lease cannot be confirmed");
+    eprintln!(
+        "{:?}: new leader after {elected_after:?}; without a majority refused after {took:?}: \
+         {message}",
+        F::BACKEND
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // RELIABILITY.md: the table is the suite's.
 
 /// RELIABILITY.md's fault table is exactly the one generated from the scenarios and where they
@@ -867,6 +947,7 @@ macro_rules! suite {
                     s6_server_restarts_with_its_data => ServerRestartsWithItsData,
                     s7_server_dies_mid_call => ServerDiesMidCall,
                     s8_no_renewal_after_exit => NoRenewalAfterExit,
+                    s9_leader_then_majority_lost => LeaderThenMajorityLost,
                 );
             }
         )*

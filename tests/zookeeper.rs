@@ -1,8 +1,8 @@
 //! The ZooKeeper backend against real servers, what only ZooKeeper has: the queue on the server
-//! (one watch per waiter, served in arrival order), sessions per lease, an ensemble losing its
-//! leader, a minority and a majority, cancelled waiters, empty parents, fencing across a
-//! parent's deletion, and bad input. The faults every backend shares (a killed, paused or
-//! partitioned holder, a restart, …) are in `tests/faults.rs`.
+//! (one watch per waiter, served in arrival order), sessions per lease, cancelled waiters, empty
+//! parents, fencing across a parent's deletion, and bad input. Its faults (a killed, paused or
+//! partitioned holder, a restart, an ensemble losing its leader and then its majority, …) are in
+//! the fault suite, `tests/faults.rs`.
 
 #![cfg(feature = "zookeeper")]
 
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError};
 use support::fixture::{Fixture, ZookeeperFixture};
-use support::zookeeper::{ZkEnsemble, ZkServer, four_letter};
+use support::zookeeper::{ZkServer, four_letter};
 use support::{eventually, unique};
 
 fn ms(n: u64) -> Duration {
@@ -221,88 +221,6 @@ async fn sessions_follow_leases_unless_the_url_pins_one() {
     assert_eq!(owner("lock:a").await, owner("lock:b").await);
     short.release().await.unwrap();
     long.release().await.unwrap();
-}
-
-// ---------------------------------------------------------------------------------------------
-// Faults only an ensemble has (the others, on one server: `tests/faults.rs`).
-
-/// A three-server ensemble: the leader killed (a held lock stays held, service continues on
-/// the remaining majority), then a majority down (acquisitions fail within their `wait` with an
-/// error that says what to check; the held lock is reported lost).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ensemble_keeps_locks_through_a_leader_loss_and_refuses_without_a_majority() {
-    let mut ensemble = ZkEnsemble::start();
-    let url = ensemble.url(&format!("/{}", unique("ensemble")));
-    let client = LockClient::builder(&url)
-        .fencing(true)
-        .connect_timeout(ms(2_000))
-        .build()
-        .await
-        .unwrap();
-    let lease = ms(10_000);
-    let held = client.lock("kept").lease(lease).acquire().await.unwrap();
-    let token = held.fencing_token().unwrap();
-
-    let leader = ensemble.leader(Duration::from_secs(10)).expect("a leader");
-    ensemble.servers[leader].kill();
-    let killed_at = Instant::now();
-    let new_leader = ensemble
-        .leader(Duration::from_secs(30))
-        .expect("the remaining two elect a leader");
-    assert_ne!(new_leader, leader);
-    eprintln!(
-        "zookeeper ensemble: new leader after {:?}",
-        killed_at.elapsed()
-    );
-    // The minority is gone: the service goes on, and the held lock is still ours.
-    let other = LockClient::builder(&url)
-        .fencing(true)
-        .build()
-        .await
-        .unwrap();
-    assert!(other.lock("kept").try_acquire().await.unwrap().is_none());
-    let fresh = other
-        .lock("fresh")
-        .wait(Duration::from_secs(10))
-        .acquire()
-        .await
-        .expect("acquisitions go on with a majority");
-    assert!(fresh.fencing_token().unwrap() > token);
-    fresh.release().await.unwrap();
-    assert!(
-        !held.is_lost(),
-        "the held lock was lost with the old leader"
-    );
-
-    // A majority down: nobody can be granted anything.
-    let second = ensemble
-        .servers
-        .iter()
-        .position(|s| s.is_running())
-        .unwrap();
-    ensemble.servers[second].kill();
-    let started = Instant::now();
-    let err = other
-        .lock("refused")
-        .wait(ms(3_000))
-        .acquire()
-        .await
-        .unwrap_err();
-    let took = started.elapsed();
-    let message = err.to_string();
-    assert!(
-        matches!(err, LockError::Backend { .. }) && message.contains("zookeeper"),
-        "{message}"
-    );
-    // The wait, then the last attempt's reply (at most the response timeout, 2 s by default),
-    // then giving up its place in line before returning (at most the response timeout again).
-    let bound = ms(3_000) + 2 * LockClient::DEFAULT_RESPONSE_TIMEOUT + ms(500);
-    assert!(took < bound, "failed after {took:?}");
-    // The held lock cannot be confirmed any more: it is reported lost within its lease.
-    tokio::time::timeout(lease + ms(1_000), held.lost())
-        .await
-        .expect("the holder is told once its session cannot be confirmed");
-    eprintln!("zookeeper ensemble without a majority: refused after {took:?}: {message}");
 }
 
 // ---------------------------------------------------------------------------------------------

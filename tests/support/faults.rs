@@ -69,13 +69,14 @@ pub enum Scenario {
     ServerRestartsWithItsData,
     ServerDiesMidCall,
     NoRenewalAfterExit,
+    LeaderThenMajorityLost,
 }
 
 /// Why no process, server or network fault applies to `memory://`.
 const ONE_PROCESS: &str = "lives in one process: no server, network or other process to fault";
 
 impl Scenario {
-    pub const ALL: [Scenario; 8] = [
+    pub const ALL: [Scenario; 9] = [
         Scenario::HolderKilled,
         Scenario::PausedHolderIsFencedOff,
         Scenario::BlackholedHolder,
@@ -84,6 +85,7 @@ impl Scenario {
         Scenario::ServerRestartsWithItsData,
         Scenario::ServerDiesMidCall,
         Scenario::NoRenewalAfterExit,
+        Scenario::LeaderThenMajorityLost,
     ];
 
     /// The test's name (in every backend's module of `tests/faults.rs`).
@@ -97,6 +99,7 @@ impl Scenario {
             Scenario::ServerRestartsWithItsData => "s6_server_restarts_with_its_data",
             Scenario::ServerDiesMidCall => "s7_server_dies_mid_call",
             Scenario::NoRenewalAfterExit => "s8_no_renewal_after_exit",
+            Scenario::LeaderThenMajorityLost => "s9_leader_then_majority_lost",
         }
     }
 
@@ -173,6 +176,16 @@ impl Scenario {
                  the revision) and the key is gone; after the runtime's shutdown no renewal \
                  either: the session is closed / the lease revoked, and no keepalive arrives",
             ),
+            Scenario::LeaderThenMajorityLost => (
+                "Three servers (ZooKeeper ensemble, etcd cluster), a lock held (lease 6 s; etcd: \
+                 5 s)",
+                "the leader killed; then a second server (no majority)",
+                "a new leader is elected; the held lock is still held a full lease after the kill \
+                 (another client's `try_acquire` gets `None`, the guard never reported lost) and \
+                 new locks are granted with larger tokens; without a majority an acquisition \
+                 with `wait = 3s` fails within the wait + twice the response timeout with a \
+                 backend error naming the backend, and the holder is told lost within its lease",
+            ),
         }
     }
 
@@ -195,6 +208,16 @@ impl Scenario {
                 "the test servers persist nothing (`tests/redlock.rs` restarts a node with its \
                  AOF)",
             ),
+            (LeaderThenMajorityLost, Redlock) => Err(
+                "independent nodes, no leader: rows 5 and 7 fault a majority, \
+                 `tests/redlock.rs` the rest",
+            ),
+            (LeaderThenMajorityLost, Cluster) => {
+                Err("failover of a master to its replica: `tests/cluster.rs`")
+            }
+            (LeaderThenMajorityLost, Redis | Postgres | Mysql) => {
+                Err("one server: no leader to elect, no majority to lose")
+            }
             _ => Ok(()),
         }
     }
@@ -302,6 +325,12 @@ pub trait Faulty: Fixture + Sized {
         self.writes().await
     }
 
+    /// Three servers of the test's own that elect a leader (ZooKeeper, etcd), and the lease
+    /// that a leader's loss must not cost.
+    fn quorum() -> (Box<dyn Quorum>, Duration) {
+        unreachable!("{:?} has no leader", Self::BACKEND)
+    }
+
     /// Waits until the server has done what it does by itself after lock `name` was released
     /// (ZooKeeper deletes the empty lock parent, a write of its own).
     async fn settle(&self, _name: &str) {}
@@ -310,6 +339,54 @@ pub trait Faulty: Fixture + Sized {
     /// a lock could still be renewed; `None` elsewhere.
     async fn sessions(&self) -> Option<usize> {
         None
+    }
+}
+
+/// Three servers that elect a leader.
+pub trait Quorum {
+    /// The lock URL of all three, under a namespace of its own.
+    fn url(&self) -> String;
+    /// The index of the current leader, waiting up to `within` for one.
+    fn leader(&self, within: Duration) -> Option<usize>;
+    fn kill(&mut self, i: usize);
+    fn is_running(&self, i: usize) -> bool;
+}
+
+#[cfg(feature = "zookeeper")]
+impl Quorum for super::zookeeper::ZkEnsemble {
+    fn url(&self) -> String {
+        super::zookeeper::ZkEnsemble::url(self, &format!("/{}", super::unique("ensemble")))
+    }
+
+    fn leader(&self, within: Duration) -> Option<usize> {
+        super::zookeeper::ZkEnsemble::leader(self, within)
+    }
+
+    fn kill(&mut self, i: usize) {
+        self.servers[i].kill();
+    }
+
+    fn is_running(&self, i: usize) -> bool {
+        self.servers[i].is_running()
+    }
+}
+
+#[cfg(feature = "etcd")]
+impl Quorum for super::etcd::EtcdCluster {
+    fn url(&self) -> String {
+        super::etcd::EtcdCluster::url(self, &super::unique("cluster"))
+    }
+
+    fn leader(&self, within: Duration) -> Option<usize> {
+        super::etcd::EtcdCluster::leader(self, within)
+    }
+
+    fn kill(&mut self, i: usize) {
+        self.members[i].kill();
+    }
+
+    fn is_running(&self, i: usize) -> bool {
+        self.members[i].is_running()
     }
 }
 
@@ -586,6 +663,13 @@ impl Faulty for ZookeeperFixture {
         false
     }
 
+    fn quorum() -> (Box<dyn Quorum>, Duration) {
+        (
+            Box::new(super::zookeeper::ZkEnsemble::start()),
+            Duration::from_secs(6),
+        )
+    }
+
     /// The last transaction id (`srvr`): every create, delete, set and session change.
     async fn writes(&self) -> u64 {
         let reply =
@@ -669,6 +753,13 @@ impl Faulty for EtcdFixture {
 
     fn renews_per_lock(&self) -> bool {
         false
+    }
+
+    fn quorum() -> (Box<dyn Quorum>, Duration) {
+        (
+            Box::new(super::etcd::EtcdCluster::start()),
+            Duration::from_secs(5),
+        )
     }
 
     /// The store's revision: every put and delete.
