@@ -8,11 +8,11 @@
 //! allows (its minimum TTL is 1.5 election timeouts, rounded up to a second).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use super::unprivileged::remove_at_exit;
-use super::{TEST_COMMAND, free_port, spawn_tied, unique};
+use super::{ServerChild, TEST_COMMAND, free_port, poll_for, unique};
 
 const ETCD: &str = "/usr/bin/etcd";
 
@@ -43,8 +43,23 @@ pub struct EtcdMember {
     dir: PathBuf,
     /// `name=http://…` for every member of its cluster.
     initial_cluster: String,
-    child: Option<Child>,
+    child: ServerChild,
     owned: bool,
+}
+
+impl std::ops::Deref for EtcdMember {
+    type Target = ServerChild;
+
+    /// `pid`, `is_running`, `pause`, `resume`, `kill` (a crash: the data stays).
+    fn deref(&self) -> &ServerChild {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for EtcdMember {
+    fn deref_mut(&mut self) -> &mut ServerChild {
+        &mut self.child
+    }
 }
 
 impl EtcdMember {
@@ -59,7 +74,7 @@ impl EtcdMember {
                 peer_port,
                 dir: scratch("distlock-etcd"),
                 initial_cluster: format!("solo=http://127.0.0.1:{peer_port}"),
-                child: None,
+                child: ServerChild::default(),
                 owned: true,
             };
             match member
@@ -107,38 +122,23 @@ impl EtcdMember {
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
-        let child = spawn_tied(command).map_err(|e| format!("cannot run etcd: {e}"))?;
-        self.child = Some(child);
-        Ok(())
+        self.child.spawn(command, "etcd")
     }
 
     /// Waits until the member answers `/health` with a leader, or fails with its log.
     fn wait_healthy(&mut self, within: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + within;
-        loop {
-            if self.healthy() {
-                return Ok(());
-            }
-            let exited = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten());
-            if exited.is_some() || Instant::now() > deadline {
-                self.stop_child();
+        let port = self.client_port;
+        self.child
+            .wait_ready(within, || healthy(port))
+            .map_err(|()| {
                 let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
-                return Err(format!(
-                    "etcd did not become healthy on port {}: {log}",
-                    self.client_port
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                format!("etcd did not become healthy on port {port}: {log}")
+            })
     }
 
     /// Whether the member serves and has a leader (`GET /health`).
     pub fn healthy(&self) -> bool {
-        http_call(self.client_port, "GET", "/health", "")
-            .is_some_and(|reply| reply.contains("\"health\":\"true\""))
+        healthy(self.client_port)
     }
 
     /// Whether this member is its cluster's leader (`/v3/maintenance/status`).
@@ -159,46 +159,20 @@ impl EtcdMember {
         format!("etcd://127.0.0.1:{}/{prefix}", self.client_port)
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("etcd is running").id()
-    }
-
-    pub fn is_running(&self) -> bool {
-        self.child.is_some()
-    }
-
-    /// SIGSTOP: connections stay open, nothing is answered, like a hung host.
-    pub fn pause(&self) {
-        super::signal(self.child.as_ref().expect("running").id(), libc::SIGSTOP);
-    }
-
-    /// Lets a paused server run again (SIGCONT).
-    pub fn resume(&self) {
-        super::signal(self.child.as_ref().expect("running").id(), libc::SIGCONT);
-    }
-
-    /// SIGKILL: a crash.
-    pub fn kill(&mut self) {
-        self.stop_child();
-    }
-
     /// Starts the killed member again, with its data.
     pub fn restart(&mut self) {
-        assert!(self.child.is_none(), "kill the member first");
         self.spawn().expect("restart etcd");
     }
+}
 
-    fn stop_child(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+/// Whether the member on `port` serves and has a leader (`GET /health`).
+fn healthy(port: u16) -> bool {
+    http_call(port, "GET", "/health", "").is_some_and(|reply| reply.contains("\"health\":\"true\""))
 }
 
 impl Drop for EtcdMember {
     fn drop(&mut self) {
-        self.stop_child();
+        self.child.kill();
         if self.owned {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
@@ -250,7 +224,7 @@ impl EtcdCluster {
                 peer_port,
                 dir: dir.join(format!("m{i}")),
                 initial_cluster: initial_cluster.join(","),
-                child: None,
+                child: ServerChild::default(),
                 owned: false,
             };
             member.spawn().expect("start a cluster member");
@@ -277,27 +251,18 @@ impl EtcdCluster {
 
     /// The index of the current leader, waiting up to `within` for one.
     pub fn leader(&self, within: Duration) -> Option<usize> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(i) = self
-                .members
+        poll_for(within, || {
+            self.members
                 .iter()
                 .position(|m| m.is_running() && m.is_leader())
-            {
-                return Some(i);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 }
 
 impl Drop for EtcdCluster {
     fn drop(&mut self) {
         for member in &mut self.members {
-            member.stop_child();
+            member.child.kill();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }

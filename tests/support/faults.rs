@@ -390,6 +390,54 @@ impl Quorum for super::etcd::EtcdCluster {
     }
 }
 
+/// The server faults of a fixture on one server of the test's own (its field `$field`).
+macro_rules! own_server_faults {
+    ($field:ident) => {
+        fn pause(&self, _: &[usize]) {
+            self.$field.pause();
+        }
+
+        fn resume(&self, _: &[usize]) {
+            self.$field.resume();
+        }
+
+        fn kill(&mut self, _: &[usize]) {
+            self.$field.own_mut().kill();
+        }
+
+        fn restart(&mut self, _: &[usize]) {
+            self.$field.own_mut().restart();
+        }
+    };
+}
+
+/// The bounds of a backend whose locks live on a session or lease kept by heartbeats
+/// (ZooKeeper, etcd): the server counts a stopped holder's lease from its last heartbeat, checks
+/// expiry on ticks of its own, and queues waiters.
+macro_rules! session_bounds {
+    () => {
+        fn expiry_slack(&self, lease: Duration) -> Duration {
+            lease * 2 / 5
+        }
+
+        fn expiry_late(&self) -> Duration {
+            Duration::from_secs(3)
+        }
+
+        fn short_lease(&self) -> Duration {
+            Duration::from_secs(2)
+        }
+
+        fn queues_waiters(&self) -> bool {
+            true
+        }
+
+        fn renews_per_lock(&self) -> bool {
+            false
+        }
+    };
+}
+
 /// Calls of the lock commands (SET, EVAL, EVALSHA, PEXPIRE) on every running server of `all`.
 async fn redis_writes(all: &[RedisServer]) -> u64 {
     let mut total = 0;
@@ -547,21 +595,7 @@ impl Faulty for PostgresFixture {
         PostgresFixture::own()
     }
 
-    fn pause(&self, _: &[usize]) {
-        self.server.pause();
-    }
-
-    fn resume(&self, _: &[usize]) {
-        self.server.resume();
-    }
-
-    fn kill(&mut self, _: &[usize]) {
-        self.server.own_mut().kill();
-    }
-
-    fn restart(&mut self, _: &[usize]) {
-        self.server.own_mut().restart();
-    }
+    own_server_faults!(server);
 
     /// The statements that write the lock table, in the server's statement log.
     async fn writes(&self) -> u64 {
@@ -585,21 +619,7 @@ impl Faulty for MysqlFixture {
         MysqlFixture::own()
     }
 
-    fn pause(&self, _: &[usize]) {
-        self.server.pause();
-    }
-
-    fn resume(&self, _: &[usize]) {
-        self.server.resume();
-    }
-
-    fn kill(&mut self, _: &[usize]) {
-        self.server.own_mut().kill();
-    }
-
-    fn restart(&mut self, _: &[usize]) {
-        self.server.own_mut().restart();
-    }
+    own_server_faults!(server);
 
     /// `Com_insert + Com_update + Com_delete` (the server's: a server of the test's own).
     async fn writes(&self) -> u64 {
@@ -627,41 +647,9 @@ impl Faulty for ZookeeperFixture {
         ZookeeperFixture::own()
     }
 
-    fn pause(&self, _: &[usize]) {
-        self.server.pause();
-    }
+    own_server_faults!(server);
 
-    fn resume(&self, _: &[usize]) {
-        self.server.resume();
-    }
-
-    fn kill(&mut self, _: &[usize]) {
-        self.server.own_mut().kill();
-    }
-
-    fn restart(&mut self, _: &[usize]) {
-        self.server.own_mut().restart();
-    }
-
-    fn expiry_slack(&self, lease: Duration) -> Duration {
-        lease * 2 / 5
-    }
-
-    fn expiry_late(&self) -> Duration {
-        Duration::from_secs(3)
-    }
-
-    fn short_lease(&self) -> Duration {
-        Duration::from_secs(2)
-    }
-
-    fn queues_waiters(&self) -> bool {
-        true
-    }
-
-    fn renews_per_lock(&self) -> bool {
-        false
-    }
+    session_bounds!();
 
     fn quorum() -> (Box<dyn Quorum>, Duration) {
         (
@@ -719,41 +707,9 @@ impl Faulty for EtcdFixture {
         EtcdFixture::own()
     }
 
-    fn pause(&self, _: &[usize]) {
-        self.member.pause();
-    }
+    own_server_faults!(member);
 
-    fn resume(&self, _: &[usize]) {
-        self.member.resume();
-    }
-
-    fn kill(&mut self, _: &[usize]) {
-        self.member.own_mut().kill();
-    }
-
-    fn restart(&mut self, _: &[usize]) {
-        self.member.own_mut().restart();
-    }
-
-    fn expiry_slack(&self, lease: Duration) -> Duration {
-        lease * 2 / 5
-    }
-
-    fn expiry_late(&self) -> Duration {
-        Duration::from_secs(3)
-    }
-
-    fn short_lease(&self) -> Duration {
-        Duration::from_secs(2)
-    }
-
-    fn queues_waiters(&self) -> bool {
-        true
-    }
-
-    fn renews_per_lock(&self) -> bool {
-        false
-    }
+    session_bounds!();
 
     fn quorum() -> (Box<dyn Quorum>, Duration) {
         (

@@ -126,6 +126,16 @@ async fn slow_proxies(ports: &[u16], min: Duration, max: Duration) -> Vec<DelayP
     proxies
 }
 
+/// `url` (`scheme://user:password@127.0.0.1:<port>/…`) through a delay proxy in front of `port`.
+async fn slowed_url(url: &str, port: u16, min: Duration, max: Duration) -> Slowed {
+    let proxies = slow_proxies(&[port], min, max).await;
+    let url = url.replace(&format!(":{port}/"), &format!(":{}/", proxies[0].port()));
+    Slowed {
+        url,
+        _keep: keep(proxies),
+    }
+}
+
 fn keep(proxies: Vec<DelayProxy>) -> Vec<Box<dyn std::any::Any + Send>> {
     proxies
         .into_iter()
@@ -545,15 +555,7 @@ impl Fixture for PostgresFixture {
     }
 
     async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
-        let proxies = slow_proxies(&[self.server.port()], min, max).await;
-        let url = self.url().replace(
-            &format!(":{}/", self.server.port()),
-            &format!(":{}/", proxies[0].port()),
-        );
-        Slowed {
-            url,
-            _keep: keep(proxies),
-        }
+        slowed_url(&self.url(), self.server.port(), min, max).await
     }
 
     async fn anything_at(&self, name: &str) -> bool {
@@ -672,15 +674,7 @@ impl Fixture for MysqlFixture {
     }
 
     async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
-        let proxies = slow_proxies(&[self.server.port()], min, max).await;
-        let url = self.url().replace(
-            &format!(":{}/", self.server.port()),
-            &format!(":{}/", proxies[0].port()),
-        );
-        Slowed {
-            url,
-            _keep: keep(proxies),
-        }
+        slowed_url(&self.url(), self.server.port(), min, max).await
     }
 
     async fn anything_at(&self, name: &str) -> bool {

@@ -88,6 +88,83 @@ pub fn signal(pid: u32, signal: libc::c_int) {
     assert_eq!(sent, 0, "kill({pid}, {signal})");
 }
 
+/// The process of a server the tests started (etcd, ZooKeeper, MariaDB): killed when dropped.
+#[derive(Default)]
+pub struct ServerChild(Option<Child>);
+
+impl ServerChild {
+    /// Starts `command` through [`spawn_tied`].
+    pub fn spawn(&mut self, command: Command, what: &str) -> Result<(), String> {
+        assert!(self.0.is_none(), "{what} is running already");
+        self.0 = Some(spawn_tied(command).map_err(|e| format!("cannot run {what}: {e}"))?);
+        Ok(())
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.as_ref().expect("the server is running").id()
+    }
+
+    /// Whether the process was started and not killed since.
+    pub fn is_running(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// SIGSTOP: connections stay open, nothing is answered, like a hung host.
+    pub fn pause(&self) {
+        signal(self.pid(), libc::SIGSTOP);
+    }
+
+    /// Lets a paused server run again (SIGCONT).
+    pub fn resume(&self) {
+        signal(self.pid(), libc::SIGCONT);
+    }
+
+    /// SIGKILL: a crash. The server's data stays.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Waits until `ready` says the server serves; `Err` (the process killed) when it exits or
+    /// `within` passes first.
+    pub fn wait_ready(&mut self, within: Duration, mut ready: impl FnMut() -> bool) -> Result<(), ()> {
+        let deadline = Instant::now() + within;
+        loop {
+            if ready() {
+                return Ok(());
+            }
+            let exited = self.0.as_mut().is_none_or(|c| c.try_wait().ok().flatten().is_some());
+            if exited || Instant::now() > deadline {
+                self.kill();
+                return Err(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ServerChild {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `find` until it finds something (a leader, say), for up to `within`.
+pub fn poll_for<T>(within: Duration, mut find: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(found) = find() {
+            return Some(found);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Runs `command` to completion through [`spawn_tied`] and collects its output, like
 /// [`Command::output`].
 pub fn output_tied(mut command: Command) -> std::io::Result<std::process::Output> {

@@ -8,11 +8,11 @@
 //! lock parent go.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use super::unprivileged::remove_at_exit;
-use super::{TEST_COMMAND, free_port, spawn_tied, unique};
+use super::{ServerChild, TEST_COMMAND, free_port, poll_for, unique};
 
 /// Where Debian's package puts the server's jar.
 const JAR: &str = "/usr/share/java/zookeeper.jar";
@@ -32,8 +32,23 @@ fn java() -> PathBuf {
 pub struct ZkServer {
     pub client_port: u16,
     dir: PathBuf,
-    child: Option<Child>,
+    child: ServerChild,
     owned: bool,
+}
+
+impl std::ops::Deref for ZkServer {
+    type Target = ServerChild;
+
+    /// `pid`, `is_running`, `pause`, `resume`, `kill` (a crash: the data stays).
+    fn deref(&self) -> &ServerChild {
+        &self.child
+    }
+}
+
+impl std::ops::DerefMut for ZkServer {
+    fn deref_mut(&mut self) -> &mut ServerChild {
+        &mut self.child
+    }
 }
 
 impl ZkServer {
@@ -47,7 +62,7 @@ impl ZkServer {
             let mut server = ZkServer {
                 client_port: port,
                 dir,
-                child: None,
+                child: ServerChild::default(),
                 owned: true,
             };
             match server
@@ -95,41 +110,23 @@ impl ZkServer {
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
-        let child = spawn_tied(command).map_err(|e| format!("cannot run java: {e}"))?;
-        self.child = Some(child);
-        Ok(())
+        self.child.spawn(command, "java")
     }
 
     /// Waits until the server serves clients (`srvr` reports a mode), or fails with its log.
     fn wait_serving(&mut self, within: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + within;
-        loop {
-            if self.mode().is_some() {
-                return Ok(());
-            }
-            let exited = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten());
-            if exited.is_some() || Instant::now() > deadline {
-                self.stop_child();
+        let port = self.client_port;
+        self.child
+            .wait_ready(within, || mode(port).is_some())
+            .map_err(|()| {
                 let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
-                return Err(format!(
-                    "ZooKeeper did not serve on port {}: {log}",
-                    self.client_port
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                format!("ZooKeeper did not serve on port {port}: {log}")
+            })
     }
 
     /// `standalone`, `leader` or `follower` while the server serves clients.
     pub fn mode(&self) -> Option<String> {
-        let reply = four_letter(self.client_port, "srvr")?;
-        reply
-            .lines()
-            .find_map(|line| line.strip_prefix("Mode: "))
-            .map(|mode| mode.trim().to_owned())
+        mode(self.client_port)
     }
 
     /// `zk://127.0.0.1:<port><chroot>`
@@ -137,46 +134,24 @@ impl ZkServer {
         format!("zk://127.0.0.1:{}{chroot}", self.client_port)
     }
 
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("server is running").id()
-    }
-
-    pub fn is_running(&self) -> bool {
-        self.child.is_some()
-    }
-
-    /// SIGSTOP: connections stay open, nothing is answered, like a hung host.
-    pub fn pause(&self) {
-        super::signal(self.child.as_ref().expect("running").id(), libc::SIGSTOP);
-    }
-
-    /// Lets a paused server run again (SIGCONT).
-    pub fn resume(&self) {
-        super::signal(self.child.as_ref().expect("running").id(), libc::SIGCONT);
-    }
-
-    /// SIGKILL: a crash.
-    pub fn kill(&mut self) {
-        self.stop_child();
-    }
-
     /// Starts the killed server again, with its data.
     pub fn restart(&mut self) {
-        assert!(self.child.is_none(), "kill the server first");
         self.spawn().expect("restart ZooKeeper");
     }
+}
 
-    fn stop_child(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+/// The mode of the server on `port` (`srvr`), while it serves clients.
+fn mode(port: u16) -> Option<String> {
+    let reply = four_letter(port, "srvr")?;
+    reply
+        .lines()
+        .find_map(|line| line.strip_prefix("Mode: "))
+        .map(|mode| mode.trim().to_owned())
 }
 
 impl Drop for ZkServer {
     fn drop(&mut self) {
-        self.stop_child();
+        self.child.kill();
         if self.owned {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
@@ -241,7 +216,7 @@ impl ZkEnsemble {
             let mut server = ZkServer {
                 client_port: port,
                 dir: member,
-                child: None,
+                child: ServerChild::default(),
                 owned: false,
             };
             server.spawn().expect("start an ensemble member");
@@ -268,27 +243,18 @@ impl ZkEnsemble {
 
     /// The index of the current leader, waiting up to `within` for one.
     pub fn leader(&self, within: Duration) -> Option<usize> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(i) = self
-                .servers
+        poll_for(within, || {
+            self.servers
                 .iter()
                 .position(|s| s.is_running() && s.mode().as_deref() == Some("leader"))
-            {
-                return Some(i);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 }
 
 impl Drop for ZkEnsemble {
     fn drop(&mut self) {
         for server in &mut self.servers {
-            server.stop_child();
+            server.child.kill();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
