@@ -106,33 +106,11 @@ async fn the_row_names_its_holder_and_expires_by_the_database_clock() {
     assert!(spaced.is_ok(), "`stale ` is another lock than `stale`");
 }
 
-/// The README prints this DDL; tables made from it work with `create_table=false`.
+/// The README prints the DDL; tables made from it work with `create_table=false`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tables_made_from_the_readme_ddl_work_without_create_table() {
-    let server = MysqlServer::shared();
-    let mut conn = server.conn().await;
-    let table = unique("migrated").replace('-', "_");
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let start = readme
-        .find("CREATE TABLE IF NOT EXISTS distlock_locks (\n    name        VARBINARY")
-        .expect("the README prints the MySQL DDL");
-    let ddl = &readme[start..];
-    let ddl = &ddl[..ddl.find("```").expect("the DDL block ends")];
-    for statement in ddl.split(';').filter(|s| !s.trim().is_empty()) {
-        conn.query_drop(statement.replace("distlock_locks", &table))
-            .await
-            .expect("the README's DDL runs");
-    }
-    let url = format!("{}?table={table}&create_table=false", server.url());
-    let client = LockClient::builder(&url)
-        .fencing(true)
-        .build()
-        .await
-        .unwrap();
-    let guard = client.lock("migrated").acquire().await.unwrap();
-    assert_eq!(guard.fencing_token(), Some(1));
-    guard.release().await.unwrap();
+    support::sql::tables_made_from_the_readme_ddl_work_without_create_table(MysqlServer::shared())
+        .await;
 }
 
 /// A table made before owner tokens named their holder (a 64-character `token` column) is
@@ -270,85 +248,7 @@ async fn a_waiter_polls_and_gets_a_released_lock_soon() {
 // ---------------------------------------------------------------------------------------------
 // Bad input.
 
-fn connect_error(error: LockError) -> String {
-    assert!(
-        matches!(error, LockError::Connect { .. } | LockError::Config(_)),
-        "{error:?}"
-    );
-    error.to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_fails_at_connect_naming_the_cause() {
-    let server = MysqlServer::shared();
-    let port = server.port();
-    let wrong_password = format!("mysql://distlock:not-it@127.0.0.1:{port}/distlock");
-    let e = connect_error(LockClient::connect(&wrong_password).await.unwrap_err());
-    assert!(
-        e.contains("authentication failed") && !e.contains("not-it"),
-        "{e}"
-    );
-
-    let e = connect_error(
-        LockClient::connect(&server.url_for("no_such_db"))
-            .await
-            .unwrap_err(),
-    );
-    assert!(e.contains("\"no_such_db\" does not exist"), "{e}");
-
-    let mut conn = server.conn().await;
-    let bad = unique("bad_shape").replace('-', "_");
-    conn.query_drop(format!(
-        "CREATE TABLE {bad} (name VARBINARY(255) PRIMARY KEY, owner TEXT)"
-    ))
-    .await
-    .unwrap();
-    let e = connect_error(
-        LockClient::connect(&format!("{}?table={bad}", server.url()))
-            .await
-            .unwrap_err(),
-    );
-    assert!(
-        e.contains(&format!("`{bad}`"))
-            && e.contains("does not have the shape")
-            && e.contains("README"),
-        "{e}"
-    );
-    let rows: Option<i64> = conn
-        .query_first(format!("SELECT count(*) FROM {bad}"))
-        .await
-        .unwrap();
-    assert_eq!(
-        rows,
-        Some(0),
-        "nothing written to a table of the wrong shape"
-    );
-
-    let missing = unique("missing").replace('-', "_");
-    let e = connect_error(
-        LockClient::connect(&format!(
-            "{}?table={missing}&create_table=false",
-            server.url()
-        ))
-        .await
-        .unwrap_err(),
-    );
-    assert!(
-        e.contains(&format!("`{missing}`")) && e.contains("does not exist") && e.contains("DDL"),
-        "{e}"
-    );
-    let created: Option<i64> = conn
-        .query_first(format!(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = '{missing}'"
-        ))
-        .await
-        .unwrap();
-    assert_eq!(created, Some(0), "create_table=false creates nothing");
-
-    let nobody = format!("mysql://u:pw@127.0.0.1:{}/db", support::free_port());
-    let e = connect_error(LockClient::connect(&nobody).await.unwrap_err());
-    assert!(
-        e.contains("connection refused") && !e.contains(":pw@"),
-        "{e}"
-    );
+    support::sql::bad_input_fails_at_connect_naming_the_cause(MysqlServer::shared()).await;
 }

@@ -12,10 +12,9 @@ mod support;
 
 use std::time::Duration;
 
-use distlock::{LockClient, LockError};
+use distlock::LockClient;
 use support::fixture::{Fixture, PostgresFixture};
 use support::postgres::PostgresServer;
-use support::unique;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -104,32 +103,13 @@ async fn the_row_names_its_holder_and_expires_by_the_database_clock() {
     );
 }
 
-/// The README prints this DDL; connecting with `create_table=false` to tables made from it
-/// works, and nothing else is created.
+/// The README prints the DDL; tables made from it work with `create_table=false`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tables_made_from_the_readme_ddl_work_without_create_table() {
-    let server = PostgresServer::shared();
-    let sql = server.client().await;
-    let table = unique("migrated").replace('-', "_");
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
-    let start = readme
-        .find("CREATE TABLE IF NOT EXISTS distlock_locks (")
-        .expect("the README prints the PostgreSQL DDL");
-    let ddl = &readme[start..];
-    let ddl = &ddl[..ddl.find("```").expect("the DDL block ends")];
-    sql.batch_execute(&ddl.replace("distlock_locks", &table))
-        .await
-        .expect("the README's DDL runs");
-    let url = format!("{}?table={table}&create_table=false", server.url());
-    let client = LockClient::builder(&url)
-        .fencing(true)
-        .build()
-        .await
-        .unwrap();
-    let guard = client.lock("migrated").acquire().await.unwrap();
-    assert_eq!(guard.fencing_token(), Some(1));
-    guard.release().await.unwrap();
+    support::sql::tables_made_from_the_readme_ddl_work_without_create_table(
+        PostgresServer::shared(),
+    )
+    .await;
 }
 
 /// Fifty locks renewed for a while: one batched statement per renewal tick, not fifty.
@@ -187,87 +167,7 @@ async fn renewals_of_many_locks_are_one_statement_per_tick() {
 // ---------------------------------------------------------------------------------------------
 // Bad input.
 
-fn connect_error(error: LockError) -> String {
-    assert!(
-        matches!(error, LockError::Connect { .. } | LockError::Config(_)),
-        "{error:?}"
-    );
-    error.to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_fails_at_connect_naming_the_cause() {
-    let server = PostgresServer::shared();
-    let port = server.port();
-    let wrong_password = format!("postgres://postgres:not-it@127.0.0.1:{port}/postgres");
-    let e = connect_error(LockClient::connect(&wrong_password).await.unwrap_err());
-    assert!(
-        e.contains("authentication failed") && !e.contains("not-it"),
-        "{e}"
-    );
-
-    let missing_db = server.url_for("no_such_db");
-    let e = connect_error(LockClient::connect(&missing_db).await.unwrap_err());
-    assert!(e.contains("\"no_such_db\" does not exist"), "{e}");
-
-    let sql = server.client().await;
-    let bad = unique("bad_shape").replace('-', "_");
-    sql.batch_execute(&format!(
-        "CREATE TABLE {bad} (name text PRIMARY KEY, owner text)"
-    ))
-    .await
-    .unwrap();
-    let e = connect_error(
-        LockClient::connect(&format!("{}?table={bad}", server.url()))
-            .await
-            .unwrap_err(),
-    );
-    assert!(
-        e.contains(&format!("`{bad}`"))
-            && e.contains("does not have the shape")
-            && e.contains("README"),
-        "{e}"
-    );
-    assert_eq!(
-        count(&sql, &format!("SELECT count(*) FROM {bad}")).await,
-        0,
-        "nothing written to a table of the wrong shape"
-    );
-
-    let missing = unique("missing").replace('-', "_");
-    let e = connect_error(
-        LockClient::connect(&format!(
-            "{}?table={missing}&create_table=false",
-            server.url()
-        ))
-        .await
-        .unwrap_err(),
-    );
-    assert!(
-        e.contains(&format!("`{missing}`")) && e.contains("does not exist") && e.contains("DDL"),
-        "{e}"
-    );
-    let created = count(
-        &sql,
-        &format!("SELECT count(*) FROM pg_tables WHERE tablename = '{missing}'"),
-    )
-    .await;
-    assert_eq!(created, 0, "create_table=false creates nothing");
-
-    let e = connect_error(
-        LockClient::connect(&format!("{}?table=x;drop", server.url()))
-            .await
-            .unwrap_err(),
-    );
-    assert!(e.contains("invalid lock table name"), "{e}");
-
-    let nobody = format!(
-        "postgres://postgres:pw@127.0.0.1:{}/postgres",
-        support::free_port()
-    );
-    let e = connect_error(LockClient::connect(&nobody).await.unwrap_err());
-    assert!(
-        e.contains("connection refused") && !e.contains(":pw@"),
-        "{e}"
-    );
+    support::sql::bad_input_fails_at_connect_naming_the_cause(PostgresServer::shared()).await;
 }

@@ -15,6 +15,7 @@ pub mod history;
 pub mod mysql;
 pub mod postgres;
 pub mod proxy;
+pub mod sql;
 #[path = "../../examples/support/store.rs"]
 pub mod store;
 pub mod unprivileged;
@@ -129,13 +130,20 @@ impl ServerChild {
 
     /// Waits until `ready` says the server serves; `Err` (the process killed) when it exits or
     /// `within` passes first.
-    pub fn wait_ready(&mut self, within: Duration, mut ready: impl FnMut() -> bool) -> Result<(), ()> {
+    pub fn wait_ready(
+        &mut self,
+        within: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> Result<(), ()> {
         let deadline = Instant::now() + within;
         loop {
             if ready() {
                 return Ok(());
             }
-            let exited = self.0.as_mut().is_none_or(|c| c.try_wait().ok().flatten().is_some());
+            let exited = self
+                .0
+                .as_mut()
+                .is_none_or(|c| c.try_wait().ok().flatten().is_some());
             if exited || Instant::now() > deadline {
                 self.kill();
                 return Err(());

@@ -1,0 +1,214 @@
+//! What the lock-table backends (PostgreSQL, MariaDB) share beyond the conformance and fault
+//! suites, written once: tables made from the README's DDL, and bad input at connect time.
+//! `tests/postgres.rs` and `tests/mysql.rs` run each on their database.
+
+use distlock::{LockClient, LockError};
+use mysql_async::prelude::Queryable;
+
+use super::mysql::MysqlServer;
+use super::postgres::PostgresServer;
+use super::unique;
+
+/// A database server of the tests, as these scenarios see it.
+#[allow(async_fn_in_trait)]
+pub trait SqlDatabase {
+    /// The lock URL of the test database.
+    fn url(&self) -> String;
+    /// The lock URL of database `db` on the same server.
+    fn url_for(&self, db: &str) -> String;
+    /// The lock URL with a wrong password.
+    fn url_with_password(&self, password: &str) -> String;
+    /// The start of the DDL the README prints for this database.
+    const README_DDL: &'static str;
+    async fn execute(&self, statement: &str);
+    async fn count(&self, query: &str) -> i64;
+    async fn table_exists(&self, table: &str) -> bool;
+}
+
+impl SqlDatabase for PostgresServer {
+    const README_DDL: &'static str =
+        "CREATE TABLE IF NOT EXISTS distlock_locks (\n    name        text";
+
+    fn url(&self) -> String {
+        PostgresServer::url(self)
+    }
+
+    fn url_for(&self, db: &str) -> String {
+        PostgresServer::url_for(self, db)
+    }
+
+    fn url_with_password(&self, password: &str) -> String {
+        format!(
+            "postgres://postgres:{password}@127.0.0.1:{}/postgres",
+            self.port()
+        )
+    }
+
+    async fn execute(&self, statement: &str) {
+        let sql = self.client().await;
+        sql.batch_execute(statement).await.expect(statement);
+    }
+
+    async fn count(&self, query: &str) -> i64 {
+        let sql = self.client().await;
+        sql.query_one(query, &[]).await.expect(query).get(0)
+    }
+
+    async fn table_exists(&self, table: &str) -> bool {
+        let query = format!("SELECT count(*) FROM pg_tables WHERE tablename = '{table}'");
+        self.count(&query).await > 0
+    }
+}
+
+impl SqlDatabase for MysqlServer {
+    const README_DDL: &'static str =
+        "CREATE TABLE IF NOT EXISTS distlock_locks (\n    name        VARBINARY";
+
+    fn url(&self) -> String {
+        MysqlServer::url(self)
+    }
+
+    fn url_for(&self, db: &str) -> String {
+        MysqlServer::url_for(self, db)
+    }
+
+    fn url_with_password(&self, password: &str) -> String {
+        format!(
+            "mysql://{}:{password}@127.0.0.1:{}/{}",
+            super::mysql::USER,
+            self.port(),
+            super::mysql::DATABASE
+        )
+    }
+
+    async fn execute(&self, statement: &str) {
+        let mut conn = self.conn().await;
+        conn.query_drop(statement).await.expect(statement);
+    }
+
+    async fn count(&self, query: &str) -> i64 {
+        let mut conn = self.conn().await;
+        let count: Option<i64> = conn.query_first(query).await.expect(query);
+        count.expect("a count")
+    }
+
+    async fn table_exists(&self, table: &str) -> bool {
+        let query =
+            format!("SELECT count(*) FROM information_schema.tables WHERE table_name = '{table}'");
+        self.count(&query).await > 0
+    }
+}
+
+/// The README prints the DDL; tables made from it work with `create_table=false`, and the
+/// first fencing token is 1.
+pub async fn tables_made_from_the_readme_ddl_work_without_create_table(db: &impl SqlDatabase) {
+    let table = unique("migrated").replace('-', "_");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let start = readme
+        .find(db_ddl(db))
+        .expect("the README prints the DDL of this database");
+    let ddl = &readme[start..];
+    let ddl = &ddl[..ddl.find("```").expect("the DDL block ends")];
+    for statement in ddl.split(';').filter(|s| !s.trim().is_empty()) {
+        db.execute(&statement.replace("distlock_locks", &table))
+            .await;
+    }
+    let url = format!("{}?table={table}&create_table=false", db.url());
+    let client = LockClient::builder(&url)
+        .fencing(true)
+        .build()
+        .await
+        .unwrap();
+    let guard = client.lock("migrated").acquire().await.unwrap();
+    assert_eq!(guard.fencing_token(), Some(1));
+    guard.release().await.unwrap();
+}
+
+fn db_ddl<D: SqlDatabase>(_: &D) -> &'static str {
+    D::README_DDL
+}
+
+/// An error at connect (`Connect` or `Config`), as text.
+fn connect_error(error: LockError) -> String {
+    assert!(
+        matches!(error, LockError::Connect { .. } | LockError::Config(_)),
+        "{error:?}"
+    );
+    error.to_string()
+}
+
+/// A wrong password, a missing database, a table of the wrong shape, a missing table with
+/// `create_table=false`, an invalid table name, nothing listening: each fails at connect with an
+/// error that names the cause (and the table), the password never printed; nothing is written
+/// to the wrong table, nothing created.
+pub async fn bad_input_fails_at_connect_naming_the_cause(db: &impl SqlDatabase) {
+    let e = connect_error(
+        LockClient::connect(&db.url_with_password("not-it"))
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        e.contains("authentication failed") && !e.contains("not-it"),
+        "{e}"
+    );
+
+    let e = connect_error(
+        LockClient::connect(&db.url_for("no_such_db"))
+            .await
+            .unwrap_err(),
+    );
+    assert!(e.contains("\"no_such_db\" does not exist"), "{e}");
+
+    let bad = unique("bad_shape").replace('-', "_");
+    db.execute(&format!(
+        "CREATE TABLE {bad} (name VARCHAR(255) PRIMARY KEY, owner TEXT)"
+    ))
+    .await;
+    let e = connect_error(
+        LockClient::connect(&format!("{}?table={bad}", db.url()))
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        e.contains(&format!("`{bad}`"))
+            && e.contains("does not have the shape")
+            && e.contains("README"),
+        "{e}"
+    );
+    assert_eq!(
+        db.count(&format!("SELECT count(*) FROM {bad}")).await,
+        0,
+        "nothing written to a table of the wrong shape"
+    );
+
+    let missing = unique("missing").replace('-', "_");
+    let e = connect_error(
+        LockClient::connect(&format!("{}?table={missing}&create_table=false", db.url()))
+            .await
+            .unwrap_err(),
+    );
+    assert!(
+        e.contains(&format!("`{missing}`")) && e.contains("does not exist") && e.contains("DDL"),
+        "{e}"
+    );
+    assert!(
+        !db.table_exists(&missing).await,
+        "create_table=false creates nothing"
+    );
+
+    let e = connect_error(
+        LockClient::connect(&format!("{}?table=x;drop", db.url()))
+            .await
+            .unwrap_err(),
+    );
+    assert!(e.contains("invalid lock table name"), "{e}");
+
+    let scheme = db.url().split("://").next().unwrap().to_owned();
+    let nobody = format!("{scheme}://u:pw@127.0.0.1:{}/db", super::free_port());
+    let e = connect_error(LockClient::connect(&nobody).await.unwrap_err());
+    assert!(
+        e.contains("connection refused") && !e.contains(":pw@"),
+        "{e}"
+    );
+}
