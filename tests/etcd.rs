@@ -7,7 +7,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use distlock::{LockClient, LockError};
 use support::etcd::{EtcdMember, http_call};
@@ -28,10 +28,10 @@ fn watchers(port: u16) -> u64 {
         .expect("the watcher gauge") as u64
 }
 
-/// Six clients (to etcd: six processes) queue for a held lock one after another. Each waiter
-/// watches only the key before its own — the member serves one watcher per waiter plus the
-/// holder's watch on its own key, not one per waiter per key — and the lock goes to them in
-/// the order they arrived.
+/// Six clients (to etcd: six processes) queue for a held lock one after another and are
+/// served in the order they arrived. Each waiter watches only the key before its own — the
+/// member serves one watcher per waiter plus the holder's watch on its own key, not one per
+/// waiter per key — and no watcher is left after the releases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_in_arrival_order_and_each_watches_one_key() {
     const WAITERS: usize = 6;
@@ -47,67 +47,29 @@ async fn waiters_are_served_in_arrival_order_and_each_watches_one_key() {
         member.client_port
     ));
     let holder = LockClient::connect(&url).await.unwrap();
-    let guard = holder
-        .lock("fair")
-        .lease(ms(5_000))
-        .acquire()
-        .await
-        .unwrap();
-    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut tasks = Vec::new();
-    for i in 0..WAITERS {
-        let client = LockClient::connect(&url).await.unwrap();
-        let order = order_tx.clone();
-        tasks.push(tokio::spawn(async move {
-            let guard = client
-                .lock("fair")
-                .lease(ms(5_000))
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-                .unwrap();
-            order.send(i).unwrap();
-            tokio::time::sleep(ms(20)).await;
-            guard.release().await.unwrap();
-        }));
-        // Wait until this waiter's key is in the queue before the next one arrives.
+    let guard = holder.lock("fair").acquire().await.unwrap();
+    let port = member.client_port;
+    let each_watches_one_key = async {
+        let expected = WAITERS as u64 + 1;
         assert!(
             eventually(Duration::from_secs(5), || async {
-                etcd.keys(&queue).await.len() == i + 2
+                watchers(port) == expected
             })
             .await,
-            "waiter {i} did not join the queue"
+            "{} watchers for {WAITERS} waiters and one holder",
+            watchers(port)
         );
-    }
-    let port = member.client_port;
-    let expected = WAITERS as u64 + 1;
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            watchers(port) == expected
-        })
-        .await,
-        "{} watchers for {WAITERS} waiters and one holder",
-        watchers(port)
-    );
-    guard.release().await.unwrap();
-    let mut order = Vec::new();
-    for _ in 0..WAITERS {
-        order.push(
-            tokio::time::timeout(Duration::from_secs(20), order_rx.recv())
-                .await
-                .expect("every waiter gets the lock")
-                .unwrap(),
-        );
-    }
-    assert_eq!(
-        order,
-        (0..WAITERS).collect::<Vec<_>>(),
-        "served out of order"
-    );
-    for task in tasks {
-        task.await.unwrap();
-    }
-    assert!(etcd.keys(&queue).await.is_empty());
+    };
+    let in_line = || async { etcd.keys(&queue).await.len() };
+    support::queue::served_in_arrival_order(
+        &url,
+        "fair",
+        guard,
+        WAITERS,
+        in_line,
+        each_watches_one_key,
+    )
+    .await;
     assert!(
         eventually(Duration::from_secs(5), || async { watchers(port) == 0 }).await,
         "{} watchers left after every lock was released",
@@ -121,44 +83,7 @@ async fn a_cancelled_waiter_leaves_the_queue_and_the_next_is_not_stuck() {
     let fixture = EtcdFixture::new();
     let queue = fixture.queue("lock:cancel");
     let in_line = || async { fixture.etcd().keys(&queue).await.len() };
-    let holder = fixture.client().await;
-    let guard = holder.lock("cancel").acquire().await.unwrap();
-    let second = fixture.client().await;
-    let cancelled = tokio::spawn(async move {
-        second
-            .lock("cancel")
-            .wait(Duration::from_secs(60))
-            .acquire()
-            .await
-    });
-    assert!(eventually(Duration::from_secs(5), || async { in_line().await == 2 }).await);
-    let third = fixture.client().await;
-    let next = tokio::spawn(async move {
-        let guard = third
-            .lock("cancel")
-            .wait(Duration::from_secs(60))
-            .acquire()
-            .await
-            .unwrap();
-        (Instant::now(), guard)
-    });
-    assert!(eventually(Duration::from_secs(5), || async { in_line().await == 3 }).await);
-    cancelled.abort();
-    assert!(cancelled.await.unwrap_err().is_cancelled());
-    assert!(
-        eventually(Duration::from_secs(5), || async { in_line().await == 2 }).await,
-        "the cancelled waiter's key is still queued: {:?}",
-        fixture.etcd().keys(&queue).await
-    );
-    let released_at = Instant::now();
-    guard.release().await.unwrap();
-    let (granted_at, guard) = tokio::time::timeout(Duration::from_secs(5), next)
-        .await
-        .expect("the waiter behind the cancelled one is not stuck")
-        .unwrap();
-    assert!(granted_at - released_at < ms(1_000));
-    guard.release().await.unwrap();
-    assert_eq!(in_line().await, 0);
+    support::queue::a_cancelled_waiter_leaves_the_line(&fixture.url(), "cancel", in_line).await;
 }
 
 /// Locks share an etcd lease by TTL (whole seconds, rounded up): a 300 ms and a 1 s lock ride
@@ -191,18 +116,7 @@ async fn locks_share_a_lease_per_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_fails_with_an_error_that_names_the_cause() {
     let nobody = format!("etcd://127.0.0.1:{}/x", support::free_port());
-    let started = Instant::now();
-    let e = LockClient::builder(&nobody)
-        .connect_timeout(ms(1_000))
-        .build()
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("etcd") && e.contains(&nobody) && e.contains("reachable"),
-        "{e}"
-    );
-    assert!(started.elapsed() < ms(5_000), "{:?}", started.elapsed());
+    support::nobody_listening_fails_within_the_connect_timeout(&nobody, "etcd").await;
 
     let member = EtcdMember::shared();
     for (url, says) in [

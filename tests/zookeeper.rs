@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use distlock::{LockClient, LockError};
 use support::fixture::{Fixture, ZookeeperFixture};
@@ -37,139 +37,51 @@ fn watchers_under(port: u16, parent: &str) -> Vec<(String, usize)> {
 }
 
 /// Six clients (six sessions: to ZooKeeper, six processes) queue for a held lock one after
-/// another. Each waiter's node watches only its predecessor — no node is watched by more than
-/// its owner and its successor, so a release wakes one waiter — and the lock goes to them in
-/// the order they arrived.
+/// another and are served in the order they arrived. Each waiter's node watches only its
+/// predecessor — no node is watched by more than its owner and its successor, so a release
+/// wakes one waiter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_served_in_arrival_order_and_each_watches_one_node() {
     const WAITERS: usize = 6;
     let fixture = ZookeeperFixture::new();
     let holder = fixture.client().await;
-    let guard = holder
-        .lock("fair")
-        .lease(ms(5_000))
-        .acquire()
-        .await
-        .unwrap();
-    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut tasks = Vec::new();
-    for i in 0..WAITERS {
-        let client = fixture.client().await;
-        let order = order_tx.clone();
-        tasks.push(tokio::spawn(async move {
-            let guard = client
-                .lock("fair")
-                .lease(ms(5_000))
-                .wait(Duration::from_secs(30))
-                .acquire()
-                .await
-                .unwrap();
-            order.send(i).unwrap();
-            tokio::time::sleep(ms(20)).await;
-            guard.release().await.unwrap();
-        }));
-        // Wait until this waiter's node is in the queue before the next one arrives.
-        assert!(
-            eventually(Duration::from_secs(5), || async {
-                fixture.queue("lock:fair").await.len() == i + 2
-            })
-            .await,
-            "waiter {i} did not join the queue"
-        );
-    }
+    let guard = holder.lock("fair").acquire().await.unwrap();
     let parent = fixture.parent("lock:fair");
     let port = fixture.server.client_port;
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            watchers_under(port, &parent).len() >= WAITERS
-        })
-        .await,
-        "every waiter watches a node: {:?}",
-        watchers_under(port, &parent)
-    );
-    let watched = watchers_under(port, &parent);
-    for (path, sessions) in &watched {
+    let no_herd = async {
         assert!(
-            *sessions <= 2,
-            "{path} is watched by {sessions} sessions: a herd"
+            eventually(Duration::from_secs(5), || async {
+                watchers_under(port, &parent).len() >= WAITERS
+            })
+            .await,
+            "every waiter watches a node: {:?}",
+            watchers_under(port, &parent)
         );
-    }
-    guard.release().await.unwrap();
-    let mut order = Vec::new();
-    for _ in 0..WAITERS {
-        order.push(
-            tokio::time::timeout(Duration::from_secs(20), order_rx.recv())
-                .await
-                .expect("every waiter gets the lock")
-                .unwrap(),
-        );
-    }
-    assert_eq!(
-        order,
-        (0..WAITERS).collect::<Vec<_>>(),
-        "served out of order"
-    );
-    for task in tasks {
-        task.await.unwrap();
-    }
-    assert!(fixture.queue("lock:fair").await.is_empty());
+        for (path, sessions) in watchers_under(port, &parent) {
+            assert!(
+                sessions <= 2,
+                "{path} is watched by {sessions} sessions: a herd"
+            );
+        }
+    };
+    let in_line = || async { fixture.queue("lock:fair").await.len() };
+    support::queue::served_in_arrival_order(
+        &fixture.url(),
+        "fair",
+        guard,
+        WAITERS,
+        in_line,
+        no_herd,
+    )
+    .await;
 }
 
 /// A waiter cancelled mid-wait removes its node; the waiter behind it is not stuck.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_waiter_leaves_the_queue_and_the_next_is_not_stuck() {
     let fixture = ZookeeperFixture::new();
-    let holder = fixture.client().await;
-    let guard = holder.lock("cancel").acquire().await.unwrap();
-    let second = fixture.client().await;
-    let cancelled = tokio::spawn(async move {
-        second
-            .lock("cancel")
-            .wait(Duration::from_secs(60))
-            .acquire()
-            .await
-    });
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            fixture.queue("lock:cancel").await.len() == 2
-        })
-        .await
-    );
-    let third = fixture.client().await;
-    let next = tokio::spawn(async move {
-        let guard = third
-            .lock("cancel")
-            .wait(Duration::from_secs(60))
-            .acquire()
-            .await
-            .unwrap();
-        (Instant::now(), guard)
-    });
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            fixture.queue("lock:cancel").await.len() == 3
-        })
-        .await
-    );
-    cancelled.abort();
-    assert!(cancelled.await.unwrap_err().is_cancelled());
-    assert!(
-        eventually(Duration::from_secs(5), || async {
-            fixture.queue("lock:cancel").await.len() == 2
-        })
-        .await,
-        "the cancelled waiter's node is still queued: {:?}",
-        fixture.queue("lock:cancel").await
-    );
-    let released_at = Instant::now();
-    guard.release().await.unwrap();
-    let (granted_at, guard) = tokio::time::timeout(Duration::from_secs(5), next)
-        .await
-        .expect("the waiter behind the cancelled one is not stuck")
-        .unwrap();
-    assert!(granted_at - released_at < ms(1_000));
-    guard.release().await.unwrap();
-    assert!(fixture.queue("lock:cancel").await.is_empty());
+    let in_line = || async { fixture.queue("lock:cancel").await.len() };
+    support::queue::a_cancelled_waiter_leaves_the_line(&fixture.url(), "cancel", in_line).await;
 }
 
 /// An empty lock parent is a container node: the server removes it. The fencing token (the
@@ -229,18 +141,7 @@ async fn sessions_follow_leases_unless_the_url_pins_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_fails_with_an_error_that_names_the_cause() {
     let nobody = format!("zk://127.0.0.1:{}/x", support::free_port());
-    let started = Instant::now();
-    let e = LockClient::builder(&nobody)
-        .connect_timeout(ms(1_000))
-        .build()
-        .await
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("ZooKeeper") && e.contains(&nobody) && e.contains("reachable"),
-        "{e}"
-    );
-    assert!(started.elapsed() < ms(5_000), "{:?}", started.elapsed());
+    support::nobody_listening_fails_within_the_connect_timeout(&nobody, "ZooKeeper").await;
 
     let server = ZkServer::shared();
     for (url, says) in [

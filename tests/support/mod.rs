@@ -15,6 +15,7 @@ pub mod history;
 pub mod mysql;
 pub mod postgres;
 pub mod proxy;
+pub mod queue;
 pub mod sql;
 #[path = "../../examples/support/store.rs"]
 pub mod store;
@@ -157,6 +158,27 @@ impl Drop for ServerChild {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A client of `url` (a port nobody listens on) fails within its 1 s connect timeout, with an
+/// error that names the backend (`says`), the URL, and that it is not reachable.
+pub async fn nobody_listening_fails_within_the_connect_timeout(url: &str, says: &str) {
+    let started = Instant::now();
+    let e = distlock::LockClient::builder(url)
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(says) && e.contains(url) && e.contains("reachable"),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 /// Polls `find` until it finds something (a leader, say), for up to `within`.
