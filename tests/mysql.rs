@@ -1,5 +1,7 @@
 //! `mysql://` beyond the conformance and fault suites (`tests/conformance.rs`,
-//! `tests/faults.rs`), on real MariaDB servers the tests start:
+//! `tests/faults.rs`), on real MariaDB servers the tests start. The scenarios shared with
+//! PostgreSQL are written once in `tests/support/sql.rs`; what only MariaDB has (a token column
+//! too narrow, waiting by polling) is here:
 //!
 //! - what the table holds (holder, expiry by the database's clock in UTC, an expired row taken
 //!   over, fencing counters rising across releases), and the DDL the README prints;
@@ -24,86 +26,10 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-fn owner(guard: &distlock::LockGuard) -> String {
-    distlock::__private::testing::owner_token(guard).to_owned()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_row_names_its_holder_and_expires_by_the_database_clock() {
-    let fixture = MysqlFixture::new();
-    let client = fixture.builder().fencing(true).build().await.unwrap();
-    let table = fixture.table().to_owned();
-    let mut last_fence = 0;
-    for round in 0..3 {
-        let guard = client
-            .lock("row")
-            .lease(ms(20_000))
-            .acquire()
-            .await
-            .unwrap();
-        let rows: Vec<(String, String, i64, i64)> = fixture
-            .rows(
-                &format!(
-                    "SELECT token, holder, \
-                     TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), \
-                     TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6)) \
-                     FROM {table} WHERE name = 'lock:row'"
-                ),
-                (),
-            )
-            .await;
-        let (token, holder, left_us, since_us) = rows.into_iter().next().expect("a row");
-        assert_eq!(token, owner(&guard));
-        assert!(
-            holder.ends_with(&format!(" pid {}", std::process::id())),
-            "{holder}"
-        );
-        assert!(
-            (18_000_000..=20_000_000).contains(&left_us),
-            "expires in {left_us} µs"
-        );
-        assert!(since_us < 2_000_000, "acquired_at is the grant");
-        let fence: Vec<i64> = fixture
-            .rows(
-                &format!("SELECT fence FROM {table}_fences WHERE name = 'lock:row'"),
-                (),
-            )
-            .await;
-        assert_eq!(fence.first().map(|f| *f as u64), guard.fencing_token());
-        assert!(
-            fence[0] > last_fence,
-            "round {round}: {} after {last_fence}",
-            fence[0]
-        );
-        last_fence = fence[0];
-        guard.release().await.unwrap();
-        let left: Vec<i64> = fixture
-            .rows(&format!("SELECT count(*) FROM {table}"), ())
-            .await;
-        assert_eq!(left, [0], "a released lock leaves no row");
-    }
-    fixture
-        .rows::<i64>(
-            &format!(
-                "INSERT INTO {table} VALUES ('lock:stale', 'crashed-owner', \
-                 UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, 'a crashed host pid 1', \
-                 UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE)"
-            ),
-            (),
-        )
+    support::sql::the_row_names_its_holder_and_expires_by_the_database_clock(MysqlFixture::new())
         .await;
-    let taken = client
-        .lock("stale")
-        .wait(Duration::ZERO)
-        .acquire()
-        .await
-        .expect("an expired row is taken over");
-    assert_eq!(fixture.holder("lock:stale").await, Some(owner(&taken)));
-    // A lock name is bytes, compared exactly: case and trailing spaces make other locks.
-    let upper = client.lock("STALE").wait(Duration::ZERO).acquire().await;
-    assert!(upper.is_ok(), "`STALE` is another lock than `stale`");
-    let spaced = client.lock("stale ").wait(Duration::ZERO).acquire().await;
-    assert!(spaced.is_ok(), "`stale ` is another lock than `stale`");
 }
 
 /// The README prints the DDL; tables made from it work with `create_table=false`.

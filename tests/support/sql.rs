@@ -2,10 +2,13 @@
 //! suites, written once: tables made from the README's DDL, and bad input at connect time.
 //! `tests/postgres.rs` and `tests/mysql.rs` run each on their database.
 
+use std::time::Duration;
+
 use distlock::{LockClient, LockError};
 use mysql_async::prelude::Queryable;
 
 use super::faults::Faulty;
+use super::fixture::{MysqlFixture, PostgresFixture};
 use super::mysql::MysqlServer;
 use super::postgres::PostgresServer;
 use super::unique;
@@ -220,7 +223,7 @@ pub async fn bad_input_fails_at_connect_naming_the_cause(db: &impl SqlDatabase) 
 /// every expiry was moved forward.
 pub async fn renewals_of_many_locks_are_batched(fixture: impl Faulty) {
     let client = fixture.client().await;
-    let lease = std::time::Duration::from_millis(900);
+    let lease = Duration::from_millis(900);
     let mut taking = Vec::new();
     for i in 0..50 {
         let client = client.clone();
@@ -237,7 +240,7 @@ pub async fn renewals_of_many_locks_are_batched(fixture: impl Faulty) {
         guards.push(task.await.unwrap().unwrap());
     }
     let before = fixture.writes().await;
-    let watched = std::time::Duration::from_secs(3);
+    let watched = Duration::from_secs(3);
     tokio::time::sleep(watched).await;
     let statements = fixture.writes().await - before;
     for (i, guard) in guards.iter().enumerate() {
@@ -245,7 +248,7 @@ pub async fn renewals_of_many_locks_are_batched(fixture: impl Faulty) {
         let ttl = fixture.ttl(&format!("lock:many:{i}")).await;
         // Renewed at most a round (300 ms) and a read ago.
         assert!(
-            ttl.is_some_and(|ttl| ttl > std::time::Duration::from_millis(450)),
+            ttl.is_some_and(|ttl| ttl > Duration::from_millis(450)),
             "lock {i}: its expiry was not moved forward ({ttl:?} left)"
         );
     }
@@ -256,4 +259,158 @@ pub async fn renewals_of_many_locks_are_batched(fixture: impl Faulty) {
         "{statements} writes renewed 50 locks over {watched:?} (500 unbatched)"
     );
     eprintln!("50 locks, {watched:?}: {statements} renewal writes");
+}
+
+/// A lock table, as the row scenario reads it (its own SQL per database).
+#[allow(async_fn_in_trait)]
+pub trait LockTable: super::fixture::Fixture {
+    /// The row of lock `name`: `(token, holder, until expiry, since acquired_at)` by the
+    /// database's clock.
+    async fn row(&self, name: &str) -> Option<(String, String, Duration, Duration)>;
+    /// The fencing counter of lock `name` (its own table, `<table>_fences`).
+    async fn fence(&self, name: &str) -> Option<i64>;
+    /// How many rows the lock table holds.
+    async fn rows_held(&self) -> i64;
+    /// Inserts the row of a crashed owner of lock `name` whose expiry passed a second ago.
+    async fn plant_expired(&self, name: &str);
+}
+
+impl LockTable for PostgresFixture {
+    async fn row(&self, name: &str) -> Option<(String, String, Duration, Duration)> {
+        let query = format!(
+            "SELECT token, holder, (extract(epoch FROM expires_at - now()) * 1000)::int8, \
+             (extract(epoch FROM now() - acquired_at) * 1000)::int8 FROM {} WHERE name = $1",
+            self.table()
+        );
+        let row = self
+            .sql()
+            .await
+            .query_opt(&query, &[&name])
+            .await
+            .unwrap()?;
+        let ms = |i: usize| Duration::from_millis(row.get::<_, i64>(i).max(0) as u64);
+        Some((row.get(0), row.get(1), ms(2), ms(3)))
+    }
+
+    async fn fence(&self, name: &str) -> Option<i64> {
+        let query = format!("SELECT fence FROM {}_fences WHERE name = $1", self.table());
+        let row = self
+            .sql()
+            .await
+            .query_opt(&query, &[&name])
+            .await
+            .unwrap()?;
+        Some(row.get(0))
+    }
+
+    async fn rows_held(&self) -> i64 {
+        let query = format!("SELECT count(*) FROM {}", self.table());
+        self.sql()
+            .await
+            .query_one(&query, &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    async fn plant_expired(&self, name: &str) {
+        let insert = format!(
+            "INSERT INTO {} VALUES ($1, 'crashed-owner', now() - interval '1 second', \
+             'a crashed host pid 1', now() - interval '1 minute')",
+            self.table()
+        );
+        self.sql().await.execute(&insert, &[&name]).await.unwrap();
+    }
+}
+
+impl LockTable for MysqlFixture {
+    async fn row(&self, name: &str) -> Option<(String, String, Duration, Duration)> {
+        let query = format!(
+            "SELECT token, holder, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), \
+             TIMESTAMPDIFF(MICROSECOND, acquired_at, UTC_TIMESTAMP(6)) FROM {} WHERE name = ?",
+            self.table()
+        );
+        let rows: Vec<(String, String, i64, i64)> = self.rows(&query, (name.as_bytes(),)).await;
+        let (token, holder, left, since) = rows.into_iter().next()?;
+        let us = |n: i64| Duration::from_micros(n.max(0) as u64);
+        Some((token, holder, us(left), us(since)))
+    }
+
+    async fn fence(&self, name: &str) -> Option<i64> {
+        let query = format!("SELECT fence FROM {}_fences WHERE name = ?", self.table());
+        self.rows(&query, (name.as_bytes(),))
+            .await
+            .into_iter()
+            .next()
+    }
+
+    async fn rows_held(&self) -> i64 {
+        let query = format!("SELECT count(*) FROM {}", self.table());
+        self.rows(&query, ()).await.into_iter().next().unwrap()
+    }
+
+    async fn plant_expired(&self, name: &str) {
+        let insert = format!(
+            "INSERT INTO {} VALUES (?, 'crashed-owner', UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, \
+             'a crashed host pid 1', UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE)",
+            self.table()
+        );
+        self.rows::<i64>(&insert, (name.as_bytes(),)).await;
+    }
+}
+
+/// The row names its holder (token, `host pid N`), expires by the database's clock (a 20 s lease
+/// has 18–20 s left), `acquired_at` is the grant; the fencing counter lives in its own table and
+/// keeps rising across releases, which leave no row. A row whose expiry passed is taken over,
+/// whoever left it; lock names are bytes, compared exactly (case and trailing spaces make other
+/// locks).
+pub async fn the_row_names_its_holder_and_expires_by_the_database_clock(fixture: impl LockTable) {
+    let client = fixture.builder().fencing(true).build().await.unwrap();
+    let owner =
+        |guard: &distlock::LockGuard| distlock::__private::testing::owner_token(guard).to_owned();
+    let mut last_fence = 0;
+    for round in 0..3 {
+        let guard = client
+            .lock("row")
+            .lease(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        let (token, holder, left, since) = fixture.row("lock:row").await.expect("a row");
+        assert_eq!(token, owner(&guard));
+        assert!(
+            holder.ends_with(&format!(" pid {}", std::process::id())),
+            "{holder}"
+        );
+        assert!(
+            (Duration::from_secs(18)..=Duration::from_secs(20)).contains(&left),
+            "expires in {left:?}"
+        );
+        assert!(since < Duration::from_secs(2), "acquired_at is the grant");
+        let fence = fixture.fence("lock:row").await.expect("a fencing counter");
+        assert_eq!(Some(fence as u64), guard.fencing_token());
+        assert!(
+            fence > last_fence,
+            "round {round}: {fence} after {last_fence}"
+        );
+        last_fence = fence;
+        guard.release().await.unwrap();
+        assert_eq!(
+            fixture.rows_held().await,
+            0,
+            "a released lock leaves no row"
+        );
+    }
+    fixture.plant_expired("lock:stale").await;
+    let taken = client
+        .lock("stale")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("an expired row is taken over");
+    assert_eq!(fixture.holder("lock:stale").await, Some(owner(&taken)));
+    let upper = client.lock("STALE").wait(Duration::ZERO).acquire().await;
+    assert!(upper.is_ok(), "`STALE` is another lock than `stale`");
+    let spaced = client.lock("stale ").wait(Duration::ZERO).acquire().await;
+    assert!(spaced.is_ok(), "`stale ` is another lock than `stale`");
 }
