@@ -101,12 +101,11 @@ fn delete_later(client: zk::Client, path: String, session: Arc<Session>, timeout
         while session.is_usable() {
             attempt += 1;
             tokio::time::sleep(super::retry_pause(attempt.min(4))).await;
-            match tokio::time::timeout(timeout, client.delete(&path, None)).await {
-                Ok(Ok(()) | Err(zk::Error::NoNode)) => {
-                    tracing::debug!("distlock: zookeeper: a failed release's node deleted later");
-                    return;
-                }
-                _ => {}
+            if let Ok(Ok(()) | Err(zk::Error::NoNode)) =
+                tokio::time::timeout(timeout, client.delete(&path, None)).await
+            {
+                tracing::debug!("distlock: zookeeper: a failed release's node deleted later");
+                return;
             }
         }
     });
