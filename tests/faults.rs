@@ -388,6 +388,7 @@ async fn waiter_cut_off<F: Faulty>(fixture: F) {
     // waiter keeps its place in line on the server (ZooKeeper, etcd: its session or lease
     // outlives a short cut), or reconnects at once (the cluster) and wins first: then this one
     // is refused.
+    let mut free_at = now_ns();
     match direct
         .lock(key.as_str())
         .wait(Duration::ZERO)
@@ -405,6 +406,7 @@ async fn waiter_cut_off<F: Faulty>(fixture: F) {
                 released_at: now_ns(),
             });
             second.release().await.unwrap();
+            free_at = now_ns();
         }
         Err(err) if err.is_timeout() && (path.is_none() || fixture.queues_waiters()) => {}
         Err(err) => panic!("the lock is free while the waiter is cut off: {err}"),
@@ -427,7 +429,15 @@ async fn waiter_cut_off<F: Faulty>(fixture: F) {
                 released_at: now_ns(),
             });
             guard.release().await.unwrap();
-            "granted".to_owned()
+            // Its notifications were cut too: it must not wait for the last holder's whole
+            // lease (30 s by default) to notice the lock is free, but ask again once it can
+            // listen again (a failed subscription is retried after 1 s).
+            let after = Duration::from_nanos(returned_at.saturating_sub(free_at));
+            assert!(
+                after < ms(3_000),
+                "the cut-off waiter was granted {after:?} after the lock was free"
+            );
+            format!("granted {after:?} after the lock was free")
         }
         Err(err) => {
             // It gave up: it must say so, and leave nothing behind.

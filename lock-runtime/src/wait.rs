@@ -22,8 +22,8 @@ const NO_TTL_RETRY: Duration = Duration::from_millis(250);
 /// time) before it asks the server anyway.
 const RELEASE_NOTICE: Duration = Duration::from_millis(100);
 
-/// After a failed SUBSCRIBE, how long a waiter relies on the holder's TTL alone before it
-/// tries to subscribe again.
+/// After a failed SUBSCRIBE, how long a waiter waits before it asks the server again and tries
+/// to subscribe again (sooner if the holder's lease ends first).
 const SUBSCRIBE_RETRY: Duration = Duration::from_secs(1);
 
 /// A successful acquisition.
@@ -413,6 +413,13 @@ pub(crate) async fn acquire(
             pause.min(FAIR_QUEUE_TTL / 3)
         } else {
             pause
+        };
+        // Not listening (the subscription failed: the connection was cut, the server is coming
+        // back): a release now would go unnoticed, so ask again, and try to listen again, when
+        // the subscription is due to be retried — not only when the holder's lease ends.
+        let pause = match (&subscription, subscribe_after) {
+            (None, Some(after)) => pause.min(after.saturating_duration_since(now)),
+            _ => pause,
         };
         let wake_at = match deadline {
             Some(deadline) => deadline.min(now + pause),
