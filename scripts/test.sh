@@ -88,7 +88,11 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 echo "==> cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
 echo "==> cargo test (all features: memory, redis, rediss, postgres, mysql, zookeeper, etcd)"
-cargo test --workspace --all-features
+cargo test --workspace --all-features -- --skip scenarios::
+# The fault suite's scenarios (tests/faults.rs) wait on servers restarting, leases running out and
+# processes paused far more than they compute: four at a time, not one per core.
+echo "==> the fault suite, four scenarios at a time"
+cargo test --all-features --test faults -- --test-threads 4 scenarios::
 echo "==> cargo test (default features: what \`rediss://\` says without \`tls\`)"
 cargo test --test errors
 # The four published crates package and build from their tarballs (the benchmark is not

@@ -940,8 +940,8 @@ async fn servers_and_helpers_die_with_their_test_binary() {
 
 // ---------------------------------------------------------------------------------------------
 
-/// One test per scenario for a backend (`<backend>::s<N>_<scenario>`): it runs the scenario, or
-/// says why it does not apply.
+/// One test per scenario for a backend (`scenarios::<backend>::s<N>_<scenario>`): it runs the
+/// scenario, or says why it does not apply.
 macro_rules! suite {
     ($($backend:ident => $fixture:ty),* $(,)?) => {
         $(
@@ -973,30 +973,36 @@ macro_rules! suite {
     };
 }
 
-suite! {
-    redis => support::fixture::RedisFixture,
-    redlock => support::fixture::RedlockFixture,
-    cluster => support::fixture::ClusterFixture,
-}
+/// The scenario tests: `scenarios::<backend>::s<N>_<scenario>`. They wait on servers and timers
+/// far more than they compute, so `./scripts/test.sh` runs them four at a time.
+mod scenarios {
+    use super::*;
 
-#[cfg(feature = "postgres")]
-suite! {
-    postgres => support::fixture::PostgresFixture,
-}
+    suite! {
+        redis => support::fixture::RedisFixture,
+        redlock => support::fixture::RedlockFixture,
+        cluster => support::fixture::ClusterFixture,
+    }
 
-#[cfg(feature = "mysql")]
-suite! {
-    mysql => support::fixture::MysqlFixture,
-}
+    #[cfg(feature = "postgres")]
+    suite! {
+        postgres => support::fixture::PostgresFixture,
+    }
 
-#[cfg(feature = "zookeeper")]
-suite! {
-    zookeeper => support::fixture::ZookeeperFixture,
-}
+    #[cfg(feature = "mysql")]
+    suite! {
+        mysql => support::fixture::MysqlFixture,
+    }
 
-#[cfg(feature = "etcd")]
-suite! {
-    etcd => support::fixture::EtcdFixture,
+    #[cfg(feature = "zookeeper")]
+    suite! {
+        zookeeper => support::fixture::ZookeeperFixture,
+    }
+
+    #[cfg(feature = "etcd")]
+    suite! {
+        etcd => support::fixture::EtcdFixture,
+    }
 }
 
 /// `memory://` lives in one process: no scenario applies; each test says why.

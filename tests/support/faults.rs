@@ -140,8 +140,9 @@ impl Scenario {
                  `CLIENT KILL` of every client on every node); meanwhile the holder releases and \
                  a third client takes and releases the lock",
                 "the waiter either holds the lock and the server agrees (its token is stored), \
-                 or returns an error and leaves nothing behind; the checker finds no overlap \
-                 among the holds",
+                 granted < 3 s after the lock was free (not a lease later: a waiter that cannot \
+                 listen asks again every second), or returns an error and leaves nothing behind; \
+                 the checker finds no overlap among the holds",
             ),
             Scenario::ServerRestartsEmpty => (
                 "Lease 3 s, held",
