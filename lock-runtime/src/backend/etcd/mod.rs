@@ -47,6 +47,10 @@ const DEFAULT_PORT: u16 = 2379;
 /// Where lock keys live when the URL names no prefix.
 const DEFAULT_PREFIX: &str = "distlock";
 
+/// How long a key left behind by an attempt whose reply never came is retried for deletion in
+/// the background while etcd does not answer.
+const LEFTOVER_SEARCH: Duration = Duration::from_secs(60);
+
 /// What an `etcd://` URL says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct EtcdUrl {
@@ -148,6 +152,10 @@ pub(crate) struct EtcdBackend {
     granting: tokio::sync::Mutex<()>,
     /// This client's keys, by owner token.
     keys: Mutex<HashMap<String, Held>>,
+    /// The owner tokens of this client's acquisitions in play, from their first attempt until
+    /// their release is done: a key on this client's lease whose token is not here belongs to
+    /// nobody (an attempt given up whose transaction landed all the same).
+    in_play: Mutex<std::collections::HashSet<String>>,
     /// Per owner token, held while an acquiring transaction is on its way: a release waits
     /// for it, so it never overtakes the transaction that creates the key (etcd serves the
     /// calls of one connection concurrently, in no set order).
@@ -207,6 +215,7 @@ impl EtcdBackend {
             leases: Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
             keys: Mutex::new(HashMap::new()),
+            in_play: Mutex::default(),
             in_flight: Mutex::new(HashMap::new()),
             hub: ReleaseHub::new(None),
             holder: holder_id(),
@@ -236,6 +245,10 @@ impl EtcdBackend {
                 backend.shown
             )))),
         }
+    }
+
+    fn in_play(&self) -> MutexGuard<'_, std::collections::HashSet<String>> {
+        self.in_play.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn keys(&self) -> MutexGuard<'_, HashMap<String, Held>> {
@@ -545,7 +558,7 @@ impl EtcdBackend {
             let orphan = predecessor.lease == lease.id && {
                 let token = predecessor.key.get(queue.len()..).unwrap_or_default();
                 let token = std::str::from_utf8(token).unwrap_or_default();
-                !self.keys().contains_key(token)
+                !self.in_play().contains(token)
             };
             if orphan {
                 match self.delete_key(predecessor.key).await {
@@ -641,8 +654,17 @@ impl EtcdBackend {
                 Err(Failure::Server(status)) if is_transient(&status) && attempt < 3 => {}
                 Err(Failure::Other(_)) if attempt < 3 => {}
                 Err(failure) => {
-                    if let Some(lease) = lease.filter(|lease| lease.is_usable()) {
-                        self.delete_later(key, lease);
+                    match lease {
+                        Some(lease) if lease.is_usable() => {
+                            self.delete_later(key, move || lease.is_usable());
+                        }
+                        Some(_) => {}
+                        // An attempt whose reply never came: its put may have landed all the
+                        // same, on a lease this client keeps alive.
+                        None => {
+                            let give_up = Instant::now() + LEFTOVER_SEARCH;
+                            self.delete_later(key, move || Instant::now() < give_up);
+                        }
                     }
                     return Err(self.failed("delete", failure));
                 }
@@ -655,13 +677,14 @@ impl EtcdBackend {
     /// A release that failed for good reports its error, but its key must not outlive it: the
     /// lease it lives on is kept alive for the client's other locks, so the key would hold the
     /// lock for as long as the client runs. It is deleted in the background once etcd answers
-    /// again (the server restarted, the leader elected), or goes with its lease.
-    fn delete_later(&self, key: Vec<u8>, lease: Arc<Lease>) {
+    /// again (the server restarted, the leader elected), while `go_on` says so (its lease is
+    /// usable; for an attempt whose reply never came, for [`LEFTOVER_SEARCH`]).
+    fn delete_later(&self, key: Vec<u8>, go_on: impl Fn() -> bool + Send + 'static) {
         let rpc = self.rpc.clone();
         let response_timeout = self.response_timeout;
         tokio::spawn(async move {
             let mut attempt = 0;
-            while lease.is_usable() {
+            while go_on() {
                 attempt += 1;
                 tokio::time::sleep(super::retry_pause(attempt.min(4))).await;
                 let delete = rpc.unary::<_, DeleteRangeResponse>(
@@ -915,7 +938,14 @@ impl Backend for EtcdBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
-        Box::pin(self.acquire(spec))
+        Box::pin(async move {
+            self.in_play().insert(spec.token.to_owned());
+            let attempt = self.acquire(spec).await;
+            if attempt.is_err() {
+                self.in_play().remove(spec.token);
+            }
+            attempt
+        })
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
@@ -927,7 +957,11 @@ impl Backend for EtcdBackend {
         name: &'a str,
         token: &'a str,
     ) -> BoxFuture<'a, Result<Released, BoxError>> {
-        Box::pin(self.release_key(name, token))
+        Box::pin(async move {
+            let released = self.release_key(name, token).await;
+            self.in_play().remove(token);
+            released
+        })
     }
 
     fn subscribe<'a>(

@@ -84,11 +84,50 @@ pub(crate) struct ZookeeperBackend {
     opening: tokio::sync::Mutex<()>,
     /// This client's nodes, by owner token.
     nodes: Mutex<HashMap<String, Node>>,
+    /// The owner tokens of this client's acquisitions in play, from their first attempt until
+    /// their release is done: a node of this client's session whose token is not here belongs
+    /// to nobody (an attempt given up whose create landed all the same).
+    in_play: Mutex<std::collections::HashSet<String>>,
     /// Wake-ups by owner token: a waiter's predecessor is gone.
     hub: Arc<ReleaseHub>,
     holder: String,
     /// The server's version, once `srvr` told it (admin API).
     version: std::sync::OnceLock<String>,
+}
+
+/// How long a waiter's place left behind by an attempt whose reply never came is looked for in
+/// the background while the server does not answer (its session ends by then at the latest, for
+/// a lease up to this long).
+const LEFTOVER_SEARCH: Duration = Duration::from_secs(60);
+
+/// The node an attempt whose reply never came may have made (found by the `token` in its name
+/// under `parent`) is deleted once the server answers again: it is on a session this client
+/// keeps alive, and would hold up every waiter behind it.
+fn delete_token_later(client: zk::Client, parent: String, token: String, timeout: Duration) {
+    tokio::spawn(async move {
+        let give_up = Instant::now() + LEFTOVER_SEARCH;
+        let mut attempt = 0;
+        while Instant::now() < give_up {
+            attempt += 1;
+            tokio::time::sleep(super::retry_pause(attempt.min(4))).await;
+            let children = match tokio::time::timeout(timeout, client.list_children(&parent)).await
+            {
+                Ok(Ok(children)) => children,
+                Ok(Err(zk::Error::NoNode)) => return,
+                _ => continue,
+            };
+            let Some(child) = children.iter().find(|c| token_of(c) == token) else {
+                return;
+            };
+            let path = format!("{parent}/{child}");
+            if let Ok(Ok(()) | Err(zk::Error::NoNode)) =
+                tokio::time::timeout(timeout, client.delete(&path, None)).await
+            {
+                tracing::debug!(node = %path, "distlock: zookeeper: a given-up attempt's node deleted later");
+                return;
+            }
+        }
+    });
 }
 
 /// A release that failed for good reports its error, but its node must not outlive it: the
@@ -146,6 +185,7 @@ impl ZookeeperBackend {
             sessions: Mutex::new(HashMap::new()),
             opening: tokio::sync::Mutex::new(()),
             nodes: Mutex::new(HashMap::new()),
+            in_play: Mutex::default(),
             hub: ReleaseHub::new(None),
             holder: holder_id(),
             version: std::sync::OnceLock::new(),
@@ -159,6 +199,10 @@ impl ZookeeperBackend {
         backend.create_chroot().await.map_err(fail)?;
         backend.session_for(default_lease).await.map_err(fail)?;
         Ok(Arc::new(backend))
+    }
+
+    fn in_play(&self) -> MutexGuard<'_, std::collections::HashSet<String>> {
+        self.in_play.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn nodes(&self) -> MutexGuard<'_, HashMap<String, Node>> {
@@ -486,7 +530,7 @@ impl ZookeeperBackend {
                 // same. Nobody would ever delete it while the session lives: it goes now.
                 Ok((Some(stat), _))
                     if stat.ephemeral_owner == client.session_id().0
-                        && !self.nodes().contains_key(token_of(queue[place - 1].1)) =>
+                        && !self.in_play().contains(token_of(queue[place - 1].1)) =>
                 {
                     match self.call("delete", client.delete(&before, None)).await {
                         Ok(()) | Err(ZkFailure::Server(zk::Error::NoNode)) => {
@@ -580,7 +624,12 @@ impl ZookeeperBackend {
                 let children = match self.call("list", client.list_children(&parent)).await {
                     Ok(children) => children,
                     Err(ZkFailure::Server(zk::Error::NoNode)) => return Ok(Released::NotOurs),
-                    Err(failure) => return Err(self.failed("list", failure)),
+                    Err(failure) => {
+                        // The attempt's create may have landed all the same: look again, and
+                        // delete it, once the server answers.
+                        delete_token_later(client, parent, token.to_owned(), self.response_timeout);
+                        return Err(self.failed("list", failure));
+                    }
                 };
                 match children.iter().find(|c| token_of(c) == token) {
                     Some(child) => format!("{parent}/{child}"),
@@ -696,7 +745,14 @@ impl Backend for ZookeeperBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
-        Box::pin(self.acquire(spec))
+        Box::pin(async move {
+            self.in_play().insert(spec.token.to_owned());
+            let attempt = self.acquire(spec).await;
+            if attempt.is_err() {
+                self.in_play().remove(spec.token);
+            }
+            attempt
+        })
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
@@ -708,7 +764,11 @@ impl Backend for ZookeeperBackend {
         name: &'a str,
         token: &'a str,
     ) -> BoxFuture<'a, Result<Released, BoxError>> {
-        Box::pin(self.delete(name, token))
+        Box::pin(async move {
+            let released = self.delete(name, token).await;
+            self.in_play().remove(token);
+            released
+        })
     }
 
     fn subscribe<'a>(
