@@ -627,15 +627,24 @@ async fn server_dies_mid_call<F: Faulty>(mut fixture: F) {
     let started = Instant::now();
     let acquiring = tokio::spawn({
         let (client, key) = (client.clone(), key.clone());
-        async move { client.lock(key.as_str()).wait(ms(1_000)).acquire().await }
+        async move {
+            let result = client.lock(key.as_str()).wait(ms(1_000)).acquire().await;
+            (result, started.elapsed())
+        }
     });
     tokio::time::sleep(ms(50)).await;
+    let killed_after = started.elapsed();
     fixture.kill(&victims);
-    let result = tokio::time::timeout(bound, acquiring)
+    let (result, returned_after) = tokio::time::timeout(bound, acquiring)
         .await
         .expect("acquire returns within the bound")
         .expect("no panic");
-    let err = result.expect_err("nothing to acquire from a dead server");
+    let err = result
+        .map(|guard| (guard, fixture.url()))
+        .expect_err(&format!(
+            "nothing to acquire from a dead server (killed {killed_after:?} after the pause, the \
+         acquisition returned after {returned_after:?})"
+        ));
     assert_eq!(err.key(), Some(key.as_str()), "{err}");
     report.push(format!("acquire: {:?} ({err})", started.elapsed()));
     tokio::task::block_in_place(|| fixture.restart(&victims));

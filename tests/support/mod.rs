@@ -83,11 +83,31 @@ pub fn spawn_tied(mut command: Command) -> std::io::Result<Child> {
     answer.recv().expect("the process spawner answers")
 }
 
-/// Sends `signal` to process `pid` (one the tests started).
+/// Sends `signal` to process `pid` (one the tests started). A SIGSTOP returns once every thread
+/// of the process has stopped (a stop takes effect when each thread next leaves the kernel: on a
+/// busy machine, a thread could otherwise still answer a request sent after this returns).
 pub fn signal(pid: u32, signal: libc::c_int) {
     // SAFETY: sending a signal to a process by pid.
     let sent = unsafe { libc::kill(pid as libc::pid_t, signal) };
     assert_eq!(sent, 0, "kill({pid}, {signal})");
+    if signal == libc::SIGSTOP {
+        let stopped = |task: &std::path::Path| {
+            std::fs::read_to_string(task.join("stat")).is_ok_and(|stat| {
+                let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+                state.starts_with('T') || state.starts_with('t')
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let threads: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .map(|dir| dir.flatten().map(|t| t.path()).collect())
+                .unwrap_or_default();
+            if threads.iter().all(|t| stopped(t)) || Instant::now() > deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 /// The process of a server the tests started (etcd, ZooKeeper, MariaDB): killed when dropped.
@@ -432,9 +452,7 @@ impl RedisServer {
 
     fn signal(&self, signal: libc::c_int) {
         let child = self.child.as_ref().expect("server is running");
-        // SAFETY: sending a signal to our own child process.
-        let sent = unsafe { libc::kill(child.id() as libc::pid_t, signal) };
-        assert_eq!(sent, 0, "kill({}, {signal})", child.id());
+        crate::support::signal(child.id(), signal);
     }
 
     /// Starts the server again on the same port: empty, unless it was started with
