@@ -327,3 +327,45 @@ pub(crate) trait Backend: Send + Sync + 'static {
         Box::pin(async move { unsupported(format!("the {kind} backend has no server to ask")) })
     }
 }
+
+/// The owner tokens of a client's acquisitions in play on a backend whose waiters queue on its
+/// own session or lease (ZooKeeper, etcd): from an acquisition's first attempt until its release
+/// is done. A node or key of the client's own session or lease whose token is not here belongs
+/// to nobody — an attempt given up whose create landed all the same — and may be deleted.
+#[derive(Default)]
+pub(crate) struct InPlay(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl InPlay {
+    fn tokens(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn contains(&self, token: &str) -> bool {
+        self.tokens().contains(token)
+    }
+
+    /// Runs an acquisition `attempt` of `token`: in play from now on, unless it fails.
+    pub(crate) async fn attempt<T, E>(
+        &self,
+        token: &str,
+        attempt: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        self.tokens().insert(token.to_owned());
+        let result = attempt.await;
+        if result.is_err() {
+            self.tokens().remove(token);
+        }
+        result
+    }
+
+    /// Runs the `release` of `token`: out of play once it is done, whatever it found.
+    pub(crate) async fn release<T>(
+        &self,
+        token: &str,
+        release: impl std::future::Future<Output = T>,
+    ) -> T {
+        let released = release.await;
+        self.tokens().remove(token);
+        released
+    }
+}

@@ -152,10 +152,8 @@ pub(crate) struct EtcdBackend {
     granting: tokio::sync::Mutex<()>,
     /// This client's keys, by owner token.
     keys: Mutex<HashMap<String, Held>>,
-    /// The owner tokens of this client's acquisitions in play, from their first attempt until
-    /// their release is done: a key on this client's lease whose token is not here belongs to
-    /// nobody (an attempt given up whose transaction landed all the same).
-    in_play: Mutex<std::collections::HashSet<String>>,
+    /// The owner tokens of this client's acquisitions in play (see [`super::InPlay`]).
+    in_play: super::InPlay,
     /// Per owner token, held while an acquiring transaction is on its way: a release waits
     /// for it, so it never overtakes the transaction that creates the key (etcd serves the
     /// calls of one connection concurrently, in no set order).
@@ -215,7 +213,7 @@ impl EtcdBackend {
             leases: Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
             keys: Mutex::new(HashMap::new()),
-            in_play: Mutex::default(),
+            in_play: super::InPlay::default(),
             in_flight: Mutex::new(HashMap::new()),
             hub: ReleaseHub::new(None),
             holder: holder_id(),
@@ -245,10 +243,6 @@ impl EtcdBackend {
                 backend.shown
             )))),
         }
-    }
-
-    fn in_play(&self) -> MutexGuard<'_, std::collections::HashSet<String>> {
-        self.in_play.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn keys(&self) -> MutexGuard<'_, HashMap<String, Held>> {
@@ -558,7 +552,7 @@ impl EtcdBackend {
             let orphan = predecessor.lease == lease.id && {
                 let token = predecessor.key.get(queue.len()..).unwrap_or_default();
                 let token = std::str::from_utf8(token).unwrap_or_default();
-                !self.in_play().contains(token)
+                !self.in_play.contains(token)
             };
             if orphan {
                 match self.delete_key(predecessor.key).await {
@@ -938,14 +932,7 @@ impl Backend for EtcdBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
-        Box::pin(async move {
-            self.in_play().insert(spec.token.to_owned());
-            let attempt = self.acquire(spec).await;
-            if attempt.is_err() {
-                self.in_play().remove(spec.token);
-            }
-            attempt
-        })
+        Box::pin(self.in_play.attempt(spec.token, self.acquire(spec)))
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
@@ -957,11 +944,7 @@ impl Backend for EtcdBackend {
         name: &'a str,
         token: &'a str,
     ) -> BoxFuture<'a, Result<Released, BoxError>> {
-        Box::pin(async move {
-            let released = self.release_key(name, token).await;
-            self.in_play().remove(token);
-            released
-        })
+        Box::pin(self.in_play.release(token, self.release_key(name, token)))
     }
 
     fn subscribe<'a>(

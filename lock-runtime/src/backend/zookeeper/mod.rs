@@ -84,10 +84,8 @@ pub(crate) struct ZookeeperBackend {
     opening: tokio::sync::Mutex<()>,
     /// This client's nodes, by owner token.
     nodes: Mutex<HashMap<String, Node>>,
-    /// The owner tokens of this client's acquisitions in play, from their first attempt until
-    /// their release is done: a node of this client's session whose token is not here belongs
-    /// to nobody (an attempt given up whose create landed all the same).
-    in_play: Mutex<std::collections::HashSet<String>>,
+    /// The owner tokens of this client's acquisitions in play (see [`super::InPlay`]).
+    in_play: super::InPlay,
     /// Wake-ups by owner token: a waiter's predecessor is gone.
     hub: Arc<ReleaseHub>,
     holder: String,
@@ -185,7 +183,7 @@ impl ZookeeperBackend {
             sessions: Mutex::new(HashMap::new()),
             opening: tokio::sync::Mutex::new(()),
             nodes: Mutex::new(HashMap::new()),
-            in_play: Mutex::default(),
+            in_play: super::InPlay::default(),
             hub: ReleaseHub::new(None),
             holder: holder_id(),
             version: std::sync::OnceLock::new(),
@@ -199,10 +197,6 @@ impl ZookeeperBackend {
         backend.create_chroot().await.map_err(fail)?;
         backend.session_for(default_lease).await.map_err(fail)?;
         Ok(Arc::new(backend))
-    }
-
-    fn in_play(&self) -> MutexGuard<'_, std::collections::HashSet<String>> {
-        self.in_play.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn nodes(&self) -> MutexGuard<'_, HashMap<String, Node>> {
@@ -530,7 +524,7 @@ impl ZookeeperBackend {
                 // same. Nobody would ever delete it while the session lives: it goes now.
                 Ok((Some(stat), _))
                     if stat.ephemeral_owner == client.session_id().0
-                        && !self.in_play().contains(token_of(queue[place - 1].1)) =>
+                        && !self.in_play.contains(token_of(queue[place - 1].1)) =>
                 {
                     match self.call("delete", client.delete(&before, None)).await {
                         Ok(()) | Err(ZkFailure::Server(zk::Error::NoNode)) => {
@@ -745,14 +739,7 @@ impl Backend for ZookeeperBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
-        Box::pin(async move {
-            self.in_play().insert(spec.token.to_owned());
-            let attempt = self.acquire(spec).await;
-            if attempt.is_err() {
-                self.in_play().remove(spec.token);
-            }
-            attempt
-        })
+        Box::pin(self.in_play.attempt(spec.token, self.acquire(spec)))
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
@@ -764,11 +751,7 @@ impl Backend for ZookeeperBackend {
         name: &'a str,
         token: &'a str,
     ) -> BoxFuture<'a, Result<Released, BoxError>> {
-        Box::pin(async move {
-            let released = self.delete(name, token).await;
-            self.in_play().remove(token);
-            released
-        })
+        Box::pin(self.in_play.release(token, self.delete(name, token)))
     }
 
     fn subscribe<'a>(
