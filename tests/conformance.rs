@@ -1097,6 +1097,358 @@ pub async fn a_release_whose_reply_was_lost_is_not_reported_lost(fixture: &impl 
     taken.release().await.unwrap();
 }
 
+// ---- Read/write locks (`../shared/DESIGN.md`, "Lock kinds") ----
+
+/// On a backend without read locks: the refusal, a `Config` error naming the key and saying
+/// so. `true` when the backend serves them and the case goes on.
+async fn serves_read_locks(fixture: &impl Fixture, client: &LockClient, key: &str) -> bool {
+    if fixture.read_locks() {
+        return true;
+    }
+    match client.lock(key).read().wait(ms(0)).acquire().await {
+        Err(LockError::Config(message)) => {
+            assert!(
+                message.contains(&format!("`{key}`")) && message.contains("read lock"),
+                "{message}"
+            );
+            println!("refused, as it should be: {message}");
+            assert!(!fixture.anything_at(&format!("lock:{key}")).await);
+            false
+        }
+        other => panic!("read locks on a backend that says it has none: {other:?}"),
+    }
+}
+
+/// Readers of one key hold it together, each with a share of its own on the server; a writer
+/// excludes readers and is excluded by them; the last reader's release frees the key.
+pub async fn readers_share_a_key_and_exclude_writers(fixture: &impl Fixture) {
+    let (one, two) = (fixture.client().await, fixture.client().await);
+    if !serves_read_locks(fixture, &one, "catalog").await {
+        return;
+    }
+    let lease = ms(10_000);
+    let first = one.lock("catalog").read().lease(lease).wait(ms(0));
+    let first = first.acquire().await.expect("a free key is read at once");
+    let second = two.lock("catalog").read().lease(lease).wait(ms(0));
+    let second = second.acquire().await.expect("readers share the key");
+    assert_eq!(first.mode(), distlock::LockMode::Read);
+    let mut stored: Vec<String> = fixture
+        .readers("lock:catalog")
+        .await
+        .into_iter()
+        .map(|(token, share)| {
+            assert!(share <= lease && share > ms(5_000), "share {share:?}");
+            token
+        })
+        .collect();
+    stored.sort();
+    let mut ours = vec![
+        distlock::__private::testing::owner_token(&first).to_owned(),
+        distlock::__private::testing::owner_token(&second).to_owned(),
+    ];
+    ours.sort();
+    assert_eq!(stored, ours, "one share per reader, under its own token");
+    assert!(
+        one.lock("catalog").try_acquire().await.unwrap().is_none(),
+        "a writer got in beside readers"
+    );
+    first.release().await.unwrap();
+    assert_eq!(fixture.readers("lock:catalog").await.len(), 1);
+    assert!(
+        two.lock("catalog").try_acquire().await.unwrap().is_none(),
+        "a writer got in beside a reader"
+    );
+    second.release().await.unwrap();
+    assert!(
+        !fixture.anything_at("lock:catalog").await,
+        "the last reader left its key behind"
+    );
+    let writer = one.lock("catalog").wait(ms(0)).acquire().await.unwrap();
+    assert_eq!(writer.mode(), distlock::LockMode::Write);
+    assert!(
+        two.lock("catalog")
+            .read()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a reader got in beside a writer"
+    );
+    assert!(fixture.holder("lock:catalog").await.is_some());
+    writer.release().await.unwrap();
+    assert!(!fixture.anything_at("lock:catalog").await);
+}
+
+/// Each reader's share lives on its own lease: an unrenewed reader's share ends one lease
+/// later while a renewed reader's goes on, and one reader's renewal never extends another's
+/// (Redisson #1604, #7098).
+pub async fn each_reader_has_its_own_lease(fixture: &impl Fixture) {
+    let (one, two) = (fixture.client().await, fixture.client().await);
+    if !serves_read_locks(fixture, &one, "tenant").await {
+        return;
+    }
+    let short = one.lock("tenant").read().lease(ms(600)).renew(false);
+    let short = short.acquire().await.unwrap();
+    let long = two
+        .lock("tenant")
+        .read()
+        .lease(ms(900))
+        .acquire()
+        .await
+        .unwrap();
+    let long_token = distlock::__private::testing::owner_token(&long).to_owned();
+    // Past the short share's lease, and three renewals of the long one.
+    tokio::time::sleep(ms(1_500)).await;
+    assert!(short.is_lost(), "an unrenewed share outlived its lease");
+    assert!(!long.is_lost(), "a renewed share was lost");
+    let readers = fixture.readers("lock:tenant").await;
+    assert_eq!(
+        readers.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(),
+        [long_token.as_str()],
+        "the unrenewed share is still there: another reader's renewal kept it alive"
+    );
+    assert!(
+        one.lock("tenant").try_acquire().await.unwrap().is_none(),
+        "a writer got in beside a live reader"
+    );
+    assert!(matches!(short.release().await, Err(LockError::Lost { .. })));
+    long.release().await.unwrap();
+    assert!(one.lock("tenant").try_acquire().await.unwrap().is_some());
+}
+
+/// No writer starvation: four clients keep overlapping read holds of 300 ms going for seconds
+/// (the key is never without a reader), yet a writer with `wait = 4s` gets in — its waiting
+/// stops new readers from joining — and nobody reads while it writes.
+pub async fn a_waiting_writer_is_not_starved_by_readers(fixture: &impl Fixture) {
+    let writer_client = fixture.client().await;
+    if !serves_read_locks(fixture, &writer_client, "prices").await {
+        return;
+    }
+    let writing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let mut readers = Vec::new();
+    for i in 0..4u64 {
+        let client = fixture.client().await;
+        let (writing, stop, reads) = (writing.clone(), stop.clone(), reads.clone());
+        readers.push(tokio::spawn(async move {
+            // Staggered, so the holds overlap and the key always has a reader.
+            tokio::time::sleep(ms(75 * i)).await;
+            while !stop.load(Ordering::SeqCst) {
+                let guard = client
+                    .lock("prices")
+                    .read()
+                    .lease(ms(5_000))
+                    .wait(ms(20_000))
+                    .acquire()
+                    .await
+                    .expect("a reader waits out the writer");
+                assert!(
+                    !writing.load(Ordering::SeqCst),
+                    "a reader beside the writer"
+                );
+                reads.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(ms(300)).await;
+                assert!(!writing.load(Ordering::SeqCst), "a writer beside a reader");
+                guard.release().await.expect("release a read");
+            }
+        }));
+    }
+    tokio::time::sleep(ms(1_000)).await;
+    let before = reads.load(Ordering::SeqCst);
+    assert!(before >= 4, "the readers are reading ({before} reads)");
+    let started = Instant::now();
+    let guard = writer_client
+        .lock("prices")
+        .lease(ms(5_000))
+        .wait(ms(4_000))
+        .acquire()
+        .await
+        .expect("a writer is not starved by overlapping readers");
+    let waited = started.elapsed();
+    writing.store(true, Ordering::SeqCst);
+    tokio::time::sleep(ms(200)).await;
+    writing.store(false, Ordering::SeqCst);
+    guard.release().await.unwrap();
+    // Readers come back after the writer.
+    let after_write = reads.load(Ordering::SeqCst);
+    tokio::time::sleep(ms(1_000)).await;
+    stop.store(true, Ordering::SeqCst);
+    for reader in readers {
+        reader.await.expect("reader task");
+    }
+    assert!(
+        reads.load(Ordering::SeqCst) > after_write,
+        "readers got back in after the writer"
+    );
+    println!("the writer waited {waited:?} behind {before} reads");
+    assert!(!fixture.anything_at("lock:prices").await);
+}
+
+/// A writer's release wakes every waiting reader at once, and the last reader's release wakes
+/// a waiting writer — by notification, long before the holders' 30 s leases end.
+pub async fn releases_wake_readers_and_writers(fixture: &impl Fixture) {
+    let client = fixture.client().await;
+    if !serves_read_locks(fixture, &client, "report").await {
+        return;
+    }
+    let lease = ms(30_000);
+    let writer = client.lock("report").lease(lease).acquire().await.unwrap();
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        let client = fixture.client().await;
+        waiting.push(tokio::spawn(async move {
+            let request = client.lock("report").read().lease(lease).wait(ms(10_000));
+            (request.acquire().await, client)
+        }));
+    }
+    tokio::time::sleep(ms(300)).await;
+    assert!(fixture.readers("lock:report").await.is_empty());
+    let released = Instant::now();
+    writer.release().await.unwrap();
+    let mut readers = Vec::new();
+    for task in waiting {
+        let (guard, client) = task.await.unwrap();
+        readers.push((guard.expect("woken by the writer's release"), client));
+    }
+    let woken = released.elapsed();
+    assert!(woken < ms(5_000), "readers took {woken:?} to get in");
+    assert_eq!(fixture.readers("lock:report").await.len(), 3);
+    let next = {
+        let client = fixture.client().await;
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let guard = client
+                .lock("report")
+                .lease(lease)
+                .wait(ms(10_000))
+                .acquire()
+                .await;
+            (guard, started)
+        })
+    };
+    tokio::time::sleep(ms(300)).await;
+    let mut last = Instant::now();
+    for (guard, _client) in readers {
+        last = Instant::now();
+        guard.release().await.unwrap();
+    }
+    let (guard, _) = next.await.unwrap();
+    let guard = guard.expect("woken by the last reader's release");
+    let woken = last.elapsed();
+    assert!(woken < ms(5_000), "the writer took {woken:?} to get in");
+    assert!(fixture.holder("lock:report").await.is_some());
+    guard.release().await.unwrap();
+}
+
+/// A writer that gives up waiting takes back its mark: readers may join again at once, rather
+/// than after the mark lapses.
+pub async fn a_writer_that_gives_up_lets_readers_in_again(fixture: &impl Fixture) {
+    let client = fixture.client().await;
+    if !serves_read_locks(fixture, &client, "menu").await {
+        return;
+    }
+    let reader = client
+        .lock("menu")
+        .read()
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let err = client
+        .lock("menu")
+        .wait(ms(400))
+        .acquire()
+        .await
+        .unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    let again = client.lock("menu").read().wait(ms(0)).acquire().await;
+    let again = again.expect("a reader joins once the waiting writer left");
+    assert_eq!(fixture.readers("lock:menu").await.len(), 2);
+    again.release().await.unwrap();
+    reader.release().await.unwrap();
+    assert!(!fixture.anything_at("lock:menu").await);
+}
+
+/// Fencing: every write grant gets a new, higher token; a reader gets the token of the last
+/// write grant (the version it reads).
+pub async fn readers_get_the_last_writers_fencing_token(fixture: &impl Fixture) {
+    let client = fixture
+        .builder()
+        .fencing(fixture.fencing())
+        .build()
+        .await
+        .unwrap();
+    if !serves_read_locks(fixture, &client, "version").await {
+        return;
+    }
+    let first = client.lock("version").acquire().await.unwrap();
+    let written = first.fencing_token().expect("a write grant's token");
+    first.release().await.unwrap();
+    let reader = client.lock("version").read().acquire().await.unwrap();
+    assert_eq!(reader.fencing_token(), Some(written));
+    reader.release().await.unwrap();
+    let second = client.lock("version").acquire().await.unwrap();
+    let rewritten = second.fencing_token().unwrap();
+    assert!(rewritten > written);
+    second.release().await.unwrap();
+    let reader = client.lock("version").read().acquire().await.unwrap();
+    assert_eq!(reader.fencing_token(), Some(rewritten));
+    reader.release().await.unwrap();
+}
+
+/// The admin API shows a read lock's readers, each with its holder and own lease.
+pub async fn the_admin_api_shows_readers(fixture: &impl Fixture) {
+    let client = fixture.client().await;
+    if !serves_read_locks(fixture, &client, "shown").await {
+        return;
+    }
+    let one = client
+        .lock("shown")
+        .read()
+        .lease(ms(20_000))
+        .acquire()
+        .await
+        .unwrap();
+    let two = client
+        .lock("shown")
+        .read()
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let info = client.inspect("shown").await.unwrap().expect("read-held");
+    assert_eq!(info.mode, distlock::LockMode::Read, "{info:?}");
+    assert_eq!(info.readers.len(), 2, "{info:?}");
+    let tokens: Vec<&str> = info.readers.iter().map(|r| r.token.as_str()).collect();
+    assert_eq!(
+        tokens,
+        [
+            distlock::__private::testing::owner_token(&one),
+            distlock::__private::testing::owner_token(&two)
+        ],
+        "longest share first"
+    );
+    for reader in &info.readers {
+        assert_eq!(
+            reader.holder.as_ref().map(|h| h.pid),
+            Some(std::process::id())
+        );
+        assert!(reader.ttl.is_some_and(|t| t > ms(5_000)), "{reader:?}");
+    }
+    assert_eq!(client.list("sho*", 10).await.unwrap().len(), 1);
+    let removed = client
+        .force_release("shown")
+        .await
+        .unwrap()
+        .expect("removed");
+    assert_eq!(removed.readers.len(), 2);
+    assert!(!fixture.anything_at("lock:shown").await);
+    // (What their releases report is the forced-release case's: a cluster's retried release
+    // is ambiguous, and settled by the lease.)
+    drop((one, two));
+}
+
 macro_rules! conformance {
     ($backend:ident => $fixture:expr; $($case:ident),* $(,)?) => {
         mod $backend {
@@ -1142,6 +1494,13 @@ macro_rules! suite {
                 a_try_once_that_exits_leaves_nothing_in_line,
                 a_waiter_whose_process_ends_leaves_nothing_in_line,
                 a_release_whose_reply_was_lost_is_not_reported_lost,
+                readers_share_a_key_and_exclude_writers,
+                each_reader_has_its_own_lease,
+                a_waiting_writer_is_not_starved_by_readers,
+                releases_wake_readers_and_writers,
+                a_writer_that_gives_up_lets_readers_in_again,
+                readers_get_the_last_writers_fencing_token,
+                the_admin_api_shows_readers,
             );
         )*
     };

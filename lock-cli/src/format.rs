@@ -71,7 +71,21 @@ pub fn table(locks: &[LockInfo]) -> String {
     let rows: Vec<[String; 6]> = locks
         .iter()
         .map(|info| {
-            let (holder, age) = match &info.holder {
+            let oldest = info
+                .readers
+                .iter()
+                .filter_map(|r| r.holder.as_ref())
+                .min_by_key(|h| h.since);
+            let (holder, age) = match info.holder.as_ref().or(oldest) {
+                Some(h) if !info.readers.is_empty() => (
+                    format!("{} readers ({h}, …)", info.readers.len()),
+                    SystemTime::now()
+                        .duration_since(h.since)
+                        .map_or_else(|_| "-".to_owned(), duration),
+                ),
+                None if !info.readers.is_empty() => {
+                    (format!("{} readers", info.readers.len()), "-".to_owned())
+                }
                 Some(h) => (
                     h.to_string(),
                     SystemTime::now()
@@ -118,16 +132,33 @@ pub fn table(locks: &[LockInfo]) -> String {
     out
 }
 
-/// One lock as a JSON object: `key`, `name`, `token`, `holder` (`host`, `pid`,
-/// `since_unix_ms`, or null), `ttl_ms`, `fencing_token`, `waiters` (null when unknown).
+/// One lock as a JSON object: `key`, `name`, `mode` (`write` or `read`), `token`, `holder`
+/// (`host`, `pid`, `since_unix_ms`, or null), `ttl_ms`, `fencing_token`, `waiters` (null when
+/// unknown), `readers` (a read lock's: `token`, `holder`, `ttl_ms` each).
 pub fn info_json(info: &LockInfo) -> Value {
-    let holder = info.holder.as_ref().map(|h| {
+    let holder_json = |h: &lock_runtime::Holder| {
         json!({
             "host": h.host,
             "pid": h.pid,
             "since_unix_ms": h.since.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
         })
-    });
+    };
+    let holder = info.holder.as_ref().map(holder_json);
+    let readers: Vec<Value> = info
+        .readers
+        .iter()
+        .map(|r| {
+            json!({
+                "token": r.token,
+                "holder": r.holder.as_ref().map(holder_json),
+                "ttl_ms": r.ttl.map(|d| d.as_millis() as u64),
+            })
+        })
+        .collect();
+    let mode = match info.mode {
+        lock_runtime::LockMode::Read => "read",
+        _ => "write",
+    };
     json!({
         "key": info.key,
         "name": info.name,
@@ -136,6 +167,8 @@ pub fn info_json(info: &LockInfo) -> Value {
         "ttl_ms": info.ttl.map(|d| d.as_millis() as u64),
         "fencing_token": info.fencing_token,
         "waiters": info.waiters,
+        "mode": mode,
+        "readers": readers,
     })
 }
 

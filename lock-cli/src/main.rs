@@ -381,8 +381,12 @@ fn key_of(rest: &[String]) -> Result<&str, Failure> {
         .ok_or_else(|| Failure::Usage("which lock? give its KEY (e.g. `order:42`)".into()))
 }
 
-/// "web-1 pid 42 since 13:22:52 UTC (12.3s ago)", or what is known.
+/// "web-1 pid 42 since 13:22:52 UTC (12.3s ago)", or what is known; for a read lock, how many
+/// readers hold it.
 fn who(info: &LockInfo) -> String {
+    if !info.readers.is_empty() {
+        return format!("{} reader(s), listed below", info.readers.len());
+    }
     match &info.holder {
         Some(holder) => format!("{holder} since {}", since(holder.since)),
         None => "an unknown holder (a value distlock did not write)".to_owned(),
@@ -413,6 +417,15 @@ fn details(info: &LockInfo) -> String {
         ),
     );
     line("owner token", info.token.clone().unwrap_or_else(none));
+    for reader in &info.readers {
+        let holder = reader.holder.as_ref().map_or_else(
+            || "an unknown holder".to_owned(),
+            |h| format!("{h} since {}", since(h.since)),
+        );
+        let left = reader.ttl.map_or_else(none, duration);
+        line("reader", format!("{holder}, lease left {left}"));
+        line("  token", reader.token.clone());
+    }
     out
 }
 

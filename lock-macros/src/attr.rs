@@ -13,8 +13,11 @@ use crate::errors::{Errors, closest};
 
 /// Every argument the attribute takes.
 pub(crate) const ARGUMENTS: &[&str] = &[
-    "key", "lease", "wait", "renew", "on_lost", "fencing", "fair", "crate",
+    "key", "lease", "wait", "renew", "on_lost", "fencing", "fair", "mode", "crate",
 ];
+
+/// The values `mode` takes.
+const MODES: &[&str] = &["read", "write"];
 
 /// The shortest lease the runtime accepts (its `LockClient::MIN_LEASE`).
 const MIN_LEASE: Duration = Duration::from_millis(10);
@@ -24,6 +27,12 @@ const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
 pub(crate) enum WaitArg {
     Up(Duration),
     Forever,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ModeArg {
+    Read,
+    Write,
 }
 
 #[derive(Clone, Copy)]
@@ -42,6 +51,9 @@ pub(crate) struct LockArgs {
     pub on_lost: Option<OnLostArg>,
     pub fencing: Option<bool>,
     pub fair: Option<bool>,
+    pub mode: Option<ModeArg>,
+    /// Where `mode` was written, for errors about its combination with other arguments.
+    mode_span: Option<Span>,
     pub krate: Option<syn::Path>,
     seen: Vec<String>,
 }
@@ -84,6 +96,16 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> (LockArgs, bool) 
     let mut parsed = LockArgs::default();
     for arg in list {
         parsed.apply(arg, errors);
+    }
+    if parsed.mode == Some(ModeArg::Read)
+        && parsed.fair == Some(true)
+        && let Some(span) = parsed.mode_span
+    {
+        errors.at(
+            span,
+            "a read lock cannot be fair: readers do not queue behind each other, and a waiting \
+             writer already stops new readers from joining; drop `fair = true` or `mode = \"read\"`",
+        );
     }
     (parsed, true)
 }
@@ -210,6 +232,30 @@ impl LockArgs {
             "renew" => self.renew = bool_value(&arg, errors),
             "fencing" => self.fencing = bool_value(&arg, errors),
             "fair" => self.fair = bool_value(&arg, errors),
+            "mode" => {
+                let Some(lit) = string_value(&arg, errors, "\"read\"") else {
+                    return;
+                };
+                self.mode_span = Some(lit.span());
+                self.mode = match lit.value().as_str() {
+                    "read" => Some(ModeArg::Read),
+                    "write" => Some(ModeArg::Write),
+                    other => {
+                        let hint = closest(other, MODES.iter().copied())
+                            .map(|c| format!(" (did you mean \"{c}\"?)"))
+                            .unwrap_or_default();
+                        errors.at(
+                            lit.span(),
+                            format!(
+                                "unknown `mode` value {other:?}{hint}: expected \"read\" (a \
+                                 shared lock: many readers, no writer) or \"write\" (the \
+                                 plain, exclusive lock; the default)"
+                            ),
+                        );
+                        None
+                    }
+                };
+            }
             "on_lost" => {
                 let Some(lit) = string_value(&arg, errors, "\"abort\"") else {
                     return;

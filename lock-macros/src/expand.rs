@@ -14,7 +14,7 @@ use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{AttrStyle, Ident, ItemFn, LitStr, ReturnType, Type};
 
-use crate::attr::{self, LockArgs, OnLostArg, WaitArg};
+use crate::attr::{self, LockArgs, ModeArg, OnLostArg, WaitArg};
 use crate::errors::Errors;
 use crate::key::{self, Placeholder, Segment, Template};
 use crate::valid::{self, Bindings};
@@ -205,6 +205,10 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let fair = args.fair.unwrap_or(false);
+    let mode = match args.mode {
+        Some(ModeArg::Read) => quote!(#krate::__private::LockMode::Read),
+        Some(ModeArg::Write) | None => quote!(#krate::__private::LockMode::Write),
+    };
     quote! {
         #krate::__private::LockOptions {
             lease: #lease,
@@ -213,6 +217,7 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
             on_lost: #on_lost,
             fencing: #fencing,
             fair: #fair,
+            mode: #mode,
         }
     }
 }

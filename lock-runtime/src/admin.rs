@@ -48,8 +48,26 @@ pub struct LockInfo {
     /// The last fencing token handed out for the key, when fencing was ever used on it.
     pub fencing_token: Option<u64>,
     /// How many acquisitions wait in the lock's queue, where the backend keeps one (a fair
-    /// lock on Redis, ZooKeeper, etcd); `None` where waiters leave no trace on the server.
+    /// lock on Redis, ZooKeeper, etcd, and the writers waiting for a read lock's readers);
+    /// `None` where waiters leave no trace on the server.
     pub waiters: Option<u64>,
+    /// [`LockMode::Read`](crate::LockMode::Read) when readers hold the key (listed in
+    /// `readers`; `token` and `holder` are then `None`), else the write side: the plain lock.
+    pub mode: crate::LockMode,
+    /// A read lock's readers, longest remaining lease first.
+    pub readers: Vec<ReaderInfo>,
+}
+
+/// One reader of a read lock, as the backend reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReaderInfo {
+    /// The reader's owner token.
+    pub token: String,
+    /// Who it is (host, process, since when), read from the token distlock wrote.
+    pub holder: Option<Holder>,
+    /// How long until this reader's own lease runs out unless renewed.
+    pub ttl: Option<Duration>,
 }
 
 /// What [`LockClient::ping`] learned about the backend.
@@ -77,6 +95,9 @@ pub(crate) struct Entry {
     pub ttl: Option<Duration>,
     pub fencing_token: Option<u64>,
     pub waiters: Option<u64>,
+    /// A read lock's readers: each one's token and remaining lease (empty for a plain lock,
+    /// whose holder is `token`).
+    pub readers: Vec<(String, Option<Duration>)>,
 }
 
 /// An operation a backend cannot do, and why (`LockError::Unsupported`).
@@ -211,6 +232,21 @@ impl LockClient {
         let holder = entry
             .holder
             .or_else(|| entry.token.as_deref().and_then(Holder::from_token));
+        let mut readers: Vec<ReaderInfo> = entry
+            .readers
+            .into_iter()
+            .map(|(token, ttl)| ReaderInfo {
+                holder: Holder::from_token(&token),
+                token,
+                ttl,
+            })
+            .collect();
+        readers.sort_by_key(|r| std::cmp::Reverse(r.ttl));
+        let mode = if readers.is_empty() {
+            crate::LockMode::Write
+        } else {
+            crate::LockMode::Read
+        };
         Some(LockInfo {
             key,
             name: entry.name,
@@ -219,6 +255,8 @@ impl LockClient {
             ttl: entry.ttl,
             fencing_token: entry.fencing_token,
             waiters: entry.waiters,
+            mode,
+            readers,
         })
     }
 

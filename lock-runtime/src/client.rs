@@ -8,7 +8,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::backend::memory::MemoryBackend;
-use crate::backend::{Backend, LockSpec};
+use crate::backend::{Backend, Kind, LockSpec};
 use crate::error::LockError;
 use crate::guard::{LockGuard, RenewMode};
 use crate::key::{LockName, validate_key};
@@ -125,6 +125,7 @@ impl LockClient {
             renew: true,
             fencing: self.inner.fencing,
             fair: false,
+            kind: Kind::Exclusive,
         }
     }
 
@@ -590,6 +591,7 @@ struct Params {
     renewal: RenewMode,
     fencing: bool,
     fair: bool,
+    kind: Kind,
 }
 
 impl Params {
@@ -602,6 +604,7 @@ impl Params {
             fencing: self.fencing,
             renew: self.renewal != RenewMode::Off,
             fair: self.fair,
+            kind: self.kind,
         }
     }
 }
@@ -630,6 +633,7 @@ impl LockClient {
             },
             fencing: options.fencing.unwrap_or(inner.fencing),
             fair: options.fair,
+            kind: options.mode.kind(),
         };
         inner.acquire(key, params).await
     }
@@ -664,7 +668,18 @@ impl ClientInner {
         let token = OwnerToken::generate();
         let name = LockName::new(key, &self.prefix, self.hash_tags);
         let request = params.request(&name);
-        if params.fair {
+        if let Err(why) = self.backend.serves(params.kind) {
+            return Err(LockError::Config(format!("`{}`: {why}", name.key())));
+        }
+        let shared = params.kind == Kind::Shared;
+        if params.fair && shared {
+            return Err(LockError::Config(format!(
+                "`{}`: a read lock cannot be fair (readers do not queue behind each other, and \
+                 a waiting writer already stops new readers from joining); drop `fair`",
+                name.key()
+            )));
+        }
+        if params.fair || (shared && self.backend.queues_waiters()) {
             if !self.backend.supports_fair() {
                 return Err(LockError::Config(format!(
                     "`{}`: fair locks are not available on the {} backend; use redis://, \
@@ -677,14 +692,18 @@ impl ClientInner {
             // Straight into the lock's queue on the server: no optimistic first attempt and
             // no local queue, which would let a newcomer or a task of this client pass
             // waiters that came first.
-            return Box::pin(self.acquire_fair(name, token, params, started)).await;
+            return Box::pin(self.acquire_fair(name, token, params, started, None)).await;
         }
         // Fast path: when no task of this client waits for the key, try once straight away
         // (one round trip for a free lock) without touching the queue. Not for a backend whose
         // busy attempt joins a queue on the server (ZooKeeper): its place in line must be
         // taken, and given up, by the waiting below.
         let mut failed = None;
-        if !self.backend.queues_waiters() && !self.renewer.local().has_waiters(name.key()) {
+        // A reader never queues behind this client's other tasks: readers hold a key together,
+        // and the local queue (with its hand-overs) is for the one owner of a plain lock.
+        if !self.backend.queues_waiters()
+            && (shared || !self.renewer.local().has_waiters(name.key()))
+        {
             // Only the lock is asked for (on Redis one `SET NX PX`, without the holder's TTL):
             // a busy lock is asked again, with its TTL, once this task waits in line.
             let spec = LockSpec {
@@ -696,8 +715,11 @@ impl ClientInner {
                 Ok(Ok(mut acquired)) => {
                     acquired.waited = started.elapsed();
                     let guard = self.guard(name, token, params, acquired);
-                    // A task that queued meanwhile waits for this guard rather than the server.
-                    self.renewer.local().holding(guard.shared_ref(), false);
+                    if !shared {
+                        // A task that queued meanwhile waits for this guard rather than the
+                        // server.
+                        self.renewer.local().holding(guard.shared_ref(), false);
+                    }
                     return Ok(guard);
                 }
                 Ok(Err(_)) if params.wait == Some(Duration::ZERO) => {
@@ -717,7 +739,10 @@ impl ClientInner {
                 Err(failure) => failed = Some(failure),
             }
         }
-        // Boxed: waiting is a large future that the fast path above should not carry.
+        if shared {
+            // Boxed: waiting is a large future that the fast path above should not carry.
+            return Box::pin(self.acquire_fair(name, token, params, started, failed)).await;
+        }
         Box::pin(self.acquire_queued(name, token, params, started, failed)).await
     }
 
@@ -729,34 +754,39 @@ impl ClientInner {
         token: OwnerToken,
         failure: wait::Failure,
     ) -> LockError {
-        wait::leave(
-            &self.backend,
-            name.full(),
-            token.as_str(),
-            false,
-            self.response_timeout,
-        )
-        .await;
+        let hold = crate::backend::Hold {
+            name: name.full(),
+            token: token.as_str(),
+            kind: Kind::Exclusive,
+            fair: false,
+        };
+        wait::leave(&self.backend, hold, self.response_timeout).await;
         failure.into_error(&*self.backend, name.key())
     }
 
-    /// A fair acquisition: every attempt goes through the lock's queue on the server.
+    /// An acquisition that waits on the server alone, never in this client's local queue: a
+    /// fair lock (every attempt goes through the lock's queue on the server), or a reader
+    /// (readers hold a key together; `failed` is its first attempt's transient failure).
     async fn acquire_fair(
         &self,
         name: LockName,
         mut token: OwnerToken,
         params: Params,
         started: tokio::time::Instant,
+        failed: Option<wait::Failure>,
     ) -> Result<LockGuard, LockError> {
         let key = name.key();
         let request = params.request(&name);
-        let span = tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.kind(), fair = true);
+        let span = tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.kind(), fair = params.fair, kind = params.kind.noun());
+        let remaining = params
+            .wait
+            .map(|wait| wait.saturating_sub(started.elapsed()));
         let mut acquired = match wait::acquire(
             &self.backend,
             request,
             &mut token,
-            params.wait,
-            None,
+            remaining,
+            failed,
             None,
             self.response_timeout,
         )
@@ -853,9 +883,12 @@ impl ClientInner {
             &self.renewer,
             name,
             token,
-            params.lease,
-            params.renewal,
-            params.fair,
+            crate::guard::Terms {
+                lease: params.lease,
+                renewal: params.renewal,
+                fair: params.fair,
+                kind: params.kind,
+            },
             acquired,
         )
     }
@@ -875,6 +908,7 @@ pub struct LockRequest {
     renew: bool,
     fencing: bool,
     fair: bool,
+    kind: Kind,
 }
 
 impl LockRequest {
@@ -926,6 +960,39 @@ impl LockRequest {
         self
     }
 
+    /// Take the lock shared, as one of its readers: any number of readers hold a key together,
+    /// and no writer while they do ([`write`](Self::write), the plain lock, excludes them all).
+    /// Each reader has a lease of its own, renewed by its own watchdog. A writer waiting for
+    /// the key stops new readers from joining, so readers cannot starve writers. With
+    /// [`fencing`](Self::fencing), a reader gets the token of the last write grant (the version
+    /// it reads) rather than a new one.
+    ///
+    /// Served by `memory://`, `redis://` and `redis+cluster://`; elsewhere the acquisition fails
+    /// with [`LockError::Config`] saying so. A read lock cannot be [`fair`](Self::fair).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// let first = client.lock("price-list").read().acquire().await?;
+    /// let second = client.lock("price-list").read().acquire().await?; // readers share it
+    /// assert!(client.lock("price-list").try_acquire().await?.is_none()); // a writer waits
+    /// first.release().await?;
+    /// second.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read(mut self) -> Self {
+        self.kind = Kind::Shared;
+        self
+    }
+
+    /// Take the lock exclusively — the default, and the write side of [`read`](Self::read):
+    /// one owner, excluding every reader and every other writer of the key.
+    pub fn write(mut self) -> Self {
+        self.kind = Kind::Exclusive;
+        self
+    }
+
     /// The lock key, without the client's prefix.
     pub fn key(&self) -> &str {
         &self.key
@@ -944,6 +1011,7 @@ impl LockRequest {
             },
             fencing: self.fencing,
             fair: self.fair,
+            kind: self.kind,
         };
         self.client.inner.acquire(self.key, params).await
     }

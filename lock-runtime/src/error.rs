@@ -60,6 +60,19 @@ pub enum LockError {
         reason: String,
     },
 
+    /// A task holding a read lock asked for the write lock on the same key (a nested
+    /// `#[distributed_lock]` call): it could never be granted, since the task's own share
+    /// excludes every writer, so it fails at once instead of waiting out `wait`.
+    #[error(
+        "this task holds a read lock on `{key}` and asked for its write lock: it could never be \
+         granted (the task's own read lock excludes every writer); take the write lock in the \
+         outer call instead (a read under a write is granted), or release the read lock first"
+    )]
+    Upgrade {
+        /// The key.
+        key: String,
+    },
+
     /// A configuration value is unusable: an invalid URL or scheme, a zero lease, …
     #[error("invalid distlock configuration: {0}")]
     Config(String),
@@ -127,6 +140,7 @@ impl LockError {
             LockError::Timeout { key, .. }
             | LockError::Lost { key }
             | LockError::InvalidKey { key, .. }
+            | LockError::Upgrade { key }
             | LockError::Backend { key, .. } => Some(key),
             _ => None,
         }

@@ -10,7 +10,7 @@ use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Handover, LockSpec, Released};
+use crate::backend::{Backend, Handover, Hold, Kind, LockSpec, Released};
 use crate::error::{BoxError, LockError};
 use crate::key::LockName;
 use crate::local::{Handed, Offer};
@@ -45,6 +45,15 @@ pub(crate) enum RenewMode {
     Inline,
 }
 
+/// What a guard was granted on, besides its key and token.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
+    pub lease: Duration,
+    pub renewal: RenewMode,
+    pub fair: bool,
+    pub kind: Kind,
+}
+
 /// What a guard and its watchdog share.
 pub(crate) struct Shared {
     pub name: LockName,
@@ -57,6 +66,8 @@ pub(crate) struct Shared {
     pub unrenewed_end: Option<Instant>,
     /// Taken as a fair lock: released through the lock's queue, never handed over.
     pub fair: bool,
+    /// The kind of hold: a reader's share is released on the server, never handed over.
+    pub kind: Kind,
     /// The backend's kind (`redis`, …), for metrics.
     pub backend: &'static str,
     /// When the lease was granted (the acquisition's send time)…
@@ -104,7 +115,13 @@ impl Shared {
             renew: true,
             waiting: false,
             fair: self.fair,
+            kind: self.kind,
         }
+    }
+
+    /// This guard's hold, as a release names it.
+    pub(crate) fn hold(&self) -> Hold<'_> {
+        self.spec().hold()
     }
 
     pub(crate) fn mark_lost(&self, why: &str) {
@@ -172,11 +189,15 @@ impl LockGuard {
         renewer: &Arc<renew::Renewer>,
         name: LockName,
         token: OwnerToken,
-        lease: Duration,
-        renewal: RenewMode,
-        fair: bool,
+        terms: Terms,
         acquired: Acquired,
     ) -> LockGuard {
+        let Terms {
+            lease,
+            renewal,
+            fair,
+            kind,
+        } = terms;
         let renew = renewal != RenewMode::Off;
         let lease_end = acquired.sent_at + lease - renew::drift(lease);
         let shared = Arc::new(Shared {
@@ -188,6 +209,7 @@ impl LockGuard {
             lost: LostFlag::default(),
             unrenewed_end: (!renew).then_some(lease_end),
             fair,
+            kind,
             backend: renewer.backend().kind(),
             granted_at: acquired.sent_at,
             confirmed_ns: std::sync::atomic::AtomicU64::new(0),
@@ -239,6 +261,14 @@ impl LockGuard {
 
     pub(crate) fn shared_ref(&self) -> &Arc<Shared> {
         &self.held.shared
+    }
+
+    /// Which side of the key's read/write lock this guard holds: [`LockMode::Write`] for a
+    /// plain lock.
+    ///
+    /// [`LockMode::Write`]: crate::LockMode::Write
+    pub fn mode(&self) -> crate::LockMode {
+        crate::LockMode::of(self.held.shared.kind)
     }
 
     /// The lease this lock was taken with.
@@ -341,13 +371,10 @@ fn settle(shared: &Shared, released: Released) -> bool {
 /// take it over (one hand-over command, see [`crate::local`]), else to the server (released,
 /// waking the waiters). `Ok(false)`: it was not ours any more.
 async fn give_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<bool, BoxError> {
-    let result = if shared.fair {
+    let result = if shared.fair || shared.kind != Kind::Exclusive {
         // The next in line is the head of the lock's queue on the server, not a task here (a
-        // fair guard is never a local holder: nothing to let go of locally).
-        renewer
-            .backend()
-            .release_fair(shared.name.full(), shared.token.as_str())
-            .await
+        // fair guard, or a reader, is never a local holder: nothing to let go of locally).
+        renewer.backend().release(shared.hold()).await
     } else {
         hand_back(renewer, shared).await
     };
@@ -389,7 +416,7 @@ async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<Rel
                 };
                 if offer.reply.send(handed).is_err() {
                     // The waiter left meanwhile: the lock holds a token nobody will use.
-                    crate::wait::release_in_background(backend, name, &offer.token, false);
+                    crate::wait::release_in_background(backend, exclusive(name, &offer.token));
                 }
                 return Ok(Released::Deleted);
             }
@@ -402,13 +429,23 @@ async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<Rel
             Err(error) => {
                 tracing::debug!(key = %shared.key(), %error, "distlock: hand-over failed; releasing instead");
                 let _ = offer.reply.send(Handed::Unknown);
-                crate::wait::release_in_background(backend, name, &offer.token, false);
+                crate::wait::release_in_background(backend, exclusive(name, &offer.token));
             }
         }
     }
-    let released = backend.release(name, shared.token.as_str()).await;
+    let released = backend.release(shared.hold()).await;
     local.let_go(shared);
     released
+}
+
+/// The plain lock `name` held, or offered to be taken over, by `token`.
+fn exclusive<'a>(name: &'a str, token: &'a str) -> Hold<'a> {
+    Hold {
+        name,
+        token,
+        kind: Kind::Exclusive,
+        fair: false,
+    }
 }
 
 /// Armed while a hand-over command is in flight: if the releasing future is dropped then, the
@@ -424,7 +461,7 @@ impl Drop for HandoverInFlight<'_> {
     fn drop(&mut self) {
         if let Some(offer) = self.offer.take() {
             let _ = offer.reply.send(Handed::Unknown);
-            crate::wait::release_in_background(self.backend, self.name, &offer.token, false);
+            crate::wait::release_in_background(self.backend, exclusive(self.name, &offer.token));
         }
     }
 }
@@ -473,6 +510,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockGuard")
             .field("key", &self.held.shared.key())
+            .field("mode", &self.mode())
             .field("lease", &self.held.shared.lease)
             .field("fencing_token", &self.held.shared.fencing_token)
             .field("lost", &self.is_lost())

@@ -53,6 +53,7 @@ mod key;
 mod local;
 mod locked;
 pub mod metrics;
+mod mode;
 mod notify;
 mod renew;
 mod runtime;
@@ -63,12 +64,13 @@ mod wait;
 #[doc(hidden)]
 pub mod testing;
 
-pub use admin::{Holder, LockInfo, ServerInfo};
+pub use admin::{Holder, LockInfo, ReaderInfo, ServerInfo};
 pub use client::{LockClient, LockClientBuilder, LockRequest};
 pub use error::{BoxError, LockError};
 pub use global::{URL_ENV, client, init, init_from_env};
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
+pub use mode::LockMode;
 pub use scope::{CurrentLock, current};
 pub use wait::FAIR_QUEUE_TTL;
 
@@ -76,4 +78,5 @@ pub use wait::FAIR_QUEUE_TTL;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::locked::{LockOptions, LockedReturn, OnLost, WaitFor, run_locked};
+    pub use crate::mode::LockMode;
 }

@@ -88,6 +88,7 @@ impl Offer {
             renew: self.renew,
             waiting: true,
             fair: false,
+            kind: crate::backend::Kind::Exclusive,
         }
     }
 }

@@ -43,6 +43,8 @@ pub struct LockOptions {
     pub fencing: Option<bool>,
     /// `fair = …`.
     pub fair: bool,
+    /// `mode = "read"` / `"write"` (the default).
+    pub mode: crate::LockMode,
 }
 
 /// The return type of a `#[distributed_lock]` function: `Result<T, E>` with
@@ -76,7 +78,8 @@ impl<T, E: From<LockError>> LockedReturn for Result<T, E> {
 /// Runs `body` while holding the lock `key` of the global client.
 ///
 /// - A nested call for a key this task already holds on the same client runs at once, without
-///   a round trip; the outermost call releases.
+///   a round trip; the outermost call releases. A nested write call for a key this task holds
+///   for reading fails with [`LockError::Upgrade`].
 /// - `on_lost = Abort`: the body is raced against the lost signal and dropped when it fires.
 /// - Normal exit: the release is awaited before returning. Panic or cancellation: the guard's
 ///   drop spawns the release.
@@ -90,6 +93,11 @@ where
         Err(error) => return R::from_lock_error(error),
     };
     if let Some(lock) = scope::held(client, &key) {
+        // A read under a write or under a read is granted locally; a write under a read could
+        // never be granted (this task's own share excludes every writer).
+        if options.mode == crate::LockMode::Write && lock.kind == crate::backend::Kind::Shared {
+            return R::from_lock_error(LockError::Upgrade { key });
+        }
         tracing::trace!(key, "distlock: reentrant call, no acquisition");
         return scope::enter(client, lock, body).await;
     }
@@ -144,6 +152,7 @@ mod footprint {
         on_lost: OnLost::Abort,
         fencing: None,
         fair: false,
+        mode: crate::LockMode::Write,
     };
 
     #[test]
@@ -172,6 +181,7 @@ mod footprint {
             renew: true,
             waiting: false,
             fair: false,
+            kind: crate::backend::Kind::Exclusive,
         };
         for (op, size) in [
             (
@@ -180,7 +190,7 @@ mod footprint {
             ),
             (
                 "release",
-                std::mem::size_of_val(&*redis.release("lock:k", "t")),
+                std::mem::size_of_val(&*redis.release(spec.hold())),
             ),
             ("renew", std::mem::size_of_val(&*redis.renew(spec))),
         ] {

@@ -42,6 +42,11 @@ impl CurrentLock {
         self.lock.key()
     }
 
+    /// Which side of the key's read/write lock is held (`mode = "read"` or the write side).
+    pub fn mode(&self) -> crate::LockMode {
+        crate::LockMode::of(self.lock.kind)
+    }
+
     /// The fencing token of this acquisition, when the lock was taken with `fencing = true`.
     pub fn fencing_token(&self) -> Option<u64> {
         self.lock.fencing_token
@@ -57,6 +62,7 @@ impl std::fmt::Debug for CurrentLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CurrentLock")
             .field("key", &self.key())
+            .field("mode", &self.mode())
             .field("fencing_token", &self.fencing_token())
             .field("lost", &self.is_lost())
             .finish()

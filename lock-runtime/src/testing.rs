@@ -15,6 +15,12 @@ pub fn memory_peek(url: &str, name: &str) -> Option<(String, Duration)> {
     store(url).peek(name)
 }
 
+/// The live readers of backend key `name` in the `memory://` store at `url`: each one's token
+/// and remaining share, longest first.
+pub fn memory_readers(url: &str, name: &str) -> Vec<(String, Duration)> {
+    store(url).readers_of(name)
+}
+
 /// Sets (`Some((token, ttl))`) or deletes (`None`) backend key `name` behind its holder's back.
 pub fn memory_force(url: &str, name: &str, value: Option<(&str, Duration)>) {
     store(url).force(name, value)

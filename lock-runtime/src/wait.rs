@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, LockSpec, Transient};
+use crate::backend::{Attempt, Backend, Hold, Kind, LockSpec, Transient};
 use crate::error::{BoxError, LockError};
 use crate::local::{Gone, Handed, Head, Outcome};
 use crate::notify::ReleaseSubscription;
@@ -139,26 +139,14 @@ pub(crate) async fn attempt(
 /// place in the lock's queue — before an acquisition returns without the lock, so that the
 /// next in line is not held up by it even if this process exits right after. Awaited for at
 /// most `within` (the response timeout); past that, it goes on in the background.
-pub(crate) async fn leave(
-    backend: &Arc<dyn Backend>,
-    name: &str,
-    token: &str,
-    fair: bool,
-    within: Duration,
-) {
-    let release = async {
-        if fair {
-            backend.release_fair(name, token).await
-        } else {
-            backend.release(name, token).await
-        }
-    };
-    match tokio::time::timeout(within, release).await {
+pub(crate) async fn leave(backend: &Arc<dyn Backend>, hold: Hold<'_>, within: Duration) {
+    match tokio::time::timeout(within, backend.release(hold)).await {
         Ok(Ok(_)) => {}
         Ok(Err(error)) => {
+            let name = hold.name;
             tracing::debug!(%name, %error, "distlock: could not leave the lock's queue; its entry ends with its lease");
         }
-        Err(_) => release_in_background(backend, name, token, fair),
+        Err(_) => release_in_background(backend, hold),
     }
 }
 
@@ -175,6 +163,8 @@ pub(crate) struct Request<'a> {
     pub renew: bool,
     /// Whether the lock is granted in arrival order (see [`LockSpec::fair`]).
     pub fair: bool,
+    /// The kind of hold asked for.
+    pub kind: Kind,
 }
 
 impl<'a> Request<'a> {
@@ -186,6 +176,17 @@ impl<'a> Request<'a> {
             fencing: self.fencing,
             renew: self.renew,
             waiting: true,
+            fair: self.fair,
+            kind: self.kind,
+        }
+    }
+
+    /// The hold `token` has, or asks for, on the lock.
+    pub(crate) fn hold(self, token: &'a str) -> Hold<'a> {
+        Hold {
+            name: self.name,
+            token,
+            kind: self.kind,
             fair: self.fair,
         }
     }
@@ -230,13 +231,15 @@ pub(crate) async fn acquire(
     let mut busy: u32 = 0;
     let mut pending = failed;
     // A fair request keeps a place in the lock's queue on the server, as a backend whose
-    // waiters always queue does.
-    let queues = backend.queues_waiters() || request.fair;
+    // waiters always queue does; so does a writer whose waiting marks the lock against new
+    // readers.
+    let queues = backend.queues_waiters()
+        || request.fair
+        || (request.kind == Kind::Exclusive && backend.marks_waiting_writers());
     let mut place = PlaceInLine {
         backend,
-        name: request.name,
+        request,
         token: queues.then(|| token.as_str().to_owned()),
-        fair: request.fair,
         within: leave_within,
     };
     loop {
@@ -266,7 +269,7 @@ pub(crate) async fn acquire(
                 });
             }
             if failure.leftover {
-                release_in_background(backend, request.name, token.as_str(), request.fair);
+                release_in_background(backend, request.hold(token.as_str()));
             }
             if failures == 1 {
                 tracing::warn!(key, error = %failure.source, "distlock: acquisition failed; retrying until its `wait` ends");
@@ -532,34 +535,27 @@ impl Drop for InFlight<'_> {
             return;
         }
         tracing::debug!(name = %self.spec.name, "distlock: acquisition cancelled mid-attempt, releasing");
-        release_in_background(
-            self.backend,
-            self.spec.name,
-            self.spec.token,
-            self.spec.fair,
-        );
+        release_in_background(self.backend, self.spec.hold());
     }
 }
 
 /// Releases `token`'s hold on `name` — a lock, or a place in a backend's queue — in the
 /// background, on a runtime that outlives the caller if need be.
-pub(crate) fn release_in_background(
-    backend: &Arc<dyn Backend>,
-    name: &str,
-    token: &str,
-    fair: bool,
-) {
+pub(crate) fn release_in_background(backend: &Arc<dyn Backend>, hold: Hold<'_>) {
     let backend = Arc::clone(backend);
-    let name: Arc<str> = Arc::from(name);
-    let token: Arc<str> = Arc::from(token);
+    let name: Arc<str> = Arc::from(hold.name);
+    let token: Arc<str> = Arc::from(hold.token);
+    let (kind, fair) = (hold.kind, hold.fair);
     let job: DetachedJob = Arc::new(move || {
         let (backend, name, token) = (Arc::clone(&backend), Arc::clone(&name), Arc::clone(&token));
         Box::pin(async move {
-            let _ = if fair {
-                backend.release_fair(&name, &token).await
-            } else {
-                backend.release(&name, &token).await
+            let hold = Hold {
+                name: &name,
+                token: &token,
+                kind,
+                fair,
             };
+            let _ = backend.release(hold).await;
         })
     });
     run_detached(job);
@@ -571,9 +567,8 @@ pub(crate) fn release_in_background(
 /// behind a waiter that left.
 struct PlaceInLine<'a> {
     backend: &'a Arc<dyn Backend>,
-    name: &'a str,
+    request: Request<'a>,
     token: Option<String>,
-    fair: bool,
     /// How long giving the place up may hold up a returning acquisition (the response timeout).
     within: Duration,
 }
@@ -582,8 +577,8 @@ impl PlaceInLine<'_> {
     /// Gives the place up before the acquisition returns (see [`leave`]).
     async fn leave(&mut self) {
         if let Some(token) = self.token.take() {
-            tracing::debug!(name = %self.name, "distlock: leaving the queue");
-            leave(self.backend, self.name, &token, self.fair, self.within).await;
+            tracing::debug!(name = %self.request.name, "distlock: leaving the queue");
+            leave(self.backend, self.request.hold(&token), self.within).await;
         }
     }
 }
@@ -591,8 +586,8 @@ impl PlaceInLine<'_> {
 impl Drop for PlaceInLine<'_> {
     fn drop(&mut self) {
         if let Some(token) = self.token.take() {
-            tracing::debug!(name = %self.name, "distlock: leaving the queue");
-            release_in_background(self.backend, self.name, &token, self.fair);
+            tracing::debug!(name = %self.request.name, "distlock: leaving the queue");
+            release_in_background(self.backend, self.request.hold(&token));
         }
     }
 }

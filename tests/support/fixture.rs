@@ -67,6 +67,18 @@ pub trait Fixture {
         true
     }
 
+    /// Whether the backend serves read locks (`.read()`); otherwise it refuses them with
+    /// `LockError::Config`.
+    fn read_locks(&self) -> bool {
+        false
+    }
+
+    /// The live readers of backend key `name` as the store holds them: each one's token and
+    /// remaining share, longest first.
+    async fn readers(&self, name: &str) -> Vec<(String, Duration)> {
+        panic!("no read locks on this backend: nothing to read at {name}")
+    }
+
     /// Whether anything at all is stored at backend key `name` (on any node).
     async fn anything_at(&self, name: &str) -> bool {
         self.holder(name).await.is_some()
@@ -169,6 +181,14 @@ impl Fixture for MemoryFixture {
         distlock::__private::testing::memory_peek(&self.url, name).map(|(token, _)| token)
     }
 
+    fn read_locks(&self) -> bool {
+        true
+    }
+
+    async fn readers(&self, name: &str) -> Vec<(String, Duration)> {
+        distlock::__private::testing::memory_readers(&self.url, name)
+    }
+
     async fn ttl(&self, name: &str) -> Option<Duration> {
         distlock::__private::testing::memory_peek(&self.url, name).map(|(_, ttl)| ttl)
     }
@@ -214,6 +234,14 @@ impl Fixture for RedisFixture {
         self.server.get(name).await
     }
 
+    fn read_locks(&self) -> bool {
+        true
+    }
+
+    async fn readers(&self, name: &str) -> Vec<(String, Duration)> {
+        readers_with(&mut self.server.connection().await, name).await
+    }
+
     async fn ttl(&self, name: &str) -> Option<Duration> {
         ttl_with(&mut self.server.connection().await, name).await
     }
@@ -243,6 +271,39 @@ impl RedisFixture {
     async fn overwrite_on(server: &RedisServer, name: &str, token: &str, ttl: Duration) {
         overwrite_with(&mut server.connection().await, name, token, ttl).await;
     }
+}
+
+/// The readers' shares stored at `name` through `conn` — a sorted set of tokens scored by the
+/// end of each one's lease in server milliseconds — that have not ended by the server's clock.
+async fn readers_with(
+    conn: &mut impl redis::aio::ConnectionLike,
+    name: &str,
+) -> Vec<(String, Duration)> {
+    let kind: String = redis::cmd("TYPE")
+        .arg(name)
+        .query_async(conn)
+        .await
+        .expect("TYPE");
+    if kind == "none" || kind == "string" {
+        return Vec::new(); // free, or a writer's
+    }
+    assert_eq!(kind, "zset", "readers' shares at {name} are a sorted set");
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await.expect("TIME");
+    let now = secs * 1000 + micros / 1000;
+    let shares: Vec<(String, f64)> = redis::cmd("ZRANGE")
+        .arg(name)
+        .arg(0)
+        .arg(-1)
+        .arg("REV")
+        .arg("WITHSCORES")
+        .query_async(conn)
+        .await
+        .expect("ZRANGE");
+    shares
+        .into_iter()
+        .filter(|(_, ends)| *ends as u64 > now)
+        .map(|(token, ends)| (token, Duration::from_millis(ends as u64 - now)))
+        .collect()
 }
 
 /// `PTTL` of `name` through `conn` (`None` without a TTL or key).
@@ -418,6 +479,14 @@ impl Fixture for ClusterFixture {
 
     async fn ttl(&self, name: &str) -> Option<Duration> {
         ttl_with(&mut self.cluster.connection().await, &format!("{{{name}}}")).await
+    }
+
+    fn read_locks(&self) -> bool {
+        true
+    }
+
+    async fn readers(&self, name: &str) -> Vec<(String, Duration)> {
+        readers_with(&mut self.cluster.connection().await, &format!("{{{name}}}")).await
     }
 
     async fn delete(&self, name: &str) {

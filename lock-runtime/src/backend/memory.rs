@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use super::{Attempt, Backend, LockSpec, Released};
+use super::{Attempt, Backend, Hold, Kind, LockSpec, Released};
 use crate::admin::{Entry, glob_match};
 use crate::error::BoxError;
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -37,6 +37,33 @@ struct State {
     /// Fair locks' queues: waiting tokens in arrival order, each with the instant its place
     /// lapses unless the waiter asks again. Removed when empty.
     queues: HashMap<String, VecDeque<(String, Instant)>>,
+    /// Read locks: the readers of a key, and the writers waiting for them to leave. Removed
+    /// once neither has a live entry.
+    readers: HashMap<String, Readers>,
+}
+
+/// The readers of one key, as the Redis backend keeps them (see `redis/scripts.rs`).
+#[derive(Default)]
+struct Readers {
+    /// Each reader's token and the end of its own lease.
+    shares: HashMap<String, Instant>,
+    /// Writers waiting for the readers to leave, each with the instant its mark lapses unless
+    /// the writer asks again: while one is marked, no new reader joins.
+    writers: HashMap<String, Instant>,
+}
+
+impl Readers {
+    /// Drops lapsed shares and marks; the end of the last live share, if any.
+    fn live_until(&mut self, now: Instant) -> Option<Instant> {
+        self.shares.retain(|_, until| *until > now);
+        self.writers.retain(|_, until| *until > now);
+        self.shares.values().max().copied()
+    }
+
+    /// When the first live writer's mark lapses, if a writer waits.
+    fn writer_waits(&self) -> Option<Instant> {
+        self.writers.values().min().copied()
+    }
 }
 
 struct Held {
@@ -66,17 +93,35 @@ impl MemoryBackend {
         store
     }
 
-    /// The live lock `name`, for the admin API.
+    /// The live lock `name` — a writer, or its readers — for the admin API.
     fn entry(&self, name: &str, now: Instant) -> Option<Entry> {
-        let state = self.state();
-        let held = state.locks.get(name).filter(|held| held.expires_at > now)?;
+        let mut state = self.state();
+        let fencing_token = state.fences.get(name).copied();
+        if let Some(held) = state.locks.get(name).filter(|held| held.expires_at > now) {
+            return Some(Entry {
+                name: name.to_owned(),
+                token: Some(held.token.clone()),
+                holder: None,
+                ttl: Some(held.expires_at - now),
+                fencing_token,
+                waiters: state.queues.get(name).map(|q| q.len() as u64),
+                readers: Vec::new(),
+            });
+        }
+        let readers = state.readers.get_mut(name)?;
+        let until = readers.live_until(now)?;
         Some(Entry {
             name: name.to_owned(),
-            token: Some(held.token.clone()),
+            token: None,
             holder: None,
-            ttl: Some(held.expires_at - now),
-            fencing_token: state.fences.get(name).copied(),
-            waiters: state.queues.get(name).map(|q| q.len() as u64),
+            ttl: Some(until - now),
+            fencing_token,
+            waiters: (!readers.writers.is_empty()).then_some(readers.writers.len() as u64),
+            readers: readers
+                .shares
+                .iter()
+                .map(|(token, until)| (token.clone(), Some(*until - now)))
+                .collect(),
         })
     }
 
@@ -87,7 +132,10 @@ impl MemoryBackend {
 
     fn acquire_now(&self, spec: LockSpec<'_>) -> Attempt {
         let now = Instant::now();
-        self.state().acquire(spec, now)
+        match spec.kind {
+            Kind::Exclusive => self.state().acquire(spec, now),
+            Kind::Shared => self.state().acquire_shared(spec, now),
+        }
     }
 
     /// A fair attempt: as the Redis backend's fair script (see `redis/scripts.rs`).
@@ -160,7 +208,21 @@ impl MemoryBackend {
 
     fn renew_now(&self, spec: LockSpec<'_>) -> bool {
         let now = Instant::now();
-        match self.state().locks.get_mut(spec.name) {
+        let mut state = self.state();
+        if spec.kind == Kind::Shared {
+            let share = state
+                .readers
+                .get_mut(spec.name)
+                .and_then(|readers| readers.shares.get_mut(spec.token));
+            return match share {
+                Some(until) if *until > now => {
+                    *until = now + spec.lease;
+                    true
+                }
+                _ => false,
+            };
+        }
+        match state.locks.get_mut(spec.name) {
             Some(held) if held.token == spec.token && held.expires_at > now => {
                 held.expires_at = now + spec.lease;
                 true
@@ -174,6 +236,14 @@ impl MemoryBackend {
         let mut state = self.state();
         let ours = matches!(state.locks.get(name), Some(held) if held.token == token);
         if !ours {
+            // A writer that gives up waiting takes its mark back: readers may join again.
+            let unmarked = state.readers.get_mut(name).is_some_and(|readers| {
+                readers.writers.remove(token).is_some() && readers.writers.is_empty()
+            });
+            drop(state);
+            if unmarked {
+                self.hub.notify(name);
+            }
             return false;
         }
         let live = state
@@ -182,6 +252,28 @@ impl MemoryBackend {
             .is_some_and(|held| held.expires_at > now);
         drop(state);
         if live {
+            self.hub.notify(name);
+        }
+        live
+    }
+
+    /// A reader's release: its share ends; the last reader's departure wakes the waiters.
+    fn release_shared_now(&self, name: &str, token: &str) -> bool {
+        let now = Instant::now();
+        let mut state = self.state();
+        let Some(readers) = state.readers.get_mut(name) else {
+            return false;
+        };
+        let live = readers
+            .shares
+            .remove(token)
+            .is_some_and(|until| until > now);
+        let last = readers.live_until(now).is_none();
+        if last && readers.writers.is_empty() {
+            state.readers.remove(name);
+        }
+        drop(state);
+        if live && last {
             self.hub.notify(name);
         }
         live
@@ -231,6 +323,26 @@ impl MemoryBackend {
             .map(|held| (held.token.clone(), held.expires_at - now))
     }
 
+    /// The live readers of `name`: token and remaining share, longest first (test support).
+    pub(crate) fn readers_of(&self, name: &str) -> Vec<(String, Duration)> {
+        let now = Instant::now();
+        let mut readers: Vec<(String, Duration)> = self
+            .state()
+            .readers
+            .get(name)
+            .map(|readers| {
+                readers
+                    .shares
+                    .iter()
+                    .filter(|(_, until)| **until > now)
+                    .map(|(token, until)| (token.clone(), *until - now))
+                    .collect()
+            })
+            .unwrap_or_default();
+        readers.sort_by_key(|r| std::cmp::Reverse(r.1));
+        readers
+    }
+
     /// How many waiters stand in `name`'s fair queue (test support).
     pub(crate) fn queued(&self, name: &str) -> usize {
         self.state().queues.get(name).map_or(0, VecDeque::len)
@@ -266,6 +378,28 @@ impl State {
                 ttl: Some(held.expires_at - now),
             };
         }
+        if let Some(readers) = self.readers.get_mut(spec.name) {
+            match readers.live_until(now) {
+                Some(until) => {
+                    // Readers hold it: a waiter marks the key so no new reader joins, and asks
+                    // again in time to keep its mark.
+                    let mut ttl = until - now;
+                    if spec.waiting {
+                        readers
+                            .writers
+                            .insert(spec.token.to_owned(), now + crate::wait::FAIR_QUEUE_TTL);
+                        ttl = ttl.min(crate::wait::FAIR_QUEUE_TTL / 3);
+                    }
+                    return Attempt::Busy { ttl: Some(ttl) };
+                }
+                None => {
+                    readers.writers.remove(spec.token);
+                    if readers.writers.is_empty() {
+                        self.readers.remove(spec.name);
+                    }
+                }
+            }
+        }
         self.sweep(now);
         self.locks.insert(
             spec.name.to_owned(),
@@ -279,6 +413,34 @@ impl State {
             *counter += 1;
             *counter
         });
+        Attempt::Acquired { fencing_token }
+    }
+
+    /// Takes a reader's share of `spec.name` unless a writer holds the key or waits for it.
+    fn acquire_shared(&mut self, spec: LockSpec<'_>, now: Instant) -> Attempt {
+        if let Some(held) = self.locks.get(spec.name)
+            && held.expires_at > now
+        {
+            return Attempt::Busy {
+                ttl: Some(held.expires_at - now),
+            };
+        }
+        let readers = self.readers.entry(spec.name.to_owned()).or_default();
+        readers.live_until(now);
+        if !readers.shares.contains_key(spec.token)
+            && let Some(lapses) = readers.writer_waits()
+        {
+            return Attempt::Busy {
+                ttl: Some(lapses - now),
+            };
+        }
+        readers
+            .shares
+            .insert(spec.token.to_owned(), now + spec.lease);
+        // A reader reads what the last writer wrote: its fencing token, not a new one.
+        let fencing_token = spec
+            .fencing
+            .then(|| self.fences.get(spec.name).copied().unwrap_or(0));
         Attempt::Acquired { fencing_token }
     }
 
@@ -326,14 +488,6 @@ impl Backend for MemoryBackend {
         self.answer(move || self.acquire_now(spec))
     }
 
-    fn release_fair<'a>(
-        &'a self,
-        name: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Released, BoxError>> {
-        self.answer(move || released(self.release_fair_now(name, token)))
-    }
-
     fn supports_fair(&self) -> bool {
         true
     }
@@ -342,12 +496,23 @@ impl Backend for MemoryBackend {
         self.answer(move || self.renew_now(spec))
     }
 
-    fn release<'a>(
-        &'a self,
-        name: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Released, BoxError>> {
-        self.answer(move || released(self.release_now(name, token)))
+    fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
+        let (name, token) = (hold.name, hold.token);
+        self.answer(move || {
+            released(match (hold.kind, hold.fair) {
+                (Kind::Shared, _) => self.release_shared_now(name, token),
+                (Kind::Exclusive, true) => self.release_fair_now(name, token),
+                (Kind::Exclusive, false) => self.release_now(name, token),
+            })
+        })
+    }
+
+    fn serves(&self, _kind: Kind) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn marks_waiting_writers(&self) -> bool {
+        true
     }
 
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
@@ -362,19 +527,26 @@ impl Backend for MemoryBackend {
     ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
         Box::pin(async move {
             let now = Instant::now();
-            let names: Vec<String> = self
-                .state()
-                .locks
-                .iter()
-                .filter(|(name, held)| {
-                    held.expires_at > now
-                        && name
-                            .strip_prefix(prefix)
-                            .is_some_and(|key| glob_match(pattern, key))
-                })
-                .map(|(name, _)| name.clone())
-                .take(limit)
-                .collect();
+            let matches = |name: &String| {
+                name.strip_prefix(prefix)
+                    .is_some_and(|key| glob_match(pattern, key))
+            };
+            let names: Vec<String> = {
+                let state = self.state();
+                let writers = state
+                    .locks
+                    .iter()
+                    .filter(|(name, held)| held.expires_at > now && matches(name))
+                    .map(|(name, _)| name.clone());
+                let read = state
+                    .readers
+                    .iter()
+                    .filter(|(name, readers)| {
+                        readers.shares.values().any(|until| *until > now) && matches(name)
+                    })
+                    .map(|(name, _)| name.clone());
+                writers.chain(read).take(limit).collect()
+            };
             Ok(names
                 .iter()
                 .filter_map(|name| self.entry(name, now))
@@ -389,6 +561,12 @@ impl Backend for MemoryBackend {
         Box::pin(async move {
             let now = Instant::now();
             let entry = self.entry(name, now);
+            if entry.as_ref().is_some_and(|e| !e.readers.is_empty()) {
+                // Every reader's share goes at once; their holders learn it at their next
+                // renewal.
+                self.state().readers.remove(name);
+                self.hub.notify(name);
+            }
             let token = entry.as_ref().and_then(|e| e.token.clone());
             if let Some(token) = token {
                 if self.state().queues.contains_key(name) {
@@ -435,6 +613,7 @@ mod tests {
             renew: true,
             waiting: false,
             fair: false,
+            kind: Kind::Exclusive,
         }
     }
 

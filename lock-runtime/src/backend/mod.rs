@@ -113,6 +113,44 @@ pub(crate) fn retry_pause(attempt: u32) -> Duration {
     Duration::from_millis(10 * 4u64.pow(attempt.clamp(1, 8) - 1))
 }
 
+/// What kind of hold a request asks for (`../shared/DESIGN.md`, "Lock kinds"). The layers
+/// above the backend — waiting, renewal, lost detection, reentrancy, metrics, the admin view —
+/// treat every kind alike; a backend learns the kind from [`LockSpec::kind`] and [`Hold::kind`]
+/// and says which kinds it serves with [`Backend::serves`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Kind {
+    /// One owner: the plain lock, which is also the write side of a read/write lock (a plain
+    /// lock excludes the readers of its key and is excluded by them).
+    Exclusive,
+    /// One of any number of readers of the key, excluding writers. Each reader has a lease of
+    /// its own; a writer waiting for the key stops new readers from joining.
+    Shared,
+}
+
+impl Kind {
+    /// The word for messages: `lock`, `read lock`.
+    pub(crate) fn noun(self) -> &'static str {
+        match self {
+            Kind::Exclusive => "lock",
+            Kind::Shared => "read lock",
+        }
+    }
+}
+
+/// One hold on a lock as a release, renewal or clean-up names it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Hold<'a> {
+    /// The backend key (prefix included).
+    pub name: &'a str,
+    /// The owner token of the acquisition.
+    pub token: &'a str,
+    /// Which kind of hold it is (a reader's share, or the lock itself).
+    pub kind: Kind,
+    /// Taken as a fair lock: releasing also gives up the token's place in the lock's queue
+    /// and wakes the next in line.
+    pub fair: bool,
+}
+
 /// What one acquisition attempt asks of the backend.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LockSpec<'a> {
@@ -137,6 +175,20 @@ pub(crate) struct LockSpec<'a> {
     /// [`Backend::supports_fair`]).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub fair: bool,
+    /// The kind of hold asked for.
+    pub kind: Kind,
+}
+
+impl<'a> LockSpec<'a> {
+    /// The hold this attempt asks for, as a release names it.
+    pub(crate) fn hold(&self) -> Hold<'a> {
+        Hold {
+            name: self.name,
+            token: self.token,
+            kind: self.kind,
+            fair: self.fair,
+        }
+    }
 }
 
 /// The outcome of [`Backend::hand_over`].
@@ -208,24 +260,32 @@ pub(crate) trait Backend: Send + Sync + 'static {
         })
     }
 
-    /// Deletes the lock if it still holds `token`, and wakes its waiters; what it saw (a
-    /// backend that retries a release whose reply was lost reports what the retry found as
-    /// [`Released::Ambiguous`], never as [`Released::NotOurs`]).
-    fn release<'a>(
-        &'a self,
-        name: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Released, BoxError>>;
+    /// Gives up `hold`: deletes the lock (or the reader's share) if it still holds the token,
+    /// and wakes the waiters the release may admit; a token that only waits (a fair lock's
+    /// place in line, a writer's mark that stops new readers) gives up its place. What it saw:
+    /// a backend that retries a release whose reply was lost reports what the retry found as
+    /// [`Released::Ambiguous`], never as [`Released::NotOurs`].
+    fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>>;
 
-    /// Like [`release`](Self::release), for a lock taken with `fair` set: also gives up the
-    /// token's place in the lock's queue if it is only waiting, and wakes the next in line.
-    /// The default is `release`: a backend whose every lock queues its waiters.
-    fn release_fair<'a>(
-        &'a self,
-        name: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Released, BoxError>> {
-        self.release(name, token)
+    /// Whether the backend serves holds of `kind`; `Err` says why not, for a
+    /// [`LockError::Config`](crate::LockError::Config) naming the key. Exclusive locks only,
+    /// unless the backend says more.
+    fn serves(&self, kind: Kind) -> Result<(), String> {
+        match kind {
+            Kind::Exclusive => Ok(()),
+            Kind::Shared => Err(format!(
+                "the {} backend has no read locks yet (they are served by memory://, \
+                 redis:// and redis+cluster://); take the plain lock instead",
+                self.kind()
+            )),
+        }
+    }
+
+    /// Whether a writer that waits marks the lock so that no new reader joins (on Redis, a
+    /// mark beside the readers' shares): then an acquisition of an exclusive lock that ends
+    /// without it gives its mark up, as a waiter in a queue gives up its place.
+    fn marks_waiting_writers(&self) -> bool {
+        false
     }
 
     /// Whether the backend can grant a lock in arrival order across processes (a request with

@@ -36,7 +36,7 @@ use self::proto::{
 };
 use self::rpc::Rpc;
 use super::sql::holder_id;
-use super::{Attempt, Backend, LockSpec, Released, Transient};
+use super::{Attempt, Backend, Hold, LockSpec, Released, Transient};
 use crate::admin::{Entry, glob_match, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -939,11 +939,8 @@ impl Backend for EtcdBackend {
         Box::pin(self.check(spec))
     }
 
-    fn release<'a>(
-        &'a self,
-        name: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Released, BoxError>> {
+    fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
+        let (name, token) = (hold.name, hold.token);
         Box::pin(self.in_play.release(token, self.release_key(name, token)))
     }
 
@@ -1106,6 +1103,7 @@ impl EtcdBackend {
             ttl,
             fencing_token: u64::try_from(holder.create_revision).ok(),
             waiters: Some(queued as u64 - 1),
+            readers: Vec::new(),
         })
     }
 }

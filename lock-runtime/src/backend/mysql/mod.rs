@@ -24,7 +24,7 @@ use mysql_async::{Conn, Opts, OptsBuilder, Params, TxOpts, Value};
 
 use super::sql::{SqlSettings, holder_id, like_pattern, millis, slot_of};
 use super::url::redact_url;
-use super::{Attempt, Backend, LockSpec, Released, Transient};
+use super::{Attempt, Backend, Hold, LockSpec, Released, Transient};
 use crate::admin::{Entry, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -427,6 +427,7 @@ fn entry((name, token, holder, acquired, remaining, fence): AdminRow) -> Entry {
         ttl: remaining.map(|ms| Duration::from_millis(ms.max(0) as u64)),
         fencing_token: fence.map(|f| f as u64),
         waiters: None,
+        readers: Vec::new(),
     }
 }
 
@@ -613,11 +614,8 @@ impl Backend for MysqlBackend {
         })
     }
 
-    fn release<'a>(
-        &'a self,
-        name: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Released, BoxError>> {
+    fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
+        let (name, token) = (hold.name, hold.token);
         Box::pin(async move {
             let sql = Arc::clone(&self.sql);
             let params = vec![Value::from(name.as_bytes()), Value::from(token)];

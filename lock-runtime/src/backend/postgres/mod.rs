@@ -33,7 +33,7 @@ use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
 use super::sql::{SqlSettings, holder_id, like_pattern, millis, slot_of};
 use super::url::redact_url;
-use super::{Attempt, Backend, LockSpec, Released, Transient};
+use super::{Attempt, Backend, Hold, LockSpec, Released, Transient};
 use crate::admin::{Entry, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{CloseOnDrop, ReleaseHub, ReleaseSubscription};
@@ -512,6 +512,7 @@ fn entry(row: &tokio_postgres::Row) -> Entry {
         ttl: remaining.map(|ms| Duration::from_millis(ms.max(0) as u64)),
         fencing_token: fence.map(|f| f as u64),
         waiters: None,
+        readers: Vec::new(),
     }
 }
 
@@ -672,11 +673,8 @@ impl Backend for PostgresBackend {
         })
     }
 
-    fn release<'a>(
-        &'a self,
-        name: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Released, BoxError>> {
+    fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
+        let (name, token) = (hold.name, hold.token);
         Box::pin(async move {
             let mut tries = 0;
             let released = self

@@ -16,28 +16,36 @@ use crate::error::BoxError;
 const SCAN_COUNT: usize = 1000;
 
 /// The reply of [`INSPECT`] / [`FORCE_RELEASE`].
-type Found = Option<(Option<String>, i64, Option<String>, i64)>;
+type Found = Option<(Option<String>, i64, Option<String>, i64, Vec<(String, i64)>)>;
 
 impl RedisBackend {
     /// Runs `script` (one of the admin scripts) on lock `name`.
     async fn admin_script(&self, script: &Script, name: &str) -> Result<Option<Entry>, BoxError> {
         let fence_key = self.fence_key(name);
         let (queue, _) = self.fair_keys(name);
+        let writers = self.writers_key(name);
         let found: Found = self
             .run(|mut conn, _| {
                 let mut call = script.key(name);
-                call.key(&fence_key).key(&queue);
+                call.key(&fence_key).key(&queue).key(&writers);
                 async move { call.invoke_async(&mut conn).await }
             })
             .await?;
-        Ok(found.and_then(|(value, pttl, fence, waiting)| {
+        Ok(found.and_then(|(value, pttl, fence, waiting, readers)| {
+            if value.is_none() && readers.is_empty() {
+                return None;
+            }
             Some(Entry {
                 name: name.to_owned(),
-                token: Some(value?),
+                token: value,
                 holder: None,
                 ttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
                 fencing_token: fence.and_then(|f| f.parse().ok()),
                 waiters: (waiting > 0).then_some(waiting as u64),
+                readers: readers
+                    .into_iter()
+                    .map(|(token, left)| (token, Some(Duration::from_millis(left.max(0) as u64))))
+                    .collect(),
             })
         }))
     }
@@ -76,9 +84,8 @@ impl RedisBackend {
             vec![None]
         };
         let mut names: Vec<String> = Vec::new();
-        // `SCAN … TYPE string` (Redis ≥ 6) skips other keys on the server; an older server
-        // refuses the option, and then the inspection script skips them.
-        let mut typed = true;
+        // Every key matching the glob: plain locks are strings, readers' shares sorted sets
+        // (the inspection script skips keys of any other type).
         'nodes: for node in nodes {
             let mut cursor = 0u64;
             loop {
@@ -88,9 +95,6 @@ impl RedisBackend {
                     .arg(&glob)
                     .arg("COUNT")
                     .arg(SCAN_COUNT);
-                if typed {
-                    scan.arg("TYPE").arg("string");
-                }
                 let answer: RedisResult<(u64, Vec<String>)> = match (&node, &mut conn) {
                     (Some((host, port)), Connection::Cluster(cluster)) => {
                         let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
@@ -104,13 +108,7 @@ impl RedisBackend {
                     }
                     _ => scan.query_async(&mut conn).await,
                 };
-                let (next, keys) = match answer {
-                    Err(e) if typed && e.to_string().to_ascii_lowercase().contains("syntax") => {
-                        typed = false;
-                        continue;
-                    }
-                    other => other?,
-                };
+                let (next, keys) = answer?;
                 names.extend(keys);
                 if names.len() >= limit {
                     break 'nodes;

@@ -39,7 +39,7 @@ use redis::{
 };
 
 use super::url::redact_url;
-use super::{Attempt, Backend, Handover, LockSpec, Released, Transient};
+use super::{Attempt, Backend, Handover, Hold, Kind, LockSpec, Released, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::runtime::{BoxFuture, Revived, RuntimeBound};
@@ -54,13 +54,15 @@ mod scripts;
 pub(crate) use cluster::cluster_slot;
 pub(crate) use nodes::node_urls;
 use pubsub::Subscriber;
-use scripts::{ACQUIRE, ACQUIRE_FENCED, HAND_OVER, RELEASE, RENEW, RENEW_MANY, VOTE};
+use scripts::VOTE;
 
 /// Prefixes of a fair lock's queue (a list of waiting tokens) and of its waiters' deadlines (a
 /// sorted set), before the lock's name: `lock-queue:lock:K`, `lock-queue-deadlines:lock:K`
 /// (in a cluster `lock-queue:{lock:K}`, in the lock's slot). Both expire when nobody waits.
 const FAIR_QUEUE_PREFIX: &str = "lock-queue:";
 const FAIR_DEADLINES_PREFIX: &str = "lock-queue-deadlines:";
+/// Prefix of the key where writers waiting for a lock's readers mark it (see `scripts.rs`).
+const WRITERS_PREFIX: &str = "lock-writers:";
 
 /// How often a command that failed on a dropped connection is retried (with the same token),
 /// unless the settings say otherwise.
@@ -141,8 +143,9 @@ pub(crate) struct RedisBackend {
     release: Script,
     renew: Script,
     renew_many: Script,
-    acquire_fenced: Script,
-    acquire: Script,
+    write: Script,
+    read: Script,
+    release_read: Script,
     hand_over: Script,
     vote: Script,
     acquire_fair: Script,
@@ -196,12 +199,13 @@ impl RedisBackend {
             connections_made: Default::default(),
             reconnecting: tokio::sync::Mutex::new(()),
             subscriber: Revived::new(),
-            release: Script::new(RELEASE),
-            renew: Script::new(RENEW),
-            renew_many: Script::new(RENEW_MANY),
-            acquire_fenced: Script::new(ACQUIRE_FENCED),
-            acquire: Script::new(ACQUIRE),
-            hand_over: Script::new(HAND_OVER),
+            release: Script::new(&scripts::release()),
+            renew: Script::new(&scripts::renew()),
+            renew_many: Script::new(&scripts::renew_many()),
+            write: Script::new(&scripts::write()),
+            read: Script::new(&scripts::read()),
+            release_read: Script::new(&scripts::release_read()),
+            hand_over: Script::new(&scripts::hand_over()),
             vote: Script::new(VOTE),
             acquire_fair: Script::new(&scripts::acquire_fair()),
             release_fair: Script::new(&scripts::release_fair()),
@@ -217,8 +221,9 @@ impl RedisBackend {
                 &self.release,
                 &self.renew,
                 &self.renew_many,
-                &self.acquire_fenced,
-                &self.acquire,
+                &self.write,
+                &self.read,
+                &self.release_read,
                 &self.hand_over,
                 &self.vote,
                 &self.acquire_fair,
@@ -374,6 +379,70 @@ impl RedisBackend {
         format!("{}{}", self.settings.fence_prefix, name)
     }
 
+    /// Where writers waiting for `name`'s readers mark it.
+    fn writers_key(&self, name: &str) -> String {
+        format!("{WRITERS_PREFIX}{name}")
+    }
+
+    /// An attempt by script (see `scripts::write` and `scripts::read`): a reader's, or a plain
+    /// lock's when it is fenced, waiting, or retried.
+    async fn try_acquire_by_script(
+        &self,
+        spec: LockSpec<'_>,
+        fence_key: &str,
+        writers: &str,
+    ) -> Result<Attempt, BoxError> {
+        let lease = millis(spec.lease);
+        let mark = if spec.waiting {
+            millis(crate::wait::FAIR_QUEUE_TTL)
+        } else {
+            0
+        };
+        let script = match spec.kind {
+            Kind::Exclusive => &self.write,
+            Kind::Shared => &self.read,
+        };
+        let (taken, value): (i64, i64) = self
+            .run(|mut conn, _| {
+                let mut call = script.key(spec.name);
+                call.key(fence_key)
+                    .key(writers)
+                    .arg(spec.token)
+                    .arg(lease)
+                    .arg(u8::from(spec.fencing))
+                    .arg(mark);
+                async move { call.invoke_async(&mut conn).await }
+            })
+            .await
+            .map_err(acquire_error)?;
+        Ok(if taken == 1 {
+            Attempt::Acquired {
+                fencing_token: spec.fencing.then_some(value as u64),
+            }
+        } else {
+            Attempt::Busy {
+                ttl: ttl_from_pttl(value),
+            }
+        })
+    }
+
+    /// A fair lock's release (see `scripts::release_fair`).
+    async fn release_fair(&self, name: &str, token: &str) -> Result<Released, BoxError> {
+        let (queue, deadlines) = self.fair_keys(name);
+        let mut retried = false;
+        let released: i64 = self
+            .run(|mut conn, attempt| {
+                retried |= attempt > 0;
+                let mut call = self.release_fair.key(name);
+                call.key(&queue).key(&deadlines).arg(token);
+                async move { call.invoke_async(&mut conn).await }
+            })
+            .await?;
+        // A cluster connection retries a command inside, out of sight (see `release`).
+        retried |= self.is_cluster();
+        Ok(Released::after_tries(released == 1, retried))
+    }
+
     /// A fair lock's queue and deadline keys.
     fn fair_keys(&self, name: &str) -> (String, String) {
         (
@@ -423,7 +492,10 @@ impl RedisBackend {
             .run(|mut conn, _| {
                 let mut call = self.renew_many.prepare_invoke();
                 for spec in specs {
-                    call.key(spec.name).arg(spec.token).arg(millis(spec.lease));
+                    call.key(spec.name)
+                        .arg(spec.token)
+                        .arg(millis(spec.lease))
+                        .arg(u8::from(spec.kind == Kind::Shared));
                 }
                 async move { call.invoke_async(&mut conn).await }
             })
@@ -478,12 +550,18 @@ fn set_nx_px(name: &str, token: &str, lease: u64) -> Cmd {
     set
 }
 
-/// `EVALSHA <script> 1 <name> <token>`, pre-sized: what a `ScriptInvocation` sends, without
-/// its vector per key and argument and its growing command.
-fn evalsha_key_token(script: &Script, name: &str, token: &str) -> Cmd {
+/// `EVALSHA <script> 2 <name> <writers> <token>`, pre-sized: what a `ScriptInvocation` sends,
+/// without its vector per key and argument and its growing command.
+fn evalsha_release(script: &Script, name: &str, writers: &str, token: &str) -> Cmd {
     let hash = script.get_hash();
-    let mut call = Cmd::with_capacity(5, 7 + hash.len() + 1 + name.len() + token.len());
-    call.arg("EVALSHA").arg(hash).arg(1).arg(name).arg(token);
+    let size = 7 + hash.len() + 1 + name.len() + writers.len() + token.len();
+    let mut call = Cmd::with_capacity(6, size);
+    call.arg("EVALSHA")
+        .arg(hash)
+        .arg(2)
+        .arg(name)
+        .arg(writers)
+        .arg(token);
     call
 }
 
@@ -539,79 +617,39 @@ impl Backend for RedisBackend {
         }
         Box::pin(async move {
             let lease = millis(spec.lease);
-            if spec.fencing {
-                let fence_key = self.fence_key(spec.name);
-                let (taken, value): (i64, i64) = self
-                    .run(|mut conn, _| {
-                        let mut call = self.acquire_fenced.key(spec.name);
-                        call.key(&fence_key).arg(spec.token).arg(lease);
-                        async move { call.invoke_async(&mut conn).await }
-                    })
-                    .await
-                    .map_err(acquire_error)?;
-                return Ok(if taken == 1 {
-                    Attempt::Acquired {
-                        fencing_token: Some(value as u64),
-                    }
-                } else {
-                    Attempt::Busy {
-                        ttl: ttl_from_pttl(value),
-                    }
-                });
-            }
-            // A first try is one `SET NX PX` (`OK` when set, nil when taken: read as a raw
-            // value, no string allocated); a waiter that finds the lock busy also reads the
-            // holder's TTL. A retry on a fresh connection runs a script that also recognizes
-            // the lock as ours if the lost first try took it.
-            let (taken, pttl): (bool, Option<i64>) = self
-                .run(|mut conn, attempt| {
+            // The hot path: a first try for a plain lock is one `SET NX PX` (`OK` when set, nil
+            // when taken: read as a raw value, no string allocated). A reader, a fenced lock, a
+            // waiter (which needs the holder's TTL, and marks a key its readers hold) and a
+            // retry on a fresh connection (which must recognize the lock as ours if the lost
+            // first try took it) run one script instead.
+            let plain = spec.kind == Kind::Exclusive && !spec.fencing && !spec.waiting;
+            let taken: Option<bool> = if plain {
+                self.run(|mut conn, attempt| {
                     let set = set_nx_px(spec.name, spec.token, lease);
-                    let retry = || {
-                        let mut retry = self.acquire.key(spec.name);
-                        retry.arg(spec.token).arg(lease);
-                        retry
-                    };
                     async move {
                         if attempt > 0 {
-                            let (taken, pttl): (i64, i64) = retry().invoke_async(&mut conn).await?;
-                            Ok((taken == 1, Some(pttl)))
-                        } else if spec.waiting {
-                            let set: Value = set.query_async(&mut conn).await?;
-                            if set != Value::Nil {
-                                return Ok((true, None));
-                            }
-                            // Busy: the holder's TTL bounds the wait. (Asked only now, not
-                            // pipelined with the SET: a waiter woken by a release mostly wins,
-                            // and a loser's extra round trip is spent waiting anyway.)
-                            let pttl: i64 = redis::cmd("PTTL")
-                                .arg(spec.name)
-                                .query_async(&mut conn)
-                                .await?;
-                            if pttl == -1 {
-                                // A key without expiry: a foreign lock, or not a lock at all
-                                // (a hash: the script's GET fails with WRONGTYPE, for good).
-                                let (taken, pttl): (i64, i64) =
-                                    retry().invoke_async(&mut conn).await?;
-                                return Ok((taken == 1, Some(pttl)));
-                            }
-                            Ok((false, Some(pttl)))
-                        } else {
-                            let set: Value = set.query_async(&mut conn).await?;
-                            Ok((set != Value::Nil, None))
+                            return Ok(None);
                         }
+                        let set: Value = set.query_async(&mut conn).await?;
+                        Ok(Some(set != Value::Nil))
                     }
                 })
                 .await
-                .map_err(acquire_error)?;
-            Ok(if taken {
-                Attempt::Acquired {
-                    fencing_token: None,
-                }
+                .map_err(acquire_error)?
             } else {
-                Attempt::Busy {
-                    ttl: pttl.and_then(ttl_from_pttl),
+                None
+            };
+            match taken {
+                Some(true) => Ok(Attempt::Acquired {
+                    fencing_token: None,
+                }),
+                Some(false) => Ok(Attempt::Busy { ttl: None }),
+                None => {
+                    let fence_key = self.fence_key(spec.name);
+                    let writers = self.writers_key(spec.name);
+                    self.try_acquire_by_script(spec, &fence_key, &writers).await
                 }
-            })
+            }
         })
     }
 
@@ -621,7 +659,9 @@ impl Backend for RedisBackend {
             let renewed: i64 = self
                 .run(|mut conn, _| {
                     let mut call = self.renew.key(spec.name);
-                    call.arg(spec.token).arg(lease);
+                    call.arg(spec.token)
+                        .arg(lease)
+                        .arg(u8::from(spec.kind == Kind::Shared));
                     async move { call.invoke_async(&mut conn).await }
                 })
                 .await?;
@@ -643,18 +683,23 @@ impl Backend for RedisBackend {
         })
     }
 
-    fn release<'a>(
-        &'a self,
-        name: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Released, BoxError>> {
+    fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
+        if hold.fair {
+            return Box::pin(self.release_fair(hold.name, hold.token));
+        }
         Box::pin(async move {
+            let (name, token) = (hold.name, hold.token);
+            let script = match hold.kind {
+                Kind::Exclusive => &self.release,
+                Kind::Shared => &self.release_read,
+            };
+            let writers = self.writers_key(name);
             let mut retried = false;
             let released: i64 = self
                 .run(|mut conn, attempt| {
                     retried |= attempt > 0;
-                    let call = evalsha_key_token(&self.release, name, token);
-                    async move { query_script(&mut conn, &self.release, &call).await }
+                    let call = evalsha_release(script, name, &writers, token);
+                    async move { query_script(&mut conn, script, &call).await }
                 })
                 .await?;
             // A cluster connection retries a command inside (after a timeout or a dropped
@@ -665,28 +710,12 @@ impl Backend for RedisBackend {
         })
     }
 
-    fn release_fair<'a>(
-        &'a self,
-        name: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Released, BoxError>> {
-        Box::pin(async move {
-            let (queue, deadlines) = self.fair_keys(name);
-            let mut retried = false;
-            let released: i64 = self
-                .run(|mut conn, attempt| {
-                    retried |= attempt > 0;
-                    let mut call = self.release_fair.key(name);
-                    call.key(&queue).key(&deadlines).arg(token);
-                    async move { call.invoke_async(&mut conn).await }
-                })
-                .await?;
-            // A cluster connection retries a command inside (after a timeout or a dropped
-            // connection, and counts redirections as retries), out of sight: any of its
-            // answers may follow an earlier try that landed.
-            retried |= self.is_cluster();
-            Ok(Released::after_tries(released == 1, retried))
-        })
+    fn serves(&self, _kind: Kind) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn marks_waiting_writers(&self) -> bool {
+        true
     }
 
     fn supports_fair(&self) -> bool {

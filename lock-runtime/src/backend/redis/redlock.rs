@@ -43,7 +43,7 @@ use redis::{ErrorKind, RedisError, RedisResult, Value};
 use super::{RedisBackend, RedisSettings, acquire_error, millis, node_urls};
 use crate::LockClient;
 use crate::backend::url::redact_url;
-use crate::backend::{Attempt, Backend, LockSpec, Released, Transient};
+use crate::backend::{Attempt, Backend, Hold, Kind, LockSpec, Released, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::renew::drift;
@@ -53,6 +53,13 @@ use crate::runtime::BoxFuture;
 pub(crate) const NO_FENCING: &str = "Redlock cannot hand out fencing tokens: a counter spread \
      over independent nodes without consensus cannot be kept monotonic (a node restarted empty \
      would count again from an older value). Use `redis://` (one server) when you need fencing";
+
+/// Why read locks are refused; the whole message of such an error.
+pub(crate) const NO_READ_LOCKS: &str = "Redlock has no read locks: a reader's share would need a \
+     majority vote of its own, and a writer would have to see every reader on a majority of \
+     independent nodes that do not talk to each other, so a restarted node could admit a writer \
+     beside live readers. Use `redis://` or `redis+cluster://` for read/write locks, or take the \
+     plain (write) lock on Redlock";
 
 /// The smallest number of nodes that tolerates one failure.
 const MIN_NODES: usize = 3;
@@ -262,6 +269,16 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     }
 }
 
+/// A node's plain lock `name` held by `token` (Redlock serves no other kind).
+fn exclusive<'a>(name: &'a str, token: &'a str) -> Hold<'a> {
+    Hold {
+        name,
+        token,
+        kind: Kind::Exclusive,
+        fair: false,
+    }
+}
+
 /// Deletes the lock on `node` if it holds `token`: with a release notification when `loud`.
 async fn delete(
     node: &RedisBackend,
@@ -270,7 +287,7 @@ async fn delete(
     loud: bool,
 ) -> Result<bool, BoxError> {
     if loud {
-        Ok(node.release(name, token).await? == Released::Deleted)
+        Ok(node.release(exclusive(name, token)).await? == Released::Deleted)
     } else {
         Ok(node.release_quietly(name, token).await?)
     }
@@ -569,21 +586,24 @@ impl Backend for RedlockBackend {
         })
     }
 
-    fn release<'a>(
-        &'a self,
-        name: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Released, BoxError>> {
+    fn serves(&self, kind: Kind) -> Result<(), String> {
+        match kind {
+            Kind::Exclusive => Ok(()),
+            Kind::Shared => Err(NO_READ_LOCKS.to_owned()),
+        }
+    }
+
+    fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
+        let (name, token) = (hold.name, hold.token);
         Box::pin(async move {
             // The lease is not known here: wait as long as for the longest automatic timeout.
             let timeout = self
                 .node_timeout
                 .unwrap_or(LockClient::AUTO_NODE_TIMEOUT_MAX);
             let outcomes = self
-                .on_all(
-                    timeout,
-                    |node| async move { node.release(name, token).await },
-                )
+                .on_all(timeout, |node| async move {
+                    node.release(exclusive(name, token)).await
+                })
                 .await;
             // Deleted on a majority: released. Deleted or maybe deleted (a node's reply was
             // lost and its retry found the key not ours) on a majority: ambiguous, which the

@@ -1,62 +1,199 @@
 //! The Lua scripts the Redis backend runs: each makes one operation atomic on the server.
+//!
+//! A plain lock (the write side of a read/write lock) is the string `lock:K` holding its
+//! owner's token, with the lease as its TTL — redis-py's layout. The readers of a key hold the
+//! same key as a sorted set instead: one member per reader, its token, scored by the end of
+//! that reader's own lease in server milliseconds; the key's TTL is the end of the longest
+//! live share, so the key exists exactly while some reader holds it. A plain `SET NX` finds the
+//! key taken either way, which is what makes readers and writers exclude each other. A writer
+//! waiting for readers to leave marks the key in `lock-writers:<name>` (a sorted set of tokens
+//! scored by when the mark lapses): while a mark is live, no new reader joins.
 
-/// Compare-token delete, then wake the waiters (unless ARGV[2] is `quiet`: Redlock undoing a
-/// failed attempt must not wake anyone). Returns 1 if the lock was ours.
-pub(super) const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+/// Lua helpers: `now()` is the server's clock in milliseconds; `holder(key)` is the token of a
+/// plain lock, `''` for a key of another type (readers' shares: held, by nobody's token), or
+/// `false` for no key.
+const HELPERS: &str = r"
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function holder(key)
+  local t = redis.call('TYPE', key).ok
+  if t == 'string' then return redis.call('GET', key) end
+  if t == 'none' then return false end
+  return ''
+end
+";
+
+/// Release (KEYS: lock, writers' marks; ARGV: token, `quiet`?): compare-token delete, then
+/// wake the waiters (unless ARGV[2] is `quiet`: Redlock undoing a failed attempt must not wake
+/// anyone) → 1. A token that only waited gives its writer's mark up (waking the readers it
+/// held back, if it was the last) → 0.
+pub(super) fn release() -> String {
+    format!(
+        "{HELPERS}{}",
+        r"
+if holder(KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   if ARGV[2] ~= 'quiet' then
     redis.call('PUBLISH', KEYS[1], 'released')
   end
   return 1
 end
-return 0";
-
-/// Compare-token extend. Returns 1 if the lock was ours and is extended.
-pub(super) const RENEW: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+if KEYS[2] and redis.call('ZREM', KEYS[2], ARGV[1]) == 1
+    and redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('PUBLISH', KEYS[1], 'released')
 end
-return 0";
+return 0"
+    )
+}
 
-/// Compare-token extend of many locks at once: KEYS are the locks, ARGV holds a (token, lease)
-/// pair per key. Returns 1/0 per key.
-pub(super) const RENEW_MANY: &str = r"
+/// The renewal of one hold, as a Lua function: a plain lock still holding `token` gets its
+/// TTL set to `lease` ms; a reader's live share (`shared` = `1`) ends `lease` ms from now, and
+/// the key lives at least as long. 1 if renewed, 0 if the hold is gone.
+const RENEW_HOLD: &str = r"
+local function renew(key, token, lease, shared)
+  if shared == '1' then
+    if redis.call('TYPE', key).ok ~= 'zset' then return 0 end
+    local t = now()
+    local ends = redis.call('ZSCORE', key, token)
+    if not ends or tonumber(ends) <= t then return 0 end
+    redis.call('ZADD', key, t + tonumber(lease), token)
+    if redis.call('PTTL', key) < tonumber(lease) then redis.call('PEXPIRE', key, lease) end
+    return 1
+  end
+  if holder(key) == token then return redis.call('PEXPIRE', key, lease) end
+  return 0
+end
+";
+
+/// Renew one hold (KEYS: lock; ARGV: token, lease ms, shared `1`/`0`) → 1/0.
+pub(super) fn renew() -> String {
+    format!(
+        "{HELPERS}{RENEW_HOLD}{}",
+        "return renew(KEYS[1], ARGV[1], ARGV[2], ARGV[3])"
+    )
+}
+
+/// Renew many holds at once: KEYS are the locks, ARGV holds a (token, lease, shared) triple
+/// per key → 1/0 per key.
+pub(super) fn renew_many() -> String {
+    format!(
+        "{HELPERS}{RENEW_HOLD}{}",
+        r"
 local out = {}
 for i = 1, #KEYS do
-  if redis.call('GET', KEYS[i]) == ARGV[2 * i - 1] then
-    out[i] = redis.call('PEXPIRE', KEYS[i], ARGV[2 * i])
-  else
-    out[i] = 0
-  end
+  out[i] = renew(KEYS[i], ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i])
 end
-return out";
+return out"
+    )
+}
 
-/// Acquire with a fencing token: {1, token} when taken (or already ours: a retried attempt),
-/// {0, pttl} when busy.
-pub(super) const ACQUIRE_FENCED: &str = r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, redis.call('INCR', KEYS[2])}
+/// A plain lock's attempt by script — a waiter's, a fenced one, or a retry whose first try's
+/// reply was lost (KEYS: lock, fencing counter, writers' marks; ARGV: token, lease ms, fencing
+/// `1`/`0`, mark ms — `0`: do not mark). Taken if free, or already ours → {1, fencing token or
+/// 0}. Held by readers → {0, ms until their last share ends}, after marking the key against
+/// new readers for ARGV[4] ms (then at most a third of that: the waiter asks again in time to
+/// keep its mark). Held by another writer → {0, pttl}. A key of another type fails.
+pub(super) fn write() -> String {
+    format!(
+        "{HELPERS}{}",
+        r"
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'zset' then
+  local n = now()
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', n)
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    local pttl = redis.call('PTTL', KEYS[1])
+    local mark = tonumber(ARGV[4])
+    if mark > 0 then
+      redis.call('ZADD', KEYS[3], n + mark, ARGV[1])
+      redis.call('PEXPIRE', KEYS[3], mark)
+      pttl = math.min(pttl, math.floor(mark / 3))
+    end
+    return {0, pttl}
+  end
+  t = 'none'
+end
+if t == 'none' then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  if ARGV[3] == '1' then return {1, redis.call('INCR', KEYS[2])} end
+  return {1, 0}
+end
+if t ~= 'string' then
+  return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a lock')
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  if ARGV[3] == '1' then return {1, tonumber(redis.call('GET', KEYS[2]) or '0')} end
+  return {1, 0}
 end
-return {0, redis.call('PTTL', KEYS[1])}";
+return {0, redis.call('PTTL', KEYS[1])}"
+    )
+}
 
-/// A retried acquisition (the first try's reply was lost on a dropped connection): take the
-/// lock if free, or report it ours if the first try took it → {1, -3}; else {0, pttl} (pttl is
-/// -2 when the key is gone, -1 without TTL).
-pub(super) const ACQUIRE: &str = r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {1, -3} end
-if redis.call('GET', KEYS[1]) == ARGV[1] then return {1, -3} end
-return {0, redis.call('PTTL', KEYS[1])}";
+/// A reader's attempt (KEYS: lock, fencing counter, writers' marks; ARGV: token, lease ms,
+/// fencing `1`/`0`): a share of its own unless a writer holds the key or a writer's mark is
+/// live → {1, the last write grant's fencing token or 0}; a share already ours (a retry) is
+/// renewed. Busy → {0, ms to wait: the writer's pttl, or until the first mark lapses}.
+pub(super) fn read() -> String {
+    format!(
+        "{HELPERS}{}",
+        r"
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'string' then return {0, redis.call('PTTL', KEYS[1])} end
+if t ~= 'none' and t ~= 'zset' then
+  return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a lock')
+end
+local n = now()
+local lease = tonumber(ARGV[2])
+if t == 'zset' then redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', n) end
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', n)
+  local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
+  if first[2] then return {0, tonumber(first[2]) - n} end
+end
+redis.call('ZADD', KEYS[1], n + lease, ARGV[1])
+if redis.call('PTTL', KEYS[1]) < lease then redis.call('PEXPIRE', KEYS[1], lease) end
+if ARGV[3] == '1' then return {1, tonumber(redis.call('GET', KEYS[2]) or '0')} end
+return {1, 0}"
+    )
+}
+
+/// A reader's release (KEYS: lock; ARGV: token): its share goes; the key then lives until the
+/// longest remaining share ends, and the last reader's departure wakes the waiters. 1 if the
+/// share was live.
+pub(super) fn release_read() -> String {
+    format!(
+        "{HELPERS}{}",
+        r"
+if redis.call('TYPE', KEYS[1]).ok ~= 'zset' then return 0 end
+local ends = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not ends then return 0 end
+local n = now()
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', n)
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if last[2] then
+  redis.call('PEXPIRE', KEYS[1], math.max(1, tonumber(last[2]) - n))
+else
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', KEYS[1], 'released')
+end
+if tonumber(ends) > n then return 1 end
+return 0"
+    )
+}
 
 /// Hand-over between two tasks of one client: if the lock holds ARGV[1], it now holds ARGV[2]
 /// with a lease of ARGV[3] ms (and a new fencing token from KEYS[2] if ARGV[4] is 1) → the
 /// fencing token, or 0. If ARGV[5] is 1 (a retry whose first reply was lost) a lock already
 /// holding ARGV[2] counts as handed. Otherwise → -1: it was not ours, nothing changed.
-pub(super) const HAND_OVER: &str = r"
-local v = redis.call('GET', KEYS[1])
+pub(super) fn hand_over() -> String {
+    format!(
+        "{HELPERS}{}",
+        r"
+local v = holder(KEYS[1])
 if v == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   if ARGV[4] == '1' then return redis.call('INCR', KEYS[2]) end
@@ -66,7 +203,9 @@ if ARGV[5] == '1' and v == ARGV[2] then
   if ARGV[4] == '1' then return tonumber(redis.call('GET', KEYS[2]) or '0') end
   return 0
 end
-return -1";
+return -1"
+    )
+}
 
 /// One Redlock vote: take the lock if free (or refresh it if it is already ours: a retried
 /// attempt) → {1}; else {0, pttl, holder's token}.
@@ -82,15 +221,11 @@ end
 if not v then return {0, -2, ''} end
 return {0, redis.call('PTTL', KEYS[1]), v}";
 
-/// The part of the fair-lock scripts that finds the next in line: `now()` is the server's
-/// clock in milliseconds; `next_in_line(now)` drops, from the head of the queue (KEYS[2], a
+/// The part of the fair-lock scripts that finds the next in line (after `HELPERS`):
+/// `next_in_line(now)` drops, from the head of the queue (KEYS[2], a
 /// list of tokens), waiters whose place (score in KEYS[3], a sorted set of deadlines) has
 /// lapsed, and returns the head's token or nil.
 const FAIR_HEAD: &str = r"
-local function now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
 local function next_in_line(now)
   local head = redis.call('LINDEX', KEYS[2], 0)
   while head do
@@ -112,9 +247,9 @@ end
 /// A busy lock costs no look at the queue beyond joining it.
 pub(super) fn acquire_fair() -> String {
     format!(
-        "{FAIR_HEAD}{}",
+        "{HELPERS}{FAIR_HEAD}{}",
         r"
-local v = redis.call('GET', KEYS[1])
+local v = holder(KEYS[1])
 if v == ARGV[1] then
   if ARGV[4] == '1' then return {1, tonumber(redis.call('GET', KEYS[4]) or '0')} end
   return {1, 0}
@@ -148,9 +283,9 @@ return {0, tonumber(redis.call('ZSCORE', KEYS[3], head)) - t}"
 /// place, and wake the next if it was first in line of a free lock → 0.
 pub(super) fn release_fair() -> String {
     format!(
-        "{FAIR_HEAD}{}",
+        "{HELPERS}{FAIR_HEAD}{}",
         r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if holder(KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   local head = next_in_line(now())
   if head then redis.call('PUBLISH', KEYS[1], head) end
@@ -168,18 +303,39 @@ return 0"
     )
 }
 
-/// Reads one lock for the admin API into `found` — {value, pttl, fence or nil, queue length};
-/// KEYS = the lock, its fencing counter, its fair queue. Returns nil unless the lock is a
-/// string: foreign keys of other types are skipped, not failed on.
+/// Reads one lock for the admin API into `found` — {value or nil, pttl, fence or nil, waiters,
+/// {reader token, ms left, …}}; KEYS = the lock, its fencing counter, its fair queue, its
+/// writers' marks. A plain lock has a value; readers' shares have none, and are listed. Returns
+/// nil for any other type: foreign keys are skipped, not failed on. Waiters are those of the
+/// fair queue and the writers marking the readers' key.
 macro_rules! read_lock {
     () => {
         r"
-if redis.call('TYPE', KEYS[1]).ok ~= 'string' then return false end
+local ty = redis.call('TYPE', KEYS[1]).ok
+if ty ~= 'string' and ty ~= 'zset' then return false end
 local fence = false
 if redis.call('TYPE', KEYS[2]).ok == 'string' then fence = redis.call('GET', KEYS[2]) end
 local waiting = 0
 if redis.call('TYPE', KEYS[3]).ok == 'list' then waiting = redis.call('LLEN', KEYS[3]) end
-local found = {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), fence, waiting}
+if redis.call('TYPE', KEYS[4]).ok == 'zset' then waiting = waiting + redis.call('ZCARD', KEYS[4]) end
+local value = false
+local readers = {}
+if ty == 'zset' then
+  local t = redis.call('TIME')
+  t = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local shares = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+  for i = 1, #shares, 2 do
+    local left = tonumber(shares[i + 1]) - t
+    if left > 0 then
+      readers[#readers + 1] = shares[i]
+      readers[#readers + 1] = left
+    end
+  end
+  if #readers == 0 then return false end
+else
+  value = redis.call('GET', KEYS[1])
+end
+local found = {value, redis.call('PTTL', KEYS[1]), fence, waiting, readers}
 "
     };
 }
@@ -187,8 +343,9 @@ local found = {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1]), fence, w
 /// The admin API's look at one lock (read-only): see `read_lock!`.
 pub(super) const INSPECT: &str = concat!(read_lock!(), "return found");
 
-/// A forced release: the lock as `INSPECT` reads it, then deleted whoever holds it, and every
-/// waiter woken (`released`: a fair lock's next in line asks again and finds it free).
+/// A forced release: the lock as `INSPECT` reads it, then deleted whoever holds it (a writer, or
+/// every reader), and every waiter woken (`released`: a fair lock's next in line asks again and
+/// finds it free).
 pub(super) const FORCE_RELEASE: &str = concat!(
     read_lock!(),
     "redis.call('DEL', KEYS[1])\nredis.call('PUBLISH', KEYS[1], 'released')\nreturn found"

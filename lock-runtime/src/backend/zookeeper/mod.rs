@@ -32,7 +32,7 @@ pub(crate) use self::path::parent_of;
 use self::path::{ZkUrl, decode, node_prefix, parse_url, sequence_of, token_of};
 use self::session::Session;
 use super::sql::holder_id;
-use super::{Attempt, Backend, LockSpec, Released, Transient};
+use super::{Attempt, Backend, Hold, LockSpec, Released, Transient};
 use crate::admin::{Entry, glob_match, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -746,11 +746,8 @@ impl Backend for ZookeeperBackend {
         Box::pin(self.check(spec))
     }
 
-    fn release<'a>(
-        &'a self,
-        name: &'a str,
-        token: &'a str,
-    ) -> BoxFuture<'a, Result<Released, BoxError>> {
+    fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
+        let (name, token) = (hold.name, hold.token);
         Box::pin(self.in_play.release(token, self.delete(name, token)))
     }
 
@@ -879,6 +876,7 @@ impl ZookeeperBackend {
                 ttl: None,
                 fencing_token: u64::try_from(stat.czxid).ok(),
                 waiters: Some(queue.len() as u64 - 1),
+                readers: Vec::new(),
             };
             return Ok(Some((entry, path)));
         }

@@ -1,0 +1,32 @@
+//! [`LockMode`]: the two sides of a read/write lock, as users name them.
+
+use crate::backend::Kind;
+
+/// Which side of a key's read/write lock a request takes.
+///
+/// The write side *is* the plain lock: `client.lock(k)` and `#[distributed_lock]` without
+/// `mode` take it, so readers can be added to a key without touching its writers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum LockMode {
+    /// One owner, excluding readers and other writers (the plain lock).
+    #[default]
+    Write,
+    /// One of any number of readers, excluding writers.
+    Read,
+}
+
+impl LockMode {
+    pub(crate) fn kind(self) -> Kind {
+        match self {
+            LockMode::Write => Kind::Exclusive,
+            LockMode::Read => Kind::Shared,
+        }
+    }
+
+    pub(crate) fn of(kind: Kind) -> LockMode {
+        match kind {
+            Kind::Exclusive => LockMode::Write,
+            Kind::Shared => LockMode::Read,
+        }
+    }
+}
