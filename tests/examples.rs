@@ -255,6 +255,29 @@ fn inventory_never_oversells_on_memory_and_redis() {
 }
 
 #[test]
+fn catalog_readers_share_and_never_see_a_half_written_list_on_memory_and_redis() {
+    for url in [None, Some(RedisServer::start())] {
+        let mut command = example("catalog");
+        if let Some(server) = &url {
+            command.env(distlock::URL_ENV, server.url());
+        }
+        let out = run(command);
+        assert!(
+            out.contains("no reader saw a half-written price list"),
+            "{out}"
+        );
+        // Readers share the key: more than one was inside at once.
+        let most: usize = out
+            .split("up to ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("how many at once? {out}"));
+        assert!(most > 1, "readers never overlapped: {out}");
+    }
+}
+
+#[test]
 fn scheduled_job_runs_each_tick_exactly_once_on_memory_and_redis() {
     let out = run(example("scheduled_job"));
     assert!(out.contains("every tick ran exactly once"), "{out}");

@@ -317,7 +317,7 @@ pub(crate) async fn acquire(
                 tokio::select! {
                     outcome = head.answer() => {
                         match handed(outcome, token, started, key) {
-                            Some(acquired) => return Ok(acquired),
+                            Some(acquired) => return Ok(place.holds(acquired)),
                             None => continue,
                         }
                     }
@@ -342,7 +342,7 @@ pub(crate) async fn acquire(
             // its answer (one round trip) comes first.
             if let Some(outcome) = head.withdraw().await {
                 match handed(outcome, token, started, key) {
-                    Some(acquired) => return Ok(acquired),
+                    Some(acquired) => return Ok(place.holds(acquired)),
                     None => continue,
                 }
             }
@@ -456,7 +456,7 @@ pub(crate) async fn acquire(
         if let Some(outcome) = outcome
             && let Some(acquired) = handed(outcome, token, started, key)
         {
-            return Ok(acquired);
+            return Ok(place.holds(acquired));
         }
     }
 }
@@ -574,6 +574,13 @@ struct PlaceInLine<'a> {
 }
 
 impl PlaceInLine<'_> {
+    /// The place became the lock (`acquired`, handed over by a task of this client): there is
+    /// nothing left to give up.
+    fn holds(&mut self, acquired: Acquired) -> Acquired {
+        self.token = None;
+        acquired
+    }
+
     /// Gives the place up before the acquisition returns (see [`leave`]).
     async fn leave(&mut self) {
         if let Some(token) = self.token.take() {

@@ -421,3 +421,57 @@ async fn fair_calls_run_in_arrival_order() {
     assert!(gone(&name).await);
     assert_eq!(backend::queued(&name).await, 0, "nobody left in line");
 }
+
+#[distributed_lock(key = "page:<tag>", mode = "read", wait = "0s")]
+async fn read_page(tag: &str) -> Result<distlock::LockMode, LockError> {
+    let _ = tag;
+    Ok(distlock::current().unwrap().mode())
+}
+
+#[distributed_lock(key = "page:<tag>", mode = "read", wait = "0s")]
+async fn read_then(tag: &str, write: bool) -> Result<distlock::LockMode, LockError> {
+    if write {
+        write_page(tag).await
+    } else {
+        read_page(tag).await
+    }
+}
+
+#[distributed_lock(key = "page:<tag>", mode = "write", wait = "0s")]
+async fn write_page(tag: &str) -> Result<distlock::LockMode, LockError> {
+    // A read of the same key under this write is granted locally (`wait = "0s"`: had it gone
+    // to the server, the write lock would make it fail).
+    let inner = read_page(tag).await?;
+    assert_eq!(inner, distlock::LockMode::Write, "the read runs under the write");
+    Ok(distlock::current().unwrap().mode())
+}
+
+/// In one task, a read under a write and a read under a read are granted locally; a write under
+/// a read fails at once with `Upgrade` naming the key, and the read lock is still released.
+#[tokio::test]
+async fn reads_nest_under_writes_and_reads_but_a_write_under_a_read_fails_at_once() {
+    backend::setup().await;
+    let tag = unique("rw");
+    let name = format!("lock:page:{tag}");
+    assert_eq!(write_page(&tag).await.unwrap(), distlock::LockMode::Write);
+    assert!(gone(&name).await);
+    assert_eq!(
+        read_then(&tag, false).await.unwrap(),
+        distlock::LockMode::Read
+    );
+    let started = Instant::now();
+    let error = tokio::time::timeout(Duration::from_secs(5), read_then(&tag, true))
+        .await
+        .expect("fails at once, not after a wait")
+        .unwrap_err();
+    assert!(started.elapsed() < ms(2_000));
+    match &error {
+        LockError::Upgrade { key } => assert_eq!(key, &format!("page:{tag}")),
+        other => panic!("expected Upgrade, got {other}"),
+    }
+    assert!(error.to_string().contains("read lock"), "{error}");
+    // The outer read was released: a writer gets the key at once.
+    let client = distlock::client().unwrap();
+    let writer = client.lock(format!("page:{tag}")).wait(ms(0)).acquire();
+    writer.await.expect("the read lock was released").release().await.unwrap();
+}
