@@ -1137,7 +1137,9 @@ pub async fn readers_share_a_key_and_exclude_writers(fixture: &impl Fixture) {
         .await
         .into_iter()
         .map(|(token, share)| {
-            assert!(share <= lease && share > ms(5_000), "share {share:?}");
+            if let Some(share) = share {
+                assert!(share <= lease && share > ms(5_000), "share {share:?}");
+            }
             token
         })
         .collect();
@@ -1370,8 +1372,10 @@ pub async fn a_writer_that_gives_up_lets_readers_in_again(fixture: &impl Fixture
     assert!(!fixture.anything_at("lock:menu").await);
 }
 
-/// Fencing: every write grant gets a new, higher token; a reader gets the token of the last
-/// write grant (the version it reads).
+/// Fencing: every write grant gets a new, higher token; a reader's token is at least the last
+/// write grant's and below the next one's — the last write grant's itself on the backends that
+/// keep a counter (memory, Redis, SQL), the reader's own grant's where tokens are the store's
+/// transaction ids (ZooKeeper, etcd).
 pub async fn readers_get_the_last_writers_fencing_token(fixture: &impl Fixture) {
     let client = fixture
         .builder()
@@ -1386,14 +1390,22 @@ pub async fn readers_get_the_last_writers_fencing_token(fixture: &impl Fixture) 
     let written = first.fencing_token().expect("a write grant's token");
     first.release().await.unwrap();
     let reader = client.lock("version").read().acquire().await.unwrap();
-    assert_eq!(reader.fencing_token(), Some(written));
+    let read = reader.fencing_token().expect("a reader's token");
+    if fixture.fencing_consecutive() {
+        assert_eq!(read, written, "the last write grant's");
+    }
+    assert!(read >= written);
     reader.release().await.unwrap();
     let second = client.lock("version").acquire().await.unwrap();
     let rewritten = second.fencing_token().unwrap();
-    assert!(rewritten > written);
+    assert!(rewritten > read, "{rewritten} after a read at {read}");
     second.release().await.unwrap();
     let reader = client.lock("version").read().acquire().await.unwrap();
-    assert_eq!(reader.fencing_token(), Some(rewritten));
+    let read = reader.fencing_token().unwrap();
+    if fixture.fencing_consecutive() {
+        assert_eq!(read, rewritten);
+    }
+    assert!(read >= rewritten);
     reader.release().await.unwrap();
 }
 
@@ -1434,7 +1446,8 @@ pub async fn the_admin_api_shows_readers(fixture: &impl Fixture) {
             reader.holder.as_ref().map(|h| h.pid),
             Some(std::process::id())
         );
-        assert!(reader.ttl.is_some_and(|t| t > ms(5_000)), "{reader:?}");
+        // A backend that keeps shares alive by a session (ZooKeeper, etcd) has no TTL per share.
+        assert!(reader.ttl.is_none_or(|t| t > ms(5_000)), "{reader:?}");
     }
     assert_eq!(client.list("sho*", 10).await.unwrap().len(), 1);
     let removed = client

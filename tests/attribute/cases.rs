@@ -442,7 +442,11 @@ async fn write_page(tag: &str) -> Result<distlock::LockMode, LockError> {
     // A read of the same key under this write is granted locally (`wait = "0s"`: had it gone
     // to the server, the write lock would make it fail).
     let inner = read_page(tag).await?;
-    assert_eq!(inner, distlock::LockMode::Write, "the read runs under the write");
+    assert_eq!(
+        inner,
+        distlock::LockMode::Write,
+        "the read runs under the write"
+    );
     Ok(distlock::current().unwrap().mode())
 }
 
@@ -473,5 +477,10 @@ async fn reads_nest_under_writes_and_reads_but_a_write_under_a_read_fails_at_onc
     // The outer read was released: a writer gets the key at once.
     let client = distlock::client().unwrap();
     let writer = client.lock(format!("page:{tag}")).wait(ms(0)).acquire();
-    writer.await.expect("the read lock was released").release().await.unwrap();
+    writer
+        .await
+        .expect("the read lock was released")
+        .release()
+        .await
+        .unwrap();
 }

@@ -74,8 +74,8 @@ pub trait Fixture {
     }
 
     /// The live readers of backend key `name` as the store holds them: each one's token and
-    /// remaining share, longest first.
-    async fn readers(&self, name: &str) -> Vec<(String, Duration)> {
+    /// remaining share (longest first) where the store keeps one per reader.
+    async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         panic!("no read locks on this backend: nothing to read at {name}")
     }
 
@@ -185,8 +185,9 @@ impl Fixture for MemoryFixture {
         true
     }
 
-    async fn readers(&self, name: &str) -> Vec<(String, Duration)> {
-        distlock::__private::testing::memory_readers(&self.url, name)
+    async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        let readers = distlock::__private::testing::memory_readers(&self.url, name);
+        readers.into_iter().map(|(t, d)| (t, Some(d))).collect()
     }
 
     async fn ttl(&self, name: &str) -> Option<Duration> {
@@ -238,7 +239,7 @@ impl Fixture for RedisFixture {
         true
     }
 
-    async fn readers(&self, name: &str) -> Vec<(String, Duration)> {
+    async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         readers_with(&mut self.server.connection().await, name).await
     }
 
@@ -278,7 +279,7 @@ impl RedisFixture {
 async fn readers_with(
     conn: &mut impl redis::aio::ConnectionLike,
     name: &str,
-) -> Vec<(String, Duration)> {
+) -> Vec<(String, Option<Duration>)> {
     let kind: String = redis::cmd("TYPE")
         .arg(name)
         .query_async(conn)
@@ -302,7 +303,7 @@ async fn readers_with(
     shares
         .into_iter()
         .filter(|(_, ends)| *ends as u64 > now)
-        .map(|(token, ends)| (token, Duration::from_millis(ends as u64 - now)))
+        .map(|(token, ends)| (token, Some(Duration::from_millis(ends as u64 - now))))
         .collect()
 }
 
@@ -485,7 +486,7 @@ impl Fixture for ClusterFixture {
         true
     }
 
-    async fn readers(&self, name: &str) -> Vec<(String, Duration)> {
+    async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         readers_with(&mut self.cluster.connection().await, &format!("{{{name}}}")).await
     }
 
@@ -842,22 +843,31 @@ impl Fixture for ZookeeperFixture {
     /// session's heartbeats keep it full).
     async fn ttl(&self, name: &str) -> Option<Duration> {
         let (_, data, stat) = self.holder_node(name).await?;
-        let field = |key: &str| {
-            data.lines()
-                .find_map(|line| line.strip_prefix(key)?.strip_prefix('='))
-                .map(str::to_owned)
-        };
-        let lease = Duration::from_millis(field("lease_ms")?.parse().ok()?);
-        if field("renew").as_deref() == Some("false") {
-            let now_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_millis() as i64;
-            let age = Duration::from_millis((now_ms - stat.ctime).max(0) as u64);
-            Some(lease.saturating_sub(age))
-        } else {
-            Some(lease)
+        zk_ttl(&data, &stat)
+    }
+
+    fn read_locks(&self) -> bool {
+        true
+    }
+
+    /// The readers at the head of the queue (nodes `<token>-r-<sequence>` before the first
+    /// writer's), each with what is left of its lease as [`ttl`](Self::ttl) counts it.
+    async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        let mut readers = Vec::new();
+        for node in self.queue(name).await {
+            let Some(token) = node
+                .rsplit_once('-')
+                .and_then(|(head, _)| head.strip_suffix("-r"))
+            else {
+                break;
+            };
+            let path = format!("{}/{node}", self.parent(name));
+            if let Ok((data, stat)) = self.zk().await.get_data(&path).await {
+                let data = String::from_utf8_lossy(&data).into_owned();
+                readers.push((token.to_owned(), zk_ttl(&data, &stat)));
+            }
         }
+        readers
     }
 
     async fn delete(&self, name: &str) {
@@ -906,6 +916,28 @@ impl Fixture for ZookeeperFixture {
 
     fn fencing_consecutive(&self) -> bool {
         false
+    }
+}
+
+/// How long ZooKeeper would keep a node if its holder stopped now, from its data and stat:
+/// what is left of an unrenewed lock's lease, or a renewed one's whole lease.
+#[cfg(feature = "zookeeper")]
+fn zk_ttl(data: &str, stat: &zookeeper_client::Stat) -> Option<Duration> {
+    let field = |key: &str| {
+        data.lines()
+            .find_map(|line| line.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_owned)
+    };
+    let lease = Duration::from_millis(field("lease_ms")?.parse().ok()?);
+    if field("renew").as_deref() == Some("false") {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let age = Duration::from_millis((now_ms - stat.ctime).max(0) as u64);
+        Some(lease.saturating_sub(age))
+    } else {
+        Some(lease)
     }
 }
 
@@ -974,6 +1006,24 @@ impl Fixture for EtcdFixture {
     async fn holder(&self, name: &str) -> Option<String> {
         let key = self.holder_key(name).await?;
         Some(key.key.rsplit('/').next().unwrap_or_default().to_owned())
+    }
+
+    fn read_locks(&self) -> bool {
+        true
+    }
+
+    /// The readers at the head of the queue (keys `<queue><token>-r`, oldest first, before the
+    /// first writer's key); etcd keeps them alive by their leases, not a TTL per reader.
+    async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        let keys = self.etcd().keys(&self.queue(name)).await;
+        keys.into_iter()
+            .map_while(|kv| {
+                let segment = kv.key.rsplit('/').next().unwrap_or_default().to_owned();
+                segment
+                    .strip_suffix("-r")
+                    .map(|token| (token.to_owned(), None))
+            })
+            .collect()
     }
 
     /// How long etcd would keep the lock if its holder stopped now: what is left of an

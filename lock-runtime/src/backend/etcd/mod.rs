@@ -36,7 +36,7 @@ use self::proto::{
 };
 use self::rpc::Rpc;
 use super::sql::holder_id;
-use super::{Attempt, Backend, Hold, LockSpec, Released, Transient};
+use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, Transient};
 use crate::admin::{Entry, glob_match, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -102,6 +102,17 @@ pub(crate) fn parse_url(url: &str) -> Result<EtcdUrl, LockError> {
 
 /// The part of every key of lock `name` before the owner token: `<name>/`, with `%` and `/`
 /// in the name percent-encoded so that one lock's keys never fall inside another's range.
+/// What ends a reader's key in a lock's queue (see `EtcdBackend::key_of`).
+const READER: &str = "-r";
+
+/// The owner token and whether it is a reader's, from a key's last path segment.
+pub(crate) fn token_in(segment: &str) -> (&str, bool) {
+    match segment.strip_suffix(READER) {
+        Some(token) => (token, true),
+        None => (segment, false),
+    }
+}
+
 pub(crate) fn queue_of(name: &str) -> String {
     let mut queue = String::with_capacity(name.len() + 1);
     for c in name.chars() {
@@ -249,10 +260,13 @@ impl EtcdBackend {
         self.keys.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The full key of lock `name`'s queue (`<prefix>/<name>/`), and of `token`'s place in it.
-    fn key_of(&self, name: &str, token: &str) -> (Vec<u8>, Vec<u8>) {
+    /// The full key of lock `name`'s queue (`<prefix>/<name>/`), and of `token`'s place in it:
+    /// `<queue><token>`, or `<queue><token>-r` for a reader (a token ends in hex digits, so
+    /// the mark can never be read as part of one).
+    fn key_of(&self, name: &str, token: &str, kind: Kind) -> (Vec<u8>, Vec<u8>) {
         let queue = format!("{}{}", self.prefix, queue_of(name));
-        let key = format!("{queue}{token}");
+        let mark = if kind == Kind::Shared { READER } else { "" };
+        let key = format!("{queue}{token}{mark}");
         (queue.into_bytes(), key.into_bytes())
     }
 
@@ -409,7 +423,7 @@ impl EtcdBackend {
     async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let started = Instant::now();
         let lease = self.lease_for(spec.lease).await?;
-        let (queue, key) = self.key_of(spec.name, spec.token);
+        let (queue, key) = self.key_of(spec.name, spec.token, spec.kind);
         let queue_end = proto::prefix_end(&queue);
         let head = || {
             op(Request::Range(RangeRequest {
@@ -520,8 +534,12 @@ impl EtcdBackend {
                     fencing_token: spec.fencing.then_some(created as u64),
                 });
             }
-            // Watch only the key just before ours: its deletion makes us the holder or moves
-            // us up (it gave up), so no release ever wakes more than one waiter.
+            // Watch only the key that holds us up: its deletion makes us a holder or moves us
+            // up (it gave up), so a release wakes only those it may admit. A writer waits for
+            // the key just before its own; a reader (Curator's recipe, on create revisions)
+            // only for the last writer's before its own — so a waiting writer also holds back
+            // every reader after it, and readers cannot starve writers.
+            let shared = spec.kind == Kind::Shared;
             let before: RangeResponse = match self
                 .call(
                     "range",
@@ -530,7 +548,7 @@ impl EtcdBackend {
                         RangeRequest {
                             key: queue.clone(),
                             range_end: queue_end.clone(),
-                            limit: 1,
+                            limit: if shared { 0 } else { 1 },
                             sort_order: proto::DESCEND,
                             sort_target: proto::SORT_BY_CREATE,
                             keys_only: true,
@@ -543,15 +561,39 @@ impl EtcdBackend {
                 Ok(before) => before,
                 Err(failure) => return Err(self.failed("range", failure)),
             };
-            let Some(predecessor) = before.kvs.into_iter().next() else {
+            let is_reader = |kv: &KeyValue| {
+                let segment = kv.key.get(queue.len()..).unwrap_or_default();
+                token_in(std::str::from_utf8(segment).unwrap_or_default()).1
+            };
+            if before.kvs.is_empty() && !shared {
                 continue; // the queue moved: look again
+            }
+            let predecessor = if shared {
+                before.kvs.into_iter().find(|kv| !is_reader(kv))
+            } else {
+                before.kvs.into_iter().next()
+            };
+            let Some(predecessor) = predecessor else {
+                // Only readers ahead of this reader: it holds the key with them.
+                if !lease.is_usable() {
+                    return Err(Transient::wrap(format!(
+                        "the etcd lease of `{}` was lost as it was granted ({})",
+                        spec.name, self.shown
+                    )));
+                }
+                if !spec.renew {
+                    self.end_after_lease(spec, &key, started);
+                }
+                return Ok(Attempt::Acquired {
+                    fencing_token: spec.fencing.then_some(created as u64),
+                });
             };
             // A key on our own lease that no acquisition of ours knows: an attempt given up (its
             // reply lost, a leader change, a restart) whose put landed all the same. Nobody
             // would ever delete it while the lease lives: it goes now.
             let orphan = predecessor.lease == lease.id && {
-                let token = predecessor.key.get(queue.len()..).unwrap_or_default();
-                let token = std::str::from_utf8(token).unwrap_or_default();
+                let segment = predecessor.key.get(queue.len()..).unwrap_or_default();
+                let (token, _) = token_in(std::str::from_utf8(segment).unwrap_or_default());
                 !self.in_play.contains(token)
             };
             if orphan {
@@ -614,7 +656,7 @@ impl EtcdBackend {
         }
     }
 
-    async fn release_key(&self, name: &str, token: &str) -> Result<Released, BoxError> {
+    async fn release_key(&self, name: &str, token: &str, kind: Kind) -> Result<Released, BoxError> {
         let in_flight = self
             .in_flight
             .lock()
@@ -627,7 +669,7 @@ impl EtcdBackend {
         let (key, lease) = match held {
             Some(mut held) => (std::mem::take(&mut held.key), Some(Arc::clone(&held.lease))),
             // An attempt whose reply never came: its key is known from the token.
-            None => (self.key_of(name, token).1, None),
+            None => (self.key_of(name, token, kind).1, None),
         };
         // A key on a lease this client has given up was not held any more, deleted or not.
         let alive = lease.as_ref().is_none_or(|lease| lease.is_usable());
@@ -927,6 +969,10 @@ impl Backend for EtcdBackend {
         true
     }
 
+    fn serves(&self, _kind: Kind) -> Result<(), String> {
+        Ok(())
+    }
+
     fn keeps_alive(&self) -> bool {
         true
     }
@@ -941,7 +987,8 @@ impl Backend for EtcdBackend {
 
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
-        Box::pin(self.in_play.release(token, self.release_key(name, token)))
+        let released = self.release_key(name, token, hold.kind);
+        Box::pin(self.in_play.release(token, released))
     }
 
     fn subscribe<'a>(
@@ -958,10 +1005,11 @@ impl Backend for EtcdBackend {
 
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
-            let (queue, _) = self.key_of(name, "");
+            let (queue, _) = self.key_of(name, "", Kind::Exclusive);
             let keys = self.range_prefix(&queue).await?;
+            let keys: Vec<&KeyValue> = keys.iter().collect();
             match keys.first() {
-                Some(first) => Ok(Some(self.entry(name, first, keys.len()).await?)),
+                Some(_) => Ok(Some(self.entry(name, &keys).await?)),
                 None => Ok(None),
             }
         })
@@ -999,7 +1047,7 @@ impl Backend for EtcdBackend {
             }
             let mut entries = Vec::new();
             for (name, members) in queues.into_iter().take(limit) {
-                entries.push(self.entry(&name, members[0], members.len()).await?);
+                entries.push(self.entry(&name, &members).await?);
             }
             Ok(entries)
         })
@@ -1010,27 +1058,30 @@ impl Backend for EtcdBackend {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
-            let (queue, _) = self.key_of(name, "");
+            let (queue, _) = self.key_of(name, "", Kind::Exclusive);
             let keys = self.range_prefix(&queue).await?;
-            let Some(first) = keys.first() else {
+            let keys: Vec<&KeyValue> = keys.iter().collect();
+            if keys.is_empty() {
                 return Ok(None);
-            };
-            let entry = self.entry(name, first, keys.len()).await?;
-            // Deleting the holder's key wakes the next in line (it watches that key) and
-            // tells the holder (it watches its own key too).
-            let _: DeleteRangeResponse = self
-                .call(
-                    "delete",
-                    self.rpc.unary(
-                        path::DELETE_RANGE,
-                        DeleteRangeRequest {
-                            key: first.key.clone(),
-                            range_end: Vec::new(),
-                        },
-                    ),
-                )
-                .await
-                .map_err(|f| self.failed("delete", f))?;
+            }
+            let entry = self.entry(name, &keys).await?;
+            // Deleting the holders' keys wakes the next in line (it watches such a key) and
+            // tells each holder (it watches its own key too).
+            for holder in &keys[..holders(&keys)] {
+                let _: DeleteRangeResponse = self
+                    .call(
+                        "delete",
+                        self.rpc.unary(
+                            path::DELETE_RANGE,
+                            DeleteRangeRequest {
+                                key: holder.key.clone(),
+                                range_end: Vec::new(),
+                            },
+                        ),
+                    )
+                    .await
+                    .map_err(|f| self.failed("delete", f))?;
+            }
             Ok(Some(entry))
         })
     }
@@ -1071,8 +1122,31 @@ impl EtcdBackend {
         Ok(range.kvs)
     }
 
-    /// The admin view of lock `name` held by `holder`, with `queued` keys in its queue.
-    async fn entry(&self, name: &str, holder: &KeyValue, queued: usize) -> Result<Entry, BoxError> {
+    /// The admin view of lock `name` whose queue is `keys` (oldest first): held by the first
+    /// key, or by the readers at its head.
+    async fn entry(&self, name: &str, keys: &[&KeyValue]) -> Result<Entry, BoxError> {
+        let held = holders(keys);
+        let waiters = Some((keys.len() - held) as u64);
+        if reader_key(keys[0]) {
+            let readers = keys[..held]
+                .iter()
+                .map(|kv| {
+                    let key = String::from_utf8_lossy(&kv.key);
+                    let segment = key.rsplit_once('/').map_or("", |(_, s)| s);
+                    (token_in(segment).0.to_owned(), None)
+                })
+                .collect();
+            return Ok(Entry {
+                name: name.to_owned(),
+                token: None,
+                holder: None,
+                ttl: None,
+                fencing_token: None,
+                waiters,
+                readers,
+            });
+        }
+        let holder = keys[0];
         let key = String::from_utf8_lossy(&holder.key);
         let value = String::from_utf8_lossy(&holder.value);
         let field = |name: &str| {
@@ -1102,9 +1176,24 @@ impl EtcdBackend {
             holder: holder_from_record(field("holder").unwrap_or_default(), since),
             ttl,
             fencing_token: u64::try_from(holder.create_revision).ok(),
-            waiters: Some(queued as u64 - 1),
+            waiters,
             readers: Vec::new(),
         })
+    }
+}
+
+/// Whether a queue key is a reader's (see `EtcdBackend::key_of`).
+fn reader_key(kv: &KeyValue) -> bool {
+    kv.key.ends_with(READER.as_bytes())
+}
+
+/// How many keys at the head of a queue (oldest first) hold the lock: the readers there, or
+/// the first key.
+fn holders(keys: &[&KeyValue]) -> usize {
+    match keys.first() {
+        Some(first) if reader_key(first) => keys.iter().take_while(|kv| reader_key(kv)).count(),
+        Some(_) => 1,
+        None => 0,
     }
 }
 

@@ -29,10 +29,10 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 pub(crate) use self::path::parent_of;
-use self::path::{ZkUrl, decode, node_prefix, parse_url, sequence_of, token_of};
+use self::path::{ZkUrl, decode, is_reader, node_prefix, parse_url, sequence_of, token_of};
 use self::session::Session;
 use super::sql::holder_id;
-use super::{Attempt, Backend, Hold, LockSpec, Released, Transient};
+use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, Transient};
 use crate::admin::{Entry, glob_match, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -382,7 +382,7 @@ impl ZookeeperBackend {
         parent: &str,
         spec: LockSpec<'_>,
     ) -> Result<(String, i64), BoxError> {
-        let prefix = node_prefix(parent, spec.token);
+        let prefix = node_prefix(parent, spec.token, spec.kind == Kind::Shared);
         let data = format!(
             "holder={}\nlease_ms={}\nrenew={}\n",
             self.holder,
@@ -504,17 +504,27 @@ impl ZookeeperBackend {
                 self.nodes().remove(spec.token);
                 continue;
             };
-            if place == 0 {
+            // Curator's read/write recipe: a writer waits for every node before its own, a
+            // reader only for the writers before it — so a waiting writer also holds back every
+            // reader that comes after it, and readers cannot starve writers. The node to watch
+            // is the last one that holds us up.
+            let blocker = match spec.kind {
+                Kind::Exclusive => place.checked_sub(1),
+                Kind::Shared => queue[..place]
+                    .iter()
+                    .rposition(|&(_, child)| !is_reader(child)),
+            };
+            let Some(blocker) = blocker else {
                 if !spec.renew {
                     self.end_after_lease(spec, &client, &path, started);
                 }
                 return Ok(Attempt::Acquired {
                     fencing_token: spec.fencing.then_some(czxid as u64),
                 });
-            }
-            // Watch only the node just before ours: its deletion makes us the holder or
-            // moves us up (it gave up), so no release ever wakes more than one waiter.
-            let before = format!("{parent}/{}", queue[place - 1].1);
+            };
+            // Watch only the node that holds us up: its deletion makes us a holder or moves us
+            // up (it gave up), so a release wakes only those it may admit.
+            let before = format!("{parent}/{}", queue[blocker].1);
             let watcher = match self
                 .call("watch", client.check_and_watch_stat(&before))
                 .await
@@ -524,7 +534,7 @@ impl ZookeeperBackend {
                 // same. Nobody would ever delete it while the session lives: it goes now.
                 Ok((Some(stat), _))
                     if stat.ephemeral_owner == client.session_id().0
-                        && !self.in_play.contains(token_of(queue[place - 1].1)) =>
+                        && !self.in_play.contains(token_of(queue[blocker].1)) =>
                 {
                     match self.call("delete", client.delete(&before, None)).await {
                         Ok(()) | Err(ZkFailure::Server(zk::Error::NoNode)) => {
@@ -734,6 +744,10 @@ impl Backend for ZookeeperBackend {
         true
     }
 
+    fn serves(&self, _kind: Kind) -> Result<(), String> {
+        Ok(())
+    }
+
     fn keeps_alive(&self) -> bool {
         true
     }
@@ -806,16 +820,19 @@ impl Backend for ZookeeperBackend {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
-            let Some((entry, path)) = self.holder_of(name).await? else {
+            let Some((entry, paths)) = self.holder_of(name).await? else {
                 return Ok(None);
             };
             let client = self.any_client().await?;
-            // Deleting the holder's node wakes the next in line (it watches that node) and
-            // tells the holder at once (it watches its own node too).
-            match self.call("delete", client.delete(&path, None)).await {
-                Ok(()) | Err(ZkFailure::Server(zk::Error::NoNode)) => Ok(Some(entry)),
-                Err(failure) => Err(self.failed("delete", failure)),
+            // Deleting the holders' nodes wakes the next in line (it watches such a node) and
+            // tells each holder at once (it watches its own node too).
+            for path in paths {
+                match self.call("delete", client.delete(&path, None)).await {
+                    Ok(()) | Err(ZkFailure::Server(zk::Error::NoNode)) => {}
+                    Err(failure) => return Err(self.failed("delete", failure)),
+                }
             }
+            Ok(Some(entry))
         })
     }
 
@@ -839,11 +856,12 @@ impl Backend for ZookeeperBackend {
 }
 
 impl ZookeeperBackend {
-    /// The holder of lock `name` (the lowest sequence in its queue) and its node's path.
-    async fn holder_of(&self, name: &str) -> Result<Option<(Entry, String)>, BoxError> {
+    /// The holder of lock `name` — the lowest sequence in its queue, or the readers at its
+    /// head — and their nodes' paths.
+    async fn holder_of(&self, name: &str) -> Result<Option<(Entry, Vec<String>)>, BoxError> {
         let client = self.any_client().await?;
         let parent = parent_of(name);
-        for _ in 0..5 {
+        'look: for _ in 0..5 {
             let children = match self.call("list", client.list_children(&parent)).await {
                 Ok(children) => children,
                 Err(ZkFailure::Server(zk::Error::NoNode)) => return Ok(None),
@@ -857,28 +875,62 @@ impl ZookeeperBackend {
             let Some((_, first)) = queue.first() else {
                 return Ok(None);
             };
-            let path = format!("{parent}/{first}");
-            let (data, stat) = match self.call("get", client.get_data(&path)).await {
-                Ok(found) => found,
-                // Released in between: look again.
-                Err(ZkFailure::Server(zk::Error::NoNode)) => continue,
-                Err(failure) => return Err(self.failed("get", failure)),
+            // Readers at the head of the queue hold the lock together.
+            let holders: Vec<&String> = if is_reader(first) {
+                queue
+                    .iter()
+                    .map(|(_, child)| *child)
+                    .take_while(|child| is_reader(child))
+                    .collect()
+            } else {
+                vec![first]
             };
-            let data = String::from_utf8_lossy(&data);
-            let record = data
-                .lines()
-                .find_map(|line| line.strip_prefix("holder="))
-                .unwrap_or_default();
-            let entry = Entry {
-                name: name.to_owned(),
-                token: Some(token_of(first).to_owned()),
-                holder: holder_from_record(record, u64::try_from(stat.ctime).ok()),
-                ttl: None,
-                fencing_token: u64::try_from(stat.czxid).ok(),
-                waiters: Some(queue.len() as u64 - 1),
-                readers: Vec::new(),
+            let mut found = Vec::with_capacity(holders.len());
+            for child in &holders {
+                let path = format!("{parent}/{child}");
+                match self.call("get", client.get_data(&path)).await {
+                    Ok((data, stat)) => found.push((path, token_of(child), data, stat)),
+                    // Released in between: look again.
+                    Err(ZkFailure::Server(zk::Error::NoNode)) => continue 'look,
+                    Err(failure) => return Err(self.failed("get", failure)),
+                }
+            }
+            let holder_of = |data: &[u8], stat: &zk::Stat| {
+                let data = String::from_utf8_lossy(data);
+                let record = data
+                    .lines()
+                    .find_map(|line| line.strip_prefix("holder="))
+                    .unwrap_or_default()
+                    .to_owned();
+                holder_from_record(&record, u64::try_from(stat.ctime).ok())
             };
-            return Ok(Some((entry, path)));
+            let waiters = Some((queue.len() - holders.len()) as u64);
+            let entry = if is_reader(first) {
+                Entry {
+                    name: name.to_owned(),
+                    token: None,
+                    holder: None,
+                    ttl: None,
+                    fencing_token: None,
+                    waiters,
+                    readers: found
+                        .iter()
+                        .map(|(_, token, _, _)| ((*token).to_owned(), None))
+                        .collect(),
+                }
+            } else {
+                let (_, token, data, stat) = &found[0];
+                Entry {
+                    name: name.to_owned(),
+                    token: Some((*token).to_owned()),
+                    holder: holder_of(data, stat),
+                    ttl: None,
+                    fencing_token: u64::try_from(stat.czxid).ok(),
+                    waiters,
+                    readers: Vec::new(),
+                }
+            };
+            return Ok(Some((entry, found.into_iter().map(|f| f.0).collect())));
         }
         Err("the lock changed hands five times while being looked at; try again".into())
     }

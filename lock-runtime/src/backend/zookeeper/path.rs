@@ -153,10 +153,22 @@ pub(crate) fn decode(component: &str) -> Option<String> {
     String::from_utf8(bytes).ok()
 }
 
-/// The prefix of a waiter's node name: its owner token and a dash; ZooKeeper appends the
-/// sequence number.
-pub(crate) fn node_prefix(parent: &str, token: &str) -> String {
-    format!("{parent}/{token}-")
+/// What marks a reader's node: its name is `<token>-r-<sequence>`. (A token ends in hex
+/// digits, so `<token>-r` is never a token itself.)
+const READER: &str = "-r";
+
+/// The prefix of a waiter's node name: its owner token (and `-r` for a reader) and a dash;
+/// ZooKeeper appends the sequence number.
+pub(crate) fn node_prefix(parent: &str, token: &str, reader: bool) -> String {
+    let mark = if reader { READER } else { "" };
+    format!("{parent}/{token}{mark}-")
+}
+
+/// Whether a queue node is a reader's (see [`node_prefix`]).
+pub(crate) fn is_reader(child: &str) -> bool {
+    child
+        .rsplit_once('-')
+        .is_some_and(|(head, _)| head.ends_with(READER))
 }
 
 /// The sequence number at the end of a queue node's name (`<token>-0000000042`), if it is
@@ -171,7 +183,8 @@ pub(crate) fn sequence_of(child: &str) -> Option<i64> {
 
 /// The owner token in a queue node's name.
 pub(crate) fn token_of(child: &str) -> &str {
-    child.rsplit_once('-').map_or(child, |(token, _)| token)
+    let head = child.rsplit_once('-').map_or(child, |(head, _)| head);
+    head.strip_suffix(READER).unwrap_or(head)
 }
 
 #[cfg(test)]
