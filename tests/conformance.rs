@@ -1366,7 +1366,12 @@ pub async fn a_writer_that_gives_up_lets_readers_in_again(fixture: &impl Fixture
     assert!(err.is_timeout(), "{err}");
     let again = client.lock("menu").read().wait(ms(0)).acquire().await;
     let again = again.expect("a reader joins once the waiting writer left");
-    assert_eq!(fixture.readers("lock:menu").await.len(), 2);
+    assert_eq!(
+        fixture.readers("lock:menu").await.len(),
+        2,
+        "{:?}",
+        fixture.readers("lock:menu").await
+    );
     again.release().await.unwrap();
     reader.release().await.unwrap();
     assert!(!fixture.anything_at("lock:menu").await);

@@ -307,6 +307,27 @@ async fn readers_with(
         .collect()
 }
 
+/// The live shares (not the writers' marks `!<token> …`) in a SQL readers' row's `holder`
+/// column — lines `<token> <end, unix ms>` — at the server's time `now_ms`, longest first.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn sql_shares(holder: &str, now_ms: i64) -> Vec<(String, Option<Duration>)> {
+    let mut shares: Vec<(String, Option<Duration>)> = holder
+        .lines()
+        .filter_map(|line| {
+            let (token, end) = line.split_once(' ')?;
+            let end: i64 = end.parse().ok()?;
+            (!token.starts_with('!') && end > now_ms).then(|| {
+                (
+                    token.to_owned(),
+                    Some(Duration::from_millis((end - now_ms) as u64)),
+                )
+            })
+        })
+        .collect();
+    shares.sort_by_key(|share| std::cmp::Reverse(share.1));
+    shares
+}
+
 /// `PTTL` of `name` through `conn` (`None` without a TTL or key).
 async fn ttl_with(conn: &mut impl redis::aio::ConnectionLike, name: &str) -> Option<Duration> {
     let pttl: i64 = redis::cmd("PTTL")
@@ -593,6 +614,25 @@ impl Fixture for PostgresFixture {
             self.table
         );
         self.rows(&sql, &[&name]).await.first().map(|r| r.get(0))
+    }
+
+    fn read_locks(&self) -> bool {
+        true
+    }
+
+    /// The shares in the live readers' row (token `readers`): lines `<token> <end, unix ms>` in
+    /// its `holder` column, live by the server's clock.
+    async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        let sql = format!(
+            "SELECT holder, (extract(epoch FROM now()) * 1000)::int8 FROM {} \
+             WHERE name = $1 AND token = 'readers' AND expires_at > now()",
+            self.table
+        );
+        let rows = self.rows(&sql, &[&name]).await;
+        let Some(row) = rows.first() else {
+            return Vec::new();
+        };
+        sql_shares(row.get(0), row.get(1))
     }
 
     async fn ttl(&self, name: &str) -> Option<Duration> {

@@ -33,7 +33,7 @@ use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
 use super::sql::{SqlSettings, holder_id, like_pattern, millis, slot_of};
 use super::url::redact_url;
-use super::{Attempt, Backend, Hold, LockSpec, Released, Transient};
+use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, Transient};
 use crate::admin::{Entry, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{CloseOnDrop, ReleaseHub, ReleaseSubscription};
@@ -60,6 +60,10 @@ struct Conn {
     renew: Statement,
     renew_many: Statement,
     release: Statement,
+    read_acquire: Statement,
+    read_renew: Statement,
+    read_release: Statement,
+    mark: Statement,
     /// Which connection this is (see [`PostgresBackend::invalidate`]).
     number: u64,
 }
@@ -425,9 +429,19 @@ impl PostgresBackend {
             ),
             client.prepare_typed(&self.sql.release, &[Type::TEXT, Type::TEXT]),
         );
+        let reading = futures_util::future::try_join4(
+            client.prepare_typed(&self.sql.read_acquire, &lock_params),
+            client.prepare_typed(&self.sql.read_renew, &[Type::TEXT, Type::TEXT, Type::INT8]),
+            client.prepare_typed(&self.sql.read_release, &[Type::TEXT, Type::TEXT]),
+            client.prepare_typed(&self.sql.mark, &[Type::TEXT, Type::TEXT, Type::INT8]),
+        );
+        let prepared = futures_util::future::try_join(prepared, reading);
         // Part of connecting: bounded by the connect timeout (a busy server or another client
         // creating the tables can hold it up for longer than one statement may take).
-        let ((acquire, acquire_fenced, remaining), renew, renew_many, release) = self
+        let (
+            ((acquire, acquire_fenced, remaining), renew, renew_many, release),
+            (read_acquire, read_renew, read_release, mark),
+        ) = self
             .timed_by(
                 "preparing the lock statements",
                 self.settings.connect_timeout,
@@ -442,6 +456,10 @@ impl PostgresBackend {
             renew,
             renew_many,
             release,
+            read_acquire,
+            read_renew,
+            read_release,
+            mark,
             number: self.connections_made.fetch_add(1, Ordering::Relaxed),
         });
         *self.slot(i) = Some(RuntimeBound::new(Arc::clone(&conn)));
@@ -498,6 +516,63 @@ impl PostgresBackend {
     }
 }
 
+impl PostgresBackend {
+    /// A reader's attempt (see `statements::Sql::read_acquire`).
+    async fn acquire_shared(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
+        let lease = millis(spec.lease);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [&spec.name, &spec.token, &lease, &self.holder];
+        let row = self
+            .run("the read acquisition", spec.name, |conn| async move {
+                conn.client.query_one(&conn.read_acquire, &params).await
+            })
+            .await
+            .map_err(acquire_error)?;
+        let get = |i| -> Result<Option<i64>, BoxError> {
+            row.try_get(i).map_err(|e| acquire_error(PgError::from(e)))
+        };
+        let taken: bool = row
+            .try_get(0)
+            .map_err(|e| acquire_error(PgError::from(e)))?;
+        if taken {
+            return Ok(Attempt::Acquired {
+                fencing_token: spec
+                    .fencing
+                    .then(|| get(1).ok().flatten().unwrap_or(0) as u64),
+            });
+        }
+        // Busy: until the holder's lease ends, or sooner when a waiting writer's mark lapses.
+        let ttl_ms = match (get(2)?, get(3)?) {
+            (Some(row), Some(mark)) => Some(row.min(mark)),
+            (row, mark) => row.or(mark),
+        };
+        Ok(busy(ttl_ms))
+    }
+
+    /// A waiting writer's busy attempt: marks the readers holding the row (keeping new
+    /// readers out), and asks again in time to keep the mark.
+    async fn mark(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
+        let mark = millis(crate::wait::FAIR_QUEUE_TTL);
+        let row = self
+            .run("marking the readers", spec.name, |conn| async move {
+                conn.client
+                    .query_opt(&conn.mark, &[&spec.name, &spec.token, &mark])
+                    .await
+            })
+            .await
+            .map_err(acquire_error)?;
+        let Some(row) = row else {
+            return Ok(busy(None)); // released meanwhile: ask again at once
+        };
+        let ttl_ms: Option<i64> = row.try_get(0).map_err(|e| acquire_error(e.into()))?;
+        let marked: bool = row.try_get(1).map_err(|e| acquire_error(e.into()))?;
+        Ok(busy(match (ttl_ms, marked) {
+            (Some(ms), true) => Some(ms.min(mark / 3)),
+            (ttl, _) => ttl,
+        }))
+    }
+}
+
 /// A busy answer with the holder's remaining lease. No row (released or taken just now, after
 /// the statement's snapshot): retry soon.
 /// A row of the admin statements: (name, token, holder, acquired ms, remaining ms, fence).
@@ -505,15 +580,21 @@ fn entry(row: &tokio_postgres::Row) -> Entry {
     let acquired: Option<i64> = row.get(3);
     let remaining: Option<i64> = row.get(4);
     let fence: Option<i64> = row.get(5);
-    Entry {
+    let token: Option<String> = row.get(1);
+    let record: &str = row.get(2);
+    let mut entry = Entry {
         name: row.get(0),
-        token: row.get(1),
-        holder: holder_from_record(row.get(2), acquired.map(|ms| ms.max(0) as u64)),
+        token: token.clone(),
+        holder: holder_from_record(record, acquired.map(|ms| ms.max(0) as u64)),
         ttl: remaining.map(|ms| Duration::from_millis(ms.max(0) as u64)),
         fencing_token: fence.map(|f| f as u64),
         waiters: None,
         readers: Vec::new(),
+    };
+    if token.as_deref() == Some(super::sql::READERS) {
+        super::sql::readers_entry(&mut entry, record, remaining.unwrap_or(0));
     }
+    entry
 }
 
 fn busy(ttl_ms: Option<i64>) -> Attempt {
@@ -578,6 +659,9 @@ impl Backend for PostgresBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
+        if spec.kind == Kind::Shared {
+            return Box::pin(self.acquire_shared(spec));
+        }
         Box::pin(async move {
             let lease = millis(spec.lease);
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
@@ -593,6 +677,9 @@ impl Backend for PostgresBackend {
                     return Ok(Attempt::Acquired {
                         fencing_token: None,
                     });
+                }
+                if spec.waiting {
+                    return self.mark(spec).await;
                 }
                 let remaining = self
                     .run("reading the holder's lease", spec.name, |conn| async move {
@@ -625,18 +712,31 @@ impl Backend for PostgresBackend {
                     fencing_token: Some(fence as u64),
                 });
             }
+            if spec.waiting {
+                return self.mark(spec).await;
+            }
             let ttl_ms: Option<i64> = row.try_get(2).map_err(|e| acquire_error(e.into()))?;
             Ok(busy(ttl_ms))
         })
     }
 
+    fn serves(&self, _kind: Kind) -> Result<(), String> {
+        Ok(())
+    }
+
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
         Box::pin(async move {
             let lease = millis(spec.lease);
+            let shared = spec.kind == Kind::Shared;
             let renewed = self
                 .run("the renewal", spec.name, |conn| async move {
+                    let statement = if shared {
+                        &conn.read_renew
+                    } else {
+                        &conn.renew
+                    };
                     conn.client
-                        .execute(&conn.renew, &[&spec.name, &spec.token, &lease])
+                        .execute(statement, &[&spec.name, &spec.token, &lease])
                         .await
                 })
                 .await?;
@@ -648,6 +748,16 @@ impl Backend for PostgresBackend {
         &'a self,
         specs: &'a [LockSpec<'a>],
     ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
+        if specs.iter().any(|spec| spec.kind == Kind::Shared) {
+            // A reader's share is renewed in its readers' row: one statement each.
+            return Box::pin(async move {
+                let mut renewed = Vec::with_capacity(specs.len());
+                for spec in specs {
+                    renewed.push(self.renew(*spec).await.map_err(|e| e.to_string()));
+                }
+                renewed
+            });
+        }
         Box::pin(async move {
             let names: Vec<&str> = specs.iter().map(|s| s.name).collect();
             let tokens: Vec<&str> = specs.iter().map(|s| s.token).collect();
@@ -675,16 +785,33 @@ impl Backend for PostgresBackend {
 
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
+        let shared = hold.kind == Kind::Shared;
         Box::pin(async move {
             let mut tries = 0;
             let released = self
                 .run("the release", name, |conn| {
                     tries += 1;
-                    async move { conn.client.query(&conn.release, &[&name, &token]).await }
+                    async move {
+                        let statement = if shared {
+                            &conn.read_release
+                        } else {
+                            &conn.release
+                        };
+                        conn.client.query(statement, &[&name, &token]).await
+                    }
                 })
                 .await?;
-            Ok(Released::after_tries(released.len() == 1, tries > 1))
+            // A writer's release: a `true` row when the lock was ours (a `false` one: only its
+            // mark went); a reader's: one row saying whether its share was live.
+            let deleted = released
+                .first()
+                .is_some_and(|row| row.try_get::<_, bool>(0).unwrap_or(false));
+            Ok(Released::after_tries(deleted, tries > 1))
         })
+    }
+
+    fn marks_waiting_writers(&self) -> bool {
+        true
     }
 
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {

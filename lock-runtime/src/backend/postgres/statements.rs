@@ -1,7 +1,7 @@
 //! The SQL the PostgreSQL backend runs, with the table names filled in. Every time comes from
 //! the database's clock (`now()`, the statement's transaction start), never the client's.
 
-use crate::backend::sql::SqlSettings;
+use crate::backend::sql::{READERS, SqlSettings};
 
 /// The statements for one lock table.
 pub(super) struct Sql {
@@ -20,8 +20,27 @@ pub(super) struct Sql {
     pub renew: String,
     /// `$1` names, `$2` tokens, `$3` leases in ms → the names still ours, renewed.
     pub renew_many: String,
-    /// `$1` name, `$2` token → one row if it was ours and unexpired; wakes the waiters.
+    /// `$1` name, `$2` token → (released: one `true` row if it was ours and unexpired), and
+    /// wakes the waiters; a writer that only waited takes its mark back from the readers.
     pub release: String,
+    /// A reader's attempt: `$1` name, `$2` token, `$3` lease in ms, `$4` holder (unused: the
+    /// shares are the record) → (taken, the last write grant's fence, the row's remaining ms,
+    /// ms until the first waiting writer's mark lapses). Joins the readers unless a writer
+    /// holds the row or a writer's mark is live (see `sql::READERS` for the layout).
+    pub read_acquire: String,
+    /// `$1` name, `$2` token, `$3` lease in ms → one row if the reader's share was live and is
+    /// renewed (the row lives at least as long).
+    pub read_renew: String,
+    /// `$1` name, `$2` token → (share was live, waiters woken); the last live share's departure
+    /// deletes the row — or, while writers wait, leaves it to them with their marks, its lease
+    /// over — and wakes the waiters. The row is locked and read first (`FOR UPDATE`:
+    /// its latest version, even if it changed since the statement's snapshot), and the update
+    /// or the delete decides on what it read — never on an older version, which would let a
+    /// reader that joined meanwhile make both of them step aside.
+    pub read_release: String,
+    /// A waiting writer found the row busy: `$1` name, `$2` token, `$3` mark ms → (remaining
+    /// ms, marked). Readers holding the row get the writer's mark, which keeps new readers out.
+    pub mark: String,
     /// Subscribes a connection to the table's release notifications.
     pub listen: String,
     /// Admin: `$1` name → the live row: (name, token, holder, acquired ms, remaining ms,
@@ -58,6 +77,40 @@ CREATE TABLE IF NOT EXISTS {f} (
     name  text   PRIMARY KEY,
     fence bigint NOT NULL
 );"
+    )
+}
+
+/// The server's clock in unix milliseconds.
+const NOW_MS: &str = "(extract(epoch FROM now()) * 1000)::int8";
+
+/// The lines of `l.holder` (a readers' row) still live, except those of token `$2` (its share
+/// and its mark): the shares and marks to keep when `$2` changes its own. NULL for none.
+fn kept() -> String {
+    kept_of("l.holder")
+}
+
+/// [`kept`] of the lines in `holder` (a column).
+fn kept_of(holder: &str) -> String {
+    format!(
+        "(SELECT string_agg(line, E'\\n') FROM string_to_table({holder}, E'\\n') AS s(line)
+          WHERE split_part(line, ' ', 1) NOT IN ($2, '!' || $2)
+            AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
+    )
+}
+
+/// Over the live lines of `l.holder` that are writers' marks (`marks` true) or shares, except
+/// `$2`'s: `what` of their times (`min(…)`, `max(…)`, `count(*)`…).
+fn over_lines(what: &str, marks: bool) -> String {
+    over_lines_of("l.holder", what, marks)
+}
+
+/// [`over_lines`] of the lines in `holder` (a column).
+fn over_lines_of(holder: &str, what: &str, marks: bool) -> String {
+    let kind = if marks { "=" } else { "<>" };
+    format!(
+        "(SELECT {what} FROM string_to_table({holder}, E'\\n') AS s(line)
+          WHERE left(line, 1) {kind} '!' AND split_part(line, ' ', 1) NOT IN ($2, '!' || $2)
+            AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
     )
 }
 
@@ -124,8 +177,104 @@ RETURNING l.name"
                 "WITH gone AS (
     DELETE FROM {t} WHERE name = $1 AND token = $2
     RETURNING name, expires_at > now() AS live
+), unmarked AS (
+    UPDATE {t} AS l SET holder = coalesce({kept}, '')
+    WHERE l.name = $1 AND l.token = '{READERS}'
+      AND position(E'\\n!' || $2 || ' ' IN E'\\n' || l.holder) > 0
+    RETURNING l.name
 )
-SELECT pg_notify('{table}', name) FROM gone WHERE live"
+SELECT true, pg_notify('{table}', name) FROM gone WHERE live
+UNION ALL
+SELECT false, pg_notify('{table}', name) FROM unmarked",
+                kept = kept()
+            ),
+            read_acquire: format!(
+                "WITH taken AS (
+    INSERT INTO {t} AS l (name, token, expires_at, holder, acquired_at)
+    VALUES ($1, '{READERS}', now() + $3::int8 * interval '1 millisecond',
+            $2 || ' ' || ({NOW_MS} + $3::int8), now())
+    ON CONFLICT (name) DO UPDATE SET
+        token = excluded.token,
+        holder = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
+                      THEN coalesce({kept} || E'\\n', '') ELSE '' END || excluded.holder,
+        expires_at = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
+                          THEN greatest(l.expires_at, excluded.expires_at)
+                          ELSE excluded.expires_at END,
+        acquired_at = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
+                           THEN l.acquired_at ELSE now() END
+    WHERE (l.expires_at <= now() AND (l.token <> '{READERS}' OR {marks} = 0))
+       OR (l.token = '{READERS}'
+           AND (position(E'\\n' || $2 || ' ' IN E'\\n' || l.holder) > 0
+                OR {marks} = 0))
+    RETURNING l.name
+)
+SELECT EXISTS (SELECT 1 FROM taken),
+       (SELECT fence FROM {f} WHERE name = $1),
+       (SELECT (extract(epoch FROM l.expires_at - now()) * 1000)::int8 FROM {t} l
+         WHERE l.name = $1),
+       (SELECT {first_mark} - {NOW_MS} FROM {t} l WHERE l.name = $1 AND l.token = '{READERS}')",
+                kept = kept(),
+                marks = over_lines("count(*)", true),
+                first_mark = over_lines("min(nullif(split_part(line, ' ', 2), '')::int8)", true),
+            ),
+            read_renew: format!(
+                "UPDATE {t} AS l SET
+    holder = coalesce({kept} || E'\\n', '') || $2 || ' ' || ({NOW_MS} + $3::int8),
+    expires_at = greatest(l.expires_at, now() + $3::int8 * interval '1 millisecond')
+WHERE l.name = $1 AND l.token = '{READERS}' AND l.expires_at > now()
+  AND EXISTS (SELECT 1 FROM string_to_table(l.holder, E'\\n') AS s(line)
+              WHERE split_part(line, ' ', 1) = $2
+                AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})",
+                kept = kept()
+            ),
+            read_release: format!(
+                "WITH cur AS (
+    SELECT holder FROM {t} WHERE name = $1 AND token = '{READERS}' AND expires_at > now()
+    FOR UPDATE
+), left_some AS (
+    UPDATE {t} AS l SET
+        holder = coalesce({kept}, ''),
+        expires_at = coalesce(to_timestamp({last} / 1000.0), now() - interval '1 millisecond')
+    FROM cur
+    WHERE l.name = $1 AND l.token = '{READERS}' AND {mine} AND ({others} > 0 OR {marks} > 0)
+    RETURNING l.name, l.expires_at > now() AS held
+), left_none AS (
+    DELETE FROM {t} AS l USING cur
+    WHERE l.name = $1 AND l.token = '{READERS}' AND {mine} AND {others} = 0 AND {marks} = 0
+    RETURNING l.name
+), woke AS (
+    SELECT pg_notify('{table}', name) FROM left_none
+    UNION ALL
+    SELECT pg_notify('{table}', name) FROM left_some WHERE NOT held
+)
+SELECT EXISTS (SELECT 1 FROM left_some) OR EXISTS (SELECT 1 FROM left_none),
+       (SELECT count(*) FROM woke)",
+                kept = kept_of("cur.holder"),
+                last = over_lines_of(
+                    "cur.holder",
+                    "max(nullif(split_part(line, ' ', 2), '')::int8)",
+                    false
+                ),
+                others = over_lines_of("cur.holder", "count(*)", false),
+                marks = over_lines_of("cur.holder", "count(*)", true),
+                mine = format!(
+                    "EXISTS (SELECT 1 FROM string_to_table(cur.holder, E'\\n') AS s(line)
+                 WHERE split_part(line, ' ', 1) = $2
+                   AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
+                ),
+            ),
+            mark: format!(
+                "WITH marked AS (
+    UPDATE {t} AS l SET
+        holder = coalesce({kept} || E'\\n', '') || '!' || $2 || ' ' || ({NOW_MS} + $3::int8)
+    WHERE l.name = $1 AND l.token = '{READERS}' AND l.expires_at > now()
+    RETURNING (extract(epoch FROM l.expires_at - now()) * 1000)::int8 AS ms
+)
+SELECT ms, true FROM marked
+UNION ALL
+SELECT (extract(epoch FROM expires_at - now()) * 1000)::int8, false FROM {t}
+WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM marked)",
+                kept = kept()
             ),
             listen: format!("LISTEN \"{table}\""),
             inspect: format!(
