@@ -309,7 +309,7 @@ async fn readers_with(
 
 /// The live shares (not the writers' marks `!<token> …`) in a SQL readers' row's `holder`
 /// column — lines `<token> <end, unix ms>` — at the server's time `now_ms`, longest first.
-#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[allow(dead_code)] // (the benchmark shares this file without the SQL backends)
 fn sql_shares(holder: &str, now_ms: i64) -> Vec<(String, Option<Duration>)> {
     let mut shares: Vec<(String, Option<Duration>)> = holder
         .lines()

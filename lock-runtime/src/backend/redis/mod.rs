@@ -386,12 +386,9 @@ impl RedisBackend {
 
     /// An attempt by script (see `scripts::write` and `scripts::read`): a reader's, or a plain
     /// lock's when it is fenced, waiting, or retried.
-    async fn try_acquire_by_script(
-        &self,
-        spec: LockSpec<'_>,
-        fence_key: &str,
-        writers: &str,
-    ) -> Result<Attempt, BoxError> {
+    async fn try_acquire_by_script(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
+        let fence_key = &self.fence_key(spec.name);
+        let writers = &self.writers_key(spec.name);
         let lease = millis(spec.lease);
         let mark = if spec.waiting {
             millis(crate::wait::FAIR_QUEUE_TTL)
@@ -644,11 +641,8 @@ impl Backend for RedisBackend {
                     fencing_token: None,
                 }),
                 Some(false) => Ok(Attempt::Busy { ttl: None }),
-                None => {
-                    let fence_key = self.fence_key(spec.name);
-                    let writers = self.writers_key(spec.name);
-                    self.try_acquire_by_script(spec, &fence_key, &writers).await
-                }
+                // Boxed: the plain path's future stays small (see `locked::footprint`).
+                None => Box::pin(self.try_acquire_by_script(spec)).await,
             }
         })
     }
