@@ -967,8 +967,9 @@ impl LockRequest {
     /// [`fencing`](Self::fencing), a reader gets the token of the last write grant (the version
     /// it reads) rather than a new one.
     ///
-    /// Served by `memory://`, `redis://` and `redis+cluster://`; elsewhere the acquisition fails
-    /// with [`LockError::Config`] saying so. A read lock cannot be [`fair`](Self::fair).
+    /// Served by every backend but `redlock://`, where the acquisition fails with
+    /// [`LockError::Config`] saying why. A read lock cannot be [`fair`](Self::fair) (readers do
+    /// not queue behind each other, and a waiting writer already stops new readers).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -787,9 +787,38 @@ impl Fixture for MysqlFixture {
         slowed_url(&self.url(), self.server.port(), min, max).await
     }
 
+    /// The lock row, or any share or writer's mark of it (rows `name + 0x01 + token`,
+    /// `name + 0x02 + token`).
     async fn anything_at(&self, name: &str) -> bool {
-        let sql = format!("SELECT 1 FROM {} WHERE name = ?", self.table);
-        !self.rows::<i64>(&sql, (name.as_bytes(),)).await.is_empty()
+        let sql = format!(
+            "SELECT 1 FROM {} WHERE name = ? OR (name > CONCAT(?, x'01') AND name < CONCAT(?, x'03'))",
+            self.table
+        );
+        let bytes = name.as_bytes();
+        !self
+            .rows::<i64>(&sql, (bytes, bytes, bytes))
+            .await
+            .is_empty()
+    }
+
+    fn read_locks(&self) -> bool {
+        true
+    }
+
+    /// The live share rows `name + 0x01 + token`, each with its own lease.
+    async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        let sql = format!(
+            "SELECT token, CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) AS SIGNED) \
+             FROM {} WHERE name > CONCAT(?, x'01') AND name < CONCAT(?, x'02') \
+             AND expires_at > UTC_TIMESTAMP(6) ORDER BY expires_at DESC",
+            self.table
+        );
+        let bytes = name.as_bytes();
+        self.rows::<(String, i64)>(&sql, (bytes, bytes))
+            .await
+            .into_iter()
+            .map(|(token, us)| (token, Some(Duration::from_micros(us.max(0) as u64))))
+            .collect()
     }
 }
 

@@ -274,8 +274,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
         match kind {
             Kind::Exclusive => Ok(()),
             Kind::Shared => Err(format!(
-                "the {} backend has no read locks yet (they are served by memory://, \
-                 redis:// and redis+cluster://); take the plain lock instead",
+                "the {} backend has no read locks; take the plain lock instead",
                 self.kind()
             )),
         }

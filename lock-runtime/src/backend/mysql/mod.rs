@@ -22,9 +22,10 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Params, TxOpts, Value};
 
+use super::sql::READERS;
 use super::sql::{SqlSettings, holder_id, like_pattern, millis, slot_of};
 use super::url::redact_url;
-use super::{Attempt, Backend, Hold, LockSpec, Released, Transient};
+use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, Transient};
 use crate::admin::{Entry, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -50,6 +51,9 @@ pub(crate) struct MysqlBackend {
     /// Wakes this client's waiters when it releases a lock itself (other processes are found by
     /// polling: see [`Backend::release_poll`]).
     hub: Arc<ReleaseHub>,
+    /// Tokens of writers that marked a lock's readers while waiting: their marks go once they
+    /// have the lock or give up.
+    marked: std::sync::Mutex<std::collections::HashSet<String>>,
 }
 
 /// A failed statement: the driver's error, or no reply in time.
@@ -164,6 +168,7 @@ impl MysqlBackend {
             slots: (0..settings.pool_size).map(|_| Slot::default()).collect(),
             settings,
             hub: ReleaseHub::new(None),
+            marked: Default::default(),
         });
         if backend.settings.create_table {
             let create = backend.sql.create.clone();
@@ -431,7 +436,269 @@ fn entry((name, token, holder, acquired, remaining, fence): AdminRow) -> Entry {
     }
 }
 
+/// What a reader's attempt found: taken (with the last write grant's fence), or busy for
+/// about this many µs.
+type ReadAttempt = (bool, Option<i64>, Option<i64>);
+
 impl MysqlBackend {
+    /// A reader's attempt, in one transaction that locks the lock row first (see
+    /// `Sql::range` for the layout).
+    async fn acquire_shared(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
+        let sql = Arc::clone(&self.sql);
+        let (name, token) = (spec.name.as_bytes().to_vec(), spec.token.to_owned());
+        let (lease, holder, fencing) = (micros(spec.lease), self.holder.clone(), spec.fencing);
+        let (taken, ttl, fence): ReadAttempt = self
+            .run("the read acquisition", spec.name, move |conn| {
+                let (sql, name, token, holder) = (
+                    Arc::clone(&sql),
+                    name.clone(),
+                    token.clone(),
+                    holder.clone(),
+                );
+                Box::pin(async move {
+                    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+                    tx.exec_drop(sql.lock_row.as_str(), (name.clone(),)).await?;
+                    let row: Option<(String, bool, Option<i64>)> =
+                        tx.exec_first(sql.row.as_str(), (name.clone(),)).await?;
+                    let (holder_token, live, left) =
+                        row.unwrap_or_else(|| (String::new(), false, None));
+                    if live && holder_token != READERS {
+                        tx.rollback().await?;
+                        return Ok((false, left, None));
+                    }
+                    if holder_token == READERS {
+                        let mine: Option<i64> = tx
+                            .exec_first(sql.share_live.as_str(), (name.clone(), token.clone()))
+                            .await?;
+                        if mine.unwrap_or(0) == 0 {
+                            let marks: Option<(i64, Option<i64>)> = tx
+                                .exec_first(sql.marks.as_str(), (name.clone(), name.clone()))
+                                .await?;
+                            if let Some((n, first)) = marks
+                                && n > 0
+                            {
+                                tx.rollback().await?;
+                                let wait = match (live.then_some(left).flatten(), first) {
+                                    (Some(a), Some(b)) => Some(a.min(b)),
+                                    (a, b) => a.or(b),
+                                };
+                                return Ok((false, wait, None));
+                            }
+                        }
+                    }
+                    tx.exec_drop(
+                        sql.put_share.as_str(),
+                        positional(vec![
+                            Value::from(name.clone()),
+                            Value::from(token.as_str()),
+                            Value::from(token.as_str()),
+                            Value::from(lease),
+                            Value::from(holder.as_str()),
+                        ]),
+                    )
+                    .await?;
+                    tx.exec_drop(sql.readers_row.as_str(), (lease, lease, name.clone()))
+                        .await?;
+                    let fence: Option<i64> = if fencing {
+                        Some(
+                            tx.exec_first(sql.last_fence.as_str(), (name,))
+                                .await?
+                                .unwrap_or(0),
+                        )
+                    } else {
+                        None
+                    };
+                    tx.commit().await?;
+                    Ok((true, None, fence))
+                })
+            })
+            .await
+            .map_err(acquire_error)?;
+        Ok(if taken {
+            Attempt::Acquired {
+                fencing_token: fence.map(|f| f as u64),
+            }
+        } else {
+            Attempt::Busy {
+                ttl: Some(Duration::from_micros(ttl.unwrap_or(0).max(0) as u64)),
+            }
+        })
+    }
+
+    /// A reader's renewal: its share lives `lease` more, and the lock row as long.
+    async fn renew_shared(&self, spec: LockSpec<'_>) -> Result<bool, BoxError> {
+        let sql = Arc::clone(&self.sql);
+        let (name, token) = (spec.name.as_bytes().to_vec(), spec.token.to_owned());
+        let (lease, holder) = (micros(spec.lease), self.holder.clone());
+        let renewed = self
+            .run("the read renewal", spec.name, move |conn| {
+                let (sql, name, token, holder) = (
+                    Arc::clone(&sql),
+                    name.clone(),
+                    token.clone(),
+                    holder.clone(),
+                );
+                Box::pin(async move {
+                    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+                    let row: Option<(String, bool, Option<i64>)> =
+                        tx.exec_first(sql.row.as_str(), (name.clone(),)).await?;
+                    let mine: Option<i64> = tx
+                        .exec_first(sql.share_live.as_str(), (name.clone(), token.clone()))
+                        .await?;
+                    let held = row.is_some_and(|(t, live, _)| t == READERS && live);
+                    if !held || mine.unwrap_or(0) == 0 {
+                        tx.rollback().await?;
+                        return Ok(false);
+                    }
+                    tx.exec_drop(
+                        sql.put_share.as_str(),
+                        positional(vec![
+                            Value::from(name.clone()),
+                            Value::from(token.as_str()),
+                            Value::from(token.as_str()),
+                            Value::from(lease),
+                            Value::from(holder.as_str()),
+                        ]),
+                    )
+                    .await?;
+                    tx.exec_drop(sql.readers_row.as_str(), (lease, lease, name))
+                        .await?;
+                    tx.commit().await?;
+                    Ok(true)
+                })
+            })
+            .await?;
+        Ok(renewed)
+    }
+
+    /// A reader's release: its share goes; the lock row then lives until the longest share
+    /// left ends — or, with none left, is deleted (or, while writers wait, left to them, its
+    /// lease over). `(share was live, readers left)`.
+    async fn release_shared(&self, name: &str, token: &str) -> Result<(bool, bool), MyError> {
+        let sql = Arc::clone(&self.sql);
+        let (bytes, token) = (name.as_bytes().to_vec(), token.to_owned());
+        self.run("the read release", name, move |conn| {
+            let (sql, name, token) = (Arc::clone(&sql), bytes.clone(), token.clone());
+            Box::pin(async move {
+                let mut tx = conn.start_transaction(TxOpts::default()).await?;
+                let row: Option<(String, bool, Option<i64>)> =
+                    tx.exec_first(sql.row.as_str(), (name.clone(),)).await?;
+                let mine: Option<i64> = tx
+                    .exec_first(sql.share_live.as_str(), (name.clone(), token.clone()))
+                    .await?;
+                tx.exec_drop(sql.drop_share.as_str(), (name.clone(), token))
+                    .await?;
+                tx.exec_drop(
+                    sql.drop_expired_shares.as_str(),
+                    (name.clone(), name.clone()),
+                )
+                .await?;
+                let mut left = true;
+                if row.is_some_and(|(t, _, _)| t == READERS) {
+                    let others: Option<(i64, Option<i64>)> = tx
+                        .exec_first(sql.shares.as_str(), (name.clone(), name.clone()))
+                        .await?;
+                    match others {
+                        Some((n, Some(last))) if n > 0 => {
+                            tx.exec_drop(sql.readers_until.as_str(), (last, name))
+                                .await?;
+                        }
+                        _ => {
+                            left = false;
+                            let marks: Option<(i64, Option<i64>)> = tx
+                                .exec_first(sql.marks.as_str(), (name.clone(), name.clone()))
+                                .await?;
+                            if marks.is_some_and(|(n, _)| n > 0) {
+                                tx.exec_drop(sql.readers_until.as_str(), (-1i64, name))
+                                    .await?;
+                            } else {
+                                tx.exec_drop(sql.drop_readers_row.as_str(), (name,)).await?;
+                            }
+                        }
+                    }
+                }
+                tx.commit().await?;
+                Ok((mine.unwrap_or(0) > 0, left))
+            })
+        })
+        .await
+    }
+
+    /// A waiting writer found the lock busy: if readers hold it, mark it so no new reader
+    /// joins. Whether it marked.
+    async fn mark(&self, spec: LockSpec<'_>) -> Result<bool, MyError> {
+        let sql = Arc::clone(&self.sql);
+        let params = vec![
+            Value::from(spec.name.as_bytes()),
+            Value::from(spec.token),
+            Value::from(spec.token),
+            Value::from(micros(crate::wait::FAIR_QUEUE_TTL)),
+            Value::from(self.holder.as_str()),
+            Value::from(spec.name.as_bytes()),
+        ];
+        let marked = self
+            .run("marking the readers", spec.name, move |conn| {
+                let (sql, params) = (Arc::clone(&sql), params.clone());
+                Box::pin(async move {
+                    conn.exec_drop(sql.mark.as_str(), positional(params))
+                        .await?;
+                    Ok(conn.affected_rows() > 0)
+                })
+            })
+            .await?;
+        if marked {
+            self.marks().insert(spec.token.to_owned());
+        }
+        Ok(marked)
+    }
+
+    fn marks(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.marked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes back the mark of writer `token`, if it left one.
+    async fn unmark(&self, name: &str, token: &str) -> Result<(), MyError> {
+        if !self.marks().remove(token) {
+            return Ok(());
+        }
+        let sql = Arc::clone(&self.sql);
+        let params = vec![Value::from(name.as_bytes()), Value::from(token)];
+        self.run("taking a mark back", name, move |conn| {
+            let (sql, params) = (Arc::clone(&sql), params.clone());
+            Box::pin(async move {
+                conn.exec_drop(sql.unmark.as_str(), positional(params))
+                    .await
+            })
+        })
+        .await
+    }
+
+    /// The live readers of lock `name` (admin).
+    async fn readers_of(&self, name: &str) -> Result<Vec<(String, Option<Duration>)>, MyError> {
+        let sql = Arc::clone(&self.sql);
+        let params = vec![Value::from(name.as_bytes()), Value::from(name.as_bytes())];
+        let rows: Vec<(String, i64)> = self
+            .run("listing the readers", name, move |conn| {
+                let (sql, params) = (Arc::clone(&sql), params.clone());
+                Box::pin(async move { conn.exec(sql.readers.as_str(), positional(params)).await })
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(token, ms)| (token, Some(Duration::from_millis(ms.max(0) as u64))))
+            .collect())
+    }
+
+    /// `entry` with its readers, when readers hold the lock.
+    async fn with_readers(&self, mut entry: Entry) -> Result<Entry, MyError> {
+        if entry.token.as_deref() == Some(READERS) {
+            entry.readers = self.readers_of(&entry.name).await?;
+            entry.token = None;
+            entry.holder = None;
+        }
+        Ok(entry)
+    }
+
     async fn inspect_row(&self, name: &str) -> Result<Option<Entry>, MyError> {
         let sql = Arc::clone(&self.sql);
         let params = vec![Value::from(name.as_bytes())];
@@ -444,7 +711,10 @@ impl MysqlBackend {
                 })
             })
             .await?;
-        Ok(rows.into_iter().next().map(entry))
+        match rows.into_iter().next() {
+            Some(row) => Ok(Some(self.with_readers(entry(row)).await?)),
+            None => Ok(None),
+        }
     }
 }
 
@@ -468,6 +738,9 @@ impl Backend for MysqlBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
+        if spec.kind == Kind::Shared {
+            return Box::pin(self.acquire_shared(spec));
+        }
         Box::pin(async move {
             let sql = Arc::clone(&self.sql);
             let params = vec![
@@ -513,11 +786,16 @@ impl Backend for MysqlBackend {
                         )
                         .into());
                     }
+                    // Its mark, if it left one waiting for readers, goes now.
+                    if let Err(error) = self.unmark(spec.name, spec.token).await {
+                        tracing::debug!(%error, "distlock: mysql: a writer's mark stays until it lapses");
+                    }
                     Ok(Attempt::Acquired {
                         fencing_token: fence,
                     })
                 }
                 (false, _) => {
+                    let marked = spec.waiting && self.mark(spec).await.map_err(acquire_error)?;
                     let sql = Arc::clone(&self.sql);
                     let name = spec.name.as_bytes().to_vec();
                     let remaining: Option<Option<i64>> = self
@@ -531,15 +809,20 @@ impl Backend for MysqlBackend {
                         .map_err(acquire_error)?;
                     // Gone already (released or expired just now): try again soon.
                     let micros = remaining.flatten().unwrap_or(0).max(0);
-                    Ok(Attempt::Busy {
-                        ttl: Some(Duration::from_micros(micros as u64)),
-                    })
+                    let mut ttl = Duration::from_micros(micros as u64);
+                    if marked {
+                        ttl = ttl.min(crate::wait::FAIR_QUEUE_TTL / 3);
+                    }
+                    Ok(Attempt::Busy { ttl: Some(ttl) })
                 }
             }
         })
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
+        if spec.kind == Kind::Shared {
+            return Box::pin(self.renew_shared(spec));
+        }
         Box::pin(async move {
             let sql = Arc::clone(&self.sql);
             let params = vec![
@@ -565,6 +848,16 @@ impl Backend for MysqlBackend {
         &'a self,
         specs: &'a [LockSpec<'a>],
     ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
+        if specs.iter().any(|spec| spec.kind == Kind::Shared) {
+            // A reader's share is renewed in a transaction of its own.
+            return Box::pin(async move {
+                let mut renewed = Vec::with_capacity(specs.len());
+                for spec in specs {
+                    renewed.push(self.renew(*spec).await.map_err(|e| e.to_string()));
+                }
+                renewed
+            });
+        }
         Box::pin(async move {
             // One UPDATE per distinct lease (usually one), then one SELECT of what is still
             // ours: a lock still ours and unexpired after the UPDATE was renewed by it.
@@ -616,7 +909,19 @@ impl Backend for MysqlBackend {
 
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
+        if hold.kind == Kind::Shared {
+            return Box::pin(async move {
+                let (live, left) = self.release_shared(name, token).await?;
+                if !left {
+                    self.hub.notify(name);
+                }
+                Ok(Released::after_tries(live, false))
+            });
+        }
         Box::pin(async move {
+            if let Err(error) = self.unmark(name, token).await {
+                tracing::debug!(%error, "distlock: mysql: a writer's mark stays until it lapses");
+            }
             let sql = Arc::clone(&self.sql);
             let params = vec![Value::from(name.as_bytes()), Value::from(token)];
             let tries = Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -651,6 +956,14 @@ impl Backend for MysqlBackend {
         Box::pin(async move { Ok(self.inspect_row(name).await?) })
     }
 
+    fn serves(&self, _kind: Kind) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn marks_waiting_writers(&self) -> bool {
+        true
+    }
+
     fn list<'a>(
         &'a self,
         prefix: &'a str,
@@ -672,7 +985,11 @@ impl Backend for MysqlBackend {
                     })
                 })
                 .await?;
-            Ok(rows.into_iter().map(entry).collect())
+            let mut entries = Vec::with_capacity(rows.len());
+            for row in rows {
+                entries.push(self.with_readers(entry(row)).await?);
+            }
+            Ok(entries)
         })
     }
 
@@ -688,17 +1005,29 @@ impl Backend for MysqlBackend {
                     return Ok(None);
                 };
                 let sql = Arc::clone(&self.sql);
-                let params = vec![
-                    Value::from(name.as_bytes()),
-                    Value::from(found.token.clone().unwrap_or_default()),
-                ];
+                // Readers hold it: their row, and every share with it.
+                let readers = !found.readers.is_empty();
+                let token = match &found.token {
+                    Some(token) => token.clone(),
+                    None => READERS.to_owned(),
+                };
+                let params = vec![Value::from(name.as_bytes()), Value::from(token)];
                 let deleted = self
                     .run("the forced release", name, move |conn| {
                         let (sql, params) = (Arc::clone(&sql), params.clone());
                         Box::pin(async move {
-                            conn.exec_drop(sql.force_release.as_str(), positional(params))
+                            conn.exec_drop(sql.force_release.as_str(), positional(params.clone()))
                                 .await?;
-                            Ok(conn.affected_rows())
+                            let deleted = conn.affected_rows();
+                            if readers {
+                                let name = params[0].clone();
+                                conn.exec_drop(
+                                    sql.drop_shares.as_str(),
+                                    positional(vec![name.clone(), name]),
+                                )
+                                .await?;
+                            }
+                            Ok(deleted)
                         })
                     })
                     .await?;

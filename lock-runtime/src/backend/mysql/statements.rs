@@ -2,7 +2,7 @@
 //! from the database's clock in UTC (`UTC_TIMESTAMP(6)`, fixed for one statement), never the
 //! client's, and never a session time zone.
 
-use crate::backend::sql::SqlSettings;
+use crate::backend::sql::{READERS, SqlSettings};
 
 /// The statements for one lock table.
 pub(super) struct Sql {
@@ -24,6 +24,39 @@ pub(super) struct Sql {
     pub release_expired: String,
     /// The quoted lock table, for the batched renewal built per batch size.
     pub table: String,
+    /// Read locks (see [`Sql::readers`]): `name` → locks the lock row (made, expired, if
+    /// missing) for the transaction.
+    pub lock_row: String,
+    /// `name` → (token, live, remaining µs) of the locked lock row.
+    pub row: String,
+    /// `name, name` → (live rows, µs until the last/first ends) among a lock's shares (bounds
+    /// `0x01`, `0x02`) or writers' marks (`0x02`, `0x03`): see `shares` and `marks`.
+    pub shares: String,
+    pub marks: String,
+    /// `name, token` → 1 if that reader's share is live.
+    pub share_live: String,
+    /// `name, token, token, lease µs, holder` → the reader's share, made or renewed.
+    pub put_share: String,
+    /// `lease µs, name` → the lock row held by readers, living at least `lease` more.
+    pub readers_row: String,
+    /// `µs, name` → the readers' row ends in that long (0: its lease over, left to writers).
+    pub readers_until: String,
+    /// `name, token` → deletes a reader's share (`name, token`), and `name, name` → the expired
+    /// shares of crashed readers.
+    pub drop_share: String,
+    pub drop_expired_shares: String,
+    /// `name` → deletes the readers' row.
+    pub drop_readers_row: String,
+    /// `name, name` → deletes every share and mark of a lock (a forced release).
+    pub drop_shares: String,
+    /// `name, token, token, lapse µs, holder, name` → a waiting writer's mark, if readers hold.
+    pub mark: String,
+    /// `name, token` → deletes a writer's mark.
+    pub unmark: String,
+    /// `name` → the last write grant's fencing token.
+    pub last_fence: String,
+    /// Admin: `name, name` → (token, remaining ms) of a lock's live shares, longest first.
+    pub readers: String,
     /// Admin: `name` → the live row: (name, token, holder, acquired ms, remaining ms, fence).
     pub inspect: String,
     /// Admin: `LIKE pattern, limit` → live rows as in `inspect`, by name.
@@ -110,11 +143,90 @@ WHERE l.name = ? AND l.expires_at > UTC_TIMESTAMP(6)"
             ),
             list: format!(
                 "SELECT {columns} FROM {t} l LEFT JOIN {f} f ON f.name = l.name
-WHERE l.name LIKE ? AND l.expires_at > UTC_TIMESTAMP(6) ORDER BY l.name LIMIT ?"
+WHERE l.name LIKE ? AND l.expires_at > UTC_TIMESTAMP(6)
+  AND INSTR(l.name, x'01') = 0 AND INSTR(l.name, x'02') = 0
+ORDER BY l.name LIMIT ?"
             ),
             force_release: format!("DELETE FROM {t} WHERE name = ? AND token = ?"),
+            lock_row: format!(
+                "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
+VALUES (?, '{READERS}', UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, '{READERS}', UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE name = name"
+            ),
+            row: format!(
+                "SELECT token, expires_at > UTC_TIMESTAMP(6),
+       CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) AS SIGNED)
+FROM {t} WHERE name = ? FOR UPDATE"
+            ),
+            shares: Sql::range(&t, "MAX", "x'01'", "x'02'"),
+            marks: Sql::range(&t, "MIN", "x'02'", "x'03'"),
+            share_live: format!(
+                "SELECT COUNT(*) FROM {t}
+WHERE name = CONCAT(?, x'01', ?) AND expires_at > UTC_TIMESTAMP(6) FOR UPDATE"
+            ),
+            put_share: format!(
+                "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
+VALUES (CONCAT(?, x'01', ?), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)"
+            ),
+            readers_row: format!(
+                "UPDATE {t} SET
+    acquired_at = IF(token = '{READERS}' AND expires_at > UTC_TIMESTAMP(6), acquired_at,
+                     UTC_TIMESTAMP(6)),
+    expires_at = IF(token = '{READERS}' AND expires_at > UTC_TIMESTAMP(6),
+                    GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+                    UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
+    token = '{READERS}', holder = '{READERS}'
+WHERE name = ?"
+            ),
+            readers_until: format!(
+                "UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
+WHERE name = ? AND token = '{READERS}'"
+            ),
+            drop_share: format!("DELETE FROM {t} WHERE name = CONCAT(?, x'01', ?)"),
+            drop_expired_shares: format!(
+                "DELETE FROM {t} WHERE name > CONCAT(?, x'01') AND name < CONCAT(?, x'02')
+  AND expires_at <= UTC_TIMESTAMP(6)"
+            ),
+            drop_readers_row: format!("DELETE FROM {t} WHERE name = ? AND token = '{READERS}'"),
+            drop_shares: format!(
+                "DELETE FROM {t} WHERE name > CONCAT(?, x'01') AND name < CONCAT(?, x'03')"
+            ),
+            mark: format!(
+                "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
+SELECT CONCAT(?, x'02', ?), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6)
+FROM {t} m WHERE m.name = ? AND m.token = '{READERS}'
+ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)"
+            ),
+            unmark: format!("DELETE FROM {t} WHERE name = CONCAT(?, x'02', ?)"),
+            last_fence: format!("SELECT fence FROM {f} WHERE name = ?"),
+            readers: format!(
+                "SELECT token,
+       CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) DIV 1000 AS SIGNED)
+FROM {t} WHERE name > CONCAT(?, x'01') AND name < CONCAT(?, x'02')
+  AND expires_at > UTC_TIMESTAMP(6)
+ORDER BY expires_at DESC"
+            ),
             table: t,
         }
+    }
+
+    /// `name, name` → (live rows, `extreme` of their remaining µs) among the rows of one lock
+    /// whose names lie strictly between `name + low` and `name + high`, locked.
+    ///
+    /// Read locks keep the table's layout. The lock row `name` of a key held by readers has the
+    /// token `readers` and lives until the longest share ends, so a writer's plain acquisition
+    /// finds it busy; each reader's share is a row `name + 0x01 + token` with its own lease, and
+    /// each writer waiting for the readers to leave marks the lock with a row
+    /// `name + 0x02 + token` (new readers stay out while one lives). Every reader operation
+    /// runs in a transaction that first locks the lock row, so they are serialised per key.
+    fn range(t: &str, extreme: &str, low: &str, high: &str) -> String {
+        format!(
+            "SELECT COUNT(*),
+       CAST({extreme}(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) AS SIGNED)
+FROM {t} WHERE name > CONCAT(?, {low}) AND name < CONCAT(?, {high})
+  AND expires_at > UTC_TIMESTAMP(6) FOR UPDATE"
+        )
     }
 
     /// Renews `n` locks of one lease: `lease µs, (name, token) × n`.
