@@ -741,6 +741,7 @@ pub async fn a_slow_backend_still_grants_waiting_acquisitions(fixture: &impl Fix
                         token: None,
                         acquired_at,
                         released_at,
+                        read: false,
                     });
                 }
                 holds

@@ -383,6 +383,7 @@ async fn waiter_cut_off<F: Faulty>(fixture: F) {
         token: first_token,
         acquired_at: first_at,
         released_at: first_released,
+        read: false,
     }];
     // Through the proxy the waiter stays cut off for 400 ms, so this is free — unless the
     // waiter keeps its place in line on the server (ZooKeeper, etcd: its session or lease
@@ -404,6 +405,7 @@ async fn waiter_cut_off<F: Faulty>(fixture: F) {
                 token: second.fencing_token(),
                 acquired_at: second_at,
                 released_at: now_ns(),
+                read: false,
             });
             second.release().await.unwrap();
             free_at = now_ns();
@@ -427,6 +429,7 @@ async fn waiter_cut_off<F: Faulty>(fixture: F) {
                 token: guard.fencing_token(),
                 acquired_at: returned_at,
                 released_at: now_ns(),
+                read: false,
             });
             guard.release().await.unwrap();
             // Its notifications were cut too: it must not wait for the last holder's whole

@@ -28,7 +28,45 @@ fn hold(holder: &str, token: Option<u64>, acquired_at: u64, released_at: u64) ->
         token,
         acquired_at,
         released_at,
+        read: false,
     }
+}
+
+fn read(holder: &str, acquired_at: u64, released_at: u64) -> Hold {
+    Hold {
+        read: true,
+        ..hold(holder, None, acquired_at, released_at)
+    }
+}
+
+/// The read/write checker: readers may overlap each other, never a writer — before, inside or
+/// after a writer's hold, nested or not.
+#[test]
+fn the_checker_lets_readers_share_but_never_with_a_writer() {
+    let shared = [
+        read("a.0", 10, 30),
+        read("b.0", 20, 40),
+        hold("c.0", Some(1), 40, 50),
+        read("a.1", 50, 60),
+    ];
+    let summary = check(&shared).unwrap();
+    assert_eq!((summary.reads, summary.shared_reads), (3, 1));
+    let reader_then_writer = [read("a.0", 10, 30), hold("b.0", None, 25, 40)];
+    assert!(check(&reader_then_writer).unwrap_err().contains("overlap"));
+    let writer_then_reader = [hold("a.0", None, 10, 30), read("b.0", 25, 40)];
+    assert!(check(&writer_then_reader).unwrap_err().contains("overlap"));
+    // A writer inside a long read, after a short one that ended.
+    let inside = [
+        read("a.0", 10, 100),
+        read("b.0", 20, 30),
+        hold("c.0", None, 40, 50),
+    ];
+    assert!(check(&inside).unwrap_err().contains("overlap"));
+    // A reader inside a long write.
+    let under = [hold("a.0", None, 10, 100), read("b.0", 40, 50)];
+    assert!(check(&under).unwrap_err().contains("overlap"));
+    let line = shared[0].to_line();
+    assert_eq!(Hold::parse(&line), shared[0]);
 }
 
 /// The checker itself: it must accept a valid history and name each kind of violation.
@@ -83,12 +121,31 @@ async fn four_processes(url: &str, fencing: bool) {
     four_processes_during(url, fencing, false, LEASE, async {}).await;
 }
 
+/// Readers and writers of one key (three rounds in four read): a writer never overlaps anyone,
+/// readers do overlap each other, no reader sees the register change under its read lock, and
+/// no acknowledged increment is lost.
+async fn readers_and_writers(url: &str, lease: Duration) {
+    contend_and_check(url, true, false, lease, 3, async {}).await;
+}
+
 /// [`four_processes`], with `faults` run from the moment the processes start contending.
 async fn four_processes_during(
     url: &str,
     fencing: bool,
     fair: bool,
     lease: Duration,
+    faults: impl std::future::Future<Output = ()>,
+) {
+    contend_and_check(url, fencing, fair, lease, 0, faults).await;
+}
+
+/// The processes contend — `reads_in_4` of every 4 rounds as readers — while `faults` run.
+async fn contend_and_check(
+    url: &str,
+    fencing: bool,
+    fair: bool,
+    lease: Duration,
+    reads_in_4: u64,
     faults: impl std::future::Future<Output = ()>,
 ) {
     let dir = history::scratch_dir("history");
@@ -107,6 +164,7 @@ async fn four_processes_during(
             ("FAIR", if fair { "1" } else { "0" }.to_owned()),
             ("LEASE_MS", lease.as_millis().to_string()),
             ("NAMESPACE", namespace.clone()),
+            ("READS_IN_4", reads_in_4.to_string()),
         ];
         helpers.push(Helper::spawn("contender", &dir, &env));
     }
@@ -135,17 +193,32 @@ async fn four_processes_during(
     let expected = PROCESSES * TASKS * ROUNDS;
     assert_eq!(summary.holds, expected);
     assert_eq!(summary.holders, PROCESSES * TASKS);
-    assert_eq!(summary.fenced, if fencing { expected } else { 0 });
+    let writes = expected - summary.reads;
+    assert_eq!(summary.fenced, if fencing { writes } else { 0 });
     assert_eq!(lost, 0, "no lease may run out in a healthy run");
+    if reads_in_4 > 0 {
+        // Readers and writers mixed, and readers did share the key.
+        assert!(
+            writes >= expected / 8 && summary.reads >= expected / 2,
+            "{summary:?}"
+        );
+        assert!(
+            summary.shared_reads > 0,
+            "no two readers ever shared the key: {summary:?}"
+        );
+    }
     let store = Store::open(url, &namespace).await.unwrap();
     let register = store.get("register").await.unwrap();
-    assert_eq!(increments, expected as u64);
+    assert_eq!(increments, writes as u64);
     assert_eq!(register, increments, "acknowledged increments were lost");
     store.clear(&["register"]).await.unwrap();
     eprintln!(
-        "{url}: {PROCESSES} processes x {TASKS} tasks, {} acquisitions in {contention:?} \
-         ({:.0}/s), total {:?}; no overlap, {} fencing tokens in order, register = {register}",
+        "{url}: {PROCESSES} processes x {TASKS} tasks, {} acquisitions ({} reads, {} of them \
+         beside another reader) in {contention:?} ({:.0}/s), total {:?}; no overlap, {} \
+         fencing tokens in order, register = {register}",
         summary.holds,
+        summary.reads,
+        summary.shared_reads,
         summary.holds as f64 / contention.as_secs_f64(),
         started.elapsed(),
         summary.fenced,
@@ -247,6 +320,7 @@ async fn memory_four_clients(fair: bool) {
             fair,
             lease: LEASE,
             max_sleep_us: MAX_SLEEP_US,
+            reads_in_4: 0,
         };
         let store = store.clone();
         runs.push(tokio::spawn(async move {
@@ -303,4 +377,87 @@ async fn etcd_four_processes_never_overlap_through_leader_kills() {
     // than the lease loses no lock; with 5 s, four contending processes, three members and the
     // history test beside it on two cores once starved a keepalive past the lease.
     four_processes_during(&url, true, false, Duration::from_secs(10), faults).await;
+}
+
+// ---- Readers and writers mixed (`.read()`): four processes, three rounds in four read ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_readers_and_writers_never_overlap() {
+    let server = RedisServer::start();
+    readers_and_writers(&server.url(), LEASE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_readers_and_writers_never_overlap() {
+    let cluster = RedisCluster::start(3, 0);
+    readers_and_writers(&cluster.url(), LEASE).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_readers_and_writers_never_overlap() {
+    let server = support::postgres::PostgresServer::start();
+    // A 10 s lease, for the reason `postgres_four_processes_never_overlap` gives.
+    readers_and_writers(&server.url_with_own_table(), Duration::from_secs(10)).await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_readers_and_writers_never_overlap() {
+    let server = support::mysql::MysqlServer::start();
+    let table = unique("locks").replace('-', "_");
+    readers_and_writers(&format!("{}?table={table}", server.url()), LEASE).await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_readers_and_writers_never_overlap() {
+    let server = support::zookeeper::ZkServer::start();
+    readers_and_writers(&server.url(&format!("/{}", unique("history"))), LEASE).await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_readers_and_writers_never_overlap() {
+    let member = support::etcd::EtcdMember::start();
+    readers_and_writers(&member.url(&unique("history")), LEASE).await;
+}
+
+/// `memory://`: four clients in this process, three rounds in four read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_readers_and_writers_never_overlap() {
+    let url = format!("memory://{}", unique("history"));
+    let store = Store::open(&url, "register").await.unwrap();
+    let mut runs = Vec::new();
+    for p in 0..PROCESSES {
+        let spec = Contention {
+            url: url.clone(),
+            key: "hot".into(),
+            name: format!("c{p}"),
+            tasks: TASKS,
+            rounds: ROUNDS,
+            fencing: true,
+            fair: false,
+            lease: LEASE,
+            max_sleep_us: MAX_SLEEP_US,
+            reads_in_4: 3,
+        };
+        let store = store.clone();
+        runs.push(tokio::spawn(async move {
+            history::contend(&spec, &store, None).await
+        }));
+    }
+    let mut holds = Vec::new();
+    let mut increments = 0;
+    for run in runs {
+        let outcome = run.await.unwrap();
+        assert_eq!(outcome.lost, 0);
+        increments += outcome.increments;
+        holds.extend(outcome.holds);
+    }
+    let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
+    assert_eq!(summary.holds, PROCESSES * TASKS * ROUNDS);
+    assert!(summary.shared_reads > 0, "{summary:?}");
+    assert_eq!(summary.fenced, summary.holds - summary.reads);
+    assert_eq!(store.get("register").await.unwrap(), increments);
 }

@@ -199,6 +199,7 @@ fn contender(dir: &Path) {
         fair: var("FAIR") == "1",
         lease: ms(var("LEASE_MS").parse().unwrap()),
         max_sleep_us: MAX_SLEEP_US,
+        reads_in_4: var("READS_IN_4").parse().unwrap(),
     };
     history::helper_runtime().block_on(async {
         let store = Store::open(&spec.url, &var("NAMESPACE")).await.unwrap();

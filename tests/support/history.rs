@@ -41,27 +41,31 @@ pub struct Hold {
     pub token: Option<u64>,
     pub acquired_at: u64,
     pub released_at: u64,
+    /// A reader's hold (`.read()`): it may overlap other readers', never a writer's.
+    pub read: bool,
 }
 
 impl Hold {
-    /// One line: `key holder token|- acquired released` (keys and holders have no spaces).
+    /// One line: `key holder token|- acquired released r|w` (keys and holders have no spaces).
     pub fn to_line(&self) -> String {
         let token = self.token.map_or("-".to_string(), |t| t.to_string());
+        let mode = if self.read { "r" } else { "w" };
         format!(
-            "{} {} {token} {} {}",
+            "{} {} {token} {} {} {mode}",
             self.key, self.holder, self.acquired_at, self.released_at
         )
     }
 
     pub fn parse(line: &str) -> Hold {
         let parts: Vec<&str> = line.split(' ').collect();
-        assert_eq!(parts.len(), 5, "history line {line:?}");
+        assert_eq!(parts.len(), 6, "history line {line:?}");
         Hold {
             key: parts[0].to_owned(),
             holder: parts[1].to_owned(),
             token: (parts[2] != "-").then(|| parts[2].parse().expect("token")),
             acquired_at: parts[3].parse().expect("acquired_at"),
             released_at: parts[4].parse().expect("released_at"),
+            read: parts[5] == "r",
         }
     }
 }
@@ -73,10 +77,15 @@ pub struct Summary {
     pub keys: usize,
     pub holders: usize,
     pub fenced: usize,
+    /// Readers' holds.
+    pub reads: usize,
+    /// Readers' holds that began while another reader held the key: the readers did share it.
+    pub shared_reads: usize,
 }
 
-/// Checks a history: for every key, no two holds overlap, and fencing tokens (where present)
-/// strictly rise in the order the holds were granted. The error names the first violation.
+/// Checks a history: for every key, a writer's hold overlaps no other hold, a reader's overlaps
+/// no writer's (readers may share), and writers' fencing tokens (where present) strictly rise
+/// in the order the holds were granted. The error names the first violation.
 pub fn check(holds: &[Hold]) -> Result<Summary, String> {
     let mut by_key: BTreeMap<&str, Vec<&Hold>> = BTreeMap::new();
     for hold in holds {
@@ -93,11 +102,17 @@ pub fn check(holds: &[Hold]) -> Result<Summary, String> {
     let mut holders = std::collections::BTreeSet::new();
     for (key, mut holds) in by_key {
         holds.sort_by_key(|h| h.acquired_at);
+        // The hold that ends last so far: of any kind, of writers, of readers.
         let mut latest_end: Option<&Hold> = None;
+        let mut latest_write: Option<&Hold> = None;
+        let mut latest_read: Option<&Hold> = None;
         let mut last_token: Option<&Hold> = None;
         for hold in holds {
             holders.insert(&hold.holder);
-            if let Some(before) = latest_end
+            // A writer must not begin before every earlier hold ended; a reader, before every
+            // earlier writer's.
+            let conflicting = if hold.read { latest_write } else { latest_end };
+            if let Some(before) = conflicting
                 && hold.acquired_at < before.released_at
             {
                 return Err(format!(
@@ -105,8 +120,24 @@ pub fn check(holds: &[Hold]) -> Result<Summary, String> {
                     (before.released_at - hold.acquired_at) / 1_000
                 ));
             }
-            if latest_end.is_none_or(|b| hold.released_at > b.released_at) {
+            let later = |b: Option<&Hold>| b.is_none_or(|b| hold.released_at > b.released_at);
+            if later(latest_end) {
                 latest_end = Some(hold);
+            }
+            if hold.read {
+                summary.reads += 1;
+                if latest_read.is_some_and(|r| hold.acquired_at < r.released_at) {
+                    summary.shared_reads += 1;
+                }
+                if later(latest_read) {
+                    latest_read = Some(hold);
+                }
+                // A reader's token is the last write grant's (or its own grant's): only writers'
+                // tokens must rise.
+                continue;
+            }
+            if later(latest_write) {
+                latest_write = Some(hold);
             }
             if let Some(token) = hold.token {
                 summary.fenced += 1;
@@ -141,6 +172,9 @@ pub struct Contention {
     pub lease: Duration,
     /// Upper bound of the random sleep between the register's read and write.
     pub max_sleep_us: u64,
+    /// Of every 4 rounds, how many take the lock as readers (0: every round writes). A reader
+    /// reads the register twice, with the same pause in between: a writer in between would show.
+    pub reads_in_4: u64,
 }
 
 /// What a contender did: its holds, and how many register increments were acknowledged.
@@ -149,6 +183,9 @@ pub struct Outcome {
     pub increments: u64,
     pub lost: u64,
 }
+
+/// What a reader saw change under its read lock: the register's two reads disagreed.
+const TORN: &str = "a reader saw the register change under its read lock";
 
 /// Runs `tasks` tasks of one client, each taking the lock `rounds` times and incrementing the
 /// register under it. With `start = Some((ready, go))` it creates the file `ready` once
@@ -183,8 +220,10 @@ pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Pa
             let holder = format!("{}.{task}", spec.name);
             let mut holds = Vec::with_capacity(spec.rounds);
             for _ in 0..spec.rounds {
+                let read = fastrand::u64(0..4) < spec.reads_in_4;
                 let request = client.lock(spec.key.as_str());
                 let request = if spec.fair { request.fair() } else { request };
+                let request = if read { request.read() } else { request };
                 let guard = request.acquire().await;
                 let guard = guard.unwrap_or_else(|e| panic!("{holder}: {e}"));
                 let acquired_at = now_ns();
@@ -196,11 +235,16 @@ pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Pa
                     0..50 => tokio::task::yield_now().await,
                     pause => std::thread::sleep(Duration::from_micros(pause)),
                 }
-                store
-                    .set("register", value + 1)
-                    .await
-                    .expect("register write");
-                increments.fetch_add(1, Ordering::Relaxed);
+                if read {
+                    let again = store.get("register").await.expect("register read");
+                    assert_eq!(again, value, "{holder}: {TORN}");
+                } else {
+                    store
+                        .set("register", value + 1)
+                        .await
+                        .expect("register write");
+                    increments.fetch_add(1, Ordering::Relaxed);
+                }
                 let token = guard.fencing_token();
                 let released_at = now_ns();
                 match guard.release().await {
@@ -225,6 +269,7 @@ pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Pa
                     token,
                     acquired_at,
                     released_at,
+                    read,
                 });
             }
             holds
