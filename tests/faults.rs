@@ -66,6 +66,8 @@ async fn run<F: Faulty>(scenario: Scenario) {
         Scenario::ServerDiesMidCall => server_dies_mid_call(F::own()).await,
         Scenario::NoRenewalAfterExit => no_renewal_after_exit(F::own()).await,
         Scenario::LeaderThenMajorityLost => leader_then_majority_lost::<F>().await,
+        Scenario::ReaderKilled => reader_killed(F::shared()).await,
+        Scenario::PausedReaderLosesItsShare => paused_reader_loses_its_share(F::shared()).await,
     }
 }
 
@@ -109,6 +111,12 @@ fn spawn_holder<F: Faulty>(
             ("RESOURCE", resource.to_owned()),
         ],
     )
+}
+
+/// Whether the servers hold a reader's share of `key` under `token`.
+async fn holds_share(fixture: &impl Fixture, key: &str, token: &str) -> bool {
+    let readers = fixture.readers(&format!("lock:{key}")).await;
+    readers.iter().any(|(t, _)| t == token)
 }
 
 /// `(fencing token, acquired_at, owner token)` from a holder's `acquired` file.
@@ -951,6 +959,99 @@ async fn servers_and_helpers_die_with_their_test_binary() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 10. A reader is killed; a writer gets the lock one lease later.
+
+async fn reader_killed<F: Faulty>(fixture: F) {
+    let key = unique("reader-killed");
+    let lease = fixture.short_lease();
+    let mut reader = spawn_holder(&fixture, &key, lease, "read", "");
+    let (_, _, owner) = acquired(&reader).await;
+    assert!(
+        holds_share(&fixture, &key, &owner).await,
+        "the server holds the reader's share"
+    );
+    // Let the reader renew a few times, so the lease is the renewed one.
+    tokio::time::sleep(ms(500)).await;
+    let before_read = now_ns();
+    let ttl = fixture
+        .ttl(&format!("lock:{key}"))
+        .await
+        .expect("the readers' lock has a TTL");
+    reader.signal(libc::SIGKILL);
+    let killed_at = now_ns();
+    let _ = reader.child.wait();
+
+    let client = fenced_client(&fixture).await;
+    let guard = client
+        .lock(key.as_str())
+        .lease(lease)
+        .wait(Duration::from_secs(15))
+        .acquire()
+        .await
+        .expect("a writer gets the lock of a killed reader");
+    let granted_at = now_ns();
+    assert_not_before_expiry(&fixture, lease, before_read, ttl, granted_at);
+    let after_kill = Duration::from_nanos(granted_at - killed_at);
+    assert!(
+        after_kill < lease + fixture.expiry_late(),
+        "granted {after_kill:?} after the kill"
+    );
+    if fixture.fencing() {
+        assert!(guard.fencing_token().is_some());
+    }
+    assert_holds(&fixture, &key, &guard, "the writer's token is stored").await;
+    guard.release().await.unwrap();
+    eprintln!(
+        "{:?}: a killed reader's lock granted to a writer {after_kill:?} after the kill (TTL \
+         then {ttl:?})",
+        F::BACKEND
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 11. A reader is paused past its lease: a writer gets in, and the reader is told.
+
+async fn paused_reader_loses_its_share<F: Faulty>(fixture: F) {
+    let key = unique("reader-paused");
+    let lease = fixture.short_lease() / 2;
+    let reader = spawn_holder(&fixture, &key, lease, "read-told", "");
+    let (_, _, owner) = acquired(&reader).await;
+    assert!(holds_share(&fixture, &key, &owner).await);
+    let before_read = now_ns();
+    let ttl = fixture
+        .ttl(&format!("lock:{key}"))
+        .await
+        .expect("the readers' lock has a TTL");
+    reader.signal(libc::SIGSTOP);
+    let client = fenced_client(&fixture).await;
+    let guard = client
+        .lock(key.as_str())
+        .lease(ms(10_000))
+        .wait(Duration::from_secs(15))
+        .acquire()
+        .await
+        .expect("granted once the paused reader's lease ran out");
+    let granted_at = now_ns();
+    assert_not_before_expiry(&fixture, lease, before_read, ttl, granted_at);
+    assert_holds(&fixture, &key, &guard, "the writer holds the lock").await;
+    reader.signal(libc::SIGCONT);
+    history::write_file(&reader.dir.join("check-lost"), "go");
+    let told = reader.read("told", Duration::from_secs(10)).await;
+    assert_eq!(
+        told, "true",
+        "the resumed reader was not told its lock was lost"
+    );
+    assert_holds(
+        &fixture,
+        &key,
+        &guard,
+        "the resumed reader took nothing back",
+    )
+    .await;
+    guard.release().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
 
 /// One test per scenario for a backend (`scenarios::<backend>::s<N>_<scenario>`): it runs the
 /// scenario, or says why it does not apply.
@@ -970,6 +1071,8 @@ macro_rules! suite {
                     s7_server_dies_mid_call => ServerDiesMidCall,
                     s8_no_renewal_after_exit => NoRenewalAfterExit,
                     s9_leader_then_majority_lost => LeaderThenMajorityLost,
+                    s10_reader_killed => ReaderKilled,
+                    s11_paused_reader_loses_its_share => PausedReaderLosesItsShare,
                 );
             }
         )*

@@ -70,13 +70,15 @@ pub enum Scenario {
     ServerDiesMidCall,
     NoRenewalAfterExit,
     LeaderThenMajorityLost,
+    ReaderKilled,
+    PausedReaderLosesItsShare,
 }
 
 /// Why no process, server or network fault applies to `memory://`.
 const ONE_PROCESS: &str = "lives in one process: no server, network or other process to fault";
 
 impl Scenario {
-    pub const ALL: [Scenario; 9] = [
+    pub const ALL: [Scenario; 11] = [
         Scenario::HolderKilled,
         Scenario::PausedHolderIsFencedOff,
         Scenario::BlackholedHolder,
@@ -86,6 +88,8 @@ impl Scenario {
         Scenario::ServerDiesMidCall,
         Scenario::NoRenewalAfterExit,
         Scenario::LeaderThenMajorityLost,
+        Scenario::ReaderKilled,
+        Scenario::PausedReaderLosesItsShare,
     ];
 
     /// The test's name (in every backend's module of `tests/faults.rs`).
@@ -100,6 +104,8 @@ impl Scenario {
             Scenario::ServerDiesMidCall => "s7_server_dies_mid_call",
             Scenario::NoRenewalAfterExit => "s8_no_renewal_after_exit",
             Scenario::LeaderThenMajorityLost => "s9_leader_then_majority_lost",
+            Scenario::ReaderKilled => "s10_reader_killed",
+            Scenario::PausedReaderLosesItsShare => "s11_paused_reader_loses_its_share",
         }
     }
 
@@ -187,6 +193,21 @@ impl Scenario {
                  with `wait = 3s` fails within the wait + twice the response timeout with a \
                  backend error naming the backend, and the holder is told lost within its lease",
             ),
+            Scenario::ReaderKilled => (
+                "A reader process (`.read()`), lease 1 s (ZooKeeper, etcd: 2 s), renewing",
+                "`kill -9` of the reader; a writer waits",
+                "the server held the reader's share under its token; the writer is granted no \
+                 earlier than the expiry the server held at the kill and within lease + 700 ms \
+                 (ZooKeeper, etcd: + 3 s), with a larger fencing token; the server holds the \
+                 writer (row 1 is the same for a killed writer)",
+            ),
+            Scenario::PausedReaderLosesItsShare => (
+                "A reader process, lease 500 ms (ZooKeeper, etcd: 1 s), renewing",
+                "SIGSTOP past the lease; a writer takes the lock; SIGCONT",
+                "the writer is granted no earlier than the expiry the server held at the pause; \
+                 the server holds the writer; the resumed reader is told its lock was lost \
+                 (`guard.lost()`) within 2 s",
+            ),
         }
     }
 
@@ -219,6 +240,7 @@ impl Scenario {
             (LeaderThenMajorityLost, Redis | Postgres | Mysql) => {
                 Err("one server: no leader to elect, no majority to lose")
             }
+            (ReaderKilled | PausedReaderLosesItsShare, Redlock) => Err("Redlock has no read locks"),
             _ => Ok(()),
         }
     }

@@ -63,11 +63,14 @@ pub fn spawn(role: &str, env: &[(&str, String)]) -> Helper {
 // ---------------------------------------------------------------------------------------------
 // `holder`
 
-/// Takes `LOCK_KEY` (lease `LEASE_MS`, fencing when `FENCING=1`) and writes `acquired`:
+/// Takes `LOCK_KEY` (lease `LEASE_MS`, fencing when `FENCING=1`; as a reader in modes `read`
+/// and `read-told`) and writes `acquired`:
 /// `fencing-token|- now-ns owner-token`. Mode `hold` then holds until killed. Mode `fenced`
 /// writes the resource `RESOURCE` (fenced), writes `wrote1`, waits for the file `write-again`,
 /// then writes the resource again — plain and fenced, without asking whether it still holds
-/// the lock — and writes `wrote2`: `fenced-written plain lost=<told within 2 s>`.
+/// the lock — and writes `wrote2`: `fenced-written plain lost=<told within 2 s>`. Mode `read`
+/// holds as a reader until killed; mode `read-told` waits for the file `check-lost` and writes
+/// `told`: whether the guard said, within 2 s, that its lock was lost.
 fn holder(dir: &Path) {
     history::helper_runtime().block_on(async {
         let url = var("LOCK_URL");
@@ -78,13 +81,14 @@ fn holder(dir: &Path) {
             .build()
             .await
             .unwrap();
-        let guard = client
+        let mode = var("MODE");
+        let request = client
             .lock(var("LOCK_KEY"))
             .lease(ms(var("LEASE_MS").parse().unwrap()))
-            .wait(Duration::from_secs(10))
-            .acquire()
-            .await
-            .unwrap();
+            .wait(Duration::from_secs(10));
+        let reader = mode.starts_with("read");
+        let request = if reader { request.read() } else { request };
+        let guard = request.acquire().await.unwrap();
         let token = guard.fencing_token();
         let line = format!(
             "{} {} {}",
@@ -93,7 +97,16 @@ fn holder(dir: &Path) {
             distlock::__private::testing::owner_token(&guard)
         );
         write_file(&dir.join("acquired"), &line);
-        if var("MODE") != "fenced" {
+        if mode == "read-told" {
+            // Paused past its lease, then resumed: is it told its lock was lost?
+            history::read_when_there(&dir.join("check-lost"), Duration::from_secs(60)).await;
+            let told = tokio::time::timeout(Duration::from_secs(2), guard.lost())
+                .await
+                .is_ok();
+            write_file(&dir.join("told"), &told.to_string());
+            std::future::pending::<()>().await;
+        }
+        if mode != "fenced" {
             std::future::pending::<()>().await;
         }
         let token = token.expect("fencing is on");
