@@ -5,6 +5,8 @@
 //!
 //! 1. an uncontended `#[distributed_lock]` call vs the raw floor (`SET NX PX` + compare-and-delete
 //!    `EVALSHA` on the same kind of redis-rs connection);
+//! 1b. an uncontended read lock + release (`.read()`) vs the plain lock's and the raw floor
+//!    (each database's first row has the same);
 //! 2. throughput of 64 concurrent tasks on distinct keys vs raw pairs at the same concurrency;
 //! 3. handoff: 16 tasks contending for one key — handoffs/s and release → next-acquire latency;
 //! 4. renewal at scale: 10,000 locks held with a 3 s lease for 10 s — renewal commands/s from
@@ -33,6 +35,7 @@
 //! - `DISTLOCK_BENCH_REDIS_ONLY=1` skips the database rows (7–10);
 //! - `DISTLOCK_BENCH_CONTENTION_ONLY=1` runs only the contention rows (11);
 //! - `DISTLOCK_BENCH_SQL_ONLY=1` runs only the database rows (7, 8, 9 and 10);
+//! - `DISTLOCK_BENCH_READ_ONLY=1` runs only the read-lock rows (1b, and each database's first);
 //! - `DISTLOCK_BENCH_ZK_ONLY=1` runs only the ZooKeeper rows (9);
 //! - `DISTLOCK_BENCH_ETCD_ONLY=1` runs only the etcd rows (10);
 //! - `DISTLOCK_BENCH_PROFILE=ours|raw|rawpub` runs only one side of the throughput measurement
@@ -346,6 +349,17 @@ async fn main() -> Result<(), Error> {
         sql_rows(&mut report).await?;
         return Ok(());
     }
+    // The read-lock rows alone (DISTLOCK_BENCH_READ_ONLY=1): 1b, then each database's.
+    if sql::read_only() {
+        let manual = LockClient::connect(&server.url()).await?;
+        sql::read_row(&mut report, "1b. redis", "redis", &manual, |name| {
+            let (mut raw, release) = (raw.clone(), release.clone());
+            async move { raw_pair(&mut raw, &release, &name, "t0123456789abcdef").await }
+        })
+        .await?;
+        sql_rows(&mut report).await?;
+        return Ok(());
+    }
     // For profilers (`perf record -g`): only one side of the throughput measurement, 20 s.
     if let Ok(side) = std::env::var("DISTLOCK_BENCH_PROFILE") {
         let secs = std::env::var("DISTLOCK_BENCH_PROFILE_SECS").ok();
@@ -611,6 +625,14 @@ async fn main() -> Result<(), Error> {
     report.field("reentrant_call_ns", nested_ns);
     report.field("plain_call_ns", plain_ns);
     report.field("reentrant_commands", (after - before - 2) as f64);
+
+    // 1b. An uncontended read lock + release vs the plain lock's and the raw floor.
+    let manual = LockClient::connect(&server.url()).await?;
+    sql::read_row(&mut report, "1b. redis", "redis", &manual, |name| {
+        let (mut raw, release) = (raw.clone(), release.clone());
+        async move { raw_pair(&mut raw, &release, &name, "t0123456789abcdef").await }
+    })
+    .await?;
 
     // 6. memory:// uncontended calls per second (manual API).
     let memory = LockClient::connect("memory://bench").await?;

@@ -133,6 +133,77 @@ impl RawPair for MyRaw {
 
 /// Measures a client of `url` against `raw` and adds the rows, labelled `label` (JSON fields
 /// prefixed with `key`).
+/// A lock kind's row: an uncontended read lock + release (`.read()`) against the plain lock's
+/// and against the raw floor `floor` (the backend's own take + release), in interleaved rounds;
+/// medians of µs per pair and of the per-round ratios.
+pub async fn read_row<F, Fut>(
+    report: &mut Report,
+    label: &str,
+    key: &str,
+    client: &LockClient,
+    floor: F,
+) -> Result<(), Error>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Result<(), Error>>,
+{
+    let pair = |name: String, read: bool| {
+        let client = client.clone();
+        async move {
+            let request = client.lock(name).wait(Duration::ZERO);
+            let request = if read { request.read() } else { request };
+            request.acquire().await?.release().await?;
+            Ok::<_, Error>(())
+        }
+    };
+    for i in 0..200 {
+        pair(format!("rw-warm:{i}"), true).await?;
+        pair(format!("rw-warm:{i}"), false).await?;
+    }
+    let per_round = 100u64;
+    let (mut reads, mut plains, mut raws) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut vs_plain, mut vs_raw) = (Vec::new(), Vec::new());
+    for round in 0..15u64 {
+        let mut times = [0f64; 3];
+        // Rotate the order, so drift within a round favours none of the three.
+        for k in 0..3u64 {
+            let which = ((round + k) % 3) as usize;
+            let t = Instant::now();
+            for i in 0..per_round {
+                let name = format!("rw:{round}:{which}:{i}");
+                match which {
+                    0 => pair(name, true).await?,
+                    1 => pair(name, false).await?,
+                    _ => floor(name).await?,
+                }
+            }
+            times[which] = t.elapsed().as_secs_f64() * 1e6 / per_round as f64;
+        }
+        reads.push(times[0]);
+        plains.push(times[1]);
+        raws.push(times[2]);
+        vs_plain.push(times[0] / times[1]);
+        vs_raw.push(times[0] / times[2]);
+    }
+    let (r, p, f) = (median(&mut reads), median(&mut plains), median(&mut raws));
+    let (rp, rf) = (median(&mut vs_plain), median(&mut vs_raw));
+    report.row(
+        &format!("{label}: uncontended read lock+release (µs)"),
+        format!("{r:.0} µs"),
+        format!("{p:.0} µs plain, {f:.0} µs raw"),
+        format!("{rp:.3}× plain, {rf:.3}× raw"),
+    );
+    report.field(&format!("{key}_read_uncontended_us"), r);
+    report.field(&format!("{key}_read_vs_plain_ratio"), rp);
+    report.field(&format!("{key}_read_vs_raw_ratio"), rf);
+    Ok(())
+}
+
+/// Whether only the read-lock rows run (`DISTLOCK_BENCH_READ_ONLY=1`).
+pub fn read_only() -> bool {
+    std::env::var_os("DISTLOCK_BENCH_READ_ONLY").is_some()
+}
+
 pub async fn rows(
     report: &mut Report,
     label: &str,
@@ -141,6 +212,14 @@ pub async fn rows(
     raw: impl RawPair,
 ) -> Result<(), Error> {
     let client = LockClient::builder(url).build().await?;
+    read_row(report, label, key, &client, |name| {
+        let raw = raw.clone();
+        async move { raw.pair(0, &name).await }
+    })
+    .await?;
+    if read_only() {
+        return Ok(());
+    }
     let lock_release = |client: LockClient, key: String| async move {
         client
             .lock(key)
