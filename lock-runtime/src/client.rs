@@ -615,9 +615,9 @@ impl LockClient {
     pub(crate) async fn acquire_locked(
         &self,
         key: String,
-        options: &crate::locked::LockOptions,
+        options: &crate::options::LockOptions,
     ) -> Result<LockGuard, LockError> {
-        use crate::locked::WaitFor;
+        use crate::options::WaitFor;
         let inner = &*self.inner;
         let params = Params {
             lease: options.lease.unwrap_or(inner.default_lease),
@@ -883,7 +883,7 @@ impl ClientInner {
             &self.renewer,
             name,
             token,
-            crate::guard::Terms {
+            crate::held::Terms {
                 lease: params.lease,
                 renewal: params.renewal,
                 fair: params.fair,

@@ -49,12 +49,14 @@ mod error;
 pub mod fence;
 mod global;
 mod guard;
+mod held;
 mod key;
 mod local;
 mod locked;
 pub mod metrics;
 mod mode;
 mod notify;
+mod options;
 mod renew;
 mod runtime;
 mod scope;
@@ -77,6 +79,7 @@ pub use wait::FAIR_QUEUE_TTL;
 /// What `#[distributed_lock]` expands to. Not a stable API: use the attribute.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::locked::{LockOptions, LockedReturn, OnLost, WaitFor, run_locked};
+    pub use crate::locked::{LockedReturn, run_locked};
     pub use crate::mode::LockMode;
+    pub use crate::options::{LockOptions, OnLost, WaitFor};
 }

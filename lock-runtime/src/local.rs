@@ -25,7 +25,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::backend::LockSpec;
-use crate::guard::Shared;
+use crate::held::Shared;
 
 /// How many times in a row a lock passes between tasks of one client before it is released on
 /// the server for everyone.
@@ -237,7 +237,7 @@ impl KeyQueue {
     /// Resolves when `holder` lets go of the key (released it on the server, or handed it
     /// over) or loses it.
     pub(crate) async fn holder_gone(&self, holder: &Arc<Shared>) -> Gone {
-        let lost = crate::guard::lost(Arc::clone(holder));
+        let lost = crate::held::lost(Arc::clone(holder));
         tokio::pin!(lost);
         loop {
             let let_go = self.let_go.notified();

@@ -2,50 +2,11 @@
 //! client, runs the body, and gives the lock back on every exit path.
 
 use std::future::Future;
-use std::time::Duration;
 
 use crate::error::LockError;
 use crate::global;
+use crate::options::{LockOptions, OnLost};
 use crate::scope;
-
-/// What to do when the lease is lost while the body runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnLost {
-    /// Drop the body at once and return `Err(LockError::Lost)`.
-    Abort,
-    /// Let the body finish; `current().is_lost()` reports the loss.
-    Continue,
-}
-
-/// How long to wait for a busy lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitFor {
-    /// The client's default.
-    Default,
-    /// At most this long (zero: try once).
-    Up(Duration),
-    /// As long as it takes.
-    Forever,
-}
-
-/// The attribute's arguments, checked at compile time.
-#[derive(Debug, Clone, Copy)]
-pub struct LockOptions {
-    /// `lease = "…"`; `None` for the client's default.
-    pub lease: Option<Duration>,
-    /// `wait = "…"`.
-    pub wait: WaitFor,
-    /// `renew = …`.
-    pub renew: bool,
-    /// `on_lost = "…"`.
-    pub on_lost: OnLost,
-    /// `fencing = …`; `None` for the client's default.
-    pub fencing: Option<bool>,
-    /// `fair = …`.
-    pub fair: bool,
-    /// `mode = "read"` / `"write"` (the default).
-    pub mode: crate::LockMode,
-}
 
 /// The return type of a `#[distributed_lock]` function: `Result<T, E>` with
 /// `E: From<LockError>`, so a lock failure can be returned as the function's error.
@@ -138,6 +99,7 @@ where
 /// retrying) are boxed separately so they do not inflate these.
 #[cfg(test)]
 mod footprint {
+    use crate::options::WaitFor;
     #[cfg(feature = "redis")]
     use std::time::Duration;
 

@@ -8,9 +8,10 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 type IdleHook = Box<dyn Fn(&str) + Send + Sync>;
 
@@ -328,5 +329,43 @@ mod tests {
                 .is_err(),
             "a closed subscription must not spin"
         );
+    }
+}
+
+/// A one-way "lost" flag with waiters: an atomic to read, a [`Notify`] to wait on. (Cheaper
+/// than a `watch` channel, which allocates and wakes eight lists on drop: this is on the path
+/// of every lock call.)
+#[derive(Default)]
+pub(crate) struct LostFlag {
+    flag: AtomicBool,
+    waiters: Notify,
+}
+
+impl LostFlag {
+    /// Raises the flag and wakes the waiters; `true` if it was not raised before.
+    pub(crate) fn set(&self) -> bool {
+        let first = !self.flag.swap(true, Ordering::AcqRel);
+        if first {
+            self.waiters.notify_waiters();
+        }
+        first
+    }
+
+    pub(crate) fn get(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the flag is raised.
+    pub(crate) async fn wait(&self) {
+        loop {
+            let notified = self.waiters.notified();
+            tokio::pin!(notified);
+            // Register before checking, so a `set` in between is not missed.
+            notified.as_mut().enable();
+            if self.get() {
+                return;
+            }
+            notified.await;
+        }
     }
 }

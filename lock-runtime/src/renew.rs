@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, LockSpec};
 use crate::error::BoxError;
-use crate::guard::Shared;
+use crate::held::Shared;
 use crate::local::LocalQueues;
 
 /// Most locks renewed by one backend call (one Lua script on Redis).
@@ -126,12 +126,6 @@ fn on_grid(t: Instant, step: Duration, floor: Instant) -> Instant {
     let snapped =
         epoch + Duration::from_nanos(u64::try_from(since / step * step).unwrap_or(u64::MAX));
     snapped.max(floor)
-}
-
-/// The clock-drift margin subtracted from every lease, as in the Redlock algorithm: 1 % of the
-/// lease plus 2 ms. The holder considers its lease over this much before the server does.
-pub(crate) fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
 }
 
 /// Starts renewing every lease/3. Aborted when the guard is released or dropped.

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use crate::client::LockClient;
-use crate::guard::Shared;
+use crate::held::Shared;
 
 tokio::task_local! {
     static HELD: Option<Entry>;

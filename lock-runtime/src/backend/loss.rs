@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::guard::LostFlag;
+use crate::notify::LostFlag;
 use crate::runtime::{Closing, close_now, close_soon};
 
 /// Why a session can no longer be trusted, once it cannot: a guard's lost flag, with the

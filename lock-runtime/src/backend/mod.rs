@@ -113,6 +113,12 @@ pub(crate) fn retry_pause(attempt: u32) -> Duration {
     Duration::from_millis(10 * 4u64.pow(attempt.clamp(1, 8) - 1))
 }
 
+/// The clock-drift margin subtracted from every lease, as in the Redlock algorithm: 1 % of the
+/// lease plus 2 ms. The holder considers its lease over this much before the server does.
+pub(crate) fn drift(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
 /// What kind of hold a request asks for (`../shared/DESIGN.md`, "Lock kinds"). The layers
 /// above the backend — waiting, renewal, lost detection, reentrancy, metrics, the admin view —
 /// treat every kind alike; a backend learns the kind from [`LockSpec::kind`] and [`Hold::kind`]

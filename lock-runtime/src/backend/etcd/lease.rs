@@ -16,8 +16,8 @@ use tokio::time::Instant;
 
 use super::proto::{self, LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 use super::rpc::Rpc;
+use crate::backend::drift;
 use crate::backend::loss::{Closer, Loss, Sentinel};
-use crate::renew::drift;
 
 /// A granted lease, kept alive until it is lost or given up.
 pub(crate) struct Lease {

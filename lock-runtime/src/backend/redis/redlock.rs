@@ -42,11 +42,11 @@ use redis::{ErrorKind, RedisError, RedisResult, Value};
 
 use super::{RedisBackend, RedisSettings, acquire_error, millis, node_urls};
 use crate::LockClient;
+use crate::backend::drift;
 use crate::backend::url::redact_url;
 use crate::backend::{Attempt, Backend, Hold, Kind, LockSpec, Released, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
-use crate::renew::drift;
 use crate::runtime::BoxFuture;
 
 /// Why fencing is refused; part of every such error.

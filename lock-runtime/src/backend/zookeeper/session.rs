@@ -16,8 +16,8 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
+use crate::backend::drift;
 use crate::backend::loss::{Closer, Loss, Sentinel};
-use crate::renew::drift;
 
 /// A session, its negotiated timeout, and whether it still holds.
 pub(crate) struct Session {

@@ -1,0 +1,129 @@
+//! What a held lock's guard, its watchdog and this client's local queue share: the floor
+//! beneath `guard`, `renew`, `local` and `wait` (none of which it knows).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::{Hold, Kind, LockSpec, drift};
+use crate::key::LockName;
+pub(crate) use crate::notify::LostFlag;
+use crate::token::OwnerToken;
+
+/// How a guard's lease is kept alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RenewMode {
+    /// Not renewed: the lock ends after one lease.
+    Off,
+    /// A spawned watchdog task renews it (the manual API).
+    Spawned,
+    /// The caller polls [`LockGuard::until_lost`] next to its work (the attribute).
+    Inline,
+}
+
+/// What a guard was granted on, besides its key and token.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Terms {
+    pub lease: Duration,
+    pub renewal: RenewMode,
+    pub fair: bool,
+    pub kind: Kind,
+}
+
+/// What a guard and its watchdog share.
+pub(crate) struct Shared {
+    pub name: LockName,
+    pub token: OwnerToken,
+    pub lease: Duration,
+    pub fencing_token: Option<u64>,
+    pub waited: Duration,
+    pub lost: LostFlag,
+    /// Without renewal, the instant the lease ends (minus the drift margin).
+    pub unrenewed_end: Option<Instant>,
+    /// Taken as a fair lock: released through the lock's queue, never handed over.
+    pub fair: bool,
+    /// The kind of hold: a reader's share is released on the server, never handed over.
+    pub kind: Kind,
+    /// The backend's kind (`redis`, …), for metrics.
+    pub backend: &'static str,
+    /// When the lease was granted (the acquisition's send time)…
+    pub granted_at: Instant,
+    /// … and, in nanoseconds after that, when it was last confirmed (renewed).
+    pub confirmed_ns: std::sync::atomic::AtomicU64,
+}
+
+impl Shared {
+    /// Records a renewal sent at `sent_at` and confirmed: the lease lasts from then.
+    pub(crate) fn confirm(&self, sent_at: Instant) {
+        let ns = u64::try_from(
+            sent_at
+                .saturating_duration_since(self.granted_at)
+                .as_nanos(),
+        )
+        .unwrap_or(u64::MAX);
+        self.confirmed_ns
+            .fetch_max(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Until when, on this process's monotonic clock, nobody else can hold the lock: the last
+    /// confirmation plus the lease, minus the drift margin.
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.confirmed_at() + self.lease - drift(self.lease)
+    }
+
+    /// When the lease was last confirmed: the grant, or the send time of the last renewal.
+    pub(crate) fn confirmed_at(&self) -> Instant {
+        let ns = self.confirmed_ns.load(std::sync::atomic::Ordering::Relaxed);
+        self.granted_at + Duration::from_nanos(ns)
+    }
+
+    /// The lock key, without the client's prefix.
+    pub(crate) fn key(&self) -> &str {
+        self.name.key()
+    }
+
+    pub(crate) fn spec(&self) -> LockSpec<'_> {
+        LockSpec {
+            name: self.name.full(),
+            token: self.token.as_str(),
+            lease: self.lease,
+            fencing: false,
+            renew: true,
+            waiting: false,
+            fair: self.fair,
+            kind: self.kind,
+        }
+    }
+
+    /// This guard's hold, as a release names it.
+    pub(crate) fn hold(&self) -> Hold<'_> {
+        self.spec().hold()
+    }
+
+    pub(crate) fn mark_lost(&self, why: &str) {
+        if self.lost.set() {
+            tracing::warn!(key = %self.key(), why, "distlock: lock lost");
+            crate::metrics::lease_lost(self.backend);
+        }
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.get() || self.unrenewed_end.is_some_and(|end| Instant::now() >= end)
+    }
+}
+
+/// Resolves when `shared`'s lock is known lost; never, once it is released.
+pub(crate) async fn lost(shared: Arc<Shared>) {
+    // Once released, nobody sets the flag: the future stays pending.
+    let flagged = shared.lost.wait();
+    match shared.unrenewed_end {
+        Some(end) => {
+            tokio::select! {
+                _ = flagged => {}
+                _ = tokio::time::sleep_until(end) => {}
+            }
+        }
+        None => flagged.await,
+    }
+}

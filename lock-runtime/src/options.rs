@@ -1,0 +1,43 @@
+//! The attribute's arguments as the runtime receives them: the floor beneath `client` (which
+//! acquires with them) and `locked` (which the generated code calls with them).
+
+use std::time::Duration;
+
+/// What to do when the lease is lost while the body runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLost {
+    /// Drop the body at once and return `Err(LockError::Lost)`.
+    Abort,
+    /// Let the body finish; `current().is_lost()` reports the loss.
+    Continue,
+}
+
+/// How long to wait for a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitFor {
+    /// The client's default.
+    Default,
+    /// At most this long (zero: try once).
+    Up(Duration),
+    /// As long as it takes.
+    Forever,
+}
+
+/// The attribute's arguments, checked at compile time.
+#[derive(Debug, Clone, Copy)]
+pub struct LockOptions {
+    /// `lease = "…"`; `None` for the client's default.
+    pub lease: Option<Duration>,
+    /// `wait = "…"`.
+    pub wait: WaitFor,
+    /// `renew = …`.
+    pub renew: bool,
+    /// `on_lost = "…"`.
+    pub on_lost: OnLost,
+    /// `fencing = …`; `None` for the client's default.
+    pub fencing: Option<bool>,
+    /// `fair = …`.
+    pub fair: bool,
+    /// `mode = "read"` / `"write"` (the default).
+    pub mode: crate::LockMode,
+}
