@@ -5,8 +5,8 @@
 //!
 //! 1. an uncontended `#[distributed_lock]` call vs the raw floor (`SET NX PX` + compare-and-delete
 //!    `EVALSHA` on the same kind of redis-rs connection);
-//! 1b. an uncontended read lock + release (`.read()`) vs the plain lock's and the raw floor
-//!    (each database's first row has the same);
+//!    Row 1b: an uncontended read lock + release (`.read()`) vs the plain lock's and the raw
+//!    floor (each database's first row has the same);
 //! 2. throughput of 64 concurrent tasks on distinct keys vs raw pairs at the same concurrency;
 //! 3. handoff: 16 tasks contending for one key — handoffs/s and release → next-acquire latency;
 //! 4. renewal at scale: 10,000 locks held with a 3 s lease for 10 s — renewal commands/s from
