@@ -210,209 +210,339 @@ pub const FAIR_QUEUE_TTL: Duration = Duration::from_secs(5);
 /// `head`, on a backend that hands locks over, is this task's place at the head of the key's
 /// local queue: it offers to take the lock over from a guard of this client (see
 /// [`crate::local`]), and while such a guard holds the key nothing is asked of the server.
+///
+/// One round of the loop is the steps of [`Waiter`], in order: recover from a failure, listen,
+/// defer to a local holder, ask the server, give up at the deadline, listen again, sleep.
 pub(crate) async fn acquire(
     backend: &Arc<dyn Backend>,
     request: Request<'_>,
     token: &mut OwnerToken,
     wait: Option<Duration>,
     failed: Option<Failure>,
-    mut head: Option<&mut Head>,
+    head: Option<&mut Head>,
     leave_within: Duration,
 ) -> Result<Acquired, LockError> {
-    let key = request.key;
-    let started = Instant::now();
-    // A wait too long to represent (`Duration::MAX`) is a wait without deadline.
-    let deadline = wait.and_then(|wait| started.checked_add(wait));
-    let mut subscription: Option<ReleaseSubscription> = None;
-    // After a failed SUBSCRIBE, waiting relies on the holder's TTL until this instant.
-    let mut subscribe_after: Option<Instant> = None;
-    let mut failures: u32 = 0;
-    // Busy attempts in a row, for backends that poll for releases (`Backend::release_poll`).
-    let mut busy: u32 = 0;
+    let mut waiter = Waiter::new(backend, request, token, wait, head, leave_within);
     let mut pending = failed;
-    // A fair request keeps a place in the lock's queue on the server, as a backend whose
-    // waiters always queue does; so does a writer whose waiting marks the lock against new
-    // readers.
-    let queues = backend.queues_waiters()
-        || request.fair
-        || (request.kind == Kind::Exclusive && backend.marks_waiting_writers());
-    let mut place = PlaceInLine {
-        backend,
-        request,
-        token: queues.then(|| token.as_str().to_owned()),
-        within: leave_within,
-    };
     loop {
         if let Some(failure) = pending.take() {
-            failures += 1;
-            let now = Instant::now();
-            if deadline.is_some_and(|deadline| now >= deadline) {
-                let waited = now - started;
-                tracing::debug!(key, ?waited, failures, "distlock: gave up retrying");
-                if failure.leftover {
-                    place.token = Some(token.as_str().to_owned());
-                }
-                place.leave().await;
-                return Err(if failures == 1 {
-                    failure.into_error(&**backend, key)
-                } else {
-                    Failure {
-                        transient: true,
-                        source: Box::new(StillFailing {
-                            attempts: failures,
-                            waited,
-                            last: failure.source,
-                        }),
-                        leftover: false,
-                    }
-                    .into_error(&**backend, key)
-                });
-            }
-            if failure.leftover {
-                release_in_background(backend, request.hold(token.as_str()));
-            }
-            if failures == 1 {
-                tracing::warn!(key, error = %failure.source, "distlock: acquisition failed; retrying until its `wait` ends");
-            } else {
-                tracing::debug!(key, error = %failure.source, failures, "distlock: acquisition failed again; retrying");
-            }
-            *token = OwnerToken::generate();
-            if place.token.is_some() {
-                // The failed attempt's place was given up with it (just above).
-                place.token = Some(token.as_str().to_owned());
-            }
-            let pause = backoff(failures);
-            let wake_at = deadline.map_or(now + pause, |deadline| deadline.min(now + pause));
-            tokio::time::sleep_until(wake_at).await;
+            waiter.recover(failure).await?;
         }
         // Listen for releases before asking the server (a backend without a queue of waiters
         // needs no place in line to listen): a release after the attempt then wakes us, and a
         // busy attempt need not be repeated once subscribed.
-        if !backend.queues_waiters()
-            && subscription.as_ref().is_none_or(|s| s.is_closed())
-            && subscribe_after.is_none_or(|after| Instant::now() >= after)
-        {
-            subscription = None;
-            match backend.subscribe(request.spec(token)).await {
-                Ok(fresh) => {
-                    subscription = Some(fresh);
-                    subscribe_after = None;
-                }
-                Err(error) => {
-                    subscribe_after = Some(Instant::now() + SUBSCRIBE_RETRY);
-                    tracing::warn!(key, %error, "distlock: cannot listen for releases; waiting for the holder's lease to run out instead");
-                }
-            }
+        if !backend.queues_waiters() {
+            waiter.listen().await;
         }
-        if let Some(head) = head.as_deref_mut() {
-            // A guard of this client holds the key: wait for it to hand the lock over, let go
-            // of it or lose it, asking the server nothing meanwhile.
-            if let Some(holder) = head.holder() {
-                head.offer(request.spec(token));
-                let queue = head.queue();
-                let wake_at = deadline.unwrap_or_else(far_future);
-                if let Some(subscription) = subscription.as_mut() {
-                    subscription.mark_seen();
-                }
-                tokio::select! {
-                    outcome = head.answer() => {
-                        match handed(outcome, token, started, key) {
-                            Some(acquired) => return Ok(place.holds(acquired)),
-                            None => continue,
-                        }
-                    }
-                    gone = queue.holder_gone(&holder) => {
-                        if gone == Gone::LetGo
-                            && let Some(subscription) = subscription.as_mut()
-                        {
-                            // Released on the server: compete for it on equal terms with the
-                            // waiters of other processes, which learn of the release from its
-                            // notification, rather than with a head start.
-                            let notice = Instant::now() + RELEASE_NOTICE;
-                            tokio::select! {
-                                _ = subscription.released() => {}
-                                _ = tokio::time::sleep_until(notice.min(wake_at)) => {}
-                            }
-                        }
-                    }
-                    _ = tokio::time::sleep_until(wake_at) => {}
-                }
-            }
-            // About to ask the server: take the offer back first. If a holder already took it,
-            // its answer (one round trip) comes first.
-            if let Some(outcome) = head.withdraw().await {
-                match handed(outcome, token, started, key) {
-                    Some(acquired) => return Ok(place.holds(acquired)),
-                    None => continue,
-                }
-            }
+        match waiter.defer_to_local_holder().await {
+            Local::Acquired(acquired) => return Ok(acquired),
+            Local::Again => continue,
+            Local::AskTheServer => {}
         }
-        let ttl = match attempt(backend, request.spec(token), Instant::now()).await {
-            Ok(Ok(mut acquired)) => {
-                place.token = None;
-                acquired.waited = started.elapsed();
-                let (waited, fencing_token) = (acquired.waited, acquired.fencing_token);
-                tracing::debug!(key, ?waited, fencing_token, "distlock: acquired");
-                return Ok(acquired);
-            }
-            Ok(Err(ttl)) => {
-                busy += 1;
-                ttl
-            }
-            Err(failure) if failure.transient => {
+        let ttl = match waiter.ask().await? {
+            Asked::Acquired(acquired) => return Ok(acquired),
+            Asked::Busy(ttl) => ttl,
+            Asked::Failed(failure) => {
                 pending = Some(failure);
                 continue;
             }
-            Err(failure) => {
-                if failure.leftover {
-                    place.token = Some(token.as_str().to_owned());
-                }
-                place.leave().await;
-                return Err(failure.into_error(&**backend, key));
-            }
         };
-        let now = Instant::now();
-        if deadline.is_some_and(|deadline| now >= deadline) {
-            place.leave().await;
-            let waited = Instant::now() - started;
-            tracing::debug!(key, ?waited, "distlock: timed out waiting");
-            return Err(LockError::Timeout {
-                key: key.to_owned(),
-                waited,
-                wait: wait.unwrap_or(Duration::MAX),
-            });
-        }
+        waiter.give_up_at_deadline().await?;
         // Listen for the release before trying again, so a release that lands between the
         // attempt and the wait still wakes us (a backend with a queue of waiters listens once
-        // its attempt has a place in line).
-        if subscription.as_ref().is_none_or(|s| s.is_closed())
-            && subscribe_after.is_none_or(|after| now >= after)
+        // its attempt has a place in line). Newly listening: ask again at once.
+        if waiter.listen().await {
+            continue;
+        }
+        if let Some(acquired) = waiter.sleep(ttl).await {
+            return Ok(acquired);
+        }
+    }
+}
+
+/// What deferring to a guard of this client that holds the key came to.
+enum Local {
+    /// It handed the lock over.
+    Acquired(Acquired),
+    /// Its answer means starting the round again (with a new token if the hand-over may have
+    /// written ours).
+    Again,
+    /// Nobody here holds the key, or the holder let go: ask the server.
+    AskTheServer,
+}
+
+/// What asking the server came to.
+enum Asked {
+    Acquired(Acquired),
+    /// Busy, with the holder's remaining lease when known.
+    Busy(Option<Duration>),
+    /// A transient failure, to recover from while `wait` lasts.
+    Failed(Failure),
+}
+
+/// Listening for releases of the lock: the subscription, and after a failed SUBSCRIBE, when to
+/// try again (waiting relies on the holder's TTL until then).
+#[derive(Default)]
+struct Listening {
+    subscription: Option<ReleaseSubscription>,
+    retry_at: Option<Instant>,
+}
+
+/// One acquisition's waiting: what every step of [`acquire`] reads and updates.
+struct Waiter<'a, 'h> {
+    backend: &'a Arc<dyn Backend>,
+    request: Request<'a>,
+    token: &'h mut OwnerToken,
+    wait: Option<Duration>,
+    started: Instant,
+    deadline: Option<Instant>,
+    listening: Listening,
+    /// Transient failures so far.
+    failures: u32,
+    /// Busy attempts in a row, for backends that poll for releases (`Backend::release_poll`).
+    busy: u32,
+    place: PlaceInLine<'a>,
+    head: Option<&'h mut Head>,
+}
+
+impl<'a, 'h> Waiter<'a, 'h> {
+    fn new(
+        backend: &'a Arc<dyn Backend>,
+        request: Request<'a>,
+        token: &'h mut OwnerToken,
+        wait: Option<Duration>,
+        head: Option<&'h mut Head>,
+        leave_within: Duration,
+    ) -> Self {
+        let started = Instant::now();
+        // A fair request keeps a place in the lock's queue on the server, as a backend whose
+        // waiters always queue does; so does a writer whose waiting marks the lock against new
+        // readers.
+        let queues = backend.queues_waiters()
+            || request.fair
+            || (request.kind == Kind::Exclusive && backend.marks_waiting_writers());
+        Waiter {
+            backend,
+            request,
+            wait,
+            started,
+            // A wait too long to represent (`Duration::MAX`) is a wait without deadline.
+            deadline: wait.and_then(|wait| started.checked_add(wait)),
+            listening: Listening::default(),
+            failures: 0,
+            busy: 0,
+            place: PlaceInLine {
+                backend,
+                request,
+                token: queues.then(|| token.as_str().to_owned()),
+                within: leave_within,
+            },
+            token,
+            head,
+        }
+    }
+
+    fn key(&self) -> &'a str {
+        self.request.key
+    }
+
+    fn spec(&self) -> LockSpec<'_> {
+        self.request.spec(self.token)
+    }
+
+    /// After a transient failure: gives up (its place given back) if the deadline has passed;
+    /// else gives the failed attempt's token back in the background, takes a fresh one, and
+    /// pauses before the next round (a jittered backoff).
+    async fn recover(&mut self, failure: Failure) -> Result<(), LockError> {
+        self.failures += 1;
+        let (key, failures) = (self.key(), self.failures);
+        let now = Instant::now();
+        if self.deadline.is_some_and(|deadline| now >= deadline) {
+            let waited = now - self.started;
+            tracing::debug!(key, ?waited, failures, "distlock: gave up retrying");
+            if failure.leftover {
+                self.place.token = Some(self.token.as_str().to_owned());
+            }
+            self.place.leave().await;
+            let backend = &**self.backend;
+            return Err(if failures == 1 {
+                failure.into_error(backend, key)
+            } else {
+                Failure {
+                    transient: true,
+                    source: Box::new(StillFailing {
+                        attempts: failures,
+                        waited,
+                        last: failure.source,
+                    }),
+                    leftover: false,
+                }
+                .into_error(backend, key)
+            });
+        }
+        if failure.leftover {
+            release_in_background(self.backend, self.request.hold(self.token.as_str()));
+        }
+        if failures == 1 {
+            tracing::warn!(key, error = %failure.source, "distlock: acquisition failed; retrying until its `wait` ends");
+        } else {
+            tracing::debug!(key, error = %failure.source, failures, "distlock: acquisition failed again; retrying");
+        }
+        *self.token = OwnerToken::generate();
+        if self.place.token.is_some() {
+            // The failed attempt's place was given up with it (just above).
+            self.place.token = Some(self.token.as_str().to_owned());
+        }
+        let pause = backoff(failures);
+        let wake_at = self
+            .deadline
+            .map_or(now + pause, |deadline| deadline.min(now + pause));
+        tokio::time::sleep_until(wake_at).await;
+        Ok(())
+    }
+
+    /// Subscribes to the lock's releases unless listening already (or a failed SUBSCRIBE is
+    /// not due to be retried yet). `true` if it subscribed now.
+    async fn listen(&mut self) -> bool {
+        let now = Instant::now();
+        let listening = &mut self.listening;
+        if listening
+            .subscription
+            .as_ref()
+            .is_some_and(|s| !s.is_closed())
+            || listening.retry_at.is_some_and(|at| now < at)
         {
-            subscription = None;
-            match backend.subscribe(request.spec(token)).await {
-                Ok(fresh) => {
-                    subscription = Some(fresh);
-                    subscribe_after = None;
-                    continue;
-                }
-                Err(error) => {
-                    subscribe_after = Some(Instant::now() + SUBSCRIBE_RETRY);
-                    tracing::warn!(key, %error, "distlock: cannot listen for releases; waiting for the holder's lease to run out instead");
-                }
+            return false;
+        }
+        listening.subscription = None;
+        match self.backend.subscribe(self.request.spec(self.token)).await {
+            Ok(fresh) => {
+                listening.subscription = Some(fresh);
+                listening.retry_at = None;
+                true
+            }
+            Err(error) => {
+                listening.retry_at = Some(Instant::now() + SUBSCRIBE_RETRY);
+                let key = self.request.key;
+                tracing::warn!(key, %error, "distlock: cannot listen for releases; waiting for the holder's lease to run out instead");
+                false
             }
         }
+    }
+
+    /// While a guard of this client holds the key: waits for it to hand the lock over, let go
+    /// of it or lose it, asking the server nothing meanwhile; then takes the offer back before
+    /// the server is asked (if a holder already took it, its answer comes first).
+    async fn defer_to_local_holder(&mut self) -> Local {
+        let Some(head) = self.head.as_deref_mut() else {
+            return Local::AskTheServer;
+        };
+        let (started, key) = (self.started, self.request.key);
+        if let Some(holder) = head.holder() {
+            head.offer(self.request.spec(self.token));
+            let queue = head.queue();
+            let wake_at = self.deadline.unwrap_or_else(far_future);
+            if let Some(subscription) = self.listening.subscription.as_mut() {
+                subscription.mark_seen();
+            }
+            tokio::select! {
+                outcome = head.answer() => {
+                    return match handed(outcome, self.token, started, key) {
+                        Some(acquired) => Local::Acquired(self.place.holds(acquired)),
+                        None => Local::Again,
+                    };
+                }
+                gone = queue.holder_gone(&holder) => {
+                    if gone == Gone::LetGo
+                        && let Some(subscription) = self.listening.subscription.as_mut()
+                    {
+                        // Released on the server: compete for it on equal terms with the
+                        // waiters of other processes, which learn of the release from its
+                        // notification, rather than with a head start.
+                        let notice = Instant::now() + RELEASE_NOTICE;
+                        tokio::select! {
+                            _ = subscription.released() => {}
+                            _ = tokio::time::sleep_until(notice.min(wake_at)) => {}
+                        }
+                    }
+                }
+                _ = tokio::time::sleep_until(wake_at) => {}
+            }
+        }
+        match head.withdraw().await {
+            Some(outcome) => match handed(outcome, self.token, started, key) {
+                Some(acquired) => Local::Acquired(self.place.holds(acquired)),
+                None => Local::Again,
+            },
+            None => Local::AskTheServer,
+        }
+    }
+
+    /// One attempt on the server. A permanent failure ends the acquisition (its place given
+    /// back, and whatever the failed attempt may have taken).
+    async fn ask(&mut self) -> Result<Asked, LockError> {
+        let key = self.key();
+        match attempt(self.backend, self.spec(), Instant::now()).await {
+            Ok(Ok(mut acquired)) => {
+                self.place.token = None;
+                acquired.waited = self.started.elapsed();
+                let (waited, fencing_token) = (acquired.waited, acquired.fencing_token);
+                tracing::debug!(key, ?waited, fencing_token, "distlock: acquired");
+                Ok(Asked::Acquired(acquired))
+            }
+            Ok(Err(ttl)) => {
+                self.busy += 1;
+                Ok(Asked::Busy(ttl))
+            }
+            Err(failure) if failure.transient => Ok(Asked::Failed(failure)),
+            Err(failure) => {
+                if failure.leftover {
+                    self.place.token = Some(self.token.as_str().to_owned());
+                }
+                self.place.leave().await;
+                Err(failure.into_error(&**self.backend, key))
+            }
+        }
+    }
+
+    /// After a busy answer: past the deadline, the place is given back and the acquisition
+    /// times out.
+    async fn give_up_at_deadline(&mut self) -> Result<(), LockError> {
+        if self
+            .deadline
+            .is_none_or(|deadline| Instant::now() < deadline)
+        {
+            return Ok(());
+        }
+        self.place.leave().await;
+        let waited = Instant::now() - self.started;
+        let key = self.key();
+        tracing::debug!(key, ?waited, "distlock: timed out waiting");
+        Err(LockError::Timeout {
+            key: key.to_owned(),
+            waited,
+            wait: self.wait.unwrap_or(Duration::MAX),
+        })
+    }
+
+    /// Sleeps until a release is heard, the holder's lease (`ttl`) runs out, a backend that
+    /// cannot announce releases is due to be asked again, a fair waiter must keep its place,
+    /// a failed subscription is due to be retried, or the deadline — or until a guard of this
+    /// client hands the lock over, which this returns.
+    async fn sleep(&mut self, ttl: Option<Duration>) -> Option<Acquired> {
+        let now = Instant::now();
         let until_lease_ends = match ttl {
             Some(ttl) => ttl + jitter(ttl),
             None => NO_TTL_RETRY,
         };
         // A backend that cannot announce releases is asked again sooner, never later than the
         // holder's lease ends.
-        let pause = match backend.release_poll(busy) {
+        let pause = match self.backend.release_poll(self.busy) {
             Some(poll) => poll.min(until_lease_ends),
             None => until_lease_ends,
         };
         // A fair waiter asks again in time to keep its place in the queue.
-        let pause = if request.fair {
+        let pause = if self.request.fair {
             pause.min(FAIR_QUEUE_TTL / 3)
         } else {
             pause
@@ -420,25 +550,27 @@ pub(crate) async fn acquire(
         // Not listening (the subscription failed: the connection was cut, the server is coming
         // back): a release now would go unnoticed, so ask again, and try to listen again, when
         // the subscription is due to be retried — not only when the holder's lease ends.
-        let pause = match (&subscription, subscribe_after) {
-            (None, Some(after)) => pause.min(after.saturating_duration_since(now)),
+        let pause = match (&self.listening.subscription, self.listening.retry_at) {
+            (None, Some(at)) => pause.min(at.saturating_duration_since(now)),
             _ => pause,
         };
-        let wake_at = match deadline {
+        let wake_at = match self.deadline {
             Some(deadline) => deadline.min(now + pause),
             None => now + pause,
         };
+        let (started, key) = (self.started, self.request.key);
         tracing::trace!(key, ?ttl, "distlock: lock busy, waiting");
-        if let Some(head) = head.as_deref_mut() {
-            head.offer(request.spec(token));
+        if let Some(head) = self.head.as_deref_mut() {
+            head.offer(self.request.spec(self.token));
         }
+        let head = &mut self.head;
         let handover = async {
             match head.as_deref_mut() {
                 Some(head) => head.answer().await,
                 None => std::future::pending().await,
             }
         };
-        let outcome = match subscription.as_mut() {
+        let outcome = match self.listening.subscription.as_mut() {
             Some(subscription) => {
                 tokio::select! {
                     outcome = handover => Some(outcome),
@@ -453,11 +585,8 @@ pub(crate) async fn acquire(
                 }
             }
         };
-        if let Some(outcome) = outcome
-            && let Some(acquired) = handed(outcome, token, started, key)
-        {
-            return Ok(place.holds(acquired));
-        }
+        let acquired = handed(outcome?, self.token, started, key)?;
+        Some(self.place.holds(acquired))
     }
 }
 
