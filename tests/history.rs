@@ -296,16 +296,18 @@ async fn zookeeper_four_processes_never_overlap() {
 /// `memory://` lives in one process: four clients (separate owners) × 32 tasks in this one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_four_clients_never_overlap() {
-    memory_four_clients(false).await;
+    memory_four_clients(false, 0).await;
 }
 
 /// `memory://`'s fair queue under the same contention.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_fair_four_clients_never_overlap() {
-    memory_four_clients(true).await;
+    memory_four_clients(true, 0).await;
 }
 
-async fn memory_four_clients(fair: bool) {
+/// Four clients (separate owners) × 32 tasks of this process contend, `reads_in_4` rounds in
+/// four as readers.
+async fn memory_four_clients(fair: bool, reads_in_4: u64) {
     let url = format!("memory://{}", unique("history"));
     let store = Store::open(&url, "register").await.unwrap();
     let mut runs = Vec::new();
@@ -320,7 +322,7 @@ async fn memory_four_clients(fair: bool) {
             fair,
             lease: LEASE,
             max_sleep_us: MAX_SLEEP_US,
-            reads_in_4: 0,
+            reads_in_4,
         };
         let store = store.clone();
         runs.push(tokio::spawn(async move {
@@ -337,7 +339,10 @@ async fn memory_four_clients(fair: bool) {
     }
     let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
     assert_eq!(summary.holds, PROCESSES * TASKS * ROUNDS);
-    assert_eq!(summary.fenced, summary.holds);
+    assert_eq!(summary.fenced, summary.holds - summary.reads);
+    if reads_in_4 > 0 {
+        assert!(summary.shared_reads > 0, "{summary:?}");
+    }
     assert_eq!(store.get("register").await.unwrap(), increments);
 }
 
@@ -426,38 +431,5 @@ async fn etcd_readers_and_writers_never_overlap() {
 /// `memory://`: four clients in this process, three rounds in four read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_readers_and_writers_never_overlap() {
-    let url = format!("memory://{}", unique("history"));
-    let store = Store::open(&url, "register").await.unwrap();
-    let mut runs = Vec::new();
-    for p in 0..PROCESSES {
-        let spec = Contention {
-            url: url.clone(),
-            key: "hot".into(),
-            name: format!("c{p}"),
-            tasks: TASKS,
-            rounds: ROUNDS,
-            fencing: true,
-            fair: false,
-            lease: LEASE,
-            max_sleep_us: MAX_SLEEP_US,
-            reads_in_4: 3,
-        };
-        let store = store.clone();
-        runs.push(tokio::spawn(async move {
-            history::contend(&spec, &store, None).await
-        }));
-    }
-    let mut holds = Vec::new();
-    let mut increments = 0;
-    for run in runs {
-        let outcome = run.await.unwrap();
-        assert_eq!(outcome.lost, 0);
-        increments += outcome.increments;
-        holds.extend(outcome.holds);
-    }
-    let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
-    assert_eq!(summary.holds, PROCESSES * TASKS * ROUNDS);
-    assert!(summary.shared_reads > 0, "{summary:?}");
-    assert_eq!(summary.fenced, summary.holds - summary.reads);
-    assert_eq!(store.get("register").await.unwrap(), increments);
+    memory_four_clients(false, 3).await;
 }

@@ -219,6 +219,67 @@ async fn list_show_and_ping_tell_who_holds_what() {
     let _ = tokio::time::timeout(ms(10_000), queued).await;
 }
 
+/// A read-held key: `list` and `show` name its readers (and `--json` lists them), each with its
+/// holder and own lease, the tokens being the ones the server holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_are_listed_and_shown_with_their_holders() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = LockClient::connect(&url).await.unwrap();
+    let one = client.lock("catalog").read().lease(ms(20_000));
+    let one = one.acquire().await.unwrap();
+    let two = client.lock("catalog").read().lease(ms(10_000));
+    let two = two.acquire().await.unwrap();
+    let pid = std::process::id().to_string();
+    let mut conn = server.connection().await;
+    let stored: Vec<String> = redis::cmd("ZRANGE")
+        .arg("lock:catalog")
+        .arg(0)
+        .arg(-1)
+        .arg("REV")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 2, "two shares on the server");
+
+    let listed = run(&["list", &url, "--json"]).await;
+    assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+    let json: Value = serde_json::from_str(&stdout(&listed)).unwrap();
+    let lock = &json.as_array().unwrap()[0];
+    assert_eq!(lock["mode"], "read", "{lock}");
+    let readers = lock["readers"].as_array().unwrap();
+    let tokens: Vec<&str> = readers
+        .iter()
+        .map(|r| r["token"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tokens, stored,
+        "longest share first, as the server holds them"
+    );
+    for reader in readers {
+        assert_eq!(reader["holder"]["pid"].to_string(), pid, "{reader}");
+        assert!(reader["ttl_ms"].as_u64().unwrap() > 5_000, "{reader}");
+    }
+    let table = run(&["list", &url]).await;
+    let line = stdout(&table);
+    assert!(line.contains("2 readers"), "{line}");
+
+    let show = run(&["show", &url, "catalog"]).await;
+    assert_eq!(code(&show), 0, "{}", stderr(&show));
+    let text = stdout(&show);
+    assert!(text.contains("2 reader(s)"), "{text}");
+    for token in &stored {
+        assert!(text.contains(token.as_str()), "{text}");
+    }
+    assert_eq!(
+        text.matches(&format!("pid {pid} since")).count(),
+        2,
+        "{text}"
+    );
+    one.release().await.unwrap();
+    two.release().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_lock_released_by_force_is_reported_lost_by_its_holder() {
     let server = RedisServer::start();

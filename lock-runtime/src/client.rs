@@ -733,7 +733,9 @@ impl ClientInner {
                     // The failed command may have taken the lock after all: give it back before
                     // returning (the caller may exit right after). Boxed: a cold path that
                     // every locked call's future would otherwise carry.
-                    return Err(Box::pin(self.give_back_failed(name, token, failure)).await);
+                    return Err(
+                        Box::pin(self.give_back_failed(name, token, params, failure)).await,
+                    );
                 }
                 // A transient failure with `wait` left: retried below.
                 Err(failure) => failed = Some(failure),
@@ -752,14 +754,10 @@ impl ClientInner {
         &self,
         name: LockName,
         token: OwnerToken,
+        params: Params,
         failure: wait::Failure,
     ) -> LockError {
-        let hold = crate::backend::Hold {
-            name: name.full(),
-            token: token.as_str(),
-            kind: Kind::Exclusive,
-            fair: false,
-        };
+        let hold = params.request(&name).hold(token.as_str());
         wait::leave(&self.backend, hold, self.response_timeout).await;
         failure.into_error(&*self.backend, name.key())
     }

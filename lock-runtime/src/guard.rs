@@ -276,7 +276,10 @@ async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<Rel
                 };
                 if offer.reply.send(handed).is_err() {
                     // The waiter left meanwhile: the lock holds a token nobody will use.
-                    crate::wait::release_in_background(backend, exclusive(name, &offer.token));
+                    crate::wait::release_in_background(
+                        backend,
+                        Hold::exclusive(name, &offer.token),
+                    );
                 }
                 return Ok(Released::Deleted);
             }
@@ -289,23 +292,13 @@ async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<Rel
             Err(error) => {
                 tracing::debug!(key = %shared.key(), %error, "distlock: hand-over failed; releasing instead");
                 let _ = offer.reply.send(Handed::Unknown);
-                crate::wait::release_in_background(backend, exclusive(name, &offer.token));
+                crate::wait::release_in_background(backend, Hold::exclusive(name, &offer.token));
             }
         }
     }
     let released = backend.release(shared.hold()).await;
     local.let_go(shared);
     released
-}
-
-/// The plain lock `name` held, or offered to be taken over, by `token`.
-fn exclusive<'a>(name: &'a str, token: &'a str) -> Hold<'a> {
-    Hold {
-        name,
-        token,
-        kind: Kind::Exclusive,
-        fair: false,
-    }
 }
 
 /// Armed while a hand-over command is in flight: if the releasing future is dropped then, the
@@ -321,7 +314,10 @@ impl Drop for HandoverInFlight<'_> {
     fn drop(&mut self) {
         if let Some(offer) = self.offer.take() {
             let _ = offer.reply.send(Handed::Unknown);
-            crate::wait::release_in_background(self.backend, exclusive(self.name, &offer.token));
+            crate::wait::release_in_background(
+                self.backend,
+                Hold::exclusive(self.name, &offer.token),
+            );
         }
     }
 }

@@ -185,6 +185,31 @@ pub(crate) struct LockSpec<'a> {
     pub kind: Kind,
 }
 
+impl<'a> Hold<'a> {
+    /// The plain lock `name` held (or asked for) by `token`.
+    pub(crate) fn exclusive(name: &'a str, token: &'a str) -> Hold<'a> {
+        Hold {
+            name,
+            token,
+            kind: Kind::Exclusive,
+            fair: false,
+        }
+    }
+}
+
+/// Renews `specs` one by one, each with the backend's plain renewal (a batch that a backend
+/// cannot renew in one call: readers' shares on the SQL backends).
+pub(crate) async fn renew_each<B: Backend + ?Sized>(
+    backend: &B,
+    specs: &[LockSpec<'_>],
+) -> Vec<Result<bool, String>> {
+    let mut renewed = Vec::with_capacity(specs.len());
+    for spec in specs {
+        renewed.push(backend.renew(*spec).await.map_err(|e| e.to_string()));
+    }
+    renewed
+}
+
 impl<'a> LockSpec<'a> {
     /// The hold this attempt asks for, as a release names it.
     pub(crate) fn hold(&self) -> Hold<'a> {
@@ -257,13 +282,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
         &'a self,
         specs: &'a [LockSpec<'a>],
     ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
-        Box::pin(async move {
-            let mut renewed = Vec::with_capacity(specs.len());
-            for spec in specs {
-                renewed.push(self.renew(*spec).await.map_err(|e| e.to_string()));
-            }
-            renewed
-        })
+        Box::pin(renew_each(self, specs))
     }
 
     /// Gives up `hold`: deletes the lock (or the reader's share) if it still holds the token,

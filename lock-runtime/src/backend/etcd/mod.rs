@@ -521,18 +521,7 @@ impl EtcdBackend {
                 }
             }
             if first.first().map(|kv| kv.create_revision) == Some(created) {
-                if !lease.is_usable() {
-                    return Err(Transient::wrap(format!(
-                        "the etcd lease of `{}` was lost as it was granted ({})",
-                        spec.name, self.shown
-                    )));
-                }
-                if !spec.renew {
-                    self.end_after_lease(spec, &key, started);
-                }
-                return Ok(Attempt::Acquired {
-                    fencing_token: spec.fencing.then_some(created as u64),
-                });
+                return self.granted(spec, &lease, &key, started, created);
             }
             // Watch only the key that holds us up: its deletion makes us a holder or moves us
             // up (it gave up), so a release wakes only those it may admit. A writer waits for
@@ -575,18 +564,7 @@ impl EtcdBackend {
             };
             let Some(predecessor) = predecessor else {
                 // Only readers ahead of this reader: it holds the key with them.
-                if !lease.is_usable() {
-                    return Err(Transient::wrap(format!(
-                        "the etcd lease of `{}` was lost as it was granted ({})",
-                        spec.name, self.shown
-                    )));
-                }
-                if !spec.renew {
-                    self.end_after_lease(spec, &key, started);
-                }
-                return Ok(Attempt::Acquired {
-                    fencing_token: spec.fencing.then_some(created as u64),
-                });
+                return self.granted(spec, &lease, &key, started, created);
             };
             // A key on our own lease that no acquisition of ours knows: an attempt given up (its
             // reply lost, a leader change, a restart) whose put landed all the same. Nobody
@@ -627,6 +605,30 @@ impl EtcdBackend {
             "the queue of `{}` kept changing under this waiter ({})",
             spec.name, self.shown
         )))
+    }
+
+    /// The lock is `spec`'s (its key, created at revision `created`, heads the queue or has only
+    /// readers before it): granted, unless its lease was lost meanwhile.
+    fn granted(
+        &self,
+        spec: LockSpec<'_>,
+        lease: &Lease,
+        key: &[u8],
+        started: Instant,
+        created: i64,
+    ) -> Result<Attempt, BoxError> {
+        if !lease.is_usable() {
+            return Err(Transient::wrap(format!(
+                "the etcd lease of `{}` was lost as it was granted ({})",
+                spec.name, self.shown
+            )));
+        }
+        if !spec.renew {
+            self.end_after_lease(spec, key, started);
+        }
+        Ok(Attempt::Acquired {
+            fencing_token: spec.fencing.then_some(created as u64),
+        })
     }
 
     /// An unrenewed lock ends after its lease: its key is deleted then, whatever its lease.

@@ -436,6 +436,27 @@ fn entry((name, token, holder, acquired, remaining, fence): AdminRow) -> Entry {
     }
 }
 
+/// Makes or renews the share of reader `token` in lock `name` (for `lease` µs), in the
+/// transaction of a reader's acquisition or renewal.
+async fn put_share(
+    tx: &mut mysql_async::Transaction<'_>,
+    sql: &Sql,
+    name: &[u8],
+    token: &str,
+    lease: i64,
+    holder: &str,
+) -> Result<(), mysql_async::Error> {
+    let params = vec![
+        Value::from(name),
+        Value::from(token),
+        Value::from(token),
+        Value::from(lease),
+        Value::from(holder),
+    ];
+    tx.exec_drop(sql.put_share.as_str(), positional(params))
+        .await
+}
+
 /// What a reader's attempt found: taken (with the last write grant's fence), or busy for
 /// about this many µs.
 type ReadAttempt = (bool, Option<i64>, Option<i64>);
@@ -486,17 +507,7 @@ impl MysqlBackend {
                             }
                         }
                     }
-                    tx.exec_drop(
-                        sql.put_share.as_str(),
-                        positional(vec![
-                            Value::from(name.clone()),
-                            Value::from(token.as_str()),
-                            Value::from(token.as_str()),
-                            Value::from(lease),
-                            Value::from(holder.as_str()),
-                        ]),
-                    )
-                    .await?;
+                    put_share(&mut tx, &sql, &name, &token, lease, &holder).await?;
                     tx.exec_drop(sql.readers_row.as_str(), (lease, lease, name.clone()))
                         .await?;
                     let fence: Option<i64> = if fencing {
@@ -550,17 +561,7 @@ impl MysqlBackend {
                         tx.rollback().await?;
                         return Ok(false);
                     }
-                    tx.exec_drop(
-                        sql.put_share.as_str(),
-                        positional(vec![
-                            Value::from(name.clone()),
-                            Value::from(token.as_str()),
-                            Value::from(token.as_str()),
-                            Value::from(lease),
-                            Value::from(holder.as_str()),
-                        ]),
-                    )
-                    .await?;
+                    put_share(&mut tx, &sql, &name, &token, lease, &holder).await?;
                     tx.exec_drop(sql.readers_row.as_str(), (lease, lease, name))
                         .await?;
                     tx.commit().await?;
@@ -850,13 +851,7 @@ impl Backend for MysqlBackend {
     ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
         if specs.iter().any(|spec| spec.kind == Kind::Shared) {
             // A reader's share is renewed in a transaction of its own.
-            return Box::pin(async move {
-                let mut renewed = Vec::with_capacity(specs.len());
-                for spec in specs {
-                    renewed.push(self.renew(*spec).await.map_err(|e| e.to_string()));
-                }
-                renewed
-            });
+            return Box::pin(super::renew_each(self, specs));
         }
         Box::pin(async move {
             // One UPDATE per distinct lease (usually one), then one SELECT of what is still

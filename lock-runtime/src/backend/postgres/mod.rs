@@ -750,13 +750,7 @@ impl Backend for PostgresBackend {
     ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
         if specs.iter().any(|spec| spec.kind == Kind::Shared) {
             // A reader's share is renewed in its readers' row: one statement each.
-            return Box::pin(async move {
-                let mut renewed = Vec::with_capacity(specs.len());
-                for spec in specs {
-                    renewed.push(self.renew(*spec).await.map_err(|e| e.to_string()));
-                }
-                renewed
-            });
+            return Box::pin(super::renew_each(self, specs));
         }
         Box::pin(async move {
             let names: Vec<&str> = specs.iter().map(|s| s.name).collect();

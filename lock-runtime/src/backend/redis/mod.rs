@@ -423,19 +423,25 @@ impl RedisBackend {
         })
     }
 
-    /// A fair lock's release (see `scripts::release_fair`).
-    async fn release_fair(&self, name: &str, token: &str) -> Result<Released, BoxError> {
-        let (queue, deadlines) = self.fair_keys(name);
+    /// Runs the release `script` (`scripts::release`, `release_read` or `release_fair`) on
+    /// `keys` for `token`: what it saw.
+    async fn release_with(
+        &self,
+        script: &Script,
+        keys: &[&str],
+        token: &str,
+    ) -> Result<Released, BoxError> {
         let mut retried = false;
         let released: i64 = self
             .run(|mut conn, attempt| {
                 retried |= attempt > 0;
-                let mut call = self.release_fair.key(name);
-                call.key(&queue).key(&deadlines).arg(token);
-                async move { call.invoke_async(&mut conn).await }
+                let call = evalsha_keys_token(script, keys, token);
+                async move { query_script(&mut conn, script, &call).await }
             })
             .await?;
-        // A cluster connection retries a command inside, out of sight (see `release`).
+        // A cluster connection retries a command inside (after a timeout or a dropped
+        // connection, and counts redirections as retries), out of sight: any of its answers
+        // may follow an earlier try that landed.
         retried |= self.is_cluster();
         Ok(Released::after_tries(released == 1, retried))
     }
@@ -547,18 +553,17 @@ fn set_nx_px(name: &str, token: &str, lease: u64) -> Cmd {
     set
 }
 
-/// `EVALSHA <script> 2 <name> <writers> <token>`, pre-sized: what a `ScriptInvocation` sends,
-/// without its vector per key and argument and its growing command.
-fn evalsha_release(script: &Script, name: &str, writers: &str, token: &str) -> Cmd {
+/// `EVALSHA <script> <n> <keys…> <token>`, pre-sized: what a `ScriptInvocation` sends, without
+/// its vector per key and argument and its growing command.
+fn evalsha_keys_token(script: &Script, keys: &[&str], token: &str) -> Cmd {
     let hash = script.get_hash();
-    let size = 7 + hash.len() + 1 + name.len() + writers.len() + token.len();
-    let mut call = Cmd::with_capacity(6, size);
-    call.arg("EVALSHA")
-        .arg(hash)
-        .arg(2)
-        .arg(name)
-        .arg(writers)
-        .arg(token);
+    let size = 7 + hash.len() + 2 + keys.iter().map(|k| k.len()).sum::<usize>() + token.len();
+    let mut call = Cmd::with_capacity(4 + keys.len(), size);
+    call.arg("EVALSHA").arg(hash).arg(keys.len());
+    for key in keys {
+        call.arg(*key);
+    }
+    call.arg(token);
     call
 }
 
@@ -678,29 +683,21 @@ impl Backend for RedisBackend {
     }
 
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
+        let (name, token) = (hold.name, hold.token);
         if hold.fair {
-            return Box::pin(self.release_fair(hold.name, hold.token));
+            return Box::pin(async move {
+                let (queue, deadlines) = self.fair_keys(name);
+                let keys = [name, &queue, &deadlines];
+                self.release_with(&self.release_fair, &keys, token).await
+            });
         }
         Box::pin(async move {
-            let (name, token) = (hold.name, hold.token);
             let script = match hold.kind {
                 Kind::Exclusive => &self.release,
                 Kind::Shared => &self.release_read,
             };
             let writers = self.writers_key(name);
-            let mut retried = false;
-            let released: i64 = self
-                .run(|mut conn, attempt| {
-                    retried |= attempt > 0;
-                    let call = evalsha_release(script, name, &writers, token);
-                    async move { query_script(&mut conn, script, &call).await }
-                })
-                .await?;
-            // A cluster connection retries a command inside (after a timeout or a dropped
-            // connection, and counts redirections as retries), out of sight: any of its
-            // answers may follow an earlier try that landed.
-            retried |= self.is_cluster();
-            Ok(Released::after_tries(released == 1, retried))
+            self.release_with(script, &[name, &writers], token).await
         })
     }
 

@@ -269,16 +269,6 @@ fn describe(error: &(dyn std::error::Error + 'static)) -> String {
     }
 }
 
-/// A node's plain lock `name` held by `token` (Redlock serves no other kind).
-fn exclusive<'a>(name: &'a str, token: &'a str) -> Hold<'a> {
-    Hold {
-        name,
-        token,
-        kind: Kind::Exclusive,
-        fair: false,
-    }
-}
-
 /// Deletes the lock on `node` if it holds `token`: with a release notification when `loud`.
 async fn delete(
     node: &RedisBackend,
@@ -287,7 +277,7 @@ async fn delete(
     loud: bool,
 ) -> Result<bool, BoxError> {
     if loud {
-        Ok(node.release(exclusive(name, token)).await? == Released::Deleted)
+        Ok(node.release(Hold::exclusive(name, token)).await? == Released::Deleted)
     } else {
         Ok(node.release_quietly(name, token).await?)
     }
@@ -602,7 +592,7 @@ impl Backend for RedlockBackend {
                 .unwrap_or(LockClient::AUTO_NODE_TIMEOUT_MAX);
             let outcomes = self
                 .on_all(timeout, |node| async move {
-                    node.release(exclusive(name, token)).await
+                    node.release(Hold::exclusive(name, token)).await
                 })
                 .await;
             // Deleted on a majority: released. Deleted or maybe deleted (a node's reply was
