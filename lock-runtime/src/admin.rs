@@ -100,6 +100,19 @@ pub(crate) struct Entry {
     pub readers: Vec<(String, Option<Duration>)>,
 }
 
+impl Entry {
+    /// A lock `name` held by the readers `tokens` (no TTL per share: a backend that keeps its
+    /// locks alive by a session or lease), with `waiters` more in its queue.
+    pub(crate) fn read_by(name: &str, tokens: Vec<String>, waiters: Option<u64>) -> Entry {
+        Entry {
+            name: name.to_owned(),
+            waiters,
+            readers: tokens.into_iter().map(|token| (token, None)).collect(),
+            ..Entry::default()
+        }
+    }
+}
+
 /// An operation a backend cannot do, and why (`LockError::Unsupported`).
 #[derive(Debug)]
 pub(crate) struct Unsupported(pub String);

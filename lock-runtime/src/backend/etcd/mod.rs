@@ -1135,18 +1135,10 @@ impl EtcdBackend {
                 .map(|kv| {
                     let key = String::from_utf8_lossy(&kv.key);
                     let segment = key.rsplit_once('/').map_or("", |(_, s)| s);
-                    (token_in(segment).0.to_owned(), None)
+                    token_in(segment).0.to_owned()
                 })
                 .collect();
-            return Ok(Entry {
-                name: name.to_owned(),
-                token: None,
-                holder: None,
-                ttl: None,
-                fencing_token: None,
-                waiters,
-                readers,
-            });
+            return Ok(Entry::read_by(name, readers, waiters));
         }
         let holder = keys[0];
         let key = String::from_utf8_lossy(&holder.key);

@@ -412,15 +412,7 @@ impl RedisBackend {
             })
             .await
             .map_err(acquire_error)?;
-        Ok(if taken == 1 {
-            Attempt::Acquired {
-                fencing_token: spec.fencing.then_some(value as u64),
-            }
-        } else {
-            Attempt::Busy {
-                ttl: ttl_from_pttl(value),
-            }
-        })
+        Ok(scripted_attempt(spec, taken, value))
     }
 
     /// Runs the release `script` (`scripts::release`, `release_read` or `release_fair`) on
@@ -474,15 +466,7 @@ impl RedisBackend {
             })
             .await
             .map_err(acquire_error)?;
-        Ok(if taken == 1 {
-            Attempt::Acquired {
-                fencing_token: spec.fencing.then_some(value as u64),
-            }
-        } else {
-            Attempt::Busy {
-                ttl: ttl_from_pttl(value.max(-2)),
-            }
-        })
+        Ok(scripted_attempt(spec, taken, value.max(-2)))
     }
 
     fn is_cluster(&self) -> bool {
@@ -585,6 +569,20 @@ async fn query_script<T: redis::FromRedisValue>(
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// An acquisition script's answer `{taken, value}`: taken with the fencing token `value` (if
+/// asked for), or busy for `value` ms (a PTTL).
+fn scripted_attempt(spec: LockSpec<'_>, taken: i64, value: i64) -> Attempt {
+    if taken == 1 {
+        Attempt::Acquired {
+            fencing_token: spec.fencing.then_some(value as u64),
+        }
+    } else {
+        Attempt::Busy {
+            ttl: ttl_from_pttl(value),
+        }
+    }
 }
 
 fn ttl_from_pttl(pttl: i64) -> Option<Duration> {

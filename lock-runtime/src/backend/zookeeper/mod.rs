@@ -906,18 +906,8 @@ impl ZookeeperBackend {
             };
             let waiters = Some((queue.len() - holders.len()) as u64);
             let entry = if is_reader(first) {
-                Entry {
-                    name: name.to_owned(),
-                    token: None,
-                    holder: None,
-                    ttl: None,
-                    fencing_token: None,
-                    waiters,
-                    readers: found
-                        .iter()
-                        .map(|(_, token, _, _)| ((*token).to_owned(), None))
-                        .collect(),
-                }
+                let tokens = found.iter().map(|f| f.1.to_owned()).collect();
+                Entry::read_by(name, tokens, waiters)
             } else {
                 let (_, token, data, stat) = &found[0];
                 Entry {
