@@ -103,6 +103,7 @@ pub(crate) struct Entry {
 impl Entry {
     /// A lock `name` held by the readers `tokens` (no TTL per share: a backend that keeps its
     /// locks alive by a session or lease), with `waiters` more in its queue.
+    #[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
     pub(crate) fn read_by(name: &str, tokens: Vec<String>, waiters: Option<u64>) -> Entry {
         Entry {
             name: name.to_owned(),

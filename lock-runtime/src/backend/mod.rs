@@ -417,8 +417,10 @@ pub(crate) trait Backend: Send + Sync + 'static {
 /// is done. A node or key of the client's own session or lease whose token is not here belongs
 /// to nobody — an attempt given up whose create landed all the same — and may be deleted.
 #[derive(Default)]
+#[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
 pub(crate) struct InPlay(std::sync::Mutex<std::collections::HashSet<String>>);
 
+#[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
 impl InPlay {
     fn tokens(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())

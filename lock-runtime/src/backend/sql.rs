@@ -28,7 +28,7 @@ pub(crate) const READERS: &str = "readers";
 /// A readers' row as the admin API shows it: `row_left_ms` is what is left of the row's lease,
 /// which ends with the longest share — the server's clock, read off the shares themselves.
 /// Fills `entry`'s readers (with their own remaining leases) and waiters (the writers' marks).
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) fn readers_entry(entry: &mut crate::admin::Entry, holder: &str, row_left_ms: i64) {
     let last = shares(holder)
         .filter(|(_, _, mark)| !mark)
@@ -50,7 +50,7 @@ pub(crate) fn readers_entry(entry: &mut crate::admin::Entry, holder: &str, row_l
 }
 
 /// A readers' row's `holder` column as `(token, end or lapse in unix ms, is a writer's mark)`.
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) fn shares(holder: &str) -> impl Iterator<Item = (&str, i64, bool)> {
     holder.lines().filter_map(|line| {
         let (token, at) = line.split_once(' ')?;
