@@ -465,6 +465,9 @@ impl MysqlBackend {
     /// A reader's attempt, in one transaction that locks the lock row first (see
     /// `Sql::range` for the layout).
     async fn acquire_shared(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
+        if let Some(busy) = self.plainly_busy(spec).await.map_err(acquire_error)? {
+            return Ok(busy);
+        }
         let sql = Arc::clone(&self.sql);
         let (name, token) = (spec.name.as_bytes().to_vec(), spec.token.to_owned());
         let (lease, holder, fencing) = (micros(spec.lease), self.holder.clone(), spec.fencing);
@@ -534,6 +537,39 @@ impl MysqlBackend {
                 ttl: Some(Duration::from_micros(ttl.unwrap_or(0).max(0) as u64)),
             }
         })
+    }
+
+    /// A reader's attempt that a plain read shows busy — a live writer holds the lock, or a
+    /// writer waits (and this reader has no share yet) — answered without a transaction, so
+    /// that waiting readers polling do not queue on the lock row's lock. `None`: it may be
+    /// granted; the transaction decides.
+    async fn plainly_busy(&self, spec: LockSpec<'_>) -> Result<Option<Attempt>, MyError> {
+        let sql = Arc::clone(&self.sql);
+        let name = Value::from(spec.name.as_bytes());
+        let params = vec![
+            name.clone(),
+            name.clone(),
+            name.clone(),
+            Value::from(spec.token),
+            name,
+        ];
+        type Peek = (String, bool, Option<i64>, i64, i64);
+        let row: Option<Peek> = self
+            .run("reading the lock", spec.name, move |conn| {
+                let (sql, params) = (Arc::clone(&sql), params.clone());
+                Box::pin(
+                    async move { conn.exec_first(sql.peek.as_str(), positional(params)).await },
+                )
+            })
+            .await?;
+        let Some((token, live, left, marks, mine)) = row else {
+            return Ok(None);
+        };
+        let writer = live && token != READERS;
+        let held_back = token == READERS && marks > 0 && mine == 0;
+        Ok((writer || held_back).then(|| Attempt::Busy {
+            ttl: Some(Duration::from_micros(left.unwrap_or(0).max(0) as u64)),
+        }))
     }
 
     /// A reader's renewal: its share lives `lease` more, and the lock row as long.

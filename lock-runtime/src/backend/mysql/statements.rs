@@ -29,6 +29,10 @@ pub(super) struct Sql {
     pub lock_row: String,
     /// `name` → (token, live, remaining µs) of the locked lock row.
     pub row: String,
+    /// `name, name, name, token, name` → (token, live, remaining µs, live writers' marks, this
+    /// reader's live share) of the lock row, read without locking anything: a reader's attempt
+    /// that is plainly busy answers from it, without a transaction on the hot row.
+    pub peek: String,
     /// `name, name` → (live rows, µs until the last/first ends) among a lock's shares (bounds
     /// `0x01`, `0x02`) or writers' marks (`0x02`, `0x03`): see `shares` and `marks`.
     pub shares: String,
@@ -157,6 +161,15 @@ ON DUPLICATE KEY UPDATE name = name"
                 "SELECT token, expires_at > UTC_TIMESTAMP(6),
        CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) AS SIGNED)
 FROM {t} WHERE name = ? FOR UPDATE"
+            ),
+            peek: format!(
+                "SELECT m.token, m.expires_at > UTC_TIMESTAMP(6),
+       CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), m.expires_at) AS SIGNED),
+       (SELECT COUNT(*) FROM {t} w WHERE w.name > CONCAT(?, x'02') AND w.name < CONCAT(?, x'03')
+          AND w.expires_at > UTC_TIMESTAMP(6)),
+       (SELECT COUNT(*) FROM {t} s WHERE s.name = CONCAT(?, x'01', ?)
+          AND s.expires_at > UTC_TIMESTAMP(6))
+FROM {t} m WHERE m.name = ?"
             ),
             shares: Sql::range(&t, "MAX", "x'01'", "x'02'"),
             marks: Sql::range(&t, "MIN", "x'02'", "x'03'"),
