@@ -668,10 +668,13 @@ impl ClientInner {
         let token = OwnerToken::generate();
         let name = LockName::new(key, &self.prefix, self.hash_tags);
         let request = params.request(&name);
-        if let Err(why) = self.backend.serves(params.kind) {
+        let shared = params.kind == Kind::Shared;
+        // Every backend serves the plain lock: only another kind is asked about.
+        if params.kind != Kind::Exclusive
+            && let Err(why) = self.backend.serves(params.kind)
+        {
             return Err(LockError::Config(format!("`{}`: {why}", name.key())));
         }
-        let shared = params.kind == Kind::Shared;
         if params.fair && shared {
             return Err(LockError::Config(format!(
                 "`{}`: a read lock cannot be fair (readers do not queue behind each other, and \

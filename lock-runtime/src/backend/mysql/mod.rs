@@ -457,6 +457,21 @@ async fn put_share(
         .await
 }
 
+/// In a reader's transaction: the lock row, locked — `(token, live, remaining µs)` — and
+/// whether reader `token`'s share is live.
+async fn row_and_share(
+    tx: &mut mysql_async::Transaction<'_>,
+    sql: &Sql,
+    name: &[u8],
+    token: &str,
+) -> Result<(Option<(String, bool, Option<i64>)>, bool), mysql_async::Error> {
+    let row = tx.exec_first(sql.row.as_str(), (name,)).await?;
+    let mine: Option<i64> = tx
+        .exec_first(sql.share_live.as_str(), (name, token))
+        .await?;
+    Ok((row, mine.unwrap_or(0) > 0))
+}
+
 /// What a reader's attempt found: taken (with the last write grant's fence), or busy for
 /// about this many µs.
 type ReadAttempt = (bool, Option<i64>, Option<i64>);
@@ -482,32 +497,27 @@ impl MysqlBackend {
                 Box::pin(async move {
                     let mut tx = conn.start_transaction(TxOpts::default()).await?;
                     tx.exec_drop(sql.lock_row.as_str(), (name.clone(),)).await?;
-                    let row: Option<(String, bool, Option<i64>)> =
-                        tx.exec_first(sql.row.as_str(), (name.clone(),)).await?;
+                    let (row, mine) = row_and_share(&mut tx, &sql, &name, &token).await?;
                     let (holder_token, live, left) =
                         row.unwrap_or_else(|| (String::new(), false, None));
                     if live && holder_token != READERS {
                         tx.rollback().await?;
                         return Ok((false, left, None));
                     }
-                    if holder_token == READERS {
-                        let mine: Option<i64> = tx
-                            .exec_first(sql.share_live.as_str(), (name.clone(), token.clone()))
+                    // A writer waiting holds back a reader without a share yet.
+                    if holder_token == READERS && !mine {
+                        let marks: Option<(i64, Option<i64>)> = tx
+                            .exec_first(sql.marks.as_str(), (name.clone(), name.clone()))
                             .await?;
-                        if mine.unwrap_or(0) == 0 {
-                            let marks: Option<(i64, Option<i64>)> = tx
-                                .exec_first(sql.marks.as_str(), (name.clone(), name.clone()))
-                                .await?;
-                            if let Some((n, first)) = marks
-                                && n > 0
-                            {
-                                tx.rollback().await?;
-                                let wait = match (live.then_some(left).flatten(), first) {
-                                    (Some(a), Some(b)) => Some(a.min(b)),
-                                    (a, b) => a.or(b),
-                                };
-                                return Ok((false, wait, None));
-                            }
+                        if let Some((n, first)) = marks
+                            && n > 0
+                        {
+                            tx.rollback().await?;
+                            let wait = match (live.then_some(left).flatten(), first) {
+                                (Some(a), Some(b)) => Some(a.min(b)),
+                                (a, b) => a.or(b),
+                            };
+                            return Ok((false, wait, None));
                         }
                     }
                     put_share(&mut tx, &sql, &name, &token, lease, &holder).await?;
@@ -587,13 +597,9 @@ impl MysqlBackend {
                 );
                 Box::pin(async move {
                     let mut tx = conn.start_transaction(TxOpts::default()).await?;
-                    let row: Option<(String, bool, Option<i64>)> =
-                        tx.exec_first(sql.row.as_str(), (name.clone(),)).await?;
-                    let mine: Option<i64> = tx
-                        .exec_first(sql.share_live.as_str(), (name.clone(), token.clone()))
-                        .await?;
+                    let (row, mine) = row_and_share(&mut tx, &sql, &name, &token).await?;
                     let held = row.is_some_and(|(t, live, _)| t == READERS && live);
-                    if !held || mine.unwrap_or(0) == 0 {
+                    if !held || !mine {
                         tx.rollback().await?;
                         return Ok(false);
                     }
@@ -618,11 +624,7 @@ impl MysqlBackend {
             let (sql, name, token) = (Arc::clone(&sql), bytes.clone(), token.clone());
             Box::pin(async move {
                 let mut tx = conn.start_transaction(TxOpts::default()).await?;
-                let row: Option<(String, bool, Option<i64>)> =
-                    tx.exec_first(sql.row.as_str(), (name.clone(),)).await?;
-                let mine: Option<i64> = tx
-                    .exec_first(sql.share_live.as_str(), (name.clone(), token.clone()))
-                    .await?;
+                let (row, mine) = row_and_share(&mut tx, &sql, &name, &token).await?;
                 tx.exec_drop(sql.drop_share.as_str(), (name.clone(), token))
                     .await?;
                 tx.exec_drop(
@@ -655,7 +657,7 @@ impl MysqlBackend {
                     }
                 }
                 tx.commit().await?;
-                Ok((mine.unwrap_or(0) > 0, left))
+                Ok((mine, left))
             })
         })
         .await
@@ -832,10 +834,9 @@ impl Backend for MysqlBackend {
                     })
                 }
                 (false, _) => {
-                    let marked = spec.waiting && self.mark(spec).await.map_err(acquire_error)?;
                     let sql = Arc::clone(&self.sql);
                     let name = spec.name.as_bytes().to_vec();
-                    let remaining: Option<Option<i64>> = self
+                    let remaining: Option<(Option<i64>, bool)> = self
                         .run("reading the holder's lease", spec.name, move |conn| {
                             let (sql, name) = (Arc::clone(&sql), name.clone());
                             Box::pin(async move {
@@ -844,8 +845,13 @@ impl Backend for MysqlBackend {
                         })
                         .await
                         .map_err(acquire_error)?;
+                    // A waiting writer marks the lock only when readers hold it: a writer
+                    // waiting for another writer polls with one statement, as before.
+                    let readers = remaining.is_some_and(|(_, readers)| readers);
+                    let marked =
+                        spec.waiting && readers && self.mark(spec).await.map_err(acquire_error)?;
                     // Gone already (released or expired just now): try again soon.
-                    let micros = remaining.flatten().unwrap_or(0).max(0);
+                    let micros = remaining.and_then(|(left, _)| left).unwrap_or(0).max(0);
                     let mut ttl = Duration::from_micros(micros as u64);
                     if marked {
                         ttl = ttl.min(crate::wait::FAIR_QUEUE_TTL / 3);

@@ -12,7 +12,7 @@ pub(super) struct Sql {
     /// expired, or it is already ours: a retried attempt), 0 busy. One statement: the update
     /// branch compares the old row and changes nothing unless it may take it.
     pub acquire: String,
-    /// `name` → the holder's remaining lease in µs.
+    /// `name` → the holder's remaining lease in µs, and whether readers hold it.
     pub remaining: String,
     /// `name` → the new fencing token, through `LAST_INSERT_ID(expr)`.
     pub fence: String,
@@ -126,8 +126,8 @@ ON DUPLICATE KEY UPDATE
     expires_at = IF(token = VALUES(token), VALUES(expires_at), expires_at)"
             ),
             remaining: format!(
-                "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {t} \
-                 WHERE name = ?"
+                "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), \
+                 token = '{READERS}' FROM {t} WHERE name = ?"
             ),
             fence: format!(
                 "INSERT INTO {f} (name, fence) VALUES (?, LAST_INSERT_ID(1))
