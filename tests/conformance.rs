@@ -1468,6 +1468,310 @@ pub async fn the_admin_api_shows_readers(fixture: &impl Fixture) {
     drop((one, two));
 }
 
+// ---- Semaphores (`../shared/DESIGN.md`, "Lock kinds") ----
+
+/// On a backend without semaphores: the refusal, a `Config` error naming the key and saying
+/// so. `true` when the backend serves them and the case goes on.
+async fn serves_semaphores(fixture: &impl Fixture, client: &LockClient, key: &str) -> bool {
+    if fixture.semaphores() {
+        return true;
+    }
+    match client.semaphore(key, 2).wait(ms(0)).acquire().await {
+        Err(LockError::Config(message)) => {
+            assert!(
+                message.contains(&format!("`{key}`")) && message.contains("semaphore"),
+                "{message}"
+            );
+            println!("refused, as it should be: {message}");
+            assert!(!fixture.anything_at(&format!("lock:{key}")).await);
+            false
+        }
+        other => panic!("a semaphore on a backend that says it has none: {other:?}"),
+    }
+}
+
+/// The tokens of `guards`, sorted.
+fn tokens_of(guards: &[&distlock::LockGuard]) -> Vec<String> {
+    let mut tokens: Vec<String> = guards
+        .iter()
+        .map(|g| distlock::__private::testing::owner_token(g).to_owned())
+        .collect();
+    tokens.sort();
+    tokens
+}
+
+/// At most `n` permits at once, each stored under its holder's token; with more contenders
+/// than permits all `n` are in use at once (the semaphore does not serialise); a release frees
+/// one permit, the last one's leaves nothing behind.
+pub async fn a_semaphore_admits_up_to_n_holders_at_once(fixture: &impl Fixture) {
+    let (one, two) = (fixture.client().await, fixture.client().await);
+    if !serves_semaphores(fixture, &one, "gpu").await {
+        return;
+    }
+    let take = |client: &LockClient| client.semaphore("gpu", 3).lease(ms(10_000)).wait(ms(0));
+    let a = take(&one).acquire().await.expect("a free permit at once");
+    let b = take(&two).acquire().await.expect("a second permit");
+    let c = take(&one).acquire().await.expect("a third permit");
+    assert_eq!(a.permits(), Some(3));
+    assert!(
+        take(&two).try_acquire().await.unwrap().is_none(),
+        "a fourth holder of a semaphore of 3"
+    );
+    let mut stored: Vec<String> = fixture
+        .permits("lock:gpu")
+        .await
+        .into_iter()
+        .map(|(token, left)| {
+            if let Some(left) = left {
+                assert!(left <= ms(10_000) && left > ms(5_000), "permit {left:?}");
+            }
+            token
+        })
+        .collect();
+    stored.sort();
+    assert_eq!(stored, tokens_of(&[&a, &b, &c]), "one permit per holder");
+    b.release().await.unwrap();
+    assert_eq!(fixture.permits("lock:gpu").await.len(), 2);
+    let d = take(&two).acquire().await.expect("the released permit");
+    for guard in [a, c, d] {
+        guard.release().await.unwrap();
+    }
+    assert!(
+        !fixture.anything_at("lock:gpu").await,
+        "the last permit left its key behind"
+    );
+
+    // Eight contenders in two clients, holding for a while: never more than three inside,
+    // and three reached.
+    let inside = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let client = if i % 2 == 0 { one.clone() } else { two.clone() };
+        let (inside, most) = (inside.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..3 {
+                let guard = client
+                    .semaphore("gpu", 3)
+                    .lease(ms(10_000))
+                    .wait(ms(60_000))
+                    .acquire()
+                    .await
+                    .expect("a permit under contention");
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                assert!(now <= 3, "{now} holders of a semaphore of 3");
+                tokio::time::sleep(ms(60)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("contender");
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 3, "the semaphore serialised");
+    assert!(!fixture.anything_at("lock:gpu").await);
+}
+
+/// Each permit lives on its own lease: an unrenewed permit comes back one lease later (not
+/// before), while a renewed one goes on and never keeps another alive.
+pub async fn each_permit_has_its_own_lease(fixture: &impl Fixture) {
+    let (one, two) = (fixture.client().await, fixture.client().await);
+    if !serves_semaphores(fixture, &one, "partner-api").await {
+        return;
+    }
+    let short = one.semaphore("partner-api", 2).lease(ms(900)).renew(false);
+    let short = short.acquire().await.unwrap();
+    let started = Instant::now();
+    let long = two.semaphore("partner-api", 2).lease(ms(900));
+    let long = long.acquire().await.unwrap();
+    let long_token = distlock::__private::testing::owner_token(&long).to_owned();
+    assert!(
+        one.semaphore("partner-api", 2)
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a third permit beside two live ones"
+    );
+    // Past the short permit's lease, and three renewals of the long one.
+    tokio::time::sleep(ms(1_800).saturating_sub(started.elapsed())).await;
+    assert!(short.is_lost(), "an unrenewed permit outlived its lease");
+    assert!(!long.is_lost(), "a renewed permit was lost");
+    let stored = fixture.permits("lock:partner-api").await;
+    assert_eq!(
+        stored.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(),
+        [long_token.as_str()],
+        "the unrenewed permit is still there: another holder's renewal kept it alive"
+    );
+    let back = one.semaphore("partner-api", 2).try_acquire().await.unwrap();
+    let back = back.expect("the unrenewed permit came back one lease later");
+    assert!(matches!(short.release().await, Err(LockError::Lost { .. })));
+    back.release().await.unwrap();
+    long.release().await.unwrap();
+    assert!(!fixture.anything_at("lock:partner-api").await);
+}
+
+/// The limit travels with each request, and a name is one kind: another limit, a lock, a read
+/// lock asked for on a semaphore's name (and a semaphore on a lock's) fail with
+/// `LockError::Config` naming the key (and both limits) — after one try, not after `wait` —
+/// and write nothing. `permits = 0` is refused before any round trip.
+pub async fn a_semaphore_refuses_another_limit_and_another_kind(fixture: &impl Fixture) {
+    let client = fixture.client().await;
+    if !serves_semaphores(fixture, &client, "migrations").await {
+        return;
+    }
+    let held = client.semaphore("migrations", 2).acquire().await.unwrap();
+    let refused = |result: Result<distlock::LockGuard, LockError>, words: &[&str]| match result {
+        Err(LockError::Config(message)) => {
+            for word in words {
+                assert!(message.contains(word), "{word:?} not in: {message}");
+            }
+            println!("refused: {message}");
+        }
+        other => panic!("expected a Config error with {words:?}, got {other:?}"),
+    };
+    let started = Instant::now();
+    refused(
+        client.semaphore("migrations", 3).wait(ms(5_000)).await,
+        &["`migrations`", "2 permits", "asks for 3"],
+    );
+    let read = client.lock("migrations").read().wait(ms(5_000)).await;
+    refused(read, &["`migrations`", "semaphore of 2 permits"]);
+    let write = client.lock("migrations").wait(ms(5_000)).await;
+    refused(write, &["`migrations`", "semaphore of 2 permits"]);
+    assert!(
+        started.elapsed() < ms(5_000),
+        "a refusal waited out `wait`: {:?}",
+        started.elapsed()
+    );
+    refused(
+        client.semaphore("migrations", 0).await,
+        &["`migrations`", "0 permits"],
+    );
+    assert_eq!(
+        fixture
+            .permits("lock:migrations")
+            .await
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect::<Vec<_>>(),
+        tokens_of(&[&held]),
+        "a refused request left something behind"
+    );
+    held.release().await.unwrap();
+    assert!(!fixture.anything_at("lock:migrations").await);
+    // Free again: another limit is fine now.
+    let other = client.semaphore("migrations", 3).wait(ms(0)).await.unwrap();
+    other.release().await.unwrap();
+
+    let lock = client.lock("schema").acquire().await.unwrap();
+    let permit = client.semaphore("schema", 2).wait(ms(5_000)).await;
+    refused(permit, &["`schema`", "held as a lock"]);
+    assert_eq!(
+        fixture.holder("lock:schema").await.as_deref(),
+        Some(distlock::__private::testing::owner_token(&lock))
+    );
+    lock.release().await.unwrap();
+    assert!(!fixture.anything_at("lock:schema").await);
+}
+
+/// A release wakes a waiter for a permit at once — long before the holders' leases run out.
+pub async fn a_permit_release_wakes_a_waiter(fixture: &impl Fixture) {
+    let (one, two) = (fixture.client().await, fixture.client().await);
+    if !serves_semaphores(fixture, &one, "pool").await {
+        return;
+    }
+    let lease = ms(20_000);
+    let a = one.semaphore("pool", 2).lease(lease).await.unwrap();
+    let b = one.semaphore("pool", 2).lease(lease).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let started = Instant::now();
+        let guard = two
+            .semaphore("pool", 2)
+            .lease(lease)
+            .wait(ms(30_000))
+            .await
+            .expect("woken");
+        (guard, started.elapsed())
+    });
+    tokio::time::sleep(ms(300)).await;
+    assert!(!waiter.is_finished(), "granted a third permit of two");
+    b.release().await.unwrap();
+    let (guard, waited) = waiter.await.unwrap();
+    // Not woken, it would have waited for a holder's lease (20 s).
+    assert!(
+        waited < ms(10_000),
+        "waited {waited:?}: not woken by the release"
+    );
+    for guard in [a, guard] {
+        guard.release().await.unwrap();
+    }
+    assert!(!fixture.anything_at("lock:pool").await);
+}
+
+/// Fencing: every permit grant gets a new, higher token.
+pub async fn permits_get_rising_fencing_tokens(fixture: &impl Fixture) {
+    let client = fixture
+        .builder()
+        .fencing(fixture.fencing())
+        .build()
+        .await
+        .unwrap();
+    if !serves_semaphores(fixture, &client, "fenced-pool").await {
+        return;
+    }
+    let a = client.semaphore("fenced-pool", 2).await.unwrap();
+    let b = client.semaphore("fenced-pool", 2).await.unwrap();
+    let (ta, tb) = (a.fencing_token().unwrap(), b.fencing_token().unwrap());
+    assert!(tb > ta, "{tb} after {ta}");
+    a.release().await.unwrap();
+    let c = client.semaphore("fenced-pool", 2).await.unwrap();
+    let tc = c.fencing_token().unwrap();
+    assert!(tc > tb, "{tc} after {tb}");
+    b.release().await.unwrap();
+    c.release().await.unwrap();
+}
+
+/// The admin API shows a semaphore's limit and its permits, each with its holder.
+pub async fn the_admin_api_shows_permits(fixture: &impl Fixture) {
+    let client = fixture.client().await;
+    if !serves_semaphores(fixture, &client, "shown-pool").await {
+        return;
+    }
+    let lease = ms(20_000);
+    let one = client
+        .semaphore("shown-pool", 3)
+        .lease(lease)
+        .await
+        .unwrap();
+    let two = client
+        .semaphore("shown-pool", 3)
+        .lease(lease)
+        .await
+        .unwrap();
+    let info = client.inspect("shown-pool").await.unwrap().expect("held");
+    assert_eq!(info.permits, Some(3), "{info:?}");
+    let mut tokens: Vec<String> = info.readers.iter().map(|r| r.token.clone()).collect();
+    tokens.sort();
+    assert_eq!(tokens, tokens_of(&[&one, &two]), "{info:?}");
+    for permit in &info.readers {
+        assert_eq!(
+            permit.holder.as_ref().map(|h| h.pid),
+            Some(std::process::id())
+        );
+        assert!(permit.ttl.is_none_or(|t| t > ms(5_000)), "{permit:?}");
+    }
+    let listed = client.list("shown-*", 10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].permits, Some(3));
+    let removed = client.force_release("shown-pool").await.unwrap();
+    assert_eq!(removed.expect("removed").readers.len(), 2);
+    assert!(!fixture.anything_at("lock:shown-pool").await);
+    drop((one, two));
+}
+
 macro_rules! conformance {
     ($backend:ident => $fixture:expr; $($case:ident),* $(,)?) => {
         mod $backend {
@@ -1520,6 +1824,12 @@ macro_rules! suite {
                 a_writer_that_gives_up_lets_readers_in_again,
                 readers_get_the_last_writers_fencing_token,
                 the_admin_api_shows_readers,
+                a_semaphore_admits_up_to_n_holders_at_once,
+                each_permit_has_its_own_lease,
+                a_semaphore_refuses_another_limit_and_another_kind,
+                a_permit_release_wakes_a_waiter,
+                permits_get_rising_fencing_tokens,
+                the_admin_api_shows_permits,
             );
         )*
     };

@@ -13,7 +13,7 @@ use crate::errors::{Errors, closest};
 
 /// Every argument the attribute takes.
 pub(crate) const ARGUMENTS: &[&str] = &[
-    "key", "lease", "wait", "renew", "on_lost", "fencing", "fair", "mode", "crate",
+    "key", "lease", "wait", "renew", "on_lost", "fencing", "fair", "mode", "permits", "crate",
 ];
 
 /// The values `mode` takes.
@@ -54,6 +54,10 @@ pub(crate) struct LockArgs {
     pub mode: Option<ModeArg>,
     /// Where `mode` was written, for errors about its combination with other arguments.
     mode_span: Option<Span>,
+    /// `permits = n`: a permit of a semaphore of `n` (at least 1).
+    pub permits: Option<u32>,
+    /// Where `permits` was written.
+    permits_span: Option<Span>,
     pub krate: Option<syn::Path>,
     seen: Vec<String>,
 }
@@ -106,6 +110,22 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> (LockArgs, bool) 
             "a read lock cannot be fair: readers do not queue behind each other, and a waiting \
              writer already stops new readers from joining; drop `fair = true` or `mode = \"read\"`",
         );
+    }
+    if let Some(span) = parsed.permits_span {
+        if parsed.mode.is_some() {
+            errors.at(
+                span,
+                "`permits` takes a permit of a semaphore, which has no read or write side: drop \
+                 `mode` (or `permits`, for a read/write lock)",
+            );
+        }
+        if parsed.fair == Some(true) {
+            errors.at(
+                span,
+                "a semaphore cannot be fair here (on zk:// and etcd:// its waiters are served in \
+                 arrival order already): drop `fair = true`",
+            );
+        }
     }
     (parsed, true)
 }
@@ -232,6 +252,37 @@ impl LockArgs {
             "renew" => self.renew = bool_value(&arg, errors),
             "fencing" => self.fencing = bool_value(&arg, errors),
             "fair" => self.fair = bool_value(&arg, errors),
+            "permits" => {
+                let lit = match &arg.value {
+                    Expr::Lit(ExprLit {
+                        lit: Lit::Int(lit), ..
+                    }) => lit,
+                    other => {
+                        errors.push(syn::Error::new_spanned(
+                            other,
+                            "`permits` takes a whole number of permits, e.g. permits = 4",
+                        ));
+                        return;
+                    }
+                };
+                self.permits_span = Some(lit.span());
+                match lit.base10_parse::<u32>() {
+                    Ok(0) => errors.at(
+                        lit.span(),
+                        "`permits = 0`: a semaphore of no permits could never be acquired; give \
+                         at least 1 (the most holders at once)",
+                    ),
+                    Ok(n) => self.permits = Some(n),
+                    Err(_) => errors.at(
+                        lit.span(),
+                        format!(
+                            "`permits = {lit}` is not a number of permits: expected a whole \
+                             number from 1 to {}",
+                            u32::MAX
+                        ),
+                    ),
+                }
+            }
             "mode" => {
                 let Some(lit) = string_value(&arg, errors, "\"read\"") else {
                     return;

@@ -209,6 +209,10 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
         Some(ModeArg::Read) => quote!(#krate::__private::LockMode::Read),
         Some(ModeArg::Write) | None => quote!(#krate::__private::LockMode::Write),
     };
+    let permits = match args.permits {
+        Some(n) => quote!(::core::option::Option::Some(#n)),
+        None => quote!(::core::option::Option::None),
+    };
     quote! {
         #krate::__private::LockOptions {
             lease: #lease,
@@ -218,6 +222,7 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
             fencing: #fencing,
             fair: #fair,
             mode: #mode,
+            permits: #permits,
         }
     }
 }

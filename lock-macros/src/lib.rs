@@ -27,7 +27,8 @@ use proc_macro::TokenStream;
 ///
 /// Arguments: `key` (required template: `<param>`, `<param.field>`, `<self.field>`, `<<`/`>>`
 /// for literal brackets), `lease`, `wait` (`"0s"` tries once, `"forever"`), `renew`,
-/// `on_lost` (`"abort"` or `"continue"`), `fencing`, `fair`, `crate`. The function must return
+/// `on_lost` (`"abort"` or `"continue"`), `fencing`, `fair`, `mode` (`"read"` or `"write"`),
+/// `permits` (a permit of a semaphore of that many, e.g. `permits = 4`), `crate`. The function must return
 /// `Result<T, E>` with `E: From<distlock::LockError>`. The `distlock` crate documents each
 /// argument, its default, and the guarantees on every exit path.
 #[proc_macro_attribute]

@@ -51,14 +51,18 @@ pub struct LockInfo {
     /// lock on Redis, ZooKeeper, etcd, and the writers waiting for a read lock's readers);
     /// `None` where waiters leave no trace on the server.
     pub waiters: Option<u64>,
-    /// [`LockMode::Read`](crate::LockMode::Read) when readers hold the key (listed in
-    /// `readers`; `token` and `holder` are then `None`), else the write side: the plain lock.
+    /// [`LockMode::Read`](crate::LockMode::Read) when readers (or a semaphore's permit
+    /// holders) hold the key, listed in `readers` (`token` and `holder` are then `None`); else
+    /// the write side: the plain lock.
     pub mode: crate::LockMode,
-    /// A read lock's readers, longest remaining lease first.
+    /// A read lock's readers, or a semaphore's permit holders: longest remaining lease first.
     pub readers: Vec<ReaderInfo>,
+    /// For a semaphore, its limit (the permits its holders took theirs under; `readers` lists
+    /// the permits held); `None` for a lock.
+    pub permits: Option<u32>,
 }
 
-/// One reader of a read lock, as the backend reports it.
+/// One reader of a read lock (or holder of a semaphore's permit), as the backend reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReaderInfo {
@@ -95,9 +99,11 @@ pub(crate) struct Entry {
     pub ttl: Option<Duration>,
     pub fencing_token: Option<u64>,
     pub waiters: Option<u64>,
-    /// A read lock's readers: each one's token and remaining lease (empty for a plain lock,
-    /// whose holder is `token`).
+    /// A read lock's readers, or a semaphore's permits: each one's token and remaining lease
+    /// (empty for a plain lock, whose holder is `token`).
     pub readers: Vec<(String, Option<Duration>)>,
+    /// A semaphore's limit (`readers` are then its permits).
+    pub permits: Option<u32>,
 }
 
 impl Entry {
@@ -271,6 +277,7 @@ impl LockClient {
             waiters: entry.waiters,
             mode,
             readers,
+            permits: entry.permits,
         })
     }
 

@@ -129,6 +129,38 @@ impl LockClient {
         }
     }
 
+    /// Prepares to acquire one of the `permits` permits of the semaphore `key`: up to `permits`
+    /// holders at once, each with a lease of its own (renewed by its watchdog like a lock's),
+    /// so a crashed holder's permit comes back one lease later — no counter that can leak.
+    /// The same [`LockRequest`] methods and [`LockGuard`] as [`lock`](Self::lock); a release
+    /// wakes a waiter.
+    ///
+    /// Every holder must ask with the same `permits`: a request whose limit differs from the
+    /// one the current holders took theirs under fails with [`LockError::Config`] naming both
+    /// numbers, as does asking for a semaphore's name as a lock or the reverse. `permits` of
+    /// zero fails with [`LockError::Config`]. Served by every backend but `redlock://` (see
+    /// the README's backend table).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// let first = client.semaphore("gpu-pool", 2).acquire().await?;
+    /// let second = client.semaphore("gpu-pool", 2).acquire().await?;
+    /// assert!(client.semaphore("gpu-pool", 2).try_acquire().await?.is_none()); // both in use
+    /// assert_eq!(first.permits(), Some(2));
+    /// first.release().await?; // a permit is free again
+    /// let third = client.semaphore("gpu-pool", 2).try_acquire().await?.expect("a permit");
+    /// # drop((second, third));
+    /// # Ok(()) }
+    /// ```
+    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> LockRequest {
+        LockRequest {
+            kind: Kind::Permits(permits),
+            ..self.lock(key)
+        }
+    }
+
     /// The backend's name: `memory`, `redis`, …
     pub fn backend_kind(&self) -> &'static str {
         self.inner.backend.kind()
@@ -633,7 +665,7 @@ impl LockClient {
             },
             fencing: options.fencing.unwrap_or(inner.fencing),
             fair: options.fair,
-            kind: options.mode.kind(),
+            kind: options.kind(),
         };
         inner.acquire(key, params).await
     }
@@ -668,17 +700,29 @@ impl ClientInner {
         let token = OwnerToken::generate();
         let name = LockName::new(key, &self.prefix, self.hash_tags);
         let request = params.request(&name);
-        let shared = params.kind == Kind::Shared;
+        // A reader's share or a semaphore's permit: held together with others.
+        let shared = params.kind != Kind::Exclusive;
+        if params.kind == Kind::Permits(0) {
+            return Err(LockError::Config(format!(
+                "`{}`: a semaphore of 0 permits could never be acquired; ask for at least 1",
+                name.key()
+            )));
+        }
         // Every backend serves the plain lock: only another kind is asked about.
-        if params.kind != Kind::Exclusive
-            && let Err(why) = self.backend.serves(params.kind)
-        {
+        if shared && let Err(why) = self.backend.serves(params.kind) {
             return Err(LockError::Config(format!("`{}`: {why}", name.key())));
         }
-        if params.fair && shared {
+        if params.fair && params.kind == Kind::Shared {
             return Err(LockError::Config(format!(
                 "`{}`: a read lock cannot be fair (readers do not queue behind each other, and \
                  a waiting writer already stops new readers from joining); drop `fair`",
+                name.key()
+            )));
+        }
+        if params.fair && shared {
+            return Err(LockError::Config(format!(
+                "`{}`: a semaphore cannot be fair here (on zk:// and etcd:// its waiters are \
+                 served in arrival order already); drop `fair`",
                 name.key()
             )));
         }
@@ -989,7 +1033,8 @@ impl LockRequest {
     }
 
     /// Take the lock exclusively — the default, and the write side of [`read`](Self::read):
-    /// one owner, excluding every reader and every other writer of the key.
+    /// one owner, excluding every reader and every other writer of the key. (On a request
+    /// made by [`LockClient::semaphore`], `read` and `write` make it a lock request again.)
     pub fn write(mut self) -> Self {
         self.kind = Kind::Exclusive;
         self

@@ -131,6 +131,12 @@ impl LockGuard {
         crate::LockMode::of(self.held.shared.kind)
     }
 
+    /// For a semaphore's permit ([`LockClient::semaphore`](crate::LockClient::semaphore)), the
+    /// semaphore's limit; `None` for a lock.
+    pub fn permits(&self) -> Option<u32> {
+        self.held.shared.kind.permits()
+    }
+
     /// The lease this lock was taken with.
     pub fn lease(&self) -> Duration {
         self.held.shared.lease

@@ -54,10 +54,28 @@ where
         Err(error) => return R::from_lock_error(error),
     };
     if let Some(lock) = scope::held(client, &key) {
+        use crate::backend::Kind;
         // A read under a write or under a read is granted locally; a write under a read could
-        // never be granted (this task's own share excludes every writer).
-        if options.mode == crate::LockMode::Write && lock.kind == crate::backend::Kind::Shared {
-            return R::from_lock_error(LockError::Upgrade { key });
+        // never be granted (this task's own share excludes every writer). A permit under a
+        // permit of the same semaphore is granted locally too; a name is one kind, and a
+        // semaphore has one limit.
+        match (lock.kind, options.kind()) {
+            (Kind::Shared, Kind::Exclusive) => {
+                return R::from_lock_error(LockError::Upgrade { key });
+            }
+            (Kind::Permits(held), Kind::Permits(asked)) if held != asked => {
+                let why = crate::backend::Refused::limit(held, asked);
+                return R::from_lock_error(LockError::Config(format!("`{key}`: {why}")));
+            }
+            (Kind::Permits(held), asked @ (Kind::Exclusive | Kind::Shared)) => {
+                let why = crate::backend::Refused::kind(Some(held), asked);
+                return R::from_lock_error(LockError::Config(format!("`{key}`: {why}")));
+            }
+            (Kind::Exclusive | Kind::Shared, asked @ Kind::Permits(_)) => {
+                let why = crate::backend::Refused::kind(None, asked);
+                return R::from_lock_error(LockError::Config(format!("`{key}`: {why}")));
+            }
+            _ => {}
         }
         tracing::trace!(key, "distlock: reentrant call, no acquisition");
         return scope::enter(client, lock, body).await;
@@ -115,6 +133,7 @@ mod footprint {
         fencing: None,
         fair: false,
         mode: crate::LockMode::Write,
+        permits: None,
     };
 
     #[test]

@@ -23,10 +23,12 @@ impl LockMode {
         }
     }
 
+    /// The mode a hold of `kind` reports: a semaphore's permit, held together with others,
+    /// reports [`LockMode::Read`].
     pub(crate) fn of(kind: Kind) -> LockMode {
         match kind {
             Kind::Exclusive => LockMode::Write,
-            Kind::Shared => LockMode::Read,
+            Kind::Shared | Kind::Permits(_) => LockMode::Read,
         }
     }
 }

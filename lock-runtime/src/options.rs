@@ -40,4 +40,16 @@ pub struct LockOptions {
     pub fair: bool,
     /// `mode = "read"` / `"write"` (the default).
     pub mode: crate::LockMode,
+    /// `permits = n`: a permit of the semaphore `key` of `n` permits, not a lock.
+    pub permits: Option<u32>,
+}
+
+impl LockOptions {
+    /// The kind of hold these options ask for.
+    pub(crate) fn kind(&self) -> crate::backend::Kind {
+        match self.permits {
+            Some(n) => crate::backend::Kind::Permits(n),
+            None => self.mode.kind(),
+        }
+    }
 }

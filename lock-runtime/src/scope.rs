@@ -47,6 +47,11 @@ impl CurrentLock {
         crate::LockMode::of(self.lock.kind)
     }
 
+    /// For a semaphore's permit (`permits = n`), the semaphore's limit `n`; `None` for a lock.
+    pub fn permits(&self) -> Option<u32> {
+        self.lock.kind.permits()
+    }
+
     /// The fencing token of this acquisition, when the lock was taken with `fencing = true`.
     pub fn fencing_token(&self) -> Option<u64> {
         self.lock.fencing_token

@@ -70,6 +70,9 @@ impl Failure {
 
     /// The error an acquisition of `key` reports for this failure.
     pub(crate) fn into_error(self, backend: &dyn Backend, key: &str) -> LockError {
+        if let Some(refused) = self.source.downcast_ref::<crate::backend::Refused>() {
+            return LockError::Config(format!("`{key}`: {refused}"));
+        }
         LockError::Backend {
             backend: backend.kind(),
             op: "acquire",

@@ -79,6 +79,19 @@ pub trait Fixture {
         panic!("no read locks on this backend: nothing to read at {name}")
     }
 
+    /// Whether the backend serves semaphores (`client.semaphore`); otherwise it refuses them
+    /// with `LockError::Config`.
+    fn semaphores(&self) -> bool {
+        self.read_locks()
+    }
+
+    /// The live permits of the semaphore at backend key `name` as the store holds them: each
+    /// one's token and remaining lease where the store keeps one per permit. Where permits are
+    /// stored as readers' shares are, the readers.
+    async fn permits(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        self.readers(name).await
+    }
+
     /// Whether anything at all is stored at backend key `name` (on any node).
     async fn anything_at(&self, name: &str) -> bool {
         self.holder(name).await.is_some()
@@ -937,6 +950,32 @@ impl Fixture for ZookeeperFixture {
             }
         }
         readers
+    }
+
+    /// The permits of the semaphore at the head of the queue: its first `n` nodes
+    /// (`<token>-p<n>-<sequence>`, `n` the limit), each with what is left of its lease.
+    async fn permits(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        let mut permits = Vec::new();
+        let mut limit = usize::MAX;
+        for node in self.queue(name).await {
+            let Some((token, n)) = node
+                .rsplit_once('-')
+                .and_then(|(head, _)| head.rsplit_once("-p"))
+                .and_then(|(token, n)| Some((token, n.parse::<usize>().ok()?)))
+            else {
+                break;
+            };
+            limit = limit.min(n);
+            if permits.len() >= limit {
+                break;
+            }
+            let path = format!("{}/{node}", self.parent(name));
+            if let Ok((data, stat)) = self.zk().await.get_data(&path).await {
+                let data = String::from_utf8_lossy(&data).into_owned();
+                permits.push((token.to_owned(), zk_ttl(&data, &stat)));
+            }
+        }
+        permits
     }
 
     async fn delete(&self, name: &str) {

@@ -42,11 +42,14 @@ struct State {
     readers: HashMap<String, Readers>,
 }
 
-/// The readers of one key, as the Redis backend keeps them (see `redis/scripts.rs`).
+/// The readers of one key, or the holders of a semaphore's permits, as the Redis backend keeps
+/// them (see `redis/scripts.rs`).
 #[derive(Default)]
 struct Readers {
-    /// Each reader's token and the end of its own lease.
+    /// Each reader's (or permit's) token and the end of its own lease.
     shares: HashMap<String, Instant>,
+    /// A semaphore's limit: the shares are its permits. `None`: a read lock's readers.
+    permits: Option<u32>,
     /// Writers waiting for the readers to leave, each with the instant its mark lapses unless
     /// the writer asks again: while one is marked, no new reader joins.
     writers: HashMap<String, Instant>,
@@ -106,6 +109,7 @@ impl MemoryBackend {
                 fencing_token,
                 waiters: state.queues.get(name).map(|q| q.len() as u64),
                 readers: Vec::new(),
+                permits: None,
             });
         }
         let readers = state.readers.get_mut(name)?;
@@ -122,6 +126,7 @@ impl MemoryBackend {
                 .iter()
                 .map(|(token, until)| (token.clone(), Some(*until - now)))
                 .collect(),
+            permits: readers.permits,
         })
     }
 
@@ -130,18 +135,24 @@ impl MemoryBackend {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn acquire_now(&self, spec: LockSpec<'_>) -> Attempt {
+    fn acquire_now(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let now = Instant::now();
-        match spec.kind {
-            Kind::Exclusive => self.state().acquire(spec, now),
-            Kind::Shared => self.state().acquire_shared(spec, now),
+        let mut state = self.state();
+        match (spec.kind, state.semaphore(spec.name, now)) {
+            (Kind::Permits(n), _) => state.acquire_permit(spec, n, now),
+            (kind, Some(held)) => Err(super::Refused::kind(Some(held), kind)),
+            (Kind::Exclusive, None) => Ok(state.acquire(spec, now)),
+            (Kind::Shared, None) => Ok(state.acquire_shared(spec, now)),
         }
     }
 
     /// A fair attempt: as the Redis backend's fair script (see `redis/scripts.rs`).
-    fn acquire_fair_now(&self, spec: LockSpec<'_>) -> Attempt {
+    fn acquire_fair_now(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let now = Instant::now();
         let mut state = self.state();
+        if let Some(held) = state.semaphore(spec.name, now) {
+            return Err(super::Refused::kind(Some(held), spec.kind));
+        }
         let head = state.next_in_line(spec.name, now);
         let held = state
             .locks
@@ -157,7 +168,7 @@ impl MemoryBackend {
                     state.queues.remove(spec.name);
                 }
             }
-            return state.acquire(spec, now);
+            return Ok(state.acquire(spec, now));
         }
         let until = now + crate::wait::FAIR_QUEUE_TTL;
         let queue = state.queues.entry(spec.name.to_owned()).or_default();
@@ -171,7 +182,7 @@ impl MemoryBackend {
                 lapses.saturating_duration_since(now)
             })
         });
-        Attempt::Busy { ttl: Some(ttl) }
+        Ok(Attempt::Busy { ttl: Some(ttl) })
     }
 
     /// A fair release: the holder's token frees the lock and wakes the next in line; a waiting
@@ -209,7 +220,7 @@ impl MemoryBackend {
     fn renew_now(&self, spec: LockSpec<'_>) -> bool {
         let now = Instant::now();
         let mut state = self.state();
-        if spec.kind == Kind::Shared {
+        if spec.kind != Kind::Exclusive {
             let share = state
                 .readers
                 .get_mut(spec.name)
@@ -257,7 +268,8 @@ impl MemoryBackend {
         live
     }
 
-    /// A reader's release: its share ends; the last reader's departure wakes the waiters.
+    /// A reader's release: its share ends; the last reader's departure wakes the waiters. A
+    /// semaphore's permit: every release wakes them (a permit is free).
     fn release_shared_now(&self, name: &str, token: &str) -> bool {
         let now = Instant::now();
         let mut state = self.state();
@@ -268,12 +280,13 @@ impl MemoryBackend {
             .shares
             .remove(token)
             .is_some_and(|until| until > now);
+        let semaphore = readers.permits.is_some();
         let last = readers.live_until(now).is_none();
         if last && readers.writers.is_empty() {
             state.readers.remove(name);
         }
         drop(state);
-        if live && last {
+        if live && (last || semaphore) {
             self.hub.notify(name);
         }
         live
@@ -296,12 +309,12 @@ impl MemoryBackend {
     /// other half.
     fn answer<'a, T: Send + 'a>(
         &'a self,
-        op: impl FnOnce() -> T + Send + 'a,
+        op: impl FnOnce() -> Result<T, BoxError> + Send + 'a,
     ) -> BoxFuture<'a, Result<T, BoxError>> {
         let latency = self.latency_ms.load(Ordering::Relaxed);
         if latency == 0 {
             let value = op();
-            return Box::pin(async move { Ok(value) });
+            return Box::pin(async move { value });
         }
         Box::pin(async move {
             let total =
@@ -309,7 +322,7 @@ impl MemoryBackend {
             tokio::time::sleep(total / 2).await;
             let value = op();
             tokio::time::sleep(total - total / 2).await;
-            Ok(value)
+            value
         })
     }
 
@@ -369,6 +382,14 @@ impl MemoryBackend {
 }
 
 impl State {
+    /// The limit of the semaphore `name` if permits of it are held: a name is one kind, so a
+    /// lock (or a read lock) asked for on it is refused.
+    fn semaphore(&mut self, name: &str, now: Instant) -> Option<u32> {
+        let readers = self.readers.get_mut(name)?;
+        readers.live_until(now)?;
+        readers.permits
+    }
+
     /// Takes the lock for `spec` if it is free (no queue considered).
     fn acquire(&mut self, spec: LockSpec<'_>, now: Instant) -> Attempt {
         if let Some(held) = self.locks.get(spec.name)
@@ -414,6 +435,49 @@ impl State {
             *counter
         });
         Attempt::Acquired { fencing_token }
+    }
+
+    /// Takes one of the `n` permits of the semaphore `spec.name` if fewer are held; a name held
+    /// as a lock, or a semaphore held under another limit, is refused.
+    fn acquire_permit(
+        &mut self,
+        spec: LockSpec<'_>,
+        n: u32,
+        now: Instant,
+    ) -> Result<Attempt, BoxError> {
+        if self
+            .locks
+            .get(spec.name)
+            .is_some_and(|held| held.expires_at > now)
+        {
+            return Err(super::Refused::kind(None, spec.kind));
+        }
+        let readers = self.readers.entry(spec.name.to_owned()).or_default();
+        if readers.live_until(now).is_some() {
+            match readers.permits {
+                None => return Err(super::Refused::kind(None, spec.kind)),
+                Some(held) if held != n => return Err(super::Refused::limit(held, n)),
+                Some(_) => {}
+            }
+        }
+        readers.permits = Some(n);
+        if !readers.shares.contains_key(spec.token) && readers.shares.len() >= n as usize {
+            // Until the first permit's lease ends, unless a release wakes us first.
+            let first = readers.shares.values().min().copied().unwrap_or(now);
+            return Ok(Attempt::Busy {
+                ttl: Some(first.saturating_duration_since(now)),
+            });
+        }
+        readers
+            .shares
+            .insert(spec.token.to_owned(), now + spec.lease);
+        // Every grant its own, rising token.
+        let fencing_token = spec.fencing.then(|| {
+            let counter = self.fences.entry(spec.name.to_owned()).or_insert(0);
+            *counter += 1;
+            *counter
+        });
+        Ok(Attempt::Acquired { fencing_token })
     }
 
     /// Takes a reader's share of `spec.name` unless a writer holds the key or waits for it.
@@ -493,17 +557,17 @@ impl Backend for MemoryBackend {
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
-        self.answer(move || self.renew_now(spec))
+        self.answer(move || Ok(self.renew_now(spec)))
     }
 
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
         self.answer(move || {
-            released(match (hold.kind, hold.fair) {
-                (Kind::Shared, _) => self.release_shared_now(name, token),
+            Ok(released(match (hold.kind, hold.fair) {
+                (Kind::Shared | Kind::Permits(_), _) => self.release_shared_now(name, token),
                 (Kind::Exclusive, true) => self.release_fair_now(name, token),
                 (Kind::Exclusive, false) => self.release_now(name, token),
-            })
+            }))
         })
     }
 
@@ -621,17 +685,17 @@ mod tests {
     fn expired_locks_can_be_taken_and_not_renewed_or_released() {
         let store = MemoryBackend::named("unit-expiry");
         assert!(matches!(
-            store.acquire_now(spec("k", "a", 20, false)),
+            store.acquire_now(spec("k", "a", 20, false)).unwrap(),
             Attempt::Acquired { .. }
         ));
         assert!(matches!(
-            store.acquire_now(spec("k", "b", 20, false)),
+            store.acquire_now(spec("k", "b", 20, false)).unwrap(),
             Attempt::Busy { ttl: Some(_) }
         ));
         std::thread::sleep(Duration::from_millis(30));
         assert!(!store.renew_now(spec("k", "a", 20, false)));
         assert!(matches!(
-            store.acquire_now(spec("k", "b", 1000, false)),
+            store.acquire_now(spec("k", "b", 1000, false)).unwrap(),
             Attempt::Acquired { .. }
         ));
         assert!(!store.release_now("k", "a"));
@@ -643,13 +707,13 @@ mod tests {
         let store = MemoryBackend::named("unit-sweep");
         for i in 0..10_000 {
             let name = format!("k{i}");
-            store.acquire_now(spec(&name, "t", 1, false));
+            store.acquire_now(spec(&name, "t", 1, false)).unwrap();
             if i == 5_000 {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
         std::thread::sleep(Duration::from_millis(5));
-        store.acquire_now(spec("last", "t", 1000, false));
+        store.acquire_now(spec("last", "t", 1000, false)).unwrap();
         assert!(store.state().locks.len() < 10_000);
     }
 
@@ -661,7 +725,7 @@ mod tests {
             let token = format!("t{i}");
             let Attempt::Acquired {
                 fencing_token: Some(fence),
-            } = store.acquire_now(spec("f", &token, 1000, true))
+            } = store.acquire_now(spec("f", &token, 1000, true)).unwrap()
             else {
                 panic!("expected a fencing token");
             };

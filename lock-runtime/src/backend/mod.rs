@@ -131,15 +131,71 @@ pub(crate) enum Kind {
     /// One of any number of readers of the key, excluding writers. Each reader has a lease of
     /// its own; a writer waiting for the key stops new readers from joining.
     Shared,
+    /// One of at most `n` permits of a semaphore (`n` ≥ 1, the limit this request was made
+    /// under). Each permit has a lease of its own, like a reader's share; a name held as a
+    /// semaphore is never a lock, nor the reverse.
+    Permits(u32),
 }
 
 impl Kind {
-    /// The word for messages: `lock`, `read lock`.
+    /// The word for messages: `lock`, `read lock`, `semaphore permit`.
     pub(crate) fn noun(self) -> &'static str {
         match self {
             Kind::Exclusive => "lock",
             Kind::Shared => "read lock",
+            Kind::Permits(_) => "semaphore permit",
         }
+    }
+
+    /// The semaphore's limit, for a permit.
+    pub(crate) fn permits(self) -> Option<u32> {
+        match self {
+            Kind::Permits(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+/// A request the store refuses because of what the name already holds: a semaphore asked for
+/// under another limit than its holders', or a name held as one kind asked for as another.
+/// It becomes a [`LockError::Config`](crate::LockError::Config) naming the key: waiting cannot
+/// cure it.
+#[derive(Debug)]
+pub(crate) struct Refused(pub String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+impl Refused {
+    /// A semaphore held under `held` permits asked for with `asked`.
+    pub(crate) fn limit(held: u32, asked: u32) -> BoxError {
+        Box::new(Refused(format!(
+            "the semaphore is held under a limit of {held} permits, and this request asks for \
+             {asked}: every holder of a semaphore must ask with the same limit (change it once \
+             no permit is held)"
+        )))
+    }
+
+    /// A name held as `held` (a semaphore of `held_permits`, or a lock) asked for as `asked`.
+    pub(crate) fn kind(held_permits: Option<u32>, asked: Kind) -> BoxError {
+        let held = match held_permits {
+            Some(n) => format!("a semaphore of {n} permits"),
+            None => "a lock (or its readers)".to_owned(),
+        };
+        let take = match held_permits {
+            Some(n) => format!("take it with `client.semaphore(key, {n})` / `permits = {n}`"),
+            None => "take it with `client.lock(key)`, or name the semaphore differently".to_owned(),
+        };
+        Box::new(Refused(format!(
+            "the name is held as {held}, and this request asks for a {}: a name is one kind \
+             ({take})",
+            asked.noun()
+        )))
     }
 }
 
@@ -302,6 +358,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
                 "the {} backend has no read locks; take the plain lock instead",
                 self.kind()
             )),
+            Kind::Permits(_) => Err(format!("the {} backend has no semaphores", self.kind())),
         }
     }
 

@@ -971,8 +971,11 @@ impl Backend for EtcdBackend {
         true
     }
 
-    fn serves(&self, _kind: Kind) -> Result<(), String> {
-        Ok(())
+    fn serves(&self, kind: Kind) -> Result<(), String> {
+        match kind {
+            Kind::Permits(_) => Err(format!("the {} backend has no semaphores yet", self.kind())),
+            _ => Ok(()),
+        }
     }
 
     fn keeps_alive(&self) -> bool {
@@ -1172,6 +1175,7 @@ impl EtcdBackend {
             fencing_token: u64::try_from(holder.create_revision).ok(),
             waiters,
             readers: Vec::new(),
+            permits: None,
         })
     }
 }

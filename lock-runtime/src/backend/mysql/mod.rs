@@ -433,6 +433,7 @@ fn entry((name, token, holder, acquired, remaining, fence): AdminRow) -> Entry {
         fencing_token: fence.map(|f| f as u64),
         waiters: None,
         readers: Vec::new(),
+        permits: None,
     }
 }
 
@@ -993,8 +994,11 @@ impl Backend for MysqlBackend {
         Box::pin(async move { Ok(self.inspect_row(name).await?) })
     }
 
-    fn serves(&self, _kind: Kind) -> Result<(), String> {
-        Ok(())
+    fn serves(&self, kind: Kind) -> Result<(), String> {
+        match kind {
+            Kind::Permits(_) => Err(format!("the {} backend has no semaphores yet", self.kind())),
+            _ => Ok(()),
+        }
     }
 
     fn marks_waiting_writers(&self) -> bool {

@@ -340,7 +340,9 @@ impl PostgresBackend {
             return LockError::Connect {
                 url: self.url.clone(),
                 reason: format!(
-                    "the lock table `{}` (or `{}`) does not exist ({error}), and                      `create_table=false` says not to create it: create both with the DDL in                      the README (\"The lock table\"), or let distlock create them",
+                    "the lock table `{}` (or `{}`) does not exist ({error}), and \
+                     `create_table=false` says not to create it: create both with the DDL in \
+                     the README (\"The lock table\"), or let distlock create them",
                     self.settings.table,
                     self.settings.fence_table()
                 ),
@@ -590,6 +592,7 @@ fn entry(row: &tokio_postgres::Row) -> Entry {
         fencing_token: fence.map(|f| f as u64),
         waiters: None,
         readers: Vec::new(),
+        permits: None,
     };
     if token.as_deref() == Some(super::sql::READERS) {
         super::sql::readers_entry(&mut entry, record, remaining.unwrap_or(0));
@@ -720,8 +723,11 @@ impl Backend for PostgresBackend {
         })
     }
 
-    fn serves(&self, _kind: Kind) -> Result<(), String> {
-        Ok(())
+    fn serves(&self, kind: Kind) -> Result<(), String> {
+        match kind {
+            Kind::Permits(_) => Err(format!("the {} backend has no semaphores yet", self.kind())),
+            _ => Ok(()),
+        }
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {

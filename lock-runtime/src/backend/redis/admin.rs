@@ -16,7 +16,14 @@ use crate::error::BoxError;
 const SCAN_COUNT: usize = 1000;
 
 /// The reply of [`INSPECT`] / [`FORCE_RELEASE`].
-type Found = Option<(Option<String>, i64, Option<String>, i64, Vec<(String, i64)>)>;
+type Found = Option<(
+    Option<String>,
+    i64,
+    Option<String>,
+    i64,
+    Vec<(String, i64)>,
+    u32,
+)>;
 
 impl RedisBackend {
     /// Runs `script` (one of the admin scripts) on lock `name`.
@@ -31,23 +38,28 @@ impl RedisBackend {
                 async move { call.invoke_async(&mut conn).await }
             })
             .await?;
-        Ok(found.and_then(|(value, pttl, fence, waiting, readers)| {
-            if value.is_none() && readers.is_empty() {
-                return None;
-            }
-            Some(Entry {
-                name: name.to_owned(),
-                token: value,
-                holder: None,
-                ttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
-                fencing_token: fence.and_then(|f| f.parse().ok()),
-                waiters: (waiting > 0).then_some(waiting as u64),
-                readers: readers
-                    .into_iter()
-                    .map(|(token, left)| (token, Some(Duration::from_millis(left.max(0) as u64))))
-                    .collect(),
-            })
-        }))
+        Ok(
+            found.and_then(|(value, pttl, fence, waiting, readers, permits)| {
+                if value.is_none() && readers.is_empty() {
+                    return None;
+                }
+                Some(Entry {
+                    name: name.to_owned(),
+                    token: value,
+                    holder: None,
+                    ttl: (pttl >= 0).then(|| Duration::from_millis(pttl as u64)),
+                    fencing_token: fence.and_then(|f| f.parse().ok()),
+                    waiters: (waiting > 0).then_some(waiting as u64),
+                    readers: readers
+                        .into_iter()
+                        .map(|(token, left)| {
+                            (token, Some(Duration::from_millis(left.max(0) as u64)))
+                        })
+                        .collect(),
+                    permits: (permits > 0).then_some(permits),
+                })
+            }),
+        )
     }
 
     pub(crate) async fn inspect_lock(&self, name: &str) -> Result<Option<Entry>, BoxError> {

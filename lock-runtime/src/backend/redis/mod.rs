@@ -145,6 +145,7 @@ pub(crate) struct RedisBackend {
     renew_many: Script,
     write: Script,
     read: Script,
+    permit: Script,
     release_read: Script,
     hand_over: Script,
     vote: Script,
@@ -204,6 +205,7 @@ impl RedisBackend {
             renew_many: Script::new(&scripts::renew_many()),
             write: Script::new(&scripts::write()),
             read: Script::new(&scripts::read()),
+            permit: Script::new(&scripts::permit()),
             release_read: Script::new(&scripts::release_read()),
             hand_over: Script::new(&scripts::hand_over()),
             vote: Script::new(VOTE),
@@ -384,20 +386,19 @@ impl RedisBackend {
         format!("{WRITERS_PREFIX}{name}")
     }
 
-    /// An attempt by script (see `scripts::write` and `scripts::read`): a reader's, or a plain
-    /// lock's when it is fenced, waiting, or retried.
+    /// An attempt by script (see `scripts::write`, `scripts::read` and `scripts::permit`): a
+    /// reader's, a semaphore's permit's, or a plain lock's when it is fenced, waiting, or
+    /// retried.
     async fn try_acquire_by_script(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let fence_key = &self.fence_key(spec.name);
         let writers = &self.writers_key(spec.name);
         let lease = millis(spec.lease);
-        let mark = if spec.waiting {
-            millis(crate::wait::FAIR_QUEUE_TTL)
-        } else {
-            0
-        };
-        let script = match spec.kind {
-            Kind::Exclusive => &self.write,
-            Kind::Shared => &self.read,
+        // The last argument: a waiting writer's mark (ms), or a semaphore's limit.
+        let (script, last) = match spec.kind {
+            Kind::Exclusive if spec.waiting => (&self.write, millis(crate::wait::FAIR_QUEUE_TTL)),
+            Kind::Exclusive => (&self.write, 0),
+            Kind::Shared => (&self.read, 0),
+            Kind::Permits(limit) => (&self.permit, u64::from(limit)),
         };
         let (taken, value): (i64, i64) = self
             .run(|mut conn, _| {
@@ -407,12 +408,12 @@ impl RedisBackend {
                     .arg(spec.token)
                     .arg(lease)
                     .arg(u8::from(spec.fencing))
-                    .arg(mark);
+                    .arg(last);
                 async move { call.invoke_async(&mut conn).await }
             })
             .await
             .map_err(acquire_error)?;
-        Ok(scripted_attempt(spec, taken, value))
+        scripted_attempt(spec, taken, value)
     }
 
     /// Runs the release `script` (`scripts::release`, `release_read` or `release_fair`) on
@@ -466,7 +467,7 @@ impl RedisBackend {
             })
             .await
             .map_err(acquire_error)?;
-        Ok(scripted_attempt(spec, taken, value.max(-2)))
+        scripted_attempt(spec, taken, value.max(-2))
     }
 
     fn is_cluster(&self) -> bool {
@@ -482,7 +483,7 @@ impl RedisBackend {
                     call.key(spec.name)
                         .arg(spec.token)
                         .arg(millis(spec.lease))
-                        .arg(u8::from(spec.kind == Kind::Shared));
+                        .arg(u8::from(spec.kind != Kind::Exclusive));
                 }
                 async move { call.invoke_async(&mut conn).await }
             })
@@ -572,16 +573,23 @@ fn millis(d: Duration) -> u64 {
 }
 
 /// An acquisition script's answer `{taken, value}`: taken with the fencing token `value` (if
-/// asked for), or busy for `value` ms (a PTTL).
-fn scripted_attempt(spec: LockSpec<'_>, taken: i64, value: i64) -> Attempt {
-    if taken == 1 {
-        Attempt::Acquired {
+/// asked for), busy for `value` ms (a PTTL), or (`2`) refused: the name is held as a semaphore
+/// of `value` permits, or (`0`) as a lock (see `scripts`).
+fn scripted_attempt(spec: LockSpec<'_>, taken: i64, value: i64) -> Result<Attempt, BoxError> {
+    match taken {
+        1 => Ok(Attempt::Acquired {
             fencing_token: spec.fencing.then_some(value as u64),
+        }),
+        2 => {
+            let held = u32::try_from(value).ok().filter(|&n| n > 0);
+            Err(match (held, spec.kind) {
+                (Some(held), Kind::Permits(asked)) => super::Refused::limit(held, asked),
+                (held, asked) => super::Refused::kind(held, asked),
+            })
         }
-    } else {
-        Attempt::Busy {
+        _ => Ok(Attempt::Busy {
             ttl: ttl_from_pttl(value),
-        }
+        }),
     }
 }
 
@@ -658,7 +666,7 @@ impl Backend for RedisBackend {
                     let mut call = self.renew.key(spec.name);
                     call.arg(spec.token)
                         .arg(lease)
-                        .arg(u8::from(spec.kind == Kind::Shared));
+                        .arg(u8::from(spec.kind != Kind::Exclusive));
                     async move { call.invoke_async(&mut conn).await }
                 })
                 .await?;
@@ -692,7 +700,7 @@ impl Backend for RedisBackend {
         Box::pin(async move {
             let script = match hold.kind {
                 Kind::Exclusive => &self.release,
-                Kind::Shared => &self.release_read,
+                Kind::Shared | Kind::Permits(_) => &self.release_read,
             };
             let writers = self.writers_key(name);
             self.release_with(script, &[name, &writers], token).await

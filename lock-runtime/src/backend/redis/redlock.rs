@@ -61,6 +61,13 @@ pub(crate) const NO_READ_LOCKS: &str = "Redlock has no read locks: a reader's sh
      beside live readers. Use `redis://` or `redis+cluster://` for read/write locks, or take the \
      plain (write) lock on Redlock";
 
+/// Why Redlock refuses semaphores (a `LockError::Config`).
+pub(crate) const NO_SEMAPHORES: &str = "Redlock has no semaphores: a permit would need a \
+     majority vote of its own, and independent nodes that each count the permits they saw can \
+     together admit more than the limit (with a limit of 2 on nodes A, B, C: permits granted on A+B, \
+     on B+C and on A+C — no node saw more than two). Use `redis://` or `redis+cluster://` for \
+     semaphores";
+
 /// The smallest number of nodes that tolerates one failure.
 const MIN_NODES: usize = 3;
 
@@ -580,6 +587,7 @@ impl Backend for RedlockBackend {
         match kind {
             Kind::Exclusive => Ok(()),
             Kind::Shared => Err(NO_READ_LOCKS.to_owned()),
+            Kind::Permits(_) => Err(NO_SEMAPHORES.to_owned()),
         }
     }
 

@@ -8,6 +8,16 @@
 //! key taken either way, which is what makes readers and writers exclude each other. A writer
 //! waiting for readers to leave marks the key in `lock-writers:<name>` (a sorted set of tokens
 //! scored by when the mark lapses): while a mark is live, no new reader joins.
+//!
+//! A semaphore is a sorted set too: one member per permit (its token, scored by the end of its
+//! own lease, like a reader's share), plus the member `#permits` scored by minus the limit its
+//! holders took their permits under — below every share, so dropping lapsed shares
+//! (`ZREMRANGEBYSCORE key 0 now`) keeps it, and its presence is what tells a semaphore from a
+//! read lock. No counter: the count is the set of live permits.
+//!
+//! Acquisition scripts answer `{1, fencing token}` (taken), `{0, ms}` (busy for that long at
+//! most), or `{2, limit}`: refused, the name being held as another kind — a semaphore of
+//! `limit` permits, or (`0`) a lock — or, for a semaphore's request, under another limit.
 
 /// Lua helpers: `now()` is the server's clock in milliseconds; `holder(key)` is the token of a
 /// plain lock, `''` for a key of another type (readers' shares: held, by nobody's token), or
@@ -22,6 +32,14 @@ local function holder(key)
   if t == 'string' then return redis.call('GET', key) end
   if t == 'none' then return false end
   return ''
+end
+";
+
+/// `{2, limit}` if KEYS[1] (of type `t`) is a semaphore: its limit (see the module docs).
+const REFUSE_SEMAPHORE: &str = r"
+if t == 'zset' then
+  local limit = redis.call('ZSCORE', KEYS[1], '#permits')
+  if limit then return {2, -tonumber(limit)} end
 end
 ";
 
@@ -97,9 +115,10 @@ return out"
 /// keep its mark). Held by another writer → {0, pttl}. A key of another type fails.
 pub(super) fn write() -> String {
     format!(
-        "{HELPERS}{}",
+        "{HELPERS}{}{REFUSE_SEMAPHORE}{}",
         r"
-local t = redis.call('TYPE', KEYS[1]).ok
+local t = redis.call('TYPE', KEYS[1]).ok",
+        r"
 if t == 'zset' then
   local n = now()
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', n)
@@ -138,9 +157,10 @@ return {0, redis.call('PTTL', KEYS[1])}"
 /// renewed. Busy → {0, ms to wait: the writer's pttl, or until the first mark lapses}.
 pub(super) fn read() -> String {
     format!(
-        "{HELPERS}{}",
+        "{HELPERS}{}{REFUSE_SEMAPHORE}{}",
         r"
-local t = redis.call('TYPE', KEYS[1]).ok
+local t = redis.call('TYPE', KEYS[1]).ok",
+        r"
 if t == 'string' then return {0, redis.call('PTTL', KEYS[1])} end
 if t ~= 'none' and t ~= 'zset' then
   return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a lock')
@@ -160,9 +180,50 @@ return {1, 0}"
     )
 }
 
-/// A reader's release (KEYS: lock; ARGV: token): its share goes; the key then lives until the
-/// longest remaining share ends, and the last reader's departure wakes the waiters. 1 if the
-/// share was live.
+/// A semaphore's permit (KEYS: lock, fencing counter; ARGV: token, lease ms, fencing `1`/`0`,
+/// limit): a permit of its own if fewer than `limit` are live → {1, a new fencing token or 0};
+/// a permit already ours (a retry) is renewed. All in use → {0, ms until the first permit's
+/// lease ends}. A name held as a lock or a read lock, or a semaphore whose holders took their
+/// permits under another limit → {2, their limit, or 0}. Lapsed permits are dropped first, by
+/// the server's clock: the count is the set of live permits.
+pub(super) fn permit() -> String {
+    format!(
+        "{HELPERS}{}",
+        r"
+local t = redis.call('TYPE', KEYS[1]).ok
+if t == 'string' then return {2, 0} end
+if t ~= 'none' and t ~= 'zset' then
+  return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a semaphore')
+end
+local n = now()
+local lease = tonumber(ARGV[2])
+local limit = tonumber(ARGV[4])
+if t == 'zset' then
+  local held = redis.call('ZSCORE', KEYS[1], '#permits')
+  if not held then
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', n)
+    if redis.call('EXISTS', KEYS[1]) == 1 then return {2, 0} end
+  else
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, n)
+    local count = redis.call('ZCARD', KEYS[1]) - 1
+    held = -tonumber(held)
+    if count > 0 and held ~= limit then return {2, held} end
+    if count >= limit and not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+      local first = redis.call('ZRANGEBYSCORE', KEYS[1], 0, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+      return {0, tonumber(first[2]) - n}
+    end
+  end
+end
+redis.call('ZADD', KEYS[1], n + lease, ARGV[1], -limit, '#permits')
+if redis.call('PTTL', KEYS[1]) < lease then redis.call('PEXPIRE', KEYS[1], lease) end
+if ARGV[3] == '1' then return {1, redis.call('INCR', KEYS[2])} end
+return {1, 0}"
+    )
+}
+
+/// A reader's (or a permit's) release (KEYS: lock; ARGV: token): its share goes; the key then
+/// lives until the longest remaining share ends. The last reader's departure wakes the
+/// waiters; every permit's does (a permit is free). 1 if the share was live.
 pub(super) fn release_read() -> String {
     format!(
         "{HELPERS}{}",
@@ -172,10 +233,12 @@ local ends = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not ends then return 0 end
 local n = now()
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', n)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, n)
+local semaphore = redis.call('ZSCORE', KEYS[1], '#permits')
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-if last[2] then
+if last[2] and tonumber(last[2]) > 0 then
   redis.call('PEXPIRE', KEYS[1], math.max(1, tonumber(last[2]) - n))
+  if semaphore then redis.call('PUBLISH', KEYS[1], 'released') end
 else
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', KEYS[1], 'released')
@@ -304,7 +367,7 @@ return 0"
 }
 
 /// Reads one lock for the admin API into `found` — {value or nil, pttl, fence or nil, waiters,
-/// {reader token, ms left, …}}; KEYS = the lock, its fencing counter, its fair queue, its
+/// {reader (or permit) token, ms left, …}, a semaphore's limit or 0}; KEYS = the lock, its fencing counter, its fair queue, its
 /// writers' marks. A plain lock has a value; readers' shares have none, and are listed. Returns
 /// nil for any other type: foreign keys are skipped, not failed on. Waiters are those of the
 /// fair queue and the writers marking the readers' key.
@@ -320,13 +383,16 @@ if redis.call('TYPE', KEYS[3]).ok == 'list' then waiting = redis.call('LLEN', KE
 if redis.call('TYPE', KEYS[4]).ok == 'zset' then waiting = waiting + redis.call('ZCARD', KEYS[4]) end
 local value = false
 local readers = {}
+local permits = 0
 if ty == 'zset' then
   local t = redis.call('TIME')
   t = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local shares = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
   for i = 1, #shares, 2 do
     local left = tonumber(shares[i + 1]) - t
-    if left > 0 then
+    if shares[i] == '#permits' then
+      permits = -tonumber(shares[i + 1])
+    elseif left > 0 then
       readers[#readers + 1] = shares[i]
       readers[#readers + 1] = left
     end
@@ -335,7 +401,7 @@ if ty == 'zset' then
 else
   value = redis.call('GET', KEYS[1])
 end
-local found = {value, redis.call('PTTL', KEYS[1]), fence, waiting, readers}
+local found = {value, redis.call('PTTL', KEYS[1]), fence, waiting, readers, permits}
 "
     };
 }

@@ -29,7 +29,9 @@ use tokio::time::Instant;
 use zookeeper_client as zk;
 
 pub(crate) use self::path::parent_of;
-use self::path::{ZkUrl, decode, is_reader, node_prefix, parse_url, sequence_of, token_of};
+use self::path::{
+    ZkUrl, decode, is_reader, node_prefix, parse_node, parse_url, sequence_of, token_of,
+};
 use self::session::Session;
 use super::sql::holder_id;
 use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, Transient};
@@ -374,6 +376,16 @@ impl ZookeeperBackend {
         }
     }
 
+    /// What a waiter's node holds: who made it, with which lease.
+    fn node_data(&self, spec: LockSpec<'_>) -> String {
+        format!(
+            "holder={}\nlease_ms={}\nrenew={}\n",
+            self.holder,
+            spec.lease.as_millis(),
+            spec.renew
+        )
+    }
+
     /// Creates this waiter's node in `parent`'s queue (and the parent if it is missing).
     async fn create_node(
         &self,
@@ -382,13 +394,8 @@ impl ZookeeperBackend {
         parent: &str,
         spec: LockSpec<'_>,
     ) -> Result<(String, i64), BoxError> {
-        let prefix = node_prefix(parent, spec.token, spec.kind == Kind::Shared);
-        let data = format!(
-            "holder={}\nlease_ms={}\nrenew={}\n",
-            self.holder,
-            spec.lease.as_millis(),
-            spec.renew
-        );
+        let prefix = node_prefix(parent, spec.token, spec.kind);
+        let data = self.node_data(spec);
         for _ in 0..3 {
             match self
                 .call(
@@ -437,6 +444,7 @@ impl ZookeeperBackend {
             let known = self.nodes().get(spec.token).and_then(|node| {
                 Arc::ptr_eq(&node.session, &session).then(|| (node.path.clone(), node.czxid))
             });
+            let waited = known.is_some();
             let (path, czxid) = match known {
                 Some(known) => known,
                 None => {
@@ -504,24 +512,83 @@ impl ZookeeperBackend {
                 self.nodes().remove(spec.token);
                 continue;
             };
+            // A name is one kind, and a semaphore has one limit: the oldest node says which.
+            if place > 0
+                && let Some(refused) = refusal(parse_node(queue[0].1).0, spec.kind)
+            {
+                self.nodes().remove(spec.token);
+                if let Err(failure) = self.call("delete", client.delete(&path, None)).await {
+                    self.note_session_error(&session, &failure);
+                }
+                return Err(refused);
+            }
             // Curator's read/write recipe: a writer waits for every node before its own, a
             // reader only for the writers before it — so a waiting writer also holds back every
             // reader that comes after it, and readers cannot starve writers. The node to watch
             // is the last one that holds us up.
+            //
+            // A semaphore of `n`: the first `n` nodes hold its permits. The first waiter (at
+            // `n`) is admitted by any holder's departure, so it watches the queue; every later
+            // one watches the node before it, which wakes it by leaving or, admitted, by
+            // touching its own node (below): each departure wakes one waiter.
             let blocker = match spec.kind {
                 Kind::Exclusive => place.checked_sub(1),
                 Kind::Shared => queue[..place]
                     .iter()
                     .rposition(|&(_, child)| !is_reader(child)),
+                Kind::Permits(n) => (place >= n as usize).then(|| place - 1),
             };
             let Some(blocker) = blocker else {
                 if !spec.renew {
                     self.end_after_lease(spec, &client, &path, started);
                 }
+                if let Kind::Permits(_) = spec.kind
+                    && waited
+                    && place + 1 < queue.len()
+                {
+                    // Admitted after waiting: the next waiter, watching this node, is now
+                    // first in line and must watch the queue instead.
+                    let data = self.node_data(spec);
+                    if let Err(failure) = self
+                        .call("touch", client.set_data(&path, data.as_bytes(), None))
+                        .await
+                    {
+                        self.note_session_error(&session, &failure);
+                    }
+                }
                 return Ok(Attempt::Acquired {
                     fencing_token: spec.fencing.then_some(czxid as u64),
                 });
             };
+            if let Kind::Permits(n) = spec.kind
+                && place == n as usize
+            {
+                // First in line: woken by any change to the queue (a holder leaving).
+                let (children, watcher) = match self
+                    .call("watch", client.list_and_watch_children(&parent))
+                    .await
+                {
+                    Ok(found) => found,
+                    Err(ZkFailure::Server(zk::Error::NoNode)) => continue,
+                    Err(failure) => {
+                        self.note_session_error(&session, &failure);
+                        return Err(self.failed("watch", failure));
+                    }
+                };
+                let ahead = children
+                    .iter()
+                    .filter(|child| sequence_of(child).is_some_and(|seq| seq < queue[place].0))
+                    .count();
+                if ahead < n as usize {
+                    continue; // a permit came free meanwhile: look again
+                }
+                self.wake_on(spec.token, async move {
+                    let _ = watcher.changed().await;
+                });
+                return Ok(Attempt::Busy {
+                    ttl: Some(session.timeout),
+                });
+            }
             // Watch only the node that holds us up: its deletion makes us a holder or moves us
             // up (it gave up), so a release wakes only those it may admit.
             let before = format!("{parent}/{}", queue[blocker].1);
@@ -554,20 +621,9 @@ impl ZookeeperBackend {
                     return Err(self.failed("watch", failure));
                 }
             };
-            let hub = Arc::clone(&self.hub);
-            let token = spec.token.to_owned();
-            let task = tokio::spawn(async move {
+            self.wake_on(spec.token, async move {
                 watcher.changed().await;
-                hub.notify(&token);
-            })
-            .abort_handle();
-            if let Some(node) = self.nodes().get_mut(spec.token) {
-                if let Some(previous) = node.task.replace(task) {
-                    previous.abort();
-                }
-            } else {
-                task.abort();
-            }
+            });
             return Ok(Attempt::Busy {
                 ttl: Some(session.timeout),
             });
@@ -576,6 +632,25 @@ impl ZookeeperBackend {
             "the queue of `{}` kept changing under this waiter ({})",
             spec.name, self.shown
         )))
+    }
+
+    /// Wakes the waiter `token` once `watch` fires (the one watch it keeps: a new one replaces
+    /// the last).
+    fn wake_on(&self, token: &str, watch: impl Future<Output = ()> + Send + 'static) {
+        let hub = Arc::clone(&self.hub);
+        let owner = token.to_owned();
+        let task = tokio::spawn(async move {
+            watch.await;
+            hub.notify(&owner);
+        })
+        .abort_handle();
+        if let Some(node) = self.nodes().get_mut(token) {
+            if let Some(previous) = node.task.replace(task) {
+                previous.abort();
+            }
+        } else {
+            task.abort();
+        }
     }
 
     /// An unrenewed lock ends after its lease: its node is deleted then, whatever its session.
@@ -875,8 +950,16 @@ impl ZookeeperBackend {
             let Some((_, first)) = queue.first() else {
                 return Ok(None);
             };
-            // Readers at the head of the queue hold the lock together.
-            let holders: Vec<&String> = if is_reader(first) {
+            // Readers at the head of the queue hold the lock together; the first `n` nodes of
+            // a semaphore of `n` hold its permits.
+            let permits = parse_node(first).0.permits();
+            let holders: Vec<&String> = if let Some(n) = permits {
+                queue
+                    .iter()
+                    .map(|(_, child)| *child)
+                    .take(n as usize)
+                    .collect()
+            } else if is_reader(first) {
                 queue
                     .iter()
                     .map(|(_, child)| *child)
@@ -905,9 +988,12 @@ impl ZookeeperBackend {
                 holder_from_record(&record, u64::try_from(stat.ctime).ok())
             };
             let waiters = Some((queue.len() - holders.len()) as u64);
-            let entry = if is_reader(first) {
+            let entry = if permits.is_some() || is_reader(first) {
                 let tokens = found.iter().map(|f| f.1.to_owned()).collect();
-                Entry::read_by(name, tokens, waiters)
+                Entry {
+                    permits,
+                    ..Entry::read_by(name, tokens, waiters)
+                }
             } else {
                 let (_, token, data, stat) = &found[0];
                 Entry {
@@ -918,6 +1004,7 @@ impl ZookeeperBackend {
                     fencing_token: u64::try_from(stat.czxid).ok(),
                     waiters,
                     readers: Vec::new(),
+                    permits: None,
                 }
             };
             return Ok(Some((entry, found.into_iter().map(|f| f.0).collect())));
@@ -944,5 +1031,22 @@ impl ZookeeperBackend {
             .await
             .ok()
             .flatten()
+    }
+}
+
+/// Why a request of kind `asked` is refused where the oldest node asks for `first`: a name is
+/// one kind (a semaphore, or a lock with its readers), and a semaphore has one limit.
+fn refusal(first: Kind, asked: Kind) -> Option<BoxError> {
+    match (first, asked) {
+        (Kind::Permits(held), Kind::Permits(asked)) if held != asked => {
+            Some(crate::backend::Refused::limit(held, asked))
+        }
+        (Kind::Permits(held), Kind::Exclusive | Kind::Shared) => {
+            Some(crate::backend::Refused::kind(Some(held), asked))
+        }
+        (Kind::Exclusive | Kind::Shared, Kind::Permits(_)) => {
+            Some(crate::backend::Refused::kind(None, asked))
+        }
+        _ => None,
     }
 }

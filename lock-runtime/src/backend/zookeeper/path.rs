@@ -1,6 +1,7 @@
 //! `zk://` URLs and the node layout: where a lock's queue lives in the tree, and how a lock
 //! name that ZooKeeper paths cannot hold is encoded.
 
+use crate::backend::Kind;
 use std::time::Duration;
 
 use crate::error::LockError;
@@ -157,18 +158,36 @@ pub(crate) fn decode(component: &str) -> Option<String> {
 /// digits, so `<token>-r` is never a token itself.)
 const READER: &str = "-r";
 
-/// The prefix of a waiter's node name: its owner token (and `-r` for a reader) and a dash;
-/// ZooKeeper appends the sequence number.
-pub(crate) fn node_prefix(parent: &str, token: &str, reader: bool) -> String {
-    let mark = if reader { READER } else { "" };
-    format!("{parent}/{token}{mark}-")
+/// The prefix of a waiter's node name: its owner token (and `-r` for a reader, `-p<n>` for a
+/// permit of a semaphore of `n`) and a dash; ZooKeeper appends the sequence number.
+pub(crate) fn node_prefix(parent: &str, token: &str, kind: Kind) -> String {
+    match kind {
+        Kind::Exclusive => format!("{parent}/{token}-"),
+        Kind::Shared => format!("{parent}/{token}{READER}-"),
+        Kind::Permits(n) => format!("{parent}/{token}-p{n}-"),
+    }
+}
+
+/// The kind of hold a queue node asks for (see [`node_prefix`]), and its name without the
+/// kind's mark and the sequence number: the owner token. (Tokens end in hex digits, never in
+/// a mark.)
+pub(crate) fn parse_node(child: &str) -> (Kind, &str) {
+    let head = child.rsplit_once('-').map_or(child, |(head, _)| head);
+    if let Some(token) = head.strip_suffix(READER) {
+        return (Kind::Shared, token);
+    }
+    if let Some((token, mark)) = head.rsplit_once("-p")
+        && let Ok(n) = mark.parse::<u32>()
+        && !mark.starts_with('+')
+    {
+        return (Kind::Permits(n), token);
+    }
+    (Kind::Exclusive, head)
 }
 
 /// Whether a queue node is a reader's (see [`node_prefix`]).
 pub(crate) fn is_reader(child: &str) -> bool {
-    child
-        .rsplit_once('-')
-        .is_some_and(|(head, _)| head.ends_with(READER))
+    parse_node(child).0 == Kind::Shared
 }
 
 /// The sequence number at the end of a queue node's name (`<token>-0000000042`), if it is
@@ -183,8 +202,7 @@ pub(crate) fn sequence_of(child: &str) -> Option<i64> {
 
 /// The owner token in a queue node's name.
 pub(crate) fn token_of(child: &str) -> &str {
-    let head = child.rsplit_once('-').map_or(child, |(head, _)| head);
-    head.strip_suffix(READER).unwrap_or(head)
+    parse_node(child).1
 }
 
 #[cfg(test)]
@@ -244,6 +262,18 @@ mod tests {
     fn queue_nodes_carry_token_and_sequence() {
         assert_eq!(sequence_of("0123abcd-0000000042"), Some(42));
         assert_eq!(token_of("0123abcd-0000000042"), "0123abcd");
+        assert_eq!(
+            parse_node("h:1:2:0123abcd-p4-0000000042"),
+            (Kind::Permits(4), "h:1:2:0123abcd")
+        );
+        assert_eq!(
+            parse_node("h:1:2:0123abcd-r-0000000042"),
+            (Kind::Shared, "h:1:2:0123abcd")
+        );
+        assert_eq!(
+            parse_node("h:1:2:0123abcd-0000000042"),
+            (Kind::Exclusive, "h:1:2:0123abcd")
+        );
         assert_eq!(sequence_of("intruder-0000000007"), Some(7));
         assert_eq!(sequence_of("foreign"), None);
         assert_eq!(sequence_of("x-12"), None);
