@@ -648,6 +648,20 @@ impl Fixture for PostgresFixture {
         sql_shares(row.get(0), row.get(1))
     }
 
+    /// A semaphore's permits: shares in its row (token `permits:<n>`), as readers' are.
+    async fn permits(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        let sql = format!(
+            "SELECT holder, (extract(epoch FROM now()) * 1000)::int8 FROM {} \
+             WHERE name = $1 AND token LIKE 'permits:%' AND expires_at > now()",
+            self.table
+        );
+        let rows = self.rows(&sql, &[&name]).await;
+        let Some(row) = rows.first() else {
+            return Vec::new();
+        };
+        sql_shares(row.get(0), row.get(1))
+    }
+
     async fn ttl(&self, name: &str) -> Option<Duration> {
         let sql = format!(
             "SELECT (extract(epoch FROM expires_at - now()) * 1000)::int8 FROM {} \

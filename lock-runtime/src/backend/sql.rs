@@ -25,6 +25,11 @@ pub(crate) const DEFAULT_TABLE: &str = "distlock_locks";
 /// never with a space.)
 pub(crate) const READERS: &str = "readers";
 
+/// The `token` of a lock row held by a semaphore's permits is this prefix and the limit its
+/// holders took them under (`permits:4`); the permits are shares in `holder`, as readers' are.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+pub(crate) const PERMITS: &str = "permits:";
+
 /// A readers' row as the admin API shows it: `row_left_ms` is what is left of the row's lease,
 /// which ends with the longest share — the server's clock, read off the shares themselves.
 /// Fills `entry`'s readers (with their own remaining leases) and waiters (the writers' marks).

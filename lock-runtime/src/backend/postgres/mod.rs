@@ -63,6 +63,7 @@ struct Conn {
     read_acquire: Statement,
     read_renew: Statement,
     read_release: Statement,
+    permit_acquire: Statement,
     mark: Statement,
     /// Which connection this is (see [`PostgresBackend::invalidate`]).
     number: u64,
@@ -431,18 +432,32 @@ impl PostgresBackend {
             ),
             client.prepare_typed(&self.sql.release, &[Type::TEXT, Type::TEXT]),
         );
-        let reading = futures_util::future::try_join4(
+        let reading = futures_util::future::try_join5(
             client.prepare_typed(&self.sql.read_acquire, &lock_params),
-            client.prepare_typed(&self.sql.read_renew, &[Type::TEXT, Type::TEXT, Type::INT8]),
-            client.prepare_typed(&self.sql.read_release, &[Type::TEXT, Type::TEXT]),
+            client.prepare_typed(
+                &self.sql.read_renew,
+                &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
+            ),
+            client.prepare_typed(&self.sql.read_release, &[Type::TEXT, Type::TEXT, Type::TEXT]),
             client.prepare_typed(&self.sql.mark, &[Type::TEXT, Type::TEXT, Type::INT8]),
+            client.prepare_typed(
+                &self.sql.permit_acquire,
+                &[
+                    Type::TEXT,
+                    Type::TEXT,
+                    Type::INT8,
+                    Type::TEXT,
+                    Type::INT8,
+                    Type::BOOL,
+                ],
+            ),
         );
         let prepared = futures_util::future::try_join(prepared, reading);
         // Part of connecting: bounded by the connect timeout (a busy server or another client
         // creating the tables can hold it up for longer than one statement may take).
         let (
             ((acquire, acquire_fenced, remaining), renew, renew_many, release),
-            (read_acquire, read_renew, read_release, mark),
+            (read_acquire, read_renew, read_release, mark, permit_acquire),
         ) = self
             .timed_by(
                 "preparing the lock statements",
@@ -461,6 +476,7 @@ impl PostgresBackend {
             read_acquire,
             read_renew,
             read_release,
+            permit_acquire,
             mark,
             number: self.connections_made.fetch_add(1, Ordering::Relaxed),
         });
@@ -543,12 +559,56 @@ impl PostgresBackend {
                     .then(|| get(1).ok().flatten().unwrap_or(0) as u64),
             });
         }
+        let row_token: Option<String> = row
+            .try_get(4)
+            .map_err(|e| acquire_error(PgError::from(e)))?;
+        if let Some(held) = row_token.as_deref().and_then(semaphore_limit) {
+            return Err(super::Refused::kind(Some(held), spec.kind));
+        }
         // Busy: until the holder's lease ends, or sooner when a waiting writer's mark lapses.
         let ttl_ms = match (get(2)?, get(3)?) {
             (Some(row), Some(mark)) => Some(row.min(mark)),
             (row, mark) => row.or(mark),
         };
         Ok(busy(ttl_ms))
+    }
+
+    /// A semaphore's permit (see `statements::Sql::permit_acquire`).
+    async fn acquire_permit(&self, spec: LockSpec<'_>, limit: u32) -> Result<Attempt, BoxError> {
+        let lease = millis(spec.lease);
+        let row_token = permits_token(limit);
+        let limit = i64::from(limit);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
+            &spec.name,
+            &spec.token,
+            &lease,
+            &row_token,
+            &limit,
+            &spec.fencing,
+        ];
+        let row = self
+            .run("the permit's acquisition", spec.name, |conn| async move {
+                conn.client.query_one(&conn.permit_acquire, &params).await
+            })
+            .await
+            .map_err(acquire_error)?;
+        let failed = |e| acquire_error(PgError::from(e));
+        if row.try_get::<_, bool>(0).map_err(failed)? {
+            let fence: Option<i64> = row.try_get(1).map_err(failed)?;
+            return Ok(Attempt::Acquired {
+                fencing_token: spec.fencing.then(|| fence.unwrap_or(0) as u64),
+            });
+        }
+        let held: Option<String> = row.try_get(2).map_err(failed)?;
+        match held.as_deref() {
+            // Free, or taken, after the statement's snapshot: ask again at once.
+            None => Ok(busy(None)),
+            Some(held) if held == row_token => Ok(busy(row.try_get(3).map_err(failed)?)),
+            Some(held) => Err(match semaphore_limit(held) {
+                Some(held) => super::Refused::limit(held, limit as u32),
+                None => super::Refused::kind(None, spec.kind),
+            }),
+        }
     }
 
     /// A waiting writer's busy attempt: marks the readers holding the row (keeping new
@@ -568,6 +628,12 @@ impl PostgresBackend {
         };
         let ttl_ms: Option<i64> = row.try_get(0).map_err(|e| acquire_error(e.into()))?;
         let marked: bool = row.try_get(1).map_err(|e| acquire_error(e.into()))?;
+        let token: Option<String> = row.try_get(2).map_err(|e| acquire_error(e.into()))?;
+        if let Some(held) = token.as_deref().and_then(semaphore_limit)
+            && ttl_ms.is_some_and(|ms| ms > 0)
+        {
+            return Err(super::Refused::kind(Some(held), spec.kind));
+        }
         Ok(busy(match (ttl_ms, marked) {
             (Some(ms), true) => Some(ms.min(mark / 3)),
             (ttl, _) => ttl,
@@ -594,10 +660,32 @@ fn entry(row: &tokio_postgres::Row) -> Entry {
         readers: Vec::new(),
         permits: None,
     };
-    if token.as_deref() == Some(super::sql::READERS) {
+    let permits = token.as_deref().and_then(semaphore_limit);
+    if permits.is_some() || token.as_deref() == Some(super::sql::READERS) {
         super::sql::readers_entry(&mut entry, record, remaining.unwrap_or(0));
+        entry.permits = permits;
     }
     entry
+}
+
+/// The token of the row a share of `kind` lives in: `readers`, or a semaphore's `permits:<n>`;
+/// `None` for a plain lock (its row holds its owner's token).
+fn row_token(kind: Kind) -> Option<String> {
+    match kind {
+        Kind::Exclusive => None,
+        Kind::Shared => Some(super::sql::READERS.to_owned()),
+        Kind::Permits(limit) => Some(permits_token(limit)),
+    }
+}
+
+/// The token of a row holding the permits of a semaphore of `limit`.
+fn permits_token(limit: u32) -> String {
+    format!("{}{limit}", super::sql::PERMITS)
+}
+
+/// The limit of a semaphore whose row holds `token`; `None` for a lock's row.
+fn semaphore_limit(token: &str) -> Option<u32> {
+    token.strip_prefix(super::sql::PERMITS)?.parse().ok()
 }
 
 fn busy(ttl_ms: Option<i64>) -> Attempt {
@@ -662,8 +750,10 @@ impl Backend for PostgresBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
-        if spec.kind == Kind::Shared {
-            return Box::pin(self.acquire_shared(spec));
+        match spec.kind {
+            Kind::Shared => return Box::pin(self.acquire_shared(spec)),
+            Kind::Permits(limit) => return Box::pin(self.acquire_permit(spec, limit)),
+            Kind::Exclusive => {}
         }
         Box::pin(async move {
             let lease = millis(spec.lease);
@@ -723,27 +813,31 @@ impl Backend for PostgresBackend {
         })
     }
 
-    fn serves(&self, kind: Kind) -> Result<(), String> {
-        match kind {
-            Kind::Permits(_) => Err(format!("the {} backend has no semaphores yet", self.kind())),
-            _ => Ok(()),
-        }
+    fn serves(&self, _kind: Kind) -> Result<(), String> {
+        Ok(())
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
         Box::pin(async move {
             let lease = millis(spec.lease);
-            let shared = spec.kind == Kind::Shared;
+            let row_token = row_token(spec.kind);
             let renewed = self
-                .run("the renewal", spec.name, |conn| async move {
-                    let statement = if shared {
-                        &conn.read_renew
-                    } else {
-                        &conn.renew
-                    };
-                    conn.client
-                        .execute(statement, &[&spec.name, &spec.token, &lease])
-                        .await
+                .run("the renewal", spec.name, |conn| {
+                    let row_token = row_token.as_deref();
+                    async move {
+                        match row_token {
+                            Some(row) => {
+                                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+                                    [&spec.name, &spec.token, &lease, &row];
+                                conn.client.execute(&conn.read_renew, &params).await
+                            }
+                            None => {
+                                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                                    [&spec.name, &spec.token, &lease];
+                                conn.client.execute(&conn.renew, &params).await
+                            }
+                        }
+                    }
                 })
                 .await?;
             Ok(renewed == 1)
@@ -754,7 +848,7 @@ impl Backend for PostgresBackend {
         &'a self,
         specs: &'a [LockSpec<'a>],
     ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
-        if specs.iter().any(|spec| spec.kind == Kind::Shared) {
+        if specs.iter().any(|spec| spec.kind != Kind::Exclusive) {
             // A reader's share is renewed in its readers' row: one statement each.
             return Box::pin(super::renew_each(self, specs));
         }
@@ -785,19 +879,22 @@ impl Backend for PostgresBackend {
 
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
-        let shared = hold.kind == Kind::Shared;
+        let row_token = row_token(hold.kind);
         Box::pin(async move {
             let mut tries = 0;
             let released = self
                 .run("the release", name, |conn| {
                     tries += 1;
+                    let row_token = row_token.as_deref();
                     async move {
-                        let statement = if shared {
-                            &conn.read_release
-                        } else {
-                            &conn.release
-                        };
-                        conn.client.query(statement, &[&name, &token]).await
+                        match row_token {
+                            Some(row) => {
+                                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                                    [&name, &token, &row];
+                                conn.client.query(&conn.read_release, &params).await
+                            }
+                            None => conn.client.query(&conn.release, &[&name, &token]).await,
+                        }
                     }
                 })
                 .await?;

@@ -25,21 +25,29 @@ pub(super) struct Sql {
     pub release: String,
     /// A reader's attempt: `$1` name, `$2` token, `$3` lease in ms, `$4` holder (unused: the
     /// shares are the record) → (taken, the last write grant's fence, the row's remaining ms,
-    /// ms until the first waiting writer's mark lapses). Joins the readers unless a writer
+    /// ms until the first waiting writer's mark lapses, the live row's token). Joins the readers unless a writer
     /// holds the row or a writer's mark is live (see `sql::READERS` for the layout).
     pub read_acquire: String,
-    /// `$1` name, `$2` token, `$3` lease in ms → one row if the reader's share was live and is
-    /// renewed (the row lives at least as long).
+    /// `$1` name, `$2` token, `$3` lease in ms, `$4` the row's token (`readers`, or a
+    /// semaphore's `permits:<n>`) → one row if the share was live and is renewed (the row lives
+    /// at least as long).
     pub read_renew: String,
-    /// `$1` name, `$2` token → (share was live, waiters woken); the last live share's departure
-    /// deletes the row — or, while writers wait, leaves it to them with their marks, its lease
-    /// over — and wakes the waiters. The row is locked and read first (`FOR UPDATE`:
+    /// A semaphore's permit: `$1` name, `$2` token, `$3` lease in ms, `$4` the row's token
+    /// (`permits:<n>`), `$5` the limit `n`, `$6` fencing → (taken, a new fence, the live row's
+    /// token, ms until the first permit's lease ends). Joins the permits (a share in `holder`,
+    /// as a reader's) while fewer than `n` others are live, or takes a free or lapsed row.
+    pub permit_acquire: String,
+    /// `$1` name, `$2` token, `$3` the row's token (`readers`, or `permits:<n>`) → (share was
+    /// live, waiters woken); the last live share's departure deletes the row — or, while
+    /// writers wait, leaves it to them with their marks, its lease over — and wakes the
+    /// waiters; a permit's departure always wakes them. The row is locked and read first (`FOR UPDATE`:
     /// its latest version, even if it changed since the statement's snapshot), and the update
     /// or the delete decides on what it read — never on an older version, which would let a
     /// reader that joined meanwhile make both of them step aside.
     pub read_release: String,
     /// A waiting writer found the row busy: `$1` name, `$2` token, `$3` mark ms → (remaining
-    /// ms, marked). Readers holding the row get the writer's mark, which keeps new readers out.
+    /// ms, marked, the row's token if not marked). Readers holding the row get the writer's
+    /// mark, which keeps new readers out.
     pub mark: String,
     /// Subscribes a connection to the table's release notifications.
     pub listen: String,
@@ -212,7 +220,8 @@ SELECT EXISTS (SELECT 1 FROM taken),
        (SELECT fence FROM {f} WHERE name = $1),
        (SELECT (extract(epoch FROM l.expires_at - now()) * 1000)::int8 FROM {t} l
          WHERE l.name = $1),
-       (SELECT {first_mark} - {NOW_MS} FROM {t} l WHERE l.name = $1 AND l.token = '{READERS}')",
+       (SELECT {first_mark} - {NOW_MS} FROM {t} l WHERE l.name = $1 AND l.token = '{READERS}'),
+       (SELECT l.token FROM {t} l WHERE l.name = $1 AND l.expires_at > now())",
                 kept = kept(),
                 marks = over_lines("count(*)", true),
                 first_mark = over_lines("min(nullif(split_part(line, ' ', 2), '')::int8)", true),
@@ -221,31 +230,64 @@ SELECT EXISTS (SELECT 1 FROM taken),
                 "UPDATE {t} AS l SET
     holder = coalesce({kept} || E'\\n', '') || $2 || ' ' || ({NOW_MS} + $3::int8),
     expires_at = greatest(l.expires_at, now() + $3::int8 * interval '1 millisecond')
-WHERE l.name = $1 AND l.token = '{READERS}' AND l.expires_at > now()
+WHERE l.name = $1 AND l.token = $4 AND l.expires_at > now()
   AND EXISTS (SELECT 1 FROM string_to_table(l.holder, E'\\n') AS s(line)
               WHERE split_part(line, ' ', 1) = $2
                 AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})",
                 kept = kept()
             ),
+            permit_acquire: format!(
+                "WITH taken AS (
+    INSERT INTO {t} AS l (name, token, expires_at, holder, acquired_at)
+    VALUES ($1, $4, now() + $3::int8 * interval '1 millisecond',
+            $2 || ' ' || ({NOW_MS} + $3::int8), now())
+    ON CONFLICT (name) DO UPDATE SET
+        token = excluded.token,
+        holder = CASE WHEN l.token = $4 AND l.expires_at > now()
+                      THEN coalesce({kept} || E'\\n', '') ELSE '' END || excluded.holder,
+        expires_at = CASE WHEN l.token = $4 AND l.expires_at > now()
+                          THEN greatest(l.expires_at, excluded.expires_at)
+                          ELSE excluded.expires_at END,
+        acquired_at = CASE WHEN l.token = $4 AND l.expires_at > now()
+                           THEN l.acquired_at ELSE now() END
+    WHERE (l.expires_at <= now() AND (l.token <> '{READERS}' OR {marks} = 0))
+       OR (l.token = $4
+           AND (position(E'\\n' || $2 || ' ' IN E'\\n' || l.holder) > 0 OR {others} < $5))
+    RETURNING l.name
+), fenced AS (
+    INSERT INTO {f} AS f (name, fence)
+    SELECT name, 1 FROM taken WHERE $6
+    ON CONFLICT (name) DO UPDATE SET fence = f.fence + 1
+    RETURNING f.fence
+)
+SELECT EXISTS (SELECT 1 FROM taken),
+       (SELECT fence FROM fenced),
+       (SELECT l.token FROM {t} l WHERE l.name = $1 AND l.expires_at > now()),
+       (SELECT {first} - {NOW_MS} FROM {t} l WHERE l.name = $1 AND l.token = $4)",
+                kept = kept(),
+                marks = over_lines("count(*)", true),
+                others = over_lines("count(*)", false),
+                first = over_lines("min(nullif(split_part(line, ' ', 2), '')::int8)", false),
+            ),
             read_release: format!(
                 "WITH cur AS (
-    SELECT holder FROM {t} WHERE name = $1 AND token = '{READERS}' AND expires_at > now()
+    SELECT holder FROM {t} WHERE name = $1 AND token = $3 AND expires_at > now()
     FOR UPDATE
 ), left_some AS (
     UPDATE {t} AS l SET
         holder = coalesce({kept}, ''),
         expires_at = coalesce(to_timestamp({last} / 1000.0), now() - interval '1 millisecond')
     FROM cur
-    WHERE l.name = $1 AND l.token = '{READERS}' AND {mine} AND ({others} > 0 OR {marks} > 0)
+    WHERE l.name = $1 AND l.token = $3 AND {mine} AND ({others} > 0 OR {marks} > 0)
     RETURNING l.name, l.expires_at > now() AS held
 ), left_none AS (
     DELETE FROM {t} AS l USING cur
-    WHERE l.name = $1 AND l.token = '{READERS}' AND {mine} AND {others} = 0 AND {marks} = 0
+    WHERE l.name = $1 AND l.token = $3 AND {mine} AND {others} = 0 AND {marks} = 0
     RETURNING l.name
 ), woke AS (
     SELECT pg_notify('{table}', name) FROM left_none
     UNION ALL
-    SELECT pg_notify('{table}', name) FROM left_some WHERE NOT held
+    SELECT pg_notify('{table}', name) FROM left_some WHERE NOT held OR $3 <> '{READERS}'
 )
 SELECT EXISTS (SELECT 1 FROM left_some) OR EXISTS (SELECT 1 FROM left_none),
        (SELECT count(*) FROM woke)",
@@ -270,9 +312,9 @@ SELECT EXISTS (SELECT 1 FROM left_some) OR EXISTS (SELECT 1 FROM left_none),
     WHERE l.name = $1 AND l.token = '{READERS}' AND l.expires_at > now()
     RETURNING (extract(epoch FROM l.expires_at - now()) * 1000)::int8 AS ms
 )
-SELECT ms, true FROM marked
+SELECT ms, true, NULL::text FROM marked
 UNION ALL
-SELECT (extract(epoch FROM expires_at - now()) * 1000)::int8, false FROM {t}
+SELECT (extract(epoch FROM expires_at - now()) * 1000)::int8, false, token FROM {t}
 WHERE name = $1 AND NOT EXISTS (SELECT 1 FROM marked)",
                 kept = kept()
             ),
