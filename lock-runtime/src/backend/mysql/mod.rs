@@ -22,7 +22,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Params, TxOpts, Value};
 
-use super::sql::READERS;
+use super::sql::{PERMITS, READERS};
 use super::sql::{SqlSettings, holder_id, like_pattern, millis, slot_of};
 use super::url::redact_url;
 use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, Transient};
@@ -458,6 +458,42 @@ async fn put_share(
         .await
 }
 
+/// Makes the lock row `name` the row of shares `row_token` (readers, or a semaphore's
+/// permits), living at least `lease` µs more, in the transaction that made or renewed a share.
+async fn shares_row(
+    tx: &mut mysql_async::Transaction<'_>,
+    sql: &Sql,
+    name: &[u8],
+    row_token: &str,
+    lease: i64,
+) -> Result<(), mysql_async::Error> {
+    let params = vec![
+        Value::from(row_token),
+        Value::from(row_token),
+        Value::from(lease),
+        Value::from(lease),
+        Value::from(row_token),
+        Value::from(row_token),
+        Value::from(name),
+    ];
+    tx.exec_drop(sql.readers_row.as_str(), positional(params))
+        .await
+}
+
+/// The token of the lock row a share of `kind` lives in: `readers`, or a semaphore's
+/// `permits:<n>`.
+fn row_token(kind: Kind) -> String {
+    match kind.permits() {
+        Some(limit) => format!("{PERMITS}{limit}"),
+        None => READERS.to_owned(),
+    }
+}
+
+/// The limit of a semaphore whose row holds `token`; `None` for a lock's row.
+fn semaphore_limit(token: &str) -> Option<u32> {
+    token.strip_prefix(PERMITS)?.parse().ok()
+}
+
 /// In a reader's transaction: the lock row, locked — `(token, live, remaining µs)` — and
 /// whether reader `token`'s share is live.
 async fn row_and_share(
@@ -481,7 +517,7 @@ impl MysqlBackend {
     /// A reader's attempt, in one transaction that locks the lock row first (see
     /// `Sql::range` for the layout).
     async fn acquire_shared(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
-        if let Some(busy) = self.plainly_busy(spec).await.map_err(acquire_error)? {
+        if let Some(busy) = self.plainly_busy(spec).await? {
             return Ok(busy);
         }
         let sql = Arc::clone(&self.sql);
@@ -522,8 +558,7 @@ impl MysqlBackend {
                         }
                     }
                     put_share(&mut tx, &sql, &name, &token, lease, &holder).await?;
-                    tx.exec_drop(sql.readers_row.as_str(), (lease, lease, name.clone()))
-                        .await?;
+                    shares_row(&mut tx, &sql, &name, READERS, lease).await?;
                     let fence: Option<i64> = if fencing {
                         Some(
                             tx.exec_first(sql.last_fence.as_str(), (name,))
@@ -550,11 +585,73 @@ impl MysqlBackend {
         })
     }
 
+    /// A semaphore's permit, in one transaction that locks the lock row first: a share (as a
+    /// reader's) while fewer than `limit` are live; a row held as a lock, or by a semaphore of
+    /// another limit, is refused.
+    async fn acquire_permit(&self, spec: LockSpec<'_>, limit: u32) -> Result<Attempt, BoxError> {
+        let sql = Arc::clone(&self.sql);
+        let (name, token) = (spec.name.as_bytes().to_vec(), spec.token.to_owned());
+        let (lease, holder, fencing) = (micros(spec.lease), self.holder.clone(), spec.fencing);
+        let row_token = row_token(spec.kind);
+        let outcome = self
+            .run("the permit's acquisition", spec.name, move |conn| {
+                let (sql, name, token, holder, row_token) = (
+                    Arc::clone(&sql),
+                    name.clone(),
+                    token.clone(),
+                    holder.clone(),
+                    row_token.clone(),
+                );
+                Box::pin(async move {
+                    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+                    tx.exec_drop(sql.lock_row.as_str(), (name.clone(),)).await?;
+                    let (row, mine) = row_and_share(&mut tx, &sql, &name, &token).await?;
+                    let (held, live, left) = row.unwrap_or_else(|| (String::new(), false, None));
+                    if live && held != row_token {
+                        tx.rollback().await?;
+                        return Ok(Err(semaphore_limit(&held)));
+                    }
+                    if !mine && live {
+                        let others: Option<(i64, Option<i64>)> = tx
+                            .exec_first(sql.shares.as_str(), (name.clone(), name.clone()))
+                            .await?;
+                        if others.is_some_and(|(n, _)| n >= i64::from(limit)) {
+                            tx.rollback().await?;
+                            return Ok(Ok((false, left)));
+                        }
+                    }
+                    put_share(&mut tx, &sql, &name, &token, lease, &holder).await?;
+                    shares_row(&mut tx, &sql, &name, &row_token, lease).await?;
+                    let fence = if fencing {
+                        tx.exec_drop(sql.fence.as_str(), (name,)).await?;
+                        tx.last_insert_id().map(|f| f as i64)
+                    } else {
+                        None
+                    };
+                    tx.commit().await?;
+                    Ok(Ok((true, fence)))
+                })
+            })
+            .await
+            .map_err(acquire_error)?;
+        match outcome {
+            Ok((true, fence)) => Ok(Attempt::Acquired {
+                fencing_token: spec.fencing.then(|| fence.unwrap_or(0) as u64),
+            }),
+            // Every permit in use: until the row's lease (polling sees a release sooner).
+            Ok((false, left)) => Ok(Attempt::Busy {
+                ttl: Some(Duration::from_micros(left.unwrap_or(0).max(0) as u64)),
+            }),
+            Err(Some(held)) => Err(super::Refused::limit(held, limit)),
+            Err(None) => Err(super::Refused::kind(None, spec.kind)),
+        }
+    }
+
     /// A reader's attempt that a plain read shows busy — a live writer holds the lock, or a
     /// writer waits (and this reader has no share yet) — answered without a transaction, so
     /// that waiting readers polling do not queue on the lock row's lock. `None`: it may be
     /// granted; the transaction decides.
-    async fn plainly_busy(&self, spec: LockSpec<'_>) -> Result<Option<Attempt>, MyError> {
+    async fn plainly_busy(&self, spec: LockSpec<'_>) -> Result<Option<Attempt>, BoxError> {
         let sql = Arc::clone(&self.sql);
         let name = Value::from(spec.name.as_bytes());
         let params = vec![
@@ -572,10 +669,14 @@ impl MysqlBackend {
                     async move { conn.exec_first(sql.peek.as_str(), positional(params)).await },
                 )
             })
-            .await?;
+            .await
+            .map_err(acquire_error)?;
         let Some((token, live, left, marks, mine)) = row else {
             return Ok(None);
         };
+        if live && let Some(held) = semaphore_limit(&token) {
+            return Err(super::Refused::kind(Some(held), spec.kind));
+        }
         let writer = live && token != READERS;
         let held_back = token == READERS && marks > 0 && mine == 0;
         Ok((writer || held_back).then(|| Attempt::Busy {
@@ -583,30 +684,32 @@ impl MysqlBackend {
         }))
     }
 
-    /// A reader's renewal: its share lives `lease` more, and the lock row as long.
+    /// A reader's (or a permit's) renewal: its share lives `lease` more, and the lock row as
+    /// long.
     async fn renew_shared(&self, spec: LockSpec<'_>) -> Result<bool, BoxError> {
+        let row_token = row_token(spec.kind);
         let sql = Arc::clone(&self.sql);
         let (name, token) = (spec.name.as_bytes().to_vec(), spec.token.to_owned());
         let (lease, holder) = (micros(spec.lease), self.holder.clone());
         let renewed = self
             .run("the read renewal", spec.name, move |conn| {
-                let (sql, name, token, holder) = (
+                let (sql, name, token, holder, row_token) = (
                     Arc::clone(&sql),
                     name.clone(),
                     token.clone(),
                     holder.clone(),
+                    row_token.clone(),
                 );
                 Box::pin(async move {
                     let mut tx = conn.start_transaction(TxOpts::default()).await?;
                     let (row, mine) = row_and_share(&mut tx, &sql, &name, &token).await?;
-                    let held = row.is_some_and(|(t, live, _)| t == READERS && live);
+                    let held = row.is_some_and(|(t, live, _)| t == row_token && live);
                     if !held || !mine {
                         tx.rollback().await?;
                         return Ok(false);
                     }
                     put_share(&mut tx, &sql, &name, &token, lease, &holder).await?;
-                    tx.exec_drop(sql.readers_row.as_str(), (lease, lease, name))
-                        .await?;
+                    shares_row(&mut tx, &sql, &name, &row_token, lease).await?;
                     tx.commit().await?;
                     Ok(true)
                 })
@@ -618,11 +721,22 @@ impl MysqlBackend {
     /// A reader's release: its share goes; the lock row then lives until the longest share
     /// left ends — or, with none left, is deleted (or, while writers wait, left to them, its
     /// lease over). `(share was live, readers left)`.
-    async fn release_shared(&self, name: &str, token: &str) -> Result<(bool, bool), MyError> {
+    async fn release_shared(
+        &self,
+        name: &str,
+        token: &str,
+        kind: Kind,
+    ) -> Result<(bool, bool), MyError> {
         let sql = Arc::clone(&self.sql);
         let (bytes, token) = (name.as_bytes().to_vec(), token.to_owned());
+        let row_token = row_token(kind);
         self.run("the read release", name, move |conn| {
-            let (sql, name, token) = (Arc::clone(&sql), bytes.clone(), token.clone());
+            let (sql, name, token, row_token) = (
+                Arc::clone(&sql),
+                bytes.clone(),
+                token.clone(),
+                row_token.clone(),
+            );
             Box::pin(async move {
                 let mut tx = conn.start_transaction(TxOpts::default()).await?;
                 let (row, mine) = row_and_share(&mut tx, &sql, &name, &token).await?;
@@ -634,13 +748,13 @@ impl MysqlBackend {
                 )
                 .await?;
                 let mut left = true;
-                if row.is_some_and(|(t, _, _)| t == READERS) {
+                if row.is_some_and(|(t, _, _)| t == row_token) {
                     let others: Option<(i64, Option<i64>)> = tx
                         .exec_first(sql.shares.as_str(), (name.clone(), name.clone()))
                         .await?;
                     match others {
                         Some((n, Some(last))) if n > 0 => {
-                            tx.exec_drop(sql.readers_until.as_str(), (last, name))
+                            tx.exec_drop(sql.readers_until.as_str(), (last, name, row_token))
                                 .await?;
                         }
                         _ => {
@@ -649,10 +763,11 @@ impl MysqlBackend {
                                 .exec_first(sql.marks.as_str(), (name.clone(), name.clone()))
                                 .await?;
                             if marks.is_some_and(|(n, _)| n > 0) {
-                                tx.exec_drop(sql.readers_until.as_str(), (-1i64, name))
+                                tx.exec_drop(sql.readers_until.as_str(), (-1i64, name, row_token))
                                     .await?;
                             } else {
-                                tx.exec_drop(sql.drop_readers_row.as_str(), (name,)).await?;
+                                tx.exec_drop(sql.drop_readers_row.as_str(), (name, row_token))
+                                    .await?;
                             }
                         }
                     }
@@ -731,7 +846,9 @@ impl MysqlBackend {
 
     /// `entry` with its readers, when readers hold the lock.
     async fn with_readers(&self, mut entry: Entry) -> Result<Entry, MyError> {
-        if entry.token.as_deref() == Some(READERS) {
+        let permits = entry.token.as_deref().and_then(semaphore_limit);
+        if permits.is_some() || entry.token.as_deref() == Some(READERS) {
+            entry.permits = permits;
             entry.readers = self.readers_of(&entry.name).await?;
             entry.token = None;
             entry.holder = None;
@@ -778,8 +895,10 @@ impl Backend for MysqlBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
-        if spec.kind == Kind::Shared {
-            return Box::pin(self.acquire_shared(spec));
+        match spec.kind {
+            Kind::Shared => return Box::pin(self.acquire_shared(spec)),
+            Kind::Permits(limit) => return Box::pin(self.acquire_permit(spec, limit)),
+            Kind::Exclusive => {}
         }
         Box::pin(async move {
             let sql = Arc::clone(&self.sql);
@@ -837,7 +956,7 @@ impl Backend for MysqlBackend {
                 (false, _) => {
                     let sql = Arc::clone(&self.sql);
                     let name = spec.name.as_bytes().to_vec();
-                    let remaining: Option<(Option<i64>, bool)> = self
+                    let remaining: Option<(Option<i64>, String)> = self
                         .run("reading the holder's lease", spec.name, move |conn| {
                             let (sql, name) = (Arc::clone(&sql), name.clone());
                             Box::pin(async move {
@@ -848,7 +967,16 @@ impl Backend for MysqlBackend {
                         .map_err(acquire_error)?;
                     // A waiting writer marks the lock only when readers hold it: a writer
                     // waiting for another writer polls with one statement, as before.
-                    let readers = remaining.is_some_and(|(_, readers)| readers);
+                    if spec.waiting
+                        && let Some((Some(left), held)) = &remaining
+                        && *left > 0
+                        && let Some(held) = semaphore_limit(held)
+                    {
+                        return Err(super::Refused::kind(Some(held), spec.kind));
+                    }
+                    let readers = remaining
+                        .as_ref()
+                        .is_some_and(|(_, token)| token == READERS);
                     let marked =
                         spec.waiting && readers && self.mark(spec).await.map_err(acquire_error)?;
                     // Gone already (released or expired just now): try again soon.
@@ -864,7 +992,7 @@ impl Backend for MysqlBackend {
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
-        if spec.kind == Kind::Shared {
+        if spec.kind != Kind::Exclusive {
             return Box::pin(self.renew_shared(spec));
         }
         Box::pin(async move {
@@ -892,8 +1020,8 @@ impl Backend for MysqlBackend {
         &'a self,
         specs: &'a [LockSpec<'a>],
     ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
-        if specs.iter().any(|spec| spec.kind == Kind::Shared) {
-            // A reader's share is renewed in a transaction of its own.
+        if specs.iter().any(|spec| spec.kind != Kind::Exclusive) {
+            // A reader's share (or a permit) is renewed in a transaction of its own.
             return Box::pin(super::renew_each(self, specs));
         }
         Box::pin(async move {
@@ -947,10 +1075,11 @@ impl Backend for MysqlBackend {
 
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
-        if hold.kind == Kind::Shared {
+        if hold.kind != Kind::Exclusive {
             return Box::pin(async move {
-                let (live, left) = self.release_shared(name, token).await?;
-                if !left {
+                let (live, left) = self.release_shared(name, token, hold.kind).await?;
+                // The last reader's departure frees the lock; every permit's frees a permit.
+                if !left || (live && hold.kind != Kind::Shared) {
                     self.hub.notify(name);
                 }
                 Ok(Released::after_tries(live, false))
@@ -994,11 +1123,8 @@ impl Backend for MysqlBackend {
         Box::pin(async move { Ok(self.inspect_row(name).await?) })
     }
 
-    fn serves(&self, kind: Kind) -> Result<(), String> {
-        match kind {
-            Kind::Permits(_) => Err(format!("the {} backend has no semaphores yet", self.kind())),
-            _ => Ok(()),
-        }
+    fn serves(&self, _kind: Kind) -> Result<(), String> {
+        Ok(())
     }
 
     fn marks_waiting_writers(&self) -> bool {
@@ -1048,9 +1174,10 @@ impl Backend for MysqlBackend {
                 let sql = Arc::clone(&self.sql);
                 // Readers hold it: their row, and every share with it.
                 let readers = !found.readers.is_empty();
-                let token = match &found.token {
-                    Some(token) => token.clone(),
-                    None => READERS.to_owned(),
+                let token = match (&found.token, found.permits) {
+                    (Some(token), _) => token.clone(),
+                    (None, Some(limit)) => row_token(Kind::Permits(limit)),
+                    (None, None) => READERS.to_owned(),
                 };
                 let params = vec![Value::from(name.as_bytes()), Value::from(token)];
                 let deleted = self

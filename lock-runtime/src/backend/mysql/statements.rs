@@ -12,7 +12,8 @@ pub(super) struct Sql {
     /// expired, or it is already ours: a retried attempt), 0 busy. One statement: the update
     /// branch compares the old row and changes nothing unless it may take it.
     pub acquire: String,
-    /// `name` → the holder's remaining lease in µs, and whether readers hold it.
+    /// `name` → the holder's remaining lease in µs, and the row's token (`readers` when
+    /// readers hold it, `permits:<n>` for a semaphore's permits).
     pub remaining: String,
     /// `name` → the new fencing token, through `LAST_INSERT_ID(expr)`.
     pub fence: String,
@@ -41,15 +42,17 @@ pub(super) struct Sql {
     pub share_live: String,
     /// `name, token, token, lease µs, holder` → the reader's share, made or renewed.
     pub put_share: String,
-    /// `lease µs, name` → the lock row held by readers, living at least `lease` more.
+    /// `row token ×2, lease µs ×2, row token ×2, name` → the lock row held by readers (row
+    /// token `readers`) or a semaphore's permits (`permits:<n>`), living at least `lease` more.
     pub readers_row: String,
-    /// `µs, name` → the readers' row ends in that long (0: its lease over, left to writers).
+    /// `µs, name, row token` → the shares' row ends in that long (0: its lease over, left to
+    /// writers).
     pub readers_until: String,
     /// `name, token` → deletes a reader's share (`name, token`), and `name, name` → the expired
     /// shares of crashed readers.
     pub drop_share: String,
     pub drop_expired_shares: String,
-    /// `name` → deletes the readers' row.
+    /// `name, row token` → deletes the readers' (or permits') row.
     pub drop_readers_row: String,
     /// `name, name` → deletes every share and mark of a lock (a forced release).
     pub drop_shares: String,
@@ -126,8 +129,8 @@ ON DUPLICATE KEY UPDATE
     expires_at = IF(token = VALUES(token), VALUES(expires_at), expires_at)"
             ),
             remaining: format!(
-                "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), \
-                 token = '{READERS}' FROM {t} WHERE name = ?"
+                "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), token \
+                 FROM {t} WHERE name = ?"
             ),
             fence: format!(
                 "INSERT INTO {f} (name, fence) VALUES (?, LAST_INSERT_ID(1))
@@ -184,24 +187,24 @@ ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)"
             ),
             readers_row: format!(
                 "UPDATE {t} SET
-    acquired_at = IF(token = '{READERS}' AND expires_at > UTC_TIMESTAMP(6), acquired_at,
+    acquired_at = IF(token = ? AND expires_at > UTC_TIMESTAMP(6), acquired_at,
                      UTC_TIMESTAMP(6)),
-    expires_at = IF(token = '{READERS}' AND expires_at > UTC_TIMESTAMP(6),
+    expires_at = IF(token = ? AND expires_at > UTC_TIMESTAMP(6),
                     GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
                     UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
-    token = '{READERS}', holder = '{READERS}'
+    token = ?, holder = ?
 WHERE name = ?"
             ),
             readers_until: format!(
                 "UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
-WHERE name = ? AND token = '{READERS}'"
+WHERE name = ? AND token = ?"
             ),
             drop_share: format!("DELETE FROM {t} WHERE name = CONCAT(?, x'01', ?)"),
             drop_expired_shares: format!(
                 "DELETE FROM {t} WHERE name > CONCAT(?, x'01') AND name < CONCAT(?, x'02')
   AND expires_at <= UTC_TIMESTAMP(6)"
             ),
-            drop_readers_row: format!("DELETE FROM {t} WHERE name = ? AND token = '{READERS}'"),
+            drop_readers_row: format!("DELETE FROM {t} WHERE name = ? AND token = ?"),
             drop_shares: format!(
                 "DELETE FROM {t} WHERE name > CONCAT(?, x'01') AND name < CONCAT(?, x'03')"
             ),

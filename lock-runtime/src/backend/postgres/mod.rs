@@ -438,7 +438,10 @@ impl PostgresBackend {
                 &self.sql.read_renew,
                 &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
             ),
-            client.prepare_typed(&self.sql.read_release, &[Type::TEXT, Type::TEXT, Type::TEXT]),
+            client.prepare_typed(
+                &self.sql.read_release,
+                &[Type::TEXT, Type::TEXT, Type::TEXT],
+            ),
             client.prepare_typed(&self.sql.mark, &[Type::TEXT, Type::TEXT, Type::INT8]),
             client.prepare_typed(
                 &self.sql.permit_acquire,
