@@ -1148,6 +1148,29 @@ impl Fixture for EtcdFixture {
             .collect()
     }
 
+    /// The permits of the semaphore at the head of the queue: its first `n` keys
+    /// (`<token>-p<n>`, `n` the limit); their leases are the client's, not one per key.
+    async fn permits(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        let keys = self.etcd().keys(&self.queue(name)).await;
+        let mut permits: Vec<(String, Option<Duration>)> = Vec::new();
+        let mut limit = usize::MAX;
+        for kv in keys {
+            let segment = kv.key.rsplit('/').next().unwrap_or_default().to_owned();
+            let Some((token, n)) = segment
+                .rsplit_once("-p")
+                .and_then(|(token, n)| Some((token.to_owned(), n.parse::<usize>().ok()?)))
+            else {
+                break;
+            };
+            limit = limit.min(n);
+            if permits.len() >= limit {
+                break;
+            }
+            permits.push((token, None));
+        }
+        permits
+    }
+
     /// How long etcd would keep the lock if its holder stopped now: what is left of an
     /// unrenewed lock's lease, or a renewed lock's whole lease (its keepalives keep it full).
     async fn ttl(&self, name: &str) -> Option<Duration> {

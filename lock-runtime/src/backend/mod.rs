@@ -181,6 +181,23 @@ impl Refused {
         )))
     }
 
+    /// Why a request of kind `asked` is refused where the oldest holder or waiter of the name
+    /// asked for `first` (ZooKeeper's and etcd's queues): a name is one kind (a semaphore, or a
+    /// lock with its readers), and a semaphore has one limit.
+    #[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
+    pub(crate) fn between(first: Kind, asked: Kind) -> Option<BoxError> {
+        match (first, asked) {
+            (Kind::Permits(held), Kind::Permits(asked)) if held != asked => {
+                Some(Refused::limit(held, asked))
+            }
+            (Kind::Permits(held), Kind::Exclusive | Kind::Shared) => {
+                Some(Refused::kind(Some(held), asked))
+            }
+            (Kind::Exclusive | Kind::Shared, Kind::Permits(_)) => Some(Refused::kind(None, asked)),
+            _ => None,
+        }
+    }
+
     /// A name held as `held` (a semaphore of `held_permits`, or a lock) asked for as `asked`.
     pub(crate) fn kind(held_permits: Option<u32>, asked: Kind) -> BoxError {
         let held = match held_permits {

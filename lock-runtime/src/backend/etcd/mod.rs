@@ -105,12 +105,25 @@ pub(crate) fn parse_url(url: &str) -> Result<EtcdUrl, LockError> {
 /// What ends a reader's key in a lock's queue (see `EtcdBackend::key_of`).
 const READER: &str = "-r";
 
-/// The owner token and whether it is a reader's, from a key's last path segment.
-pub(crate) fn token_in(segment: &str) -> (&str, bool) {
-    match segment.strip_suffix(READER) {
-        Some(token) => (token, true),
-        None => (segment, false),
+/// The owner token and the kind of hold it asks for, from a key's last path segment (see
+/// `EtcdBackend::key_of`).
+pub(crate) fn token_in(segment: &str) -> (&str, Kind) {
+    if let Some(token) = segment.strip_suffix(READER) {
+        return (token, Kind::Shared);
     }
+    if let Some((token, limit)) = segment.rsplit_once("-p")
+        && !limit.starts_with('+')
+        && let Ok(limit) = limit.parse()
+    {
+        return (token, Kind::Permits(limit));
+    }
+    (segment, Kind::Exclusive)
+}
+
+/// The kind of hold a queue key asks for.
+fn kind_of(kv: &KeyValue) -> Kind {
+    let key = std::str::from_utf8(&kv.key).unwrap_or_default();
+    token_in(key.rsplit_once('/').map_or(key, |(_, segment)| segment)).1
 }
 
 pub(crate) fn queue_of(name: &str) -> String {
@@ -133,6 +146,9 @@ struct Held {
     lease: Arc<Lease>,
     /// Its create revision: the fencing token if it comes to hold the lock.
     revision: i64,
+    /// Its last revision this client wrote: the create revision, or that of the put with
+    /// which an admitted permit woke the waiter behind it. Changes after it are another's.
+    written: i64,
     /// The predecessor watch of a waiter, or the end-of-lease timer of an unrenewed lock.
     task: Option<AbortHandle>,
 }
@@ -261,12 +277,16 @@ impl EtcdBackend {
     }
 
     /// The full key of lock `name`'s queue (`<prefix>/<name>/`), and of `token`'s place in it:
-    /// `<queue><token>`, or `<queue><token>-r` for a reader (a token ends in hex digits, so
-    /// the mark can never be read as part of one).
+    /// `<queue><token>`, `<queue><token>-r` for a reader, or `<queue><token>-p<n>` for a
+    /// permit of a semaphore of `n` (a token ends in hex digits, so the mark can never be read
+    /// as part of one).
     fn key_of(&self, name: &str, token: &str, kind: Kind) -> (Vec<u8>, Vec<u8>) {
         let queue = format!("{}{}", self.prefix, queue_of(name));
-        let mark = if kind == Kind::Shared { READER } else { "" };
-        let key = format!("{queue}{token}{mark}");
+        let key = match kind {
+            Kind::Exclusive => format!("{queue}{token}"),
+            Kind::Shared => format!("{queue}{token}{READER}"),
+            Kind::Permits(n) => format!("{queue}{token}-p{n}"),
+        };
         (queue.into_bytes(), key.into_bytes())
     }
 
@@ -420,6 +440,20 @@ impl EtcdBackend {
         Ok(deleted.deleted > 0)
     }
 
+    /// What a queue key holds: who made it, with which lease, since when.
+    fn value_of(&self, spec: LockSpec<'_>) -> String {
+        format!(
+            "holder={}\nlease_ms={}\nrenew={}\njoined_unix_ms={}\n",
+            self.holder,
+            spec.lease.as_millis(),
+            spec.renew,
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis()
+        )
+    }
+
     async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let started = Instant::now();
         let lease = self.lease_for(spec.lease).await?;
@@ -436,16 +470,7 @@ impl EtcdBackend {
                 ..Default::default()
             }))
         };
-        let value = format!(
-            "holder={}\nlease_ms={}\nrenew={}\njoined_unix_ms={}\n",
-            self.holder,
-            spec.lease.as_millis(),
-            spec.renew,
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_millis()
-        );
+        let value = self.value_of(spec);
         for _ in 0..8 {
             // Our key, made now if absent (a waiter keeps its place between attempts), and
             // the head of the queue, in one transaction.
@@ -515,6 +540,7 @@ impl EtcdBackend {
                             key: key.clone(),
                             lease: Arc::clone(&lease),
                             revision: created,
+                            written: created,
                             task: None,
                         },
                     );
@@ -522,6 +548,28 @@ impl EtcdBackend {
             }
             if first.first().map(|kv| kv.create_revision) == Some(created) {
                 return self.granted(spec, &lease, &key, started, created);
+            }
+            // A name is one kind, and a semaphore has one limit: the oldest key says which.
+            if let Some(head) = first.first()
+                && let Some(refused) = super::Refused::between(kind_of(head), spec.kind)
+            {
+                self.keys().remove(spec.token);
+                let _ = self.delete_key(key.clone()).await;
+                return Err(refused);
+            }
+            if let Kind::Permits(limit) = spec.kind {
+                let waited = !answer.succeeded;
+                return self
+                    .await_permit(
+                        spec,
+                        limit,
+                        &lease,
+                        (&queue, &key),
+                        started,
+                        created,
+                        waited,
+                    )
+                    .await;
             }
             // Watch only the key that holds us up: its deletion makes us a holder or moves us
             // up (it gave up), so a release wakes only those it may admit. A writer waits for
@@ -550,10 +598,7 @@ impl EtcdBackend {
                 Ok(before) => before,
                 Err(failure) => return Err(self.failed("range", failure)),
             };
-            let is_reader = |kv: &KeyValue| {
-                let segment = kv.key.get(queue.len()..).unwrap_or_default();
-                token_in(std::str::from_utf8(segment).unwrap_or_default()).1
-            };
+            let is_reader = |kv: &KeyValue| kind_of(kv) == Kind::Shared;
             if before.kvs.is_empty() && !shared {
                 continue; // the queue moved: look again
             }
@@ -605,6 +650,114 @@ impl EtcdBackend {
             "the queue of `{}` kept changing under this waiter ({})",
             spec.name, self.shown
         )))
+    }
+
+    /// A permit of a semaphore of `limit` whose key `key` in `queue` was created at `created`:
+    /// granted if fewer than `limit` keys are before it. Otherwise the first waiter (exactly
+    /// `limit` before it) watches the queue for a departure, and every later one the key just
+    /// before its own — which wakes it by leaving or, admitted after waiting, by writing its own
+    /// key once (`waited`): each departure wakes one waiter, in arrival order.
+    #[allow(clippy::too_many_arguments)]
+    async fn await_permit(
+        &self,
+        spec: LockSpec<'_>,
+        limit: u32,
+        lease: &Arc<Lease>,
+        (queue, key): (&[u8], &[u8]),
+        started: Instant,
+        created: i64,
+        waited: bool,
+    ) -> Result<Attempt, BoxError> {
+        let queue_end = proto::prefix_end(queue);
+        let before: RangeResponse = self
+            .call(
+                "range",
+                self.rpc.unary(
+                    path::RANGE,
+                    RangeRequest {
+                        key: queue.to_vec(),
+                        range_end: queue_end.clone(),
+                        // Enough to tell fewer than `limit`, exactly `limit` and more ahead
+                        // (etcd's `count` is taken before the revision filter: no use here).
+                        limit: i64::from(limit) + 1,
+                        sort_order: proto::DESCEND,
+                        sort_target: proto::SORT_BY_CREATE,
+                        keys_only: true,
+                        max_create_revision: created - 1,
+                    },
+                ),
+            )
+            .await
+            .map_err(|f| self.failed("range", f))?;
+        let read_at = before.header.as_ref().map_or(0, |h| h.revision);
+        let ahead = before.kvs.len() as u64;
+        if ahead < u64::from(limit) {
+            if waited {
+                // The next waiter, watching this key, is first in line now: wake it.
+                let touched: Result<proto::PutResponse, _> = self
+                    .call(
+                        "put",
+                        self.rpc.unary(
+                            path::PUT,
+                            PutRequest {
+                                key: key.to_vec(),
+                                value: self.value_of(spec).into_bytes(),
+                                lease: lease.id,
+                            },
+                        ),
+                    )
+                    .await;
+                match touched {
+                    Ok(put) => {
+                        let at = put.header.as_ref().map_or(0, |h| h.revision);
+                        if let Some(held) = self.keys().get_mut(spec.token) {
+                            held.written = at;
+                        }
+                    }
+                    Err(failure) => return Err(self.failed("put", failure)),
+                }
+            }
+            return self.granted(spec, lease, key, started, created);
+        }
+        let (watched, range_end, filters) = if ahead == u64::from(limit) {
+            (queue.to_vec(), queue_end, vec![proto::NOPUT])
+        } else {
+            let Some(predecessor) = before.kvs.into_iter().next() else {
+                return Ok(Attempt::Busy {
+                    ttl: Some(Duration::ZERO),
+                });
+            };
+            (predecessor.key, Vec::new(), Vec::new())
+        };
+        let (rpc, hub, token) = (
+            self.rpc.clone(),
+            Arc::clone(&self.hub),
+            spec.token.to_owned(),
+        );
+        let task = tokio::spawn(async move {
+            // Any event since the range was read (or a failed watch: look again).
+            if let Ok(mut events) =
+                open_watch_range(&rpc, watched, range_end, read_at + 1, filters).await
+            {
+                while let Ok(answer) = next_answer(&mut events).await {
+                    if !answer.events.is_empty() {
+                        break;
+                    }
+                }
+            }
+            hub.notify(&token);
+        })
+        .abort_handle();
+        if let Some(held) = self.keys().get_mut(spec.token) {
+            if let Some(previous) = held.task.replace(task) {
+                previous.abort();
+            }
+        } else {
+            task.abort();
+        }
+        Ok(Attempt::Busy {
+            ttl: Some(lease.ttl),
+        })
     }
 
     /// The lock is `spec`'s (its key, created at revision `created`, heads the queue or has only
@@ -772,7 +925,7 @@ impl EtcdBackend {
         let known = self
             .keys()
             .get(spec.token)
-            .map(|held| (held.key.clone(), Arc::clone(&held.lease), held.revision));
+            .map(|held| (held.key.clone(), Arc::clone(&held.lease), held.written));
         let Some((key, lease, revision)) = known else {
             // Released already: the watchdog's first poll can run on another thread while
             // the guard releases. Nothing to report.
@@ -911,23 +1064,32 @@ async fn watch_held(rpc: &Rpc, key: Vec<u8>, revision: i64) -> Result<Change, St
 }
 
 /// Opens a watch of `key` from `start` (0: from now).
-async fn open_watch(
+async fn open_watch(rpc: &Rpc, key: Vec<u8>, start: i64) -> Result<WatchStream, Status> {
+    open_watch_range(rpc, key, Vec::new(), start, Vec::new()).await
+}
+
+/// A watch stream: its request sender (kept open) and its answers.
+type WatchStream = (
+    rpc::Sender<proto::WatchRequest>,
+    tonic::Streaming<proto::WatchResponse>,
+);
+
+/// Opens a watch on `key` (to `range_end`, if not empty) from revision `start`, without the
+/// events `filters` leaves out.
+async fn open_watch_range(
     rpc: &Rpc,
     key: Vec<u8>,
+    range_end: Vec<u8>,
     start: i64,
-) -> Result<
-    (
-        rpc::Sender<proto::WatchRequest>,
-        tonic::Streaming<proto::WatchResponse>,
-    ),
-    Status,
-> {
+    filters: Vec<i32>,
+) -> Result<WatchStream, Status> {
     let create = proto::WatchRequest {
         request_union: Some(proto::WatchRequestUnion::Create(
             proto::WatchCreateRequest {
                 key,
+                range_end,
                 start_revision: start,
-                filters: Vec::new(),
+                filters,
             },
         )),
     };
@@ -936,12 +1098,7 @@ async fn open_watch(
 
 /// The next answer on a watch stream; a cancelled watch is an error (`OutOfRange` when its
 /// start revision was compacted away).
-async fn next_answer(
-    (_, events): &mut (
-        rpc::Sender<proto::WatchRequest>,
-        tonic::Streaming<proto::WatchResponse>,
-    ),
-) -> Result<proto::WatchResponse, Status> {
+async fn next_answer((_, events): &mut WatchStream) -> Result<proto::WatchResponse, Status> {
     let Some(answer) = events.message().await? else {
         return Err(Status::unavailable("the watch stream ended"));
     };
@@ -971,11 +1128,8 @@ impl Backend for EtcdBackend {
         true
     }
 
-    fn serves(&self, kind: Kind) -> Result<(), String> {
-        match kind {
-            Kind::Permits(_) => Err(format!("the {} backend has no semaphores yet", self.kind())),
-            _ => Ok(()),
-        }
+    fn serves(&self, _kind: Kind) -> Result<(), String> {
+        Ok(())
     }
 
     fn keeps_alive(&self) -> bool {
@@ -1132,7 +1286,8 @@ impl EtcdBackend {
     async fn entry(&self, name: &str, keys: &[&KeyValue]) -> Result<Entry, BoxError> {
         let held = holders(keys);
         let waiters = Some((keys.len() - held) as u64);
-        if reader_key(keys[0]) {
+        let permits = kind_of(keys[0]).permits();
+        if permits.is_some() || reader_key(keys[0]) {
             let readers = keys[..held]
                 .iter()
                 .map(|kv| {
@@ -1141,7 +1296,10 @@ impl EtcdBackend {
                     token_in(segment).0.to_owned()
                 })
                 .collect();
-            return Ok(Entry::read_by(name, readers, waiters));
+            return Ok(Entry {
+                permits,
+                ..Entry::read_by(name, readers, waiters)
+            });
         }
         let holder = keys[0];
         let key = String::from_utf8_lossy(&holder.key);
@@ -1182,15 +1340,16 @@ impl EtcdBackend {
 
 /// Whether a queue key is a reader's (see `EtcdBackend::key_of`).
 fn reader_key(kv: &KeyValue) -> bool {
-    kv.key.ends_with(READER.as_bytes())
+    kind_of(kv) == Kind::Shared
 }
 
-/// How many keys at the head of a queue (oldest first) hold the lock: the readers there, or
-/// the first key.
+/// How many keys at the head of a queue (oldest first) hold the lock: the readers there, a
+/// semaphore's first `n`, or the first key.
 fn holders(keys: &[&KeyValue]) -> usize {
-    match keys.first() {
-        Some(first) if reader_key(first) => keys.iter().take_while(|kv| reader_key(kv)).count(),
-        Some(_) => 1,
+    match keys.first().map(|first| kind_of(first)) {
+        Some(Kind::Shared) => keys.iter().take_while(|kv| reader_key(kv)).count(),
+        Some(Kind::Permits(n)) => keys.len().min(n as usize),
+        Some(Kind::Exclusive) => 1,
         None => 0,
     }
 }

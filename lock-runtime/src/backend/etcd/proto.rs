@@ -209,6 +209,8 @@ pub(crate) struct TxnResponse {
 pub(crate) struct WatchCreateRequest {
     #[prost(bytes = "vec", tag = "1")]
     pub key: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    pub range_end: Vec<u8>,
     #[prost(int64, tag = "3")]
     pub start_revision: i64,
     #[prost(int32, repeated, tag = "5")]
@@ -226,6 +228,9 @@ pub(crate) struct WatchRequest {
     #[prost(oneof = "WatchRequestUnion", tags = "1")]
     pub request_union: Option<WatchRequestUnion>,
 }
+
+/// `WatchCreateRequest.FilterType` `NOPUT`: no put events.
+pub(crate) const NOPUT: i32 = 0;
 
 /// `mvccpb.Event.EventType` `DELETE`.
 pub(crate) const DELETE: i32 = 1;

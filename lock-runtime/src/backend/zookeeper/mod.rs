@@ -514,7 +514,8 @@ impl ZookeeperBackend {
             };
             // A name is one kind, and a semaphore has one limit: the oldest node says which.
             if place > 0
-                && let Some(refused) = refusal(parse_node(queue[0].1).0, spec.kind)
+                && let Some(refused) =
+                    crate::backend::Refused::between(parse_node(queue[0].1).0, spec.kind)
             {
                 self.nodes().remove(spec.token);
                 if let Err(failure) = self.call("delete", client.delete(&path, None)).await {
@@ -1031,22 +1032,5 @@ impl ZookeeperBackend {
             .await
             .ok()
             .flatten()
-    }
-}
-
-/// Why a request of kind `asked` is refused where the oldest node asks for `first`: a name is
-/// one kind (a semaphore, or a lock with its readers), and a semaphore has one limit.
-fn refusal(first: Kind, asked: Kind) -> Option<BoxError> {
-    match (first, asked) {
-        (Kind::Permits(held), Kind::Permits(asked)) if held != asked => {
-            Some(crate::backend::Refused::limit(held, asked))
-        }
-        (Kind::Permits(held), Kind::Exclusive | Kind::Shared) => {
-            Some(crate::backend::Refused::kind(Some(held), asked))
-        }
-        (Kind::Exclusive | Kind::Shared, Kind::Permits(_)) => {
-            Some(crate::backend::Refused::kind(None, asked))
-        }
-        _ => None,
     }
 }
