@@ -76,16 +76,18 @@ pub fn table(locks: &[LockInfo]) -> String {
                 .iter()
                 .filter_map(|r| r.holder.as_ref())
                 .min_by_key(|h| h.since);
+            let shared = match info.permits {
+                Some(n) => format!("{} of {n} permits", info.readers.len()),
+                None => format!("{} readers", info.readers.len()),
+            };
             let (holder, age) = match info.holder.as_ref().or(oldest) {
                 Some(h) if !info.readers.is_empty() => (
-                    format!("{} readers ({h}, …)", info.readers.len()),
+                    format!("{shared} ({h}, …)"),
                     SystemTime::now()
                         .duration_since(h.since)
                         .map_or_else(|_| "-".to_owned(), duration),
                 ),
-                None if !info.readers.is_empty() => {
-                    (format!("{} readers", info.readers.len()), "-".to_owned())
-                }
+                None if !info.readers.is_empty() => (shared, "-".to_owned()),
                 Some(h) => (
                     h.to_string(),
                     SystemTime::now()
@@ -134,7 +136,8 @@ pub fn table(locks: &[LockInfo]) -> String {
 
 /// One lock as a JSON object: `key`, `name`, `mode` (`write` or `read`), `token`, `holder`
 /// (`host`, `pid`, `since_unix_ms`, or null), `ttl_ms`, `fencing_token`, `waiters` (null when
-/// unknown), `readers` (a read lock's: `token`, `holder`, `ttl_ms` each).
+/// unknown), `readers` (a read lock's readers, or a semaphore's permits: `token`, `holder`,
+/// `ttl_ms` each), `permits` (a semaphore's limit, or null).
 pub fn info_json(info: &LockInfo) -> Value {
     let holder_json = |h: &lock_runtime::Holder| {
         json!({
@@ -169,6 +172,7 @@ pub fn info_json(info: &LockInfo) -> Value {
         "waiters": info.waiters,
         "mode": mode,
         "readers": readers,
+        "permits": info.permits,
     })
 }
 

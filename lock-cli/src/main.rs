@@ -382,8 +382,11 @@ fn key_of(rest: &[String]) -> Result<&str, Failure> {
 }
 
 /// "web-1 pid 42 since 13:22:52 UTC (12.3s ago)", or what is known; for a read lock, how many
-/// readers hold it.
+/// readers hold it; for a semaphore, how many of its permits are held.
 fn who(info: &LockInfo) -> String {
+    if let Some(n) = info.permits {
+        return format!("{} of {n} permits, listed below", info.readers.len());
+    }
     if !info.readers.is_empty() {
         return format!("{} reader(s), listed below", info.readers.len());
     }
@@ -423,7 +426,12 @@ fn details(info: &LockInfo) -> String {
             |h| format!("{h} since {}", since(h.since)),
         );
         let left = reader.ttl.map_or_else(none, duration);
-        line("reader", format!("{holder}, lease left {left}"));
+        let what = if info.permits.is_some() {
+            "permit"
+        } else {
+            "reader"
+        };
+        line(what, format!("{holder}, lease left {left}"));
         line("  token", reader.token.clone());
     }
     out

@@ -281,6 +281,46 @@ async fn readers_are_listed_and_shown_with_their_holders() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_are_listed_and_shown_with_their_holders() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = LockClient::connect(&url).await.unwrap();
+    let one = client.semaphore("gpu-pool", 4).lease(ms(20_000));
+    let one = one.acquire().await.unwrap();
+    let two = client.semaphore("gpu-pool", 4).lease(ms(10_000));
+    let two = two.acquire().await.unwrap();
+    let pid = std::process::id().to_string();
+
+    let listed = run(&["list", &url, "--json"]).await;
+    assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+    let json: Value = serde_json::from_str(&stdout(&listed)).unwrap();
+    let lock = &json.as_array().unwrap()[0];
+    assert_eq!(lock["permits"], 4, "{lock}");
+    let permits = lock["readers"].as_array().unwrap();
+    assert_eq!(permits.len(), 2, "{lock}");
+    for permit in permits {
+        assert_eq!(permit["holder"]["pid"].to_string(), pid, "{permit}");
+    }
+    let table = run(&["list", &url]).await;
+    let line = stdout(&table);
+    assert!(line.contains("2 of 4 permits"), "{line}");
+
+    let show = run(&["show", &url, "gpu-pool"]).await;
+    assert_eq!(code(&show), 0, "{}", stderr(&show));
+    let text = stdout(&show);
+    assert!(text.contains("2 of 4 permits"), "{text}");
+    assert_eq!(text.matches("permit ").count(), 2, "{text}");
+    for guard in [&one, &two] {
+        let token = distlock::__private::testing::owner_token(guard);
+        assert!(text.contains(token), "{text}");
+    }
+    one.release().await.unwrap();
+    two.release().await.unwrap();
+    let empty = run(&["list", &url, "--json"]).await;
+    assert_eq!(stdout(&empty).trim(), "[]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_lock_released_by_force_is_reported_lost_by_its_holder() {
     let server = RedisServer::start();
     let url = server.url();

@@ -358,6 +358,7 @@ impl fmt::Debug for LockGuard {
         f.debug_struct("LockGuard")
             .field("key", &self.held.shared.key())
             .field("mode", &self.mode())
+            .field("permits", &self.permits())
             .field("lease", &self.held.shared.lease)
             .field("fencing_token", &self.held.shared.fencing_token)
             .field("lost", &self.is_lost())

@@ -484,3 +484,96 @@ async fn reads_nest_under_writes_and_reads_but_a_write_under_a_read_fails_at_onc
         .await
         .unwrap();
 }
+
+#[distributed_lock(key = "gpu:<tag>", permits = 2, wait = "30s")]
+async fn use_gpu(
+    tag: &str,
+    inside: &AtomicU64,
+    most: &AtomicU64,
+) -> Result<Option<u32>, LockError> {
+    let _ = tag;
+    let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+    most.fetch_max(now, Ordering::SeqCst);
+    tokio::time::sleep(ms(50)).await;
+    inside.fetch_sub(1, Ordering::SeqCst);
+    Ok(distlock::current().unwrap().permits())
+}
+
+/// What a call holding the one permit of `gpu:<tag>` does inside.
+#[derive(Clone, Copy)]
+enum Inside {
+    Nothing,
+    SamePermit,
+    OtherLimit,
+    Lock,
+}
+
+#[distributed_lock(key = "gpu:<tag>", permits = 1, wait = "0s")]
+async fn one_gpu(tag: &str, inside: Inside) -> Result<Option<u32>, LockError> {
+    match inside {
+        Inside::Nothing => Ok(distlock::current().unwrap().permits()),
+        // `wait = "0s"` and one permit: granted only locally.
+        Inside::SamePermit => Box::pin(one_gpu(tag, Inside::Nothing)).await,
+        Inside::OtherLimit => two_gpus(tag).await,
+        Inside::Lock => lock_gpu(tag).await,
+    }
+}
+
+#[distributed_lock(key = "gpu:<tag>", permits = 2, wait = "0s")]
+async fn two_gpus(tag: &str) -> Result<Option<u32>, LockError> {
+    let _ = tag;
+    Ok(None)
+}
+
+#[distributed_lock(key = "gpu:<tag>", wait = "0s")]
+async fn lock_gpu(tag: &str) -> Result<Option<u32>, LockError> {
+    let _ = tag;
+    Ok(None)
+}
+
+/// `permits = 2`: never more than two calls inside at once, and two reached; each knows its
+/// semaphore's limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_permits_calls_run_at_once() {
+    backend::setup().await;
+    let tag = unique("gpu");
+    let (inside, most) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let mut calls = Vec::new();
+    for _ in 0..6 {
+        let (tag, inside, most) = (tag.clone(), inside.clone(), most.clone());
+        calls.push(tokio::spawn(
+            async move { use_gpu(&tag, &inside, &most).await },
+        ));
+    }
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap(), Some(2));
+    }
+    assert_eq!(most.load(Ordering::SeqCst), 2, "two permits, both used");
+    assert!(gone(&format!("lock:gpu:{tag}")).await);
+}
+
+/// In one task, a permit under a permit of the same semaphore is granted locally; the same
+/// name under another limit, or as a lock, fails at once with `Config` — and the outer permit
+/// is still released.
+#[tokio::test]
+async fn a_nested_permit_is_granted_locally_and_another_kind_is_refused() {
+    backend::setup().await;
+    let tag = unique("gpu");
+    assert_eq!(one_gpu(&tag, Inside::SamePermit).await.unwrap(), Some(1));
+    for (inside, words) in [
+        (Inside::OtherLimit, ["1 permits", "asks for 2"]),
+        (Inside::Lock, ["semaphore of 1 permits", "asks for a lock"]),
+    ] {
+        match one_gpu(&tag, inside).await {
+            Err(LockError::Config(message)) => {
+                for word in words {
+                    assert!(message.contains(word), "{word:?} not in {message}");
+                }
+                assert!(message.contains(&format!("`gpu:{tag}`")), "{message}");
+            }
+            other => panic!("expected a Config error, got {other:?}"),
+        }
+    }
+    // Every outer permit was released: the one permit is free.
+    assert_eq!(one_gpu(&tag, Inside::Nothing).await.unwrap(), Some(1));
+}
