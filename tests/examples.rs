@@ -278,6 +278,26 @@ fn catalog_readers_share_and_never_see_a_half_written_list_on_memory_and_redis()
 }
 
 #[test]
+fn gpu_pool_runs_three_jobs_at_once_and_a_crashed_permit_comes_back_after_its_lease() {
+    for url in [None, Some(RedisServer::start())] {
+        let mut command = example("gpu_pool");
+        if let Some(server) = &url {
+            command.env(distlock::URL_ENV, server.url());
+        }
+        let out = run(command);
+        assert!(out.contains("up to 3 at once, never more"), "{out}");
+        let after: f64 = out
+            .split("came back after ")
+            .nth(1)
+            .and_then(|rest| rest.split('s').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("when did the permit come back? {out}"));
+        // Not before its 1 s lease (counted here from just after the grant).
+        assert!(after >= 0.9, "back after {after}s: {out}");
+    }
+}
+
+#[test]
 fn scheduled_job_runs_each_tick_exactly_once_on_memory_and_redis() {
     let out = run(example("scheduled_job"));
     assert!(out.contains("every tick ran exactly once"), "{out}");
