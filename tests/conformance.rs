@@ -742,6 +742,7 @@ pub async fn a_slow_backend_still_grants_waiting_acquisitions(fixture: &impl Fix
                         acquired_at,
                         released_at,
                         read: false,
+                        permits: None,
                     });
                 }
                 holds

@@ -409,6 +409,7 @@ async fn waiter_cut_off<F: Faulty>(fixture: F) {
         acquired_at: first_at,
         released_at: first_released,
         read: false,
+        permits: None,
     }];
     // Through the proxy the waiter stays cut off for 400 ms, so this is free — unless the
     // waiter keeps its place in line on the server (ZooKeeper, etcd: its session or lease
@@ -431,6 +432,7 @@ async fn waiter_cut_off<F: Faulty>(fixture: F) {
                 acquired_at: second_at,
                 released_at: now_ns(),
                 read: false,
+                permits: None,
             });
             second.release().await.unwrap();
             free_at = now_ns();
@@ -455,6 +457,7 @@ async fn waiter_cut_off<F: Faulty>(fixture: F) {
                 acquired_at: returned_at,
                 released_at: now_ns(),
                 read: false,
+                permits: None,
             });
             guard.release().await.unwrap();
             // Its notifications were cut too: it must not wait for the last holder's whole

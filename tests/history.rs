@@ -29,6 +29,7 @@ fn hold(holder: &str, token: Option<u64>, acquired_at: u64, released_at: u64) ->
         acquired_at,
         released_at,
         read: false,
+        permits: None,
     }
 }
 
@@ -128,6 +129,79 @@ async fn readers_and_writers(url: &str, lease: Duration) {
     contend_and_check(url, true, false, lease, 3, async {}).await;
 }
 
+/// A semaphore of three: four processes × 8 tasks each take a permit 160 times (5,120
+/// permits, each held 1–10 ms); never more than three held at once, and three reached. (Eight
+/// tasks, not 32: 128 contenders for three permits would test how long a polling MySQL waiter
+/// can lose to newcomers — it has no queue, and promises no order — rather than the limit.)
+async fn semaphore_of_three(url: &str) {
+    let dir = history::scratch_dir("history");
+    let key = unique("pool");
+    let started = Instant::now();
+    let mut helpers = Vec::new();
+    for p in 0..PROCESSES {
+        let env = [
+            ("LOCK_URL", url.to_owned()),
+            ("LOCK_KEY", key.clone()),
+            ("HOLDER", format!("p{p}")),
+            ("TASKS", PERMIT_TASKS.to_string()),
+            ("ROUNDS", PERMIT_ROUNDS.to_string()),
+            ("FENCING", "0".to_owned()),
+            ("FAIR", "0".to_owned()),
+            ("LEASE_MS", LEASE.as_millis().to_string()),
+            ("NAMESPACE", unique("unused")),
+            ("READS_IN_4", "0".to_owned()),
+            ("PERMITS", PERMITS.to_string()),
+        ];
+        helpers.push(Helper::spawn("contender", &dir, &env));
+    }
+    for p in 0..PROCESSES {
+        history::read_when_there(&dir.join(format!("p{p}.ready")), Duration::from_secs(30)).await;
+    }
+    history::write_file(&dir.join("go"), "go");
+    let contended = Instant::now();
+    let (holds, lost) = collect(&dir, &mut helpers).await;
+    let contention = contended.elapsed();
+    let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
+    assert_eq!(summary.permits, PROCESSES * PERMIT_TASKS * PERMIT_ROUNDS);
+    assert_eq!(summary.holders, PROCESSES * PERMIT_TASKS);
+    assert_eq!(lost, 0, "no lease may run out in a healthy run");
+    assert_eq!(
+        summary.most_permits, PERMITS as usize,
+        "the semaphore never had all its permits in use: {summary:?}"
+    );
+    eprintln!(
+        "{url}: {PROCESSES} processes x {PERMIT_TASKS} tasks, {} permits of a semaphore of {PERMITS} \
+         in {contention:?} ({:.0}/s), total {:?}; never more than {} at once",
+        summary.permits,
+        summary.permits as f64 / contention.as_secs_f64(),
+        started.elapsed(),
+        summary.most_permits,
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The semaphore runs' limit, contenders per process and rounds per contender.
+const PERMITS: u32 = 3;
+const PERMIT_TASKS: usize = 8;
+const PERMIT_ROUNDS: usize = 160;
+
+/// Every helper's history, and how many leases they lost.
+async fn collect(dir: &std::path::Path, helpers: &mut [Helper]) -> (Vec<Hold>, u64) {
+    let mut holds = Vec::new();
+    let mut lost = 0;
+    for (p, helper) in helpers.iter_mut().enumerate() {
+        let out =
+            history::read_when_there(&dir.join(format!("p{p}.out")), Duration::from_secs(300))
+                .await;
+        helper.wait_success(Duration::from_secs(30));
+        let mut lines = out.lines();
+        let (_, los) = lines.next().unwrap().split_once(' ').unwrap();
+        lost += los.parse::<u64>().unwrap();
+        holds.extend(lines.map(Hold::parse));
+    }
+    (holds, lost)
+}
+
 /// [`four_processes`], with `faults` run from the moment the processes start contending.
 async fn four_processes_during(
     url: &str,
@@ -165,6 +239,7 @@ async fn contend_and_check(
             ("LEASE_MS", lease.as_millis().to_string()),
             ("NAMESPACE", namespace.clone()),
             ("READS_IN_4", reads_in_4.to_string()),
+            ("PERMITS", "0".to_owned()),
         ];
         helpers.push(Helper::spawn("contender", &dir, &env));
     }
@@ -323,6 +398,7 @@ async fn memory_four_clients(fair: bool, reads_in_4: u64) {
             lease: LEASE,
             max_sleep_us: MAX_SLEEP_US,
             reads_in_4,
+            permits: 0,
         };
         let store = store.clone();
         runs.push(tokio::spawn(async move {
@@ -432,4 +508,116 @@ async fn etcd_readers_and_writers_never_overlap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_readers_and_writers_never_overlap() {
     memory_four_clients(false, 3).await;
+}
+
+// ---- Semaphores (`client.semaphore(k, 3)`): four processes, 5,120 permits ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_semaphore_never_exceeds_its_permits() {
+    let server = RedisServer::start();
+    semaphore_of_three(&server.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_semaphore_never_exceeds_its_permits() {
+    let cluster = RedisCluster::start(3, 0);
+    semaphore_of_three(&cluster.url()).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_semaphore_never_exceeds_its_permits() {
+    let server = support::postgres::PostgresServer::start();
+    semaphore_of_three(&server.url_with_own_table()).await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_semaphore_never_exceeds_its_permits() {
+    let server = support::mysql::MysqlServer::start();
+    let table = unique("locks").replace('-', "_");
+    semaphore_of_three(&format!("{}?table={table}", server.url())).await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_semaphore_never_exceeds_its_permits() {
+    let server = support::zookeeper::ZkServer::start();
+    semaphore_of_three(&server.url(&format!("/{}", unique("history")))).await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_semaphore_never_exceeds_its_permits() {
+    let member = support::etcd::EtcdMember::start();
+    semaphore_of_three(&member.url(&unique("history"))).await;
+}
+
+/// `memory://`: four clients in this process share a semaphore of three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_semaphore_never_exceeds_its_permits() {
+    let url = format!("memory://{}", unique("history"));
+    let store = Store::open(&url, "register").await.unwrap();
+    let mut runs = Vec::new();
+    for p in 0..PROCESSES {
+        let spec = Contention {
+            url: url.clone(),
+            key: "pool".into(),
+            name: format!("c{p}"),
+            tasks: PERMIT_TASKS,
+            rounds: PERMIT_ROUNDS,
+            fencing: false,
+            fair: false,
+            lease: LEASE,
+            max_sleep_us: MAX_SLEEP_US,
+            reads_in_4: 0,
+            permits: PERMITS,
+        };
+        let store = store.clone();
+        runs.push(tokio::spawn(async move {
+            history::contend(&spec, &store, None).await
+        }));
+    }
+    let mut holds = Vec::new();
+    for run in runs {
+        let outcome = run.await.unwrap();
+        assert_eq!(outcome.lost, 0);
+        holds.extend(outcome.holds);
+    }
+    let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
+    assert_eq!(summary.permits, PROCESSES * PERMIT_TASKS * PERMIT_ROUNDS);
+    assert_eq!(summary.most_permits, PERMITS as usize, "{summary:?}");
+}
+
+/// The semaphore checker: never more than the limit at once (touching records do not
+/// overlap), one limit per key.
+#[test]
+fn the_checker_counts_permits_held_at_once() {
+    let permit = |holder: &str, at: u64, until: u64| Hold {
+        permits: Some(2),
+        ..hold(holder, None, at, until)
+    };
+    let valid = [
+        permit("a.0", 10, 30),
+        permit("b.0", 20, 40),
+        permit("c.0", 30, 50),
+        permit("d.0", 40, 60),
+    ];
+    let summary = check(&valid).unwrap();
+    assert_eq!((summary.permits, summary.most_permits), (4, 2));
+    let three = [
+        permit("a.0", 10, 30),
+        permit("b.0", 20, 40),
+        permit("c.0", 25, 50),
+    ];
+    assert!(check(&three).unwrap_err().contains("3 holders"));
+    let mut other = permit("c.0", 45, 50);
+    other.permits = Some(3);
+    assert!(
+        check(&[permit("a.0", 10, 30), other])
+            .unwrap_err()
+            .contains("as Some(3)")
+    );
+    let line = valid[0].to_line();
+    assert_eq!(Hold::parse(&line), valid[0]);
 }

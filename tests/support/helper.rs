@@ -213,6 +213,7 @@ fn contender(dir: &Path) {
         lease: ms(var("LEASE_MS").parse().unwrap()),
         max_sleep_us: MAX_SLEEP_US,
         reads_in_4: var("READS_IN_4").parse().unwrap(),
+        permits: var("PERMITS").parse().unwrap(),
     };
     history::helper_runtime().block_on(async {
         let store = Store::open(&spec.url, &var("NAMESPACE")).await.unwrap();

@@ -43,13 +43,19 @@ pub struct Hold {
     pub released_at: u64,
     /// A reader's hold (`.read()`): it may overlap other readers', never a writer's.
     pub read: bool,
+    /// A permit of a semaphore of this many (then `read` is false).
+    pub permits: Option<u32>,
 }
 
 impl Hold {
     /// One line: `key holder token|- acquired released r|w` (keys and holders have no spaces).
     pub fn to_line(&self) -> String {
         let token = self.token.map_or("-".to_string(), |t| t.to_string());
-        let mode = if self.read { "r" } else { "w" };
+        let mode = match (self.read, self.permits) {
+            (_, Some(n)) => format!("p{n}"),
+            (true, None) => "r".to_owned(),
+            (false, None) => "w".to_owned(),
+        };
         format!(
             "{} {} {token} {} {} {mode}",
             self.key, self.holder, self.acquired_at, self.released_at
@@ -66,6 +72,9 @@ impl Hold {
             acquired_at: parts[3].parse().expect("acquired_at"),
             released_at: parts[4].parse().expect("released_at"),
             read: parts[5] == "r",
+            permits: parts[5]
+                .strip_prefix('p')
+                .map(|n| n.parse().expect("permits")),
         }
     }
 }
@@ -81,6 +90,9 @@ pub struct Summary {
     pub reads: usize,
     /// Readers' holds that began while another reader held the key: the readers did share it.
     pub shared_reads: usize,
+    /// Permits of semaphores among the holds, and the most of them held at once (of one key).
+    pub permits: usize,
+    pub most_permits: usize,
 }
 
 /// Checks a history: for every key, a writer's hold overlaps no other hold, a reader's overlaps
@@ -101,6 +113,13 @@ pub fn check(holds: &[Hold]) -> Result<Summary, String> {
     };
     let mut holders = std::collections::BTreeSet::new();
     for (key, mut holds) in by_key {
+        if let Some(limit) = holds.iter().find_map(|h| h.permits) {
+            let most = check_permits(key, &holds, limit)?;
+            summary.permits += holds.len();
+            summary.most_permits = summary.most_permits.max(most);
+            holders.extend(holds.iter().map(|h| &h.holder));
+            continue;
+        }
         holds.sort_by_key(|h| h.acquired_at);
         // The hold that ends last so far: of any kind, of writers, of readers.
         let mut latest_end: Option<&Hold> = None;
@@ -157,6 +176,39 @@ pub fn check(holds: &[Hold]) -> Result<Summary, String> {
 }
 
 /// What one contender (a process, or a client in this process) does.
+/// The permits of semaphore `key` (of `limit`): never more than `limit` held at once, every
+/// hold a permit of that limit. Each hold's record lies inside its real hold (taken after the
+/// grant, ended before the release), so an overlap of more than `limit` records is a real one.
+/// The most held at once.
+fn check_permits(key: &str, holds: &[&Hold], limit: u32) -> Result<usize, String> {
+    let mut events = Vec::with_capacity(holds.len() * 2);
+    for hold in holds {
+        if hold.permits != Some(limit) {
+            return Err(format!(
+                "`{key}` was held as a semaphore of {limit} and as {:?}: {hold:?}",
+                hold.permits
+            ));
+        }
+        // At one instant, releases before grants: touching records do not overlap.
+        events.push((hold.acquired_at, 1i64, *hold));
+        events.push((hold.released_at, -1i64, *hold));
+    }
+    events.sort_by_key(|(at, change, _)| (*at, *change));
+    let (mut inside, mut most) = (0i64, 0i64);
+    for (_, change, hold) in events {
+        inside += change;
+        if inside > i64::from(limit) {
+            return Err(format!(
+                "{inside} holders of `{key}`, a semaphore of {limit}, at once: {hold:?} came in \
+                 beside {} others",
+                inside - 1
+            ));
+        }
+        most = most.max(inside);
+    }
+    Ok(most as usize)
+}
+
 #[derive(Clone, Debug)]
 pub struct Contention {
     pub url: String,
@@ -175,6 +227,8 @@ pub struct Contention {
     /// Of every 4 rounds, how many take the lock as readers (0: every round writes). A reader
     /// reads the register twice, with the same pause in between: a writer in between would show.
     pub reads_in_4: u64,
+    /// Every acquisition a permit of a semaphore of this many (0: locks).
+    pub permits: u32,
 }
 
 /// What a contender did: its holds, and how many register increments were acknowledged.
@@ -221,6 +275,10 @@ pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Pa
             let mut holds = Vec::with_capacity(spec.rounds);
             for _ in 0..spec.rounds {
                 let read = fastrand::u64(0..4) < spec.reads_in_4;
+                if spec.permits > 0 {
+                    holds.push(hold_a_permit(&client, &spec, &holder, &lost).await);
+                    continue;
+                }
                 let request = client.lock(spec.key.as_str());
                 let request = if spec.fair { request.fair() } else { request };
                 let request = if read { request.read() } else { request };
@@ -270,6 +328,7 @@ pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Pa
                     acquired_at,
                     released_at,
                     read,
+                    permits: None,
                 });
             }
             holds
@@ -287,6 +346,41 @@ pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Pa
 }
 
 /// The environment variable that turns a test binary's helper entry point on.
+/// One round of a semaphore's contender: a permit held for a random while (no register: a
+/// semaphore lets several in).
+async fn hold_a_permit(
+    client: &LockClient,
+    spec: &Contention,
+    holder: &str,
+    lost: &AtomicU64,
+) -> Hold {
+    let guard = client.semaphore(spec.key.as_str(), spec.permits).acquire();
+    let guard = guard.await.unwrap_or_else(|e| panic!("{holder}: {e}"));
+    let acquired_at = now_ns();
+    // Held 1–10 ms (the register's read-modify-write is not done here: a semaphore lets
+    // several in): long enough beside an acquisition's round trips that permits overlap.
+    tokio::time::sleep(Duration::from_micros(fastrand::u64(1_000..=10_000))).await;
+    let token = guard.fencing_token();
+    let released_at = now_ns();
+    match guard.release().await {
+        Ok(()) => {}
+        Err(LockError::Lost { .. }) => {
+            eprintln!("{holder}: a permit's lease was lost");
+            lost.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) => panic!("{holder}: release: {e}"),
+    }
+    Hold {
+        key: spec.key.clone(),
+        holder: holder.to_owned(),
+        token,
+        acquired_at,
+        released_at,
+        read: false,
+        permits: Some(spec.permits),
+    }
+}
+
 pub const HELPER_ENV: &str = "DISTLOCK_TEST_HELPER";
 
 /// In a helper copy (see [`Helper`]): its directory; `None` in a normal test run, where the

@@ -459,11 +459,14 @@ impl EtcdBackend {
         let lease = self.lease_for(spec.lease).await?;
         let (queue, key) = self.key_of(spec.name, spec.token, spec.kind);
         let queue_end = proto::prefix_end(&queue);
+        // The head of the queue: its first key — or, for a semaphore of `n`, its first `n + 1`
+        // (the holders, and the first waiter).
+        let head_len = spec.kind.permits().map_or(1, |n| i64::from(n) + 1);
         let head = || {
             op(Request::Range(RangeRequest {
                 key: queue.clone(),
                 range_end: queue_end.clone(),
-                limit: 1,
+                limit: head_len,
                 sort_order: proto::ASCEND,
                 sort_target: proto::SORT_BY_CREATE,
                 keys_only: true,
@@ -546,11 +549,9 @@ impl EtcdBackend {
                     );
                 }
             }
-            if first.first().map(|kv| kv.create_revision) == Some(created) {
-                return self.granted(spec, &lease, &key, started, created);
-            }
             // A name is one kind, and a semaphore has one limit: the oldest key says which.
             if let Some(head) = first.first()
+                && head.create_revision != created
                 && let Some(refused) = super::Refused::between(kind_of(head), spec.kind)
             {
                 self.keys().remove(spec.token);
@@ -558,7 +559,7 @@ impl EtcdBackend {
                 return Err(refused);
             }
             if let Kind::Permits(limit) = spec.kind {
-                let waited = !answer.succeeded;
+                let place = first.iter().position(|kv| kv.create_revision == created);
                 return self
                     .await_permit(
                         spec,
@@ -567,9 +568,13 @@ impl EtcdBackend {
                         (&queue, &key),
                         started,
                         created,
-                        waited,
+                        place,
+                        first.len(),
                     )
                     .await;
+            }
+            if first.first().map(|kv| kv.create_revision) == Some(created) {
+                return self.granted(spec, &lease, &key, started, created);
             }
             // Watch only the key that holds us up: its deletion makes us a holder or moves us
             // up (it gave up), so a release wakes only those it may admit. A writer waits for
@@ -652,11 +657,14 @@ impl EtcdBackend {
         )))
     }
 
-    /// A permit of a semaphore of `limit` whose key `key` in `queue` was created at `created`:
-    /// granted if fewer than `limit` keys are before it. Otherwise the first waiter (exactly
-    /// `limit` before it) watches the queue for a departure, and every later one the key just
-    /// before its own — which wakes it by leaving or, admitted after waiting, by writing its own
-    /// key once (`waited`): each departure wakes one waiter, in arrival order.
+    /// A permit of a semaphore of `limit` whose key `key` in `queue` was created at `created`,
+    /// at `place` among the first `seen` keys of the queue (at most `limit + 1`; `None`: further
+    /// back): granted if fewer than `limit` keys are before it — decided with the attempt's own
+    /// transaction, so that a key is never admitted behind the back of a waiter that saw it
+    /// waiting. Otherwise the first waiter (at `limit`) watches the queue for a departure, and
+    /// every later one the key just before its own — which wakes it by leaving or, admitted
+    /// after waiting, by writing its own key once: each departure wakes one waiter, in arrival
+    /// order.
     #[allow(clippy::too_many_arguments)]
     async fn await_permit(
         &self,
@@ -666,34 +674,16 @@ impl EtcdBackend {
         (queue, key): (&[u8], &[u8]),
         started: Instant,
         created: i64,
-        waited: bool,
+        place: Option<usize>,
+        seen: usize,
     ) -> Result<Attempt, BoxError> {
         let queue_end = proto::prefix_end(queue);
-        let before: RangeResponse = self
-            .call(
-                "range",
-                self.rpc.unary(
-                    path::RANGE,
-                    RangeRequest {
-                        key: queue.to_vec(),
-                        range_end: queue_end.clone(),
-                        // Enough to tell fewer than `limit`, exactly `limit` and more ahead
-                        // (etcd's `count` is taken before the revision filter: no use here).
-                        limit: i64::from(limit) + 1,
-                        sort_order: proto::DESCEND,
-                        sort_target: proto::SORT_BY_CREATE,
-                        keys_only: true,
-                        max_create_revision: created - 1,
-                    },
-                ),
-            )
-            .await
-            .map_err(|f| self.failed("range", f))?;
-        let read_at = before.header.as_ref().map_or(0, |h| h.revision);
-        let ahead = before.kvs.len() as u64;
-        if ahead < u64::from(limit) {
-            if waited {
-                // The next waiter, watching this key, is first in line now: wake it.
+        if let Some(place) = place
+            && place < limit as usize
+        {
+            // A key after this one, in line when this attempt ran, may watch it as waiting:
+            // wake it (a key made later saw this one admitted).
+            if place + 1 < seen {
                 let touched: Result<proto::PutResponse, _> = self
                     .call(
                         "put",
@@ -719,32 +709,76 @@ impl EtcdBackend {
             }
             return self.granted(spec, lease, key, started, created);
         }
-        let (watched, range_end, filters) = if ahead == u64::from(limit) {
-            (queue.to_vec(), queue_end, vec![proto::NOPUT])
-        } else {
-            let Some(predecessor) = before.kvs.into_iter().next() else {
-                return Ok(Attempt::Busy {
-                    ttl: Some(Duration::ZERO),
-                });
-            };
-            (predecessor.key, Vec::new(), Vec::new())
+        if place == Some(limit as usize) {
+            return Ok(self.wait_for_permit(
+                spec,
+                lease,
+                PermitWatch::Departure {
+                    queue: queue.to_vec(),
+                    queue_end,
+                    created,
+                    limit,
+                },
+            ));
+        }
+        let before: RangeResponse = self
+            .call(
+                "range",
+                self.rpc.unary(
+                    path::RANGE,
+                    RangeRequest {
+                        key: queue.to_vec(),
+                        range_end: queue_end.clone(),
+                        // Enough to tell fewer than `limit`, exactly `limit` and more ahead
+                        // (etcd's `count` is taken before the revision filter: no use here).
+                        limit: i64::from(limit) + 1,
+                        sort_order: proto::DESCEND,
+                        sort_target: proto::SORT_BY_CREATE,
+                        keys_only: true,
+                        max_create_revision: created - 1,
+                    },
+                ),
+            )
+            .await
+            .map_err(|f| self.failed("range", f))?;
+        // Further back: the key just before this one, unless the queue moved meanwhile.
+        let ahead = before.kvs.len() as u64;
+        if ahead <= u64::from(limit) {
+            return Ok(Attempt::Busy {
+                ttl: Some(Duration::ZERO),
+            });
+        }
+        let Some(predecessor) = before.kvs.into_iter().next() else {
+            return Ok(Attempt::Busy {
+                ttl: Some(Duration::ZERO),
+            });
         };
+        if predecessor.mod_revision != predecessor.create_revision {
+            // Written since its creation: admitted already, so this one may be first in line.
+            return Ok(Attempt::Busy {
+                ttl: Some(Duration::ZERO),
+            });
+        }
+        Ok(self.wait_for_permit(
+            spec,
+            lease,
+            PermitWatch::Change {
+                key: predecessor.key,
+            },
+        ))
+    }
+
+    /// A permit's waiter is busy: woken once `watch` sees what it waits for.
+    fn wait_for_permit(&self, spec: LockSpec<'_>, lease: &Lease, watch: PermitWatch) -> Attempt {
         let (rpc, hub, token) = (
             self.rpc.clone(),
             Arc::clone(&self.hub),
             spec.token.to_owned(),
         );
         let task = tokio::spawn(async move {
-            // Any event since the range was read (or a failed watch: look again).
-            if let Ok(mut events) =
-                open_watch_range(&rpc, watched, range_end, read_at + 1, filters).await
-            {
-                while let Ok(answer) = next_answer(&mut events).await {
-                    if !answer.events.is_empty() {
-                        break;
-                    }
-                }
-            }
+            // Woken by the watch, or at once if a look after it was set up shows the change
+            // happened already, or by a failed watch (the waiter looks again).
+            let _ = watch.wait(&rpc).await;
             hub.notify(&token);
         })
         .abort_handle();
@@ -755,9 +789,9 @@ impl EtcdBackend {
         } else {
             task.abort();
         }
-        Ok(Attempt::Busy {
+        Attempt::Busy {
             ttl: Some(lease.ttl),
-        })
+        }
     }
 
     /// The lock is `spec`'s (its key, created at revision `created`, heads the queue or has only
@@ -962,6 +996,87 @@ impl EtcdBackend {
 fn op(request: Request) -> RequestOp {
     RequestOp {
         request: Some(request),
+    }
+}
+
+/// What a permit's waiter waits for (see `EtcdBackend::await_permit`).
+enum PermitWatch {
+    /// The first waiter: a key before its own (created at `created`) leaving the queue, so
+    /// that fewer than `limit` are ahead.
+    Departure {
+        queue: Vec<u8>,
+        queue_end: Vec<u8>,
+        created: i64,
+        limit: u32,
+    },
+    /// A later waiter: the key before its own written (admitted, its holder writes it once:
+    /// a queue key is written at its creation and at most once more) or leaving.
+    Change { key: Vec<u8> },
+}
+
+impl PermitWatch {
+    /// Returns once what it waits for happened. The watch starts at the current revision (a
+    /// watch from a past revision may be served by etcd's catch-up loop, up to 100 ms late),
+    /// and a look once it is set up catches what happened before.
+    async fn wait(self, rpc: &Rpc) -> Result<(), Status> {
+        let (key, range_end, filters) = match &self {
+            PermitWatch::Departure {
+                queue, queue_end, ..
+            } => (queue.clone(), queue_end.clone(), vec![proto::NOPUT]),
+            PermitWatch::Change { key, .. } => (key.clone(), Vec::new(), Vec::new()),
+        };
+        let mut events = open_watch_range(rpc, key, range_end, 0, filters).await?;
+        loop {
+            let answer = next_answer(&mut events).await?;
+            if !answer.events.is_empty() {
+                return Ok(());
+            }
+            if answer.created && self.happened(rpc).await? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Whether it happened already.
+    async fn happened(&self, rpc: &Rpc) -> Result<bool, Status> {
+        let (request, limit) = match self {
+            PermitWatch::Departure {
+                queue,
+                queue_end,
+                created,
+                limit,
+            } => (
+                RangeRequest {
+                    key: queue.clone(),
+                    range_end: queue_end.clone(),
+                    limit: i64::from(*limit),
+                    keys_only: true,
+                    max_create_revision: created - 1,
+                    sort_order: proto::ASCEND,
+                    sort_target: proto::SORT_BY_CREATE,
+                },
+                Some(*limit),
+            ),
+            PermitWatch::Change { key, .. } => (
+                RangeRequest {
+                    key: key.clone(),
+                    keys_only: true,
+                    ..Default::default()
+                },
+                None,
+            ),
+        };
+        let now: RangeResponse = rpc.unary(path::RANGE, request).await?;
+        Ok(match (self, limit) {
+            (PermitWatch::Departure { .. }, Some(limit)) => {
+                (now.kvs.len() as u64) < u64::from(limit)
+            }
+            (PermitWatch::Change { .. }, _) => now
+                .kvs
+                .first()
+                .is_none_or(|kv| kv.mod_revision != kv.create_revision),
+            _ => true,
+        })
     }
 }
 

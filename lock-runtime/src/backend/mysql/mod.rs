@@ -589,6 +589,41 @@ impl MysqlBackend {
     /// reader's) while fewer than `limit` are live; a row held as a lock, or by a semaphore of
     /// another limit, is refused.
     async fn acquire_permit(&self, spec: LockSpec<'_>, limit: u32) -> Result<Attempt, BoxError> {
+        // Every permit plainly in use: answered without a transaction, so that waiters polling
+        // do not queue on the lock row's lock.
+        let peek = Arc::clone(&self.sql);
+        let name = Value::from(spec.name.as_bytes());
+        let params = vec![
+            name.clone(),
+            name.clone(),
+            name.clone(),
+            Value::from(spec.token),
+            name,
+        ];
+        type Peek = (String, bool, Option<i64>, i64, i64);
+        let row: Option<Peek> = self
+            .run("reading the semaphore", spec.name, move |conn| {
+                let (sql, params) = (Arc::clone(&peek), params.clone());
+                Box::pin(async move {
+                    conn.exec_first(sql.peek_permits.as_str(), positional(params))
+                        .await
+                })
+            })
+            .await
+            .map_err(acquire_error)?;
+        if let Some((held, true, left, live, 0)) = row {
+            if held != row_token(spec.kind) {
+                return Err(match semaphore_limit(&held) {
+                    Some(held) => super::Refused::limit(held, limit),
+                    None => super::Refused::kind(None, spec.kind),
+                });
+            }
+            if live >= i64::from(limit) {
+                return Ok(Attempt::Busy {
+                    ttl: Some(Duration::from_micros(left.unwrap_or(0).max(0) as u64)),
+                });
+            }
+        }
         let sql = Arc::clone(&self.sql);
         let (name, token) = (spec.name.as_bytes().to_vec(), spec.token.to_owned());
         let (lease, holder, fencing) = (micros(spec.lease), self.holder.clone(), spec.fencing);

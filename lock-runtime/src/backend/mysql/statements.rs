@@ -34,6 +34,10 @@ pub(super) struct Sql {
     /// reader's live share) of the lock row, read without locking anything: a reader's attempt
     /// that is plainly busy answers from it, without a transaction on the hot row.
     pub peek: String,
+    /// `name, name, name, token, name` → (token, live, remaining µs, live shares, this
+    /// holder's live share) of the lock row, read without locking anything: a semaphore's
+    /// request that is plainly busy (every permit live) or refused answers from it.
+    pub peek_permits: String,
     /// `name, name` → (live rows, µs until the last/first ends) among a lock's shares (bounds
     /// `0x01`, `0x02`) or writers' marks (`0x02`, `0x03`): see `shares` and `marks`.
     pub shares: String,
@@ -170,6 +174,15 @@ FROM {t} WHERE name = ? FOR UPDATE"
        CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), m.expires_at) AS SIGNED),
        (SELECT COUNT(*) FROM {t} w WHERE w.name > CONCAT(?, x'02') AND w.name < CONCAT(?, x'03')
           AND w.expires_at > UTC_TIMESTAMP(6)),
+       (SELECT COUNT(*) FROM {t} s WHERE s.name = CONCAT(?, x'01', ?)
+          AND s.expires_at > UTC_TIMESTAMP(6))
+FROM {t} m WHERE m.name = ?"
+            ),
+            peek_permits: format!(
+                "SELECT m.token, m.expires_at > UTC_TIMESTAMP(6),
+       CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), m.expires_at) AS SIGNED),
+       (SELECT COUNT(*) FROM {t} s WHERE s.name > CONCAT(?, x'01') AND s.name < CONCAT(?, x'02')
+          AND s.expires_at > UTC_TIMESTAMP(6)),
        (SELECT COUNT(*) FROM {t} s WHERE s.name = CONCAT(?, x'01', ?)
           AND s.expires_at > UTC_TIMESTAMP(6))
 FROM {t} m WHERE m.name = ?"

@@ -444,7 +444,6 @@ impl ZookeeperBackend {
             let known = self.nodes().get(spec.token).and_then(|node| {
                 Arc::ptr_eq(&node.session, &session).then(|| (node.path.clone(), node.czxid))
             });
-            let waited = known.is_some();
             let (path, czxid) = match known {
                 Some(known) => known,
                 None => {
@@ -544,11 +543,11 @@ impl ZookeeperBackend {
                     self.end_after_lease(spec, &client, &path, started);
                 }
                 if let Kind::Permits(_) = spec.kind
-                    && waited
                     && place + 1 < queue.len()
                 {
-                    // Admitted after waiting: the next waiter, watching this node, is now
-                    // first in line and must watch the queue instead.
+                    // Admitted with a node behind this one, which may watch it as waiting
+                    // (even on a first attempt: the node behind may have looked before this
+                    // one did): it is first in line now and must watch the queue instead.
                     let data = self.node_data(spec);
                     if let Err(failure) = self
                         .call("touch", client.set_data(&path, data.as_bytes(), None))
@@ -614,6 +613,11 @@ impl ZookeeperBackend {
                             return Err(self.failed("delete", failure));
                         }
                     }
+                }
+                // A permit's predecessor written since its creation was admitted (its holder
+                // writes it once): this waiter may be first in line now.
+                Ok((Some(stat), _)) if spec.kind.permits().is_some() && stat.version > 0 => {
+                    continue;
                 }
                 Ok((Some(_), watcher)) => watcher,
                 Ok((None, _)) => continue, // gone already: look again
