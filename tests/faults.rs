@@ -68,6 +68,10 @@ async fn run<F: Faulty>(scenario: Scenario) {
         Scenario::LeaderThenMajorityLost => leader_then_majority_lost::<F>().await,
         Scenario::ReaderKilled => reader_killed(F::shared()).await,
         Scenario::PausedReaderLosesItsShare => paused_reader_loses_its_share(F::shared()).await,
+        Scenario::PermitHolderKilled => permit_holder_killed(F::shared()).await,
+        Scenario::PausedPermitHolderLosesItsPermit => {
+            paused_permit_holder_loses_its_permit(F::shared()).await
+        }
     }
 }
 
@@ -1029,6 +1033,106 @@ async fn paused_reader_loses_its_share<F: Faulty>(fixture: F) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// 12. The holder of a semaphore's one permit is killed; a waiter gets it one lease later.
+
+/// The permits the servers hold for semaphore `key`: their owner tokens.
+async fn permit_holders(fixture: &impl Fixture, key: &str) -> Vec<String> {
+    let permits = fixture.permits(&format!("lock:{key}")).await;
+    permits.into_iter().map(|(token, _)| token).collect()
+}
+
+async fn permit_holder_killed<F: Faulty>(fixture: F) {
+    let key = unique("permit-killed");
+    let lease = fixture.short_lease();
+    let mut holder = spawn_holder(&fixture, &key, lease, "permit", "");
+    let (first_token, _, owner) = acquired(&holder).await;
+    assert_eq!(permit_holders(&fixture, &key).await, [owner]);
+    // Let the holder renew a few times, so the lease is the renewed one.
+    tokio::time::sleep(ms(500)).await;
+    let before_read = now_ns();
+    let ttl = fixture
+        .ttl(&format!("lock:{key}"))
+        .await
+        .expect("the semaphore has a TTL");
+    holder.signal(libc::SIGKILL);
+    let killed_at = now_ns();
+    let _ = holder.child.wait();
+    let client = fenced_client(&fixture).await;
+    let guard = client
+        .semaphore(key.as_str(), 1)
+        .lease(lease)
+        .wait(Duration::from_secs(15))
+        .acquire()
+        .await
+        .unwrap();
+    let granted_at = now_ns();
+    assert_not_before_expiry(&fixture, lease, before_read, ttl, granted_at);
+    let after_kill = Duration::from_nanos(granted_at - killed_at);
+    assert!(
+        after_kill < lease + fixture.expiry_late(),
+        "granted {after_kill:?} after the kill"
+    );
+    if fixture.fencing() {
+        assert!(guard.fencing_token() > first_token);
+    }
+    let mine = distlock::__private::testing::owner_token(&guard).to_owned();
+    assert_eq!(
+        permit_holders(&fixture, &key).await,
+        [mine],
+        "the waiter's permit, alone"
+    );
+    guard.release().await.unwrap();
+    eprintln!(
+        "{:?}: a killed holder's permit granted again {after_kill:?} after the kill (TTL then \
+         {ttl:?})",
+        F::BACKEND
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 13. The holder of a semaphore's one permit is paused past its lease: a waiter gets the
+// permit, and the holder is told.
+
+async fn paused_permit_holder_loses_its_permit<F: Faulty>(fixture: F) {
+    let key = unique("permit-paused");
+    let lease = fixture.short_lease() / 2;
+    let holder = spawn_holder(&fixture, &key, lease, "permit-told", "");
+    let (_, _, owner) = acquired(&holder).await;
+    assert_eq!(permit_holders(&fixture, &key).await, [owner]);
+    let before_read = now_ns();
+    let ttl = fixture
+        .ttl(&format!("lock:{key}"))
+        .await
+        .expect("the semaphore has a TTL");
+    holder.signal(libc::SIGSTOP);
+    let client = fenced_client(&fixture).await;
+    let guard = client
+        .semaphore(key.as_str(), 1)
+        .lease(ms(10_000))
+        .wait(Duration::from_secs(15))
+        .acquire()
+        .await
+        .expect("granted once the paused holder's lease ran out");
+    let granted_at = now_ns();
+    assert_not_before_expiry(&fixture, lease, before_read, ttl, granted_at);
+    let mine = distlock::__private::testing::owner_token(&guard).to_owned();
+    assert_eq!(permit_holders(&fixture, &key).await, [mine.clone()]);
+    holder.signal(libc::SIGCONT);
+    history::write_file(&holder.dir.join("check-lost"), "go");
+    let told = holder.read("told", Duration::from_secs(10)).await;
+    assert_eq!(
+        told, "true",
+        "the resumed holder was not told its permit was lost"
+    );
+    assert_eq!(
+        permit_holders(&fixture, &key).await,
+        [mine],
+        "the resumed holder took nothing back"
+    );
+    guard.release().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
 
 /// One test per scenario for a backend (`scenarios::<backend>::s<N>_<scenario>`): it runs the
 /// scenario, or says why it does not apply.
@@ -1050,6 +1154,8 @@ macro_rules! suite {
                     s9_leader_then_majority_lost => LeaderThenMajorityLost,
                     s10_reader_killed => ReaderKilled,
                     s11_paused_reader_loses_its_share => PausedReaderLosesItsShare,
+                    s12_permit_holder_killed => PermitHolderKilled,
+                    s13_paused_permit_holder_loses_its_permit => PausedPermitHolderLosesItsPermit,
                 );
             }
         )*

@@ -72,13 +72,15 @@ pub enum Scenario {
     LeaderThenMajorityLost,
     ReaderKilled,
     PausedReaderLosesItsShare,
+    PermitHolderKilled,
+    PausedPermitHolderLosesItsPermit,
 }
 
 /// Why no process, server or network fault applies to `memory://`.
 const ONE_PROCESS: &str = "lives in one process: no server, network or other process to fault";
 
 impl Scenario {
-    pub const ALL: [Scenario; 11] = [
+    pub const ALL: [Scenario; 13] = [
         Scenario::HolderKilled,
         Scenario::PausedHolderIsFencedOff,
         Scenario::BlackholedHolder,
@@ -90,6 +92,8 @@ impl Scenario {
         Scenario::LeaderThenMajorityLost,
         Scenario::ReaderKilled,
         Scenario::PausedReaderLosesItsShare,
+        Scenario::PermitHolderKilled,
+        Scenario::PausedPermitHolderLosesItsPermit,
     ];
 
     /// The test's name (in every backend's module of `tests/faults.rs`).
@@ -106,6 +110,10 @@ impl Scenario {
             Scenario::LeaderThenMajorityLost => "s9_leader_then_majority_lost",
             Scenario::ReaderKilled => "s10_reader_killed",
             Scenario::PausedReaderLosesItsShare => "s11_paused_reader_loses_its_share",
+            Scenario::PermitHolderKilled => "s12_permit_holder_killed",
+            Scenario::PausedPermitHolderLosesItsPermit => {
+                "s13_paused_permit_holder_loses_its_permit"
+            }
         }
     }
 
@@ -208,6 +216,23 @@ impl Scenario {
                  the server holds the writer; the resumed reader is told its lock was lost \
                  (`guard.lost()`) within 2 s",
             ),
+            Scenario::PermitHolderKilled => (
+                "A process holding the one permit of a semaphore (`client.semaphore(k, 1)`), \
+                 lease 1 s (ZooKeeper, etcd: 2 s), renewing",
+                "`kill -9` of the holder; another process waits for a permit",
+                "the server held the holder's permit under its token; the waiter's permit is \
+                 granted no earlier than the expiry the server held at the kill and within \
+                 lease + 700 ms (ZooKeeper, etcd: + 3 s), with a larger fencing token; the \
+                 server holds the waiter's permit, and only it",
+            ),
+            Scenario::PausedPermitHolderLosesItsPermit => (
+                "A process holding the one permit of a semaphore, lease 500 ms (ZooKeeper, \
+                 etcd: 1 s), renewing",
+                "SIGSTOP past the lease; a waiter takes the permit; SIGCONT",
+                "the waiter is granted no earlier than the expiry the server held at the pause; \
+                 the server holds the waiter's permit, and only it; the resumed holder is told \
+                 its permit was lost (`guard.lost()`) within 2 s",
+            ),
         }
     }
 
@@ -241,6 +266,9 @@ impl Scenario {
                 Err("one server: no leader to elect, no majority to lose")
             }
             (ReaderKilled | PausedReaderLosesItsShare, Redlock) => Err("Redlock has no read locks"),
+            (PermitHolderKilled | PausedPermitHolderLosesItsPermit, Redlock) => {
+                Err("Redlock has no semaphores")
+            }
             _ => Ok(()),
         }
     }

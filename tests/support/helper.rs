@@ -88,6 +88,15 @@ fn holder(dir: &Path) {
             .wait(Duration::from_secs(10));
         let reader = mode.starts_with("read");
         let request = if reader { request.read() } else { request };
+        // Modes `permit` and `permit-told`: the one permit of a semaphore of 1.
+        let request = if mode.starts_with("permit") {
+            client
+                .semaphore(var("LOCK_KEY"), 1)
+                .lease(ms(var("LEASE_MS").parse().unwrap()))
+                .wait(Duration::from_secs(10))
+        } else {
+            request
+        };
         let guard = request.acquire().await.unwrap();
         let token = guard.fencing_token();
         let line = format!(
@@ -97,7 +106,7 @@ fn holder(dir: &Path) {
             distlock::__private::testing::owner_token(&guard)
         );
         write_file(&dir.join("acquired"), &line);
-        if mode == "read-told" {
+        if mode == "read-told" || mode == "permit-told" {
             // Paused past its lease, then resumed: is it told its lock was lost?
             history::read_when_there(&dir.join("check-lost"), Duration::from_secs(60)).await;
             let told = tokio::time::timeout(Duration::from_secs(2), guard.lost())
