@@ -1712,6 +1712,61 @@ pub async fn a_permit_release_wakes_a_waiter(fixture: &impl Fixture) {
     assert!(!fixture.anything_at("lock:pool").await);
 }
 
+/// On ZooKeeper and etcd, whose waiters queue on the server, permits go to waiters in arrival
+/// order: each freed permit to the earliest waiter (elsewhere no order is promised).
+pub async fn permit_waiters_are_served_in_arrival_order(fixture: &impl Fixture) {
+    let client = fixture.client().await;
+    if !serves_semaphores(fixture, &client, "queue-pool").await {
+        return;
+    }
+    if !matches!(client.backend_kind(), "zookeeper" | "etcd") {
+        println!("{}: no arrival order promised", client.backend_kind());
+        return;
+    }
+    let lease = ms(20_000);
+    let a = client
+        .semaphore("queue-pool", 2)
+        .lease(lease)
+        .await
+        .unwrap();
+    let b = client
+        .semaphore("queue-pool", 2)
+        .lease(lease)
+        .await
+        .unwrap();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let client = fixture.client().await;
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let guard = client
+                .semaphore("queue-pool", 2)
+                .lease(lease)
+                .wait(ms(20_000))
+                .await
+                .expect("granted in turn");
+            order.lock().unwrap().push(i);
+            tokio::time::sleep(ms(100)).await;
+            guard.release().await.unwrap();
+        }));
+        // Each in line before the next asks.
+        tokio::time::sleep(ms(200)).await;
+    }
+    a.release().await.unwrap();
+    tokio::time::sleep(ms(300)).await;
+    b.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    assert_eq!(
+        *order.lock().unwrap(),
+        [0, 1, 2, 3],
+        "granted out of arrival order"
+    );
+    assert!(!fixture.anything_at("lock:queue-pool").await);
+}
+
 /// Fencing: every permit grant gets a new, higher token.
 pub async fn permits_get_rising_fencing_tokens(fixture: &impl Fixture) {
     let client = fixture
@@ -1829,6 +1884,7 @@ macro_rules! suite {
                 each_permit_has_its_own_lease,
                 a_semaphore_refuses_another_limit_and_another_kind,
                 a_permit_release_wakes_a_waiter,
+                permit_waiters_are_served_in_arrival_order,
                 permits_get_rising_fencing_tokens,
                 the_admin_api_shows_permits,
             );
