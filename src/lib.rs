@@ -33,6 +33,8 @@
 //! | `on_lost = "abort"` | `"abort"` | `"abort"`: the body is dropped and the call returns `Err(LockError::Lost)`; `"continue"`: the body finishes and [`current()`] reports `is_lost()` |
 //! | `fencing = true` | client's (`false`) | hand out a strictly increasing fencing token, read with [`current()`] |
 //! | `fair = true` | `false` | grant the lock in arrival order across processes, through a queue on the server ([`LockRequest::fair`]) |
+//! | `mode = "read"` | `"write"` | the shared side of the key's read/write lock ([`LockRequest::read`]) |
+//! | `permits = 4` | none | one of that many permits of the semaphore `key`, not a lock ([`LockClient::semaphore`]) |
 //! | `crate = "path"` | `distlock` | where distlock is, for renamed dependencies |
 //!
 //! The function must be `async` and return `Result<T, E>` with `E: From<LockError>`

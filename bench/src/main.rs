@@ -5,7 +5,8 @@
 //!
 //! 1. an uncontended `#[distributed_lock]` call vs the raw floor (`SET NX PX` + compare-and-delete
 //!    `EVALSHA` on the same kind of redis-rs connection);
-//!    Row 1b: an uncontended read lock + release (`.read()`) vs the plain lock's and the raw
+//!    Rows 1b: an uncontended read lock + release (`.read()`), and a semaphore's permit +
+//!    release (`client.semaphore(k, 4)`), each vs the plain lock's and the raw
 //!    floor (each database's first row has the same);
 //! 2. throughput of 64 concurrent tasks on distinct keys vs raw pairs at the same concurrency;
 //! 3. handoff: 16 tasks contending for one key — handoffs/s and release → next-acquire latency;
@@ -35,7 +36,8 @@
 //! - `DISTLOCK_BENCH_REDIS_ONLY=1` skips the database rows (7–10);
 //! - `DISTLOCK_BENCH_CONTENTION_ONLY=1` runs only the contention rows (11);
 //! - `DISTLOCK_BENCH_SQL_ONLY=1` runs only the database rows (7, 8, 9 and 10);
-//! - `DISTLOCK_BENCH_READ_ONLY=1` runs only the read-lock rows (1b, and each database's first);
+//! - `DISTLOCK_BENCH_KINDS_ONLY=1` (or `DISTLOCK_BENCH_READ_ONLY=1`) runs only the lock kinds'
+//!   rows (1b, and each database's first two: read lock, semaphore permit);
 //! - `DISTLOCK_BENCH_ZK_ONLY=1` runs only the ZooKeeper rows (9);
 //! - `DISTLOCK_BENCH_ETCD_ONLY=1` runs only the etcd rows (10);
 //! - `DISTLOCK_BENCH_PROFILE=ours|raw|rawpub` runs only one side of the throughput measurement
@@ -352,7 +354,7 @@ async fn main() -> Result<(), Error> {
     // The read-lock rows alone (DISTLOCK_BENCH_READ_ONLY=1): 1b, then each database's.
     if sql::read_only() {
         let manual = LockClient::connect(&server.url()).await?;
-        sql::read_row(&mut report, "1b. redis", "redis", &manual, |name| {
+        sql::kind_rows(&mut report, "1b. redis", "redis", &manual, |name| {
             let (mut raw, release) = (raw.clone(), release.clone());
             async move { raw_pair(&mut raw, &release, &name, "t0123456789abcdef").await }
         })
@@ -628,7 +630,7 @@ async fn main() -> Result<(), Error> {
 
     // 1b. An uncontended read lock + release vs the plain lock's and the raw floor.
     let manual = LockClient::connect(&server.url()).await?;
-    sql::read_row(&mut report, "1b. redis", "redis", &manual, |name| {
+    sql::kind_rows(&mut report, "1b. redis", "redis", &manual, |name| {
         let (mut raw, release) = (raw.clone(), release.clone());
         async move { raw_pair(&mut raw, &release, &name, "t0123456789abcdef").await }
     })

@@ -131,12 +131,17 @@ impl RawPair for MyRaw {
     }
 }
 
-/// Measures a client of `url` against `raw` and adds the rows, labelled `label` (JSON fields
-/// prefixed with `key`).
-/// A lock kind's row: an uncontended read lock + release (`.read()`) against the plain lock's
-/// and against the raw floor `floor` (the backend's own take + release), in interleaved rounds;
-/// medians of µs per pair and of the per-round ratios.
-pub async fn read_row<F, Fut>(
+/// Another kind than the plain lock, for [`kind_row`].
+#[derive(Clone, Copy)]
+pub enum Kind {
+    /// A read lock (`.read()`).
+    Read,
+    /// A permit of a semaphore of 4 (`client.semaphore(k, 4)`).
+    Permit,
+}
+
+/// The read-lock row and the semaphore row (see [`kind_row`]).
+pub async fn kind_rows<F, Fut>(
     report: &mut Report,
     label: &str,
     key: &str,
@@ -147,12 +152,39 @@ where
     F: Fn(String) -> Fut,
     Fut: Future<Output = Result<(), Error>>,
 {
-    let pair = |name: String, read: bool| {
+    kind_row(report, label, key, client, &floor, Kind::Read).await?;
+    kind_row(report, label, key, client, &floor, Kind::Permit).await
+}
+
+/// A lock kind's row: an uncontended read lock (or semaphore permit) + release against the
+/// plain lock's and against the raw floor `floor` (the backend's own take + release), in
+/// interleaved rounds; medians of µs per pair and of the per-round ratios.
+pub async fn kind_row<F, Fut>(
+    report: &mut Report,
+    label: &str,
+    key: &str,
+    client: &LockClient,
+    floor: &F,
+    kind: Kind,
+) -> Result<(), Error>
+where
+    F: Fn(String) -> Fut,
+    Fut: Future<Output = Result<(), Error>>,
+{
+    let pair = |name: String, other: bool| {
         let client = client.clone();
         async move {
-            let request = client.lock(name).wait(Duration::ZERO);
-            let request = if read { request.read() } else { request };
-            request.acquire().await?.release().await?;
+            let request = match (other, kind) {
+                (false, _) => client.lock(name),
+                (true, Kind::Read) => client.lock(name).read(),
+                (true, Kind::Permit) => client.semaphore(name, 4),
+            };
+            request
+                .wait(Duration::ZERO)
+                .acquire()
+                .await?
+                .release()
+                .await?;
             Ok::<_, Error>(())
         }
     };
@@ -187,21 +219,27 @@ where
     }
     let (r, p, f) = (median(&mut reads), median(&mut plains), median(&mut raws));
     let (rp, rf) = (median(&mut vs_plain), median(&mut vs_raw));
+    let (what, field) = match kind {
+        Kind::Read => ("read lock", "read"),
+        Kind::Permit => ("semaphore permit", "permit"),
+    };
     report.row(
-        &format!("{label}: uncontended read lock+release (µs)"),
+        &format!("{label}: uncontended {what}+release (µs)"),
         format!("{r:.0} µs"),
         format!("{p:.0} µs plain, {f:.0} µs raw"),
         format!("{rp:.3}× plain, {rf:.3}× raw"),
     );
-    report.field(&format!("{key}_read_uncontended_us"), r);
-    report.field(&format!("{key}_read_vs_plain_ratio"), rp);
-    report.field(&format!("{key}_read_vs_raw_ratio"), rf);
+    report.field(&format!("{key}_{field}_uncontended_us"), r);
+    report.field(&format!("{key}_{field}_vs_plain_ratio"), rp);
+    report.field(&format!("{key}_{field}_vs_raw_ratio"), rf);
     Ok(())
 }
 
-/// Whether only the read-lock rows run (`DISTLOCK_BENCH_READ_ONLY=1`).
+/// Whether only the lock kinds' rows run (`DISTLOCK_BENCH_KINDS_ONLY=1`, or its older name
+/// `DISTLOCK_BENCH_READ_ONLY=1`): read locks and semaphores.
 pub fn read_only() -> bool {
-    std::env::var_os("DISTLOCK_BENCH_READ_ONLY").is_some()
+    std::env::var_os("DISTLOCK_BENCH_KINDS_ONLY").is_some()
+        || std::env::var_os("DISTLOCK_BENCH_READ_ONLY").is_some()
 }
 
 pub async fn rows(
@@ -212,7 +250,7 @@ pub async fn rows(
     raw: impl RawPair,
 ) -> Result<(), Error> {
     let client = LockClient::builder(url).build().await?;
-    read_row(report, label, key, &client, |name| {
+    kind_rows(report, label, key, &client, |name| {
         let raw = raw.clone();
         async move { raw.pair(0, &name).await }
     })
