@@ -1116,7 +1116,10 @@ async fn paused_permit_holder_loses_its_permit<F: Faulty>(fixture: F) {
     let granted_at = now_ns();
     assert_not_before_expiry(&fixture, lease, before_read, ttl, granted_at);
     let mine = distlock::__private::testing::owner_token(&guard).to_owned();
-    assert_eq!(permit_holders(&fixture, &key).await, std::slice::from_ref(&mine));
+    assert_eq!(
+        permit_holders(&fixture, &key).await,
+        std::slice::from_ref(&mine)
+    );
     holder.signal(libc::SIGCONT);
     history::write_file(&holder.dir.join("check-lost"), "go");
     let told = holder.read("told", Duration::from_secs(10)).await;
