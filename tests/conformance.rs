@@ -1642,6 +1642,9 @@ pub async fn a_semaphore_refuses_another_limit_and_another_kind(fixture: &impl F
     refused(read, &["`migrations`", "semaphore of 2 permits"]);
     let write = client.lock("migrations").wait(ms(5_000)).await;
     refused(write, &["`migrations`", "semaphore of 2 permits"]);
+    // A fair request too (refused as a semaphore's name, or as fair where fair locks are not).
+    let fair = client.lock("migrations").fair().wait(ms(5_000)).await;
+    refused(fair, &["`migrations`"]);
     assert!(
         started.elapsed() < ms(5_000),
         "a refusal waited out `wait`: {:?}",
@@ -1650,6 +1653,10 @@ pub async fn a_semaphore_refuses_another_limit_and_another_kind(fixture: &impl F
     refused(
         client.semaphore("migrations", 0).await,
         &["`migrations`", "0 permits"],
+    );
+    refused(
+        client.semaphore("migrations", 70_000).await,
+        &["`migrations`", "70000 permits", "1 to 65535"],
     );
     assert_eq!(
         fixture

@@ -55,7 +55,7 @@ pub(crate) struct LockArgs {
     /// Where `mode` was written, for errors about its combination with other arguments.
     mode_span: Option<Span>,
     /// `permits = n`: a permit of a semaphore of `n` (at least 1).
-    pub permits: Option<u32>,
+    pub permits: Option<u16>,
     /// Where `permits` was written.
     permits_span: Option<Span>,
     pub krate: Option<syn::Path>,
@@ -266,7 +266,7 @@ impl LockArgs {
                     }
                 };
                 self.permits_span = Some(lit.span());
-                match lit.base10_parse::<u32>() {
+                match lit.base10_parse::<u16>() {
                     Ok(0) => errors.at(
                         lit.span(),
                         "`permits = 0`: a semaphore of no permits could never be acquired; give \
@@ -278,7 +278,7 @@ impl LockArgs {
                         format!(
                             "`permits = {lit}` is not a number of permits: expected a whole \
                              number from 1 to {}",
-                            u32::MAX
+                            u16::MAX
                         ),
                     ),
                 }

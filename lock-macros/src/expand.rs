@@ -210,7 +210,8 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
         Some(ModeArg::Write) | None => quote!(#krate::__private::LockMode::Write),
     };
     let permits = match args.permits {
-        Some(n) => quote!(::core::option::Option::Some(#n)),
+        // Checked non-zero at compile time: `new` returns `Some`.
+        Some(n) => quote!(::core::num::NonZeroU16::new(#n)),
         None => quote!(::core::option::Option::None),
     };
     quote! {

@@ -126,6 +126,7 @@ impl LockClient {
             fencing: self.inner.fencing,
             fair: false,
             kind: Kind::Exclusive,
+            permits: 0,
         }
     }
 
@@ -138,8 +139,8 @@ impl LockClient {
     /// Every holder must ask with the same `permits`: a request whose limit differs from the
     /// one the current holders took theirs under fails with [`LockError::Config`] naming both
     /// numbers, as does asking for a semaphore's name as a lock or the reverse. `permits` of
-    /// zero fails with [`LockError::Config`]. Served by every backend but `redlock://` (see
-    /// the README's backend table).
+    /// zero, or more than [`MAX_PERMITS`](Self::MAX_PERMITS), fails with [`LockError::Config`].
+    /// Served by every backend but `redlock://` (see the README's backend table).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -156,10 +157,15 @@ impl LockClient {
     /// ```
     pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> LockRequest {
         LockRequest {
-            kind: Kind::Permits(permits),
+            // Out of range: refused by `acquire`, naming the number asked for.
+            kind: Kind::Permits(u16::try_from(permits).unwrap_or(0)),
+            permits,
             ..self.lock(key)
         }
     }
+
+    /// The most permits a semaphore may have.
+    pub const MAX_PERMITS: u32 = u16::MAX as u32;
 
     /// The backend's name: `memory`, `redis`, …
     pub fn backend_kind(&self) -> &'static str {
@@ -954,6 +960,8 @@ pub struct LockRequest {
     fencing: bool,
     fair: bool,
     kind: Kind,
+    /// The permits a semaphore's request asked for (as given: checked by `acquire`).
+    permits: u32,
 }
 
 impl LockRequest {
@@ -1048,6 +1056,16 @@ impl LockRequest {
     /// Acquires the lock, waiting up to the request's `wait` for a busy one: woken by the
     /// holder's release, or retrying when the holder's lease runs out.
     pub async fn acquire(self) -> Result<LockGuard, LockError> {
+        if matches!(self.kind, Kind::Permits(_))
+            && !(1..=LockClient::MAX_PERMITS).contains(&self.permits)
+        {
+            return Err(LockError::Config(format!(
+                "`{}`: a semaphore of {} permits: ask for 1 to {} (0 could never be acquired)",
+                self.key,
+                self.permits,
+                LockClient::MAX_PERMITS
+            )));
+        }
         let params = Params {
             lease: self.lease,
             wait: self.wait,

@@ -54,28 +54,8 @@ where
         Err(error) => return R::from_lock_error(error),
     };
     if let Some(lock) = scope::held(client, &key) {
-        use crate::backend::Kind;
-        // A read under a write or under a read is granted locally; a write under a read could
-        // never be granted (this task's own share excludes every writer). A permit under a
-        // permit of the same semaphore is granted locally too; a name is one kind, and a
-        // semaphore has one limit.
-        match (lock.kind, options.kind()) {
-            (Kind::Shared, Kind::Exclusive) => {
-                return R::from_lock_error(LockError::Upgrade { key });
-            }
-            (Kind::Permits(held), Kind::Permits(asked)) if held != asked => {
-                let why = crate::backend::Refused::limit(held, asked);
-                return R::from_lock_error(LockError::Config(format!("`{key}`: {why}")));
-            }
-            (Kind::Permits(held), asked @ (Kind::Exclusive | Kind::Shared)) => {
-                let why = crate::backend::Refused::kind(Some(held), asked);
-                return R::from_lock_error(LockError::Config(format!("`{key}`: {why}")));
-            }
-            (Kind::Exclusive | Kind::Shared, asked @ Kind::Permits(_)) => {
-                let why = crate::backend::Refused::kind(None, asked);
-                return R::from_lock_error(LockError::Config(format!("`{key}`: {why}")));
-            }
-            _ => {}
+        if let Some(error) = nested_refusal(lock.kind, options.kind(), &key) {
+            return R::from_lock_error(error);
         }
         tracing::trace!(key, "distlock: reentrant call, no acquisition");
         return scope::enter(client, lock, body).await;
@@ -109,6 +89,28 @@ where
         tracing::warn!(%error, "distlock: the lock was not held to the end of the body");
     }
     output
+}
+
+/// Why a nested call asking for `asked` on a key its task holds as `held` cannot be granted
+/// locally, if it cannot. A read under a write or under a read is granted; a write under a read
+/// could never be (this task's own share excludes every writer). A permit under a permit of the
+/// same semaphore is granted too; a name is one kind, and a semaphore has one limit. (A cold
+/// function: the messages are built outside every locked call's future.)
+#[cold]
+fn nested_refusal(
+    held: crate::backend::Kind,
+    asked: crate::backend::Kind,
+    key: &str,
+) -> Option<LockError> {
+    use crate::backend::{Kind, Refused};
+    let why = match (held, asked) {
+        (Kind::Shared, Kind::Exclusive) => return Some(LockError::Upgrade { key: key.into() }),
+        (Kind::Permits(held), Kind::Permits(asked)) if held != asked => Refused::limit(held, asked),
+        (Kind::Permits(held), Kind::Exclusive | Kind::Shared) => Refused::kind(Some(held), asked),
+        (Kind::Exclusive | Kind::Shared, Kind::Permits(_)) => Refused::kind(None, asked),
+        _ => return None,
+    };
+    Some(LockError::Config(format!("`{key}`: {why}")))
 }
 
 /// The hot path's memory footprint. Every locked call's future is moved around whole, and

@@ -40,15 +40,16 @@ pub struct LockOptions {
     pub fair: bool,
     /// `mode = "read"` / `"write"` (the default).
     pub mode: crate::LockMode,
-    /// `permits = n`: a permit of the semaphore `key` of `n` permits, not a lock.
-    pub permits: Option<u32>,
+    /// `permits = n`: a permit of the semaphore `key` of `n` permits, not a lock. (Non-zero:
+    /// four bytes, inside every locked call's future.)
+    pub permits: Option<std::num::NonZeroU16>,
 }
 
 impl LockOptions {
     /// The kind of hold these options ask for.
     pub(crate) fn kind(&self) -> crate::backend::Kind {
         match self.permits {
-            Some(n) => crate::backend::Kind::Permits(n),
+            Some(n) => crate::backend::Kind::Permits(n.get()),
             None => self.mode.kind(),
         }
     }

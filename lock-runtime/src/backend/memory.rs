@@ -49,7 +49,7 @@ struct Readers {
     /// Each reader's (or permit's) token and the end of its own lease.
     shares: HashMap<String, Instant>,
     /// A semaphore's limit: the shares are its permits. `None`: a read lock's readers.
-    permits: Option<u32>,
+    permits: Option<u16>,
     /// Writers waiting for the readers to leave, each with the instant its mark lapses unless
     /// the writer asks again: while one is marked, no new reader joins.
     writers: HashMap<String, Instant>,
@@ -126,7 +126,7 @@ impl MemoryBackend {
                 .iter()
                 .map(|(token, until)| (token.clone(), Some(*until - now)))
                 .collect(),
-            permits: readers.permits,
+            permits: readers.permits.map(u32::from),
         })
     }
 
@@ -384,7 +384,7 @@ impl MemoryBackend {
 impl State {
     /// The limit of the semaphore `name` if permits of it are held: a name is one kind, so a
     /// lock (or a read lock) asked for on it is refused.
-    fn semaphore(&mut self, name: &str, now: Instant) -> Option<u32> {
+    fn semaphore(&mut self, name: &str, now: Instant) -> Option<u16> {
         let readers = self.readers.get_mut(name)?;
         readers.live_until(now)?;
         readers.permits
@@ -442,7 +442,7 @@ impl State {
     fn acquire_permit(
         &mut self,
         spec: LockSpec<'_>,
-        n: u32,
+        n: u16,
         now: Instant,
     ) -> Result<Attempt, BoxError> {
         if self

@@ -132,9 +132,10 @@ pub(crate) enum Kind {
     /// its own; a writer waiting for the key stops new readers from joining.
     Shared,
     /// One of at most `n` permits of a semaphore (`n` ≥ 1, the limit this request was made
-    /// under). Each permit has a lease of its own, like a reader's share; a name held as a
+    /// under; at most 65,535, which keeps this enum — inside every acquisition's future — at
+    /// four bytes). Each permit has a lease of its own, like a reader's share; a name held as a
     /// semaphore is never a lock, nor the reverse.
-    Permits(u32),
+    Permits(u16),
 }
 
 impl Kind {
@@ -150,7 +151,7 @@ impl Kind {
     /// The semaphore's limit, for a permit.
     pub(crate) fn permits(self) -> Option<u32> {
         match self {
-            Kind::Permits(n) => Some(n),
+            Kind::Permits(n) => Some(u32::from(n)),
             _ => None,
         }
     }
@@ -173,7 +174,7 @@ impl std::error::Error for Refused {}
 
 impl Refused {
     /// A semaphore held under `held` permits asked for with `asked`.
-    pub(crate) fn limit(held: u32, asked: u32) -> BoxError {
+    pub(crate) fn limit(held: u16, asked: u16) -> BoxError {
         Box::new(Refused(format!(
             "the semaphore is held under a limit of {held} permits, and this request asks for \
              {asked}: every holder of a semaphore must ask with the same limit (change it once \
@@ -199,7 +200,7 @@ impl Refused {
     }
 
     /// A name held as `held` (a semaphore of `held_permits`, or a lock) asked for as `asked`.
-    pub(crate) fn kind(held_permits: Option<u32>, asked: Kind) -> BoxError {
+    pub(crate) fn kind(held_permits: Option<u16>, asked: Kind) -> BoxError {
         let held = match held_permits {
             Some(n) => format!("a semaphore of {n} permits"),
             None => "a lock (or its readers)".to_owned(),

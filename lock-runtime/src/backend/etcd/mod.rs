@@ -669,7 +669,7 @@ impl EtcdBackend {
     async fn await_permit(
         &self,
         spec: LockSpec<'_>,
-        limit: u32,
+        limit: u16,
         lease: &Arc<Lease>,
         (queue, key): (&[u8], &[u8]),
         started: Instant,
@@ -1007,7 +1007,7 @@ enum PermitWatch {
         queue: Vec<u8>,
         queue_end: Vec<u8>,
         created: i64,
-        limit: u32,
+        limit: u16,
     },
     /// A later waiter: the key before its own written (admitted, its holder writes it once:
     /// a queue key is written at its creation and at most once more) or leaving.

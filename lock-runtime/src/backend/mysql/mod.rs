@@ -490,7 +490,7 @@ fn row_token(kind: Kind) -> String {
 }
 
 /// The limit of a semaphore whose row holds `token`; `None` for a lock's row.
-fn semaphore_limit(token: &str) -> Option<u32> {
+fn semaphore_limit(token: &str) -> Option<u16> {
     token.strip_prefix(PERMITS)?.parse().ok()
 }
 
@@ -588,7 +588,7 @@ impl MysqlBackend {
     /// A semaphore's permit, in one transaction that locks the lock row first: a share (as a
     /// reader's) while fewer than `limit` are live; a row held as a lock, or by a semaphore of
     /// another limit, is refused.
-    async fn acquire_permit(&self, spec: LockSpec<'_>, limit: u32) -> Result<Attempt, BoxError> {
+    async fn acquire_permit(&self, spec: LockSpec<'_>, limit: u16) -> Result<Attempt, BoxError> {
         // Every permit plainly in use: answered without a transaction, so that waiters polling
         // do not queue on the lock row's lock.
         let peek = Arc::clone(&self.sql);
@@ -883,7 +883,7 @@ impl MysqlBackend {
     async fn with_readers(&self, mut entry: Entry) -> Result<Entry, MyError> {
         let permits = entry.token.as_deref().and_then(semaphore_limit);
         if permits.is_some() || entry.token.as_deref() == Some(READERS) {
-            entry.permits = permits;
+            entry.permits = permits.map(u32::from);
             entry.readers = self.readers_of(&entry.name).await?;
             entry.token = None;
             entry.holder = None;
@@ -1211,7 +1211,7 @@ impl Backend for MysqlBackend {
                 let readers = !found.readers.is_empty();
                 let token = match (&found.token, found.permits) {
                     (Some(token), _) => token.clone(),
-                    (None, Some(limit)) => row_token(Kind::Permits(limit)),
+                    (None, Some(limit)) => row_token(Kind::Permits(limit as u16)),
                     (None, None) => READERS.to_owned(),
                 };
                 let params = vec![Value::from(name.as_bytes()), Value::from(token)];

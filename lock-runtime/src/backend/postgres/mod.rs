@@ -577,7 +577,7 @@ impl PostgresBackend {
     }
 
     /// A semaphore's permit (see `statements::Sql::permit_acquire`).
-    async fn acquire_permit(&self, spec: LockSpec<'_>, limit: u32) -> Result<Attempt, BoxError> {
+    async fn acquire_permit(&self, spec: LockSpec<'_>, limit: u16) -> Result<Attempt, BoxError> {
         let lease = millis(spec.lease);
         let row_token = permits_token(limit);
         let limit = i64::from(limit);
@@ -608,7 +608,7 @@ impl PostgresBackend {
             None => Ok(busy(None)),
             Some(held) if held == row_token => Ok(busy(row.try_get(3).map_err(failed)?)),
             Some(held) => Err(match semaphore_limit(held) {
-                Some(held) => super::Refused::limit(held, limit as u32),
+                Some(held) => super::Refused::limit(held, limit as u16),
                 None => super::Refused::kind(None, spec.kind),
             }),
         }
@@ -666,7 +666,7 @@ fn entry(row: &tokio_postgres::Row) -> Entry {
     let permits = token.as_deref().and_then(semaphore_limit);
     if permits.is_some() || token.as_deref() == Some(super::sql::READERS) {
         super::sql::readers_entry(&mut entry, record, remaining.unwrap_or(0));
-        entry.permits = permits;
+        entry.permits = permits.map(u32::from);
     }
     entry
 }
@@ -682,12 +682,12 @@ fn row_token(kind: Kind) -> Option<String> {
 }
 
 /// The token of a row holding the permits of a semaphore of `limit`.
-fn permits_token(limit: u32) -> String {
+fn permits_token(limit: u16) -> String {
     format!("{}{limit}", super::sql::PERMITS)
 }
 
 /// The limit of a semaphore whose row holds `token`; `None` for a lock's row.
-fn semaphore_limit(token: &str) -> Option<u32> {
+fn semaphore_limit(token: &str) -> Option<u16> {
     token.strip_prefix(super::sql::PERMITS)?.parse().ok()
 }
 

@@ -581,7 +581,7 @@ fn scripted_attempt(spec: LockSpec<'_>, taken: i64, value: i64) -> Result<Attemp
             fencing_token: spec.fencing.then_some(value as u64),
         }),
         2 => {
-            let held = u32::try_from(value).ok().filter(|&n| n > 0);
+            let held = u16::try_from(value).ok().filter(|&n| n > 0);
             Err(match (held, spec.kind) {
                 (Some(held), Kind::Permits(asked)) => super::Refused::limit(held, asked),
                 (held, asked) => super::Refused::kind(held, asked),

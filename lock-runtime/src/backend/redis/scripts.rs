@@ -307,10 +307,13 @@ end
 /// line → {1, fencing token or 0}; a lock already holding ARGV[1] (a retry whose first reply
 /// was lost) → the same. Otherwise the token joins the end of the line, or keeps its place
 /// for ARGV[3] ms more → {0, ms to wait: the holder's PTTL, or until the head's place lapses}.
+/// A semaphore's name → {2, its limit}.
 /// A busy lock costs no look at the queue beyond joining it.
 pub(super) fn acquire_fair() -> String {
     format!(
-        "{HELPERS}{FAIR_HEAD}{}",
+        "{HELPERS}{FAIR_HEAD}{}{REFUSE_SEMAPHORE}{}",
+        r"
+local t = redis.call('TYPE', KEYS[1]).ok",
         r"
 local v = holder(KEYS[1])
 if v == ARGV[1] then

@@ -177,7 +177,7 @@ pub(crate) fn parse_node(child: &str) -> (Kind, &str) {
         return (Kind::Shared, token);
     }
     if let Some((token, mark)) = head.rsplit_once("-p")
-        && let Ok(n) = mark.parse::<u32>()
+        && let Ok(n) = mark.parse::<u16>()
         && !mark.starts_with('+')
     {
         return (Kind::Permits(n), token);
