@@ -9,6 +9,8 @@
 #                                       # examples cli redis metrics tls global errors
 #   SOAK_TESTS="redlock history" scripts/soak.sh 3   # a subset
 #   SOAK_HOGS=0 scripts/soak.sh 1       # without the hogs (a baseline)
+#   SOAK_FILTER="semaphore permit" scripts/soak.sh 3   # only the tests whose names match
+#                                       # (libtest's filters, passed to every binary)
 #
 # Prints the pass count per test binary, keeps the output of every failed run under
 # target/soak/, checks that no redis-server, postgres, mariadbd, ZooKeeper, etcd or helper process outlived its test binary, and
@@ -97,6 +99,8 @@ for run in $(seq 1 "$runs"); do
         # As ./scripts/test.sh runs it: the fault suite four scenarios at a time.
         extra=()
         [ "$test" = faults ] && extra=(--test-threads 4)
+        # shellcheck disable=SC2206 # word splitting into several filters is the point
+        [ -n "${SOAK_FILTER:-}" ] && extra+=(${SOAK_FILTER})
         if timeout --kill-after=30 900 "${executable[$test]}" --quiet "${extra[@]}" >"$log" 2>&1; then
             status=pass
             passed[$test]=$((passed[$test] + 1))
