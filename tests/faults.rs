@@ -158,24 +158,39 @@ fn assert_not_before_expiry<F: Faulty>(
 // 1. kill -9 of the holder process.
 
 async fn holder_killed<F: Faulty>(fixture: F) {
-    killed(fixture, false).await;
+    killed(fixture, Killed::Writer).await;
 }
 
-/// Rows 1 and 10: a holder (a writer, or a `reader`) is killed; a writer gets the lock one lease
-/// later, not before.
-async fn killed<F: Faulty>(fixture: F, reader: bool) {
-    let key = unique(if reader { "reader-killed" } else { "killed" });
+/// Who is killed in rows 1, 10 and 12.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Killed {
+    /// The plain lock's holder; a writer waits.
+    Writer,
+    /// A reader; a writer waits.
+    Reader,
+    /// The holder of a semaphore's one permit; a waiter for a permit.
+    Permit,
+}
+
+/// Rows 1, 10 and 12: a holder (a writer, a reader, or the holder of a semaphore's one permit)
+/// is killed; the waiter gets the lock (or the permit) one lease later, not before.
+async fn killed<F: Faulty>(fixture: F, who: Killed) {
+    let (name, mode) = match who {
+        Killed::Writer => ("killed", "hold"),
+        Killed::Reader => ("reader-killed", "read"),
+        Killed::Permit => ("permit-killed", "permit"),
+    };
+    let key = unique(name);
     let lease = fixture.short_lease();
-    let mode = if reader { "read" } else { "hold" };
     let mut holder = spawn_holder(&fixture, &key, lease, mode, "");
     let (first_token, _, owner) = acquired(&holder).await;
-    if reader {
-        assert!(
+    match who {
+        Killed::Writer => assert_eq!(holder_of(&fixture, &key).await, Some(owner)),
+        Killed::Reader => assert!(
             holds_share(&fixture, &key, &owner).await,
             "the server holds the reader's share"
-        );
-    } else {
-        assert_eq!(holder_of(&fixture, &key).await, Some(owner));
+        ),
+        Killed::Permit => assert_eq!(permit_holders(&fixture, &key).await, [owner]),
     }
     // Let the holder renew a few times, so the lease is the renewed one.
     tokio::time::sleep(ms(500)).await;
@@ -189,8 +204,11 @@ async fn killed<F: Faulty>(fixture: F, reader: bool) {
     let _ = holder.child.wait();
 
     let client = fenced_client(&fixture).await;
-    let guard = client
-        .lock(key.as_str())
+    let request = match who {
+        Killed::Permit => client.semaphore(key.as_str(), 1),
+        Killed::Writer | Killed::Reader => client.lock(key.as_str()),
+    };
+    let guard = request
         .lease(lease)
         .wait(Duration::from_secs(15))
         .acquire()
@@ -206,15 +224,28 @@ async fn killed<F: Faulty>(fixture: F, reader: bool) {
         "granted {after_kill:?} after the kill"
     );
     if fixture.fencing() {
-        // A writer's token is larger than the killed writer's; a reader's is the last write
-        // grant's, or its own grant's (ZooKeeper, etcd): either way below the new one.
+        // A writer's (or permit's) token is larger than the killed holder's; a reader's is the
+        // last write grant's, or its own grant's (ZooKeeper, etcd): either way below the new one.
         assert!(guard.fencing_token() > first_token);
     }
-    assert_holds(&fixture, &key, &guard, "the new holder's token is stored").await;
+    if who == Killed::Permit {
+        let mine = distlock::__private::testing::owner_token(&guard).to_owned();
+        assert_eq!(
+            permit_holders(&fixture, &key).await,
+            [mine],
+            "the waiter's permit, alone"
+        );
+    } else {
+        assert_holds(&fixture, &key, &guard, "the new holder's token is stored").await;
+    }
     guard.release().await.unwrap();
-    let who = if reader { "reader" } else { "holder" };
+    let who = match who {
+        Killed::Writer => "holder's lock",
+        Killed::Reader => "reader's lock",
+        Killed::Permit => "holder's permit",
+    };
     eprintln!(
-        "{:?}: a killed {who}'s lock granted again {after_kill:?} after the kill (TTL then {ttl:?})",
+        "{:?}: a killed {who} granted again {after_kill:?} after the kill (TTL then {ttl:?})",
         F::BACKEND
     );
 }
@@ -986,7 +1017,7 @@ async fn servers_and_helpers_die_with_their_test_binary() {
 // 10. A reader is killed; a writer gets the lock one lease later.
 
 async fn reader_killed<F: Faulty>(fixture: F) {
-    killed(fixture, true).await;
+    killed(fixture, Killed::Reader).await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1042,51 +1073,7 @@ async fn permit_holders(fixture: &impl Fixture, key: &str) -> Vec<String> {
 }
 
 async fn permit_holder_killed<F: Faulty>(fixture: F) {
-    let key = unique("permit-killed");
-    let lease = fixture.short_lease();
-    let mut holder = spawn_holder(&fixture, &key, lease, "permit", "");
-    let (first_token, _, owner) = acquired(&holder).await;
-    assert_eq!(permit_holders(&fixture, &key).await, [owner]);
-    // Let the holder renew a few times, so the lease is the renewed one.
-    tokio::time::sleep(ms(500)).await;
-    let before_read = now_ns();
-    let ttl = fixture
-        .ttl(&format!("lock:{key}"))
-        .await
-        .expect("the semaphore has a TTL");
-    holder.signal(libc::SIGKILL);
-    let killed_at = now_ns();
-    let _ = holder.child.wait();
-    let client = fenced_client(&fixture).await;
-    let guard = client
-        .semaphore(key.as_str(), 1)
-        .lease(lease)
-        .wait(Duration::from_secs(15))
-        .acquire()
-        .await
-        .unwrap();
-    let granted_at = now_ns();
-    assert_not_before_expiry(&fixture, lease, before_read, ttl, granted_at);
-    let after_kill = Duration::from_nanos(granted_at - killed_at);
-    assert!(
-        after_kill < lease + fixture.expiry_late(),
-        "granted {after_kill:?} after the kill"
-    );
-    if fixture.fencing() {
-        assert!(guard.fencing_token() > first_token);
-    }
-    let mine = distlock::__private::testing::owner_token(&guard).to_owned();
-    assert_eq!(
-        permit_holders(&fixture, &key).await,
-        [mine],
-        "the waiter's permit, alone"
-    );
-    guard.release().await.unwrap();
-    eprintln!(
-        "{:?}: a killed holder's permit granted again {after_kill:?} after the kill (TTL then \
-         {ttl:?})",
-        F::BACKEND
-    );
+    killed(fixture, Killed::Permit).await;
 }
 
 // ---------------------------------------------------------------------------------------------

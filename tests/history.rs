@@ -135,31 +135,23 @@ async fn readers_and_writers(url: &str, lease: Duration) {
 /// can lose to newcomers — it has no queue, and promises no order — rather than the limit.)
 async fn semaphore_of_three(url: &str) {
     let dir = history::scratch_dir("history");
-    let key = unique("pool");
     let started = Instant::now();
-    let mut helpers = Vec::new();
-    for p in 0..PROCESSES {
-        let env = [
-            ("LOCK_URL", url.to_owned()),
-            ("LOCK_KEY", key.clone()),
-            ("HOLDER", format!("p{p}")),
-            ("TASKS", PERMIT_TASKS.to_string()),
-            ("ROUNDS", PERMIT_ROUNDS.to_string()),
-            ("FENCING", "0".to_owned()),
-            ("FAIR", "0".to_owned()),
-            ("LEASE_MS", LEASE.as_millis().to_string()),
-            ("NAMESPACE", unique("unused")),
-            ("READS_IN_4", "0".to_owned()),
-            ("PERMITS", PERMITS.to_string()),
-        ];
-        helpers.push(Helper::spawn("contender", &dir, &env));
-    }
-    for p in 0..PROCESSES {
-        history::read_when_there(&dir.join(format!("p{p}.ready")), Duration::from_secs(30)).await;
-    }
-    history::write_file(&dir.join("go"), "go");
+    let spec = Contention {
+        url: url.to_owned(),
+        key: unique("pool"),
+        name: String::new(),
+        tasks: PERMIT_TASKS,
+        rounds: PERMIT_ROUNDS,
+        fencing: false,
+        fair: false,
+        lease: LEASE,
+        max_sleep_us: MAX_SLEEP_US,
+        reads_in_4: 0,
+        permits: PERMITS,
+    };
+    let mut helpers = start_contenders(&dir, &spec, &unique("unused")).await;
     let contended = Instant::now();
-    let (holds, lost) = collect(&dir, &mut helpers).await;
+    let (holds, _, lost) = collect(&dir, &mut helpers).await;
     let contention = contended.elapsed();
     let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
     assert_eq!(summary.permits, PROCESSES * PERMIT_TASKS * PERMIT_ROUNDS);
@@ -185,21 +177,39 @@ const PERMITS: u32 = 3;
 const PERMIT_TASKS: usize = 8;
 const PERMIT_ROUNDS: usize = 160;
 
-/// Every helper's history, and how many leases they lost.
-async fn collect(dir: &std::path::Path, helpers: &mut [Helper]) -> (Vec<Hold>, u64) {
+/// Starts the `PROCESSES` contender processes of `spec` (`p0`, `p1`, …), waits until each is
+/// ready, and lets them all go at once.
+async fn start_contenders(
+    dir: &std::path::Path,
+    spec: &Contention,
+    namespace: &str,
+) -> Vec<Helper> {
+    let helpers: Vec<Helper> = (0..PROCESSES)
+        .map(|p| Helper::spawn("contender", dir, &spec.env(&format!("p{p}"), namespace)))
+        .collect();
+    for p in 0..PROCESSES {
+        history::read_when_there(&dir.join(format!("p{p}.ready")), Duration::from_secs(30)).await;
+    }
+    history::write_file(&dir.join("go"), "go");
+    helpers
+}
+
+/// Every contender's history, the increments they acknowledged, and the leases they lost.
+async fn collect(dir: &std::path::Path, helpers: &mut [Helper]) -> (Vec<Hold>, u64, u64) {
     let mut holds = Vec::new();
-    let mut lost = 0;
+    let (mut increments, mut lost) = (0, 0);
     for (p, helper) in helpers.iter_mut().enumerate() {
         let out =
             history::read_when_there(&dir.join(format!("p{p}.out")), Duration::from_secs(300))
                 .await;
         helper.wait_success(Duration::from_secs(30));
         let mut lines = out.lines();
-        let (_, los) = lines.next().unwrap().split_once(' ').unwrap();
+        let (inc, los) = lines.next().unwrap().split_once(' ').unwrap();
+        increments += inc.parse::<u64>().unwrap();
         lost += los.parse::<u64>().unwrap();
         holds.extend(lines.map(Hold::parse));
     }
-    (holds, lost)
+    (holds, increments, lost)
 }
 
 /// [`four_processes`], with `faults` run from the moment the processes start contending.
@@ -224,45 +234,24 @@ async fn contend_and_check(
 ) {
     let dir = history::scratch_dir("history");
     let namespace = unique("register");
-    let key = unique("hot");
     let started = Instant::now();
-    let mut helpers = Vec::new();
-    for p in 0..PROCESSES {
-        let env = [
-            ("LOCK_URL", url.to_owned()),
-            ("LOCK_KEY", key.clone()),
-            ("HOLDER", format!("p{p}")),
-            ("TASKS", TASKS.to_string()),
-            ("ROUNDS", ROUNDS.to_string()),
-            ("FENCING", if fencing { "1" } else { "0" }.to_owned()),
-            ("FAIR", if fair { "1" } else { "0" }.to_owned()),
-            ("LEASE_MS", lease.as_millis().to_string()),
-            ("NAMESPACE", namespace.clone()),
-            ("READS_IN_4", reads_in_4.to_string()),
-            ("PERMITS", "0".to_owned()),
-        ];
-        helpers.push(Helper::spawn("contender", &dir, &env));
-    }
-    for p in 0..PROCESSES {
-        history::read_when_there(&dir.join(format!("p{p}.ready")), Duration::from_secs(30)).await;
-    }
-    history::write_file(&dir.join("go"), "go");
+    let spec = Contention {
+        url: url.to_owned(),
+        key: unique("hot"),
+        name: String::new(),
+        tasks: TASKS,
+        rounds: ROUNDS,
+        fencing,
+        fair,
+        lease,
+        max_sleep_us: MAX_SLEEP_US,
+        reads_in_4,
+        permits: 0,
+    };
+    let mut helpers = start_contenders(&dir, &spec, &namespace).await;
     let contended = Instant::now();
     faults.await;
-    let mut holds = Vec::new();
-    let mut increments = 0;
-    let mut lost = 0;
-    for (p, helper) in helpers.iter_mut().enumerate() {
-        let out =
-            history::read_when_there(&dir.join(format!("p{p}.out")), Duration::from_secs(300))
-                .await;
-        helper.wait_success(Duration::from_secs(30));
-        let mut lines = out.lines();
-        let (inc, los) = lines.next().unwrap().split_once(' ').unwrap();
-        increments += inc.parse::<u64>().unwrap();
-        lost += los.parse::<u64>().unwrap();
-        holds.extend(lines.map(Hold::parse));
-    }
+    let (holds, increments, lost) = collect(&dir, &mut helpers).await;
     let contention = contended.elapsed();
     let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
     let expected = PROCESSES * TASKS * ROUNDS;

@@ -232,6 +232,27 @@ pub struct Contention {
 }
 
 /// What a contender did: its holds, and how many register increments were acknowledged.
+impl Contention {
+    /// The environment of a `contender` helper process (`support::helper` reads it back) for
+    /// contender `name` of a run whose register lives in `namespace`.
+    pub fn env(&self, name: &str, namespace: &str) -> Vec<(&'static str, String)> {
+        let flag = |on: bool| if on { "1" } else { "0" }.to_owned();
+        vec![
+            ("LOCK_URL", self.url.clone()),
+            ("LOCK_KEY", self.key.clone()),
+            ("HOLDER", name.to_owned()),
+            ("TASKS", self.tasks.to_string()),
+            ("ROUNDS", self.rounds.to_string()),
+            ("FENCING", flag(self.fencing)),
+            ("FAIR", flag(self.fair)),
+            ("LEASE_MS", self.lease.as_millis().to_string()),
+            ("NAMESPACE", namespace.to_owned()),
+            ("READS_IN_4", self.reads_in_4.to_string()),
+            ("PERMITS", self.permits.to_string()),
+        ]
+    }
+}
+
 pub struct Outcome {
     pub holds: Vec<Hold>,
     pub increments: u64,

@@ -640,13 +640,7 @@ impl EtcdBackend {
                 spec.token.to_owned(),
             ))
             .abort_handle();
-            if let Some(held) = self.keys().get_mut(spec.token) {
-                if let Some(previous) = held.task.replace(task) {
-                    previous.abort();
-                }
-            } else {
-                task.abort();
-            }
+            self.keep_task(spec.token, task);
             return Ok(Attempt::Busy {
                 ttl: Some(lease.ttl),
             });
@@ -768,6 +762,18 @@ impl EtcdBackend {
         ))
     }
 
+    /// Keeps `task` (a waiter's watch) with the key of `token`, replacing (and stopping) the
+    /// one before; stops it at once if the key is not this client's any more.
+    fn keep_task(&self, token: &str, task: AbortHandle) {
+        if let Some(held) = self.keys().get_mut(token) {
+            if let Some(previous) = held.task.replace(task) {
+                previous.abort();
+            }
+        } else {
+            task.abort();
+        }
+    }
+
     /// A permit's waiter is busy: woken once `watch` sees what it waits for.
     fn wait_for_permit(&self, spec: LockSpec<'_>, lease: &Lease, watch: PermitWatch) -> Attempt {
         let (rpc, hub, token) = (
@@ -782,13 +788,7 @@ impl EtcdBackend {
             hub.notify(&token);
         })
         .abort_handle();
-        if let Some(held) = self.keys().get_mut(spec.token) {
-            if let Some(previous) = held.task.replace(task) {
-                previous.abort();
-            }
-        } else {
-            task.abort();
-        }
+        self.keep_task(spec.token, task);
         Attempt::Busy {
             ttl: Some(lease.ttl),
         }

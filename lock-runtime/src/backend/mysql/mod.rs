@@ -585,13 +585,14 @@ impl MysqlBackend {
         })
     }
 
-    /// A semaphore's permit, in one transaction that locks the lock row first: a share (as a
-    /// reader's) while fewer than `limit` are live; a row held as a lock, or by a semaphore of
-    /// another limit, is refused.
-    async fn acquire_permit(&self, spec: LockSpec<'_>, limit: u16) -> Result<Attempt, BoxError> {
-        // Every permit plainly in use: answered without a transaction, so that waiters polling
-        // do not queue on the lock row's lock.
-        let peek = Arc::clone(&self.sql);
+    /// One of the unlocked reads of the lock row (`Sql::peek`, `Sql::peek_permits`) for `spec`:
+    /// (token, live, remaining µs, a count, this token's live share).
+    async fn peek(
+        &self,
+        spec: LockSpec<'_>,
+        statement: fn(&Sql) -> &String,
+    ) -> Result<Option<(String, bool, Option<i64>, i64, i64)>, BoxError> {
+        let sql = Arc::clone(&self.sql);
         let name = Value::from(spec.name.as_bytes());
         let params = vec![
             name.clone(),
@@ -600,17 +601,24 @@ impl MysqlBackend {
             Value::from(spec.token),
             name,
         ];
-        type Peek = (String, bool, Option<i64>, i64, i64);
-        let row: Option<Peek> = self
-            .run("reading the semaphore", spec.name, move |conn| {
-                let (sql, params) = (Arc::clone(&peek), params.clone());
-                Box::pin(async move {
-                    conn.exec_first(sql.peek_permits.as_str(), positional(params))
-                        .await
-                })
+        self.run("reading the lock", spec.name, move |conn| {
+            let (sql, params) = (Arc::clone(&sql), params.clone());
+            Box::pin(async move {
+                conn.exec_first(statement(&sql).as_str(), positional(params))
+                    .await
             })
-            .await
-            .map_err(acquire_error)?;
+        })
+        .await
+        .map_err(acquire_error)
+    }
+
+    /// A semaphore's permit, in one transaction that locks the lock row first: a share (as a
+    /// reader's) while fewer than `limit` are live; a row held as a lock, or by a semaphore of
+    /// another limit, is refused.
+    async fn acquire_permit(&self, spec: LockSpec<'_>, limit: u16) -> Result<Attempt, BoxError> {
+        // Every permit plainly in use: answered without a transaction, so that waiters polling
+        // do not queue on the lock row's lock.
+        let row = self.peek(spec, |sql| &sql.peek_permits).await?;
         if let Some((held, true, left, live, 0)) = row {
             if held != row_token(spec.kind) {
                 return Err(match semaphore_limit(&held) {
@@ -687,25 +695,7 @@ impl MysqlBackend {
     /// that waiting readers polling do not queue on the lock row's lock. `None`: it may be
     /// granted; the transaction decides.
     async fn plainly_busy(&self, spec: LockSpec<'_>) -> Result<Option<Attempt>, BoxError> {
-        let sql = Arc::clone(&self.sql);
-        let name = Value::from(spec.name.as_bytes());
-        let params = vec![
-            name.clone(),
-            name.clone(),
-            name.clone(),
-            Value::from(spec.token),
-            name,
-        ];
-        type Peek = (String, bool, Option<i64>, i64, i64);
-        let row: Option<Peek> = self
-            .run("reading the lock", spec.name, move |conn| {
-                let (sql, params) = (Arc::clone(&sql), params.clone());
-                Box::pin(
-                    async move { conn.exec_first(sql.peek.as_str(), positional(params)).await },
-                )
-            })
-            .await
-            .map_err(acquire_error)?;
+        let row = self.peek(spec, |sql| &sql.peek).await?;
         let Some((token, live, left, marks, mine)) = row else {
             return Ok(None);
         };
