@@ -369,39 +369,49 @@ async fn memory_fair_four_clients_never_overlap() {
     memory_four_clients(true, 0).await;
 }
 
-/// Four clients (separate owners) × 32 tasks of this process contend, `reads_in_4` rounds in
-/// four as readers.
-async fn memory_four_clients(fair: bool, reads_in_4: u64) {
-    let url = format!("memory://{}", unique("history"));
-    let store = Store::open(&url, "register").await.unwrap();
+/// Runs `spec` as four clients of this process (`c0`…`c3`, separate owners) at once: their
+/// holds and acknowledged increments; no lease may be lost.
+async fn in_four_clients(spec: &Contention, store: &Store) -> (Vec<Hold>, u64) {
     let mut runs = Vec::new();
     for p in 0..PROCESSES {
         let spec = Contention {
-            url: url.clone(),
-            key: "hot".into(),
             name: format!("c{p}"),
-            tasks: TASKS,
-            rounds: ROUNDS,
-            fencing: true,
-            fair,
-            lease: LEASE,
-            max_sleep_us: MAX_SLEEP_US,
-            reads_in_4,
-            permits: 0,
+            ..spec.clone()
         };
         let store = store.clone();
         runs.push(tokio::spawn(async move {
             history::contend(&spec, &store, None).await
         }));
     }
-    let mut holds = Vec::new();
-    let mut increments = 0;
+    let (mut holds, mut increments) = (Vec::new(), 0);
     for run in runs {
         let outcome = run.await.unwrap();
         assert_eq!(outcome.lost, 0);
         increments += outcome.increments;
         holds.extend(outcome.holds);
     }
+    (holds, increments)
+}
+
+/// Four clients (separate owners) × 32 tasks of this process contend, `reads_in_4` rounds in
+/// four as readers.
+async fn memory_four_clients(fair: bool, reads_in_4: u64) {
+    let url = format!("memory://{}", unique("history"));
+    let store = Store::open(&url, "register").await.unwrap();
+    let spec = Contention {
+        url,
+        key: "hot".into(),
+        name: String::new(),
+        tasks: TASKS,
+        rounds: ROUNDS,
+        fencing: true,
+        fair,
+        lease: LEASE,
+        max_sleep_us: MAX_SLEEP_US,
+        reads_in_4,
+        permits: 0,
+    };
+    let (holds, increments) = in_four_clients(&spec, &store).await;
     let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
     assert_eq!(summary.holds, PROCESSES * TASKS * ROUNDS);
     assert_eq!(summary.fenced, summary.holds - summary.reads);
@@ -547,32 +557,20 @@ async fn etcd_semaphore_never_exceeds_its_permits() {
 async fn memory_semaphore_never_exceeds_its_permits() {
     let url = format!("memory://{}", unique("history"));
     let store = Store::open(&url, "register").await.unwrap();
-    let mut runs = Vec::new();
-    for p in 0..PROCESSES {
-        let spec = Contention {
-            url: url.clone(),
-            key: "pool".into(),
-            name: format!("c{p}"),
-            tasks: PERMIT_TASKS,
-            rounds: PERMIT_ROUNDS,
-            fencing: false,
-            fair: false,
-            lease: LEASE,
-            max_sleep_us: MAX_SLEEP_US,
-            reads_in_4: 0,
-            permits: PERMITS,
-        };
-        let store = store.clone();
-        runs.push(tokio::spawn(async move {
-            history::contend(&spec, &store, None).await
-        }));
-    }
-    let mut holds = Vec::new();
-    for run in runs {
-        let outcome = run.await.unwrap();
-        assert_eq!(outcome.lost, 0);
-        holds.extend(outcome.holds);
-    }
+    let spec = Contention {
+        url,
+        key: "pool".into(),
+        name: String::new(),
+        tasks: PERMIT_TASKS,
+        rounds: PERMIT_ROUNDS,
+        fencing: false,
+        fair: false,
+        lease: LEASE,
+        max_sleep_us: MAX_SLEEP_US,
+        reads_in_4: 0,
+        permits: PERMITS,
+    };
+    let (holds, _) = in_four_clients(&spec, &store).await;
     let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
     assert_eq!(summary.permits, PROCESSES * PERMIT_TASKS * PERMIT_ROUNDS);
     assert_eq!(summary.most_permits, PERMITS as usize, "{summary:?}");
