@@ -708,12 +708,6 @@ impl ClientInner {
         let request = params.request(&name);
         // A reader's share or a semaphore's permit: held together with others.
         let shared = params.kind != Kind::Exclusive;
-        if params.kind == Kind::Permits(0) {
-            return Err(LockError::Config(format!(
-                "`{}`: a semaphore of 0 permits could never be acquired; ask for at least 1",
-                name.key()
-            )));
-        }
         // Every backend serves the plain lock: only another kind is asked about.
         if shared && let Err(why) = self.backend.serves(params.kind) {
             return Err(LockError::Config(format!("`{}`: {why}", name.key())));

@@ -169,24 +169,8 @@ ON DUPLICATE KEY UPDATE name = name"
        CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) AS SIGNED)
 FROM {t} WHERE name = ? FOR UPDATE"
             ),
-            peek: format!(
-                "SELECT m.token, m.expires_at > UTC_TIMESTAMP(6),
-       CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), m.expires_at) AS SIGNED),
-       (SELECT COUNT(*) FROM {t} w WHERE w.name > CONCAT(?, x'02') AND w.name < CONCAT(?, x'03')
-          AND w.expires_at > UTC_TIMESTAMP(6)),
-       (SELECT COUNT(*) FROM {t} s WHERE s.name = CONCAT(?, x'01', ?)
-          AND s.expires_at > UTC_TIMESTAMP(6))
-FROM {t} m WHERE m.name = ?"
-            ),
-            peek_permits: format!(
-                "SELECT m.token, m.expires_at > UTC_TIMESTAMP(6),
-       CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), m.expires_at) AS SIGNED),
-       (SELECT COUNT(*) FROM {t} s WHERE s.name > CONCAT(?, x'01') AND s.name < CONCAT(?, x'02')
-          AND s.expires_at > UTC_TIMESTAMP(6)),
-       (SELECT COUNT(*) FROM {t} s WHERE s.name = CONCAT(?, x'01', ?)
-          AND s.expires_at > UTC_TIMESTAMP(6))
-FROM {t} m WHERE m.name = ?"
-            ),
+            peek: Sql::peek(&t, "x'02'", "x'03'"),
+            peek_permits: Sql::peek(&t, "x'01'", "x'02'"),
             shares: Sql::range(&t, "MAX", "x'01'", "x'02'"),
             marks: Sql::range(&t, "MIN", "x'02'", "x'03'"),
             share_live: format!(
@@ -249,6 +233,20 @@ ORDER BY expires_at DESC"
     /// each writer waiting for the readers to leave marks the lock with a row
     /// `name + 0x02 + token` (new readers stay out while one lives). Every reader operation
     /// runs in a transaction that first locks the lock row, so they are serialised per key.
+    /// An unlocked read of a lock row (the statements `peek` and `peek_permits`), counting
+    /// its live rows between bounds `low` and `high` (writers' marks, or shares).
+    fn peek(t: &str, low: &str, high: &str) -> String {
+        format!(
+            "SELECT m.token, m.expires_at > UTC_TIMESTAMP(6),
+       CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), m.expires_at) AS SIGNED),
+       (SELECT COUNT(*) FROM {t} w WHERE w.name > CONCAT(?, {low}) AND w.name < CONCAT(?, {high})
+          AND w.expires_at > UTC_TIMESTAMP(6)),
+       (SELECT COUNT(*) FROM {t} s WHERE s.name = CONCAT(?, x'01', ?)
+          AND s.expires_at > UTC_TIMESTAMP(6))
+FROM {t} m WHERE m.name = ?"
+        )
+    }
+
     fn range(t: &str, extreme: &str, low: &str, high: &str) -> String {
         format!(
             "SELECT COUNT(*),

@@ -580,13 +580,13 @@ impl PostgresBackend {
     async fn acquire_permit(&self, spec: LockSpec<'_>, limit: u16) -> Result<Attempt, BoxError> {
         let lease = millis(spec.lease);
         let row_token = permits_token(limit);
-        let limit = i64::from(limit);
+        let limit_param = i64::from(limit);
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 6] = [
             &spec.name,
             &spec.token,
             &lease,
             &row_token,
-            &limit,
+            &limit_param,
             &spec.fencing,
         ];
         let row = self
@@ -608,7 +608,7 @@ impl PostgresBackend {
             None => Ok(busy(None)),
             Some(held) if held == row_token => Ok(busy(row.try_get(3).map_err(failed)?)),
             Some(held) => Err(match semaphore_limit(held) {
-                Some(held) => super::Refused::limit(held, limit as u16),
+                Some(held) => super::Refused::limit(held, limit),
                 None => super::Refused::kind(None, spec.kind),
             }),
         }

@@ -315,7 +315,8 @@ pub(super) fn acquire_fair() -> String {
         r"
 local t = redis.call('TYPE', KEYS[1]).ok",
         r"
-local v = holder(KEYS[1])
+local v = false
+if t == 'string' then v = redis.call('GET', KEYS[1]) elseif t ~= 'none' then v = '' end
 if v == ARGV[1] then
   if ARGV[4] == '1' then return {1, tonumber(redis.call('GET', KEYS[4]) or '0')} end
   return {1, 0}
