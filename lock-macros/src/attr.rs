@@ -44,7 +44,12 @@ pub(crate) enum OnLostArg {
 /// The parsed arguments; each with the span it came from.
 #[derive(Default)]
 pub(crate) struct LockArgs {
-    pub key: Option<LitStr>,
+    /// `key = "…"`: one template; `key = ["…", "…"]`: several (`key_list`).
+    pub key: Option<Vec<LitStr>>,
+    /// Whether `key` was given as a list (even of one template).
+    pub key_list: bool,
+    /// Where `key` was written, for errors about its combination with other arguments.
+    key_span: Option<Span>,
     pub lease: Option<Duration>,
     pub wait: Option<WaitArg>,
     pub renew: Option<bool>,
@@ -127,7 +132,65 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> (LockArgs, bool) 
             );
         }
     }
+    if let (Some(span), true, Some(_)) = (parsed.permits_span, parsed.key_list, &parsed.key) {
+        errors.at(
+            span,
+            "`permits` takes a permit of one semaphore, and `key` names several keys: a semaphore \
+             is one key (give `key` one template)",
+        );
+    }
+    if let (Some(span), true, true) = (parsed.key_span, parsed.key_list, parsed.fair == Some(true))
+    {
+        errors.at(
+            span,
+            "several keys cannot be taken as one fair lock (each key's queue orders its own \
+             waiters): drop `fair = true`",
+        );
+    }
     (parsed, true)
+}
+
+/// `key = ["…", …]`: string literals, at least one, none twice.
+fn key_list(list: &syn::ExprArray, errors: &mut Errors) -> Option<Vec<LitStr>> {
+    if list.elems.is_empty() {
+        errors.push(syn::Error::new_spanned(
+            list,
+            "`key = []` names no key: give at least one template, e.g. \
+             key = [\"account:<from>\", \"account:<to>\"]",
+        ));
+        return None;
+    }
+    let mut templates: Vec<LitStr> = Vec::with_capacity(list.elems.len());
+    let mut ok = true;
+    for element in &list.elems {
+        match element {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(lit), ..
+            }) => {
+                if templates.iter().any(|seen| seen.value() == lit.value()) {
+                    errors.at(
+                        lit.span(),
+                        format!(
+                            "the key template {:?} is listed twice: each key is taken once, \
+                             drop the repeat",
+                            lit.value()
+                        ),
+                    );
+                    ok = false;
+                }
+                templates.push(lit.clone());
+            }
+            other => {
+                errors.push(syn::Error::new_spanned(
+                    other,
+                    "each key in `key = [...]` is a template string, e.g. \
+                     key = [\"account:<from>\", \"account:<to>\"]",
+                ));
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(templates)
 }
 
 fn string_value<'a>(arg: &'a Arg, errors: &mut Errors, example: &str) -> Option<&'a LitStr> {
@@ -205,7 +268,17 @@ impl LockArgs {
         }
         self.seen.push(name.clone());
         match name.as_str() {
-            "key" => self.key = string_value(&arg, errors, "\"order:<id>\"").cloned(),
+            "key" => {
+                self.key_span = Some(arg.name.span());
+                if let Expr::Array(list) = &arg.value {
+                    self.key_list = true;
+                    self.key = key_list(list, errors);
+                } else {
+                    self.key = string_value(&arg, errors, "\"order:<id>\"")
+                        .cloned()
+                        .map(|lit| vec![lit]);
+                }
+            }
             "lease" => {
                 let Some(lit) = string_value(&arg, errors, "\"10s\"") else {
                     return;

@@ -39,7 +39,11 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
     };
 
     valid::check_signature(&func.sig, &mut errors);
-    let template = args.key.as_ref().map(|lit| key::parse(lit, &mut errors));
+    let templates: Option<Vec<Template>> = args.key.as_ref().map(|lits| {
+        lits.iter()
+            .map(|lit| key::parse(lit, &mut errors))
+            .collect()
+    });
     if !args.has("key") && well_formed {
         errors.at(
             missing_key_span,
@@ -48,14 +52,13 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
         );
     }
     let bindings = valid::bindings(&func.sig);
-    if let Some(template) = &template {
+    for template in templates.iter().flatten() {
         valid::check_template(template, &bindings, &mut errors);
     }
 
-    match (template, &args.key) {
-        (Some(template), Some(lit)) if errors.is_empty() => {
-            let lit = lit.clone();
-            expand(func, args, &lit, &template, &bindings)
+    match (templates, args.key.clone()) {
+        (Some(templates), Some(lits)) if errors.is_empty() => {
+            expand(func, args, &lits, &templates, &bindings)
         }
         _ => {
             // The original function, untouched, so the only errors are ours.
@@ -69,8 +72,8 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
 fn expand(
     func: ItemFn,
     args: LockArgs,
-    key_lit: &LitStr,
-    template: &Template,
+    key_lits: &[LitStr],
+    templates: &[Template],
     bindings: &Bindings,
 ) -> TokenStream {
     let krate = args
@@ -88,18 +91,28 @@ fn expand(
         .into_iter()
         .partition(|a| matches!(a.style, AttrStyle::Inner(_)));
 
-    let mut format = String::new();
-    let mut values = Vec::new();
-    for segment in &template.segments {
-        match segment {
-            Segment::Text(text) => format.push_str(&text.replace('{', "{{").replace('}', "}}")),
-            Segment::Placeholder(placeholder) => {
-                format.push_str("{}");
-                values.push(access(placeholder, bindings));
+    // One `format!` per template: the key, rendered before the body can move an argument.
+    let keys: Vec<TokenStream> = key_lits
+        .iter()
+        .zip(templates)
+        .map(|(key_lit, template)| {
+            let mut format = String::new();
+            let mut values = Vec::new();
+            for segment in &template.segments {
+                match segment {
+                    Segment::Text(text) => {
+                        format.push_str(&text.replace('{', "{{").replace('}', "}}"))
+                    }
+                    Segment::Placeholder(placeholder) => {
+                        format.push_str("{}");
+                        values.push(access(placeholder, bindings));
+                    }
+                }
             }
-        }
-    }
-    let format = LitStr::new(&format, key_lit.span());
+            let format = LitStr::new(&format, key_lit.span());
+            quote!(::std::format!(#format #(, #values)*))
+        })
+        .collect();
 
     let (return_type, return_span) = match &sig.output {
         ReturnType::Default => (quote_spanned!(sig.ident.span()=> ()), sig.ident.span()),
@@ -109,16 +122,30 @@ fn expand(
     // Spanned at the return type, so "must return Result<T, E: From<LockError>>" is reported
     // once, on the user's `-> T`.
     let options = options(&args, &krate);
+    if args.key_list {
+        let keys_var = Ident::new("__distlock_keys", Span::call_site());
+        let call = quote_spanned! {return_span=>
+            <#return_type as #krate::__private::LockedReturn>::run_locked_all(#options, #keys_var, async move #block).await
+        };
+        return quote! {
+            #(#outer_attrs)*
+            #vis #sig {
+                #(#inner_attrs)*
+                let #keys_var: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#keys),*];
+                #call
+            }
+        };
+    }
     let key_var = Ident::new("__distlock_key", Span::call_site());
     let call = quote_spanned! {return_span=>
         <#return_type as #krate::__private::LockedReturn>::run_locked(#options, #key_var, async move #block).await
     };
-
+    let key = &keys[0];
     quote! {
         #(#outer_attrs)*
         #vis #sig {
             #(#inner_attrs)*
-            let #key_var: ::std::string::String = ::std::format!(#format #(, #values)*);
+            let #key_var: ::std::string::String = #key;
             #call
         }
     }

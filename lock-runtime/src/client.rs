@@ -127,6 +127,51 @@ impl LockClient {
             fair: false,
             kind: Kind::Exclusive,
             permits: 0,
+            set: None,
+        }
+    }
+
+    /// Prepares to acquire every lock of `keys` at once, for work that must hold them all —
+    /// moving money between two accounts, stock between two warehouses. Keys are
+    /// de-duplicated and taken in one canonical order (by the bytes of their backend names),
+    /// whatever order they are named in, so two callers naming the same keys in opposite
+    /// orders never deadlock each other.
+    ///
+    /// Where one request can take every key — one Redis script on one server (or one Cluster
+    /// slot), one operation of the `memory://` store — an attempt takes all of them or none, so
+    /// a set that is free is taken in one round trip and nothing is held while a busy key is
+    /// waited for. If a key is busy, the keys are waited for one by one in canonical order
+    /// (which is what every other backend does from the start); one `wait` covers the whole
+    /// set, and when it runs out — or any key fails — every key taken so far is released
+    /// before the error returns ([`LockError::Timeout`] names the key that was busy).
+    ///
+    /// The same [`LockRequest`] methods (`.read()` takes every key shared) and one
+    /// [`LockGuard`] for the set: [`LockGuard::keys`], [`LockGuard::fencing_tokens`]; one
+    /// watchdog renews every key together, the guard is lost when any key's lease is, and
+    /// release gives every key back. No keys at all fails with [`LockError::Config`]; every key
+    /// is validated as [`lock`](Self::lock) does, the error naming the bad one. A semaphore, or
+    /// a fair request, of several keys is refused with [`LockError::Config`].
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// let both = client.lock_all(["account:7", "account:3"]).acquire().await?;
+    /// assert_eq!(both.keys(), ["account:3", "account:7"]); // canonical order
+    /// assert!(client.lock("account:7").try_acquire().await?.is_none());
+    /// both.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock_all<I>(&self, keys: I) -> LockRequest
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        let keys: Vec<String> = keys.into_iter().map(Into::into).collect();
+        LockRequest {
+            key: keys.first().cloned().unwrap_or_default(),
+            set: Some(keys),
+            ..self.lock(String::new())
         }
     }
 
@@ -621,6 +666,24 @@ fn timed_out(key: &str, started: tokio::time::Instant, wait: Option<Duration>) -
     }
 }
 
+/// Armed while an all-or-nothing attempt at several keys is in flight or failed: the request
+/// may have taken them all, so they are given back in the background.
+struct SetInFlight<'a> {
+    backend: &'a Arc<dyn Backend>,
+    specs: &'a [LockSpec<'a>],
+    armed: bool,
+}
+
+impl Drop for SetInFlight<'_> {
+    fn drop(&mut self) {
+        if self.armed && !self.backend.undoes_failed_attempts() {
+            for spec in self.specs {
+                wait::release_in_background(self.backend, spec.hold());
+            }
+        }
+    }
+}
+
 /// What an acquisition asks for, besides its key.
 #[derive(Debug, Clone, Copy)]
 struct Params {
@@ -655,9 +718,25 @@ impl LockClient {
         key: String,
         options: &crate::options::LockOptions,
     ) -> Result<LockGuard, LockError> {
+        let params = self.attribute_params(options);
+        self.inner.acquire(key, params).await
+    }
+
+    /// `lock_all(keys)` with the attribute's options: what `run_locked_all` does.
+    pub(crate) async fn acquire_locked_all(
+        &self,
+        keys: Vec<String>,
+        options: &crate::options::LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        let params = self.attribute_params(options);
+        self.inner.acquire_set(keys, params).await
+    }
+
+    /// What the attribute's `options` ask for, with this client's defaults filled in.
+    fn attribute_params(&self, options: &crate::options::LockOptions) -> Params {
         use crate::options::WaitFor;
         let inner = &*self.inner;
-        let params = Params {
+        Params {
             lease: options.lease.unwrap_or(inner.default_lease),
             wait: match options.wait {
                 WaitFor::Default => inner.default_wait,
@@ -672,8 +751,7 @@ impl LockClient {
             fencing: options.fencing.unwrap_or(inner.fencing),
             fair: options.fair,
             kind: options.kind(),
-        };
-        inner.acquire(key, params).await
+        }
     }
 }
 
@@ -917,6 +995,157 @@ impl ClientInner {
         Ok(guard)
     }
 
+    /// [`LockClient::lock_all`]: every key of `keys`, or none.
+    async fn acquire_set(&self, keys: Vec<String>, params: Params) -> Result<LockGuard, LockError> {
+        let Some(first) = keys.first() else {
+            return Err(LockError::Config(
+                "`lock_all` was given no keys: name at least one key to lock".into(),
+            ));
+        };
+        for key in &keys {
+            validate_key(key)?;
+        }
+        check_lease(params.lease, Some(first))?;
+        let mut names: Vec<LockName> = keys
+            .into_iter()
+            .map(|key| LockName::new(key, &self.prefix, self.hash_tags))
+            .collect();
+        names.sort_unstable_by(|a, b| a.full().cmp(b.full()));
+        names.dedup_by(|a, b| a.full() == b.full());
+        if names.len() == 1 {
+            let key = names.swap_remove(0).key().to_owned();
+            return self.acquire(key, params).await;
+        }
+        if let Kind::Permits(_) = params.kind {
+            return Err(LockError::Config(format!(
+                "`{}`: a semaphore's permit is taken one key at a time; use                  `client.semaphore(key, n)` for each",
+                names[0].key()
+            )));
+        }
+        if params.fair {
+            return Err(LockError::Config(format!(
+                "`{}`: several keys cannot be taken as one fair lock (each key's queue would                  order its waiters alone); drop `fair`",
+                names[0].key()
+            )));
+        }
+        let started = tokio::time::Instant::now();
+        // All or nothing in one request where the backend can: nothing is held while a busy
+        // key is waited for.
+        let full: Vec<&str> = names.iter().map(LockName::full).collect();
+        let atomic = (params.kind == Kind::Exclusive || self.backend.serves(params.kind).is_ok())
+            && self.backend.acquires_sets(&full);
+        drop(full);
+        if atomic {
+            match self.try_set(&names, params, started).await {
+                Ok(Ok(guards)) => {
+                    return Ok(LockGuard::join(guards, &self.renewer, started.elapsed()));
+                }
+                Ok(Err(busy)) if params.wait == Some(Duration::ZERO) => {
+                    return Err(timed_out(names[busy].key(), started, params.wait));
+                }
+                // Busy: waited for one key at a time below.
+                Ok(Err(_)) => {}
+                Err(failure) if failure.transient && params.wait != Some(Duration::ZERO) => {}
+                // Refused (a name held as another kind): the key-by-key path names the key.
+                Err(failure) if failure.source.is::<crate::backend::Refused>() => {}
+                Err(failure) => return Err(failure.into_error(&*self.backend, names[0].key())),
+            }
+        }
+        // One by one, in canonical order, each with what is left of the one `wait`; each key
+        // is renewed by its own watchdog until the set is complete.
+        let each = Params {
+            renewal: match params.renewal {
+                RenewMode::Off => RenewMode::Off,
+                _ => RenewMode::Spawned,
+            },
+            ..params
+        };
+        let mut taken: Vec<LockGuard> = Vec::with_capacity(names.len());
+        for name in &names {
+            let wait = params
+                .wait
+                .map(|wait| wait.saturating_sub(started.elapsed()));
+            match self
+                .acquire(name.key().to_owned(), Params { wait, ..each })
+                .await
+            {
+                Ok(guard) => taken.push(guard),
+                Err(error) => {
+                    // Everything taken so far goes back before the error returns.
+                    let releases = taken
+                        .into_iter()
+                        .map(|guard| Box::pin(guard.release()) as BoxFuture<'static, _>)
+                        .collect();
+                    crate::runtime::join_all(releases).await;
+                    return Err(match error {
+                        LockError::Timeout { key, .. } => timed_out(&key, started, params.wait),
+                        error => error,
+                    });
+                }
+            }
+        }
+        Ok(LockGuard::join(taken, &self.renewer, started.elapsed()))
+    }
+
+    /// One all-or-nothing attempt at every key of `names` (see [`Backend::try_acquire_all`]):
+    /// the guards, or the index of the first busy key.
+    async fn try_set(
+        &self,
+        names: &[LockName],
+        params: Params,
+        started: tokio::time::Instant,
+    ) -> Result<Result<Vec<LockGuard>, usize>, wait::Failure> {
+        let token = OwnerToken::generate();
+        let specs: Vec<LockSpec<'_>> = names
+            .iter()
+            .map(|name| LockSpec {
+                waiting: false,
+                ..params.request(name).spec(&token)
+            })
+            .collect();
+        let in_flight = SetInFlight {
+            backend: &self.backend,
+            specs: &specs,
+            armed: true,
+        };
+        let sent_at = tokio::time::Instant::now();
+        let attempt = self.backend.try_acquire_all(&specs).await;
+        let mut in_flight = in_flight;
+        match attempt {
+            Ok(crate::backend::SetAttempt::Acquired { fencing_tokens }) => {
+                in_flight.armed = false;
+                let set = Params {
+                    renewal: match params.renewal {
+                        RenewMode::Off => RenewMode::Off,
+                        _ => RenewMode::Set,
+                    },
+                    ..params
+                };
+                let guards = names
+                    .iter()
+                    .zip(fencing_tokens)
+                    .map(|(name, fencing_token)| {
+                        let acquired = wait::Acquired {
+                            fencing_token,
+                            sent_at,
+                            waited: started.elapsed(),
+                            handed: false,
+                        };
+                        self.guard(name.clone(), token.clone(), set, acquired)
+                    })
+                    .collect();
+                Ok(Ok(guards))
+            }
+            Ok(crate::backend::SetAttempt::Busy { index, .. }) => {
+                in_flight.armed = false;
+                Ok(Err(index))
+            }
+            // The failed request may have taken the keys after all: `in_flight` gives them back
+            // in the background.
+            Err(source) => Err(wait::Failure::of(source, true)),
+        }
+    }
+
     fn guard(
         &self,
         name: LockName,
@@ -956,6 +1185,8 @@ pub struct LockRequest {
     kind: Kind,
     /// The permits a semaphore's request asked for (as given: checked by `acquire`).
     permits: u32,
+    /// Every key of a request made by [`LockClient::lock_all`], as given.
+    set: Option<Vec<String>>,
 }
 
 impl LockRequest {
@@ -1042,9 +1273,17 @@ impl LockRequest {
         self
     }
 
-    /// The lock key, without the client's prefix.
+    /// The lock key, without the client's prefix (of a request for several keys, the first
+    /// named).
     pub fn key(&self) -> &str {
         &self.key
+    }
+
+    /// Every key of this request, as named (one for [`LockClient::lock`]).
+    pub fn keys(&self) -> &[String] {
+        self.set
+            .as_deref()
+            .unwrap_or(std::slice::from_ref(&self.key))
     }
 
     /// Acquires the lock, waiting up to the request's `wait` for a busy one: woken by the
@@ -1072,7 +1311,10 @@ impl LockRequest {
             fair: self.fair,
             kind: self.kind,
         };
-        self.client.inner.acquire(self.key, params).await
+        match self.set {
+            Some(keys) => Box::pin(self.client.inner.acquire_set(keys, params)).await,
+            None => self.client.inner.acquire(self.key, params).await,
+        }
     }
 
     /// Tries once: `Ok(None)` when somebody else holds the lock. Handy for work that must run

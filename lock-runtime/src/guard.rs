@@ -32,6 +32,17 @@ pub struct LockGuard {
     /// With inline renewal, until [`until_lost`](Self::until_lost) takes it: the renewal loop
     /// is still to be run by the caller.
     inline: bool,
+    /// A guard over several keys ([`LockClient::lock_all`](crate::LockClient::lock_all)): the
+    /// keys after `held`'s, in canonical order. (Boxed: one pointer in every locked call's
+    /// future.)
+    set: Option<Box<Set>>,
+}
+
+/// The rest of a guard over several keys.
+struct Set {
+    more: Vec<Held>,
+    /// How long the whole set took to acquire.
+    waited: Duration,
 }
 
 /// The part of a guard that releases on drop. `armed` is cleared once a release was awaited
@@ -85,10 +96,70 @@ impl LockGuard {
                 armed: true,
             },
             inline: renewal == RenewMode::Inline,
+            set: None,
         }
     }
 
-    /// The lock key, without the client's prefix.
+    /// One guard over the keys of `guards` (distinct, in canonical order, each acquired with
+    /// [`RenewMode::Set`] or [`RenewMode::Spawned`], or all without renewal), acquired in
+    /// `waited`: their own watchdogs stop, and one renews them all together.
+    pub(crate) fn join(
+        guards: Vec<LockGuard>,
+        renewer: &Arc<renew::Renewer>,
+        waited: Duration,
+    ) -> LockGuard {
+        let mut all: Vec<Held> = guards.into_iter().map(|guard| guard.held).collect();
+        let renewed = all.iter().all(|held| held.shared.unrenewed_end.is_none());
+        for held in &mut all {
+            if let Some(watchdog) = held.watchdog.take() {
+                watchdog.abort();
+            }
+        }
+        let shared = all.iter().map(|held| Arc::clone(&held.shared)).collect();
+        let mut all = all.into_iter();
+        let Some(mut first) = all.next() else {
+            unreachable!("a set of locks has at least one key");
+        };
+        if renewed {
+            first.watchdog = Some(renew::spawn_set_watchdog(shared, Arc::clone(renewer)));
+        }
+        LockGuard {
+            held: first,
+            inline: false,
+            set: Some(Box::new(Set {
+                more: all.collect(),
+                waited,
+            })),
+        }
+    }
+
+    /// Every key's shared state, in canonical order.
+    pub(crate) fn every(&self) -> impl Iterator<Item = &Arc<Shared>> {
+        let more = self.set.as_deref().map_or(&[][..], |set| &set.more[..]);
+        std::iter::once(&self.held.shared).chain(more.iter().map(|held| &held.shared))
+    }
+
+    /// The keys held, without the client's prefix: one for [`LockClient::lock`], every
+    /// distinct key in canonical order (by their backend names' bytes) for
+    /// [`LockClient::lock_all`].
+    ///
+    /// [`LockClient::lock`]: crate::LockClient::lock
+    /// [`LockClient::lock_all`]: crate::LockClient::lock_all
+    pub fn keys(&self) -> Vec<&str> {
+        self.every().map(|shared| shared.key()).collect()
+    }
+
+    /// The fencing tokens of this acquisition, one per key in the order of
+    /// [`keys`](Self::keys), if fencing was asked for (empty otherwise): each strictly greater
+    /// than the token of every earlier write grant of its key.
+    pub fn fencing_tokens(&self) -> Vec<u64> {
+        self.every()
+            .filter_map(|shared| shared.fencing_token)
+            .collect()
+    }
+
+    /// The lock key, without the client's prefix (of a guard over several keys, the first in
+    /// canonical order: see [`keys`](Self::keys)).
     pub fn key(&self) -> &str {
         self.held.shared.key()
     }
@@ -102,10 +173,14 @@ impl LockGuard {
     pub(crate) fn until_lost(&mut self) -> impl Future<Output = ()> + Send + 'static {
         let shared = Arc::clone(&self.held.shared);
         let renewal = std::mem::take(&mut self.inline).then(|| Arc::clone(&self.held.renewer));
+        // A set's keys are renewed by its own watchdog, never inline.
+        let set: Option<Vec<Arc<Shared>>> =
+            self.set.is_some().then(|| self.every().cloned().collect());
         async move {
-            match renewal {
-                Some(renewer) => renew::watchdog(shared, renewer).await,
-                None => lost(shared).await,
+            match (renewal, set) {
+                (Some(renewer), _) => renew::watchdog(shared, renewer).await,
+                (None, None) => lost(shared).await,
+                (None, Some(set)) => Box::pin(any_lost(set)).await,
             }
         }
     }
@@ -142,22 +217,28 @@ impl LockGuard {
         self.held.shared.lease
     }
 
-    /// How long the acquisition took, waiting for a busy lock included.
+    /// How long the acquisition took, waiting for a busy lock included (of a guard over
+    /// several keys, for all of them).
     pub fn waited(&self) -> Duration {
-        self.held.shared.waited
+        match &self.set {
+            Some(set) => set.waited,
+            None => self.held.shared.waited,
+        }
     }
 
     /// The fencing token of this acquisition, if fencing was asked for: strictly greater than
     /// the token of every earlier holder of the same key. Pass it to the storage you write to
-    /// and have it reject writes carrying a smaller token than it has seen.
+    /// and have it reject writes carrying a smaller token than it has seen. (Of a guard over
+    /// several keys, the first key's: see [`fencing_tokens`](Self::fencing_tokens).)
     pub fn fencing_token(&self) -> Option<u64> {
         self.held.shared.fencing_token
     }
 
     /// `true` once the lease is known lost: a renewal found another owner, or no renewal could
-    /// be confirmed before the lease ended (or, without renewal, the lease has run out).
+    /// be confirmed before the lease ended (or, without renewal, the lease has run out). A
+    /// guard over several keys is lost when any of them is.
     pub fn is_lost(&self) -> bool {
-        self.held.shared.is_lost()
+        self.every().any(|shared| shared.is_lost())
     }
 
     /// A future that resolves when the lease is lost; it never resolves if the lock is
@@ -176,7 +257,8 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        lost(Arc::clone(&self.held.shared))
+        let set: Vec<Arc<Shared>> = self.every().cloned().collect();
+        any_lost(set)
     }
 
     /// Gives the lock back and waits for the backend to confirm.
@@ -184,34 +266,69 @@ impl LockGuard {
     /// Returns [`LockError::Lost`] if the lock was no longer ours (its lease expired and maybe
     /// someone else holds it now; their lock is left intact), so the caller learns that the
     /// guarded work may not have run exclusively.
+    ///
+    /// A guard over several keys gives every one back (concurrently); the error, if any, is
+    /// the first key's in canonical order.
     pub async fn release(self) -> Result<(), LockError> {
-        let mut held = self.held;
-        if let Some(watchdog) = held.watchdog.take() {
-            watchdog.abort();
+        match self.set {
+            None => release_held(self.held).await,
+            Some(set) => Box::pin(release_set(self.held, set.more)).await,
         }
-        let shared = Arc::clone(&held.shared);
-        let result = give_back(&held.renewer, &shared).await;
-        // Past this point the release happened (or failed for good): nothing left for Drop.
-        held.armed = false;
-        let was_lost = shared.is_lost();
-        match result {
-            Ok(true) if !was_lost => {
-                tracing::debug!(key = %shared.key(), "distlock: released");
-                Ok(())
-            }
-            Ok(_) => {
-                shared.mark_lost("not held at release");
-                Err(LockError::Lost {
-                    key: shared.key().to_owned(),
-                })
-            }
-            Err(source) => Err(LockError::Backend {
-                backend: shared.backend,
-                op: "release",
+    }
+}
+
+/// Resolves when any lock of `set` is lost.
+async fn any_lost(mut set: Vec<Arc<Shared>>) {
+    if set.len() == 1 {
+        return lost(set.remove(0)).await;
+    }
+    let losses = set
+        .into_iter()
+        .map(|shared| Box::pin(lost(shared)) as crate::runtime::BoxFuture<'static, ()>)
+        .collect();
+    crate::runtime::first_of(losses).await
+}
+
+/// Releases every key of a set: `first` (which holds the set's watchdog) and `more`.
+async fn release_set(first: Held, more: Vec<Held>) -> Result<(), LockError> {
+    let releases = std::iter::once(first)
+        .chain(more)
+        .map(|held| Box::pin(release_held(held)) as crate::runtime::BoxFuture<'static, _>)
+        .collect();
+    crate::runtime::join_all(releases)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>, LockError>>()
+        .map(drop)
+}
+
+/// [`LockGuard::release`] of one key.
+async fn release_held(mut held: Held) -> Result<(), LockError> {
+    if let Some(watchdog) = held.watchdog.take() {
+        watchdog.abort();
+    }
+    let shared = Arc::clone(&held.shared);
+    let result = give_back(&held.renewer, &shared).await;
+    // Past this point the release happened (or failed for good): nothing left for Drop.
+    held.armed = false;
+    let was_lost = shared.is_lost();
+    match result {
+        Ok(true) if !was_lost => {
+            tracing::debug!(key = %shared.key(), "distlock: released");
+            Ok(())
+        }
+        Ok(_) => {
+            shared.mark_lost("not held at release");
+            Err(LockError::Lost {
                 key: shared.key().to_owned(),
-                source,
-            }),
+            })
         }
+        Err(source) => Err(LockError::Backend {
+            backend: shared.backend,
+            op: "release",
+            key: shared.key().to_owned(),
+            source,
+        }),
     }
 }
 
@@ -355,12 +472,17 @@ impl Drop for Held {
 
 impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("LockGuard")
-            .field("key", &self.held.shared.key())
-            .field("mode", &self.mode())
+        let mut f = f.debug_struct("LockGuard");
+        if self.set.is_some() {
+            f.field("keys", &self.keys())
+                .field("fencing_tokens", &self.fencing_tokens());
+        } else {
+            f.field("key", &self.held.shared.key())
+                .field("fencing_token", &self.held.shared.fencing_token);
+        }
+        f.field("mode", &self.mode())
             .field("permits", &self.permits())
             .field("lease", &self.held.shared.lease)
-            .field("fencing_token", &self.held.shared.fencing_token)
             .field("lost", &self.is_lost())
             .finish()
     }

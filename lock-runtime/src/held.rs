@@ -20,6 +20,9 @@ pub(crate) enum RenewMode {
     Spawned,
     /// The caller polls [`LockGuard::until_lost`] next to its work (the attribute).
     Inline,
+    /// One key of several taken together: one watchdog renews them all, started once every
+    /// key is held (see [`crate::renew::spawn_set_watchdog`]).
+    Set,
 }
 
 /// What a guard was granted on, besides its key and token.

@@ -30,6 +30,7 @@ pub(crate) fn validate_key(key: &str) -> Result<(), LockError> {
 
 /// A lock's backend name (`<prefix><key>`, or `{<prefix><key>}` in a Redis Cluster) with the
 /// user's key inside it: one allocation for both, made from the key's own buffer.
+#[derive(Clone)]
 pub(crate) struct LockName {
     full: String,
     key: std::ops::Range<usize>,

@@ -79,7 +79,7 @@ pub use wait::FAIR_QUEUE_TTL;
 /// What `#[distributed_lock]` expands to. Not a stable API: use the attribute.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::locked::{LockedReturn, run_locked};
+    pub use crate::locked::{LockedReturn, run_locked, run_locked_all};
     pub use crate::mode::LockMode;
     pub use crate::options::{LockOptions, OnLost, WaitFor};
 }

@@ -28,6 +28,18 @@ pub trait LockedReturn: Sized {
     {
         run_locked(options, key, body)
     }
+
+    /// [`run_locked_all`] for this return type (a key list: `key = ["…", "…"]`).
+    fn run_locked_all<F>(
+        options: LockOptions,
+        keys: Vec<String>,
+        body: F,
+    ) -> impl Future<Output = Self>
+    where
+        F: Future<Output = Self>,
+    {
+        run_locked_all(options, keys, body)
+    }
 }
 
 impl<T, E: From<LockError>> LockedReturn for Result<T, E> {
@@ -87,6 +99,63 @@ where
         // The body has finished and its effects are done: return its result rather than an
         // error a caller might retry; say what happened (the error names the key).
         tracing::warn!(%error, "distlock: the lock was not held to the end of the body");
+    }
+    output
+}
+
+/// Runs `body` while holding every lock of `keys` (the attribute's key list) through the
+/// global client: the keys are de-duplicated and taken in canonical order, all or nothing (see
+/// [`LockClient::lock_all`](crate::LockClient::lock_all)), and given back on every exit path.
+///
+/// Keys this task already holds on the same client are granted reentrantly (refused as
+/// [`run_locked`] refuses them); only the others are acquired — after the ones held, so the
+/// canonical order cannot protect such a nested call (see the README).
+pub async fn run_locked_all<R, F>(options: LockOptions, keys: Vec<String>, body: F) -> R
+where
+    R: LockedReturn,
+    F: Future<Output = R>,
+{
+    let client = match global::client() {
+        Ok(client) => client,
+        Err(error) => return R::from_lock_error(error),
+    };
+    let mut wanted = Vec::with_capacity(keys.len());
+    for key in keys {
+        match scope::held(client, &key) {
+            Some(lock) => {
+                if let Some(error) = nested_refusal(lock.kind, options.kind(), &key) {
+                    return R::from_lock_error(error);
+                }
+            }
+            None => wanted.push(key),
+        }
+    }
+    if wanted.is_empty() {
+        tracing::trace!("distlock: reentrant call, every key held already");
+        return body.await;
+    }
+    let guard = match client.acquire_locked_all(wanted, &options).await {
+        Ok(guard) => guard,
+        Err(error) => return R::from_lock_error(error),
+    };
+    let until_lost = guard.lost();
+    let body = scope::enter_all(client, guard.every().cloned().collect(), body);
+    tokio::pin!(body);
+    tokio::pin!(until_lost);
+    let output = tokio::select! {
+        biased;
+        output = &mut body => output,
+        () = &mut until_lost => match options.on_lost {
+            OnLost::Continue => body.await,
+            OnLost::Abort => {
+                let key = guard.keys().join(", ");
+                drop(guard);
+                return R::from_lock_error(LockError::Lost { key });
+            }
+        },
+    };
+    if let Err(error) = guard.release().await {
+        tracing::warn!(%error, "distlock: the locks were not held to the end of the body");
     }
     output
 }

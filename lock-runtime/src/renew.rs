@@ -185,6 +185,86 @@ pub(crate) async fn watchdog(shared: Arc<Shared>, renewer: Arc<Renewer>) {
     }
 }
 
+/// Starts renewing every lock of a set together (several keys of one guard). Aborted when the
+/// guard is released or dropped.
+pub(crate) fn spawn_set_watchdog(set: Vec<Arc<Shared>>, renewer: Arc<Renewer>) -> AbortHandle {
+    tokio::spawn(set_watchdog(set, renewer)).abort_handle()
+}
+
+/// [`watchdog`] for several locks held as one: every lease/3 of the earliest confirmation,
+/// all are renewed at the same instant, so they go to the backend in one batch; the set is
+/// valid until the earliest of their validities, and the moment any one is lost, all are
+/// marked lost (the guard holds all of them or is lost).
+async fn set_watchdog(set: Vec<Arc<Shared>>, renewer: Arc<Renewer>) {
+    let lose_all = |why: &str| {
+        for shared in &set {
+            shared.mark_lost(why);
+        }
+    };
+    let backend = renewer.backend();
+    if backend.keeps_alive() {
+        let losses = set
+            .iter()
+            .map(|shared| backend.lost(shared.spec()))
+            .collect();
+        let why = crate::runtime::first_of(losses).await;
+        lose_all(&why);
+        return;
+    }
+    let Some(lease) = set.first().map(|shared| shared.lease) else {
+        return;
+    };
+    let interval = lease / 3;
+    let retry_pause = (lease / 20).max(Duration::from_millis(5));
+    let earliest = |at: fn(&Shared) -> Instant| set.iter().map(|s| at(s)).min();
+    loop {
+        let Some(confirmed) = earliest(Shared::confirmed_at) else {
+            return;
+        };
+        tokio::time::sleep_until(confirmed + interval).await;
+        let Some(valid_until) = earliest(Shared::valid_until) else {
+            return;
+        };
+        loop {
+            let sent_at = Instant::now();
+            if sent_at >= valid_until {
+                lose_all("no renewal confirmed before the lease ended");
+                return;
+            }
+            let renewals = set
+                .iter()
+                .map(|shared| {
+                    let renewal = renewer.renew(Arc::clone(shared));
+                    Box::pin(renewal) as crate::runtime::BoxFuture<'_, _>
+                })
+                .collect();
+            let renewed = crate::runtime::join_all(renewals);
+            let Ok(renewed) = tokio::time::timeout_at(valid_until, renewed).await else {
+                lose_all("renewal did not answer before the lease ended");
+                return;
+            };
+            if renewed.iter().any(|r| matches!(r, Ok(false))) {
+                lose_all("renewal found one of the locks held by another owner or gone");
+                return;
+            }
+            let mut failed = None;
+            for (shared, result) in set.iter().zip(renewed) {
+                match result {
+                    Ok(_) => shared.confirm(sent_at),
+                    Err(error) => failed = Some(error),
+                }
+            }
+            let Some(error) = failed else {
+                crate::metrics::renewed(set[0].backend, set.len() as u64);
+                break;
+            };
+            crate::metrics::renewal_failed(set[0].backend);
+            tracing::warn!(key = %set[0].key(), %error, "distlock: renewal of a set of locks failed, retrying until the lease ends");
+            tokio::time::sleep_until((Instant::now() + retry_pause).min(valid_until)).await;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::on_grid;

@@ -127,3 +127,21 @@ pub(crate) async fn enter<F: std::future::Future>(
     };
     HELD.scope(Some(entry), body).await
 }
+
+/// Runs `body` with every lock of `locks` held by this task (the first the innermost, what
+/// [`current()`] reports).
+pub(crate) async fn enter_all<F: std::future::Future>(
+    client: &LockClient,
+    locks: Vec<Arc<Shared>>,
+    body: F,
+) -> F::Output {
+    let mut top = HELD.try_with(Clone::clone).ok().flatten();
+    for lock in locks.into_iter().rev() {
+        top = Some(Entry {
+            client: client.identity(),
+            lock,
+            parent: top.map(Arc::new),
+        });
+    }
+    HELD.scope(top, body).await
+}

@@ -53,7 +53,7 @@ pub(crate) struct Failure {
 }
 
 impl Failure {
-    fn of(source: BoxError, leftover: bool) -> Failure {
+    pub(crate) fn of(source: BoxError, leftover: bool) -> Failure {
         match source.downcast::<Transient>() {
             Ok(transient) => Failure {
                 transient: true,

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use super::{Attempt, Backend, Hold, Kind, LockSpec, Released};
+use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, SetAttempt};
 use crate::admin::{Entry, glob_match};
 use crate::error::BoxError;
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -144,6 +144,33 @@ impl MemoryBackend {
             (Kind::Exclusive, None) => Ok(state.acquire(spec, now)),
             (Kind::Shared, None) => Ok(state.acquire_shared(spec, now)),
         }
+    }
+
+    /// Several locks, all or nothing, under one hold of the store: each is taken as alone;
+    /// at the first busy one, those taken before it are removed again (nobody saw them).
+    fn acquire_all_now(&self, specs: &[LockSpec<'_>]) -> Result<SetAttempt, BoxError> {
+        let now = Instant::now();
+        let mut state = self.state();
+        let mut fencing_tokens = Vec::with_capacity(specs.len());
+        for (index, spec) in specs.iter().enumerate() {
+            let attempt = match (spec.kind, state.semaphore(spec.name, now)) {
+                (kind, Some(held)) => Err(super::Refused::kind(Some(held), kind)),
+                (Kind::Shared, None) => Ok(state.acquire_shared(*spec, now)),
+                (_, None) => Ok(state.acquire(*spec, now)),
+            };
+            if let Ok(Attempt::Acquired { fencing_token }) = attempt {
+                fencing_tokens.push(fencing_token);
+                continue;
+            }
+            for taken in &specs[..index] {
+                state.undo(taken);
+            }
+            return match attempt? {
+                Attempt::Busy { ttl } => Ok(SetAttempt::Busy { index, ttl }),
+                Attempt::Acquired { .. } => unreachable!("handled above"),
+            };
+        }
+        Ok(SetAttempt::Acquired { fencing_tokens })
     }
 
     /// A fair attempt: as the Redis backend's fair script (see `redis/scripts.rs`).
@@ -508,6 +535,27 @@ impl State {
         Attempt::Acquired { fencing_token }
     }
 
+    /// Removes what `spec` was just granted, inside the same hold of the store (a set's
+    /// acquisition that found a later lock busy).
+    fn undo(&mut self, spec: &LockSpec<'_>) {
+        if spec.kind == Kind::Exclusive {
+            if self
+                .locks
+                .get(spec.name)
+                .is_some_and(|held| held.token == spec.token)
+            {
+                self.locks.remove(spec.name);
+            }
+            return;
+        }
+        if let Some(readers) = self.readers.get_mut(spec.name) {
+            readers.shares.remove(spec.token);
+            if readers.shares.is_empty() && readers.writers.is_empty() {
+                self.readers.remove(spec.name);
+            }
+        }
+    }
+
     /// The first token in `name`'s queue whose place has not lapsed (lapsed ones dropped).
     fn next_in_line(&mut self, name: &str, now: Instant) -> Option<String> {
         let queue = self.queues.get_mut(name)?;
@@ -554,6 +602,17 @@ impl Backend for MemoryBackend {
 
     fn supports_fair(&self) -> bool {
         true
+    }
+
+    fn acquires_sets(&self, _names: &[&str]) -> bool {
+        true
+    }
+
+    fn try_acquire_all<'a>(
+        &'a self,
+        specs: &'a [LockSpec<'a>],
+    ) -> BoxFuture<'a, Result<SetAttempt, BoxError>> {
+        self.answer(move || self.acquire_all_now(specs))
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {

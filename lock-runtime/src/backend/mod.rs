@@ -315,6 +315,16 @@ pub(crate) enum Attempt {
     Busy { ttl: Option<Duration> },
 }
 
+/// The outcome of [`Backend::try_acquire_all`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SetAttempt {
+    /// Every lock of the set is ours; one fencing token per lock (in the order asked) when
+    /// they were asked for.
+    Acquired { fencing_tokens: Vec<Option<u64>> },
+    /// The lock at `index` is busy (for `ttl`, when the backend knows): nothing was taken.
+    Busy { index: usize, ttl: Option<Duration> },
+}
+
 /// A lock store. Implementations must be cheap to share (`Arc<dyn Backend>`).
 pub(crate) trait Backend: Send + Sync + 'static {
     /// A short name for messages and traces: `memory`, `redis`, …
@@ -344,6 +354,26 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// whose first try succeeded must report `Acquired`, not `Busy`. Errors that waiting may
     /// cure are wrapped in [`Transient`]; every other error fails the acquisition at once.
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>>;
+
+    /// Whether [`try_acquire_all`](Self::try_acquire_all) can take the locks `names` (sorted,
+    /// distinct) in one atomic request: one Redis script on one server (in a cluster, only
+    /// when they share a slot), one map operation in memory. Otherwise several keys are taken
+    /// one by one, in their canonical order.
+    fn acquires_sets(&self, _names: &[&str]) -> bool {
+        false
+    }
+
+    /// Takes every lock of `specs` (one owner token, distinct names in canonical order, no
+    /// fair requests, no waiters' marks), all or nothing: if any is busy, nothing is taken and
+    /// the first busy one is named. Like [`try_acquire`](Self::try_acquire) it must be
+    /// idempotent for the same token, and marks errors waiting may cure as [`Transient`]. Only
+    /// called when [`acquires_sets`](Self::acquires_sets) said yes.
+    fn try_acquire_all<'a>(
+        &'a self,
+        _specs: &'a [LockSpec<'a>],
+    ) -> BoxFuture<'a, Result<SetAttempt, BoxError>> {
+        Box::pin(async { Err("this backend cannot take several locks in one request".into()) })
+    }
 
     /// Extends the lease to `spec.lease` from now if the lock still holds `spec.token`.
     /// `Ok(false)` means somebody else holds it, or nobody does.

@@ -39,7 +39,7 @@ use redis::{
 };
 
 use super::url::redact_url;
-use super::{Attempt, Backend, Handover, Hold, Kind, LockSpec, Released, Transient};
+use super::{Attempt, Backend, Handover, Hold, Kind, LockSpec, Released, SetAttempt, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::runtime::{BoxFuture, Revived, RuntimeBound};
@@ -151,6 +151,7 @@ pub(crate) struct RedisBackend {
     vote: Script,
     acquire_fair: Script,
     release_fair: Script,
+    acquire_all: Script,
 }
 
 impl RedisBackend {
@@ -211,6 +212,7 @@ impl RedisBackend {
             vote: Script::new(VOTE),
             acquire_fair: Script::new(&scripts::acquire_fair()),
             release_fair: Script::new(&scripts::release_fair()),
+            acquire_all: Script::new(&scripts::acquire_all()),
         }
     }
 
@@ -470,6 +472,51 @@ impl RedisBackend {
         scripted_attempt(spec, taken, value.max(-2))
     }
 
+    /// Several locks in one script call (see `scripts::acquire_all`).
+    async fn acquire_set(&self, specs: &[LockSpec<'_>]) -> Result<SetAttempt, BoxError> {
+        let Some(first) = specs.first() else {
+            return Ok(SetAttempt::Acquired {
+                fencing_tokens: Vec::new(),
+            });
+        };
+        let keys: Vec<[String; 2]> = specs
+            .iter()
+            .map(|spec| [self.fence_key(spec.name), self.writers_key(spec.name)])
+            .collect();
+        let answer: Vec<i64> = self
+            .run(|mut conn, _| {
+                let mut call = self.acquire_all.prepare_invoke();
+                for (spec, [fence, writers]) in specs.iter().zip(&keys) {
+                    call.key(spec.name).key(fence).key(writers);
+                }
+                call.arg(first.token)
+                    .arg(millis(first.lease))
+                    .arg(u8::from(first.fencing))
+                    .arg(u8::from(first.kind == Kind::Shared));
+                async move { call.invoke_async(&mut conn).await }
+            })
+            .await
+            .map_err(acquire_error)?;
+        let index = |i: i64| usize::try_from(i).ok().filter(|&i| i < specs.len());
+        match answer.as_slice() {
+            [1, tokens @ ..] if tokens.len() == specs.len() => Ok(SetAttempt::Acquired {
+                fencing_tokens: tokens
+                    .iter()
+                    .map(|&t| first.fencing.then_some(t as u64))
+                    .collect(),
+            }),
+            [0, i, pttl] if index(*i).is_some() => Ok(SetAttempt::Busy {
+                index: index(*i).unwrap_or(0),
+                ttl: ttl_from_pttl(*pttl),
+            }),
+            [2, i, limit] if index(*i).is_some() => {
+                let held = u16::try_from(*limit).ok().filter(|&n| n > 0);
+                Err(super::Refused::kind(held, first.kind))
+            }
+            other => Err(format!("the set acquisition script answered {other:?}").into()),
+        }
+    }
+
     fn is_cluster(&self) -> bool {
         matches!(self.link, Link::Cluster(_))
     }
@@ -656,6 +703,23 @@ impl Backend for RedisBackend {
                 None => Box::pin(self.try_acquire_by_script(spec)).await,
             }
         })
+    }
+
+    fn acquires_sets(&self, names: &[&str]) -> bool {
+        match names.split_first() {
+            Some((first, rest)) if self.is_cluster() => {
+                let slot = cluster_slot(first);
+                rest.iter().all(|name| cluster_slot(name) == slot)
+            }
+            _ => true,
+        }
+    }
+
+    fn try_acquire_all<'a>(
+        &'a self,
+        specs: &'a [LockSpec<'a>],
+    ) -> BoxFuture<'a, Result<SetAttempt, BoxError>> {
+        Box::pin(self.acquire_set(specs))
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
