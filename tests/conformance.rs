@@ -1835,6 +1835,265 @@ pub async fn the_admin_api_shows_permits(fixture: &impl Fixture) {
     drop((one, two));
 }
 
+/// Several keys: named in any order and with repeats, taken once each in canonical order and
+/// stored under one holder each; a lone lock of any of them is busy; release frees every key,
+/// as does dropping the guard.
+pub async fn several_keys_are_taken_together_and_given_back_together(fixture: &impl Fixture) {
+    let (one, two) = (
+        fixture
+            .builder()
+            .fencing(fixture.fencing())
+            .build()
+            .await
+            .unwrap(),
+        fixture.client().await,
+    );
+    let set = one
+        .lock_all(["acct:z", "acct:a", "acct:z"])
+        .lease(ms(10_000))
+        .wait(ms(0))
+        .acquire()
+        .await
+        .expect("a free set at once");
+    assert_eq!(
+        set.keys(),
+        ["acct:a", "acct:z"],
+        "canonical order, once each"
+    );
+    for name in ["lock:acct:a", "lock:acct:z"] {
+        assert!(fixture.holder(name).await.is_some(), "{name} not held");
+        if let Some(ttl) = fixture.ttl(name).await {
+            assert!(ttl <= ms(10_000) && ttl > ms(5_000), "{name}: {ttl:?}");
+        }
+    }
+    if fixture.fencing() {
+        assert_eq!(set.fencing_tokens().len(), 2, "{:?}", set.fencing_tokens());
+    } else {
+        assert!(set.fencing_tokens().is_empty());
+    }
+    for key in ["acct:a", "acct:z"] {
+        assert!(
+            two.lock(key).try_acquire().await.unwrap().is_none(),
+            "{key} taken alone while the set holds it"
+        );
+    }
+    assert!(!set.is_lost());
+    set.release().await.expect("every key was ours");
+    for name in ["lock:acct:a", "lock:acct:z"] {
+        assert!(!fixture.anything_at(name).await, "{name} left behind");
+    }
+
+    // A dropped set guard gives every key back too.
+    let dropped = one.lock_all(["acct:m", "acct:b"]).acquire().await.unwrap();
+    assert!(fixture.holder("lock:acct:m").await.is_some());
+    drop(dropped);
+    assert!(
+        eventually(ms(2_000), || async {
+            !fixture.anything_at("lock:acct:b").await && !fixture.anything_at("lock:acct:m").await
+        })
+        .await,
+        "a dropped set left a key behind"
+    );
+    // A set of one key is that key's lock.
+    let one_key = one.lock_all(["acct:q", "acct:q"]).acquire().await.unwrap();
+    assert_eq!(one_key.keys(), ["acct:q"]);
+    one_key.release().await.unwrap();
+}
+
+/// `transfer(a, b)` and `transfer(b, a)`, 100 times each from two clients, beside a third
+/// client locking `a` alone: nobody times out, and no key ever has two holders.
+pub async fn opposite_orders_never_deadlock(fixture: &impl Fixture) {
+    const ROUNDS: usize = 100;
+    let clients = [
+        fixture.client().await,
+        fixture.client().await,
+        fixture.client().await,
+    ];
+    let inside: Arc<[AtomicUsize; 2]> = Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+    let mut tasks = Vec::new();
+    for (i, client) in clients.iter().enumerate() {
+        let (client, inside) = (client.clone(), inside.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let (request, held): (_, &[usize]) = match i {
+                    0 => (client.lock_all(["pair:a", "pair:b"]), &[0, 1]),
+                    1 => (client.lock_all(["pair:b", "pair:a"]), &[0, 1]),
+                    _ => (client.lock("pair:a"), &[0]),
+                };
+                let guard = request
+                    .lease(ms(5_000))
+                    .wait(ms(60_000))
+                    .acquire()
+                    .await
+                    .unwrap_or_else(|e| panic!("contender {i}: {e}"));
+                for &k in held {
+                    assert_eq!(inside[k].fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                }
+                tokio::task::yield_now().await;
+                for &k in held {
+                    inside[k].fetch_sub(1, Ordering::SeqCst);
+                }
+                guard.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("contender");
+    }
+    for name in ["lock:pair:a", "lock:pair:b"] {
+        assert!(!fixture.anything_at(name).await, "{name} left behind");
+    }
+}
+
+/// One `wait` covers the set: when it runs out on a busy key, the error names that key, and
+/// every key taken meanwhile is back before the error returns; the busy key's holder is left
+/// alone. With `wait = 0`, one try.
+pub async fn a_set_that_times_out_gives_back_what_it_took(fixture: &impl Fixture) {
+    let (one, two) = (fixture.client().await, fixture.client().await);
+    let blocker = two
+        .lock("span:z")
+        .lease(ms(30_000))
+        .acquire()
+        .await
+        .unwrap();
+    let holder = fixture.holder("lock:span:z").await;
+    for wait in [ms(0), ms(400)] {
+        let started = Instant::now();
+        let result = one
+            .lock_all(["span:z", "span:a"])
+            .wait(wait)
+            .acquire()
+            .await;
+        match result {
+            Err(LockError::Timeout { key, waited, .. }) => {
+                assert_eq!(key, "span:z", "the busy key is named");
+                assert!(waited >= wait, "{waited:?} < {wait:?}");
+            }
+            other => panic!("a set with a busy key: {other:?}"),
+        }
+        assert!(started.elapsed() < wait + ms(5_000));
+        assert!(
+            !fixture.anything_at("lock:span:a").await,
+            "the free key stayed taken after a timeout (wait {wait:?})"
+        );
+        assert_eq!(fixture.holder("lock:span:z").await, holder);
+    }
+    // Freed meanwhile: the set waits for it, within one `wait`.
+    let waiting = tokio::spawn({
+        let one = one.clone();
+        async move {
+            one.lock_all(["span:a", "span:z"])
+                .wait(ms(20_000))
+                .acquire()
+                .await
+        }
+    });
+    tokio::time::sleep(ms(200)).await;
+    blocker.release().await.unwrap();
+    let set = waiting
+        .await
+        .unwrap()
+        .expect("the set once its busy key was freed");
+    assert_eq!(set.keys(), ["span:a", "span:z"]);
+    set.release().await.unwrap();
+    assert!(!fixture.anything_at("lock:span:a").await);
+    assert!(!fixture.anything_at("lock:span:z").await);
+}
+
+/// Every key of a set is renewed while the guard lives; deleting any one loses the whole
+/// guard, and its release still gives the other key back.
+pub async fn losing_any_key_loses_the_set(fixture: &impl Fixture) {
+    let client = fixture.client().await;
+    let set = client
+        .lock_all(["lose:a", "lose:b"])
+        .lease(ms(300))
+        .acquire()
+        .await
+        .unwrap();
+    let tokens = (
+        fixture.holder("lock:lose:a").await.expect("a held"),
+        fixture.holder("lock:lose:b").await.expect("b held"),
+    );
+    let started = Instant::now();
+    while started.elapsed() < ms(1_000) {
+        assert_eq!(
+            fixture.holder("lock:lose:a").await.as_ref(),
+            Some(&tokens.0)
+        );
+        assert_eq!(
+            fixture.holder("lock:lose:b").await.as_ref(),
+            Some(&tokens.1)
+        );
+        assert!(!set.is_lost(), "lost after {:?}", started.elapsed());
+        tokio::time::sleep(ms(50)).await;
+    }
+    let lost = set.lost();
+    fixture.delete("lock:lose:b").await;
+    tokio::time::timeout(ms(2_000), lost)
+        .await
+        .expect("lost() resolves when one key is lost");
+    assert!(set.is_lost());
+    let err = set.release().await.expect_err("a set missing a key");
+    assert!(err.is_lost(), "{err}");
+    assert!(
+        eventually(ms(1_000), || async {
+            !fixture.anything_at("lock:lose:a").await
+        })
+        .await,
+        "the key still held was not given back"
+    );
+}
+
+/// No keys, or a bad one among good ones: refused before anything is written, naming the bad
+/// key.
+pub async fn an_empty_or_bad_key_list_is_refused(fixture: &impl Fixture) {
+    let client = fixture.client().await;
+    match client.lock_all(Vec::<String>::new()).acquire().await {
+        Err(LockError::Config(message)) => assert!(message.contains("no keys"), "{message}"),
+        other => panic!("an empty set: {other:?}"),
+    }
+    let long = "k".repeat(distlock::MAX_KEY_LEN + 1);
+    for bad in ["", long.as_str(), "bad\nkey"] {
+        match client.lock_all(["good:1", bad]).wait(ms(0)).acquire().await {
+            Err(LockError::InvalidKey { key, .. }) => assert!(
+                key != "good:1" && key.starts_with(&bad[..bad.len().min(3)]),
+                "the error names {key:?}, not the bad key {bad:?}"
+            ),
+            other => panic!("a set with the bad key {bad:?}: {other:?}"),
+        }
+    }
+    assert!(!fixture.anything_at("lock:good:1").await, "a key was taken");
+}
+
+/// `.read()` takes every key of the set shared: two sets of readers hold them together, a
+/// writer of either key waits; released, nothing is left.
+pub async fn a_set_of_readers_shares_every_key(fixture: &impl Fixture) {
+    let (one, two) = (fixture.client().await, fixture.client().await);
+    if !serves_read_locks(fixture, &one, "shelf:x").await {
+        return;
+    }
+    let take = |client: &LockClient| client.lock_all(["shelf:y", "shelf:x"]).read().wait(ms(0));
+    let a = take(&one).acquire().await.expect("readers of a free set");
+    let b = take(&two).acquire().await.expect("readers share the set");
+    assert_eq!(a.mode(), distlock::LockMode::Read);
+    for key in ["shelf:x", "shelf:y"] {
+        assert!(
+            one.lock(key).try_acquire().await.unwrap().is_none(),
+            "a writer of {key} beside its readers"
+        );
+        assert_eq!(
+            fixture.readers(&format!("lock:{key}")).await.len(),
+            2,
+            "{key}"
+        );
+    }
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    for key in ["lock:shelf:x", "lock:shelf:y"] {
+        assert!(!fixture.anything_at(key).await, "{key} left behind");
+    }
+}
+
 macro_rules! conformance {
     ($backend:ident => $fixture:expr; $($case:ident),* $(,)?) => {
         mod $backend {
@@ -1894,6 +2153,12 @@ macro_rules! suite {
                 permit_waiters_are_served_in_arrival_order,
                 permits_get_rising_fencing_tokens,
                 the_admin_api_shows_permits,
+                several_keys_are_taken_together_and_given_back_together,
+                opposite_orders_never_deadlock,
+                a_set_that_times_out_gives_back_what_it_took,
+                losing_any_key_loses_the_set,
+                an_empty_or_bad_key_list_is_refused,
+                a_set_of_readers_shares_every_key,
             );
         )*
     };
