@@ -3,6 +3,10 @@
 //! proves that no two holds overlap and that fencing tokens rise in grant order. Under the lock
 //! each holder runs a non-atomic register increment (read, random sleep, write): no acknowledged
 //! increment may be lost.
+//!
+//! Transfers (`lock_all`): the same four processes move money between random pairs of eight
+//! accounts, holding both (5,120 transfers per backend): no two holds of one account overlap,
+//! and the sum of the balances never changes.
 
 mod support;
 
@@ -148,6 +152,7 @@ async fn semaphore_of_three(url: &str) {
         max_sleep_us: MAX_SLEEP_US,
         reads_in_4: 0,
         permits: PERMITS,
+        accounts: 0,
     };
     let mut helpers = start_contenders(&dir, &spec, &unique("unused")).await;
     let contended = Instant::now();
@@ -247,6 +252,7 @@ async fn contend_and_check(
         max_sleep_us: MAX_SLEEP_US,
         reads_in_4,
         permits: 0,
+        accounts: 0,
     };
     let mut helpers = start_contenders(&dir, &spec, &namespace).await;
     let contended = Instant::now();
@@ -410,6 +416,7 @@ async fn memory_four_clients(fair: bool, reads_in_4: u64) {
         max_sleep_us: MAX_SLEEP_US,
         reads_in_4,
         permits: 0,
+        accounts: 0,
     };
     let (holds, increments) = in_four_clients(&spec, &store).await;
     let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
@@ -569,6 +576,7 @@ async fn memory_semaphore_never_exceeds_its_permits() {
         max_sleep_us: MAX_SLEEP_US,
         reads_in_4: 0,
         permits: PERMITS,
+        accounts: 0,
     };
     let (holds, _) = in_four_clients(&spec, &store).await;
     let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
@@ -607,4 +615,149 @@ fn the_checker_counts_permits_held_at_once() {
     );
     let line = valid[0].to_line();
     assert_eq!(Hold::parse(&line), valid[0]);
+}
+
+// ---- Several keys (`client.lock_all`): four processes, 5,120 transfers between 8 accounts ----
+
+/// The accounts of the transfer runs, and their contenders per process and rounds each.
+const ACCOUNTS: usize = 8;
+const TRANSFER_TASKS: usize = 8;
+const TRANSFER_ROUNDS: usize = 160;
+
+/// Four processes × 8 tasks each make 160 transfers between random pairs of the 8 accounts,
+/// each holding both accounts' locks (named in a random order): no overlap on any account,
+/// fencing tokens in grant order per account, the sum of the balances unchanged, no timeout.
+async fn transfers(url: &str, fencing: bool) {
+    let dir = history::scratch_dir("history");
+    let namespace = unique("accounts");
+    let started = Instant::now();
+    let spec = Contention {
+        url: url.to_owned(),
+        key: unique("account"),
+        name: String::new(),
+        tasks: TRANSFER_TASKS,
+        rounds: TRANSFER_ROUNDS,
+        fencing,
+        fair: false,
+        lease: LEASE,
+        max_sleep_us: MAX_SLEEP_US,
+        reads_in_4: 0,
+        permits: 0,
+        accounts: ACCOUNTS,
+    };
+    let mut helpers = start_contenders(&dir, &spec, &namespace).await;
+    let contended = Instant::now();
+    let (holds, made, lost) = collect(&dir, &mut helpers).await;
+    let contention = contended.elapsed();
+    let store = Store::open(url, &namespace).await.unwrap();
+    check_transfers(&holds, made, lost, fencing, &store).await;
+    eprintln!(
+        "{url}: {PROCESSES} processes x {TRANSFER_TASKS} tasks, {made} transfers between \
+         {ACCOUNTS} accounts in {contention:?} ({:.0}/s), total {:?}; no overlap, the sum kept",
+        made as f64 / contention.as_secs_f64(),
+        started.elapsed(),
+    );
+    let names: Vec<String> = (0..ACCOUNTS).map(|n| format!("account{n}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    store.clear(&names).await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What every transfer run must show: each of the `made` transfers recorded on both its
+/// accounts, no two holds of an account overlapping, tokens in order, the balances' sum kept.
+async fn check_transfers(holds: &[Hold], made: u64, lost: u64, fencing: bool, store: &Store) {
+    let summary = check(holds).unwrap_or_else(|violation| panic!("{violation}"));
+    let expected = PROCESSES * TRANSFER_TASKS * TRANSFER_ROUNDS;
+    assert_eq!(made, expected as u64, "every transfer was made");
+    assert_eq!(
+        summary.holds,
+        2 * expected,
+        "two accounts held per transfer"
+    );
+    assert_eq!(summary.keys, ACCOUNTS, "{summary:?}");
+    assert_eq!(summary.fenced, if fencing { 2 * expected } else { 0 });
+    assert_eq!(lost, 0, "no lease may run out in a healthy run");
+    let mut sum = 0;
+    let mut moved = false;
+    for n in 0..ACCOUNTS {
+        let balance = history::balance(store, n).await;
+        moved |= balance != history::OPENING_BALANCE;
+        sum += balance;
+    }
+    assert!(moved, "no balance changed: the transfers wrote nothing");
+    assert_eq!(
+        sum,
+        ACCOUNTS as u64 * history::OPENING_BALANCE,
+        "the balances' sum changed: two transfers overlapped on an account"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_transfers_never_overlap() {
+    let server = RedisServer::start();
+    transfers(&server.url(), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_transfers_never_overlap() {
+    let fixture = RedlockFixture::new(3);
+    transfers(&RedlockFixture::url_of(&fixture.servers), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_transfers_never_overlap() {
+    let cluster = RedisCluster::start(3, 0);
+    transfers(&cluster.url(), true).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_transfers_never_overlap() {
+    let server = support::postgres::PostgresServer::start();
+    transfers(&server.url_with_own_table(), true).await;
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_transfers_never_overlap() {
+    let server = support::mysql::MysqlServer::start();
+    let table = unique("locks").replace('-', "_");
+    transfers(&format!("{}?table={table}", server.url()), true).await;
+}
+
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_transfers_never_overlap() {
+    let server = support::zookeeper::ZkServer::start();
+    transfers(&server.url(&format!("/{}", unique("history"))), true).await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_transfers_never_overlap() {
+    let member = support::etcd::EtcdMember::start();
+    transfers(&member.url(&unique("history")), true).await;
+}
+
+/// `memory://`: four clients in this process make the transfers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_transfers_never_overlap() {
+    let url = format!("memory://{}", unique("history"));
+    let store = Store::open(&url, "accounts").await.unwrap();
+    let spec = Contention {
+        url,
+        key: "account".into(),
+        name: String::new(),
+        tasks: TRANSFER_TASKS,
+        rounds: TRANSFER_ROUNDS,
+        fencing: true,
+        fair: false,
+        lease: LEASE,
+        max_sleep_us: MAX_SLEEP_US,
+        reads_in_4: 0,
+        permits: 0,
+        accounts: ACCOUNTS,
+    };
+    let (holds, made) = in_four_clients(&spec, &store).await;
+    check_transfers(&holds, made, 0, true, &store).await;
 }

@@ -223,6 +223,7 @@ fn contender(dir: &Path) {
         max_sleep_us: MAX_SLEEP_US,
         reads_in_4: var("READS_IN_4").parse().unwrap(),
         permits: var("PERMITS").parse().unwrap(),
+        accounts: var("ACCOUNTS").parse().unwrap(),
     };
     history::helper_runtime().block_on(async {
         let store = Store::open(&spec.url, &var("NAMESPACE")).await.unwrap();

@@ -229,6 +229,9 @@ pub struct Contention {
     pub reads_in_4: u64,
     /// Every acquisition a permit of a semaphore of this many (0: locks).
     pub permits: u32,
+    /// Every acquisition a transfer between two of this many accounts, holding both (`lock_all`
+    /// of `<key>:<a>` and `<key>:<b>`; 0: one key).
+    pub accounts: usize,
 }
 
 /// What a contender did: its holds, and how many register increments were acknowledged.
@@ -249,6 +252,7 @@ impl Contention {
             ("NAMESPACE", namespace.to_owned()),
             ("READS_IN_4", self.reads_in_4.to_string()),
             ("PERMITS", self.permits.to_string()),
+            ("ACCOUNTS", self.accounts.to_string()),
         ]
     }
 }
@@ -298,6 +302,11 @@ pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Pa
                 let read = fastrand::u64(0..4) < spec.reads_in_4;
                 if spec.permits > 0 {
                     holds.push(hold_a_permit(&client, &spec, &holder, &lost).await);
+                    continue;
+                }
+                if spec.accounts > 0 {
+                    holds.extend(transfer(&client, &spec, &store, &holder, &lost).await);
+                    increments.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
                 let request = client.lock(spec.key.as_str());
@@ -400,6 +409,83 @@ async fn hold_a_permit(
         read: false,
         permits: Some(spec.permits),
     }
+}
+
+/// What an account holds before any transfer (the store reads a missing value as 0).
+pub const OPENING_BALANCE: u64 = 1_000_000;
+
+/// Account `n`'s balance (in `store`).
+pub async fn balance(store: &Store, n: usize) -> u64 {
+    match store
+        .get(&format!("account{n}"))
+        .await
+        .expect("balance read")
+    {
+        0 => OPENING_BALANCE,
+        value => value,
+    }
+}
+
+/// One round of a transfer's contender: both accounts locked at once (named in a random
+/// order), an amount moved from one to the other with a pause between the reads and the
+/// writes. Without mutual exclusion on both, the sum of the balances drifts.
+async fn transfer(
+    client: &LockClient,
+    spec: &Contention,
+    store: &Store,
+    holder: &str,
+    lost: &AtomicU64,
+) -> [Hold; 2] {
+    let from = fastrand::usize(0..spec.accounts);
+    let to = (from + fastrand::usize(1..spec.accounts)) % spec.accounts;
+    let keys = [format!("{}:{from}", spec.key), format!("{}:{to}", spec.key)];
+    let guard = client
+        .lock_all(keys.clone())
+        .fencing(spec.fencing)
+        .acquire();
+    let guard = guard.await.unwrap_or_else(|e| panic!("{holder}: {e}"));
+    let acquired_at = now_ns();
+    assert_eq!(guard.keys().len(), 2, "{holder}: {:?}", guard.keys());
+    let (a, b) = (balance(store, from).await, balance(store, to).await);
+    match fastrand::u64(0..=spec.max_sleep_us) {
+        0..50 => tokio::task::yield_now().await,
+        pause => std::thread::sleep(Duration::from_micros(pause)),
+    }
+    let amount = fastrand::u64(1..=10);
+    store
+        .set(&format!("account{from}"), a - amount)
+        .await
+        .expect("write");
+    store
+        .set(&format!("account{to}"), b + amount)
+        .await
+        .expect("write");
+    // One token per key, in the guard's (canonical) order.
+    let tokens: Vec<(String, u64)> = guard
+        .keys()
+        .iter()
+        .map(|k| k.to_string())
+        .zip(guard.fencing_tokens())
+        .collect();
+    let token_of = |key: &str| tokens.iter().find(|(k, _)| k == key).map(|(_, t)| *t);
+    let released_at = now_ns();
+    match guard.release().await {
+        Ok(()) => {}
+        Err(LockError::Lost { .. }) => {
+            eprintln!("{holder}: a transfer's lease was lost");
+            lost.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) => panic!("{holder}: release: {e}"),
+    }
+    keys.map(|key| Hold {
+        token: token_of(&key),
+        key,
+        holder: holder.to_owned(),
+        acquired_at,
+        released_at,
+        read: false,
+        permits: None,
+    })
 }
 
 pub const HELPER_ENV: &str = "DISTLOCK_TEST_HELPER";
