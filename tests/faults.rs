@@ -72,6 +72,7 @@ async fn run<F: Faulty>(scenario: Scenario) {
         Scenario::PausedPermitHolderLosesItsPermit => {
             paused_permit_holder_loses_its_permit(F::shared()).await
         }
+        Scenario::SetHolderKilled => killed(F::shared(), Killed::Set).await,
     }
 }
 
@@ -170,6 +171,8 @@ enum Killed {
     Reader,
     /// The holder of a semaphore's one permit; a waiter for a permit.
     Permit,
+    /// The holder of two keys at once (`lock_all`); a waiter for both.
+    Set,
 }
 
 /// Rows 1, 10 and 12: a holder (a writer, a reader, or the holder of a semaphore's one permit)
@@ -179,11 +182,15 @@ async fn killed<F: Faulty>(fixture: F, who: Killed) {
         Killed::Writer => ("killed", "hold"),
         Killed::Reader => ("reader-killed", "read"),
         Killed::Permit => ("permit-killed", "permit"),
+        Killed::Set => ("set-killed", "set"),
     };
     let key = unique(name);
+    // The set's second key (the helper's `set` mode takes `<key>` and `<key>:2`).
+    let second = format!("{key}:2");
     let lease = fixture.short_lease();
     let mut holder = spawn_holder(&fixture, &key, lease, mode, "");
     let (first_token, _, owner) = acquired(&holder).await;
+    let second_owner = holder_of(&fixture, &second).await;
     match who {
         Killed::Writer => assert_eq!(holder_of(&fixture, &key).await, Some(owner)),
         Killed::Reader => assert!(
@@ -191,6 +198,16 @@ async fn killed<F: Faulty>(fixture: F, who: Killed) {
             "the server holds the reader's share"
         ),
         Killed::Permit => assert_eq!(permit_holders(&fixture, &key).await, [owner]),
+        Killed::Set => {
+            // The helper wrote the token of the set's first key in canonical order: `<key>`,
+            // or `<key>:2` in a cluster (`{lock:K:2}` sorts before `{lock:K}`).
+            let first = holder_of(&fixture, &key).await;
+            assert!(
+                first.is_some() && second_owner.is_some(),
+                "the server holds both keys of the set: {first:?}, {second_owner:?}"
+            );
+            assert!(first == Some(owner.clone()) || second_owner == Some(owner));
+        }
     }
     // Let the holder renew a few times, so the lease is the renewed one.
     tokio::time::sleep(ms(500)).await;
@@ -206,6 +223,7 @@ async fn killed<F: Faulty>(fixture: F, who: Killed) {
     let client = fenced_client(&fixture).await;
     let request = match who {
         Killed::Permit => client.semaphore(key.as_str(), 1),
+        Killed::Set => client.lock_all([second.as_str(), key.as_str()]),
         Killed::Writer | Killed::Reader => client.lock(key.as_str()),
     };
     let guard = request
@@ -227,6 +245,19 @@ async fn killed<F: Faulty>(fixture: F, who: Killed) {
         // A writer's (or permit's) token is larger than the killed holder's; a reader's is the
         // last write grant's, or its own grant's (ZooKeeper, etcd): either way below the new one.
         assert!(guard.fencing_token() > first_token);
+        if who == Killed::Set {
+            assert_eq!(guard.fencing_tokens().len(), 2, "{guard:?}");
+        }
+    }
+    if who == Killed::Set {
+        let mut keys = guard.keys();
+        keys.sort_unstable();
+        assert_eq!(keys, [key.as_str(), second.as_str()]);
+        let now = holder_of(&fixture, &second).await;
+        assert!(
+            now.is_some() && now != second_owner,
+            "the waiter holds the second key: {now:?}"
+        );
     }
     if who == Killed::Permit {
         let mine = distlock::__private::testing::owner_token(&guard).to_owned();
@@ -236,13 +267,21 @@ async fn killed<F: Faulty>(fixture: F, who: Killed) {
             "the waiter's permit, alone"
         );
     } else {
-        assert_holds(&fixture, &key, &guard, "the new holder's token is stored").await;
+        // (Of a set, its first key in canonical order.)
+        assert_holds(
+            &fixture,
+            guard.key(),
+            &guard,
+            "the new holder's token is stored",
+        )
+        .await;
     }
     guard.release().await.unwrap();
     let who = match who {
         Killed::Writer => "holder's lock",
         Killed::Reader => "reader's lock",
         Killed::Permit => "holder's permit",
+        Killed::Set => "holder's two keys",
     };
     eprintln!(
         "{:?}: a killed {who} granted again {after_kill:?} after the kill (TTL then {ttl:?})",
@@ -1146,6 +1185,7 @@ macro_rules! suite {
                     s11_paused_reader_loses_its_share => PausedReaderLosesItsShare,
                     s12_permit_holder_killed => PermitHolderKilled,
                     s13_paused_permit_holder_loses_its_permit => PausedPermitHolderLosesItsPermit,
+                    s14_holder_of_two_keys_killed => SetHolderKilled,
                 );
             }
         )*

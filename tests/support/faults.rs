@@ -74,13 +74,14 @@ pub enum Scenario {
     PausedReaderLosesItsShare,
     PermitHolderKilled,
     PausedPermitHolderLosesItsPermit,
+    SetHolderKilled,
 }
 
 /// Why no process, server or network fault applies to `memory://`.
 const ONE_PROCESS: &str = "lives in one process: no server, network or other process to fault";
 
 impl Scenario {
-    pub const ALL: [Scenario; 13] = [
+    pub const ALL: [Scenario; 14] = [
         Scenario::HolderKilled,
         Scenario::PausedHolderIsFencedOff,
         Scenario::BlackholedHolder,
@@ -94,6 +95,7 @@ impl Scenario {
         Scenario::PausedReaderLosesItsShare,
         Scenario::PermitHolderKilled,
         Scenario::PausedPermitHolderLosesItsPermit,
+        Scenario::SetHolderKilled,
     ];
 
     /// The test's name (in every backend's module of `tests/faults.rs`).
@@ -114,6 +116,7 @@ impl Scenario {
             Scenario::PausedPermitHolderLosesItsPermit => {
                 "s13_paused_permit_holder_loses_its_permit"
             }
+            Scenario::SetHolderKilled => "s14_holder_of_two_keys_killed",
         }
     }
 
@@ -224,6 +227,15 @@ impl Scenario {
                  granted no earlier than the expiry the server held at the kill and within \
                  lease + 700 ms (ZooKeeper, etcd: + 3 s), with a larger fencing token; the \
                  server holds the waiter's permit, and only it",
+            ),
+            Scenario::SetHolderKilled => (
+                "A process holding two keys at once (`client.lock_all([k1, k2])`), lease 1 s \
+                 (ZooKeeper, etcd: 2 s), renewing",
+                "`kill -9` of the holder; another process waits for both keys",
+                "the server held both keys for the holder; the waiter's set is granted no \
+                 earlier than the expiry the server held at the kill and within lease + 700 ms \
+                 (ZooKeeper, etcd: + 3 s), with larger fencing tokens; the server holds both \
+                 keys for the waiter",
             ),
             Scenario::PausedPermitHolderLosesItsPermit => (
                 "A process holding the one permit of a semaphore, lease 500 ms (ZooKeeper, \

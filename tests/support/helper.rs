@@ -94,6 +94,13 @@ fn holder(dir: &Path) {
                 .semaphore(var("LOCK_KEY"), 1)
                 .lease(ms(var("LEASE_MS").parse().unwrap()))
                 .wait(Duration::from_secs(10))
+        } else if mode == "set" {
+            // Mode `set`: `<key>` and `<key>:2` at once.
+            let key = var("LOCK_KEY");
+            client
+                .lock_all([format!("{key}:2"), key])
+                .lease(ms(var("LEASE_MS").parse().unwrap()))
+                .wait(Duration::from_secs(10))
         } else {
             request
         };
