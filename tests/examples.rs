@@ -298,6 +298,36 @@ fn gpu_pool_runs_three_jobs_at_once_and_a_crashed_permit_comes_back_after_its_le
 }
 
 #[test]
+fn transfer_moves_money_both_ways_without_deadlock_and_keeps_the_total() {
+    for server in [None, Some(RedisServer::start())] {
+        let mut command = example("transfer");
+        if let Some(server) = &server {
+            command.env(distlock::URL_ENV, server.url());
+        }
+        let out = run(command);
+        assert!(
+            out.contains("200 transfers in both directions")
+                && out.contains("no deadlock; total 4000 (opened with 4000)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("a transfer waited 200ms for `account:"),
+            "{out}"
+        );
+        assert!(out.contains("account 0 after the timeout: free"), "{out}");
+        if let Some(server) = &server {
+            assert!(
+                server_keys(server)
+                    .iter()
+                    .all(|k| !k.starts_with("lock:account:")),
+                "a lock left behind: {:?}",
+                server_keys(server)
+            );
+        }
+    }
+}
+
+#[test]
 fn scheduled_job_runs_each_tick_exactly_once_on_memory_and_redis() {
     let out = run(example("scheduled_job"));
     assert!(out.contains("every tick ran exactly once"), "{out}");
@@ -461,4 +491,20 @@ fn orders_refuses_processes_on_memory_with_a_hint() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("DISTLOCK_URL=redis://"), "{stderr}");
+}
+
+/// Every key the Redis server holds (the test's own connection).
+fn server_keys(server: &RedisServer) -> Vec<String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    runtime.block_on(async {
+        let mut conn = server.connection().await;
+        redis::cmd("KEYS")
+            .arg("*")
+            .query_async(&mut conn)
+            .await
+            .expect("KEYS")
+    })
 }
