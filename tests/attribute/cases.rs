@@ -577,3 +577,100 @@ async fn a_nested_permit_is_granted_locally_and_another_kind_is_refused() {
     // Every outer permit was released: the one permit is free.
     assert_eq!(one_gpu(&tag, Inside::Nothing).await.unwrap(), Some(1));
 }
+
+// ---- Several keys: `key = ["…", "…"]` ----
+
+#[distributed_lock(key = ["pair:<tag>:<from>", "pair:<tag>:<to>"], wait = "30s", lease = "10s")]
+async fn move_between(tag: &str, from: u32, to: u32) -> Result<String, LockError> {
+    for n in [from, to] {
+        assert!(
+            backend::holder(&format!("lock:pair:{tag}:{n}"))
+                .await
+                .is_some(),
+            "account {n} held in the body"
+        );
+    }
+    tokio::task::yield_now().await;
+    Ok(distlock::current().unwrap().key().to_owned())
+}
+
+/// Both directions at once, 20 calls each: no deadlock, the first key in canonical order is
+/// `current()`, and every key is gone after the calls return.
+#[tokio::test]
+async fn a_key_list_takes_every_key_in_one_order_and_releases_them_all() {
+    backend::setup().await;
+    let tag = unique("pair");
+    let mut calls = Vec::new();
+    for n in 0..40 {
+        let tag = tag.clone();
+        calls.push(tokio::spawn(async move {
+            let (from, to) = if n % 2 == 0 { (1, 2) } else { (2, 1) };
+            move_between(&tag, from, to).await
+        }));
+    }
+    for call in calls {
+        let current = tokio::time::timeout(Duration::from_secs(20), call)
+            .await
+            .expect("no deadlock")
+            .unwrap()
+            .unwrap();
+        assert_eq!(current, format!("pair:{tag}:1"));
+    }
+    assert!(gone(&format!("lock:pair:{tag}:1")).await);
+    assert!(gone(&format!("lock:pair:{tag}:2")).await);
+    // The same account twice: one key.
+    assert_eq!(
+        move_between(&tag, 3, 3).await.unwrap(),
+        format!("pair:{tag}:3")
+    );
+}
+
+#[distributed_lock(key = "pair:<tag>:<held>", wait = "0s")]
+async fn holding_one(tag: &str, held: u32, then: u32) -> Result<String, LockError> {
+    // This task holds `held`; the list asks for `held` and `then`: `held` is granted
+    // reentrantly, only `then` is acquired (`wait = "30s"` in `move_between`).
+    move_between(tag, then, held).await
+}
+
+/// A task that holds one key of a list is granted that key reentrantly and acquires only the
+/// rest; everything is released when the calls return.
+#[tokio::test]
+async fn a_key_list_under_one_of_its_keys_is_granted_that_key_reentrantly() {
+    backend::setup().await;
+    let tag = unique("pair");
+    let current = tokio::time::timeout(Duration::from_secs(5), holding_one(&tag, 2, 1))
+        .await
+        .expect("no self-deadlock")
+        .unwrap();
+    // `current()` in the inner body: the key it acquired (the other is the outer call's).
+    assert_eq!(current, format!("pair:{tag}:1"));
+    assert!(gone(&format!("lock:pair:{tag}:1")).await);
+    assert!(gone(&format!("lock:pair:{tag}:2")).await);
+}
+
+#[distributed_lock(key = ["pair:<tag>:1", "pair:<tag>:2"], wait = "0s", lease = "3s", on_lost = "abort")]
+async fn stolen_pair(tag: &str) -> Result<(), LockError> {
+    backend::steal(&format!("lock:pair:{tag}:2")).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    Ok(())
+}
+
+/// Another owner takes one key of the list behind the body's back: the body is stopped with
+/// `Lost` at the next renewal (lease 3 s: within a second), the key still ours is given back,
+/// the thief's (10 s) is left alone.
+#[tokio::test]
+async fn losing_one_key_of_a_list_aborts_the_body() {
+    backend::setup().await;
+    let tag = unique("pair");
+    let result = tokio::time::timeout(Duration::from_secs(30), stolen_pair(&tag))
+        .await
+        .expect("the body was not stopped");
+    assert!(matches!(result, Err(LockError::Lost { .. })), "{result:?}");
+    assert!(gone(&format!("lock:pair:{tag}:1")).await);
+    assert_eq!(
+        backend::holder(&format!("lock:pair:{tag}:2"))
+            .await
+            .as_deref(),
+        Some("thief")
+    );
+}
