@@ -101,6 +101,66 @@ async fn acquire_release_and_renew_are_one_round_trip_each() {
     guard.release().await.unwrap();
 }
 
+/// Several keys on one Redis: a free set is one EVALSHA, released with one EVALSHA per key
+/// (sent together); a busy set's one try is one EVALSHA and takes nothing; the set's keys are
+/// renewed together, one EVALSHA per lease/3 for all three.
+#[tokio::test]
+async fn a_set_of_keys_is_one_round_trip_and_renews_as_one_batch() {
+    let (server, client) = start().await;
+    // The script's first call loads it (NOSCRIPT, then EVALSHA again).
+    let warm = client
+        .lock_all(["s:warm", "s:warm2"])
+        .acquire()
+        .await
+        .unwrap();
+    warm.release().await.unwrap();
+    server.reset_stats().await;
+    let set = client
+        .lock_all(["s:c", "s:a", "s:b"])
+        .lease(ms(300))
+        .acquire()
+        .await
+        .unwrap();
+    let (sets, evalshas) = (
+        server.command_calls("set").await,
+        server.command_calls("evalsha").await,
+    );
+    println!("lock_all of 3 free keys: EVALSHA={evalshas} (SET inside the script: {sets})");
+    assert_eq!((sets, evalshas), (3, 1), "a free set is one script call");
+    for key in ["s:a", "s:b", "s:c"] {
+        assert!(server.get(&format!("lock:{key}")).await.is_some(), "{key}");
+    }
+
+    server.reset_stats().await;
+    tokio::time::sleep(ms(1_000)).await;
+    let renewals = server.command_calls("evalsha").await;
+    println!("a set of 3 renewed for 1 s, 300 ms lease (ideal 10, one by one 30): {renewals}");
+    assert!(
+        (8..=12).contains(&renewals),
+        "{renewals} renewal calls for one set"
+    );
+    assert!(!set.is_lost());
+
+    // Busy: one try of the whole set takes nothing.
+    server.reset_stats().await;
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let busy = other.lock_all(["s:z", "s:b"]).try_acquire().await.unwrap();
+    assert!(busy.is_none());
+    assert_eq!(server.command_calls("evalsha").await, 1);
+    assert_eq!(
+        server.get("lock:s:z").await,
+        None,
+        "nothing taken by a busy set"
+    );
+
+    server.reset_stats().await;
+    set.release().await.unwrap();
+    assert_eq!(server.command_calls("evalsha").await, 3);
+    for key in ["s:a", "s:b", "s:c"] {
+        assert_eq!(server.get(&format!("lock:{key}")).await, None, "{key}");
+    }
+}
+
 #[tokio::test]
 async fn locks_use_the_plain_layout_that_other_clients_share() {
     let (server, client) = start().await;

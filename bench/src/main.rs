@@ -6,7 +6,8 @@
 //! 1. an uncontended `#[distributed_lock]` call vs the raw floor (`SET NX PX` + compare-and-delete
 //!    `EVALSHA` on the same kind of redis-rs connection);
 //!    Rows 1b: an uncontended read lock + release (`.read()`), and a semaphore's permit +
-//!    release (`client.semaphore(k, 4)`), each vs the plain lock's and the raw
+//!    release (`client.semaphore(k, 4)`), and two keys at once (`client.lock_all`, vs two
+//!    plain locks one after the other), each vs the plain lock's and the raw
 //!    floor (each database's first row has the same);
 //! 2. throughput of 64 concurrent tasks on distinct keys vs raw pairs at the same concurrency;
 //! 3. handoff: 16 tasks contending for one key — handoffs/s and release → next-acquire latency;

@@ -138,9 +138,12 @@ pub enum Kind {
     Read,
     /// A permit of a semaphore of 4 (`client.semaphore(k, 4)`).
     Permit,
+    /// Two keys at once (`client.lock_all([k1, k2])`), against two plain locks taken one
+    /// after the other.
+    Set,
 }
 
-/// The read-lock row and the semaphore row (see [`kind_row`]).
+/// The read-lock row, the semaphore row and the two-key row (see [`kind_row`]).
 pub async fn kind_rows<F, Fut>(
     report: &mut Report,
     label: &str,
@@ -153,12 +156,15 @@ where
     Fut: Future<Output = Result<(), Error>>,
 {
     kind_row(report, label, key, client, &floor, Kind::Read).await?;
-    kind_row(report, label, key, client, &floor, Kind::Permit).await
+    kind_row(report, label, key, client, &floor, Kind::Permit).await?;
+    kind_row(report, label, key, client, &floor, Kind::Set).await
 }
 
 /// A lock kind's row: an uncontended read lock (or semaphore permit) + release against the
-/// plain lock's and against the raw floor `floor` (the backend's own take + release), in
-/// interleaved rounds; medians of µs per pair and of the per-round ratios.
+/// plain lock's and against the raw floor `floor` (the backend's own take + release of one
+/// key), in interleaved rounds; medians of µs per pair and of the per-round ratios. For two
+/// keys at once, the "plain" side is two plain locks taken one after the other (and released),
+/// and the floor stays one key's: a ratio near 1 is a set taken in one round trip.
 pub async fn kind_row<F, Fut>(
     report: &mut Report,
     label: &str,
@@ -175,9 +181,18 @@ where
         let client = client.clone();
         async move {
             let request = match (other, kind) {
+                (false, Kind::Set) => {
+                    let a = client.lock(format!("{name}:a")).wait(Duration::ZERO);
+                    let a = a.acquire().await?;
+                    let b = client.lock(format!("{name}:b")).wait(Duration::ZERO);
+                    b.acquire().await?.release().await?;
+                    a.release().await?;
+                    return Ok(());
+                }
                 (false, _) => client.lock(name),
                 (true, Kind::Read) => client.lock(name).read(),
                 (true, Kind::Permit) => client.semaphore(name, 4),
+                (true, Kind::Set) => client.lock_all([format!("{name}:a"), format!("{name}:b")]),
             };
             request
                 .wait(Duration::ZERO)
@@ -222,12 +237,19 @@ where
     let (what, field) = match kind {
         Kind::Read => ("read lock", "read"),
         Kind::Permit => ("semaphore permit", "permit"),
+        Kind::Set => ("two-key lock_all", "set"),
     };
     report.row(
         &format!("{label}: uncontended {what}+release (µs)"),
         format!("{r:.0} µs"),
-        format!("{p:.0} µs plain, {f:.0} µs raw"),
-        format!("{rp:.3}× plain, {rf:.3}× raw"),
+        match kind {
+            Kind::Set => format!("{p:.0} µs 2 plain, {f:.0} µs raw 1 key"),
+            _ => format!("{p:.0} µs plain, {f:.0} µs raw"),
+        },
+        match kind {
+            Kind::Set => format!("{rp:.3}× 2 plain, {rf:.3}× raw 1 key"),
+            _ => format!("{rp:.3}× plain, {rf:.3}× raw"),
+        },
     );
     report.field(&format!("{key}_{field}_uncontended_us"), r);
     report.field(&format!("{key}_{field}_vs_plain_ratio"), rp);
@@ -236,7 +258,7 @@ where
 }
 
 /// Whether only the lock kinds' rows run (`DISTLOCK_BENCH_KINDS_ONLY=1`, or its older name
-/// `DISTLOCK_BENCH_READ_ONLY=1`): read locks and semaphores.
+/// `DISTLOCK_BENCH_READ_ONLY=1`): read locks, semaphores and two keys at once.
 pub fn read_only() -> bool {
     std::env::var_os("DISTLOCK_BENCH_KINDS_ONLY").is_some()
         || std::env::var_os("DISTLOCK_BENCH_READ_ONLY").is_some()
