@@ -171,16 +171,18 @@ impl LockGuard {
     /// One future whose two cases share their space, rather than two futures side by side:
     /// it lives inside every locked call's future.
     pub(crate) fn until_lost(&mut self) -> impl Future<Output = ()> + Send + 'static {
+        // (Never a guard over several keys: `run_locked_all` races its body against
+        // [`lost`](Self::lost), and the set's own watchdog renews it.)
+        debug_assert!(
+            self.set.is_none(),
+            "until_lost of a guard over several keys"
+        );
         let shared = Arc::clone(&self.held.shared);
         let renewal = std::mem::take(&mut self.inline).then(|| Arc::clone(&self.held.renewer));
-        // A set's keys are renewed by its own watchdog, never inline.
-        let set: Option<Vec<Arc<Shared>>> =
-            self.set.is_some().then(|| self.every().cloned().collect());
         async move {
-            match (renewal, set) {
-                (Some(renewer), _) => renew::watchdog(shared, renewer).await,
-                (None, None) => lost(shared).await,
-                (None, Some(set)) => Box::pin(any_lost(set)).await,
+            match renewal {
+                Some(renewer) => renew::watchdog(shared, renewer).await,
+                None => lost(shared).await,
             }
         }
     }
@@ -270,9 +272,10 @@ impl LockGuard {
     /// A guard over several keys gives every one back (concurrently); the error, if any, is
     /// the first key's in canonical order.
     pub async fn release(self) -> Result<(), LockError> {
-        match self.set {
-            None => release_held(self.held).await,
-            Some(set) => Box::pin(release_set(self.held, set.more)).await,
+        let LockGuard { held, set, .. } = self;
+        match set {
+            None => release_held(held).await,
+            Some(set) => Box::pin(release_set(held, set.more)).await,
         }
     }
 }

@@ -234,6 +234,46 @@ impl Drop for CloseUnfinished {
     }
 }
 
+/// Runs `futures` concurrently; their outputs, in order. (A few lines rather than a
+/// dependency: the memory-only build has no `futures-util`.)
+pub(crate) async fn join_all<'a, T: Send + 'a>(futures: Vec<BoxFuture<'a, T>>) -> Vec<T> {
+    let mut pending: Vec<Option<BoxFuture<'a, T>>> = futures.into_iter().map(Some).collect();
+    let mut done: Vec<Option<T>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(move |cx| {
+        let mut all = true;
+        for (slot, out) in pending.iter_mut().zip(done.iter_mut()) {
+            if let Some(future) = slot {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(value) => {
+                        *out = Some(value);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => all = false,
+                }
+            }
+        }
+        if all {
+            std::task::Poll::Ready(done.iter_mut().filter_map(Option::take).collect())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await
+}
+
+/// The output of whichever of `futures` finishes first (pending forever if there are none).
+pub(crate) async fn first_of<'a, T: Send + 'a>(mut futures: Vec<BoxFuture<'a, T>>) -> T {
+    std::future::poll_fn(move |cx| {
+        for future in futures.iter_mut() {
+            if let std::task::Poll::Ready(value) = future.as_mut().poll(cx) {
+                return std::task::Poll::Ready(value);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,44 +318,4 @@ mod tests {
         }
         assert_eq!(runs.load(Ordering::SeqCst), 2);
     }
-}
-
-/// Runs `futures` concurrently; their outputs, in order. (A few lines rather than a
-/// dependency: the memory-only build has no `futures-util`.)
-pub(crate) async fn join_all<'a, T: Send + 'a>(futures: Vec<BoxFuture<'a, T>>) -> Vec<T> {
-    let mut pending: Vec<Option<BoxFuture<'a, T>>> = futures.into_iter().map(Some).collect();
-    let mut done: Vec<Option<T>> = pending.iter().map(|_| None).collect();
-    std::future::poll_fn(move |cx| {
-        let mut all = true;
-        for (slot, out) in pending.iter_mut().zip(done.iter_mut()) {
-            if let Some(future) = slot {
-                match future.as_mut().poll(cx) {
-                    std::task::Poll::Ready(value) => {
-                        *out = Some(value);
-                        *slot = None;
-                    }
-                    std::task::Poll::Pending => all = false,
-                }
-            }
-        }
-        if all {
-            std::task::Poll::Ready(done.iter_mut().filter_map(Option::take).collect())
-        } else {
-            std::task::Poll::Pending
-        }
-    })
-    .await
-}
-
-/// The output of whichever of `futures` finishes first (pending forever if there are none).
-pub(crate) async fn first_of<'a, T: Send + 'a>(mut futures: Vec<BoxFuture<'a, T>>) -> T {
-    std::future::poll_fn(move |cx| {
-        for future in futures.iter_mut() {
-            if let std::task::Poll::Ready(value) = future.as_mut().poll(cx) {
-                return std::task::Poll::Ready(value);
-            }
-        }
-        std::task::Poll::Pending
-    })
-    .await
 }
