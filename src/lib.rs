@@ -26,7 +26,7 @@
 //!
 //! | argument | default | meaning |
 //! |---|---|---|
-//! | `key = "order:<id>"` | required | the lock key; `<name>` is a parameter, `<name.field>` a field path, `<self.field>` in methods; `<<` / `>>` are literal angle brackets; values render with `Display` |
+//! | `key = "order:<id>"` | required | the lock key; `<name>` is a parameter, `<name.field>` a field path, `<self.field>` in methods; `<<` / `>>` are literal angle brackets; values render with `Display`. A list, `key = ["account:<from>", "account:<to>"]`, holds every key at once, taken in one canonical order ([`LockClient::lock_all`]) |
 //! | `lease = "10s"` | client's (30 s) | how long the lock lives if this process stops renewing it; units `ms`, `s`, `m`, `h`; at least `10ms` |
 //! | `wait = "2s"` | client's (10 s) | how long to wait for a busy lock; `"0s"` tries once; `"forever"` |
 //! | `renew = true` | `true` | renew every lease/3 while the body runs |
