@@ -356,3 +356,79 @@ async fn a_fair_lock_keeps_its_queue_in_the_locks_slot() {
     assert_eq!(queue_len().await, 0);
     assert_eq!(cluster.get("{lock:fair}").await, None);
 }
+
+/// `EVALSHA` calls node `i` served (`INFO commandstats`).
+fn evalshas(cluster: &RedisCluster, i: usize) -> u64 {
+    let info: String = cluster.query(i, redis::cmd("INFO").arg("commandstats"));
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Two keys whose hash tags share a slot are taken by one script on that slot's master, all or
+/// nothing; two keys of different slots one by one, in canonical order — both held, both
+/// given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_one_slot_are_taken_in_one_script_and_others_one_by_one() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = LockClient::connect(&cluster.url()).await.unwrap();
+    let first = "set-0".to_owned();
+    let slot = cluster_slot(&format!("lock:{first}"));
+    let second = (1..)
+        .map(|n| format!("set-{n}"))
+        .find(|key| cluster_slot(&format!("lock:{key}")) == slot)
+        .expect("another key of the same slot");
+    let owner = cluster.owner_of(slot, 0);
+    // Warm: the script's first call on a node loads it.
+    let warm = client.lock_all([&first, &second]).acquire().await.unwrap();
+    warm.release().await.unwrap();
+
+    let before = evalshas(&cluster, owner);
+    let set = client.lock_all([&second, &first]).acquire().await.unwrap();
+    assert_eq!(
+        evalshas(&cluster, owner) - before,
+        1,
+        "one script for the set"
+    );
+    for key in [&first, &second] {
+        assert!(
+            cluster.get(&format!("{{lock:{key}}}")).await.is_some(),
+            "{key}"
+        );
+    }
+    // A busy set takes nothing: its free key stays free.
+    let other = LockClient::connect(&cluster.url()).await.unwrap();
+    let third = key_in_slot(slot, "set-third");
+    assert!(
+        other
+            .lock_all([&third, &first])
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(cluster.get(&format!("{{lock:{third}}}")).await, None);
+    set.release().await.unwrap();
+    for key in [&first, &second] {
+        assert_eq!(cluster.get(&format!("{{lock:{key}}}")).await, None, "{key}");
+    }
+
+    // Different slots: key by key, still one guard over both.
+    let elsewhere = key_in_slot((slot + 8192) % 16384, "set-far");
+    let set = client
+        .lock_all([&elsewhere, &first])
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(set.keys().len(), 2);
+    assert!(
+        cluster
+            .get(&format!("{{lock:{elsewhere}}}"))
+            .await
+            .is_some()
+    );
+    set.release().await.unwrap();
+    assert_eq!(cluster.get(&format!("{{lock:{elsewhere}}}")).await, None);
+}
