@@ -84,6 +84,7 @@ impl LockGuard {
             backend: renewer.backend().kind(),
             granted_at: acquired.sent_at,
             confirmed_ns: std::sync::atomic::AtomicU64::new(0),
+            lost_the_set: std::sync::atomic::AtomicBool::new(false),
         });
         crate::metrics::held(shared.backend, 1.0);
         let watchdog = (renewal == RenewMode::Spawned)
@@ -296,17 +297,31 @@ async fn any_lost(mut set: Vec<Arc<Shared>>) {
 async fn release_set(first: Held, more: Vec<Held>) -> Result<(), LockError> {
     let releases = std::iter::once(first)
         .chain(more)
-        .map(|held| Box::pin(release_held(held)) as crate::runtime::BoxFuture<'static, _>)
+        .map(|held| Box::pin(give_back_held(held)) as crate::runtime::BoxFuture<'static, _>)
         .collect();
-    crate::runtime::join_all(releases)
-        .await
-        .into_iter()
-        .collect::<Result<Vec<()>, LockError>>()
-        .map(drop)
+    let outcomes = crate::runtime::join_all(releases).await;
+    // The error that says most: a backend's failure, then a key that was not ours any more
+    // (the one whose loss lost the set), then any.
+    let rank = |(result, held): &(Result<(), LockError>, bool)| match result {
+        Ok(()) => 3,
+        Err(LockError::Backend { .. }) => 0,
+        Err(_) if !held => 1,
+        Err(_) => 2,
+    };
+    match outcomes.into_iter().min_by_key(rank) {
+        Some((result, _)) => result,
+        None => Ok(()),
+    }
 }
 
 /// [`LockGuard::release`] of one key.
-async fn release_held(mut held: Held) -> Result<(), LockError> {
+async fn release_held(held: Held) -> Result<(), LockError> {
+    give_back_held(held).await.0
+}
+
+/// Gives back one key: what the caller is told, and whether the key was still held by this
+/// guard's own account (ours at release, and not the key whose loss lost its set).
+async fn give_back_held(mut held: Held) -> (Result<(), LockError>, bool) {
     if let Some(watchdog) = held.watchdog.take() {
         watchdog.abort();
     }
@@ -315,23 +330,31 @@ async fn release_held(mut held: Held) -> Result<(), LockError> {
     // Past this point the release happened (or failed for good): nothing left for Drop.
     held.armed = false;
     let was_lost = shared.is_lost();
+    let blamed = shared
+        .lost_the_set
+        .load(std::sync::atomic::Ordering::Relaxed);
     match result {
         Ok(true) if !was_lost => {
             tracing::debug!(key = %shared.key(), "distlock: released");
-            Ok(())
+            (Ok(()), true)
         }
-        Ok(_) => {
+        Ok(ours) => {
+            let ours = ours && !blamed;
             shared.mark_lost("not held at release");
-            Err(LockError::Lost {
+            let lost = LockError::Lost {
                 key: shared.key().to_owned(),
-            })
+            };
+            (Err(lost), ours)
         }
-        Err(source) => Err(LockError::Backend {
-            backend: shared.backend,
-            op: "release",
-            key: shared.key().to_owned(),
-            source,
-        }),
+        Err(source) => {
+            let failed = LockError::Backend {
+                backend: shared.backend,
+                op: "release",
+                key: shared.key().to_owned(),
+                source,
+            };
+            (Err(failed), true)
+        }
     }
 }
 

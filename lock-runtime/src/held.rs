@@ -54,6 +54,9 @@ pub(crate) struct Shared {
     pub granted_at: Instant,
     /// … and, in nanoseconds after that, when it was last confirmed (renewed).
     pub confirmed_ns: std::sync::atomic::AtomicU64,
+    /// Of a key of several held as one: its own loss lost the set (the others were marked
+    /// lost with it), so a release names this key.
+    pub lost_the_set: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {

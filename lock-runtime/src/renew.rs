@@ -205,10 +205,21 @@ async fn set_watchdog(set: Vec<Arc<Shared>>, renewer: Arc<Renewer>) {
     if backend.keeps_alive() {
         let losses = set
             .iter()
-            .map(|shared| backend.lost(shared.spec()))
+            .enumerate()
+            .map(|(i, shared)| {
+                let lost = backend.lost(shared.spec());
+                Box::pin(async move { (i, lost.await) }) as crate::runtime::BoxFuture<'_, _>
+            })
             .collect();
-        let why = crate::runtime::first_of(losses).await;
-        lose_all(&why);
+        let (gone, why): (usize, String) = crate::runtime::first_of(losses).await;
+        set[gone].mark_lost(&why);
+        set[gone]
+            .lost_the_set
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        lose_all(&format!(
+            "`{}`, another key of the set, was lost",
+            set[gone].key()
+        ));
         return;
     }
     let Some(lease) = set.first().map(|shared| shared.lease) else {
@@ -243,8 +254,16 @@ async fn set_watchdog(set: Vec<Arc<Shared>>, renewer: Arc<Renewer>) {
                 lose_all("renewal did not answer before the lease ended");
                 return;
             };
-            if renewed.iter().any(|r| matches!(r, Ok(false))) {
-                lose_all("renewal found one of the locks held by another owner or gone");
+            if let Some(gone) = renewed.iter().position(|r| matches!(r, Ok(false))) {
+                // The key that was lost first (its own reason), then the rest of the set.
+                set[gone].mark_lost("renewal found the lock held by another owner or gone");
+                set[gone]
+                    .lost_the_set
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                lose_all(&format!(
+                    "`{}`, another key of the set, was lost",
+                    set[gone].key()
+                ));
                 return;
             }
             let mut failed = None;

@@ -477,7 +477,10 @@ macro_rules! own_server_faults {
 /// The bounds of a backend whose locks live on a session or lease kept by heartbeats
 /// (ZooKeeper, etcd): the server counts a stopped holder's lease from its last heartbeat, checks
 /// expiry on ticks of its own, and queues waiters.
-#[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(unused_macros))]
+#[cfg_attr(
+    not(any(feature = "zookeeper", feature = "etcd")),
+    allow(unused_macros)
+)]
 macro_rules! session_bounds {
     () => {
         fn expiry_slack(&self, lease: Duration) -> Duration {
