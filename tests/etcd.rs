@@ -110,6 +110,60 @@ async fn locks_share_a_lease_per_ttl() {
     }
 }
 
+/// Several plain locks in one transaction: a free set's keys are all created at one revision
+/// (taken one by one they would have three), which is each key's fencing token; a set with a
+/// busy key writes nothing; every key is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_set_is_one_transaction_and_a_busy_set_writes_nothing() {
+    let fixture = EtcdFixture::new();
+    let client = fixture.builder().fencing(true).build().await.unwrap();
+    let set = client
+        .lock_all(["set:c", "set:a", "set:b"])
+        .acquire()
+        .await
+        .unwrap();
+    let mut revisions = Vec::new();
+    for name in ["lock:set:a", "lock:set:b", "lock:set:c"] {
+        revisions.push(fixture.holder_key(name).await.expect(name).create_revision);
+    }
+    assert!(
+        revisions.iter().all(|&r| r == revisions[0]),
+        "created at {revisions:?}: not one transaction"
+    );
+    assert_eq!(set.fencing_tokens(), [revisions[0] as u64; 3]);
+
+    let other = fixture.client().await;
+    let busy = other
+        .lock_all(["set:z", "set:b"])
+        .try_acquire()
+        .await
+        .unwrap();
+    assert!(busy.is_none());
+    assert!(
+        fixture.holder_key("lock:set:z").await.is_none(),
+        "a busy set wrote"
+    );
+    // Waiting, it goes key by key: it gets `set:b` once the set is released.
+    let waiting = tokio::spawn(async move {
+        other
+            .lock_all(["set:z", "set:b"])
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(ms(200)).await;
+    set.release().await.unwrap();
+    let second = waiting.await.unwrap().expect("the set once it was free");
+    assert_eq!(second.keys(), ["set:b", "set:z"]);
+    second.release().await.unwrap();
+    for name in ["lock:set:a", "lock:set:b", "lock:set:c", "lock:set:z"] {
+        assert!(
+            fixture.holder_key(name).await.is_none(),
+            "{name} left behind"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad input.
 

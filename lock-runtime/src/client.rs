@@ -1033,7 +1033,7 @@ impl ClientInner {
         // key is waited for.
         let full: Vec<&str> = names.iter().map(LockName::full).collect();
         let atomic = (params.kind == Kind::Exclusive || self.backend.serves(params.kind).is_ok())
-            && self.backend.acquires_sets(&full);
+            && self.backend.acquires_sets(&full, params.kind);
         drop(full);
         if atomic {
             match self.try_set(&names, params, started).await {
@@ -1095,12 +1095,14 @@ impl ClientInner {
         params: Params,
         started: tokio::time::Instant,
     ) -> Result<Result<Vec<LockGuard>, usize>, wait::Failure> {
-        let token = OwnerToken::generate();
+        // A token per key: each key's hold is released, renewed and watched on its own.
+        let tokens: Vec<OwnerToken> = names.iter().map(|_| OwnerToken::generate()).collect();
         let specs: Vec<LockSpec<'_>> = names
             .iter()
-            .map(|name| LockSpec {
+            .zip(&tokens)
+            .map(|(name, token)| LockSpec {
                 waiting: false,
-                ..params.request(name).spec(&token)
+                ..params.request(name).spec(token)
             })
             .collect();
         let in_flight = SetInFlight {
@@ -1123,8 +1125,8 @@ impl ClientInner {
                 };
                 let guards = names
                     .iter()
-                    .zip(fencing_tokens)
-                    .map(|(name, fencing_token)| {
+                    .zip(tokens.iter().zip(fencing_tokens))
+                    .map(|(name, (token, fencing_token))| {
                         let acquired = wait::Acquired {
                             fencing_token,
                             sent_at,

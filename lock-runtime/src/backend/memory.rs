@@ -604,7 +604,7 @@ impl Backend for MemoryBackend {
         true
     }
 
-    fn acquires_sets(&self, _names: &[&str]) -> bool {
+    fn acquires_sets(&self, _names: &[&str], _kind: Kind) -> bool {
         true
     }
 

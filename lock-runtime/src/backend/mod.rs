@@ -356,18 +356,19 @@ pub(crate) trait Backend: Send + Sync + 'static {
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>>;
 
     /// Whether [`try_acquire_all`](Self::try_acquire_all) can take the locks `names` (sorted,
-    /// distinct) in one atomic request: one Redis script on one server (in a cluster, only
-    /// when they share a slot), one map operation in memory. Otherwise several keys are taken
-    /// one by one, in their canonical order.
-    fn acquires_sets(&self, _names: &[&str]) -> bool {
+    /// distinct), held as `kind`, in one atomic request: one Redis script on one server (in a
+    /// cluster, only when they share a slot), one etcd transaction, one map operation in
+    /// memory. Otherwise several keys are taken one by one, in their canonical order.
+    fn acquires_sets(&self, _names: &[&str], _kind: Kind) -> bool {
         false
     }
 
-    /// Takes every lock of `specs` (one owner token, distinct names in canonical order, no
-    /// fair requests, no waiters' marks), all or nothing: if any is busy, nothing is taken and
-    /// the first busy one is named. Like [`try_acquire`](Self::try_acquire) it must be
-    /// idempotent for the same token, and marks errors waiting may cure as [`Transient`]. Only
-    /// called when [`acquires_sets`](Self::acquires_sets) said yes.
+    /// Takes every lock of `specs` (an owner token each, distinct names in canonical order,
+    /// one kind, lease and fencing for all, no fair requests, no waiters' marks), all or
+    /// nothing: if any is busy, nothing is taken and the first busy one is named. Like
+    /// [`try_acquire`](Self::try_acquire) it must be idempotent for the same tokens, and marks
+    /// errors waiting may cure as [`Transient`]. Only called when
+    /// [`acquires_sets`](Self::acquires_sets) said yes.
     fn try_acquire_all<'a>(
         &'a self,
         _specs: &'a [LockSpec<'a>],
@@ -547,6 +548,29 @@ impl InPlay {
             self.tokens().remove(token);
         }
         result
+    }
+
+    /// [`attempt`](Self::attempt) of several tokens at once (a set of keys).
+    pub(crate) async fn attempt_all<T, E>(
+        &self,
+        tokens: &[&str],
+        attempt: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        self.tokens()
+            .extend(tokens.iter().map(|token| (*token).to_owned()));
+        let result = attempt.await;
+        if result.is_err() {
+            self.forget(tokens);
+        }
+        result
+    }
+
+    /// Takes `tokens` out of play: an attempt that wrote nothing.
+    pub(crate) fn forget(&self, tokens: &[&str]) {
+        let mut in_play = self.tokens();
+        for token in tokens {
+            in_play.remove(*token);
+        }
     }
 
     /// Runs the `release` of `token`: out of play once it is done, whatever it found.

@@ -132,6 +132,7 @@ impl EtcdInspector {
                 target: proto::COMPARE_CREATE,
                 key: key.clone(),
                 target_union: Some(proto::CompareWith::CreateRevision(0)),
+                range_end: Vec::new(),
             }],
             success: vec![proto::RequestOp {
                 request: Some(proto::Request::Put(proto::PutRequest {

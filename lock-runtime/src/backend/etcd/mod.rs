@@ -36,7 +36,7 @@ use self::proto::{
 };
 use self::rpc::Rpc;
 use super::sql::holder_id;
-use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, Transient};
+use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, SetAttempt, Transient};
 use crate::admin::{Entry, glob_match, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -398,14 +398,23 @@ impl EtcdBackend {
     /// Runs `token`'s acquiring transaction in a task of its own, so it completes even if
     /// the caller gives up, and a release of the token can wait for it.
     async fn txn(&self, token: &str, txn: TxnRequest) -> Result<TxnResponse, Failure> {
-        let gate = Arc::clone(
-            self.in_flight
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .entry(token.to_owned())
-                .or_default(),
-        );
-        let running = gate.lock_owned().await;
+        self.txn_of(&[token], txn).await
+    }
+
+    /// [`txn`](Self::txn) for the acquiring transaction of several tokens (a set of keys): a
+    /// release of any of them waits for it.
+    async fn txn_of(&self, tokens: &[&str], txn: TxnRequest) -> Result<TxnResponse, Failure> {
+        let gates: Vec<_> = {
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            tokens
+                .iter()
+                .map(|token| Arc::clone(in_flight.entry((*token).to_owned()).or_default()))
+                .collect()
+        };
+        let mut running = Vec::with_capacity(gates.len());
+        for gate in gates {
+            running.push(gate.lock_owned().await);
+        }
         let rpc = self.rpc.clone();
         let bound = self.response_timeout;
         let task = tokio::spawn(async move {
@@ -483,6 +492,7 @@ impl EtcdBackend {
                     target: proto::COMPARE_CREATE,
                     key: key.clone(),
                     target_union: Some(CompareWith::CreateRevision(0)),
+                    range_end: Vec::new(),
                 }],
                 success: vec![
                     op(Request::Put(PutRequest {
@@ -649,6 +659,108 @@ impl EtcdBackend {
             "the queue of `{}` kept changing under this waiter ({})",
             spec.name, self.shown
         )))
+    }
+
+    /// Several plain locks in one transaction: if every lock's queue is empty (a range compare
+    /// of `CREATE == 0` holds for an empty range), a key for each is put on the lease — all
+    /// created at one revision, each lock's fencing token; otherwise nothing is written and
+    /// the first lock whose queue has a key is busy. Each spec has a token of its own, recorded
+    /// as its own key (released, checked and watched alone).
+    async fn acquire_set(&self, specs: &[LockSpec<'_>]) -> Result<SetAttempt, BoxError> {
+        let Some(first) = specs.first().copied() else {
+            return Ok(SetAttempt::Acquired {
+                fencing_tokens: Vec::new(),
+            });
+        };
+        let started = Instant::now();
+        let lease = self.lease_for(first.lease).await?;
+        let keys: Vec<(Vec<u8>, Vec<u8>)> = specs
+            .iter()
+            .map(|spec| self.key_of(spec.name, spec.token, spec.kind))
+            .collect();
+        let value = self.value_of(first).into_bytes();
+        let txn = TxnRequest {
+            compare: keys
+                .iter()
+                .map(|(queue, _)| Compare {
+                    result: proto::EQUAL,
+                    target: proto::COMPARE_CREATE,
+                    key: queue.clone(),
+                    range_end: proto::prefix_end(queue),
+                    target_union: Some(CompareWith::CreateRevision(0)),
+                })
+                .collect(),
+            success: keys
+                .iter()
+                .map(|(_, key)| {
+                    op(Request::Put(PutRequest {
+                        key: key.clone(),
+                        value: value.clone(),
+                        lease: lease.id,
+                    }))
+                })
+                .collect(),
+            failure: keys
+                .iter()
+                .map(|(queue, _)| {
+                    op(Request::Range(RangeRequest {
+                        key: queue.clone(),
+                        range_end: proto::prefix_end(queue),
+                        limit: 1,
+                        keys_only: true,
+                        ..Default::default()
+                    }))
+                })
+                .collect(),
+        };
+        let tokens: Vec<&str> = specs.iter().map(|spec| spec.token).collect();
+        let answer = match self.txn_of(&tokens, txn).await {
+            Ok(answer) => answer,
+            Err(failure) => {
+                self.note_lease_error(&lease, &failure);
+                return Err(self.failed("acquire", failure));
+            }
+        };
+        if !answer.succeeded {
+            // Nothing was written: the tokens are done with.
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            for token in &tokens {
+                in_flight.remove(*token);
+            }
+            let index = answer
+                .responses
+                .iter()
+                .position(|r| matches!(&r.response, Some(Response::Range(range)) if !range.kvs.is_empty()))
+                .unwrap_or(0);
+            return Ok(SetAttempt::Busy {
+                index,
+                ttl: Some(lease.ttl),
+            });
+        }
+        let created = answer.header.as_ref().map_or(0, |h| h.revision);
+        {
+            let mut held = self.keys();
+            for (spec, (_, key)) in specs.iter().zip(&keys) {
+                held.insert(
+                    spec.token.to_owned(),
+                    Held {
+                        key: key.clone(),
+                        lease: Arc::clone(&lease),
+                        revision: created,
+                        written: created,
+                        task: None,
+                    },
+                );
+            }
+        }
+        let mut fencing_tokens = Vec::with_capacity(specs.len());
+        for (spec, (_, key)) in specs.iter().zip(&keys) {
+            match self.granted(*spec, &lease, key, started, created)? {
+                Attempt::Acquired { fencing_token } => fencing_tokens.push(fencing_token),
+                Attempt::Busy { .. } => unreachable!("`granted` grants or fails"),
+            }
+        }
+        Ok(SetAttempt::Acquired { fencing_tokens })
     }
 
     /// A permit of a semaphore of `limit` whose key `key` in `queue` was created at `created`,
@@ -1253,6 +1365,28 @@ impl Backend for EtcdBackend {
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
         Box::pin(self.in_play.attempt(spec.token, self.acquire(spec)))
+    }
+
+    fn acquires_sets(&self, _names: &[&str], kind: Kind) -> bool {
+        // Readers and permits queue behind the keys before them: plain locks only.
+        kind == Kind::Exclusive
+    }
+
+    fn try_acquire_all<'a>(
+        &'a self,
+        specs: &'a [LockSpec<'a>],
+    ) -> BoxFuture<'a, Result<SetAttempt, BoxError>> {
+        let tokens: Vec<&str> = specs.iter().map(|spec| spec.token).collect();
+        Box::pin(async move {
+            let attempt = self
+                .in_play
+                .attempt_all(&tokens, self.acquire_set(specs))
+                .await;
+            if let Ok(SetAttempt::Busy { .. }) = attempt {
+                self.in_play.forget(&tokens);
+            }
+            attempt
+        })
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {

@@ -183,6 +183,10 @@ pub(crate) struct Compare {
     pub key: Vec<u8>,
     #[prost(oneof = "CompareWith", tags = "5")]
     pub target_union: Option<CompareWith>,
+    /// With a range end, the comparison holds for every key in `[key, range_end)` — and, for
+    /// an empty range, for a key that does not exist (`CREATE == 0`: the range is empty).
+    #[prost(bytes = "vec", tag = "64")]
+    pub range_end: Vec<u8>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -334,6 +338,7 @@ mod tests {
                 target: COMPARE_CREATE,
                 key: b"k".to_vec(),
                 target_union: Some(CompareWith::CreateRevision(0)),
+                range_end: Vec::new(),
             }],
             success: vec![RequestOp {
                 request: Some(Request::Put(PutRequest {

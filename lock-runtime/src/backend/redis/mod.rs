@@ -486,13 +486,12 @@ impl RedisBackend {
         let answer: Vec<i64> = self
             .run(|mut conn, _| {
                 let mut call = self.acquire_all.prepare_invoke();
-                for (spec, [fence, writers]) in specs.iter().zip(&keys) {
-                    call.key(spec.name).key(fence).key(writers);
-                }
-                call.arg(first.token)
-                    .arg(millis(first.lease))
+                call.arg(millis(first.lease))
                     .arg(u8::from(first.fencing))
                     .arg(u8::from(first.kind == Kind::Shared));
+                for (spec, [fence, writers]) in specs.iter().zip(&keys) {
+                    call.key(spec.name).key(fence).key(writers).arg(spec.token);
+                }
                 async move { call.invoke_async(&mut conn).await }
             })
             .await
@@ -705,7 +704,7 @@ impl Backend for RedisBackend {
         })
     }
 
-    fn acquires_sets(&self, names: &[&str]) -> bool {
+    fn acquires_sets(&self, names: &[&str], _kind: Kind) -> bool {
         match names.split_first() {
             Some((first, rest)) if self.is_cluster() => {
                 let slot = cluster_slot(first);

@@ -181,7 +181,8 @@ return {1, 0}"
 }
 
 /// Several locks, all or nothing (KEYS: a (lock, fencing counter, writers' marks) triple per
-/// lock, in canonical order; ARGV: token, lease ms, fencing `1`/`0`, shared `1`/`0`): every
+/// lock, in canonical order; ARGV: lease ms, fencing `1`/`0`, shared `1`/`0`, then each lock's
+/// owner token): every
 /// lock is looked at first, as `write` (or `read`) would without marking anything; if all are
 /// free, or already ours (a retry), all are taken → {1, a fencing token or 0 per lock}. The
 /// first busy one stops it, nothing taken → {0, its index from 0, ms to wait}; a semaphore's
@@ -191,12 +192,13 @@ pub(super) fn acquire_all() -> String {
         "{HELPERS}{}",
         r"
 local n = now()
-local lease = tonumber(ARGV[2])
-local shared = ARGV[4] == '1'
+local lease = tonumber(ARGV[1])
+local fenced = ARGV[2] == '1'
+local shared = ARGV[3] == '1'
 local count = #KEYS / 3
 local kinds = {}
 for i = 1, count do
-  local key, writers = KEYS[3 * i - 2], KEYS[3 * i]
+  local key, writers, token = KEYS[3 * i - 2], KEYS[3 * i], ARGV[3 + i]
   local t = redis.call('TYPE', key).ok
   if t == 'zset' then
     local limit = redis.call('ZSCORE', key, '#permits')
@@ -208,13 +210,13 @@ for i = 1, count do
     return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a lock')
   end
   if t == 'string' then
-    if shared or redis.call('GET', key) ~= ARGV[1] then
+    if shared or redis.call('GET', key) ~= token then
       return {0, i - 1, redis.call('PTTL', key)}
     end
   elseif t == 'zset' and not shared then
     return {0, i - 1, redis.call('PTTL', key)}
   end
-  if shared and not (t == 'zset' and redis.call('ZSCORE', key, ARGV[1])) then
+  if shared and not (t == 'zset' and redis.call('ZSCORE', key, token)) then
     redis.call('ZREMRANGEBYSCORE', writers, '-inf', n)
     local first = redis.call('ZRANGE', writers, 0, 0, 'WITHSCORES')
     if first[2] then return {0, i - 1, tonumber(first[2]) - n} end
@@ -223,18 +225,18 @@ for i = 1, count do
 end
 local out = {1}
 for i = 1, count do
-  local key, fence, writers = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+  local key, fence, writers, owner = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i], ARGV[3 + i]
   local token = 0
   if shared then
-    redis.call('ZADD', key, n + lease, ARGV[1])
+    redis.call('ZADD', key, n + lease, owner)
     if redis.call('PTTL', key) < lease then redis.call('PEXPIRE', key, lease) end
-    if ARGV[3] == '1' then token = tonumber(redis.call('GET', fence) or '0') end
+    if fenced then token = tonumber(redis.call('GET', fence) or '0') end
   elseif kinds[i] == 'string' then
-    if ARGV[3] == '1' then token = tonumber(redis.call('GET', fence) or '0') end
+    if fenced then token = tonumber(redis.call('GET', fence) or '0') end
   else
-    redis.call('SET', key, ARGV[1], 'PX', lease)
-    redis.call('ZREM', writers, ARGV[1])
-    if ARGV[3] == '1' then token = redis.call('INCR', fence) end
+    redis.call('SET', key, owner, 'PX', lease)
+    redis.call('ZREM', writers, owner)
+    if fenced then token = redis.call('INCR', fence) end
   end
   out[i + 1] = token
 end
