@@ -138,7 +138,8 @@ impl LockClient {
     /// orders never deadlock each other.
     ///
     /// Where one request can take every key — one Redis script on one server (or one Cluster
-    /// slot), one operation of the `memory://` store — an attempt takes all of them or none, so
+    /// slot), one etcd transaction (plain locks), one operation of the `memory://` store — an
+    /// attempt takes all of them or none, so
     /// a set that is free is taken in one round trip and nothing is held while a busy key is
     /// waited for. If a key is busy, the keys are waited for one by one in canonical order
     /// (which is what every other backend does from the start); one `wait` covers the whole
