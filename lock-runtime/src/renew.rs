@@ -212,14 +212,7 @@ async fn set_watchdog(set: Vec<Arc<Shared>>, renewer: Arc<Renewer>) {
             })
             .collect();
         let (gone, why): (usize, String) = crate::runtime::first_of(losses).await;
-        set[gone].mark_lost(&why);
-        set[gone]
-            .lost_the_set
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        lose_all(&format!(
-            "`{}`, another key of the set, was lost",
-            set[gone].key()
-        ));
+        lost_by(&set, gone, &why);
         return;
     }
     let Some(lease) = set.first().map(|shared| shared.lease) else {
@@ -255,15 +248,11 @@ async fn set_watchdog(set: Vec<Arc<Shared>>, renewer: Arc<Renewer>) {
                 return;
             };
             if let Some(gone) = renewed.iter().position(|r| matches!(r, Ok(false))) {
-                // The key that was lost first (its own reason), then the rest of the set.
-                set[gone].mark_lost("renewal found the lock held by another owner or gone");
-                set[gone]
-                    .lost_the_set
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-                lose_all(&format!(
-                    "`{}`, another key of the set, was lost",
-                    set[gone].key()
-                ));
+                lost_by(
+                    &set,
+                    gone,
+                    "renewal found the lock held by another owner or gone",
+                );
                 return;
             }
             let mut failed = None;
@@ -281,6 +270,19 @@ async fn set_watchdog(set: Vec<Arc<Shared>>, renewer: Arc<Renewer>) {
             tracing::warn!(key = %set[0].key(), %error, "distlock: renewal of a set of locks failed, retrying until the lease ends");
             tokio::time::sleep_until((Instant::now() + retry_pause).min(valid_until)).await;
         }
+    }
+}
+
+/// The set's key at `gone` is lost (`why`), and with it the set: that key first, with its own
+/// reason (a release names it), then every other key.
+fn lost_by(set: &[Arc<Shared>], gone: usize, why: &str) {
+    set[gone].mark_lost(why);
+    set[gone]
+        .lost_the_set
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let because = format!("`{}`, another key of the set, was lost", set[gone].key());
+    for shared in set {
+        shared.mark_lost(&because);
     }
 }
 
