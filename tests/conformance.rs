@@ -2065,6 +2065,13 @@ pub async fn an_empty_or_bad_key_list_is_refused(fixture: &impl Fixture) {
             other => panic!("a set with the bad key {bad:?}: {other:?}"),
         }
     }
+    match client.lock_all(["good:1", "good:2"]).fair().acquire().await {
+        Err(LockError::Config(message)) => assert!(
+            message.contains("fair") && message.contains("`good:1`"),
+            "{message}"
+        ),
+        other => panic!("a fair set: {other:?}"),
+    }
     assert!(!fixture.anything_at("lock:good:1").await, "a key was taken");
 }
 

@@ -697,6 +697,15 @@ struct Params {
 }
 
 impl Params {
+    /// These parameters for one key of a set: renewed by `renewal` (the key's own watchdog
+    /// until the set is complete, or the set's), unless renewal is off.
+    fn renewed_by(self, renewal: RenewMode) -> Params {
+        match self.renewal {
+            RenewMode::Off => self,
+            _ => Params { renewal, ..self },
+        }
+    }
+
     /// What the waiting loop and the backend are asked for `name` under these parameters.
     fn request<'a>(&self, name: &'a LockName) -> wait::Request<'a> {
         wait::Request {
@@ -1019,13 +1028,15 @@ impl ClientInner {
         }
         if let Kind::Permits(_) = params.kind {
             return Err(LockError::Config(format!(
-                "`{}`: a semaphore's permit is taken one key at a time; use                  `client.semaphore(key, n)` for each",
+                "`{}`: a semaphore's permit is taken one key at a time; use \
+                 `client.semaphore(key, n)` for each",
                 names[0].key()
             )));
         }
         if params.fair {
             return Err(LockError::Config(format!(
-                "`{}`: several keys cannot be taken as one fair lock (each key's queue would                  order its waiters alone); drop `fair`",
+                "`{}`: several keys cannot be taken as one fair lock (each key's queue would \
+                 order its waiters alone); drop `fair`",
                 names[0].key()
             )));
         }
@@ -1033,8 +1044,7 @@ impl ClientInner {
         // All or nothing in one request where the backend can: nothing is held while a busy
         // key is waited for.
         let full: Vec<&str> = names.iter().map(LockName::full).collect();
-        let atomic = (params.kind == Kind::Exclusive || self.backend.serves(params.kind).is_ok())
-            && self.backend.acquires_sets(&full, params.kind);
+        let atomic = self.backend.acquires_sets(&full, params.kind);
         drop(full);
         if atomic {
             match self.try_set(&names, params, started).await {
@@ -1054,13 +1064,7 @@ impl ClientInner {
         }
         // One by one, in canonical order, each with what is left of the one `wait`; each key
         // is renewed by its own watchdog until the set is complete.
-        let each = Params {
-            renewal: match params.renewal {
-                RenewMode::Off => RenewMode::Off,
-                _ => RenewMode::Spawned,
-            },
-            ..params
-        };
+        let each = params.renewed_by(RenewMode::Spawned);
         let mut taken: Vec<LockGuard> = Vec::with_capacity(names.len());
         for name in &names {
             let wait = params
@@ -1106,24 +1110,16 @@ impl ClientInner {
                 ..params.request(name).spec(token)
             })
             .collect();
-        let in_flight = SetInFlight {
+        let mut in_flight = SetInFlight {
             backend: &self.backend,
             specs: &specs,
             armed: true,
         };
         let sent_at = tokio::time::Instant::now();
-        let attempt = self.backend.try_acquire_all(&specs).await;
-        let mut in_flight = in_flight;
-        match attempt {
+        match self.backend.try_acquire_all(&specs).await {
             Ok(crate::backend::SetAttempt::Acquired { fencing_tokens }) => {
                 in_flight.armed = false;
-                let set = Params {
-                    renewal: match params.renewal {
-                        RenewMode::Off => RenewMode::Off,
-                        _ => RenewMode::Set,
-                    },
-                    ..params
-                };
+                let set = params.renewed_by(RenewMode::Set);
                 let guards = names
                     .iter()
                     .zip(tokens.iter().zip(fencing_tokens))
@@ -1139,7 +1135,7 @@ impl ClientInner {
                     .collect();
                 Ok(Ok(guards))
             }
-            Ok(crate::backend::SetAttempt::Busy { index, .. }) => {
+            Ok(crate::backend::SetAttempt::Busy { index }) => {
                 in_flight.armed = false;
                 Ok(Err(index))
             }

@@ -270,8 +270,8 @@ impl LockGuard {
     /// someone else holds it now; their lock is left intact), so the caller learns that the
     /// guarded work may not have run exclusively.
     ///
-    /// A guard over several keys gives every one back (concurrently); the error, if any, is
-    /// the first key's in canonical order.
+    /// A guard over several keys gives every one back (concurrently); the error, if any, is a
+    /// backend's failure first, then `Lost` naming the key whose loss lost the set.
     pub async fn release(self) -> Result<(), LockError> {
         let LockGuard { held, set, .. } = self;
         match set {

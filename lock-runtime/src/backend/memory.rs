@@ -136,14 +136,7 @@ impl MemoryBackend {
     }
 
     fn acquire_now(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
-        let now = Instant::now();
-        let mut state = self.state();
-        match (spec.kind, state.semaphore(spec.name, now)) {
-            (Kind::Permits(n), _) => state.acquire_permit(spec, n, now),
-            (kind, Some(held)) => Err(super::Refused::kind(Some(held), kind)),
-            (Kind::Exclusive, None) => Ok(state.acquire(spec, now)),
-            (Kind::Shared, None) => Ok(state.acquire_shared(spec, now)),
-        }
+        self.state().attempt(spec, Instant::now())
     }
 
     /// Several locks, all or nothing, under one hold of the store: each is taken as alone;
@@ -153,11 +146,7 @@ impl MemoryBackend {
         let mut state = self.state();
         let mut fencing_tokens = Vec::with_capacity(specs.len());
         for (index, spec) in specs.iter().enumerate() {
-            let attempt = match (spec.kind, state.semaphore(spec.name, now)) {
-                (kind, Some(held)) => Err(super::Refused::kind(Some(held), kind)),
-                (Kind::Shared, None) => Ok(state.acquire_shared(*spec, now)),
-                (_, None) => Ok(state.acquire(*spec, now)),
-            };
+            let attempt = state.attempt(*spec, now);
             if let Ok(Attempt::Acquired { fencing_token }) = attempt {
                 fencing_tokens.push(fencing_token);
                 continue;
@@ -166,7 +155,7 @@ impl MemoryBackend {
                 state.undo(taken);
             }
             return match attempt? {
-                Attempt::Busy { ttl } => Ok(SetAttempt::Busy { index, ttl }),
+                Attempt::Busy { .. } => Ok(SetAttempt::Busy { index }),
                 Attempt::Acquired { .. } => unreachable!("handled above"),
             };
         }
@@ -415,6 +404,16 @@ impl State {
         let readers = self.readers.get_mut(name)?;
         readers.live_until(now)?;
         readers.permits
+    }
+
+    /// One attempt of any kind (no queue considered); a name is one kind.
+    fn attempt(&mut self, spec: LockSpec<'_>, now: Instant) -> Result<Attempt, BoxError> {
+        match (spec.kind, self.semaphore(spec.name, now)) {
+            (Kind::Permits(n), _) => self.acquire_permit(spec, n, now),
+            (kind, Some(held)) => Err(super::Refused::kind(Some(held), kind)),
+            (Kind::Exclusive, None) => Ok(self.acquire(spec, now)),
+            (Kind::Shared, None) => Ok(self.acquire_shared(spec, now)),
+        }
     }
 
     /// Takes the lock for `spec` if it is free (no queue considered).

@@ -321,8 +321,9 @@ pub(crate) enum SetAttempt {
     /// Every lock of the set is ours; one fencing token per lock (in the order asked) when
     /// they were asked for.
     Acquired { fencing_tokens: Vec<Option<u64>> },
-    /// The lock at `index` is busy (for `ttl`, when the backend knows): nothing was taken.
-    Busy { index: usize, ttl: Option<Duration> },
+    /// The lock at `index` is busy: nothing was taken. (A waiting set goes on key by key,
+    /// each with its own wake-up: no holder's lease is needed here.)
+    Busy { index: usize },
 }
 
 /// A lock store. Implementations must be cheap to share (`Arc<dyn Backend>`).

@@ -722,20 +722,13 @@ impl EtcdBackend {
             }
         };
         if !answer.succeeded {
-            // Nothing was written: the tokens are done with.
-            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
-            for token in &tokens {
-                in_flight.remove(*token);
-            }
+            // Nothing was written (`try_acquire_all` is done with the tokens).
             let index = answer
                 .responses
                 .iter()
                 .position(|r| matches!(&r.response, Some(Response::Range(range)) if !range.kvs.is_empty()))
                 .unwrap_or(0);
-            return Ok(SetAttempt::Busy {
-                index,
-                ttl: Some(lease.ttl),
-            });
+            return Ok(SetAttempt::Busy { index });
         }
         let created = answer.header.as_ref().map_or(0, |h| h.revision);
         {
@@ -1383,7 +1376,12 @@ impl Backend for EtcdBackend {
                 .attempt_all(&tokens, self.acquire_set(specs))
                 .await;
             if let Ok(SetAttempt::Busy { .. }) = attempt {
+                // Nothing was written: the tokens are out of play, their gates unneeded.
                 self.in_play.forget(&tokens);
+                let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+                for token in &tokens {
+                    in_flight.remove(*token);
+                }
             }
             attempt
         })

@@ -496,7 +496,7 @@ impl RedisBackend {
             })
             .await
             .map_err(acquire_error)?;
-        let index = |i: i64| usize::try_from(i).ok().filter(|&i| i < specs.len());
+        let index = |i: i64| usize::try_from(i).unwrap_or(usize::MAX);
         match answer.as_slice() {
             [1, tokens @ ..] if tokens.len() == specs.len() => Ok(SetAttempt::Acquired {
                 fencing_tokens: tokens
@@ -504,11 +504,8 @@ impl RedisBackend {
                     .map(|&t| first.fencing.then_some(t as u64))
                     .collect(),
             }),
-            [0, i, pttl] if index(*i).is_some() => Ok(SetAttempt::Busy {
-                index: index(*i).unwrap_or(0),
-                ttl: ttl_from_pttl(*pttl),
-            }),
-            [2, i, limit] if index(*i).is_some() => {
+            [0, i, _] if index(*i) < specs.len() => Ok(SetAttempt::Busy { index: index(*i) }),
+            [2, i, limit] if index(*i) < specs.len() => {
                 let held = u16::try_from(*limit).ok().filter(|&n| n > 0);
                 Err(super::Refused::kind(held, first.kind))
             }
@@ -705,13 +702,10 @@ impl Backend for RedisBackend {
     }
 
     fn acquires_sets(&self, names: &[&str], _kind: Kind) -> bool {
-        match names.split_first() {
-            Some((first, rest)) if self.is_cluster() => {
-                let slot = cluster_slot(first);
-                rest.iter().all(|name| cluster_slot(name) == slot)
-            }
-            _ => true,
-        }
+        // One script runs on one node: in a cluster, only keys of one slot.
+        names
+            .windows(2)
+            .all(|pair| self.batch_group(pair[0]) == self.batch_group(pair[1]))
     }
 
     fn try_acquire_all<'a>(

@@ -185,7 +185,7 @@ return {1, 0}"
 /// owner token): every
 /// lock is looked at first, as `write` (or `read`) would without marking anything; if all are
 /// free, or already ours (a retry), all are taken → {1, a fencing token or 0 per lock}. The
-/// first busy one stops it, nothing taken → {0, its index from 0, ms to wait}; a semaphore's
+/// first busy one stops it, nothing taken → {0, its index from 0, its ms to wait}; a semaphore's
 /// name → {2, its index, its limit}.
 pub(super) fn acquire_all() -> String {
     format!(
