@@ -2104,6 +2104,262 @@ pub async fn a_set_of_readers_shares_every_key(fixture: &impl Fixture) {
     }
 }
 
+// ---- `min_hold` (`../shared/DESIGN.md`, "Scheduled work and shell commands") ----
+
+/// The minimum hold of the `min_hold` cases, and their lease.
+const MIN_HOLD: Duration = Duration::from_millis(1_500);
+const MIN_HOLD_LEASE: Duration = Duration::from_millis(5_000);
+
+/// Polls `try_take` every 50 ms until it gets the lock; when it did, measured from
+/// `acquired` (the grant of the early-released hold, at the latest) and `sent` (at the
+/// earliest). The grant must not come before 2/3 of `min_hold` nor after `min_hold` + 1 s.
+async fn free_again_after_min_hold<F, Fut>(
+    what: &str,
+    sent: Instant,
+    acquired: Instant,
+    mut try_take: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<distlock::LockGuard>>,
+{
+    let deadline = sent + MIN_HOLD + ms(5_000);
+    loop {
+        if let Some(guard) = try_take().await {
+            let (early, late) = (acquired.elapsed(), sent.elapsed());
+            println!("{what}: free again {early:?} after the grant (min_hold {MIN_HOLD:?})");
+            assert!(
+                early >= MIN_HOLD * 2 / 3,
+                "{what}: taken again {early:?} after the grant, before 2/3 of min_hold {MIN_HOLD:?}"
+            );
+            assert!(
+                late <= MIN_HOLD + ms(1_000),
+                "{what}: free again only {late:?} after the grant (min_hold {MIN_HOLD:?})"
+            );
+            guard.release().await.unwrap();
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: never free again");
+        tokio::time::sleep(ms(50)).await;
+    }
+}
+
+/// A release before `min_hold` leaves the lock held on the server (for every kind the backend
+/// serves: a plain lock, a reader's share, a semaphore's permit, a set of keys), a try-once by
+/// another client is busy, and the lock is free again when `min_hold` has passed — not before
+/// 2/3 of it, not after `min_hold` + 1 s.
+pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &impl Fixture) {
+    let (one, two) = (fixture.client().await, fixture.client().await);
+    let early = |request: distlock::LockRequest| {
+        request.lease(MIN_HOLD_LEASE).min_hold(MIN_HOLD).wait(ms(0))
+    };
+    // A plain lock.
+    let sent = Instant::now();
+    let guard = early(one.lock("min-hold:plain")).acquire().await.unwrap();
+    let acquired = Instant::now();
+    guard.release().await.unwrap();
+    assert!(
+        fixture.holder("lock:min-hold:plain").await.is_some(),
+        "released before min_hold: the lock must stay on the server"
+    );
+    assert!(
+        two.lock("min-hold:plain")
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none()
+    );
+    free_again_after_min_hold("a plain lock", sent, acquired, || async {
+        two.lock("min-hold:plain").try_acquire().await.unwrap()
+    })
+    .await;
+    assert!(!fixture.anything_at("lock:min-hold:plain").await);
+    // A dropped guard keeps it as well (the release in the background).
+    let sent = Instant::now();
+    drop(early(one.lock("min-hold:dropped")).acquire().await.unwrap());
+    let acquired = Instant::now();
+    tokio::time::sleep(ms(200)).await;
+    assert!(fixture.holder("lock:min-hold:dropped").await.is_some());
+    free_again_after_min_hold("a dropped guard", sent, acquired, || async {
+        two.lock("min-hold:dropped").try_acquire().await.unwrap()
+    })
+    .await;
+    // A set of keys: each key is kept.
+    let sent = Instant::now();
+    let set = early(one.lock_all(["min-hold:b", "min-hold:a"]))
+        .acquire()
+        .await
+        .unwrap();
+    let acquired = Instant::now();
+    set.release().await.unwrap();
+    for key in ["min-hold:a", "min-hold:b"] {
+        assert!(
+            fixture.holder(&format!("lock:{key}")).await.is_some(),
+            "{key}"
+        );
+    }
+    free_again_after_min_hold("a set of keys", sent, acquired, || async {
+        two.lock_all(["min-hold:a", "min-hold:b"])
+            .try_acquire()
+            .await
+            .unwrap()
+    })
+    .await;
+    // A reader's share keeps writers out.
+    if fixture.read_locks() {
+        let sent = Instant::now();
+        let reader = early(one.lock("min-hold:read").read())
+            .acquire()
+            .await
+            .unwrap();
+        let acquired = Instant::now();
+        reader.release().await.unwrap();
+        assert_eq!(
+            fixture.readers("lock:min-hold:read").await.len(),
+            1,
+            "the share stays"
+        );
+        free_again_after_min_hold("a reader's share", sent, acquired, || async {
+            two.lock("min-hold:read").try_acquire().await.unwrap()
+        })
+        .await;
+    }
+    // A semaphore's permit stays in use.
+    if fixture.semaphores() {
+        let sent = Instant::now();
+        let permit = early(one.semaphore("min-hold:permits", 1))
+            .acquire()
+            .await
+            .unwrap();
+        let acquired = Instant::now();
+        permit.release().await.unwrap();
+        assert_eq!(
+            fixture.permits("lock:min-hold:permits").await.len(),
+            1,
+            "the permit stays"
+        );
+        free_again_after_min_hold("a semaphore's permit", sent, acquired, || async {
+            two.semaphore("min-hold:permits", 1)
+                .try_acquire()
+                .await
+                .unwrap()
+        })
+        .await;
+    }
+    for key in [
+        "min-hold:a",
+        "min-hold:b",
+        "min-hold:read",
+        "min-hold:permits",
+    ] {
+        assert!(
+            !fixture.anything_at(&format!("lock:{key}")).await,
+            "{key} left behind"
+        );
+    }
+}
+
+/// A holder process that releases before `min_hold` and then exits normally (its runtime shuts
+/// down, its client is dropped) leaves the lock held until `min_hold` has passed: on ZooKeeper
+/// and etcd its session or lease is left to expire, not closed. (Lease = `min_hold`.)
+pub async fn min_hold_outlives_a_holder_process_that_exits(fixture: &impl Fixture) {
+    let key = "min-hold:exited";
+    let min_hold = ms(2_000);
+    // Opened first: a `memory://` store lives while a client of it does.
+    let client = fixture.client().await;
+    let dir = history::scratch_dir("min-hold");
+    let env = [
+        ("LOCK_URL", fixture.url()),
+        ("LOCK_KEY", key.to_owned()),
+        ("MIN_HOLD_MS", min_hold.as_millis().to_string()),
+    ];
+    match fixture.one_process() {
+        None => {
+            let mut helper = history::Helper::spawn("min_hold", &dir, &env);
+            tokio::task::block_in_place(|| helper.wait_success(Duration::from_secs(60)));
+        }
+        Some(why) => {
+            println!("the holder runs on a runtime of its own, not in a process ({why})");
+            let (url, dir) = (fixture.url(), dir.clone());
+            tokio::task::block_in_place(|| {
+                std::thread::spawn(move || {
+                    let runtime = history::helper_runtime();
+                    runtime.block_on(support::helper::min_hold_then_release(
+                        &url, key, min_hold, &dir,
+                    ));
+                })
+                .join()
+                .unwrap()
+            });
+        }
+    }
+    let granted: u64 = history::read_when_there(&dir.join("granted"), Duration::from_secs(5))
+        .await
+        .parse()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        client.lock(key).try_acquire().await.unwrap().is_none(),
+        "the holder exited {:?} after its grant: its lock must be kept for min_hold",
+        Duration::from_nanos(history::now_ns() - granted)
+    );
+    let deadline = Instant::now() + ms(10_000);
+    let guard = loop {
+        if let Some(guard) = client.lock(key).try_acquire().await.unwrap() {
+            break guard;
+        }
+        assert!(Instant::now() < deadline, "never free again");
+        tokio::time::sleep(ms(50)).await;
+    };
+    let after = Duration::from_nanos(history::now_ns() - granted);
+    println!(
+        "free again {after:?} after the exited holder's grant (min_hold = lease = {min_hold:?})"
+    );
+    assert!(after >= min_hold * 2 / 3, "free again after {after:?}");
+    assert!(
+        after <= min_hold + ms(1_500),
+        "free again only after {after:?}"
+    );
+    guard.release().await.unwrap();
+    assert!(!fixture.anything_at(&format!("lock:{key}")).await);
+}
+
+/// A release after `min_hold` frees the lock at once; a `min_hold` longer than the lease is
+/// refused with `Config`, naming the key, before anything is written.
+pub async fn a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refused(
+    fixture: &impl Fixture,
+) {
+    let client = fixture.client().await;
+    let guard = client
+        .lock("min-hold:late")
+        .lease(ms(3_000))
+        .min_hold(ms(200))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(ms(400)).await;
+    guard.release().await.unwrap();
+    assert!(
+        !fixture.anything_at("lock:min-hold:late").await,
+        "released after min_hold"
+    );
+    match client
+        .lock("min-hold:long")
+        .lease(ms(1_000))
+        .min_hold(ms(2_000))
+        .acquire()
+        .await
+    {
+        Err(LockError::Config(message)) => {
+            assert!(
+                message.contains("`min-hold:long`") && message.contains("min_hold"),
+                "{message}"
+            );
+        }
+        other => panic!("min_hold longer than the lease: {other:?}"),
+    }
+    assert!(!fixture.anything_at("lock:min-hold:long").await);
+}
+
 macro_rules! conformance {
     ($backend:ident => $fixture:expr; $($case:ident),* $(,)?) => {
         mod $backend {
@@ -2169,6 +2425,9 @@ macro_rules! suite {
                 losing_any_key_loses_the_set,
                 an_empty_or_bad_key_list_is_refused,
                 a_set_of_readers_shares_every_key,
+                a_release_before_min_hold_keeps_the_lock_until_then,
+                min_hold_outlives_a_holder_process_that_exits,
+                a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refused,
             );
         )*
     };

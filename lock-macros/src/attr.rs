@@ -13,7 +13,8 @@ use crate::errors::{Errors, closest};
 
 /// Every argument the attribute takes.
 pub(crate) const ARGUMENTS: &[&str] = &[
-    "key", "lease", "wait", "renew", "on_lost", "fencing", "fair", "mode", "permits", "crate",
+    "key", "lease", "wait", "renew", "on_lost", "fencing", "fair", "mode", "permits", "min_hold",
+    "crate",
 ];
 
 /// The values `mode` takes.
@@ -63,6 +64,10 @@ pub(crate) struct LockArgs {
     pub permits: Option<u16>,
     /// Where `permits` was written.
     permits_span: Option<Span>,
+    /// `min_hold = "…"`: held at least this long after the grant.
+    pub min_hold: Option<Duration>,
+    /// Where `min_hold`'s value was written.
+    min_hold_span: Option<Span>,
     pub krate: Option<syn::Path>,
     seen: Vec<String>,
 }
@@ -131,6 +136,19 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> (LockArgs, bool) 
                  arrival order already): drop `fair = true`",
             );
         }
+    }
+    if let (Some(span), Some(min_hold), Some(lease)) =
+        (parsed.min_hold_span, parsed.min_hold, parsed.lease)
+        && min_hold > lease
+    {
+        errors.at(
+            span,
+            format!(
+                "min_hold {min_hold:?} is longer than the lease {lease:?}: a lock released early \
+                 is kept until min_hold without renewal, so it cannot outlive its lease; make \
+                 `lease` at least {min_hold:?}, or `min_hold` shorter"
+            ),
+        );
     }
     if let (Some(span), true, Some(_)) = (parsed.permits_span, parsed.key_list, &parsed.key) {
         errors.at(
@@ -321,6 +339,13 @@ impl LockArgs {
                 } else if let Some(wait) = duration_value(lit, errors) {
                     self.wait = Some(WaitArg::Up(wait));
                 }
+            }
+            "min_hold" => {
+                let Some(lit) = string_value(&arg, errors, "\"55s\"") else {
+                    return;
+                };
+                self.min_hold_span = Some(lit.span());
+                self.min_hold = duration_value(lit, errors);
             }
             "renew" => self.renew = bool_value(&arg, errors),
             "fencing" => self.fencing = bool_value(&arg, errors),

@@ -241,6 +241,7 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
         Some(n) => quote!(::core::num::NonZeroU16::new(#n)),
         None => quote!(::core::option::Option::None),
     };
+    let min_hold = millis(args.min_hold.unwrap_or_default());
     quote! {
         #krate::__private::LockOptions {
             lease: #lease,
@@ -251,6 +252,7 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
             fair: #fair,
             mode: #mode,
             permits: #permits,
+            min_hold: #min_hold,
         }
     }
 }

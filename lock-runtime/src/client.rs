@@ -128,6 +128,7 @@ impl LockClient {
             kind: Kind::Exclusive,
             permits: 0,
             set: None,
+            min_hold: Duration::ZERO,
         }
     }
 
@@ -172,6 +173,7 @@ impl LockClient {
         LockRequest {
             key: keys.first().cloned().unwrap_or_default(),
             set: Some(keys),
+            min_hold: Duration::ZERO,
             ..self.lock(String::new())
         }
     }
@@ -658,6 +660,19 @@ fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {
     Ok(())
 }
 
+/// `min_hold` must fit in the lease: the lock is kept that long without renewal.
+fn check_min_hold(params: &Params, key: &str) -> Result<(), LockError> {
+    if params.min_hold > params.lease {
+        return Err(LockError::Config(format!(
+            "`{key}`: min_hold {:?} is longer than the lease {:?}: a lock released early is kept \
+             until min_hold without renewal, so it cannot outlive its lease; make the lease at \
+             least {:?}, or min_hold shorter",
+            params.min_hold, params.lease, params.min_hold
+        )));
+    }
+    Ok(())
+}
+
 /// The error of an acquisition of `key` that gave up waiting.
 fn timed_out(key: &str, started: tokio::time::Instant, wait: Option<Duration>) -> LockError {
     LockError::Timeout {
@@ -694,6 +709,8 @@ struct Params {
     fencing: bool,
     fair: bool,
     kind: Kind,
+    /// Zero: no minimum hold.
+    min_hold: Duration,
 }
 
 impl Params {
@@ -761,6 +778,7 @@ impl LockClient {
             fencing: options.fencing.unwrap_or(inner.fencing),
             fair: options.fair,
             kind: options.kind(),
+            min_hold: options.min_hold,
         }
     }
 }
@@ -790,6 +808,7 @@ impl ClientInner {
     async fn acquire_any(&self, key: String, params: Params) -> Result<LockGuard, LockError> {
         validate_key(&key)?;
         check_lease(params.lease, Some(&key))?;
+        check_min_hold(&params, &key)?;
         let started = tokio::time::Instant::now();
         let token = OwnerToken::generate();
         let name = LockName::new(key, &self.prefix, self.hash_tags);
@@ -1016,6 +1035,7 @@ impl ClientInner {
             validate_key(key)?;
         }
         check_lease(params.lease, Some(first))?;
+        check_min_hold(&params, first)?;
         let mut names: Vec<LockName> = keys
             .into_iter()
             .map(|key| LockName::new(key, &self.prefix, self.hash_tags))
@@ -1161,6 +1181,7 @@ impl ClientInner {
                 renewal: params.renewal,
                 fair: params.fair,
                 kind: params.kind,
+                min_hold: params.min_hold,
             },
             acquired,
         )
@@ -1186,6 +1207,7 @@ pub struct LockRequest {
     permits: u32,
     /// Every key of a request made by [`LockClient::lock_all`], as given.
     set: Option<Vec<String>>,
+    min_hold: Duration,
 }
 
 impl LockRequest {
@@ -1205,6 +1227,24 @@ impl LockRequest {
     /// Wait for a busy lock as long as it takes.
     pub fn wait_forever(mut self) -> Self {
         self.wait = None;
+        self
+    }
+
+    /// Hold the lock at least `min_hold` after it was granted, however early it is released
+    /// (ShedLock's `lockAtLeastFor`): a release before then does not free the lock but makes it
+    /// end at grant + `min_hold` — renewal stops, and the backend's expiry is set to that
+    /// instant — so a short job that every node of a cluster starts on its own timer runs once
+    /// per period even when the nodes' clocks differ. A release after `min_hold` is a plain
+    /// release; a holder that crashes frees the lock after its lease, as always. Zero (the
+    /// default): no minimum. Longer than the [`lease`](Self::lease) fails with
+    /// [`LockError::Config`].
+    ///
+    /// On ZooKeeper and etcd, whose locks live as long as the client's session or lease, the
+    /// client deletes the lock at grant + `min_hold`; if the process exits before then, its
+    /// session or lease is left to expire (one lease later) rather than closed, so the lock
+    /// still outlives `min_hold`.
+    pub fn min_hold(mut self, min_hold: Duration) -> Self {
+        self.min_hold = min_hold;
         self
     }
 
@@ -1309,6 +1349,7 @@ impl LockRequest {
             fencing: self.fencing,
             fair: self.fair,
             kind: self.kind,
+            min_hold: self.min_hold,
         };
         match self.set {
             Some(keys) => Box::pin(self.client.inner.acquire_set(keys, params)).await,

@@ -68,6 +68,7 @@ impl LockGuard {
             renewal,
             fair,
             kind,
+            min_hold,
         } = terms;
         let renew = renewal != RenewMode::Off;
         let lease_end = acquired.sent_at + lease - drift(lease);
@@ -85,6 +86,7 @@ impl LockGuard {
             granted_at: acquired.sent_at,
             confirmed_ns: std::sync::atomic::AtomicU64::new(0),
             lost_the_set: std::sync::atomic::AtomicBool::new(false),
+            min_hold,
         });
         crate::metrics::held(shared.backend, 1.0);
         let watchdog = (renewal == RenewMode::Spawned)
@@ -380,7 +382,9 @@ fn settle(shared: &Shared, released: Released) -> bool {
 /// take it over (one hand-over command, see [`crate::local`]), else to the server (released,
 /// waking the waiters). `Ok(false)`: it was not ours any more.
 async fn give_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<bool, BoxError> {
-    let result = if shared.fair || shared.kind != Kind::Exclusive {
+    let result = if let Some(left) = shared.min_hold_left() {
+        keep_until_min_hold(renewer, shared, left).await
+    } else if shared.fair || shared.kind != Kind::Exclusive {
         // The next in line is the head of the lock's queue on the server, not a task here (a
         // fair guard, or a reader, is never a local holder: nothing to let go of locally).
         renewer.backend().release(shared.hold()).await
@@ -392,6 +396,40 @@ async fn give_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<boo
         crate::metrics::release_failed(shared.backend);
     }
     result
+}
+
+/// [`give_back`] before `min_hold` has passed (`left` of it): the lock is not freed but made to
+/// end on the server when `min_hold` does, and released for good then by a task of this
+/// process (waking its waiters) if the process still runs; never handed over.
+async fn keep_until_min_hold(
+    renewer: &renew::Renewer,
+    shared: &Arc<Shared>,
+    left: Duration,
+) -> Result<Released, BoxError> {
+    let backend = renewer.backend();
+    let spec = crate::backend::LockSpec {
+        lease: left,
+        ..shared.spec()
+    };
+    let ends_at = Instant::now() + left;
+    let kept = backend.end_in(spec).await?;
+    if shared.kind == Kind::Exclusive && !shared.fair {
+        // A task of this client waiting for the key asks the server again (and learns when
+        // the lock ends) instead of waiting for a hand-over that will not come.
+        renewer.local().let_go(shared);
+    }
+    if !kept {
+        return Ok(Released::NotOurs);
+    }
+    tracing::debug!(key = %shared.key(), ?left, "distlock: released before min_hold: the lock ends when min_hold has passed");
+    let (backend, shared) = (Arc::clone(backend), Arc::clone(shared));
+    tokio::spawn(async move {
+        tokio::time::sleep_until(ends_at).await;
+        if let Err(error) = backend.release(shared.hold()).await {
+            tracing::debug!(key = %shared.key(), %error, "distlock: the release at the end of min_hold failed; the lock ends by its expiry");
+        }
+    });
+    Ok(Released::Deleted)
 }
 
 /// [`give_back`] of a plain lock: a hand-over to a waiting task of this client, or a release.

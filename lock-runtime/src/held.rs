@@ -32,6 +32,8 @@ pub(crate) struct Terms {
     pub renewal: RenewMode,
     pub fair: bool,
     pub kind: Kind,
+    /// `min_hold`: a release earlier than this after the grant leaves the lock to end then.
+    pub min_hold: Duration,
 }
 
 /// What a guard and its watchdog share.
@@ -57,6 +59,8 @@ pub(crate) struct Shared {
     /// Of a key of several held as one: its own loss lost the set (the others were marked
     /// lost with it), so a release names this key.
     pub lost_the_set: std::sync::atomic::AtomicBool,
+    /// `min_hold` (zero: none): the lock is held at least this long after `granted_at`.
+    pub min_hold: Duration,
 }
 
 impl Shared {
@@ -82,6 +86,17 @@ impl Shared {
     pub(crate) fn confirmed_at(&self) -> Instant {
         let ns = self.confirmed_ns.load(std::sync::atomic::Ordering::Relaxed);
         self.granted_at + Duration::from_nanos(ns)
+    }
+
+    /// With `min_hold`, how much of it is left now (`None`: none, or it has passed): a
+    /// release now must leave the lock to end that much later instead of freeing it.
+    pub(crate) fn min_hold_left(&self) -> Option<Duration> {
+        if self.min_hold.is_zero() {
+            return None;
+        }
+        let left = (self.granted_at + self.min_hold).saturating_duration_since(Instant::now());
+        // Less than a millisecond: a backend's expiry cannot be set that finely; release.
+        (left >= Duration::from_millis(1)).then_some(left)
     }
 
     /// The lock key, without the client's prefix.

@@ -19,6 +19,8 @@
 //! - `contender` — a contending process of the history checker;
 //! - `try_once`, `waiter` — a try-once that exits at once, and a waiter whose process ends (the
 //!   conformance suite);
+//! - `min_hold` — takes a lock with `min_hold`, releases it at once and exits normally (the
+//!   conformance suite);
 //! - `process_starter` — starts servers and a helper, then dies without cleaning up (the
 //!   harness's own test).
 
@@ -48,6 +50,7 @@ pub fn run() {
         "try_once" => try_once_and_exit_at_once(&dir),
         "waiter" => waiter(&dir),
         "process_starter" => process_starter(&dir),
+        "min_hold" => min_hold_then_exit(&dir),
         role => panic!("no helper role `{role}`"),
     }
 }
@@ -283,6 +286,37 @@ fn try_once_and_exit_at_once(dir: &Path) {
         write_file(&dir.join("answer"), &answer);
         std::process::exit(0);
     });
+}
+
+/// Takes `LOCK_KEY` with lease and `min_hold` both `MIN_HOLD_MS`, writes `granted` (the
+/// `CLOCK_MONOTONIC` ns just before the request went out), releases it at once, and returns
+/// from `main` normally: the runtime shuts down, the client is dropped.
+pub fn min_hold_then_exit(dir: &Path) {
+    let runtime = history::helper_runtime();
+    let min_hold = ms(var("MIN_HOLD_MS").parse().unwrap());
+    runtime.block_on(min_hold_then_release(
+        &var("LOCK_URL"),
+        &var("LOCK_KEY"),
+        min_hold,
+        dir,
+    ));
+    drop(runtime);
+}
+
+/// [`min_hold_then_exit`] without the exit (one process only: on a runtime of its own).
+pub async fn min_hold_then_release(url: &str, key: &str, min_hold: Duration, dir: &Path) {
+    let client = LockClient::connect(url).await.unwrap();
+    let before = now_ns();
+    let guard = client
+        .lock(key)
+        .lease(min_hold)
+        .min_hold(min_hold)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap();
+    guard.release().await.unwrap();
+    write_file(&dir.join("granted"), &before.to_string());
 }
 
 /// Starts waiting for `key` (forever) and returns once the server counts the waiter (or, on a

@@ -58,18 +58,48 @@ impl Loss {
 pub(crate) struct Closer {
     pub close: Closing,
     pub bound: Duration,
+    /// Until when a lock on the session must outlive this process: a release before its
+    /// `min_hold` (see [`keep_until`](Self::keep_until)).
+    pub kept_until: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Closer {
+    /// A closer that runs `close`, holding up a dropping thread at most `bound`.
+    pub(crate) fn new(close: Closing, bound: Duration) -> Closer {
+        Closer {
+            close,
+            bound,
+            kept_until: Arc::default(),
+        }
+    }
+
+    /// A lock on the session must live until `until` (its `min_hold`) even if this process
+    /// goes first: until then, the session is not closed when the client goes but left to
+    /// expire — one timeout (the lock's lease, at least its `min_hold`) after its last
+    /// heartbeat.
+    pub(crate) fn keep_until(&self, until: Instant) {
+        let mut kept = self.kept_until.lock().unwrap_or_else(|p| p.into_inner());
+        *kept = Some(kept.map_or(until, |known| known.max(until)));
+    }
+
+    /// Whether the session may be closed now (no lock on it must outlive the process).
+    fn may_close(&self) -> bool {
+        let kept = self.kept_until.lock().unwrap_or_else(|p| p.into_inner());
+        kept.is_none_or(|until| Instant::now() >= until)
+    }
+
     /// The session is being dropped (its client is gone): marked lost, so that nothing else
     /// closes it again, and closed on the server — without blocking while a runtime runs, to
-    /// completion if the runtime is shutting down.
+    /// completion if the runtime is shutting down — unless a lock on it is kept for its
+    /// `min_hold`.
     pub(crate) fn close_dropped(&self, loss: &Loss) {
         if loss.is_lost() {
             return; // given up already: closed (or expired) on the server
         }
         loss.mark("the lock client was dropped".into());
-        close_soon(Arc::clone(&self.close), self.bound);
+        if self.may_close() {
+            close_soon(Arc::clone(&self.close), self.bound);
+        }
     }
 }
 
@@ -90,6 +120,9 @@ impl Drop for Sentinel {
         }
         self.loss
             .mark("its runtime shut down: nothing keeps the session alive".into());
+        if !self.closer.may_close() {
+            return; // a lock on it is kept for its `min_hold`: the session expires instead
+        }
         close_now(Arc::clone(&self.closer.close), self.closer.bound);
     }
 }

@@ -381,6 +381,16 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// `Ok(false)` means somebody else holds it, or nobody does.
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>>;
 
+    /// A release before `min_hold` has passed: the hold (still `spec.token`'s) is not freed
+    /// but ends `spec.lease` from now, by the store's own clock where it can — renewal has
+    /// stopped, and the client releases it for good at that instant if it still runs.
+    /// `Ok(false)`: it was not ours any more. The default sets the hold's lease to that, as a
+    /// renewal does (every renewal sets the expiry, shorter or longer); a backend that keeps
+    /// its locks alive itself keeps the session or lease they live on from being closed early.
+    fn end_in<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
+        self.renew(spec)
+    }
+
     /// Renews several locks of one [`batch_group`](Self::batch_group) in one round trip where
     /// the backend can (the default renews them one by one). One result per spec, in order.
     /// The renewer sends a lone lock to [`renew`](Self::renew) instead.

@@ -62,6 +62,12 @@ impl Lease {
         }
     }
 
+    /// A lock on it must live until `until` (its `min_hold`), even if this process goes
+    /// first: see [`Closer::keep_until`].
+    pub(crate) fn keep_until(&self, until: Instant) {
+        self.closer.keep_until(until);
+    }
+
     /// Whether locks may still be taken and trusted on this lease.
     pub(crate) fn is_usable(&self) -> bool {
         !self.loss.is_lost() && !self.keepalive.is_finished()
@@ -112,7 +118,7 @@ pub(crate) fn revoker(
             }
         })
     });
-    Closer { close, bound }
+    Closer::new(close, bound)
 }
 
 /// Confirms the lease every TTL/4 and marks it lost as soon as it may have expired.

@@ -1391,6 +1391,19 @@ impl Backend for EtcdBackend {
         Box::pin(self.check(spec))
     }
 
+    fn end_in<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
+        // A key lives as long as its lease: the client deletes it at the end (see
+        // `guard::keep_until_min_hold`), and the lease is not revoked before then.
+        let lease = self
+            .keys()
+            .get(spec.token)
+            .map(|held| Arc::clone(&held.lease));
+        if let Some(lease) = lease {
+            lease.keep_until(Instant::now() + spec.lease);
+        }
+        Box::pin(self.check(spec))
+    }
+
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
         let released = self.release_key(name, token, hold.kind);

@@ -29,8 +29,9 @@ pub(super) struct Sql {
     /// holds the row or a writer's mark is live (see `sql::READERS` for the layout).
     pub read_acquire: String,
     /// `$1` name, `$2` token, `$3` lease in ms, `$4` the row's token (`readers`, or a
-    /// semaphore's `permits:<n>`) → one row if the share was live and is renewed (the row lives
-    /// at least as long).
+    /// semaphore's `permits:<n>`) → one row if the share was live and now ends `$3` ms from now
+    /// (sooner or later than before: a release before `min_hold` shortens it); the row lives
+    /// as long as its longest share.
     pub read_renew: String,
     /// A semaphore's permit: `$1` name, `$2` token, `$3` lease in ms, `$4` the row's token
     /// (`permits:<n>`), `$5` the limit `n`, `$6` fencing → (taken, a new fence, the live row's
@@ -229,12 +230,14 @@ SELECT EXISTS (SELECT 1 FROM taken),
             read_renew: format!(
                 "UPDATE {t} AS l SET
     holder = coalesce({kept} || E'\\n', '') || $2 || ' ' || ({NOW_MS} + $3::int8),
-    expires_at = greatest(l.expires_at, now() + $3::int8 * interval '1 millisecond')
+    expires_at = greatest(now() + $3::int8 * interval '1 millisecond',
+                          coalesce(to_timestamp({last} / 1000.0), now()))
 WHERE l.name = $1 AND l.token = $4 AND l.expires_at > now()
   AND EXISTS (SELECT 1 FROM string_to_table(l.holder, E'\\n') AS s(line)
               WHERE split_part(line, ' ', 1) = $2
                 AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})",
-                kept = kept()
+                kept = kept(),
+                last = over_lines("max(nullif(split_part(line, ' ', 2), '')::int8)", false),
             ),
             permit_acquire: format!(
                 "WITH taken AS (

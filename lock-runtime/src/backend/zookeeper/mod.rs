@@ -840,6 +840,15 @@ impl Backend for ZookeeperBackend {
         Box::pin(self.check(spec))
     }
 
+    fn end_in<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
+        // A node lives as long as its session: the client deletes it at the end (see
+        // `guard::keep_until_min_hold`), and the session is not closed before then.
+        if let Some((_, session)) = self.node_of(spec.token) {
+            session.keep_until(Instant::now() + spec.lease);
+        }
+        Box::pin(self.check(spec))
+    }
+
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
         Box::pin(self.in_play.release(token, self.delete(name, token)))

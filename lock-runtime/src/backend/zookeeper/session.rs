@@ -83,6 +83,12 @@ impl Session {
             .clone()
     }
 
+    /// A lock on it must live until `until` (its `min_hold`), even if this process goes
+    /// first: see [`Closer::keep_until`].
+    pub(crate) fn keep_until(&self, until: Instant) {
+        self.closer.keep_until(until);
+    }
+
     pub(crate) fn is_usable(&self) -> bool {
         !self.loss.is_lost() && !self.heartbeat.is_finished()
     }
@@ -134,7 +140,7 @@ fn closer(
             ) {}
         })
     });
-    Closer { close, bound }
+    Closer::new(close, bound)
 }
 
 /// Confirms the session every timeout/4 and marks it lost as soon as it may have expired.
