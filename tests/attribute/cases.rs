@@ -674,3 +674,50 @@ async fn losing_one_key_of_a_list_aborts_the_body() {
         Some("thief")
     );
 }
+
+#[distributed_lock(key = "tick:<tag>", lease = "5s", min_hold = "1500ms", wait = "0s")]
+async fn tick(tag: &str) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// `min_hold`: the body returns at once, the lock stays on the server; another call in that
+/// time is busy (`wait = "0s"`: `Timeout`); once `min_hold` has passed a call runs again.
+#[tokio::test]
+async fn min_hold_keeps_the_lock_after_a_quick_body() {
+    backend::setup().await;
+    let tag = unique("tick");
+    let started = Instant::now();
+    tick(&tag).await.unwrap();
+    assert!(
+        backend::holder(&format!("lock:tick:{tag}")).await.is_some(),
+        "returned before min_hold: the lock stays"
+    );
+    assert!(matches!(tick(&tag).await, Err(LockError::Timeout { .. })));
+    loop {
+        match tick(&tag).await {
+            Ok(()) => break,
+            Err(LockError::Timeout { .. }) => {
+                assert!(started.elapsed() < ms(3_000), "never free again");
+                tokio::time::sleep(ms(50)).await;
+            }
+            Err(error) => panic!("{error}"),
+        }
+    }
+    let after = started.elapsed();
+    assert!(after >= ms(1_000), "ran again {after:?} after the first call");
+}
+
+#[distributed_lock(key = "tick:<tag>", lease = "5s")]
+async fn outer_tick(tag: &str) -> Result<(), LockError> {
+    tick(tag).await
+}
+
+/// A reentrant call runs under the outer call's hold: its own `min_hold` is not applied, and
+/// the lock goes when the outer call returns.
+#[tokio::test]
+async fn a_reentrant_calls_min_hold_is_the_outer_calls() {
+    backend::setup().await;
+    let tag = unique("tick");
+    outer_tick(&tag).await.unwrap();
+    assert!(gone(&format!("lock:tick:{tag}")).await);
+}
