@@ -327,10 +327,16 @@ fn transfer_moves_money_both_ways_without_deadlock_and_keeps_the_total() {
     }
 }
 
+/// Worker 0's clock is shifted: under a plain lock it runs ticks a second time; with
+/// `min_hold` every tick runs exactly once (the example fails otherwise).
 #[test]
 fn scheduled_job_runs_each_tick_exactly_once_on_memory_and_redis() {
     let out = run(example("scheduled_job"));
     assert!(out.contains("every tick ran exactly once"), "{out}");
+    assert!(
+        !out.contains("plain lock: 0 of"),
+        "the shifted worker should run some tick twice under a plain lock: {out}"
+    );
     let server = RedisServer::start();
     let mut command = example("scheduled_job");
     command.env(distlock::URL_ENV, server.url());

@@ -704,7 +704,10 @@ async fn min_hold_keeps_the_lock_after_a_quick_body() {
         }
     }
     let after = started.elapsed();
-    assert!(after >= ms(1_000), "ran again {after:?} after the first call");
+    assert!(
+        after >= ms(1_000),
+        "ran again {after:?} after the first call"
+    );
 }
 
 #[distributed_lock(key = "tick:<tag>", lease = "5s")]
