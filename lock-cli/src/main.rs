@@ -7,12 +7,14 @@
 //! distlock hold    [URL] KEY [--for 30s]    take a lock by hand; Ctrl-C releases it
 //! distlock watch   [URL] [PATTERN]          print acquisitions and releases as they happen
 //! distlock ping    [URL]                    is the backend reachable from here?
+//! distlock run     [URL] KEY -- COMMAND…    run COMMAND while holding the lock (a cluster-wide flock)
 //! ```
 //!
 //! The URL is the one the services use (`redis://…`, `postgres://…`, `zk://…`, …); without it,
 //! `DISTLOCK_URL` is read. See `distlock --help` for options and exit codes.
 
 mod format;
+mod run;
 
 use std::collections::HashMap;
 use std::io::{BufRead, IsTerminal, Write};
@@ -39,7 +41,7 @@ The URL is the first argument when it contains `://`; otherwise DISTLOCK_URL is 
 /// Look at and operate distributed locks taken with distlock.
 #[derive(Parser)]
 #[command(name = "distlock", version, after_help = EXIT_CODES)]
-struct Cli {
+pub(crate) struct Cli {
     /// Print JSON instead of tables (`watch`: one object per line).
     #[arg(long, global = true)]
     json: bool,
@@ -65,7 +67,7 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
-enum Command {
+pub(crate) enum Command {
     /// The held locks whose key matches PATTERN (`*` any characters, `?` one, `\` escapes;
     /// all when omitted), with holder, age, lease left, fencing token and waiters.
     List {
@@ -129,6 +131,44 @@ enum Command {
         #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]
         watch_for: Option<Duration>,
     },
+    /// Runs COMMAND while holding the lock — a cluster-wide `flock(1)`: takes KEY (waiting up
+    /// to --wait), runs COMMAND in a process group of its own with the lock renewed, releases
+    /// it when COMMAND exits, and exits with COMMAND's status. SIGINT, SIGTERM and SIGHUP go to
+    /// COMMAND; if the lock is lost, COMMAND gets SIGTERM, then SIGKILL after --grace.
+    /// COMMAND sees DISTLOCK_KEY (and DISTLOCK_FENCING_TOKEN with --fencing).
+    #[command(after_help = run::EXIT_CODES)]
+    Run {
+        /// The URL (when it contains `://`; else DISTLOCK_URL), then the lock key
+        #[arg(value_name = "URL] [KEY", num_args = 1..=2, required = true)]
+        args: Vec<String>,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+        /// The lease, renewed every third of it while COMMAND runs (how long the lock outlives
+        /// this process if it dies).
+        #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+        lease: Duration,
+        /// How long to wait for a busy lock (0: fail at once, exit code 120).
+        #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
+        wait: Duration,
+        /// Keep the lock at least this long after it was granted, however soon COMMAND exits
+        /// (a job started by cron on several hosts runs once per period even when their clocks
+        /// differ). At most --lease.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        min_hold: Option<Duration>,
+        /// Take a read lock: COMMAND runs beside other readers, never beside a writer.
+        #[arg(long, conflicts_with = "permits")]
+        read: bool,
+        /// Take one permit of the semaphore KEY of N permits: up to N COMMANDs at once.
+        #[arg(long, value_name = "N")]
+        permits: Option<u32>,
+        /// After SIGTERM to a COMMAND whose lock was lost, how long until SIGKILL.
+        #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+        grace: Duration,
+        /// Ask for a fencing token (passed to COMMAND as DISTLOCK_FENCING_TOKEN).
+        #[arg(long)]
+        fencing: bool,
+    },
     /// Checks the backend answers: server version and one request's round trip.
     Ping {
         /// The URL (else DISTLOCK_URL)
@@ -139,7 +179,7 @@ enum Command {
 
 /// Why the command failed, and its exit code.
 #[derive(Debug)]
-enum Failure {
+pub(crate) enum Failure {
     Error(String),
     Usage(String),
     Unsupported(String),
@@ -149,7 +189,7 @@ enum Failure {
 }
 
 impl Failure {
-    fn code(&self) -> u8 {
+    pub(crate) fn code(&self) -> u8 {
         match self {
             Failure::Error(_) => 1,
             Failure::Usage(_) => 2,
@@ -160,7 +200,7 @@ impl Failure {
         }
     }
 
-    fn message(&self) -> &str {
+    pub(crate) fn message(&self) -> &str {
         match self {
             Failure::Error(m)
             | Failure::Usage(m)
@@ -187,6 +227,9 @@ impl From<LockError> for Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Run { .. } = cli.command {
+        return run::main(cli);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -208,7 +251,10 @@ fn main() -> ExitCode {
 
 /// Splits `args` into the URL (the first argument if it contains `://`, else `DISTLOCK_URL`)
 /// and the rest, of which at most `max_rest` may remain.
-fn url_and_rest(args: &[String], max_rest: usize) -> Result<(String, Vec<String>), Failure> {
+pub(crate) fn url_and_rest(
+    args: &[String],
+    max_rest: usize,
+) -> Result<(String, Vec<String>), Failure> {
     let (url, rest) = match args.split_first() {
         Some((first, rest)) if first.contains("://") => (first.clone(), rest.to_vec()),
         _ => match std::env::var(lock_runtime::URL_ENV) {
@@ -231,7 +277,7 @@ fn url_and_rest(args: &[String], max_rest: usize) -> Result<(String, Vec<String>
     Ok((url, rest))
 }
 
-async fn connect(cli: &Cli, url: &str) -> Result<LockClient, Failure> {
+pub(crate) async fn connect(cli: &Cli, url: &str) -> Result<LockClient, Failure> {
     if url.starts_with("memory:") {
         return Err(Failure::Unsupported(
             "memory:// locks live inside the process that took them; nothing outside it can \
@@ -347,6 +393,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let client = connect(&cli, &url).await?;
             watch(&client, pattern, *interval, *watch_for, cli.json).await
         }
+        Command::Run { .. } => unreachable!("`distlock run` has a main of its own"),
         Command::Ping { args } => {
             let (url, _) = url_and_rest(args, 0)?;
             let client = connect(&cli, &url).await?;
@@ -375,7 +422,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-fn key_of(rest: &[String]) -> Result<&str, Failure> {
+pub(crate) fn key_of(rest: &[String]) -> Result<&str, Failure> {
     rest.first()
         .map(String::as_str)
         .ok_or_else(|| Failure::Usage("which lock? give its KEY (e.g. `order:42`)".into()))
@@ -383,7 +430,7 @@ fn key_of(rest: &[String]) -> Result<&str, Failure> {
 
 /// "web-1 pid 42 since 13:22:52 UTC (12.3s ago)", or what is known; for a read lock, how many
 /// readers hold it; for a semaphore, how many of its permits are held.
-fn who(info: &LockInfo) -> String {
+pub(crate) fn who(info: &LockInfo) -> String {
     if let Some(n) = info.permits {
         return format!("{} of {n} permits, listed below", info.readers.len());
     }

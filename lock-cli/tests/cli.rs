@@ -620,3 +620,311 @@ async fn tables_and_queues(url: &str, queues: bool) {
     let free = run(&["show", url, "svc:1"]).await;
     assert_eq!(code(&free), 4, "{}", stderr(&free));
 }
+
+// ---- `distlock run` ----
+
+/// `distlock run args…` in the background with `D` (a scratch directory) in its environment,
+/// stderr captured.
+fn spawn_run(args: &[&str], dir: &std::path::Path) -> Child {
+    distlock()
+        .arg("run")
+        .args(args)
+        .env("D", dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("distlock runs")
+}
+
+/// Waits (bounded) for a `distlock run`: its exit code and stderr.
+async fn end_of_run(child: Child, within: Duration) -> (i32, String) {
+    let output = tokio::time::timeout(within, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("distlock run did not end within {within:?}"))
+        .unwrap();
+    (code(&output), stderr(&output))
+}
+
+/// Waits for the file `name` in `dir` (written by COMMAND); its contents.
+async fn file_in(dir: &std::path::Path, name: &str) -> String {
+    let path = dir.join(name);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(&path)
+            && !text.is_empty()
+        {
+            return text.trim().to_owned();
+        }
+        assert!(Instant::now() < deadline, "COMMAND never wrote {name}");
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
+/// Whether process `pid` still runs (a zombie does not count).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// Every path of `distlock run` against the backend at `url`, checking what the server holds
+/// (through the admin API, which reads the server) after each.
+async fn run_paths(url: &str) {
+    let dir = std::env::temp_dir().join(unique("distlock-run"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let client = LockClient::connect(url).await.unwrap();
+    let holder_pid = |info: Option<distlock::LockInfo>| info.and_then(|i| i.holder).map(|h| h.pid);
+
+    // COMMAND runs while the lock is held (by the `distlock run` process), sees DISTLOCK_KEY,
+    // and its exit status is the run's; the lock is gone afterwards.
+    let child = spawn_run(
+        &[
+            url,
+            "job:a",
+            "--",
+            "sh",
+            "-c",
+            r#"echo "$DISTLOCK_KEY" > "$D/key"; while [ ! -e "$D/go" ]; do sleep 0.02; done; exit 7"#,
+        ],
+        &dir,
+    );
+    let pid = child.id().unwrap();
+    assert_eq!(file_in(&dir, "key").await, "job:a");
+    assert_eq!(
+        holder_pid(client.inspect("job:a").await.unwrap()),
+        Some(pid)
+    );
+    std::fs::write(dir.join("go"), "1").unwrap();
+    let (status, err) = end_of_run(child, Duration::from_secs(30)).await;
+    assert_eq!(status, 7, "COMMAND's own status: {err}");
+    assert!(err.is_empty(), "nothing to say: {err}");
+    assert!(client.inspect("job:a").await.unwrap().is_none(), "released");
+
+    // Busy past --wait: exit 120 naming the key and its holder; COMMAND never starts; the
+    // holder's lock untouched.
+    let held = client.lock("job:b").acquire().await.unwrap();
+    let before = client.inspect("job:b").await.unwrap().unwrap().token;
+    for wait in ["0s", "300ms"] {
+        let child = spawn_run(
+            &[
+                url,
+                "job:b",
+                "--wait",
+                wait,
+                "--",
+                "sh",
+                "-c",
+                r#"touch "$D/ran""#,
+            ],
+            &dir,
+        );
+        let (status, err) = end_of_run(child, Duration::from_secs(30)).await;
+        assert_eq!(status, 120, "{err}");
+        assert!(err.contains("`job:b`"), "{err}");
+        assert!(
+            err.contains(&format!("pid {}", std::process::id())),
+            "{err}"
+        );
+        assert!(!dir.join("ran").exists(), "COMMAND ran without the lock");
+    }
+    assert_eq!(
+        client.inspect("job:b").await.unwrap().unwrap().token,
+        before
+    );
+
+    // A signal while waiting for the lock stops the wait: 128 + 15, COMMAND never starts.
+    let child = spawn_run(
+        &[
+            url,
+            "job:b",
+            "--wait",
+            "60s",
+            "--",
+            "sh",
+            "-c",
+            r#"touch "$D/ran""#,
+        ],
+        &dir,
+    );
+    tokio::time::sleep(ms(500)).await;
+    // SAFETY: kill(2) on the child we started.
+    unsafe { libc::kill(child.id().unwrap() as libc::pid_t, libc::SIGTERM) };
+    let (status, err) = end_of_run(child, Duration::from_secs(30)).await;
+    assert_eq!(status, 128 + libc::SIGTERM, "{err}");
+    assert!(!dir.join("ran").exists());
+    held.release().await.unwrap();
+
+    // SIGINT, SIGTERM and SIGHUP go to COMMAND; the lock is released once it has exited.
+    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        let _ = std::fs::remove_file(dir.join("started"));
+        let child = spawn_run(
+            &[
+                url,
+                "job:c",
+                "--",
+                "sh",
+                "-c",
+                r#"trap 'echo $0 > "$D/trapped"; exit 3' INT TERM HUP; echo 1 > "$D/started"; while true; do sleep 0.02; done"#,
+            ],
+            &dir,
+        );
+        file_in(&dir, "started").await;
+        let _ = std::fs::remove_file(dir.join("trapped"));
+        // SAFETY: kill(2) on the child we started.
+        unsafe { libc::kill(child.id().unwrap() as libc::pid_t, signal) };
+        let (status, err) = end_of_run(child, Duration::from_secs(30)).await;
+        assert_eq!(
+            status, 3,
+            "signal {signal}: COMMAND's trap ran and exited 3: {err}"
+        );
+        assert!(dir.join("trapped").exists(), "COMMAND got signal {signal}");
+        assert!(client.inspect("job:c").await.unwrap().is_none(), "released");
+    }
+
+    // The lock lost while COMMAND runs (released by force): COMMAND's whole group gets SIGTERM
+    // (ignored here), then SIGKILL after --grace; exit 121; the lock is not taken back.
+    let child = spawn_run(
+        &[
+            url,
+            "job:d",
+            "--lease",
+            "1s",
+            "--grace",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            r#"trap '' TERM; sleep 120 & echo $! > "$D/grandchild"; echo $$ > "$D/pid"; wait"#,
+        ],
+        &dir,
+    );
+    let command_pid: u32 = file_in(&dir, "pid").await.parse().unwrap();
+    let grandchild: u32 = file_in(&dir, "grandchild").await.parse().unwrap();
+    assert!(alive(command_pid) && alive(grandchild));
+    let forced = Instant::now();
+    assert!(client.force_release("job:d").await.unwrap().is_some());
+    let (status, err) = end_of_run(child, Duration::from_secs(30)).await;
+    println!("stopped {:?} after the forced release", forced.elapsed());
+    assert_eq!(status, 121, "{err}");
+    assert!(err.contains("lost `job:d`"), "{err}");
+    assert!(
+        eventually(ms(5_000), || async {
+            !alive(command_pid) && !alive(grandchild)
+        })
+        .await,
+        "COMMAND's process group outlived the lost lock"
+    );
+    assert!(client.inspect("job:d").await.unwrap().is_none());
+
+    // --min-hold: COMMAND exits at once, the lock stays until min_hold has passed.
+    let started = Instant::now();
+    let child = spawn_run(
+        &[
+            url,
+            "job:e",
+            "--lease",
+            "5s",
+            "--min-hold",
+            "2s",
+            "--",
+            "true",
+        ],
+        &dir,
+    );
+    let (status, err) = end_of_run(child, Duration::from_secs(30)).await;
+    assert_eq!(status, 0, "{err}");
+    assert!(
+        client.lock("job:e").try_acquire().await.unwrap().is_none(),
+        "--min-hold 2s: still held {:?} after the start",
+        started.elapsed()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let guard = loop {
+        if let Some(guard) = client.lock("job:e").try_acquire().await.unwrap() {
+            break guard;
+        }
+        assert!(Instant::now() < deadline, "never free again");
+        tokio::time::sleep(ms(50)).await;
+    };
+    let after = started.elapsed();
+    assert!(after >= ms(1_300), "free again after {after:?}");
+    guard.release().await.unwrap();
+
+    // A read lock and a permit: COMMAND runs beside another reader / permit holder.
+    let reader = client.lock("job:f").read().acquire().await;
+    if let Ok(reader) = reader {
+        let child = spawn_run(&[url, "job:f", "--read", "--", "true"], &dir);
+        assert_eq!(end_of_run(child, Duration::from_secs(30)).await.0, 0);
+        let child = spawn_run(&[url, "job:f", "--", "true"], &dir);
+        assert_eq!(
+            end_of_run(child, Duration::from_secs(30)).await.0,
+            120,
+            "a writer beside a reader"
+        );
+        reader.release().await.unwrap();
+    }
+    let permit = client.semaphore("job:g", 2).acquire().await;
+    if let Ok(permit) = permit {
+        let child = spawn_run(&[url, "job:g", "--permits", "2", "--", "true"], &dir);
+        assert_eq!(end_of_run(child, Duration::from_secs(30)).await.0, 0);
+        let other = client.semaphore("job:g", 2).acquire().await.unwrap();
+        let child = spawn_run(&[url, "job:g", "--permits", "2", "--", "true"], &dir);
+        assert_eq!(
+            end_of_run(child, Duration::from_secs(30)).await.0,
+            120,
+            "both permits in use"
+        );
+        permit.release().await.unwrap();
+        other.release().await.unwrap();
+    }
+    for key in ["job:a", "job:b", "job:c", "job:d", "job:f", "job:g"] {
+        assert!(
+            client.inspect(key).await.unwrap().is_none(),
+            "{key} left held"
+        );
+    }
+
+    // COMMAND that cannot be found: 127, the lock given back.
+    let child = spawn_run(&[url, "job:h", "--", "/nonexistent/command"], &dir);
+    let (status, err) = end_of_run(child, Duration::from_secs(30)).await;
+    assert_eq!(status, 127, "{err}");
+    assert!(err.contains("/nonexistent/command"), "{err}");
+    assert!(client.inspect("job:h").await.unwrap().is_none());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_holds_the_lock_for_a_command_on_redis() {
+    let server = RedisServer::start();
+    run_paths(&server.url()).await;
+    // A backend that cannot be reached: 122, COMMAND never starts.
+    let dir = std::env::temp_dir().join(unique("distlock-run"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let child = spawn_run(
+        &[
+            "redis://127.0.0.1:1",
+            "job",
+            "--",
+            "sh",
+            "-c",
+            r#"touch "$D/ran""#,
+        ],
+        &dir,
+    );
+    let (status, err) = end_of_run(child, Duration::from_secs(30)).await;
+    assert_eq!(status, 122, "{err}");
+    assert!(err.contains("redis://127.0.0.1:1"), "{err}");
+    assert!(!dir.join("ran").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_holds_the_lock_for_a_command_on_etcd() {
+    let url = support::etcd::EtcdMember::shared().url(&unique("cli-run"));
+    run_paths(&url).await;
+}

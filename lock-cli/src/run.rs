@@ -1,0 +1,314 @@
+//! `distlock run [URL] KEY [options] -- COMMAND ARGS…`: a cluster-wide `flock(1)`.
+//!
+//! The lock is taken first (COMMAND never starts without it), then COMMAND runs in a process
+//! group of its own while the lock's watchdog renews it. Whatever ends the run — COMMAND
+//! exiting, a signal, the lock lost — the lock is given back (or was not ours any more) before
+//! this process exits, and COMMAND and everything it started has exited.
+
+use std::process::{ExitCode, ExitStatus};
+use std::time::Duration;
+
+use lock_runtime::{LockClient, LockError, LockGuard};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use crate::format::duration;
+use crate::{Cli, Command, Failure, connect, key_of, url_and_rest, who};
+
+/// The exit codes of `distlock run` (its `--help` and the README).
+pub(crate) const EXIT_CODES: &str = "\
+Exit codes:
+  COMMAND's own   COMMAND ran and exited (128 + N if a signal N ended it)
+  2               bad usage: arguments, URL, key, durations (COMMAND not started)
+  3               this backend cannot be used from a command (memory://)
+  120             busy: the lock was not taken within --wait (COMMAND not started)
+  121             lost: the lock was lost while COMMAND ran; COMMAND was stopped
+                  (SIGTERM, then SIGKILL after --grace)
+  122             the backend failed: unreachable, refused, or the release failed
+  126             COMMAND could not be started (not executable)
+  127             COMMAND was not found
+
+Signals: SIGINT, SIGTERM and SIGHUP are passed on to COMMAND's process group; the lock is
+released once COMMAND has exited. A signal while waiting for the lock stops the wait
+(exit 128 + N, COMMAND not started).
+
+The URL is the first argument when it contains `://`; otherwise DISTLOCK_URL is used.";
+
+const BUSY: u8 = 120;
+const LOST: u8 = 121;
+const BACKEND: u8 = 122;
+const CANNOT_RUN: u8 = 126;
+const NOT_FOUND: u8 = 127;
+
+/// How a run ended: an exit code and, unless COMMAND's own status, what to say on stderr.
+struct Ended {
+    code: u8,
+    message: Option<String>,
+}
+
+impl Ended {
+    fn with(code: u8, message: String) -> Ended {
+        Ended {
+            code,
+            message: Some(message),
+        }
+    }
+}
+
+/// `distlock run`'s own `main`: its exit codes are its own (see [`EXIT_CODES`]).
+pub(crate) fn main(cli: Cli) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("distlock run: cannot start the async runtime: {e}");
+            return ExitCode::from(BACKEND);
+        }
+    };
+    let ended = runtime.block_on(run(&cli));
+    // The runtime goes before the process exits: a lock kept for its `min_hold` on a backend
+    // whose locks live on a session is left to expire, not closed (see `LockRequest::min_hold`).
+    drop(runtime);
+    if let Some(message) = ended.message {
+        eprintln!("distlock run: {message}");
+    }
+    ExitCode::from(ended.code)
+}
+
+/// The run's setup errors, as exit codes: usage 2, an unusable backend 3, else 122.
+fn setup_failed(failure: Failure) -> Ended {
+    let code = match failure {
+        Failure::Usage(_) => 2,
+        Failure::Unsupported(_) => 3,
+        _ => BACKEND,
+    };
+    Ended::with(code, failure.message().to_owned())
+}
+
+async fn run(cli: &Cli) -> Ended {
+    let Command::Run {
+        args,
+        command,
+        lease,
+        wait,
+        min_hold,
+        read,
+        permits,
+        grace,
+        fencing,
+    } = &cli.command
+    else {
+        unreachable!("called for `distlock run` only");
+    };
+    let (url, key) = match url_and_rest(args, 1).and_then(|(url, rest)| {
+        let key = key_of(&rest)?.to_owned();
+        Ok((url, key))
+    }) {
+        Ok(found) => found,
+        Err(failure) => return setup_failed(failure),
+    };
+    // Listened for from the start: a signal while waiting for the lock stops the wait.
+    let mut signals = Signals::listen();
+    let client = match connect(cli, &url).await {
+        Ok(client) => client,
+        Err(failure) => return setup_failed(failure),
+    };
+    let mut request = match permits {
+        Some(n) => client.semaphore(key.as_str(), *n),
+        None => client.lock(key.as_str()),
+    };
+    if *read {
+        request = request.read();
+    }
+    request = request
+        .lease(*lease)
+        .wait(*wait)
+        .fencing(*fencing)
+        .min_hold(min_hold.unwrap_or_default());
+    let guard = tokio::select! {
+        acquired = request.acquire() => match acquired {
+            Ok(guard) => guard,
+            Err(LockError::Timeout { .. }) => return busy(&client, &key, *wait).await,
+            Err(error) => return setup_failed(error.into()),
+        },
+        signal = signals.recv() => {
+            return Ended::with(
+                128 + signal as u8,
+                format!("{} while waiting for `{key}`: COMMAND not started", name_of(signal)),
+            );
+        }
+    };
+    let mut child = tokio::process::Command::new(&command[0]);
+    child
+        .args(&command[1..])
+        .env("DISTLOCK_KEY", &key)
+        .process_group(0)
+        .kill_on_drop(false);
+    if let Some(token) = guard.fencing_token() {
+        child.env("DISTLOCK_FENCING_TOKEN", token.to_string());
+    }
+    let child = match child.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let code = match error.kind() {
+                std::io::ErrorKind::NotFound => NOT_FOUND,
+                _ => CANNOT_RUN,
+            };
+            let _ = guard.release().await;
+            return Ended::with(code, format!("cannot run `{}`: {error}", command[0]));
+        }
+    };
+    supervise(child, guard, &key, *grace, signals).await
+}
+
+/// The lock was busy past `wait`: who holds it, where the backend knows.
+async fn busy(client: &LockClient, key: &str, wait: Duration) -> Ended {
+    let holder = client
+        .inspect(key)
+        .await
+        .ok()
+        .flatten()
+        .map_or_else(|| "another owner".to_owned(), |info| who(&info));
+    let waited = if wait.is_zero() {
+        "busy, and --wait is 0".to_owned()
+    } else {
+        format!("not taken within --wait {}", duration(wait))
+    };
+    Ended::with(
+        BUSY,
+        format!("`{key}` is held by {holder}; {waited}: COMMAND not started"),
+    )
+}
+
+/// Runs until COMMAND exits: passes signals on, stops it if the lock is lost, then gives the
+/// lock back.
+async fn supervise(
+    mut child: tokio::process::Child,
+    guard: LockGuard,
+    key: &str,
+    grace: Duration,
+    mut signals: Signals,
+) -> Ended {
+    let group = child.id().map(|pid| pid as libc::pid_t);
+    let lost = guard.lost();
+    tokio::pin!(lost);
+    let status = loop {
+        tokio::select! {
+            status = child.wait() => break status,
+            signal = signals.recv() => send(group, signal),
+            () = &mut lost => {
+                let message = format!(
+                    "lost `{key}` while COMMAND ran (its lease could not be renewed in time, or \
+                     it was released by force): stopped COMMAND (SIGTERM, SIGKILL after {})",
+                    duration(grace)
+                );
+                stop(&mut child, group, grace).await;
+                // Not ours any more: the release only confirms it (and leaves the new owner's
+                // lock alone).
+                let _ = guard.release().await;
+                return Ended::with(LOST, message);
+            }
+        }
+    };
+    let released = guard.release().await;
+    let status = match status {
+        Ok(status) => status,
+        Err(error) => {
+            return Ended::with(BACKEND, format!("lost track of COMMAND: {error}"));
+        }
+    };
+    match released {
+        Ok(()) => Ended {
+            code: code_of(status),
+            message: None,
+        },
+        Err(LockError::Lost { .. }) => Ended::with(
+            LOST,
+            format!(
+                "COMMAND exited ({status}), but `{key}` was no longer held at its release: its \
+                 lease ran out or it was released by force while COMMAND ran"
+            ),
+        ),
+        Err(error) => Ended::with(
+            BACKEND,
+            format!(
+                "COMMAND exited ({status}), but releasing `{key}` failed: {error}; the lock \
+                 ends with its lease"
+            ),
+        ),
+    }
+}
+
+/// SIGTERM to the group, then SIGKILL after `grace`; returns once COMMAND has exited.
+async fn stop(child: &mut tokio::process::Child, group: Option<libc::pid_t>, grace: Duration) {
+    send(group, libc::SIGTERM);
+    if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        send(group, libc::SIGKILL);
+        let _ = child.wait().await;
+    }
+    // Whatever else of the group outlived its leader goes too.
+    send(group, libc::SIGKILL);
+}
+
+/// Sends `signal` to COMMAND's process group.
+fn send(group: Option<libc::pid_t>, signal: libc::c_int) {
+    if let Some(group) = group {
+        // SAFETY: killpg takes plain integers; a group that is gone only returns ESRCH.
+        unsafe {
+            libc::killpg(group, signal);
+        }
+    }
+}
+
+/// COMMAND's exit status as this process's: its code, or 128 + the signal that ended it.
+fn code_of(status: ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, Some(signal)) => 128u8.wrapping_add(signal as u8),
+        (None, None) => BACKEND,
+    }
+}
+
+fn name_of(signal: libc::c_int) -> &'static str {
+    match signal {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP, listened for from creation on (a signal is kept until
+/// received, and does not kill this process).
+struct Signals(Vec<(libc::c_int, Signal)>);
+
+impl Signals {
+    fn listen() -> Signals {
+        let kinds = [
+            (libc::SIGINT, SignalKind::interrupt()),
+            (libc::SIGTERM, SignalKind::terminate()),
+            (libc::SIGHUP, SignalKind::hangup()),
+        ];
+        Signals(
+            kinds
+                .into_iter()
+                .filter_map(|(number, kind)| signal(kind).ok().map(|s| (number, s)))
+                .collect(),
+        )
+    }
+
+    /// The next signal that arrives.
+    async fn recv(&mut self) -> libc::c_int {
+        std::future::poll_fn(|cx| {
+            for (number, signal) in &mut self.0 {
+                if signal.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*number);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
+}
