@@ -514,3 +514,79 @@ fn server_keys(server: &RedisServer) -> Vec<String> {
             .expect("KEYS")
     })
 }
+
+/// The takeover times the leader example printed ("took over 2.01s after the kill"), checked:
+/// a standby never takes over before the dead leader's lease (2 s, counted from its last
+/// renewal or keepalive: at most a third of it earlier than the kill) has run out, nor long
+/// after.
+fn takeovers(out: &str) -> Vec<std::time::Duration> {
+    let took: Vec<std::time::Duration> = out
+        .lines()
+        .filter_map(|line| line.split("took over ").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .map(|text| {
+            let (number, scale) = if let Some(ms) = text.strip_suffix("ms") {
+                (ms, 1e-3)
+            } else if let Some(us) = text.strip_suffix("µs") {
+                (us, 1e-6)
+            } else {
+                (text.trim_end_matches('s'), 1.0)
+            };
+            std::time::Duration::from_secs_f64(number.parse::<f64>().unwrap() * scale)
+        })
+        .collect();
+    assert_eq!(took.len(), 2, "two takeovers: {out}");
+    for t in &took {
+        assert!(
+            *t >= std::time::Duration::from_millis(1_900)
+                && *t <= std::time::Duration::from_millis(4_000),
+            "a takeover {t:?} after the kill (lease 2 s): {out}"
+        );
+    }
+    took
+}
+
+#[test]
+fn leader_hands_over_to_a_standby_one_lease_after_the_leader_dies_on_memory() {
+    let out = run(example("leader"));
+    println!("{out}");
+    takeovers(&out);
+    assert!(out.contains("backend memory"), "{out}");
+}
+
+/// Three candidate processes on Redis: the leader is killed with SIGKILL twice; a standby
+/// takes over one lease later each time; afterwards nobody holds the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_hands_over_to_a_standby_process_on_redis() {
+    let server = RedisServer::start();
+    let mut command = example("leader");
+    command.env(distlock::URL_ENV, server.url());
+    let out = tokio::task::spawn_blocking(move || run(command))
+        .await
+        .unwrap();
+    println!("{out}");
+    takeovers(&out);
+    assert!(out.contains("backend redis"), "{out}");
+    assert_eq!(server.get("lock:leader:reports").await, None);
+}
+
+/// The same on etcd: the killed leader's lease (not one the runtime renews) runs out.
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_hands_over_to_a_standby_process_on_etcd() {
+    let member = support::etcd::EtcdMember::start();
+    let prefix = support::unique("leader");
+    let mut command = example("leader");
+    command.env(distlock::URL_ENV, member.url(&prefix));
+    let out = tokio::task::spawn_blocking(move || run(command))
+        .await
+        .unwrap();
+    println!("{out}");
+    takeovers(&out);
+    let etcd = distlock::__private::testing::EtcdInspector::new(&format!(
+        "127.0.0.1:{}",
+        member.client_port
+    ));
+    let left = etcd.keys(&format!("{prefix}/")).await;
+    assert!(left.is_empty(), "lock keys left after the run: {left:?}");
+}

@@ -1,0 +1,294 @@
+//! Leader election with a plain lock — no API of its own. Three candidates each ask for the
+//! lock `leader:reports` with `wait = forever`; the one that gets it leads (its lease renewed
+//! while it lives), the others wait in line. When the leader dies without a word (`kill -9`),
+//! its lease runs out and a standby takes over, one lease later at most. `client.inspect`
+//! names the current leader from anywhere.
+//!
+//! With a networked backend the candidates are processes (copies of this example) and the
+//! leader is killed with SIGKILL; `memory://` lives in one process, so there they are threads,
+//! and the leader "dies" by freezing — its runtime stops, so it neither renews nor releases.
+//!
+//! ```text
+//! cargo run --example leader
+//! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example leader
+//! ```
+
+#[path = "support/store.rs"]
+mod store;
+
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use distlock::{LockClient, LockError, LockGuard};
+use store::BoxError;
+
+const KEY: &str = "leader:reports";
+/// How long a dead leader keeps the lock: the takeover takes at most about this long.
+const LEASE: Duration = Duration::from_secs(2);
+const CANDIDATES: usize = 3;
+
+/// A candidate: waits for the lock as long as it takes, leads while it holds it, and stands
+/// for election again if it loses it. Returns the guard when `stop` fires while it leads.
+async fn candidate(
+    name: &str,
+    client: &LockClient,
+    stop: impl std::future::Future<Output = ()>,
+    leads: impl Fn(),
+) -> Result<Option<LockGuard>, LockError> {
+    tokio::pin!(stop);
+    loop {
+        let guard = tokio::select! {
+            guard = client.lock(KEY).lease(LEASE).wait_forever().acquire() => guard?,
+            () = &mut stop => return Ok(None),
+        };
+        println!("{name}: leading (waited {:?})", guard.waited());
+        leads();
+        tokio::select! {
+            () = guard.lost() => println!("{name}: lost the leadership; standing again"),
+            () = lead(name) => unreachable!("a leader's work never ends"),
+            () = &mut stop => return Ok(Some(guard)),
+        }
+    }
+}
+
+/// What only the leader does: here, a heartbeat line now and then.
+async fn lead(name: &str) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        println!("{name}: still leading");
+    }
+}
+
+/// The candidates, as processes or (on `memory://`) as threads.
+enum Candidates {
+    Processes(Vec<Option<Child>>),
+    Threads(Vec<Option<std::sync::mpsc::Sender<Ending>>>),
+}
+
+/// How a candidate thread ends: frozen (a simulated crash) or stopped cleanly.
+#[derive(Clone, Copy)]
+enum Ending {
+    Freeze,
+    Stop,
+}
+
+impl Candidates {
+    fn start(url: &str) -> Result<Candidates, BoxError> {
+        if !url.starts_with("memory:") {
+            let mut children = Vec::new();
+            for i in 0..CANDIDATES {
+                children.push(Some(
+                    std::process::Command::new(std::env::current_exe()?)
+                        .args(["candidate", &format!("candidate-{i}")])
+                        .env(distlock::URL_ENV, url)
+                        .stdin(Stdio::piped())
+                        .spawn()?,
+                ));
+            }
+            return Ok(Candidates::Processes(children));
+        }
+        let mut threads = Vec::new();
+        for i in 0..CANDIDATES {
+            let (tell, told) = std::sync::mpsc::channel::<Ending>();
+            let url = url.to_owned();
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("a runtime");
+                let ending = Arc::new(Mutex::new(None));
+                let told_ending = Arc::clone(&ending);
+                let stop = async move {
+                    // The channel is polled: the thread has no other way to be told.
+                    loop {
+                        if let Ok(ending) = told.try_recv() {
+                            *told_ending.lock().unwrap() = Some(ending);
+                            return;
+                        }
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                };
+                let name = format!("candidate-{i}");
+                let guard = runtime.block_on(async {
+                    let client = LockClient::connect(&url).await?;
+                    let leads = || *LEADING.lock().unwrap() = Some(i);
+                    let guard = candidate(&name, &client, stop, leads).await?;
+                    Ok::<_, LockError>((client, guard))
+                });
+                match (*ending.lock().unwrap(), guard) {
+                    (Some(Ending::Freeze), Ok(held)) => {
+                        // A crash: nothing runs on this runtime again — no renewal, no release.
+                        std::mem::forget(held);
+                        std::mem::forget(runtime);
+                    }
+                    (_, Ok((_, Some(guard)))) => {
+                        let _ = runtime.block_on(guard.release());
+                    }
+                    (_, Ok(_)) => {}
+                    (_, Err(error)) => eprintln!("{name}: {error}"),
+                }
+            });
+            threads.push(Some(tell));
+        }
+        Ok(Candidates::Threads(threads))
+    }
+
+    /// Ends candidate `i` without a word: SIGKILL, or a frozen thread.
+    fn kill(&mut self, i: usize) -> Result<(), BoxError> {
+        match self {
+            Candidates::Processes(children) => {
+                if let Some(mut child) = children[i].take() {
+                    child.kill()?; // SIGKILL
+                    child.wait()?;
+                }
+            }
+            Candidates::Threads(threads) => {
+                if let Some(tell) = threads[i].take() {
+                    let _ = tell.send(Ending::Freeze);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the others cleanly: the leader among them releases the lock.
+    fn stop(self) -> Result<(), BoxError> {
+        match self {
+            Candidates::Processes(children) => {
+                for mut child in children.into_iter().flatten() {
+                    drop(child.stdin.take()); // end of input: release and exit
+                    child.wait()?;
+                }
+            }
+            Candidates::Threads(threads) => {
+                for tell in threads.into_iter().flatten() {
+                    let _ = tell.send(Ending::Stop);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The current leader as the store says: its owner token, and its process.
+async fn leader(client: &LockClient) -> Result<Option<(String, u32)>, BoxError> {
+    let info = client.inspect(KEY).await?;
+    Ok(info.and_then(|info| Some((info.token?, info.holder?.pid))))
+}
+
+/// Waits until the store names a leader other than `old`.
+async fn next_leader(
+    client: &LockClient,
+    old: Option<&str>,
+    within: Duration,
+) -> Result<(String, u32), BoxError> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some((token, pid)) = leader(client).await?
+            && Some(token.as_str()) != old
+        {
+            return Ok((token, pid));
+        }
+        if Instant::now() > deadline {
+            return Err(format!("no new leader within {within:?}").into());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A candidate process: leads or waits until its input ends (then releases and exits), or
+/// until it is killed.
+async fn candidate_process(name: &str) -> Result<(), BoxError> {
+    let url = std::env::var(distlock::URL_ENV)?;
+    let client = LockClient::connect(&url).await?;
+    let stdin_closed = async {
+        let _ = tokio::task::spawn_blocking(|| {
+            std::io::copy(&mut std::io::stdin(), &mut std::io::sink())
+        })
+        .await;
+    };
+    if let Some(guard) = candidate(name, &client, stdin_closed, || {}).await? {
+        guard.release().await?;
+        println!("{name}: stepped down");
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), BoxError> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("candidate") {
+        return candidate_process(&args[2]).await;
+    }
+    let url = store::init_lock_client(false).await?;
+    let client = distlock::client()?;
+    let mut candidates = Candidates::start(&url)?;
+    let result = elect(&client, &mut candidates).await;
+    candidates.stop()?;
+    let (first, takeovers) = result?;
+    // Everyone stepped down: nobody leads.
+    let deadline = Instant::now() + LEASE * 3;
+    while leader(&client).await?.is_some() {
+        if Instant::now() > deadline {
+            return Err("the lock is still held after every candidate stopped".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    println!(
+        "backend {}: {CANDIDATES} candidates; first leader after {first:?}; takeovers after \
+         the leader was killed: {takeovers:?} (lease {LEASE:?})",
+        client.backend_kind()
+    );
+    Ok(())
+}
+
+/// Elects a leader, kills it twice (each time a standby takes over); how long the first
+/// election and each takeover took.
+async fn elect(
+    client: &LockClient,
+    candidates: &mut Candidates,
+) -> Result<(Duration, Vec<Duration>), BoxError> {
+    let started = Instant::now();
+    let (mut token, mut pid) = next_leader(client, None, Duration::from_secs(20)).await?;
+    let first = started.elapsed();
+    let mut takeovers = Vec::new();
+    for _ in 0..2 {
+        let who = whose(candidates, pid).await?;
+        println!("the store names candidate-{who} (pid {pid}) leader; killing it");
+        candidates.kill(who)?;
+        let killed = Instant::now();
+        (token, pid) = next_leader(client, Some(&token), LEASE + Duration::from_secs(5)).await?;
+        let took = killed.elapsed();
+        println!("a standby (pid {pid}) took over {took:?} after the kill");
+        takeovers.push(took);
+    }
+    Ok((first, takeovers))
+}
+
+/// Which candidate holds the lock the store names: by its process id, or (threads share one
+/// process) the live thread that last said it leads.
+async fn whose(candidates: &Candidates, pid: u32) -> Result<usize, BoxError> {
+    match candidates {
+        Candidates::Processes(children) => children
+            .iter()
+            .position(|child| child.as_ref().is_some_and(|child| child.id() == pid))
+            .ok_or_else(|| format!("the leader (pid {pid}) is no candidate").into()),
+        Candidates::Threads(threads) => {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            loop {
+                let leading = *LEADING.lock().unwrap();
+                if let Some(i) = leading.filter(|&i| threads[i].is_some()) {
+                    return Ok(i);
+                }
+                if Instant::now() > deadline {
+                    return Err("no live thread says it leads".into());
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
+
+/// The thread candidate that last took the lead (memory:// only).
+static LEADING: Mutex<Option<usize>> = Mutex::new(None);
