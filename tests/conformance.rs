@@ -2173,6 +2173,31 @@ pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &impl 
     })
     .await;
     assert!(!fixture.anything_at("lock:min-hold:plain").await);
+    // A waiter already in line when the lock is released early (it saw the whole lease left)
+    // is granted it when min_hold has passed, not when that lease would have ended.
+    let sent = Instant::now();
+    let guard = early(one.lock("min-hold:waited")).acquire().await.unwrap();
+    let acquired = Instant::now();
+    let waiting = two.clone();
+    let waiter = tokio::spawn(async move {
+        let granted = waiting
+            .lock("min-hold:waited")
+            .wait(ms(10_000))
+            .acquire()
+            .await;
+        (granted, Instant::now())
+    });
+    tokio::time::sleep(ms(200)).await;
+    guard.release().await.unwrap();
+    let (granted, at) = waiter.await.unwrap();
+    let granted = granted.expect("the waiter is granted the lock");
+    let (early_by, late_by) = (at - acquired, at - sent);
+    println!("a waiter in line: granted {early_by:?} after the grant");
+    assert!(
+        early_by >= MIN_HOLD * 2 / 3 && late_by <= MIN_HOLD + ms(1_000),
+        "a waiter in line granted {early_by:?} after the grant (min_hold {MIN_HOLD:?}, lease {MIN_HOLD_LEASE:?})"
+    );
+    granted.release().await.unwrap();
     // A dropped guard keeps it as well (the release in the background).
     let sent = Instant::now();
     drop(early(one.lock("min-hold:dropped")).acquire().await.unwrap());
@@ -2204,6 +2229,42 @@ pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &impl 
             .unwrap()
     })
     .await;
+    // A fair lock: the next in line is granted it when min_hold has passed.
+    if fixture.fair() {
+        let sent = Instant::now();
+        let fair = early(one.lock("min-hold:fair").fair())
+            .acquire()
+            .await
+            .unwrap();
+        let acquired = Instant::now();
+        fair.release().await.unwrap();
+        assert!(fixture.holder("lock:min-hold:fair").await.is_some());
+        free_again_after_min_hold("a fair lock", sent, acquired, || async {
+            two.lock("min-hold:fair")
+                .fair()
+                .try_acquire()
+                .await
+                .unwrap()
+        })
+        .await;
+        // A fair waiter (wait in line, not a try) is granted it then too.
+        let sent = Instant::now();
+        let fair = early(one.lock("min-hold:fair").fair())
+            .acquire()
+            .await
+            .unwrap();
+        let acquired = Instant::now();
+        fair.release().await.unwrap();
+        let waiter = two.lock("min-hold:fair").fair().wait(ms(10_000)).acquire();
+        let granted = waiter.await.expect("the waiter is granted the lock");
+        let (early_by, late_by) = (acquired.elapsed(), sent.elapsed());
+        println!("a fair waiter: granted {early_by:?} after the grant");
+        assert!(
+            early_by >= MIN_HOLD * 2 / 3 && late_by <= MIN_HOLD + ms(1_000),
+            "{early_by:?}"
+        );
+        granted.release().await.unwrap();
+    }
     // A reader's share keeps writers out.
     if fixture.read_locks() {
         let sent = Instant::now();

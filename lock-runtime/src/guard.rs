@@ -398,6 +398,11 @@ async fn give_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<boo
     result
 }
 
+/// How much later than `min_hold` the store ends a lock released before it, if the process
+/// that holds it does not release it at `min_hold` itself (it died meanwhile): at most this,
+/// and never past one lease after the grant.
+pub(crate) const MIN_HOLD_MARGIN: Duration = Duration::from_millis(250);
+
 /// [`give_back`] before `min_hold` has passed (`left` of it): the lock is not freed but made to
 /// end on the server when `min_hold` does, and released for good then by a task of this
 /// process (waking its waiters) if the process still runs; never handed over.
@@ -407,8 +412,13 @@ async fn keep_until_min_hold(
     left: Duration,
 ) -> Result<Released, BoxError> {
     let backend = renewer.backend();
+    // The store ends it a little after the instant this process releases it: that release
+    // (compare-and-delete) then still finds the lock ours and wakes its waiters — who may be
+    // sleeping out the rest of the lease they saw — rather than losing the race to the expiry.
+    // Never past a lease from the grant (a waiter never sleeps past that).
+    let margin = MIN_HOLD_MARGIN.min(shared.lease.saturating_sub(shared.min_hold));
     let spec = crate::backend::LockSpec {
-        lease: left,
+        lease: left + margin,
         ..shared.spec()
     };
     let ends_at = Instant::now() + left;
