@@ -224,12 +224,12 @@ async fn main() -> Result<(), BoxError> {
     let url = store::init_lock_client(false).await?;
     let client = distlock::client()?;
     let mut candidates = Candidates::start(&url)?;
-    let result = elect(&client, &mut candidates).await;
+    let result = elect(client, &mut candidates).await;
     candidates.stop()?;
     let (first, takeovers) = result?;
     // Everyone stepped down: nobody leads.
     let deadline = Instant::now() + LEASE * 3;
-    while leader(&client).await?.is_some() {
+    while leader(client).await?.is_some() {
         if Instant::now() > deadline {
             return Err("the lock is still held after every candidate stopped".into());
         }

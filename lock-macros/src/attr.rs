@@ -345,7 +345,17 @@ impl LockArgs {
                     return;
                 };
                 self.min_hold_span = Some(lit.span());
-                self.min_hold = duration_value(lit, errors);
+                match duration_value(lit, errors) {
+                    Some(min_hold) if min_hold > MAX_LEASE => errors.at(
+                        lit.span(),
+                        format!(
+                            "min_hold {:?} is longer than any lease (at most 7 days): the lock \
+                             is kept that long without renewal",
+                            lit.value()
+                        ),
+                    ),
+                    min_hold => self.min_hold = min_hold,
+                }
             }
             "renew" => self.renew = bool_value(&arg, errors),
             "fencing" => self.fencing = bool_value(&arg, errors),

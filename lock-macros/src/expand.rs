@@ -241,7 +241,8 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
         Some(n) => quote!(::core::num::NonZeroU16::new(#n)),
         None => quote!(::core::option::Option::None),
     };
-    let min_hold = millis(args.min_hold.unwrap_or_default());
+    // At most the longest lease (checked: 7 days), which fits in a `u32` of milliseconds.
+    let min_hold = args.min_hold.unwrap_or_default().as_millis() as u32;
     quote! {
         #krate::__private::LockOptions {
             lease: #lease,
@@ -252,7 +253,7 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
             fair: #fair,
             mode: #mode,
             permits: #permits,
-            min_hold: #min_hold,
+            min_hold_ms: #min_hold,
         }
     }
 }

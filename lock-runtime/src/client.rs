@@ -662,12 +662,13 @@ fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {
 
 /// `min_hold` must fit in the lease: the lock is kept that long without renewal.
 fn check_min_hold(params: &Params, key: &str) -> Result<(), LockError> {
-    if params.min_hold > params.lease {
+    let min_hold = Duration::from_millis(params.min_hold_ms.into());
+    if min_hold > params.lease {
         return Err(LockError::Config(format!(
             "`{key}`: min_hold {:?} is longer than the lease {:?}: a lock released early is kept \
              until min_hold without renewal, so it cannot outlive its lease; make the lease at \
              least {:?}, or min_hold shorter",
-            params.min_hold, params.lease, params.min_hold
+            min_hold, params.lease, min_hold
         )));
     }
     Ok(())
@@ -709,8 +710,8 @@ struct Params {
     fencing: bool,
     fair: bool,
     kind: Kind,
-    /// Zero: no minimum hold.
-    min_hold: Duration,
+    /// `min_hold` in milliseconds (zero: none; four bytes, inside every locked call's future).
+    min_hold_ms: u32,
 }
 
 impl Params {
@@ -778,7 +779,7 @@ impl LockClient {
             fencing: options.fencing.unwrap_or(inner.fencing),
             fair: options.fair,
             kind: options.kind(),
-            min_hold: options.min_hold,
+            min_hold_ms: options.min_hold_ms,
         }
     }
 }
@@ -1181,7 +1182,7 @@ impl ClientInner {
                 renewal: params.renewal,
                 fair: params.fair,
                 kind: params.kind,
-                min_hold: params.min_hold,
+                min_hold: Duration::from_millis(params.min_hold_ms.into()),
             },
             acquired,
         )
@@ -1349,7 +1350,8 @@ impl LockRequest {
             fencing: self.fencing,
             fair: self.fair,
             kind: self.kind,
-            min_hold: self.min_hold,
+            // Whole milliseconds, at most `u32::MAX` (49 days: longer than any lease, refused).
+            min_hold_ms: u32::try_from(self.min_hold.as_millis()).unwrap_or(u32::MAX),
         };
         match self.set {
             Some(keys) => Box::pin(self.client.inner.acquire_set(keys, params)).await,

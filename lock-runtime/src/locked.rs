@@ -205,7 +205,7 @@ mod footprint {
         fair: false,
         mode: crate::LockMode::Write,
         permits: None,
-        min_hold: std::time::Duration::ZERO,
+        min_hold_ms: 0,
     };
 
     #[test]

@@ -43,9 +43,10 @@ pub struct LockOptions {
     /// `permits = n`: a permit of the semaphore `key` of `n` permits, not a lock. (Non-zero:
     /// four bytes, inside every locked call's future.)
     pub permits: Option<std::num::NonZeroU16>,
-    /// `min_hold = "…"`: the lock is held at least this long after the grant, however early
-    /// the body returns (zero: no minimum).
-    pub min_hold: Duration,
+    /// `min_hold = "…"` in milliseconds: the lock is held at least this long after the grant,
+    /// however early the body returns (zero: no minimum). (Four bytes, inside every locked
+    /// call's future; at most the longest lease, 7 days, which fits.)
+    pub min_hold_ms: u32,
 }
 
 impl LockOptions {

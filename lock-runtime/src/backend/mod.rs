@@ -562,6 +562,7 @@ impl InPlay {
     }
 
     /// [`attempt`](Self::attempt) of several tokens at once (a set of keys).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) async fn attempt_all<T, E>(
         &self,
         tokens: &[&str],
@@ -577,6 +578,7 @@ impl InPlay {
     }
 
     /// Takes `tokens` out of play: an attempt that wrote nothing.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn forget(&self, tokens: &[&str]) {
         let mut in_play = self.tokens();
         for token in tokens {

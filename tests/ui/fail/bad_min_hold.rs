@@ -15,4 +15,9 @@ async fn not_a_duration() -> Result<(), LockError> {
     Ok(())
 }
 
+#[distributed_lock(key = "d", min_hold = "200h")]
+async fn longer_than_any_lease() -> Result<(), LockError> {
+    Ok(())
+}
+
 fn main() {}
