@@ -35,6 +35,7 @@
 //! | `fair = true` | `false` | grant the lock in arrival order across processes, through a queue on the server ([`LockRequest::fair`]) |
 //! | `mode = "read"` | `"write"` | the shared side of the key's read/write lock ([`LockRequest::read`]) |
 //! | `permits = 4` | none | one of that many permits of the semaphore `key`, not a lock ([`LockClient::semaphore`]) |
+//! | `min_hold = "55s"` | none | hold the lock at least this long after the grant, however soon the body returns: an earlier release leaves it to end then ([`LockRequest::min_hold`]); at most `lease` |
 //! | `crate = "path"` | `distlock` | where distlock is, for renamed dependencies |
 //!
 //! The function must be `async` and return `Result<T, E>` with `E: From<LockError>`
