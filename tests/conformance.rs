@@ -2152,11 +2152,15 @@ pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &impl 
     let early = |request: distlock::LockRequest| {
         request.lease(MIN_HOLD_LEASE).min_hold(MIN_HOLD).wait(ms(0))
     };
+    let released_early = |request| async move {
+        let sent = Instant::now();
+        let guard = early(request).acquire().await.unwrap();
+        let acquired = Instant::now();
+        guard.release().await.unwrap();
+        (sent, acquired)
+    };
     // A plain lock.
-    let sent = Instant::now();
-    let guard = early(one.lock("min-hold:plain")).acquire().await.unwrap();
-    let acquired = Instant::now();
-    guard.release().await.unwrap();
+    let (sent, acquired) = released_early(one.lock("min-hold:plain")).await;
     assert!(
         fixture.holder("lock:min-hold:plain").await.is_some(),
         "released before min_hold: the lock must stay on the server"
@@ -2209,13 +2213,7 @@ pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &impl 
     })
     .await;
     // A set of keys: each key is kept.
-    let sent = Instant::now();
-    let set = early(one.lock_all(["min-hold:b", "min-hold:a"]))
-        .acquire()
-        .await
-        .unwrap();
-    let acquired = Instant::now();
-    set.release().await.unwrap();
+    let (sent, acquired) = released_early(one.lock_all(["min-hold:b", "min-hold:a"])).await;
     for key in ["min-hold:a", "min-hold:b"] {
         assert!(
             fixture.holder(&format!("lock:{key}")).await.is_some(),
@@ -2231,13 +2229,7 @@ pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &impl 
     .await;
     // A fair lock: the next in line is granted it when min_hold has passed.
     if fixture.fair() {
-        let sent = Instant::now();
-        let fair = early(one.lock("min-hold:fair").fair())
-            .acquire()
-            .await
-            .unwrap();
-        let acquired = Instant::now();
-        fair.release().await.unwrap();
+        let (sent, acquired) = released_early(one.lock("min-hold:fair").fair()).await;
         assert!(fixture.holder("lock:min-hold:fair").await.is_some());
         free_again_after_min_hold("a fair lock", sent, acquired, || async {
             two.lock("min-hold:fair")
@@ -2248,13 +2240,7 @@ pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &impl 
         })
         .await;
         // A fair waiter (wait in line, not a try) is granted it then too.
-        let sent = Instant::now();
-        let fair = early(one.lock("min-hold:fair").fair())
-            .acquire()
-            .await
-            .unwrap();
-        let acquired = Instant::now();
-        fair.release().await.unwrap();
+        let (sent, acquired) = released_early(one.lock("min-hold:fair").fair()).await;
         let waiter = two.lock("min-hold:fair").fair().wait(ms(10_000)).acquire();
         let granted = waiter.await.expect("the waiter is granted the lock");
         let (early_by, late_by) = (acquired.elapsed(), sent.elapsed());
@@ -2267,13 +2253,7 @@ pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &impl 
     }
     // A reader's share keeps writers out.
     if fixture.read_locks() {
-        let sent = Instant::now();
-        let reader = early(one.lock("min-hold:read").read())
-            .acquire()
-            .await
-            .unwrap();
-        let acquired = Instant::now();
-        reader.release().await.unwrap();
+        let (sent, acquired) = released_early(one.lock("min-hold:read").read()).await;
         assert_eq!(
             fixture.readers("lock:min-hold:read").await.len(),
             1,
@@ -2286,13 +2266,7 @@ pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &impl 
     }
     // A semaphore's permit stays in use.
     if fixture.semaphores() {
-        let sent = Instant::now();
-        let permit = early(one.semaphore("min-hold:permits", 1))
-            .acquire()
-            .await
-            .unwrap();
-        let acquired = Instant::now();
-        permit.release().await.unwrap();
+        let (sent, acquired) = released_early(one.semaphore("min-hold:permits", 1)).await;
         assert_eq!(
             fixture.permits("lock:min-hold:permits").await.len(),
             1,

@@ -428,6 +428,16 @@ pub(crate) fn key_of(rest: &[String]) -> Result<&str, Failure> {
         .ok_or_else(|| Failure::Usage("which lock? give its KEY (e.g. `order:42`)".into()))
 }
 
+/// Who holds the busy lock `key`, where the backend can say: for a message.
+pub(crate) async fn holder_of(client: &LockClient, key: &str) -> String {
+    client
+        .inspect(key)
+        .await
+        .ok()
+        .flatten()
+        .map_or_else(|| "another owner".to_owned(), |info| who(&info))
+}
+
 /// "web-1 pid 42 since 13:22:52 UTC (12.3s ago)", or what is known; for a read lock, how many
 /// readers hold it; for a semaphore, how many of its permits are held.
 pub(crate) fn who(info: &LockInfo) -> String {
@@ -528,12 +538,7 @@ async fn hold(
     {
         Ok(guard) => guard,
         Err(LockError::Timeout { .. }) => {
-            let holder = client
-                .inspect(key)
-                .await
-                .ok()
-                .flatten()
-                .map_or_else(|| "another owner".to_owned(), |info| who(&info));
+            let holder = holder_of(client, key).await;
             return Err(Failure::Busy(format!(
                 "`{key}` is held by {holder}; not taken within {} (raise --wait)",
                 duration(wait)

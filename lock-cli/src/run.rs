@@ -12,7 +12,7 @@ use lock_runtime::{LockClient, LockError, LockGuard};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::format::duration;
-use crate::{Cli, Command, Failure, connect, key_of, url_and_rest, who};
+use crate::{Cli, Command, Failure, connect, holder_of, key_of, url_and_rest};
 
 /// The exit codes of `distlock run` (its `--help` and the README).
 pub(crate) const EXIT_CODES: &str = "\
@@ -164,12 +164,7 @@ async fn run(cli: &Cli) -> Ended {
 
 /// The lock was busy past `wait`: who holds it, where the backend knows.
 async fn busy(client: &LockClient, key: &str, wait: Duration) -> Ended {
-    let holder = client
-        .inspect(key)
-        .await
-        .ok()
-        .flatten()
-        .map_or_else(|| "another owner".to_owned(), |info| who(&info));
+    let holder = holder_of(client, key).await;
     let waited = if wait.is_zero() {
         "busy, and --wait is 0".to_owned()
     } else {
