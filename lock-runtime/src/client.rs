@@ -661,14 +661,14 @@ fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {
 }
 
 /// `min_hold` must fit in the lease: the lock is kept that long without renewal.
-fn check_min_hold(params: &Params, key: &str) -> Result<(), LockError> {
-    let min_hold = Duration::from_millis(params.min_hold_ms.into());
-    if min_hold > params.lease {
+fn check_min_hold(min_hold_ms: u32, lease: Duration, key: &str) -> Result<(), LockError> {
+    let min_hold = Duration::from_millis(min_hold_ms.into());
+    if min_hold > lease {
         return Err(LockError::Config(format!(
             "`{key}`: min_hold {:?} is longer than the lease {:?}: a lock released early is kept \
              until min_hold without renewal, so it cannot outlive its lease; make the lease at \
              least {:?}, or min_hold shorter",
-            min_hold, params.lease, min_hold
+            min_hold, lease, min_hold
         )));
     }
     Ok(())
@@ -710,8 +710,6 @@ struct Params {
     fencing: bool,
     fair: bool,
     kind: Kind,
-    /// `min_hold` in milliseconds (zero: none; four bytes, inside every locked call's future).
-    min_hold_ms: u32,
 }
 
 impl Params {
@@ -747,7 +745,19 @@ impl LockClient {
         options: &crate::options::LockOptions,
     ) -> Result<LockGuard, LockError> {
         let params = self.attribute_params(options);
+        // (`run_locked` checks and sets the guard's `min_hold`: see `check_min_hold_of`.)
         self.inner.acquire(key, params).await
+    }
+
+    /// The attribute's `min_hold` against its lease (the client's default if it names none):
+    /// checked by `run_locked` outside the acquisition's future, which it would enlarge.
+    pub(crate) fn check_min_hold_of(
+        &self,
+        options: &crate::options::LockOptions,
+        key: &str,
+    ) -> Result<(), LockError> {
+        let lease = options.lease.unwrap_or(self.inner.default_lease);
+        check_min_hold(options.min_hold_ms, lease, key)
     }
 
     /// `lock_all(keys)` with the attribute's options: what `run_locked_all` does.
@@ -757,6 +767,9 @@ impl LockClient {
         options: &crate::options::LockOptions,
     ) -> Result<LockGuard, LockError> {
         let params = self.attribute_params(options);
+        if let Some(first) = keys.first() {
+            self.check_min_hold_of(options, first)?;
+        }
         self.inner.acquire_set(keys, params).await
     }
 
@@ -779,7 +792,6 @@ impl LockClient {
             fencing: options.fencing.unwrap_or(inner.fencing),
             fair: options.fair,
             kind: options.kind(),
-            min_hold_ms: options.min_hold_ms,
         }
     }
 }
@@ -809,7 +821,6 @@ impl ClientInner {
     async fn acquire_any(&self, key: String, params: Params) -> Result<LockGuard, LockError> {
         validate_key(&key)?;
         check_lease(params.lease, Some(&key))?;
-        check_min_hold(&params, &key)?;
         let started = tokio::time::Instant::now();
         let token = OwnerToken::generate();
         let name = LockName::new(key, &self.prefix, self.hash_tags);
@@ -1036,7 +1047,6 @@ impl ClientInner {
             validate_key(key)?;
         }
         check_lease(params.lease, Some(first))?;
-        check_min_hold(&params, first)?;
         let mut names: Vec<LockName> = keys
             .into_iter()
             .map(|key| LockName::new(key, &self.prefix, self.hash_tags))
@@ -1182,7 +1192,6 @@ impl ClientInner {
                 renewal: params.renewal,
                 fair: params.fair,
                 kind: params.kind,
-                min_hold: Duration::from_millis(params.min_hold_ms.into()),
             },
             acquired,
         )
@@ -1350,13 +1359,17 @@ impl LockRequest {
             fencing: self.fencing,
             fair: self.fair,
             kind: self.kind,
-            // Whole milliseconds, at most `u32::MAX` (49 days: longer than any lease, refused).
-            min_hold_ms: u32::try_from(self.min_hold.as_millis()).unwrap_or(u32::MAX),
         };
-        match self.set {
-            Some(keys) => Box::pin(self.client.inner.acquire_set(keys, params)).await,
-            None => self.client.inner.acquire(self.key, params).await,
-        }
+        // Whole milliseconds, at most `u32::MAX` (49 days: longer than any lease, refused).
+        let min_hold_ms = u32::try_from(self.min_hold.as_millis()).unwrap_or(u32::MAX);
+        let first = self.set.as_ref().and_then(|keys| keys.first());
+        check_min_hold(min_hold_ms, self.lease, first.unwrap_or(&self.key))?;
+        let guard = match self.set {
+            Some(keys) => Box::pin(self.client.inner.acquire_set(keys, params)).await?,
+            None => self.client.inner.acquire(self.key, params).await?,
+        };
+        guard.hold_at_least(min_hold_ms);
+        Ok(guard)
     }
 
     /// Tries once: `Ok(None)` when somebody else holds the lock. Handy for work that must run

@@ -68,7 +68,6 @@ impl LockGuard {
             renewal,
             fair,
             kind,
-            min_hold,
         } = terms;
         let renew = renewal != RenewMode::Off;
         let lease_end = acquired.sent_at + lease - drift(lease);
@@ -86,7 +85,7 @@ impl LockGuard {
             granted_at: acquired.sent_at,
             confirmed_ns: std::sync::atomic::AtomicU64::new(0),
             lost_the_set: std::sync::atomic::AtomicBool::new(false),
-            min_hold,
+            min_hold_ms: std::sync::atomic::AtomicU32::new(0),
         });
         crate::metrics::held(shared.backend, 1.0);
         let watchdog = (renewal == RenewMode::Spawned)
@@ -133,6 +132,18 @@ impl LockGuard {
                 more: all.collect(),
                 waited,
             })),
+        }
+    }
+
+    /// Holds every key at least `min_hold_ms` after its grant (`LockRequest::min_hold`): set
+    /// as the acquisition returns the guard.
+    pub(crate) fn hold_at_least(&self, min_hold_ms: u32) {
+        if min_hold_ms > 0 {
+            for shared in self.every() {
+                shared
+                    .min_hold_ms
+                    .store(min_hold_ms, std::sync::atomic::Ordering::Relaxed);
+            }
         }
     }
 
@@ -416,7 +427,7 @@ async fn keep_until_min_hold(
     // (compare-and-delete) then still finds the lock ours and wakes its waiters — who may be
     // sleeping out the rest of the lease they saw — rather than losing the race to the expiry.
     // Never past a lease from the grant (a waiter never sleeps past that).
-    let margin = MIN_HOLD_MARGIN.min(shared.lease.saturating_sub(shared.min_hold));
+    let margin = MIN_HOLD_MARGIN.min(shared.lease.saturating_sub(shared.min_hold()));
     let spec = crate::backend::LockSpec {
         lease: left + margin,
         ..shared.spec()

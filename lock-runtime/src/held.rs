@@ -32,8 +32,6 @@ pub(crate) struct Terms {
     pub renewal: RenewMode,
     pub fair: bool,
     pub kind: Kind,
-    /// `min_hold`: a release earlier than this after the grant leaves the lock to end then.
-    pub min_hold: Duration,
 }
 
 /// What a guard and its watchdog share.
@@ -59,8 +57,10 @@ pub(crate) struct Shared {
     /// Of a key of several held as one: its own loss lost the set (the others were marked
     /// lost with it), so a release names this key.
     pub lost_the_set: std::sync::atomic::AtomicBool,
-    /// `min_hold` (zero: none): the lock is held at least this long after `granted_at`.
-    pub min_hold: Duration,
+    /// `min_hold` in milliseconds (zero: none): the lock is held at least this long after
+    /// `granted_at`. Set right after the grant (see `LockGuard::hold_at_least`): kept out of
+    /// the acquisition's own state, which every locked call's future carries.
+    pub min_hold_ms: std::sync::atomic::AtomicU32,
 }
 
 impl Shared {
@@ -88,13 +88,20 @@ impl Shared {
         self.granted_at + Duration::from_nanos(ns)
     }
 
+    /// The lock's `min_hold` (zero: none).
+    pub(crate) fn min_hold(&self) -> Duration {
+        let ms = self.min_hold_ms.load(std::sync::atomic::Ordering::Relaxed);
+        Duration::from_millis(ms.into())
+    }
+
     /// With `min_hold`, how much of it is left now (`None`: none, or it has passed): a
     /// release now must leave the lock to end that much later instead of freeing it.
     pub(crate) fn min_hold_left(&self) -> Option<Duration> {
-        if self.min_hold.is_zero() {
+        let min_hold = self.min_hold();
+        if min_hold.is_zero() {
             return None;
         }
-        let left = (self.granted_at + self.min_hold).saturating_duration_since(Instant::now());
+        let left = (self.granted_at + min_hold).saturating_duration_since(Instant::now());
         // Less than a millisecond: a backend's expiry cannot be set that finely; release.
         (left >= Duration::from_millis(1)).then_some(left)
     }

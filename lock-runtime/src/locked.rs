@@ -72,10 +72,14 @@ where
         tracing::trace!(key, "distlock: reentrant call, no acquisition");
         return scope::enter(client, lock, body).await;
     }
+    if let Err(error) = client.check_min_hold_of(&options, &key) {
+        return R::from_lock_error(error);
+    }
     let mut guard = match client.acquire_locked(key, &options).await {
         Ok(guard) => guard,
         Err(error) => return R::from_lock_error(error),
     };
+    guard.hold_at_least(options.min_hold_ms);
     // Renewal runs here, in the caller's task, raced against the body: nothing is spawned, and
     // it stops the moment the body finishes. It resolves only when the lock is lost.
     let until_lost = guard.until_lost();
@@ -138,6 +142,7 @@ where
         Ok(guard) => guard,
         Err(error) => return R::from_lock_error(error),
     };
+    guard.hold_at_least(options.min_hold_ms);
     let until_lost = guard.lost();
     let body = scope::enter_all(client, guard.every().cloned().collect(), body);
     tokio::pin!(body);

@@ -724,3 +724,25 @@ async fn a_reentrant_calls_min_hold_is_the_outer_calls() {
     outer_tick(&tag).await.unwrap();
     assert!(gone(&format!("lock:tick:{tag}")).await);
 }
+
+#[distributed_lock(key = "tick:<tag>", min_hold = "40s", wait = "0s")]
+async fn longer_than_the_default_lease(tag: &str) -> Result<(), LockError> {
+    let _ = tag;
+    Ok(())
+}
+
+/// Without `lease` the client's default (30 s) applies: a longer `min_hold` is refused at run
+/// time with `Config`, naming the key and both durations, and nothing is taken.
+#[tokio::test]
+async fn a_min_hold_longer_than_the_clients_default_lease_is_refused() {
+    backend::setup().await;
+    let tag = unique("tick");
+    match longer_than_the_default_lease(&tag).await {
+        Err(LockError::Config(message)) => assert!(
+            message.contains(&format!("`tick:{tag}`")) && message.contains("40s"),
+            "{message}"
+        ),
+        other => panic!("min_hold over the default lease: {other:?}"),
+    }
+    assert!(backend::holder(&format!("lock:tick:{tag}")).await.is_none());
+}
