@@ -928,3 +928,49 @@ async fn run_holds_the_lock_for_a_command_on_etcd() {
     let url = support::etcd::EtcdMember::shared().url(&unique("cli-run"));
     run_paths(&url).await;
 }
+
+/// The backend goes away while COMMAND runs (Redis killed): the lease cannot be renewed, so
+/// the lock counts as lost once it may have expired; COMMAND is stopped and the run exits 121
+/// promptly — the release that cannot reach the server does not hold it up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_stops_the_command_when_the_backend_goes_away() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let dir = std::env::temp_dir().join(unique("distlock-run"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let child = spawn_run(
+        &[
+            &url,
+            "job:gone",
+            "--lease",
+            "1s",
+            "--grace",
+            "500ms",
+            "--",
+            "sh",
+            "-c",
+            r#"echo $$ > "$D/pid"; exec sleep 120"#,
+        ],
+        &dir,
+    );
+    let command_pid: u32 = file_in(&dir, "pid").await.parse().unwrap();
+    assert!(
+        server.get("lock:job:gone").await.is_some(),
+        "held while COMMAND runs"
+    );
+    server.kill();
+    let killed = Instant::now();
+    let (status, err) = end_of_run(child, Duration::from_secs(30)).await;
+    let took = killed.elapsed();
+    println!("stopped {took:?} after the server was killed: {err}");
+    assert_eq!(status, 121, "{err}");
+    assert!(err.contains("lost `job:gone`"), "{err}");
+    assert!(!alive(command_pid), "COMMAND outlived the lost lock");
+    // Lost within the lease (1 s) of the last renewal, stopped within the grace (0.5 s), and
+    // out without waiting on the unreachable server for long.
+    assert!(
+        took < Duration::from_secs(10),
+        "exited {took:?} after the server went away"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
