@@ -17,7 +17,7 @@
 mod store;
 
 use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError, LockGuard};
@@ -63,7 +63,7 @@ async fn lead(name: &str) {
 /// The candidates, as processes or (on `memory://`) as threads.
 enum Candidates {
     Processes(Vec<Option<Child>>),
-    Threads(Vec<Option<std::sync::mpsc::Sender<Ending>>>),
+    Threads(Vec<Option<tokio::sync::watch::Sender<Option<Ending>>>>),
 }
 
 /// How a candidate thread ends: frozen (a simulated crash) or stopped cleanly.
@@ -90,24 +90,16 @@ impl Candidates {
         }
         let mut threads = Vec::new();
         for i in 0..CANDIDATES {
-            let (tell, told) = std::sync::mpsc::channel::<Ending>();
+            let (tell, told) = tokio::sync::watch::channel(None::<Ending>);
             let url = url.to_owned();
             std::thread::spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread()
                     .enable_all()
                     .build()
                     .expect("a runtime");
-                let ending = Arc::new(Mutex::new(None));
-                let told_ending = Arc::clone(&ending);
+                let mut stop_told = told.clone();
                 let stop = async move {
-                    // The channel is polled: the thread has no other way to be told.
-                    loop {
-                        if let Ok(ending) = told.try_recv() {
-                            *told_ending.lock().unwrap() = Some(ending);
-                            return;
-                        }
-                        tokio::time::sleep(Duration::from_millis(10)).await;
-                    }
+                    let _ = stop_told.changed().await;
                 };
                 let name = format!("candidate-{i}");
                 let guard = runtime.block_on(async {
@@ -116,7 +108,8 @@ impl Candidates {
                     let guard = candidate(&name, &client, stop, leads).await?;
                     Ok::<_, LockError>((client, guard))
                 });
-                match (*ending.lock().unwrap(), guard) {
+                let ending = *told.borrow();
+                match (ending, guard) {
                     (Some(Ending::Freeze), Ok(held)) => {
                         // A crash: nothing runs on this runtime again — no renewal, no release.
                         std::mem::forget(held);
@@ -145,7 +138,7 @@ impl Candidates {
             }
             Candidates::Threads(threads) => {
                 if let Some(tell) = threads[i].take() {
-                    let _ = tell.send(Ending::Freeze);
+                    let _ = tell.send(Some(Ending::Freeze));
                 }
             }
         }
@@ -163,7 +156,7 @@ impl Candidates {
             }
             Candidates::Threads(threads) => {
                 for tell in threads.into_iter().flatten() {
-                    let _ = tell.send(Ending::Stop);
+                    let _ = tell.send(Some(Ending::Stop));
                 }
             }
         }

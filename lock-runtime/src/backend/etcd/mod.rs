@@ -153,6 +153,19 @@ struct Held {
     task: Option<AbortHandle>,
 }
 
+impl Held {
+    /// A key this client just created (or found) at `revision` on `lease`.
+    fn created(key: Vec<u8>, lease: &Arc<Lease>, revision: i64) -> Held {
+        Held {
+            key,
+            lease: Arc::clone(lease),
+            revision,
+            written: revision,
+            task: None,
+        }
+    }
+}
+
 impl Drop for Held {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
@@ -549,13 +562,7 @@ impl EtcdBackend {
                 if !known {
                     keys.insert(
                         spec.token.to_owned(),
-                        Held {
-                            key: key.clone(),
-                            lease: Arc::clone(&lease),
-                            revision: created,
-                            written: created,
-                            task: None,
-                        },
+                        Held::created(key.clone(), &lease, created),
                     );
                 }
             }
@@ -736,13 +743,7 @@ impl EtcdBackend {
             for (spec, (_, key)) in specs.iter().zip(&keys) {
                 held.insert(
                     spec.token.to_owned(),
-                    Held {
-                        key: key.clone(),
-                        lease: Arc::clone(&lease),
-                        revision: created,
-                        written: created,
-                        task: None,
-                    },
+                    Held::created(key.clone(), &lease, created),
                 );
             }
         }
