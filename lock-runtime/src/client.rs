@@ -85,6 +85,8 @@ impl LockClient {
     /// | `rediss://…` | Redis over TLS (needs the `tls` feature) |
     /// | `redlock://[:password@]h1:p1,h2:p2,h3:p3[,…]` | Redlock across independent Redis masters (no fencing) |
     /// | `redis+cluster://[:password@]h1:p1,h2:p2,…` | a Redis Cluster (any reachable nodes as seeds) |
+    /// | `redis+sentinel://[:password@]s1:26379,s2:26379,…/service[/db]` | the master of a Redis Sentinel service, followed through failovers |
+    /// | `…?replicas=N` on `redis://`, `redis+sentinel://`, `redis+cluster://` | a grant or renewal counts once N replicas acknowledged it (`WAIT`) |
     /// | `postgres://user:password@host:port/db[?table=…&pool_size=…&create_table=false]` | a lock table in PostgreSQL (`postgres` feature) |
     /// | `mysql://user:password@host:port/db[?table=…&pool_size=…&create_table=false]` | a lock table in MySQL 8 / MariaDB ≥ 10.6 (`mysql` feature) |
     /// | `zk://h1:2181,h2:2181[/chroot][?session_timeout=10s]` | ZooKeeper ephemeral sequential nodes, one session per lease (`zookeeper` feature) |
@@ -446,7 +448,8 @@ impl LockClientBuilder {
         };
         let backend: Arc<dyn Backend> = match scheme {
             "memory" => MemoryBackend::named(rest.trim_end_matches('/')),
-            "redis" | "rediss" | "redis+unix" | "unix" | "redlock" | "redis+cluster" => {
+            "redis" | "rediss" | "redis+unix" | "unix" | "redlock" | "redis+cluster"
+            | "redis+sentinel" => {
                 self.connect_redis(scheme, url).await?
             }
             "postgres" | "postgresql" => self.connect_postgres(url).await?,
@@ -457,7 +460,7 @@ impl LockClientBuilder {
                 return Err(LockError::Config(format!(
                     "unknown lock backend scheme `{scheme}://` in `{}`: supported are \
                      `memory://`, `redis://` / `rediss://`, `redlock://`, `redis+cluster://`, \
-                     `postgres://`, `mysql://`, `zk://` and `etcd://`",
+                     `redis+sentinel://`, `postgres://`, `mysql://`, `zk://` and `etcd://`",
                     redact(url)
                 )));
             }
@@ -486,13 +489,28 @@ impl LockClientBuilder {
                     .into(),
             ));
         }
+        let (url, replicas) =
+            crate::backend::redis::take_replicas(url).map_err(LockError::Config)?;
+        let url = url.as_str();
         let settings = crate::backend::redis::RedisSettings {
             connect_timeout: self.connect_timeout,
             response_timeout: self.response_timeout,
             fence_prefix: self.fencing_prefix.clone(),
             retries: crate::backend::redis::RETRIES,
+            replicas,
         };
         match scheme {
+            "redlock" if replicas > 0 => Err(LockError::Config(format!(
+                "`replicas` does not apply to `redlock://` (each Redlock node is a master of its \
+                 own, and a grant already needs a majority of them): for a master with replicas \
+                 use `redis+sentinel://…?replicas={replicas}` or `redis://…?replicas={replicas}`"
+            ))),
+            "redis+sentinel" => Ok(crate::backend::redis::RedisBackend::connect_sentinel(
+                url,
+                redact(url),
+                settings,
+            )
+            .await?),
             "redlock" => {
                 if self.fencing {
                     return Err(LockError::Config(

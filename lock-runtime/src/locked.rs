@@ -228,6 +228,7 @@ mod footprint {
             response_timeout: Duration::from_secs(1),
             fence_prefix: "lock-fence:".into(),
             retries: crate::backend::redis::RETRIES,
+            replicas: 0,
         };
         let redis = crate::backend::redis::RedisBackend::new("redis://127.0.0.1:1", settings)
             .expect("a valid URL");

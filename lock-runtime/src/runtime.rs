@@ -67,6 +67,15 @@ impl<T> Revived<T> {
         }
     }
 
+    /// The one started last, if any (alive or not).
+    #[cfg(feature = "redis")]
+    pub(crate) fn latest(&self) -> Option<Arc<T>> {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// The live one (`alive`), or a new one from `start`.
     pub(crate) async fn get<E, Fut>(
         &self,

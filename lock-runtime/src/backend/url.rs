@@ -19,7 +19,7 @@ pub(crate) fn redact_url(url: &str) -> String {
 
 /// `host[:port],host[:port]…` (IPv6 in brackets) as `host:port` each, `default_port` where a
 /// host names none; the error says which host is wrong and how.
-#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+#[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]
 pub(crate) fn host_list(hosts: &str, default_port: u16) -> Result<Vec<String>, String> {
     let mut listed = Vec::new();
     for host in hosts.split(',') {
@@ -77,7 +77,7 @@ mod tests {
         assert_eq!(redact_url("redis://tok@h"), "redis://***@h");
     }
 
-    #[cfg(any(feature = "zookeeper", feature = "etcd"))]
+    #[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]
     #[test]
     fn host_lists_get_default_ports_and_name_what_is_wrong() {
         use super::host_list;

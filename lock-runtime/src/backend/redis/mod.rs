@@ -50,9 +50,10 @@ mod nodes;
 mod pubsub;
 pub(crate) mod redlock;
 mod scripts;
+pub(crate) mod sentinel;
 
 pub(crate) use cluster::cluster_slot;
-pub(crate) use nodes::node_urls;
+pub(crate) use nodes::{node_urls, take_replicas};
 use pubsub::Subscriber;
 use scripts::VOTE;
 
@@ -77,6 +78,8 @@ pub(crate) struct RedisSettings {
     /// Retries of a command that failed on a dropped connection (Redlock nodes use none: a
     /// node that does not answer is skipped, not waited for).
     pub retries: u32,
+    /// `?replicas=N`: grants and renewals count only once N replicas acknowledged them.
+    pub replicas: u16,
 }
 
 /// How the backend reaches Redis (one per backend, so the variants' sizes do not matter).
@@ -84,13 +87,46 @@ pub(crate) struct RedisSettings {
 enum Link {
     Single(redis::Client),
     Cluster(ClusterClient),
+    /// The master the sentinels name, asked again whenever a connection is made.
+    Sentinel(sentinel::Sentinels),
 }
 
-/// A connection of either kind; commands go through it unchanged.
+/// A connection of either kind; commands go through it unchanged, or (`Acked`) each followed by
+/// `WAIT` for the replicas.
 #[derive(Clone)]
 pub(crate) enum Connection {
     Single(MultiplexedConnection),
     Cluster(ClusterConnection),
+    /// Every command but `SCRIPT …` is sent in one pipeline with `WAIT <replicas> <timeout>`
+    /// after it, and fails with [`NOT_ACKED`] when fewer replicas acknowledged it. `WAIT` blocks
+    /// the connection it is sent on, so this is a connection of its own (the grants' lane, see
+    /// [`RedisBackend::run_acked`]); on a cluster connection the pipeline goes to the node of
+    /// the command's key, where `WAIT` counts that node's replicas.
+    Acked(Box<Connection>, Acks),
+}
+
+/// What an acknowledged connection waits for.
+#[derive(Clone, Copy)]
+pub(crate) struct Acks {
+    replicas: u16,
+    /// `WAIT`'s timeout, set per operation from its lease (see `RedisBackend::run_acked`).
+    timeout_ms: u64,
+}
+
+/// The start of the error an acknowledged command fails with when too few replicas confirmed it.
+const NOT_ACKED: &str = "too few replicas acknowledged the write";
+
+/// Whether `error` says a write was not acknowledged by enough replicas (see [`Acks`]).
+fn is_not_acked(error: &RedisError) -> bool {
+    error.kind() == ErrorKind::Client && error.to_string().contains(NOT_ACKED)
+}
+
+impl Connection {
+    fn waiting(&mut self, timeout_ms: u64) {
+        if let Connection::Acked(_, acks) = self {
+            acks.timeout_ms = timeout_ms;
+        }
+    }
 }
 
 impl redis::aio::ConnectionLike for Connection {
@@ -98,6 +134,34 @@ impl redis::aio::ConnectionLike for Connection {
         match self {
             Connection::Single(conn) => conn.req_packed_command(cmd),
             Connection::Cluster(conn) => conn.req_packed_command(cmd),
+            Connection::Acked(conn, acks) => {
+                if cmd.args_iter().next() == Some(redis::Arg::Simple(b"SCRIPT")) {
+                    return conn.req_packed_command(cmd);
+                }
+                let acks = *acks;
+                Box::pin(async move {
+                    let mut pipeline = redis::pipe();
+                    pipeline
+                        .add_command(cmd.clone())
+                        .cmd("WAIT")
+                        .arg(acks.replicas)
+                        .arg(acks.timeout_ms);
+                    let mut replies = conn.req_packed_commands(&pipeline, 0, 2).await?;
+                    let acked = replies.pop();
+                    let reply = replies.pop().unwrap_or(Value::Nil).extract_error()?;
+                    match acked {
+                        Some(Value::Int(n)) if n >= i64::from(acks.replicas) => Ok(reply),
+                        acked => Err(RedisError::from((
+                            ErrorKind::Client,
+                            NOT_ACKED,
+                            format!(
+                                "WAIT {} {} answered {acked:?}",
+                                acks.replicas, acks.timeout_ms
+                            ),
+                        ))),
+                    }
+                })
+            }
         }
     }
 
@@ -110,6 +174,7 @@ impl redis::aio::ConnectionLike for Connection {
         match self {
             Connection::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             Connection::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Connection::Acked(conn, _) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -117,9 +182,15 @@ impl redis::aio::ConnectionLike for Connection {
         match self {
             Connection::Single(conn) => conn.get_db(),
             Connection::Cluster(conn) => conn.get_db(),
+            Connection::Acked(conn, _) => conn.get_db(),
         }
     }
 }
+
+/// The shared connection (lane 0) and the grants' connection that waits for replicas (lane 1,
+/// used only with `?replicas`).
+const SHARED: usize = 0;
+const ACKED: usize = 1;
 
 /// The shared connection and its number (see `RedisBackend::connections_made`).
 struct SharedConnection {
@@ -135,7 +206,8 @@ pub(crate) struct RedisBackend {
     url: String,
     settings: RedisSettings,
     config: AsyncConnectionConfig,
-    connection: Mutex<Option<SharedConnection>>,
+    /// One per lane ([`SHARED`], [`ACKED`]).
+    connection: [Mutex<Option<SharedConnection>>; 2],
     /// Numbers the connections made, so a failed command forgets only the one it ran on.
     connections_made: std::sync::atomic::AtomicU64,
     reconnecting: tokio::sync::Mutex<()>,
@@ -197,7 +269,7 @@ impl RedisBackend {
             url: shown,
             settings,
             config,
-            connection: Mutex::new(None),
+            connection: [Mutex::new(None), Mutex::new(None)],
             connections_made: Default::default(),
             reconnecting: tokio::sync::Mutex::new(()),
             subscriber: Revived::new(),
@@ -238,7 +310,44 @@ impl RedisBackend {
             Ok(())
         }
         .await;
-        loaded.map_err(|e| self.connect_error(e))
+        loaded.map_err(|e| self.connect_error(e))?;
+        if self.settings.replicas > 0 && !self.is_cluster() {
+            self.check_replicas(&mut conn).await?;
+        }
+        Ok(())
+    }
+
+    /// With `?replicas=N`: the server must be a master with N replicas connected, or no grant
+    /// could ever be acknowledged.
+    async fn check_replicas(&self, conn: &mut Connection) -> Result<(), LockError> {
+        let role: Vec<Value> = redis::cmd("ROLE")
+            .query_async(conn)
+            .await
+            .map_err(|e| self.connect_error(e))?;
+        let wanted = self.settings.replicas;
+        let refused = |reason: String| LockError::Connect {
+            url: self.url.clone(),
+            reason,
+            source: None,
+        };
+        match role.as_slice() {
+            [Value::BulkString(role), _, Value::Array(replicas), ..] if role == b"master" => {
+                if replicas.len() < usize::from(wanted) {
+                    return Err(refused(format!(
+                        "`replicas={wanted}` asks every grant to be acknowledged by {wanted} \
+                         replicas, but the master has {} connected: attach more replicas, or \
+                         lower `replicas`",
+                        replicas.len()
+                    )));
+                }
+                Ok(())
+            }
+            _ => Err(refused(format!(
+                "`replicas={wanted}` needs the URL to name a master, and this server is not \
+                 one (ROLE answered {role:?}): name the master, or use `redis+sentinel://` to \
+                 find it"
+            ))),
+        }
     }
 
     /// The URL for messages (password redacted).
@@ -248,6 +357,23 @@ impl RedisBackend {
 
     /// Turns a connection-time failure into an error that says what to check.
     fn connect_error(&self, error: RedisError) -> LockError {
+        let authentication = error.kind() == ErrorKind::AuthenticationFailed
+            || matches!(error.code(), Some("NOAUTH" | "WRONGPASS"));
+        if let (Link::Sentinel(sentinels), false) = (&self.link, authentication) {
+            let hint = match error.kind() {
+                ErrorKind::MasterNameNotFoundBySentinel => format!(
+                    "check the service name: it is the name in the sentinels' `sentinel monitor \
+                     <name> …` line (asked for `{}`)",
+                    sentinels.service()
+                ),
+                _ => "Redis Sentinel: is every sentinel down, or the master unreachable?".into(),
+            };
+            return LockError::Connect {
+                url: self.url.clone(),
+                reason: format!("{hint} ({error})"),
+                source: Some(Box::new(error)),
+            };
+        }
         let hint = match error.kind() {
             _ if error.code() == Some("NOAUTH") => {
                 "the server requires a password: put it in the URL (redis://:password@host:port)"
@@ -290,13 +416,15 @@ impl RedisBackend {
         }
     }
 
-    fn slot(&self) -> MutexGuard<'_, Option<SharedConnection>> {
-        self.connection.lock().unwrap_or_else(|p| p.into_inner())
+    fn slot(&self, lane: usize) -> MutexGuard<'_, Option<SharedConnection>> {
+        self.connection[lane]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A handle on the live shared connection, and its number.
-    fn current(&self) -> Option<(Connection, u64)> {
-        let slot = self.slot();
+    /// A handle on the live connection of `lane`, and its number.
+    fn current(&self, lane: usize) -> Option<(Connection, u64)> {
+        let slot = self.slot(lane);
         let shared = slot.as_ref().filter(|s| s.bound.is_alive())?;
         Some((shared.bound.get().clone(), shared.number))
     }
@@ -304,42 +432,60 @@ impl RedisBackend {
     /// A handle on the shared multiplexed connection (and its number), which is (re)made on the
     /// caller's runtime when there is none or the runtime it was made on has shut down.
     async fn connection(&self) -> RedisResult<(Connection, u64)> {
-        match self.current() {
+        self.connection_of(SHARED).await
+    }
+
+    async fn connection_of(&self, lane: usize) -> RedisResult<(Connection, u64)> {
+        match self.current(lane) {
             Some(current) => Ok(current),
             // Boxed: connecting is a large future, and every command's future would carry
             // its size (and be copied around with it) while only the first ever needs it.
-            None => Box::pin(self.reconnect()).await,
+            None => Box::pin(self.reconnect(lane)).await,
         }
     }
 
-    async fn reconnect(&self) -> RedisResult<(Connection, u64)> {
+    async fn reconnect(&self, lane: usize) -> RedisResult<(Connection, u64)> {
         let _one_at_a_time = self.reconnecting.lock().await;
-        if let Some(current) = self.current() {
+        if let Some(current) = self.current(lane) {
             return Ok(current);
         }
-        let conn = match &self.link {
+        let mut conn = match &self.link {
             Link::Single(client) => Connection::Single(
                 client
                     .get_multiplexed_async_connection_with_config(&self.config)
                     .await?,
             ),
             Link::Cluster(client) => Connection::Cluster(client.get_async_connection().await?),
+            Link::Sentinel(sentinels) => {
+                let (_, conn) = sentinels
+                    .connect_master(&self.config, self.settings.connect_timeout)
+                    .await?;
+                sentinels.watch();
+                Connection::Single(conn)
+            }
         };
+        if lane == ACKED {
+            let acks = Acks {
+                replicas: self.settings.replicas,
+                timeout_ms: 0,
+            };
+            conn = Connection::Acked(Box::new(conn), acks);
+        }
         let number = self
             .connections_made
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        *self.slot() = Some(SharedConnection {
+        *self.slot(lane) = Some(SharedConnection {
             bound: RuntimeBound::new(conn.clone()),
             number,
         });
-        tracing::debug!(url = %self.url, "distlock: connected to redis");
+        tracing::debug!(url = %self.url, lane, "distlock: connected to redis");
         Ok((conn, number))
     }
 
     /// Forgets connection number `failed` so the next command reconnects, unless another
     /// caller has already replaced it.
-    fn invalidate(&self, failed: u64) {
-        let mut slot = self.slot();
+    fn invalidate(&self, lane: usize, failed: u64) {
+        let mut slot = self.slot(lane);
         if slot
             .as_ref()
             .is_some_and(|current| current.number == failed)
@@ -348,27 +494,71 @@ impl RedisBackend {
         }
     }
 
+    /// Forgets every connection (the sentinels switched the master): the next command asks
+    /// them for the master again, and waiters resubscribe there.
+    pub(super) fn forget_connections(&self) {
+        for lane in [SHARED, ACKED] {
+            *self.slot(lane) = None;
+        }
+        if let Some(subscriber) = self.subscriber.latest() {
+            subscriber.close();
+        }
+    }
+
     /// Runs `op` on the shared connection, retrying on a dropped connection or timeout with a
     /// fresh connection. `op` gets the attempt number so it can stay idempotent.
-    async fn run<T, F, Fut>(&self, mut op: F) -> RedisResult<T>
+    async fn run<T, F, Fut>(&self, op: F) -> RedisResult<T>
+    where
+        F: FnMut(Connection, u32) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        self.run_on(SHARED, Duration::ZERO, op).await
+    }
+
+    /// [`run`](Self::run) for a write that must reach the replicas (`?replicas=N`): a grant,
+    /// renewal or hand-over of a lock with `lease`. On the connection that follows each command
+    /// with `WAIT`, given a quarter of the lease (at most half the response timeout, at least
+    /// 10 ms); without `?replicas`, on the shared connection.
+    async fn run_acked<T, F, Fut>(&self, lease: Duration, op: F) -> RedisResult<T>
+    where
+        F: FnMut(Connection, u32) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        if self.settings.replicas == 0 {
+            return self.run_on(SHARED, Duration::ZERO, op).await;
+        }
+        let wait = (lease / 4)
+            .min(self.settings.response_timeout / 2)
+            .max(Duration::from_millis(10));
+        Box::pin(self.run_on(ACKED, wait, op)).await
+    }
+
+    async fn run_on<T, F, Fut>(&self, lane: usize, wait: Duration, mut op: F) -> RedisResult<T>
     where
         F: FnMut(Connection, u32) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
         let mut attempt = 0;
         loop {
-            let result = match self.connection().await {
-                Ok((conn, number)) => {
+            let result = match self.connection_of(lane).await {
+                Ok((mut conn, number)) => {
+                    conn.waiting(millis(wait));
                     let outcome = op(conn, attempt).await;
-                    if outcome.as_ref().is_err_and(is_transient) {
-                        self.invalidate(number);
+                    if outcome
+                        .as_ref()
+                        .is_err_and(|e| is_transient(e) || self.failed_over(e))
+                    {
+                        self.invalidate(lane, number);
                     }
                     outcome
                 }
                 Err(error) => Err(error),
             };
             match result {
-                Err(error) if attempt < self.settings.retries && is_transient(&error) => {
+                Err(error)
+                    if attempt < self.settings.retries
+                        && (is_transient(&error) || self.failed_over(&error)) =>
+                {
                     attempt += 1;
                     tracing::debug!(%error, attempt, "distlock: redis command failed, retrying");
                     // Boxed, like the reconnection: off the hot path, out of its future.
@@ -377,6 +567,13 @@ impl RedisBackend {
                 other => return other,
             }
         }
+    }
+
+    /// Whether `error` says the node we write to is no longer the master (`READONLY`): behind
+    /// Sentinel, ask the sentinels again.
+    fn failed_over(&self, error: &RedisError) -> bool {
+        matches!(self.link, Link::Sentinel(_))
+            && error.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
     }
 
     fn fence_key(&self, name: &str) -> String {
@@ -403,7 +600,7 @@ impl RedisBackend {
             Kind::Permits(limit) => (&self.permit, u64::from(limit)),
         };
         let (taken, value): (i64, i64) = self
-            .run(|mut conn, _| {
+            .run_acked(spec.lease, |mut conn, _| {
                 let mut call = script.key(spec.name);
                 call.key(fence_key)
                     .key(writers)
@@ -456,7 +653,7 @@ impl RedisBackend {
         let (queue, deadlines) = self.fair_keys(spec.name);
         let place = millis(crate::wait::FAIR_QUEUE_TTL);
         let (taken, value): (i64, i64) = self
-            .run(|mut conn, _| {
+            .run_acked(spec.lease, |mut conn, _| {
                 let mut call = self.acquire_fair.key(spec.name);
                 call.key(&queue)
                     .key(&deadlines)
@@ -484,7 +681,7 @@ impl RedisBackend {
             .map(|spec| [self.fence_key(spec.name), self.writers_key(spec.name)])
             .collect();
         let answer: Vec<i64> = self
-            .run(|mut conn, _| {
+            .run_acked(first.lease, |mut conn, _| {
                 let mut call = self.acquire_all.prepare_invoke();
                 call.arg(millis(first.lease))
                     .arg(u8::from(first.fencing))
@@ -519,8 +716,9 @@ impl RedisBackend {
 
     /// Renews `specs` (all in one slot when in a cluster) with one script call.
     async fn renew_batch(&self, specs: &[LockSpec<'_>]) -> Result<Vec<bool>, BoxError> {
+        let lease = specs.iter().map(|spec| spec.lease).min().unwrap_or_default();
         let renewed: Vec<i64> = self
-            .run(|mut conn, _| {
+            .run_acked(lease, |mut conn, _| {
                 let mut call = self.renew_many.prepare_invoke();
                 for spec in specs {
                     call.key(spec.name)
@@ -541,6 +739,70 @@ impl RedisBackend {
         }
         Ok(renewed.into_iter().map(|r| r == 1).collect())
     }
+    /// One attempt (see [`Backend::try_acquire`]).
+    fn attempt<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
+        if spec.fair {
+            // A future of its own: the plain path's stays small (see `locked::footprint`).
+            return Box::pin(self.try_acquire_fair(spec));
+        }
+        Box::pin(async move {
+            let lease = millis(spec.lease);
+            // The hot path: a first try for a plain lock is one `SET NX PX` (`OK` when set, nil
+            // when taken: read as a raw value, no string allocated). A reader, a fenced lock, a
+            // waiter (which needs the holder's TTL, and marks a key its readers hold) and a
+            // retry on a fresh connection (which must recognize the lock as ours if the lost
+            // first try took it) run one script instead.
+            let plain = spec.kind == Kind::Exclusive && !spec.fencing && !spec.waiting;
+            let taken: Option<bool> = if plain {
+                self.run_acked(spec.lease, |mut conn, attempt| {
+                    let set = set_nx_px(spec.name, spec.token, lease);
+                    async move {
+                        if attempt > 0 {
+                            return Ok(None);
+                        }
+                        let set: Value = set.query_async(&mut conn).await?;
+                        Ok(Some(set != Value::Nil))
+                    }
+                })
+                .await
+                .map_err(acquire_error)?
+            } else {
+                None
+            };
+            match taken {
+                Some(true) => Ok(Attempt::Acquired {
+                    fencing_token: None,
+                }),
+                Some(false) => Ok(Attempt::Busy { ttl: None }),
+                // Boxed: the plain path's future stays small (see `locked::footprint`).
+                None => Box::pin(self.try_acquire_by_script(spec)).await,
+            }
+        })
+    }
+
+    /// Gives back what an attempt whose grant the replicas did not acknowledge may have taken
+    /// (quietly: errors are only logged; the lease ends it otherwise).
+    async fn give_back_unacked(&self, specs: &[LockSpec<'_>]) {
+        for spec in specs {
+            let hold = Hold {
+                name: spec.name,
+                token: spec.token,
+                kind: spec.kind,
+                fair: spec.fair,
+            };
+            if let Err(error) = Backend::release(self, hold).await {
+                tracing::debug!(%error, key = spec.name, "distlock: giving back an unacknowledged grant failed");
+            }
+        }
+    }
+}
+
+/// Whether an acquisition failed because too few replicas acknowledged its grant.
+fn not_acked(error: &BoxError) -> bool {
+    error
+        .downcast_ref::<Transient>()
+        .and_then(|t| t.0.downcast_ref::<RedisError>())
+        .is_some_and(is_not_acked)
 }
 
 /// Errors worth retrying on a fresh connection: the command may or may not have run, so every
@@ -565,7 +827,8 @@ fn is_transient(error: &RedisError) -> bool {
 /// failover, a server loading its data); permanent otherwise (authentication, a script error,
 /// a lock key holding a value of another type).
 pub(crate) fn acquire_error(error: RedisError) -> BoxError {
-    Transient::wrap_if(is_transient(&error), error)
+    let transient = is_transient(&error) || is_not_acked(&error);
+    Transient::wrap_if(transient, error)
 }
 
 /// `SET <name> <token> NX PX <lease>` in one pre-sized command (the hot path: `redis::cmd`
@@ -662,43 +925,16 @@ impl Backend for RedisBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
-        if spec.fair {
-            // A future of its own: the plain path's stays small (see `locked::footprint`).
-            return Box::pin(self.try_acquire_fair(spec));
+        if self.settings.replicas > 0 {
+            return Box::pin(async move {
+                let attempt = self.attempt(spec).await;
+                if attempt.as_ref().is_err_and(|e| not_acked(e)) {
+                    self.give_back_unacked(&[spec]).await;
+                }
+                attempt
+            });
         }
-        Box::pin(async move {
-            let lease = millis(spec.lease);
-            // The hot path: a first try for a plain lock is one `SET NX PX` (`OK` when set, nil
-            // when taken: read as a raw value, no string allocated). A reader, a fenced lock, a
-            // waiter (which needs the holder's TTL, and marks a key its readers hold) and a
-            // retry on a fresh connection (which must recognize the lock as ours if the lost
-            // first try took it) run one script instead.
-            let plain = spec.kind == Kind::Exclusive && !spec.fencing && !spec.waiting;
-            let taken: Option<bool> = if plain {
-                self.run(|mut conn, attempt| {
-                    let set = set_nx_px(spec.name, spec.token, lease);
-                    async move {
-                        if attempt > 0 {
-                            return Ok(None);
-                        }
-                        let set: Value = set.query_async(&mut conn).await?;
-                        Ok(Some(set != Value::Nil))
-                    }
-                })
-                .await
-                .map_err(acquire_error)?
-            } else {
-                None
-            };
-            match taken {
-                Some(true) => Ok(Attempt::Acquired {
-                    fencing_token: None,
-                }),
-                Some(false) => Ok(Attempt::Busy { ttl: None }),
-                // Boxed: the plain path's future stays small (see `locked::footprint`).
-                None => Box::pin(self.try_acquire_by_script(spec)).await,
-            }
-        })
+        self.attempt(spec)
     }
 
     fn acquires_sets(&self, names: &[&str], _kind: Kind) -> bool {
@@ -712,14 +948,20 @@ impl Backend for RedisBackend {
         &'a self,
         specs: &'a [LockSpec<'a>],
     ) -> BoxFuture<'a, Result<SetAttempt, BoxError>> {
-        Box::pin(self.acquire_set(specs))
+        Box::pin(async move {
+            let attempt = self.acquire_set(specs).await;
+            if attempt.as_ref().is_err_and(|e| not_acked(e)) {
+                self.give_back_unacked(specs).await;
+            }
+            attempt
+        })
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
         Box::pin(async move {
             let lease = millis(spec.lease);
             let renewed: i64 = self
-                .run(|mut conn, _| {
+                .run_acked(spec.lease, |mut conn, _| {
                     let mut call = self.renew.key(spec.name);
                     call.arg(spec.token)
                         .arg(lease)
@@ -789,7 +1031,7 @@ impl Backend for RedisBackend {
             let fence_key = self.fence_key(to.name);
             let lease = millis(to.lease);
             let handed: i64 = self
-                .run(|mut conn, attempt| {
+                .run_acked(to.lease, |mut conn, attempt| {
                     let mut call = self.hand_over.key(to.name);
                     call.key(&fence_key)
                         .arg(from)

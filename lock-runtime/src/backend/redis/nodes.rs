@@ -41,8 +41,69 @@ pub(crate) fn node_urls(url: &str) -> Result<Vec<String>, String> {
     Ok(nodes)
 }
 
+/// Takes the `replicas=N` option out of `url`'s query (what is left goes to redis-rs, which
+/// does not know it): the URL without it, and N (0 without the option). The error says what is
+/// wrong with the value.
+pub(crate) fn take_replicas(url: &str) -> Result<(String, u16), String> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), 0));
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((query, fragment)) => (query, Some(fragment)),
+        None => (query, None),
+    };
+    let mut replicas = 0;
+    let mut kept = Vec::new();
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("replicas", value)) => {
+                replicas = value.parse::<u16>().ok().filter(|&n| n <= 32).ok_or_else(|| {
+                    format!(
+                        "`replicas={value}` in `{}`: expected how many replicas must                          acknowledge a grant, 0 to 32",
+                        redact_url(url)
+                    )
+                })?;
+            }
+            _ if pair.is_empty() => {}
+            _ => kept.push(pair),
+        }
+    }
+    let mut rest = base.to_owned();
+    if !kept.is_empty() {
+        rest.push('?');
+        rest.push_str(&kept.join("&"));
+    }
+    if let Some(fragment) = fragment {
+        rest.push('#');
+        rest.push_str(fragment);
+    }
+    Ok((rest, replicas))
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_replicas_option_is_taken_out_of_the_query() {
+        use super::take_replicas;
+        assert_eq!(
+            take_replicas("redis://h:1/0?replicas=2").unwrap(),
+            ("redis://h:1/0".to_owned(), 2)
+        );
+        assert_eq!(
+            take_replicas("redis+sentinel://a,b/m?sentinel_password=x&replicas=1").unwrap(),
+            ("redis+sentinel://a,b/m?sentinel_password=x".to_owned(), 1)
+        );
+        assert_eq!(
+            take_replicas("rediss://h/?replicas=1#insecure").unwrap(),
+            ("rediss://h/#insecure".to_owned(), 1)
+        );
+        assert_eq!(take_replicas("redis://h").unwrap(), ("redis://h".to_owned(), 0));
+        for bad in ["redis://:pw@h?replicas=x", "redis://h?replicas=-1", "redis://h?replicas=99"] {
+            let error = take_replicas(bad).unwrap_err();
+            assert!(error.contains("0 to 32") && !error.contains("pw@"), "{error}");
+        }
+    }
+
     #[test]
     fn multi_node_urls_split_into_one_url_per_node() {
         assert_eq!(

@@ -37,6 +37,19 @@ impl RedisBackend {
     }
 
     async fn start_subscriber(&self) -> RedisResult<Arc<Subscriber>> {
+        if let super::Link::Sentinel(sentinels) = &self.link {
+            // The master the sentinels name now (a PUBLISH there reaches its subscribers).
+            let (master, _) = sentinels
+                .connect_master(&self.config, self.settings.connect_timeout)
+                .await?;
+            let pubsub =
+                tokio::time::timeout(self.settings.connect_timeout, master.get_async_pubsub())
+                    .await
+                    .map_err(|_| {
+                        super::sentinel::io_error("pub/sub connection timed out".into())
+                    })??;
+            return Ok(Subscriber::start(pubsub, self.settings.response_timeout));
+        }
         // Any node will do in a cluster (a PUBLISH reaches every node): start with a random
         // one so clients spread out, and move on when one does not answer.
         let start = fastrand::usize(..self.pubsub_nodes.len());
@@ -183,6 +196,13 @@ impl Subscriber {
             runtime: RuntimeBound::new(()),
             response_timeout,
         })
+    }
+
+    /// Marks it dead and wakes every waiter, which retries and resubscribes through a new
+    /// subscriber (the sentinels switched the master).
+    pub(super) fn close(&self) {
+        self.dead.store(true, Ordering::SeqCst);
+        self.hub.close();
     }
 
     fn is_alive(&self) -> bool {
