@@ -16,6 +16,7 @@ pub mod mysql;
 pub mod postgres;
 pub mod proxy;
 pub mod queue;
+pub mod sentinel;
 pub mod sql;
 #[path = "../../examples/support/store.rs"]
 pub mod store;
