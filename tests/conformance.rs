@@ -18,7 +18,9 @@ use support::fixture::MysqlFixture;
 use support::fixture::PostgresFixture;
 #[cfg(feature = "zookeeper")]
 use support::fixture::ZookeeperFixture;
-use support::fixture::{ClusterFixture, Fixture, MemoryFixture, RedisFixture, RedlockFixture};
+use support::fixture::{
+    ClusterFixture, Fixture, MemoryFixture, RedisFixture, RedlockFixture, SentinelFixture,
+};
 use support::helper::{TRY_ONCE_LEASE, try_once, wait_in_line};
 use support::{eventually, history};
 
@@ -2473,6 +2475,7 @@ suite! {
     redis => RedisFixture::new(),
     redlock => RedlockFixture::new(3),
     cluster => ClusterFixture::new(),
+    sentinel => SentinelFixture::new(),
 }
 
 #[cfg(feature = "postgres")]

@@ -9,6 +9,7 @@ use super::cluster::RedisCluster;
 use super::mysql::MysqlServer;
 use super::postgres::PostgresServer;
 use super::proxy::DelayProxy;
+use super::sentinel::{Sentinel, SentinelGroup};
 use super::{RedisServer, unique};
 
 /// A backend the conformance suite runs against.
@@ -545,6 +546,70 @@ impl Fixture for ClusterFixture {
             url: format!("redis+cluster://{}", nodes.join(",")),
             _keep: keep(proxies),
         }
+    }
+}
+
+/// `redis+sentinel://…?replicas=1` over a master, one replica and one sentinel of this test's
+/// own: every grant and renewal waits for the replica. What it holds is what the master holds.
+pub struct SentinelFixture {
+    pub group: SentinelGroup,
+}
+
+impl SentinelFixture {
+    pub fn new() -> SentinelFixture {
+        SentinelFixture {
+            group: SentinelGroup::start(1, 1),
+        }
+    }
+
+    fn master(&self) -> &RedisServer {
+        &self.group.servers[0]
+    }
+}
+
+impl Fixture for SentinelFixture {
+    fn url(&self) -> String {
+        self.group.url("?replicas=1")
+    }
+
+    async fn holder(&self, name: &str) -> Option<String> {
+        self.master().get(name).await
+    }
+
+    fn read_locks(&self) -> bool {
+        true
+    }
+
+    async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        readers_with(&mut self.master().connection().await, name).await
+    }
+
+    async fn ttl(&self, name: &str) -> Option<Duration> {
+        ttl_with(&mut self.master().connection().await, name).await
+    }
+
+    async fn delete(&self, name: &str) {
+        RedisFixture::delete_on(self.master(), name).await;
+    }
+
+    async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
+        RedisFixture::overwrite_on(self.master(), name, token, ttl).await;
+    }
+
+    /// A proxy in front of the master, and a sentinel of its own that names the proxy as the
+    /// master of another service (and never fails it over): clients still find the master
+    /// through a sentinel, and reach it through the proxy.
+    async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
+        let proxies = slow_proxies(&[self.master().port()], min, max).await;
+        let service = "slowed";
+        let sentinel = Sentinel::start_patient(self.group.dir(), service, proxies[0].port());
+        let url = format!(
+            "redis+sentinel://127.0.0.1:{}/{service}?replicas=1",
+            sentinel.port
+        );
+        let mut keep = keep(proxies);
+        keep.push(Box::new(sentinel));
+        Slowed { url, _keep: keep }
     }
 }
 

@@ -137,6 +137,11 @@ impl SentinelGroup {
         group
     }
 
+    /// A directory of the group's own (removed with it).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     /// `redis+sentinel://127.0.0.1:<s1>,…/<service>` followed by `options` (`?replicas=1`).
     pub fn url(&self, options: &str) -> String {
         let hosts: Vec<String> = self
