@@ -62,7 +62,10 @@ async fn a_failover_keeps_an_acknowledged_lock_and_serves_new_acquisitions() {
         }
     });
     tokio::time::sleep(ms(300)).await;
-    assert!(!waiter.is_finished(), "the waiter waits while the lock is held");
+    assert!(
+        !waiter.is_finished(),
+        "the waiter waits while the lock is held"
+    );
 
     let old = tokio::task::block_in_place(|| group.kill_master());
     let killed = Instant::now();
@@ -98,12 +101,17 @@ async fn a_failover_keeps_an_acknowledged_lock_and_serves_new_acquisitions() {
         let mut master = master.clone();
         async move {
             let left = pttl(&mut master, "lock:held").await;
-            left > 0 && Duration::from_millis(left as u64) > lease.saturating_sub(granted.elapsed()) + ms(500)
+            left > 0
+                && Duration::from_millis(left as u64)
+                    > lease.saturating_sub(granted.elapsed()) + ms(500)
         }
     })
     .await;
     assert!(renewed, "the holder's lease was renewed on the new master");
-    assert!(!holder.is_lost(), "the holder kept its lock through the failover");
+    assert!(
+        !holder.is_lost(),
+        "the holder kept its lock through the failover"
+    );
 
     let released = Instant::now();
     holder.release().await.unwrap();
@@ -115,7 +123,10 @@ async fn a_failover_keeps_an_acknowledged_lock_and_serves_new_acquisitions() {
     );
     let woke = at.saturating_duration_since(released);
     eprintln!("the waiter blocked across the failover was granted {woke:?} after the release");
-    assert!(woke < lease, "woken by the release, not by the lease running out");
+    assert!(
+        woke < lease,
+        "woken by the release, not by the lease running out"
+    );
     let second = client.lock("fenced").acquire().await.unwrap();
     assert!(
         second.fencing_token().unwrap() > 0 && token > 0,
@@ -144,15 +155,31 @@ async fn grants_and_renewals_the_replicas_do_not_acknowledge_do_not_count() {
     assert!(group_ready, "the replica came online");
     let url = format!("{}?replicas=1", master.url());
     let client = LockClient::connect(&url).await.unwrap();
-    let holder = client.lock("renewed").lease(ms(1_500)).acquire().await.unwrap();
+    let holder = client
+        .lock("renewed")
+        .lease(ms(1_500))
+        .acquire()
+        .await
+        .unwrap();
     let on_replica = replica.get("lock:renewed").await;
-    assert!(on_replica.is_some(), "an acknowledged grant is on the replica");
+    assert!(
+        on_replica.is_some(),
+        "an acknowledged grant is on the replica"
+    );
 
     replica.pause();
     let started = Instant::now();
-    let refused = client.lock("refused").lease(ms(2_000)).wait(ms(1_500)).acquire().await;
+    let refused = client
+        .lock("refused")
+        .lease(ms(2_000))
+        .wait(ms(1_500))
+        .acquire()
+        .await;
     assert!(
-        matches!(refused, Err(LockError::Timeout { .. }) | Err(LockError::Backend { .. })),
+        matches!(
+            refused,
+            Err(LockError::Timeout { .. }) | Err(LockError::Backend { .. })
+        ),
         "a grant no replica acknowledged does not count: {refused:?}"
     );
     assert_eq!(
@@ -163,11 +190,22 @@ async fn grants_and_renewals_the_replicas_do_not_acknowledge_do_not_count() {
     let lost = tokio::time::timeout(Duration::from_secs(5), holder.lost()).await;
     let lost_after = started.elapsed();
     replica.resume();
-    assert!(lost.is_ok(), "renewals nobody acknowledged: the holder is told it lost the lock");
+    assert!(
+        lost.is_ok(),
+        "renewals nobody acknowledged: the holder is told it lost the lock"
+    );
     eprintln!("replica paused: the holder was told it lost its lock after {lost_after:?}");
 
-    let guard = client.lock("refused").wait(Duration::from_secs(10)).acquire().await.unwrap();
-    assert!(replica.get("lock:refused").await.is_some(), "acknowledged once the replica answers");
+    let guard = client
+        .lock("refused")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        replica.get("lock:refused").await.is_some(),
+        "acknowledged once the replica answers"
+    );
     guard.release().await.unwrap();
     drop(replica);
 }
@@ -197,13 +235,23 @@ async fn grants_just_before_a_failover_survive_only_when_acknowledged() {
         std::fs::create_dir_all(&dir).unwrap();
         let service = "grants";
         let sentinel = support::sentinel::Sentinel::start_at(&dir, service, master.port(), 1);
-        let url = format!("redis+sentinel://127.0.0.1:{}/{service}{option}", sentinel.port);
+        let url = format!(
+            "redis+sentinel://127.0.0.1:{}/{service}{option}",
+            sentinel.port
+        );
         let client = LockClient::connect(&url).await.unwrap();
         link.set_delay_range(ms(100), ms(200));
         let mut master = master;
         let mut guards = Vec::new();
         for i in 0..GRANTS {
-            guards.push(client.lock(format!("k{i}")).lease(Duration::from_secs(30)).acquire().await.unwrap());
+            guards.push(
+                client
+                    .lock(format!("k{i}"))
+                    .lease(Duration::from_secs(30))
+                    .acquire()
+                    .await
+                    .unwrap(),
+            );
         }
         link.cut(Duration::from_secs(600));
         master.kill();
@@ -211,7 +259,9 @@ async fn grants_just_before_a_failover_survive_only_when_acknowledged() {
         let promoted = eventually(Duration::from_secs(30), || async {
             let named: Option<(String, u16)> = query(
                 sentinel.port,
-                redis::cmd("SENTINEL").arg("get-master-addr-by-name").arg(service),
+                redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(service),
             )
             .unwrap_or_default();
             named.is_some_and(|(_, port)| port == replica.port())
@@ -238,7 +288,10 @@ async fn grants_just_before_a_failover_survive_only_when_acknowledged() {
         drop(sentinel);
         let _ = std::fs::remove_dir_all(&dir);
     }
-    assert_eq!(results[1], 0, "with ?replicas=1 no grant is lost in a failover");
+    assert_eq!(
+        results[1], 0,
+        "with ?replicas=1 no grant is lost in a failover"
+    );
 }
 
 /// Bad input fails at connect time with an error that names the cause: an unknown service
@@ -259,7 +312,10 @@ async fn bad_sentinel_and_replicas_urls_say_what_is_wrong() {
         (error.to_string(), started.elapsed())
     };
 
-    let (error, _) = connect(format!("redis+sentinel://127.0.0.1:{sentinel}/no_such_service")).await;
+    let (error, _) = connect(format!(
+        "redis+sentinel://127.0.0.1:{sentinel}/no_such_service"
+    ))
+    .await;
     assert!(
         error.contains("no_such_service")
             && error.contains(&format!("127.0.0.1:{sentinel}"))
@@ -269,8 +325,10 @@ async fn bad_sentinel_and_replicas_urls_say_what_is_wrong() {
     );
 
     let (closed1, closed2) = (free_port(), free_port());
-    let (error, took) =
-        connect(format!("redis+sentinel://127.0.0.1:{closed1},127.0.0.1:{closed2}/svc")).await;
+    let (error, took) = connect(format!(
+        "redis+sentinel://127.0.0.1:{closed1},127.0.0.1:{closed2}/svc"
+    ))
+    .await;
     assert!(
         error.contains(&format!("127.0.0.1:{closed1}"))
             && error.contains(&format!("127.0.0.1:{closed2}"))
@@ -298,16 +356,25 @@ async fn bad_sentinel_and_replicas_urls_say_what_is_wrong() {
         "{error}"
     );
     let (error, _) = connect(format!("{}?replicas=1", group.servers[1].url())).await;
-    assert!(error.contains("not one") && error.contains("ROLE"), "{error}");
-    let (error, _) = connect("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?replicas=1".into()).await;
+    assert!(
+        error.contains("not one") && error.contains("ROLE"),
+        "{error}"
+    );
+    let (error, _) =
+        connect("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?replicas=1".into()).await;
     assert!(error.contains("does not apply to `redlock://`"), "{error}");
     let (error, _) = connect(group.url("?replicas=many")).await;
-    assert!(error.contains("replicas=many") && error.contains("0 to 32"), "{error}");
+    assert!(
+        error.contains("replicas=many") && error.contains("0 to 32"),
+        "{error}"
+    );
     let (error, _) = connect("redis+sentinel://127.0.0.1:1".into()).await;
     assert!(error.contains("names no service"), "{error}");
 
     // And the good URL works, with the lock on the master and acknowledged by its replica.
-    let client = LockClient::connect(&group.url("?replicas=1")).await.unwrap();
+    let client = LockClient::connect(&group.url("?replicas=1"))
+        .await
+        .unwrap();
     let guard = client.lock("fine").acquire().await.unwrap();
     assert!(group.servers[0].get("lock:fine").await.is_some());
     assert!(group.servers[1].get("lock:fine").await.is_some());

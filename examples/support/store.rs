@@ -158,6 +158,7 @@ impl Store {
                 .get_async_connection()
                 .await?,
             ),
+            Some(("redis+sentinel", rest)) => Conn::Sentinel(Arc::new(Sentinel::parse(rest)?)),
             Some(("redlock", nodes)) => {
                 let first = nodes.split(',').next().unwrap_or_default();
                 Conn::Single(
@@ -535,6 +536,7 @@ pub mod etcd {
 pub enum Conn {
     Single(redis::aio::MultiplexedConnection),
     Cluster(redis::cluster_async::ClusterConnection),
+    Sentinel(Arc<Sentinel>),
 }
 
 impl Conn {
@@ -542,6 +544,111 @@ impl Conn {
         match self.clone() {
             Conn::Single(mut conn) => cmd.query_async(&mut conn).await,
             Conn::Cluster(mut conn) => cmd.query_async(&mut conn).await,
+            Conn::Sentinel(sentinel) => sentinel.query(cmd).await,
+        }
+    }
+}
+
+/// The master of a Redis Sentinel service (`redis+sentinel://s1,s2/service[?replicas=N]`), found
+/// again after a failover: a command that fails is retried on the master the sentinels name
+/// then, for up to 30 s (the examples' values are read and written whole, so a retry is
+/// harmless); with `replicas=N` each command is followed by `WAIT N`, and retried until that
+/// many replicas have it (a write a failover could undo is not taken as done).
+pub struct Sentinel {
+    sentinels: Vec<String>,
+    service: String,
+    replicas: i64,
+    master: Mutex<Option<redis::aio::MultiplexedConnection>>,
+}
+
+impl Sentinel {
+    fn parse(rest: &str) -> Result<Sentinel, BoxError> {
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (hosts, service) = rest.split_once('/').ok_or("no service name in the URL")?;
+        let replicas = query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("replicas="))
+            .map_or(Ok(0), str::parse)?;
+        Ok(Sentinel {
+            sentinels: hosts.split(',').map(str::to_owned).collect(),
+            service: service.split('/').next().unwrap_or(service).to_owned(),
+            replicas,
+            master: Mutex::new(None),
+        })
+    }
+
+    async fn connect(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        let mut last = None;
+        for sentinel in &self.sentinels {
+            let asked = async {
+                let mut conn = redis::Client::open(format!("redis://{sentinel}"))?
+                    .get_multiplexed_async_connection()
+                    .await?;
+                let (host, port): (String, u16) = redis::cmd("SENTINEL")
+                    .arg("get-master-addr-by-name")
+                    .arg(&self.service)
+                    .query_async(&mut conn)
+                    .await?;
+                let mut master = redis::Client::open(format!("redis://{host}:{port}"))?
+                    .get_multiplexed_async_connection()
+                    .await?;
+                let role: Vec<redis::Value> = redis::cmd("ROLE").query_async(&mut master).await?;
+                match role.first() {
+                    Some(redis::Value::BulkString(role)) if role == b"master" => Ok(master),
+                    _ => Err(redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "not the master yet",
+                    ))),
+                }
+            };
+            match asked.await {
+                Ok(master) => return Ok(master),
+                Err(error) => last = Some(error),
+            }
+        }
+        Err(last.unwrap_or_else(|| (redis::ErrorKind::Client, "no sentinels").into()))
+    }
+
+    /// A connection to the master the sentinels name now.
+    pub async fn master(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        let mut master = self.master.lock().await;
+        if master.is_none() {
+            *master = Some(self.connect().await?);
+        }
+        Ok(master.clone().expect("connected"))
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let tried = async {
+                let mut master = self.master.lock().await;
+                if master.is_none() {
+                    *master = Some(self.connect().await?);
+                }
+                let conn = master.as_mut().expect("connected");
+                if self.replicas > 0 {
+                    let mut pipe = redis::pipe();
+                    pipe.add_command(cmd.clone())
+                        .cmd("WAIT")
+                        .arg(self.replicas)
+                        .arg(1_000);
+                    let (value, acked): (redis::Value, i64) = pipe.query_async(conn).await?;
+                    if acked < self.replicas {
+                        return Err((redis::ErrorKind::Client, "not acknowledged").into());
+                    }
+                    return Ok(redis::from_redis_value(value)?);
+                }
+                cmd.query_async(conn).await
+            };
+            match tried.await {
+                Ok(value) => return Ok(value),
+                Err(_) if std::time::Instant::now() < deadline => {
+                    *self.master.lock().await = None;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(error) => return Err(error),
+            }
         }
     }
 }

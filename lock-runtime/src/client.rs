@@ -449,9 +449,7 @@ impl LockClientBuilder {
         let backend: Arc<dyn Backend> = match scheme {
             "memory" => MemoryBackend::named(rest.trim_end_matches('/')),
             "redis" | "rediss" | "redis+unix" | "unix" | "redlock" | "redis+cluster"
-            | "redis+sentinel" => {
-                self.connect_redis(scheme, url).await?
-            }
+            | "redis+sentinel" => self.connect_redis(scheme, url).await?,
             "postgres" | "postgresql" => self.connect_postgres(url).await?,
             "mysql" => self.connect_mysql(url).await?,
             "zk" => self.connect_zookeeper(url).await?,

@@ -398,7 +398,7 @@ async fn give_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<boo
     } else if shared.fair || shared.kind != Kind::Exclusive {
         // The next in line is the head of the lock's queue on the server, not a task here (a
         // fair guard, or a reader, is never a local holder: nothing to let go of locally).
-        renewer.backend().release(shared.hold()).await
+        release_within_lease(renewer.backend(), shared).await
     } else {
         hand_back(renewer, shared).await
     };
@@ -504,9 +504,40 @@ async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<Rel
             }
         }
     }
-    let released = backend.release(shared.hold()).await;
+    let released = release_within_lease(backend, shared).await;
     local.let_go(shared);
     released
+}
+
+/// Releases `shared`'s lock; a failure the backend expects to pass (a failover under way, see
+/// [`Backend::rides_out`]) is retried while the lease is still valid — until then the lock is
+/// ours on the server anyway, and a release that lands frees it for the waiters sooner than
+/// its expiry would.
+async fn release_within_lease(
+    backend: &Arc<dyn Backend>,
+    shared: &Shared,
+) -> Result<Released, BoxError> {
+    let mut attempt = 0;
+    loop {
+        let released = backend.release(shared.hold()).await;
+        match &released {
+            Err(error) if backend.rides_out(error) => {
+                attempt += 1;
+                let pause = crate::backend::retry_pause(attempt).min(Duration::from_millis(500));
+                if Instant::now() + pause >= shared.valid_until() {
+                    return released;
+                }
+                tracing::debug!(key = %shared.key(), %error, attempt, "distlock: release failed; retrying within the lease");
+                tokio::time::sleep(pause).await;
+            }
+            // An earlier try may have landed with its reply lost: not finding the lock now
+            // is ambiguous (see `settle`).
+            Ok(Released::NotOurs) if attempt > 0 => {
+                return Ok(Released::Ambiguous { alive_until: None });
+            }
+            _ => return released,
+        }
+    }
 }
 
 /// Armed while a hand-over command is in flight: if the releasing future is dropped then, the

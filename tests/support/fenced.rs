@@ -133,6 +133,10 @@ impl Resource {
                 let written = match conn.clone() {
                     Conn::Single(mut c) => redis_fenced_set(&mut c, name, value, token).await,
                     Conn::Cluster(mut c) => redis_fenced_set(&mut c, name, value, token).await,
+                    Conn::Sentinel(sentinel) => {
+                        let mut c = sentinel.master().await.expect("the master");
+                        redis_fenced_set(&mut c, name, value, token).await
+                    }
                 };
                 written.expect("fenced write") == FencedWrite::Written
             }

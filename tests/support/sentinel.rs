@@ -113,7 +113,12 @@ impl SentinelGroup {
         let dir = std::env::temp_dir().join(unique("distlock-sentinel"));
         std::fs::create_dir_all(&dir).expect("sentinel directory");
         // Every server may become the master: no diskless-sync delay on any.
-        let common = ["--repl-diskless-sync-delay", "0", "--repl-ping-replica-period", "1"];
+        let common = [
+            "--repl-diskless-sync-delay",
+            "0",
+            "--repl-ping-replica-period",
+            "1",
+        ];
         let master = RedisServer::start_with(&common);
         let master_port = master.port().to_string();
         let mut servers = vec![master];

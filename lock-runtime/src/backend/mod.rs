@@ -391,6 +391,13 @@ pub(crate) trait Backend: Send + Sync + 'static {
         self.renew(spec)
     }
 
+    /// Whether a failed release is worth retrying for as long as the lease lasts: the store is
+    /// expected back within seconds (Redis Sentinel failing over to a replica). Others report
+    /// the failure at once (the lock then ends by its expiry).
+    fn rides_out(&self, _error: &BoxError) -> bool {
+        false
+    }
+
     /// Renews several locks of one [`batch_group`](Self::batch_group) in one round trip where
     /// the backend can (the default renews them one by one). One result per spec, in order.
     /// The renewer sends a lone lock to [`renew`](Self::renew) instead.

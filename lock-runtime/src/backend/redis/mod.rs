@@ -716,7 +716,11 @@ impl RedisBackend {
 
     /// Renews `specs` (all in one slot when in a cluster) with one script call.
     async fn renew_batch(&self, specs: &[LockSpec<'_>]) -> Result<Vec<bool>, BoxError> {
-        let lease = specs.iter().map(|spec| spec.lease).min().unwrap_or_default();
+        let lease = specs
+            .iter()
+            .map(|spec| spec.lease)
+            .min()
+            .unwrap_or_default();
         let renewed: Vec<i64> = self
             .run_acked(lease, |mut conn, _| {
                 let mut call = self.renew_many.prepare_invoke();
@@ -1004,6 +1008,13 @@ impl Backend for RedisBackend {
             let writers = self.writers_key(name);
             self.release_with(script, &[name, &writers], token).await
         })
+    }
+
+    fn rides_out(&self, error: &BoxError) -> bool {
+        matches!(self.link, Link::Sentinel(_))
+            && error
+                .downcast_ref::<RedisError>()
+                .is_some_and(|e| is_transient(e) || self.failed_over(e))
     }
 
     fn serves(&self, _kind: Kind) -> Result<(), String> {

@@ -97,10 +97,20 @@ mod tests {
             take_replicas("rediss://h/?replicas=1#insecure").unwrap(),
             ("rediss://h/#insecure".to_owned(), 1)
         );
-        assert_eq!(take_replicas("redis://h").unwrap(), ("redis://h".to_owned(), 0));
-        for bad in ["redis://:pw@h?replicas=x", "redis://h?replicas=-1", "redis://h?replicas=99"] {
+        assert_eq!(
+            take_replicas("redis://h").unwrap(),
+            ("redis://h".to_owned(), 0)
+        );
+        for bad in [
+            "redis://:pw@h?replicas=x",
+            "redis://h?replicas=-1",
+            "redis://h?replicas=99",
+        ] {
             let error = take_replicas(bad).unwrap_err();
-            assert!(error.contains("0 to 32") && !error.contains("pw@"), "{error}");
+            assert!(
+                error.contains("0 to 32") && !error.contains("pw@"),
+                "{error}"
+            );
         }
     }
 

@@ -234,8 +234,7 @@ impl Sentinels {
             self.service,
             said.join("; ")
         );
-        if unknown > 0 && unknown + said.iter().filter(|s| s.contains("refused")).count() == count
-        {
+        if unknown > 0 && unknown + said.iter().filter(|s| s.contains("refused")).count() == count {
             // Wrong name (or wrong sentinels): waiting will not cure it.
             return Err(RedisError::from((
                 ErrorKind::MasterNameNotFoundBySentinel,
@@ -288,7 +287,11 @@ impl RedisBackend {
 /// Listens for `+switch-master <service> <old ip> <old port> <new ip> <new port>` on one
 /// sentinel after another (the next when one's connection drops), and makes the backend forget
 /// its connections when our service switches. Ends when the backend is gone.
-async fn watch_switches(sentinels: Vec<redis::Client>, service: String, backend: Weak<RedisBackend>) {
+async fn watch_switches(
+    sentinels: Vec<redis::Client>,
+    service: String,
+    backend: Weak<RedisBackend>,
+) {
     let mut next = fastrand::usize(..sentinels.len());
     while backend.strong_count() > 0 {
         let sentinel = &sentinels[next % sentinels.len()];
@@ -350,7 +353,11 @@ mod tests {
         let with_auth =
             Sentinels::parse("redis+sentinel://a/m?sentinel_password=sp&sentinel_user=u").unwrap();
         assert_eq!(
-            with_auth.nodes[0].1.get_connection_info().addr().to_string(),
+            with_auth.nodes[0]
+                .1
+                .get_connection_info()
+                .addr()
+                .to_string(),
             "a:26379"
         );
 
