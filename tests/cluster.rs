@@ -432,3 +432,90 @@ async fn keys_of_one_slot_are_taken_in_one_script_and_others_one_by_one() {
     set.release().await.unwrap();
     assert_eq!(cluster.get(&format!("{{lock:{elsewhere}}}")).await, None);
 }
+
+/// The replica (node index) of master `master`, from each node's `ROLE`.
+fn replica_of(cluster: &RedisCluster, master: usize) -> usize {
+    let port = i64::from(cluster.nodes[master].port());
+    (0..cluster.nodes.len())
+        .find(|&j| {
+            let role: Vec<redis::Value> = cluster.query(j, &redis::cmd("ROLE"));
+            matches!(role.as_slice(),
+                [redis::Value::BulkString(r), _, redis::Value::Int(p), ..] if r == b"slave" && *p == port)
+        })
+        .expect("every master has a replica")
+}
+
+/// What replica `node` holds at `name` (a cluster replica answers reads after `READONLY`).
+async fn on_replica(cluster: &RedisCluster, node: usize, name: &str) -> Option<String> {
+    let mut conn = cluster.nodes[node].connection().await;
+    let (value,): (Option<String>,) = redis::pipe()
+        .cmd("READONLY")
+        .ignore()
+        .cmd("GET")
+        .arg(name)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    value
+}
+
+/// `?replicas=1` on a cluster: every grant, whichever master owns its slot, is on that master's
+/// replica when `acquire` returns (the `WAIT` goes to the key's master, in one pipeline with the
+/// script); with one replica paused, grants in its master's slots are refused and given back,
+/// while the other masters' keep being granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_replicas_a_grant_waits_for_its_masters_replica() {
+    let cluster = RedisCluster::start(3, 1);
+    let client = LockClient::connect(&format!("{}?replicas=1", cluster.url()))
+        .await
+        .unwrap();
+    let mut masters_seen = std::collections::HashSet::new();
+    for i in 0..12 {
+        let key = format!("acked:{i}");
+        let guard = client.lock(key.as_str()).acquire().await.unwrap();
+        let name = format!("{{lock:{key}}}");
+        let owner = cluster.owner_of(cluster.slot(&name, 0), 0);
+        masters_seen.insert(owner);
+        let replica = replica_of(&cluster, owner);
+        assert_eq!(
+            on_replica(&cluster, replica, &name).await,
+            cluster.get(&name).await,
+            "the grant of {key} is on its master's replica"
+        );
+        guard.release().await.unwrap();
+    }
+    assert_eq!(masters_seen.len(), 3, "keys on every master");
+
+    let victim_slot = cluster.slot("{lock:acked:0}", 0);
+    let victim = cluster.owner_of(victim_slot, 0);
+    let paused = replica_of(&cluster, victim);
+    cluster.nodes[paused].pause();
+    let refused = key_in_slot(victim_slot, "refused");
+    let result = client
+        .lock(refused.as_str())
+        .lease(ms(2_000))
+        .wait(ms(1_200))
+        .acquire()
+        .await;
+    let elsewhere = (0..)
+        .map(|n| format!("fine-{n}"))
+        .find(|k| cluster.owner_of(cluster.slot(&format!("{{lock:{k}}}"), 0), 0) != victim)
+        .unwrap();
+    let granted = client
+        .lock(elsewhere.as_str())
+        .wait(ms(2_000))
+        .acquire()
+        .await;
+    let left = cluster.get(&format!("{{lock:{refused}}}")).await;
+    cluster.nodes[paused].resume();
+    assert!(
+        result.is_err(),
+        "a grant its replica did not acknowledge: {result:?}"
+    );
+    assert_eq!(left, None, "the unacknowledged grant was given back");
+    granted
+        .expect("keys of the other masters are still granted")
+        .release()
+        .await
+        .unwrap();
+}

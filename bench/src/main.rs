@@ -29,6 +29,10 @@
 //!     tasks of four processes taking turns with 1 ms holds — acquisitions/s, release → grant
 //!     gap, server commands per acquisition, most overtakes of one waiter — for distlock and
 //!     rslock side by side on the same server.
+//! 12. Redis Sentinel (a master, two replicas, three sentinels of its own): an uncontended lock
+//!     + release through `redis+sentinel://` vs `redis://` to the same master, and with
+//!     `?replicas=1` vs the raw `SET NX PX` + `WAIT 1` + compare-and-delete floor
+//!     (`bench/src/sentinel.rs`).
 //!
 //! Prints a table and writes it as JSON to `target/distlock-bench.json`.
 //!
@@ -41,6 +45,7 @@
 //!   rows (1b, and each database's first two: read lock, semaphore permit);
 //! - `DISTLOCK_BENCH_ZK_ONLY=1` runs only the ZooKeeper rows (9);
 //! - `DISTLOCK_BENCH_ETCD_ONLY=1` runs only the etcd rows (10);
+//! - `DISTLOCK_BENCH_SENTINEL_ONLY=1` runs only the Sentinel rows (12);
 //! - `DISTLOCK_BENCH_PROFILE=ours|raw|rawpub` runs only one side of the throughput measurement
 //!   (for 20 s, or `DISTLOCK_BENCH_PROFILE_SECS`) and prints its CPU per call and the server's
 //!   reads/writes per call — for `perf record -g` or `valgrind --tool=callgrind`. `rawpub` is the
@@ -48,6 +53,7 @@
 
 mod contention;
 mod etcd;
+mod sentinel;
 mod sql;
 #[path = "../../tests/support/mod.rs"]
 #[allow(unused_imports)]
@@ -63,10 +69,10 @@ use distlock::{LockClient, LockError, distributed_lock};
 use redis::aio::MultiplexedConnection;
 use support::RedisServer;
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type Error = Box<dyn std::error::Error + Send + Sync>;
 
 /// The compare-and-delete of the Redis documentation's single-instance lock: the raw floor.
-const RAW_RELEASE: &str =
+pub(crate) const RAW_RELEASE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 #[distributed_lock(key = "bench:<id>", lease = "30s", wait = "0s")]
@@ -129,7 +135,7 @@ fn distlock_pool_size() -> usize {
     4
 }
 
-fn median(values: &mut [f64]) -> f64 {
+pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));
     values[values.len() / 2]
 }
@@ -151,7 +157,7 @@ fn cpu_time() -> Duration {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
-struct Report {
+pub(crate) struct Report {
     rows: Vec<(String, String, String, String)>,
     json: String,
 }
@@ -342,6 +348,10 @@ async fn main() -> Result<(), Error> {
     // The database rows alone (DISTLOCK_BENCH_SQL_ONLY=1).
     if std::env::var_os("DISTLOCK_BENCH_ETCD_ONLY").is_some() {
         etcd_rows(&mut report).await?;
+        return Ok(());
+    }
+    if std::env::var_os("DISTLOCK_BENCH_SENTINEL_ONLY").is_some() {
+        sentinel::rows(&mut report).await?;
         return Ok(());
     }
     if std::env::var_os("DISTLOCK_BENCH_ZK_ONLY").is_some() {
@@ -715,6 +725,8 @@ async fn main() -> Result<(), Error> {
             let _ = guard.release().await;
         }
     }
+
+    sentinel::rows(&mut report).await?;
 
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
     std::fs::create_dir_all(&dir)?;

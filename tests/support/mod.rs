@@ -339,12 +339,20 @@ impl RedisServer {
                 .arg(dir.join("key.pem"))
                 .args(["--tls-auth-clients", "no"]),
         };
+        // A replica's full sync writes an RDB file even with `--save ''`, and a server loads
+        // the one in its directory at start: each server has a file name of its own, removed
+        // before it starts (a restart comes back empty) and when it is dropped.
+        if self.data_dir.is_none() {
+            let _ = std::fs::remove_file(self.rdb_file());
+        }
         command
             .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--daemonize", "no", "--protected-mode", "no"])
             .arg("--dir")
             .arg(std::env::temp_dir())
+            .arg("--dbfilename")
+            .arg(format!("distlock-{}.rdb", self.port))
             .args(["--loglevel", "warning"])
             .args(&self.extra)
             .stdin(Stdio::null())
@@ -380,6 +388,11 @@ impl RedisServer {
         }
         self.kill();
         Err("redis-server did not answer PING within 10 s".into())
+    }
+
+    /// Where a replica's full sync leaves its RDB file (see `spawn`).
+    fn rdb_file(&self) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("distlock-{}.rdb", self.port))
     }
 
     fn answers_ping(&self) -> bool {
@@ -529,6 +542,9 @@ impl RedisServer {
 impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
+        if self.data_dir.is_none() {
+            let _ = std::fs::remove_file(self.rdb_file());
+        }
         if let Some(dir) = &self.data_dir {
             let _ = std::fs::remove_dir_all(dir);
         }

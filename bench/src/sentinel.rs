@@ -1,0 +1,131 @@
+//! Row 12, Redis Sentinel and `?replicas=1`: a master, two replicas and three sentinels of the
+//! bench's own.
+//!
+//! - 12a: an uncontended lock + release through `redis+sentinel://` against the same through
+//!   `redis://` to the same master (what finding the master through the sentinels costs once
+//!   connected: nothing, is the goal, ≤ 1.05×);
+//! - 12b: the same with `?replicas=1` (the grant waits for a replica's acknowledgement)
+//!   against the raw floor: `SET NX PX` and `WAIT 1` in one pipeline, then the
+//!   compare-and-delete `EVALSHA`, on one connection.
+//!
+//! Interleaved rounds, medians of the per-round ratios.
+
+use std::time::{Duration, Instant};
+
+use distlock::LockClient;
+
+use crate::support::sentinel::SentinelGroup;
+use crate::{Error, RAW_RELEASE, Report, median};
+
+/// One lock + release of a fresh key.
+async fn lock_release(client: &LockClient, key: String) -> Result<(), Error> {
+    client
+        .lock(key)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await?
+        .release()
+        .await?;
+    Ok(())
+}
+
+/// Runs `a` and `b` (µs per call over `per_round` calls each) in `rounds` interleaved rounds:
+/// the medians of each and of the per-round ratios a / b.
+async fn interleaved<A, B>(rounds: u64, mut a: A, mut b: B) -> Result<(f64, f64, f64), Error>
+where
+    A: AsyncFnMut(u64) -> Result<f64, Error>,
+    B: AsyncFnMut(u64) -> Result<f64, Error>,
+{
+    let (mut xs, mut ys, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let (x, y) = if round % 2 == 0 {
+            let x = a(round).await?;
+            (x, b(round).await?)
+        } else {
+            let y = b(round).await?;
+            (a(round).await?, y)
+        };
+        xs.push(x);
+        ys.push(y);
+        ratios.push(x / y);
+    }
+    Ok((median(&mut xs), median(&mut ys), median(&mut ratios)))
+}
+
+pub async fn rows(report: &mut Report) -> Result<(), Error> {
+    let group = SentinelGroup::start(2, 3);
+    let direct = LockClient::connect(&group.servers[0].url()).await?;
+    let sentinel = LockClient::connect(&group.url("")).await?;
+    let acked = LockClient::connect(&group.url("?replicas=1")).await?;
+    let master = redis::Client::open(group.servers[0].url())?;
+    let mut raw = master.get_multiplexed_async_connection().await?;
+    let release = redis::Script::new(RAW_RELEASE);
+    release.load_async(&mut raw).await?;
+    for i in 0..300 {
+        lock_release(&direct, format!("warm:d:{i}")).await?;
+        lock_release(&sentinel, format!("warm:s:{i}")).await?;
+        lock_release(&acked, format!("warm:a:{i}")).await?;
+    }
+    let per_round = 200u64;
+    let timed = async |client: &LockClient, label: &str, round: u64| {
+        let t = Instant::now();
+        for i in 0..per_round {
+            lock_release(client, format!("{label}:{round}:{i}")).await?;
+        }
+        Ok::<_, Error>(t.elapsed().as_secs_f64() * 1e6 / per_round as f64)
+    };
+
+    let (s, d, r) = interleaved(
+        21,
+        async |round| timed(&sentinel, "s", round).await,
+        async |round| timed(&direct, "d", round).await,
+    )
+    .await?;
+    report.row(
+        "12a. sentinel: lock + release (median µs)",
+        format!("{s:.1} µs"),
+        format!("{d:.1} µs redis://"),
+        format!("{r:.3}×"),
+    );
+    report.field("sentinel_lock_release_us", s);
+    report.field("sentinel_vs_direct_ratio", r);
+
+    let token = "t0123456789abcdef0123456789abcdef";
+    let (a, f, r) = interleaved(
+        21,
+        async |round| timed(&acked, "a", round).await,
+        async |round| {
+            let t = Instant::now();
+            for i in 0..per_round {
+                let key = format!("raw:{round}:{i}");
+                let (set, acks): (redis::Value, i64) = redis::pipe()
+                    .cmd("SET")
+                    .arg(&key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .cmd("WAIT")
+                    .arg(1)
+                    .arg(1_000)
+                    .query_async(&mut raw)
+                    .await?;
+                assert!(set != redis::Value::Nil && acks >= 1, "raw grant of {key}");
+                let released: i64 = release.key(&key).arg(token).invoke_async(&mut raw).await?;
+                assert_eq!(released, 1);
+            }
+            Ok(t.elapsed().as_secs_f64() * 1e6 / per_round as f64)
+        },
+    )
+    .await?;
+    report.row(
+        "12b. ?replicas=1: lock + release (median µs)",
+        format!("{a:.1} µs"),
+        format!("{f:.1} µs SET+WAIT 1"),
+        format!("{r:.3}×"),
+    );
+    report.field("replicas_lock_release_us", a);
+    report.field("replicas_floor_us", f);
+    report.field("replicas_vs_floor_ratio", r);
+    Ok(())
+}
