@@ -1210,6 +1210,7 @@ mod scenarios {
         redis => support::fixture::RedisFixture,
         redlock => support::fixture::RedlockFixture,
         cluster => support::fixture::ClusterFixture,
+        sentinel => support::fixture::SentinelFixture,
     }
 
     #[cfg(feature = "postgres")]

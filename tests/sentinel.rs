@@ -381,3 +381,121 @@ async fn bad_sentinel_and_replicas_urls_say_what_is_wrong() {
     guard.release().await.unwrap();
     assert_eq!(group.servers[0].get("lock:fine").await, None);
 }
+
+/// A failover with the old master still up (`SENTINEL FAILOVER`: the sentinels promote a
+/// replica and demote the master, which keeps its connections): the client stops writing to the
+/// old master (told by `+switch-master`, or by a `READONLY` reply), and new grants land on the
+/// new master. With `?replicas` equal to the number of replicas (2), the holder keeps its lock:
+/// between the sentinels' choice and the old master's demotion, the old master still takes
+/// writes and its remaining replica acknowledges them, but the promoted replica never sees them
+/// — with `?replicas=1` a renewal could count there and be missing on the new master (see the
+/// README). Here such renewals count only once both replicas have them, so the holder's lease
+/// on the new master is never shorter than it believes; its renewals wait until the demoted
+/// master is attached again (the lease outlasts that: 20 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_with_the_old_master_alive_moves_every_write_to_the_new_one() {
+    log_to_stderr();
+    let group = SentinelGroup::start(2, 1);
+    tokio::task::block_in_place(|| group.wait_until_watched(Duration::from_secs(30)));
+    let client = LockClient::connect(&group.url("?replicas=2"))
+        .await
+        .unwrap();
+    let other = LockClient::connect(&group.url("")).await.unwrap();
+    let lease = Duration::from_secs(20);
+    let holder = client.lock("kept").lease(lease).acquire().await.unwrap();
+    let stored = group.servers[0].get("lock:kept").await;
+    let started = Instant::now();
+    // Blocking checks, off the runtime's workers (the holder's renewals run there).
+    tokio::task::block_in_place(|| {
+        // `NOGOODSLAVE` until the sentinel has a fresh report from the replicas: asked again.
+        let failover = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(&group.service)
+            .clone();
+        while query::<()>(group.sentinels[0].port, &failover).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "SENTINEL FAILOVER refused"
+            );
+            std::thread::sleep(ms(50));
+        }
+        // Promoted, and the old master demoted (the sentinels look at it up to 10 s later).
+        while group.named_master().is_none_or(|m| m == 0)
+            || group.role(0).as_deref() != Some("slave")
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(40),
+                "the sentinels did not promote a replica and demote the master"
+            );
+            std::thread::sleep(ms(50));
+        }
+    });
+    let took = started.elapsed();
+    let new = group.named_master().expect("a master");
+    let mut master = group.servers[new].connection().await;
+    assert_eq!(get(&mut master, "lock:kept").await, stored);
+    assert!(
+        other.lock("kept").try_acquire().await.unwrap().is_none(),
+        "nobody else is granted the held lock"
+    );
+    // Renewed on the new master once both replicas are attached to it again.
+    let renewed = eventually(Duration::from_secs(10), || {
+        let mut master = master.clone();
+        async move { pttl(&mut master, "lock:kept").await > 16_000 }
+    })
+    .await;
+    assert!(renewed, "the holder renews on the new master");
+    assert!(!holder.is_lost(), "the holder kept its lock");
+    eprintln!("forced failover: promoted, and the old master demoted, {took:?} after the request");
+    let fresh = client
+        .lock("after")
+        .wait(Duration::from_secs(10))
+        .acquire()
+        .await
+        .unwrap();
+    assert!(
+        get(&mut master, "lock:after").await.is_some(),
+        "granted on the new master"
+    );
+    fresh.release().await.unwrap();
+    holder.release().await.unwrap();
+    assert_eq!(get(&mut master, "lock:kept").await, None);
+}
+
+/// Prints distlock's tracing events (debug and above) to stderr, with a timestamp: set
+/// `DISTLOCK_TEST_LOG=1` to see what the client did in a failing run.
+fn log_to_stderr() {
+    use std::fmt::Write as _;
+    struct Stderr(Instant);
+    struct Fields(String);
+    impl tracing::field::Visit for Fields {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+    impl tracing::Subscriber for Stderr {
+        fn enabled(&self, meta: &tracing::Metadata<'_>) -> bool {
+            *meta.level() <= tracing::Level::DEBUG
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut fields = Fields(String::new());
+            event.record(&mut fields);
+            eprintln!(
+                "[{:?}] {}{}",
+                self.0.elapsed(),
+                event.metadata().level(),
+                fields.0
+            );
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+    if std::env::var_os("DISTLOCK_TEST_LOG").is_some() {
+        let _ = tracing::subscriber::set_global_default(Stderr(Instant::now()));
+    }
+}

@@ -12,6 +12,7 @@ use super::fixture::EtcdFixture;
 use super::fixture::ZookeeperFixture;
 use super::fixture::{
     ClusterFixture, Fixture, MysqlFixture, PostgresFixture, RedisFixture, RedlockFixture,
+    SentinelFixture,
 };
 
 /// The backends, in the order of RELIABILITY.md's columns.
@@ -20,6 +21,7 @@ pub enum Backend {
     Redis,
     Redlock,
     Cluster,
+    Sentinel,
     Postgres,
     Mysql,
     Zookeeper,
@@ -28,10 +30,11 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub const ALL: [Backend; 8] = [
+    pub const ALL: [Backend; 9] = [
         Backend::Redis,
         Backend::Redlock,
         Backend::Cluster,
+        Backend::Sentinel,
         Backend::Postgres,
         Backend::Mysql,
         Backend::Zookeeper,
@@ -45,6 +48,7 @@ impl Backend {
             Backend::Redis => ("Redis", "redis"),
             Backend::Redlock => ("Redlock", "redlock"),
             Backend::Cluster => ("Cluster", "cluster"),
+            Backend::Sentinel => ("Sentinel", "sentinel"),
             Backend::Postgres => ("PostgreSQL", "postgres"),
             Backend::Mysql => ("MariaDB", "mysql"),
             Backend::Zookeeper => ("ZooKeeper", "zookeeper"),
@@ -54,7 +58,10 @@ impl Backend {
     }
 
     fn is_redis(self) -> bool {
-        matches!(self, Backend::Redis | Backend::Redlock | Backend::Cluster)
+        matches!(
+            self,
+            Backend::Redis | Backend::Redlock | Backend::Cluster | Backend::Sentinel
+        )
     }
 }
 
@@ -274,6 +281,10 @@ impl Scenario {
             (LeaderThenMajorityLost, Cluster) => {
                 Err("failover of a master to its replica: `tests/cluster.rs`")
             }
+            (LeaderThenMajorityLost, Sentinel) => Err(
+                "failover of the master to a replica: `tests/sentinel.rs`, and the history \
+                 checker across two failovers",
+            ),
             (LeaderThenMajorityLost, Redis | Postgres | Mysql) => {
                 Err("one server: no leader to elect, no majority to lose")
             }
@@ -545,6 +556,40 @@ impl Faulty for RedisFixture {
 
     async fn writes(&self) -> u64 {
         redis_writes(std::slice::from_ref(&self.server)).await
+    }
+}
+
+/// The master found through a sentinel that never fails it over during a test (the faults here
+/// are the master's own; failovers are `tests/sentinel.rs`'s), with `?replicas=1`.
+impl Faulty for SentinelFixture {
+    const BACKEND: Backend = Backend::Sentinel;
+
+    fn shared() -> Self {
+        SentinelFixture::new()
+    }
+
+    fn own() -> Self {
+        SentinelFixture::new()
+    }
+
+    fn pause(&self, _: &[usize]) {
+        self.group.servers[0].pause();
+    }
+
+    fn resume(&self, _: &[usize]) {
+        self.group.servers[0].resume();
+    }
+
+    fn kill(&mut self, _: &[usize]) {
+        self.group.servers[0].kill();
+    }
+
+    fn restart(&mut self, _: &[usize]) {
+        self.group.servers[0].restart();
+    }
+
+    async fn writes(&self) -> u64 {
+        redis_writes(std::slice::from_ref(&self.group.servers[0])).await
     }
 }
 

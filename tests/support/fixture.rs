@@ -551,6 +551,8 @@ impl Fixture for ClusterFixture {
 
 /// `redis+sentinel://…?replicas=1` over a master, one replica and one sentinel of this test's
 /// own: every grant and renewal waits for the replica. What it holds is what the master holds.
+/// The sentinel never fails the master over (failovers are `tests/sentinel.rs`'s): a fault on
+/// the master stays a fault on the master.
 pub struct SentinelFixture {
     pub group: SentinelGroup,
 }
@@ -558,7 +560,7 @@ pub struct SentinelFixture {
 impl SentinelFixture {
     pub fn new() -> SentinelFixture {
         SentinelFixture {
-            group: SentinelGroup::start(1, 1),
+            group: SentinelGroup::start_with(1, 1, std::time::Duration::from_secs(600)),
         }
     }
 

@@ -110,6 +110,11 @@ impl SentinelGroup {
     /// answer at once; [`wait_until_watched`](Self::wait_until_watched) waits until they also
     /// know each other and every replica (what a failover needs).
     pub fn start(replicas: usize, sentinels: usize) -> SentinelGroup {
+        SentinelGroup::start_with(replicas, sentinels, DOWN_AFTER)
+    }
+
+    /// [`start`](Self::start), the sentinels calling a silent master down after `down_after`.
+    pub fn start_with(replicas: usize, sentinels: usize, down_after: Duration) -> SentinelGroup {
         let dir = std::env::temp_dir().join(unique("distlock-sentinel"));
         std::fs::create_dir_all(&dir).expect("sentinel directory");
         // Every server may become the master: no diskless-sync delay on any.
@@ -130,7 +135,7 @@ impl SentinelGroup {
         let service = unique("svc").replace('-', "_");
         let quorum = sentinels / 2 + 1;
         let sentinels = (0..sentinels)
-            .map(|_| Sentinel::start_at(&dir, &service, servers[0].port(), quorum))
+            .map(|_| Sentinel::start_inner(&dir, &service, servers[0].port(), quorum, down_after))
             .collect();
         let group = SentinelGroup {
             servers,

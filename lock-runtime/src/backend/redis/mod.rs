@@ -98,19 +98,21 @@ pub(crate) enum Connection {
     Single(MultiplexedConnection),
     Cluster(ClusterConnection),
     /// Every command but `SCRIPT …` is sent in one pipeline with `WAIT <replicas> <timeout>`
-    /// after it, and fails with [`NOT_ACKED`] when fewer replicas acknowledged it. `WAIT` blocks
-    /// the connection it is sent on, so this is a connection of its own (the grants' lane, see
-    /// [`RedisBackend::run_acked`]); on a cluster connection the pipeline goes to the node of
-    /// the command's key, where `WAIT` counts that node's replicas.
+    /// after it; how many replicas acknowledged it is left in [`Acks::acked`] for the caller
+    /// (see [`RedisBackend::run_acked`]). `WAIT` blocks the connection it is sent on, so this is
+    /// a connection of its own; on a cluster connection the pipeline goes to the node of the
+    /// command's key, where `WAIT` counts that node's replicas.
     Acked(Box<Connection>, Acks),
 }
 
-/// What an acknowledged connection waits for.
-#[derive(Clone, Copy)]
+/// What an acknowledged connection waits for, and what it got.
+#[derive(Clone)]
 pub(crate) struct Acks {
     replicas: u16,
     /// `WAIT`'s timeout, set per operation from its lease (see `RedisBackend::run_acked`).
     timeout_ms: u64,
+    /// How many replicas acknowledged the operation's last command (one cell per operation).
+    acked: Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// The start of the error an acknowledged command fails with when too few replicas confirmed it.
@@ -122,9 +124,15 @@ fn is_not_acked(error: &RedisError) -> bool {
 }
 
 impl Connection {
-    fn waiting(&mut self, timeout_ms: u64) {
-        if let Connection::Acked(_, acks) = self {
-            acks.timeout_ms = timeout_ms;
+    /// Sets `WAIT`'s timeout for one operation, and a fresh cell for what it acknowledges.
+    fn waiting(&mut self, timeout_ms: u64) -> Option<Arc<std::sync::atomic::AtomicI64>> {
+        match self {
+            Connection::Acked(_, acks) => {
+                acks.timeout_ms = timeout_ms;
+                acks.acked = Arc::new(std::sync::atomic::AtomicI64::new(-1));
+                Some(Arc::clone(&acks.acked))
+            }
+            _ => None,
         }
     }
 }
@@ -138,7 +146,7 @@ impl redis::aio::ConnectionLike for Connection {
                 if cmd.args_iter().next() == Some(redis::Arg::Simple(b"SCRIPT")) {
                     return conn.req_packed_command(cmd);
                 }
-                let acks = *acks;
+                let acks = acks.clone();
                 Box::pin(async move {
                     let mut pipeline = redis::pipe();
                     pipeline
@@ -147,19 +155,13 @@ impl redis::aio::ConnectionLike for Connection {
                         .arg(acks.replicas)
                         .arg(acks.timeout_ms);
                     let mut replies = conn.req_packed_commands(&pipeline, 0, 2).await?;
-                    let acked = replies.pop();
-                    let reply = replies.pop().unwrap_or(Value::Nil).extract_error()?;
-                    match acked {
-                        Some(Value::Int(n)) if n >= i64::from(acks.replicas) => Ok(reply),
-                        acked => Err(RedisError::from((
-                            ErrorKind::Client,
-                            NOT_ACKED,
-                            format!(
-                                "WAIT {} {} answered {acked:?}",
-                                acks.replicas, acks.timeout_ms
-                            ),
-                        ))),
-                    }
+                    let acked = match replies.pop() {
+                        Some(Value::Int(n)) => n,
+                        _ => 0,
+                    };
+                    acks.acked
+                        .store(acked, std::sync::atomic::Ordering::Relaxed);
+                    replies.pop().unwrap_or(Value::Nil).extract_error()
                 })
             }
         }
@@ -468,8 +470,10 @@ impl RedisBackend {
             let acks = Acks {
                 replicas: self.settings.replicas,
                 timeout_ms: 0,
+                acked: Default::default(),
             };
             conn = Connection::Acked(Box::new(conn), acks);
+            // (`acks` above: a cell per operation is set by `run_acked`.)
         }
         let number = self
             .connections_made
@@ -518,8 +522,15 @@ impl RedisBackend {
     /// [`run`](Self::run) for a write that must reach the replicas (`?replicas=N`): a grant,
     /// renewal or hand-over of a lock with `lease`. On the connection that follows each command
     /// with `WAIT`, given a quarter of the lease (at most half the response timeout, at least
-    /// 10 ms); without `?replicas`, on the shared connection.
-    async fn run_acked<T, F, Fut>(&self, lease: Duration, op: F) -> RedisResult<T>
+    /// 10 ms); an answer that `wrote` (a grant, a renewal: not a busy or not-ours answer, which
+    /// stand whatever the replicas have) fails with [`NOT_ACKED`] unless N replicas
+    /// acknowledged it. Without `?replicas`, on the shared connection.
+    async fn run_acked<T, F, Fut>(
+        &self,
+        lease: Duration,
+        wrote: impl Fn(&T) -> bool,
+        op: F,
+    ) -> RedisResult<T>
     where
         F: FnMut(Connection, u32) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
@@ -530,10 +541,39 @@ impl RedisBackend {
         let wait = (lease / 4)
             .min(self.settings.response_timeout / 2)
             .max(Duration::from_millis(10));
-        Box::pin(self.run_on(ACKED, wait, op)).await
+        let acked = Arc::new(std::sync::atomic::AtomicI64::new(-1));
+        let answer = Box::pin(self.run_on_counting(ACKED, wait, Some(&acked), op)).await?;
+        let acked = acked.load(std::sync::atomic::Ordering::Relaxed);
+        if wrote(&answer) && acked < i64::from(self.settings.replicas) {
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                NOT_ACKED,
+                format!(
+                    "{acked} of {} replicas within {wait:?} (`replicas={}`)",
+                    self.settings.replicas, self.settings.replicas
+                ),
+            )));
+        }
+        Ok(answer)
     }
 
-    async fn run_on<T, F, Fut>(&self, lane: usize, wait: Duration, mut op: F) -> RedisResult<T>
+    async fn run_on<T, F, Fut>(&self, lane: usize, wait: Duration, op: F) -> RedisResult<T>
+    where
+        F: FnMut(Connection, u32) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
+        self.run_on_counting(lane, wait, None, op).await
+    }
+
+    /// Runs `op` on `lane` (see [`run`](Self::run)); on the acknowledged lane, `acked` gets how
+    /// many replicas acknowledged the last try's last command.
+    async fn run_on_counting<T, F, Fut>(
+        &self,
+        lane: usize,
+        wait: Duration,
+        acked: Option<&std::sync::atomic::AtomicI64>,
+        mut op: F,
+    ) -> RedisResult<T>
     where
         F: FnMut(Connection, u32) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
@@ -542,8 +582,12 @@ impl RedisBackend {
         loop {
             let result = match self.connection_of(lane).await {
                 Ok((mut conn, number)) => {
-                    conn.waiting(millis(wait));
+                    let cell = conn.waiting(millis(wait));
                     let outcome = op(conn, attempt).await;
+                    if let (Some(acked), Some(cell)) = (acked, cell) {
+                        let n = cell.load(std::sync::atomic::Ordering::Relaxed);
+                        acked.store(n, std::sync::atomic::Ordering::Relaxed);
+                    }
                     if outcome
                         .as_ref()
                         .is_err_and(|e| is_transient(e) || self.failed_over(e))
@@ -600,16 +644,20 @@ impl RedisBackend {
             Kind::Permits(limit) => (&self.permit, u64::from(limit)),
         };
         let (taken, value): (i64, i64) = self
-            .run_acked(spec.lease, |mut conn, _| {
-                let mut call = script.key(spec.name);
-                call.key(fence_key)
-                    .key(writers)
-                    .arg(spec.token)
-                    .arg(lease)
-                    .arg(u8::from(spec.fencing))
-                    .arg(last);
-                async move { call.invoke_async(&mut conn).await }
-            })
+            .run_acked(
+                spec.lease,
+                |&(taken, _): &(i64, i64)| taken == 1,
+                |mut conn, _| {
+                    let mut call = script.key(spec.name);
+                    call.key(fence_key)
+                        .key(writers)
+                        .arg(spec.token)
+                        .arg(lease)
+                        .arg(u8::from(spec.fencing))
+                        .arg(last);
+                    async move { call.invoke_async(&mut conn).await }
+                },
+            )
             .await
             .map_err(acquire_error)?;
         scripted_attempt(spec, taken, value)
@@ -653,17 +701,21 @@ impl RedisBackend {
         let (queue, deadlines) = self.fair_keys(spec.name);
         let place = millis(crate::wait::FAIR_QUEUE_TTL);
         let (taken, value): (i64, i64) = self
-            .run_acked(spec.lease, |mut conn, _| {
-                let mut call = self.acquire_fair.key(spec.name);
-                call.key(&queue)
-                    .key(&deadlines)
-                    .key(&fence_key)
-                    .arg(spec.token)
-                    .arg(millis(spec.lease))
-                    .arg(place)
-                    .arg(u8::from(spec.fencing));
-                async move { call.invoke_async(&mut conn).await }
-            })
+            .run_acked(
+                spec.lease,
+                |&(taken, _): &(i64, i64)| taken == 1,
+                |mut conn, _| {
+                    let mut call = self.acquire_fair.key(spec.name);
+                    call.key(&queue)
+                        .key(&deadlines)
+                        .key(&fence_key)
+                        .arg(spec.token)
+                        .arg(millis(spec.lease))
+                        .arg(place)
+                        .arg(u8::from(spec.fencing));
+                    async move { call.invoke_async(&mut conn).await }
+                },
+            )
             .await
             .map_err(acquire_error)?;
         scripted_attempt(spec, taken, value.max(-2))
@@ -681,16 +733,20 @@ impl RedisBackend {
             .map(|spec| [self.fence_key(spec.name), self.writers_key(spec.name)])
             .collect();
         let answer: Vec<i64> = self
-            .run_acked(first.lease, |mut conn, _| {
-                let mut call = self.acquire_all.prepare_invoke();
-                call.arg(millis(first.lease))
-                    .arg(u8::from(first.fencing))
-                    .arg(u8::from(first.kind == Kind::Shared));
-                for (spec, [fence, writers]) in specs.iter().zip(&keys) {
-                    call.key(spec.name).key(fence).key(writers).arg(spec.token);
-                }
-                async move { call.invoke_async(&mut conn).await }
-            })
+            .run_acked(
+                first.lease,
+                |answer: &Vec<i64>| answer.first() == Some(&1),
+                |mut conn, _| {
+                    let mut call = self.acquire_all.prepare_invoke();
+                    call.arg(millis(first.lease))
+                        .arg(u8::from(first.fencing))
+                        .arg(u8::from(first.kind == Kind::Shared));
+                    for (spec, [fence, writers]) in specs.iter().zip(&keys) {
+                        call.key(spec.name).key(fence).key(writers).arg(spec.token);
+                    }
+                    async move { call.invoke_async(&mut conn).await }
+                },
+            )
             .await
             .map_err(acquire_error)?;
         let index = |i: i64| usize::try_from(i).unwrap_or(usize::MAX);
@@ -722,16 +778,20 @@ impl RedisBackend {
             .min()
             .unwrap_or_default();
         let renewed: Vec<i64> = self
-            .run_acked(lease, |mut conn, _| {
-                let mut call = self.renew_many.prepare_invoke();
-                for spec in specs {
-                    call.key(spec.name)
-                        .arg(spec.token)
-                        .arg(millis(spec.lease))
-                        .arg(u8::from(spec.kind != Kind::Exclusive));
-                }
-                async move { call.invoke_async(&mut conn).await }
-            })
+            .run_acked(
+                lease,
+                |renewed: &Vec<i64>| renewed.contains(&1),
+                |mut conn, _| {
+                    let mut call = self.renew_many.prepare_invoke();
+                    for spec in specs {
+                        call.key(spec.name)
+                            .arg(spec.token)
+                            .arg(millis(spec.lease))
+                            .arg(u8::from(spec.kind != Kind::Exclusive));
+                    }
+                    async move { call.invoke_async(&mut conn).await }
+                },
+            )
             .await?;
         if renewed.len() != specs.len() {
             return Err(format!(
@@ -758,16 +818,20 @@ impl RedisBackend {
             // first try took it) run one script instead.
             let plain = spec.kind == Kind::Exclusive && !spec.fencing && !spec.waiting;
             let taken: Option<bool> = if plain {
-                self.run_acked(spec.lease, |mut conn, attempt| {
-                    let set = set_nx_px(spec.name, spec.token, lease);
-                    async move {
-                        if attempt > 0 {
-                            return Ok(None);
+                self.run_acked(
+                    spec.lease,
+                    |taken: &Option<bool>| *taken == Some(true),
+                    |mut conn, attempt| {
+                        let set = set_nx_px(spec.name, spec.token, lease);
+                        async move {
+                            if attempt > 0 {
+                                return Ok(None);
+                            }
+                            let set: Value = set.query_async(&mut conn).await?;
+                            Ok(Some(set != Value::Nil))
                         }
-                        let set: Value = set.query_async(&mut conn).await?;
-                        Ok(Some(set != Value::Nil))
-                    }
-                })
+                    },
+                )
                 .await
                 .map_err(acquire_error)?
             } else {
@@ -965,13 +1029,17 @@ impl Backend for RedisBackend {
         Box::pin(async move {
             let lease = millis(spec.lease);
             let renewed: i64 = self
-                .run_acked(spec.lease, |mut conn, _| {
-                    let mut call = self.renew.key(spec.name);
-                    call.arg(spec.token)
-                        .arg(lease)
-                        .arg(u8::from(spec.kind != Kind::Exclusive));
-                    async move { call.invoke_async(&mut conn).await }
-                })
+                .run_acked(
+                    spec.lease,
+                    |&renewed: &i64| renewed == 1,
+                    |mut conn, _| {
+                        let mut call = self.renew.key(spec.name);
+                        call.arg(spec.token)
+                            .arg(lease)
+                            .arg(u8::from(spec.kind != Kind::Exclusive));
+                        async move { call.invoke_async(&mut conn).await }
+                    },
+                )
                 .await?;
             Ok(renewed == 1)
         })
@@ -1042,16 +1110,20 @@ impl Backend for RedisBackend {
             let fence_key = self.fence_key(to.name);
             let lease = millis(to.lease);
             let handed: i64 = self
-                .run_acked(to.lease, |mut conn, attempt| {
-                    let mut call = self.hand_over.key(to.name);
-                    call.key(&fence_key)
-                        .arg(from)
-                        .arg(to.token)
-                        .arg(lease)
-                        .arg(u8::from(to.fencing))
-                        .arg(u8::from(attempt > 0));
-                    async move { call.invoke_async(&mut conn).await }
-                })
+                .run_acked(
+                    to.lease,
+                    |&handed: &i64| handed != -1,
+                    |mut conn, attempt| {
+                        let mut call = self.hand_over.key(to.name);
+                        call.key(&fence_key)
+                            .arg(from)
+                            .arg(to.token)
+                            .arg(lease)
+                            .arg(u8::from(to.fencing))
+                            .arg(u8::from(attempt > 0));
+                        async move { call.invoke_async(&mut conn).await }
+                    },
+                )
                 .await?;
             Ok(match handed {
                 -1 => Handover::NotHeld,
