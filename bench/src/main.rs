@@ -29,9 +29,9 @@
 //!     tasks of four processes taking turns with 1 ms holds — acquisitions/s, release → grant
 //!     gap, server commands per acquisition, most overtakes of one waiter — for distlock and
 //!     rslock side by side on the same server.
-//! 12. Redis Sentinel (a master, two replicas, three sentinels of its own): an uncontended lock
-//!     + release through `redis+sentinel://` vs `redis://` to the same master, and with
-//!     `?replicas=1` vs the raw `SET NX PX` + `WAIT 1` + compare-and-delete floor
+//! 12. Redis Sentinel (a master, two replicas, three sentinels of its own): an uncontended
+//!     lock and release through `redis+sentinel://` vs `redis://` to the same master, and with
+//!     `?replicas=1` vs the raw floor: `SET NX PX` and `WAIT 1`, then compare-and-delete
 //!     (`bench/src/sentinel.rs`).
 //!
 //! Prints a table and writes it as JSON to `target/distlock-bench.json`.

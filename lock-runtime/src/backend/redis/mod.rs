@@ -511,12 +511,14 @@ impl RedisBackend {
 
     /// Runs `op` on the shared connection, retrying on a dropped connection or timeout with a
     /// fresh connection. `op` gets the attempt number so it can stay idempotent.
-    async fn run<T, F, Fut>(&self, op: F) -> RedisResult<T>
+    fn run<T, F, Fut>(&self, op: F) -> impl Future<Output = RedisResult<T>>
     where
         F: FnMut(Connection, u32) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
     {
-        self.run_on(SHARED, Duration::ZERO, op).await
+        // Not an `async fn` of its own: the loop's future is the whole future (see
+        // `locked::footprint`).
+        self.run_on(SHARED, Duration::ZERO, None, op)
     }
 
     /// [`run`](Self::run) for a write that must reach the replicas (`?replicas=N`): a grant,
@@ -536,13 +538,13 @@ impl RedisBackend {
         Fut: Future<Output = RedisResult<T>>,
     {
         if self.settings.replicas == 0 {
-            return self.run_on(SHARED, Duration::ZERO, op).await;
+            return self.run_on(SHARED, Duration::ZERO, None, op).await;
         }
         let wait = (lease / 4)
             .min(self.settings.response_timeout / 2)
             .max(Duration::from_millis(10));
         let acked = Arc::new(std::sync::atomic::AtomicI64::new(-1));
-        let answer = Box::pin(self.run_on_counting(ACKED, wait, Some(&acked), op)).await?;
+        let answer = Box::pin(self.run_on(ACKED, wait, Some(&acked), op)).await?;
         let acked = acked.load(std::sync::atomic::Ordering::Relaxed);
         if wrote(&answer) && acked < i64::from(self.settings.replicas) {
             return Err(RedisError::from((
@@ -557,17 +559,9 @@ impl RedisBackend {
         Ok(answer)
     }
 
-    async fn run_on<T, F, Fut>(&self, lane: usize, wait: Duration, op: F) -> RedisResult<T>
-    where
-        F: FnMut(Connection, u32) -> Fut,
-        Fut: Future<Output = RedisResult<T>>,
-    {
-        self.run_on_counting(lane, wait, None, op).await
-    }
-
     /// Runs `op` on `lane` (see [`run`](Self::run)); on the acknowledged lane, `acked` gets how
     /// many replicas acknowledged the last try's last command.
-    async fn run_on_counting<T, F, Fut>(
+    async fn run_on<T, F, Fut>(
         &self,
         lane: usize,
         wait: Duration,
@@ -996,7 +990,7 @@ impl Backend for RedisBackend {
         if self.settings.replicas > 0 {
             return Box::pin(async move {
                 let attempt = self.attempt(spec).await;
-                if attempt.as_ref().is_err_and(|e| not_acked(e)) {
+                if attempt.as_ref().is_err_and(not_acked) {
                     self.give_back_unacked(&[spec]).await;
                 }
                 attempt
@@ -1018,7 +1012,7 @@ impl Backend for RedisBackend {
     ) -> BoxFuture<'a, Result<SetAttempt, BoxError>> {
         Box::pin(async move {
             let attempt = self.acquire_set(specs).await;
-            if attempt.as_ref().is_err_and(|e| not_acked(e)) {
+            if attempt.as_ref().is_err_and(not_acked) {
                 self.give_back_unacked(specs).await;
             }
             attempt
