@@ -10,24 +10,13 @@
 //!
 //! Interleaved rounds, medians of the per-round ratios.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use distlock::LockClient;
 
+use crate::sql::lock_release;
 use crate::support::sentinel::SentinelGroup;
 use crate::{Error, RAW_RELEASE, Report, median};
-
-/// One lock + release of a fresh key.
-async fn lock_release(client: &LockClient, key: String) -> Result<(), Error> {
-    client
-        .lock(key)
-        .wait(Duration::ZERO)
-        .acquire()
-        .await?
-        .release()
-        .await?;
-    Ok(())
-}
 
 /// Runs `a` and `b` (µs per call over `per_round` calls each) in `rounds` interleaved rounds:
 /// the medians of each and of the per-round ratios a / b.

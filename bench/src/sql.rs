@@ -264,6 +264,18 @@ pub fn read_only() -> bool {
         || std::env::var_os("DISTLOCK_BENCH_READ_ONLY").is_some()
 }
 
+/// One lock + release of `key`, not waiting (the uncontended rows of every backend).
+pub async fn lock_release(client: &LockClient, key: String) -> Result<(), Error> {
+    client
+        .lock(key)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await?
+        .release()
+        .await?;
+    Ok(())
+}
+
 pub async fn rows(
     report: &mut Report,
     label: &str,
@@ -280,16 +292,8 @@ pub async fn rows(
     if read_only() {
         return Ok(());
     }
-    let lock_release = |client: LockClient, key: String| async move {
-        client
-            .lock(key)
-            .wait(Duration::ZERO)
-            .acquire()
-            .await?
-            .release()
-            .await?;
-        Ok::<_, Error>(())
-    };
+    let lock_release =
+        |client: LockClient, key: String| async move { lock_release(&client, key).await };
     for i in 0..300 {
         lock_release(client.clone(), format!("warm:{i}")).await?;
         raw.pair(0, &format!("warm:{i}")).await?;
