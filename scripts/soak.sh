@@ -3,7 +3,7 @@
 # processes hog both cores, the way a shared CI host or a user's busy machine does.
 #
 #   scripts/soak.sh [N]                 # every test binary that starts a server, and
-#                                       # attribute_memory: history faults redlock cluster
+#                                       # attribute_memory: history faults redlock cluster sentinel
 #                                       # conformance postgres mysql zookeeper etcd
 #                                       # attribute_memory attribute_redis attribute_round_trips
 #                                       # examples cli redis metrics tls global errors
@@ -23,7 +23,7 @@ if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: scripts/soak.sh [N]   (N = runs per test binary, default 5)" >&2
     exit 2
 fi
-tests=(${SOAK_TESTS:-history faults redlock cluster conformance postgres mysql zookeeper etcd attribute_memory attribute_redis attribute_round_trips examples cli redis metrics tls global errors})
+tests=(${SOAK_TESTS:-history faults redlock cluster sentinel conformance postgres mysql zookeeper etcd attribute_memory attribute_redis attribute_round_trips examples cli redis metrics tls global errors})
 hogs="${SOAK_HOGS:-2}"
 logs=target/soak
 mkdir -p "$logs"
