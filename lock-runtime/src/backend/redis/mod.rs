@@ -143,7 +143,9 @@ impl redis::aio::ConnectionLike for Connection {
             Connection::Single(conn) => conn.req_packed_command(cmd),
             Connection::Cluster(conn) => conn.req_packed_command(cmd),
             Connection::Acked(conn, acks) => {
-                if cmd.args_iter().next() == Some(redis::Arg::Simple(b"SCRIPT")) {
+                if acks.timeout_ms == 0
+                    || cmd.args_iter().next() == Some(redis::Arg::Simple(b"SCRIPT"))
+                {
                     return conn.req_packed_command(cmd);
                 }
                 let acks = acks.clone();
@@ -313,8 +315,55 @@ impl RedisBackend {
         }
         .await;
         loaded.map_err(|e| self.connect_error(e))?;
-        if self.settings.replicas > 0 && !self.is_cluster() {
-            self.check_replicas(&mut conn).await?;
+        if self.settings.replicas > 0 {
+            if self.is_cluster() {
+                self.check_cluster_replicas(&mut conn).await?;
+            } else {
+                self.check_replicas(&mut conn).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// With `?replicas=N` on a cluster: every master that serves slots must have N replicas
+    /// connected (`CLUSTER NODES`), or the grants in its slots could never be acknowledged.
+    async fn check_cluster_replicas(&self, conn: &mut Connection) -> Result<(), LockError> {
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(conn)
+            .await
+            .map_err(|e| self.connect_error(e))?;
+        let wanted = usize::from(self.settings.replicas);
+        let mut masters: Vec<(&str, &str, usize)> = Vec::new();
+        let mut replicas_of: Vec<&str> = Vec::new();
+        for line in nodes.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let [id, address, flags, master, _, _, _, link, slots @ ..] = fields.as_slice() else {
+                continue;
+            };
+            if flags.contains("fail") {
+                continue;
+            }
+            if flags.contains("master") && !slots.is_empty() {
+                let address = address.split('@').next().unwrap_or(address);
+                masters.push((id, address, 0));
+            } else if flags.contains("slave") && *link == "connected" {
+                replicas_of.push(master);
+            }
+        }
+        for (id, address, count) in &mut masters {
+            *count = replicas_of.iter().filter(|m| **m == *id).count();
+            if *count < wanted {
+                return Err(LockError::Connect {
+                    url: self.url.clone(),
+                    reason: format!(
+                        "`replicas={wanted}` asks every grant to be acknowledged by {wanted} \
+                         replicas, but the cluster's master {address} has {count} connected: \
+                         attach more replicas, or lower `replicas`"
+                    ),
+                    source: None,
+                });
+            }
         }
         Ok(())
     }
@@ -523,8 +572,9 @@ impl RedisBackend {
 
     /// [`run`](Self::run) for a write that must reach the replicas (`?replicas=N`): a grant,
     /// renewal or hand-over of a lock with `lease`. On the connection that follows each command
-    /// with `WAIT`, given a quarter of the lease (at most half the response timeout, at least
-    /// 10 ms); an answer that `wrote` (a grant, a renewal: not a busy or not-ours answer, which
+    /// with `WAIT`, given half the lease (at most three quarters of the response timeout, which
+    /// bounds the whole pipeline; at least 10 ms: a late acknowledgement only shortens what is
+    /// left of the lease, counted from the send); an answer that `wrote` (a grant, a renewal: not a busy or not-ours answer, which
     /// stand whatever the replicas have) fails with [`NOT_ACKED`] unless N replicas
     /// acknowledged it. Without `?replicas`, on the shared connection.
     async fn run_acked<T, F, Fut>(
@@ -540,8 +590,8 @@ impl RedisBackend {
         if self.settings.replicas == 0 {
             return self.run_on(SHARED, Duration::ZERO, None, op).await;
         }
-        let wait = (lease / 4)
-            .min(self.settings.response_timeout / 2)
+        let wait = (lease / 2)
+            .min(self.settings.response_timeout * 3 / 4)
             .max(Duration::from_millis(10));
         let acked = Arc::new(std::sync::atomic::AtomicI64::new(-1));
         let answer = Box::pin(self.run_on(ACKED, wait, Some(&acked), op)).await?;
@@ -576,7 +626,8 @@ impl RedisBackend {
         loop {
             let result = match self.connection_of(lane).await {
                 Ok((mut conn, number)) => {
-                    let cell = conn.waiting(millis(wait));
+                    // (No `WAIT` at all for an operation that waits for nothing: a release.)
+                    let cell = conn.waiting(if wait.is_zero() { 0 } else { millis(wait) });
                     let outcome = op(conn, attempt).await;
                     if let (Some(acked), Some(cell)) = (acked, cell) {
                         let n = cell.load(std::sync::atomic::Ordering::Relaxed);
@@ -666,8 +717,15 @@ impl RedisBackend {
         token: &str,
     ) -> Result<Released, BoxError> {
         let mut retried = false;
+        // With `?replicas`, on the grants' connection (without `WAIT`): behind every attempt
+        // sent before it, so the release of a cancelled attempt can never overtake it.
+        let lane = if self.settings.replicas > 0 {
+            ACKED
+        } else {
+            SHARED
+        };
         let released: i64 = self
-            .run(|mut conn, attempt| {
+            .run_on(lane, Duration::ZERO, None, |mut conn, attempt| {
                 retried |= attempt > 0;
                 let call = evalsha_keys_token(script, keys, token);
                 async move { query_script(&mut conn, script, &call).await }
