@@ -80,6 +80,26 @@ impl RedisCluster {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
+        // And every node's view has every replica (gossip converged): a client that asks any
+        // node which replicas each master has gets the whole answer.
+        for i in 0..count {
+            loop {
+                let nodes: String = cluster.query(i, redis::cmd("CLUSTER").arg("NODES"));
+                let replicas_seen = nodes
+                    .lines()
+                    .filter(|l| l.split(' ').nth(2).is_some_and(|f| f.contains("slave")))
+                    .count();
+                if replicas_seen == masters * replicas {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "node {i} does not see {} replicas:\n{nodes}",
+                    masters * replicas
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         cluster
     }
 
