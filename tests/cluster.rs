@@ -525,10 +525,9 @@ async fn with_replicas_a_grant_waits_for_its_masters_replica() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn too_many_replicas_asked_of_a_cluster_is_refused_at_connect() {
     let cluster = RedisCluster::start(3, 1);
-    let error = LockClient::connect(&format!("{}?replicas=2", cluster.url()))
-        .await
-        .err()
-        .expect("two replicas asked of masters that have one");
+    let Err(error) = LockClient::connect(&format!("{}?replicas=2", cluster.url())).await else {
+        panic!("two replicas asked of masters that have one: connected");
+    };
     let message = error.to_string();
     assert!(
         message.contains("replicas=2") && message.contains("has 1 connected"),
