@@ -4,6 +4,9 @@
 //! - 12a: an uncontended lock + release through `redis+sentinel://` against the same through
 //!   `redis://` to the same master (what finding the master through the sentinels costs once
 //!   connected: nothing, is the goal, ≤ 1.05×);
+//! - 12c (printed before 12b, to read it by): the same through `redis://` against the raw
+//!   `SET NX PX` + compare-and-delete on one connection — the client's own cost over the raw
+//!   commands, without replicas;
 //! - 12b: the same with `?replicas=1` (the grant waits for a replica's acknowledgement)
 //!   against the raw floor: `SET NX PX` and `WAIT 1` in one pipeline, then the
 //!   compare-and-delete `EVALSHA`, on one connection.
@@ -107,6 +110,36 @@ pub async fn rows(report: &mut Report) -> Result<(), Error> {
         },
     )
     .await?;
+    let (plain, plain_floor, plain_ratio) = interleaved(
+        21,
+        async |round| timed(&direct, "p", round).await,
+        async |round| {
+            let t = Instant::now();
+            for i in 0..per_round {
+                let key = format!("rawp:{round}:{i}");
+                let set: redis::Value = redis::cmd("SET")
+                    .arg(&key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query_async(&mut raw)
+                    .await?;
+                assert!(set != redis::Value::Nil, "raw grant of {key}");
+                let released: i64 = release.key(&key).arg(token).invoke_async(&mut raw).await?;
+                assert_eq!(released, 1);
+            }
+            Ok(t.elapsed().as_secs_f64() * 1e6 / per_round as f64)
+        },
+    )
+    .await?;
+    report.row(
+        "12c. redis:// lock + release (median µs)",
+        format!("{plain:.1} µs"),
+        format!("{plain_floor:.1} µs SET, no WAIT"),
+        format!("{plain_ratio:.3}×"),
+    );
+    report.field("plain_vs_floor_ratio", plain_ratio);
     report.row(
         "12b. ?replicas=1: lock + release (median µs)",
         format!("{a:.1} µs"),
