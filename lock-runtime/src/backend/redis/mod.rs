@@ -333,8 +333,7 @@ impl RedisBackend {
             .query_async(conn)
             .await
             .map_err(|e| self.connect_error(e))?;
-        let wanted = usize::from(self.settings.replicas);
-        let mut masters: Vec<(&str, &str, usize)> = Vec::new();
+        let mut masters: Vec<(&str, &str)> = Vec::new();
         let mut replicas_of: Vec<&str> = Vec::new();
         for line in nodes.lines() {
             let fields: Vec<&str> = line.split(' ').collect();
@@ -346,26 +345,33 @@ impl RedisBackend {
             }
             if flags.contains("master") && !slots.is_empty() {
                 let address = address.split('@').next().unwrap_or(address);
-                masters.push((id, address, 0));
+                masters.push((id, address));
             } else if flags.contains("slave") && *link == "connected" {
                 replicas_of.push(master);
             }
         }
-        for (id, address, count) in &mut masters {
-            *count = replicas_of.iter().filter(|m| **m == *id).count();
-            if *count < wanted {
-                return Err(LockError::Connect {
-                    url: self.url.clone(),
-                    reason: format!(
-                        "`replicas={wanted}` asks every grant to be acknowledged by {wanted} \
-                         replicas, but the cluster's master {address} has {count} connected: \
-                         attach more replicas, or lower `replicas`"
-                    ),
-                    source: None,
-                });
-            }
+        for (id, address) in masters {
+            let count = replicas_of.iter().filter(|m| **m == id).count();
+            self.enough_replicas(&format!("the cluster's master {address}"), count)?;
         }
         Ok(())
+    }
+
+    /// `Ok` when `count` replicas of `master` are enough for `?replicas`; otherwise the error
+    /// that says so.
+    fn enough_replicas(&self, master: &str, count: usize) -> Result<(), LockError> {
+        let wanted = self.settings.replicas;
+        if count >= usize::from(wanted) {
+            return Ok(());
+        }
+        Err(LockError::Connect {
+            url: self.url.clone(),
+            reason: format!(
+                "`replicas={wanted}` asks every grant to be acknowledged by {wanted} replicas, \
+                 but {master} has {count} connected: attach more replicas, or lower `replicas`"
+            ),
+            source: None,
+        })
     }
 
     /// With `?replicas=N`: the server must be a master with N replicas connected, or no grant
@@ -375,29 +381,20 @@ impl RedisBackend {
             .query_async(conn)
             .await
             .map_err(|e| self.connect_error(e))?;
-        let wanted = self.settings.replicas;
-        let refused = |reason: String| LockError::Connect {
-            url: self.url.clone(),
-            reason,
-            source: None,
-        };
         match role.as_slice() {
             [Value::BulkString(role), _, Value::Array(replicas), ..] if role == b"master" => {
-                if replicas.len() < usize::from(wanted) {
-                    return Err(refused(format!(
-                        "`replicas={wanted}` asks every grant to be acknowledged by {wanted} \
-                         replicas, but the master has {} connected: attach more replicas, or \
-                         lower `replicas`",
-                        replicas.len()
-                    )));
-                }
-                Ok(())
+                self.enough_replicas("the master", replicas.len())
             }
-            _ => Err(refused(format!(
-                "`replicas={wanted}` needs the URL to name a master, and this server is not \
-                 one (ROLE answered {role:?}): name the master, or use `redis+sentinel://` to \
-                 find it"
-            ))),
+            _ => Err(LockError::Connect {
+                url: self.url.clone(),
+                reason: format!(
+                    "`replicas={}` needs the URL to name a master, and this server is not one \
+                     (ROLE answered {role:?}): name the master, or use `redis+sentinel://` to \
+                     find it",
+                    self.settings.replicas
+                ),
+                source: None,
+            }),
         }
     }
 
