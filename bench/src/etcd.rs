@@ -36,3 +36,23 @@ impl RawPair for EtcdRaw {
             .await
     }
 }
+
+/// The peer: etcd's own lock service (`v3lockpb.Lock`: `Lock` on a lease, `Unlock`), on one
+/// connection of the bench's own with one lease, as `etcdctl lock` holds one session lease.
+#[derive(Clone)]
+pub struct EtcdLockService(EtcdRaw);
+
+impl EtcdLockService {
+    pub async fn connect(host: &str) -> Result<EtcdLockService, Error> {
+        Ok(EtcdLockService(EtcdRaw::connect(host).await?))
+    }
+}
+
+impl RawPair for EtcdLockService {
+    async fn pair(&self, _conn: usize, key: &str) -> Result<(), Error> {
+        let EtcdLockService(raw) = self;
+        raw.client
+            .lock_service_pair(&format!("bench-peer/{key}"), raw.lease)
+            .await
+    }
+}

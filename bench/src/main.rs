@@ -320,6 +320,17 @@ async fn etcd_rows(report: &mut Report) -> Result<(), Error> {
         etcd::EtcdRaw::connect(&host).await?,
     )
     .await?;
+    // Beside its peer: etcd's own lock service, same member, same run.
+    let client = LockClient::connect(&member.url("bench-peer")).await?;
+    sql::against(
+        report,
+        "10. etcd vs its lock service",
+        "etcd_lock_service",
+        &client,
+        &etcd::EtcdLockService::connect(&host).await?,
+        "v3lock",
+    )
+    .await?;
     drop(member);
     Ok(())
 }

@@ -276,29 +276,19 @@ pub async fn lock_release(client: &LockClient, key: String) -> Result<(), Error>
     Ok(())
 }
 
-pub async fn rows(
+/// Uncontended lock + release and 64-task throughput on distinct keys: distlock (`client`)
+/// against `raw` (the floor, or a peer), `baseline` naming it in the rows; interleaved rounds,
+/// medians. `key` prefixes the JSON fields. Returns distlock's uncontended µs per call.
+pub async fn against(
     report: &mut Report,
     label: &str,
     key: &str,
-    url: &str,
-    raw: impl RawPair,
-) -> Result<(), Error> {
-    let client = LockClient::builder(url).build().await?;
-    kind_rows(report, label, key, &client, |name| {
-        let raw = raw.clone();
-        async move { raw.pair(0, &name).await }
-    })
-    .await?;
-    if read_only() {
-        return Ok(());
-    }
+    client: &LockClient,
+    raw: &impl RawPair,
+    baseline: &str,
+) -> Result<f64, Error> {
     let lock_release =
         |client: LockClient, key: String| async move { lock_release(&client, key).await };
-    for i in 0..300 {
-        lock_release(client.clone(), format!("warm:{i}")).await?;
-        raw.pair(0, &format!("warm:{i}")).await?;
-    }
-
     // Uncontended: interleaved rounds, median µs per lock + release.
     let per_round = 100u64;
     let (mut ours, mut floor, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
@@ -332,7 +322,7 @@ pub async fn rows(
     report.row(
         &format!("{label}: uncontended lock+release (µs)"),
         format!("{o:.0} µs"),
-        format!("{f:.0} µs raw"),
+        format!("{f:.0} µs {baseline}"),
         format!("{r:.3}×"),
     );
     report.field(&format!("{key}_uncontended_us"), o);
@@ -394,12 +384,39 @@ pub async fn rows(
     report.row(
         &format!("{label}: throughput, 64 tasks (calls/s)"),
         format!("{a:.0}/s"),
-        format!("{b:.0}/s raw"),
+        format!("{b:.0}/s {baseline}"),
         format!("{r:.3}×"),
     );
     report.field(&format!("{key}_throughput_per_s"), a);
     report.field(&format!("{key}_throughput_raw_per_s"), b);
     report.field(&format!("{key}_throughput_ratio"), r);
+    Ok(o)
+}
+
+pub async fn rows(
+    report: &mut Report,
+    label: &str,
+    key: &str,
+    url: &str,
+    raw: impl RawPair,
+) -> Result<(), Error> {
+    let client = LockClient::builder(url).build().await?;
+    kind_rows(report, label, key, &client, |name| {
+        let raw = raw.clone();
+        async move { raw.pair(0, &name).await }
+    })
+    .await?;
+    if read_only() {
+        return Ok(());
+    }
+    let lock_release =
+        |client: LockClient, key: String| async move { lock_release(&client, key).await };
+    for i in 0..300 {
+        lock_release(client.clone(), format!("warm:{i}")).await?;
+        raw.pair(0, &format!("warm:{i}")).await?;
+    }
+
+    let o = against(report, label, key, &client, &raw, "raw").await?;
 
     // Handoff between 4 clients (separate owners, each with its own connections and listener),
     // 4 tasks each, one key, for 3 s: the time from a release to the next grant.

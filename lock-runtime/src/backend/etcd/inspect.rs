@@ -159,4 +159,56 @@ impl EtcdInspector {
             .await?;
         Ok(())
     }
+
+    /// etcd's own lock service (`v3lockpb.Lock`, what `etcdctl lock` and the `etcd-client`
+    /// crate's `lock()` use): `Lock` on `name` with `lease`, then `Unlock` of the key it
+    /// returns — the benchmark's peer on etcd.
+    pub async fn lock_service_pair(
+        &self,
+        name: &str,
+        lease: i64,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let locked: LockResponse = self
+            .rpc
+            .unary(
+                "/v3lockpb.Lock/Lock",
+                LockRequest {
+                    name: name.as_bytes().to_vec(),
+                    lease,
+                },
+            )
+            .await?;
+        let _: UnlockResponse = self
+            .rpc
+            .unary("/v3lockpb.Lock/Unlock", UnlockRequest { key: locked.key })
+            .await?;
+        Ok(())
+    }
 }
+
+/// `v3lockpb.LockRequest`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct LockRequest {
+    #[prost(bytes = "vec", tag = "1")]
+    name: Vec<u8>,
+    #[prost(int64, tag = "2")]
+    lease: i64,
+}
+
+/// `v3lockpb.LockResponse` (the header, field 1, is not read).
+#[derive(Clone, PartialEq, prost::Message)]
+struct LockResponse {
+    #[prost(bytes = "vec", tag = "2")]
+    key: Vec<u8>,
+}
+
+/// `v3lockpb.UnlockRequest`.
+#[derive(Clone, PartialEq, prost::Message)]
+struct UnlockRequest {
+    #[prost(bytes = "vec", tag = "1")]
+    key: Vec<u8>,
+}
+
+/// `v3lockpb.UnlockResponse` (its header is not read).
+#[derive(Clone, PartialEq, prost::Message)]
+struct UnlockResponse {}
