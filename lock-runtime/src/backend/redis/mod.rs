@@ -124,15 +124,13 @@ fn is_not_acked(error: &RedisError) -> bool {
 }
 
 impl Connection {
-    /// Sets `WAIT`'s timeout for one operation, and a fresh cell for what it acknowledges.
-    fn waiting(&mut self, timeout_ms: u64) -> Option<Arc<std::sync::atomic::AtomicI64>> {
-        match self {
-            Connection::Acked(_, acks) => {
-                acks.timeout_ms = timeout_ms;
-                acks.acked = Arc::new(std::sync::atomic::AtomicI64::new(-1));
-                Some(Arc::clone(&acks.acked))
-            }
-            _ => None,
+    /// Sets `WAIT`'s timeout for one try of an operation, and the operation's cell for what it
+    /// acknowledges (reset: nothing acknowledged yet).
+    fn waiting(&mut self, timeout_ms: u64, acked: Option<&Arc<std::sync::atomic::AtomicI64>>) {
+        if let (Connection::Acked(_, acks), Some(acked)) = (self, acked) {
+            acks.timeout_ms = timeout_ms;
+            acked.store(-1, std::sync::atomic::Ordering::Relaxed);
+            acks.acked = Arc::clone(acked);
         }
     }
 }
@@ -612,7 +610,7 @@ impl RedisBackend {
         &self,
         lane: usize,
         wait: Duration,
-        acked: Option<&std::sync::atomic::AtomicI64>,
+        acked: Option<&Arc<std::sync::atomic::AtomicI64>>,
         mut op: F,
     ) -> RedisResult<T>
     where
@@ -624,12 +622,8 @@ impl RedisBackend {
             let result = match self.connection_of(lane).await {
                 Ok((mut conn, number)) => {
                     // (No `WAIT` at all for an operation that waits for nothing: a release.)
-                    let cell = conn.waiting(if wait.is_zero() { 0 } else { millis(wait) });
+                    conn.waiting(if wait.is_zero() { 0 } else { millis(wait) }, acked);
                     let outcome = op(conn, attempt).await;
-                    if let (Some(acked), Some(cell)) = (acked, cell) {
-                        let n = cell.load(std::sync::atomic::Ordering::Relaxed);
-                        acked.store(n, std::sync::atomic::Ordering::Relaxed);
-                    }
                     if outcome
                         .as_ref()
                         .is_err_and(|e| is_transient(e) || self.failed_over(e))
