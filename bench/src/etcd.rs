@@ -30,7 +30,7 @@ impl EtcdRaw {
 }
 
 impl RawPair for EtcdRaw {
-    async fn pair(&self, _conn: usize, key: &str) -> Result<(), Error> {
+    async fn pair(&self, _conn: usize, key: &str, _fresh: bool) -> Result<(), Error> {
         self.client
             .put_if_absent_then_delete(&format!("bench-raw/{key}"), self.lease)
             .await
@@ -49,7 +49,7 @@ impl EtcdLockService {
 }
 
 impl RawPair for EtcdLockService {
-    async fn pair(&self, _conn: usize, key: &str) -> Result<(), Error> {
+    async fn pair(&self, _conn: usize, key: &str, _fresh: bool) -> Result<(), Error> {
         let EtcdLockService(raw) = self;
         raw.client
             .lock_service_pair(&format!("bench-peer/{key}"), raw.lease)

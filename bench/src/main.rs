@@ -59,6 +59,7 @@ mod sql;
 #[allow(unused_imports)]
 mod support;
 mod zk;
+mod curator;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -296,14 +297,70 @@ async fn zk_rows(report: &mut Report) -> Result<(), Error> {
     let server = support::zookeeper::ZkServer::start();
     let hosts = format!("127.0.0.1:{}", server.client_port);
     // distlock's client uses one session per lease: one session, as the raw side.
+    let raw = zk::ZkRaw::connect(&hosts, 1).await?;
     sql::rows(
         report,
         "9. zookeeper",
         "zookeeper",
         &server.url("/bench"),
-        zk::ZkRaw::connect(&hosts, 1).await?,
+        raw.clone(),
     )
     .await?;
+    // Beside its peer: Apache Curator's InterProcessMutex, same server, same run.
+    let client = LockClient::connect(&server.url("/bench-peer")).await?;
+    let curator = curator::Curator::start(&hosts).await?;
+    for i in 0..300 {
+        sql::lock_release(&client, format!("warm:{i}")).await?;
+    }
+    sql::against(
+        report,
+        "9. zookeeper vs Curator",
+        "zookeeper_curator",
+        &client,
+        &curator,
+        "Curator",
+    )
+    .await?;
+    // What each costs the server: requests received and packets sent per lock + release.
+    for reused in [false, true] {
+        let port = server.client_port;
+        let prefix = |side: &str| {
+            if reused {
+                format!("count:{side}")
+            } else {
+                format!("count:{side}:")
+            }
+        };
+        let ours = sql::Ours(&client);
+        let ours = zk::requests_per_call(port, &ours, &prefix("ours"), 200, reused).await?;
+        let raw = zk::requests_per_call(port, &raw, &prefix("raw"), 200, reused).await?;
+        let peer = zk::requests_per_call(port, &curator, &prefix("curator"), 200, reused).await?;
+        let (what, field) = if reused {
+            ("one reused key", "reused")
+        } else {
+            ("fresh keys", "fresh")
+        };
+        report.row(
+            &format!("9. zookeeper: requests / packets sent per call, {what}"),
+            format!("{:.2} / {:.2}", ours.0, ours.1),
+            format!("raw {:.2} / {:.2}", raw.0, raw.1),
+            format!("Curator {:.2} / {:.2}", peer.0, peer.1),
+        );
+        report.field(&format!("zookeeper_{field}_requests_per_call"), ours.0);
+        report.field(&format!("zookeeper_{field}_raw_requests_per_call"), raw.0);
+        report.field(&format!("zookeeper_{field}_curator_requests_per_call"), peer.0);
+    }
+    let (rate, p50, p99) = curator.handoff("handoff", Duration::from_secs(3)).await?;
+    report.row(
+        "9. zookeeper: Curator handoff, 4 clients × 4 threads",
+        format!("{rate:.0}/s"),
+        format!("p50 {:.2} / p99 {:.2} ms", p50 / 1e3, p99 / 1e3),
+        String::new(),
+    );
+    report.field("zookeeper_curator_handoffs_per_s", rate);
+    report.field("zookeeper_curator_handoff_p50_us", p50);
+    report.field("zookeeper_curator_handoff_p99_us", p99);
+    drop(curator);
     drop(server);
     etcd_rows(report).await
 }

@@ -15,8 +15,103 @@ use crate::{Error, Report, median, percentile, run_tasks};
 /// A raw lock table's two statements: take (`INSERT … ON CONFLICT DO NOTHING`), release
 /// (`DELETE … WHERE token`), on connections of the bench's own.
 pub trait RawPair: Clone + Send + Sync + 'static {
-    /// Takes and releases `key` once; `conn` picks one of the connections.
-    fn pair(&self, conn: usize, key: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Takes and releases `key` once; `conn` picks one of the connections. `fresh`: `key` was
+    /// never used before (a floor that needs a parent for a new key makes it first).
+    fn pair(
+        &self,
+        conn: usize,
+        key: &str,
+        fresh: bool,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// One side of a comparison: distlock ([`Ours`]), a raw floor (every [`RawPair`]), or a peer
+/// library running in a process of its own.
+pub trait Peer: Send + Sync {
+    /// `calls` lock + release pairs one after another, on the fresh keys `{prefix}{i}`, or
+    /// (`reused`) all on the key `prefix`; µs per pair.
+    fn sequential(
+        &self,
+        prefix: &str,
+        calls: u64,
+        reused: bool,
+    ) -> impl Future<Output = Result<f64, Error>> + Send;
+
+    /// Pairs per second of 64 tasks on the distinct fresh keys `{prefix}{task}:{i}`, for
+    /// `window`.
+    fn throughput(
+        &self,
+        prefix: &str,
+        window: Duration,
+    ) -> impl Future<Output = Result<f64, Error>> + Send;
+}
+
+impl<R: RawPair> Peer for R {
+    async fn sequential(&self, prefix: &str, calls: u64, reused: bool) -> Result<f64, Error> {
+        let t = Instant::now();
+        for i in 0..calls {
+            if reused {
+                self.pair(0, prefix, false).await?;
+            } else {
+                self.pair(0, &format!("{prefix}{i}"), true).await?;
+            }
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e6 / calls as f64)
+    }
+
+    async fn throughput(&self, prefix: &str, window: Duration) -> Result<f64, Error> {
+        let prefix = prefix.to_owned();
+        Ok(run_tasks(64, window, move |t, done, stop| {
+            let (raw, prefix) = (self.clone(), prefix.clone());
+            async move {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    raw.pair(t as usize, &format!("{prefix}{t}:{i}"), true)
+                        .await
+                        .unwrap();
+                    i += 1;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .await)
+    }
+}
+
+/// distlock's side: [`lock_release`] on `client`.
+pub struct Ours<'a>(pub &'a LockClient);
+
+impl Peer for Ours<'_> {
+    async fn sequential(&self, prefix: &str, calls: u64, reused: bool) -> Result<f64, Error> {
+        let t = Instant::now();
+        for i in 0..calls {
+            let key = if reused {
+                prefix.to_owned()
+            } else {
+                format!("{prefix}{i}")
+            };
+            lock_release(self.0, key).await?;
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e6 / calls as f64)
+    }
+
+    async fn throughput(&self, prefix: &str, window: Duration) -> Result<f64, Error> {
+        let prefix = prefix.to_owned();
+        Ok(run_tasks(64, window, move |t, done, stop| {
+            let (client, prefix) = (self.0.clone(), prefix.clone());
+            async move {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    lock_release(&client, format!("{prefix}{t}:{i}"))
+                        .await
+                        .unwrap();
+                    i += 1;
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+        .await)
+    }
 }
 
 /// PostgreSQL raw pairs on a table shaped like distlock's.
@@ -68,7 +163,7 @@ impl PgRaw {
 }
 
 impl RawPair for PgRaw {
-    async fn pair(&self, conn: usize, key: &str) -> Result<(), Error> {
+    async fn pair(&self, conn: usize, key: &str, _fresh: bool) -> Result<(), Error> {
         let (client, take, release) = &self.clients[conn % self.clients.len()];
         let token = "t0123456789abcdef0123456789abcdef";
         let taken = client.execute(take, &[&key, &token]).await?;
@@ -111,7 +206,7 @@ impl MyRaw {
 }
 
 impl RawPair for MyRaw {
-    async fn pair(&self, conn: usize, key: &str) -> Result<(), Error> {
+    async fn pair(&self, conn: usize, key: &str, _fresh: bool) -> Result<(), Error> {
         use mysql_async::prelude::Queryable;
         let mut conn = self.conns[conn % self.conns.len()].lock().await;
         let token = "t0123456789abcdef0123456789abcdef";
@@ -276,111 +371,105 @@ pub async fn lock_release(client: &LockClient, key: String) -> Result<(), Error>
     Ok(())
 }
 
-/// Uncontended lock + release and 64-task throughput on distinct keys: distlock (`client`)
-/// against `raw` (the floor, or a peer), `baseline` naming it in the rows; interleaved rounds,
-/// medians. `key` prefixes the JSON fields. Returns distlock's uncontended µs per call.
+/// Interleaved rounds of `measure(side, round)` for distlock (`a`) and `b`, the order
+/// alternating; the medians of each side and of the per-round ratios a / b.
+async fn interleaved<'a, A: Peer, B: Peer, F, Fut>(
+    a: &'a A,
+    b: &'a B,
+    rounds: u64,
+    measure: F,
+) -> Result<(f64, f64, f64), Error>
+where
+    F: Fn(Side<'a, A, B>, u64) -> Fut,
+    Fut: Future<Output = Result<f64, Error>>,
+{
+    let (mut xs, mut ys, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let (x, y) = if round % 2 == 0 {
+            let x = measure(Side::A(a), round).await?;
+            (x, measure(Side::B(b), round).await?)
+        } else {
+            let y = measure(Side::B(b), round).await?;
+            (measure(Side::A(a), round).await?, y)
+        };
+        xs.push(x);
+        ys.push(y);
+        ratios.push(x / y);
+    }
+    Ok((median(&mut xs), median(&mut ys), median(&mut ratios)))
+}
+
+/// One of the two sides [`interleaved`] compares.
+enum Side<'a, A, B> {
+    A(&'a A),
+    B(&'a B),
+}
+
+impl<A: Peer, B: Peer> Side<'_, A, B> {
+    async fn sequential(&self, prefix: &str, calls: u64, reused: bool) -> Result<f64, Error> {
+        match self {
+            Side::A(a) => a.sequential(prefix, calls, reused).await,
+            Side::B(b) => b.sequential(prefix, calls, reused).await,
+        }
+    }
+
+    async fn throughput(&self, prefix: &str, window: Duration) -> Result<f64, Error> {
+        match self {
+            Side::A(a) => a.throughput(prefix, window).await,
+            Side::B(b) => b.throughput(prefix, window).await,
+        }
+    }
+}
+
+/// Uncontended lock + release on distinct fresh keys and on one reused key, and 64-task
+/// throughput on distinct keys: distlock (`client`) against `other` (the floor, or a peer),
+/// `baseline` naming it in the rows; interleaved rounds, medians. `key` prefixes the JSON
+/// fields. Returns distlock's uncontended µs per call on fresh keys.
 pub async fn against(
     report: &mut Report,
     label: &str,
     key: &str,
     client: &LockClient,
-    raw: &impl RawPair,
+    other: &impl Peer,
     baseline: &str,
 ) -> Result<f64, Error> {
-    let lock_release =
-        |client: LockClient, key: String| async move { lock_release(&client, key).await };
-    // Uncontended: interleaved rounds, median µs per lock + release.
+    let ours = Ours(client);
     let per_round = 100u64;
-    let (mut ours, mut floor, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..15u64 {
-        let measure_ours = async {
-            let t = Instant::now();
-            for i in 0..per_round {
-                lock_release(client.clone(), format!("u:{round}:{i}")).await?;
-            }
-            Ok::<_, Error>(t.elapsed().as_secs_f64() * 1e6 / per_round as f64)
-        };
-        let measure_raw = async {
-            let t = Instant::now();
-            for i in 0..per_round {
-                raw.pair(0, &format!("u:{round}:{i}")).await?;
-            }
-            Ok::<_, Error>(t.elapsed().as_secs_f64() * 1e6 / per_round as f64)
-        };
-        let (a, b) = if round % 2 == 0 {
-            let a = measure_ours.await?;
-            (a, measure_raw.await?)
+    let mut fresh = 0.0;
+    for reused in [false, true] {
+        let (o, f, r) = interleaved(&ours, other, 15, |side, round| async move {
+            let prefix = if reused {
+                format!("reused:{key}")
+            } else {
+                format!("u:{round}:")
+            };
+            side.sequential(&prefix, per_round, reused).await
+        })
+        .await?;
+        let (what, field) = if reused {
+            ("one reused key", "reused")
         } else {
-            let b = measure_raw.await?;
-            (measure_ours.await?, b)
+            ("fresh keys", "uncontended")
         };
-        ours.push(a);
-        floor.push(b);
-        ratios.push(a / b);
+        report.row(
+            &format!("{label}: uncontended lock+release, {what} (µs)"),
+            format!("{o:.0} µs"),
+            format!("{f:.0} µs {baseline}"),
+            format!("{r:.3}×"),
+        );
+        report.field(&format!("{key}_{field}_us"), o);
+        report.field(&format!("{key}_{field}_raw_us"), f);
+        report.field(&format!("{key}_{field}_ratio"), r);
+        if !reused {
+            fresh = o;
+        }
     }
-    let (o, f, r) = (median(&mut ours), median(&mut floor), median(&mut ratios));
-    report.row(
-        &format!("{label}: uncontended lock+release (µs)"),
-        format!("{o:.0} µs"),
-        format!("{f:.0} µs {baseline}"),
-        format!("{r:.3}×"),
-    );
-    report.field(&format!("{key}_uncontended_us"), o);
-    report.field(&format!("{key}_uncontended_raw_us"), f);
-    report.field(&format!("{key}_uncontended_ratio"), r);
-
     // Throughput: 64 tasks on distinct keys, interleaved windows.
     let window = Duration::from_millis(500);
-    let (mut a_rates, mut b_rates, mut rate_ratios) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..11u64 {
-        let ours = || {
-            let client = client.clone();
-            run_tasks(64, window, move |t, done, stop| {
-                let client = client.clone();
-                async move {
-                    let mut i = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        lock_release(client.clone(), format!("tp:{round}:{t}:{i}"))
-                            .await
-                            .unwrap();
-                        i += 1;
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        };
-        let raws = || {
-            let raw = raw.clone();
-            run_tasks(64, window, move |t, done, stop| {
-                let raw = raw.clone();
-                async move {
-                    let mut i = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        raw.pair(t as usize, &format!("tp:{round}:{t}:{i}"))
-                            .await
-                            .unwrap();
-                        i += 1;
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            })
-        };
-        let (a, b) = if round % 2 == 0 {
-            let a = ours().await;
-            (a, raws().await)
-        } else {
-            let b = raws().await;
-            (ours().await, b)
-        };
-        a_rates.push(a);
-        b_rates.push(b);
-        rate_ratios.push(a / b);
-    }
-    let (a, b, r) = (
-        median(&mut a_rates),
-        median(&mut b_rates),
-        median(&mut rate_ratios),
-    );
+    let (a, b, r) = interleaved(&ours, other, 11, |side, round| async move {
+        side.throughput(&format!("tp:{round}:"), window).await
+    })
+    .await?;
     report.row(
         &format!("{label}: throughput, 64 tasks (calls/s)"),
         format!("{a:.0}/s"),
@@ -390,7 +479,7 @@ pub async fn against(
     report.field(&format!("{key}_throughput_per_s"), a);
     report.field(&format!("{key}_throughput_raw_per_s"), b);
     report.field(&format!("{key}_throughput_ratio"), r);
-    Ok(o)
+    Ok(fresh)
 }
 
 pub async fn rows(
@@ -403,17 +492,15 @@ pub async fn rows(
     let client = LockClient::builder(url).build().await?;
     kind_rows(report, label, key, &client, |name| {
         let raw = raw.clone();
-        async move { raw.pair(0, &name).await }
+        async move { raw.pair(0, &name, true).await }
     })
     .await?;
     if read_only() {
         return Ok(());
     }
-    let lock_release =
-        |client: LockClient, key: String| async move { lock_release(&client, key).await };
     for i in 0..300 {
-        lock_release(client.clone(), format!("warm:{i}")).await?;
-        raw.pair(0, &format!("warm:{i}")).await?;
+        lock_release(&client, format!("warm:{i}")).await?;
+        raw.pair(0, &format!("warm:{i}"), true).await?;
     }
 
     let o = against(report, label, key, &client, &raw, "raw").await?;

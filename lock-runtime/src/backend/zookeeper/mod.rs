@@ -46,8 +46,23 @@ fn queue_node() -> zk::CreateOptions<'static> {
     zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all())
 }
 
-fn container() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Container.with_acls(zk::Acls::anyone_all())
+/// A lock's parent node: a container, which the server deletes once it has been empty a while.
+const CONTAINER: zk::CreateOptions<'static> =
+    zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+
+/// A queue's children, listed with a watch on the queue (see [`Node::queue_watch`]).
+type Listed = Result<(Vec<String>, zk::OneshotWatcher), ZkFailure>;
+
+/// The event of `watcher`, awaited by a task of its own. A watcher dropped before it fires
+/// costs a request (the client asks the server to remove the watch); one left to fire costs
+/// nothing more, and each of ours fires soon enough: it watches a node or queue this client's
+/// own release changes, or it ends with its session.
+fn detach(watcher: zk::OneshotWatcher) -> tokio::sync::oneshot::Receiver<zk::WatchedEvent> {
+    let (tell, told) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let _ = tell.send(watcher.changed().await);
+    });
+    told
 }
 
 /// A node this client made: a held lock or a place in a lock's queue.
@@ -60,6 +75,10 @@ struct Node {
     czxid: i64,
     /// The predecessor watch of a waiter, or the end-of-lease timer of an unrenewed lock.
     task: Option<AbortHandle>,
+    /// A holder's watch on its queue, set by the list that found it first (no request of its
+    /// own): any change to the queue — its own node deleted included — fires it, and the
+    /// holder's loss watch ([`ZookeeperBackend::watch_lost`]) then looks at its node.
+    queue_watch: Option<tokio::sync::oneshot::Receiver<zk::WatchedEvent>>,
 }
 
 impl Drop for Node {
@@ -386,49 +405,62 @@ impl ZookeeperBackend {
         )
     }
 
-    /// Creates this waiter's node in `parent`'s queue (and the parent if it is missing).
-    async fn create_node(
+    /// Creates this waiter's node in `parent`'s queue (and the parent if it is missing), and
+    /// lists the queue with a watch on it, in one round trip: the list is sent right behind the
+    /// create, and a session's requests are served in order. A key nobody has used lately (its
+    /// parent missing) takes one round trip more: the parent, the node and the list together.
+    async fn create_and_list(
         &self,
         client: &zk::Client,
         session: &Arc<Session>,
         parent: &str,
         spec: LockSpec<'_>,
-    ) -> Result<(String, i64), BoxError> {
+    ) -> Result<(String, i64, Listed), BoxError> {
         let prefix = node_prefix(parent, spec.token, spec.kind);
         let data = self.node_data(spec);
-        for _ in 0..3 {
-            match self
-                .call(
-                    "create",
-                    client.create(&prefix, data.as_bytes(), &queue_node()),
-                )
-                .await
-            {
-                Ok((stat, sequence)) => return Ok((format!("{prefix}{sequence}"), stat.czxid)),
-                // The parent is missing (never made, or deleted by the server as an empty
-                // container just now): make it and try again.
-                Err(ZkFailure::Server(zk::Error::NoNode)) => {
-                    match self
-                        .call("create", client.create(parent, &[], &container()))
-                        .await
-                    {
+        let options = queue_node();
+        let fail = |failure: ZkFailure| {
+            self.note_session_error(session, &failure);
+            self.failed("create", failure)
+        };
+        let create = client.create(&prefix, data.as_bytes(), &options);
+        let list = client.list_and_watch_children(parent);
+        let (stat, sequence) = match self.call("create", create).await {
+            Ok(created) => created,
+            // The parent is missing (never made, or deleted by the server as an empty
+            // container): make it, then the node, then list.
+            Err(ZkFailure::Server(zk::Error::NoNode)) => {
+                drop(list);
+                let mut tries = 0;
+                loop {
+                    let make_parent = client.create(parent, &[], &CONTAINER);
+                    let create = client.create(&prefix, data.as_bytes(), &options);
+                    let list = client.list_and_watch_children(parent);
+                    match self.call("create", make_parent).await {
                         Ok(_) | Err(ZkFailure::Server(zk::Error::NodeExists)) => {}
-                        Err(failure) => {
-                            self.note_session_error(session, &failure);
-                            return Err(self.failed("create", failure));
+                        Err(failure) => return Err(fail(failure)),
+                    }
+                    match self.call("create", create).await {
+                        Ok((stat, sequence)) => {
+                            let listed = self.call("list", list).await;
+                            return Ok((format!("{prefix}{sequence}"), stat.czxid, listed));
                         }
+                        // Deleted again between the two (an empty container's clean-up).
+                        Err(ZkFailure::Server(zk::Error::NoNode)) if tries < 3 => tries += 1,
+                        Err(ZkFailure::Server(zk::Error::NoNode)) => {
+                            return Err(Transient::wrap(format!(
+                                "the parent node `{parent}` kept disappearing ({})",
+                                self.shown
+                            )));
+                        }
+                        Err(failure) => return Err(fail(failure)),
                     }
                 }
-                Err(failure) => {
-                    self.note_session_error(session, &failure);
-                    return Err(self.failed("create", failure));
-                }
             }
-        }
-        Err(Transient::wrap(format!(
-            "the parent node `{parent}` kept disappearing ({})",
-            self.shown
-        )))
+            Err(failure) => return Err(fail(failure)),
+        };
+        let listed = self.call("list", list).await;
+        Ok((format!("{prefix}{sequence}"), stat.czxid, listed))
     }
 
     async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
@@ -444,10 +476,17 @@ impl ZookeeperBackend {
             let known = self.nodes().get(spec.token).and_then(|node| {
                 Arc::ptr_eq(&node.session, &session).then(|| (node.path.clone(), node.czxid))
             });
-            let (path, czxid) = match known {
-                Some(known) => known,
+            let (path, czxid, listed) = match known {
+                Some((path, czxid)) => {
+                    let listed = self
+                        .call("list", client.list_and_watch_children(&parent))
+                        .await;
+                    (path, czxid, listed)
+                }
                 None => {
-                    let (path, czxid) = self.create_node(&client, &session, &parent, spec).await?;
+                    let (path, czxid, listed) = self
+                        .create_and_list(&client, &session, &parent, spec)
+                        .await?;
                     let stale = self.nodes().insert(
                         spec.token.to_owned(),
                         Node {
@@ -455,6 +494,7 @@ impl ZookeeperBackend {
                             session: Arc::clone(&session),
                             czxid,
                             task: None,
+                            queue_watch: None,
                         },
                     );
                     if let Some(stale) = stale {
@@ -464,11 +504,11 @@ impl ZookeeperBackend {
                             let _ = client.delete(&stale.path, None).await;
                         });
                     }
-                    (path, czxid)
+                    (path, czxid, listed)
                 }
             };
-            let children = match self.call("list", client.list_children(&parent)).await {
-                Ok(children) => children,
+            let (children, queue_watch) = match listed {
+                Ok(listed) => listed,
                 Err(ZkFailure::Server(zk::Error::NoNode)) => {
                     self.nodes().remove(spec.token);
                     continue;
@@ -478,6 +518,8 @@ impl ZookeeperBackend {
                     return Err(self.failed("list", failure));
                 }
             };
+            // Kept by a holder; anyone else leaves it to fire (see `detach`).
+            let queue_watch = detach(queue_watch);
             let mine = &path[parent.len() + 1..];
             // A create whose reply was lost (the connection dropped, the server restarted) may
             // have made a node all the same, and its retry another: the earlier one, ahead of
@@ -539,6 +581,9 @@ impl ZookeeperBackend {
                 Kind::Permits(n) => (place >= n as usize).then(|| place - 1),
             };
             let Some(blocker) = blocker else {
+                if let Some(node) = self.nodes().get_mut(spec.token) {
+                    node.queue_watch = Some(queue_watch);
+                }
                 if !spec.renew {
                     self.end_after_lease(spec, &client, &path, started);
                 }
@@ -774,18 +819,38 @@ impl ZookeeperBackend {
         let loss = Arc::clone(&session.loss);
         // Whether this client still counts the node as its own (not released meanwhile).
         let ours = || self.nodes().contains_key(spec.token);
+        let queue_watch = self
+            .nodes()
+            .get_mut(spec.token)
+            .and_then(|node| node.queue_watch.take());
+        let deleted = || format!("its node `{path}` was deleted");
         let watched = async {
+            // First the queue's watch, set when the lock was granted: while nothing in the
+            // queue changes, the node is there, and watching it cost no request.
+            if let Some(queue_watch) = queue_watch {
+                let event = queue_watch.await;
+                if !ours() {
+                    return std::future::pending().await;
+                }
+                // The queue itself is gone: so is the node.
+                if let Ok(zk::WatchedEvent {
+                    event_type: zk::EventType::NodeDeleted,
+                    ..
+                }) = event
+                {
+                    return deleted();
+                }
+                // A child came or went (or a session event): look at the node itself now.
+            }
             loop {
                 let Some(client) = session.client() else {
                     return std::future::pending().await;
                 };
                 let why = match self.call("watch", client.check_and_watch_stat(&path)).await {
-                    Ok((None, _)) => Some(format!("its node `{path}` was deleted")),
-                    Ok((Some(_), watcher)) => match watcher.changed().await.event_type {
-                        zk::EventType::NodeDeleted => {
-                            Some(format!("its node `{path}` was deleted"))
-                        }
-                        zk::EventType::NodeDataChanged => {
+                    Ok((None, _)) => Some(deleted()),
+                    Ok((Some(_), watcher)) => match detach(watcher).await.map(|e| e.event_type) {
+                        Ok(zk::EventType::NodeDeleted) => Some(deleted()),
+                        Ok(zk::EventType::NodeDataChanged) => {
                             Some(format!("its node `{path}` was changed by another client"))
                         }
                         // A session event: the heartbeat decides whether the session is over.
