@@ -102,10 +102,14 @@ impl Curator {
         };
         // The JIT compiles the hot paths after some thousands of calls.
         for round in 0..3 {
-            curator.sequential(&format!("warm:{round}:"), 1000, false).await?;
+            curator
+                .sequential(&format!("warm:{round}:"), 1000, false)
+                .await?;
             curator.sequential("warm", 1000, true).await?;
         }
-        curator.throughput("warm:tp:", Duration::from_secs(1)).await?;
+        curator
+            .throughput("warm:tp:", Duration::from_secs(1))
+            .await?;
         Ok(curator)
     }
 

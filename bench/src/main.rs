@@ -52,6 +52,7 @@
 //!   raw floor with a `PUBLISH` added to the release script, to price the wake-up alone.
 
 mod contention;
+mod curator;
 mod etcd;
 mod sentinel;
 mod sql;
@@ -59,7 +60,6 @@ mod sql;
 #[allow(unused_imports)]
 mod support;
 mod zk;
-mod curator;
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -348,7 +348,10 @@ async fn zk_rows(report: &mut Report) -> Result<(), Error> {
         );
         report.field(&format!("zookeeper_{field}_requests_per_call"), ours.0);
         report.field(&format!("zookeeper_{field}_raw_requests_per_call"), raw.0);
-        report.field(&format!("zookeeper_{field}_curator_requests_per_call"), peer.0);
+        report.field(
+            &format!("zookeeper_{field}_curator_requests_per_call"),
+            peer.0,
+        );
     }
     let (rate, p50, p99) = curator.handoff("handoff", Duration::from_secs(3)).await?;
     report.row(

@@ -50,6 +50,9 @@ fn queue_node() -> zk::CreateOptions<'static> {
 const CONTAINER: zk::CreateOptions<'static> =
     zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
 
+/// How many parents a client remembers as there (see `ZookeeperBackend::saw_parent`).
+const KNOWN_PARENTS: usize = 4096;
+
 /// A queue's children, listed with a watch on the queue (see [`Node::queue_watch`]).
 type Listed = Result<(Vec<String>, zk::OneshotWatcher), ZkFailure>;
 
@@ -107,6 +110,8 @@ pub(crate) struct ZookeeperBackend {
     nodes: Mutex<HashMap<String, Node>>,
     /// The owner tokens of this client's acquisitions in play (see [`super::InPlay`]).
     in_play: super::InPlay,
+    /// Parents this client made or found lately (see [`Self::create_and_list`]).
+    parents: Mutex<std::collections::HashSet<String>>,
     /// Wake-ups by owner token: a waiter's predecessor is gone.
     hub: Arc<ReleaseHub>,
     holder: String,
@@ -205,6 +210,7 @@ impl ZookeeperBackend {
             opening: tokio::sync::Mutex::new(()),
             nodes: Mutex::new(HashMap::new()),
             in_play: super::InPlay::default(),
+            parents: Mutex::default(),
             hub: ReleaseHub::new(None),
             holder: holder_id(),
             version: std::sync::OnceLock::new(),
@@ -405,10 +411,11 @@ impl ZookeeperBackend {
         )
     }
 
-    /// Creates this waiter's node in `parent`'s queue (and the parent if it is missing), and
-    /// lists the queue with a watch on it, in one round trip: the list is sent right behind the
-    /// create, and a session's requests are served in order. A key nobody has used lately (its
-    /// parent missing) takes one round trip more: the parent, the node and the list together.
+    /// Creates this waiter's node in `parent`'s queue and lists the queue with a watch on it,
+    /// in one round trip: the list is sent right behind the create, and a session's requests
+    /// are served in order. A parent this client has not seen lately is created in the same
+    /// round trip, first (an empty queue's parent is a container the server deletes after a
+    /// while): a fresh key costs one request more than a used one, and no round trip more.
     async fn create_and_list(
         &self,
         client: &zk::Client,
@@ -419,48 +426,65 @@ impl ZookeeperBackend {
         let prefix = node_prefix(parent, spec.token, spec.kind);
         let data = self.node_data(spec);
         let options = queue_node();
-        let fail = |failure: ZkFailure| {
-            self.note_session_error(session, &failure);
-            self.failed("create", failure)
-        };
-        let create = client.create(&prefix, data.as_bytes(), &options);
-        let list = client.list_and_watch_children(parent);
-        let (stat, sequence) = match self.call("create", create).await {
-            Ok(created) => created,
-            // The parent is missing (never made, or deleted by the server as an empty
-            // container): make it, then the node, then list.
-            Err(ZkFailure::Server(zk::Error::NoNode)) => {
-                drop(list);
-                let mut tries = 0;
-                loop {
-                    let make_parent = client.create(parent, &[], &CONTAINER);
-                    let create = client.create(&prefix, data.as_bytes(), &options);
-                    let list = client.list_and_watch_children(parent);
-                    match self.call("create", make_parent).await {
-                        Ok(_) | Err(ZkFailure::Server(zk::Error::NodeExists)) => {}
-                        Err(failure) => return Err(fail(failure)),
-                    }
-                    match self.call("create", create).await {
-                        Ok((stat, sequence)) => {
-                            let listed = self.call("list", list).await;
-                            return Ok((format!("{prefix}{sequence}"), stat.czxid, listed));
-                        }
-                        // Deleted again between the two (an empty container's clean-up).
-                        Err(ZkFailure::Server(zk::Error::NoNode)) if tries < 3 => tries += 1,
-                        Err(ZkFailure::Server(zk::Error::NoNode)) => {
-                            return Err(Transient::wrap(format!(
-                                "the parent node `{parent}` kept disappearing ({})",
-                                self.shown
-                            )));
-                        }
-                        Err(failure) => return Err(fail(failure)),
-                    }
+        let mut known = self.knows_parent(parent);
+        for _ in 0..4 {
+            let make_parent = (!known).then(|| client.create(parent, &[], &CONTAINER));
+            let create = client.create(&prefix, data.as_bytes(), &options);
+            let list = client.list_and_watch_children(parent);
+            let made = match make_parent {
+                Some(make_parent) => self.call("create", make_parent).await,
+                None => Err(ZkFailure::Server(zk::Error::NodeExists)),
+            };
+            let created = self.call("create", create).await;
+            // The parent's failure matters only if the node was not made either.
+            if let (Err(failure), Err(_)) = (made, &created)
+                && !matches!(failure, ZkFailure::Server(zk::Error::NodeExists))
+            {
+                self.note_session_error(session, &failure);
+                return Err(self.failed("create", failure));
+            }
+            match created {
+                Ok((stat, sequence)) => {
+                    self.saw_parent(parent, true);
+                    let listed = self.call("list", list).await;
+                    return Ok((format!("{prefix}{sequence}"), stat.czxid, listed));
+                }
+                // The parent is gone (deleted by the server as an empty container) or was
+                // never made: make it, then the node.
+                Err(ZkFailure::Server(zk::Error::NoNode)) => {
+                    self.saw_parent(parent, false);
+                    known = false;
+                }
+                Err(failure) => {
+                    self.note_session_error(session, &failure);
+                    return Err(self.failed("create", failure));
                 }
             }
-            Err(failure) => return Err(fail(failure)),
-        };
-        let listed = self.call("list", list).await;
-        Ok((format!("{prefix}{sequence}"), stat.czxid, listed))
+        }
+        Err(Transient::wrap(format!(
+            "the parent node `{parent}` kept disappearing ({})",
+            self.shown
+        )))
+    }
+
+    /// Whether `parent` was there lately, as far as this client knows.
+    fn knows_parent(&self, parent: &str) -> bool {
+        let parents = self.parents.lock().unwrap_or_else(|p| p.into_inner());
+        parents.contains(parent)
+    }
+
+    /// Notes whether `parent` is there. At most [`KNOWN_PARENTS`] are remembered: past that,
+    /// the memory starts again (a parent forgotten costs one failed create, at most).
+    fn saw_parent(&self, parent: &str, there: bool) {
+        let mut parents = self.parents.lock().unwrap_or_else(|p| p.into_inner());
+        if !there {
+            parents.remove(parent);
+        } else if !parents.contains(parent) {
+            if parents.len() >= KNOWN_PARENTS {
+                parents.clear();
+            }
+            parents.insert(parent.to_owned());
+        }
     }
 
     async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
