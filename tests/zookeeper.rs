@@ -109,6 +109,132 @@ async fn empty_parents_go_and_fencing_tokens_rise_across_them() {
     }
 }
 
+/// The requests the server receives per lock + release (`mntr`'s `zk_packets_received`), on a
+/// server of this test's own: a used key costs the recipe's three — create, list (sent behind
+/// the create, one round trip for both), delete — and a fresh key one more, its parent,
+/// created in the same round trip. The holder's loss watch costs none: the list sets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_costs_the_recipes_requests_and_no_more() {
+    let fixture = ZookeeperFixture::own();
+    let port = fixture.server.client_port;
+    let received = || {
+        let reply = four_letter(port, "mntr").expect("mntr answers");
+        reply
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("zk_packets_received")?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .expect("mntr reports zk_packets_received")
+    };
+    let client = fixture.client().await;
+    // The session is opened here, not counted below.
+    client
+        .lock("warm")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    const CALLS: u64 = 100;
+    // A ping of the session's heartbeat (and `mntr`'s own connection) may land in a count.
+    let slack = 10;
+    // Whatever the connect left in flight lands before the counts.
+    tokio::time::sleep(ms(500)).await;
+    // The server deletes an empty lock parent (a container) every `checkIntervalMs` (200 ms
+    // here): a used key whose parent went would pay for a fresh one. A child that is not in the
+    // queue (no sequence number) keeps it.
+    let zk = fixture.zk().await;
+    let used = fixture.parent("lock:used");
+    let persistent =
+        zookeeper_client::CreateMode::Persistent.with_acls(zookeeper_client::Acls::anyone_all());
+    let container =
+        zookeeper_client::CreateMode::Container.with_acls(zookeeper_client::Acls::anyone_all());
+    match zk.create(&used, &[], &container).await {
+        Ok(_) | Err(zookeeper_client::Error::NodeExists) => {}
+        Err(e) => panic!("cannot create {used}: {e}"),
+    }
+    zk.create(&format!("{used}/keep"), &[], &persistent)
+        .await
+        .unwrap();
+    for (fresh, per_call) in [(true, 4), (false, 3)] {
+        let before = received();
+        for i in 0..CALLS {
+            let key = if fresh {
+                format!("fresh:{i}")
+            } else {
+                "used".to_owned()
+            };
+            let guard = client.lock(key).acquire().await.unwrap();
+            guard.release().await.unwrap();
+        }
+        // A watch's clean-up or a late request would arrive after the calls.
+        tokio::time::sleep(ms(200)).await;
+        let requests = received() - before;
+        assert!(
+            requests >= CALLS * per_call && requests <= CALLS * per_call + slack,
+            "{} key: {requests} requests for {CALLS} lock + release, expected {} (+ {slack})",
+            if fresh { "a fresh" } else { "a used" },
+            CALLS * per_call
+        );
+    }
+}
+
+/// The holder's loss watch, both ways it is set up: with nobody else in the queue it is the
+/// queue's watch from the grant's list; once a waiter joins, that watch fires and the holder
+/// watches its own node. Either way a deletion behind its back is reported as lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_is_told_its_node_was_deleted_alone_or_with_waiters() {
+    let fixture = ZookeeperFixture::new();
+    let zk = fixture.zk().await;
+    let client = fixture.client().await;
+    let other = fixture.client().await;
+    for waiter in [false, true] {
+        let name = unique("deleted");
+        let guard = client.lock(&name).acquire().await.unwrap();
+        let queued = waiter.then(|| {
+            let (other, name) = (other.clone(), name.clone());
+            tokio::spawn(async move {
+                other
+                    .lock(name)
+                    .wait(Duration::from_secs(30))
+                    .acquire()
+                    .await
+            })
+        });
+        let parent = fixture.parent(&format!("lock:{name}"));
+        if waiter {
+            assert!(
+                eventually(Duration::from_secs(5), || async {
+                    zk.list_children(&parent).await.is_ok_and(|c| c.len() == 2)
+                })
+                .await,
+                "the waiter joined the queue"
+            );
+            // Let the holder see the queue change and watch its own node.
+            tokio::time::sleep(ms(200)).await;
+        }
+        assert!(!guard.is_lost());
+        let (first, _, _) = fixture.holder_node(&format!("lock:{name}")).await.unwrap();
+        zk.delete(&format!("{parent}/{first}"), None).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), guard.lost())
+            .await
+            .unwrap_or_else(|_| panic!("waiter {waiter}: the holder was not told its node went"));
+        assert!(guard.is_lost());
+        if let Some(queued) = queued {
+            let next = queued
+                .await
+                .unwrap()
+                .expect("the waiter is granted the lock");
+            next.release().await.unwrap();
+        }
+        drop(guard);
+    }
+}
+
 /// With `session_timeout=` in the URL every lock shares one session, whatever its lease;
 /// without it each lease has a session of its own (the lease is the session timeout).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -834,8 +834,11 @@ impl ZookeeperBackend {
     }
 
     async fn watch_lost(&self, spec: LockSpec<'_>) -> String {
-        let known = self.node_of(spec.token);
-        let Some((path, session)) = known else {
+        let known = self.nodes().get_mut(spec.token).map(|node| {
+            let queue_watch = node.queue_watch.take();
+            (node.path.clone(), Arc::clone(&node.session), queue_watch)
+        });
+        let Some((path, session, queue_watch)) = known else {
             // Released already: the watchdog's first poll can run on another thread while
             // the guard releases (an abort does not stop a poll under way). Nothing to report.
             return std::future::pending().await;
@@ -843,10 +846,6 @@ impl ZookeeperBackend {
         let loss = Arc::clone(&session.loss);
         // Whether this client still counts the node as its own (not released meanwhile).
         let ours = || self.nodes().contains_key(spec.token);
-        let queue_watch = self
-            .nodes()
-            .get_mut(spec.token)
-            .and_then(|node| node.queue_watch.take());
         let deleted = || format!("its node `{path}` was deleted");
         let watched = async {
             // First the queue's watch, set when the lock was granted: while nothing in the
@@ -870,6 +869,10 @@ impl ZookeeperBackend {
                 let Some(client) = session.client() else {
                     return std::future::pending().await;
                 };
+                // Released meanwhile (the release can run on another thread): nothing to watch.
+                if !ours() {
+                    return std::future::pending().await;
+                }
                 let why = match self.call("watch", client.check_and_watch_stat(&path)).await {
                     Ok((None, _)) => Some(deleted()),
                     Ok((Some(_), watcher)) => match detach(watcher).await.map(|e| e.event_type) {
