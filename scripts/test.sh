@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine, in one command:
-#   1. installs the servers the tests start (redis-server, redis-cli, PostgreSQL, MariaDB, ZooKeeper, etcd) from Debian
+#   1. installs the servers the tests start (redis-server, redis-cli, PostgreSQL, MariaDB, ZooKeeper, etcd)
+#      and the benchmark's Curator peer (libcurator-recipes-java, a JDK) from Debian
 #      packages if missing,
 #   2. checks formatting and lints,
 #   3. runs every test: unit tests, integration tests against real servers started by the
@@ -56,6 +57,9 @@ fi
 if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null 2>&1; then
     missing+=(zookeeper)
 fi
+# The benchmark's ZooKeeper peer: Apache Curator (Java), compiled with javac on first use.
+[ -f /usr/share/java/curator-recipes.jar ] || missing+=(libcurator-recipes-java)
+command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
 # etcd: the tests run its members themselves. distlock speaks etcd's gRPC API without protoc
 # (its few messages are written out in lock-runtime/src/backend/etcd/proto.rs).
 [ -x /usr/bin/etcd ] || missing+=(etcd-server)

@@ -43,7 +43,8 @@
 //! - `DISTLOCK_BENCH_SQL_ONLY=1` runs only the database rows (7, 8, 9 and 10);
 //! - `DISTLOCK_BENCH_KINDS_ONLY=1` (or `DISTLOCK_BENCH_READ_ONLY=1`) runs only the lock kinds'
 //!   rows (1b, and each database's first two: read lock, semaphore permit);
-//! - `DISTLOCK_BENCH_ZK_ONLY=1` runs only the ZooKeeper rows (9);
+//! - `DISTLOCK_BENCH_PG_ONLY=1`, `DISTLOCK_BENCH_MARIADB_ONLY=1` run only row 7, or 8;
+//! - `DISTLOCK_BENCH_ZK_ONLY=1` runs only the ZooKeeper rows (9), then etcd's;
 //! - `DISTLOCK_BENCH_ETCD_ONLY=1` runs only the etcd rows (10);
 //! - `DISTLOCK_BENCH_SENTINEL_ONLY=1` runs only the Sentinel rows (12);
 //! - `DISTLOCK_BENCH_PROFILE=ours|raw|rawpub` runs only one side of the throughput measurement
@@ -262,9 +263,15 @@ async fn throughput_raw(
     .await
 }
 
-/// Rows 7 and 8: PostgreSQL and MariaDB servers of the bench's own.
+/// Rows 7 and 8: PostgreSQL and MariaDB servers of the bench's own; then 9 and 10.
 async fn sql_rows(report: &mut Report) -> Result<(), Error> {
-    // 7. PostgreSQL.
+    pg_rows(report).await?;
+    mariadb_rows(report).await?;
+    zk_rows(report).await
+}
+
+/// Row 7: a PostgreSQL server of the bench's own.
+async fn pg_rows(report: &mut Report) -> Result<(), Error> {
     let postgres = support::postgres::PostgresServer::start();
     let pg_url = postgres.url();
     sql::rows(
@@ -274,10 +281,11 @@ async fn sql_rows(report: &mut Report) -> Result<(), Error> {
         &pg_url,
         sql::PgRaw::connect(&pg_url, distlock_pool_size()).await?,
     )
-    .await?;
-    drop(postgres);
+    .await
+}
 
-    // 8. MariaDB.
+/// Row 8: a MariaDB server of the bench's own.
+async fn mariadb_rows(report: &mut Report) -> Result<(), Error> {
     let mariadb = support::mysql::MysqlServer::start();
     let my_url = mariadb.url();
     sql::rows(
@@ -287,9 +295,7 @@ async fn sql_rows(report: &mut Report) -> Result<(), Error> {
         &my_url,
         sql::MyRaw::connect(&my_url, distlock_pool_size()).await?,
     )
-    .await?;
-    drop(mariadb);
-    zk_rows(report).await
+    .await
 }
 
 /// Row 9: a ZooKeeper server of the bench's own.
@@ -427,6 +433,14 @@ async fn main() -> Result<(), Error> {
     }
     if std::env::var_os("DISTLOCK_BENCH_ZK_ONLY").is_some() {
         zk_rows(&mut report).await?;
+        return Ok(());
+    }
+    if std::env::var_os("DISTLOCK_BENCH_PG_ONLY").is_some() {
+        pg_rows(&mut report).await?;
+        return Ok(());
+    }
+    if std::env::var_os("DISTLOCK_BENCH_MARIADB_ONLY").is_some() {
+        mariadb_rows(&mut report).await?;
         return Ok(());
     }
     if std::env::var_os("DISTLOCK_BENCH_SQL_ONLY").is_some() {

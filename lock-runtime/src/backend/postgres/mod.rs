@@ -60,6 +60,7 @@ struct Conn {
     renew: Statement,
     renew_many: Statement,
     release: Statement,
+    release_unmarked: Statement,
     read_acquire: Statement,
     read_renew: Statement,
     read_release: Statement,
@@ -83,7 +84,15 @@ pub(crate) struct PostgresBackend {
     connecting: Vec<tokio::sync::Mutex<()>>,
     connections_made: AtomicU64,
     listener: Revived<Listener>,
+    /// The tokens of writers that may have marked a readers' row (see [`Self::mark`]): their
+    /// release takes the mark back; every other writer's release is the plain delete.
+    marked: Mutex<std::collections::HashSet<String>>,
 }
+
+/// How many tokens [`PostgresBackend::marked`] keeps at most: past that (waiters that never
+/// released), it starts again — a mark forgotten lapses by itself within
+/// [`crate::wait::FAIR_QUEUE_TTL`].
+const MARKED_TOKENS: usize = 65_536;
 
 /// A failed statement: the driver's error, or no reply within the response timeout.
 #[derive(Debug)]
@@ -205,6 +214,7 @@ impl PostgresBackend {
             settings,
             connections_made: AtomicU64::new(0),
             listener: Revived::new(),
+            marked: Mutex::default(),
         });
         backend.prepare_tables().await?;
         // Every pooled connection is made now, in parallel, and prepares every statement: a
@@ -418,10 +428,11 @@ impl PostgresBackend {
         let client = self.open().await?;
         // Sent together: the connection pipelines them, one round trip for all.
         let lock_params = [Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT];
-        let acquiring = futures_util::future::try_join3(
+        let acquiring = futures_util::future::try_join4(
             client.prepare_typed(&self.sql.acquire, &lock_params),
             client.prepare_typed(&self.sql.acquire_fenced, &lock_params),
             client.prepare_typed(&self.sql.remaining, &[Type::TEXT]),
+            client.prepare_typed(&self.sql.release_unmarked, &[Type::TEXT, Type::TEXT]),
         );
         let prepared = futures_util::future::try_join4(
             acquiring,
@@ -459,7 +470,7 @@ impl PostgresBackend {
         // Part of connecting: bounded by the connect timeout (a busy server or another client
         // creating the tables can hold it up for longer than one statement may take).
         let (
-            ((acquire, acquire_fenced, remaining), renew, renew_many, release),
+            ((acquire, acquire_fenced, remaining, release_unmarked), renew, renew_many, release),
             (read_acquire, read_renew, read_release, mark, permit_acquire),
         ) = self
             .timed_by(
@@ -476,6 +487,7 @@ impl PostgresBackend {
             renew,
             renew_many,
             release,
+            release_unmarked,
             read_acquire,
             read_renew,
             read_release,
@@ -618,6 +630,14 @@ impl PostgresBackend {
     /// readers out), and asks again in time to keep the mark.
     async fn mark(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let mark = millis(crate::wait::FAIR_QUEUE_TTL);
+        {
+            // Noted before the statement is sent: a mark whose answer is lost is taken back too.
+            let mut marked = self.marked.lock().unwrap_or_else(|p| p.into_inner());
+            if marked.len() >= MARKED_TOKENS {
+                marked.clear();
+            }
+            marked.insert(spec.token.to_owned());
+        }
         let row = self
             .run("marking the readers", spec.name, |conn| async move {
                 conn.client
@@ -883,6 +903,12 @@ impl Backend for PostgresBackend {
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
         let row_token = row_token(hold.kind);
+        let marked = row_token.is_none()
+            && self
+                .marked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(token);
         Box::pin(async move {
             let mut tries = 0;
             let released = self
@@ -896,7 +922,14 @@ impl Backend for PostgresBackend {
                                     [&name, &token, &row];
                                 conn.client.query(&conn.read_release, &params).await
                             }
-                            None => conn.client.query(&conn.release, &[&name, &token]).await,
+                            None if marked => {
+                                conn.client.query(&conn.release, &[&name, &token]).await
+                            }
+                            None => {
+                                conn.client
+                                    .query(&conn.release_unmarked, &[&name, &token])
+                                    .await
+                            }
                         }
                     }
                 })

@@ -23,6 +23,10 @@ pub(super) struct Sql {
     /// `$1` name, `$2` token → (released: one `true` row if it was ours and unexpired), and
     /// wakes the waiters; a writer that only waited takes its mark back from the readers.
     pub release: String,
+    /// [`release`](Self::release) of a writer that never marked the readers (it never waited
+    /// behind them): the delete and the wake-up alone, a statement PostgreSQL runs in about
+    /// half the time of the full one under load.
+    pub release_unmarked: String,
     /// A reader's attempt: `$1` name, `$2` token, `$3` lease in ms, `$4` holder (unused: the
     /// shares are the record) → (taken, the last write grant's fence, the row's remaining ms,
     /// ms until the first waiting writer's mark lapses, the live row's token). Joins the readers unless a writer
@@ -196,6 +200,13 @@ SELECT true, pg_notify('{table}', name) FROM gone WHERE live
 UNION ALL
 SELECT false, pg_notify('{table}', name) FROM unmarked",
                 kept = kept()
+            ),
+            release_unmarked: format!(
+                "WITH gone AS (
+    DELETE FROM {t} WHERE name = $1 AND token = $2
+    RETURNING name, expires_at > now() AS live
+)
+SELECT true, pg_notify('{table}', name) FROM gone WHERE live"
             ),
             read_acquire: format!(
                 "WITH taken AS (
