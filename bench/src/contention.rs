@@ -170,7 +170,7 @@ pub async fn child_main() -> Result<(), Error> {
 
 /// Builds the peers' binary (`bench/peers`, a workspace of its own so that a peer's
 /// dependencies' features never reach distlock's build) and returns its path.
-fn peers_binary() -> Result<std::path::PathBuf, Error> {
+pub(crate) fn peers_binary() -> Result<std::path::PathBuf, Error> {
     static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     if let Some(path) = BUILT.get() {
         return Ok(path.clone());

@@ -4,14 +4,11 @@
 //! `./scripts/test.sh` installs). The JVM times its own calls, so neither its start-up nor the
 //! pipe to the bench is measured; the bench drives it one command at a time over stdin/stdout.
 
-use std::io::{BufRead, BufReader, Lines, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::Mutex;
-use std::time::Duration;
+use std::process::Command;
 
 use crate::Error;
-use crate::sql::Peer;
+use crate::peer::LinePeer;
 
 /// The jars Curator 5 and its ZooKeeper client need (Debian's names, `/usr/share/java`).
 const JARS: &[&str] = &[
@@ -32,12 +29,6 @@ const JARS: &[&str] = &[
     "netty-transport-native-epoll",
     "netty-transport-native-unix-common",
 ];
-
-/// A running `CuratorPeer` JVM.
-pub struct Curator {
-    child: Child,
-    io: Mutex<(ChildStdin, Lines<BufReader<ChildStdout>>)>,
-}
 
 fn classpath() -> Result<String, Error> {
     let mut paths = Vec::new();
@@ -80,92 +71,15 @@ fn compiled(classpath: &str) -> Result<PathBuf, Error> {
     Ok(out)
 }
 
-impl Curator {
-    /// Starts the JVM against the ZooKeeper at `hosts` and warms its JIT up.
-    pub async fn start(hosts: &str) -> Result<Curator, Error> {
-        let classpath = classpath()?;
-        let classes = compiled(&classpath)?;
-        let mut child = Command::new("java")
-            .arg("-cp")
-            .arg(format!("{classpath}:{}", classes.display()))
-            .arg("CuratorPeer")
-            .arg(hosts)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot run java ({e})"))?;
-        let stdin = child.stdin.take().ok_or("no stdin")?;
-        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
-        let curator = Curator {
-            child,
-            io: Mutex::new((stdin, stdout)),
-        };
-        // The JIT compiles the hot paths after some thousands of calls.
-        for round in 0..3 {
-            curator
-                .sequential(&format!("warm:{round}:"), 1000, false)
-                .await?;
-            curator.sequential("warm", 1000, true).await?;
-        }
-        curator
-            .throughput("warm:tp:", Duration::from_secs(1))
-            .await?;
-        Ok(curator)
-    }
-
-    /// Sends one command, returns its answer's words. (Blocks this worker thread while the JVM
-    /// works: nothing else of the bench runs meanwhile.)
-    async fn ask(&self, command: String) -> Result<Vec<f64>, Error> {
-        let line = tokio::task::block_in_place(|| {
-            let mut io = self.io.lock().unwrap_or_else(|p| p.into_inner());
-            let (stdin, stdout) = &mut *io;
-            stdin.write_all(format!("{command}\n").as_bytes())?;
-            stdin.flush()?;
-            stdout
-                .next()
-                .ok_or("the Curator peer exited (its error is above)")?
-                .map_err(Error::from)
-        })?;
-        line.split_whitespace()
-            .map(|w| {
-                w.parse()
-                    .map_err(|_| format!("the Curator peer answered `{line}`").into())
-            })
-            .collect()
-    }
-
-    /// 4 clients (sessions) × 4 threads on one key for `window`: grants per second, and the
-    /// p50 / p99 of the gaps from one client's release to another's grant.
-    pub async fn handoff(&self, key: &str, window: Duration) -> Result<(f64, f64, f64), Error> {
-        match self
-            .ask(format!("handoff {key} {}", window.as_millis()))
-            .await?[..]
-        {
-            [rate, p50, p99] => Ok((rate, p50, p99)),
-            _ => Err("the Curator peer's handoff answer is not three numbers".into()),
-        }
-    }
-}
-
-impl Drop for Curator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Peer for Curator {
-    async fn sequential(&self, prefix: &str, calls: u64, reused: bool) -> Result<f64, Error> {
-        let answer = self
-            .ask(format!("seq {prefix} {calls} {}", u8::from(reused)))
-            .await?;
-        answer.first().copied().ok_or_else(|| "no answer".into())
-    }
-
-    async fn throughput(&self, prefix: &str, window: Duration) -> Result<f64, Error> {
-        let answer = self
-            .ask(format!("tp {prefix} {}", window.as_millis()))
-            .await?;
-        answer.first().copied().ok_or_else(|| "no answer".into())
-    }
+/// Starts the Curator peer against the ZooKeeper at `hosts` (compiling it first if needed).
+pub async fn start(hosts: &str) -> Result<LinePeer, Error> {
+    let classpath = classpath()?;
+    let classes = compiled(&classpath)?;
+    let mut command = Command::new("java");
+    command
+        .arg("-cp")
+        .arg(format!("{classpath}:{}", classes.display()))
+        .arg("CuratorPeer")
+        .arg(hosts);
+    LinePeer::start("Curator", command).await
 }

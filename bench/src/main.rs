@@ -54,6 +54,7 @@
 
 mod contention;
 mod curator;
+mod peer;
 mod etcd;
 mod sentinel;
 mod sql;
@@ -281,6 +282,19 @@ async fn pg_rows(report: &mut Report) -> Result<(), Error> {
         &pg_url,
         sql::PgRaw::connect(&pg_url, distlock_pool_size()).await?,
     )
+    .await?;
+    // Beside its peer, the distributed-lock crate (advisory locks), and advisory locks raw.
+    let peer = sql::distributed_lock("distributed-lock-postgres", &pg_url).await?;
+    let floor = sql::PgAdvisory::connect(&pg_url, distlock_pool_size()).await?;
+    sql::beside_peer(
+        report,
+        "7. postgres",
+        "postgres",
+        &pg_url,
+        &peer,
+        &floor,
+        "advisory",
+    )
     .await
 }
 
@@ -294,6 +308,19 @@ async fn mariadb_rows(report: &mut Report) -> Result<(), Error> {
         "mariadb",
         &my_url,
         sql::MyRaw::connect(&my_url, distlock_pool_size()).await?,
+    )
+    .await?;
+    // Beside its peer, the distributed-lock crate (`GET_LOCK`), and named locks raw.
+    let peer = sql::distributed_lock("distributed-lock-mysql", &my_url).await?;
+    let floor = sql::MyNamedLock::connect(&my_url, distlock_pool_size()).await?;
+    sql::beside_peer(
+        report,
+        "8. mariadb",
+        "mariadb",
+        &my_url,
+        &peer,
+        &floor,
+        "GET_LOCK",
     )
     .await
 }
@@ -314,7 +341,7 @@ async fn zk_rows(report: &mut Report) -> Result<(), Error> {
     .await?;
     // Beside its peer: Apache Curator's InterProcessMutex, same server, same run.
     let client = LockClient::connect(&server.url("/bench-peer")).await?;
-    let curator = curator::Curator::start(&hosts).await?;
+    let curator = curator::start(&hosts).await?;
     for i in 0..300 {
         sql::lock_release(&client, format!("warm:{i}")).await?;
     }

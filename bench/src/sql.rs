@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use distlock::LockClient;
 
+use crate::peer::LinePeer;
 use crate::{Error, Report, median, percentile, run_tasks};
 
 /// A raw lock table's two statements: take (`INSERT … ON CONFLICT DO NOTHING`), release
@@ -224,6 +225,131 @@ impl RawPair for MyRaw {
         .await?;
         Ok(())
     }
+}
+
+/// PostgreSQL's advisory locks, raw: `pg_try_advisory_lock(hashtext(key))` and
+/// `pg_advisory_unlock`, prepared, on as many connections as distlock's pool (the lock belongs
+/// to the connection's session — what the distributed-lock crate builds on).
+#[derive(Clone)]
+pub struct PgAdvisory {
+    clients: Arc<
+        Vec<(
+            tokio_postgres::Client,
+            tokio_postgres::Statement,
+            tokio_postgres::Statement,
+        )>,
+    >,
+}
+
+impl PgAdvisory {
+    pub async fn connect(url: &str, connections: usize) -> Result<PgAdvisory, Error> {
+        let mut clients = Vec::new();
+        for _ in 0..connections {
+            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+            tokio::spawn(async move {
+                let _ = connection.await;
+            });
+            let take = client
+                .prepare("SELECT pg_try_advisory_lock(hashtext($1))")
+                .await?;
+            let release = client
+                .prepare("SELECT pg_advisory_unlock(hashtext($1))")
+                .await?;
+            clients.push((client, take, release));
+        }
+        Ok(PgAdvisory {
+            clients: Arc::new(clients),
+        })
+    }
+}
+
+impl RawPair for PgAdvisory {
+    async fn pair(&self, conn: usize, key: &str, _fresh: bool) -> Result<(), Error> {
+        let (client, take, release) = &self.clients[conn % self.clients.len()];
+        let taken: bool = client.query_one(take, &[&key]).await?.get(0);
+        assert!(taken, "advisory lock {key} was taken");
+        client.query_one(release, &[&key]).await?;
+        Ok(())
+    }
+}
+
+/// MySQL / MariaDB named locks, raw: `GET_LOCK(key, 0)` and `RELEASE_LOCK(key)` on as many
+/// connections as distlock's pool (a lock belongs to the connection).
+#[derive(Clone)]
+pub struct MyNamedLock(MyRaw);
+
+impl MyNamedLock {
+    pub async fn connect(url: &str, connections: usize) -> Result<MyNamedLock, Error> {
+        Ok(MyNamedLock(MyRaw::connect(url, connections).await?))
+    }
+}
+
+impl RawPair for MyNamedLock {
+    async fn pair(&self, conn: usize, key: &str, _fresh: bool) -> Result<(), Error> {
+        use mysql_async::prelude::Queryable;
+        let MyNamedLock(raw) = self;
+        let mut conn = raw.conns[conn % raw.conns.len()].lock().await;
+        let taken: Option<i64> = conn.exec_first("SELECT GET_LOCK(?, 0)", (key,)).await?;
+        assert_eq!(taken, Some(1), "named lock {key} was taken");
+        let _: Option<i64> = conn.exec_first("SELECT RELEASE_LOCK(?)", (key,)).await?;
+        Ok(())
+    }
+}
+
+/// The distributed-lock crate (`distributed-lock-postgres` or `distributed-lock-mysql`, from
+/// the peers' workspace, built on first use) against `url`.
+pub async fn distributed_lock(crate_name: &'static str, url: &str) -> Result<LinePeer, Error> {
+    let mut command = std::process::Command::new(crate::contention::peers_binary()?);
+    command.env("BENCH_PEER", crate_name).env("BENCH_URL", url);
+    LinePeer::start(crate_name, command).await
+}
+
+/// distlock beside a peer library and a raw floor of the peer's own design (rows 7 and 8):
+/// uncontended (fresh keys, one reused key) and 64-task throughput against each, then the
+/// peer's handoff between clients.
+pub async fn beside_peer(
+    report: &mut Report,
+    label: &str,
+    key: &str,
+    url: &str,
+    peer: &LinePeer,
+    floor: &impl RawPair,
+    floor_name: &str,
+) -> Result<(), Error> {
+    let client = LockClient::builder(url).build().await?;
+    for i in 0..300 {
+        lock_release(&client, format!("warm:{i}")).await?;
+        floor.pair(0, &format!("warm:{i}"), true).await?;
+    }
+    against(
+        report,
+        &format!("{label} vs {}", peer.name()),
+        &format!("{key}_peer"),
+        &client,
+        peer,
+        peer.name(),
+    )
+    .await?;
+    against(
+        report,
+        &format!("{label} vs {floor_name}"),
+        &format!("{key}_floor"),
+        &client,
+        floor,
+        floor_name,
+    )
+    .await?;
+    let (rate, p50, p99) = peer.handoff("handoff", Duration::from_secs(3)).await?;
+    report.row(
+        &format!("{label}: {} handoff, 4 clients × 4 tasks", peer.name()),
+        format!("{rate:.0}/s"),
+        format!("p50 {:.2} / p99 {:.2} ms", p50 / 1e3, p99 / 1e3),
+        String::new(),
+    );
+    report.field(&format!("{key}_peer_handoffs_per_s"), rate);
+    report.field(&format!("{key}_peer_handoff_p50_us"), p50);
+    report.field(&format!("{key}_peer_handoff_p99_us"), p99);
+    Ok(())
 }
 
 /// Another kind than the plain lock, for [`kind_row`].

@@ -4,6 +4,14 @@
 //!
 //! `BENCH_PEER=rslock`: [rslock](https://crates.io/crates/rslock) over one server, with its
 //! default retries (3 tries, a random 0–200 ms pause between them, retried until granted).
+//!
+//! `BENCH_PEER=distributed-lock-postgres` or `distributed-lock-mysql` (rows 7 and 8): the
+//! [distributed-lock](https://crates.io/crates/distributed-lock-postgres) crates (PostgreSQL
+//! advisory locks, MySQL `GET_LOCK`) against `BENCH_URL`, with their default pools, driven one
+//! command at a time over stdin/stdout — the protocol of `bench/peers/java/CuratorPeer.java`
+//! (see `lines::serve`).
+
+mod lines;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -20,6 +28,19 @@ fn now_ns() -> u64 {
 async fn main() -> Result<(), Error> {
     let var = |name: &str| std::env::var(name).map_err(|_| format!("{name} is not set"));
     let peer = var("BENCH_PEER")?;
+    match peer.as_str() {
+        "distributed-lock-postgres" => {
+            let url = var("BENCH_URL")?;
+            let provider = || distributed_lock_postgres::PostgresLockProvider::new(url.clone());
+            return lines::serve(provider).await;
+        }
+        "distributed-lock-mysql" => {
+            let url = var("BENCH_URL")?;
+            let provider = || distributed_lock_mysql::MySqlLockProvider::new(url.clone());
+            return lines::serve(provider).await;
+        }
+        _ => {}
+    }
     if peer != "rslock" {
         return Err(format!("unknown BENCH_PEER `{peer}` (this binary knows `rslock`)").into());
     }
