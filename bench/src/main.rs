@@ -54,8 +54,8 @@
 
 mod contention;
 mod curator;
-mod peer;
 mod etcd;
+mod peer;
 mod sentinel;
 mod sql;
 #[path = "../../tests/support/mod.rs"]

@@ -35,7 +35,8 @@ impl LinePeer {
             io: Mutex::new((stdin, stdout)),
         };
         for round in 0..3 {
-            peer.sequential(&format!("warm:{round}:"), 1000, false).await?;
+            peer.sequential(&format!("warm:{round}:"), 1000, false)
+                .await?;
             peer.sequential("warm", 1000, true).await?;
         }
         peer.throughput("warm:tp:", Duration::from_secs(1)).await?;
@@ -76,7 +77,11 @@ impl LinePeer {
             .await?[..]
         {
             [rate, p50, p99] => Ok((rate, p50, p99)),
-            _ => Err(format!("the {} peer's handoff answer is not three numbers", self.name).into()),
+            _ => Err(format!(
+                "the {} peer's handoff answer is not three numbers",
+                self.name
+            )
+            .into()),
         }
     }
 }

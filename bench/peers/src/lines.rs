@@ -62,7 +62,10 @@ where
             }
             ["tp", prefix, window] => {
                 let window = Duration::from_millis(window.parse()?);
-                let (stop, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+                let (stop, done) = (
+                    Arc::new(AtomicBool::new(false)),
+                    Arc::new(AtomicU64::new(0)),
+                );
                 let mut tasks = Vec::new();
                 for t in 0..64 {
                     let (provider, stop, done) = (provider.clone(), stop.clone(), done.clone());
@@ -82,12 +85,17 @@ where
                 for task in tasks {
                     task.await??;
                 }
-                format!("{}", done.load(Ordering::Relaxed) as f64 / window.as_secs_f64())
+                format!(
+                    "{}",
+                    done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
+                )
             }
             ["handoff", key, window] => {
                 let window = Duration::from_millis(window.parse()?);
                 let stop = Arc::new(AtomicBool::new(false));
-                let log = Arc::new(std::sync::Mutex::new(Vec::<(Instant, Instant, usize)>::new()));
+                let log = Arc::new(std::sync::Mutex::new(
+                    Vec::<(Instant, Instant, usize)>::new(),
+                ));
                 let mut tasks = Vec::new();
                 for c in 0..4 {
                     let provider = Arc::new(make().await.map_err(|e| format!("connect: {e}"))?);
@@ -103,7 +111,10 @@ where
                                     .map_err(|e| format!("acquire {key}: {e}"))?;
                                 let acquired = Instant::now();
                                 let released = Instant::now();
-                                handle.release().await.map_err(|e| format!("release: {e}"))?;
+                                handle
+                                    .release()
+                                    .await
+                                    .map_err(|e| format!("release: {e}"))?;
                                 log.lock().unwrap().push((acquired, released, c));
                             }
                             Ok::<_, Error>(())
