@@ -130,9 +130,9 @@ async fn a_lock_costs_the_recipes_requests_and_no_more() {
             .expect("mntr reports zk_packets_received")
     };
     let client = fixture.client().await;
-    // The session is opened here, not counted below.
+    // The session is opened here, not counted below; the used key's parent becomes known.
     client
-        .lock("warm")
+        .lock("used")
         .acquire()
         .await
         .unwrap()

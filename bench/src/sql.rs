@@ -115,51 +115,58 @@ impl Peer for Ours<'_> {
     }
 }
 
+/// Connections, each with its two prepared statements (take, release).
+type PgConns = Arc<
+    Vec<(
+        tokio_postgres::Client,
+        tokio_postgres::Statement,
+        tokio_postgres::Statement,
+    )>,
+>;
+
+/// `connections` connections to `url`, each with `take` and `release` prepared, after `setup`
+/// (if any) ran on the first.
+async fn pg_conns(
+    url: &str,
+    connections: usize,
+    setup: &str,
+    take: &str,
+    release: &str,
+) -> Result<PgConns, Error> {
+    let mut prepared = Vec::new();
+    for i in 0..connections {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        if i == 0 && !setup.is_empty() {
+            client.batch_execute(setup).await?;
+        }
+        let (take, release) = (client.prepare(take).await?, client.prepare(release).await?);
+        prepared.push((client, take, release));
+    }
+    Ok(Arc::new(prepared))
+}
+
 /// PostgreSQL raw pairs on a table shaped like distlock's.
 #[derive(Clone)]
 pub struct PgRaw {
-    /// Each connection with its two prepared statements (take, release).
-    clients: Arc<
-        Vec<(
-            tokio_postgres::Client,
-            tokio_postgres::Statement,
-            tokio_postgres::Statement,
-        )>,
-    >,
+    clients: PgConns,
 }
 
 impl PgRaw {
     pub async fn connect(url: &str, connections: usize) -> Result<PgRaw, Error> {
-        let mut clients = Vec::new();
-        for _ in 0..connections {
-            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
-            tokio::spawn(async move {
-                let _ = connection.await;
-            });
-            clients.push(client);
-        }
-        clients[0]
-            .batch_execute(
-                "CREATE TABLE IF NOT EXISTS bench_raw_locks (name text PRIMARY KEY, token text \
-                 NOT NULL, expires_at timestamptz NOT NULL)",
-            )
-            .await?;
-        let mut prepared = Vec::new();
-        for client in clients {
-            let take = client
-                .prepare(
-                    "INSERT INTO bench_raw_locks VALUES ($1, $2, now() + interval '30 seconds') \
-                     ON CONFLICT (name) DO NOTHING",
-                )
-                .await?;
-            let release = client
-                .prepare("DELETE FROM bench_raw_locks WHERE name = $1 AND token = $2")
-                .await?;
-            prepared.push((client, take, release));
-        }
-        Ok(PgRaw {
-            clients: Arc::new(prepared),
-        })
+        let clients = pg_conns(
+            url,
+            connections,
+            "CREATE TABLE IF NOT EXISTS bench_raw_locks (name text PRIMARY KEY, token text NOT \
+             NULL, expires_at timestamptz NOT NULL)",
+            "INSERT INTO bench_raw_locks VALUES ($1, $2, now() + interval '30 seconds') ON \
+             CONFLICT (name) DO NOTHING",
+            "DELETE FROM bench_raw_locks WHERE name = $1 AND token = $2",
+        )
+        .await?;
+        Ok(PgRaw { clients })
     }
 }
 
@@ -232,34 +239,20 @@ impl RawPair for MyRaw {
 /// to the connection's session — what the distributed-lock crate builds on).
 #[derive(Clone)]
 pub struct PgAdvisory {
-    clients: Arc<
-        Vec<(
-            tokio_postgres::Client,
-            tokio_postgres::Statement,
-            tokio_postgres::Statement,
-        )>,
-    >,
+    clients: PgConns,
 }
 
 impl PgAdvisory {
     pub async fn connect(url: &str, connections: usize) -> Result<PgAdvisory, Error> {
-        let mut clients = Vec::new();
-        for _ in 0..connections {
-            let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await?;
-            tokio::spawn(async move {
-                let _ = connection.await;
-            });
-            let take = client
-                .prepare("SELECT pg_try_advisory_lock(hashtext($1))")
-                .await?;
-            let release = client
-                .prepare("SELECT pg_advisory_unlock(hashtext($1))")
-                .await?;
-            clients.push((client, take, release));
-        }
-        Ok(PgAdvisory {
-            clients: Arc::new(clients),
-        })
+        let clients = pg_conns(
+            url,
+            connections,
+            "",
+            "SELECT pg_try_advisory_lock(hashtext($1))",
+            "SELECT pg_advisory_unlock(hashtext($1))",
+        )
+        .await?;
+        Ok(PgAdvisory { clients })
     }
 }
 
