@@ -24,8 +24,8 @@ pub(super) struct Sql {
     /// wakes the waiters; a writer that only waited takes its mark back from the readers.
     pub release: String,
     /// [`release`](Self::release) of a writer that never marked the readers (it never waited
-    /// behind them): the delete and the wake-up alone, a statement PostgreSQL runs in about
-    /// half the time of the full one under load.
+    /// behind them): the delete and the wake-up alone, without the second data-modifying CTE
+    /// and the `UNION ALL` (their cost shows in the benchmark's 64-task throughput, row 7).
     pub release_unmarked: String,
     /// A reader's attempt: `$1` name, `$2` token, `$3` lease in ms, `$4` holder (unused: the
     /// shares are the record) → (taken, the last write grant's fence, the row's remaining ms,
