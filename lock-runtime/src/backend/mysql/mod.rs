@@ -52,8 +52,8 @@ pub(crate) struct MysqlBackend {
     /// polling: see [`Backend::release_poll`]).
     hub: Arc<ReleaseHub>,
     /// Tokens of writers that marked a lock's readers while waiting: their marks go once they
-    /// have the lock or give up.
-    marked: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// have the lock or give up. (A mark forgotten past 65,536 tokens lapses by itself.)
+    marked: super::Remembered<65_536>,
 }
 
 /// A failed statement: the driver's error, or no reply in time.
@@ -827,18 +827,14 @@ impl MysqlBackend {
             })
             .await?;
         if marked {
-            self.marks().insert(spec.token.to_owned());
+            self.marked.insert(spec.token);
         }
         Ok(marked)
     }
 
-    fn marks(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.marked.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Takes back the mark of writer `token`, if it left one.
     async fn unmark(&self, name: &str, token: &str) -> Result<(), MyError> {
-        if !self.marks().remove(token) {
+        if !self.marked.remove(token) {
             return Ok(());
         }
         let sql = Arc::clone(&self.sql);

@@ -85,14 +85,10 @@ pub(crate) struct PostgresBackend {
     connections_made: AtomicU64,
     listener: Revived<Listener>,
     /// The tokens of writers that may have marked a readers' row (see [`Self::mark`]): their
-    /// release takes the mark back; every other writer's release is the plain delete.
-    marked: Mutex<std::collections::HashSet<String>>,
+    /// release takes the mark back; every other writer's release is the plain delete. (A mark
+    /// forgotten past 65,536 tokens lapses by itself within [`crate::wait::FAIR_QUEUE_TTL`].)
+    marked: super::Remembered<65_536>,
 }
-
-/// How many tokens [`PostgresBackend::marked`] keeps at most: past that (waiters that never
-/// released), it starts again — a mark forgotten lapses by itself within
-/// [`crate::wait::FAIR_QUEUE_TTL`].
-const MARKED_TOKENS: usize = 65_536;
 
 /// A failed statement: the driver's error, or no reply within the response timeout.
 #[derive(Debug)]
@@ -214,7 +210,7 @@ impl PostgresBackend {
             settings,
             connections_made: AtomicU64::new(0),
             listener: Revived::new(),
-            marked: Mutex::default(),
+            marked: super::Remembered::default(),
         });
         backend.prepare_tables().await?;
         // Every pooled connection is made now, in parallel, and prepares every statement: a
@@ -630,14 +626,8 @@ impl PostgresBackend {
     /// readers out), and asks again in time to keep the mark.
     async fn mark(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let mark = millis(crate::wait::FAIR_QUEUE_TTL);
-        {
-            // Noted before the statement is sent: a mark whose answer is lost is taken back too.
-            let mut marked = self.marked.lock().unwrap_or_else(|p| p.into_inner());
-            if marked.len() >= MARKED_TOKENS {
-                marked.clear();
-            }
-            marked.insert(spec.token.to_owned());
-        }
+        // Noted before the statement is sent: a mark whose answer is lost is taken back too.
+        self.marked.insert(spec.token);
         let row = self
             .run("marking the readers", spec.name, |conn| async move {
                 conn.client
@@ -903,12 +893,7 @@ impl Backend for PostgresBackend {
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
         let row_token = row_token(hold.kind);
-        let marked = row_token.is_none()
-            && self
-                .marked
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(token);
+        let marked = row_token.is_none() && self.marked.remove(token);
         Box::pin(async move {
             let mut tries = 0;
             let released = self

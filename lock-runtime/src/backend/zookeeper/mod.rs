@@ -50,9 +50,6 @@ fn queue_node() -> zk::CreateOptions<'static> {
 const CONTAINER: zk::CreateOptions<'static> =
     zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
 
-/// How many parents a client remembers as there (see `ZookeeperBackend::saw_parent`).
-const KNOWN_PARENTS: usize = 4096;
-
 /// A queue's children, listed with a watch on the queue (see [`Node::queue_watch`]).
 type Listed = Result<(Vec<String>, zk::OneshotWatcher), ZkFailure>;
 
@@ -110,8 +107,9 @@ pub(crate) struct ZookeeperBackend {
     nodes: Mutex<HashMap<String, Node>>,
     /// The owner tokens of this client's acquisitions in play (see [`super::InPlay`]).
     in_play: super::InPlay,
-    /// Parents this client made or found lately (see [`Self::create_and_list`]).
-    parents: Mutex<std::collections::HashSet<String>>,
+    /// Parents this client made or found lately, the last 4,096 at most (see
+    /// [`Self::create_and_list`]).
+    parents: super::Remembered<4096>,
     /// Wake-ups by owner token: a waiter's predecessor is gone.
     hub: Arc<ReleaseHub>,
     holder: String,
@@ -210,7 +208,7 @@ impl ZookeeperBackend {
             opening: tokio::sync::Mutex::new(()),
             nodes: Mutex::new(HashMap::new()),
             in_play: super::InPlay::default(),
-            parents: Mutex::default(),
+            parents: super::Remembered::default(),
             hub: ReleaseHub::new(None),
             holder: holder_id(),
             version: std::sync::OnceLock::new(),
@@ -426,7 +424,7 @@ impl ZookeeperBackend {
         let prefix = node_prefix(parent, spec.token, spec.kind);
         let data = self.node_data(spec);
         let options = queue_node();
-        let mut known = self.knows_parent(parent);
+        let mut known = self.parents.contains(parent);
         for _ in 0..4 {
             let make_parent = (!known).then(|| client.create(parent, &[], &CONTAINER));
             let create = client.create(&prefix, data.as_bytes(), &options);
@@ -445,14 +443,14 @@ impl ZookeeperBackend {
             }
             match created {
                 Ok((stat, sequence)) => {
-                    self.saw_parent(parent, true);
+                    self.parents.insert(parent);
                     let listed = self.call("list", list).await;
                     return Ok((format!("{prefix}{sequence}"), stat.czxid, listed));
                 }
                 // The parent is gone (deleted by the server as an empty container) or was
                 // never made: make it, then the node.
                 Err(ZkFailure::Server(zk::Error::NoNode)) => {
-                    self.saw_parent(parent, false);
+                    self.parents.remove(parent);
                     known = false;
                 }
                 Err(failure) => {
@@ -465,26 +463,6 @@ impl ZookeeperBackend {
             "the parent node `{parent}` kept disappearing ({})",
             self.shown
         )))
-    }
-
-    /// Whether `parent` was there lately, as far as this client knows.
-    fn knows_parent(&self, parent: &str) -> bool {
-        let parents = self.parents.lock().unwrap_or_else(|p| p.into_inner());
-        parents.contains(parent)
-    }
-
-    /// Notes whether `parent` is there. At most [`KNOWN_PARENTS`] are remembered: past that,
-    /// the memory starts again (a parent forgotten costs one failed create, at most).
-    fn saw_parent(&self, parent: &str, there: bool) {
-        let mut parents = self.parents.lock().unwrap_or_else(|p| p.into_inner());
-        if !there {
-            parents.remove(parent);
-        } else if !parents.contains(parent) {
-            if parents.len() >= KNOWN_PARENTS {
-                parents.clear();
-            }
-            parents.insert(parent.to_owned());
-        }
     }
 
     async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
