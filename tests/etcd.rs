@@ -189,3 +189,75 @@ async fn bad_input_fails_with_an_error_that_names_the_cause() {
         assert!(!message.contains("secret"), "password leaked: {message}");
     }
 }
+
+/// A client that takes a lock again takes the same key again: etcd keeps a deleted key in its
+/// index until the next compaction, and every range over the queue walks it — with a key per
+/// acquisition, each acquisition of a busy lock was slower than the one before (1.5 → 2.8 ms
+/// over 16,000 acquisitions on one member). Two acquisitions of one client queued at once use
+/// two keys; once both are released the first key is used again, and each key's value names
+/// its holder's owner token (the admin view and the holder record show the right one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_taken_again_takes_the_same_key_again() {
+    let fixture = EtcdFixture::new();
+    let client = fixture.client().await;
+    let key_now = || async { fixture.holder_key("lock:again").await.expect("held").key };
+
+    let first = client.lock("again").acquire().await.unwrap();
+    let key = key_now().await;
+    let token = fixture.holder("lock:again").await.unwrap();
+    first.release().await.unwrap();
+    assert!(fixture.holder_key("lock:again").await.is_none(), "released");
+    let mut revisions = Vec::new();
+    for _ in 0..20 {
+        let guard = client.lock("again").acquire().await.unwrap();
+        assert_eq!(key_now().await, key, "a new key for the same lock");
+        revisions.push(
+            fixture
+                .holder_key("lock:again")
+                .await
+                .unwrap()
+                .create_revision,
+        );
+        guard.release().await.unwrap();
+    }
+    assert!(
+        revisions.windows(2).all(|w| w[0] < w[1]),
+        "each acquisition creates the key anew: {revisions:?}"
+    );
+    assert_ne!(fixture.holder("lock:again").await, Some(token));
+
+    // A holder and a waiter of the same client: two keys.
+    let holder = client.lock("again").acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("again").acquire().await.unwrap() }
+    });
+    let queue = fixture.queue("lock:again");
+    support::eventually(ms(10_000), || async {
+        fixture.etcd().keys(&queue).await.len() == 2
+    })
+    .await;
+    let keys: Vec<String> = fixture
+        .etcd()
+        .keys(&queue)
+        .await
+        .into_iter()
+        .map(|kv| kv.key)
+        .collect();
+    assert_eq!(keys[0], key);
+    assert_ne!(keys[1], key);
+    holder.release().await.unwrap();
+    let waiter = waiter.await.unwrap();
+    assert_eq!(
+        key_now().await,
+        keys[1],
+        "the waiter holds with its own key"
+    );
+    waiter.release().await.unwrap();
+    let again = client.lock("again").acquire().await.unwrap();
+    assert_eq!(key_now().await, key, "the first key is free again");
+    let entry = client.inspect("again").await.unwrap().expect("held");
+    assert_eq!(entry.token, fixture.holder("lock:again").await);
+    again.release().await.unwrap();
+    assert!(fixture.etcd().keys(&queue).await.is_empty());
+}
