@@ -576,6 +576,25 @@ impl PostgresBackend {
         if let Some(held) = row_token.as_deref().and_then(semaphore_limit) {
             return Err(super::Refused::kind(Some(held), spec.kind));
         }
+        if spec.waiting
+            && row_token
+                .as_deref()
+                .is_some_and(|t| t != super::sql::READERS)
+        {
+            // A writer holds it: flag its row, so that its release wakes this reader.
+            let flagged = self
+                .run("flagging the writer's row", spec.name, |conn| async move {
+                    conn.client.query_opt(&self.sql.flag, &[&spec.name]).await
+                })
+                .await
+                .map_err(acquire_error)?;
+            let Some(flagged) = flagged else {
+                return Ok(busy(None)); // released or changed meanwhile: ask again at once
+            };
+            return Ok(busy(
+                flagged.try_get(0).map_err(|e| acquire_error(e.into()))?,
+            ));
+        }
         // Busy: until the holder's lease ends, or sooner when a waiting writer's mark lapses.
         let ttl_ms = match (get(2)?, get(3)?) {
             (Some(row), Some(mark)) => Some(row.min(mark)),
@@ -663,6 +682,8 @@ fn entry(row: &tokio_postgres::Row) -> Entry {
     let fence: Option<i64> = row.get(5);
     let token: Option<String> = row.get(1);
     let record: &str = row.get(2);
+    // A writer's record may end with the flag of a waiter (`statements::WAITED`).
+    let record = record.strip_suffix("\n?").unwrap_or(record);
     let mut entry = Entry {
         name: row.get(0),
         token: token.clone(),
