@@ -10,9 +10,11 @@
 //!   expired OR ours`, so there is no read-then-write race, no transaction stays open while
 //!   the body runs, and no connection is pinned per held lock.
 //! - **Owner checks**: release and renewal compare the owner token.
-//! - **Waiting without polling**: release runs `pg_notify(<table>, name)` in the same
-//!   statement; each client keeps one `LISTEN` connection and wakes its waiters. A waiter that
-//!   hears nothing retries when the holder's lease runs out.
+//! - **Waiting without polling**: a waiter flags the row it waits for, and the release runs
+//!   `pg_notify(<table>, name)` in the same statement if the row is flagged (an uncontended
+//!   release notifies nobody: notifying commits are serialized cluster-wide); each client
+//!   keeps one `LISTEN` connection and wakes its waiters. A waiter that hears nothing retries
+//!   when the holder's lease runs out.
 //! - **Fencing**: a counter per lock name in `<table>_fences`, raised by the acquiring
 //!   statement itself; it outlives the lock's row, so tokens keep rising across releases.
 //!
