@@ -816,6 +816,9 @@ impl MysqlBackend {
             Value::from(self.holder.as_str()),
             Value::from(spec.name.as_bytes()),
         ];
+        // Noted before the statement is sent: a mark whose answer is lost is taken back too
+        // (as on PostgreSQL); forgotten again if the answer says nothing was marked.
+        self.marked.insert(spec.token);
         let marked = self
             .run("marking the readers", spec.name, move |conn| {
                 let (sql, params) = (Arc::clone(&sql), params.clone());
@@ -826,8 +829,8 @@ impl MysqlBackend {
                 })
             })
             .await?;
-        if marked {
-            self.marked.insert(spec.token);
+        if !marked {
+            self.marked.remove(spec.token);
         }
         Ok(marked)
     }
