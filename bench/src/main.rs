@@ -424,6 +424,16 @@ async fn etcd_rows(report: &mut Report) -> Result<(), Error> {
         "v3lock",
     )
     .await?;
+    let (rate, p50, p99) = etcd::lock_service_handoff(&host, Duration::from_secs(3)).await?;
+    report.row(
+        "10. etcd: its lock service's handoff, 4 clients × 4 tasks",
+        format!("{rate:.0}/s"),
+        format!("p50 {:.2} / p99 {:.2} ms", p50 / 1e3, p99 / 1e3),
+        String::new(),
+    );
+    report.field("etcd_lock_service_handoffs_per_s", rate);
+    report.field("etcd_lock_service_handoff_p50_us", p50);
+    report.field("etcd_lock_service_handoff_p99_us", p99);
     drop(member);
     Ok(())
 }

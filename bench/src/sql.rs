@@ -660,16 +660,10 @@ pub async fn rows(
     for h in handles {
         h.await?;
     }
-    let mut log = log.lock().unwrap().clone();
-    log.sort_by_key(|(acquired, _, _)| *acquired);
+    let log = log.lock().unwrap().clone();
     // Only handoffs from one client to another: those go through the database (a notification
     // or a poll); within a client, the next task is let through in-process.
-    let mut gaps: Vec<Duration> = log
-        .windows(2)
-        .filter(|w| w[0].2 != w[1].2)
-        .map(|w| w[1].0.saturating_duration_since(w[0].1))
-        .collect();
-    gaps.sort();
+    let gaps = between_clients(log);
     let rate = grants.load(Ordering::Relaxed) as f64 / window.as_secs_f64();
     let (p50, p99) = (percentile(&gaps, 0.5), percentile(&gaps, 0.99));
     report.row(
@@ -686,4 +680,17 @@ pub async fn rows(
     report.field(&format!("{key}_handoff_p50_us"), p50.as_secs_f64() * 1e6);
     report.field(&format!("{key}_handoff_p99_us"), p99.as_secs_f64() * 1e6);
     Ok(())
+}
+
+/// The gaps, sorted, from a release to the next grant when that grant went to another client,
+/// from a log of `(granted, released, client)`.
+pub fn between_clients(mut log: Vec<(Instant, Instant, usize)>) -> Vec<Duration> {
+    log.sort_by_key(|(acquired, _, _)| *acquired);
+    let mut gaps: Vec<Duration> = log
+        .windows(2)
+        .filter(|w| w[0].2 != w[1].2)
+        .map(|w| w[1].0.saturating_duration_since(w[0].1))
+        .collect();
+    gaps.sort();
+    gaps
 }

@@ -168,6 +168,17 @@ impl EtcdInspector {
         name: &str,
         lease: i64,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let key = self.lock_service_lock(name, lease).await?;
+        self.lock_service_unlock(key).await
+    }
+
+    /// etcd's lock service: `Lock` on `name` with `lease`, waiting on the server while another
+    /// lease holds it; the key that holds it.
+    pub async fn lock_service_lock(
+        &self,
+        name: &str,
+        lease: i64,
+    ) -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>> {
         let locked: LockResponse = self
             .rpc
             .unary(
@@ -178,9 +189,17 @@ impl EtcdInspector {
                 },
             )
             .await?;
+        Ok(locked.key)
+    }
+
+    /// etcd's lock service: `Unlock` of the `key` a `Lock` returned.
+    pub async fn lock_service_unlock(
+        &self,
+        key: Vec<u8>,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let _: UnlockResponse = self
             .rpc
-            .unary("/v3lockpb.Lock/Unlock", UnlockRequest { key: locked.key })
+            .unary("/v3lockpb.Lock/Unlock", UnlockRequest { key })
             .await?;
         Ok(())
     }
