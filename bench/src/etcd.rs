@@ -63,43 +63,29 @@ impl RawPair for EtcdLockService {
 /// `window`. Grants per second, and the p50 / p99 gap (µs) from a release to the next grant
 /// of another client.
 pub async fn lock_service_handoff(host: &str, window: Duration) -> Result<(f64, f64, f64), Error> {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    use std::time::Instant;
-
-    let log = Arc::new(std::sync::Mutex::new(
-        Vec::<(Instant, Instant, usize)>::new(),
-    ));
-    let stop = Arc::new(AtomicBool::new(false));
-    let grants = Arc::new(AtomicU64::new(0));
-    let mut handles = Vec::new();
+    let mut tasks = Vec::new();
     for c in 0..4 {
         let client = Arc::new(EtcdInspector::new(host));
         for _ in 0..4 {
             let lease = client.grant_lease(Duration::from_secs(600)).await;
-            let (client, log, stop, grants) =
-                (client.clone(), log.clone(), stop.clone(), grants.clone());
-            handles.push(tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
+            let client = client.clone();
+            tasks.push((c, move || {
+                let client = client.clone();
+                async move {
                     let key = client
                         .lock_service_lock("bench-peer/handoff", lease)
                         .await
                         .expect("Lock");
-                    let acquired = Instant::now();
-                    grants.fetch_add(1, Ordering::Relaxed);
-                    let released = Instant::now();
+                    let granted = std::time::Instant::now();
                     client.lock_service_unlock(key).await.expect("Unlock");
-                    log.lock().unwrap().push((acquired, released, c));
+                    (granted, granted)
                 }
             }));
         }
     }
-    tokio::time::sleep(window).await;
-    stop.store(true, Ordering::Relaxed);
-    for handle in handles {
-        handle.await?;
-    }
-    let gaps = crate::sql::between_clients(log.lock().unwrap().clone());
+    let (log, grants) = crate::sql::handoff_log(window, tasks).await?;
+    let gaps = crate::sql::between_clients(log);
     let us = |p| crate::percentile(&gaps, p).as_secs_f64() * 1e6;
-    let rate = grants.load(Ordering::Relaxed) as f64 / window.as_secs_f64();
+    let rate = grants as f64 / window.as_secs_f64();
     Ok((rate, us(0.5), us(0.99)))
 }

@@ -626,19 +626,14 @@ pub async fn rows(
 
     // Handoff between 4 clients (separate owners, each with its own connections and listener),
     // 4 tasks each, one key, for 3 s: the time from a release to the next grant.
-    let log = Arc::new(std::sync::Mutex::new(
-        Vec::<(Instant, Instant, usize)>::new(),
-    ));
-    let stop = Arc::new(AtomicBool::new(false));
-    let grants = Arc::new(AtomicU64::new(0));
-    let mut handles = Vec::new();
+    let mut tasks = Vec::new();
     for c in 0..4 {
         let client = LockClient::builder(url).build().await?;
         for _ in 0..4 {
-            let (client, log, stop, grants) =
-                (client.clone(), log.clone(), stop.clone(), grants.clone());
-            handles.push(tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
+            let client = client.clone();
+            tasks.push((c, move || {
+                let client = client.clone();
+                async move {
                     let guard = client
                         .lock("handoff")
                         .wait(Duration::from_secs(30))
@@ -646,25 +641,18 @@ pub async fn rows(
                         .await
                         .unwrap();
                     let acquired = Instant::now();
-                    grants.fetch_add(1, Ordering::Relaxed);
-                    let released = Instant::now();
                     guard.release().await.unwrap();
-                    log.lock().unwrap().push((acquired, released, c));
+                    (acquired, acquired)
                 }
             }));
         }
     }
     let window = Duration::from_secs(3);
-    tokio::time::sleep(window).await;
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.await?;
-    }
-    let log = log.lock().unwrap().clone();
+    let (log, grants) = handoff_log(window, tasks).await?;
     // Only handoffs from one client to another: those go through the database (a notification
     // or a poll); within a client, the next task is let through in-process.
     let gaps = between_clients(log);
-    let rate = grants.load(Ordering::Relaxed) as f64 / window.as_secs_f64();
+    let rate = grants as f64 / window.as_secs_f64();
     let (p50, p99) = (percentile(&gaps, 0.5), percentile(&gaps, 0.99));
     report.row(
         &format!("{label}: handoff, 4 clients × 4 tasks, between clients"),
@@ -693,4 +681,38 @@ pub fn between_clients(mut log: Vec<(Instant, Instant, usize)>) -> Vec<Duration>
         .collect();
     gaps.sort();
     gaps
+}
+
+/// Runs the handoff `tasks` for `window`: each, its client's index and one take-and-give-back
+/// of the lock (returning when it was granted and when its release began), again and again.
+/// The log of `(granted, released, client)` and the number of grants.
+pub async fn handoff_log<F, Fut>(
+    window: Duration,
+    tasks: Vec<(usize, F)>,
+) -> Result<(Vec<(Instant, Instant, usize)>, u64), Error>
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = (Instant, Instant)> + Send,
+{
+    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let grants = Arc::new(AtomicU64::new(0));
+    let mut handles = Vec::new();
+    for (client, once) in tasks {
+        let (log, stop, grants) = (log.clone(), stop.clone(), grants.clone());
+        handles.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let (granted, released) = once().await;
+                grants.fetch_add(1, Ordering::Relaxed);
+                log.lock().unwrap().push((granted, released, client));
+            }
+        }));
+    }
+    tokio::time::sleep(window).await;
+    stop.store(true, Ordering::Relaxed);
+    for handle in handles {
+        handle.await?;
+    }
+    let log = log.lock().unwrap().clone();
+    Ok((log, grants.load(Ordering::Relaxed)))
 }
