@@ -1827,7 +1827,7 @@ mod tests {
     #[test]
     fn slots() {
         let mut places = Places::default();
-        let place = |places: &mut Places, token: &str| {
+        let mut place = |places: &mut Places, token: &str| {
             places.place(token, "q/", |slot| format!("q/i.{slot}").into_bytes())
         };
         assert_eq!(place(&mut places, "a"), b"q/i.0");
