@@ -1075,7 +1075,7 @@ impl Fixture for ZookeeperFixture {
         let options = zookeeper_client::CreateMode::EphemeralSequential
             .with_acls(zookeeper_client::Acls::anyone_all());
         let data = format!(
-            "holder=intruder\ntoken={token}\nlease_ms={}\nrenew=true\n",
+            "holder=intruder\nlease_ms={}\nrenew=true\n",
             ttl.as_millis()
         );
         let zk = self.zk().await;
@@ -1186,52 +1186,46 @@ impl EtcdFixture {
     }
 }
 
-/// The owner token an etcd queue key's value names (`token=…`).
-#[cfg(feature = "etcd")]
-fn token_in_value(kv: &distlock::__private::testing::EtcdKey) -> String {
-    kv.value
-        .lines()
-        .find_map(|line| line.strip_prefix("token="))
-        .expect("an etcd queue key's value names its owner token")
-        .to_owned()
-}
-
 #[cfg(feature = "etcd")]
 impl Fixture for EtcdFixture {
     fn url(&self) -> String {
         self.member.url(&self.prefix)
     }
 
-    /// The holder's owner token, from its key's value (`token=…`; the key is named after a
-    /// slot of its client's, reused by the client's next acquisition of the lock).
     async fn holder(&self, name: &str) -> Option<String> {
-        Some(token_in_value(&self.holder_key(name).await?))
+        let key = self.holder_key(name).await?;
+        Some(key.key.rsplit('/').next().unwrap_or_default().to_owned())
     }
 
     fn read_locks(&self) -> bool {
         true
     }
 
-    /// The readers at the head of the queue (keys `<queue><slot>-r`, oldest first, before the
+    /// The readers at the head of the queue (keys `<queue><token>-r`, oldest first, before the
     /// first writer's key); etcd keeps them alive by their leases, not a TTL per reader.
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         let keys = self.etcd().keys(&self.queue(name)).await;
         keys.into_iter()
-            .map_while(|kv| kv.key.ends_with("-r").then(|| (token_in_value(&kv), None)))
+            .map_while(|kv| {
+                let segment = kv.key.rsplit('/').next().unwrap_or_default().to_owned();
+                segment
+                    .strip_suffix("-r")
+                    .map(|token| (token.to_owned(), None))
+            })
             .collect()
     }
 
     /// The permits of the semaphore at the head of the queue: its first `n` keys
-    /// (`<slot>-p<n>`, `n` the limit); their leases are the client's, not one per key.
+    /// (`<token>-p<n>`, `n` the limit); their leases are the client's, not one per key.
     async fn permits(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         let keys = self.etcd().keys(&self.queue(name)).await;
         let mut permits: Vec<(String, Option<Duration>)> = Vec::new();
         let mut limit = usize::MAX;
         for kv in keys {
             let segment = kv.key.rsplit('/').next().unwrap_or_default().to_owned();
-            let Some(n) = segment
+            let Some((token, n)) = segment
                 .rsplit_once("-p")
-                .and_then(|(_, n)| n.parse::<usize>().ok())
+                .and_then(|(token, n)| Some((token.to_owned(), n.parse::<usize>().ok()?)))
             else {
                 break;
             };
@@ -1239,7 +1233,7 @@ impl Fixture for EtcdFixture {
             if permits.len() >= limit {
                 break;
             }
-            permits.push((token_in_value(&kv), None));
+            permits.push((token, None));
         }
         permits
     }
@@ -1275,7 +1269,7 @@ impl Fixture for EtcdFixture {
     async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
         self.delete(name).await;
         let value = format!(
-            "holder=intruder\ntoken={token}\nlease_ms={}\nrenew=true\n",
+            "holder=intruder\nlease_ms={}\nrenew=true\n",
             ttl.as_millis()
         );
         self.etcd()

@@ -100,11 +100,13 @@ pub(crate) fn parse_url(url: &str) -> Result<EtcdUrl, LockError> {
     })
 }
 
-/// What ends a reader's key in a lock's queue (see `EtcdBackend::place`).
+/// The part of every key of lock `name` before the owner token: `<name>/`, with `%` and `/`
+/// in the name percent-encoded so that one lock's keys never fall inside another's range.
+/// What ends a reader's key in a lock's queue (see `EtcdBackend::key_of`).
 const READER: &str = "-r";
 
-/// The slot and the kind of hold a key asks for, from its last path segment (see
-/// `EtcdBackend::place`).
+/// The owner token and the kind of hold it asks for, from a key's last path segment (see
+/// `EtcdBackend::key_of`).
 pub(crate) fn token_in(segment: &str) -> (&str, Kind) {
     if let Some(token) = segment.strip_suffix(READER) {
         return (token, Kind::Shared);
@@ -122,114 +124,6 @@ pub(crate) fn token_in(segment: &str) -> (&str, Kind) {
 fn kind_of(kv: &KeyValue) -> Kind {
     let key = std::str::from_utf8(&kv.key).unwrap_or_default();
     token_in(key.rsplit_once('/').map_or(key, |(_, segment)| segment)).1
-}
-
-/// The owner token a queue key's value names (`token=…`; see `EtcdBackend::value_of`), or —
-/// for a key written by an earlier version, named after its token — the key's slot.
-fn token_of(kv: &KeyValue) -> String {
-    let value = String::from_utf8_lossy(&kv.value);
-    if let Some(token) = value.lines().find_map(|line| line.strip_prefix("token=")) {
-        return token.to_owned();
-    }
-    let key = String::from_utf8_lossy(&kv.key);
-    let segment = key.rsplit_once('/').map_or(&*key, |(_, segment)| segment);
-    token_in(segment).0.to_owned()
-}
-
-/// A name for this client's keys no other client's share: 64 random bits in hex.
-fn instance_id() -> String {
-    let mut bytes = [0u8; 8];
-    if getrandom::fill(&mut bytes).is_err() {
-        fastrand::Rng::new().fill(&mut bytes);
-    }
-    format!("{:016x}", u64::from_le_bytes(bytes))
-}
-
-/// Where this client's acquisitions put their keys. A lock's key is named after a *slot* of
-/// this client's (`<instance>.<k>`), not after the acquisition's owner token: the next
-/// acquisition of the lock takes the same key again. etcd keeps a deleted key in its index
-/// until the next compaction, and a range over a queue walks every key it has held since —
-/// with a key per acquisition, a busy lock's every acquisition got slower the more it had
-/// been taken (measured: 1.5 → 2.8 ms over 16,000 acquisitions of one lock on one member).
-///
-/// A slot is taken when an acquisition first sends its key and given back once the key's
-/// deletion is confirmed; one whose deletion never was is never used again by this client
-/// (a key of an earlier acquisition could still be there).
-#[derive(Default)]
-struct Places {
-    /// The queue and slot of each acquisition's key, by owner token.
-    by_token: HashMap<String, Place>,
-    /// The owner token of each key, by key.
-    by_key: HashMap<Vec<u8>, String>,
-    /// The slots in use, by queue.
-    used: HashMap<String, std::collections::BTreeSet<u32>>,
-}
-
-/// The key of one acquisition of this client's (see [`Places`]).
-struct Place {
-    queue: String,
-    slot: u32,
-    key: Vec<u8>,
-}
-
-impl Places {
-    /// `token`'s key in `queue`: the one it has, or `key_for` the lowest free slot.
-    fn place(&mut self, token: &str, queue: &str, key_for: impl FnOnce(u32) -> Vec<u8>) -> Vec<u8> {
-        if let Some(place) = self.by_token.get(token) {
-            return place.key.clone();
-        }
-        let used = self.used.entry(queue.to_owned()).or_default();
-        let slot = (0..).find(|n| !used.contains(n)).unwrap_or(u32::MAX);
-        used.insert(slot);
-        let key = key_for(slot);
-        self.by_key.insert(key.clone(), token.to_owned());
-        self.by_token.insert(
-            token.to_owned(),
-            Place {
-                queue: queue.to_owned(),
-                slot,
-                key: key.clone(),
-            },
-        );
-        key
-    }
-
-    /// The key `token` put in its queue, if it has one.
-    fn key_of(&self, token: &str) -> Option<Vec<u8>> {
-        self.by_token.get(token).map(|place| place.key.clone())
-    }
-
-    /// The acquisition whose key is `key`.
-    fn token_at(&self, key: &[u8]) -> Option<&str> {
-        self.by_key.get(key).map(String::as_str)
-    }
-
-    /// The queue and slot of `token`'s key.
-    fn slot_of(&self, token: &str) -> Option<(String, u32)> {
-        let place = self.by_token.get(token)?;
-        Some((place.queue.clone(), place.slot))
-    }
-
-    /// `token` is done with its key; its slot is free again if the key's deletion is
-    /// `confirmed` (or once [`free`](Self::free) says so).
-    fn leave(&mut self, token: &str, confirmed: bool) {
-        if let Some(place) = self.by_token.remove(token) {
-            self.by_key.remove(&place.key);
-            if confirmed {
-                self.free(&place.queue, place.slot);
-            }
-        }
-    }
-
-    /// A slot whose key is gone.
-    fn free(&mut self, queue: &str, slot: u32) {
-        if let Some(used) = self.used.get_mut(queue) {
-            used.remove(&slot);
-            if used.is_empty() {
-                self.used.remove(queue);
-            }
-        }
-    }
 }
 
 pub(crate) fn queue_of(name: &str) -> String {
@@ -298,10 +192,6 @@ pub(crate) struct EtcdBackend {
     granting: tokio::sync::Mutex<()>,
     /// This client's keys, by owner token.
     keys: Mutex<HashMap<String, Held>>,
-    /// Where each acquisition of this client puts its key (see [`Places`]).
-    places: Arc<Mutex<Places>>,
-    /// This client's part of its keys' names: 16 random hex digits.
-    instance: String,
     /// The owner tokens of this client's acquisitions in play (see [`super::InPlay`]).
     in_play: super::InPlay,
     /// Per owner token, held while an acquiring transaction is on its way: a release waits
@@ -363,8 +253,6 @@ impl EtcdBackend {
             leases: Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
             keys: Mutex::new(HashMap::new()),
-            places: Arc::default(),
-            instance: instance_id(),
             in_play: super::InPlay::default(),
             in_flight: Mutex::new(HashMap::new()),
             hub: ReleaseHub::new(None),
@@ -401,33 +289,18 @@ impl EtcdBackend {
         self.keys.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The full key of lock `name`'s queue: `<prefix>/<name>/`.
-    fn queue_key(&self, name: &str) -> String {
-        format!("{}{}", self.prefix, queue_of(name))
-    }
-
-    fn places(&self) -> MutexGuard<'_, Places> {
-        self.places.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The full key of lock `name`'s queue, and the key of `token`'s place in it — the same
-    /// on every attempt of one acquisition (a waiter keeps its place): `<queue><slot>`,
-    /// `<queue><slot>-r` for a reader, or `<queue><slot>-p<n>` for a permit of a semaphore of
-    /// `n`, where the slot is `<instance>.<k>`, `k` the lowest number none of this client's
-    /// keys of the lock uses (see [`Places`]; a slot ends in a digit, so the mark can never
-    /// be read as part of one).
-    fn place(&self, name: &str, token: &str, kind: Kind) -> (Vec<u8>, Vec<u8>) {
-        let queue = self.queue_key(name);
-        let key = self.places().place(token, &queue, |slot| {
-            let slot = format!("{queue}{}.{slot}", self.instance);
-            match kind {
-                Kind::Exclusive => slot,
-                Kind::Shared => format!("{slot}{READER}"),
-                Kind::Permits(n) => format!("{slot}-p{n}"),
-            }
-            .into_bytes()
-        });
-        (queue.into_bytes(), key)
+    /// The full key of lock `name`'s queue (`<prefix>/<name>/`), and of `token`'s place in it:
+    /// `<queue><token>`, `<queue><token>-r` for a reader, or `<queue><token>-p<n>` for a
+    /// permit of a semaphore of `n` (a token ends in hex digits, so the mark can never be read
+    /// as part of one).
+    fn key_of(&self, name: &str, token: &str, kind: Kind) -> (Vec<u8>, Vec<u8>) {
+        let queue = format!("{}{}", self.prefix, queue_of(name));
+        let key = match kind {
+            Kind::Exclusive => format!("{queue}{token}"),
+            Kind::Shared => format!("{queue}{token}{READER}"),
+            Kind::Permits(n) => format!("{queue}{token}-p{n}"),
+        };
+        (queue.into_bytes(), key.into_bytes())
     }
 
     /// Runs one call, bounded by the response timeout.
@@ -573,19 +446,6 @@ impl EtcdBackend {
         self.call("acquire", answer).await
     }
 
-    /// Deletes `key` if it is still the one created at `revision`: a key another client's or
-    /// acquisition's deletion must not touch once its slot is taken again (see [`Places`]).
-    async fn delete_created(&self, key: Vec<u8>, revision: i64) -> Result<bool, Failure> {
-        let answer: TxnResponse = self
-            .call(
-                "delete",
-                self.rpc
-                    .unary(path::TXN, created_then_delete(key, revision)),
-            )
-            .await?;
-        Ok(answer.succeeded)
-    }
-
     async fn delete_key(&self, key: Vec<u8>) -> Result<bool, Failure> {
         let deleted: DeleteRangeResponse = self
             .call(
@@ -605,9 +465,8 @@ impl EtcdBackend {
     /// What a queue key holds: who made it, with which lease, since when.
     fn value_of(&self, spec: LockSpec<'_>) -> String {
         format!(
-            "holder={}\ntoken={}\nlease_ms={}\nrenew={}\njoined_unix_ms={}\n",
+            "holder={}\nlease_ms={}\nrenew={}\njoined_unix_ms={}\n",
             self.holder,
-            spec.token,
             spec.lease.as_millis(),
             spec.renew,
             std::time::SystemTime::now()
@@ -620,7 +479,7 @@ impl EtcdBackend {
     async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let started = Instant::now();
         let lease = self.lease_for(spec.lease).await?;
-        let (queue, key) = self.place(spec.name, spec.token, spec.kind);
+        let (queue, key) = self.key_of(spec.name, spec.token, spec.kind);
         let queue_end = proto::prefix_end(&queue);
         // The head of the queue: its first key — or, for a semaphore of `n`, its first `n + 1`
         // (the holders, and the first waiter).
@@ -682,13 +541,6 @@ impl EtcdBackend {
                 (revision, lease.id)
             } else {
                 match mine.first() {
-                    // A key in this acquisition's slot that another one left (never expected:
-                    // a slot is not reused before its key's deletion is confirmed): it goes.
-                    Some(kv) if token_of(kv) != spec.token => {
-                        let _ = self.delete_created(key.clone(), kv.create_revision).await;
-                        self.keys().remove(spec.token);
-                        continue;
-                    }
                     Some(kv) => (kv.create_revision, kv.lease),
                     None => continue,
                 }
@@ -784,17 +636,13 @@ impl EtcdBackend {
             // A key on our own lease that no acquisition of ours knows: an attempt given up (its
             // reply lost, a leader change, a restart) whose put landed all the same. Nobody
             // would ever delete it while the lease lives: it goes now.
-            let orphan = predecessor.lease == lease.id
-                && !self
-                    .places()
-                    .token_at(&predecessor.key)
-                    .is_some_and(|token| self.in_play.contains(token));
+            let orphan = predecessor.lease == lease.id && {
+                let segment = predecessor.key.get(queue.len()..).unwrap_or_default();
+                let (token, _) = token_in(std::str::from_utf8(segment).unwrap_or_default());
+                !self.in_play.contains(token)
+            };
             if orphan {
-                // Only that key: its slot may be taken again by a new acquisition meanwhile.
-                match self
-                    .delete_created(predecessor.key, predecessor.create_revision)
-                    .await
-                {
+                match self.delete_key(predecessor.key).await {
                     Ok(_) => {
                         tracing::debug!("distlock: etcd: deleted an orphaned key of this lease");
                         continue;
@@ -835,8 +683,9 @@ impl EtcdBackend {
         let lease = self.lease_for(first.lease).await?;
         let keys: Vec<(Vec<u8>, Vec<u8>)> = specs
             .iter()
-            .map(|spec| self.place(spec.name, spec.token, spec.kind))
+            .map(|spec| self.key_of(spec.name, spec.token, spec.kind))
             .collect();
+        let value = self.value_of(first).into_bytes();
         let txn = TxnRequest {
             compare: keys
                 .iter()
@@ -848,13 +697,12 @@ impl EtcdBackend {
                     target_union: Some(CompareWith::CreateRevision(0)),
                 })
                 .collect(),
-            success: specs
+            success: keys
                 .iter()
-                .zip(&keys)
-                .map(|(spec, (_, key))| {
+                .map(|(_, key)| {
                     op(Request::Put(PutRequest {
                         key: key.clone(),
-                        value: self.value_of(*spec).into_bytes(),
+                        value: value.clone(),
                         lease: lease.id,
                     }))
                 })
@@ -1069,7 +917,7 @@ impl EtcdBackend {
             )));
         }
         if !spec.renew {
-            self.end_after_lease(spec, key, created, started);
+            self.end_after_lease(spec, key, started);
         }
         Ok(Attempt::Acquired {
             fencing_token: spec.fencing.then_some(created as u64),
@@ -1077,16 +925,20 @@ impl EtcdBackend {
     }
 
     /// An unrenewed lock ends after its lease: its key is deleted then, whatever its lease.
-    fn end_after_lease(&self, spec: LockSpec<'_>, key: &[u8], created: i64, started: Instant) {
+    fn end_after_lease(&self, spec: LockSpec<'_>, key: &[u8], started: Instant) {
         let rpc = self.rpc.clone();
         let key = key.to_vec();
         let end = started + spec.lease;
         let task = tokio::spawn(async move {
             tokio::time::sleep_until(end).await;
             for attempt in 1..=3 {
-                // This key only, not the next acquisition's in the same slot.
-                let deleting = rpc
-                    .unary::<_, TxnResponse>(path::TXN, created_then_delete(key.clone(), created));
+                let deleting = rpc.unary::<_, DeleteRangeResponse>(
+                    path::DELETE_RANGE,
+                    DeleteRangeRequest {
+                        key: key.clone(),
+                        range_end: Vec::new(),
+                    },
+                );
                 if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(2), deleting).await {
                     return;
                 }
@@ -1099,7 +951,7 @@ impl EtcdBackend {
         }
     }
 
-    async fn release_key(&self, token: &str) -> Result<Released, BoxError> {
+    async fn release_key(&self, name: &str, token: &str, kind: Kind) -> Result<Released, BoxError> {
         let in_flight = self
             .in_flight
             .lock()
@@ -1109,41 +961,11 @@ impl EtcdBackend {
             let _done = gate.lock().await;
         }
         let held = self.keys().remove(token);
-        let placed = self.places().key_of(token);
-        let (key, lease) = match (held, placed) {
-            (Some(mut held), _) => (std::mem::take(&mut held.key), Some(Arc::clone(&held.lease))),
-            // An attempt whose reply never came: its key is known from its place.
-            (None, Some(key)) => (key, None),
-            // No attempt of this token ever sent a key.
-            (None, None) => return Ok(Released::NotOurs),
+        let (key, lease) = match held {
+            Some(mut held) => (std::mem::take(&mut held.key), Some(Arc::clone(&held.lease))),
+            // An attempt whose reply never came: its key is known from the token.
+            None => (self.key_of(name, token, kind).1, None),
         };
-        // The key's slot is free again once its deletion is confirmed (see `Places`): here, or
-        // by a later deletion in the background. The place is kept until then: until the
-        // release is done, a waiter of this client behind the key must not take it for an
-        // orphan and delete it first.
-        let slot = self.places().slot_of(token);
-        let places = Arc::clone(&self.places);
-        let free = move || {
-            if let Some((queue, slot)) = &slot {
-                places
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .free(queue, *slot);
-            }
-        };
-        let released = self.delete_released(key, lease, free).await;
-        self.places().leave(token, released.is_ok());
-        released
-    }
-
-    /// Deletes a released key (on `lease`; `None`: an attempt whose reply never came); `free`
-    /// runs if a later deletion in the background succeeds.
-    async fn delete_released(
-        &self,
-        key: Vec<u8>,
-        lease: Option<Arc<Lease>>,
-        free: impl FnOnce() + Send + 'static,
-    ) -> Result<Released, BoxError> {
         // A key on a lease this client has given up was not held any more, deleted or not.
         let alive = lease.as_ref().is_none_or(|lease| lease.is_usable());
         // A release that fails is retried briefly: a leader election or a member going away
@@ -1165,16 +987,14 @@ impl EtcdBackend {
                 Err(failure) => {
                     match lease {
                         Some(lease) if lease.is_usable() => {
-                            self.delete_later(key, move || lease.is_usable(), free);
+                            self.delete_later(key, move || lease.is_usable());
                         }
-                        // Its lease is given up: the key dies with it, and this client never
-                        // uses the slot again.
                         Some(_) => {}
                         // An attempt whose reply never came: its put may have landed all the
                         // same, on a lease this client keeps alive.
                         None => {
                             let give_up = Instant::now() + LEFTOVER_SEARCH;
-                            self.delete_later(key, move || Instant::now() < give_up, free);
+                            self.delete_later(key, move || Instant::now() < give_up);
                         }
                     }
                     return Err(self.failed("delete", failure));
@@ -1189,14 +1009,8 @@ impl EtcdBackend {
     /// lease it lives on is kept alive for the client's other locks, so the key would hold the
     /// lock for as long as the client runs. It is deleted in the background once etcd answers
     /// again (the server restarted, the leader elected), while `go_on` says so (its lease is
-    /// usable; for an attempt whose reply never came, for [`LEFTOVER_SEARCH`]); `deleted` runs
-    /// once it is.
-    fn delete_later(
-        &self,
-        key: Vec<u8>,
-        go_on: impl Fn() -> bool + Send + 'static,
-        deleted: impl FnOnce() + Send + 'static,
-    ) {
+    /// usable; for an attempt whose reply never came, for [`LEFTOVER_SEARCH`]).
+    fn delete_later(&self, key: Vec<u8>, go_on: impl Fn() -> bool + Send + 'static) {
         let rpc = self.rpc.clone();
         let response_timeout = self.response_timeout;
         tokio::spawn(async move {
@@ -1213,7 +1027,6 @@ impl EtcdBackend {
                 );
                 if let Ok(Ok(_)) = tokio::time::timeout(response_timeout, delete).await {
                     tracing::debug!("distlock: etcd: a failed release's key deleted later");
-                    deleted();
                     return;
                 }
             }
@@ -1283,24 +1096,6 @@ impl EtcdBackend {
             why = lease.loss.wait() => why,
             why = watched => why,
         }
-    }
-}
-
-/// A transaction that deletes `key` if it was created at `revision`.
-fn created_then_delete(key: Vec<u8>, revision: i64) -> TxnRequest {
-    TxnRequest {
-        compare: vec![Compare {
-            result: proto::EQUAL,
-            target: proto::COMPARE_CREATE,
-            key: key.clone(),
-            target_union: Some(CompareWith::CreateRevision(revision)),
-            range_end: Vec::new(),
-        }],
-        success: vec![op(Request::DeleteRange(DeleteRangeRequest {
-            key,
-            range_end: Vec::new(),
-        }))],
-        failure: Vec::new(),
     }
 }
 
@@ -1584,12 +1379,6 @@ impl Backend for EtcdBackend {
             if let Ok(SetAttempt::Busy { .. }) = attempt {
                 // Nothing was written: the tokens are out of play, their gates unneeded.
                 self.in_play.forget(&tokens);
-                {
-                    let mut places = self.places();
-                    for token in &tokens {
-                        places.leave(token, true);
-                    }
-                }
                 let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
                 for token in &tokens {
                     in_flight.remove(*token);
@@ -1617,8 +1406,8 @@ impl Backend for EtcdBackend {
     }
 
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
-        let token = hold.token;
-        let released = self.release_key(token);
+        let (name, token) = (hold.name, hold.token);
+        let released = self.release_key(name, token, hold.kind);
         Box::pin(self.in_play.release(token, released))
     }
 
@@ -1636,7 +1425,7 @@ impl Backend for EtcdBackend {
 
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
-            let queue = self.queue_key(name).into_bytes();
+            let (queue, _) = self.key_of(name, "", Kind::Exclusive);
             let keys = self.range_prefix(&queue).await?;
             let keys: Vec<&KeyValue> = keys.iter().collect();
             match keys.first() {
@@ -1689,7 +1478,7 @@ impl Backend for EtcdBackend {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
-            let queue = self.queue_key(name).into_bytes();
+            let (queue, _) = self.key_of(name, "", Kind::Exclusive);
             let keys = self.range_prefix(&queue).await?;
             let keys: Vec<&KeyValue> = keys.iter().collect();
             if keys.is_empty() {
@@ -1760,13 +1549,21 @@ impl EtcdBackend {
         let waiters = Some((keys.len() - held) as u64);
         let permits = kind_of(keys[0]).permits();
         if permits.is_some() || reader_key(keys[0]) {
-            let readers = keys[..held].iter().map(|kv| token_of(kv)).collect();
+            let readers = keys[..held]
+                .iter()
+                .map(|kv| {
+                    let key = String::from_utf8_lossy(&kv.key);
+                    let segment = key.rsplit_once('/').map_or("", |(_, s)| s);
+                    token_in(segment).0.to_owned()
+                })
+                .collect();
             return Ok(Entry {
                 permits,
                 ..Entry::read_by(name, readers, waiters)
             });
         }
         let holder = keys[0];
+        let key = String::from_utf8_lossy(&holder.key);
         let value = String::from_utf8_lossy(&holder.value);
         let field = |name: &str| {
             value
@@ -1791,7 +1588,7 @@ impl EtcdBackend {
         };
         Ok(Entry {
             name: name.to_owned(),
-            token: Some(token_of(holder)),
+            token: key.rsplit_once('/').map(|(_, token)| token.to_owned()),
             holder: holder_from_record(field("holder").unwrap_or_default(), since),
             ttl,
             fencing_token: u64::try_from(holder.create_revision).ok(),
@@ -1821,43 +1618,6 @@ fn holders(keys: &[&KeyValue]) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A slot is the lowest free one, kept for the whole acquisition, free again only once its
-    /// key's deletion is confirmed.
-    #[test]
-    fn slots() {
-        let mut places = Places::default();
-        let mut place = |places: &mut Places, token: &str| {
-            places.place(token, "q/", |slot| format!("q/i.{slot}").into_bytes())
-        };
-        assert_eq!(place(&mut places, "a"), b"q/i.0");
-        assert_eq!(place(&mut places, "b"), b"q/i.1");
-        assert_eq!(
-            place(&mut places, "a"),
-            b"q/i.0",
-            "an acquisition keeps its place"
-        );
-        assert_eq!(places.token_at(b"q/i.1"), Some("b"));
-        places.leave("a", true);
-        assert_eq!(places.token_at(b"q/i.0"), None);
-        assert_eq!(
-            place(&mut places, "c"),
-            b"q/i.0",
-            "a deleted key's slot is taken again"
-        );
-        places.leave("b", false);
-        assert_eq!(
-            place(&mut places, "d"),
-            b"q/i.2",
-            "not before its deletion is confirmed"
-        );
-        places.free("q/", 1);
-        assert_eq!(place(&mut places, "e"), b"q/i.1");
-        for token in ["c", "d", "e"] {
-            places.leave(token, true);
-        }
-        assert!(places.used.is_empty() && places.by_key.is_empty() && places.by_token.is_empty());
-    }
 
     #[test]
     fn urls() {
