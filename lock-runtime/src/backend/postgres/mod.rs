@@ -68,6 +68,7 @@ struct Conn {
     read_release: Statement,
     permit_acquire: Statement,
     mark: Statement,
+    flag: Statement,
     /// Which connection this is (see [`PostgresBackend::invalidate`]).
     number: u64,
 }
@@ -451,7 +452,10 @@ impl PostgresBackend {
                 &self.sql.read_release,
                 &[Type::TEXT, Type::TEXT, Type::TEXT],
             ),
-            client.prepare_typed(&self.sql.mark, &[Type::TEXT, Type::TEXT, Type::INT8]),
+            futures_util::future::try_join(
+                client.prepare_typed(&self.sql.mark, &[Type::TEXT, Type::TEXT, Type::INT8]),
+                client.prepare_typed(&self.sql.flag, &[Type::TEXT]),
+            ),
             client.prepare_typed(
                 &self.sql.permit_acquire,
                 &[
@@ -469,7 +473,7 @@ impl PostgresBackend {
         // creating the tables can hold it up for longer than one statement may take).
         let (
             ((acquire, acquire_fenced, remaining, release_unmarked), renew, renew_many, release),
-            (read_acquire, read_renew, read_release, mark, permit_acquire),
+            (read_acquire, read_renew, read_release, (mark, flag), permit_acquire),
         ) = self
             .timed_by(
                 "preparing the lock statements",
@@ -491,6 +495,7 @@ impl PostgresBackend {
             read_release,
             permit_acquire,
             mark,
+            flag,
             number: self.connections_made.fetch_add(1, Ordering::Relaxed),
         });
         *self.slot(i) = Some(RuntimeBound::new(Arc::clone(&conn)));
@@ -586,7 +591,7 @@ impl PostgresBackend {
             // A writer holds it: flag its row, so that its release wakes this reader.
             let flagged = self
                 .run("flagging the writer's row", spec.name, |conn| async move {
-                    conn.client.query_opt(&self.sql.flag, &[&spec.name]).await
+                    conn.client.query_opt(&conn.flag, &[&spec.name]).await
                 })
                 .await
                 .map_err(acquire_error)?;

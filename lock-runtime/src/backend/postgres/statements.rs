@@ -1,7 +1,7 @@
 //! The SQL the PostgreSQL backend runs, with the table names filled in. Every time comes from
 //! the database's clock (`now()`, the statement's transaction start), never the client's.
 
-use crate::backend::sql::{READERS, SqlSettings};
+use crate::backend::sql::{PERMITS, READERS, SqlSettings};
 
 /// What ends a writer's `holder` while someone waits for its row (`E'\n?'`): set by a waiter
 /// once it found the row busy and listens for its release (writers in `mark`, readers in
@@ -11,12 +11,24 @@ use crate::backend::sql::{READERS, SqlSettings};
 /// benchmark's row 7: 0.90× → 0.65× the raw pair with it).
 const WAITED: &str = "E'\\n?'";
 
-/// A writer's `holder` with [`WAITED`] at its end (once).
-const FLAGGED: &str =
-    "CASE WHEN right(l.holder, 2) = E'\\n?' THEN l.holder ELSE l.holder || E'\\n?' END";
+/// Flags lock `$1`'s row as waited for (see [`WAITED`]) if a writer holds it (not readers, not
+/// a semaphore's permits) → the holder's remaining ms as `ms`; no row otherwise. The update, not
+/// the statement's snapshot, decides. Run alone (`Sql::flag`) and inside `Sql::mark`.
+fn flag_writers_row(t: &str) -> String {
+    format!(
+        "UPDATE {t} AS l
+    SET holder = CASE WHEN right(l.holder, 2) = {WAITED} THEN l.holder ELSE l.holder || {WAITED} END
+    WHERE l.name = $1 AND l.expires_at > now()
+      AND {writers_row}
+    RETURNING (extract(epoch FROM l.expires_at - now()) * 1000)::int8 AS ms",
+        writers_row = writers_row()
+    )
+}
 
 /// Whether `l` is a writer's row (not readers', not a semaphore's).
-const WRITERS_ROW: &str = "l.token <> 'readers' AND l.token !~ '^permits:[0-9]+$'";
+fn writers_row() -> String {
+    format!("l.token <> '{READERS}' AND l.token !~ '^{PERMITS}[0-9]+$'")
+}
 
 /// The statements for one lock table.
 pub(super) struct Sql {
@@ -351,9 +363,7 @@ SELECT EXISTS (SELECT 1 FROM left_some) OR EXISTS (SELECT 1 FROM left_none),
     WHERE l.name = $1 AND l.token = '{READERS}' AND l.expires_at > now()
     RETURNING (extract(epoch FROM l.expires_at - now()) * 1000)::int8 AS ms
 ), flagged AS (
-    UPDATE {t} AS l SET holder = {FLAGGED}
-    WHERE l.name = $1 AND {WRITERS_ROW} AND l.expires_at > now()
-    RETURNING (extract(epoch FROM l.expires_at - now()) * 1000)::int8 AS ms
+    {flag}
 )
 SELECT ms, true, NULL::text FROM marked
 UNION ALL
@@ -361,14 +371,12 @@ SELECT ms, false, NULL::text FROM flagged
 UNION ALL
 SELECT (extract(epoch FROM l.expires_at - now()) * 1000)::int8, false, l.token FROM {t} l
 WHERE l.name = $1 AND NOT EXISTS (SELECT 1 FROM marked) AND NOT EXISTS (SELECT 1 FROM flagged)
-  AND NOT ({WRITERS_ROW} AND l.expires_at > now())",
-                kept = kept()
+  AND NOT ({writers_row} AND l.expires_at > now())",
+                kept = kept(),
+                flag = flag_writers_row(&t),
+                writers_row = writers_row(),
             ),
-            flag: format!(
-                "UPDATE {t} AS l SET holder = {FLAGGED}
-WHERE l.name = $1 AND {WRITERS_ROW} AND l.expires_at > now()
-RETURNING (extract(epoch FROM l.expires_at - now()) * 1000)::int8"
-            ),
+            flag: flag_writers_row(&t),
             listen: format!("LISTEN \"{table}\""),
             inspect: format!(
                 "SELECT {columns} FROM {t} l LEFT JOIN {f} f ON f.name = l.name
