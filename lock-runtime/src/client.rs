@@ -36,6 +36,13 @@ pub struct LockClient {
     inner: Arc<ClientInner>,
 }
 
+#[cfg(test)]
+impl LockClient {
+    pub(crate) fn renewer(&self) -> &Arc<crate::renew::Renewer> {
+        &self.inner.renewer
+    }
+}
+
 struct ClientInner {
     backend: Arc<dyn Backend>,
     renewer: Arc<crate::renew::Renewer>,

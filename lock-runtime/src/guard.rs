@@ -5,7 +5,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, Handover, Hold, Kind, Released, drift};
@@ -51,7 +50,7 @@ struct Held {
     shared: Arc<Shared>,
     /// The client's renewer, which also holds its backend (one shared handle per guard).
     renewer: Arc<renew::Renewer>,
-    watchdog: Option<AbortHandle>,
+    watchdog: Option<renew::Watch>,
     armed: bool,
 }
 
@@ -88,8 +87,8 @@ impl LockGuard {
             min_hold_ms: std::sync::atomic::AtomicU32::new(0),
         });
         crate::metrics::held(shared.backend, 1.0);
-        let watchdog = (renewal == RenewMode::Spawned)
-            .then(|| renew::spawn_watchdog(Arc::clone(&shared), Arc::clone(renewer)));
+        let watchdog =
+            (renewal == RenewMode::Spawned).then(|| renew::watch(Arc::clone(&shared), renewer));
         LockGuard {
             held: Held {
                 shared,
@@ -114,7 +113,7 @@ impl LockGuard {
         let renewed = all.iter().all(|held| held.shared.unrenewed_end.is_none());
         for held in &mut all {
             if let Some(watchdog) = held.watchdog.take() {
-                watchdog.abort();
+                watchdog.stop();
             }
         }
         let shared = all.iter().map(|held| Arc::clone(&held.shared)).collect();
@@ -123,7 +122,10 @@ impl LockGuard {
             unreachable!("a set of locks has at least one key");
         };
         if renewed {
-            first.watchdog = Some(renew::spawn_set_watchdog(shared, Arc::clone(renewer)));
+            first.watchdog = Some(renew::Watch::Task(renew::spawn_set_watchdog(
+                shared,
+                Arc::clone(renewer),
+            )));
         }
         LockGuard {
             held: first,
@@ -336,7 +338,7 @@ async fn release_held(held: Held) -> Result<(), LockError> {
 /// guard's own account (ours at release, and not the key whose loss lost its set).
 async fn give_back_held(mut held: Held) -> (Result<(), LockError>, bool) {
     if let Some(watchdog) = held.watchdog.take() {
-        watchdog.abort();
+        watchdog.stop();
     }
     let shared = Arc::clone(&held.shared);
     let result = give_back(&held.renewer, &shared).await;
@@ -565,7 +567,7 @@ impl Drop for Held {
     fn drop(&mut self) {
         crate::metrics::held(self.shared.backend, -1.0);
         if let Some(watchdog) = self.watchdog.take() {
-            watchdog.abort();
+            watchdog.stop();
         }
         if !self.armed {
             return;

@@ -124,6 +124,61 @@ pub(crate) fn run_detached(job: DetachedJob) {
     }
 }
 
+/// A future run in its caller's task, and finished in the background if the caller drops it
+/// unfinished — what `tokio::spawn` + `JoinHandle` gives, without a task (and its cross-thread
+/// wake-ups) on the common path where the caller waits for the answer. For statements that must
+/// complete once sent: a MySQL statement holding its connection, whose dropping would leave the
+/// connection mid-exchange and the next caller's statement behind a cancelled one.
+#[cfg(feature = "mysql")]
+pub(crate) struct FinishIfDropped<T: Send + 'static>(Option<BoxFuture<'static, T>>);
+
+#[cfg(feature = "mysql")]
+impl<T: Send + 'static> FinishIfDropped<T> {
+    pub(crate) fn new(future: impl Future<Output = T> + Send + 'static) -> FinishIfDropped<T> {
+        FinishIfDropped(Some(Box::pin(future)))
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl<T: Send + 'static> Future for FinishIfDropped<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<T> {
+        let Some(future) = self.0.as_mut() else {
+            panic!("FinishIfDropped polled after it completed");
+        };
+        let output = std::task::ready!(future.as_mut().poll(cx));
+        self.0 = None;
+        std::task::Poll::Ready(output)
+    }
+}
+
+#[cfg(feature = "mysql")]
+impl<T: Send + 'static> Drop for FinishIfDropped<T> {
+    fn drop(&mut self) {
+        let Some(future) = self.0.take() else { return };
+        let rest = async move {
+            let _ = future.await;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(rest);
+            }
+            Err(_) => {
+                // Outside any runtime: on the clean-up thread (once; a job run again finds
+                // nothing left to do).
+                let once = std::sync::Mutex::new(Some(Box::pin(rest) as BoxFuture<'static, ()>));
+                submit_to_reaper(Arc::new(move || {
+                    once.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .take()
+                        .unwrap_or_else(|| Box::pin(async {}))
+                }));
+            }
+        }
+    }
+}
+
 /// Hands the job to the background thread if it is dropped unfinished.
 struct Fallback(Option<DetachedJob>);
 
@@ -326,5 +381,55 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert_eq!(runs.load(Ordering::SeqCst), 2);
+    }
+
+    /// Run in place while awaited; dropped unfinished, the rest runs in the background — on
+    /// the current runtime, or on the clean-up thread outside any runtime.
+    #[cfg(feature = "mysql")]
+    #[test]
+    fn a_future_dropped_unfinished_is_finished_in_the_background() {
+        let finished = Arc::new(AtomicUsize::new(0));
+        let work = |finished: &Arc<AtomicUsize>| {
+            let finished = Arc::clone(finished);
+            async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                finished.fetch_add(1, Ordering::SeqCst);
+                7
+            }
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        // Awaited: the output, once.
+        let output = runtime.block_on(FinishIfDropped::new(work(&finished)));
+        assert_eq!((output, finished.load(Ordering::SeqCst)), (7, 1));
+        // Dropped after its first poll, inside a runtime.
+        runtime.block_on(async {
+            let started = FinishIfDropped::new(work(&finished));
+            let cut = tokio::time::timeout(Duration::from_millis(1), started).await;
+            assert!(cut.is_err());
+            assert_eq!(finished.load(Ordering::SeqCst), 1, "not run to the end yet");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        });
+        assert_eq!(
+            finished.load(Ordering::SeqCst),
+            2,
+            "not finished after its drop"
+        );
+        // Dropped outside any runtime (its timer's runtime still running): the clean-up thread
+        // finishes it.
+        let mut started = Box::pin(FinishIfDropped::new(work(&finished)));
+        runtime.block_on(async {
+            let _ = futures_util::poll!(started.as_mut());
+        });
+        drop(started);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while finished.load(Ordering::SeqCst) < 3 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(finished.load(Ordering::SeqCst), 3);
+        drop(runtime);
     }
 }

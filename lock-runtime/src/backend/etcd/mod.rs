@@ -952,13 +952,22 @@ impl EtcdBackend {
     }
 
     async fn release_key(&self, name: &str, token: &str, kind: Kind) -> Result<Released, BoxError> {
-        let in_flight = self
+        // Waits for the token's acquiring transaction, if one was sent: a release must not run
+        // before it (the key it puts would be left behind). The gate stays until it is passed,
+        // so that a second release of the same token (a cancelled acquisition's, and its place
+        // in line's) waits for the transaction too.
+        let gate = self
             .in_flight
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(token);
-        if let Some(gate) = in_flight {
+            .get(token)
+            .cloned();
+        if let Some(gate) = gate {
             let _done = gate.lock().await;
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            if in_flight.get(token).is_some_and(|g| Arc::ptr_eq(g, &gate)) {
+                in_flight.remove(token);
+            }
         }
         let held = self.keys().remove(token);
         let (key, lease) = match held {
