@@ -191,7 +191,7 @@ pub(crate) fn watch(shared: Arc<Shared>, renewer: &Arc<Renewer>) -> Watch {
         state.wakes_at = Some(start_at);
         state.task = Some(
             runtime
-                .spawn(run_timer(Arc::clone(renewer), Arc::clone(&timer)))
+                .spawn(run_timer(Arc::downgrade(renewer), Arc::clone(&timer)))
                 .abort_handle(),
         );
     } else if state.wakes_at.is_none_or(|wakes_at| start_at < wakes_at) {
@@ -273,7 +273,9 @@ impl Renewer {
 
 /// Starts each watchdog of `timer` when it is due; ends once nothing was left to start for
 /// [`TIMER_IDLE`].
-async fn run_timer(renewer: Arc<Renewer>, timer: Arc<Timer>) {
+/// It holds its client's renewer weakly: a client dropped with no lock held is not kept alive
+/// (with its connections) by the timer's idle wait.
+async fn run_timer(renewer: std::sync::Weak<Renewer>, timer: Arc<Timer>) {
     let mut idle = false;
     loop {
         let now = Instant::now();
@@ -291,8 +293,9 @@ async fn run_timer(renewer: Arc<Renewer>, timer: Arc<Timer>) {
                     idle = false;
                     *at
                 }
-                None if idle && starting.is_empty() => {
-                    // Nothing to start for a while: end (a new lock starts a new task).
+                None if (idle && starting.is_empty()) || renewer.strong_count() == 0 => {
+                    // Nothing to start for a while, or the client is gone: end (a new lock
+                    // starts a new task).
                     state.task = None;
                     state.wakes_at = None;
                     return;
@@ -305,8 +308,11 @@ async fn run_timer(renewer: Arc<Renewer>, timer: Arc<Timer>) {
             state.wakes_at = Some(wake_at);
             wake_at
         };
-        for deferred in starting {
-            deferred.start(&renewer);
+        // (A held lock's guard holds the renewer: with entries due, it is there.)
+        if let Some(renewer) = renewer.upgrade() {
+            for deferred in starting {
+                deferred.start(&renewer);
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep_until(wake_at) => {}
@@ -559,6 +565,15 @@ mod tests {
         let other = client.lock("long").try_acquire().await.unwrap();
         assert!(other.is_none(), "the lock ran out while held");
         guard.release().await.unwrap();
+
+        // The timer task (still waiting, idle) does not keep a dropped client alive.
+        let weak = std::sync::Arc::downgrade(renewer);
+        drop(client);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            weak.upgrade().is_none(),
+            "the timer task kept the client's renewer"
+        );
     }
 
     #[test]
