@@ -157,25 +157,16 @@ impl<T: Send + 'static> Future for FinishIfDropped<T> {
 impl<T: Send + 'static> Drop for FinishIfDropped<T> {
     fn drop(&mut self) {
         let Some(future) = self.0.take() else { return };
-        let rest = async move {
-            let _ = future.await;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn(rest);
-            }
-            Err(_) => {
-                // Outside any runtime: on the clean-up thread (once; a job run again finds
-                // nothing left to do).
-                let once = std::sync::Mutex::new(Some(Box::pin(rest) as BoxFuture<'static, ()>));
-                submit_to_reaper(Arc::new(move || {
-                    once.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .take()
-                        .unwrap_or_else(|| Box::pin(async {}))
-                }));
-            }
-        }
+        // A one-shot job: run again (its runtime shut down first), it finds nothing left.
+        let rest = std::sync::Mutex::new(Some(future));
+        run_detached(Arc::new(move || {
+            let future = rest.lock().unwrap_or_else(|p| p.into_inner()).take();
+            Box::pin(async move {
+                if let Some(future) = future {
+                    let _ = future.await;
+                }
+            })
+        }));
     }
 }
 

@@ -47,6 +47,7 @@ type Slot = Arc<tokio::sync::Mutex<Option<(Session, RuntimeBound<()>)>>>;
 /// parameters on each call (both were visible in a profile of the throughput row).
 pub(crate) struct Session {
     conn: Conn,
+    sql: Arc<Sql>,
     /// Prepared on first use (the table may not exist before).
     hot: Option<Hot>,
 }
@@ -63,11 +64,11 @@ struct Hot {
 
 impl Session {
     /// The hot statements, prepared on this connection the first time.
-    async fn hot(&mut self, sql: &Sql) -> Result<Hot, mysql_async::Error> {
+    async fn hot(&mut self) -> Result<Hot, mysql_async::Error> {
         if let Some(hot) = &self.hot {
             return Ok(hot.clone());
         }
-        let conn = &mut self.conn;
+        let (conn, sql) = (&mut self.conn, &self.sql);
         let hot = Hot {
             acquire: conn.prep(sql.acquire.as_str()).await?,
             remaining: conn.prep(sql.remaining.as_str()).await?,
@@ -274,16 +275,8 @@ impl MysqlBackend {
                 move |conn| {
                     let sql = Arc::clone(&sql);
                     Box::pin(async move {
-                        for statement in [
-                            &sql.acquire,
-                            &sql.remaining,
-                            &sql.fence,
-                            &sql.renew,
-                            &sql.release,
-                            &sql.release_expired,
-                        ] {
-                            conn.prep(statement.as_str()).await?;
-                        }
+                        conn.hot().await?;
+                        conn.prep(sql.fence.as_str()).await?;
                         Ok(())
                     })
                 },
@@ -444,7 +437,7 @@ impl MysqlBackend {
         F: Fn(&mut Session) -> BoxFuture<'_, Result<T, mysql_async::Error>> + Send + Sync + 'static,
     {
         let op: Op<T> = Arc::new(op);
-        let opts = self.opts.clone();
+        let (opts, sql) = (self.opts.clone(), Arc::clone(&self.sql));
         let (connect_timeout, response_timeout) = (self.settings.connect_timeout, limit);
         // The connection is taken here, before the statement starts: statements on one slot
         // run in the order their callers asked, so a cancelled acquisition's clean-up (a
@@ -463,7 +456,12 @@ impl MysqlBackend {
                 if conn.is_none() {
                     let fresh = async {
                         let conn = Conn::new(opts.clone()).await?;
-                        Ok::<_, mysql_async::Error>(Session { conn, hot: None })
+                        let sql = Arc::clone(&sql);
+                        Ok::<_, mysql_async::Error>(Session {
+                            conn,
+                            sql,
+                            hot: None,
+                        })
                     };
                     match tokio::time::timeout(connect_timeout, fresh).await {
                         Ok(Ok(fresh)) => *conn = Some((fresh, RuntimeBound::new(()))),
@@ -1054,14 +1052,14 @@ impl Backend for MysqlBackend {
                     let (sql, params, name) = (Arc::clone(&sql), params.clone(), name.clone());
                     Box::pin(async move {
                         if !fencing {
-                            let acquire = conn.hot(&sql).await?.acquire;
+                            let acquire = conn.hot().await?.acquire;
                             conn.exec_drop(&acquire, positional(params)).await?;
                             let taken = conn.affected_rows() > 0;
                             return Ok((taken, None));
                         }
                         // The grant and the counter commit together: the row lock taken by the
                         // grant holds off the next grant until the token is counted.
-                        let acquire = conn.hot(&sql).await?.acquire;
+                        let acquire = conn.hot().await?.acquire;
                         let mut tx = conn.start_transaction(TxOpts::default()).await?;
                         tx.exec_drop(&acquire, positional(params)).await?;
                         if tx.affected_rows() == 0 {
@@ -1094,13 +1092,12 @@ impl Backend for MysqlBackend {
                     })
                 }
                 (false, _) => {
-                    let sql = Arc::clone(&self.sql);
                     let name = spec.name.as_bytes().to_vec();
                     let remaining: Option<(Option<i64>, String)> = self
                         .run("reading the holder's lease", spec.name, move |conn| {
-                            let (sql, name) = (Arc::clone(&sql), name.clone());
+                            let name = name.clone();
                             Box::pin(async move {
-                                let remaining = conn.hot(&sql).await?.remaining;
+                                let remaining = conn.hot().await?.remaining;
                                 conn.exec_first(&remaining, (name,)).await
                             })
                         })
@@ -1137,7 +1134,6 @@ impl Backend for MysqlBackend {
             return Box::pin(self.renew_shared(spec));
         }
         Box::pin(async move {
-            let sql = Arc::clone(&self.sql);
             let params = vec![
                 Value::from(micros(spec.lease)),
                 Value::from(spec.name.as_bytes()),
@@ -1145,9 +1141,9 @@ impl Backend for MysqlBackend {
             ];
             let renewed = self
                 .run("the renewal", spec.name, move |conn| {
-                    let (sql, params) = (Arc::clone(&sql), params.clone());
+                    let params = params.clone();
                     Box::pin(async move {
-                        let renew = conn.hot(&sql).await?.renew;
+                        let renew = conn.hot().await?.renew;
                         conn.exec_drop(&renew, positional(params)).await?;
                         Ok(conn.affected_rows())
                     })
@@ -1236,16 +1232,15 @@ impl Backend for MysqlBackend {
             if let Err(error) = self.unmark(name, token).await {
                 tracing::debug!(%error, "distlock: mysql: a writer's mark stays until it lapses");
             }
-            let sql = Arc::clone(&self.sql);
             let params = vec![Value::from(name.as_bytes()), Value::from(token)];
             let tries = Arc::new(std::sync::atomic::AtomicU32::new(0));
             let counted = Arc::clone(&tries);
             let released = self
                 .run("the release", name, move |conn| {
-                    let (sql, params) = (Arc::clone(&sql), params.clone());
+                    let params = params.clone();
                     counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     Box::pin(async move {
-                        let hot = conn.hot(&sql).await?;
+                        let hot = conn.hot().await?;
                         conn.exec_drop(&hot.release, positional(params.clone()))
                             .await?;
                         if conn.affected_rows() == 1 {
