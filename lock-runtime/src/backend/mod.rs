@@ -565,7 +565,10 @@ impl<const N: usize> Remembered<N> {
         }
     }
 
-    #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "zookeeper", feature = "postgres")),
+        allow(dead_code)
+    )]
     pub(crate) fn contains(&self, value: &str) -> bool {
         self.set().contains(value)
     }

@@ -63,6 +63,7 @@ struct Conn {
     renew_many: Statement,
     release: Statement,
     release_unmarked: Statement,
+    release_quiet: Statement,
     read_acquire: Statement,
     read_renew: Statement,
     read_release: Statement,
@@ -91,6 +92,11 @@ pub(crate) struct PostgresBackend {
     /// release takes the mark back; every other writer's release is the plain delete. (A mark
     /// forgotten past 65,536 tokens lapses by itself within [`crate::wait::FAIR_QUEUE_TTL`].)
     marked: super::Remembered<65_536>,
+    /// Names this client found held by another (see [`Backend::release`] below): their
+    /// release goes straight to the statement that wakes waiters, which someone probably
+    /// flagged; every other release tries the quiet `DELETE` first. A guess either way costs
+    /// a round trip or a little server time, never a wrong answer.
+    contended: super::Remembered<4096>,
 }
 
 /// A failed statement: the driver's error, or no reply within the response timeout.
@@ -214,6 +220,7 @@ impl PostgresBackend {
             connections_made: AtomicU64::new(0),
             listener: Revived::new(),
             marked: super::Remembered::default(),
+            contended: super::Remembered::default(),
         });
         backend.prepare_tables().await?;
         // Every pooled connection is made now, in parallel, and prepares every statement: a
@@ -468,12 +475,17 @@ impl PostgresBackend {
                 ],
             ),
         );
-        let prepared = futures_util::future::try_join(prepared, reading);
+        let prepared = futures_util::future::try_join3(
+            prepared,
+            reading,
+            client.prepare_typed(&self.sql.release_quiet, &[Type::TEXT, Type::TEXT]),
+        );
         // Part of connecting: bounded by the connect timeout (a busy server or another client
         // creating the tables can hold it up for longer than one statement may take).
         let (
             ((acquire, acquire_fenced, remaining, release_unmarked), renew, renew_many, release),
             (read_acquire, read_renew, read_release, (mark, flag), permit_acquire),
+            release_quiet,
         ) = self
             .timed_by(
                 "preparing the lock statements",
@@ -490,6 +502,7 @@ impl PostgresBackend {
             renew_many,
             release,
             release_unmarked,
+            release_quiet,
             read_acquire,
             read_renew,
             read_release,
@@ -803,15 +816,16 @@ impl Backend for PostgresBackend {
             if !spec.fencing {
                 let taken = self
                     .run("the acquisition", spec.name, |conn| async move {
-                        conn.client.query_opt(&conn.acquire, &params).await
+                        conn.client.execute(&conn.acquire, &params).await
                     })
                     .await
                     .map_err(acquire_error)?;
-                if taken.is_some() {
+                if taken == 1 {
                     return Ok(Attempt::Acquired {
                         fencing_token: None,
                     });
                 }
+                self.contended.insert(spec.name);
                 if spec.waiting {
                     return self.mark(spec).await;
                 }
@@ -846,6 +860,7 @@ impl Backend for PostgresBackend {
                     fencing_token: Some(fence as u64),
                 });
             }
+            self.contended.insert(spec.name);
             if spec.waiting {
                 return self.mark(spec).await;
             }
@@ -924,6 +939,27 @@ impl Backend for PostgresBackend {
         let marked = row_token.is_none() && self.marked.remove(token);
         Box::pin(async move {
             let mut tries = 0;
+            if row_token.is_none() && !marked && !self.contended.contains(name) {
+                // The common case first: ours, live, no one waiting → one `DELETE` that
+                // returns nothing. Anything else (0 rows) is the full statement's to decide.
+                // A name found busy before likely has a waiter: the full statement at once.
+                let deleted = self
+                    .run("the release", name, |conn| {
+                        tries += 1;
+                        async move {
+                            conn.client
+                                .execute(&conn.release_quiet, &[&name, &token])
+                                .await
+                        }
+                    })
+                    .await?;
+                if deleted == 1 {
+                    return Ok(Released::Deleted);
+                }
+                // A retried quiet try may have deleted the row unseen: `tries` then stays
+                // above 1 below, so finding nothing there is ambiguous, not "not ours".
+                tries -= 1;
+            }
             let released = self
                 .run("the release", name, |conn| {
                     tries += 1;
