@@ -128,19 +128,18 @@ pub(crate) fn run_detached(job: DetachedJob) {
 /// unfinished — what `tokio::spawn` + `JoinHandle` gives, without a task (and its cross-thread
 /// wake-ups) on the common path where the caller waits for the answer. For statements that must
 /// complete once sent: a MySQL statement holding its connection, whose dropping would leave the
-/// connection mid-exchange and the next caller's statement behind a cancelled one; etcd's
-/// acquiring transaction, whose release must wait for its answer.
-#[cfg(any(feature = "mysql", feature = "etcd"))]
+/// connection mid-exchange and the next caller's statement behind a cancelled one.
+#[cfg(feature = "mysql")]
 pub(crate) struct FinishIfDropped<T: Send + 'static>(Option<BoxFuture<'static, T>>);
 
-#[cfg(any(feature = "mysql", feature = "etcd"))]
+#[cfg(feature = "mysql")]
 impl<T: Send + 'static> FinishIfDropped<T> {
     pub(crate) fn new(future: impl Future<Output = T> + Send + 'static) -> FinishIfDropped<T> {
         FinishIfDropped(Some(Box::pin(future)))
     }
 }
 
-#[cfg(any(feature = "mysql", feature = "etcd"))]
+#[cfg(feature = "mysql")]
 impl<T: Send + 'static> Future for FinishIfDropped<T> {
     type Output = T;
 
@@ -154,7 +153,7 @@ impl<T: Send + 'static> Future for FinishIfDropped<T> {
     }
 }
 
-#[cfg(any(feature = "mysql", feature = "etcd"))]
+#[cfg(feature = "mysql")]
 impl<T: Send + 'static> Drop for FinishIfDropped<T> {
     fn drop(&mut self) {
         let Some(future) = self.0.take() else { return };
@@ -377,7 +376,7 @@ mod tests {
 
     /// Run in place while awaited; dropped unfinished, the rest runs in the background — on
     /// the current runtime, or on the clean-up thread outside any runtime.
-    #[cfg(any(feature = "mysql", feature = "etcd"))]
+    #[cfg(feature = "mysql")]
     #[test]
     fn a_future_dropped_unfinished_is_finished_in_the_background() {
         let finished = Arc::new(AtomicUsize::new(0));

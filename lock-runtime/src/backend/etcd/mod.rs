@@ -430,9 +430,7 @@ impl EtcdBackend {
         }
         let rpc = self.rpc.clone();
         let bound = self.response_timeout;
-        // Run in place, but finished in the background if the caller gives up: the gates
-        // stay taken until the transaction's answer is in, so no release overtakes it.
-        let answer = crate::runtime::FinishIfDropped::new(async move {
+        let task = tokio::spawn(async move {
             let _running = running;
             match tokio::time::timeout(bound, rpc.unary(path::TXN, txn)).await {
                 Ok(answer) => answer,
@@ -441,6 +439,10 @@ impl EtcdBackend {
                 )),
             }
         });
+        let answer = async {
+            task.await
+                .unwrap_or_else(|e| Err(Status::cancelled(format!("the call was stopped: {e}"))))
+        };
         self.call("acquire", answer).await
     }
 
