@@ -18,14 +18,101 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// How many watchers the member serves (its `etcd_debugging_mvcc_watcher_total` gauge).
-fn watchers(port: u16) -> u64 {
+/// One of the member's gauges (`/metrics`), by name.
+fn gauge(port: u16, name: &str) -> u64 {
     let metrics = http_call(port, "GET", "/metrics", "").expect("/metrics answers");
     metrics
         .lines()
-        .find_map(|line| line.strip_prefix("etcd_debugging_mvcc_watcher_total "))
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
         .and_then(|value| value.trim().parse::<f64>().ok())
-        .expect("the watcher gauge") as u64
+        .unwrap_or_else(|| panic!("no gauge {name}")) as u64
+}
+
+/// How many watchers the member serves (its `etcd_debugging_mvcc_watcher_total` gauge).
+fn watchers(port: u16) -> u64 {
+    gauge(port, "etcd_debugging_mvcc_watcher_total")
+}
+
+/// How many watch streams the member serves.
+fn watch_streams(port: u16) -> u64 {
+    gauge(port, "etcd_debugging_mvcc_watch_stream_total")
+}
+
+/// A client's watches ride one stream: 20 held locks (each watched for its loss) and a waiter
+/// are 21 watchers on one watch stream, not 21 streams; a release takes its watch back at
+/// once (the member's watcher count falls to the waiter's, then to none); the stream goes
+/// with the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clients_watches_share_one_stream_and_are_taken_back_at_release() {
+    const HELD: u64 = 20;
+    // A member of this test's own: its gauges are this test's alone.
+    let member = EtcdMember::start();
+    let port = member.client_port;
+    let url = member.url("mux");
+    let client = LockClient::connect(&url).await.unwrap();
+    let mut guards = Vec::new();
+    for i in 0..HELD {
+        guards.push(client.lock(format!("held:{i}")).acquire().await.unwrap());
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || async { watchers(port) == HELD }).await,
+        "{} watchers for {HELD} held locks",
+        watchers(port)
+    );
+    assert_eq!(watch_streams(port), 1, "one watch stream for the client");
+
+    // A waiter of the same client watches the holder's key on that stream too.
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .lock("held:0")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            watchers(port) == HELD + 1
+        })
+        .await,
+        "{} watchers with a waiter",
+        watchers(port)
+    );
+    assert_eq!(watch_streams(port), 1);
+
+    // Released, each watch is cancelled on the stream; the waiter gets the lock (and its own
+    // loss watch) as the first holder's key goes.
+    for guard in guards.drain(..) {
+        guard.release().await.unwrap();
+    }
+    let second = waiting.await.unwrap().expect("the waiter gets the lock");
+    assert!(
+        eventually(Duration::from_secs(5), || async { watchers(port) == 1 }).await,
+        "{} watchers with one lock held",
+        watchers(port)
+    );
+    second.release().await.unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || async { watchers(port) == 0 }).await,
+        "{} watchers left after every release",
+        watchers(port)
+    );
+    assert_eq!(
+        watch_streams(port),
+        1,
+        "the stream stays while the client lives"
+    );
+    drop(client);
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            watch_streams(port) == 0
+        })
+        .await,
+        "{} watch streams left after the client went",
+        watch_streams(port)
+    );
 }
 
 /// Six clients (to etcd: six processes) queue for a held lock one after another and are
@@ -84,6 +171,66 @@ async fn a_cancelled_waiter_leaves_the_queue_and_the_next_is_not_stuck() {
     let queue = fixture.queue("lock:cancel");
     let in_line = || async { fixture.etcd().keys(&queue).await.len() };
     support::queue::a_cancelled_waiter_leaves_the_line(&fixture.url(), "cancel", in_line).await;
+}
+
+/// An acquisition sent to a member that is down, hung or just restarting gives up at its
+/// response timeout, but etcd may still apply its transaction later — after the release that
+/// gave the attempt's place back deleted nothing, and after the retry with a new token took
+/// the lock and released it. Whatever order the member applies them in, nothing is left in
+/// the queue afterwards (a key put late, on the lease this client keeps alive, would hold the
+/// lock for as long as the client runs), and the lock is free for another client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transaction_applied_after_its_attempt_gave_up_leaves_nothing_behind() {
+    let mut member = EtcdMember::start();
+    let url = member.url("late");
+    let client = LockClient::builder(&url)
+        .response_timeout(ms(300))
+        .build()
+        .await
+        .unwrap();
+    for round in 0..4 {
+        let name = format!("late:{round}");
+        let queue = format!(
+            "late/{}",
+            distlock::__private::testing::etcd_queue(&format!("lock:{name}"))
+        );
+        // Hung, then dead, then back with its data: the attempts meanwhile time out.
+        member.pause();
+        let acquiring = {
+            let (client, name) = (client.clone(), name.clone());
+            tokio::spawn(async move { client.lock(name.as_str()).wait(ms(10_000)).acquire().await })
+        };
+        tokio::time::sleep(ms(100 + 150 * round)).await;
+        member.kill();
+        tokio::task::block_in_place(|| member.restart());
+        let guard = acquiring
+            .await
+            .unwrap()
+            .unwrap_or_else(|err| panic!("round {round}: the lock once the member is back: {err}"));
+        guard.release().await.unwrap();
+        let etcd = distlock::__private::testing::EtcdInspector::new(&format!(
+            "127.0.0.1:{}",
+            member.client_port
+        ));
+        // Any transaction held back is applied within this.
+        tokio::time::sleep(ms(1_500)).await;
+        assert!(
+            eventually(Duration::from_secs(5), || async {
+                etcd.keys(&queue).await.is_empty()
+            })
+            .await,
+            "round {round}: left in the queue: {:?}",
+            etcd.keys(&queue).await
+        );
+        let other = LockClient::connect(&url).await.unwrap();
+        let guard = other
+            .lock(name.as_str())
+            .wait(ms(0))
+            .acquire()
+            .await
+            .unwrap_or_else(|err| panic!("round {round}: the lock is free: {err}"));
+        guard.release().await.unwrap();
+    }
 }
 
 /// Locks share an etcd lease by TTL (whole seconds, rounded up): a 300 ms and a 1 s lock ride

@@ -831,11 +831,16 @@ async fn works_again(fixture: &impl Fixture, client: &LockClient, key: &str) {
             )
         });
     assert_holds(fixture, key, &guard, "the holder's token is stored").await;
+    let mine = distlock::__private::testing::owner_token(&guard).to_owned();
     guard
         .release()
         .await
         .unwrap_or_else(|err| panic!("{key}: released after the restart: {err}"));
-    assert_eq!(holder_of(fixture, key).await, None);
+    assert_eq!(
+        holder_of(fixture, key).await,
+        None,
+        "{key}: a lock left behind after the release of {mine}, which held it"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -53,6 +53,7 @@
 //!   raw floor with a `PUBLISH` added to the release script, to price the wake-up alone.
 
 mod contention;
+mod cpu;
 mod curator;
 mod etcd;
 mod peer;

@@ -107,4 +107,8 @@ impl Peer for LinePeer {
             .await?;
         answer.first().copied().ok_or_else(|| "no answer".into())
     }
+
+    fn pid(&self) -> Option<u32> {
+        Some(self.child.id())
+    }
 }

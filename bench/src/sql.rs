@@ -45,6 +45,12 @@ pub trait Peer: Send + Sync {
         prefix: &str,
         window: Duration,
     ) -> impl Future<Output = Result<f64, Error>> + Send;
+
+    /// The process that does this side's work, when it is not the bench's own (a peer
+    /// library's): its CPU is the client's in [`crate::cpu`].
+    fn pid(&self) -> Option<u32> {
+        None
+    }
 }
 
 impl<R: RawPair> Peer for R {
@@ -538,6 +544,13 @@ impl<A: Peer, B: Peer> Side<'_, A, B> {
             Side::B(b) => b.throughput(prefix, window).await,
         }
     }
+
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Side::A(a) => a.pid(),
+            Side::B(b) => b.pid(),
+        }
+    }
 }
 
 /// Uncontended lock + release on distinct fresh keys and on one reused key, and 64-task
@@ -583,10 +596,23 @@ pub async fn against(
             fresh = o;
         }
     }
-    // Throughput: 64 tasks on distinct keys, interleaved windows.
+    // Throughput: 64 tasks on distinct keys, interleaved windows; the CPU each window cost the
+    // client's process and the servers', per pair.
     let window = Duration::from_millis(500);
-    let (a, b, r) = interleaved(&ours, other, 11, |side, round| async move {
-        side.throughput(&format!("tp:{round}:"), window).await
+    let cpu = std::sync::Mutex::new([(Vec::new(), Vec::new()), (Vec::new(), Vec::new())]);
+    let (a, b, r) = interleaved(&ours, other, 11, |side, round| {
+        let cpu = &cpu;
+        async move {
+            let before = crate::cpu::sample(side.pid());
+            let rate = side.throughput(&format!("tp:{round}:"), window).await?;
+            let (client, servers) =
+                before.per_pair(&crate::cpu::sample(side.pid()), rate * window.as_secs_f64());
+            let mut cpu = cpu.lock().unwrap();
+            let mine = &mut cpu[usize::from(matches!(side, Side::B(_)))];
+            mine.0.push(client);
+            mine.1.push(servers);
+            Ok(rate)
+        }
     })
     .await?;
     report.row(
@@ -595,9 +621,26 @@ pub async fn against(
         format!("{b:.0}/s {baseline}"),
         format!("{r:.3}×"),
     );
+    let [(mut oc, mut os), (mut bc, mut bs)] = cpu.into_inner().unwrap();
+    let (oc, os, bc, bs) = (
+        median(&mut oc),
+        median(&mut os),
+        median(&mut bc),
+        median(&mut bs),
+    );
+    report.row(
+        &format!("{label}: — CPU per pair at that rate, client / servers (µs)"),
+        format!("{oc:.1} / {os:.1} µs"),
+        format!("{bc:.1} / {bs:.1} µs {baseline}"),
+        format!("{:.3}×", (oc + os) / (bc + bs)),
+    );
     report.field(&format!("{key}_throughput_per_s"), a);
     report.field(&format!("{key}_throughput_raw_per_s"), b);
     report.field(&format!("{key}_throughput_ratio"), r);
+    report.field(&format!("{key}_cpu_client_us"), oc);
+    report.field(&format!("{key}_cpu_servers_us"), os);
+    report.field(&format!("{key}_cpu_client_raw_us"), bc);
+    report.field(&format!("{key}_cpu_servers_raw_us"), bs);
     Ok(fresh)
 }
 

@@ -20,6 +20,7 @@ pub(crate) mod inspect;
 mod lease;
 mod proto;
 mod rpc;
+mod watch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -35,6 +36,7 @@ use self::proto::{
     RangeRequest, RangeResponse, Request, RequestOp, Response, TxnRequest, TxnResponse, path,
 };
 use self::rpc::Rpc;
+use self::watch::{Watch, Watches};
 use super::sql::holder_id;
 use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, SetAttempt, Transient};
 use crate::admin::{Entry, glob_match, holder_from_record};
@@ -177,6 +179,8 @@ impl Drop for Held {
 /// The `etcd://` backend.
 pub(crate) struct EtcdBackend {
     rpc: Rpc,
+    /// The one watch stream that carries this client's watches.
+    watches: Arc<Watches>,
     /// `<prefix>/`.
     prefix: String,
     /// The URL as messages show it.
@@ -198,6 +202,13 @@ pub(crate) struct EtcdBackend {
     /// for it, so it never overtakes the transaction that creates the key (etcd serves the
     /// calls of one connection concurrently, in no set order).
     in_flight: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Owner tokens whose acquiring transaction got no answer (a timeout, a dropped
+    /// connection): it may still be applied after the token is released — etcd may hold a
+    /// request back, while it has no leader say, past the moment this client gave up on it —
+    /// so their release keeps watching the key for a while (see [`sweep_later`]).
+    ///
+    /// [`sweep_later`]: Self::sweep_later
+    unanswered: Mutex<std::collections::HashSet<String>>,
     /// Wake-ups by owner token: a waiter's predecessor is gone.
     hub: Arc<ReleaseHub>,
     holder: String,
@@ -244,6 +255,7 @@ impl EtcdBackend {
         let rpc = Rpc::new(&parsed.hosts, connect_timeout)
             .map_err(|why| LockError::Config(format!("invalid etcd URL `{shown}`: {why}")))?;
         let backend = EtcdBackend {
+            watches: Arc::new(Watches::new(rpc.clone())),
             rpc,
             prefix: format!("{}/", parsed.prefix),
             shown,
@@ -255,6 +267,7 @@ impl EtcdBackend {
             keys: Mutex::new(HashMap::new()),
             in_play: super::InPlay::default(),
             in_flight: Mutex::new(HashMap::new()),
+            unanswered: Mutex::new(std::collections::HashSet::new()),
             hub: ReleaseHub::new(None),
             holder: holder_id(),
         };
@@ -443,7 +456,15 @@ impl EtcdBackend {
             task.await
                 .unwrap_or_else(|e| Err(Status::cancelled(format!("the call was stopped: {e}"))))
         };
-        self.call("acquire", answer).await
+        let answer = self.call("acquire", answer).await;
+        let refused = |status: &Status| !is_transient(status) || status.code() == Code::NotFound;
+        if let Err(failure) = &answer
+            && !matches!(failure, Failure::Server(status) if refused(status))
+        {
+            let mut unanswered = self.unanswered.lock().unwrap_or_else(|p| p.into_inner());
+            unanswered.extend(tokens.iter().map(|token| (*token).to_owned()));
+        }
+        answer
     }
 
     async fn delete_key(&self, key: Vec<u8>) -> Result<bool, Failure> {
@@ -652,6 +673,7 @@ impl EtcdBackend {
             }
             let task = tokio::spawn(watch_delete(
                 self.rpc.clone(),
+                Arc::clone(&self.watches),
                 predecessor.key,
                 Arc::clone(&self.hub),
                 spec.token.to_owned(),
@@ -882,15 +904,16 @@ impl EtcdBackend {
 
     /// A permit's waiter is busy: woken once `watch` sees what it waits for.
     fn wait_for_permit(&self, spec: LockSpec<'_>, lease: &Lease, watch: PermitWatch) -> Attempt {
-        let (rpc, hub, token) = (
+        let (rpc, watches, hub, token) = (
             self.rpc.clone(),
+            Arc::clone(&self.watches),
             Arc::clone(&self.hub),
             spec.token.to_owned(),
         );
         let task = tokio::spawn(async move {
             // Woken by the watch, or at once if a look after it was set up shows the change
             // happened already, or by a failed watch (the waiter looks again).
-            let _ = watch.wait(&rpc).await;
+            let _ = watch.wait(&rpc, &watches).await;
             hub.notify(&token);
         })
         .abort_handle();
@@ -970,6 +993,28 @@ impl EtcdBackend {
             }
         }
         let held = self.keys().remove(token);
+        let unanswered = self
+            .unanswered
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(token);
+        let released = self.delete_held(name, token, kind, held).await;
+        if unanswered && released.is_ok() {
+            // Gone now, or never there: an acquiring transaction still held back by etcd
+            // could put it after all, on a lease this client keeps alive.
+            self.sweep_later(self.key_of(name, token, kind).1);
+        }
+        released
+    }
+
+    /// Deletes `token`'s key (what [`release_key`](Self::release_key) releases).
+    async fn delete_held(
+        &self,
+        name: &str,
+        token: &str,
+        kind: Kind,
+        held: Option<Held>,
+    ) -> Result<Released, BoxError> {
         let (key, lease) = match held {
             Some(mut held) => (std::mem::take(&mut held.key), Some(Arc::clone(&held.lease))),
             // An attempt whose reply never came: its key is known from the token.
@@ -1012,6 +1057,52 @@ impl EtcdBackend {
             attempt += 1;
             tokio::time::sleep(super::retry_pause(attempt)).await;
         }
+    }
+
+    /// Watches the key of a released token whose acquiring transaction got no answer, for
+    /// [`LEFTOVER_SEARCH`], and deletes it if that transaction puts it after all (a token is
+    /// never used again once released, so whatever appears under its key is that late put).
+    fn sweep_later(&self, key: Vec<u8>) {
+        let (rpc, watches) = (self.rpc.clone(), Arc::clone(&self.watches));
+        let response_timeout = self.response_timeout;
+        tokio::spawn(async move {
+            let until = Instant::now() + LEFTOVER_SEARCH;
+            let delete = || {
+                let delete = rpc.unary::<_, DeleteRangeResponse>(
+                    path::DELETE_RANGE,
+                    DeleteRangeRequest {
+                        key: key.clone(),
+                        range_end: Vec::new(),
+                    },
+                );
+                async move {
+                    if let Ok(Ok(gone)) = tokio::time::timeout(response_timeout, delete).await
+                        && gone.deleted > 0
+                    {
+                        tracing::debug!("distlock: etcd: a late acquisition's key deleted");
+                    }
+                }
+            };
+            while Instant::now() < until {
+                let mut watch = watches.open(key.clone(), Vec::new(), 0, vec![proto::NODELETE]);
+                let watching = async {
+                    loop {
+                        let answer = next_answer(&mut watch).await?;
+                        // Set up: a put before the watch began is found by looking once.
+                        let found = answer.created || !answer.events.is_empty();
+                        if found {
+                            delete().await;
+                        }
+                    }
+                };
+                let ended: Result<Result<(), Status>, _> =
+                    tokio::time::timeout_at(until, watching).await;
+                if ended.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
     }
 
     /// A release that failed for good reports its error, but its key must not outlive it: the
@@ -1085,7 +1176,7 @@ impl EtcdBackend {
         let shown_key = String::from_utf8_lossy(&key).into_owned();
         let watched = async {
             loop {
-                let why = match watch_held(&self.rpc, key.clone(), revision).await {
+                let why = match watch_held(&self.rpc, &self.watches, key.clone(), revision).await {
                     Ok(Change::Deleted) => Some(format!("its key `{shown_key}` was deleted")),
                     Ok(Change::Put) => Some(format!(
                         "its key `{shown_key}` was changed by another client"
@@ -1133,14 +1224,14 @@ impl PermitWatch {
     /// Returns once what it waits for happened. The watch starts at the current revision (a
     /// watch from a past revision may be served by etcd's catch-up loop, up to 100 ms late),
     /// and a look once it is set up catches what happened before.
-    async fn wait(self, rpc: &Rpc) -> Result<(), Status> {
+    async fn wait(self, rpc: &Rpc, watches: &Watches) -> Result<(), Status> {
         let (key, range_end, filters) = match &self {
             PermitWatch::Departure {
                 queue, queue_end, ..
             } => (queue.clone(), queue_end.clone(), vec![proto::NOPUT]),
             PermitWatch::Change { key, .. } => (key.clone(), Vec::new(), Vec::new()),
         };
-        let mut events = open_watch_range(rpc, key, range_end, 0, filters).await?;
+        let mut events = watches.open(key, range_end, 0, filters);
         loop {
             let answer = next_answer(&mut events).await?;
             if !answer.events.is_empty() {
@@ -1212,11 +1303,11 @@ enum Change {
 /// a write in between leaves the watch behind, in the catch-up loop. The created reply carries
 /// the revision it read: when the read that follows sees a later one, the watch may be behind,
 /// and it is made again (a few times; after that, the catch-up loop delivers within 100 ms).
-async fn watch_deletion(rpc: &Rpc, key: Vec<u8>) -> Result<(), Status> {
+async fn watch_deletion(rpc: &Rpc, watches: &Watches, key: Vec<u8>) -> Result<(), Status> {
     let mut attempts = 0;
     'watch: loop {
         attempts += 1;
-        let mut events = open_watch(rpc, key.clone(), 0).await?;
+        let mut events = watches.open(key.clone(), Vec::new(), 0, Vec::new());
         let mut checked = false;
         loop {
             let answer = next_answer(&mut events).await?;
@@ -1254,8 +1345,13 @@ async fn watch_deletion(rpc: &Rpc, key: Vec<u8>) -> Result<(), Status> {
 /// Watched from the revision after its creation, so nothing since is missed; on a busy
 /// cluster etcd may serve such a watch from its catch-up loop, up to 100 ms late, which the
 /// holder's lease covers many times over (its loss is found by the keepalive, not by this).
-async fn watch_held(rpc: &Rpc, key: Vec<u8>, revision: i64) -> Result<Change, Status> {
-    let mut events = open_watch(rpc, key.clone(), revision + 1).await?;
+async fn watch_held(
+    rpc: &Rpc,
+    watches: &Watches,
+    key: Vec<u8>,
+    revision: i64,
+) -> Result<Change, Status> {
+    let mut events = watches.open(key.clone(), Vec::new(), revision + 1, Vec::new());
     loop {
         let answer = match next_answer(&mut events).await {
             Ok(answer) => answer,
@@ -1274,9 +1370,8 @@ async fn watch_held(rpc: &Rpc, key: Vec<u8>, revision: i64) -> Result<Change, St
                     None => Ok(Change::Deleted),
                     Some(kv) if kv.mod_revision != revision => Ok(Change::Put),
                     Some(_) => {
-                        events =
-                            open_watch(rpc, key.clone(), now.header.map_or(0, |h| h.revision) + 1)
-                                .await?;
+                        let from = now.header.map_or(0, |h| h.revision) + 1;
+                        events = watches.open(key.clone(), Vec::new(), from, Vec::new());
                         continue;
                     }
                 };
@@ -1293,45 +1388,10 @@ async fn watch_held(rpc: &Rpc, key: Vec<u8>, revision: i64) -> Result<Change, St
     }
 }
 
-/// Opens a watch of `key` from `start` (0: from now).
-async fn open_watch(rpc: &Rpc, key: Vec<u8>, start: i64) -> Result<WatchStream, Status> {
-    open_watch_range(rpc, key, Vec::new(), start, Vec::new()).await
-}
-
-/// A watch stream: its request sender (kept open) and its answers.
-type WatchStream = (
-    rpc::Sender<proto::WatchRequest>,
-    tonic::Streaming<proto::WatchResponse>,
-);
-
-/// Opens a watch on `key` (to `range_end`, if not empty) from revision `start`, without the
-/// events `filters` leaves out.
-async fn open_watch_range(
-    rpc: &Rpc,
-    key: Vec<u8>,
-    range_end: Vec<u8>,
-    start: i64,
-    filters: Vec<i32>,
-) -> Result<WatchStream, Status> {
-    let create = proto::WatchRequest {
-        request_union: Some(proto::WatchRequestUnion::Create(
-            proto::WatchCreateRequest {
-                key,
-                range_end,
-                start_revision: start,
-                filters,
-            },
-        )),
-    };
-    rpc.stream(path::WATCH, create, true).await
-}
-
 /// The next answer on a watch stream; a cancelled watch is an error (`OutOfRange` when its
 /// start revision was compacted away).
-async fn next_answer((_, events): &mut WatchStream) -> Result<proto::WatchResponse, Status> {
-    let Some(answer) = events.message().await? else {
-        return Err(Status::unavailable("the watch stream ended"));
-    };
+async fn next_answer(watch: &mut Watch) -> Result<proto::WatchResponse, Status> {
+    let answer = watch.answer().await?;
     if answer.canceled {
         return Err(if answer.compact_revision > 0 {
             Status::out_of_range("the watched revisions were compacted")
@@ -1344,8 +1404,14 @@ async fn next_answer((_, events): &mut WatchStream) -> Result<proto::WatchRespon
 
 /// A waiter's watch on the key before its own: wakes the waiter `token` once that key is
 /// deleted — or once the watch fails, so the waiter looks again rather than sleeps on.
-async fn watch_delete(rpc: Rpc, key: Vec<u8>, hub: Arc<ReleaseHub>, token: String) {
-    let _ = watch_deletion(&rpc, key).await;
+async fn watch_delete(
+    rpc: Rpc,
+    watches: Arc<Watches>,
+    key: Vec<u8>,
+    hub: Arc<ReleaseHub>,
+    token: String,
+) {
+    let _ = watch_deletion(&rpc, &watches, key).await;
     hub.notify(&token);
 }
 

@@ -225,16 +225,28 @@ pub(crate) struct WatchCreateRequest {
 pub(crate) enum WatchRequestUnion {
     #[prost(message, tag = "1")]
     Create(WatchCreateRequest),
+    #[prost(message, tag = "2")]
+    Cancel(WatchCancelRequest),
+}
+
+/// Ends one watch of a stream that carries several.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct WatchCancelRequest {
+    #[prost(int64, tag = "1")]
+    pub watch_id: i64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct WatchRequest {
-    #[prost(oneof = "WatchRequestUnion", tags = "1")]
+    #[prost(oneof = "WatchRequestUnion", tags = "1, 2")]
     pub request_union: Option<WatchRequestUnion>,
 }
 
 /// `WatchCreateRequest.FilterType` `NOPUT`: no put events.
 pub(crate) const NOPUT: i32 = 0;
+
+/// `WatchCreateRequest.FilterType` `NODELETE`: no delete events.
+pub(crate) const NODELETE: i32 = 1;
 
 /// `mvccpb.Event.EventType` `DELETE`.
 pub(crate) const DELETE: i32 = 1;

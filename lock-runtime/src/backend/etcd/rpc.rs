@@ -83,6 +83,25 @@ impl Rpc {
         Ok(response.into_inner())
     }
 
+    /// Opens a bidirectional stream whose requests are those sent on `requests` (at least one
+    /// must be, for etcd to answer the call); see [`stream`](Self::stream).
+    pub(crate) async fn stream_of<Q, R>(
+        &self,
+        path: &'static str,
+        requests: mpsc::UnboundedReceiver<Q>,
+        require_leader: bool,
+    ) -> Result<Streaming<R>, Status>
+    where
+        Q: prost::Message + Send + Sync + 'static,
+        R: prost::Message + Default + Send + Sync + 'static,
+    {
+        let requests = futures_util::stream::unfold(requests, |mut requests| async move {
+            requests.recv().await.map(|request| (request, requests))
+        })
+        .boxed();
+        self.open(path, requests, require_leader).await
+    }
+
     /// Opens a bidirectional stream whose first request is `first`. `require_leader` makes
     /// the member end the stream when it has no leader (etcd's `WithRequireLeader`), instead
     /// of leaving a watch hanging on a member cut off from the cluster.
@@ -104,6 +123,19 @@ impl Rpc {
             receiver.recv().await.map(|request| (request, receiver))
         })
         .boxed();
+        Ok((sender, self.open(path, requests, require_leader).await?))
+    }
+
+    async fn open<Q, R>(
+        &self,
+        path: &'static str,
+        requests: futures_util::stream::BoxStream<'static, Q>,
+        require_leader: bool,
+    ) -> Result<Streaming<R>, Status>
+    where
+        Q: prost::Message + Send + Sync + 'static,
+        R: prost::Message + Default + Send + Sync + 'static,
+    {
         let mut request = Request::new(requests);
         if require_leader {
             request.metadata_mut().insert(
@@ -122,6 +154,6 @@ impl Rpc {
                 ProstCodec::default(),
             )
             .await?;
-        Ok((sender, response.into_inner()))
+        Ok(response.into_inner())
     }
 }

@@ -1,0 +1,268 @@
+//! One etcd watch stream per client, carrying every watch it sets.
+//!
+//! etcd serves any number of watches on one `Watch` stream, each under the id its created
+//! reply gives, answered in the order they were asked for (a stream's requests are handled one
+//! at a time). A held lock's loss watch and a waiter's watch on its predecessor were each a
+//! stream of their own: an HTTP/2 stream opened at the grant and reset at the release, with
+//! the task that pipes its requests — most of the client's own work per lock + release beyond
+//! the two calls. Here they are a create request and a cancel request on one stream, read by
+//! one task that hands each answer to its watch.
+//!
+//! When the stream fails (its member went away, lost its leader, or the task's runtime shut
+//! down), every watch on it gets the error — as a watch on a stream of its own would — and the
+//! next watch opens a new stream.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::proto::{self, WatchRequest, WatchRequestUnion, WatchResponse, path};
+use super::rpc::Rpc;
+
+/// The client's shared watch stream, opened on first use and again after it fails.
+pub(crate) struct Watches {
+    rpc: Rpc,
+    current: Mutex<Option<Arc<Mux>>>,
+}
+
+/// One watch stream: the requests going out, and where its answers go.
+struct Mux {
+    requests: mpsc::UnboundedSender<WatchRequest>,
+    routes: Arc<Mutex<Routes>>,
+    /// Dropped with the stream's last user: its task then ends, and with it the stream (etcd
+    /// keeps a stream whose requests ended open, so the task cannot wait for that).
+    _close: tokio::sync::oneshot::Sender<()>,
+}
+
+/// Where a watch's answers go.
+type Route = mpsc::UnboundedSender<Result<WatchResponse, Status>>;
+
+#[derive(Default)]
+struct Routes {
+    /// Watches asked for and not yet created, in the order their requests went out.
+    pending: VecDeque<Pending>,
+    /// Created watches, by the id etcd gave them.
+    active: HashMap<i64, Route>,
+    /// Why the stream ended, once it has: no watch is set on it any more.
+    ended: Option<Status>,
+}
+
+struct Pending {
+    route: Route,
+    /// Filled in with the watch's id when it is created (read under the routes' lock).
+    id: Arc<std::sync::atomic::AtomicI64>,
+}
+
+/// A watch id not given yet.
+const UNKNOWN: i64 = i64::MIN;
+
+impl Routes {
+    /// Ends the stream's routes: every watch on it, and every one still asked for, gets
+    /// `status`.
+    fn end(&mut self, status: Status) {
+        if self.ended.is_some() {
+            return;
+        }
+        for pending in self.pending.drain(..) {
+            let _ = pending.route.send(Err(status.clone()));
+        }
+        for (_, route) in self.active.drain() {
+            let _ = route.send(Err(status.clone()));
+        }
+        self.ended = Some(status);
+    }
+}
+
+fn lock(routes: &Mutex<Routes>) -> MutexGuard<'_, Routes> {
+    routes.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A watch on the shared stream: its answers, in order; cancelled on the stream when dropped.
+pub(crate) struct Watch {
+    answers: mpsc::UnboundedReceiver<Result<WatchResponse, Status>>,
+    id: Arc<std::sync::atomic::AtomicI64>,
+    mux: Arc<Mux>,
+}
+
+impl Watches {
+    pub(crate) fn new(rpc: Rpc) -> Watches {
+        Watches {
+            rpc,
+            current: Mutex::new(None),
+        }
+    }
+
+    /// Sets a watch of `key` (to `range_end`, if not empty) from revision `start` (0: from
+    /// now), without the events `filters` leaves out. Its first answer is its created reply.
+    pub(crate) fn open(
+        &self,
+        key: Vec<u8>,
+        range_end: Vec<u8>,
+        start: i64,
+        filters: Vec<i32>,
+    ) -> Watch {
+        let create = WatchRequest {
+            request_union: Some(WatchRequestUnion::Create(proto::WatchCreateRequest {
+                key,
+                range_end,
+                start_revision: start,
+                filters,
+            })),
+        };
+        let (route, answers) = mpsc::unbounded_channel();
+        let id = Arc::new(std::sync::atomic::AtomicI64::new(UNKNOWN));
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let mux = match current.as_ref() {
+                Some(mux) => Arc::clone(mux),
+                None => {
+                    let mux = self.start();
+                    *current = Some(Arc::clone(&mux));
+                    mux
+                }
+            };
+            let mut routes = lock(&mux.routes);
+            // Queued and sent under the routes' lock: the pending queue is in the order the
+            // requests go out, which is the order etcd answers them.
+            if routes.ended.is_none() && mux.requests.send(create.clone()).is_ok() {
+                routes.pending.push_back(Pending {
+                    route,
+                    id: Arc::clone(&id),
+                });
+                drop(routes);
+                return Watch { answers, id, mux };
+            }
+            drop(routes);
+            *current = None;
+        }
+    }
+
+    /// Opens a new stream: a task of the current runtime sends its requests and hands out
+    /// its answers.
+    fn start(&self) -> Arc<Mux> {
+        let (requests, outgoing) = mpsc::unbounded_channel();
+        let routes = Arc::new(Mutex::new(Routes::default()));
+        let reader = Reader {
+            routes: Arc::clone(&routes),
+        };
+        let rpc = self.rpc.clone();
+        let cancels = requests.downgrade();
+        let (close, closed) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let reader = reader;
+            let status = tokio::select! {
+                ended = reader.read(&rpc, outgoing, &cancels) => ended,
+                _ = closed => Status::cancelled("the client is gone"),
+            };
+            lock(&reader.routes).end(status);
+        });
+        Arc::new(Mux {
+            requests,
+            routes,
+            _close: close,
+        })
+    }
+}
+
+/// The task reading a stream's answers. Dropped (its runtime shut down, say), it ends the
+/// stream's routes, so no watch waits on answers that will never come.
+struct Reader {
+    routes: Arc<Mutex<Routes>>,
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        lock(&self.routes).end(Status::unavailable("the watch stream's task ended"));
+    }
+}
+
+impl Reader {
+    /// Opens the stream and routes its answers until it fails: returns why.
+    async fn read(
+        &self,
+        rpc: &Rpc,
+        outgoing: mpsc::UnboundedReceiver<WatchRequest>,
+        cancels: &mpsc::WeakUnboundedSender<WatchRequest>,
+    ) -> Status {
+        let mut answers = match rpc.stream_of(path::WATCH, outgoing, true).await {
+            Ok(answers) => answers,
+            Err(status) => return status,
+        };
+        loop {
+            match answers.message().await {
+                Ok(Some(answer)) => self.route(answer, cancels),
+                Ok(None) => return Status::unavailable("the watch stream ended"),
+                Err(status) => return status,
+            }
+        }
+    }
+
+    fn route(&self, answer: WatchResponse, cancels: &mpsc::WeakUnboundedSender<WatchRequest>) {
+        let mut routes = lock(&self.routes);
+        if answer.created {
+            let Some(pending) = routes.pending.pop_front() else {
+                return;
+            };
+            let id = answer.watch_id;
+            if answer.canceled {
+                // Refused at creation: the watch ends with it.
+                let _ = pending.route.send(Ok(answer));
+                return;
+            }
+            pending.id.store(id, std::sync::atomic::Ordering::Relaxed);
+            if pending.route.send(Ok(answer)).is_ok() {
+                routes.active.insert(id, pending.route);
+            } else if let Some(requests) = cancels.upgrade() {
+                // Dropped before it was created: taken back at once.
+                let _ = requests.send(cancel(id));
+            }
+            return;
+        }
+        if answer.canceled {
+            // Cancelled by etcd (its history compacted, say) or at our asking: the watch is
+            // over; the answer says why.
+            if let Some(route) = routes.active.remove(&answer.watch_id) {
+                let _ = route.send(Ok(answer));
+            }
+            return;
+        }
+        if let Some(route) = routes.active.get(&answer.watch_id)
+            && route.send(Ok(answer)).is_err()
+        {
+            // Its watch is gone (dropped as this answer came): nothing to deliver.
+        }
+    }
+}
+
+fn cancel(id: i64) -> WatchRequest {
+    WatchRequest {
+        request_union: Some(WatchRequestUnion::Cancel(proto::WatchCancelRequest {
+            watch_id: id,
+        })),
+    }
+}
+
+impl Watch {
+    /// The watch's next answer; an error once its stream has failed. A cancelled watch's
+    /// answer says so (see `next_answer`).
+    pub(crate) async fn answer(&mut self) -> Result<WatchResponse, Status> {
+        match self.answers.recv().await {
+            Some(answer) => answer,
+            None => Err(Status::unavailable("the watch stream ended")),
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let mut routes = lock(&self.mux.routes);
+        let id = self.id.load(std::sync::atomic::Ordering::Relaxed);
+        // Still pending: the reader takes it back when its created reply comes (its route is
+        // closed now). Created: taken back here, unless the stream (or etcd) ended it.
+        if id != UNKNOWN && routes.active.remove(&id).is_some() {
+            let _ = self.mux.requests.send(cancel(id));
+        }
+    }
+}
