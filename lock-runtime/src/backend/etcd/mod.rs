@@ -955,14 +955,10 @@ impl EtcdBackend {
         let task = tokio::spawn(async move {
             tokio::time::sleep_until(end).await;
             for attempt in 1..=3 {
-                let deleting = rpc.unary::<_, DeleteRangeResponse>(
-                    path::DELETE_RANGE,
-                    DeleteRangeRequest {
-                        key: key.clone(),
-                        range_end: Vec::new(),
-                    },
-                );
-                if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(2), deleting).await {
+                if delete_within(&rpc, &key, Duration::from_secs(2))
+                    .await
+                    .is_some()
+                {
                     return;
                 }
                 tokio::time::sleep(super::retry_pause(attempt)).await;
@@ -1067,37 +1063,18 @@ impl EtcdBackend {
         let response_timeout = self.response_timeout;
         tokio::spawn(async move {
             let until = Instant::now() + LEFTOVER_SEARCH;
-            let delete = || {
-                let delete = rpc.unary::<_, DeleteRangeResponse>(
-                    path::DELETE_RANGE,
-                    DeleteRangeRequest {
-                        key: key.clone(),
-                        range_end: Vec::new(),
-                    },
-                );
-                async move {
-                    if let Ok(Ok(gone)) = tokio::time::timeout(response_timeout, delete).await
-                        && gone.deleted > 0
-                    {
-                        tracing::debug!("distlock: etcd: a late acquisition's key deleted");
-                    }
-                }
-            };
             while Instant::now() < until {
                 let mut watch = watches.open(key.clone(), Vec::new(), 0, vec![proto::NODELETE]);
+                // Each answer is a put, or the created reply — then a delete finds a put made
+                // before the watch began. A failed watch is set again after a pause.
                 let watching = async {
-                    loop {
-                        let answer = next_answer(&mut watch).await?;
-                        // Set up: a put before the watch began is found by looking once.
-                        let found = answer.created || !answer.events.is_empty();
-                        if found {
-                            delete().await;
+                    while next_answer(&mut watch).await.is_ok() {
+                        if delete_within(&rpc, &key, response_timeout).await == Some(true) {
+                            tracing::debug!("distlock: etcd: a late acquisition's key deleted");
                         }
                     }
                 };
-                let ended: Result<Result<(), Status>, _> =
-                    tokio::time::timeout_at(until, watching).await;
-                if ended.is_err() {
+                if tokio::time::timeout_at(until, watching).await.is_err() {
                     return;
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -1118,14 +1095,7 @@ impl EtcdBackend {
             while go_on() {
                 attempt += 1;
                 tokio::time::sleep(super::retry_pause(attempt.min(4))).await;
-                let delete = rpc.unary::<_, DeleteRangeResponse>(
-                    path::DELETE_RANGE,
-                    DeleteRangeRequest {
-                        key: key.clone(),
-                        range_end: Vec::new(),
-                    },
-                );
-                if let Ok(Ok(_)) = tokio::time::timeout(response_timeout, delete).await {
+                if delete_within(&rpc, &key, response_timeout).await.is_some() {
                     tracing::debug!("distlock: etcd: a failed release's key deleted later");
                     return;
                 }
@@ -1196,6 +1166,22 @@ impl EtcdBackend {
             why = lease.loss.wait() => why,
             why = watched => why,
         }
+    }
+}
+
+/// Deletes `key` from a task of its own (no `&EtcdBackend` there): `Some(deleted)` if etcd
+/// answered within `bound`.
+async fn delete_within(rpc: &Rpc, key: &[u8], bound: Duration) -> Option<bool> {
+    let delete = rpc.unary::<_, DeleteRangeResponse>(
+        path::DELETE_RANGE,
+        DeleteRangeRequest {
+            key: key.to_vec(),
+            range_end: Vec::new(),
+        },
+    );
+    match tokio::time::timeout(bound, delete).await {
+        Ok(Ok(gone)) => Some(gone.deleted > 0),
+        _ => None,
     }
 }
 

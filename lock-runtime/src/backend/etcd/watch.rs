@@ -228,10 +228,9 @@ impl Reader {
             }
             return;
         }
-        if let Some(route) = routes.active.get(&answer.watch_id)
-            && route.send(Ok(answer)).is_err()
-        {
-            // Its watch is gone (dropped as this answer came): nothing to deliver.
+        // A watch dropped as this answer came takes itself out of `active`: nothing to deliver.
+        if let Some(route) = routes.active.get(&answer.watch_id) {
+            let _ = route.send(Ok(answer));
         }
     }
 }
