@@ -74,18 +74,14 @@ pub async fn lock_service_handoff(host: &str, window: Duration) -> Result<(f64, 
                 async move {
                     let key = client
                         .lock_service_lock("bench-peer/handoff", lease)
-                        .await
-                        .expect("Lock");
+                        .await?;
                     let granted = std::time::Instant::now();
-                    client.lock_service_unlock(key).await.expect("Unlock");
-                    (granted, granted)
+                    client.lock_service_unlock(key).await?;
+                    Ok((granted, granted))
                 }
             }));
         }
     }
-    let (log, grants) = crate::sql::handoff_log(window, tasks).await?;
-    let gaps = crate::sql::between_clients(log);
-    let us = |p| crate::percentile(&gaps, p).as_secs_f64() * 1e6;
-    let rate = grants as f64 / window.as_secs_f64();
-    Ok((rate, us(0.5), us(0.99)))
+    let (log, grants) = crate::handoff::handoff_log(window, tasks).await?;
+    Ok(crate::handoff::summary(log, grants, window))
 }

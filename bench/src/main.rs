@@ -56,6 +56,7 @@ mod contention;
 mod cpu;
 mod curator;
 mod etcd;
+mod handoff;
 mod peer;
 mod sentinel;
 mod sql;
@@ -144,9 +145,7 @@ pub(crate) fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
-}
+use handoff::percentile;
 
 fn cpu_time() -> Duration {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();

@@ -5,13 +5,13 @@
 //! MySQL / MariaDB).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use distlock::LockClient;
 
 use crate::peer::LinePeer;
-use crate::{Error, Report, median, percentile, run_tasks};
+use crate::{Error, Report, handoff, median, run_tasks};
 
 /// A raw lock table's two statements: take (`INSERT … ON CONFLICT DO NOTHING`), release
 /// (`DELETE … WHERE token`), on connections of the bench's own.
@@ -681,81 +681,27 @@ pub async fn rows(
                         .lock("handoff")
                         .wait(Duration::from_secs(30))
                         .acquire()
-                        .await
-                        .unwrap();
+                        .await?;
                     let acquired = Instant::now();
-                    guard.release().await.unwrap();
-                    (acquired, acquired)
+                    guard.release().await?;
+                    Ok((acquired, acquired))
                 }
             }));
         }
     }
     let window = Duration::from_secs(3);
-    let (log, grants) = handoff_log(window, tasks).await?;
+    let (log, grants) = handoff::handoff_log(window, tasks).await?;
     // Only handoffs from one client to another: those go through the database (a notification
     // or a poll); within a client, the next task is let through in-process.
-    let gaps = between_clients(log);
-    let rate = grants as f64 / window.as_secs_f64();
-    let (p50, p99) = (percentile(&gaps, 0.5), percentile(&gaps, 0.99));
+    let (rate, p50, p99) = handoff::summary(log, grants, window);
     report.row(
         &format!("{label}: handoff, 4 clients × 4 tasks, between clients"),
         format!("{rate:.0}/s"),
-        format!(
-            "p50 {:.2} / p99 {:.2} ms",
-            p50.as_secs_f64() * 1e3,
-            p99.as_secs_f64() * 1e3
-        ),
-        format!("{:.1}× uncont.", p50.as_secs_f64() * 1e6 / o),
+        format!("p50 {:.2} / p99 {:.2} ms", p50 / 1e3, p99 / 1e3),
+        format!("{:.1}× uncont.", p50 / o),
     );
     report.field(&format!("{key}_handoffs_per_s"), rate);
-    report.field(&format!("{key}_handoff_p50_us"), p50.as_secs_f64() * 1e6);
-    report.field(&format!("{key}_handoff_p99_us"), p99.as_secs_f64() * 1e6);
+    report.field(&format!("{key}_handoff_p50_us"), p50);
+    report.field(&format!("{key}_handoff_p99_us"), p99);
     Ok(())
-}
-
-/// The gaps, sorted, from a release to the next grant when that grant went to another client,
-/// from a log of `(granted, released, client)`.
-pub fn between_clients(mut log: Vec<(Instant, Instant, usize)>) -> Vec<Duration> {
-    log.sort_by_key(|(acquired, _, _)| *acquired);
-    let mut gaps: Vec<Duration> = log
-        .windows(2)
-        .filter(|w| w[0].2 != w[1].2)
-        .map(|w| w[1].0.saturating_duration_since(w[0].1))
-        .collect();
-    gaps.sort();
-    gaps
-}
-
-/// Runs the handoff `tasks` for `window`: each, its client's index and one take-and-give-back
-/// of the lock (returning when it was granted and when its release began), again and again.
-/// The log of `(granted, released, client)` and the number of grants.
-pub async fn handoff_log<F, Fut>(
-    window: Duration,
-    tasks: Vec<(usize, F)>,
-) -> Result<(Vec<(Instant, Instant, usize)>, u64), Error>
-where
-    F: Fn() -> Fut + Send + 'static,
-    Fut: Future<Output = (Instant, Instant)> + Send,
-{
-    let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let grants = Arc::new(AtomicU64::new(0));
-    let mut handles = Vec::new();
-    for (client, once) in tasks {
-        let (log, stop, grants) = (log.clone(), stop.clone(), grants.clone());
-        handles.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let (granted, released) = once().await;
-                grants.fetch_add(1, Ordering::Relaxed);
-                log.lock().unwrap().push((granted, released, client));
-            }
-        }));
-    }
-    tokio::time::sleep(window).await;
-    stop.store(true, Ordering::Relaxed);
-    for handle in handles {
-        handle.await?;
-    }
-    let log = log.lock().unwrap().clone();
-    Ok((log, grants.load(Ordering::Relaxed)))
 }

@@ -18,6 +18,7 @@ use distributed_lock_core::traits::{DistributedLock, LockHandle, LockProvider};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::Error;
+use crate::handoff;
 
 /// One uncontended try-acquire + release of `name`.
 async fn pair<P: LockProvider>(provider: &P, name: &str) -> Result<(), Error> {
@@ -92,58 +93,32 @@ where
             }
             ["handoff", key, window] => {
                 let window = Duration::from_millis(window.parse()?);
-                let stop = Arc::new(AtomicBool::new(false));
-                let log = Arc::new(std::sync::Mutex::new(
-                    Vec::<(Instant, Instant, usize)>::new(),
-                ));
                 let mut tasks = Vec::new();
                 for c in 0..4 {
                     let provider = Arc::new(make().await.map_err(|e| format!("connect: {e}"))?);
                     for _ in 0..4 {
-                        let (provider, stop, log) = (provider.clone(), stop.clone(), log.clone());
-                        let key = key.to_string();
-                        tasks.push(tokio::spawn(async move {
-                            while !stop.load(Ordering::Relaxed) {
+                        let (provider, key) = (provider.clone(), key.to_string());
+                        tasks.push((c, move || {
+                            let (provider, key) = (provider.clone(), key.clone());
+                            async move {
                                 let lock = provider.create_lock(&key);
                                 let handle = lock
                                     .acquire(Some(Duration::from_secs(30)))
                                     .await
                                     .map_err(|e| format!("acquire {key}: {e}"))?;
-                                let acquired = Instant::now();
-                                let released = Instant::now();
+                                let granted = Instant::now();
                                 handle
                                     .release()
                                     .await
                                     .map_err(|e| format!("release: {e}"))?;
-                                log.lock().unwrap().push((acquired, released, c));
+                                Ok((granted, granted))
                             }
-                            Ok::<_, Error>(())
                         }));
                     }
                 }
-                tokio::time::sleep(window).await;
-                stop.store(true, Ordering::Relaxed);
-                for task in tasks {
-                    task.await??;
-                }
-                let mut log = log.lock().unwrap().clone();
-                log.sort_by_key(|(acquired, _, _)| *acquired);
-                let mut gaps: Vec<Duration> = log
-                    .windows(2)
-                    .filter(|w| w[0].2 != w[1].2)
-                    .map(|w| w[1].0.saturating_duration_since(w[0].1))
-                    .collect();
-                gaps.sort();
-                let at = |p: f64| {
-                    gaps.get(((gaps.len().max(1) - 1) as f64 * p).round() as usize)
-                        .map_or(0.0, |d| d.as_secs_f64() * 1e6)
-                };
-                format!(
-                    "{} {} {}",
-                    log.len() as f64 / window.as_secs_f64(),
-                    at(0.5),
-                    at(0.99)
-                )
+                let (log, grants) = handoff::handoff_log(window, tasks).await?;
+                let (rate, p50, p99) = handoff::summary(log, grants, window);
+                format!("{rate} {p50} {p99}")
             }
             _ => format!("unknown command: {line}"),
         };

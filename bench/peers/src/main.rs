@@ -11,6 +11,9 @@
 //! command at a time over stdin/stdout — the protocol of `bench/peers/java/CuratorPeer.java`
 //! (see `lines::serve`).
 
+/// The handoff row's arithmetic, shared with distlock's rows (`bench/src/handoff.rs`).
+#[path = "../../src/handoff.rs"]
+mod handoff;
 mod lines;
 
 use std::sync::{Arc, Mutex};
