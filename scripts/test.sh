@@ -85,19 +85,25 @@ case "$rustc_version" in
         ;;
 esac
 
-echo "==> cargo fmt --check"
+# Each step says when it began (seconds since this script started): a run that is slow, or
+# stopped by a time limit, shows where its time went.
+step() {
+    echo "==> [${SECONDS}s] $*"
+}
+
+step "cargo fmt --check"
 cargo fmt --all --check
-echo "==> cargo clippy"
+step "cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
-echo "==> cargo doc (warnings are errors)"
+step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
-echo "==> cargo test (all features: memory, redis, rediss, postgres, mysql, zookeeper, etcd)"
+step "cargo test (all features: memory, redis, rediss, postgres, mysql, zookeeper, etcd)"
 cargo test --workspace --all-features -- --skip scenarios::
 # The fault suite's scenarios (tests/faults.rs) wait on servers restarting, leases running out and
 # processes paused far more than they compute: four at a time, not one per core.
-echo "==> the fault suite, four scenarios at a time"
+step "the fault suite, four scenarios at a time"
 cargo test --all-features --test faults -- --test-threads 4 scenarios::
-echo "==> cargo test (default features: what \`rediss://\` says without \`tls\`)"
+step "cargo test (default features: what \`rediss://\` says without \`tls\`)"
 cargo test --test errors
 # The four published crates package and build from their tarballs (the benchmark is not
 # published: it shares the tests' harness from outside its directory).
@@ -116,5 +122,6 @@ for made in "$deps"/{lock_runtime,lock_macros,distlock,distlock_cli}-*.d; do
     hash="${stem##*-}"
     rm -rf "$deps"/*-"$hash".* "$deps"/../.fingerprint/*-"$hash"
 done
-echo "==> cargo package (distlock, lock-runtime, lock-macros, distlock-cli)"
+step "cargo package (distlock, lock-runtime, lock-macros, distlock-cli)"
 cargo package --workspace --exclude distlock-bench --allow-dirty --quiet
+step "done: the whole suite passed"
