@@ -77,11 +77,10 @@ pub async fn lock_service_handoff(host: &str, window: Duration) -> Result<(f64, 
                         .await?;
                     let granted = std::time::Instant::now();
                     client.lock_service_unlock(key).await?;
-                    Ok((granted, granted))
+                    Ok(granted)
                 }
             }));
         }
     }
-    let (log, grants) = crate::handoff::handoff_log(window, tasks).await?;
-    Ok(crate::handoff::summary(log, grants, window))
+    crate::handoff::run(window, tasks).await
 }

@@ -8,35 +8,30 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
-/// Runs the handoff `tasks` for `window`: each, its client's index and one take-and-give-back
-/// of the lock (returning when it was granted and when its release began), again and again.
-/// The log of `(granted, released, client)` and the number of grants.
-pub async fn handoff_log<F, Fut>(
-    window: Duration,
-    tasks: Vec<(usize, F)>,
-) -> Result<(Vec<(Instant, Instant, usize)>, u64), Error>
+/// Runs the handoff `tasks` for `window` — each, its client's index and one take-and-give-back
+/// of the lock returning when it was granted (its release begins at once), again and again —
+/// and returns grants per second and the p50 / p99 gaps between clients (µs).
+pub async fn run<F, Fut>(window: Duration, tasks: Vec<(usize, F)>) -> Result<(f64, f64, f64), Error>
 where
     F: Fn() -> Fut + Send + 'static,
-    Fut: Future<Output = Result<(Instant, Instant), Error>> + Send,
+    Fut: Future<Output = Result<Instant, Error>> + Send,
 {
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
-    let grants = Arc::new(AtomicU64::new(0));
     let mut handles = Vec::new();
     for (client, once) in tasks {
-        let (log, stop, grants) = (log.clone(), stop.clone(), grants.clone());
+        let (log, stop) = (log.clone(), stop.clone());
         handles.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                let (granted, released) = once().await?;
-                grants.fetch_add(1, Ordering::Relaxed);
+                let granted = once().await?;
                 log.lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .push((granted, released, client));
+                    .push((granted, client));
             }
             Ok::<_, Error>(())
         }));
@@ -46,18 +41,21 @@ where
     for handle in handles {
         handle.await??;
     }
-    let log = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    Ok((log, grants.load(Ordering::Relaxed)))
+    let log = std::mem::take(&mut *log.lock().unwrap_or_else(|p| p.into_inner()));
+    let grants = log.len() as f64 / window.as_secs_f64();
+    let gaps = between_clients(log);
+    let us = |p| percentile(&gaps, p).as_secs_f64() * 1e6;
+    Ok((grants, us(0.5), us(0.99)))
 }
 
-/// The gaps, sorted, from a release to the next grant when that grant went to another client,
-/// from a log of `(granted, released, client)`.
-pub fn between_clients(mut log: Vec<(Instant, Instant, usize)>) -> Vec<Duration> {
-    log.sort_by_key(|(granted, _, _)| *granted);
+/// The gaps, sorted, from a grant (and so its release) to the next grant when that went to
+/// another client, from a log of `(granted, client)`.
+fn between_clients(mut log: Vec<(Instant, usize)>) -> Vec<Duration> {
+    log.sort_by_key(|(granted, _)| *granted);
     let mut gaps: Vec<Duration> = log
         .windows(2)
-        .filter(|w| w[0].2 != w[1].2)
-        .map(|w| w[1].0.saturating_duration_since(w[0].1))
+        .filter(|w| w[0].1 != w[1].1)
+        .map(|w| w[1].0.saturating_duration_since(w[0].0))
         .collect();
     gaps.sort();
     gaps
@@ -69,16 +67,4 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
         0 => Duration::ZERO,
         n => sorted[((n - 1) as f64 * p).round() as usize],
     }
-}
-
-/// A handoff run's row: grants per second over `window`, and the p50 / p99 gaps between
-/// clients (µs).
-pub fn summary(
-    log: Vec<(Instant, Instant, usize)>,
-    grants: u64,
-    window: Duration,
-) -> (f64, f64, f64) {
-    let gaps = between_clients(log);
-    let us = |p| percentile(&gaps, p).as_secs_f64() * 1e6;
-    (grants as f64 / window.as_secs_f64(), us(0.5), us(0.99))
 }

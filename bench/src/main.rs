@@ -71,6 +71,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError, distributed_lock};
+use handoff::percentile;
 use redis::aio::MultiplexedConnection;
 use support::RedisServer;
 
@@ -144,8 +145,6 @@ pub(crate) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(|a, b| a.total_cmp(b));
     values[values.len() / 2]
 }
-
-use handoff::percentile;
 
 fn cpu_time() -> Duration {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();

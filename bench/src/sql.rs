@@ -684,16 +684,15 @@ pub async fn rows(
                         .await?;
                     let acquired = Instant::now();
                     guard.release().await?;
-                    Ok((acquired, acquired))
+                    Ok(acquired)
                 }
             }));
         }
     }
     let window = Duration::from_secs(3);
-    let (log, grants) = handoff::handoff_log(window, tasks).await?;
     // Only handoffs from one client to another: those go through the database (a notification
     // or a poll); within a client, the next task is let through in-process.
-    let (rate, p50, p99) = handoff::summary(log, grants, window);
+    let (rate, p50, p99) = handoff::run(window, tasks).await?;
     report.row(
         &format!("{label}: handoff, 4 clients × 4 tasks, between clients"),
         format!("{rate:.0}/s"),

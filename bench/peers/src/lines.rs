@@ -111,13 +111,12 @@ where
                                     .release()
                                     .await
                                     .map_err(|e| format!("release: {e}"))?;
-                                Ok((granted, granted))
+                                Ok(granted)
                             }
                         }));
                     }
                 }
-                let (log, grants) = handoff::handoff_log(window, tasks).await?;
-                let (rate, p50, p99) = handoff::summary(log, grants, window);
+                let (rate, p50, p99) = handoff::run(window, tasks).await?;
                 format!("{rate} {p50} {p99}")
             }
             _ => format!("unknown command: {line}"),
