@@ -137,6 +137,22 @@ pub(crate) fn unsupported<T>(why: impl Into<String>) -> Result<T, BoxError> {
     Err(Box::new(Unsupported(why.into())))
 }
 
+/// The PostgreSQL advisory-lock key (`pg_advisory_lock(k)`) that `postgres://…?mode=advisory`
+/// uses for the backend name `name` — the key with the client's prefix, `lock:order:42` —
+/// so another program can take or watch the same lock: the 64-bit FNV-1a hash of its bytes.
+///
+/// ```
+/// assert_eq!(distlock::admin::advisory_key("a") as u64, 0xaf63_dc4c_8601_ec8c);
+/// ```
+pub fn advisory_key(name: &str) -> i64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in name.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    hash as i64
+}
+
 /// Whether `text` matches the glob `pattern`: `*` any run of characters, `?` one character,
 /// `\` makes the next character literal; everything else stands for itself.
 pub fn glob_match(pattern: &str, text: &str) -> bool {

@@ -557,6 +557,16 @@ impl LockClientBuilder {
             self.connect_timeout,
             self.response_timeout,
         )?;
+        if let Some(max_lease) = settings.advisory {
+            return Ok(
+                crate::backend::postgres::advisory::AdvisoryBackend::connect(
+                    &driver_url,
+                    settings,
+                    max_lease,
+                )
+                .await?,
+            );
+        }
         Ok(crate::backend::postgres::PostgresBackend::connect(&driver_url, settings).await?)
     }
 
@@ -568,6 +578,13 @@ impl LockClientBuilder {
             self.connect_timeout,
             self.response_timeout,
         )?;
+        if settings.advisory.is_some() {
+            return Err(LockError::Config(format!(
+                "`mode=advisory` in {}: MySQL's and MariaDB's `GET_LOCK` mode is not built yet; \
+                 leave out `mode=advisory` (the lock table)",
+                crate::backend::url::redact_url(url)
+            )));
+        }
         Ok(crate::backend::mysql::MysqlBackend::connect(&driver_url, settings).await?)
     }
 
@@ -683,9 +700,22 @@ fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {
     Ok(())
 }
 
-/// `min_hold` must fit in the lease: the lock is kept that long without renewal.
-fn check_min_hold(min_hold_ms: u32, lease: Duration, key: &str) -> Result<(), LockError> {
+/// `min_hold` must fit in the lease: the lock is kept that long without renewal; and the
+/// backend must be able to keep it.
+fn check_min_hold(
+    min_hold_ms: u32,
+    lease: Duration,
+    key: &str,
+    backend: &dyn Backend,
+) -> Result<(), LockError> {
     let min_hold = Duration::from_millis(min_hold_ms.into());
+    if min_hold_ms > 0
+        && let Some(why) = backend.refuses_min_hold()
+    {
+        return Err(LockError::Config(format!(
+            "`{key}`: min_hold {min_hold:?} cannot be kept on this backend: {why}"
+        )));
+    }
     if min_hold > lease {
         return Err(LockError::Config(format!(
             "`{key}`: min_hold {:?} is longer than the lease {:?}: a lock released early is kept \
@@ -780,7 +810,7 @@ impl LockClient {
         key: &str,
     ) -> Result<(), LockError> {
         let lease = options.lease.unwrap_or(self.inner.default_lease);
-        check_min_hold(options.min_hold_ms, lease, key)
+        check_min_hold(options.min_hold_ms, lease, key, &*self.inner.backend)
     }
 
     /// `lock_all(keys)` with the attribute's options: what `run_locked_all` does.
@@ -1386,7 +1416,12 @@ impl LockRequest {
         // Whole milliseconds, at most `u32::MAX` (49 days: longer than any lease, refused).
         let min_hold_ms = u32::try_from(self.min_hold.as_millis()).unwrap_or(u32::MAX);
         let first = self.set.as_ref().and_then(|keys| keys.first());
-        check_min_hold(min_hold_ms, self.lease, first.unwrap_or(&self.key))?;
+        check_min_hold(
+            min_hold_ms,
+            self.lease,
+            first.unwrap_or(&self.key),
+            &*self.client.inner.backend,
+        )?;
         let guard = match self.set {
             Some(keys) => Box::pin(self.client.inner.acquire_set(keys, params)).await?,
             None => self.client.inner.acquire(self.key, params).await?,

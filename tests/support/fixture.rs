@@ -93,6 +93,12 @@ pub trait Fixture {
         self.readers(name).await
     }
 
+    /// Whether the backend keeps `min_hold` (`.min_hold(…)`); otherwise it refuses it with
+    /// `LockError::Config` (a lock that lives on its holder's connection cannot outlive it).
+    fn min_hold(&self) -> bool {
+        true
+    }
+
     /// Whether anything at all is stored at backend key `name` (on any node).
     async fn anything_at(&self, name: &str) -> bool {
         self.holder(name).await.is_some()
@@ -765,6 +771,168 @@ impl Fixture for PostgresFixture {
     async fn anything_at(&self, name: &str) -> bool {
         let sql = format!("SELECT 1 FROM {} WHERE name = $1", self.table);
         !self.rows(&sql, &[&name]).await.is_empty()
+    }
+}
+
+/// `postgres://…?mode=advisory` on a database of this test's own on the binary's shared
+/// PostgreSQL server. What it "holds" is a granted advisory lock whose holder's session carries
+/// distlock's comment (`/* distlock <lease> <fence> <token> <name in hex> */`); its TTL is the
+/// lease less the time the session has been idle.
+pub struct AdvisoryFixture {
+    pub server: Server<PostgresServer>,
+    database: String,
+    client: tokio::sync::Mutex<Option<std::sync::Arc<tokio_postgres::Client>>>,
+    /// The connections holding the locks `overwrite` took.
+    others: tokio::sync::Mutex<Vec<tokio_postgres::Client>>,
+}
+
+impl AdvisoryFixture {
+    pub fn new() -> AdvisoryFixture {
+        AdvisoryFixture::on(Server::Shared(PostgresServer::shared()))
+    }
+
+    /// On a server of this test's own.
+    pub fn own() -> AdvisoryFixture {
+        AdvisoryFixture::on(Server::Own(PostgresServer::start()))
+    }
+
+    fn on(server: Server<PostgresServer>) -> AdvisoryFixture {
+        let database = unique("advisory").replace('-', "_");
+        let url = server.url();
+        let create = format!("CREATE DATABASE {database}");
+        // A database of its own: advisory locks are per database, and tests share the server.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                    .await
+                    .expect("connect to the test postgres");
+                tokio::spawn(connection);
+                client.batch_execute(&create).await.expect("create database");
+            })
+        })
+        .join()
+        .unwrap();
+        AdvisoryFixture {
+            server,
+            database,
+            client: tokio::sync::Mutex::new(None),
+            others: tokio::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    async fn connect(&self) -> tokio_postgres::Client {
+        let url = self.server.url_for(&self.database);
+        let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+            .await
+            .expect("connect to the test database");
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        client
+    }
+
+    /// A plain connection to the test's database (a new one after a restart of the server).
+    pub async fn sql(&self) -> std::sync::Arc<tokio_postgres::Client> {
+        let mut client = self.client.lock().await;
+        match &*client {
+            Some(open) if !open.is_closed() => open.clone(),
+            _ => client
+                .insert(std::sync::Arc::new(self.connect().await))
+                .clone(),
+        }
+    }
+
+    /// The holder of the advisory lock of backend name `name`: its backend pid, lease, owner
+    /// token, and how long its session has been idle (zero while a statement runs).
+    pub async fn held(&self, name: &str) -> Option<(i32, Duration, String, Duration)> {
+        let key = distlock::admin::advisory_key(name) as u64;
+        let rows = self
+            .sql()
+            .await
+            .query(
+                "SELECT a.pid, a.query, CASE WHEN a.state = 'idle' THEN \
+                 (extract(epoch FROM clock_timestamp() - a.state_change) * 1000)::int8 ELSE 0 END \
+                 FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
+                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+                 AND l.classid = $1::int8::oid AND l.objid = $2::int8::oid \
+                 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                &[&((key >> 32) as i64), &((key & 0xffff_ffff) as i64)],
+            )
+            .await
+            .expect("pg_locks");
+        let row = rows.first()?;
+        let query: String = row.get(1);
+        let note = query.split("/* distlock ").nth(1)?;
+        let mut parts = note.split(' ');
+        let lease = Duration::from_millis(parts.next()?.parse().ok()?);
+        let token = parts.nth(1)?.to_owned();
+        let idle = Duration::from_millis(row.get::<_, i64>(2).max(0) as u64);
+        Some((row.get(0), lease, token, idle))
+    }
+}
+
+impl Fixture for AdvisoryFixture {
+    fn url(&self) -> String {
+        format!("{}?mode=advisory", self.server.url_for(&self.database))
+    }
+
+    fn fencing_consecutive(&self) -> bool {
+        false
+    }
+
+    fn min_hold(&self) -> bool {
+        false
+    }
+
+    async fn holder(&self, name: &str) -> Option<String> {
+        self.held(name).await.map(|(_, _, token, _)| token)
+    }
+
+    async fn ttl(&self, name: &str) -> Option<Duration> {
+        let (_, lease, _, idle) = self.held(name).await?;
+        Some(lease.saturating_sub(idle))
+    }
+
+    /// Ends the holder's session (`pg_terminate_backend`), and with it the lock.
+    async fn delete(&self, name: &str) {
+        if let Some((pid, ..)) = self.held(name).await {
+            self.sql()
+                .await
+                .execute("SELECT pg_terminate_backend($1)", &[&pid])
+                .await
+                .expect("terminate the holder");
+            let freed = super::eventually(Duration::from_secs(5), || async {
+                self.held(name).await.is_none()
+            })
+            .await;
+            assert!(freed, "the holder's session of {name} did not end");
+        }
+    }
+
+    /// Ends the holder's session and takes the lock on a connection of the fixture's own, under
+    /// `token`, for `ttl` (its idle-session timeout).
+    async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
+        self.delete(name).await;
+        let other = self.connect().await;
+        let ms = ttl.as_millis();
+        let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
+        other
+            .batch_execute(&format!(
+                "SELECT pg_advisory_lock({}), set_config('idle_session_timeout', '{ms}', false) \
+                 /* distlock {ms} - {token} {hex} */",
+                distlock::admin::advisory_key(name)
+            ))
+            .await
+            .expect("take the lock as another owner");
+        self.others.lock().await.push(other);
+    }
+
+    async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
+        slowed_url(&self.url(), self.server.port(), min, max).await
     }
 }
 

@@ -391,6 +391,12 @@ pub(crate) trait Backend: Send + Sync + 'static {
         self.renew(spec)
     }
 
+    /// Why the backend cannot keep `min_hold` (`None`: it can). A request with a `min_hold`
+    /// then fails with [`LockError::Config`](crate::LockError::Config) naming the key.
+    fn refuses_min_hold(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Whether a failed release is worth retrying for as long as the lease lasts: the store is
     /// expected back within seconds (Redis Sentinel failing over to a replica). Others report
     /// the failure at once (the lock then ends by its expiry).

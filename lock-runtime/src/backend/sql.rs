@@ -88,7 +88,15 @@ pub(crate) struct SqlSettings {
     pub pool_size: usize,
     pub connect_timeout: Duration,
     pub response_timeout: Duration,
+    /// `mode=advisory`: locks are the server's advisory locks (PostgreSQL), each held on a
+    /// connection of its own, instead of rows of the lock table; with the longest lease any
+    /// client of the server may ask for (`max_lease_ms`, default [`DEFAULT_MAX_LEASE`]).
+    pub advisory: Option<Duration>,
 }
+
+/// The longest lease of the advisory-lock mode unless the URL says otherwise (`max_lease_ms`):
+/// after a server restart no lock is granted until the server has been up this long.
+pub(crate) const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(60);
 
 /// The builder's SQL options; `None` leaves the URL's value or the default.
 #[derive(Clone, Debug, Default)]
@@ -115,6 +123,7 @@ impl SqlSettings {
         };
         let mut kept = Vec::new();
         let (mut table, mut create_table, mut pool_size) = (None, None, None);
+        let (mut advisory, mut max_lease) = (false, None);
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             match name {
@@ -138,8 +147,42 @@ impl SqlSettings {
                         ))
                     })?)
                 }
+                "mode" => {
+                    advisory = match value {
+                        "advisory" => true,
+                        "table" => false,
+                        _ => {
+                            return Err(LockError::Config(format!(
+                                "`mode={value}` in {shown}: expected `table` (locks are rows of \
+                                 the lock table, the default) or `advisory` (the server's \
+                                 advisory locks, PostgreSQL only)"
+                            )));
+                        }
+                    }
+                }
+                "max_lease_ms" => {
+                    max_lease = Some(
+                        value
+                            .parse::<u64>()
+                            .ok()
+                            .filter(|ms| (1..=86_400_000).contains(ms))
+                            .map(Duration::from_millis)
+                            .ok_or_else(|| {
+                                LockError::Config(format!(
+                                    "`max_lease_ms={value}` in {shown}: expected the longest \
+                                     lease in milliseconds (1 to 86400000)"
+                                ))
+                            })?,
+                    )
+                }
                 _ => kept.push(pair),
             }
+        }
+        if max_lease.is_some() && !advisory {
+            return Err(LockError::Config(format!(
+                "`max_lease_ms` in {shown} applies to `mode=advisory` only: add `mode=advisory`, \
+                 or remove it"
+            )));
         }
         let settings = SqlSettings {
             table: options
@@ -151,6 +194,7 @@ impl SqlSettings {
             pool_size: options.pool_size.or(pool_size).unwrap_or(DEFAULT_POOL_SIZE),
             connect_timeout,
             response_timeout,
+            advisory: advisory.then(|| max_lease.unwrap_or(DEFAULT_MAX_LEASE)),
         };
         check_table_name(&settings.table)?;
         if !(1..=MAX_POOL_SIZE).contains(&settings.pool_size) {

@@ -41,6 +41,7 @@ use crate::error::{BoxError, LockError};
 use crate::notify::{CloseOnDrop, ReleaseHub, ReleaseSubscription};
 use crate::runtime::{BoxFuture, Revived, RuntimeBound};
 
+pub(crate) mod advisory;
 mod statements;
 
 use statements::Sql;
@@ -186,6 +187,51 @@ fn describe(error: &tokio_postgres::Error) -> String {
     }
 }
 
+/// A connection-time failure to `url` as an error that says what to check.
+fn connect_error(config: &tokio_postgres::Config, url: &str, error: PgError) -> LockError {
+    let hint = match &error {
+        PgError::Driver(e) => match e.code() {
+            Some(code) if *code == SqlState::INVALID_PASSWORD => {
+                "authentication failed: check the user and password in the URL \
+                 (postgres://user:password@host:port/database)"
+                    .to_owned()
+            }
+            Some(code) if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION => {
+                "the server refuses this user from this host (see its pg_hba.conf), or the \
+                 user does not exist"
+                    .to_owned()
+            }
+            Some(code) if *code == SqlState::INVALID_CATALOG_NAME => format!(
+                "the database {:?} does not exist: create it (`createdb`) or fix the \
+                 URL's path",
+                config.get_dbname().unwrap_or_default()
+            ),
+            Some(code) if *code == SqlState::CANNOT_CONNECT_NOW => {
+                "the server is starting up or shutting down: try again".to_owned()
+            }
+            _ if describe(e).contains("refused") => {
+                "connection refused: is PostgreSQL running at that address?".to_owned()
+            }
+            _ if e.as_db_error().is_none() && describe(e).contains("password") => {
+                "the server asks for a password: put it in the URL \
+                 (postgres://user:password@host:port/database)"
+                    .to_owned()
+            }
+            _ => "the connection failed".to_owned(),
+        },
+        PgError::TimedOut { what, after } => format!(
+            "{what} took longer than {after:?}: is the host reachable, and the server not \
+             overloaded? (raise the builder's connect timeout for slow networks)"
+        ),
+        PgError::Unexpected(_) => "the connection failed".to_owned(),
+    };
+    LockError::Connect {
+        url: url.to_owned(),
+        reason: format!("{hint} ({error})"),
+        source: Some(Box::new(error)),
+    }
+}
+
 /// An acquisition's error: transient (retried while the request's `wait` lasts) or permanent.
 fn acquire_error(error: PgError) -> BoxError {
     Transient::wrap_if(error.is_transient(), error)
@@ -293,47 +339,7 @@ impl PostgresBackend {
 
     /// A connection-time failure as an error that says what to check.
     fn connect_error(&self, error: PgError) -> LockError {
-        let hint = match &error {
-            PgError::Driver(e) => match e.code() {
-                Some(code) if *code == SqlState::INVALID_PASSWORD => {
-                    "authentication failed: check the user and password in the URL \
-                     (postgres://user:password@host:port/database)"
-                        .to_owned()
-                }
-                Some(code) if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION => {
-                    "the server refuses this user from this host (see its pg_hba.conf), or the \
-                     user does not exist"
-                        .to_owned()
-                }
-                Some(code) if *code == SqlState::INVALID_CATALOG_NAME => format!(
-                    "the database {:?} does not exist: create it (`createdb`) or fix the \
-                     URL's path",
-                    self.config.get_dbname().unwrap_or_default()
-                ),
-                Some(code) if *code == SqlState::CANNOT_CONNECT_NOW => {
-                    "the server is starting up or shutting down: try again".to_owned()
-                }
-                _ if describe(e).contains("refused") => {
-                    "connection refused: is PostgreSQL running at that address?".to_owned()
-                }
-                _ if e.as_db_error().is_none() && describe(e).contains("password") => {
-                    "the server asks for a password: put it in the URL \
-                     (postgres://user:password@host:port/database)"
-                        .to_owned()
-                }
-                _ => "the connection failed".to_owned(),
-            },
-            PgError::TimedOut { what, after } => format!(
-                "{what} took longer than {after:?}: is the host reachable, and the server not \
-                 overloaded? (raise the builder's connect timeout for slow networks)"
-            ),
-            PgError::Unexpected(_) => "the connection failed".to_owned(),
-        };
-        LockError::Connect {
-            url: self.url.clone(),
-            reason: format!("{hint} ({error})"),
-            source: Some(Box::new(error)),
-        }
+        connect_error(&self.config, &self.url, error)
     }
 
     /// A failure while setting up the table or its statements: a connection problem, or a
