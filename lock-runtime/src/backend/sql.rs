@@ -165,12 +165,12 @@ impl SqlSettings {
                         value
                             .parse::<u64>()
                             .ok()
-                            .filter(|ms| (1..=86_400_000).contains(ms))
+                            .filter(|ms| (1..=604_800_000).contains(ms))
                             .map(Duration::from_millis)
                             .ok_or_else(|| {
                                 LockError::Config(format!(
                                     "`max_lease_ms={value}` in {shown}: expected the longest \
-                                     lease in milliseconds (1 to 86400000)"
+                                     lease in milliseconds (1 to 604800000, the longest lease: 7 days)"
                                 ))
                             })?,
                     )
