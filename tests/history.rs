@@ -348,6 +348,22 @@ async fn postgres_four_processes_never_overlap() {
     .await;
 }
 
+/// `mode=advisory`: 128 tasks of four processes, each waiting inside the server on a
+/// connection of its own (the 10 s lease for the reason above).
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_advisory_four_processes_never_overlap() {
+    let server = support::postgres::PostgresServer::start();
+    four_processes_during(
+        &format!("{}?mode=advisory", server.url()),
+        true,
+        false,
+        Duration::from_secs(10),
+        async {},
+    )
+    .await;
+}
+
 #[cfg(feature = "mysql")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_four_processes_never_overlap() {
@@ -751,6 +767,13 @@ async fn cluster_transfers_never_overlap() {
 async fn postgres_transfers_never_overlap() {
     let server = support::postgres::PostgresServer::start();
     transfers(&server.url_with_own_table(), true).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_advisory_transfers_never_overlap() {
+    let server = support::postgres::PostgresServer::start();
+    transfers(&format!("{}?mode=advisory", server.url()), true).await;
 }
 
 #[cfg(feature = "mysql")]

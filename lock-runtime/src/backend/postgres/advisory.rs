@@ -217,10 +217,13 @@ impl AdvisoryBackend {
                 source: None,
             });
         }
+        // Under a transaction-scoped advisory lock: concurrent `CREATE … IF NOT EXISTS` race.
         let create = format!(
-            "CREATE SEQUENCE IF NOT EXISTS {}; \
-             CREATE TABLE IF NOT EXISTS {} (started_at bigint PRIMARY KEY)",
-            backend.sequence, backend.starts
+            "BEGIN; SELECT pg_advisory_xact_lock(hashtext('distlock create {s}')); \
+             CREATE SEQUENCE IF NOT EXISTS {s}; \
+             CREATE TABLE IF NOT EXISTS {t} (started_at bigint PRIMARY KEY); COMMIT",
+            s = backend.sequence,
+            t = backend.starts
         );
         if backend.settings.create_table
             && let Err(error) = backend.query(&client, &create).await
@@ -228,9 +231,11 @@ impl AdvisoryBackend {
             return Err(LockError::Connect {
                 url: backend.url.clone(),
                 reason: format!(
-                    "cannot create the fencing sequence `{}` and the table `{}` ({error}): \
-                     create them once (`{create}`) and connect with `create_table=false`",
-                    backend.sequence, backend.starts
+                    "cannot create the fencing sequence `{s}` and the table `{t}` ({error}): \
+                     create them once (`CREATE SEQUENCE {s}; CREATE TABLE {t} (started_at \
+                     bigint PRIMARY KEY)`) and connect with `create_table=false`",
+                    s = backend.sequence,
+                    t = backend.starts
                 ),
                 source: Some(Box::new(error)),
             });
