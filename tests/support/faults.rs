@@ -11,8 +11,8 @@ use super::fixture::EtcdFixture;
 #[cfg(feature = "zookeeper")]
 use super::fixture::ZookeeperFixture;
 use super::fixture::{
-    ClusterFixture, Fixture, MysqlFixture, PostgresFixture, RedisFixture, RedlockFixture,
-    SentinelFixture,
+    AdvisoryFixture, ClusterFixture, Fixture, MysqlFixture, PostgresFixture, RedisFixture,
+    RedlockFixture, SentinelFixture,
 };
 
 /// The backends, in the order of RELIABILITY.md's columns.
@@ -23,6 +23,7 @@ pub enum Backend {
     Cluster,
     Sentinel,
     Postgres,
+    Advisory,
     Mysql,
     Zookeeper,
     Etcd,
@@ -30,12 +31,13 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub const ALL: [Backend; 9] = [
+    pub const ALL: [Backend; 10] = [
         Backend::Redis,
         Backend::Redlock,
         Backend::Cluster,
         Backend::Sentinel,
         Backend::Postgres,
+        Backend::Advisory,
         Backend::Mysql,
         Backend::Zookeeper,
         Backend::Etcd,
@@ -50,6 +52,7 @@ impl Backend {
             Backend::Cluster => ("Cluster", "cluster"),
             Backend::Sentinel => ("Sentinel", "sentinel"),
             Backend::Postgres => ("PostgreSQL", "postgres"),
+            Backend::Advisory => ("PostgreSQL advisory", "advisory"),
             Backend::Mysql => ("MariaDB", "mysql"),
             Backend::Zookeeper => ("ZooKeeper", "zookeeper"),
             Backend::Etcd => ("etcd", "etcd"),
@@ -136,8 +139,9 @@ impl Scenario {
                 "the server held the holder's token; the next grant comes no earlier than the \
                  expiry the server held at the kill (Redis, SQL: the TTL read just before, 2 ms \
                  tolerance; ZooKeeper, etcd: the lease less the 2/5 a heartbeat may be behind) \
-                 and within lease + 700 ms (ZooKeeper, etcd: + 3 s); its fencing token is \
-                 larger; the server holds the new owner",
+                 and within lease + 700 ms (ZooKeeper, etcd: + 3 s; PostgreSQL advisory: \
+                 freed at the kill, with the holder's connection, and granted within the same \
+                 bound); its fencing token is larger; the server holds the new owner",
             ),
             Scenario::PausedHolderIsFencedOff => (
                 "A holder process with fencing (lease 500 ms; ZooKeeper, etcd: 1 s) has written \
@@ -266,7 +270,16 @@ impl Scenario {
                 "cluster nodes announce their own addresses: a proxy in front of them would \
                  carry every client's traffic",
             ),
-            (ServerRestartsEmpty, b) if !b.is_redis() => Err(
+            (ServerRestartsWithItsData, Advisory) => Err(
+                "advisory locks live in the server's memory: a restart forgets them (row 5)",
+            ),
+            (ReaderKilled | PausedReaderLosesItsShare, Advisory) => {
+                Err("`mode=advisory` has no read locks yet")
+            }
+            (PermitHolderKilled | PausedPermitHolderLosesItsPermit, Advisory) => {
+                Err("`mode=advisory` has no semaphores yet")
+            }
+            (ServerRestartsEmpty, b) if !b.is_redis() && b != Advisory => Err(
                 "the server keeps its data: restarted empty it would be a new, empty \
                  deployment",
             ),
@@ -285,7 +298,7 @@ impl Scenario {
                 "failover of the master to a replica: `tests/sentinel.rs`, and the history \
                  checker across two failovers",
             ),
-            (LeaderThenMajorityLost, Redis | Postgres | Mysql) => {
+            (LeaderThenMajorityLost, Redis | Postgres | Advisory | Mysql) => {
                 Err("one server: no leader to elect, no majority to lose")
             }
             (ReaderKilled | PausedReaderLosesItsShare, Redlock) => Err("Redlock has no read locks"),
@@ -372,6 +385,12 @@ pub trait Faulty: Fixture + Sized {
     /// whole seconds; ZooKeeper's session timeout is checked per tick).
     fn short_lease(&self) -> Duration {
         Duration::from_secs(1)
+    }
+
+    /// Whether the server frees a lock as soon as its holder's process dies (its connection
+    /// closes: PostgreSQL's advisory locks), rather than when its lease runs out.
+    fn frees_when_the_holder_dies(&self) -> bool {
+        false
     }
 
     /// Whether waiters queue on the server (a try-once then finds a waiter ahead of it).
@@ -717,6 +736,33 @@ impl Faulty for PostgresFixture {
             .iter()
             .map(|verb| log.matches(&format!("{verb} \"{table}\" ")).count() as u64)
             .sum()
+    }
+}
+
+impl Faulty for AdvisoryFixture {
+    const BACKEND: Backend = Backend::Advisory;
+
+    fn shared() -> Self {
+        AdvisoryFixture::new()
+    }
+
+    fn own() -> Self {
+        AdvisoryFixture::own()
+    }
+
+    own_server_faults!(server);
+
+    fn frees_when_the_holder_dies(&self) -> bool {
+        true
+    }
+
+    fn queues_waiters(&self) -> bool {
+        true
+    }
+
+    /// The statements of distlock's holds (each carries its comment), in the server's log.
+    async fn writes(&self) -> u64 {
+        self.server.log().matches("/* distlock ").count() as u64
     }
 }
 

@@ -781,22 +781,29 @@ impl Fixture for PostgresFixture {
 pub struct AdvisoryFixture {
     pub server: Server<PostgresServer>,
     database: String,
+    /// The URL's `max_lease_ms`: how long a restarted server grants nothing.
+    max_lease_ms: u64,
     client: tokio::sync::Mutex<Option<std::sync::Arc<tokio_postgres::Client>>>,
     /// The connections holding the locks `overwrite` took.
     others: tokio::sync::Mutex<Vec<tokio_postgres::Client>>,
 }
 
 impl AdvisoryFixture {
+    /// Any lease the suites ask for, up to the longest (7 days): the restart guard waits that
+    /// long only after a restart of a server that granted locks, and this one never restarts.
     pub fn new() -> AdvisoryFixture {
-        AdvisoryFixture::on(Server::Shared(PostgresServer::shared()))
+        AdvisoryFixture::on(Server::Shared(PostgresServer::shared()), 604_800_000)
     }
 
-    /// On a server of this test's own.
+    /// On a server of this test's own that logs every statement (so a test can count them),
+    /// which a fault may restart: leases up to 3 s, so a restarted server grants again 3 s
+    /// after it started.
     pub fn own() -> AdvisoryFixture {
-        AdvisoryFixture::on(Server::Own(PostgresServer::start()))
+        let server = PostgresServer::start_with(&["-c", "log_statement=all"]);
+        AdvisoryFixture::on(Server::Own(server), 3_000)
     }
 
-    fn on(server: Server<PostgresServer>) -> AdvisoryFixture {
+    fn on(server: Server<PostgresServer>, max_lease_ms: u64) -> AdvisoryFixture {
         let database = unique("advisory").replace('-', "_");
         let url = server.url();
         let create = format!("CREATE DATABASE {database}");
@@ -819,6 +826,7 @@ impl AdvisoryFixture {
         AdvisoryFixture {
             server,
             database,
+            max_lease_ms,
             client: tokio::sync::Mutex::new(None),
             others: tokio::sync::Mutex::new(Vec::new()),
         }
@@ -876,12 +884,17 @@ impl AdvisoryFixture {
 }
 
 impl Fixture for AdvisoryFixture {
+    /// The default lease fits in `max_lease_ms`.
+    fn builder(&self) -> LockClientBuilder {
+        let longest = Duration::from_millis(self.max_lease_ms);
+        LockClient::builder(self.url()).default_lease(longest.min(Duration::from_secs(30)))
+    }
+
     fn url(&self) -> String {
-        // Any lease the suite asks for, up to the longest (the restart guard waits that long
-        // only after a restart of a server that granted locks; these servers are fresh).
         format!(
-            "{}?mode=advisory&max_lease_ms=604800000",
-            self.server.url_for(&self.database)
+            "{}?mode=advisory&max_lease_ms={}",
+            self.server.url_for(&self.database),
+            self.max_lease_ms
         )
     }
 

@@ -620,7 +620,7 @@ impl Backend for AdvisoryBackend {
                         {
                             Ok(Released::NotOurs)
                         }
-                        Err(_) => Ok(Released::Ambiguous { alive_until: None }),
+                        Err(error) => self.after_failed_release(hold, error).await,
                     }
                 }
                 State::Waiting => {
@@ -667,7 +667,7 @@ impl Backend for AdvisoryBackend {
         Box::pin(async move {
             let key = advisory_key(name);
             let mut found = self.held(Some(key)).await?;
-            Ok(found.pop())
+            Ok(found.pop().map(|(_, entry)| entry))
         })
     }
 
@@ -682,6 +682,7 @@ impl Backend for AdvisoryBackend {
                 .held(None)
                 .await?
                 .into_iter()
+                .map(|(_, entry)| entry)
                 .filter(|e| {
                     e.name
                         .strip_prefix(prefix)
@@ -700,7 +701,7 @@ impl Backend for AdvisoryBackend {
     ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
             let key = advisory_key(name);
-            let Some(entry) = self.held(Some(key)).await?.pop() else {
+            let Some((_, entry)) = self.held(Some(key)).await?.pop() else {
                 return Ok(None);
             };
             let client = self.connection().await?;
@@ -740,7 +741,40 @@ fn lock_match(key: i64) -> String {
 impl AdvisoryBackend {
     /// The locks distlock holds on this database (only `key`'s if given), from `pg_locks` and
     /// the holders' comments in `pg_stat_activity`.
-    async fn held(&self, key: Option<i64>) -> Result<Vec<Entry>, BoxError> {
+    /// A release whose unlock failed (no answer, a broken connection): its connection is
+    /// dropped. Asked on another connection: if the session still holds the lock, it is ended
+    /// (`pg_terminate_backend`) — released; if not, the unlock or the session's end freed it —
+    /// ambiguous, as a retried release is; if the server cannot be asked, the release failed.
+    async fn after_failed_release(
+        &self,
+        hold: Hold<'_>,
+        error: PgError,
+    ) -> Result<Released, BoxError> {
+        let check = async {
+            let held = self.held(Some(advisory_key(hold.name))).await?;
+            let ours = held
+                .iter()
+                .find(|(_, entry)| entry.token.as_deref() == Some(hold.token));
+            let Some((pid, _)) = ours else {
+                return Ok::<_, BoxError>(Released::Ambiguous { alive_until: None });
+            };
+            let client = self.connection().await?;
+            self.query(&client, &format!("SELECT pg_terminate_backend({pid})"))
+                .await?;
+            self.give_back_connection(client);
+            Ok(Released::Deleted)
+        };
+        check.await.map_err(|checking| {
+            format!(
+                "the release got no answer ({error}), and the server could not be asked \
+                 whether the lock is still held ({checking})"
+            )
+            .into()
+        })
+    }
+
+    /// Each with the server process (`pid`) of its holder's session.
+    async fn held(&self, key: Option<i64>) -> Result<Vec<(i32, Entry)>, BoxError> {
         let condition = match key {
             Some(key) => lock_match(key),
             None => "l.locktype = 'advisory' AND l.objsubid = 1 AND l.database = \
@@ -749,7 +783,7 @@ impl AdvisoryBackend {
         };
         let text = format!(
             "SELECT a.query, a.state, \
-             (extract(epoch FROM clock_timestamp() - a.state_change) * 1000)::bigint \
+             (extract(epoch FROM clock_timestamp() - a.state_change) * 1000)::bigint, a.pid \
              FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
              WHERE {condition} AND l.granted"
         );
@@ -778,7 +812,8 @@ impl AdvisoryBackend {
             } else {
                 lease
             };
-            entries.push(Entry {
+            let pid = row.get(3).and_then(|v| v.parse().ok()).unwrap_or(0);
+            entries.push((pid, Entry {
                 name,
                 token: Some(token),
                 holder: None,
@@ -787,7 +822,7 @@ impl AdvisoryBackend {
                 waiters: None,
                 readers: Vec::new(),
                 permits: None,
-            });
+            }));
         }
         Ok(entries)
     }
