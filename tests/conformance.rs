@@ -14,10 +14,10 @@ use distlock::{LockClient, LockError};
 use support::fixture::EtcdFixture;
 #[cfg(feature = "mysql")]
 use support::fixture::MysqlFixture;
-#[cfg(feature = "postgres")]
-use support::fixture::{AdvisoryFixture, PostgresFixture};
 #[cfg(feature = "zookeeper")]
 use support::fixture::ZookeeperFixture;
+#[cfg(feature = "postgres")]
+use support::fixture::{AdvisoryFixture, PostgresFixture};
 use support::fixture::{
     ClusterFixture, Fixture, MemoryFixture, RedisFixture, RedlockFixture, SentinelFixture,
 };

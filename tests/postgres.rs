@@ -6,7 +6,11 @@
 //!   the rows), and the DDL the README prints;
 //! - renewals of many locks batched into one statement per tick (counted in the server's log);
 //! - bad input: a wrong password, a missing database, a table of the wrong shape, a missing
-//!   table with `create_table=false`, an unreachable server.
+//!   table with `create_table=false`, an unreachable server;
+//! - `mode=advisory`: the lock is the server's advisory lock on the name's hash (a program that
+//!   locks it by hand is excluded, and excludes), waiters wait inside the server without
+//!   polling, a restarted server grants nothing for `max_lease_ms`, and what the mode cannot do
+//!   is refused naming the cause.
 #![cfg(feature = "postgres")]
 
 mod support;
@@ -146,4 +150,228 @@ async fn a_release_notifies_only_when_someone_waits() {
         .expect("the contended release notified")
         .unwrap();
     assert_eq!(first, "lock:shared", "an uncontended release notified");
+}
+
+// ---------------------------------------------------------------------------------------------
+// `mode=advisory`: PostgreSQL's advisory locks.
+
+mod advisory {
+    use std::time::{Duration, Instant};
+
+    use distlock::{LockClient, LockError};
+
+    use super::support::fixture::{AdvisoryFixture, Fixture};
+    use super::support::postgres::PostgresServer;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// The lock is `pg_advisory_lock(advisory_key(name))`: a program that locks the same key by
+    /// hand excludes distlock, and distlock excludes it; the holder's session is idle with
+    /// `idle_session_timeout` = the lease.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_lock_is_the_servers_advisory_lock_on_the_names_hash() {
+        let fixture = AdvisoryFixture::new();
+        let client = fixture.client().await;
+        let key = distlock::admin::advisory_key("lock:interop");
+        let other = fixture.sql().await;
+        let taken: bool = other
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(taken);
+        assert!(
+            client
+                .lock("interop")
+                .try_acquire()
+                .await
+                .unwrap()
+                .is_none(),
+            "a lock taken by hand on the same key excludes distlock"
+        );
+        let _: bool = other
+            .query_one("SELECT pg_advisory_unlock($1)", &[&key])
+            .await
+            .unwrap()
+            .get(0);
+        let guard = client
+            .lock("interop")
+            .lease(ms(4_000))
+            .acquire()
+            .await
+            .unwrap();
+        let again: bool = other
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(
+            !again,
+            "distlock's lock excludes a program that locks by hand"
+        );
+        let (_, lease, token, _) = fixture.held("lock:interop").await.expect("held");
+        assert_eq!(lease, ms(4_000));
+        assert_eq!(token, distlock::__private::testing::owner_token(&guard));
+        guard.release().await.unwrap();
+        assert_eq!(fixture.held("lock:interop").await, None);
+    }
+
+    /// A waiter waits inside the server: after its try and its one blocking request it sends
+    /// nothing until the release, then one statement that dates its grant (counted in the
+    /// server's statement log by its owner token).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_waits_in_the_server_without_polling() {
+        let fixture = AdvisoryFixture::own();
+        let (holder, waiter) = (fixture.client().await, fixture.client().await);
+        let guard = holder
+            .lock("queue")
+            .lease(ms(3_000))
+            .acquire()
+            .await
+            .unwrap();
+        let waiting = tokio::spawn(async move {
+            let guard = waiter
+                .lock("queue")
+                .lease(ms(3_000))
+                .wait(ms(20_000))
+                .acquire()
+                .await;
+            (guard, Instant::now())
+        });
+        tokio::time::sleep(ms(2_000)).await;
+        let log = fixture.server.log();
+        let mine = distlock::__private::testing::owner_token(&guard).to_owned();
+        let theirs: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains("/* distlock ") && !line.contains(&mine))
+            .collect();
+        assert_eq!(
+            theirs.len(),
+            2,
+            "the waiter's try and its blocking request, nothing in 2 s of waiting: {theirs:#?}"
+        );
+        assert!(theirs[1].contains("pg_advisory_lock("), "{theirs:#?}");
+        let released_at = Instant::now();
+        guard.release().await.unwrap();
+        let (granted, at) = waiting.await.unwrap();
+        let granted = granted.unwrap();
+        assert!(
+            at - released_at < ms(1_000),
+            "granted {:?} after the release",
+            at - released_at
+        );
+        let token = distlock::__private::testing::owner_token(&granted).to_owned();
+        assert_eq!(fixture.holder("lock:queue").await, Some(token));
+        granted.release().await.unwrap();
+    }
+
+    /// A restarted server whose earlier run granted locks grants none until it has been up
+    /// `max_lease_ms` (a paused holder of the earlier run may still count itself a holder);
+    /// the incarnation is on record in `<table>_advisory_starts`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_restarted_server_grants_nothing_for_max_lease() {
+        let mut server = PostgresServer::start();
+        let url = format!("{}?mode=advisory&max_lease_ms=3000", server.url());
+        let client = LockClient::builder(url.as_str())
+            .default_lease(ms(3_000))
+            .build()
+            .await
+            .unwrap();
+        // A fresh server grants at once.
+        let guard = client.lock("guarded").try_acquire().await.unwrap();
+        guard
+            .expect("a fresh server grants at once")
+            .release()
+            .await
+            .unwrap();
+        server.kill();
+        server.restart();
+        let restarted = Instant::now();
+        let refused = client.lock("guarded").try_acquire().await;
+        assert!(
+            matches!(refused, Ok(None)),
+            "granted {:?} after the restart: {refused:?}",
+            restarted.elapsed()
+        );
+        let guard = client
+            .lock("guarded")
+            .wait(ms(10_000))
+            .acquire()
+            .await
+            .unwrap();
+        let after = restarted.elapsed();
+        assert!(after >= ms(2_500), "granted {after:?} after the restart");
+        assert!(
+            after < ms(6_000),
+            "granted only {after:?} after the restart"
+        );
+        guard.release().await.unwrap();
+        let (sql, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let runs: i64 = sql
+            .query_one("SELECT count(*) FROM distlock_locks_advisory_starts", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(
+            runs, 1,
+            "the runs before this one are forgotten once it passed the guard"
+        );
+    }
+
+    /// What the mode cannot do fails before anything is taken, naming the key and the cause:
+    /// a lease over `max_lease_ms`, read locks, semaphores, `min_hold`; and bad URL options.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn what_it_cannot_do_is_refused_naming_the_cause() {
+        let fixture = AdvisoryFixture::new();
+        let url = format!("{}?mode=advisory&max_lease_ms=5000", fixture.server.url());
+        let client = LockClient::builder(url.as_str())
+            .default_lease(ms(5_000))
+            .build()
+            .await
+            .unwrap();
+        let expect_config =
+            |result: Result<distlock::LockGuard, LockError>, says: &[&str]| match result {
+                Err(LockError::Config(message)) => {
+                    for word in says {
+                        assert!(message.contains(word), "{message} (wanted {word:?})");
+                    }
+                }
+                other => panic!("expected a Config error, got {other:?}"),
+            };
+        expect_config(
+            client.lock("long").lease(ms(6_000)).acquire().await,
+            &["`long`", "max_lease_ms", "6s"],
+        );
+        expect_config(
+            client.lock("shared").read().acquire().await,
+            &["`shared`", "read lock"],
+        );
+        expect_config(
+            client.semaphore("permits", 2).acquire().await,
+            &["`permits`", "semaphore"],
+        );
+        expect_config(
+            client.lock("held").min_hold(ms(1_000)).acquire().await,
+            &["`held`", "min_hold", "advisory"],
+        );
+        for name in ["long", "shared", "permits", "held"] {
+            assert_eq!(fixture.held(&format!("lock:{name}")).await, None, "{name}");
+        }
+        for (query, says) in [
+            ("mode=rows", "`mode=rows`"),
+            ("max_lease_ms=5000", "applies to `mode=advisory` only"),
+            ("mode=advisory&max_lease_ms=0", "`max_lease_ms=0`"),
+        ] {
+            let url = format!("{}?{query}", fixture.server.url());
+            match LockClient::connect(&url).await {
+                Err(LockError::Config(message)) => assert!(message.contains(says), "{message}"),
+                other => panic!("{query}: {other:?}"),
+            }
+        }
+    }
 }

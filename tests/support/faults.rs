@@ -270,9 +270,9 @@ impl Scenario {
                 "cluster nodes announce their own addresses: a proxy in front of them would \
                  carry every client's traffic",
             ),
-            (ServerRestartsWithItsData, Advisory) => Err(
-                "advisory locks live in the server's memory: a restart forgets them (row 5)",
-            ),
+            (ServerRestartsWithItsData, Advisory) => {
+                Err("advisory locks live in the server's memory: a restart forgets them (row 5)")
+            }
             (ReaderKilled | PausedReaderLosesItsShare, Advisory) => {
                 Err("`mode=advisory` has no read locks yet")
             }

@@ -818,7 +818,10 @@ impl AdvisoryFixture {
                     .await
                     .expect("connect to the test postgres");
                 tokio::spawn(connection);
-                client.batch_execute(&create).await.expect("create database");
+                client
+                    .batch_execute(&create)
+                    .await
+                    .expect("create database");
             })
         })
         .join()

@@ -813,16 +813,19 @@ impl AdvisoryBackend {
                 lease
             };
             let pid = row.get(3).and_then(|v| v.parse().ok()).unwrap_or(0);
-            entries.push((pid, Entry {
-                name,
-                token: Some(token),
-                holder: None,
-                ttl: Some(ttl),
-                fencing_token: fence,
-                waiters: None,
-                readers: Vec::new(),
-                permits: None,
-            }));
+            entries.push((
+                pid,
+                Entry {
+                    name,
+                    token: Some(token),
+                    holder: None,
+                    ttl: Some(ttl),
+                    fencing_token: fence,
+                    waiters: None,
+                    readers: Vec::new(),
+                    permits: None,
+                },
+            ));
         }
         Ok(entries)
     }
