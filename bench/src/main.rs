@@ -18,6 +18,8 @@
 //! 7. PostgreSQL (a server of its own, `initdb` + `postgres`): uncontended lock + release vs the
 //!    two raw statements of a lock table, 64-task throughput vs raw pairs on as many
 //!    connections, and handoff between four clients (`bench/src/sql.rs`);
+//!    Row 7b: distlock's `mode=advisory` beside the same peer (the distributed-lock crate) and
+//!    raw advisory locks, and its handoff between four clients.
 //! 8. MariaDB (`mariadb-install-db` + `mariadbd`): the same rows.
 //! 9. ZooKeeper (a standalone server of its own): uncontended lock + release vs a raw create +
 //!    delete of an ephemeral node on the same server, 64-task throughput vs raw pairs on one
@@ -293,6 +295,28 @@ async fn pg_rows(report: &mut Report) -> Result<(), Error> {
         &peer,
         &floor,
         "advisory",
+        true,
+    )
+    .await?;
+    // distlock's own advisory-lock mode beside the same peer and floor, and its handoff.
+    let advisory_url = format!("{pg_url}?mode=advisory");
+    let o = sql::beside_peer(
+        report,
+        "7b. postgres mode=advisory",
+        "postgres_advisory",
+        &advisory_url,
+        &peer,
+        &floor,
+        "advisory",
+        false,
+    )
+    .await?;
+    sql::handoff_row(
+        report,
+        "7b. postgres mode=advisory",
+        "postgres_advisory",
+        &advisory_url,
+        o,
     )
     .await
 }
@@ -320,8 +344,10 @@ async fn mariadb_rows(report: &mut Report) -> Result<(), Error> {
         &peer,
         &floor,
         "GET_LOCK",
+        true,
     )
     .await
+    .map(drop)
 }
 
 /// Row 9: a ZooKeeper server of the bench's own.

@@ -305,7 +305,8 @@ pub async fn distributed_lock(crate_name: &'static str, url: &str) -> Result<Lin
 
 /// distlock beside a peer library and a raw floor of the peer's own design (rows 7 and 8):
 /// uncontended (fresh keys, one reused key) and 64-task throughput against each, then the
-/// peer's handoff between clients.
+/// peer's handoff between clients (if `peer_handoff`). Returns distlock's µs of an uncontended
+/// lock + release on fresh keys.
 pub async fn beside_peer(
     report: &mut Report,
     label: &str,
@@ -314,7 +315,8 @@ pub async fn beside_peer(
     peer: &LinePeer,
     floor: &impl RawPair,
     floor_name: &str,
-) -> Result<(), Error> {
+    peer_handoff: bool,
+) -> Result<f64, Error> {
     let client = LockClient::builder(url).build().await?;
     for i in 0..300 {
         lock_release(&client, format!("warm:{i}")).await?;
@@ -329,7 +331,7 @@ pub async fn beside_peer(
         peer.name(),
     )
     .await?;
-    against(
+    let fresh = against(
         report,
         &format!("{label} vs {floor_name}"),
         &format!("{key}_floor"),
@@ -338,6 +340,9 @@ pub async fn beside_peer(
         floor_name,
     )
     .await?;
+    if !peer_handoff {
+        return Ok(fresh);
+    }
     let (rate, p50, p99) = peer.handoff("handoff", Duration::from_secs(3)).await?;
     report.row(
         &format!("{label}: {} handoff, 4 clients × 4 tasks", peer.name()),
@@ -348,7 +353,7 @@ pub async fn beside_peer(
     report.field(&format!("{key}_peer_handoffs_per_s"), rate);
     report.field(&format!("{key}_peer_handoff_p50_us"), p50);
     report.field(&format!("{key}_peer_handoff_p99_us"), p99);
-    Ok(())
+    Ok(fresh)
 }
 
 /// Another kind than the plain lock, for [`kind_row`].
@@ -666,9 +671,19 @@ pub async fn rows(
     }
 
     let o = against(report, label, key, &client, &raw, "raw").await?;
+    handoff_row(report, label, key, url, o).await
+}
 
-    // Handoff between 4 clients (separate owners, each with its own connections and listener),
-    // 4 tasks each, one key, for 3 s: the time from a release to the next grant.
+/// Handoff between 4 clients (separate owners, each with its own connections and listener),
+/// 4 tasks each, one key, for 3 s: the time from a release to the next grant, against `o`, the
+/// µs of an uncontended lock + release.
+pub async fn handoff_row(
+    report: &mut Report,
+    label: &str,
+    key: &str,
+    url: &str,
+    o: f64,
+) -> Result<(), Error> {
     let mut tasks = Vec::new();
     for c in 0..4 {
         let client = LockClient::builder(url).build().await?;
