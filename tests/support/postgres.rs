@@ -297,6 +297,7 @@ impl Drop for PostgresServer {
             let _ = child.wait();
         }
         if self.owned {
+            super::unprivileged::kill_processes_in(&self.dir);
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }

@@ -13,6 +13,7 @@ static AT_EXIT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 pub fn remove_at_exit(dir: PathBuf) {
     extern "C" fn remove_all() {
         for dir in AT_EXIT.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            kill_processes_in(dir);
             let _ = std::fs::remove_dir_all(dir);
         }
     }
@@ -22,6 +23,30 @@ pub fn remove_at_exit(dir: PathBuf) {
         unsafe { libc::atexit(remove_all) };
     }
     dirs.push(dir);
+}
+
+/// SIGKILLs every process whose working directory is inside `dir` — a server's processes
+/// (PostgreSQL's run in their data directory) — before `dir` is removed. At exit the server is
+/// still running (it dies by its parent-death signal only after): a PostgreSQL background
+/// writer whose files vanish retries its writes forever instead of noticing that its
+/// postmaster died, a busy process left behind.
+pub fn kill_processes_in(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir)) {
+            // SAFETY: signalling a process by pid.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
 }
 
 /// Runs `command` as `nobody` when we are root.
