@@ -306,18 +306,8 @@ impl Drop for PostgresServer {
 /// The processes whose parent is `parent` (a postmaster's backends).
 fn children_of(parent: libc::pid_t) -> Vec<libc::pid_t> {
     let mut children = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return children;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+    for (pid, dir) in super::unprivileged::processes() {
+        let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
         // `pid (comm) state ppid …`; comm may hold spaces, so split after the last `)`.
         let ppid = stat
             .rsplit_once(')')

@@ -31,22 +31,24 @@ pub fn remove_at_exit(dir: PathBuf) {
 /// writer whose files vanish retries its writes forever instead of noticing that its
 /// postmaster died, a busy process left behind.
 pub fn kill_processes_in(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if std::fs::read_link(entry.path().join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir)) {
+    for (pid, proc_dir) in processes() {
+        if std::fs::read_link(proc_dir.join("cwd")).is_ok_and(|cwd| cwd.starts_with(dir)) {
             // SAFETY: signalling a process by pid.
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }
     }
+}
+
+/// Every process of this machine: its pid and its `/proc/<pid>` directory.
+pub fn processes() -> impl Iterator<Item = (libc::pid_t, PathBuf)> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse().ok()?;
+            Some((pid, entry.path()))
+        })
 }
 
 /// Runs `command` as `nobody` when we are root.

@@ -37,10 +37,9 @@ use std::time::Duration;
 
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
-use super::{PgError, RawConnection, acquire_error, connect_error, describe};
+use super::{PgError, RawConnection, acquire_error, connect_error, describe, driver_config};
 use crate::admin::{Entry, advisory_key};
 use crate::backend::sql::{SqlSettings, millis};
-use crate::backend::url::redact_url;
 use crate::backend::{Attempt, Backend, Hold, Kind, LockSpec, Refused, Released, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -174,14 +173,7 @@ impl AdvisoryBackend {
         settings: SqlSettings,
         max_lease: Duration,
     ) -> Result<Arc<AdvisoryBackend>, LockError> {
-        let shown = redact_url(driver_url);
-        let mut config: tokio_postgres::Config = driver_url
-            .parse()
-            .map_err(|e| LockError::Config(format!("invalid PostgreSQL URL {shown}: {e}")))?;
-        config.connect_timeout(settings.connect_timeout);
-        if config.get_application_name().is_none() {
-            config.application_name("distlock");
-        }
+        let (mut config, shown) = driver_config(driver_url, &settings)?;
         // A waiter blocked in the server notices a vanished client within a second.
         config.options("-c client_connection_check_interval=1000");
         let backend = Arc::new(AdvisoryBackend {

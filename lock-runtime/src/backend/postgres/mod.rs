@@ -187,6 +187,23 @@ fn describe(error: &tokio_postgres::Error) -> String {
     }
 }
 
+/// The driver's configuration from `driver_url` (its password-free form for messages): the
+/// connect timeout set, `application_name` = `distlock` unless the URL names one.
+fn driver_config(
+    driver_url: &str,
+    settings: &SqlSettings,
+) -> Result<(tokio_postgres::Config, String), LockError> {
+    let shown = redact_url(driver_url);
+    let mut config: tokio_postgres::Config = driver_url
+        .parse()
+        .map_err(|e| LockError::Config(format!("invalid PostgreSQL URL {shown}: {e}")))?;
+    config.connect_timeout(settings.connect_timeout);
+    if config.get_application_name().is_none() {
+        config.application_name("distlock");
+    }
+    Ok((config, shown))
+}
+
 /// A connection-time failure to `url` as an error that says what to check.
 fn connect_error(config: &tokio_postgres::Config, url: &str, error: PgError) -> LockError {
     let hint = match &error {
@@ -244,14 +261,7 @@ impl PostgresBackend {
         driver_url: &str,
         settings: SqlSettings,
     ) -> Result<Arc<PostgresBackend>, LockError> {
-        let shown = redact_url(driver_url);
-        let mut config: tokio_postgres::Config = driver_url
-            .parse()
-            .map_err(|e| LockError::Config(format!("invalid PostgreSQL URL {shown}: {e}")))?;
-        config.connect_timeout(settings.connect_timeout);
-        if config.get_application_name().is_none() {
-            config.application_name("distlock");
-        }
+        let (config, shown) = driver_config(driver_url, &settings)?;
         let sql = Sql::new(&settings);
         let backend = Arc::new(PostgresBackend {
             config,
