@@ -10,10 +10,12 @@
 //!   counts its lease from the moment it sent its last answered statement, which is before the
 //!   server's idle clock started, so the holder always gives up first.
 //! - **A server restart** forgets every advisory lock while their holders may still count
-//!   themselves holders: no lock is granted until the server has been up `max_lease_ms`
-//!   (default 60 s), and no lease longer than that is accepted. A failover to a standby looks
-//!   like a restart the guard cannot see (the standby's postmaster is older): use the lock
-//!   table where a failover may happen.
+//!   themselves holders. Each server start is recorded in `<table>_advisory_starts` before it
+//!   grants its first lock (durably); a server whose earlier start granted locks grants none
+//!   until it has been up `max_lease_ms` (default 60 s), and no lease longer than that is
+//!   accepted. A fresh server waits for nothing. A failover to a standby looks like a restart
+//!   the guard cannot see (the standby's postmaster is older): use the lock table where a
+//!   failover may happen.
 //! - **Waiting** happens inside the server: a waiter whose first try found the lock busy sends
 //!   the blocking `pg_advisory_lock(k)` on its connection, and the server grants in arrival
 //!   order (a fair lock, without polling); the grant is dated by one more statement, from
