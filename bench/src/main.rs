@@ -295,9 +295,9 @@ async fn pg_rows(report: &mut Report) -> Result<(), Error> {
         &peer,
         &floor,
         "advisory",
-        true,
     )
     .await?;
+    sql::peer_handoff_row(report, "7. postgres", "postgres", &peer).await?;
     // distlock's own advisory-lock mode beside the same peer and floor, and its handoff.
     let advisory_url = format!("{pg_url}?mode=advisory");
     let o = sql::beside_peer(
@@ -308,7 +308,6 @@ async fn pg_rows(report: &mut Report) -> Result<(), Error> {
         &peer,
         &floor,
         "advisory",
-        false,
     )
     .await?;
     sql::handoff_row(
@@ -344,10 +343,9 @@ async fn mariadb_rows(report: &mut Report) -> Result<(), Error> {
         &peer,
         &floor,
         "GET_LOCK",
-        true,
     )
-    .await
-    .map(drop)
+    .await?;
+    sql::peer_handoff_row(report, "8. mariadb", "mariadb", &peer).await
 }
 
 /// Row 9: a ZooKeeper server of the bench's own.

@@ -304,9 +304,8 @@ pub async fn distributed_lock(crate_name: &'static str, url: &str) -> Result<Lin
 }
 
 /// distlock beside a peer library and a raw floor of the peer's own design (rows 7 and 8):
-/// uncontended (fresh keys, one reused key) and 64-task throughput against each, then the
-/// peer's handoff between clients (if `peer_handoff`). Returns distlock's µs of an uncontended
-/// lock + release on fresh keys.
+/// uncontended (fresh keys, one reused key) and 64-task throughput against each. Returns
+/// distlock's µs of an uncontended lock + release on fresh keys.
 pub async fn beside_peer(
     report: &mut Report,
     label: &str,
@@ -315,7 +314,6 @@ pub async fn beside_peer(
     peer: &LinePeer,
     floor: &impl RawPair,
     floor_name: &str,
-    peer_handoff: bool,
 ) -> Result<f64, Error> {
     let client = LockClient::builder(url).build().await?;
     for i in 0..300 {
@@ -340,9 +338,16 @@ pub async fn beside_peer(
         floor_name,
     )
     .await?;
-    if !peer_handoff {
-        return Ok(fresh);
-    }
+    Ok(fresh)
+}
+
+/// The peer's handoff between clients (rows 7 and 8), beside distlock's.
+pub async fn peer_handoff_row(
+    report: &mut Report,
+    label: &str,
+    key: &str,
+    peer: &LinePeer,
+) -> Result<(), Error> {
     let (rate, p50, p99) = peer.handoff("handoff", Duration::from_secs(3)).await?;
     report.row(
         &format!("{label}: {} handoff, 4 clients × 4 tasks", peer.name()),
@@ -353,7 +358,7 @@ pub async fn beside_peer(
     report.field(&format!("{key}_peer_handoffs_per_s"), rate);
     report.field(&format!("{key}_peer_handoff_p50_us"), p50);
     report.field(&format!("{key}_peer_handoff_p99_us"), p99);
-    Ok(fresh)
+    Ok(())
 }
 
 /// Another kind than the plain lock, for [`kind_row`].

@@ -423,6 +423,12 @@ impl AdvisoryBackend {
                     *self.safe.lock().unwrap_or_else(|p| p.into_inner()) = None;
                     continue;
                 }
+                fence if fence < 0 => {
+                    // Not an answer this statement gives: the connection's state is unknown.
+                    return Err(Box::new(PgError::Unexpected(format!(
+                        "the advisory lock attempt answered {fence}"
+                    ))));
+                }
                 fence => {
                     let fence = spec.fencing.then_some(fence as u64);
                     if spec.fencing {
