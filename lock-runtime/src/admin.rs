@@ -142,7 +142,7 @@ pub(crate) fn unsupported<T>(why: impl Into<String>) -> Result<T, BoxError> {
 /// so another program can take or watch the same lock: the 64-bit FNV-1a hash of its bytes.
 ///
 /// ```
-/// assert_eq!(distlock::admin::advisory_key("a") as u64, 0xaf63_dc4c_8601_ec8c);
+/// assert_eq!(lock_runtime::admin::advisory_key("a") as u64, 0xaf63_dc4c_8601_ec8c);
 /// ```
 pub fn advisory_key(name: &str) -> i64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
