@@ -266,15 +266,32 @@ impl AdvisoryBackend {
 
     /// Runs `text` as one simple query, bounded by the response timeout; the first value.
     async fn query(&self, client: &Client, text: &str) -> Result<String, PgError> {
+        let messages = self
+            .simple(client, text, "the advisory-lock statement")
+            .await?;
+        Ok(first_value(&messages, 0).unwrap_or_default())
+    }
+
+    /// Runs `text` as one simple query, bounded by the response timeout: its answer.
+    async fn simple(
+        &self,
+        client: &Client,
+        text: &str,
+        what: &'static str,
+    ) -> Result<Vec<SimpleQueryMessage>, PgError> {
         let limit = self.settings.response_timeout;
         match tokio::time::timeout(limit, client.simple_query(text)).await {
-            Ok(Ok(messages)) => Ok(first_value(&messages, 0).unwrap_or_default()),
-            Ok(Err(error)) => Err(error.into()),
-            Err(_) => Err(PgError::TimedOut {
-                what: "the advisory-lock statement",
-                after: limit,
-            }),
+            Ok(answer) => Ok(answer?),
+            Err(_) => Err(PgError::TimedOut { what, after: limit }),
         }
+    }
+
+    /// Runs `text` on an idle (or new) connection, which goes back afterwards: its first value.
+    async fn query_once(&self, text: &str) -> Result<String, PgError> {
+        let client = self.connection().await?;
+        let value = self.query(&client, text).await?;
+        self.give_back_connection(client);
+        Ok(value)
     }
 
     /// An idle connection, or a new one.
@@ -337,17 +354,10 @@ impl AdvisoryBackend {
              me.started_at) FROM me",
             t = self.starts
         );
-        let limit = self.settings.response_timeout;
-        let messages = match tokio::time::timeout(limit, client.simple_query(&text)).await {
-            Ok(Ok(messages)) => messages,
-            Ok(Err(error)) => return Err(acquire_error(error.into())),
-            Err(_) => {
-                return Err(acquire_error(PgError::TimedOut {
-                    what: "the restart guard",
-                    after: limit,
-                }));
-            }
-        };
+        let messages = self
+            .simple(client, &text, "the restart guard")
+            .await
+            .map_err(acquire_error)?;
         let field = |i| first_value(&messages, i).unwrap_or_default();
         let started: i64 = field(0)
             .parse()
@@ -395,18 +405,10 @@ impl AdvisoryBackend {
                 note = note(spec, None),
             );
             session.set(State::InFlight);
-            let limit = self.settings.response_timeout;
-            let messages =
-                match tokio::time::timeout(limit, session.client.simple_query(&text)).await {
-                    Ok(Ok(messages)) => messages,
-                    Ok(Err(error)) => return Err(acquire_error(error.into())),
-                    Err(_) => {
-                        return Err(acquire_error(PgError::TimedOut {
-                            what: "the advisory lock attempt",
-                            after: limit,
-                        }));
-                    }
-                };
+            let messages = self
+                .simple(&session.client, &text, "the advisory lock attempt")
+                .await
+                .map_err(acquire_error)?;
             let value: i64 = first_value(&messages, 0)
                 .and_then(|v| v.parse().ok())
                 .ok_or_else(|| {
@@ -591,13 +593,14 @@ impl Backend for AdvisoryBackend {
             let Some(session) = session else {
                 return Ok(Released::NotOurs);
             };
-            match session.state() {
+            let state = session.state();
+            match state {
                 State::Idle | State::Contended => {
                     self.give_back_connection(session.client.clone());
                     Ok(Released::NotOurs)
                 }
                 State::Held(_) | State::Granted(_) => {
-                    let held = matches!(session.state(), State::Held(_));
+                    let held = matches!(state, State::Held(_));
                     let text = format!(
                         "SELECT pg_advisory_unlock({}), \
                          set_config('idle_session_timeout', '0', false)",
@@ -704,23 +707,19 @@ impl Backend for AdvisoryBackend {
             let Some((_, entry)) = self.held(Some(key)).await?.pop() else {
                 return Ok(None);
             };
-            let client = self.connection().await?;
             let text = format!(
                 "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l \
                  WHERE {} AND l.granted",
                 lock_match(key)
             );
-            self.query(&client, &text).await?;
-            self.give_back_connection(client);
+            self.query_once(&text).await?;
             Ok(Some(entry))
         })
     }
 
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
         Box::pin(async move {
-            let client = self.connection().await?;
-            let version = self.query(&client, "SHOW server_version").await?;
-            self.give_back_connection(client);
+            let version = self.query_once("SHOW server_version").await?;
             Ok(format!("PostgreSQL {version} (advisory locks)"))
         })
     }
@@ -758,10 +757,8 @@ impl AdvisoryBackend {
             let Some((pid, _)) = ours else {
                 return Ok::<_, BoxError>(Released::Ambiguous { alive_until: None });
             };
-            let client = self.connection().await?;
-            self.query(&client, &format!("SELECT pg_terminate_backend({pid})"))
+            self.query_once(&format!("SELECT pg_terminate_backend({pid})"))
                 .await?;
-            self.give_back_connection(client);
             Ok(Released::Deleted)
         };
         check.await.map_err(|checking| {
@@ -788,14 +785,9 @@ impl AdvisoryBackend {
              WHERE {condition} AND l.granted"
         );
         let client = self.connection().await?;
-        let limit = self.settings.response_timeout;
-        let messages = tokio::time::timeout(limit, client.simple_query(&text))
-            .await
-            .map_err(|_| PgError::TimedOut {
-                what: "the advisory-lock inspection",
-                after: limit,
-            })?
-            .map_err(PgError::from)?;
+        let messages = self
+            .simple(&client, &text, "the advisory-lock inspection")
+            .await?;
         self.give_back_connection(client);
         let mut entries = Vec::new();
         for message in &messages {
