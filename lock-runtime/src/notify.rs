@@ -21,6 +21,10 @@ pub(crate) struct ReleaseHub {
     /// Called (under the hub's lock, so calls are ordered) when the last waiter of a key leaves;
     /// the Redis backend uses it to UNSUBSCRIBE.
     on_idle: Option<IdleHook>,
+    /// Set (under the entries' lock) by [`close`](Self::close): the stream behind the hub is
+    /// gone, so a waiter that subscribes afterwards gets a closed subscription, never one that
+    /// nothing will wake.
+    closed: AtomicBool,
 }
 
 struct Entry {
@@ -35,6 +39,7 @@ impl ReleaseHub {
         Arc::new(ReleaseHub {
             entries: Mutex::new(HashMap::new()),
             on_idle,
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -69,6 +74,25 @@ impl ReleaseHub {
         on_first: impl FnOnce(),
     ) -> ReleaseSubscription {
         let mut entries = self.entries();
+        if self.closed.load(Ordering::Relaxed) {
+            // Its stream died between the backend's liveness check and this call: closed from
+            // the start, so the waiter resubscribes through a new stream.
+            let (releases, rx) = watch::channel(0);
+            drop(releases);
+            return ReleaseSubscription {
+                first: Channel {
+                    rx,
+                    // As if closed after subscribing: wakes its waiter once.
+                    closed: false,
+                    _registration: Registration {
+                        hub: Arc::clone(self),
+                        key: key.to_owned(),
+                        token: None,
+                    },
+                },
+                more: Vec::new(),
+            };
+        }
         let entry = entries.entry(key.to_owned()).or_insert_with(|| Entry {
             releases: watch::Sender::new(0),
             targeted: HashMap::new(),
@@ -122,10 +146,13 @@ impl ReleaseHub {
     }
 
     /// Drops every channel: all current waiters wake up and see their subscription closed
-    /// (used when the backend's notification stream dies, so waiters retry and resubscribe).
+    /// (used when the backend's notification stream dies, so waiters retry and resubscribe),
+    /// and so does every later subscription.
     #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
     pub(crate) fn close(&self) {
-        self.entries().clear();
+        let mut entries = self.entries();
+        self.closed.store(true, Ordering::Relaxed);
+        entries.clear();
     }
 
     #[cfg(test)]
@@ -329,6 +356,38 @@ mod tests {
                 .is_err(),
             "a closed subscription must not spin"
         );
+    }
+
+    /// A waiter that found the backend's stream alive, and subscribed just after the stream
+    /// died and closed the hub, must see its subscription closed: before, it got a fresh entry
+    /// in the dead hub that nothing would ever wake or close, and slept until the holder's
+    /// lease or its own deadline (a Redlock waiter cut off, granted 7.3 s late).
+    #[tokio::test]
+    async fn subscribing_to_a_closed_hub_gives_a_closed_subscription() {
+        let hub = ReleaseHub::new(None);
+        hub.close();
+        let firsts = AtomicUsize::new(0);
+        let sub = hub.subscribe("k", || {
+            firsts.fetch_add(1, Ordering::SeqCst);
+        });
+        assert!(sub.is_closed(), "nothing will ever notify it: resubscribe");
+        assert_eq!(hub.len(), 0, "a closed hub keeps no entries");
+        assert_eq!(
+            firsts.load(Ordering::SeqCst),
+            0,
+            "nothing to start listening on"
+        );
+        let mut merged = ReleaseSubscription::merge(vec![
+            ReleaseHub::new(None).subscribe("k", || {}),
+            hub.subscribe_as("k", Some("token"), || {}),
+        ])
+        .expect("two subscriptions");
+        assert!(merged.is_closed());
+        tokio::time::timeout(Duration::from_secs(1), merged.released())
+            .await
+            .expect("a closed subscription does not put its waiter to sleep");
+        drop(sub);
+        assert_eq!(hub.len(), 0);
     }
 }
 
