@@ -857,9 +857,16 @@ impl AdvisoryFixture {
         }
     }
 
-    /// The holder of the advisory lock of backend name `name`: its backend pid, lease, owner
-    /// token, and how long its session has been idle (zero while a statement runs).
+    /// The holder of the advisory lock of backend name `name` (the writer): its backend pid,
+    /// lease, owner token, and how long its session has been idle (zero while a statement
+    /// runs).
     pub async fn held(&self, name: &str) -> Option<(i32, Duration, String, Duration)> {
+        self.holds(name, "ExclusiveLock").await.into_iter().next()
+    }
+
+    /// The sessions holding the advisory lock of `name` in `mode` (`ExclusiveLock`,
+    /// `ShareLock`, or `%` for any), as [`held`](Self::held) describes each.
+    async fn holds(&self, name: &str, mode: &str) -> Vec<(i32, Duration, String, Duration)> {
         let key = distlock::admin::advisory_key(name) as u64;
         let rows = self
             .sql()
@@ -869,20 +876,23 @@ impl AdvisoryFixture {
                  (extract(epoch FROM clock_timestamp() - a.state_change) * 1000)::int8 ELSE 0 END \
                  FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
                  WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
-                 AND l.classid = $1::int8::oid AND l.objid = $2::int8::oid \
+                 AND l.classid = $1::int8::oid AND l.objid = $2::int8::oid AND l.mode LIKE $3 \
                  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-                &[&((key >> 32) as i64), &((key & 0xffff_ffff) as i64)],
+                &[&((key >> 32) as i64), &((key & 0xffff_ffff) as i64), &mode],
             )
             .await
             .expect("pg_locks");
-        let row = rows.first()?;
-        let query: String = row.get(1);
-        let note = query.split("/* distlock ").nth(1)?;
-        let mut parts = note.split(' ');
-        let lease = Duration::from_millis(parts.next()?.parse().ok()?);
-        let token = parts.nth(1)?.to_owned();
-        let idle = Duration::from_millis(row.get::<_, i64>(2).max(0) as u64);
-        Some((row.get(0), lease, token, idle))
+        rows.iter()
+            .filter_map(|row| {
+                let query: String = row.get(1);
+                let note = query.split("/* distlock ").nth(1)?.to_owned();
+                let mut parts = note.split(' ');
+                let lease = Duration::from_millis(parts.next()?.parse().ok()?);
+                let token = parts.nth(1)?.to_owned();
+                let idle = Duration::from_millis(row.get::<_, i64>(2).max(0) as u64);
+                Some((row.get(0), lease, token, idle))
+            })
+            .collect()
     }
 }
 
@@ -909,8 +919,33 @@ impl Fixture for AdvisoryFixture {
         false
     }
 
+    /// Readers hold the shared advisory lock of the key, each on its session.
+    fn read_locks(&self) -> bool {
+        true
+    }
+
+    async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        let mut readers: Vec<_> = self
+            .holds(name, "ShareLock")
+            .await
+            .into_iter()
+            .map(|(_, lease, token, idle)| (token, Some(lease.saturating_sub(idle))))
+            .collect();
+        readers.sort_by(|a, b| b.1.cmp(&a.1));
+        readers
+    }
+
+    fn semaphores(&self) -> bool {
+        false
+    }
+
     async fn holder(&self, name: &str) -> Option<String> {
         self.held(name).await.map(|(_, _, token, _)| token)
+    }
+
+    /// Any session holding the key's advisory lock, writer or reader.
+    async fn anything_at(&self, name: &str) -> bool {
+        !self.holds(name, "%").await.is_empty()
     }
 
     async fn ttl(&self, name: &str) -> Option<Duration> {

@@ -22,13 +22,20 @@
 //!   whose sending the lease is counted. A waiter that gives up cancels its request (and closes
 //!   the connection); a waiter whose process dies is noticed by
 //!   `client_connection_check_interval` (1 s).
+//! - **Read locks** are the shared advisory lock of the same key (`pg_advisory_lock_shared`):
+//!   any number of readers, no writer beside them, each reader's share on its own connection
+//!   with its own lease. PostgreSQL's lock queue keeps a waiting writer ahead of readers that
+//!   come after it (their try fails while it waits), so readers cannot starve writers.
 //! - **Fencing** comes from one sequence, `<table>_advisory_fences`, taken in the granting
-//!   statement: strictly increasing across all keys, hence per key.
+//!   statement: strictly increasing across all keys, hence per key. A reader gets the
+//!   sequence's last value (`pg_sequence_last_value`) read under its share: no less than the
+//!   last write grant's token of its key, less than the next one's.
 //! - **What the server shows**: every statement on a holder's connection carries the comment
-//!   `/* distlock <lease ms> <fencing token or -> <owner token> <name in hex> */`, so
+//!   `/* distlock <lease ms> <fencing token or -> <owner token> <name in hex> [r] */` (`r`: a
+//!   reader), so
 //!   `pg_stat_activity.query` beside `pg_locks` tells who holds what and since when (the
 //!   admin API reads it; other roles' sessions need `pg_read_all_stats`).
-//! - **What it cannot do**: read locks, semaphores and `min_hold` (a lock ends with the
+//! - **What it cannot do**: semaphores and `min_hold` (a lock ends with the
 //!   holder's connection, so it cannot outlive the holder's process) are refused with
 //!   `LockError::Config`; a connection pooler in transaction mode would hand the lock's
 //!   session to others — connect directly, or through a session-mode pool.
@@ -132,25 +139,44 @@ fn unhex(text: &str) -> Option<String> {
 /// The comment every statement of a hold carries (see the module docs).
 fn note(spec: &LockSpec<'_>, fence: Option<u64>) -> String {
     let fence = fence.map_or_else(|| "-".to_owned(), |f| f.to_string());
+    let reader = if spec.kind == Kind::Shared { " r" } else { "" };
     format!(
-        " /* distlock {} {fence} {} {} */",
+        " /* distlock {} {fence} {} {}{reader} */",
         millis(spec.lease),
         spec.token,
         hex(spec.name)
     )
 }
 
-/// What a holder's comment says: lease, fencing token, owner token, name.
-fn parse_note(query: &str) -> Option<(Duration, Option<u64>, String, String)> {
+/// What a holder's comment says.
+#[derive(Debug, PartialEq, Eq)]
+struct Note {
+    lease: Duration,
+    fence: Option<u64>,
+    token: String,
+    name: String,
+    reader: bool,
+}
+
+fn parse_note(query: &str) -> Option<Note> {
     let start = query.find("/* distlock ")? + "/* distlock ".len();
     let rest = &query[start..];
     let rest = &rest[..rest.find(" */")?];
     let mut parts = rest.split(' ');
-    let lease = Duration::from_millis(parts.next()?.parse().ok()?);
-    let fence = parts.next()?.parse().ok();
-    let token = parts.next()?.to_owned();
-    let name = unhex(parts.next()?)?;
-    Some((lease, fence, token, name))
+    Some(Note {
+        lease: Duration::from_millis(parts.next()?.parse().ok()?),
+        fence: parts.next()?.parse().ok(),
+        token: parts.next()?.to_owned(),
+        name: unhex(parts.next()?)?,
+        reader: parts.next() == Some("r"),
+    })
+}
+
+/// The advisory-lock function that takes (`try_`: without waiting) or gives back a hold of
+/// `kind`: `pg_try_advisory_lock_shared`, `pg_advisory_unlock`, …
+fn function(kind: Kind, verb: &str) -> String {
+    let shared = if kind == Kind::Shared { "_shared" } else { "" };
+    format!("pg_{verb}{shared}")
 }
 
 /// Whether an error means the session is over (the server ended it — idle timeout, a forced
@@ -331,11 +357,16 @@ impl AdvisoryBackend {
         Ok(())
     }
 
+    /// The granting statement's fencing token, evaluated once the hold is taken: a writer's
+    /// is the sequence's next value; a reader's its last (0 before any), which no writer of
+    /// the key can move while the reader holds its share.
     fn fence_expression(&self, spec: &LockSpec<'_>) -> String {
-        if spec.fencing {
-            format!("nextval('{}')", self.sequence)
-        } else {
-            "0".to_owned()
+        match (spec.fencing, spec.kind) {
+            (false, _) => "0".to_owned(),
+            (true, Kind::Shared) => {
+                format!("coalesce(pg_sequence_last_value('{}'), 0)", self.sequence)
+            }
+            (true, _) => format!("nextval('{}')", self.sequence),
         }
     }
 
@@ -397,9 +428,10 @@ impl AdvisoryBackend {
             };
             let text = format!(
                 "SELECT CASE WHEN (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint \
-                 <> {safe} THEN -2 WHEN NOT pg_try_advisory_lock({key}) THEN -1 \
+                 <> {safe} THEN -2 WHEN NOT {try_lock}({key}) THEN -1 \
                  WHEN set_config('idle_session_timeout', '{lease}', false) = '' THEN -3 \
                  ELSE {fence} END{note}",
+                try_lock = function(spec.kind, "try_advisory_lock"),
                 lease = millis(spec.lease),
                 fence = self.fence_expression(spec),
                 note = note(spec, None),
@@ -464,8 +496,9 @@ impl AdvisoryBackend {
     fn block(&self, session: Arc<Session>, spec: &LockSpec<'_>) {
         let key = advisory_key(spec.name);
         let text = format!(
-            "SELECT pg_advisory_lock({key}), set_config('idle_session_timeout', '{lease}', false), \
+            "SELECT {lock}({key}), set_config('idle_session_timeout', '{lease}', false), \
              {fence}{note}",
+            lock = function(spec.kind, "advisory_lock"),
             lease = millis(spec.lease),
             fence = self.fence_expression(spec),
             note = note(spec, None),
@@ -508,8 +541,8 @@ impl Backend for AdvisoryBackend {
 
     fn serves(&self, kind: Kind) -> Result<(), String> {
         match kind {
-            Kind::Exclusive => Ok(()),
-            _ => Err(format!(
+            Kind::Exclusive | Kind::Shared => Ok(()),
+            Kind::Permits(_) => Err(format!(
                 "`mode=advisory` has no {}s yet: use the lock table (leave out `mode=advisory`)",
                 kind.noun()
             )),
@@ -602,8 +635,8 @@ impl Backend for AdvisoryBackend {
                 State::Held(_) | State::Granted(_) => {
                     let held = matches!(state, State::Held(_));
                     let text = format!(
-                        "SELECT pg_advisory_unlock({}), \
-                         set_config('idle_session_timeout', '0', false)",
+                        "SELECT {}({}), set_config('idle_session_timeout', '0', false)",
+                        function(hold.kind, "advisory_unlock"),
                         advisory_key(hold.name)
                     );
                     match self.query(&session.client, &text).await {
@@ -668,9 +701,8 @@ impl Backend for AdvisoryBackend {
 
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
-            let key = advisory_key(name);
-            let mut found = self.held(Some(key)).await?;
-            Ok(found.pop().map(|(_, entry)| entry))
+            let found = self.held(Some(advisory_key(name))).await?;
+            Ok(entries(found).into_iter().find(|entry| entry.name == name))
         })
     }
 
@@ -681,11 +713,8 @@ impl Backend for AdvisoryBackend {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
         Box::pin(async move {
-            let mut entries: Vec<Entry> = self
-                .held(None)
-                .await?
+            let mut entries: Vec<Entry> = entries(self.held(None).await?)
                 .into_iter()
-                .map(|(_, entry)| entry)
                 .filter(|e| {
                     e.name
                         .strip_prefix(prefix)
@@ -704,7 +733,8 @@ impl Backend for AdvisoryBackend {
     ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
             let key = advisory_key(name);
-            let Some((_, entry)) = self.held(Some(key)).await?.pop() else {
+            let found = self.held(Some(key)).await?;
+            let Some(entry) = entries(found).into_iter().find(|entry| entry.name == name) else {
                 return Ok(None);
             };
             let text = format!(
@@ -753,8 +783,8 @@ impl AdvisoryBackend {
             let held = self.held(Some(advisory_key(hold.name))).await?;
             let ours = held
                 .iter()
-                .find(|(_, entry)| entry.token.as_deref() == Some(hold.token));
-            let Some((pid, _)) = ours else {
+                .find(|holding| holding.granted && holding.note.token == hold.token);
+            let Some(Holding { pid, .. }) = ours else {
                 return Ok::<_, BoxError>(Released::Ambiguous { alive_until: None });
             };
             self.query_once(&format!("SELECT pg_terminate_backend({pid})"))
@@ -770,8 +800,9 @@ impl AdvisoryBackend {
         })
     }
 
-    /// Each with the server process (`pid`) of its holder's session.
-    async fn held(&self, key: Option<i64>) -> Result<Vec<(i32, Entry)>, BoxError> {
+    /// Every distlock session holding or waiting for an advisory lock in this database (only
+    /// for `key` if given), from `pg_locks` and the sessions' comments in `pg_stat_activity`.
+    async fn held(&self, key: Option<i64>) -> Result<Vec<Holding>, BoxError> {
         let condition = match key {
             Some(key) => lock_match(key),
             None => "l.locktype = 'advisory' AND l.objsubid = 1 AND l.database = \
@@ -780,47 +811,86 @@ impl AdvisoryBackend {
         };
         let text = format!(
             "SELECT a.query, a.state, \
-             (extract(epoch FROM clock_timestamp() - a.state_change) * 1000)::bigint, a.pid \
-             FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
-             WHERE {condition} AND l.granted"
+             (extract(epoch FROM clock_timestamp() - a.state_change) * 1000)::bigint, a.pid, \
+             l.granted, l.mode \
+             FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE {condition}"
         );
         let client = self.connection().await?;
         let messages = self
             .simple(&client, &text, "the advisory-lock inspection")
             .await?;
         self.give_back_connection(client);
-        let mut entries = Vec::new();
+        let mut found = Vec::new();
         for message in &messages {
             let SimpleQueryMessage::Row(row) = message else {
                 continue;
             };
-            let Some((lease, fence, token, name)) = row.get(0).and_then(parse_note) else {
+            let Some(mut note) = row.get(0).and_then(parse_note) else {
                 continue;
             };
+            // The server's word over the comment's.
+            note.reader = row.get(5) == Some("ShareLock");
             let idle = row.get(1) == Some("idle");
             let since: u64 = row.get(2).and_then(|v| v.parse().ok()).unwrap_or(0);
             let ttl = if idle {
-                lease.saturating_sub(Duration::from_millis(since))
+                note.lease.saturating_sub(Duration::from_millis(since))
             } else {
-                lease
+                note.lease
             };
-            let pid = row.get(3).and_then(|v| v.parse().ok()).unwrap_or(0);
-            entries.push((
-                pid,
-                Entry {
-                    name,
-                    token: Some(token),
-                    holder: None,
-                    ttl: Some(ttl),
-                    fencing_token: fence,
-                    waiters: None,
-                    readers: Vec::new(),
-                    permits: None,
-                },
-            ));
+            found.push(Holding {
+                pid: row.get(3).and_then(|v| v.parse().ok()).unwrap_or(0),
+                granted: row.get(4) == Some("t"),
+                ttl,
+                note,
+            });
         }
-        Ok(entries)
+        Ok(found)
     }
+}
+
+/// A distlock session's advisory lock, granted or waited for.
+struct Holding {
+    /// The server process of the session.
+    pid: i32,
+    granted: bool,
+    /// What is left of its lease (counted from its last statement).
+    ttl: Duration,
+    note: Note,
+}
+
+/// The held locks among `found`, by name: a writer's, or its readers (longest share first),
+/// with the requests waiting for it.
+fn entries(found: Vec<Holding>) -> Vec<Entry> {
+    let mut by_name: HashMap<String, Entry> = HashMap::new();
+    let mut waiting: HashMap<String, u64> = HashMap::new();
+    for holding in found {
+        let Holding {
+            granted, ttl, note, ..
+        } = holding;
+        if !granted {
+            *waiting.entry(note.name).or_default() += 1;
+            continue;
+        }
+        let entry = by_name.entry(note.name.clone()).or_insert_with(|| Entry {
+            name: note.name.clone(),
+            ..Entry::default()
+        });
+        entry.fencing_token = entry.fencing_token.max(note.fence);
+        if note.reader {
+            entry.readers.push((note.token, Some(ttl)));
+        } else {
+            entry.token = Some(note.token);
+            entry.ttl = Some(ttl);
+        }
+    }
+    by_name
+        .into_values()
+        .map(|mut entry| {
+            entry.readers.sort_by(|a, b| b.1.cmp(&a.1));
+            entry.waiters = waiting.get(&entry.name).copied();
+            entry
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -843,12 +913,28 @@ mod tests {
         assert!(!text[text.find("/*").unwrap() + 2..].contains("*/ drop"));
         assert_eq!(
             parse_note(&text),
-            Some((
-                Duration::from_millis(5_000),
-                Some(7),
-                "vm:1:2:ab".to_owned(),
-                "lock:order:42 */ drop".to_owned()
-            ))
+            Some(Note {
+                lease: Duration::from_millis(5_000),
+                fence: Some(7),
+                token: "vm:1:2:ab".to_owned(),
+                name: "lock:order:42 */ drop".to_owned(),
+                reader: false,
+            })
+        );
+        let reader = LockSpec {
+            kind: Kind::Shared,
+            ..spec
+        };
+        let text = format!("SELECT 1{}", note(&reader, None));
+        let parsed = parse_note(&text).expect("a reader's note");
+        assert!(parsed.reader && parsed.fence.is_none());
+        assert_eq!(
+            function(Kind::Shared, "try_advisory_lock"),
+            "pg_try_advisory_lock_shared"
+        );
+        assert_eq!(
+            function(Kind::Exclusive, "advisory_unlock"),
+            "pg_advisory_unlock"
         );
         // FNV-1a 64 of "a" (the published test vector).
         assert_eq!(advisory_key("a") as u64, 0xaf63_dc4c_8601_ec8c);
