@@ -540,6 +540,19 @@ async fn postgres_readers_and_writers_never_overlap() {
     readers_and_writers(&server.url_with_own_table(), Duration::from_secs(10)).await;
 }
 
+/// `mode=advisory`: readers hold the key's shared advisory lock, each on its own connection.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_advisory_readers_and_writers_never_overlap() {
+    let server = support::postgres::PostgresServer::start();
+    // A 10 s lease, for the reason `postgres_four_processes_never_overlap` gives.
+    readers_and_writers(
+        &format!("{}?mode=advisory", server.url()),
+        Duration::from_secs(10),
+    )
+    .await;
+}
+
 #[cfg(feature = "mysql")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_readers_and_writers_never_overlap() {

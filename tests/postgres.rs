@@ -218,6 +218,99 @@ mod advisory {
         assert_eq!(fixture.held("lock:interop").await, None);
     }
 
+    /// A reader holds `pg_advisory_lock_shared(advisory_key(name))`: a program that takes the
+    /// key's shared lock by hand reads beside it, one that takes the exclusive lock cannot; a
+    /// writer by hand keeps distlock's readers out. A reader's fencing token is the fencing
+    /// sequence's last value, which the next writer's exceeds.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reader_holds_the_keys_shared_advisory_lock() {
+        let fixture = AdvisoryFixture::new();
+        let client = fixture.builder().fencing(true).build().await.unwrap();
+        let key = distlock::admin::advisory_key("lock:shelf");
+        let other = fixture.sql().await;
+        let try_lock = |function: &'static str| {
+            let other = other.clone();
+            async move {
+                let taken: bool = other
+                    .query_one(&format!("SELECT {function}($1)"), &[&key])
+                    .await
+                    .unwrap()
+                    .get(0);
+                taken
+            }
+        };
+        let written = client.lock("shelf").acquire().await.unwrap();
+        let written_token = written.fencing_token().expect("a writer's token");
+        written.release().await.unwrap();
+        let reader = client
+            .lock("shelf")
+            .read()
+            .lease(ms(4_000))
+            .acquire()
+            .await
+            .unwrap();
+        let read_token = reader.fencing_token().expect("a reader's token");
+        assert!(
+            read_token >= written_token,
+            "{read_token} < {written_token}"
+        );
+        let last: i64 = other
+            .query_one("SELECT last_value FROM distlock_locks_advisory_fences", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(read_token, last as u64, "the sequence's last value");
+        assert!(
+            !try_lock("pg_try_advisory_lock").await,
+            "a writer by hand got in beside distlock's reader"
+        );
+        assert!(
+            try_lock("pg_try_advisory_lock_shared").await,
+            "a reader by hand shares the key with distlock's"
+        );
+        let shown = client.inspect("shelf").await.unwrap().expect("read-locked");
+        assert_eq!(shown.mode, distlock::LockMode::Read);
+        assert_eq!(
+            shown
+                .readers
+                .iter()
+                .map(|r| r.token.as_str())
+                .collect::<Vec<_>>(),
+            [distlock::__private::testing::owner_token(&reader)],
+            "the reader by hand wrote no comment: only distlock's reader is shown"
+        );
+        reader.release().await.unwrap();
+        assert!(fixture.readers("lock:shelf").await.is_empty());
+        // The share taken by hand is still there: it keeps distlock's writer out; then a
+        // writer by hand keeps distlock's reader out.
+        assert!(client.lock("shelf").try_acquire().await.unwrap().is_none());
+        let _: bool = other
+            .query_one("SELECT pg_advisory_unlock_shared($1)", &[&key])
+            .await
+            .unwrap()
+            .get(0);
+        assert!(try_lock("pg_try_advisory_lock").await, "a writer by hand");
+        assert!(
+            client
+                .lock("shelf")
+                .read()
+                .try_acquire()
+                .await
+                .unwrap()
+                .is_none(),
+            "a reader got in beside a writer by hand"
+        );
+        let _: bool = other
+            .query_one("SELECT pg_advisory_unlock($1)", &[&key])
+            .await
+            .unwrap()
+            .get(0);
+        let next = client.lock("shelf").acquire().await.unwrap();
+        assert!(next.fencing_token().unwrap() > read_token);
+        next.release().await.unwrap();
+        assert!(!fixture.anything_at("lock:shelf").await);
+    }
+
     /// A waiter waits inside the server: after its try and its one blocking request it sends
     /// nothing until the release, then one statement that dates its grant (counted in the
     /// server's statement log by its owner token).
@@ -324,7 +417,8 @@ mod advisory {
     }
 
     /// What the mode cannot do fails before anything is taken, naming the key and the cause:
-    /// a lease over `max_lease_ms`, read locks, semaphores, `min_hold`; and bad URL options.
+    /// a lease over `max_lease_ms` (a reader's too), semaphores, `min_hold`; and bad URL
+    /// options.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn what_it_cannot_do_is_refused_naming_the_cause() {
         let fixture = AdvisoryFixture::new();
@@ -348,8 +442,13 @@ mod advisory {
             &["`long`", "max_lease_ms", "6s"],
         );
         expect_config(
-            client.lock("shared").read().acquire().await,
-            &["`shared`", "read lock"],
+            client
+                .lock("shared")
+                .read()
+                .lease(ms(6_000))
+                .acquire()
+                .await,
+            &["`shared`", "max_lease_ms", "6s"],
         );
         expect_config(
             client.semaphore("permits", 2).acquire().await,

@@ -273,9 +273,6 @@ impl Scenario {
             (ServerRestartsWithItsData, Advisory) => {
                 Err("advisory locks live in the server's memory: a restart forgets them (row 5)")
             }
-            (ReaderKilled | PausedReaderLosesItsShare, Advisory) => {
-                Err("`mode=advisory` has no read locks yet")
-            }
             (PermitHolderKilled | PausedPermitHolderLosesItsPermit, Advisory) => {
                 Err("`mode=advisory` has no semaphores yet")
             }

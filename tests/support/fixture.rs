@@ -948,9 +948,13 @@ impl Fixture for AdvisoryFixture {
         !self.holds(name, "%").await.is_empty()
     }
 
+    /// The writer's remaining lease, or else the longest of its readers'.
     async fn ttl(&self, name: &str) -> Option<Duration> {
-        let (_, lease, _, idle) = self.held(name).await?;
-        Some(lease.saturating_sub(idle))
+        self.holds(name, "%")
+            .await
+            .into_iter()
+            .map(|(_, lease, _, idle)| lease.saturating_sub(idle))
+            .max()
     }
 
     /// Ends the holder's session (`pg_terminate_backend`), and with it the lock.
