@@ -931,7 +931,7 @@ impl Fixture for AdvisoryFixture {
             .into_iter()
             .map(|(_, lease, token, idle)| (token, Some(lease.saturating_sub(idle))))
             .collect();
-        readers.sort_by(|a, b| b.1.cmp(&a.1));
+        readers.sort_by_key(|r| std::cmp::Reverse(r.1));
         readers
     }
 

@@ -886,7 +886,7 @@ fn entries(found: Vec<Holding>) -> Vec<Entry> {
     by_name
         .into_values()
         .map(|mut entry| {
-            entry.readers.sort_by(|a, b| b.1.cmp(&a.1));
+            entry.readers.sort_by_key(|r| std::cmp::Reverse(r.1));
             entry.waiters = waiting.get(&entry.name).copied();
             entry
         })
