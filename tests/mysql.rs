@@ -133,3 +133,36 @@ async fn a_waiter_polls_and_gets_a_released_lock_soon() {
 async fn bad_input_fails_at_connect_naming_the_cause() {
     support::sql::bad_input_fails_at_connect_naming_the_cause(MysqlServer::shared()).await;
 }
+
+/// There is no `GET_LOCK` mode: `mode=advisory` is refused at connect, saying why and what to
+/// do instead, and nothing is written to the server (no table of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_advisory_mode_is_refused_saying_why() {
+    let server = MysqlServer::shared();
+    let table = unique("advisory").replace('-', "_");
+    let url = format!("{}?mode=advisory&table={table}", server.url());
+    match LockClient::connect(&url).await {
+        Err(LockError::Config(message)) => {
+            for says in [
+                "`mode=advisory`",
+                "GET_LOCK",
+                "performance_schema",
+                "leave out",
+            ] {
+                assert!(message.contains(says), "{message} (wanted {says:?})");
+            }
+            assert!(
+                !message.contains(support::mysql::PASSWORD),
+                "the password is redacted: {message}"
+            );
+        }
+        other => panic!("expected a Config error, got {other:?}"),
+    }
+    let mut conn = mysql_async::Conn::from_url(server.url()).await.unwrap();
+    let tables: Vec<String> = conn
+        .query(format!("SHOW TABLES LIKE '{table}%'"))
+        .await
+        .unwrap();
+    assert!(tables.is_empty(), "a refused URL created {tables:?}");
+    conn.disconnect().await.unwrap();
+}

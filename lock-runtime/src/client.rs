@@ -580,8 +580,11 @@ impl LockClientBuilder {
         )?;
         if settings.advisory.is_some() {
             return Err(LockError::Config(format!(
-                "`mode=advisory` in {}: MySQL's and MariaDB's `GET_LOCK` mode is not built yet; \
-                 leave out `mode=advisory` (the lock table)",
+                "`mode=advisory` in {}: there is no `GET_LOCK` mode for MySQL and MariaDB (the \
+                 server shows nobody who holds a named lock unless performance_schema and its \
+                 metadata-lock instrument are on, and its idle timeout counts whole seconds: \
+                 see the README, *MySQL and MariaDB*); leave out `mode=advisory` (the lock \
+                 table)",
                 crate::backend::url::redact_url(url)
             )));
         }
