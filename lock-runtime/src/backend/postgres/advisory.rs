@@ -358,8 +358,9 @@ impl AdvisoryBackend {
     }
 
     /// The granting statement's fencing token, evaluated once the hold is taken: a writer's
-    /// is the sequence's next value; a reader's its last (0 before any), which no writer of
-    /// the key can move while the reader holds its share.
+    /// is the sequence's next value; a reader's its last (0 before any): at least the token of
+    /// the key's last write grant, and below the next one's, which cannot be granted before
+    /// the reader lets go.
     fn fence_expression(&self, spec: &LockSpec<'_>) -> String {
         match (spec.fencing, spec.kind) {
             (false, _) => "0".to_owned(),
