@@ -74,42 +74,31 @@ impl ReleaseHub {
         on_first: impl FnOnce(),
     ) -> ReleaseSubscription {
         let mut entries = self.entries();
-        if self.closed.load(Ordering::Relaxed) {
+        let rx = if self.closed.load(Ordering::Relaxed) {
             // Its stream died between the backend's liveness check and this call: closed from
-            // the start, so the waiter resubscribes through a new stream.
-            let (releases, rx) = watch::channel(0);
-            drop(releases);
-            return ReleaseSubscription {
-                first: Channel {
-                    rx,
-                    // As if closed after subscribing: wakes its waiter once.
-                    closed: false,
-                    _registration: Registration {
-                        hub: Arc::clone(self),
-                        key: key.to_owned(),
-                        token: None,
-                    },
-                },
-                more: Vec::new(),
+            // the start (its sender dropped: it wakes its waiter once), so the waiter
+            // resubscribes through a new stream. Nothing registered to take back.
+            watch::channel(0).1
+        } else {
+            let entry = entries.entry(key.to_owned()).or_insert_with(|| Entry {
+                releases: watch::Sender::new(0),
+                targeted: HashMap::new(),
+                waiters: 0,
+            });
+            entry.waiters += 1;
+            let rx = match token {
+                Some(token) => entry
+                    .targeted
+                    .entry(token.to_owned())
+                    .or_insert_with(|| watch::Sender::new(0))
+                    .subscribe(),
+                None => entry.releases.subscribe(),
             };
-        }
-        let entry = entries.entry(key.to_owned()).or_insert_with(|| Entry {
-            releases: watch::Sender::new(0),
-            targeted: HashMap::new(),
-            waiters: 0,
-        });
-        entry.waiters += 1;
-        let rx = match token {
-            Some(token) => entry
-                .targeted
-                .entry(token.to_owned())
-                .or_insert_with(|| watch::Sender::new(0))
-                .subscribe(),
-            None => entry.releases.subscribe(),
+            if entry.waiters == 1 {
+                on_first();
+            }
+            rx
         };
-        if entry.waiters == 1 {
-            on_first();
-        }
         ReleaseSubscription {
             first: Channel {
                 rx,
