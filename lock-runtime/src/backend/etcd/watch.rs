@@ -115,12 +115,12 @@ impl Watches {
         let id = Arc::new(std::sync::atomic::AtomicI64::new(UNKNOWN));
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
         loop {
-            let mux = match current.as_ref() {
-                Some(mux) => Arc::clone(mux),
+            let (mux, fresh) = match current.as_ref() {
+                Some(mux) => (Arc::clone(mux), false),
                 None => {
                     let mux = self.start();
                     *current = Some(Arc::clone(&mux));
-                    mux
+                    (mux, true)
                 }
             };
             let mut routes = lock(&mux.routes);
@@ -135,6 +135,13 @@ impl Watches {
                 return Watch { answers, id, mux };
             }
             drop(routes);
+            if fresh {
+                // A stream that ended as it was opened: its runtime is shutting down (the task
+                // was dropped at its spawn), or it failed at once. This watch ends now (its
+                // route is dropped unused), rather than opening stream after stream — a spin
+                // that once kept a shutting-down runtime from ever finishing.
+                return Watch { answers, id, mux };
+            }
             *current = None;
         }
     }
