@@ -228,7 +228,8 @@ mod advisory {
         let client = fixture.builder().fencing(true).build().await.unwrap();
         let key = distlock::admin::advisory_key("lock:shelf");
         let other = fixture.sql().await;
-        let try_lock = |function: &'static str| {
+        // One advisory-lock function on the key, by hand, on the fixture's connection.
+        let by_hand = |function: &'static str| {
             let other = other.clone();
             async move {
                 let taken: bool = other
@@ -261,11 +262,11 @@ mod advisory {
             .get(0);
         assert_eq!(read_token, last as u64, "the sequence's last value");
         assert!(
-            !try_lock("pg_try_advisory_lock").await,
+            !by_hand("pg_try_advisory_lock").await,
             "a writer by hand got in beside distlock's reader"
         );
         assert!(
-            try_lock("pg_try_advisory_lock_shared").await,
+            by_hand("pg_try_advisory_lock_shared").await,
             "a reader by hand shares the key with distlock's"
         );
         let shown = client.inspect("shelf").await.unwrap().expect("read-locked");
@@ -284,12 +285,8 @@ mod advisory {
         // The share taken by hand is still there: it keeps distlock's writer out; then a
         // writer by hand keeps distlock's reader out.
         assert!(client.lock("shelf").try_acquire().await.unwrap().is_none());
-        let _: bool = other
-            .query_one("SELECT pg_advisory_unlock_shared($1)", &[&key])
-            .await
-            .unwrap()
-            .get(0);
-        assert!(try_lock("pg_try_advisory_lock").await, "a writer by hand");
+        by_hand("pg_advisory_unlock_shared").await;
+        assert!(by_hand("pg_try_advisory_lock").await, "a writer by hand");
         assert!(
             client
                 .lock("shelf")
@@ -300,11 +297,7 @@ mod advisory {
                 .is_none(),
             "a reader got in beside a writer by hand"
         );
-        let _: bool = other
-            .query_one("SELECT pg_advisory_unlock($1)", &[&key])
-            .await
-            .unwrap()
-            .get(0);
+        by_hand("pg_advisory_unlock").await;
         let next = client.lock("shelf").acquire().await.unwrap();
         assert!(next.fencing_token().unwrap() > read_token);
         next.release().await.unwrap();
