@@ -467,3 +467,57 @@ mod advisory {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Nothing left behind by the tests themselves.
+
+/// A test server killed the way every test server ends (SIGKILL) leaves nothing outside its
+/// scratch directory: its dynamic shared memory lives in the data directory
+/// (`dynamic_shared_memory_type=mmap`), not in `/dev/shm` where a killed server's segments stay
+/// until the machine reboots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_test_server_leaves_no_shared_memory_behind() {
+    let mut server = PostgresServer::start();
+    let client = server.client().await;
+    client.simple_query("SELECT 1").await.expect("a query");
+    let segments: Vec<String> = std::fs::read_dir(server.dir().join("data/pg_dynshmem"))
+        .expect("pg_dynshmem")
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
+        .collect();
+    assert!(
+        segments.iter().any(|name| name.starts_with("mmap.")),
+        "the server's dynamic shared memory is not in its data directory: {segments:?}"
+    );
+    let dir = server.dir().to_path_buf();
+    server.kill();
+    drop(server);
+    assert!(!dir.exists(), "{} is still there", dir.display());
+    for name in segments {
+        let handle = name.trim_start_matches("mmap.");
+        let in_shm = std::path::Path::new("/dev/shm").join(format!("PostgreSQL.{handle}"));
+        assert!(!in_shm.exists(), "{} was left behind", in_shm.display());
+    }
+}
+
+/// The scratch directory of a test process that was killed (a time limit, a hung run stopped by
+/// hand) is removed by the next test process's harness; a live process's is left alone.
+#[test]
+fn a_killed_test_processs_scratch_is_swept_by_the_next() {
+    let mut gone = std::process::Command::new("true")
+        .spawn()
+        .expect("`true` runs");
+    let dead = gone.id();
+    gone.wait().expect("`true` ends");
+    let tmp = std::env::temp_dir();
+    let stale = tmp.join(format!("distlock-pg-{dead}-7"));
+    let live = tmp.join(format!("distlock-pg-{}-999999", std::process::id()));
+    for dir in [&stale, &live] {
+        std::fs::create_dir_all(dir.join("data")).expect("a scratch directory");
+    }
+    support::sweep_stale_scratch();
+    let (stale_left, live_left) = (stale.exists(), live.exists());
+    let _ = std::fs::remove_dir_all(&live);
+    assert!(!stale_left, "{} was not swept", stale.display());
+    assert!(live_left, "{} (this process's) was removed", live.display());
+}

@@ -617,7 +617,8 @@ pub async fn read_when_there(path: &Path, within: Duration) -> String {
 
 /// A fresh directory for one test's helper files.
 pub fn scratch_dir(label: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(super::unique(label));
+    // Named like the servers' scratch (`distlock-…`): a killed run's is swept by the next.
+    let dir = std::env::temp_dir().join(super::unique(&format!("distlock-{label}")));
     std::fs::create_dir_all(&dir).expect("scratch directory");
     dir
 }

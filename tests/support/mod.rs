@@ -581,8 +581,13 @@ pub fn free_port() -> u16 {
 }
 
 /// A name no other test in this process uses.
+///
+/// Scratch directories are named by it (`<label>-<pid>-<n>`): the first call also removes those
+/// left by test processes that no longer run (see [`sweep_stale_scratch`]).
 pub fn unique(label: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(sweep_stale_scratch);
     format!(
         "{label}-{}-{}",
         std::process::id(),
@@ -605,5 +610,37 @@ where
             return false;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Removes the scratch directories (`distlock-…-<pid>-<n>`, in the temporary directory and in
+/// `/dev/shm`) of test processes that no longer run. A test process stopped by `kill -9` (a
+/// time limit, a hung run killed by hand) never reaches its clean-up: its servers die with it
+/// (parent-death signal), but a PostgreSQL or MariaDB data directory (up to 600 MB) and etcd's
+/// in-memory one stayed behind, run after run. A directory of a live process, or one whose name
+/// does not end in a pid, is left alone.
+pub fn sweep_stale_scratch() {
+    let alive = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
+    for base in [std::env::temp_dir(), std::path::PathBuf::from("/dev/shm")] {
+        let Ok(entries) = std::fs::read_dir(&base) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if !name.starts_with("distlock-") {
+                continue;
+            }
+            let mut tail = name.rsplitn(3, '-');
+            let (Some(n), Some(pid), Some(_label)) = (tail.next(), tail.next(), tail.next()) else {
+                continue;
+            };
+            let (Ok(_), Ok(pid)) = (n.parse::<u64>(), pid.parse::<u32>()) else {
+                continue;
+            };
+            if pid != std::process::id() && !alive(pid) && entry.path().is_dir() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
     }
 }

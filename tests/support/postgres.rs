@@ -138,6 +138,11 @@ impl PostgresServer {
             // kill -9 of the server, as the fault suite's restart found.)
             .args(["-c", "fsync=off"])
             .args(["-c", "full_page_writes=off"])
+            // Dynamic shared memory as files in the data directory, removed with it. The default
+            // (POSIX shared memory, /dev/shm/PostgreSQL.*) outlives a server stopped by SIGKILL or
+            // an immediate shutdown, as every test server is: 472 segments (270 MB of RAM) had
+            // piled up in /dev/shm after two days of runs.
+            .args(["-c", "dynamic_shared_memory_type=mmap"])
             .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
@@ -172,6 +177,11 @@ impl PostgresServer {
         let ready_marks = log.matches("ready to accept connections").count();
         let starts = log.matches("starting PostgreSQL").count().max(1);
         ready_marks >= starts && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+    }
+
+    /// The scratch directory (`data/` inside), removed when the server is dropped.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     pub fn port(&self) -> u16 {
