@@ -91,6 +91,17 @@ step() {
     echo "==> [${SECONDS}s] $*"
 }
 
+# A fresh clone's build and test binaries take about 17 GB of the target directory (2026-11-26:
+# 16.6 GB at the peak, 12 GB of it debug/). Say so up front when the disk is short, instead of
+# a "No space left on device" half an hour in.
+target_dir="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$target_dir"
+free_gb=$(($(df -Pk "$target_dir" | awk 'NR == 2 { print $4 }') / 1024 / 1024))
+if [ "$free_gb" -lt 20 ]; then
+    echo "==> warning: ${free_gb} GB free for $target_dir; a build from scratch needs about 17 GB" \
+        "(free some space, or point CARGO_TARGET_DIR at a larger disk)" >&2
+fi
+
 step "cargo fmt --check"
 cargo fmt --all --check
 step "cargo clippy"
