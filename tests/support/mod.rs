@@ -617,8 +617,8 @@ where
 /// `/dev/shm`) of test processes that no longer run. A test process stopped by `kill -9` (a
 /// time limit, a hung run killed by hand) never reaches its clean-up: its servers die with it
 /// (parent-death signal), but a PostgreSQL or MariaDB data directory (up to 600 MB) and etcd's
-/// in-memory one stayed behind, run after run. A directory of a live process, or one whose name
-/// does not end in a pid, is left alone.
+/// in-memory one stayed behind, run after run. A directory of a live process (this one's
+/// included), or one whose name does not end in a pid, is left alone.
 pub fn sweep_stale_scratch() {
     let alive = |pid: u32| std::path::Path::new(&format!("/proc/{pid}")).exists();
     for base in [std::env::temp_dir(), std::path::PathBuf::from("/dev/shm")] {
@@ -638,7 +638,9 @@ pub fn sweep_stale_scratch() {
             let (Ok(_), Ok(pid)) = (n.parse::<u64>(), pid.parse::<u32>()) else {
                 continue;
             };
-            if pid != std::process::id() && !alive(pid) && entry.path().is_dir() {
+            if !alive(pid) && entry.path().is_dir() {
+                // As at exit: a server process left working in it goes first.
+                unprivileged::kill_processes_in(&entry.path());
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }
