@@ -3,7 +3,6 @@
 
 #[path = "attribute/cases.rs"]
 mod cases;
-mod support;
 
 mod backend {
     use std::time::Duration;

@@ -3,12 +3,11 @@
 
 #[path = "attribute/cases.rs"]
 mod cases;
-mod support;
 
 mod backend {
     use std::time::Duration;
 
-    use crate::support::RedisServer;
+    use support::RedisServer;
 
     pub async fn setup() {
         static INIT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use distlock::LockClient;
 
-use super::support::{self, RedisServer};
+use support::RedisServer;
 use super::{Error, Report};
 
 /// Who takes the lock.

@@ -62,9 +62,6 @@ mod handoff;
 mod peer;
 mod sentinel;
 mod sql;
-#[path = "../../tests/support/mod.rs"]
-#[allow(unused_imports)]
-mod support;
 mod zk;
 
 use std::fmt::Write as _;

@@ -18,7 +18,7 @@ use std::time::Instant;
 use distlock::LockClient;
 
 use crate::sql::lock_release;
-use crate::support::sentinel::SentinelGroup;
+use support::sentinel::SentinelGroup;
 use crate::{Error, RAW_RELEASE, Report, median};
 
 /// Runs `a` and `b` (µs per call over `per_round` calls each) in `rounds` interleaved rounds:

@@ -73,7 +73,7 @@ impl RawPair for ZkRaw {
 
 /// The server's count of packets received and sent so far (`mntr`).
 fn packets(port: u16) -> (f64, f64) {
-    let reply = crate::support::zookeeper::four_letter(port, "mntr").unwrap_or_default();
+    let reply = support::zookeeper::four_letter(port, "mntr").unwrap_or_default();
     let field = |name: &str| {
         reply
             .lines()

@@ -1,9 +1,6 @@
 //! The `distlock` binary against real servers started by the tests: what it prints, its exit
 //! codes, and what the servers hold afterwards.
 
-#[path = "../../tests/support/mod.rs"]
-mod support;
-
 use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 

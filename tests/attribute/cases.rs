@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use distlock::{LockError, distributed_lock};
 
 use crate::backend;
-use crate::support::{eventually, unique};
+use support::{eventually, unique};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)

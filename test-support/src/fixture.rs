@@ -1145,7 +1145,6 @@ impl Fixture for MysqlFixture {
 }
 
 /// A chroot of this test's own on the binary's shared ZooKeeper server.
-#[cfg(feature = "zookeeper")]
 pub struct ZookeeperFixture {
     pub server: Server<super::zookeeper::ZkServer>,
     pub chroot: String,
@@ -1153,7 +1152,6 @@ pub struct ZookeeperFixture {
     zk: tokio::sync::OnceCell<zookeeper_client::Client>,
 }
 
-#[cfg(feature = "zookeeper")]
 impl ZookeeperFixture {
     pub fn new() -> ZookeeperFixture {
         ZookeeperFixture::on(Server::Shared(super::zookeeper::ZkServer::shared()))
@@ -1215,7 +1213,6 @@ impl ZookeeperFixture {
     }
 }
 
-#[cfg(feature = "zookeeper")]
 impl Fixture for ZookeeperFixture {
     fn url(&self) -> String {
         self.server.url(&self.chroot)
@@ -1338,7 +1335,6 @@ impl Fixture for ZookeeperFixture {
 
 /// How long ZooKeeper would keep a node if its holder stopped now, from its data and stat:
 /// what is left of an unrenewed lock's lease, or a renewed one's whole lease.
-#[cfg(feature = "zookeeper")]
 fn zk_ttl(data: &str, stat: &zookeeper_client::Stat) -> Option<Duration> {
     let field = |key: &str| {
         data.lines()
@@ -1359,14 +1355,12 @@ fn zk_ttl(data: &str, stat: &zookeeper_client::Stat) -> Option<Duration> {
 }
 
 /// A key prefix of this test's own on the binary's shared etcd member.
-#[cfg(feature = "etcd")]
 pub struct EtcdFixture {
     pub member: Server<super::etcd::EtcdMember>,
     pub prefix: String,
     inspector: std::sync::OnceLock<distlock::__private::testing::EtcdInspector>,
 }
 
-#[cfg(feature = "etcd")]
 impl EtcdFixture {
     pub fn new() -> EtcdFixture {
         EtcdFixture::on(Server::Shared(super::etcd::EtcdMember::shared()))
@@ -1414,7 +1408,6 @@ impl EtcdFixture {
     }
 }
 
-#[cfg(feature = "etcd")]
 impl Fixture for EtcdFixture {
     fn url(&self) -> String {
         self.member.url(&self.prefix)

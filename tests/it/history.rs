@@ -8,7 +8,6 @@
 //! accounts, holding both (5,120 transfers per backend): no two holds of one account overlap,
 //! and the sum of the balances never changes.
 
-mod support;
 
 use std::time::{Duration, Instant};
 
@@ -115,11 +114,6 @@ fn the_checker_finds_overlaps_and_tokens_out_of_order() {
     assert_eq!(Hold::parse(&line), valid[0]);
 }
 
-/// The body of every helper copy of this binary (see `support::helper`).
-#[test]
-fn helper_process() {
-    support::helper::run();
-}
 
 /// Runs the contending processes against `url`, checks the history and the register.
 async fn four_processes(url: &str, fencing: bool) {

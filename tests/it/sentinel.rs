@@ -2,7 +2,6 @@
 //! against real masters, replicas and sentinels the tests start (`redis-server --sentinel`):
 //! failovers by `kill -9`, replicas that stop answering, and bad URLs.
 
-mod support;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,6 @@
 //! Bad input gets a clear error that names the cause (and the key), never a panic or a hang,
 //! and writes nothing to the backend.
 
-mod support;
 
 use std::time::Duration;
 

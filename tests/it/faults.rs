@@ -24,7 +24,6 @@
 //!
 //! Processes are copies of this test binary in a role of `support::helper`.
 
-mod support;
 
 use std::time::{Duration, Instant};
 
@@ -40,11 +39,6 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// The body of every helper copy of this binary (see `support::helper`).
-#[test]
-fn helper_process() {
-    helper::run();
-}
 
 /// Runs `scenario` on backend `F`, or says in one line why it does not apply.
 async fn run<F: Faulty>(scenario: Scenario) {

@@ -6,7 +6,6 @@
 
 #![cfg(feature = "zookeeper")]
 
-mod support;
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! What the fault suite (`tests/faults.rs`) needs of a backend beyond the conformance
+//! What the fault suite (`tests/it/faults.rs`) needs of a backend beyond the conformance
 //! [`Fixture`]: servers of the test's own to pause, kill and restart, the servers a fault hits,
 //! counters of what reaches them, and the bounds its lease promise allows; and which scenario
 //! applies to which backend, from which RELIABILITY.md's fault table is generated.
@@ -6,9 +6,7 @@
 use std::time::Duration;
 
 use super::RedisServer;
-#[cfg(feature = "etcd")]
 use super::fixture::EtcdFixture;
-#[cfg(feature = "zookeeper")]
 use super::fixture::ZookeeperFixture;
 use super::fixture::{
     AdvisoryFixture, ClusterFixture, Fixture, MysqlFixture, PostgresFixture, RedisFixture,
@@ -68,7 +66,7 @@ impl Backend {
     }
 }
 
-/// The fault scenarios, each a function of the fixture in `tests/faults.rs`.
+/// The fault scenarios, each a function of the fixture in `tests/it/faults.rs`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Scenario {
     HolderKilled,
@@ -108,7 +106,7 @@ impl Scenario {
         Scenario::SetHolderKilled,
     ];
 
-    /// The test's name (in every backend's module of `tests/faults.rs`).
+    /// The test's name (in every backend's module of `tests/it/faults.rs`).
     pub fn test_name(self) -> &'static str {
         match self {
             Scenario::HolderKilled => "s1_holder_killed",
@@ -442,7 +440,6 @@ pub trait Quorum {
     fn is_running(&self, i: usize) -> bool;
 }
 
-#[cfg(feature = "zookeeper")]
 impl Quorum for super::zookeeper::ZkEnsemble {
     fn url(&self) -> String {
         super::zookeeper::ZkEnsemble::url(self, &format!("/{}", super::unique("ensemble")))
@@ -461,7 +458,6 @@ impl Quorum for super::zookeeper::ZkEnsemble {
     }
 }
 
-#[cfg(feature = "etcd")]
 impl Quorum for super::etcd::EtcdCluster {
     fn url(&self) -> String {
         super::etcd::EtcdCluster::url(self, &super::unique("cluster"))
@@ -504,10 +500,6 @@ macro_rules! own_server_faults {
 /// The bounds of a backend whose locks live on a session or lease kept by heartbeats
 /// (ZooKeeper, etcd): the server counts a stopped holder's lease from its last heartbeat, checks
 /// expiry on ticks of its own, and queues waiters.
-#[cfg_attr(
-    not(any(feature = "zookeeper", feature = "etcd")),
-    allow(unused_macros)
-)]
 macro_rules! session_bounds {
     () => {
         fn expiry_slack(&self, lease: Duration) -> Duration {
@@ -790,7 +782,6 @@ impl Faulty for MysqlFixture {
     }
 }
 
-#[cfg(feature = "zookeeper")]
 impl Faulty for ZookeeperFixture {
     const BACKEND: Backend = Backend::Zookeeper;
 
@@ -850,7 +841,6 @@ impl Faulty for ZookeeperFixture {
     }
 }
 
-#[cfg(feature = "etcd")]
 impl Faulty for EtcdFixture {
     const BACKEND: Backend = Backend::Etcd;
 

@@ -5,7 +5,6 @@
 
 #![cfg(feature = "etcd")]
 
-mod support;
 
 use std::time::Duration;
 

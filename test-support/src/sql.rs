@@ -107,7 +107,7 @@ impl SqlDatabase for MysqlServer {
 /// first fencing token is 1.
 pub async fn tables_made_from_the_readme_ddl_work_without_create_table(db: &impl SqlDatabase) {
     let table = unique("migrated").replace('-', "_");
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
         .expect("README.md");
     let start = readme
         .find(db_ddl(db))

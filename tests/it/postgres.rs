@@ -13,7 +13,6 @@
 //!   is refused naming the cause.
 #![cfg(feature = "postgres")]
 
-mod support;
 
 use support::fixture::PostgresFixture;
 use support::postgres::PostgresServer;
@@ -160,8 +159,8 @@ mod advisory {
 
     use distlock::{LockClient, LockError};
 
-    use super::support::fixture::{AdvisoryFixture, Fixture};
-    use super::support::postgres::PostgresServer;
+    use support::fixture::{AdvisoryFixture, Fixture};
+    use support::postgres::PostgresServer;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)

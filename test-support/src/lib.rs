@@ -2,8 +2,14 @@
 //!
 //! A missing server binary fails the test with a message naming the README's test command;
 //! it is never skipped.
+//!
+//! A crate of the workspace (`publish = false`), compiled once and shared by the integration
+//! tests (`tests/it`, one binary with a module per area, and the few binaries that need a
+//! process of their own), the CLI's tests and the benchmark.
 
-#![allow(dead_code)] // each test binary uses a different part of the harness
+// A fixture's `new()` starts servers: a `Default` that does so would surprise. The harness is
+// no public API, so `Result<_, ()>` ("it did not happen in time") needs no error type.
+#![allow(clippy::new_without_default, clippy::result_unit_err)]
 
 pub mod cluster;
 pub mod etcd;
@@ -466,7 +472,7 @@ impl RedisServer {
 
     fn signal(&self, signal: libc::c_int) {
         let child = self.child.as_ref().expect("server is running");
-        crate::support::signal(child.id(), signal);
+        crate::signal(child.id(), signal);
     }
 
     /// Starts the server again on the same port: empty, unless it was started with

@@ -1,0 +1,1 @@
+//! Nothing here: the cases are in `tests/ui/`, run by `tests/ui.rs`.
