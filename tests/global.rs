@@ -2,7 +2,6 @@
 //! used from several tokio runtimes in turn, each gone before the next starts — what
 //! `#[tokio::test]` functions do. One test, because the global client is per process.
 
-
 use std::time::Duration;
 
 use distlock::{LockClient, LockError};

@@ -19,8 +19,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use distlock::LockClient;
 
-use support::RedisServer;
 use super::{Error, Report};
+use support::RedisServer;
 
 /// Who takes the lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

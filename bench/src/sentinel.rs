@@ -18,8 +18,8 @@ use std::time::Instant;
 use distlock::LockClient;
 
 use crate::sql::lock_release;
-use support::sentinel::SentinelGroup;
 use crate::{Error, RAW_RELEASE, Report, median};
+use support::sentinel::SentinelGroup;
 
 /// Runs `a` and `b` (µs per call over `per_round` calls each) in `rounds` interleaved rounds:
 /// the medians of each and of the per-round ratios a / b.

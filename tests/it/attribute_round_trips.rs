@@ -2,7 +2,6 @@
 //! test only (so nothing else adds commands): a call on a free lock is one `SET` and one
 //! `EVALSHA`; a nested same-key call adds nothing.
 
-
 use distlock::{LockClient, LockError, distributed_lock};
 use support::RedisServer;
 

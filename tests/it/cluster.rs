@@ -1,7 +1,6 @@
 //! Redis Cluster under faults, against a real cluster made with `redis-cli --cluster create`:
 //! a master killed while its locks are held, and a slot moved while locks live in it.
 
-
 use std::time::{Duration, Instant};
 
 use distlock::__private::testing::cluster_slot;

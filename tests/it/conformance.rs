@@ -3,7 +3,6 @@
 //! three-master Redis Cluster, and a PostgreSQL lock table). A new backend adds a
 //! [`Fixture`] and one line to the `conformance!` invocation at the bottom.
 
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -26,7 +25,6 @@ use support::{eventually, history};
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
-
 
 /// 64 tasks do a read-modify-write on shared state under the lock, with a yield between the
 /// read and the write; without exclusion updates are lost and the count comes out short.

@@ -5,7 +5,6 @@
 
 #![cfg(feature = "etcd")]
 
-
 use std::time::Duration;
 
 use distlock::{LockClient, LockError};

@@ -1,6 +1,5 @@
 //! Runs the examples the way a user would and checks what they print.
 
-
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -24,7 +24,6 @@
 //!
 //! Processes are copies of this test binary in a role of `support::helper`.
 
-
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError};
@@ -38,7 +37,6 @@ use support::unique;
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
-
 
 /// Runs `scenario` on backend `F`, or says in one line why it does not apply.
 async fn run<F: Faulty>(scenario: Scenario) {

@@ -3,7 +3,6 @@
 //! ever carries a lock key. A small recorder of the test's own collects the values.
 #![cfg(feature = "metrics")]
 
-
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -12,7 +12,6 @@
 //!   table with `create_table=false`, an unreachable server.
 #![cfg(feature = "mysql")]
 
-
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError};

@@ -13,7 +13,6 @@
 //!   is refused naming the cause.
 #![cfg(feature = "postgres")]
 
-
 use support::fixture::PostgresFixture;
 use support::postgres::PostgresServer;
 

@@ -1,7 +1,6 @@
 //! Redis-specific behaviour against a real `redis-server`: round trips, the plain key layout
 //! other clients share, dropped connections, restarts, passwords, unreachable servers.
 
-
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError};

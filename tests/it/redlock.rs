@@ -1,7 +1,6 @@
 //! Redlock under faults, against real `redis-server` processes: nodes killed, paused, slow,
 //! and restarted empty. Each test asserts what the servers hold afterwards.
 
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

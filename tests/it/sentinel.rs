@@ -2,7 +2,6 @@
 //! against real masters, replicas and sentinels the tests start (`redis-server --sentinel`):
 //! failovers by `kill -9`, replicas that stop answering, and bad URLs.
 
-
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError};

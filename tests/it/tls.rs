@@ -1,7 +1,6 @@
 //! `rediss://`: Redis over TLS (the `tls` feature), against a real TLS-only `redis-server`.
 #![cfg(feature = "tls")]
 
-
 use std::time::Duration;
 
 use distlock::{LockClient, LockError};

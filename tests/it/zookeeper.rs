@@ -6,7 +6,6 @@
 
 #![cfg(feature = "zookeeper")]
 
-
 use std::time::Duration;
 
 use distlock::{LockClient, LockError};
