@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Soak: runs the timing-sensitive test binaries N times (default 5) while two busy-loop
-# processes hog both cores, the way a shared CI host or a user's busy machine does.
+# Soak: runs the timing-sensitive tests N times (default 5) while two busy-loop processes hog
+# both cores, the way a shared CI host or a user's busy machine does. The histories run long
+# (DISTLOCK_HISTORY=long: 5,120 acquisitions each, five times the default run's).
 #
-#   scripts/soak.sh [N]                 # every test binary that starts a server, and
+#   scripts/soak.sh [N]                 # every area that starts a server, and
 #                                       # attribute_memory: history faults redlock cluster sentinel
 #                                       # conformance postgres mysql zookeeper etcd
 #                                       # attribute_memory attribute_redis attribute_round_trips
 #                                       # examples cli redis metrics tls global errors
 #   SOAK_TESTS="redlock history" scripts/soak.sh 3   # a subset
+#   SOAK_HISTORY=short scripts/soak.sh 1 # the histories as the default run has them
 #   SOAK_HOGS=0 scripts/soak.sh 1       # without the hogs (a baseline)
 #   SOAK_FILTER="semaphore permit" scripts/soak.sh 3   # only the tests whose names match
 #                                       # (libtest's filters, passed to every binary)
 #
-# Prints the pass count per test binary, keeps the output of every failed run under
+# An area is a module of the one integration-test binary (tests/it: run with the filter
+# `<area>::`) or a binary of its own (cli, global, attribute_memory, attribute_redis).
+# Prints the pass count per area, keeps the output of every failed run under
 # target/soak/, checks that no redis-server, postgres, mariadbd, ZooKeeper, etcd or helper process outlived its test binary, and
 # exits non-zero on any failure or leak. It needs what ./scripts/test.sh installs.
 set -euo pipefail
@@ -36,6 +40,10 @@ for binary in redis-server redis-cli; do
     fi
 done
 
+if [ "${SOAK_HISTORY:-long}" = long ]; then
+    export DISTLOCK_HISTORY=long
+fi
+
 echo "==> building the test binaries (before the hogs start)"
 # The binaries are run directly, not through `cargo test`: cargo would rebuild them if a source
 # file changed during the soak, and its own start-up is noise.
@@ -44,9 +52,21 @@ while IFS=$'\t' read -r name path; do
     executable[$name]="$path"
 done < <(cargo test --workspace --all-features --no-run --message-format=json 2>/dev/null |
     sed -n 's/.*"target":{"kind":\["test"\][^}]*"name":"\([^"]*\)".*"executable":"\([^"]*\)".*/\1\t\2/p')
+if [ -z "${executable[it]:-}" ]; then
+    echo "error: the integration-test binary (tests/it) did not build: run cargo test --no-run" >&2
+    exit 1
+fi
+# The binary and the filter of each area.
+declare -A binary filter
 for test in "${tests[@]}"; do
-    if [ -z "${executable[$test]:-}" ]; then
-        echo "error: no test binary named $test (did the build fail? run cargo test --no-run)" >&2
+    if [ -n "${executable[$test]:-}" ]; then
+        binary[$test]="${executable[$test]}"
+        filter[$test]=""
+    elif "${executable[it]}" --list 2>/dev/null | grep -q "^$test::"; then
+        binary[$test]="${executable[it]}"
+        filter[$test]="$test::"
+    else
+        echo "error: no test binary and no module of tests/it named $test" >&2
         exit 1
     fi
 done
@@ -95,13 +115,21 @@ for run in $(seq 1 "$runs"); do
     for test in "${tests[@]}"; do
         log="$logs/$test-$run.log"
         start=$(date +%s)
-        # A hung run must not hang the soak: 15 minutes is far beyond any binary's run time.
-        # As ./scripts/test.sh runs it: the fault suite four scenarios at a time.
+        # A hung run must not hang the soak: 30 minutes is far beyond any area's run time.
+        # As ./scripts/test.sh runs them: the fault suite four scenarios at a time, the histories
+        # two at a time. The area's own filter, or the SOAK_FILTER names within it.
         extra=()
         [ "$test" = faults ] && extra=(--test-threads 4)
-        # shellcheck disable=SC2206 # word splitting into several filters is the point
-        [ -n "${SOAK_FILTER:-}" ] && extra+=(${SOAK_FILTER})
-        if timeout --kill-after=30 900 "${executable[$test]}" --quiet "${extra[@]}" >"$log" 2>&1; then
+        [ "$test" = history ] && extra=(--test-threads 2)
+        if [ -n "${SOAK_FILTER:-}" ]; then
+            # The area's tests whose names contain one of the words, exactly.
+            mapfile -t names < <("${binary[$test]}" --list 2>/dev/null | sed -n 's/: test$//p' |
+                grep "^${filter[$test]}" | grep -F "$(tr ' ' '\n' <<<"$SOAK_FILTER")" || true)
+            extra+=(--exact "${names[@]}")
+        elif [ -n "${filter[$test]}" ]; then
+            extra+=("${filter[$test]}")
+        fi
+        if timeout --kill-after=30 1800 "${binary[$test]}" --quiet "${extra[@]}" >"$log" 2>&1; then
             status=pass
             passed[$test]=$((passed[$test] + 1))
             rm -f "$log"
@@ -137,7 +165,7 @@ new_servers="$(comm -13 <(echo "$before_servers") <(servers | sort))"
 leaked="$(orphans $new_servers)"
 helpers="$(orphans $(pgrep -f -- '--exact --nocapture --test-threads=1' || true))"
 echo
-printf '%-18s %8s %8s\n' "test binary" "passed" "mean s"
+printf '%-18s %8s %8s\n' "area" "passed" "mean s"
 total_failed=0
 for test in "${tests[@]}"; do
     printf '%-18s %5d/%-2d %8d\n' "$test" "${passed[$test]}" "$runs" \

@@ -108,31 +108,31 @@ step "cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
-step "cargo test (all features: memory, redis, rediss, postgres, mysql, zookeeper, etcd)"
-cargo test --workspace --all-features -- --skip scenarios::
-# The fault suite's scenarios (tests/faults.rs) wait on servers restarting, leases running out and
-# processes paused far more than they compute: four at a time, not one per core.
-step "the fault suite, four scenarios at a time"
-cargo test --all-features --test faults -- --test-threads 4 scenarios::
-step "cargo test (default features: what \`rediss://\` says without \`tls\`)"
-cargo test --test errors
-# The four published crates package and build from their tarballs (the benchmark is not
-# published: it shares the tests' harness from outside its directory).
-# Cargo unpacks the workspace's own tarballs from its temporary registry into
-# $CARGO_HOME/registry/src/-<hash>/<crate>-<version> and reuses that copy on the next run of the
-# same version: drop those copies, so the tarballs verified are today's sources.
-# Cargo also takes a registry crate of an unchanged version for unchanged, so the builds of
-# those tarballs left in the target directory by an earlier run go too (a build's `.d` file
-# names its sources: those under registry/src/-<hash>/).
-cargo_home="${CARGO_HOME:-$HOME/.cargo}"
-rm -rf "$cargo_home"/registry/src/-*/{distlock,distlock-cli,lock-runtime,lock-macros}-[0-9]*
-deps="${CARGO_TARGET_DIR:-target}/debug/deps"
-for made in "$deps"/{lock_runtime,lock_macros,distlock,distlock_cli}-*.d; do
-    [ -e "$made" ] && grep -q '/registry/src/-' "$made" || continue
-    stem="${made%.d}"
-    hash="${stem##*-}"
-    rm -rf "$deps"/*-"$hash".* "$deps"/../.fingerprint/*-"$hash"
-done
+# Every test binary is built once, up front: the harness is one crate (test-support/), the
+# integration tests one binary (tests/it, a module per area), and the steps below only run.
+step "build every test binary and example"
+cargo test --workspace --all-features --no-run --quiet
+step "unit tests, the CLI, the trybuild cases, the binaries with a global client of their own"
+cargo test --workspace --all-features --quiet --lib --bins \
+    --test cli --test ui --test features --test global --test attribute_memory --test attribute_redis
+step "doc tests"
+cargo test --workspace --all-features --quiet --doc
+# A backend whose feature is off names the feature: lock-runtime without features, and with
+# its default (`redis` without `tls`, for what `rediss://` says).
+step "what a missing feature says (lock-runtime without features, then with its defaults)"
+cargo test -p lock-runtime --no-default-features --quiet --test features
+cargo test -p lock-runtime --quiet --test features
+# tests/it: most of its tests wait on servers, leases and other processes far more than they
+# compute, so they run several at a time, not one per core. The histories do compute (four
+# contending processes each), and run two at a time on their own.
+it_threads="${DISTLOCK_TEST_THREADS:-6}"
+step "tests/it: conformance, per-backend and attribute tests, examples ($it_threads at a time)"
+cargo test --all-features --quiet --test it -- --test-threads "$it_threads" --skip history:: --skip scenarios::
+step "tests/it: the fault suite's scenarios, four at a time"
+cargo test --all-features --quiet --test it -- --test-threads 4 scenarios::
+step "tests/it: the histories, two at a time (DISTLOCK_HISTORY=long: scripts/soak.sh's long run)"
+cargo test --all-features --quiet --test it -- --test-threads 2 history::
 step "cargo package (distlock, lock-runtime, lock-macros, distlock-cli)"
-cargo package --workspace --exclude distlock-bench --allow-dirty --quiet
+cargo package --workspace --exclude distlock-bench --exclude distlock-test-support \
+    --exclude distlock-ui-tests --allow-dirty --quiet
 step "done: the whole suite passed"

@@ -138,7 +138,7 @@ async fn four_processes(url: &str, fencing: bool) {
 }
 
 /// What a history without faults passes as its faults.
-const NO_FAULTS: Option<std::future::Ready<()>> = None;
+const NO_FAULTS: Option<std::future::Ready<u64>> = None;
 
 /// [`four_processes`] (fencing on) with a lease of its own.
 async fn four_processes_with(url: &str, lease: Duration) {
@@ -240,18 +240,19 @@ async fn collect(dir: &std::path::Path, helpers: &mut [Helper]) -> (Vec<Hold>, u
 }
 
 /// [`four_processes`], with `faults` run from the moment the processes start contending, for
-/// the long run's rounds (the contention must outlast the faults, and the test checks it did).
+/// the long run's rounds: the contention must outlast the faults, and the test checks it did
+/// (`faults` returns when its last fault struck, on `CLOCK_MONOTONIC`, [`history::now_ns`]).
 async fn four_processes_during(
     url: &str,
     fencing: bool,
     lease: Duration,
-    faults: impl std::future::Future<Output = ()>,
+    faults: impl std::future::Future<Output = u64>,
 ) {
     contend_and_check(url, fencing, false, lease, 0, ROUNDS, Some(faults)).await;
 }
 
 /// The processes contend `rounds` rounds each — `reads_in_4` of every 4 rounds as readers —
-/// while `faults` run.
+/// while `faults` run; a hold must end after the last fault struck.
 async fn contend_and_check(
     url: &str,
     fencing: bool,
@@ -259,7 +260,7 @@ async fn contend_and_check(
     lease: Duration,
     reads_in_4: u64,
     rounds: usize,
-    faults: Option<impl std::future::Future<Output = ()>>,
+    faults: Option<impl std::future::Future<Output = u64>>,
 ) {
     let dir = history::scratch_dir("history");
     let namespace = unique("register");
@@ -280,20 +281,21 @@ async fn contend_and_check(
     };
     let mut helpers = start_contenders(&dir, &spec, &namespace).await;
     let contended = Instant::now();
-    if let Some(faults) = faults {
-        faults.await;
-        // The faults must have hit a running contention, not an idle store after it.
-        let done = (0..PROCESSES)
-            .filter(|p| dir.join(format!("p{p}.out")).exists())
-            .count();
-        assert!(
-            done < PROCESSES,
-            "the contention was over before the faults were: raise its rounds"
-        );
-    }
+    let last_fault = match faults {
+        Some(faults) => Some(faults.await),
+        None => None,
+    };
     let (holds, increments, lost) = collect(&dir, &mut helpers).await;
     let contention = contended.elapsed();
     let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
+    if let Some(last_fault) = last_fault {
+        // The faults must have struck a running contention, not an idle store after it.
+        let last_release = holds.iter().map(|hold| hold.released_at).max().unwrap_or(0);
+        assert!(
+            last_release > last_fault,
+            "the contention was over before the last fault struck: raise its rounds"
+        );
+    }
     let expected = PROCESSES * TASKS * rounds;
     assert_eq!(summary.holds, expected);
     assert_eq!(summary.holders, PROCESSES * TASKS);
@@ -491,10 +493,12 @@ async fn etcd_four_processes_never_overlap_through_leader_kills() {
     let mut cluster = support::etcd::EtcdCluster::start();
     let url = cluster.url(&unique("history"));
     let faults = async {
+        let mut last_fault = 0;
         for round in 0..2 {
             tokio::time::sleep(Duration::from_millis(1_500)).await;
             let leader = cluster.leader(Duration::from_secs(10)).expect("a leader");
             cluster.members[leader].kill();
+            last_fault = history::now_ns();
             let killed_at = Instant::now();
             let next = cluster
                 .leader(Duration::from_secs(30))
@@ -506,6 +510,7 @@ async fn etcd_four_processes_never_overlap_through_leader_kills() {
             tokio::time::sleep(Duration::from_millis(500)).await;
             cluster.members[leader].restart();
         }
+        last_fault
     };
     // A lease of 10 s: the promise tested is that a leader change (≈ 0.5–1 s here) shorter
     // than the lease loses no lock; with 5 s, four contending processes, three members and the
@@ -523,9 +528,11 @@ async fn sentinel_four_processes_never_overlap_through_two_failovers() {
     tokio::task::block_in_place(|| group.wait_until_watched(Duration::from_secs(30)));
     let url = group.url("?replicas=1");
     let faults = async {
+        let mut last_fault = 0;
         for round in 0..2 {
             tokio::time::sleep(Duration::from_millis(1_500)).await;
             let killed = tokio::task::block_in_place(|| group.kill_master());
+            last_fault = history::now_ns();
             let killed_at = Instant::now();
             let next = tokio::task::block_in_place(|| {
                 group.wait_for_failover(killed, Duration::from_secs(30))
@@ -543,6 +550,7 @@ async fn sentinel_four_processes_never_overlap_through_two_failovers() {
                 group.wait_until_watched(Duration::from_secs(30));
             });
         }
+        last_fault
     };
     // A lease of 10 s: a failover (≈ 3 s here: the sentinels call the master down after
     // 1.5 s of silence, then elect and promote) shorter than the lease loses no lock.
