@@ -125,7 +125,7 @@ cargo test -p lock-runtime --quiet --test features
 # tests/it: most of its tests wait on servers, leases and other processes far more than they
 # compute, so they run several at a time, not one per core. The histories do compute (four
 # contending processes each), and run two at a time on their own.
-it_threads="${DISTLOCK_TEST_THREADS:-6}"
+it_threads="${DISTLOCK_TEST_THREADS:-8}"
 step "tests/it: conformance, per-backend and attribute tests, examples ($it_threads at a time)"
 cargo test --all-features --quiet --test it -- --test-threads "$it_threads" --skip history:: --skip scenarios::
 step "tests/it: the fault suite's scenarios, four at a time"

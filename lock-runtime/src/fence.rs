@@ -54,7 +54,7 @@ return {1, token}
 /// token, `$2` = the new value, `$3` = the row id. One row updated: written; zero rows: stale.
 ///
 /// On MySQL / MariaDB write `?` for each placeholder in order of appearance, so the parameters
-/// are `(value, token, id, token)`. `tests/postgres.rs` and `tests/mysql.rs` run it on both
+/// are `(value, token, id, token)`. `tests/it/postgres.rs` and `tests/it/mysql.rs` run it on both
 /// databases: a holder paused past its lease updates no row after the next holder wrote.
 pub const SQL_FENCED_UPDATE: &str =
     "UPDATE resource SET value = $2, fence = $1 WHERE id = $3 AND fence <= $1";

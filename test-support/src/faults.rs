@@ -279,18 +279,18 @@ impl Scenario {
                  deployment",
             ),
             (ServerRestartsWithItsData, b) if b.is_redis() => Err(
-                "the test servers persist nothing (`tests/redlock.rs` restarts a node with its \
+                "the test servers persist nothing (`tests/it/redlock.rs` restarts a node with its \
                  AOF)",
             ),
             (LeaderThenMajorityLost, Redlock) => Err(
                 "independent nodes, no leader: rows 5 and 7 fault a majority, \
-                 `tests/redlock.rs` the rest",
+                 `tests/it/redlock.rs` the rest",
             ),
             (LeaderThenMajorityLost, Cluster) => {
-                Err("failover of a master to its replica: `tests/cluster.rs`")
+                Err("failover of a master to its replica: `tests/it/cluster.rs`")
             }
             (LeaderThenMajorityLost, Sentinel) => Err(
-                "failover of the master to a replica: `tests/sentinel.rs`, and the history \
+                "failover of the master to a replica: `tests/it/sentinel.rs`, and the history \
                  checker across two failovers",
             ),
             (LeaderThenMajorityLost, Redis | Postgres | Advisory | Mysql) => {
@@ -568,7 +568,7 @@ impl Faulty for RedisFixture {
 }
 
 /// The master found through a sentinel that never fails it over during a test (the faults here
-/// are the master's own; failovers are `tests/sentinel.rs`'s), with `?replicas=1`.
+/// are the master's own; failovers are `tests/it/sentinel.rs`'s), with `?replicas=1`.
 impl Faulty for SentinelFixture {
     const BACKEND: Backend = Backend::Sentinel;
 

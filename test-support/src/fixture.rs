@@ -557,7 +557,7 @@ impl Fixture for ClusterFixture {
 
 /// `redis+sentinel://…?replicas=1` over a master, one replica and one sentinel of this test's
 /// own: every grant and renewal waits for the replica. What it holds is what the master holds.
-/// The sentinel never fails the master over (failovers are `tests/sentinel.rs`'s): a fault on
+/// The sentinel never fails the master over (failovers are `tests/it/sentinel.rs`'s): a fault on
 /// the master stays a fault on the master.
 pub struct SentinelFixture {
     pub group: SentinelGroup,

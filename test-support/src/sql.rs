@@ -1,6 +1,6 @@
 //! What the lock-table backends (PostgreSQL, MariaDB) share beyond the conformance and fault
 //! suites, written once: tables made from the README's DDL, and bad input at connect time.
-//! `tests/postgres.rs` and `tests/mysql.rs` run each on their database.
+//! `tests/it/postgres.rs` and `tests/it/mysql.rs` run each on their database.
 
 use std::time::Duration;
 

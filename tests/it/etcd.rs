@@ -1,7 +1,7 @@
 //! The etcd backend against real members, what only etcd has: the queue on the server (one
 //! watch per waiter, served in arrival order), leases shared by lock length, cancelled waiters,
 //! and bad input. Its faults (a killed, paused or partitioned holder, a restart, a cluster
-//! losing its leader and then its majority, …) are in the fault suite, `tests/faults.rs`.
+//! losing its leader and then its majority, …) are in the fault suite, `tests/it/faults.rs`.
 
 #![cfg(feature = "etcd")]
 

@@ -1,6 +1,6 @@
-//! `mysql://` beyond the conformance and fault suites (`tests/conformance.rs`,
-//! `tests/faults.rs`), on real MariaDB servers the tests start. The scenarios shared with
-//! PostgreSQL are written once in `tests/support/sql.rs`; what only MariaDB has (a token column
+//! `mysql://` beyond the conformance and fault suites (`tests/it/conformance.rs`,
+//! `tests/it/faults.rs`), on real MariaDB servers the tests start. The scenarios shared with
+//! PostgreSQL are written once in `test-support/src/sql.rs`; what only MariaDB has (a token column
 //! too narrow, waiting by polling) is here:
 //!
 //! - what the table holds (holder, expiry by the database's clock in UTC, an expired row taken

@@ -1,6 +1,6 @@
-//! `postgres://` beyond the conformance and fault suites (`tests/conformance.rs`,
-//! `tests/faults.rs`), on real PostgreSQL servers the tests start. The scenarios are the lock
-//! tables' own, written once in `tests/support/sql.rs` and run on MariaDB too:
+//! `postgres://` beyond the conformance and fault suites (`tests/it/conformance.rs`,
+//! `tests/it/faults.rs`), on real PostgreSQL servers the tests start. The scenarios are the lock
+//! tables' own, written once in `test-support/src/sql.rs` and run on MariaDB too:
 //!
 //! - what the table holds (holder, expiry by the database's clock, fencing counters that outlive
 //!   the rows), and the DDL the README prints;

@@ -2,7 +2,7 @@
 //! (one watch per waiter, served in arrival order), sessions per lease, cancelled waiters, empty
 //! parents, fencing across a parent's deletion, and bad input. Its faults (a killed, paused or
 //! partitioned holder, a restart, an ensemble losing its leader and then its majority, …) are in
-//! the fault suite, `tests/faults.rs`.
+//! the fault suite, `tests/it/faults.rs`.
 
 #![cfg(feature = "zookeeper")]
 
