@@ -85,6 +85,10 @@ case "$rustc_version" in
         ;;
 esac
 
+# No incremental compilation: it serves edit-compile cycles, not a build from scratch, and its
+# caches more than doubled the target directory (4.4 GB of 9.2 GB, measured 2026-11-26).
+export CARGO_INCREMENTAL=0
+
 # Each step says when it began (seconds since this script started): a run that is slow, or
 # stopped by a time limit, shows where its time went.
 step() {
