@@ -131,11 +131,11 @@ cargo test -p lock-runtime --quiet --test features
 # contending processes each), and run two at a time on their own.
 it_threads="${DISTLOCK_TEST_THREADS:-8}"
 step "tests/it: conformance, per-backend and attribute tests, examples ($it_threads at a time)"
-cargo test --all-features --quiet --test it -- --test-threads "$it_threads" --skip history:: --skip scenarios::
+cargo test --workspace --all-features --quiet --test it -- --test-threads "$it_threads" --skip history:: --skip scenarios::
 step "tests/it: the fault suite's scenarios, four at a time"
-cargo test --all-features --quiet --test it -- --test-threads 4 scenarios::
+cargo test --workspace --all-features --quiet --test it -- --test-threads 4 scenarios::
 step "tests/it: the histories, two at a time (DISTLOCK_HISTORY=long: scripts/soak.sh's long run)"
-cargo test --all-features --quiet --test it -- --test-threads 2 history::
+cargo test --workspace --all-features --quiet --test it -- --test-threads 2 history::
 step "cargo package (distlock, lock-runtime, lock-macros, distlock-cli)"
 cargo package --workspace --exclude distlock-bench --exclude distlock-test-support \
     --exclude distlock-ui-tests --allow-dirty --quiet

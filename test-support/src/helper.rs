@@ -24,7 +24,7 @@
 //! - `process_starter` — starts servers and a helper, then dies without cleaning up (the
 //!   harness's own test).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError, distributed_lock};
@@ -234,6 +234,9 @@ fn contender(dir: &Path) {
         reads_in_4: var("READS_IN_4").parse().unwrap(),
         permits: var("PERMITS").parse().unwrap(),
         accounts: var("ACCOUNTS").parse().unwrap(),
+        until: Some(var("UNTIL"))
+            .filter(|until| !until.is_empty())
+            .map(PathBuf::from),
     };
     history::helper_runtime().block_on(async {
         let store = Store::open(&spec.url, &var("NAMESPACE")).await.unwrap();

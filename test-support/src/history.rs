@@ -232,6 +232,9 @@ pub struct Contention {
     /// Every acquisition a transfer between two of this many accounts, holding both (`lock_all`
     /// of `<key>:<a>` and `<key>:<b>`; 0: one key).
     pub accounts: usize,
+    /// With a file: each task goes on past its `rounds` until the file exists (a history under
+    /// faults, whose contention must outlast them however long they take).
+    pub until: Option<PathBuf>,
 }
 
 /// What a contender did: its holds, and how many register increments were acknowledged.
@@ -253,6 +256,13 @@ impl Contention {
             ("READS_IN_4", self.reads_in_4.to_string()),
             ("PERMITS", self.permits.to_string()),
             ("ACCOUNTS", self.accounts.to_string()),
+            (
+                "UNTIL",
+                self.until
+                    .as_ref()
+                    .map(|file| file.display().to_string())
+                    .unwrap_or_default(),
+            ),
         ]
     }
 }
@@ -266,8 +276,8 @@ pub struct Outcome {
 /// What a reader saw change under its read lock: the register's two reads disagreed.
 const TORN: &str = "a reader saw the register change under its read lock";
 
-/// Runs `tasks` tasks of one client, each taking the lock `rounds` times and incrementing the
-/// register under it. With `start = Some((ready, go))` it creates the file `ready` once
+/// Runs `tasks` tasks of one client, each taking the lock `rounds` times (and on until the file
+/// `until` exists, with one) and incrementing the register under it. With `start = Some((ready, go))` it creates the file `ready` once
 /// connected and begins when the file `go` appears, so that every process contends from the
 /// first round.
 pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Path)>) -> Outcome {
@@ -298,7 +308,10 @@ pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Pa
         tasks.push(tokio::spawn(async move {
             let holder = format!("{}.{task}", spec.name);
             let mut holds = Vec::with_capacity(spec.rounds);
-            for _ in 0..spec.rounds {
+            for round in 0.. {
+                if round >= spec.rounds && spec.until.as_ref().is_none_or(|until| until.exists()) {
+                    break;
+                }
                 let read = fastrand::u64(0..4) < spec.reads_in_4;
                 if spec.permits > 0 {
                     holds.push(hold_a_permit(&client, &spec, &holder, &lost).await);
