@@ -738,9 +738,13 @@ impl Backend for AdvisoryBackend {
             let Some(entry) = entries(found).into_iter().find(|entry| entry.name == name) else {
                 return Ok(None);
             };
+            // Ending a session only signals its backend; the lock is free once the backend has
+            // exited. Wait for that (PostgreSQL 14+, which this mode requires), so that the lock
+            // is free when this returns: without the wait, a loaded server still showed it held
+            // right after (conformance's `the_admin_api_shows_readers`, eight tests at a time).
             let text = format!(
-                "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l \
-                 WHERE {} AND l.granted",
+                "SELECT count(pg_terminate_backend(l.pid, {FORCE_RELEASE_WAIT_MS})) \
+                 FROM pg_locks l WHERE {} AND l.granted",
                 lock_match(key)
             );
             self.query_once(&text).await?;
@@ -755,6 +759,9 @@ impl Backend for AdvisoryBackend {
         })
     }
 }
+
+/// How long a forced release waits for each holder's session to end (milliseconds).
+const FORCE_RELEASE_WAIT_MS: u64 = 5_000;
 
 /// The `pg_locks` condition for the advisory lock `key` (a bigint key: high half in `classid`,
 /// low half in `objid`, `objsubid` 1) in this database.
