@@ -116,9 +116,10 @@ for run in $(seq 1 "$runs"); do
         log="$logs/$test-$run.log"
         start=$(date +%s)
         # A hung run must not hang the soak: 30 minutes is far beyond any area's run time.
-        # As ./scripts/test.sh runs them: the fault suite four scenarios at a time, the histories
-        # two at a time. The area's own filter, or the SOAK_FILTER names within it.
+        # As ./scripts/test.sh runs them: the areas of tests/it eight tests at a time, the fault
+        # suite four scenarios at a time, the histories two at a time. The area's own filter, or the SOAK_FILTER names within it.
         extra=()
+        [ "${binary[$test]}" = "${executable[it]}" ] && extra=(--test-threads "${DISTLOCK_TEST_THREADS:-8}")
         [ "$test" = faults ] && extra=(--test-threads 4)
         [ "$test" = history ] && extra=(--test-threads 2)
         if [ -n "${SOAK_FILTER:-}" ]; then
