@@ -20,11 +20,12 @@ const MAX_BATCH: usize = 500;
 /// Redis) instead of one round trip each.
 ///
 /// There is no long-lived task: the first renewal of a batch spawns a short task that waits
-/// one timer tick (1 ms) for the others, then sends them all. If that task dies with its runtime,
-/// the waiting watchdogs see an error and retry on their own.
+/// one timer tick (1 ms) for the others, then sends them all. If that task dies with its runtime
+/// before it took the batch, the next renewal, on whatever runtime, spawns another: the batch
+/// never waits on a task that is gone, and renewals whose watchdog died with it are dropped.
 pub(crate) struct Renewer {
     backend: Arc<dyn Backend>,
-    pending: Mutex<Vec<Pending>>,
+    pending: Mutex<Batch>,
     /// Watchdogs not started yet, one timer per runtime (see [`Watch`]).
     timers: Mutex<Vec<Arc<Timer>>>,
     /// Deferred watchdogs started so far (tests).
@@ -39,12 +40,21 @@ struct Pending {
     reply: oneshot::Sender<Result<bool, String>>,
 }
 
+/// The renewals waiting for the batch task, and that task while it has not taken them yet.
+#[derive(Default)]
+struct Batch {
+    entries: Vec<Pending>,
+    /// The task that will take `entries`. A task whose runtime shut down before it ran is
+    /// finished without having taken them.
+    task: Option<AbortHandle>,
+}
+
 impl Renewer {
     pub(crate) fn new(backend: Arc<dyn Backend>) -> Arc<Renewer> {
         Arc::new(Renewer {
             local: LocalQueues::new(backend.hands_over()),
             backend,
-            pending: Mutex::new(Vec::new()),
+            pending: Mutex::new(Batch::default()),
             timers: Mutex::new(Vec::new()),
             #[cfg(test)]
             started: Default::default(),
@@ -62,25 +72,35 @@ impl Renewer {
     /// Renews `shared`'s lock, together with whatever else is due now.
     async fn renew(self: &Arc<Self>, shared: Arc<Shared>) -> Result<bool, BoxError> {
         let (reply, answer) = oneshot::channel();
-        let first = {
+        {
             let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            pending.push(Pending { shared, reply });
-            pending.len() == 1
-        };
-        if first {
-            let renewer = Arc::clone(self);
-            tokio::spawn(async move {
-                // Let the other watchdogs woken at this grid instant join the batch: they were
-                // all fired by the same timer tick, so one more tick collects them.
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                let batch =
-                    std::mem::take(&mut *renewer.pending.lock().unwrap_or_else(|p| p.into_inner()));
-                let mut batch = batch.into_iter().peekable();
-                while batch.peek().is_some() {
-                    let chunk: Vec<Pending> = batch.by_ref().take(MAX_BATCH).collect();
-                    renewer.send(chunk).await;
-                }
-            });
+            pending.entries.push(Pending { shared, reply });
+            // The first renewal of a batch, or the first since its task died with its runtime
+            // before taking the batch (without this, the batch would wait on that task forever,
+            // and every lock of this client would run out on the next runtime).
+            if pending.task.as_ref().is_none_or(|task| task.is_finished()) {
+                let renewer = Arc::clone(self);
+                let task = tokio::spawn(async move {
+                    // Let the other watchdogs woken at this grid instant join the batch: they
+                    // were all fired by the same timer tick, so one more tick collects them.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    let batch = {
+                        let mut pending = renewer.pending.lock().unwrap_or_else(|p| p.into_inner());
+                        pending.task = None;
+                        std::mem::take(&mut pending.entries)
+                    };
+                    // A renewal whose watchdog is gone (with its runtime) asks for nothing.
+                    let mut batch = batch
+                        .into_iter()
+                        .filter(|pending| !pending.reply.is_closed())
+                        .peekable();
+                    while batch.peek().is_some() {
+                        let chunk: Vec<Pending> = batch.by_ref().take(MAX_BATCH).collect();
+                        renewer.send(chunk).await;
+                    }
+                });
+                pending.task = Some(task.abort_handle());
+            }
         }
         match answer.await {
             Ok(result) => result.map_err(BoxError::from),
@@ -525,6 +545,54 @@ mod tests {
     use super::on_grid;
     use std::time::Duration;
     use tokio::time::Instant;
+
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// A batch whose task died with its runtime before it took the batch holds up no later
+    /// renewal: the next one, on another runtime, is sent and answered. (It used to wait on the
+    /// dead task forever, and every lock of the client then ran out: `tests/global.rs` saw
+    /// "renewal works on this runtime" fail about once in 20 runs.)
+    #[test]
+    fn a_batch_task_that_died_with_its_runtime_holds_up_no_later_renewal() {
+        let first = current_thread();
+        let (client, guard) = first.block_on(async {
+            let client = crate::LockClient::connect("memory://dead-batch-task")
+                .await
+                .unwrap();
+            let guard = client
+                .lock("k")
+                .lease(Duration::from_secs(30))
+                .acquire()
+                .await
+                .unwrap();
+            (client, guard)
+        });
+        let renewer = std::sync::Arc::clone(client.renewer());
+        first.block_on(async {
+            // The renewal joins a batch and spawns its task, which waits a tick before taking
+            // it; the runtime goes before that tick.
+            let renewal = renewer.renew(guard.shared());
+            tokio::select! {
+                _ = renewal => panic!("answered before its batch task ran"),
+                _ = tokio::task::yield_now() => {}
+            }
+        });
+        drop(first);
+        let second = current_thread();
+        let renewed = second.block_on(async {
+            tokio::time::timeout(Duration::from_secs(5), renewer.renew(guard.shared())).await
+        });
+        assert!(
+            matches!(renewed, Ok(Ok(true))),
+            "the renewal on the next runtime: {renewed:?}"
+        );
+        second.block_on(async { guard.release().await.unwrap() });
+    }
 
     /// A lock released before its first renewal never starts a watchdog task, and leaves no
     /// timer entry behind, by release or by drop; one held past lease/3 gets its watchdog then,
