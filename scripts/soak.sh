@@ -40,6 +40,8 @@ for binary in redis-server redis-cli; do
     fi
 done
 
+# The same builds as ./scripts/test.sh's (no incremental caches), so neither rebuilds the other's.
+export CARGO_INCREMENTAL=0
 if [ "${SOAK_HISTORY:-long}" = long ]; then
     export DISTLOCK_HISTORY=long
 fi
@@ -58,11 +60,12 @@ if [ -z "${executable[it]:-}" ]; then
 fi
 # The binary and the filter of each area.
 declare -A binary filter
+it_tests="$("${executable[it]}" --list 2>/dev/null)"
 for test in "${tests[@]}"; do
     if [ -n "${executable[$test]:-}" ]; then
         binary[$test]="${executable[$test]}"
         filter[$test]=""
-    elif "${executable[it]}" --list 2>/dev/null | grep -q "^$test::"; then
+    elif grep -q "^$test::" <<<"$it_tests"; then
         binary[$test]="${executable[it]}"
         filter[$test]="$test::"
     else
