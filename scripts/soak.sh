@@ -191,6 +191,6 @@ if [ "$total_failed" -gt 0 ]; then
     status=1
 fi
 if [ "$status" -eq 0 ]; then
-    echo "soak passed: every run of every binary, no process left behind"
+    echo "soak passed: every run of every area, no process left behind"
 fi
 exit "$status"
