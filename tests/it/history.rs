@@ -1,12 +1,12 @@
-//! Mutual exclusion proven on histories: four OS processes × 32 tasks contend for one key
-//! (1,024 acquisitions per backend; 5,120 in the long run, see [`rounds`]), every hold is recorded on `CLOCK_MONOTONIC`, and the checker
-//! proves that no two holds overlap and that fencing tokens rise in grant order. Under the lock
-//! each holder runs a non-atomic register increment (read, random sleep, write): no acknowledged
-//! increment may be lost.
+//! Mutual exclusion proven on histories: four OS processes × 32 tasks contend for one key (1,024
+//! acquisitions per backend; 5,120 in the long run, see [`rounds`]), every hold is recorded on
+//! `CLOCK_MONOTONIC`, and the checker proves that no two holds overlap and that fencing tokens rise
+//! in grant order. Under the lock each holder runs a non-atomic register increment (read, random
+//! sleep, write): no acknowledged increment may be lost.
 //!
 //! Transfers (`lock_all`): the same four processes move money between random pairs of eight
-//! accounts, holding both (1,024 transfers per backend, 5,120 in the long run): no two holds of one account overlap,
-//! and the sum of the balances never changes.
+//! accounts, holding both (1,024 transfers per backend, 5,120 in the long run): no two holds of one
+//! account overlap, and the sum of the balances never changes.
 
 use std::time::{Duration, Instant};
 
@@ -152,10 +152,11 @@ async fn readers_and_writers(url: &str, lease: Duration) {
     contend_and_check(url, true, false, lease, 3, rounds(ROUNDS), NO_FAULTS).await;
 }
 
-/// A semaphore of three: four processes × 8 tasks each take a permit 160 times (5,120
-/// permits, each held 1–10 ms); never more than three held at once, and three reached. (Eight
-/// tasks, not 32: 128 contenders for three permits would test how long a polling MySQL waiter
-/// can lose to newcomers — it has no queue, and promises no order — rather than the limit.)
+/// A semaphore of three: four processes × 8 tasks each take a permit 32 times (160 in the long run;
+/// 1,024 or 5,120 permits, each held 1–10 ms); never more than three held at once, and three
+/// reached. (Eight tasks, not 32: 128 contenders for three permits would test how long a polling
+/// MySQL waiter can lose to newcomers — it has no queue, and promises no order — rather than the
+/// limit.)
 async fn semaphore_of_three(url: &str) {
     let dir = history::scratch_dir("history");
     let started = Instant::now();
@@ -633,7 +634,7 @@ async fn memory_readers_and_writers_never_overlap() {
     memory_four_clients(false, 3).await;
 }
 
-// ---- Semaphores (`client.semaphore(k, 3)`): four processes, 5,120 permits ----
+// ---- Semaphores (`client.semaphore(k, 3)`): four processes, 1,024 permits (5,120 long) ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_semaphore_never_exceeds_its_permits() {
@@ -738,16 +739,17 @@ fn the_checker_counts_permits_held_at_once() {
     assert_eq!(Hold::parse(&line), valid[0]);
 }
 
-// ---- Several keys (`client.lock_all`): four processes, 5,120 transfers between 8 accounts ----
+// ---- Several keys (`client.lock_all`): four processes, 1,024 transfers (5,120 long) ----
 
 /// The accounts of the transfer runs, and their contenders per process and rounds each.
 const ACCOUNTS: usize = 8;
 const TRANSFER_TASKS: usize = 8;
 const TRANSFER_ROUNDS: usize = 160;
 
-/// Four processes × 8 tasks each make 160 transfers between random pairs of the 8 accounts,
-/// each holding both accounts' locks (named in a random order): no overlap on any account,
-/// fencing tokens in grant order per account, the sum of the balances unchanged, no timeout.
+/// Four processes × 8 tasks each make 32 transfers (160 in the long run) between random pairs of
+/// the 8 accounts, each holding both accounts' locks (named in a random order): no overlap on any
+/// account, fencing tokens in grant order per account, the sum of the balances unchanged, no
+/// timeout.
 async fn transfers(url: &str, fencing: bool) {
     let dir = history::scratch_dir("history");
     let namespace = unique("accounts");
