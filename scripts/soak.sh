@@ -129,6 +129,10 @@ for run in $(seq 1 "$runs"); do
             # The area's tests whose names contain one of the words, exactly.
             mapfile -t names < <("${binary[$test]}" --list 2>/dev/null | sed -n 's/: test$//p' |
                 grep "^${filter[$test]}" | grep -F "$(tr ' ' '\n' <<<"$SOAK_FILTER")" || true)
+            if [ ${#names[@]} -eq 0 ]; then
+                printf '    run %d/%d  %-18s  no test matches SOAK_FILTER\n' "$run" "$runs" "$test"
+                continue
+            fi
             extra+=(--exact "${names[@]}")
         elif [ -n "${filter[$test]}" ]; then
             extra+=("${filter[$test]}")
