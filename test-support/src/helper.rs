@@ -1,6 +1,6 @@
 //! The one helper-process entry point. A test starts a copy of its own binary
 //! ([`Helper::spawn`](super::history::Helper::spawn)) running the test `helper_process`, which
-//! every binary that starts helpers declares as
+//! the integration-test binary (`tests/it/main.rs`) declares, once, at its root:
 //!
 //! ```ignore
 //! #[test]
@@ -38,7 +38,7 @@ fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
-/// The body of every binary's `helper_process` test.
+/// The body of the `helper_process` test.
 pub fn run() {
     let Some(dir) = history::helper_dir() else {
         return;

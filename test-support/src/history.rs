@@ -277,9 +277,9 @@ pub struct Outcome {
 const TORN: &str = "a reader saw the register change under its read lock";
 
 /// Runs `tasks` tasks of one client, each taking the lock `rounds` times (and on until the file
-/// `until` exists, with one) and incrementing the register under it. With `start = Some((ready, go))` it creates the file `ready` once
-/// connected and begins when the file `go` appears, so that every process contends from the
-/// first round.
+/// `until` exists, with one) and incrementing the register under it. With
+/// `start = Some((ready, go))` it creates the file `ready` once connected and begins when the
+/// file `go` appears, so that every process contends from the first round.
 pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Path)>) -> Outcome {
     // Connecting is not what this measures: four processes set up at once while other history
     // tests run beside them, on a machine the soak keeps busy.
