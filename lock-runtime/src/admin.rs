@@ -120,23 +120,6 @@ impl Entry {
     }
 }
 
-/// An operation a backend cannot do, and why (`LockError::Unsupported`).
-#[derive(Debug)]
-pub(crate) struct Unsupported(pub String);
-
-impl std::fmt::Display for Unsupported {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Unsupported {}
-
-/// A backend's "cannot": `why` says what the backend is missing.
-pub(crate) fn unsupported<T>(why: impl Into<String>) -> Result<T, BoxError> {
-    Err(Box::new(Unsupported(why.into())))
-}
-
 /// The PostgreSQL advisory-lock key (`pg_advisory_lock(k)`) that `postgres://…?mode=advisory`
 /// uses for the backend name `name` — the key with the client's prefix, `lock:order:42` —
 /// so another program can take or watch the same lock: the 64-bit FNV-1a hash of its bytes.
@@ -199,8 +182,7 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 impl LockClient {
     /// Who holds `key` now: `None` if nobody does.
     ///
-    /// Errors: [`LockError::Unsupported`] on a backend that cannot be inspected (Redlock has no
-    /// single answer: see its docs), [`LockError::Backend`] when the backend fails.
+    /// Errors: [`LockError::Backend`] when the backend fails.
     pub async fn inspect(&self, key: &str) -> Result<Option<LockInfo>, LockError> {
         validate_key(key)?;
         let name = self.name_of(key);
@@ -256,7 +238,7 @@ impl LockClient {
         let started = std::time::Instant::now();
         let version = backend.server_version().await.map_err(fail)?;
         Ok(ServerInfo {
-            backend: backend.kind(),
+            backend: backend.store(),
             url: self.url().to_owned(),
             version,
             round_trip: started.elapsed(),
@@ -298,19 +280,11 @@ impl LockClient {
     }
 
     fn admin_error(&self, op: &'static str, key: &str, error: BoxError) -> LockError {
-        let backend = self.backend_kind();
-        match error.downcast::<Unsupported>() {
-            Ok(why) => LockError::Unsupported {
-                backend,
-                op,
-                reason: why.0,
-            },
-            Err(source) => LockError::Backend {
-                backend,
-                op,
-                key: key.to_owned(),
-                source,
-            },
+        LockError::Backend {
+            backend: self.backend_kind(),
+            op,
+            key: key.to_owned(),
+            source: error,
         }
     }
 }

@@ -226,7 +226,7 @@ impl LockClient {
 
     /// The backend's name: `memory`, `redis`, …
     pub fn backend_kind(&self) -> &'static str {
-        self.inner.backend.kind()
+        self.inner.backend.store()
     }
 
     /// The backend URL, with any password replaced by `***`.
@@ -287,7 +287,7 @@ impl LockClient {
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockClient")
-            .field("backend", &self.inner.backend.kind())
+            .field("backend", &self.inner.backend.store())
             .field("url", &self.inner.url)
             .field("prefix", &self.inner.prefix)
             .field("default_lease", &self.inner.default_lease)
@@ -473,7 +473,7 @@ impl LockClientBuilder {
         Ok(LockClient {
             inner: Arc::new(ClientInner {
                 renewer: crate::renew::Renewer::new(Arc::clone(&backend)),
-                hash_tags: backend.hash_tags(),
+                hash_tags: backend.capabilities().slot.is_some(),
                 backend,
                 url: redact(url),
                 prefix: self.prefix,
@@ -713,7 +713,7 @@ fn check_min_hold(
 ) -> Result<(), LockError> {
     let min_hold = Duration::from_millis(min_hold_ms.into());
     if min_hold_ms > 0
-        && let Some(why) = backend.refuses_min_hold()
+        && let Some(why) = backend.capabilities().min_hold.err()
     {
         return Err(LockError::Config(format!(
             "`{key}`: min_hold {min_hold:?} cannot be kept on this backend: {why}"
@@ -749,7 +749,7 @@ struct SetInFlight<'a> {
 
 impl Drop for SetInFlight<'_> {
     fn drop(&mut self) {
-        if self.armed && !self.backend.undoes_failed_attempts() {
+        if self.armed && !self.backend.capabilities().undoes_failed_attempts {
             for spec in self.specs {
                 wait::release_in_background(self.backend, spec.hold());
             }
@@ -867,7 +867,7 @@ impl ClientInner {
                 }
                 Err(_) => crate::metrics::Outcome::Error,
             };
-            crate::metrics::acquisition(self.backend.kind(), outcome, started.elapsed());
+            crate::metrics::acquisition(self.backend.store(), outcome, started.elapsed());
             result
         }
         #[cfg(not(feature = "metrics"))]
@@ -884,7 +884,7 @@ impl ClientInner {
         // A reader's share or a semaphore's permit: held together with others.
         let shared = params.kind != Kind::Exclusive;
         // Every backend serves the plain lock: only another kind is asked about.
-        if shared && let Err(why) = self.backend.serves(params.kind) {
+        if shared && let Err(why) = self.backend.capabilities().serves(params.kind) {
             return Err(LockError::Config(format!("`{}`: {why}", name.key())));
         }
         if params.fair && params.kind == Kind::Shared {
@@ -901,14 +901,14 @@ impl ClientInner {
                 name.key()
             )));
         }
-        if params.fair || (shared && self.backend.queues_waiters()) {
-            if !self.backend.supports_fair() {
+        if params.fair || (shared && self.backend.capabilities().queues_waiters) {
+            if !self.backend.capabilities().fair {
                 return Err(LockError::Config(format!(
                     "`{}`: fair locks are not available on the {} backend; use redis://, \
                      redis+cluster://, memory://, zk:// or etcd:// (their waiters queue in \
                      arrival order), or drop `fair`",
                     name.key(),
-                    self.backend.kind()
+                    self.backend.store()
                 )));
             }
             // Straight into the lock's queue on the server: no optimistic first attempt and
@@ -923,7 +923,7 @@ impl ClientInner {
         let mut failed = None;
         // A reader never queues behind this client's other tasks: readers hold a key together,
         // and the local queue (with its hand-overs) is for the one owner of a plain lock.
-        if !self.backend.queues_waiters()
+        if !self.backend.capabilities().queues_waiters
             && (shared || !self.renewer.local().has_waiters(name.key()))
         {
             // Only the lock is asked for (on Redis one `SET NX PX`, without the holder's TTL):
@@ -997,7 +997,7 @@ impl ClientInner {
     ) -> Result<LockGuard, LockError> {
         let key = name.key();
         let request = params.request(&name);
-        let span = tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.kind(), fair = params.fair, kind = params.kind.noun());
+        let span = tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.store(), fair = params.fair, kind = params.kind.noun());
         let remaining = params
             .wait
             .map(|wait| wait.saturating_sub(started.elapsed()));
@@ -1018,7 +1018,7 @@ impl ClientInner {
             Err(error) => return Err(error),
         };
         acquired.waited = started.elapsed();
-        crate::metrics::waited(self.backend.kind(), acquired.waited);
+        crate::metrics::waited(self.backend.store(), acquired.waited);
         Ok(self.guard(name, token, params, acquired))
     }
 
@@ -1054,13 +1054,14 @@ impl ClientInner {
         // At the head of the queue: offer to take the lock over from a guard of this client.
         let mut head = self
             .backend
-            .hands_over()
+            .capabilities()
+            .hands_over
             .then(|| local::Head::new(Arc::clone(&queue)));
         let remaining = params
             .wait
             .map(|wait| wait.saturating_sub(started.elapsed()));
         let span =
-            tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.kind());
+            tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.store());
         let mut acquired = match wait::acquire(
             &self.backend,
             request,
@@ -1079,11 +1080,11 @@ impl ClientInner {
         };
         drop(head);
         acquired.waited = started.elapsed();
-        crate::metrics::waited(self.backend.kind(), acquired.waited);
+        crate::metrics::waited(self.backend.store(), acquired.waited);
         let handed = acquired.handed;
         let guard = self.guard(name, token, params, acquired);
         // The next in line, if any, waits for this guard to hand the lock over or let go.
-        if self.backend.hands_over() {
+        if self.backend.capabilities().hands_over {
             queue.holding(guard.shared_ref(), handed);
         }
         drop(local); // the next local waiter now waits on the backend
@@ -1131,7 +1132,10 @@ impl ClientInner {
         // All or nothing in one request where the backend can: nothing is held while a busy
         // key is waited for.
         let full: Vec<&str> = names.iter().map(LockName::full).collect();
-        let atomic = self.backend.acquires_sets(&full, params.kind);
+        let atomic = self
+            .backend
+            .capabilities()
+            .acquires_sets(&full, params.kind);
         drop(full);
         if atomic {
             match self.try_set(&names, params, started).await {

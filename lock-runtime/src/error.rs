@@ -105,7 +105,8 @@ pub enum LockError {
     },
 
     /// The backend cannot do this administrative operation (list, inspect, force-release):
-    /// `reason` says why, and what can.
+    /// `reason` says why, and what can. Every store built in answers all of them today; a
+    /// store that cannot is expected to say so with this.
     #[error("the {backend} backend cannot {op} locks: {reason}")]
     Unsupported {
         /// Which backend (`redlock`, `memory`, …).

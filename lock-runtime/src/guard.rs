@@ -80,7 +80,7 @@ impl LockGuard {
             unrenewed_end: (!renew).then_some(lease_end),
             fair,
             kind,
-            backend: renewer.backend().kind(),
+            backend: renewer.backend().store(),
             granted_at: acquired.sent_at,
             confirmed_ns: std::sync::atomic::AtomicU64::new(0),
             lost_the_set: std::sync::atomic::AtomicBool::new(false),
@@ -523,7 +523,7 @@ async fn release_within_lease(
     loop {
         let released = backend.release(shared.hold()).await;
         match &released {
-            Err(error) if backend.rides_out(error) => {
+            Err(error) if backend.capabilities().rides_out(error) => {
                 attempt += 1;
                 let pause = crate::backend::retry_pause(attempt).min(Duration::from_millis(500));
                 if Instant::now() + pause >= shared.valid_until() {

@@ -52,7 +52,7 @@ struct Batch {
 impl Renewer {
     pub(crate) fn new(backend: Arc<dyn Backend>) -> Arc<Renewer> {
         Arc::new(Renewer {
-            local: LocalQueues::new(backend.hands_over()),
+            local: LocalQueues::new(backend.capabilities().hands_over),
             backend,
             pending: Mutex::new(Batch::default()),
             timers: Mutex::new(Vec::new()),
@@ -113,7 +113,10 @@ impl Renewer {
     async fn send(self: &Arc<Self>, chunk: Vec<Pending>) {
         let mut groups: std::collections::HashMap<u16, Vec<Pending>> = Default::default();
         for pending in chunk {
-            let group = self.backend.batch_group(pending.shared.spec().name);
+            let group = self
+                .backend
+                .capabilities()
+                .group(pending.shared.spec().name);
             groups.entry(group).or_default().push(pending);
         }
         let mut groups = groups.into_values();
@@ -184,7 +187,7 @@ impl Watch {
 /// context switches, measured on MariaDB).
 pub(crate) fn watch(shared: Arc<Shared>, renewer: &Arc<Renewer>) -> Watch {
     let runtime = match tokio::runtime::Handle::try_current() {
-        Ok(runtime) if !renewer.backend.keeps_alive() => runtime,
+        Ok(runtime) if !renewer.backend.capabilities().keeps_alive => runtime,
         _ => {
             return Watch::Task(tokio::spawn(watchdog(shared, Arc::clone(renewer))).abort_handle());
         }
@@ -390,7 +393,7 @@ fn grid_step(interval: Duration) -> Duration {
 /// Renews every lease/3 until the lock is lost (then returns) — forever otherwise.
 pub(crate) async fn watchdog(shared: Arc<Shared>, renewer: Arc<Renewer>) {
     let backend = renewer.backend();
-    if backend.keeps_alive() {
+    if backend.capabilities().keeps_alive {
         // The backend keeps the lock alive (a session's heartbeats): wait for it to say lost.
         let why = backend.lost(shared.spec()).await;
         shared.mark_lost(&why);
@@ -456,7 +459,7 @@ async fn set_watchdog(set: Vec<Arc<Shared>>, renewer: Arc<Renewer>) {
         }
     };
     let backend = renewer.backend();
-    if backend.keeps_alive() {
+    if backend.capabilities().keeps_alive {
         let losses = set
             .iter()
             .enumerate()

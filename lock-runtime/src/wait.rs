@@ -74,7 +74,7 @@ impl Failure {
             return LockError::Config(format!("`{key}`: {refused}"));
         }
         LockError::Backend {
-            backend: backend.kind(),
+            backend: backend.store(),
             op: "acquire",
             key: key.to_owned(),
             source: self.source,
@@ -134,7 +134,10 @@ pub(crate) async fn attempt(
             handed: false,
         })),
         Ok(Attempt::Busy { ttl }) => Ok(Err(ttl)),
-        Err(source) => Err(Failure::of(source, !backend.undoes_failed_attempts())),
+        Err(source) => Err(Failure::of(
+            source,
+            !backend.capabilities().undoes_failed_attempts,
+        )),
     }
 }
 
@@ -234,7 +237,7 @@ pub(crate) async fn acquire(
         // Listen for releases before asking the server (a backend without a queue of waiters
         // needs no place in line to listen): a release after the attempt then wakes us, and a
         // busy attempt need not be repeated once subscribed.
-        if !backend.queues_waiters() {
+        if !backend.capabilities().queues_waiters {
             waiter.listen().await;
         }
         match waiter.defer_to_local_holder().await {
@@ -321,9 +324,9 @@ impl<'a, 'h> Waiter<'a, 'h> {
         // A fair request keeps a place in the lock's queue on the server, as a backend whose
         // waiters always queue does; so does a writer whose waiting marks the lock against new
         // readers.
-        let queues = backend.queues_waiters()
+        let queues = backend.capabilities().queues_waiters
             || request.fair
-            || (request.kind == Kind::Exclusive && backend.marks_waiting_writers());
+            || (request.kind == Kind::Exclusive && backend.capabilities().marks_waiting_writers);
         Waiter {
             backend,
             request,
@@ -540,7 +543,7 @@ impl<'a, 'h> Waiter<'a, 'h> {
         };
         // A backend that cannot announce releases is asked again sooner, never later than the
         // holder's lease ends.
-        let pause = match self.backend.release_poll(self.busy) {
+        let pause = match self.backend.capabilities().poll.map(|poll| poll(self.busy)) {
             Some(poll) => poll.min(until_lease_ends),
             None => until_lease_ends,
         };

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, SetAttempt};
+use super::{Admin, Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released, SetAttempt};
 use crate::admin::{Entry, glob_match};
 use crate::error::BoxError;
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -587,9 +587,18 @@ fn released(deleted: bool) -> Released {
     }
 }
 
+/// Every kind, fair locks, sets of any kind in one map operation, writers' marks.
+const CAPABILITIES: Capabilities = Capabilities {
+    sets: true,
+    sets_of_shares: true,
+    marks_waiting_writers: true,
+    fair: true,
+    ..Capabilities::every_kind("memory")
+};
+
 impl Backend for MemoryBackend {
-    fn kind(&self) -> &'static str {
-        "memory"
+    fn capabilities(&self) -> &Capabilities {
+        &CAPABILITIES
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
@@ -597,14 +606,6 @@ impl Backend for MemoryBackend {
             return self.answer(move || self.acquire_fair_now(spec));
         }
         self.answer(move || self.acquire_now(spec))
-    }
-
-    fn supports_fair(&self) -> bool {
-        true
-    }
-
-    fn acquires_sets(&self, _names: &[&str], _kind: Kind) -> bool {
-        true
     }
 
     fn try_acquire_all<'a>(
@@ -629,18 +630,22 @@ impl Backend for MemoryBackend {
         })
     }
 
-    fn serves(&self, _kind: Kind) -> Result<(), String> {
-        Ok(())
+    fn subscribe<'a>(
+        &'a self,
+        spec: LockSpec<'a>,
+    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        let name = spec.name;
+        let subscription = self
+            .hub
+            .subscribe_as(name, spec.fair.then_some(spec.token), || {});
+        Box::pin(async move { Ok(subscription) })
     }
+}
 
-    fn marks_waiting_writers(&self) -> bool {
-        true
-    }
-
+impl Admin for MemoryBackend {
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move { Ok(self.entry(name, Instant::now())) })
     }
-
     fn list<'a>(
         &'a self,
         prefix: &'a str,
@@ -675,7 +680,6 @@ impl Backend for MemoryBackend {
                 .collect())
         })
     }
-
     fn force_release<'a>(
         &'a self,
         name: &'a str,
@@ -700,7 +704,6 @@ impl Backend for MemoryBackend {
             Ok(entry)
         })
     }
-
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
         Box::pin(async {
             Ok(format!(
@@ -708,17 +711,6 @@ impl Backend for MemoryBackend {
                 env!("CARGO_PKG_VERSION")
             ))
         })
-    }
-
-    fn subscribe<'a>(
-        &'a self,
-        spec: LockSpec<'a>,
-    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
-        let name = spec.name;
-        let subscription = self
-            .hub
-            .subscribe_as(name, spec.fair.then_some(spec.token), || {});
-        Box::pin(async move { Ok(subscription) })
     }
 }
 

@@ -8,11 +8,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::admin::{Entry, unsupported};
+use crate::admin::Entry;
 use crate::error::BoxError;
 use crate::notify::ReleaseSubscription;
 use crate::runtime::BoxFuture;
 
+pub(crate) use capabilities::Capabilities;
+
+mod capabilities;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
@@ -122,7 +125,7 @@ pub(crate) fn drift(lease: Duration) -> Duration {
 /// What kind of hold a request asks for (`../shared/DESIGN.md`, "Lock kinds"). The layers
 /// above the backend — waiting, renewal, lost detection, reentrancy, metrics, the admin view —
 /// treat every kind alike; a backend learns the kind from [`LockSpec::kind`] and [`Hold::kind`]
-/// and says which kinds it serves with [`Backend::serves`].
+/// and says which kinds it serves with [`Capabilities::serves`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Kind {
     /// One owner: the plain lock, which is also the write side of a read/write lock (a plain
@@ -243,7 +246,7 @@ pub(crate) struct LockSpec<'a> {
     /// Whether to hand out a fencing token.
     pub fencing: bool,
     /// Whether the holder keeps the lock alive past one lease. A backend that keeps its locks
-    /// alive itself (see [`Backend::keeps_alive`]) must end an unrenewed lock after `lease`.
+    /// alive itself (see [`Capabilities::keeps_alive`]) must end an unrenewed lock after `lease`.
     #[cfg_attr(not(feature = "zookeeper"), allow(dead_code))]
     pub renew: bool,
     /// Whether the attempt is made by a waiter, which needs the holder's remaining lease with
@@ -252,7 +255,7 @@ pub(crate) struct LockSpec<'a> {
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub waiting: bool,
     /// Whether the lock is fair: granted in arrival order through a queue on the server (see
-    /// [`Backend::supports_fair`]).
+    /// [`Capabilities::fair`]).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub fair: bool,
     /// The kind of hold asked for.
@@ -327,49 +330,21 @@ pub(crate) enum SetAttempt {
 }
 
 /// A lock store. Implementations must be cheap to share (`Arc<dyn Backend>`).
-pub(crate) trait Backend: Send + Sync + 'static {
-    /// A short name for messages and traces: `memory`, `redis`, …
-    fn kind(&self) -> &'static str;
-
-    /// Whether lock names must be wrapped in a hash tag (`{lock:K}`) so that every key a
-    /// script touches for one lock lands in one Redis Cluster slot.
-    fn hash_tags(&self) -> bool {
-        false
-    }
-
-    /// Which renewals may share one `renew_many` call: locks of different groups are renewed
-    /// by separate, concurrent calls (a Redis Cluster's hash slot; one group elsewhere).
-    fn batch_group(&self, _name: &str) -> u16 {
-        0
-    }
-
-    /// Whether a failed [`try_acquire`](Self::try_acquire) has already removed whatever it
-    /// may have written (Redlock undoes a lost vote on every node itself). Otherwise the
-    /// caller releases the attempt's token in the background, in case the failed command took
-    /// the lock after all.
-    fn undoes_failed_attempts(&self) -> bool {
-        false
-    }
+pub(crate) trait Backend: Admin + Send + Sync + 'static {
+    /// What the store can do: built once, when the backend connects.
+    fn capabilities(&self) -> &Capabilities;
 
     /// Takes the lock if it is free. Must be idempotent for the same token: a retried attempt
     /// whose first try succeeded must report `Acquired`, not `Busy`. Errors that waiting may
     /// cure are wrapped in [`Transient`]; every other error fails the acquisition at once.
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>>;
 
-    /// Whether [`try_acquire_all`](Self::try_acquire_all) can take the locks `names` (sorted,
-    /// distinct), held as `kind`, in one atomic request: one Redis script on one server (in a
-    /// cluster, only when they share a slot), one etcd transaction, one map operation in
-    /// memory. Otherwise several keys are taken one by one, in their canonical order.
-    fn acquires_sets(&self, _names: &[&str], _kind: Kind) -> bool {
-        false
-    }
-
     /// Takes every lock of `specs` (an owner token each, distinct names in canonical order,
     /// one kind, lease and fencing for all, no fair requests, no waiters' marks), all or
     /// nothing: if any is busy, nothing is taken and the first busy one is named. Like
     /// [`try_acquire`](Self::try_acquire) it must be idempotent for the same tokens, and marks
-    /// errors waiting may cure as [`Transient`]. Only called when
-    /// [`acquires_sets`](Self::acquires_sets) said yes.
+    /// errors waiting may cure as [`Transient`]. Only called when the store's
+    /// [`Capabilities::acquires_sets`] said yes.
     fn try_acquire_all<'a>(
         &'a self,
         _specs: &'a [LockSpec<'a>],
@@ -381,6 +356,16 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// `Ok(false)` means somebody else holds it, or nobody does.
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>>;
 
+    /// Renews several locks of one [group](Capabilities::group) in one round trip where the
+    /// backend can (the default renews them one by one). One result per spec, in order. The
+    /// renewer sends a lone lock to [`renew`](Self::renew) instead.
+    fn renew_many<'a>(
+        &'a self,
+        specs: &'a [LockSpec<'a>],
+    ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
+        Box::pin(renew_each(self, specs))
+    }
+
     /// A release before `min_hold` has passed: the hold (still `spec.token`'s) is not freed
     /// but ends `spec.lease` from now, by the store's own clock where it can — renewal has
     /// stopped, and the client releases it for good at that instant if it still runs.
@@ -391,29 +376,6 @@ pub(crate) trait Backend: Send + Sync + 'static {
         self.renew(spec)
     }
 
-    /// Why the backend cannot keep `min_hold` (`None`: it can). A request with a `min_hold`
-    /// then fails with [`LockError::Config`](crate::LockError::Config) naming the key.
-    fn refuses_min_hold(&self) -> Option<&'static str> {
-        None
-    }
-
-    /// Whether a failed release is worth retrying for as long as the lease lasts: the store is
-    /// expected back within seconds (Redis Sentinel failing over to a replica). Others report
-    /// the failure at once (the lock then ends by its expiry).
-    fn rides_out(&self, _error: &BoxError) -> bool {
-        false
-    }
-
-    /// Renews several locks of one [`batch_group`](Self::batch_group) in one round trip where
-    /// the backend can (the default renews them one by one). One result per spec, in order.
-    /// The renewer sends a lone lock to [`renew`](Self::renew) instead.
-    fn renew_many<'a>(
-        &'a self,
-        specs: &'a [LockSpec<'a>],
-    ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
-        Box::pin(renew_each(self, specs))
-    }
-
     /// Gives up `hold`: deletes the lock (or the reader's share) if it still holds the token,
     /// and wakes the waiters the release may admit; a token that only waits (a fair lock's
     /// place in line, a writer's mark that stops new readers) gives up its place. What it saw:
@@ -421,57 +383,16 @@ pub(crate) trait Backend: Send + Sync + 'static {
     /// [`Released::Ambiguous`], never as [`Released::NotOurs`].
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>>;
 
-    /// Whether the backend serves holds of `kind`; `Err` says why not, for a
-    /// [`LockError::Config`](crate::LockError::Config) naming the key. Exclusive locks only,
-    /// unless the backend says more.
-    fn serves(&self, kind: Kind) -> Result<(), String> {
-        match kind {
-            Kind::Exclusive => Ok(()),
-            Kind::Shared => Err(format!(
-                "the {} backend has no read locks; take the plain lock instead",
-                self.kind()
-            )),
-            Kind::Permits(_) => Err(format!("the {} backend has no semaphores", self.kind())),
-        }
-    }
-
-    /// Whether a writer that waits marks the lock so that no new reader joins (on Redis, a
-    /// mark beside the readers' shares): then an acquisition of an exclusive lock that ends
-    /// without it gives its mark up, as a waiter in a queue gives up its place.
-    fn marks_waiting_writers(&self) -> bool {
-        false
-    }
-
-    /// Whether the backend can grant a lock in arrival order across processes (a request with
-    /// `fair` set): with a queue of its own for fair requests (Redis), or because its waiters
-    /// always queue ([`queues_waiters`](Self::queues_waiters): ZooKeeper, etcd).
-    fn supports_fair(&self) -> bool {
-        self.queues_waiters()
-    }
-
-    /// Whether [`hand_over`](Self::hand_over) is supported: then a guard that releases a key
-    /// another task of its client waits for passes the lock straight to it.
-    fn hands_over(&self) -> bool {
-        false
-    }
-
     /// Passes the lock held with `from` to `to.token` (with `to.lease`, and a new fencing
     /// token if `to.fencing`) in one atomic step, without releasing it: nobody else can take
-    /// it in between and nobody is woken. Must be safe to retry with the same arguments.
+    /// it in between and nobody is woken. Must be safe to retry with the same arguments. Only
+    /// called when the store [hands over](Capabilities::hands_over).
     fn hand_over<'a>(
         &'a self,
         _from: &'a str,
         _to: LockSpec<'a>,
     ) -> BoxFuture<'a, Result<Handover, BoxError>> {
         Box::pin(async { Err("this backend cannot hand a lock over".into()) })
-    }
-
-    /// For a backend that cannot announce releases to other processes (MySQL has no
-    /// notifications): how long a waiter pauses before asking again after its `busy`-th busy
-    /// answer in a row. The waiting loop never pauses past the holder's remaining lease.
-    /// `None` (the default): wait for a release notification or the holder's lease.
-    fn release_poll(&self, _busy: u32) -> Option<std::time::Duration> {
-        None
     }
 
     /// Starts listening for releases of `spec.name` that concern the waiter `spec.token` (a
@@ -482,64 +403,45 @@ pub(crate) trait Backend: Send + Sync + 'static {
         spec: LockSpec<'a>,
     ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>>;
 
-    /// Whether a busy attempt leaves a place in a queue on the server (a ZooKeeper node) that
-    /// the waiter keeps between attempts: then an acquisition that ends without the lock —
-    /// timeout, error, cancellation — releases its token, and the token is kept across busy
-    /// attempts so the place in line is kept too.
-    fn queues_waiters(&self) -> bool {
-        false
-    }
-
-    /// Whether the backend keeps the locks it granted alive by itself — a ZooKeeper session,
-    /// an etcd lease — rather than by a per-lock lease the runtime renews. Then no watchdog
-    /// calls [`renew`](Self::renew): it awaits [`lost`](Self::lost) instead, and the backend
-    /// ends locks acquired without renewal after their lease itself.
-    fn keeps_alive(&self) -> bool {
-        false
-    }
-
-    /// For a backend that [keeps its locks alive](Self::keeps_alive): resolves, with the
-    /// reason, once the lock held with `spec.token` can no longer be trusted — its session is
-    /// (or, by this process's monotonic clock, may be) over, or its entry was deleted or
+    /// For a backend that [keeps its locks alive](Capabilities::keeps_alive): resolves, with
+    /// the reason, once the lock held with `spec.token` can no longer be trusted — its session
+    /// is (or, by this process's monotonic clock, may be) over, or its entry was deleted or
     /// changed. It must resolve before the store can grant the lock to anyone else: one loss
     /// of a session resolves it for every lock on that session.
     fn lost<'a>(&'a self, _spec: LockSpec<'a>) -> BoxFuture<'a, String> {
         Box::pin(std::future::pending())
     }
+}
 
-    /// The lock `name` as the store holds it now (`None`: free). For the admin API.
-    fn inspect<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
-        let kind = self.kind();
-        Box::pin(async move { unsupported(format!("the {kind} backend cannot be inspected")) })
+impl dyn Backend {
+    /// The store's name for messages, traces and metrics.
+    pub(crate) fn store(&self) -> &'static str {
+        self.capabilities().store
     }
+}
+
+/// What the admin API asks of a store (`distlock list`, `show`, `release --force`, `ping`): not
+/// on any acquisition's path. Every store answers all four.
+pub(crate) trait Admin {
+    /// The lock `name` as the store holds it now (`None`: free).
+    fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>>;
 
     /// The held locks whose name is `prefix` followed by a key matching the glob `pattern`
     /// (see [`glob_match`](crate::admin::glob_match)), about `limit` of them at most (the
     /// caller filters, sorts and cuts again).
     fn list<'a>(
         &'a self,
-        _prefix: &'a str,
-        _pattern: &'a str,
-        _limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
-        let kind = self.kind();
-        Box::pin(async move { unsupported(format!("the {kind} backend cannot list its locks")) })
-    }
+        prefix: &'a str,
+        pattern: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>>;
 
     /// Deletes the lock `name` whoever holds it and wakes its waiters; what was removed.
-    fn force_release<'a>(
-        &'a self,
-        _name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
-        let kind = self.kind();
-        Box::pin(async move { unsupported(format!("the {kind} backend cannot force a release")) })
-    }
+    fn force_release<'a>(&'a self, name: &'a str)
+    -> BoxFuture<'a, Result<Option<Entry>, BoxError>>;
 
     /// One request to the server: its version.
-    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
-        let kind = self.kind();
-        Box::pin(async move { unsupported(format!("the {kind} backend has no server to ask")) })
-    }
+    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>>;
 }
 
 /// Strings a backend remembers for a while — parents it saw, writers that may have marked

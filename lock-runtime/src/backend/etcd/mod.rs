@@ -38,7 +38,9 @@ use self::proto::{
 use self::rpc::Rpc;
 use self::watch::{Watch, Watches};
 use super::sql::holder_id;
-use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, SetAttempt, Transient};
+use super::{
+    Admin, Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released, SetAttempt, Transient,
+};
 use crate::admin::{Entry, glob_match, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -1401,30 +1403,23 @@ async fn watch_delete(
     hub.notify(&token);
 }
 
+/// Every kind, queued on the server (so fair), kept alive by the client's lease; sets of plain
+/// locks in one transaction (readers and permits queue behind the keys before them).
+const CAPABILITIES: Capabilities = Capabilities {
+    sets: true,
+    fair: true,
+    queues_waiters: true,
+    keeps_alive: true,
+    ..Capabilities::every_kind("etcd")
+};
+
 impl Backend for EtcdBackend {
-    fn kind(&self) -> &'static str {
-        "etcd"
-    }
-
-    fn queues_waiters(&self) -> bool {
-        true
-    }
-
-    fn serves(&self, _kind: Kind) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn keeps_alive(&self) -> bool {
-        true
+    fn capabilities(&self) -> &Capabilities {
+        &CAPABILITIES
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
         Box::pin(self.in_play.attempt(spec.token, self.acquire(spec)))
-    }
-
-    fn acquires_sets(&self, _names: &[&str], kind: Kind) -> bool {
-        // Readers and permits queue behind the keys before them: plain locks only.
-        kind == Kind::Exclusive
     }
 
     fn try_acquire_all<'a>(
@@ -1483,7 +1478,9 @@ impl Backend for EtcdBackend {
     fn lost<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, String> {
         Box::pin(self.watch_lost(spec))
     }
+}
 
+impl Admin for EtcdBackend {
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
             let (queue, _) = self.key_of(name, "", Kind::Exclusive);
@@ -1495,7 +1492,6 @@ impl Backend for EtcdBackend {
             }
         })
     }
-
     fn list<'a>(
         &'a self,
         prefix: &'a str,
@@ -1533,7 +1529,6 @@ impl Backend for EtcdBackend {
             Ok(entries)
         })
     }
-
     fn force_release<'a>(
         &'a self,
         name: &'a str,
@@ -1566,7 +1561,6 @@ impl Backend for EtcdBackend {
             Ok(Some(entry))
         })
     }
-
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
         Box::pin(async move {
             let status: proto::StatusResponse = self

@@ -26,7 +26,7 @@ use mysql_async::{Conn, Opts, OptsBuilder, Params, Statement, TxOpts, Value};
 use super::sql::{PERMITS, READERS};
 use super::sql::{SqlSettings, holder_id, like_pattern, millis, slot_of};
 use super::url::redact_url;
-use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, Transient};
+use super::{Admin, Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released, Transient};
 use crate::admin::{Entry, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -1021,13 +1021,16 @@ fn positional(values: Vec<Value>) -> Params {
     Params::Positional(values)
 }
 
-impl Backend for MysqlBackend {
-    fn kind(&self) -> &'static str {
-        "mysql"
-    }
+/// Every kind, writers' marks; no notifications, so waiters ask again after a short pause.
+const CAPABILITIES: Capabilities = Capabilities {
+    marks_waiting_writers: true,
+    poll: Some(poll_pause),
+    ..Capabilities::every_kind("mysql")
+};
 
-    fn release_poll(&self, busy: u32) -> Option<Duration> {
-        Some(poll_pause(busy))
+impl Backend for MysqlBackend {
+    fn capabilities(&self) -> &Capabilities {
+        &CAPABILITIES
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
@@ -1262,18 +1265,19 @@ impl Backend for MysqlBackend {
         })
     }
 
+    fn subscribe<'a>(
+        &'a self,
+        spec: LockSpec<'a>,
+    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        let name = spec.name;
+        Box::pin(async move { Ok(self.hub.subscribe(name, || {})) })
+    }
+}
+
+impl Admin for MysqlBackend {
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move { Ok(self.inspect_row(name).await?) })
     }
-
-    fn serves(&self, _kind: Kind) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn marks_waiting_writers(&self) -> bool {
-        true
-    }
-
     fn list<'a>(
         &'a self,
         prefix: &'a str,
@@ -1302,7 +1306,6 @@ impl Backend for MysqlBackend {
             Ok(entries)
         })
     }
-
     fn force_release<'a>(
         &'a self,
         name: &'a str,
@@ -1350,7 +1353,6 @@ impl Backend for MysqlBackend {
             Err("the lock changed hands five times while being released; try again".into())
         })
     }
-
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
         Box::pin(async move {
             let version = self
@@ -1364,14 +1366,6 @@ impl Backend for MysqlBackend {
                 None => format!("MySQL {version}"),
             })
         })
-    }
-
-    fn subscribe<'a>(
-        &'a self,
-        spec: LockSpec<'a>,
-    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
-        let name = spec.name;
-        Box::pin(async move { Ok(self.hub.subscribe(name, || {})) })
     }
 }
 

@@ -49,7 +49,9 @@ use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 use super::{PgError, RawConnection, acquire_error, connect_error, describe, driver_config};
 use crate::admin::{Entry, advisory_key};
 use crate::backend::sql::{SqlSettings, millis};
-use crate::backend::{Attempt, Backend, Hold, Kind, LockSpec, Refused, Released, Transient};
+use crate::backend::{
+    Admin, Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Refused, Released, Transient,
+};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::BoxFuture;
@@ -523,31 +525,27 @@ impl AdvisoryBackend {
     }
 }
 
+/// Advisory locks: plain and read locks, queued on the server (a waiting session), so fair; no
+/// semaphores, no `min_hold` (a lock lives on its holder's connection).
+const CAPABILITIES: Capabilities = Capabilities {
+    shared: Ok(()),
+    permits: Err(
+        "`mode=advisory` has no semaphores yet: use the lock table (leave out \
+                  `mode=advisory`)",
+    ),
+    min_hold: Err(
+        "an advisory lock lives on its holder's connection, so it cannot outlive the \
+         holder's process as min_hold promises: use the lock table (leave out \
+         `mode=advisory`) for min_hold",
+    ),
+    fair: true,
+    queues_waiters: true,
+    ..Capabilities::plain("postgres")
+};
+
 impl Backend for AdvisoryBackend {
-    fn kind(&self) -> &'static str {
-        "postgres"
-    }
-
-    fn queues_waiters(&self) -> bool {
-        true
-    }
-
-    fn refuses_min_hold(&self) -> Option<&'static str> {
-        Some(
-            "an advisory lock lives on its holder's connection, so it cannot outlive the \
-             holder's process as min_hold promises: use the lock table (leave out \
-             `mode=advisory`) for min_hold",
-        )
-    }
-
-    fn serves(&self, kind: Kind) -> Result<(), String> {
-        match kind {
-            Kind::Exclusive | Kind::Shared => Ok(()),
-            Kind::Permits(_) => Err(format!(
-                "`mode=advisory` has no {}s yet: use the lock table (leave out `mode=advisory`)",
-                kind.noun()
-            )),
-        }
+    fn capabilities(&self) -> &Capabilities {
+        &CAPABILITIES
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
@@ -699,14 +697,15 @@ impl Backend for AdvisoryBackend {
             Ok(subscription)
         })
     }
+}
 
+impl Admin for AdvisoryBackend {
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
             let found = self.held(Some(advisory_key(name))).await?;
             Ok(entries(found).into_iter().find(|entry| entry.name == name))
         })
     }
-
     fn list<'a>(
         &'a self,
         prefix: &'a str,
@@ -727,7 +726,6 @@ impl Backend for AdvisoryBackend {
             Ok(entries)
         })
     }
-
     fn force_release<'a>(
         &'a self,
         name: &'a str,
@@ -751,7 +749,6 @@ impl Backend for AdvisoryBackend {
             Ok(Some(entry))
         })
     }
-
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
         Box::pin(async move {
             let version = self.query_once("SHOW server_version").await?;

@@ -35,7 +35,7 @@ use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
 
 use super::sql::{SqlSettings, holder_id, like_pattern, millis, slot_of};
 use super::url::redact_url;
-use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, Transient};
+use super::{Admin, Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released, Transient};
 use crate::admin::{Entry, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{CloseOnDrop, ReleaseHub, ReleaseSubscription};
@@ -814,9 +814,15 @@ impl Listener {
     }
 }
 
+/// The lock table: every kind, writers' marks, woken by `NOTIFY`.
+const CAPABILITIES: Capabilities = Capabilities {
+    marks_waiting_writers: true,
+    ..Capabilities::every_kind("postgres")
+};
+
 impl Backend for PostgresBackend {
-    fn kind(&self) -> &'static str {
-        "postgres"
+    fn capabilities(&self) -> &Capabilities {
+        &CAPABILITIES
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
@@ -883,10 +889,6 @@ impl Backend for PostgresBackend {
             let ttl_ms: Option<i64> = row.try_get(2).map_err(|e| acquire_error(e.into()))?;
             Ok(busy(ttl_ms))
         })
-    }
-
-    fn serves(&self, _kind: Kind) -> Result<(), String> {
-        Ok(())
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
@@ -1008,10 +1010,20 @@ impl Backend for PostgresBackend {
         })
     }
 
-    fn marks_waiting_writers(&self) -> bool {
-        true
+    fn subscribe<'a>(
+        &'a self,
+        spec: LockSpec<'a>,
+    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        let name = spec.name;
+        Box::pin(async move {
+            let listener = self.listener().await?;
+            // The connection has listened since it started: a release from now on is heard.
+            Ok(listener.hub.subscribe(name, || {}))
+        })
     }
+}
 
+impl Admin for PostgresBackend {
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
             let rows = self
@@ -1022,7 +1034,6 @@ impl Backend for PostgresBackend {
             Ok(rows.first().map(entry))
         })
     }
-
     fn list<'a>(
         &'a self,
         prefix: &'a str,
@@ -1041,7 +1052,6 @@ impl Backend for PostgresBackend {
             Ok(rows.iter().map(entry).collect())
         })
     }
-
     fn force_release<'a>(
         &'a self,
         name: &'a str,
@@ -1055,7 +1065,6 @@ impl Backend for PostgresBackend {
             Ok(rows.first().map(entry))
         })
     }
-
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
         Box::pin(async move {
             let rows = self
@@ -1065,18 +1074,6 @@ impl Backend for PostgresBackend {
                 .await?;
             let version: String = rows.first().map(|r| r.get(0)).unwrap_or_default();
             Ok(format!("PostgreSQL {version}"))
-        })
-    }
-
-    fn subscribe<'a>(
-        &'a self,
-        spec: LockSpec<'a>,
-    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
-        let name = spec.name;
-        Box::pin(async move {
-            let listener = self.listener().await?;
-            // The connection has listened since it started: a release from now on is heard.
-            Ok(listener.hub.subscribe(name, || {}))
         })
     }
 }

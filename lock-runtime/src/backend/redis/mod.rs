@@ -39,7 +39,10 @@ use redis::{
 };
 
 use super::url::redact_url;
-use super::{Attempt, Backend, Handover, Hold, Kind, LockSpec, Released, SetAttempt, Transient};
+use super::{
+    Admin, Attempt, Backend, Capabilities, Handover, Hold, Kind, LockSpec, Released, SetAttempt,
+    Transient,
+};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::runtime::{BoxFuture, Revived, RuntimeBound};
@@ -204,7 +207,7 @@ pub(crate) struct RedisBackend {
     link: Link,
     /// Where the pub/sub connection may go: the server, or every node of a cluster.
     pubsub_nodes: Vec<redis::Client>,
-    kind: &'static str,
+    capabilities: Capabilities,
     url: String,
     settings: RedisSettings,
     config: AsyncConnectionConfig,
@@ -264,10 +267,21 @@ impl RedisBackend {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(settings.connect_timeout))
             .set_response_timeout(Some(settings.response_timeout));
+        let capabilities = Capabilities {
+            slot: matches!(link, Link::Cluster(_)).then_some(cluster_slot as fn(&str) -> u16),
+            sets: true,
+            sets_of_shares: true,
+            marks_waiting_writers: true,
+            fair: true,
+            hands_over: true,
+            rides_out: matches!(link, Link::Sentinel(_))
+                .then_some(rides_out_failover as fn(&BoxError) -> bool),
+            ..Capabilities::every_kind(kind)
+        };
         RedisBackend {
             link,
             pubsub_nodes,
-            kind,
+            capabilities,
             url: shown,
             settings,
             config,
@@ -918,6 +932,15 @@ fn not_acked(error: &BoxError) -> bool {
 
 /// Errors worth retrying on a fresh connection: the command may or may not have run, so every
 /// operation is written to be safe to repeat with the same token.
+/// Behind Sentinel: whether a failed release is retried while the lease lasts — the
+/// connection dropped or timed out, or the node we wrote to is no longer the master (a failover
+/// in progress, over within seconds).
+fn rides_out_failover(error: &BoxError) -> bool {
+    error.downcast_ref::<RedisError>().is_some_and(|e| {
+        is_transient(e) || e.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+    })
+}
+
 fn is_transient(error: &RedisError) -> bool {
     if error.kind() == ErrorKind::AuthenticationFailed {
         return false;
@@ -1019,20 +1042,8 @@ fn ttl_from_pttl(pttl: i64) -> Option<Duration> {
 }
 
 impl Backend for RedisBackend {
-    fn kind(&self) -> &'static str {
-        self.kind
-    }
-
-    fn hash_tags(&self) -> bool {
-        self.is_cluster()
-    }
-
-    fn batch_group(&self, name: &str) -> u16 {
-        if self.is_cluster() {
-            cluster_slot(name)
-        } else {
-            0
-        }
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
@@ -1046,13 +1057,6 @@ impl Backend for RedisBackend {
             });
         }
         self.attempt(spec)
-    }
-
-    fn acquires_sets(&self, names: &[&str], _kind: Kind) -> bool {
-        // One script runs on one node: in a cluster, only keys of one slot.
-        names
-            .windows(2)
-            .all(|pair| self.batch_group(pair[0]) == self.batch_group(pair[1]))
     }
 
     fn try_acquire_all<'a>(
@@ -1121,29 +1125,6 @@ impl Backend for RedisBackend {
         })
     }
 
-    fn rides_out(&self, error: &BoxError) -> bool {
-        matches!(self.link, Link::Sentinel(_))
-            && error
-                .downcast_ref::<RedisError>()
-                .is_some_and(|e| is_transient(e) || self.failed_over(e))
-    }
-
-    fn serves(&self, _kind: Kind) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn marks_waiting_writers(&self) -> bool {
-        true
-    }
-
-    fn supports_fair(&self) -> bool {
-        true
-    }
-
-    fn hands_over(&self) -> bool {
-        true
-    }
-
     fn hand_over<'a>(
         &'a self,
         from: &'a str,
@@ -1177,33 +1158,6 @@ impl Backend for RedisBackend {
         })
     }
 
-    fn inspect<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
-        Box::pin(self.inspect_lock(name))
-    }
-
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<crate::admin::Entry>, BoxError>> {
-        Box::pin(self.list_locks(prefix, pattern, limit))
-    }
-
-    fn force_release<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
-        Box::pin(self.force_release_lock(name))
-    }
-
-    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
-        Box::pin(self.version())
-    }
-
     fn subscribe<'a>(
         &'a self,
         spec: LockSpec<'a>,
@@ -1213,5 +1167,31 @@ impl Backend for RedisBackend {
             let subscriber = self.subscriber().await?;
             Ok(subscriber.subscribe(name, token).await?)
         })
+    }
+}
+
+impl Admin for RedisBackend {
+    fn inspect<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
+        Box::pin(self.inspect_lock(name))
+    }
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<crate::admin::Entry>, BoxError>> {
+        Box::pin(self.list_locks(prefix, pattern, limit))
+    }
+    fn force_release<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
+        Box::pin(self.force_release_lock(name))
+    }
+    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
+        Box::pin(self.version())
     }
 }

@@ -44,7 +44,7 @@ use super::{RedisBackend, RedisSettings, acquire_error, millis, node_urls};
 use crate::LockClient;
 use crate::backend::drift;
 use crate::backend::url::redact_url;
-use crate::backend::{Attempt, Backend, Hold, Kind, LockSpec, Released, Transient};
+use crate::backend::{Admin, Attempt, Backend, Capabilities, Hold, LockSpec, Released, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::runtime::BoxFuture;
@@ -376,72 +376,17 @@ impl RedlockBackend {
     }
 }
 
+/// Plain locks only; a lost vote is undone on every node by the attempt itself.
+const CAPABILITIES: Capabilities = Capabilities {
+    undoes_failed_attempts: true,
+    shared: Err(NO_READ_LOCKS),
+    permits: Err(NO_SEMAPHORES),
+    ..Capabilities::plain("redlock")
+};
+
 impl Backend for RedlockBackend {
-    fn kind(&self) -> &'static str {
-        "redlock"
-    }
-
-    fn inspect<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
-        Box::pin(async move {
-            let found = self.on_every_node(|node| node.inspect_lock(name)).await?;
-            Ok(self.majority(found))
-        })
-    }
-
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<crate::admin::Entry>, BoxError>> {
-        Box::pin(async move {
-            let listed = self
-                .on_every_node(|node| node.list_locks(prefix, pattern, limit))
-                .await?;
-            let mut names: Vec<String> = listed.into_iter().flatten().map(|e| e.name).collect();
-            names.sort();
-            names.dedup();
-            let found = join_all(names.iter().map(|name| self.inspect(name))).await;
-            let mut entries = Vec::with_capacity(found.len());
-            for entry in found {
-                entries.extend(entry?);
-            }
-            Ok(entries)
-        })
-    }
-
-    fn force_release<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
-        Box::pin(async move {
-            let found = self
-                .on_every_node(|node| node.force_release_lock(name))
-                .await?;
-            // Deleted on every node that answered, majority or not; reported as the majority
-            // held it.
-            let any = found.iter().flatten().next().cloned();
-            Ok(self.majority(found).or(any))
-        })
-    }
-
-    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
-        Box::pin(async move {
-            let versions = self.on_every_node(|node| node.version()).await?;
-            Ok(format!(
-                "{} of {} nodes answered: {}",
-                versions.len(),
-                self.nodes.len(),
-                versions.join(", ")
-            ))
-        })
-    }
-
-    fn undoes_failed_attempts(&self) -> bool {
-        true
+    fn capabilities(&self) -> &Capabilities {
+        &CAPABILITIES
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
@@ -583,14 +528,6 @@ impl Backend for RedlockBackend {
         })
     }
 
-    fn serves(&self, kind: Kind) -> Result<(), String> {
-        match kind {
-            Kind::Exclusive => Ok(()),
-            Kind::Shared => Err(NO_READ_LOCKS.to_owned()),
-            Kind::Permits(_) => Err(NO_SEMAPHORES.to_owned()),
-        }
-    }
-
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
         Box::pin(async move {
@@ -653,6 +590,64 @@ impl Backend for RedlockBackend {
                 )
                 .into()
             })
+        })
+    }
+}
+
+impl Admin for RedlockBackend {
+    fn inspect<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
+        Box::pin(async move {
+            let found = self.on_every_node(|node| node.inspect_lock(name)).await?;
+            Ok(self.majority(found))
+        })
+    }
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<crate::admin::Entry>, BoxError>> {
+        Box::pin(async move {
+            let listed = self
+                .on_every_node(|node| node.list_locks(prefix, pattern, limit))
+                .await?;
+            let mut names: Vec<String> = listed.into_iter().flatten().map(|e| e.name).collect();
+            names.sort();
+            names.dedup();
+            let found = join_all(names.iter().map(|name| self.inspect(name))).await;
+            let mut entries = Vec::with_capacity(found.len());
+            for entry in found {
+                entries.extend(entry?);
+            }
+            Ok(entries)
+        })
+    }
+    fn force_release<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
+        Box::pin(async move {
+            let found = self
+                .on_every_node(|node| node.force_release_lock(name))
+                .await?;
+            // Deleted on every node that answered, majority or not; reported as the majority
+            // held it.
+            let any = found.iter().flatten().next().cloned();
+            Ok(self.majority(found).or(any))
+        })
+    }
+    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
+        Box::pin(async move {
+            let versions = self.on_every_node(|node| node.version()).await?;
+            Ok(format!(
+                "{} of {} nodes answered: {}",
+                versions.len(),
+                self.nodes.len(),
+                versions.join(", ")
+            ))
         })
     }
 }

@@ -34,7 +34,7 @@ use self::path::{
 };
 use self::session::Session;
 use super::sql::holder_id;
-use super::{Attempt, Backend, Hold, Kind, LockSpec, Released, Transient};
+use super::{Admin, Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released, Transient};
 use crate::admin::{Entry, glob_match, holder_from_record};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -885,21 +885,17 @@ enum ZkFailure {
     Other(BoxError),
 }
 
+/// Every kind, queued on the server (so fair), kept alive by the client's session.
+const CAPABILITIES: Capabilities = Capabilities {
+    fair: true,
+    queues_waiters: true,
+    keeps_alive: true,
+    ..Capabilities::every_kind("zookeeper")
+};
+
 impl Backend for ZookeeperBackend {
-    fn kind(&self) -> &'static str {
-        "zookeeper"
-    }
-
-    fn queues_waiters(&self) -> bool {
-        true
-    }
-
-    fn serves(&self, _kind: Kind) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn keeps_alive(&self) -> bool {
-        true
+    fn capabilities(&self) -> &Capabilities {
+        &CAPABILITIES
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
@@ -935,11 +931,12 @@ impl Backend for ZookeeperBackend {
     fn lost<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, String> {
         Box::pin(self.watch_lost(spec))
     }
+}
 
+impl Admin for ZookeeperBackend {
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move { Ok(self.holder_of(name).await?.map(|(entry, _)| entry)) })
     }
-
     fn list<'a>(
         &'a self,
         prefix: &'a str,
@@ -973,7 +970,6 @@ impl Backend for ZookeeperBackend {
             Ok(entries)
         })
     }
-
     fn force_release<'a>(
         &'a self,
         name: &'a str,
@@ -994,7 +990,6 @@ impl Backend for ZookeeperBackend {
             Ok(Some(entry))
         })
     }
-
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
         Box::pin(async move {
             let client = self.any_client().await?;
