@@ -90,5 +90,6 @@ pub use lock_runtime::{
 pub mod __private {
     //! Used by the code `#[distributed_lock]` generates and by distlock's tests; not a public API.
     pub use lock_runtime::__private::*;
+    #[cfg(feature = "testing")]
     pub use lock_runtime::testing;
 }

@@ -204,6 +204,7 @@ impl LockGuard {
     }
 
     /// The owner token stored in the backend (for tests that check who holds a lock).
+    #[cfg(feature = "testing")]
     pub(crate) fn owner_token(&self) -> &str {
         self.held.shared.token.as_str()
     }

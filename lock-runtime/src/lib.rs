@@ -63,6 +63,7 @@ mod scope;
 mod token;
 mod wait;
 
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod testing;
 

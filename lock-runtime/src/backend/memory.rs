@@ -311,6 +311,7 @@ impl MemoryBackend {
     /// Simulates a round trip of `min..=max` for every operation from now on (`None`: off);
     /// test support. Half of it passes before the operation takes effect, half after, like a
     /// request and its reply on a network.
+    #[cfg(feature = "testing")]
     pub(crate) fn set_latency(&self, latency: Option<(Duration, Duration)>) {
         let ms = |d: Duration| {
             u64::try_from(d.as_millis())
@@ -343,6 +344,7 @@ impl MemoryBackend {
     }
 
     /// What the store holds for `name`: the owner token and remaining lease (test support).
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn peek(&self, name: &str) -> Option<(String, Duration)> {
         let now = Instant::now();
         self.state()
@@ -353,6 +355,7 @@ impl MemoryBackend {
     }
 
     /// The live readers of `name`: token and remaining share, longest first (test support).
+    #[cfg(feature = "testing")]
     pub(crate) fn readers_of(&self, name: &str) -> Vec<(String, Duration)> {
         let now = Instant::now();
         let mut readers: Vec<(String, Duration)> = self
@@ -373,11 +376,13 @@ impl MemoryBackend {
     }
 
     /// How many waiters stand in `name`'s fair queue (test support).
+    #[cfg(feature = "testing")]
     pub(crate) fn queued(&self, name: &str) -> usize {
         self.state().queues.get(name).map_or(0, VecDeque::len)
     }
 
     /// Overwrites or deletes `name` behind its holder's back (test support for fault tests).
+    #[cfg(feature = "testing")]
     pub(crate) fn force(&self, name: &str, value: Option<(&str, Duration)>) {
         let mut state = self.state();
         match value {

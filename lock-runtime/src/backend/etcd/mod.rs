@@ -16,6 +16,7 @@
 //! with a revision above every key in it, and the holder is the lowest, so successive holders
 //! have increasing revisions.
 
+#[cfg(feature = "testing")]
 pub(crate) mod inspect;
 mod lease;
 mod proto;
