@@ -7,16 +7,17 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Backend, Handover, Hold, Kind, Released, drift};
+use crate::attempt::Acquired;
+use crate::backend::{Backend, Handover, Hold, Released, drift};
 use crate::error::{BoxError, LockError};
-pub(crate) use crate::held::{RenewMode, Shared, Terms, lost};
+pub(crate) use crate::held::{Holding, lost};
 use crate::key::LockName;
 use crate::local::{Handed, Offer};
 use crate::notify::LostFlag;
+use crate::plan::{Params, Plan, RenewMode};
 use crate::renew;
 use crate::runtime::{DetachedJob, run_detached};
 use crate::token::OwnerToken;
-use crate::wait::Acquired;
 
 /// A held lock.
 ///
@@ -47,7 +48,7 @@ struct Set {
 /// The part of a guard that releases on drop. `armed` is cleared once a release was awaited
 /// to completion.
 struct Held {
-    shared: Arc<Shared>,
+    shared: Arc<Holding>,
     /// The client's renewer, which also holds its backend (one shared handle per guard).
     renewer: Arc<renew::Renewer>,
     watchdog: Option<renew::Watch>,
@@ -59,18 +60,20 @@ impl LockGuard {
         renewer: &Arc<renew::Renewer>,
         name: LockName,
         token: OwnerToken,
-        terms: Terms,
+        params: Params,
+        plan: Plan,
         acquired: Acquired,
     ) -> LockGuard {
-        let Terms {
+        let Params {
             lease,
             renewal,
             fair,
             kind,
-        } = terms;
+            ..
+        } = params;
         let renew = renewal != RenewMode::Off;
         let lease_end = acquired.sent_at + lease - drift(lease);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Holding {
             name,
             token,
             lease,
@@ -80,6 +83,7 @@ impl LockGuard {
             unrenewed_end: (!renew).then_some(lease_end),
             fair,
             kind,
+            plan,
             backend: renewer.backend().store(),
             granted_at: acquired.sent_at,
             confirmed_ns: std::sync::atomic::AtomicU64::new(0),
@@ -150,7 +154,7 @@ impl LockGuard {
     }
 
     /// Every key's shared state, in canonical order.
-    pub(crate) fn every(&self) -> impl Iterator<Item = &Arc<Shared>> {
+    pub(crate) fn every(&self) -> impl Iterator<Item = &Arc<Holding>> {
         let more = self.set.as_deref().map_or(&[][..], |set| &set.more[..]);
         std::iter::once(&self.held.shared).chain(more.iter().map(|held| &held.shared))
     }
@@ -209,11 +213,11 @@ impl LockGuard {
         self.held.shared.token.as_str()
     }
 
-    pub(crate) fn shared(&self) -> Arc<Shared> {
+    pub(crate) fn shared(&self) -> Arc<Holding> {
         Arc::clone(&self.held.shared)
     }
 
-    pub(crate) fn shared_ref(&self) -> &Arc<Shared> {
+    pub(crate) fn shared_ref(&self) -> &Arc<Holding> {
         &self.held.shared
     }
 
@@ -276,7 +280,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let set: Vec<Arc<Shared>> = self.every().cloned().collect();
+        let set: Vec<Arc<Holding>> = self.every().cloned().collect();
         any_lost(set)
     }
 
@@ -298,7 +302,7 @@ impl LockGuard {
 }
 
 /// Resolves when any lock of `set` is lost.
-async fn any_lost(mut set: Vec<Arc<Shared>>) {
+async fn any_lost(mut set: Vec<Arc<Holding>>) {
     if set.len() == 1 {
         return lost(set.remove(0)).await;
     }
@@ -379,7 +383,7 @@ async fn give_back_held(mut held: Held) -> (Result<(), LockError>, bool) {
 /// found the lock not ours) counts as released while the lease is still valid on this
 /// process's monotonic clock — nobody else can have taken the lock before then, so the earlier
 /// try deleted it — and as lost after.
-fn settle(shared: &Shared, released: Released) -> bool {
+fn settle(shared: &Holding, released: Released) -> bool {
     match released {
         Released::Deleted => true,
         Released::NotOurs => false,
@@ -395,10 +399,10 @@ fn settle(shared: &Shared, released: Released) -> bool {
 /// Gives a lock back: to the next task of this client in line for the key if it offered to
 /// take it over (one hand-over command, see [`crate::local`]), else to the server (released,
 /// waking the waiters). `Ok(false)`: it was not ours any more.
-async fn give_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<bool, BoxError> {
+async fn give_back(renewer: &renew::Renewer, shared: &Arc<Holding>) -> Result<bool, BoxError> {
     let result = if let Some(left) = shared.min_hold_left() {
         keep_until_min_hold(renewer, shared, left).await
-    } else if shared.fair || shared.kind != Kind::Exclusive {
+    } else if !shared.plan.local_queue {
         // The next in line is the head of the lock's queue on the server, not a task here (a
         // fair guard, or a reader, is never a local holder: nothing to let go of locally).
         release_within_lease(renewer.backend(), shared).await
@@ -422,7 +426,7 @@ pub(crate) const MIN_HOLD_MARGIN: Duration = Duration::from_millis(250);
 /// process (waking its waiters) if the process still runs; never handed over.
 async fn keep_until_min_hold(
     renewer: &renew::Renewer,
-    shared: &Arc<Shared>,
+    shared: &Arc<Holding>,
     left: Duration,
 ) -> Result<Released, BoxError> {
     let backend = renewer.backend();
@@ -437,7 +441,7 @@ async fn keep_until_min_hold(
     };
     let ends_at = Instant::now() + left;
     let kept = backend.end_in(spec).await?;
-    if shared.kind == Kind::Exclusive && !shared.fair {
+    if shared.plan.local_queue {
         // A task of this client waiting for the key asks the server again (and learns when
         // the lock ends) instead of waiting for a hand-over that will not come.
         renewer.local().let_go(shared);
@@ -457,7 +461,7 @@ async fn keep_until_min_hold(
 }
 
 /// [`give_back`] of a plain lock: a hand-over to a waiting task of this client, or a release.
-async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<Released, BoxError> {
+async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Holding>) -> Result<Released, BoxError> {
     let backend = renewer.backend();
     let local = renewer.local();
     let name = shared.name.full();
@@ -487,7 +491,7 @@ async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<Rel
                 };
                 if offer.reply.send(handed).is_err() {
                     // The waiter left meanwhile: the lock holds a token nobody will use.
-                    crate::wait::release_in_background(
+                    crate::attempt::release_in_background(
                         backend,
                         Hold::exclusive(name, &offer.token),
                     );
@@ -503,7 +507,7 @@ async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<Rel
             Err(error) => {
                 tracing::debug!(key = %shared.key(), %error, "distlock: hand-over failed; releasing instead");
                 let _ = offer.reply.send(Handed::Unknown);
-                crate::wait::release_in_background(backend, Hold::exclusive(name, &offer.token));
+                crate::attempt::release_in_background(backend, Hold::exclusive(name, &offer.token));
             }
         }
     }
@@ -518,7 +522,7 @@ async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Shared>) -> Result<Rel
 /// its expiry would.
 async fn release_within_lease(
     backend: &Arc<dyn Backend>,
-    shared: &Shared,
+    shared: &Holding,
 ) -> Result<Released, BoxError> {
     let mut attempt = 0;
     loop {
@@ -556,7 +560,7 @@ impl Drop for HandoverInFlight<'_> {
     fn drop(&mut self) {
         if let Some(offer) = self.offer.take() {
             let _ = offer.reply.send(Handed::Unknown);
-            crate::wait::release_in_background(
+            crate::attempt::release_in_background(
                 self.backend,
                 Hold::exclusive(self.name, &offer.token),
             );

@@ -9,33 +9,11 @@ use tokio::time::Instant;
 use crate::backend::{Hold, Kind, LockSpec, drift};
 use crate::key::LockName;
 pub(crate) use crate::notify::LostFlag;
+use crate::plan::Plan;
 use crate::token::OwnerToken;
 
-/// How a guard's lease is kept alive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RenewMode {
-    /// Not renewed: the lock ends after one lease.
-    Off,
-    /// A spawned watchdog task renews it (the manual API).
-    Spawned,
-    /// The caller polls [`LockGuard::until_lost`] next to its work (the attribute).
-    Inline,
-    /// One key of several taken together: one watchdog renews them all, started once every
-    /// key is held (see [`crate::renew::spawn_set_watchdog`]).
-    Set,
-}
-
-/// What a guard was granted on, besides its key and token.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Terms {
-    pub lease: Duration,
-    pub renewal: RenewMode,
-    pub fair: bool,
-    pub kind: Kind,
-}
-
-/// What a guard and its watchdog share.
-pub(crate) struct Shared {
+/// One lock held: what a guard, its watchdog and this client's local queue share.
+pub(crate) struct Holding {
     pub name: LockName,
     pub token: OwnerToken,
     pub lease: Duration,
@@ -48,6 +26,9 @@ pub(crate) struct Shared {
     pub fair: bool,
     /// The kind of hold: a reader's share is released on the server, never handed over.
     pub kind: Kind,
+    /// How it was acquired, which says how it is given back: to this client's local queue
+    /// first ([`Plan::local_queue`]), or to the server.
+    pub plan: Plan,
     /// The backend's kind (`redis`, …), for metrics.
     pub backend: &'static str,
     /// When the lease was granted (the acquisition's send time)…
@@ -63,7 +44,7 @@ pub(crate) struct Shared {
     pub min_hold_ms: std::sync::atomic::AtomicU32,
 }
 
-impl Shared {
+impl Holding {
     /// Records a renewal sent at `sent_at` and confirmed: the lease lasts from then.
     pub(crate) fn confirm(&self, sent_at: Instant) {
         let ns = u64::try_from(
@@ -142,7 +123,7 @@ impl Shared {
 }
 
 /// Resolves when `shared`'s lock is known lost; never, once it is released.
-pub(crate) async fn lost(shared: Arc<Shared>) {
+pub(crate) async fn lost(shared: Arc<Holding>) {
     // Once released, nobody sets the flag: the future stays pending.
     let flagged = shared.lost.wait();
     match shared.unrenewed_end {

@@ -43,6 +43,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admin;
+mod attempt;
 mod backend;
 mod client;
 mod error;
@@ -57,6 +58,7 @@ pub mod metrics;
 mod mode;
 mod notify;
 mod options;
+mod plan;
 mod renew;
 mod runtime;
 mod scope;

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, LockSpec};
 use crate::error::BoxError;
-use crate::held::Shared;
+use crate::held::Holding;
 use crate::local::LocalQueues;
 
 /// Most locks renewed by one backend call (one Lua script on Redis).
@@ -36,7 +36,7 @@ pub(crate) struct Renewer {
 }
 
 struct Pending {
-    shared: Arc<Shared>,
+    shared: Arc<Holding>,
     reply: oneshot::Sender<Result<bool, String>>,
 }
 
@@ -70,7 +70,7 @@ impl Renewer {
     }
 
     /// Renews `shared`'s lock, together with whatever else is due now.
-    async fn renew(self: &Arc<Self>, shared: Arc<Shared>) -> Result<bool, BoxError> {
+    async fn renew(self: &Arc<Self>, shared: Arc<Holding>) -> Result<bool, BoxError> {
         let (reply, answer) = oneshot::channel();
         {
             let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
@@ -185,7 +185,7 @@ impl Watch {
 /// until then a lock costs an entry in that timer's map, and no task, no wake-up — a task spawned
 /// and aborted per lock was most of the client's own work per lock + release (two to three
 /// context switches, measured on MariaDB).
-pub(crate) fn watch(shared: Arc<Shared>, renewer: &Arc<Renewer>) -> Watch {
+pub(crate) fn watch(shared: Arc<Holding>, renewer: &Arc<Renewer>) -> Watch {
     let runtime = match tokio::runtime::Handle::try_current() {
         Ok(runtime) if !renewer.backend.capabilities().keeps_alive => runtime,
         _ => {
@@ -346,7 +346,7 @@ async fn run_timer(renewer: std::sync::Weak<Renewer>, timer: Arc<Timer>) {
 
 /// A watchdog still to start: its timer entry, and whether it started (or was stopped first).
 pub(crate) struct Deferred {
-    shared: Arc<Shared>,
+    shared: Arc<Holding>,
     timer: Arc<Timer>,
     key: (Instant, u64),
     state: Mutex<DeferredState>,
@@ -391,7 +391,7 @@ fn grid_step(interval: Duration) -> Duration {
 }
 
 /// Renews every lease/3 until the lock is lost (then returns) — forever otherwise.
-pub(crate) async fn watchdog(shared: Arc<Shared>, renewer: Arc<Renewer>) {
+pub(crate) async fn watchdog(shared: Arc<Holding>, renewer: Arc<Renewer>) {
     let backend = renewer.backend();
     if backend.capabilities().keeps_alive {
         // The backend keeps the lock alive (a session's heartbeats): wait for it to say lost.
@@ -444,7 +444,7 @@ pub(crate) async fn watchdog(shared: Arc<Shared>, renewer: Arc<Renewer>) {
 
 /// Starts renewing every lock of a set together (several keys of one guard). Aborted when the
 /// guard is released or dropped.
-pub(crate) fn spawn_set_watchdog(set: Vec<Arc<Shared>>, renewer: Arc<Renewer>) -> AbortHandle {
+pub(crate) fn spawn_set_watchdog(set: Vec<Arc<Holding>>, renewer: Arc<Renewer>) -> AbortHandle {
     tokio::spawn(set_watchdog(set, renewer)).abort_handle()
 }
 
@@ -452,7 +452,7 @@ pub(crate) fn spawn_set_watchdog(set: Vec<Arc<Shared>>, renewer: Arc<Renewer>) -
 /// all are renewed at the same instant, so they go to the backend in one batch; the set is
 /// valid until the earliest of their validities, and the moment any one is lost, all are
 /// marked lost (the guard holds all of them or is lost).
-async fn set_watchdog(set: Vec<Arc<Shared>>, renewer: Arc<Renewer>) {
+async fn set_watchdog(set: Vec<Arc<Holding>>, renewer: Arc<Renewer>) {
     let lose_all = |why: &str| {
         for shared in &set {
             shared.mark_lost(why);
@@ -477,13 +477,13 @@ async fn set_watchdog(set: Vec<Arc<Shared>>, renewer: Arc<Renewer>) {
     };
     let interval = lease / 3;
     let retry_pause = (lease / 20).max(Duration::from_millis(5));
-    let earliest = |at: fn(&Shared) -> Instant| set.iter().map(|s| at(s)).min();
+    let earliest = |at: fn(&Holding) -> Instant| set.iter().map(|s| at(s)).min();
     loop {
-        let Some(confirmed) = earliest(Shared::confirmed_at) else {
+        let Some(confirmed) = earliest(Holding::confirmed_at) else {
             return;
         };
         tokio::time::sleep_until(confirmed + interval).await;
-        let Some(valid_until) = earliest(Shared::valid_until) else {
+        let Some(valid_until) = earliest(Holding::valid_until) else {
             return;
         };
         loop {
@@ -532,7 +532,7 @@ async fn set_watchdog(set: Vec<Arc<Shared>>, renewer: Arc<Renewer>) {
 
 /// The set's key at `gone` is lost (`why`), and with it the set: that key first, with its own
 /// reason (a release names it), then every other key.
-fn lost_by(set: &[Arc<Shared>], gone: usize, why: &str) {
+fn lost_by(set: &[Arc<Holding>], gone: usize, why: &str) {
     set[gone].mark_lost(why);
     set[gone]
         .lost_the_set

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use crate::client::LockClient;
-use crate::held::Shared;
+use crate::held::Holding;
 
 tokio::task_local! {
     static HELD: Option<Entry>;
@@ -23,7 +23,7 @@ pub(crate) struct Entry {
     /// global client, which lives as long as the process, so the address is never reused while
     /// an entry exists; and no refcount is touched on the hot path.)
     pub client: usize,
-    pub lock: Arc<Shared>,
+    pub lock: Arc<Holding>,
     pub parent: Option<Arc<Entry>>,
 }
 
@@ -33,7 +33,7 @@ pub(crate) struct Entry {
 /// reports what the lock was).
 #[derive(Clone)]
 pub struct CurrentLock {
-    lock: Arc<Shared>,
+    lock: Arc<Holding>,
 }
 
 impl CurrentLock {
@@ -94,7 +94,7 @@ pub fn current() -> Option<CurrentLock> {
 }
 
 /// This task's lock on `key` through `client`, if it holds one.
-pub(crate) fn held(client: &LockClient, key: &str) -> Option<Arc<Shared>> {
+pub(crate) fn held(client: &LockClient, key: &str) -> Option<Arc<Holding>> {
     HELD.try_with(|top| {
         let mut next = top.as_ref();
         while let Some(entry) = next {
@@ -112,7 +112,7 @@ pub(crate) fn held(client: &LockClient, key: &str) -> Option<Arc<Shared>> {
 /// Runs `body` with `lock` as the innermost held lock of this task.
 pub(crate) async fn enter<F: std::future::Future>(
     client: &LockClient,
-    lock: Arc<Shared>,
+    lock: Arc<Holding>,
     body: F,
 ) -> F::Output {
     // Only a nested call allocates: its outer lock moves behind an `Arc`.
@@ -132,7 +132,7 @@ pub(crate) async fn enter<F: std::future::Future>(
 /// [`current()`] reports).
 pub(crate) async fn enter_all<F: std::future::Future>(
     client: &LockClient,
-    locks: Vec<Arc<Shared>>,
+    locks: Vec<Arc<Holding>>,
     body: F,
 ) -> F::Output {
     let mut top = HELD.try_with(Clone::clone).ok().flatten();

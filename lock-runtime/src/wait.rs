@@ -7,11 +7,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Attempt, Backend, Hold, Kind, LockSpec, Transient};
+use crate::attempt::{Acquired, Failure, PlaceInLine, attempt, release_in_background};
+use crate::backend::{Backend, LockSpec};
 use crate::error::{BoxError, LockError};
+use crate::key::LockName;
 use crate::local::{Gone, Handed, Head, Outcome};
 use crate::notify::ReleaseSubscription;
-use crate::runtime::{DetachedJob, run_detached};
+use crate::plan::{Params, Plan};
 use crate::token::OwnerToken;
 
 /// Retry interval when the holder's lock has no TTL at all (a foreign client that set none).
@@ -25,62 +27,6 @@ const RELEASE_NOTICE: Duration = Duration::from_millis(100);
 /// After a failed SUBSCRIBE, how long a waiter waits before it asks the server again and tries
 /// to subscribe again (sooner if the holder's lease ends first).
 const SUBSCRIBE_RETRY: Duration = Duration::from_secs(1);
-
-/// A successful acquisition.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Acquired {
-    pub fencing_token: Option<u64>,
-    /// When the winning attempt was sent: the lease is counted from here, never from the reply,
-    /// so the holder's view of its lease ends no later than the server's.
-    pub sent_at: Instant,
-    /// How long the acquisition took, waiting included.
-    pub waited: Duration,
-    /// Whether another guard of this client handed the lock over (see [`crate::local`]).
-    pub handed: bool,
-}
-
-/// A failed attempt: the backend's error, and whether waiting may cure it (see
-/// [`Transient`]).
-#[derive(Debug)]
-pub(crate) struct Failure {
-    pub transient: bool,
-    pub source: BoxError,
-    /// Whether the failed attempt may still have written its token on the server (a command
-    /// whose reply was lost may have taken the lock or a place in its queue), so that token
-    /// must be released: awaited by an acquisition that returns, in the background by one that
-    /// tries again with a new token.
-    pub leftover: bool,
-}
-
-impl Failure {
-    pub(crate) fn of(source: BoxError, leftover: bool) -> Failure {
-        match source.downcast::<Transient>() {
-            Ok(transient) => Failure {
-                transient: true,
-                source: transient.0,
-                leftover,
-            },
-            Err(source) => Failure {
-                transient: false,
-                source,
-                leftover,
-            },
-        }
-    }
-
-    /// The error an acquisition of `key` reports for this failure.
-    pub(crate) fn into_error(self, backend: &dyn Backend, key: &str) -> LockError {
-        if let Some(refused) = self.source.downcast_ref::<crate::backend::Refused>() {
-            return LockError::Config(format!("`{key}`: {refused}"));
-        }
-        LockError::Backend {
-            backend: backend.store(),
-            op: "acquire",
-            key: key.to_owned(),
-            source: self.source,
-        }
-    }
-}
 
 /// The source of the error an acquisition reports when transient failures lasted its whole
 /// `wait`: the last failure, and how long and how often it was retried.
@@ -108,96 +54,6 @@ impl std::error::Error for StillFailing {
     }
 }
 
-/// One attempt, sent at `sent_at` (a clock reading taken just before: the lease is counted
-/// from it): `Ok(Ok(acquired))` if the lock is ours, `Ok(Err(ttl))` if it is busy (with the
-/// holder's remaining lease when known).
-pub(crate) async fn attempt(
-    backend: &Arc<dyn Backend>,
-    spec: LockSpec<'_>,
-    sent_at: Instant,
-) -> Result<Result<Acquired, Option<Duration>>, Failure> {
-    let in_flight = InFlight {
-        backend,
-        spec,
-        armed: true,
-    };
-    let attempt = backend.try_acquire(spec).await;
-    // Answered: only a cancellation from here on would leave the token unaccounted for. A
-    // failed attempt (timeout, dropped connection) may still have taken the lock on the
-    // server: the caller releases it (see `Failure::leftover`).
-    in_flight.disarm();
-    match attempt {
-        Ok(Attempt::Acquired { fencing_token }) => Ok(Ok(Acquired {
-            fencing_token,
-            sent_at,
-            waited: Duration::ZERO,
-            handed: false,
-        })),
-        Ok(Attempt::Busy { ttl }) => Ok(Err(ttl)),
-        Err(source) => Err(Failure::of(
-            source,
-            !backend.capabilities().undoes_failed_attempts,
-        )),
-    }
-}
-
-/// Gives up whatever `token` may hold on `name` — a lock a failed attempt took after all, a
-/// place in the lock's queue — before an acquisition returns without the lock, so that the
-/// next in line is not held up by it even if this process exits right after. Awaited for at
-/// most `within` (the response timeout); past that, it goes on in the background.
-pub(crate) async fn leave(backend: &Arc<dyn Backend>, hold: Hold<'_>, within: Duration) {
-    match tokio::time::timeout(within, backend.release(hold)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(error)) => {
-            let name = hold.name;
-            tracing::debug!(%name, %error, "distlock: could not leave the lock's queue; its entry ends with its lease");
-        }
-        Err(_) => release_in_background(backend, hold),
-    }
-}
-
-/// What an acquisition asks for, besides its owner token.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Request<'a> {
-    /// The backend key (prefix included).
-    pub name: &'a str,
-    /// The key as the user wrote it, for messages.
-    pub key: &'a str,
-    pub lease: Duration,
-    pub fencing: bool,
-    /// Whether the lock will be renewed (see [`LockSpec::renew`]).
-    pub renew: bool,
-    /// Whether the lock is granted in arrival order (see [`LockSpec::fair`]).
-    pub fair: bool,
-    /// The kind of hold asked for.
-    pub kind: Kind,
-}
-
-impl<'a> Request<'a> {
-    pub(crate) fn spec(self, token: &'a OwnerToken) -> LockSpec<'a> {
-        LockSpec {
-            name: self.name,
-            token: token.as_str(),
-            lease: self.lease,
-            fencing: self.fencing,
-            renew: self.renew,
-            waiting: true,
-            fair: self.fair,
-            kind: self.kind,
-        }
-    }
-
-    /// The hold `token` has, or asks for, on the lock.
-    pub(crate) fn hold(self, token: &'a str) -> Hold<'a> {
-        Hold {
-            name: self.name,
-            token,
-            kind: self.kind,
-            fair: self.fair,
-        }
-    }
-}
-
 /// How long a fair lock's waiter keeps its place in the lock's queue without asking again:
 /// a waiter refreshes its place every third of it while it waits, so a waiter whose process
 /// died is dropped from the queue at most this long after its last refresh, and the waiters
@@ -221,14 +77,21 @@ pub const FAIR_QUEUE_TTL: Duration = Duration::from_secs(5);
 /// defer to a local holder, ask the server, give up at the deadline, listen again, sleep.
 pub(crate) async fn acquire(
     backend: &Arc<dyn Backend>,
-    request: Request<'_>,
+    (name, params, plan): (&LockName, Params, Plan),
     token: &mut OwnerToken,
     wait: Option<Duration>,
     failed: Option<Failure>,
     head: Option<&mut Head>,
     leave_within: Duration,
 ) -> Result<Acquired, LockError> {
-    let mut waiter = Waiter::new(backend, request, token, wait, head, leave_within);
+    let mut waiter = Waiter::new(
+        backend,
+        (name, params, plan),
+        token,
+        wait,
+        head,
+        leave_within,
+    );
     let mut pending = failed;
     loop {
         if let Some(failure) = pending.take() {
@@ -237,7 +100,7 @@ pub(crate) async fn acquire(
         // Listen for releases before asking the server (a backend without a queue of waiters
         // needs no place in line to listen): a release after the attempt then wakes us, and a
         // busy attempt need not be repeated once subscribed.
-        if !backend.capabilities().queues_waiters {
+        if plan.listen_first {
             waiter.listen().await;
         }
         match waiter.defer_to_local_holder().await {
@@ -297,7 +160,10 @@ struct Listening {
 /// One acquisition's waiting: what every step of [`acquire`] reads and updates.
 struct Waiter<'a, 'h> {
     backend: &'a Arc<dyn Backend>,
-    request: Request<'a>,
+    name: &'a LockName,
+    params: Params,
+    /// A failed attempt may have left its token (see [`Plan::leftover`]).
+    leftover: bool,
     token: &'h mut OwnerToken,
     wait: Option<Duration>,
     started: Instant,
@@ -305,7 +171,7 @@ struct Waiter<'a, 'h> {
     listening: Listening,
     /// Transient failures so far.
     failures: u32,
-    /// Busy attempts in a row, for backends that poll for releases (`Backend::release_poll`).
+    /// Busy attempts in a row, for stores that poll for releases (`Capabilities::poll`).
     busy: u32,
     place: PlaceInLine<'a>,
     head: Option<&'h mut Head>,
@@ -314,22 +180,18 @@ struct Waiter<'a, 'h> {
 impl<'a, 'h> Waiter<'a, 'h> {
     fn new(
         backend: &'a Arc<dyn Backend>,
-        request: Request<'a>,
+        (name, params, plan): (&'a LockName, Params, Plan),
         token: &'h mut OwnerToken,
         wait: Option<Duration>,
         head: Option<&'h mut Head>,
         leave_within: Duration,
     ) -> Self {
         let started = Instant::now();
-        // A fair request keeps a place in the lock's queue on the server, as a backend whose
-        // waiters always queue does; so does a writer whose waiting marks the lock against new
-        // readers.
-        let queues = backend.capabilities().queues_waiters
-            || request.fair
-            || (request.kind == Kind::Exclusive && backend.capabilities().marks_waiting_writers);
         Waiter {
             backend,
-            request,
+            name,
+            params,
+            leftover: plan.leftover,
             wait,
             started,
             // A wait too long to represent (`Duration::MAX`) is a wait without deadline.
@@ -339,8 +201,9 @@ impl<'a, 'h> Waiter<'a, 'h> {
             busy: 0,
             place: PlaceInLine {
                 backend,
-                request,
-                token: queues.then(|| token.as_str().to_owned()),
+                name: name.full(),
+                params,
+                token: plan.keeps_place.then(|| token.as_str().to_owned()),
                 within: leave_within,
             },
             token,
@@ -349,11 +212,11 @@ impl<'a, 'h> Waiter<'a, 'h> {
     }
 
     fn key(&self) -> &'a str {
-        self.request.key
+        self.name.key()
     }
 
     fn spec(&self) -> LockSpec<'_> {
-        self.request.spec(self.token)
+        self.params.spec(self.name, self.token.as_str())
     }
 
     /// After a transient failure: gives up (its place given back) if the deadline has passed;
@@ -387,7 +250,7 @@ impl<'a, 'h> Waiter<'a, 'h> {
             });
         }
         if failure.leftover {
-            release_in_background(self.backend, self.request.hold(self.token.as_str()));
+            release_in_background(self.backend, self.place.hold(self.token.as_str()));
         }
         if failures == 1 {
             tracing::warn!(key, error = %failure.source, "distlock: acquisition failed; retrying until its `wait` ends");
@@ -421,7 +284,8 @@ impl<'a, 'h> Waiter<'a, 'h> {
             return false;
         }
         listening.subscription = None;
-        match self.backend.subscribe(self.request.spec(self.token)).await {
+        let spec = self.params.spec(self.name, self.token.as_str());
+        match self.backend.subscribe(spec).await {
             Ok(fresh) => {
                 listening.subscription = Some(fresh);
                 listening.retry_at = None;
@@ -429,7 +293,7 @@ impl<'a, 'h> Waiter<'a, 'h> {
             }
             Err(error) => {
                 listening.retry_at = Some(Instant::now() + SUBSCRIBE_RETRY);
-                let key = self.request.key;
+                let key = self.key();
                 tracing::warn!(key, %error, "distlock: cannot listen for releases; waiting for the holder's lease to run out instead");
                 false
             }
@@ -443,9 +307,9 @@ impl<'a, 'h> Waiter<'a, 'h> {
         let Some(head) = self.head.as_deref_mut() else {
             return Local::AskTheServer;
         };
-        let (started, key) = (self.started, self.request.key);
+        let (started, key) = (self.started, self.name.key());
         if let Some(holder) = head.holder() {
-            head.offer(self.request.spec(self.token));
+            head.offer(self.params.spec(self.name, self.token.as_str()));
             let queue = head.queue();
             let wake_at = self.deadline.unwrap_or_else(far_future);
             if let Some(subscription) = self.listening.subscription.as_mut() {
@@ -488,7 +352,7 @@ impl<'a, 'h> Waiter<'a, 'h> {
     /// back, and whatever the failed attempt may have taken).
     async fn ask(&mut self) -> Result<Asked, LockError> {
         let key = self.key();
-        match attempt(self.backend, self.spec(), Instant::now()).await {
+        match attempt(self.backend, self.spec(), Instant::now(), self.leftover).await {
             Ok(Ok(mut acquired)) => {
                 self.place.token = None;
                 acquired.waited = self.started.elapsed();
@@ -548,7 +412,7 @@ impl<'a, 'h> Waiter<'a, 'h> {
             None => until_lease_ends,
         };
         // A fair waiter asks again in time to keep its place in the queue.
-        let pause = if self.request.fair {
+        let pause = if self.params.fair {
             pause.min(FAIR_QUEUE_TTL / 3)
         } else {
             pause
@@ -564,10 +428,10 @@ impl<'a, 'h> Waiter<'a, 'h> {
             Some(deadline) => deadline.min(now + pause),
             None => now + pause,
         };
-        let (started, key) = (self.started, self.request.key);
+        let (started, key) = (self.started, self.key());
         tracing::trace!(key, ?ttl, "distlock: lock busy, waiting");
         if let Some(head) = self.head.as_deref_mut() {
-            head.offer(self.request.spec(self.token));
+            head.offer(self.params.spec(self.name, self.token.as_str()));
         }
         let head = &mut self.head;
         let handover = async {
@@ -646,92 +510,6 @@ pub(crate) fn doubling_jittered(n: u32, first_ms: u64, cap_ms: u64) -> Duration 
         .saturating_mul(1 << n.saturating_sub(1).min(16))
         .min(cap_ms);
     Duration::from_millis(fastrand::u64(ceiling / 2..=ceiling))
-}
-
-/// Armed while an acquisition attempt is in flight. If the caller drops the acquisition then
-/// (a timeout around `acquire()`), the command may already have taken the lock on the server
-/// with a token nobody will ever hold: release it in the background rather than leave it
-/// blocking everyone for a whole lease.
-struct InFlight<'a> {
-    backend: &'a Arc<dyn Backend>,
-    spec: LockSpec<'a>,
-    armed: bool,
-}
-
-impl InFlight<'_> {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        tracing::debug!(name = %self.spec.name, "distlock: acquisition cancelled mid-attempt, releasing");
-        release_in_background(self.backend, self.spec.hold());
-    }
-}
-
-/// Releases `token`'s hold on `name` — a lock, or a place in a backend's queue — in the
-/// background, on a runtime that outlives the caller if need be.
-pub(crate) fn release_in_background(backend: &Arc<dyn Backend>, hold: Hold<'_>) {
-    let backend = Arc::clone(backend);
-    let name: Arc<str> = Arc::from(hold.name);
-    let token: Arc<str> = Arc::from(hold.token);
-    let (kind, fair) = (hold.kind, hold.fair);
-    let job: DetachedJob = Arc::new(move || {
-        let (backend, name, token) = (Arc::clone(&backend), Arc::clone(&name), Arc::clone(&token));
-        Box::pin(async move {
-            let hold = Hold {
-                name: &name,
-                token: &token,
-                kind,
-                fair,
-            };
-            let _ = backend.release(hold).await;
-        })
-    });
-    run_detached(job);
-}
-
-/// For a backend that [queues waiters](Backend::queues_waiters): armed while an acquisition
-/// keeps a place in the backend's queue. An acquisition that ends without the lock — timeout,
-/// error, or the caller dropping it — gives its place up, so the next in line is not stuck
-/// behind a waiter that left.
-struct PlaceInLine<'a> {
-    backend: &'a Arc<dyn Backend>,
-    request: Request<'a>,
-    token: Option<String>,
-    /// How long giving the place up may hold up a returning acquisition (the response timeout).
-    within: Duration,
-}
-
-impl PlaceInLine<'_> {
-    /// The place became the lock (`acquired`, handed over by a task of this client): there is
-    /// nothing left to give up.
-    fn holds(&mut self, acquired: Acquired) -> Acquired {
-        self.token = None;
-        acquired
-    }
-
-    /// Gives the place up before the acquisition returns (see [`leave`]).
-    async fn leave(&mut self) {
-        if let Some(token) = self.token.take() {
-            tracing::debug!(name = %self.request.name, "distlock: leaving the queue");
-            leave(self.backend, self.request.hold(&token), self.within).await;
-        }
-    }
-}
-
-impl Drop for PlaceInLine<'_> {
-    fn drop(&mut self) {
-        if let Some(token) = self.token.take() {
-            tracing::debug!(name = %self.request.name, "distlock: leaving the queue");
-            release_in_background(self.backend, self.request.hold(&token));
-        }
-    }
 }
 
 /// A random delay added to a TTL-based retry, so waiters that saw the same TTL do not all hit

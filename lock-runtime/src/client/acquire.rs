@@ -1,0 +1,446 @@
+//! How a client acquires: the checks of a request, the fast path, the waits (on the server
+//! alone, or behind this client's other tasks), and sets of keys.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use super::ClientInner;
+use super::builder::check_lease;
+use crate::backend::{Backend, Kind, LockSpec};
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::key::{LockName, validate_key};
+use crate::plan::{Params, Plan, RenewMode};
+use crate::runtime::BoxFuture;
+use crate::token::OwnerToken;
+use crate::{attempt, local, wait};
+
+/// `min_hold` must fit in the lease: the lock is kept that long without renewal; and the
+/// backend must be able to keep it.
+pub(super) fn check_min_hold(
+    min_hold_ms: u32,
+    lease: Duration,
+    key: &str,
+    backend: &dyn Backend,
+) -> Result<(), LockError> {
+    let min_hold = Duration::from_millis(min_hold_ms.into());
+    if min_hold_ms > 0
+        && let Some(why) = backend.capabilities().min_hold.err()
+    {
+        return Err(LockError::Config(format!(
+            "`{key}`: min_hold {min_hold:?} cannot be kept on this backend: {why}"
+        )));
+    }
+    if min_hold > lease {
+        return Err(LockError::Config(format!(
+            "`{key}`: min_hold {:?} is longer than the lease {:?}: a lock released early is kept \
+             until min_hold without renewal, so it cannot outlive its lease; make the lease at \
+             least {:?}, or min_hold shorter",
+            min_hold, lease, min_hold
+        )));
+    }
+    Ok(())
+}
+
+/// The error of an acquisition of `key` that gave up waiting.
+pub(super) fn timed_out(
+    key: &str,
+    started: tokio::time::Instant,
+    wait: Option<Duration>,
+) -> LockError {
+    LockError::Timeout {
+        key: key.to_owned(),
+        waited: started.elapsed(),
+        wait: wait.unwrap_or(Duration::MAX),
+    }
+}
+
+/// Armed while an all-or-nothing attempt at several keys is in flight or failed: the request
+/// may have taken them all, so they are given back in the background (unless the store undoes
+/// a failed attempt itself: see [`Plan::leftover`]).
+struct SetInFlight<'a> {
+    backend: &'a Arc<dyn Backend>,
+    specs: &'a [LockSpec<'a>],
+    armed: bool,
+}
+
+impl Drop for SetInFlight<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            for spec in self.specs {
+                attempt::release_in_background(self.backend, spec.hold());
+            }
+        }
+    }
+}
+
+impl ClientInner {
+    pub(super) async fn acquire(
+        &self,
+        key: String,
+        params: Params,
+    ) -> Result<LockGuard, LockError> {
+        #[cfg(feature = "metrics")]
+        {
+            let started = tokio::time::Instant::now();
+            let result = self.acquire_any(key, params).await;
+            let outcome = match &result {
+                Ok(_) => crate::metrics::Outcome::Acquired,
+                Err(LockError::Timeout { .. }) => crate::metrics::Outcome::Timeout,
+                // The backend failed (a bad key or a refused fair request is the caller's).
+                Err(LockError::Backend { .. } | LockError::Connect { .. }) => {
+                    crate::metrics::Outcome::BackendError
+                }
+                Err(_) => crate::metrics::Outcome::Error,
+            };
+            crate::metrics::acquisition(self.backend.store(), outcome, started.elapsed());
+            result
+        }
+        #[cfg(not(feature = "metrics"))]
+        self.acquire_any(key, params).await
+    }
+
+    async fn acquire_any(&self, key: String, params: Params) -> Result<LockGuard, LockError> {
+        validate_key(&key)?;
+        check_lease(params.lease, Some(&key))?;
+        let started = tokio::time::Instant::now();
+        let token = OwnerToken::generate();
+        let name = LockName::new(key, &self.prefix, self.hash_tags);
+        let plan = Plan::of(&params, self.backend.capabilities())
+            .map_err(|why| LockError::Config(format!("`{}`: {why}", name.key())))?;
+        // Fast path: when no task of this client waits for the key, try once straight away
+        // (one round trip for a free lock) without touching the queue. A reader never queues
+        // behind this client's other tasks: readers hold a key together, and the local queue
+        // (with its hand-overs) is for the one owner of a plain lock.
+        let mut failed = None;
+        if plan.fast_try && !(plan.local_queue && self.renewer.local().has_waiters(name.key())) {
+            // Only the lock is asked for (on Redis one `SET NX PX`, without the holder's TTL):
+            // a busy lock is asked again, with its TTL, once this task waits in line.
+            let spec = LockSpec {
+                waiting: false,
+                ..params.spec(&name, token.as_str())
+            };
+            // `started` doubles as the send time: one clock reading fewer on the hot path.
+            match attempt::attempt(&self.backend, spec, started, plan.leftover).await {
+                Ok(Ok(mut acquired)) => {
+                    acquired.waited = started.elapsed();
+                    let guard = self.guard(name, token, params, plan, acquired);
+                    if plan.local_queue {
+                        // A task that queued meanwhile waits for this guard rather than the
+                        // server.
+                        self.renewer.local().holding(guard.shared_ref(), false);
+                    }
+                    return Ok(guard);
+                }
+                Ok(Err(_)) if params.wait == Some(Duration::ZERO) => {
+                    return Err(timed_out(name.key(), started, params.wait));
+                }
+                Ok(Err(_)) => {} // busy: wait in line below
+                Err(failure) if !failure.transient || params.wait == Some(Duration::ZERO) => {
+                    if !failure.leftover {
+                        return Err(failure.into_error(&*self.backend, name.key()));
+                    }
+                    // The failed command may have taken the lock after all: give it back before
+                    // returning (the caller may exit right after). Boxed: a cold path that
+                    // every locked call's future would otherwise carry.
+                    return Err(
+                        Box::pin(self.give_back_failed(name, token, params, failure)).await,
+                    );
+                }
+                // A transient failure with `wait` left: retried below.
+                Err(failure) => failed = Some(failure),
+            }
+        }
+        // Boxed: waiting is a large future that the fast path above should not carry.
+        if plan.local_queue {
+            Box::pin(self.acquire_queued(name, token, params, plan, started, failed)).await
+        } else {
+            // A fair lock goes straight into the lock's queue on the server: no optimistic
+            // first attempt and no local queue, which would let a newcomer or a task of this
+            // client pass waiters that came first.
+            Box::pin(self.acquire_on_server(name, token, params, plan, started, failed)).await
+        }
+    }
+
+    /// The error of a fast-path attempt that failed and may still have taken the lock: the
+    /// lock is given back first (awaited, at most the response timeout).
+    async fn give_back_failed(
+        &self,
+        name: LockName,
+        token: OwnerToken,
+        params: Params,
+        failure: attempt::Failure,
+    ) -> LockError {
+        let hold = params.hold(name.full(), token.as_str());
+        attempt::leave(&self.backend, hold, self.response_timeout).await;
+        failure.into_error(&*self.backend, name.key())
+    }
+
+    /// An acquisition that waits on the server alone, never in this client's local queue: a
+    /// fair lock (every attempt goes through the lock's queue on the server), or a reader
+    /// (readers hold a key together; `failed` is its first attempt's transient failure).
+    async fn acquire_on_server(
+        &self,
+        name: LockName,
+        mut token: OwnerToken,
+        params: Params,
+        plan: Plan,
+        started: tokio::time::Instant,
+        failed: Option<attempt::Failure>,
+    ) -> Result<LockGuard, LockError> {
+        let key = name.key();
+        let span = tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.store(), fair = params.fair, kind = params.kind.noun());
+        let remaining = params
+            .wait
+            .map(|wait| wait.saturating_sub(started.elapsed()));
+        let mut acquired = match wait::acquire(
+            &self.backend,
+            (&name, params, plan),
+            &mut token,
+            remaining,
+            failed,
+            None,
+            self.response_timeout,
+        )
+        .instrument(span)
+        .await
+        {
+            Ok(acquired) => acquired,
+            Err(LockError::Timeout { .. }) => return Err(timed_out(key, started, params.wait)),
+            Err(error) => return Err(error),
+        };
+        acquired.waited = started.elapsed();
+        crate::metrics::waited(self.backend.store(), acquired.waited);
+        Ok(self.guard(name, token, params, plan, acquired))
+    }
+
+    /// The slow path of [`acquire`](Self::acquire): the lock is busy (or other tasks of this
+    /// client wait for it, or the first attempt failed transiently) and the request may wait.
+    async fn acquire_queued(
+        &self,
+        name: LockName,
+        mut token: OwnerToken,
+        params: Params,
+        plan: Plan,
+        started: tokio::time::Instant,
+        failed: Option<attempt::Failure>,
+    ) -> Result<LockGuard, LockError> {
+        let key = name.key();
+        let timeout = |key: &str| timed_out(key, started, params.wait);
+        // Queue behind this client's other tasks waiting for the key. (`queued` is declared
+        // first so it is dropped after the queue.)
+        let local_queues = self.renewer.local();
+        let queued = local_queues.enter();
+        let queue = local_queues.queue(key);
+        let local = match params.wait {
+            Some(wait) if wait.is_zero() => match queue.gate.try_lock() {
+                Ok(local) => local,
+                Err(_) => return Err(timeout(key)),
+            },
+            Some(wait) => match tokio::time::timeout(wait, queue.gate.lock()).await {
+                Ok(local) => local,
+                Err(_) => return Err(timeout(key)),
+            },
+            None => queue.gate.lock().await,
+        };
+        // At the head of the queue: offer to take the lock over from a guard of this client.
+        let mut head = plan.hand_over.then(|| local::Head::new(Arc::clone(&queue)));
+        let remaining = params
+            .wait
+            .map(|wait| wait.saturating_sub(started.elapsed()));
+        let span =
+            tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.store());
+        let mut acquired = match wait::acquire(
+            &self.backend,
+            (&name, params, plan),
+            &mut token,
+            remaining,
+            failed,
+            head.as_mut(),
+            self.response_timeout,
+        )
+        .instrument(span)
+        .await
+        {
+            Ok(acquired) => acquired,
+            Err(LockError::Timeout { .. }) => return Err(timeout(key)),
+            Err(error) => return Err(error),
+        };
+        drop(head);
+        acquired.waited = started.elapsed();
+        crate::metrics::waited(self.backend.store(), acquired.waited);
+        let handed = acquired.handed;
+        let guard = self.guard(name, token, params, plan, acquired);
+        // The next in line, if any, waits for this guard to hand the lock over or let go.
+        if plan.hand_over {
+            queue.holding(guard.shared_ref(), handed);
+        }
+        drop(local); // the next local waiter now waits on the backend
+        drop(queue);
+        drop(queued);
+        Ok(guard)
+    }
+
+    /// [`LockClient::lock_all`]: every key of `keys`, or none.
+    pub(super) async fn acquire_set(
+        &self,
+        keys: Vec<String>,
+        params: Params,
+    ) -> Result<LockGuard, LockError> {
+        let Some(first) = keys.first() else {
+            return Err(LockError::Config(
+                "`lock_all` was given no keys: name at least one key to lock".into(),
+            ));
+        };
+        for key in &keys {
+            validate_key(key)?;
+        }
+        check_lease(params.lease, Some(first))?;
+        let mut names: Vec<LockName> = keys
+            .into_iter()
+            .map(|key| LockName::new(key, &self.prefix, self.hash_tags))
+            .collect();
+        names.sort_unstable_by(|a, b| a.full().cmp(b.full()));
+        names.dedup_by(|a, b| a.full() == b.full());
+        if names.len() == 1 {
+            let key = names.swap_remove(0).key().to_owned();
+            return self.acquire(key, params).await;
+        }
+        if let Kind::Permits(_) = params.kind {
+            return Err(LockError::Config(format!(
+                "`{}`: a semaphore's permit is taken one key at a time; use \
+                 `client.semaphore(key, n)` for each",
+                names[0].key()
+            )));
+        }
+        if params.fair {
+            return Err(LockError::Config(format!(
+                "`{}`: several keys cannot be taken as one fair lock (each key's queue would \
+                 order its waiters alone); drop `fair`",
+                names[0].key()
+            )));
+        }
+        let started = tokio::time::Instant::now();
+        // All or nothing in one request where the backend can: nothing is held while a busy
+        // key is waited for.
+        let full: Vec<&str> = names.iter().map(LockName::full).collect();
+        let atomic = self
+            .backend
+            .capabilities()
+            .acquires_sets(&full, params.kind);
+        drop(full);
+        // (A store that takes sets serves every kind it takes them of: no refusal here.)
+        let plan = Plan::of(&params, self.backend.capabilities()).ok();
+        if atomic && let Some(plan) = plan {
+            match self.try_set(&names, params, plan, started).await {
+                Ok(Ok(guards)) => {
+                    return Ok(LockGuard::join(guards, &self.renewer, started.elapsed()));
+                }
+                Ok(Err(busy)) if params.wait == Some(Duration::ZERO) => {
+                    return Err(timed_out(names[busy].key(), started, params.wait));
+                }
+                // Busy: waited for one key at a time below.
+                Ok(Err(_)) => {}
+                Err(failure) if failure.transient && params.wait != Some(Duration::ZERO) => {}
+                // Refused (a name held as another kind): the key-by-key path names the key.
+                Err(failure) if failure.source.is::<crate::backend::Refused>() => {}
+                Err(failure) => return Err(failure.into_error(&*self.backend, names[0].key())),
+            }
+        }
+        // One by one, in canonical order, each with what is left of the one `wait`; each key
+        // is renewed by its own watchdog until the set is complete.
+        let each = params.renewed_by(RenewMode::Spawned);
+        let mut taken: Vec<LockGuard> = Vec::with_capacity(names.len());
+        for name in &names {
+            let wait = params
+                .wait
+                .map(|wait| wait.saturating_sub(started.elapsed()));
+            match self
+                .acquire(name.key().to_owned(), Params { wait, ..each })
+                .await
+            {
+                Ok(guard) => taken.push(guard),
+                Err(error) => {
+                    // Everything taken so far goes back before the error returns.
+                    let releases = taken
+                        .into_iter()
+                        .map(|guard| Box::pin(guard.release()) as BoxFuture<'static, _>)
+                        .collect();
+                    crate::runtime::join_all(releases).await;
+                    return Err(match error {
+                        LockError::Timeout { key, .. } => timed_out(&key, started, params.wait),
+                        error => error,
+                    });
+                }
+            }
+        }
+        Ok(LockGuard::join(taken, &self.renewer, started.elapsed()))
+    }
+
+    /// One all-or-nothing attempt at every key of `names` (see [`Backend::try_acquire_all`]):
+    /// the guards, or the index of the first busy key.
+    async fn try_set(
+        &self,
+        names: &[LockName],
+        params: Params,
+        plan: Plan,
+        started: tokio::time::Instant,
+    ) -> Result<Result<Vec<LockGuard>, usize>, attempt::Failure> {
+        // A token per key: each key's hold is released, renewed and watched on its own.
+        let tokens: Vec<OwnerToken> = names.iter().map(|_| OwnerToken::generate()).collect();
+        let specs: Vec<LockSpec<'_>> = names
+            .iter()
+            .zip(&tokens)
+            .map(|(name, token)| LockSpec {
+                waiting: false,
+                ..params.spec(name, token.as_str())
+            })
+            .collect();
+        let mut in_flight = SetInFlight {
+            backend: &self.backend,
+            specs: &specs,
+            armed: plan.leftover,
+        };
+        let sent_at = tokio::time::Instant::now();
+        match self.backend.try_acquire_all(&specs).await {
+            Ok(crate::backend::SetAttempt::Acquired { fencing_tokens }) => {
+                in_flight.armed = false;
+                let set = params.renewed_by(RenewMode::Set);
+                let guards = names
+                    .iter()
+                    .zip(tokens.iter().zip(fencing_tokens))
+                    .map(|(name, (token, fencing_token))| {
+                        let acquired = attempt::Acquired {
+                            fencing_token,
+                            sent_at,
+                            waited: started.elapsed(),
+                            handed: false,
+                        };
+                        self.guard(name.clone(), token.clone(), set, plan, acquired)
+                    })
+                    .collect();
+                Ok(Ok(guards))
+            }
+            Ok(crate::backend::SetAttempt::Busy { index }) => {
+                in_flight.armed = false;
+                Ok(Err(index))
+            }
+            // The failed request may have taken the keys after all: `in_flight` gives them back
+            // in the background.
+            Err(source) => Err(attempt::Failure::of(source, true)),
+        }
+    }
+
+    fn guard(
+        &self,
+        name: LockName,
+        token: OwnerToken,
+        params: Params,
+        plan: Plan,
+        acquired: attempt::Acquired,
+    ) -> LockGuard {
+        LockGuard::new(&self.renewer, name, token, params, plan, acquired)
+    }
+}

@@ -1,0 +1,416 @@
+//! [`LockClientBuilder`]: a client's settings, and connecting to the store its URL names.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{ClientInner, LockClient};
+use crate::backend::Backend;
+use crate::backend::memory::MemoryBackend;
+use crate::error::LockError;
+
+/// Settings for a [`LockClient`]; made by [`LockClient::builder`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// use std::time::Duration;
+/// use lock_runtime::LockClient;
+///
+/// let client = LockClient::builder("memory://")
+///     .prefix("billing:lock:")
+///     .default_lease(Duration::from_secs(5))
+///     .default_wait(Duration::from_secs(1))
+///     .fencing(true)
+///     .build()
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+#[must_use = "a builder does nothing until `.build().await`"]
+pub struct LockClientBuilder {
+    pub(super) url: String,
+    pub(super) prefix: String,
+    pub(super) fencing_prefix: String,
+    pub(super) default_lease: Duration,
+    pub(super) default_wait: Option<Duration>,
+    pub(super) fencing: bool,
+    pub(super) connect_timeout: Duration,
+    pub(super) response_timeout: Duration,
+    pub(super) node_timeout: Option<Duration>,
+    pub(super) sql: crate::backend::sql::SqlOptions,
+}
+
+impl LockClientBuilder {
+    /// Prefix of every lock key in the backend (default `lock:`), so locks of several
+    /// applications sharing one server stay apart.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Prefix of the fencing counters (default `lock-fence:`). It must not overlap the lock
+    /// prefix, so a counter can never be mistaken for a lock.
+    pub fn fencing_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.fencing_prefix = prefix.into();
+        self
+    }
+
+    /// Lease of locks whose request does not set one (default 30 s).
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.default_lease = lease;
+        self
+    }
+
+    /// How long requests wait for a busy lock unless they say (default 10 s; zero = try once).
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.default_wait = Some(wait);
+        self
+    }
+
+    /// Requests wait for a busy lock as long as it takes unless they say otherwise.
+    pub fn default_wait_forever(mut self) -> Self {
+        self.default_wait = None;
+        self
+    }
+
+    /// Hand out fencing tokens on every acquisition unless the request says otherwise
+    /// (default off; costs one counter per key in the backend, see the crate docs).
+    pub fn fencing(mut self, enabled: bool) -> Self {
+        self.fencing = enabled;
+        self
+    }
+
+    /// Bound on establishing a connection (default 3 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Bound on one command's reply (default 2 s).
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Redlock (`redlock://`): how long each node may take to answer one command. A node
+    /// slower than this is counted as down for that call (and an acquisition whose vote missed
+    /// its majority is retried while its `wait` lasts).
+    ///
+    /// By default it follows the lock's lease: a tenth of it, at least
+    /// [`AUTO_NODE_TIMEOUT_MIN`](LockClient::AUTO_NODE_TIMEOUT_MIN) (100 ms) and at most
+    /// [`AUTO_NODE_TIMEOUT_MAX`](LockClient::AUTO_NODE_TIMEOUT_MAX) (1 s), never more than a
+    /// third of the lease — 500 ms for a 5 s lease, 1 s for the default 30 s. Any value keeps
+    /// Redlock's validity accounting honest: a grant counts only if
+    /// `lease − elapsed − drift` is positive, with `elapsed` measured. A vote stops waiting
+    /// as soon as a majority granted, so a hung minority does not slow acquisitions; the
+    /// timeout bounds what a silent node costs a failed vote, a renewal or a release.
+    /// Setting it fixes one value for every lock.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = Some(timeout);
+        self
+    }
+
+    /// SQL backends (`postgres://`, `mysql://`): the lock table (default `distlock_locks`; `schema.table`
+    /// allowed). Fencing counters live in `<table>_fences`. Overrides the URL's `table=`.
+    pub fn table(mut self, table: impl Into<String>) -> Self {
+        self.sql.table = Some(table.into());
+        self
+    }
+
+    /// SQL backends: whether connecting creates the lock tables when they are missing
+    /// (default `true`). Turn it off when your migrations own the schema — the README prints
+    /// the DDL — and the user distlock connects as may not create tables. Either way,
+    /// connecting checks that the tables have the columns distlock needs. Overrides the URL's
+    /// `create_table=`.
+    pub fn create_table(mut self, create: bool) -> Self {
+        self.sql.create_table = Some(create);
+        self
+    }
+
+    /// SQL backends: how many connections the client opens (default 4, at most 64), plus one
+    /// that listens for releases while somebody waits. Statements are pipelined on each
+    /// connection, so a few serve many tasks. Overrides the URL's `pool_size=`.
+    pub fn pool_size(mut self, connections: usize) -> Self {
+        self.sql.pool_size = Some(connections);
+        self
+    }
+
+    /// Validates the settings and connects.
+    pub async fn build(self) -> Result<LockClient, LockError> {
+        check_lease(self.default_lease, None)?;
+        crate::metrics::describe();
+        if self.connect_timeout.is_zero()
+            || self.response_timeout.is_zero()
+            || self.node_timeout.is_some_and(|t| t.is_zero())
+        {
+            return Err(LockError::Config(
+                "connect, response and node timeouts must be longer than zero".into(),
+            ));
+        }
+        if self.prefix.starts_with(&self.fencing_prefix)
+            || self.fencing_prefix.starts_with(&self.prefix)
+        {
+            return Err(LockError::Config(format!(
+                "the lock prefix {:?} and the fencing prefix {:?} overlap, so a fencing counter \
+                 could collide with a lock; choose prefixes where neither starts with the other",
+                self.prefix, self.fencing_prefix
+            )));
+        }
+        let url = self.url.trim();
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(LockError::Config(format!(
+                "`{}` is not a lock backend URL: expected `scheme://…`, e.g. \
+                 `redis://127.0.0.1:6379` or `memory://`",
+                redact(url)
+            )));
+        };
+        let backend: Arc<dyn Backend> = match scheme {
+            "memory" => MemoryBackend::named(rest.trim_end_matches('/')),
+            "redis" | "rediss" | "redis+unix" | "unix" | "redlock" | "redis+cluster"
+            | "redis+sentinel" => self.connect_redis(scheme, url).await?,
+            "postgres" | "postgresql" => self.connect_postgres(url).await?,
+            "mysql" => self.connect_mysql(url).await?,
+            "zk" => self.connect_zookeeper(url).await?,
+            "etcd" => self.connect_etcd(url).await?,
+            _ => {
+                return Err(LockError::Config(format!(
+                    "unknown lock backend scheme `{scheme}://` in `{}`: supported are \
+                     `memory://`, `redis://` / `rediss://`, `redlock://`, `redis+cluster://`, \
+                     `redis+sentinel://`, `postgres://`, `mysql://`, `zk://` and `etcd://`",
+                    redact(url)
+                )));
+            }
+        };
+        Ok(LockClient {
+            inner: Arc::new(ClientInner {
+                renewer: crate::renew::Renewer::new(Arc::clone(&backend)),
+                hash_tags: backend.capabilities().slot.is_some(),
+                backend,
+                url: redact(url),
+                prefix: self.prefix,
+                default_lease: self.default_lease,
+                default_wait: self.default_wait,
+                fencing: self.fencing,
+                response_timeout: self.response_timeout,
+            }),
+        })
+    }
+
+    #[cfg(feature = "redis")]
+    async fn connect_redis(&self, scheme: &str, url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        if scheme == "rediss" && !cfg!(feature = "tls") {
+            return Err(LockError::Config(
+                "`rediss://` (Redis over TLS) needs distlock's `tls` feature: \
+                 distlock = { version = \"…\", features = [\"tls\"] }"
+                    .into(),
+            ));
+        }
+        let (url, replicas) =
+            crate::backend::redis::take_replicas(url).map_err(LockError::Config)?;
+        let url = url.as_str();
+        let settings = crate::backend::redis::RedisSettings {
+            connect_timeout: self.connect_timeout,
+            response_timeout: self.response_timeout,
+            fence_prefix: self.fencing_prefix.clone(),
+            retries: crate::backend::redis::RETRIES,
+            replicas,
+        };
+        match scheme {
+            "redlock" if replicas > 0 => Err(LockError::Config(format!(
+                "`replicas` does not apply to `redlock://` (each Redlock node is a master of its \
+                 own, and a grant already needs a majority of them): for a master with replicas \
+                 use `redis+sentinel://…?replicas={replicas}` or `redis://…?replicas={replicas}`"
+            ))),
+            "redis+sentinel" => Ok(crate::backend::redis::RedisBackend::connect_sentinel(
+                url,
+                redact(url),
+                settings,
+            )
+            .await?),
+            "redlock" => {
+                if self.fencing {
+                    return Err(LockError::Config(
+                        crate::backend::redis::redlock::NO_FENCING.to_owned(),
+                    ));
+                }
+                Ok(crate::backend::redis::redlock::RedlockBackend::connect(
+                    url,
+                    settings,
+                    self.node_timeout,
+                )
+                .await?)
+            }
+            "redis+cluster" => {
+                if self.prefix.contains('{') || self.fencing_prefix.contains('{') {
+                    return Err(LockError::Config(format!(
+                        "in a Redis Cluster the lock and fencing prefixes may not contain `{{` \
+                         (distlock puts each lock in a hash tag of its own): got {:?} and {:?}",
+                        self.prefix, self.fencing_prefix
+                    )));
+                }
+                let nodes = crate::backend::redis::node_urls(url).map_err(LockError::Config)?;
+                Ok(crate::backend::redis::RedisBackend::connect_cluster(
+                    &nodes,
+                    redact(url),
+                    settings,
+                )
+                .await?)
+            }
+            _ => Ok(crate::backend::redis::RedisBackend::connect(url, settings).await?),
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn connect_postgres(&self, url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        let (settings, driver_url) = crate::backend::sql::SqlSettings::from_url(
+            url,
+            &self.sql,
+            self.connect_timeout,
+            self.response_timeout,
+        )?;
+        if let Some(max_lease) = settings.advisory {
+            return Ok(
+                crate::backend::postgres::advisory::AdvisoryBackend::connect(
+                    &driver_url,
+                    settings,
+                    max_lease,
+                )
+                .await?,
+            );
+        }
+        Ok(crate::backend::postgres::PostgresBackend::connect(&driver_url, settings).await?)
+    }
+
+    #[cfg(feature = "mysql")]
+    async fn connect_mysql(&self, url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        let (settings, driver_url) = crate::backend::sql::SqlSettings::from_url(
+            url,
+            &self.sql,
+            self.connect_timeout,
+            self.response_timeout,
+        )?;
+        if settings.advisory.is_some() {
+            return Err(LockError::Config(format!(
+                "`mode=advisory` in {}: there is no `GET_LOCK` mode for MySQL and MariaDB (the \
+                 server shows nobody who holds a named lock unless performance_schema and its \
+                 metadata-lock instrument are on, and its idle timeout counts whole seconds: \
+                 see the README, *MySQL and MariaDB*); leave out `mode=advisory` (the lock \
+                 table)",
+                crate::backend::url::redact_url(url)
+            )));
+        }
+        Ok(crate::backend::mysql::MysqlBackend::connect(&driver_url, settings).await?)
+    }
+
+    #[cfg(feature = "zookeeper")]
+    async fn connect_zookeeper(&self, url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        crate::backend::zookeeper::ZookeeperBackend::connect(
+            url,
+            self.connect_timeout,
+            self.response_timeout,
+            self.default_lease,
+        )
+        .await
+    }
+
+    #[cfg(feature = "etcd")]
+    async fn connect_etcd(&self, url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        crate::backend::etcd::EtcdBackend::connect(
+            url,
+            self.connect_timeout,
+            self.response_timeout,
+            self.default_lease,
+        )
+        .await
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    async fn connect_etcd(&self, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        Err(LockError::Config(
+            "`etcd://` needs distlock's `etcd` feature: \
+             distlock = { version = \"…\", features = [\"etcd\"] }"
+                .into(),
+        ))
+    }
+
+    #[cfg(not(feature = "zookeeper"))]
+    async fn connect_zookeeper(&self, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        Err(LockError::Config(
+            "`zk://` needs distlock's `zookeeper` feature: \
+             distlock = { version = \"…\", features = [\"zookeeper\"] }"
+                .into(),
+        ))
+    }
+
+    #[cfg(not(feature = "mysql"))]
+    async fn connect_mysql(&self, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        Err(LockError::Config(
+            "`mysql://` needs distlock's `mysql` feature: \
+             distlock = { version = \"…\", features = [\"mysql\"] }"
+                .into(),
+        ))
+    }
+
+    #[cfg(not(feature = "postgres"))]
+    async fn connect_postgres(&self, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        Err(LockError::Config(
+            "`postgres://` needs distlock's `postgres` feature: \
+             distlock = { version = \"…\", features = [\"postgres\"] }"
+                .into(),
+        ))
+    }
+
+    #[cfg(not(feature = "redis"))]
+    async fn connect_redis(
+        &self,
+        _scheme: &str,
+        _url: &str,
+    ) -> Result<Arc<dyn Backend>, LockError> {
+        Err(LockError::Config(
+            "the Redis backend is disabled: enable distlock's `redis` feature".into(),
+        ))
+    }
+}
+
+impl fmt::Debug for LockClientBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockClientBuilder")
+            .field("url", &redact(&self.url))
+            .field("prefix", &self.prefix)
+            .field("fencing_prefix", &self.fencing_prefix)
+            .field("default_lease", &self.default_lease)
+            .field("default_wait", &self.default_wait)
+            .field("fencing", &self.fencing)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .field("node_timeout", &self.node_timeout)
+            .finish()
+    }
+}
+
+pub(super) fn redact(url: &str) -> String {
+    crate::backend::url::redact_url(url)
+}
+
+pub(super) fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {
+    let whose = || key.map(|k| format!(" for lock `{k}`")).unwrap_or_default();
+    if lease < LockClient::MIN_LEASE {
+        let whose = whose();
+        return Err(LockError::Config(format!(
+            "lease {lease:?}{whose} is too short: it must be at least {:?} so renewal \
+             (every lease/3) has time for a round trip",
+            LockClient::MIN_LEASE
+        )));
+    }
+    if lease > LockClient::MAX_LEASE {
+        let whose = whose();
+        return Err(LockError::Config(format!(
+            "lease {lease:?}{whose} is too long: it must be at most {:?} (a lock whose holder \
+             died stays taken for a whole lease); keep the lease short and let renewal \
+             extend it while the holder lives",
+            LockClient::MAX_LEASE
+        )));
+    }
+    Ok(())
+}

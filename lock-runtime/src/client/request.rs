@@ -1,0 +1,272 @@
+//! [`LockRequest`]: one acquisition being prepared; the attribute's options as the same
+//! [`Params`].
+
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use super::LockClient;
+use super::acquire::check_min_hold;
+use crate::backend::Kind;
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::plan::{Params, RenewMode};
+use crate::runtime::BoxFuture;
+
+impl LockClient {
+    /// `lock(key)` with the attribute's options, acquired with inline renewal: what
+    /// `run_locked` does on every call, so it borrows the client instead of cloning it.
+    pub(crate) async fn acquire_locked(
+        &self,
+        key: String,
+        options: &crate::options::LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        let params = self.attribute_params(options);
+        // (`run_locked` checks and sets the guard's `min_hold`: see `check_min_hold_of`.)
+        self.inner.acquire(key, params).await
+    }
+
+    /// The attribute's `min_hold` against its lease (the client's default if it names none):
+    /// checked by `run_locked` outside the acquisition's future, which it would enlarge.
+    pub(crate) fn check_min_hold_of(
+        &self,
+        options: &crate::options::LockOptions,
+        key: &str,
+    ) -> Result<(), LockError> {
+        let lease = options.lease.unwrap_or(self.inner.default_lease);
+        check_min_hold(options.min_hold_ms, lease, key, &*self.inner.backend)
+    }
+
+    /// `lock_all(keys)` with the attribute's options: what `run_locked_all` does.
+    pub(crate) async fn acquire_locked_all(
+        &self,
+        keys: Vec<String>,
+        options: &crate::options::LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        let params = self.attribute_params(options);
+        if let Some(first) = keys.first() {
+            self.check_min_hold_of(options, first)?;
+        }
+        self.inner.acquire_set(keys, params).await
+    }
+
+    /// What the attribute's `options` ask for, with this client's defaults filled in.
+    fn attribute_params(&self, options: &crate::options::LockOptions) -> Params {
+        use crate::options::WaitFor;
+        let inner = &*self.inner;
+        Params {
+            lease: options.lease.unwrap_or(inner.default_lease),
+            wait: match options.wait {
+                WaitFor::Default => inner.default_wait,
+                WaitFor::Up(wait) => Some(wait),
+                WaitFor::Forever => None,
+            },
+            renewal: if options.renew {
+                RenewMode::Inline
+            } else {
+                RenewMode::Off
+            },
+            fencing: options.fencing.unwrap_or(inner.fencing),
+            fair: options.fair,
+            kind: options.kind(),
+        }
+    }
+}
+
+/// One lock acquisition being prepared; made by [`LockClient::lock`].
+///
+/// `.await` it directly, or call [`acquire`](Self::acquire) /
+/// [`try_acquire`](Self::try_acquire).
+#[derive(Clone, Debug)]
+#[must_use = "a lock request does nothing until `.acquire().await`"]
+pub struct LockRequest {
+    pub(super) client: LockClient,
+    pub(super) key: String,
+    pub(super) lease: Duration,
+    pub(super) wait: Option<Duration>,
+    pub(super) renew: bool,
+    pub(super) fencing: bool,
+    pub(super) fair: bool,
+    pub(super) kind: Kind,
+    /// The permits a semaphore's request asked for (as given: checked by `acquire`).
+    pub(super) permits: u32,
+    /// Every key of a request made by [`LockClient::lock_all`], as given.
+    pub(super) set: Option<Vec<String>>,
+    pub(super) min_hold: Duration,
+}
+
+impl LockRequest {
+    /// How long the lock lives if its holder stops renewing it (crashes, hangs, is cut off).
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long to wait for a busy lock before failing with [`LockError::Timeout`];
+    /// `Duration::ZERO` tries once.
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Wait for a busy lock as long as it takes.
+    pub fn wait_forever(mut self) -> Self {
+        self.wait = None;
+        self
+    }
+
+    /// Hold the lock at least `min_hold` after it was granted, however early it is released
+    /// (ShedLock's `lockAtLeastFor`): a release before then does not free the lock but makes it
+    /// end at grant + `min_hold` — renewal stops, and the backend's expiry is set to that
+    /// instant — so a short job that every node of a cluster starts on its own timer runs once
+    /// per period even when the nodes' clocks differ. A release after `min_hold` is a plain
+    /// release; a holder that crashes frees the lock after its lease, as always. Zero (the
+    /// default): no minimum. Longer than the [`lease`](Self::lease) fails with
+    /// [`LockError::Config`].
+    ///
+    /// On ZooKeeper and etcd, whose locks live as long as the client's session or lease, the
+    /// client deletes the lock at grant + `min_hold`; if the process exits before then, its
+    /// session or lease is left to expire (one lease later) rather than closed, so the lock
+    /// still outlives `min_hold`.
+    pub fn min_hold(mut self, min_hold: Duration) -> Self {
+        self.min_hold = min_hold;
+        self
+    }
+
+    /// Keep the lease alive (renew every lease/3) while the guard lives; default `true`.
+    /// Without renewal the lock ends after one lease and the guard reports it lost.
+    pub fn renew(mut self, renew: bool) -> Self {
+        self.renew = renew;
+        self
+    }
+
+    /// Hand out a fencing token with this lock ([`LockGuard::fencing_token`]).
+    pub fn fencing(mut self, fencing: bool) -> Self {
+        self.fencing = fencing;
+        self
+    }
+
+    /// Make this a fair lock: waiters from every process are granted the lock in the order
+    /// they asked for it, through a queue the backend keeps beside the lock (as Redisson's
+    /// `RFairLock`). A release wakes only the head of the queue; a waiter that gives up or
+    /// dies loses its place (a dead one after [`FAIR_QUEUE_TTL`](crate::FAIR_QUEUE_TTL)).
+    ///
+    /// It costs more than the default lock (on Redis a script per attempt and per release,
+    /// touching the queue, instead of one `SET`), and a fair lock is never handed over between
+    /// tasks of one client. Every process must take a given key the same way, fair or not: a
+    /// plain request ignores the queue. Supported on `redis://`, `redis+cluster://` and
+    /// `memory://`; on `zk://` and `etcd://` every lock is fair already. Elsewhere the
+    /// acquisition fails with [`LockError::Config`].
+    pub fn fair(mut self) -> Self {
+        self.fair = true;
+        self
+    }
+
+    /// Take the lock shared, as one of its readers: any number of readers hold a key together,
+    /// and no writer while they do ([`write`](Self::write), the plain lock, excludes them all).
+    /// Each reader has a lease of its own, renewed by its own watchdog. A writer waiting for
+    /// the key stops new readers from joining, so readers cannot starve writers. With
+    /// [`fencing`](Self::fencing), a reader gets the token of the last write grant (the version
+    /// it reads) rather than a new one.
+    ///
+    /// Served by every backend but `redlock://`, where the acquisition fails with
+    /// [`LockError::Config`] saying why. A read lock cannot be [`fair`](Self::fair) (readers do
+    /// not queue behind each other, and a waiting writer already stops new readers).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// let first = client.lock("price-list").read().acquire().await?;
+    /// let second = client.lock("price-list").read().acquire().await?; // readers share it
+    /// assert!(client.lock("price-list").try_acquire().await?.is_none()); // a writer waits
+    /// first.release().await?;
+    /// second.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read(mut self) -> Self {
+        self.kind = Kind::Shared;
+        self
+    }
+
+    /// Take the lock exclusively — the default, and the write side of [`read`](Self::read):
+    /// one owner, excluding every reader and every other writer of the key. (On a request
+    /// made by [`LockClient::semaphore`], `read` and `write` make it a lock request again.)
+    pub fn write(mut self) -> Self {
+        self.kind = Kind::Exclusive;
+        self
+    }
+
+    /// The lock key, without the client's prefix (of a request for several keys, the first
+    /// named).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Every key of this request, as named (one for [`LockClient::lock`]).
+    pub fn keys(&self) -> &[String] {
+        self.set
+            .as_deref()
+            .unwrap_or(std::slice::from_ref(&self.key))
+    }
+
+    /// Acquires the lock, waiting up to the request's `wait` for a busy one: woken by the
+    /// holder's release, or retrying when the holder's lease runs out.
+    pub async fn acquire(self) -> Result<LockGuard, LockError> {
+        if matches!(self.kind, Kind::Permits(_))
+            && !(1..=LockClient::MAX_PERMITS).contains(&self.permits)
+        {
+            return Err(LockError::Config(format!(
+                "`{}`: a semaphore of {} permits: ask for 1 to {} (0 could never be acquired)",
+                self.key,
+                self.permits,
+                LockClient::MAX_PERMITS
+            )));
+        }
+        let params = Params {
+            lease: self.lease,
+            wait: self.wait,
+            renewal: if self.renew {
+                RenewMode::Spawned
+            } else {
+                RenewMode::Off
+            },
+            fencing: self.fencing,
+            fair: self.fair,
+            kind: self.kind,
+        };
+        // Whole milliseconds, at most `u32::MAX` (49 days: longer than any lease, refused).
+        let min_hold_ms = u32::try_from(self.min_hold.as_millis()).unwrap_or(u32::MAX);
+        let first = self.set.as_ref().and_then(|keys| keys.first());
+        check_min_hold(
+            min_hold_ms,
+            self.lease,
+            first.unwrap_or(&self.key),
+            &*self.client.inner.backend,
+        )?;
+        let guard = match self.set {
+            Some(keys) => Box::pin(self.client.inner.acquire_set(keys, params)).await?,
+            None => self.client.inner.acquire(self.key, params).await?,
+        };
+        guard.hold_at_least(min_hold_ms);
+        Ok(guard)
+    }
+
+    /// Tries once: `Ok(None)` when somebody else holds the lock. Handy for work that must run
+    /// on one node only, where the others simply skip (scheduled jobs).
+    pub async fn try_acquire(self) -> Result<Option<LockGuard>, LockError> {
+        match self.wait(Duration::ZERO).acquire().await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+impl IntoFuture for LockRequest {
+    type Output = Result<LockGuard, LockError>;
+    type IntoFuture = BoxFuture<'static, Result<LockGuard, LockError>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.acquire())
+    }
+}

@@ -1,0 +1,224 @@
+//! One acquisition, decided once: what it asks for ([`Params`], the one internal form of a
+//! [`LockRequest`](crate::LockRequest) or of the attribute's options) and how it goes
+//! ([`Plan`], from the request and the store's [`Capabilities`]). The acquisition, the waiting
+//! loop and the guard read the plan; none of them asks the store again.
+
+use std::time::Duration;
+
+use crate::backend::{Capabilities, Hold, Kind, LockSpec};
+use crate::key::LockName;
+
+/// How a guard's lease is kept alive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RenewMode {
+    /// Not renewed: the lock ends after one lease.
+    Off,
+    /// A spawned watchdog task renews it (the manual API).
+    Spawned,
+    /// The caller polls [`LockGuard::until_lost`](crate::LockGuard) next to its work (the
+    /// attribute).
+    Inline,
+    /// One key of several taken together: one watchdog renews them all, started once every
+    /// key is held (see [`crate::renew::spawn_set_watchdog`]).
+    Set,
+}
+
+/// What an acquisition asks for, besides its key and owner token.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Params {
+    pub lease: Duration,
+    /// How long to wait for a busy lock (`None`: forever).
+    pub wait: Option<Duration>,
+    pub renewal: RenewMode,
+    pub fencing: bool,
+    /// Granted in arrival order through a queue on the server.
+    pub fair: bool,
+    pub kind: Kind,
+}
+
+impl Params {
+    /// These parameters for one key of a set: renewed by `renewal` (the key's own watchdog
+    /// until the set is complete, or the set's), unless renewal is off.
+    pub(crate) fn renewed_by(self, renewal: RenewMode) -> Params {
+        match self.renewal {
+            RenewMode::Off => self,
+            _ => Params { renewal, ..self },
+        }
+    }
+
+    /// What a waiter's attempt asks of the store for `name` with `token`.
+    pub(crate) fn spec<'a>(&self, name: &'a LockName, token: &'a str) -> LockSpec<'a> {
+        LockSpec {
+            name: name.full(),
+            token,
+            lease: self.lease,
+            fencing: self.fencing,
+            renew: self.renewal != RenewMode::Off,
+            waiting: true,
+            fair: self.fair,
+            kind: self.kind,
+        }
+    }
+
+    /// The hold `token` has, or asks for, on the lock `name` (its backend name).
+    pub(crate) fn hold<'a>(&self, name: &'a str, token: &'a str) -> Hold<'a> {
+        Hold {
+            name,
+            token,
+            kind: self.kind,
+            fair: self.fair,
+        }
+    }
+}
+
+/// How one acquisition goes — and how its guard gives the lock back — decided once by
+/// [`Plan::of`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// One optimistic attempt before any waiting (only the lock is asked for: on Redis one
+    /// `SET NX PX`). Not for a fair request, nor on a store whose busy attempt joins a queue
+    /// on the server: its place in line must be taken, and given up, by the waiting.
+    pub fast_try: bool,
+    /// The one owner of a plain lock: it waits behind this client's other tasks for the key
+    /// (so they do not race each other to the server), and its guard gives the lock back to
+    /// them first. A reader's share or a permit (held together with others) and a fair lock
+    /// (its next in line is the head of the server's queue) wait on the server alone.
+    pub local_queue: bool,
+    /// With [`local_queue`](Self::local_queue), on a store that hands locks over: the lock
+    /// passes from a guard straight to the next task of this client, in one command.
+    pub hand_over: bool,
+    /// A waiter keeps a place in line on the server between attempts — a store whose waiters
+    /// always queue, a fair request, or a writer whose waiting marks the lock against new
+    /// readers — so an acquisition that ends without the lock gives its token back.
+    pub keeps_place: bool,
+    /// The waiter listens for releases before its first attempt. A store whose waiters queue
+    /// listens once its attempt has a place in line instead (it is then woken only by the
+    /// release that concerns it).
+    pub listen_first: bool,
+    /// A failed attempt may have written its token after all (its reply lost), so the token is
+    /// released; not on a store that undoes a failed attempt itself (Redlock).
+    pub leftover: bool,
+}
+
+impl Plan {
+    /// The plan for a request with `params` on a store that can do `store`; `Err` says why the
+    /// store refuses it (for a [`LockError::Config`](crate::LockError::Config) after the key).
+    pub(crate) fn of(params: &Params, store: &Capabilities) -> Result<Plan, String> {
+        // A reader's share or a semaphore's permit: held together with others.
+        let shared = params.kind != Kind::Exclusive;
+        store.serves(params.kind).map_err(str::to_owned)?;
+        if params.fair && params.kind == Kind::Shared {
+            return Err(
+                "a read lock cannot be fair (readers do not queue behind each other, \
+                        and a waiting writer already stops new readers from joining); drop \
+                        `fair`"
+                    .to_owned(),
+            );
+        }
+        if params.fair && shared {
+            return Err(
+                "a semaphore cannot be fair here (on zk:// and etcd:// its waiters are \
+                        served in arrival order already); drop `fair`"
+                    .to_owned(),
+            );
+        }
+        if params.fair && !store.fair {
+            return Err(format!(
+                "fair locks are not available on the {} backend; use redis://, \
+                 redis+cluster://, memory://, zk:// or etcd:// (their waiters queue in arrival \
+                 order), or drop `fair`",
+                store.store
+            ));
+        }
+        let local_queue = !shared && !params.fair;
+        Ok(Plan {
+            fast_try: !params.fair && !store.queues_waiters,
+            local_queue,
+            hand_over: local_queue && store.hands_over,
+            keeps_place: store.queues_waiters
+                || params.fair
+                || (!shared && store.marks_waiting_writers),
+            listen_first: !store.queues_waiters,
+            leftover: !store.undoes_failed_attempts,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(kind: Kind, fair: bool) -> Params {
+        Params {
+            lease: Duration::from_secs(1),
+            wait: None,
+            renewal: RenewMode::Spawned,
+            fencing: false,
+            fair,
+            kind,
+        }
+    }
+
+    const REDIS_LIKE: Capabilities = Capabilities {
+        fair: true,
+        hands_over: true,
+        marks_waiting_writers: true,
+        ..Capabilities::every_kind("redis")
+    };
+
+    const QUEUEING: Capabilities = Capabilities {
+        fair: true,
+        queues_waiters: true,
+        ..Capabilities::every_kind("zookeeper")
+    };
+
+    #[test]
+    fn a_plain_lock_tries_once_then_queues_locally_and_hands_over() {
+        let plan = Plan::of(&params(Kind::Exclusive, false), &REDIS_LIKE).unwrap();
+        assert!(plan.fast_try && plan.local_queue && plan.hand_over && plan.listen_first);
+        // A waiting writer marks the lock against new readers: a place to give up.
+        assert!(plan.keeps_place);
+        assert!(plan.leftover);
+    }
+
+    #[test]
+    fn readers_and_permits_wait_on_the_server_alone() {
+        for kind in [Kind::Shared, Kind::Permits(3)] {
+            let plan = Plan::of(&params(kind, false), &REDIS_LIKE).unwrap();
+            assert!(plan.fast_try, "{kind:?}");
+            assert!(
+                !plan.local_queue && !plan.hand_over && !plan.keeps_place,
+                "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_fair_lock_goes_straight_into_the_servers_queue() {
+        let plan = Plan::of(&params(Kind::Exclusive, true), &REDIS_LIKE).unwrap();
+        assert!(!plan.fast_try && !plan.local_queue && !plan.hand_over && plan.keeps_place);
+    }
+
+    #[test]
+    fn a_queueing_store_never_tries_first_and_listens_once_in_line() {
+        let plan = Plan::of(&params(Kind::Exclusive, false), &QUEUEING).unwrap();
+        assert!(!plan.fast_try && !plan.listen_first && plan.keeps_place);
+        assert!(plan.local_queue && !plan.hand_over);
+    }
+
+    #[test]
+    fn refusals_say_why() {
+        let plain = Capabilities::plain("redlock");
+        let why = Plan::of(&params(Kind::Exclusive, true), &plain).unwrap_err();
+        assert!(
+            why.contains("fair locks are not available on the redlock backend"),
+            "{why}"
+        );
+        let why = Plan::of(&params(Kind::Shared, false), &plain).unwrap_err();
+        assert!(why.contains("no read locks"), "{why}");
+        let why = Plan::of(&params(Kind::Shared, true), &REDIS_LIKE).unwrap_err();
+        assert!(why.contains("a read lock cannot be fair"), "{why}");
+        let why = Plan::of(&params(Kind::Permits(2), true), &REDIS_LIKE).unwrap_err();
+        assert!(why.contains("a semaphore cannot be fair"), "{why}");
+    }
+}
