@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::attempt::Acquired;
 use crate::backend::{Backend, Handover, Hold, Released, drift};
 use crate::error::{BoxError, LockError};
-pub(crate) use crate::held::{Holding, lost};
+pub(crate) use crate::held::{HeldLock, lost};
 use crate::key::LockName;
 use crate::local::{Handed, Offer};
 use crate::notify::LostFlag;
@@ -28,7 +28,7 @@ use crate::token::OwnerToken;
 /// if even that cannot run, the lease expires on its own.
 #[must_use = "the lock is released as soon as the guard is dropped"]
 pub struct LockGuard {
-    held: Held,
+    held: OneKey,
     /// With inline renewal, until [`until_lost`](Self::until_lost) takes it: the renewal loop
     /// is still to be run by the caller.
     inline: bool,
@@ -40,18 +40,18 @@ pub struct LockGuard {
 
 /// The rest of a guard over several keys.
 struct Set {
-    more: Vec<Held>,
+    more: Vec<OneKey>,
     /// How long the whole set took to acquire.
     waited: Duration,
 }
 
 /// The part of a guard that releases on drop. `armed` is cleared once a release was awaited
 /// to completion.
-struct Held {
-    shared: Arc<Holding>,
+struct OneKey {
+    shared: Arc<HeldLock>,
     /// The client's renewer, which also holds its backend (one shared handle per guard).
     renewer: Arc<renew::Renewer>,
-    watchdog: Option<renew::Watch>,
+    watchdog: Option<renew::Watchdog>,
     armed: bool,
 }
 
@@ -73,7 +73,7 @@ impl LockGuard {
         } = params;
         let renew = renewal != RenewMode::Off;
         let lease_end = acquired.sent_at + lease - drift(lease);
-        let shared = Arc::new(Holding {
+        let shared = Arc::new(HeldLock {
             name,
             token,
             lease,
@@ -94,7 +94,7 @@ impl LockGuard {
         let watchdog =
             (renewal == RenewMode::Spawned).then(|| renew::watch(Arc::clone(&shared), renewer));
         LockGuard {
-            held: Held {
+            held: OneKey {
                 shared,
                 renewer: Arc::clone(renewer),
                 watchdog,
@@ -113,7 +113,7 @@ impl LockGuard {
         renewer: &Arc<renew::Renewer>,
         waited: Duration,
     ) -> LockGuard {
-        let mut all: Vec<Held> = guards.into_iter().map(|guard| guard.held).collect();
+        let mut all: Vec<OneKey> = guards.into_iter().map(|guard| guard.held).collect();
         let renewed = all.iter().all(|held| held.shared.unrenewed_end.is_none());
         for held in &mut all {
             if let Some(watchdog) = held.watchdog.take() {
@@ -126,7 +126,7 @@ impl LockGuard {
             unreachable!("a set of locks has at least one key");
         };
         if renewed {
-            first.watchdog = Some(renew::Watch::Task(renew::spawn_set_watchdog(
+            first.watchdog = Some(renew::Watchdog::Task(renew::spawn_set_watchdog(
                 shared,
                 Arc::clone(renewer),
             )));
@@ -154,7 +154,7 @@ impl LockGuard {
     }
 
     /// Every key's shared state, in canonical order.
-    pub(crate) fn every(&self) -> impl Iterator<Item = &Arc<Holding>> {
+    pub(crate) fn every(&self) -> impl Iterator<Item = &Arc<HeldLock>> {
         let more = self.set.as_deref().map_or(&[][..], |set| &set.more[..]);
         std::iter::once(&self.held.shared).chain(more.iter().map(|held| &held.shared))
     }
@@ -213,11 +213,11 @@ impl LockGuard {
         self.held.shared.token.as_str()
     }
 
-    pub(crate) fn shared(&self) -> Arc<Holding> {
+    pub(crate) fn shared(&self) -> Arc<HeldLock> {
         Arc::clone(&self.held.shared)
     }
 
-    pub(crate) fn shared_ref(&self) -> &Arc<Holding> {
+    pub(crate) fn shared_ref(&self) -> &Arc<HeldLock> {
         &self.held.shared
     }
 
@@ -280,7 +280,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
-        let set: Vec<Arc<Holding>> = self.every().cloned().collect();
+        let set: Vec<Arc<HeldLock>> = self.every().cloned().collect();
         any_lost(set)
     }
 
@@ -302,7 +302,7 @@ impl LockGuard {
 }
 
 /// Resolves when any lock of `set` is lost.
-async fn any_lost(mut set: Vec<Arc<Holding>>) {
+async fn any_lost(mut set: Vec<Arc<HeldLock>>) {
     if set.len() == 1 {
         return lost(set.remove(0)).await;
     }
@@ -314,7 +314,7 @@ async fn any_lost(mut set: Vec<Arc<Holding>>) {
 }
 
 /// Releases every key of a set: `first` (which holds the set's watchdog) and `more`.
-async fn release_set(first: Held, more: Vec<Held>) -> Result<(), LockError> {
+async fn release_set(first: OneKey, more: Vec<OneKey>) -> Result<(), LockError> {
     let releases = std::iter::once(first)
         .chain(more)
         .map(|held| Box::pin(give_back_held(held)) as crate::runtime::BoxFuture<'static, _>)
@@ -335,13 +335,13 @@ async fn release_set(first: Held, more: Vec<Held>) -> Result<(), LockError> {
 }
 
 /// [`LockGuard::release`] of one key.
-async fn release_held(held: Held) -> Result<(), LockError> {
+async fn release_held(held: OneKey) -> Result<(), LockError> {
     give_back_held(held).await.0
 }
 
 /// Gives back one key: what the caller is told, and whether the key was still held by this
 /// guard's own account (ours at release, and not the key whose loss lost its set).
-async fn give_back_held(mut held: Held) -> (Result<(), LockError>, bool) {
+async fn give_back_held(mut held: OneKey) -> (Result<(), LockError>, bool) {
     if let Some(watchdog) = held.watchdog.take() {
         watchdog.stop();
     }
@@ -383,7 +383,7 @@ async fn give_back_held(mut held: Held) -> (Result<(), LockError>, bool) {
 /// found the lock not ours) counts as released while the lease is still valid on this
 /// process's monotonic clock — nobody else can have taken the lock before then, so the earlier
 /// try deleted it — and as lost after.
-fn settle(shared: &Holding, released: Released) -> bool {
+fn settle(shared: &HeldLock, released: Released) -> bool {
     match released {
         Released::Deleted => true,
         Released::NotOurs => false,
@@ -399,7 +399,7 @@ fn settle(shared: &Holding, released: Released) -> bool {
 /// Gives a lock back: to the next task of this client in line for the key if it offered to
 /// take it over (one hand-over command, see [`crate::local`]), else to the server (released,
 /// waking the waiters). `Ok(false)`: it was not ours any more.
-async fn give_back(renewer: &renew::Renewer, shared: &Arc<Holding>) -> Result<bool, BoxError> {
+async fn give_back(renewer: &renew::Renewer, shared: &Arc<HeldLock>) -> Result<bool, BoxError> {
     let result = if let Some(left) = shared.min_hold_left() {
         keep_until_min_hold(renewer, shared, left).await
     } else if !shared.plan.local_queue {
@@ -426,7 +426,7 @@ pub(crate) const MIN_HOLD_MARGIN: Duration = Duration::from_millis(250);
 /// process (waking its waiters) if the process still runs; never handed over.
 async fn keep_until_min_hold(
     renewer: &renew::Renewer,
-    shared: &Arc<Holding>,
+    shared: &Arc<HeldLock>,
     left: Duration,
 ) -> Result<Released, BoxError> {
     let backend = renewer.backend();
@@ -461,7 +461,7 @@ async fn keep_until_min_hold(
 }
 
 /// [`give_back`] of a plain lock: a hand-over to a waiting task of this client, or a release.
-async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Holding>) -> Result<Released, BoxError> {
+async fn hand_back(renewer: &renew::Renewer, shared: &Arc<HeldLock>) -> Result<Released, BoxError> {
     let backend = renewer.backend();
     let local = renewer.local();
     let name = shared.name.full();
@@ -522,7 +522,7 @@ async fn hand_back(renewer: &renew::Renewer, shared: &Arc<Holding>) -> Result<Re
 /// its expiry would.
 async fn release_within_lease(
     backend: &Arc<dyn Backend>,
-    shared: &Holding,
+    shared: &HeldLock,
 ) -> Result<Released, BoxError> {
     let mut attempt = 0;
     loop {
@@ -568,7 +568,7 @@ impl Drop for HandoverInFlight<'_> {
     }
 }
 
-impl Drop for Held {
+impl Drop for OneKey {
     fn drop(&mut self) {
         crate::metrics::held(self.shared.backend, -1.0);
         if let Some(watchdog) = self.watchdog.take() {

@@ -13,7 +13,7 @@ use crate::plan::Plan;
 use crate::token::OwnerToken;
 
 /// One lock held: what a guard, its watchdog and this client's local queue share.
-pub(crate) struct Holding {
+pub(crate) struct HeldLock {
     pub name: LockName,
     pub token: OwnerToken,
     pub lease: Duration,
@@ -44,7 +44,7 @@ pub(crate) struct Holding {
     pub min_hold_ms: std::sync::atomic::AtomicU32,
 }
 
-impl Holding {
+impl HeldLock {
     /// Records a renewal sent at `sent_at` and confirmed: the lease lasts from then.
     pub(crate) fn confirm(&self, sent_at: Instant) {
         let ns = u64::try_from(
@@ -123,7 +123,7 @@ impl Holding {
 }
 
 /// Resolves when `shared`'s lock is known lost; never, once it is released.
-pub(crate) async fn lost(shared: Arc<Holding>) {
+pub(crate) async fn lost(shared: Arc<HeldLock>) {
     // Once released, nobody sets the flag: the future stays pending.
     let flagged = shared.lost.wait();
     match shared.unrenewed_end {

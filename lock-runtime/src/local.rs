@@ -25,7 +25,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::backend::LockSpec;
-use crate::held::Holding;
+use crate::held::HeldLock;
 
 /// How many times in a row a lock passes between tasks of one client before it is released on
 /// the server for everyone.
@@ -61,7 +61,7 @@ pub(crate) struct KeyQueue {
 #[derive(Default)]
 struct KeyState {
     /// A guard of this client that holds the key, registered while waiters may exist.
-    holder: Option<Arc<Holding>>,
+    holder: Option<Arc<HeldLock>>,
     /// The head's offer to take the lock over.
     offer: Option<Offer>,
     /// Hand-overs since the lock was last taken on the server.
@@ -167,7 +167,7 @@ impl LocalQueues {
 
     /// Registers a new guard as the key's local holder when tasks of this client wait for the
     /// key (`handed`: it got the lock from another guard rather than from the server).
-    pub(crate) fn holding(&self, shared: &Arc<Holding>, handed: bool) {
+    pub(crate) fn holding(&self, shared: &Arc<HeldLock>, handed: bool) {
         if !self.hands_over {
             return;
         }
@@ -178,7 +178,7 @@ impl LocalQueues {
 
     /// For a guard about to release its lock: the offer of the next local waiter, if the lock
     /// should pass to it rather than be released on the server.
-    pub(crate) fn take_offer(&self, shared: &Arc<Holding>) -> Option<Offer> {
+    pub(crate) fn take_offer(&self, shared: &Arc<HeldLock>) -> Option<Offer> {
         if !self.hands_over || shared.is_lost() {
             return None;
         }
@@ -201,7 +201,7 @@ impl LocalQueues {
 
     /// A guard let go of its lock on the server (released, or dropped with its lease lost):
     /// it is no longer the key's local holder.
-    pub(crate) fn let_go(&self, shared: &Arc<Holding>) {
+    pub(crate) fn let_go(&self, shared: &Arc<HeldLock>) {
         if !self.hands_over {
             return;
         }
@@ -226,7 +226,7 @@ impl KeyQueue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn holding(&self, shared: &Arc<Holding>, handed: bool) {
+    pub(crate) fn holding(&self, shared: &Arc<HeldLock>, handed: bool) {
         let mut state = self.state();
         state.holder = Some(Arc::clone(shared));
         if !handed {
@@ -236,7 +236,7 @@ impl KeyQueue {
 
     /// Resolves when `holder` lets go of the key (released it on the server, or handed it
     /// over) or loses it.
-    pub(crate) async fn holder_gone(&self, holder: &Arc<Holding>) -> Gone {
+    pub(crate) async fn holder_gone(&self, holder: &Arc<HeldLock>) -> Gone {
         let lost = crate::held::lost(Arc::clone(holder));
         tokio::pin!(lost);
         loop {
@@ -370,7 +370,7 @@ impl Head {
     }
 
     /// The guard of this client holding the key, if one is registered and not lost.
-    pub(crate) fn holder(&self) -> Option<Arc<Holding>> {
+    pub(crate) fn holder(&self) -> Option<Arc<HeldLock>> {
         self.queue
             .state()
             .holder

@@ -41,7 +41,7 @@ const BACKEND_ERRORS: &str = "distlock_backend_errors_total";
 /// How an acquisition ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg(feature = "metrics")]
-pub(crate) enum Outcome {
+pub(crate) enum Ended {
     Acquired,
     Timeout,
     /// Failed in the backend: also counted in `distlock_backend_errors_total`.
@@ -51,12 +51,12 @@ pub(crate) enum Outcome {
 }
 
 #[cfg(feature = "metrics")]
-impl Outcome {
+impl Ended {
     fn label(self) -> &'static str {
         match self {
-            Outcome::Acquired => "acquired",
-            Outcome::Timeout => "timeout",
-            Outcome::BackendError | Outcome::Error => "error",
+            Ended::Acquired => "acquired",
+            Ended::Timeout => "timeout",
+            Ended::BackendError | Ended::Error => "error",
         }
     }
 }
@@ -64,19 +64,19 @@ impl Outcome {
 /// Which backend call failed.
 #[derive(Clone, Copy, Debug)]
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-pub(crate) enum Op {
+pub(crate) enum Call {
     Acquire,
     Renew,
     Release,
 }
 
-impl Op {
+impl Call {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     fn label(self) -> &'static str {
         match self {
-            Op::Acquire => "acquire",
-            Op::Renew => "renew",
-            Op::Release => "release",
+            Call::Acquire => "acquire",
+            Call::Renew => "renew",
+            Call::Release => "release",
         }
     }
 }
@@ -112,13 +112,13 @@ pub(crate) fn describe() {
 
 /// An acquisition ended with `outcome` after `elapsed`.
 #[cfg(feature = "metrics")]
-pub(crate) fn acquisition(backend: &'static str, outcome: Outcome, elapsed: Duration) {
+pub(crate) fn acquisition(backend: &'static str, outcome: Ended, elapsed: Duration) {
     let label = outcome.label();
     metrics::counter!(ACQUISITIONS, "backend" => backend, "outcome" => label).increment(1);
     metrics::histogram!(ACQUIRE_SECONDS, "backend" => backend, "outcome" => label)
         .record(elapsed.as_secs_f64());
-    if outcome == Outcome::BackendError {
-        metrics::counter!(BACKEND_ERRORS, "backend" => backend, "op" => Op::Acquire.label())
+    if outcome == Ended::BackendError {
+        metrics::counter!(BACKEND_ERRORS, "backend" => backend, "op" => Call::Acquire.label())
             .increment(1);
     }
 }
@@ -166,7 +166,7 @@ pub(crate) fn renewal_failed(backend: &'static str) {
     #[cfg(feature = "metrics")]
     {
         metrics::counter!(RENEWAL_FAILURES, "backend" => backend).increment(1);
-        metrics::counter!(BACKEND_ERRORS, "backend" => backend, "op" => Op::Renew.label())
+        metrics::counter!(BACKEND_ERRORS, "backend" => backend, "op" => Call::Renew.label())
             .increment(1);
     }
     #[cfg(not(feature = "metrics"))]
@@ -177,7 +177,7 @@ pub(crate) fn renewal_failed(backend: &'static str) {
 #[inline]
 pub(crate) fn release_failed(backend: &'static str) {
     #[cfg(feature = "metrics")]
-    metrics::counter!(BACKEND_ERRORS, "backend" => backend, "op" => Op::Release.label())
+    metrics::counter!(BACKEND_ERRORS, "backend" => backend, "op" => Call::Release.label())
         .increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = backend;

@@ -17,7 +17,7 @@ type IdleHook = Box<dyn Fn(&str) + Send + Sync>;
 
 /// Per-key release counters with reference-counted subscriptions.
 pub(crate) struct ReleaseHub {
-    entries: Mutex<HashMap<String, Entry>>,
+    entries: Mutex<HashMap<String, Listeners>>,
     /// Called (under the hub's lock, so calls are ordered) when the last waiter of a key leaves;
     /// the Redis backend uses it to UNSUBSCRIBE.
     on_idle: Option<IdleHook>,
@@ -27,7 +27,7 @@ pub(crate) struct ReleaseHub {
     closed: AtomicBool,
 }
 
-struct Entry {
+struct Listeners {
     releases: watch::Sender<u64>,
     /// Waiters of a fair lock, by owner token: a release wakes only the one it names.
     targeted: HashMap<String, watch::Sender<u64>>,
@@ -43,7 +43,7 @@ impl ReleaseHub {
         })
     }
 
-    fn entries(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+    fn entries(&self) -> MutexGuard<'_, HashMap<String, Listeners>> {
         // A panic while holding this lock cannot leave the map inconsistent (every mutation
         // is a single insert/remove/increment), so poisoning is ignored.
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
@@ -80,7 +80,7 @@ impl ReleaseHub {
             // resubscribes through a new stream. Nothing registered to take back.
             watch::channel(0).1
         } else {
-            let entry = entries.entry(key.to_owned()).or_insert_with(|| Entry {
+            let entry = entries.entry(key.to_owned()).or_insert_with(|| Listeners {
                 releases: watch::Sender::new(0),
                 targeted: HashMap::new(),
                 waiters: 0,

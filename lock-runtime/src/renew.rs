@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, LockSpec};
 use crate::error::BoxError;
-use crate::held::Holding;
+use crate::held::HeldLock;
 use crate::local::LocalQueues;
 
 /// Most locks renewed by one backend call (one Lua script on Redis).
@@ -26,7 +26,7 @@ const MAX_BATCH: usize = 500;
 pub(crate) struct Renewer {
     backend: Arc<dyn Backend>,
     pending: Mutex<Batch>,
-    /// Watchdogs not started yet, one timer per runtime (see [`Watch`]).
+    /// Watchdogs not started yet, one timer per runtime (see [`Watchdog`]).
     timers: Mutex<Vec<Arc<Timer>>>,
     /// Deferred watchdogs started so far (tests).
     #[cfg(test)]
@@ -35,15 +35,15 @@ pub(crate) struct Renewer {
     local: LocalQueues,
 }
 
-struct Pending {
-    shared: Arc<Holding>,
+struct DueRenewal {
+    shared: Arc<HeldLock>,
     reply: oneshot::Sender<Result<bool, String>>,
 }
 
 /// The renewals waiting for the batch task, and that task while it has not taken them yet.
 #[derive(Default)]
 struct Batch {
-    entries: Vec<Pending>,
+    entries: Vec<DueRenewal>,
     /// The task that will take `entries`. A task whose runtime shut down before it ran is
     /// finished without having taken them.
     task: Option<AbortHandle>,
@@ -70,11 +70,11 @@ impl Renewer {
     }
 
     /// Renews `shared`'s lock, together with whatever else is due now.
-    async fn renew(self: &Arc<Self>, shared: Arc<Holding>) -> Result<bool, BoxError> {
+    async fn renew(self: &Arc<Self>, shared: Arc<HeldLock>) -> Result<bool, BoxError> {
         let (reply, answer) = oneshot::channel();
         {
             let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-            pending.entries.push(Pending { shared, reply });
+            pending.entries.push(DueRenewal { shared, reply });
             // The first renewal of a batch, or the first since its task died with its runtime
             // before taking the batch (without this, the batch would wait on that task forever,
             // and every lock of this client would run out on the next runtime).
@@ -95,7 +95,7 @@ impl Renewer {
                         .filter(|pending| !pending.reply.is_closed())
                         .peekable();
                     while batch.peek().is_some() {
-                        let chunk: Vec<Pending> = batch.by_ref().take(MAX_BATCH).collect();
+                        let chunk: Vec<DueRenewal> = batch.by_ref().take(MAX_BATCH).collect();
                         renewer.send(chunk).await;
                     }
                 });
@@ -110,8 +110,8 @@ impl Renewer {
 
     /// Sends one chunk: one call per batch group (a cluster slot), each answered as soon as it
     /// is done, so a dead master delays only the locks on its own slots.
-    async fn send(self: &Arc<Self>, chunk: Vec<Pending>) {
-        let mut groups: std::collections::HashMap<u16, Vec<Pending>> = Default::default();
+    async fn send(self: &Arc<Self>, chunk: Vec<DueRenewal>) {
+        let mut groups: std::collections::HashMap<u16, Vec<DueRenewal>> = Default::default();
         for pending in chunk {
             let group = self
                 .backend
@@ -130,7 +130,7 @@ impl Renewer {
         }
     }
 
-    async fn send_group(&self, chunk: Vec<Pending>) {
+    async fn send_group(&self, chunk: Vec<DueRenewal>) {
         let specs: Vec<LockSpec<'_>> = chunk.iter().map(|p| p.shared.spec()).collect();
         // A lone lock takes the backend's plain renewal (a simpler statement than a batch's).
         let results = match specs.as_slice() {
@@ -162,16 +162,16 @@ fn on_grid(t: Instant, step: Duration, floor: Instant) -> Instant {
 /// A guard's watchdog: a task, or — on a backend whose leases distlock renews itself — a timer
 /// entry that starts the task only when the first renewal comes near (see [`watch`]). Stopped
 /// when the guard is released or dropped.
-pub(crate) enum Watch {
+pub(crate) enum Watchdog {
     Task(AbortHandle),
     Deferred(Arc<Deferred>),
 }
 
-impl Watch {
+impl Watchdog {
     pub(crate) fn stop(self) {
         match self {
-            Watch::Task(task) => task.abort(),
-            Watch::Deferred(deferred) => deferred.stop(),
+            Watchdog::Task(task) => task.abort(),
+            Watchdog::Deferred(deferred) => deferred.stop(),
         }
     }
 }
@@ -185,11 +185,13 @@ impl Watch {
 /// until then a lock costs an entry in that timer's map, and no task, no wake-up — a task spawned
 /// and aborted per lock was most of the client's own work per lock + release (two to three
 /// context switches, measured on MariaDB).
-pub(crate) fn watch(shared: Arc<Holding>, renewer: &Arc<Renewer>) -> Watch {
+pub(crate) fn watch(shared: Arc<HeldLock>, renewer: &Arc<Renewer>) -> Watchdog {
     let runtime = match tokio::runtime::Handle::try_current() {
         Ok(runtime) if !renewer.backend.capabilities().keeps_alive => runtime,
         _ => {
-            return Watch::Task(tokio::spawn(watchdog(shared, Arc::clone(renewer))).abort_handle());
+            return Watchdog::Task(
+                tokio::spawn(watchdog(shared, Arc::clone(renewer))).abort_handle(),
+            );
         }
     };
     let interval = shared.lease / 3;
@@ -222,7 +224,7 @@ pub(crate) fn watch(shared: Arc<Holding>, renewer: &Arc<Renewer>) -> Watch {
         timer.wake.notify_one();
     }
     drop(state);
-    Watch::Deferred(deferred)
+    Watchdog::Deferred(deferred)
 }
 
 /// The watchdogs of one client on one runtime that are still to start, by start time.
@@ -346,7 +348,7 @@ async fn run_timer(renewer: std::sync::Weak<Renewer>, timer: Arc<Timer>) {
 
 /// A watchdog still to start: its timer entry, and whether it started (or was stopped first).
 pub(crate) struct Deferred {
-    shared: Arc<Holding>,
+    shared: Arc<HeldLock>,
     timer: Arc<Timer>,
     key: (Instant, u64),
     state: Mutex<DeferredState>,
@@ -391,7 +393,7 @@ fn grid_step(interval: Duration) -> Duration {
 }
 
 /// Renews every lease/3 until the lock is lost (then returns) — forever otherwise.
-pub(crate) async fn watchdog(shared: Arc<Holding>, renewer: Arc<Renewer>) {
+pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) {
     let backend = renewer.backend();
     if backend.capabilities().keeps_alive {
         // The backend keeps the lock alive (a session's heartbeats): wait for it to say lost.
@@ -444,7 +446,7 @@ pub(crate) async fn watchdog(shared: Arc<Holding>, renewer: Arc<Renewer>) {
 
 /// Starts renewing every lock of a set together (several keys of one guard). Aborted when the
 /// guard is released or dropped.
-pub(crate) fn spawn_set_watchdog(set: Vec<Arc<Holding>>, renewer: Arc<Renewer>) -> AbortHandle {
+pub(crate) fn spawn_set_watchdog(set: Vec<Arc<HeldLock>>, renewer: Arc<Renewer>) -> AbortHandle {
     tokio::spawn(set_watchdog(set, renewer)).abort_handle()
 }
 
@@ -452,7 +454,7 @@ pub(crate) fn spawn_set_watchdog(set: Vec<Arc<Holding>>, renewer: Arc<Renewer>) 
 /// all are renewed at the same instant, so they go to the backend in one batch; the set is
 /// valid until the earliest of their validities, and the moment any one is lost, all are
 /// marked lost (the guard holds all of them or is lost).
-async fn set_watchdog(set: Vec<Arc<Holding>>, renewer: Arc<Renewer>) {
+async fn set_watchdog(set: Vec<Arc<HeldLock>>, renewer: Arc<Renewer>) {
     let lose_all = |why: &str| {
         for shared in &set {
             shared.mark_lost(why);
@@ -477,13 +479,13 @@ async fn set_watchdog(set: Vec<Arc<Holding>>, renewer: Arc<Renewer>) {
     };
     let interval = lease / 3;
     let retry_pause = (lease / 20).max(Duration::from_millis(5));
-    let earliest = |at: fn(&Holding) -> Instant| set.iter().map(|s| at(s)).min();
+    let earliest = |at: fn(&HeldLock) -> Instant| set.iter().map(|s| at(s)).min();
     loop {
-        let Some(confirmed) = earliest(Holding::confirmed_at) else {
+        let Some(confirmed) = earliest(HeldLock::confirmed_at) else {
             return;
         };
         tokio::time::sleep_until(confirmed + interval).await;
-        let Some(valid_until) = earliest(Holding::valid_until) else {
+        let Some(valid_until) = earliest(HeldLock::valid_until) else {
             return;
         };
         loop {
@@ -532,7 +534,7 @@ async fn set_watchdog(set: Vec<Arc<Holding>>, renewer: Arc<Renewer>) {
 
 /// The set's key at `gone` is lost (`why`), and with it the set: that key first, with its own
 /// reason (a release names it), then every other key.
-fn lost_by(set: &[Arc<Holding>], gone: usize, why: &str) {
+fn lost_by(set: &[Arc<HeldLock>], gone: usize, why: &str) {
     set[gone].mark_lost(why);
     set[gone]
         .lost_the_set

@@ -9,22 +9,22 @@
 use std::sync::Arc;
 
 use crate::client::LockClient;
-use crate::held::Holding;
+use crate::held::HeldLock;
 
 tokio::task_local! {
-    static HELD: Option<Entry>;
+    static HELD: Option<TaskLock>;
 }
 
 /// The innermost lock of a task, held by value in the task-local (no allocation for a call
 /// that is not nested); the outer ones are behind `parent`.
 #[derive(Clone)]
-pub(crate) struct Entry {
+pub(crate) struct TaskLock {
     /// Which client took the lock: compared, never dereferenced. (`run_locked` only uses the
     /// global client, which lives as long as the process, so the address is never reused while
     /// an entry exists; and no refcount is touched on the hot path.)
     pub client: usize,
-    pub lock: Arc<Holding>,
-    pub parent: Option<Arc<Entry>>,
+    pub lock: Arc<HeldLock>,
+    pub parent: Option<Arc<TaskLock>>,
 }
 
 /// The innermost lock held by the current task through a `#[distributed_lock]` function.
@@ -33,7 +33,7 @@ pub(crate) struct Entry {
 /// reports what the lock was).
 #[derive(Clone)]
 pub struct CurrentLock {
-    lock: Arc<Holding>,
+    lock: Arc<HeldLock>,
 }
 
 impl CurrentLock {
@@ -94,7 +94,7 @@ pub fn current() -> Option<CurrentLock> {
 }
 
 /// This task's lock on `key` through `client`, if it holds one.
-pub(crate) fn held(client: &LockClient, key: &str) -> Option<Arc<Holding>> {
+pub(crate) fn held(client: &LockClient, key: &str) -> Option<Arc<HeldLock>> {
     HELD.try_with(|top| {
         let mut next = top.as_ref();
         while let Some(entry) = next {
@@ -112,7 +112,7 @@ pub(crate) fn held(client: &LockClient, key: &str) -> Option<Arc<Holding>> {
 /// Runs `body` with `lock` as the innermost held lock of this task.
 pub(crate) async fn enter<F: std::future::Future>(
     client: &LockClient,
-    lock: Arc<Holding>,
+    lock: Arc<HeldLock>,
     body: F,
 ) -> F::Output {
     // Only a nested call allocates: its outer lock moves behind an `Arc`.
@@ -120,7 +120,7 @@ pub(crate) async fn enter<F: std::future::Future>(
         .try_with(|top| top.clone().map(Arc::new))
         .ok()
         .flatten();
-    let entry = Entry {
+    let entry = TaskLock {
         client: client.identity(),
         lock,
         parent,
@@ -132,12 +132,12 @@ pub(crate) async fn enter<F: std::future::Future>(
 /// [`current()`] reports).
 pub(crate) async fn enter_all<F: std::future::Future>(
     client: &LockClient,
-    locks: Vec<Arc<Holding>>,
+    locks: Vec<Arc<HeldLock>>,
     body: F,
 ) -> F::Output {
     let mut top = HELD.try_with(Clone::clone).ok().flatten();
     for lock in locks.into_iter().rev() {
-        top = Some(Entry {
+        top = Some(TaskLock {
             client: client.identity(),
             lock,
             parent: top.map(Arc::new),

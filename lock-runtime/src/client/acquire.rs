@@ -87,13 +87,13 @@ impl ClientInner {
             let started = tokio::time::Instant::now();
             let result = self.acquire_any(key, params).await;
             let outcome = match &result {
-                Ok(_) => crate::metrics::Outcome::Acquired,
-                Err(LockError::Timeout { .. }) => crate::metrics::Outcome::Timeout,
+                Ok(_) => crate::metrics::Ended::Acquired,
+                Err(LockError::Timeout { .. }) => crate::metrics::Ended::Timeout,
                 // The backend failed (a bad key or a refused fair request is the caller's).
                 Err(LockError::Backend { .. } | LockError::Connect { .. }) => {
-                    crate::metrics::Outcome::BackendError
+                    crate::metrics::Ended::BackendError
                 }
-                Err(_) => crate::metrics::Outcome::Error,
+                Err(_) => crate::metrics::Ended::Error,
             };
             crate::metrics::acquisition(self.backend.store(), outcome, started.elapsed());
             result
