@@ -190,30 +190,46 @@ impl ClientInner {
         started: tokio::time::Instant,
         failed: Option<attempt::Failure>,
     ) -> Result<LockGuard, LockError> {
+        let acquired = self
+            .wait_in_line((&name, params, plan), &mut token, started, failed, None)
+            .await?;
+        Ok(self.guard(name, token, params, plan, acquired))
+    }
+
+    /// Waits for the lock (see [`wait::acquire`]) with what is left of the request's `wait`
+    /// since `started`: the lock, or the error, a timeout naming the whole `wait`.
+    async fn wait_in_line(
+        &self,
+        (name, params, plan): (&LockName, Params, Plan),
+        token: &mut OwnerToken,
+        started: tokio::time::Instant,
+        failed: Option<attempt::Failure>,
+        head: Option<&mut local::Head>,
+    ) -> Result<attempt::Acquired, LockError> {
         let key = name.key();
         let span = tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.store(), fair = params.fair, kind = params.kind.noun());
         let remaining = params
             .wait
             .map(|wait| wait.saturating_sub(started.elapsed()));
-        let mut acquired = match wait::acquire(
+        let waited = wait::acquire(
             &self.backend,
-            (&name, params, plan),
-            &mut token,
+            (name, params, plan),
+            token,
             remaining,
             failed,
-            None,
+            head,
             self.response_timeout,
         )
         .instrument(span)
-        .await
-        {
+        .await;
+        let mut acquired = match waited {
             Ok(acquired) => acquired,
             Err(LockError::Timeout { .. }) => return Err(timed_out(key, started, params.wait)),
             Err(error) => return Err(error),
         };
         acquired.waited = started.elapsed();
         crate::metrics::waited(self.backend.store(), acquired.waited);
-        Ok(self.guard(name, token, params, plan, acquired))
+        Ok(acquired)
     }
 
     /// The slow path of [`acquire`](Self::acquire): the lock is busy (or other tasks of this
@@ -247,30 +263,16 @@ impl ClientInner {
         };
         // At the head of the queue: offer to take the lock over from a guard of this client.
         let mut head = plan.hand_over.then(|| local::Head::new(Arc::clone(&queue)));
-        let remaining = params
-            .wait
-            .map(|wait| wait.saturating_sub(started.elapsed()));
-        let span =
-            tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.store());
-        let mut acquired = match wait::acquire(
-            &self.backend,
-            (&name, params, plan),
-            &mut token,
-            remaining,
-            failed,
-            head.as_mut(),
-            self.response_timeout,
-        )
-        .instrument(span)
-        .await
-        {
-            Ok(acquired) => acquired,
-            Err(LockError::Timeout { .. }) => return Err(timeout(key)),
-            Err(error) => return Err(error),
-        };
+        let acquired = self
+            .wait_in_line(
+                (&name, params, plan),
+                &mut token,
+                started,
+                failed,
+                head.as_mut(),
+            )
+            .await?;
         drop(head);
-        acquired.waited = started.elapsed();
-        crate::metrics::waited(self.backend.store(), acquired.waited);
         let handed = acquired.handed;
         let guard = self.guard(name, token, params, plan, acquired);
         // The next in line, if any, waits for this guard to hand the lock over or let go.
