@@ -15,7 +15,7 @@
 #                                       # (libtest's filters, passed to every binary)
 #
 # An area is a module of the one integration-test binary (tests/it: run with the filter
-# `<area>::`) or a binary of its own (cli, global, attribute_memory, attribute_redis).
+# `<area>::`) or a binary of its own (cli, global, metrics, attribute_memory, attribute_redis).
 # Prints the pass count per area, keeps the output of every failed run under
 # target/soak/, checks that no redis-server, postgres, mariadbd, ZooKeeper, etcd or helper process outlived its test binary, and
 # exits non-zero on any failure or leak. It needs what ./scripts/test.sh installs.

@@ -25,7 +25,6 @@ mod etcd;
 mod examples;
 mod faults;
 mod history;
-mod metrics;
 mod mysql;
 mod postgres;
 mod redis;

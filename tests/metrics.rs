@@ -1,6 +1,9 @@
 //! The `metrics` feature against a real `redis-server`: what each metric records for an
 //! acquisition, a wait, a timeout, a renewal, a lost lease, a failed backend, and that no label
 //! ever carries a lock key. A small recorder of the test's own collects the values.
+//!
+//! A binary of its own: the recorder is process-global, so another test's acquisitions in the
+//! same process would be counted too.
 #![cfg(feature = "metrics")]
 
 use std::collections::BTreeMap;
