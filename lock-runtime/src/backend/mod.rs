@@ -25,6 +25,8 @@ pub(crate) mod memory;
 pub(crate) mod mysql;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) mod queue;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 pub(crate) mod sql;

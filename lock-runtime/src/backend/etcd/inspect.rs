@@ -135,7 +135,7 @@ impl EtcdInspector {
                 range_end: Vec::new(),
             }],
             success: vec![proto::RequestOp {
-                request: Some(proto::Request::Put(proto::PutRequest {
+                request: Some(proto::RequestUnion::Put(proto::PutRequest {
                     key: key.clone(),
                     value: b"holder".to_vec(),
                     lease,
@@ -179,11 +179,11 @@ impl EtcdInspector {
         name: &str,
         lease: i64,
     ) -> Result<Vec<u8>, Box<dyn std::error::Error + Send + Sync>> {
-        let locked: LockResponse = self
+        let locked: V3LockResponse = self
             .rpc
             .unary(
                 "/v3lockpb.Lock/Lock",
-                LockRequest {
+                V3LockRequest {
                     name: name.as_bytes().to_vec(),
                     lease,
                 },
@@ -197,9 +197,9 @@ impl EtcdInspector {
         &self,
         key: Vec<u8>,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        let _: UnlockResponse = self
+        let _: V3UnlockResponse = self
             .rpc
-            .unary("/v3lockpb.Lock/Unlock", UnlockRequest { key })
+            .unary("/v3lockpb.Lock/Unlock", V3UnlockRequest { key })
             .await?;
         Ok(())
     }
@@ -207,7 +207,7 @@ impl EtcdInspector {
 
 /// `v3lockpb.LockRequest`.
 #[derive(Clone, PartialEq, prost::Message)]
-struct LockRequest {
+struct V3LockRequest {
     #[prost(bytes = "vec", tag = "1")]
     name: Vec<u8>,
     #[prost(int64, tag = "2")]
@@ -216,18 +216,18 @@ struct LockRequest {
 
 /// `v3lockpb.LockResponse` (the header, field 1, is not read).
 #[derive(Clone, PartialEq, prost::Message)]
-struct LockResponse {
+struct V3LockResponse {
     #[prost(bytes = "vec", tag = "2")]
     key: Vec<u8>,
 }
 
 /// `v3lockpb.UnlockRequest`.
 #[derive(Clone, PartialEq, prost::Message)]
-struct UnlockRequest {
+struct V3UnlockRequest {
     #[prost(bytes = "vec", tag = "1")]
     key: Vec<u8>,
 }
 
 /// `v3lockpb.UnlockResponse` (its header is not read).
 #[derive(Clone, PartialEq, prost::Message)]
-struct UnlockResponse {}
+struct V3UnlockResponse {}

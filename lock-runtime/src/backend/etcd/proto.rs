@@ -133,7 +133,7 @@ pub(crate) struct DeleteRangeResponse {
 }
 
 #[derive(Clone, PartialEq, prost::Oneof)]
-pub(crate) enum Request {
+pub(crate) enum RequestUnion {
     #[prost(message, tag = "1")]
     Range(RangeRequest),
     #[prost(message, tag = "2")]
@@ -144,8 +144,8 @@ pub(crate) enum Request {
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct RequestOp {
-    #[prost(oneof = "Request", tags = "1, 2, 3")]
-    pub request: Option<Request>,
+    #[prost(oneof = "RequestUnion", tags = "1, 2, 3")]
+    pub request: Option<RequestUnion>,
 }
 
 #[derive(Clone, PartialEq, prost::Oneof)]
@@ -353,7 +353,7 @@ mod tests {
                 range_end: Vec::new(),
             }],
             success: vec![RequestOp {
-                request: Some(Request::Put(PutRequest {
+                request: Some(RequestUnion::Put(PutRequest {
                     key: b"k".to_vec(),
                     value: b"v".to_vec(),
                     lease: 7,

@@ -42,14 +42,14 @@ type Route = mpsc::UnboundedSender<Result<WatchResponse, Status>>;
 #[derive(Default)]
 struct Routes {
     /// Watches asked for and not yet created, in the order their requests went out.
-    pending: VecDeque<Pending>,
+    pending: VecDeque<PendingWatch>,
     /// Created watches, by the id etcd gave them.
     active: HashMap<i64, Route>,
     /// Why the stream ended, once it has: no watch is set on it any more.
     ended: Option<Status>,
 }
 
-struct Pending {
+struct PendingWatch {
     route: Route,
     /// Filled in with the watch's id when it is created (read under the routes' lock).
     id: Arc<std::sync::atomic::AtomicI64>,
@@ -80,7 +80,7 @@ fn lock(routes: &Mutex<Routes>) -> MutexGuard<'_, Routes> {
 }
 
 /// A watch on the shared stream: its answers, in order; cancelled on the stream when dropped.
-pub(crate) struct Watch {
+pub(crate) struct EtcdWatch {
     answers: mpsc::UnboundedReceiver<Result<WatchResponse, Status>>,
     id: Arc<std::sync::atomic::AtomicI64>,
     mux: Arc<Mux>,
@@ -102,7 +102,7 @@ impl Watches {
         range_end: Vec<u8>,
         start: i64,
         filters: Vec<i32>,
-    ) -> Watch {
+    ) -> EtcdWatch {
         let create = WatchRequest {
             request_union: Some(WatchRequestUnion::Create(proto::WatchCreateRequest {
                 key,
@@ -127,12 +127,12 @@ impl Watches {
             // Queued and sent under the routes' lock: the pending queue is in the order the
             // requests go out, which is the order etcd answers them.
             if routes.ended.is_none() && mux.requests.send(create.clone()).is_ok() {
-                routes.pending.push_back(Pending {
+                routes.pending.push_back(PendingWatch {
                     route,
                     id: Arc::clone(&id),
                 });
                 drop(routes);
-                return Watch { answers, id, mux };
+                return EtcdWatch { answers, id, mux };
             }
             drop(routes);
             if fresh {
@@ -140,7 +140,7 @@ impl Watches {
                 // was dropped at its spawn), or it failed at once. This watch ends now (its
                 // route is dropped unused), rather than opening stream after stream — a spin
                 // that once kept a shutting-down runtime from ever finishing.
-                return Watch { answers, id, mux };
+                return EtcdWatch { answers, id, mux };
             }
             *current = None;
         }
@@ -250,7 +250,7 @@ fn cancel(id: i64) -> WatchRequest {
     }
 }
 
-impl Watch {
+impl EtcdWatch {
     /// The watch's next answer; an error once its stream has failed. A cancelled watch's
     /// answer says so (see `next_answer`).
     pub(crate) async fn answer(&mut self) -> Result<WatchResponse, Status> {
@@ -261,7 +261,7 @@ impl Watch {
     }
 }
 
-impl Drop for Watch {
+impl Drop for EtcdWatch {
     fn drop(&mut self) {
         let mut routes = lock(&self.mux.routes);
         let id = self.id.load(std::sync::atomic::Ordering::Relaxed);

@@ -20,7 +20,7 @@ use crate::backend::drift;
 use crate::backend::loss::{Closer, Loss, Sentinel};
 
 /// A session, its negotiated timeout, and whether it still holds.
-pub(crate) struct Session {
+pub(crate) struct ZkSession {
     /// Taken out (and so closed, once the last clone is dropped) when the session is lost.
     client: Mutex<Option<zk::Client>>,
     /// The timeout the server granted (it clamps the one asked for to its own bounds).
@@ -30,7 +30,7 @@ pub(crate) struct Session {
     closer: Closer,
 }
 
-impl Session {
+impl ZkSession {
     /// Starts the heartbeat of a session opened at `opened_at` (a reading taken before the
     /// connect request went out).
     /// The session is closed on the server (on a connection of its own, `hosts`) when it is
@@ -42,7 +42,7 @@ impl Session {
         hosts: &str,
         connect_timeout: Duration,
         bound: Duration,
-    ) -> Session {
+    ) -> ZkSession {
         let timeout = client.session_timeout();
         let loss = std::sync::Arc::new(Loss::default());
         loss.confirm(opened_at + timeout - drift(timeout));
@@ -63,7 +63,7 @@ impl Session {
             heartbeat(beating, kept, opened_at, shown).await
         })
         .abort_handle();
-        Session {
+        ZkSession {
             client: Mutex::new(Some(client)),
             timeout,
             loss,
@@ -103,7 +103,7 @@ impl Session {
     }
 }
 
-impl Drop for Session {
+impl Drop for ZkSession {
     fn drop(&mut self) {
         // Closed, so its nodes — locks, places in line — go now, not one timeout later.
         self.closer.close_dropped(&self.loss);

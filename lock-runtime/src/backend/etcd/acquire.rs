@@ -1,0 +1,427 @@
+//! Taking a lock: an attempt's transaction (its key, made if absent, and the head of the
+//! queue), the walk to the key that holds it up, and sets of plain locks in one transaction.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use tonic::{Code, Status};
+
+use super::keys::{kind_of, token_in};
+use super::lease::Lease;
+use super::lost::watch_delete;
+use super::proto::{
+    self, Compare, CompareWith, PutRequest, RangeRequest, RangeResponse, RequestOp, RequestUnion,
+    Response, TxnRequest, TxnResponse, path,
+};
+use super::release::delete_within;
+use super::{EtcdBackend, EtcdFailure, OwnKey, is_transient};
+use crate::backend::queue::{Turn, refusal, turn};
+use crate::backend::{Attempt, Kind, LockSpec, SetAttempt, Transient};
+use crate::error::BoxError;
+
+impl EtcdBackend {
+    /// Runs `token`'s acquiring transaction in a task of its own, so it completes even if
+    /// the caller gives up, and a release of the token can wait for it.
+    async fn txn(&self, token: &str, txn: TxnRequest) -> Result<TxnResponse, EtcdFailure> {
+        self.txn_of(&[token], txn).await
+    }
+
+    /// [`txn`](Self::txn) for the acquiring transaction of several tokens (a set of keys): a
+    /// release of any of them waits for it.
+    async fn txn_of(&self, tokens: &[&str], txn: TxnRequest) -> Result<TxnResponse, EtcdFailure> {
+        let gates: Vec<_> = {
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            tokens
+                .iter()
+                .map(|token| Arc::clone(in_flight.entry((*token).to_owned()).or_default()))
+                .collect()
+        };
+        let mut running = Vec::with_capacity(gates.len());
+        for gate in gates {
+            running.push(gate.lock_owned().await);
+        }
+        let rpc = self.rpc.clone();
+        let bound = self.response_timeout;
+        let task = tokio::spawn(async move {
+            let _running = running;
+            match tokio::time::timeout(bound, rpc.unary(path::TXN, txn)).await {
+                Ok(answer) => answer,
+                Err(_) => Err(Status::deadline_exceeded(
+                    "no answer within the response timeout",
+                )),
+            }
+        });
+        let answer = async {
+            task.await
+                .unwrap_or_else(|e| Err(Status::cancelled(format!("the call was stopped: {e}"))))
+        };
+        let answer = self.call("acquire", answer).await;
+        let refused = |status: &Status| !is_transient(status) || status.code() == Code::NotFound;
+        if let Err(failure) = &answer
+            && !matches!(failure, EtcdFailure::Server(status) if refused(status))
+        {
+            let mut unanswered = self.unanswered.lock().unwrap_or_else(|p| p.into_inner());
+            unanswered.extend(tokens.iter().map(|token| (*token).to_owned()));
+        }
+        answer
+    }
+
+    /// What a queue key holds: who made it, with which lease, since when.
+    pub(super) fn value_of(&self, spec: LockSpec<'_>) -> String {
+        format!(
+            "holder={}\nlease_ms={}\nrenew={}\njoined_unix_ms={}\n",
+            self.holder,
+            spec.lease.as_millis(),
+            spec.renew,
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis()
+        )
+    }
+
+    pub(super) async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
+        let started = Instant::now();
+        let lease = self.lease_for(spec.lease).await?;
+        let (queue, key) = self.key_of(spec.name, spec.token, spec.kind);
+        let queue_end = proto::prefix_end(&queue);
+        // The head of the queue: its first key — or, for a semaphore of `n`, its first `n + 1`
+        // (the holders, and the first waiter).
+        let head_len = spec.kind.permits().map_or(1, |n| i64::from(n) + 1);
+        let head = || {
+            op(RequestUnion::Range(RangeRequest {
+                key: queue.clone(),
+                range_end: queue_end.clone(),
+                limit: head_len,
+                sort_order: proto::ASCEND,
+                sort_target: proto::SORT_BY_CREATE,
+                keys_only: true,
+                ..Default::default()
+            }))
+        };
+        let value = self.value_of(spec);
+        for _ in 0..8 {
+            // Our key, made now if absent (a waiter keeps its place between attempts), and
+            // the head of the queue, in one transaction.
+            let txn = TxnRequest {
+                compare: vec![Compare {
+                    result: proto::EQUAL,
+                    target: proto::COMPARE_CREATE,
+                    key: key.clone(),
+                    target_union: Some(CompareWith::CreateRevision(0)),
+                    range_end: Vec::new(),
+                }],
+                success: vec![
+                    op(RequestUnion::Put(PutRequest {
+                        key: key.clone(),
+                        value: value.clone().into_bytes(),
+                        lease: lease.id,
+                    })),
+                    head(),
+                ],
+                failure: vec![
+                    op(RequestUnion::Range(RangeRequest {
+                        key: key.clone(),
+                        ..Default::default()
+                    })),
+                    head(),
+                ],
+            };
+            let answer = match self.txn(spec.token, txn).await {
+                Ok(answer) => answer,
+                Err(failure) => {
+                    self.note_lease_error(&lease, &failure);
+                    return Err(self.failed("acquire", failure));
+                }
+            };
+            let revision = answer.header.as_ref().map_or(0, |h| h.revision);
+            let mut ranges = answer.responses.into_iter().map(|r| match r.response {
+                Some(Response::Range(range)) => range.kvs,
+                _ => Vec::new(),
+            });
+            let mine = ranges.next().unwrap_or_default();
+            let first = ranges.next().unwrap_or_default();
+            let (created, on_lease) = if answer.succeeded {
+                (revision, lease.id)
+            } else {
+                match mine.first() {
+                    Some(kv) => (kv.create_revision, kv.lease),
+                    None => continue,
+                }
+            };
+            if on_lease != lease.id {
+                // Left by an earlier attempt on a lease this client has given up: its place
+                // dies with that lease; take a new one on the live lease.
+                let _ = self.delete_key(key.clone()).await;
+                self.keys().remove(spec.token);
+                continue;
+            }
+            {
+                // Recorded anew unless this very key (same revision, same lease) is known: an
+                // earlier attempt's record may belong to a key that died with a lost lease.
+                let mut keys = self.keys();
+                let known = keys.get(spec.token).is_some_and(|held| {
+                    held.revision == created && Arc::ptr_eq(&held.lease, &lease)
+                });
+                if !known {
+                    keys.insert(
+                        spec.token.to_owned(),
+                        OwnKey::created(key.clone(), &lease, created),
+                    );
+                }
+            }
+            // A name is one kind, and a semaphore has one limit: the oldest key says which.
+            let head = first.first().filter(|head| head.create_revision != created);
+            if let Some(refused) = refusal(head.map(kind_of), spec.kind) {
+                self.keys().remove(spec.token);
+                let _ = self.delete_key(key.clone()).await;
+                return Err(refused);
+            }
+            if let Kind::Permits(limit) = spec.kind {
+                return self
+                    .await_permit(
+                        spec,
+                        limit,
+                        &lease,
+                        (&queue, &key),
+                        started,
+                        created,
+                        &first,
+                    )
+                    .await;
+            }
+            if first.first().map(|kv| kv.create_revision) == Some(created) {
+                return self.granted(spec, &lease, &key, started, created);
+            }
+            // Watch only the key that holds us up: its deletion makes us a holder or moves us
+            // up (it gave up), so a release wakes only those it may admit. A writer waits for
+            // the key just before its own; a reader (Curator's recipe, on create revisions)
+            // only for the last writer's before its own — so a waiting writer also holds back
+            // every reader after it, and readers cannot starve writers.
+            let shared = spec.kind == Kind::Shared;
+            let before: RangeResponse = match self
+                .call(
+                    "range",
+                    self.rpc.unary(
+                        path::RANGE,
+                        RangeRequest {
+                            key: queue.clone(),
+                            range_end: queue_end.clone(),
+                            limit: if shared { 0 } else { 1 },
+                            sort_order: proto::DESCEND,
+                            sort_target: proto::SORT_BY_CREATE,
+                            keys_only: true,
+                            max_create_revision: created - 1,
+                        },
+                    ),
+                )
+                .await
+            {
+                Ok(before) => before,
+                Err(failure) => return Err(self.failed("range", failure)),
+            };
+            if before.kvs.is_empty() && !shared {
+                continue; // the queue moved: look again
+            }
+            // The keys before ours came newest first: oldest first, they are the queue ahead.
+            let predecessor = match turn(spec.kind, before.kvs.iter().rev().map(kind_of)) {
+                Turn::WaitFor(index) => before.kvs.into_iter().rev().nth(index),
+                Turn::Holds => None,
+                Turn::FirstInLine => unreachable!("only a semaphore's waiter is first in line"),
+            };
+            let Some(predecessor) = predecessor else {
+                // Only readers ahead of this reader: it holds the key with them.
+                return self.granted(spec, &lease, &key, started, created);
+            };
+            // A key on our own lease that no acquisition of ours knows: an attempt given up (its
+            // reply lost, a leader change, a restart) whose put landed all the same. Nobody
+            // would ever delete it while the lease lives: it goes now.
+            let orphan = predecessor.lease == lease.id && {
+                let segment = predecessor.key.get(queue.len()..).unwrap_or_default();
+                let (token, _) = token_in(std::str::from_utf8(segment).unwrap_or_default());
+                !self.in_play.contains(token)
+            };
+            if orphan {
+                match self.delete_key(predecessor.key).await {
+                    Ok(_) => {
+                        tracing::debug!("distlock: etcd: deleted an orphaned key of this lease");
+                        continue;
+                    }
+                    Err(failure) => return Err(self.failed("delete", failure)),
+                }
+            }
+            let task = tokio::spawn(watch_delete(
+                self.rpc.clone(),
+                Arc::clone(&self.watches),
+                predecessor.key,
+                Arc::clone(&self.hub),
+                spec.token.to_owned(),
+            ))
+            .abort_handle();
+            self.keep_task(spec.token, task);
+            return Ok(Attempt::Busy {
+                ttl: Some(lease.ttl),
+            });
+        }
+        Err(Transient::wrap(format!(
+            "the queue of `{}` kept changing under this waiter ({})",
+            spec.name, self.shown
+        )))
+    }
+
+    /// Several plain locks in one transaction: if every lock's queue is empty (a range compare
+    /// of `CREATE == 0` holds for an empty range), a key for each is put on the lease — all
+    /// created at one revision, each lock's fencing token; otherwise nothing is written and
+    /// the first lock whose queue has a key is busy. Each spec has a token of its own, recorded
+    /// as its own key (released, checked and watched alone).
+    pub(super) async fn acquire_set(&self, specs: &[LockSpec<'_>]) -> Result<SetAttempt, BoxError> {
+        let Some(first) = specs.first().copied() else {
+            return Ok(SetAttempt::Acquired {
+                fencing_tokens: Vec::new(),
+            });
+        };
+        let started = Instant::now();
+        let lease = self.lease_for(first.lease).await?;
+        let keys: Vec<(Vec<u8>, Vec<u8>)> = specs
+            .iter()
+            .map(|spec| self.key_of(spec.name, spec.token, spec.kind))
+            .collect();
+        let value = self.value_of(first).into_bytes();
+        let txn = TxnRequest {
+            compare: keys
+                .iter()
+                .map(|(queue, _)| Compare {
+                    result: proto::EQUAL,
+                    target: proto::COMPARE_CREATE,
+                    key: queue.clone(),
+                    range_end: proto::prefix_end(queue),
+                    target_union: Some(CompareWith::CreateRevision(0)),
+                })
+                .collect(),
+            success: keys
+                .iter()
+                .map(|(_, key)| {
+                    op(RequestUnion::Put(PutRequest {
+                        key: key.clone(),
+                        value: value.clone(),
+                        lease: lease.id,
+                    }))
+                })
+                .collect(),
+            failure: keys
+                .iter()
+                .map(|(queue, _)| {
+                    op(RequestUnion::Range(RangeRequest {
+                        key: queue.clone(),
+                        range_end: proto::prefix_end(queue),
+                        limit: 1,
+                        keys_only: true,
+                        ..Default::default()
+                    }))
+                })
+                .collect(),
+        };
+        let tokens: Vec<&str> = specs.iter().map(|spec| spec.token).collect();
+        let answer = match self.txn_of(&tokens, txn).await {
+            Ok(answer) => answer,
+            Err(failure) => {
+                self.note_lease_error(&lease, &failure);
+                return Err(self.failed("acquire", failure));
+            }
+        };
+        if !answer.succeeded {
+            // Nothing was written (`try_acquire_all` is done with the tokens).
+            let index = answer
+                .responses
+                .iter()
+                .position(|r| matches!(&r.response, Some(Response::Range(range)) if !range.kvs.is_empty()))
+                .unwrap_or(0);
+            return Ok(SetAttempt::Busy { index });
+        }
+        let created = answer.header.as_ref().map_or(0, |h| h.revision);
+        {
+            let mut held = self.keys();
+            for (spec, (_, key)) in specs.iter().zip(&keys) {
+                held.insert(
+                    spec.token.to_owned(),
+                    OwnKey::created(key.clone(), &lease, created),
+                );
+            }
+        }
+        let mut fencing_tokens = Vec::with_capacity(specs.len());
+        for (spec, (_, key)) in specs.iter().zip(&keys) {
+            match self.granted(*spec, &lease, key, started, created)? {
+                Attempt::Acquired { fencing_token } => fencing_tokens.push(fencing_token),
+                Attempt::Busy { .. } => unreachable!("`granted` grants or fails"),
+            }
+        }
+        Ok(SetAttempt::Acquired { fencing_tokens })
+    }
+
+    /// Keeps `task` (a waiter's watch) with the key of `token`, replacing (and stopping) the
+    /// one before; stops it at once if the key is not this client's any more.
+    pub(super) fn keep_task(&self, token: &str, task: AbortHandle) {
+        if let Some(held) = self.keys().get_mut(token) {
+            if let Some(previous) = held.task.replace(task) {
+                previous.abort();
+            }
+        } else {
+            task.abort();
+        }
+    }
+
+    /// The lock is `spec`'s (its key, created at revision `created`, heads the queue or has only
+    /// readers before it): granted, unless its lease was lost meanwhile.
+    pub(super) fn granted(
+        &self,
+        spec: LockSpec<'_>,
+        lease: &Lease,
+        key: &[u8],
+        started: Instant,
+        created: i64,
+    ) -> Result<Attempt, BoxError> {
+        if !lease.is_usable() {
+            return Err(Transient::wrap(format!(
+                "the etcd lease of `{}` was lost as it was granted ({})",
+                spec.name, self.shown
+            )));
+        }
+        if !spec.renew {
+            self.end_after_lease(spec, key, started);
+        }
+        Ok(Attempt::Acquired {
+            fencing_token: spec.fencing.then_some(created as u64),
+        })
+    }
+
+    /// An unrenewed lock ends after its lease: its key is deleted then, whatever its lease.
+    fn end_after_lease(&self, spec: LockSpec<'_>, key: &[u8], started: Instant) {
+        let rpc = self.rpc.clone();
+        let key = key.to_vec();
+        let end = started + spec.lease;
+        let task = tokio::spawn(async move {
+            tokio::time::sleep_until(end).await;
+            for attempt in 1..=3 {
+                if delete_within(&rpc, &key, Duration::from_secs(2))
+                    .await
+                    .is_some()
+                {
+                    return;
+                }
+                tokio::time::sleep(crate::backend::retry_pause(attempt)).await;
+            }
+        })
+        .abort_handle();
+        if let Some(held) = self.keys().get_mut(spec.token) {
+            held.task = Some(task);
+        }
+    }
+}
+
+fn op(request: RequestUnion) -> RequestOp {
+    RequestOp {
+        request: Some(request),
+    }
+}

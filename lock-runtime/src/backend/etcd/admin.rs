@@ -1,0 +1,200 @@
+//! The admin view (`Admin`): the keys of a lock's queue as a holder and its waiters.
+
+use std::time::Duration;
+
+use super::EtcdBackend;
+use super::keys::{kind_of, token_in};
+use super::proto::{
+    self, DeleteRangeRequest, DeleteRangeResponse, KeyValue, RangeRequest, RangeResponse, path,
+};
+use crate::admin::{Entry, holder_from_record, listed};
+use crate::backend::{Admin, Kind};
+use crate::error::BoxError;
+use crate::runtime::BoxFuture;
+
+impl Admin for EtcdBackend {
+    fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        Box::pin(async move {
+            let (queue, _) = self.key_of(name, "", Kind::Exclusive);
+            let keys = self.range_prefix(&queue).await?;
+            let keys: Vec<&KeyValue> = keys.iter().collect();
+            match keys.first() {
+                Some(_) => Ok(Some(self.entry(name, &keys).await?)),
+                None => Ok(None),
+            }
+        })
+    }
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+        Box::pin(async move {
+            // Every key under the prefix, oldest first; grouped by lock: the first of each
+            // group holds it.
+            let start = self.prefix.clone().into_bytes();
+            let keys = self.range_prefix(&start).await?;
+            // By lock name (sorted), each queue oldest first.
+            let mut queues: std::collections::BTreeMap<String, Vec<&KeyValue>> = Default::default();
+            for kv in &keys {
+                let Some(rest) = kv.key.strip_prefix(start.as_slice()) else {
+                    continue;
+                };
+                let rest = String::from_utf8_lossy(rest);
+                let Some((encoded, _token)) = rest.rsplit_once('/') else {
+                    continue;
+                };
+                let name = encoded.replace("%2F", "/").replace("%25", "%");
+                if !listed(prefix, pattern, &name) {
+                    continue;
+                }
+                queues.entry(name).or_default().push(kv);
+            }
+            let mut entries = Vec::new();
+            for (name, members) in queues.into_iter().take(limit) {
+                entries.push(self.entry(&name, &members).await?);
+            }
+            Ok(entries)
+        })
+    }
+    fn force_release<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        Box::pin(async move {
+            let (queue, _) = self.key_of(name, "", Kind::Exclusive);
+            let keys = self.range_prefix(&queue).await?;
+            let keys: Vec<&KeyValue> = keys.iter().collect();
+            if keys.is_empty() {
+                return Ok(None);
+            }
+            let entry = self.entry(name, &keys).await?;
+            // Deleting the holders' keys wakes the next in line (it watches such a key) and
+            // tells each holder (it watches its own key too).
+            for holder in &keys[..holders(&keys)] {
+                let _: DeleteRangeResponse = self
+                    .call(
+                        "delete",
+                        self.rpc.unary(
+                            path::DELETE_RANGE,
+                            DeleteRangeRequest {
+                                key: holder.key.clone(),
+                                range_end: Vec::new(),
+                            },
+                        ),
+                    )
+                    .await
+                    .map_err(|f| self.failed("delete", f))?;
+            }
+            Ok(Some(entry))
+        })
+    }
+    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
+        Box::pin(async move {
+            let status: proto::StatusResponse = self
+                .call(
+                    "status",
+                    self.rpc.unary(path::STATUS, proto::StatusRequest {}),
+                )
+                .await
+                .map_err(|f| self.failed("status", f))?;
+            Ok(format!("etcd {}", status.version))
+        })
+    }
+}
+
+impl EtcdBackend {
+    /// Every key starting with `start`, lowest create revision first.
+    async fn range_prefix(&self, start: &[u8]) -> Result<Vec<KeyValue>, BoxError> {
+        let range: RangeResponse = self
+            .call(
+                "range",
+                self.rpc.unary(
+                    path::RANGE,
+                    RangeRequest {
+                        key: start.to_vec(),
+                        range_end: proto::prefix_end(start),
+                        sort_order: proto::ASCEND,
+                        sort_target: proto::SORT_BY_CREATE,
+                        ..Default::default()
+                    },
+                ),
+            )
+            .await
+            .map_err(|f| self.failed("range", f))?;
+        Ok(range.kvs)
+    }
+
+    /// The admin view of lock `name` whose queue is `keys` (oldest first): held by the first
+    /// key, or by the readers at its head.
+    async fn entry(&self, name: &str, keys: &[&KeyValue]) -> Result<Entry, BoxError> {
+        let held = holders(keys);
+        let waiters = Some((keys.len() - held) as u64);
+        let permits = kind_of(keys[0]).permits();
+        if permits.is_some() || reader_key(keys[0]) {
+            let readers = keys[..held]
+                .iter()
+                .map(|kv| {
+                    let key = String::from_utf8_lossy(&kv.key);
+                    let segment = key.rsplit_once('/').map_or("", |(_, s)| s);
+                    token_in(segment).0.to_owned()
+                })
+                .collect();
+            return Ok(Entry {
+                permits,
+                ..Entry::read_by(name, readers, waiters)
+            });
+        }
+        let holder = keys[0];
+        let key = String::from_utf8_lossy(&holder.key);
+        let value = String::from_utf8_lossy(&holder.value);
+        let field = |name: &str| {
+            value
+                .lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
+        };
+        let since = field("joined_unix_ms").and_then(|ms| ms.parse().ok());
+        let ttl = if holder.lease == 0 {
+            None
+        } else {
+            let left: proto::LeaseTimeToLiveResponse = self
+                .call(
+                    "lease time-to-live",
+                    self.rpc.unary(
+                        path::LEASE_TIME_TO_LIVE,
+                        proto::LeaseTimeToLiveRequest { id: holder.lease },
+                    ),
+                )
+                .await
+                .map_err(|f| self.failed("lease time-to-live", f))?;
+            u64::try_from(left.ttl).ok().map(Duration::from_secs)
+        };
+        Ok(Entry {
+            name: name.to_owned(),
+            token: key.rsplit_once('/').map(|(_, token)| token.to_owned()),
+            holder: holder_from_record(field("holder").unwrap_or_default(), since),
+            ttl,
+            fencing_token: u64::try_from(holder.create_revision).ok(),
+            waiters,
+            readers: Vec::new(),
+            permits: None,
+        })
+    }
+}
+
+/// Whether a queue key is a reader's (see `EtcdBackend::key_of`).
+fn reader_key(kv: &KeyValue) -> bool {
+    kind_of(kv) == Kind::Shared
+}
+
+/// How many keys at the head of a queue (oldest first) hold the lock: the readers there, a
+/// semaphore's first `n`, or the first key.
+fn holders(keys: &[&KeyValue]) -> usize {
+    match keys.first().map(|first| kind_of(first)) {
+        Some(Kind::Shared) => keys.iter().take_while(|kv| reader_key(kv)).count(),
+        Some(Kind::Permits(n)) => keys.len().min(n as usize),
+        Some(Kind::Exclusive) => 1,
+        None => 0,
+    }
+}

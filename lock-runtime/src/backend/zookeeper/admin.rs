@@ -1,0 +1,188 @@
+//! The admin view (`Admin`): the nodes of a lock's queue as a holder and its waiters, and the
+//! server's version.
+
+use zookeeper_client as zk;
+
+use super::path::{decode, is_reader, parent_of, parse_node, sequence_of, token_of};
+use super::{ZkFailure, ZookeeperBackend};
+use crate::admin::{Entry, holder_from_record, listed};
+use crate::backend::Admin;
+use crate::error::BoxError;
+use crate::runtime::BoxFuture;
+
+impl Admin for ZookeeperBackend {
+    fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        Box::pin(async move { Ok(self.holder_of(name).await?.map(|(entry, _)| entry)) })
+    }
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+        Box::pin(async move {
+            let client = self.any_client().await?;
+            let parents = self
+                .call("list", client.list_children("/"))
+                .await
+                .map_err(|f| self.failed("list", f))?;
+            let mut names: Vec<String> = parents
+                .iter()
+                .filter_map(|parent| decode(parent))
+                .filter(|name| listed(prefix, pattern, name))
+                .collect();
+            names.sort();
+            let mut entries = Vec::new();
+            for name in names {
+                if entries.len() >= limit {
+                    break;
+                }
+                if let Some((entry, _)) = self.holder_of(&name).await? {
+                    entries.push(entry);
+                }
+            }
+            Ok(entries)
+        })
+    }
+    fn force_release<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+        Box::pin(async move {
+            let Some((entry, paths)) = self.holder_of(name).await? else {
+                return Ok(None);
+            };
+            let client = self.any_client().await?;
+            // Deleting the holders' nodes wakes the next in line (it watches such a node) and
+            // tells each holder at once (it watches its own node too).
+            for path in paths {
+                match self.call("delete", client.delete(&path, None)).await {
+                    Ok(()) | Err(ZkFailure::Server(zk::Error::NoNode)) => {}
+                    Err(failure) => return Err(self.failed("delete", failure)),
+                }
+            }
+            Ok(Some(entry))
+        })
+    }
+    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
+        Box::pin(async move {
+            let client = self.any_client().await?;
+            self.call("exists", client.check_stat("/"))
+                .await
+                .map_err(|f| self.failed("exists", f))?;
+            // The version comes from the `srvr` four-letter word (whitelisted by default).
+            if let Some(version) = self.version.get() {
+                return Ok(version.clone());
+            }
+            let version = match self.srvr().await {
+                Some(version) => self.version.get_or_init(|| version).clone(),
+                None => "ZooKeeper (version unknown: `srvr` is not whitelisted)".to_owned(),
+            };
+            Ok(version)
+        })
+    }
+}
+
+impl ZookeeperBackend {
+    /// The holder of lock `name` — the lowest sequence in its queue, or the readers at its
+    /// head — and their nodes' paths.
+    async fn holder_of(&self, name: &str) -> Result<Option<(Entry, Vec<String>)>, BoxError> {
+        let client = self.any_client().await?;
+        let parent = parent_of(name);
+        'look: for _ in 0..5 {
+            let children = match self.call("list", client.list_children(&parent)).await {
+                Ok(children) => children,
+                Err(ZkFailure::Server(zk::Error::NoNode)) => return Ok(None),
+                Err(failure) => return Err(self.failed("list", failure)),
+            };
+            let mut queue: Vec<(i64, &String)> = children
+                .iter()
+                .filter_map(|child| Some((sequence_of(child)?, child)))
+                .collect();
+            queue.sort();
+            let Some((_, first)) = queue.first() else {
+                return Ok(None);
+            };
+            // Readers at the head of the queue hold the lock together; the first `n` nodes of
+            // a semaphore of `n` hold its permits.
+            let permits = parse_node(first).0.permits();
+            let holders: Vec<&String> = if let Some(n) = permits {
+                queue
+                    .iter()
+                    .map(|(_, child)| *child)
+                    .take(n as usize)
+                    .collect()
+            } else if is_reader(first) {
+                queue
+                    .iter()
+                    .map(|(_, child)| *child)
+                    .take_while(|child| is_reader(child))
+                    .collect()
+            } else {
+                vec![first]
+            };
+            let mut found = Vec::with_capacity(holders.len());
+            for child in &holders {
+                let path = format!("{parent}/{child}");
+                match self.call("get", client.get_data(&path)).await {
+                    Ok((data, stat)) => found.push((path, token_of(child), data, stat)),
+                    // Released in between: look again.
+                    Err(ZkFailure::Server(zk::Error::NoNode)) => continue 'look,
+                    Err(failure) => return Err(self.failed("get", failure)),
+                }
+            }
+            let holder_of = |data: &[u8], stat: &zk::Stat| {
+                let data = String::from_utf8_lossy(data);
+                let record = data
+                    .lines()
+                    .find_map(|line| line.strip_prefix("holder="))
+                    .unwrap_or_default()
+                    .to_owned();
+                holder_from_record(&record, u64::try_from(stat.ctime).ok())
+            };
+            let waiters = Some((queue.len() - holders.len()) as u64);
+            let entry = if permits.is_some() || is_reader(first) {
+                let tokens = found.iter().map(|f| f.1.to_owned()).collect();
+                Entry {
+                    permits,
+                    ..Entry::read_by(name, tokens, waiters)
+                }
+            } else {
+                let (_, token, data, stat) = &found[0];
+                Entry {
+                    name: name.to_owned(),
+                    token: Some((*token).to_owned()),
+                    holder: holder_of(data, stat),
+                    ttl: None,
+                    fencing_token: u64::try_from(stat.czxid).ok(),
+                    waiters,
+                    readers: Vec::new(),
+                    permits: None,
+                }
+            };
+            return Ok(Some((entry, found.into_iter().map(|f| f.0).collect())));
+        }
+        Err("the lock changed hands five times while being looked at; try again".into())
+    }
+
+    /// `srvr` on the first host: `Zookeeper version: 3.8.4-…` → `ZooKeeper 3.8.4`.
+    async fn srvr(&self) -> Option<String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let host = self.url.hosts.split(',').next()?;
+        let exchange = async {
+            let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
+            stream.write_all(b"srvr").await.ok()?;
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).await.ok()?;
+            let line = answer
+                .lines()
+                .find_map(|l| l.strip_prefix("Zookeeper version: "))?;
+            let version = line.split(['-', ',']).next()?.trim();
+            Some(format!("ZooKeeper {version}"))
+        };
+        tokio::time::timeout(self.response_timeout, exchange)
+            .await
+            .ok()
+            .flatten()
+    }
+}

@@ -1,0 +1,153 @@
+//! Sessions: the chroot made at connect time, one session per lease (or the one the URL
+//! pins), and a client of any usable session for requests tied to no lease.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use zookeeper_client as zk;
+
+use super::session::ZkSession;
+use super::{ZkFailure, ZookeeperBackend, is_transient};
+use crate::backend::Transient;
+use crate::error::BoxError;
+
+impl ZookeeperBackend {
+    /// Opens a session (without the chroot: to create it) and creates the chroot's nodes.
+    pub(super) async fn create_chroot(&self) -> Result<(), BoxError> {
+        if self.url.chroot.is_empty() {
+            return Ok(());
+        }
+        let client = self
+            .open(self.connect_timeout.max(Duration::from_secs(2)), "")
+            .await?;
+        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        match self
+            .call(
+                "create the chroot",
+                client.mkdir(&self.url.chroot, &persistent),
+            )
+            .await
+        {
+            Ok(()) | Err(ZkFailure::Server(zk::Error::NodeExists)) => Ok(()),
+            Err(ZkFailure::Server(
+                error @ (zk::Error::NoAuth | zk::Error::NoChildrenForEphemerals),
+            )) => Err(format!(
+                "cannot create the chroot `{}` ({}): {error}; create it by hand, with an \
+                     ACL that lets this client create nodes under it",
+                self.url.chroot, self.shown
+            )
+            .into()),
+            Err(failure) => Err(self.failed("create the chroot", failure)),
+        }
+    }
+
+    /// Connects a client with a session of `timeout`, rooted at `chroot`.
+    async fn open(&self, timeout: Duration, chroot: &str) -> Result<zk::Client, BoxError> {
+        let connector = zk::Client::connector()
+            .with_session_timeout(timeout)
+            .with_connection_timeout(self.connect_timeout);
+        let connecting = connector.connect(&self.url.hosts);
+        let client = match tokio::time::timeout(self.connect_timeout, connecting).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(error)) => {
+                return Err(Transient::wrap_if(
+                    is_transient(&error),
+                    format!(
+                        "cannot open a ZooKeeper session at {}: {error}; check that the \
+                         ensemble is up and reachable from here",
+                        self.shown
+                    ),
+                ));
+            }
+            Err(_) => {
+                return Err(Transient::wrap(format!(
+                    "cannot reach ZooKeeper at {} within the connect timeout ({:?}); check \
+                     that the ensemble is up and reachable from here",
+                    self.shown, self.connect_timeout
+                )));
+            }
+        };
+        if chroot.is_empty() {
+            return Ok(client);
+        }
+        client.chroot(chroot.to_owned()).map_err(|_| {
+            BoxError::from(format!(
+                "`{chroot}` is not a valid ZooKeeper chroot ({})",
+                self.shown
+            ))
+        })
+    }
+
+    /// The session for locks of `lease`: an open one, or a new one.
+    pub(super) async fn session_for(&self, lease: Duration) -> Result<Arc<ZkSession>, BoxError> {
+        let timeout = self.url.session_timeout.unwrap_or(lease);
+        let usable = |sessions: &HashMap<Duration, Arc<ZkSession>>| {
+            sessions
+                .get(&timeout)
+                .filter(|s| s.is_usable())
+                .map(Arc::clone)
+        };
+        if let Some(session) = usable(&self.sessions.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(session);
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(session) = usable(&self.sessions.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(session);
+        }
+        let opened_at = Instant::now();
+        let client = self.open(timeout, &self.url.chroot).await?;
+        if client.session_timeout() != timeout {
+            tracing::debug!(
+                asked = ?timeout,
+                granted = ?client.session_timeout(),
+                "distlock: ZooKeeper granted another session timeout than the lease (its \
+                 minSessionTimeout/maxSessionTimeout)"
+            );
+        }
+        let session = Arc::new(ZkSession::start(
+            client,
+            opened_at,
+            self.shown.clone(),
+            &self.url.hosts,
+            self.connect_timeout,
+            self.response_timeout,
+        ));
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(timeout, Arc::clone(&session));
+        Ok(session)
+    }
+
+    /// A client of a usable session already open, if any.
+    pub(super) fn open_client(&self) -> Option<zk::Client> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .find_map(|s| s.client())
+    }
+
+    /// A client of a usable session, for requests that are not tied to a lease.
+    pub(super) async fn any_client(&self) -> Result<zk::Client, BoxError> {
+        match self.open_client() {
+            Some(client) => Ok(client),
+            None => self
+                .session_for(self.default_lease)
+                .await?
+                .client()
+                .ok_or_else(|| Transient::wrap("the ZooKeeper session was lost as it opened")),
+        }
+    }
+
+    /// Gives up `session` if `error` says it is over.
+    pub(super) fn note_session_error(&self, session: &ZkSession, failure: &ZkFailure) {
+        if let ZkFailure::Server(error @ (zk::Error::SessionExpired | zk::Error::ClientClosed)) =
+            failure
+        {
+            session.abandon(format!("the ZooKeeper session ended: {error}"));
+        }
+    }
+}
