@@ -27,6 +27,12 @@ pub(crate) mod mysql;
 pub(crate) mod postgres;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub(crate) mod queue;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) use queue::InPlay;
+#[cfg(any(feature = "zookeeper", feature = "postgres", feature = "mysql"))]
+mod remembered;
+#[cfg(any(feature = "zookeeper", feature = "postgres", feature = "mysql"))]
+pub(crate) use remembered::Remembered;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 pub(crate) mod sql;
@@ -185,23 +191,6 @@ impl Refused {
              {asked}: every holder of a semaphore must ask with the same limit (change it once \
              no permit is held)"
         )))
-    }
-
-    /// Why a request of kind `asked` is refused where the oldest holder or waiter of the name
-    /// asked for `first` (ZooKeeper's and etcd's queues): a name is one kind (a semaphore, or a
-    /// lock with its readers), and a semaphore has one limit.
-    #[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
-    pub(crate) fn between(first: Kind, asked: Kind) -> Option<BoxError> {
-        match (first, asked) {
-            (Kind::Permits(held), Kind::Permits(asked)) if held != asked => {
-                Some(Refused::limit(held, asked))
-            }
-            (Kind::Permits(held), Kind::Exclusive | Kind::Shared) => {
-                Some(Refused::kind(Some(held), asked))
-            }
-            (Kind::Exclusive | Kind::Shared, Kind::Permits(_)) => Some(Refused::kind(None, asked)),
-            _ => None,
-        }
     }
 
     /// A name held as `held` (a semaphore of `held_permits`, or a lock) asked for as `asked`.
@@ -444,116 +433,4 @@ pub(crate) trait Admin {
 
     /// One request to the server: its version.
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>>;
-}
-
-/// Strings a backend remembers for a while — parents it saw, writers that may have marked
-/// readers — at most `N`: past that, the memory starts again (what is forgotten costs a request
-/// more, or a mark that lapses by itself; never a wrong answer).
-#[derive(Default)]
-#[cfg_attr(
-    not(any(feature = "zookeeper", feature = "postgres", feature = "mysql")),
-    allow(dead_code)
-)]
-pub(crate) struct Remembered<const N: usize>(std::sync::Mutex<std::collections::HashSet<String>>);
-
-#[cfg_attr(
-    not(any(feature = "zookeeper", feature = "postgres", feature = "mysql")),
-    allow(dead_code)
-)]
-impl<const N: usize> Remembered<N> {
-    fn set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn insert(&self, value: &str) {
-        let mut set = self.set();
-        if !set.contains(value) {
-            if set.len() >= N {
-                set.clear();
-            }
-            set.insert(value.to_owned());
-        }
-    }
-
-    #[cfg_attr(
-        not(any(feature = "zookeeper", feature = "postgres")),
-        allow(dead_code)
-    )]
-    pub(crate) fn contains(&self, value: &str) -> bool {
-        self.set().contains(value)
-    }
-
-    /// Forgets `value`; whether it was remembered.
-    pub(crate) fn remove(&self, value: &str) -> bool {
-        self.set().remove(value)
-    }
-}
-
-/// The owner tokens of a client's acquisitions in play on a backend whose waiters queue on its
-/// own session or lease (ZooKeeper, etcd): from an acquisition's first attempt until its release
-/// is done. A node or key of the client's own session or lease whose token is not here belongs
-/// to nobody — an attempt given up whose create landed all the same — and may be deleted.
-#[derive(Default)]
-#[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
-pub(crate) struct InPlay(std::sync::Mutex<std::collections::HashSet<String>>);
-
-#[cfg_attr(not(any(feature = "zookeeper", feature = "etcd")), allow(dead_code))]
-impl InPlay {
-    fn tokens(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub(crate) fn contains(&self, token: &str) -> bool {
-        self.tokens().contains(token)
-    }
-
-    /// Runs an acquisition `attempt` of `token`: in play from now on, unless it fails.
-    pub(crate) async fn attempt<T, E>(
-        &self,
-        token: &str,
-        attempt: impl std::future::Future<Output = Result<T, E>>,
-    ) -> Result<T, E> {
-        self.tokens().insert(token.to_owned());
-        let result = attempt.await;
-        if result.is_err() {
-            self.tokens().remove(token);
-        }
-        result
-    }
-
-    /// [`attempt`](Self::attempt) of several tokens at once (a set of keys).
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-    pub(crate) async fn attempt_all<T, E>(
-        &self,
-        tokens: &[&str],
-        attempt: impl std::future::Future<Output = Result<T, E>>,
-    ) -> Result<T, E> {
-        self.tokens()
-            .extend(tokens.iter().map(|token| (*token).to_owned()));
-        let result = attempt.await;
-        if result.is_err() {
-            self.forget(tokens);
-        }
-        result
-    }
-
-    /// Takes `tokens` out of play: an attempt that wrote nothing.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-    pub(crate) fn forget(&self, tokens: &[&str]) {
-        let mut in_play = self.tokens();
-        for token in tokens {
-            in_play.remove(*token);
-        }
-    }
-
-    /// Runs the `release` of `token`: out of play once it is done, whatever it found.
-    pub(crate) async fn release<T>(
-        &self,
-        token: &str,
-        release: impl std::future::Future<Output = T>,
-    ) -> T {
-        let released = release.await;
-        self.tokens().remove(token);
-        released
-    }
 }

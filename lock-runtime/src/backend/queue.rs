@@ -57,10 +57,86 @@ pub(crate) fn turn(
 }
 
 /// Why a request of kind `asked` is refused, where `head` is the kind of the oldest entry of
-/// the queue ahead of it (`None`: it is the oldest itself). A name is one kind, and a
-/// semaphore has one limit: the oldest entry says which (see [`Refused::between`]).
+/// the queue ahead of it (`None`: it is the oldest itself). A name is one kind (a semaphore, or
+/// a lock with its readers), and a semaphore has one limit: the oldest entry says which.
 pub(crate) fn refusal(head: Option<Kind>, asked: Kind) -> Option<BoxError> {
-    Refused::between(head?, asked)
+    match (head?, asked) {
+        (Kind::Permits(held), Kind::Permits(asked)) if held != asked => {
+            Some(Refused::limit(held, asked))
+        }
+        (Kind::Permits(held), Kind::Exclusive | Kind::Shared) => {
+            Some(Refused::kind(Some(held), asked))
+        }
+        (Kind::Exclusive | Kind::Shared, Kind::Permits(_)) => Some(Refused::kind(None, asked)),
+        _ => None,
+    }
+}
+
+/// The owner tokens of a client's acquisitions in play on a backend whose waiters queue on its
+/// own session or lease (ZooKeeper, etcd): from an acquisition's first attempt until its release
+/// is done. A node or key of the client's own session or lease whose token is not here belongs
+/// to nobody — an attempt given up whose create landed all the same — and may be deleted.
+#[derive(Default)]
+pub(crate) struct InPlay(std::sync::Mutex<std::collections::HashSet<String>>);
+
+impl InPlay {
+    fn tokens(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn contains(&self, token: &str) -> bool {
+        self.tokens().contains(token)
+    }
+
+    /// Runs an acquisition `attempt` of `token`: in play from now on, unless it fails.
+    pub(crate) async fn attempt<T, E>(
+        &self,
+        token: &str,
+        attempt: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        self.tokens().insert(token.to_owned());
+        let result = attempt.await;
+        if result.is_err() {
+            self.tokens().remove(token);
+        }
+        result
+    }
+
+    /// [`attempt`](Self::attempt) of several tokens at once (a set of keys).
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) async fn attempt_all<T, E>(
+        &self,
+        tokens: &[&str],
+        attempt: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        self.tokens()
+            .extend(tokens.iter().map(|token| (*token).to_owned()));
+        let result = attempt.await;
+        if result.is_err() {
+            self.forget(tokens);
+        }
+        result
+    }
+
+    /// Takes `tokens` out of play: an attempt that wrote nothing.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) fn forget(&self, tokens: &[&str]) {
+        let mut in_play = self.tokens();
+        for token in tokens {
+            in_play.remove(*token);
+        }
+    }
+
+    /// Runs the `release` of `token`: out of play once it is done, whatever it found.
+    pub(crate) async fn release<T>(
+        &self,
+        token: &str,
+        release: impl std::future::Future<Output = T>,
+    ) -> T {
+        let released = release.await;
+        self.tokens().remove(token);
+        released
+    }
 }
 
 #[cfg(test)]
