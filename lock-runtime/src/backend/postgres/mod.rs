@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex};
 use tokio_postgres::error::SqlState;
 
 use super::sql::errors::{TableTrouble, table_error, timed};
-use super::sql::shares::row_token;
-use super::sql::{SqlSettings, holder_id, millis};
+use super::sql::shares::shares_token;
+use super::sql::{SqlSettings, holder_id, millis, renewed_by_name};
 use super::{Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
@@ -127,6 +127,15 @@ impl PostgresBackend {
     }
 }
 
+/// The token of the row a share of `kind` lives in: `readers`, or a semaphore's `permits:<n>`;
+/// `None` for a plain lock (its row holds its owner's token).
+fn row_token(kind: Kind) -> Option<String> {
+    match kind {
+        Kind::Exclusive => None,
+        Kind::Shared | Kind::Permits(_) => Some(shares_token(kind)),
+    }
+}
+
 /// The lock table: every kind, writers' marks, woken by `NOTIFY`.
 const CAPABILITIES: Capabilities = Capabilities {
     marks_waiting_writers: true,
@@ -195,14 +204,10 @@ impl Backend for PostgresBackend {
                     }
                 })
                 .await;
-            match renewed {
-                Ok(rows) => {
-                    let renewed: std::collections::HashSet<String> =
-                        rows.iter().filter_map(|r| r.try_get(0).ok()).collect();
-                    specs.iter().map(|s| Ok(renewed.contains(s.name))).collect()
-                }
-                Err(error) => vec![Err(error.to_string()); specs.len()],
-            }
+            let renewed = renewed
+                .as_ref()
+                .map(|rows| rows.iter().filter_map(|r| r.try_get::<_, String>(0).ok()));
+            renewed_by_name(specs, renewed, |name| name)
         })
     }
 

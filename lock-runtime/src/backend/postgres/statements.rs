@@ -1,7 +1,8 @@
 //! The SQL the PostgreSQL backend runs, with the table names filled in. Every time comes from
 //! the database's clock (`now()`, the statement's transaction start), never the client's.
 
-use crate::backend::sql::{PERMITS, READERS, SqlSettings, quoted};
+use crate::backend::sql::shares::{PERMITS, READERS};
+use crate::backend::sql::{SqlSettings, quoted};
 
 /// What ends a writer's `holder` while someone waits for its row (`E'\n?'`): set by a waiter
 /// once it found the row busy and listens for its release (writers in `mark`, readers in
@@ -65,7 +66,7 @@ pub(super) struct PgStatements {
     /// A reader's attempt: `$1` name, `$2` token, `$3` lease in ms, `$4` holder (unused: the
     /// shares are the record) → (taken, the last write grant's fence, the row's remaining ms,
     /// ms until the first waiting writer's mark lapses, the live row's token). Joins the readers unless a writer
-    /// holds the row or a writer's mark is live (see `sql::READERS` for the layout).
+    /// holds the row or a writer's mark is live (see `sql::shares::READERS` for the layout).
     pub read_acquire: String,
     /// `$1` name, `$2` token, `$3` lease in ms, `$4` the row's token (`readers`, or a
     /// semaphore's `permits:<n>`) → one row if the share was live and now ends `$3` ms from now

@@ -20,9 +20,6 @@ pub(crate) mod errors;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod shares;
 
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) use shares::{PERMITS, READERS};
-
 /// The lock table unless the builder or the URL names another.
 pub(crate) const DEFAULT_TABLE: &str = "distlock_locks";
 
@@ -252,6 +249,30 @@ pub(crate) fn slot_of(name: &str, slots: usize) -> usize {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });
     (hash % slots as u64) as usize
+}
+
+/// A batched renewal's answer, one per spec: whether its name (as `name` gives it) is among
+/// the names `renewed` (those still ours, renewed by it), or the error for each.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn renewed_by_name<N, Q>(
+    specs: &[super::LockSpec<'_>],
+    renewed: Result<impl IntoIterator<Item = N>, impl std::fmt::Display>,
+    name: impl Fn(&str) -> &Q,
+) -> Vec<Result<bool, String>>
+where
+    N: std::hash::Hash + Eq + std::borrow::Borrow<Q>,
+    Q: std::hash::Hash + Eq + ?Sized,
+{
+    match renewed {
+        Ok(names) => {
+            let names: std::collections::HashSet<N> = names.into_iter().collect();
+            specs
+                .iter()
+                .map(|s| Ok(names.contains(name(s.name))))
+                .collect()
+        }
+        Err(error) => vec![Err(error.to_string()); specs.len()],
+    }
 }
 
 /// Milliseconds of `d` for a statement parameter, at least 1.

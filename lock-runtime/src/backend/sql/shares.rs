@@ -64,15 +64,6 @@ pub(crate) fn shares_token(kind: Kind) -> String {
     }
 }
 
-/// The token of the row a share of `kind` lives in: `readers`, or a semaphore's `permits:<n>`;
-/// `None` for a plain lock (its row holds its owner's token).
-pub(crate) fn row_token(kind: Kind) -> Option<String> {
-    match kind {
-        Kind::Exclusive => None,
-        Kind::Shared | Kind::Permits(_) => Some(shares_token(kind)),
-    }
-}
-
 /// The limit of a semaphore whose row holds `token`; `None` for a lock's row.
 pub(crate) fn semaphore_limit(token: &str) -> Option<u16> {
     token.strip_prefix(PERMITS)?.parse().ok()
