@@ -2,10 +2,11 @@
 //! from the database's clock in UTC (`UTC_TIMESTAMP(6)`, fixed for one statement), never the
 //! client's, and never a session time zone.
 
-use crate::backend::sql::{READERS, SqlSettings};
+use crate::backend::sql::shares::READERS;
+use crate::backend::sql::{SqlSettings, quoted};
 
 /// The statements for one lock table.
-pub(super) struct Sql {
+pub(super) struct MyStatements {
     /// Both tables, created if missing.
     pub create: [String; 2],
     /// `name, token, lease µs, holder` → affected rows: 1 inserted, 2 taken over (the old row
@@ -25,7 +26,7 @@ pub(super) struct Sql {
     pub release_expired: String,
     /// The quoted lock table, for the batched renewal built per batch size.
     pub table: String,
-    /// Read locks (see [`Sql::readers`]): `name` → locks the lock row (made, expired, if
+    /// Read locks (see [`MyStatements::readers`]): `name` → locks the lock row (made, expired, if
     /// missing) for the transaction.
     pub lock_row: String,
     /// `name` → (token, live, remaining µs) of the locked lock row.
@@ -77,18 +78,9 @@ pub(super) struct Sql {
     pub force_release: String,
 }
 
-/// `` `schema`.`table` `` or `` `table` `` (names are checked to be letters, digits and `_`).
-fn quoted(table: &str) -> String {
-    table
-        .split('.')
-        .map(|part| format!("`{part}`"))
-        .collect::<Vec<_>>()
-        .join(".")
-}
-
 /// The DDL, as printed in the README.
-pub(crate) fn ddl(table: &str, fence_table: &str) -> [String; 2] {
-    let (t, f) = (quoted(table), quoted(fence_table));
+pub(crate) fn my_ddl(table: &str, fence_table: &str) -> [String; 2] {
+    let (t, f) = (quoted(table, '`'), quoted(fence_table, '`'));
     [
         format!(
             "CREATE TABLE IF NOT EXISTS {t} (
@@ -108,10 +100,10 @@ pub(crate) fn ddl(table: &str, fence_table: &str) -> [String; 2] {
     ]
 }
 
-impl Sql {
-    pub(super) fn new(settings: &SqlSettings) -> Sql {
-        let t = quoted(&settings.table);
-        let f = quoted(&settings.fence_table());
+impl MyStatements {
+    pub(super) fn new(settings: &SqlSettings) -> MyStatements {
+        let t = quoted(&settings.table, '`');
+        let f = quoted(&settings.fence_table(), '`');
         // The assignments of `ON DUPLICATE KEY UPDATE` run left to right, each seeing the
         // ones before: `token` is decided from the old row, then `expires_at` follows it.
         // Times in ms: since the epoch (the stored UTC datetime, read without a time zone),
@@ -121,8 +113,8 @@ impl Sql {
             CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at) DIV 1000 AS SIGNED), \
             f.fence";
         let may_take = "expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token)";
-        Sql {
-            create: ddl(&settings.table, &settings.fence_table()),
+        MyStatements {
+            create: my_ddl(&settings.table, &settings.fence_table()),
             acquire: format!(
                 "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
 VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6))
@@ -169,10 +161,10 @@ ON DUPLICATE KEY UPDATE name = name"
        CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) AS SIGNED)
 FROM {t} WHERE name = ? FOR UPDATE"
             ),
-            peek: Sql::peek(&t, "x'02'", "x'03'"),
-            peek_permits: Sql::peek(&t, "x'01'", "x'02'"),
-            shares: Sql::range(&t, "MAX", "x'01'", "x'02'"),
-            marks: Sql::range(&t, "MIN", "x'02'", "x'03'"),
+            peek: MyStatements::peek(&t, "x'02'", "x'03'"),
+            peek_permits: MyStatements::peek(&t, "x'01'", "x'02'"),
+            shares: MyStatements::range(&t, "MAX", "x'01'", "x'02'"),
+            marks: MyStatements::range(&t, "MIN", "x'02'", "x'03'"),
             share_live: format!(
                 "SELECT COUNT(*) FROM {t}
 WHERE name = CONCAT(?, x'01', ?) AND expires_at > UTC_TIMESTAMP(6) FOR UPDATE"

@@ -1,7 +1,8 @@
 //! The SQL the PostgreSQL backend runs, with the table names filled in. Every time comes from
 //! the database's clock (`now()`, the statement's transaction start), never the client's.
 
-use crate::backend::sql::{PERMITS, READERS, SqlSettings};
+use crate::backend::sql::shares::{PERMITS, READERS};
+use crate::backend::sql::{SqlSettings, quoted};
 
 /// What ends a writer's `holder` while someone waits for its row (`E'\n?'`): set by a waiter
 /// once it found the row busy and listens for its release (writers in `mark`, readers in
@@ -13,7 +14,7 @@ const WAITED: &str = "E'\\n?'";
 
 /// Flags lock `$1`'s row as waited for (see [`WAITED`]) if a writer holds it (not readers, not
 /// a semaphore's permits) → the holder's remaining ms as `ms`; no row otherwise. The update, not
-/// the statement's snapshot, decides. Run alone (`Sql::flag`) and inside `Sql::mark`.
+/// the statement's snapshot, decides. Run alone (`PgStatements::flag`) and inside `PgStatements::mark`.
 fn flag_writers_row(t: &str) -> String {
     format!(
         "UPDATE {t} AS l
@@ -31,7 +32,7 @@ fn writers_row() -> String {
 }
 
 /// The statements for one lock table.
-pub(super) struct Sql {
+pub(super) struct PgStatements {
     /// Both tables, created if missing (under an advisory lock: concurrent `CREATE TABLE IF
     /// NOT EXISTS` can otherwise fail on PostgreSQL's catalog).
     pub create: String,
@@ -65,7 +66,7 @@ pub(super) struct Sql {
     /// A reader's attempt: `$1` name, `$2` token, `$3` lease in ms, `$4` holder (unused: the
     /// shares are the record) → (taken, the last write grant's fence, the row's remaining ms,
     /// ms until the first waiting writer's mark lapses, the live row's token). Joins the readers unless a writer
-    /// holds the row or a writer's mark is live (see `sql::READERS` for the layout).
+    /// holds the row or a writer's mark is live (see `sql::shares::READERS` for the layout).
     pub read_acquire: String,
     /// `$1` name, `$2` token, `$3` lease in ms, `$4` the row's token (`readers`, or a
     /// semaphore's `permits:<n>`) → one row if the share was live and now ends `$3` ms from now
@@ -109,18 +110,9 @@ pub(super) struct Sql {
     pub force_release: String,
 }
 
-/// `"schema"."table"` or `"table"` (names are checked to be letters, digits and `_`).
-fn quoted(table: &str) -> String {
-    table
-        .split('.')
-        .map(|part| format!("\"{part}\""))
-        .collect::<Vec<_>>()
-        .join(".")
-}
-
 /// The DDL, as printed in the README.
-pub(crate) fn ddl(table: &str, fence_table: &str) -> String {
-    let (t, f) = (quoted(table), quoted(fence_table));
+pub(crate) fn pg_ddl(table: &str, fence_table: &str) -> String {
+    let (t, f) = (quoted(table, '"'), quoted(fence_table, '"'));
     format!(
         "CREATE TABLE IF NOT EXISTS {t} (
     name        text        PRIMARY KEY,
@@ -170,21 +162,21 @@ fn over_lines_of(holder: &str, what: &str, marks: bool) -> String {
     )
 }
 
-impl Sql {
-    pub(super) fn new(settings: &SqlSettings) -> Sql {
+impl PgStatements {
+    pub(super) fn new(settings: &SqlSettings) -> PgStatements {
         let table = &settings.table;
-        let t = quoted(table);
-        let f = quoted(&settings.fence_table());
+        let t = quoted(table, '"');
+        let f = quoted(&settings.fence_table(), '"');
         let columns = "l.name, l.token, l.holder, \
             (extract(epoch FROM l.acquired_at) * 1000)::int8, \
             (extract(epoch FROM l.expires_at - now()) * 1000)::int8, f.fence";
-        Sql {
+        PgStatements {
             create: format!(
                 "BEGIN;
 SELECT pg_advisory_xact_lock(hashtext('distlock create {table}'));
 {}
 COMMIT;",
-                ddl(table, &settings.fence_table())
+                pg_ddl(table, &settings.fence_table())
             ),
             acquire: format!(
                 "INSERT INTO {t} AS l (name, token, expires_at, holder, acquired_at)

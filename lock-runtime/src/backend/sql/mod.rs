@@ -1,5 +1,6 @@
 //! What the SQL backends share: the lock table's name and options, who holds a lock, and the
-//! parameters distlock reads from a database URL.
+//! parameters distlock reads from a database URL; readers' shares and permits in a lock row
+//! (`shares`), and failed statements, their retries and what they say (`errors`).
 //!
 //! The table (PostgreSQL and MySQL alike, types differ): one row per held lock, the lock name
 //! as its primary key — the unique key that makes a second `INSERT` of the same name fail —
@@ -14,58 +15,13 @@ use std::time::Duration;
 
 use crate::error::LockError;
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod errors;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) mod shares;
+
 /// The lock table unless the builder or the URL names another.
 pub(crate) const DEFAULT_TABLE: &str = "distlock_locks";
-
-/// The `token` of a lock row held by readers. Their shares live in the row's `holder` column,
-/// one line each — `<token> <end, unix ms>` — beside the marks of writers waiting for them to
-/// leave (`!<token> <lapse, unix ms>`); the row's `expires_at` is the end of the longest live
-/// share. A writer's plain acquisition finds the row live and waits, as for another writer,
-/// so the layout of a plain lock is unchanged. (A token is `host:pid:ms:hex`: never `readers`,
-/// never with a space.)
-pub(crate) const READERS: &str = "readers";
-
-/// The `token` of a lock row held by a semaphore's permits is this prefix and the limit its
-/// holders took them under (`permits:4`); the permits are shares in `holder`, as readers' are.
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
-pub(crate) const PERMITS: &str = "permits:";
-
-/// A readers' row as the admin API shows it: `row_left_ms` is what is left of the row's lease,
-/// which ends with the longest share — the server's clock, read off the shares themselves.
-/// Fills `entry`'s readers (with their own remaining leases) and waiters (the writers' marks).
-#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-pub(crate) fn readers_entry(entry: &mut crate::admin::Entry, holder: &str, row_left_ms: i64) {
-    let last = shares(holder)
-        .filter(|(_, _, mark)| !mark)
-        .map(|(_, end, _)| end)
-        .max()
-        .unwrap_or(0);
-    let now = last - row_left_ms;
-    let left = |at: i64| Duration::from_millis((at - now).max(0) as u64);
-    entry.readers = shares(holder)
-        .filter(|(_, end, mark)| !mark && *end > now)
-        .map(|(token, end, _)| (token.to_owned(), Some(left(end))))
-        .collect();
-    let marks = shares(holder)
-        .filter(|(_, lapse, mark)| *mark && *lapse > now)
-        .count();
-    entry.waiters = (marks > 0).then_some(marks as u64);
-    entry.token = None;
-    entry.holder = None;
-}
-
-/// A readers' row's `holder` column as `(token, end or lapse in unix ms, is a writer's mark)`.
-#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-pub(crate) fn shares(holder: &str) -> impl Iterator<Item = (&str, i64, bool)> {
-    holder.lines().filter_map(|line| {
-        let (token, at) = line.split_once(' ')?;
-        let at = at.trim().parse().ok()?;
-        Some(match token.strip_prefix('!') {
-            Some(token) => (token, at, true),
-            None => (token, at, false),
-        })
-    })
-}
 
 /// Connections per client unless the builder or the URL says otherwise. Statements are
 /// pipelined on each connection, so a few serve many tasks.
@@ -248,7 +204,6 @@ pub(crate) fn holder_id() -> String {
 /// `prefix` followed by the glob `pattern` (see [`glob_match`](crate::admin::glob_match)) as a
 /// `LIKE` pattern with `\` as its escape character: `*` → `%`, `?` → `_`, literal `%`, `_`
 /// and `\` escaped.
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) fn like_pattern(prefix: &str, pattern: &str) -> String {
     let mut out = String::with_capacity(prefix.len() + pattern.len() + 4);
     let literal = |c: char, out: &mut String| {
@@ -274,6 +229,17 @@ pub(crate) fn like_pattern(prefix: &str, pattern: &str) -> String {
     out
 }
 
+/// `table` (`name` or `schema.name`) with each part between `quote`s: `"schema"."table"` or
+/// `"table"` on PostgreSQL, `` `schema`.`table` `` or `` `table` `` on MySQL (names are checked
+/// to be letters, digits and `_`).
+pub(crate) fn quoted(table: &str, quote: char) -> String {
+    table
+        .split('.')
+        .map(|part| format!("{quote}{part}{quote}"))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
 /// The pooled connection for lock `name` among `slots` (FNV-1a of the name: cheap, and stable
 /// for the process's life). Every statement about one lock goes through the same connection,
 /// which runs them in the order they were sent: the release sent in the background for an
@@ -283,6 +249,30 @@ pub(crate) fn slot_of(name: &str, slots: usize) -> usize {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });
     (hash % slots as u64) as usize
+}
+
+/// A batched renewal's answer, one per spec: whether its name (as `name` gives it) is among
+/// the names `renewed` (those still ours, renewed by it), or the error for each.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) fn renewed_by_name<N, Q>(
+    specs: &[super::LockSpec<'_>],
+    renewed: Result<impl IntoIterator<Item = N>, impl std::fmt::Display>,
+    name: impl Fn(&str) -> &Q,
+) -> Vec<Result<bool, String>>
+where
+    N: std::hash::Hash + Eq + std::borrow::Borrow<Q>,
+    Q: std::hash::Hash + Eq + ?Sized,
+{
+    match renewed {
+        Ok(names) => {
+            let names: std::collections::HashSet<N> = names.into_iter().collect();
+            specs
+                .iter()
+                .map(|s| Ok(names.contains(name(s.name))))
+                .collect()
+        }
+        Err(error) => vec![Err(error.to_string()); specs.len()],
+    }
 }
 
 /// Milliseconds of `d` for a statement parameter, at least 1.

@@ -46,22 +46,28 @@ use std::time::Duration;
 
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
-use super::{PgError, RawConnection, acquire_error, connect_error, describe, driver_config};
-use crate::admin::{Entry, advisory_key};
+use super::errors::{PgError, connect_error, describe, driver_config};
+use crate::admin::advisory_key;
+use crate::backend::sql::errors::{acquire_error, timed};
 use crate::backend::sql::{SqlSettings, millis};
 use crate::backend::{
-    Admin, Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Refused, Released, Transient,
+    Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Refused, Released, Transient,
 };
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::BoxFuture;
+
+mod admin;
+mod note;
+
+use note::{function, note};
 
 /// Idle connections kept for the next acquisitions.
 const IDLE_KEPT: usize = 16;
 
 /// Where one acquisition's connection stands.
 #[derive(Debug, Clone)]
-enum State {
+enum AdvisoryState {
     /// Holds nothing and waits for nothing: may go back to the idle connections.
     Idle,
     /// Like `Idle`, after a try that found the lock held by another: the server passed the
@@ -82,19 +88,19 @@ enum State {
 }
 
 /// One acquisition's connection.
-struct Session {
+struct AdvisorySession {
     client: Arc<Client>,
-    state: Mutex<State>,
+    state: Mutex<AdvisoryState>,
     /// The task of the blocking request, while it runs.
     waiting: Mutex<Option<tokio::task::AbortHandle>>,
 }
 
-impl Session {
-    fn state(&self) -> State {
+impl AdvisorySession {
+    fn state(&self) -> AdvisoryState {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn set(&self, state: State) {
+    fn set(&self, state: AdvisoryState) {
         *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
     }
 }
@@ -112,7 +118,7 @@ pub(crate) struct AdvisoryBackend {
     /// grant on: none before it granted a lock, or its predecessor has been gone `max_lease`.
     safe: Mutex<Option<i64>>,
     /// The connections of acquisitions in play, by owner token.
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    sessions: Mutex<HashMap<String, Arc<AdvisorySession>>>,
     idle: Mutex<Vec<Arc<Client>>>,
     /// Wakes a waiter whose blocking request was granted.
     hub: Arc<ReleaseHub>,
@@ -124,61 +130,6 @@ fn first_value(messages: &[SimpleQueryMessage], column: usize) -> Option<String>
         SimpleQueryMessage::Row(row) => row.get(column).map(str::to_owned),
         _ => None,
     })
-}
-
-fn hex(text: &str) -> String {
-    text.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<String> {
-    let bytes: Option<Vec<u8>> = (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect();
-    String::from_utf8(bytes?).ok()
-}
-
-/// The comment every statement of a hold carries (see the module docs).
-fn note(spec: &LockSpec<'_>, fence: Option<u64>) -> String {
-    let fence = fence.map_or_else(|| "-".to_owned(), |f| f.to_string());
-    let reader = if spec.kind == Kind::Shared { " r" } else { "" };
-    format!(
-        " /* distlock {} {fence} {} {}{reader} */",
-        millis(spec.lease),
-        spec.token,
-        hex(spec.name)
-    )
-}
-
-/// What a holder's comment says.
-#[derive(Debug, PartialEq, Eq)]
-struct Note {
-    lease: Duration,
-    fence: Option<u64>,
-    token: String,
-    name: String,
-    reader: bool,
-}
-
-fn parse_note(query: &str) -> Option<Note> {
-    let start = query.find("/* distlock ")? + "/* distlock ".len();
-    let rest = &query[start..];
-    let rest = &rest[..rest.find(" */")?];
-    let mut parts = rest.split(' ');
-    Some(Note {
-        lease: Duration::from_millis(parts.next()?.parse().ok()?),
-        fence: parts.next()?.parse().ok(),
-        token: parts.next()?.to_owned(),
-        name: unhex(parts.next()?)?,
-        reader: parts.next() == Some("r"),
-    })
-}
-
-/// The advisory-lock function that takes (`try_`: without waiting) or gives back a hold of
-/// `kind`: `pg_try_advisory_lock_shared`, `pg_advisory_unlock`, …
-fn function(kind: Kind, verb: &str) -> String {
-    let shared = if kind == Kind::Shared { "_shared" } else { "" };
-    format!("pg_{verb}{shared}")
 }
 
 /// Whether an error means the session is over (the server ended it — idle timeout, a forced
@@ -268,28 +219,12 @@ impl AdvisoryBackend {
 
     /// Opens one connection and starts the task that drives it.
     async fn open(&self) -> Result<Client, PgError> {
-        let limit = self.settings.connect_timeout;
-        let connected: (Client, RawConnection) = match tokio::time::timeout(
-            limit + Duration::from_millis(100),
-            self.config.connect(NoTls),
+        super::pool::open(
+            &self.config,
+            self.settings.connect_timeout,
+            "postgres advisory",
         )
         .await
-        {
-            Ok(connected) => connected?,
-            Err(_) => {
-                return Err(PgError::TimedOut {
-                    what: "the connection attempt",
-                    after: limit,
-                });
-            }
-        };
-        let (client, connection) = connected;
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(error = %describe(&error), "distlock: postgres advisory connection ended");
-            }
-        });
-        Ok(client)
     }
 
     /// Runs `text` as one simple query, bounded by the response timeout; the first value.
@@ -307,11 +242,12 @@ impl AdvisoryBackend {
         text: &str,
         what: &'static str,
     ) -> Result<Vec<SimpleQueryMessage>, PgError> {
-        let limit = self.settings.response_timeout;
-        match tokio::time::timeout(limit, client.simple_query(text)).await {
-            Ok(answer) => Ok(answer?),
-            Err(_) => Err(PgError::TimedOut { what, after: limit }),
-        }
+        timed(
+            what,
+            self.settings.response_timeout,
+            client.simple_query(text),
+        )
+        .await
     }
 
     /// Runs `text` on an idle (or new) connection, which goes back afterwards: its first value.
@@ -341,7 +277,7 @@ impl AdvisoryBackend {
         }
     }
 
-    fn session(&self, token: &str) -> Option<Arc<Session>> {
+    fn session(&self, token: &str) -> Option<Arc<AdvisorySession>> {
         let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         sessions.get(token).cloned()
     }
@@ -410,7 +346,11 @@ impl AdvisoryBackend {
     }
 
     /// The try on a connection that holds nothing.
-    async fn try_on(&self, session: &Session, spec: &LockSpec<'_>) -> Result<Attempt, BoxError> {
+    async fn try_on(
+        &self,
+        session: &AdvisorySession,
+        spec: &LockSpec<'_>,
+    ) -> Result<Attempt, BoxError> {
         let key = advisory_key(spec.name);
         // Twice at most: a restart between the guard and the try guards the new server.
         loop {
@@ -439,7 +379,7 @@ impl AdvisoryBackend {
                 fence = self.fence_expression(spec),
                 note = note(spec, None),
             );
-            session.set(State::InFlight);
+            session.set(AdvisoryState::InFlight);
             let messages = self
                 .simple(&session.client, &text, "the advisory lock attempt")
                 .await
@@ -451,12 +391,12 @@ impl AdvisoryBackend {
                 })?;
             match value {
                 -1 => {
-                    session.set(State::Contended);
+                    session.set(AdvisoryState::Contended);
                     return Ok(Attempt::Busy { ttl: None });
                 }
                 -2 => {
                     // Another incarnation of the server than the one found safe: guard it first.
-                    session.set(State::Idle);
+                    session.set(AdvisoryState::Idle);
                     *self.safe.lock().unwrap_or_else(|p| p.into_inner()) = None;
                     continue;
                 }
@@ -472,7 +412,7 @@ impl AdvisoryBackend {
                         // The comment names the fencing token from now on (for the admin API).
                         self.date(session, spec, fence).await?;
                     }
-                    session.set(State::Held(fence));
+                    session.set(AdvisoryState::Held(fence));
                     return Ok(Attempt::Acquired {
                         fencing_token: fence,
                     });
@@ -484,7 +424,7 @@ impl AdvisoryBackend {
     /// A statement on a held lock's connection: renews its lease, dates a grant.
     async fn date(
         &self,
-        session: &Session,
+        session: &AdvisorySession,
         spec: &LockSpec<'_>,
         fence: Option<u64>,
     ) -> Result<(), BoxError> {
@@ -496,7 +436,7 @@ impl AdvisoryBackend {
     }
 
     /// Starts the blocking request of the waiter `spec.token`.
-    fn block(&self, session: Arc<Session>, spec: &LockSpec<'_>) {
+    fn block(&self, session: Arc<AdvisorySession>, spec: &LockSpec<'_>) {
         let key = advisory_key(spec.name);
         let text = format!(
             "SELECT {lock}({key}), set_config('idle_session_timeout', '{lease}', false), \
@@ -508,15 +448,15 @@ impl AdvisoryBackend {
         );
         let (name, token, fencing) = (spec.name.to_owned(), spec.token.to_owned(), spec.fencing);
         let hub = Arc::clone(&self.hub);
-        session.set(State::Waiting);
+        session.set(AdvisoryState::Waiting);
         let waiting = Arc::clone(&session);
         let task = tokio::spawn(async move {
             let state = match waiting.client.simple_query(&text).await {
                 Ok(messages) => {
                     let fence = first_value(&messages, 2).and_then(|v| v.parse::<u64>().ok());
-                    State::Granted(if fencing { fence } else { None })
+                    AdvisoryState::Granted(if fencing { fence } else { None })
                 }
-                Err(error) => State::Failed(describe(&error)),
+                Err(error) => AdvisoryState::Failed(describe(&error)),
             };
             waiting.set(state);
             hub.notify_one(&name, &token);
@@ -555,9 +495,9 @@ impl Backend for AdvisoryBackend {
                 Some(session) => session,
                 None => {
                     let client = self.connection().await.map_err(acquire_error)?;
-                    let session = Arc::new(Session {
+                    let session = Arc::new(AdvisorySession {
                         client,
-                        state: Mutex::new(State::Idle),
+                        state: Mutex::new(AdvisoryState::Idle),
                         waiting: Mutex::new(None),
                     });
                     let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
@@ -566,21 +506,23 @@ impl Backend for AdvisoryBackend {
                 }
             };
             match session.state() {
-                State::Idle | State::Contended => self.try_on(&session, &spec).await,
-                State::Waiting => Ok(Attempt::Busy { ttl: None }),
-                State::Granted(fence) => {
+                AdvisoryState::Idle | AdvisoryState::Contended => {
+                    self.try_on(&session, &spec).await
+                }
+                AdvisoryState::Waiting => Ok(Attempt::Busy { ttl: None }),
+                AdvisoryState::Granted(fence) => {
                     // Dated from now: the lease counts from before this statement was sent.
-                    session.set(State::InFlight);
+                    session.set(AdvisoryState::InFlight);
                     self.date(&session, &spec, fence).await?;
-                    session.set(State::Held(fence));
+                    session.set(AdvisoryState::Held(fence));
                     Ok(Attempt::Acquired {
                         fencing_token: fence,
                     })
                 }
-                State::Held(fence) => Ok(Attempt::Acquired {
+                AdvisoryState::Held(fence) => Ok(Attempt::Acquired {
                     fencing_token: fence,
                 }),
-                State::Failed(why) => {
+                AdvisoryState::Failed(why) => {
                     self.sessions
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -589,7 +531,7 @@ impl Backend for AdvisoryBackend {
                         "the advisory lock request failed: {why}"
                     )))
                 }
-                State::InFlight => Err(Transient::wrap(
+                AdvisoryState::InFlight => Err(Transient::wrap(
                     "an earlier attempt of this acquisition is still under way",
                 )),
             }
@@ -601,7 +543,7 @@ impl Backend for AdvisoryBackend {
             let Some(session) = self.session(spec.token) else {
                 return Ok(false);
             };
-            let State::Held(fence) = session.state() else {
+            let AdvisoryState::Held(fence) = session.state() else {
                 return Ok(false);
             };
             match self
@@ -627,12 +569,12 @@ impl Backend for AdvisoryBackend {
             };
             let state = session.state();
             match state {
-                State::Idle | State::Contended => {
+                AdvisoryState::Idle | AdvisoryState::Contended => {
                     self.give_back_connection(session.client.clone());
                     Ok(Released::NotOurs)
                 }
-                State::Held(_) | State::Granted(_) => {
-                    let held = matches!(state, State::Held(_));
+                AdvisoryState::Held(_) | AdvisoryState::Granted(_) => {
+                    let held = matches!(state, AdvisoryState::Held(_));
                     let text = format!(
                         "SELECT {}({}), set_config('idle_session_timeout', '0', false)",
                         function(hold.kind, "advisory_unlock"),
@@ -658,7 +600,7 @@ impl Backend for AdvisoryBackend {
                         Err(error) => self.after_failed_release(hold, error).await,
                     }
                 }
-                State::Waiting => {
+                AdvisoryState::Waiting => {
                     if let Some(task) = session
                         .waiting
                         .lock()
@@ -677,7 +619,7 @@ impl Backend for AdvisoryBackend {
                     .await;
                     Ok(Released::NotOurs)
                 }
-                State::InFlight | State::Failed(_) => Ok(Released::NotOurs),
+                AdvisoryState::InFlight | AdvisoryState::Failed(_) => Ok(Released::NotOurs),
             }
         })
     }
@@ -691,257 +633,10 @@ impl Backend for AdvisoryBackend {
             let session = self
                 .session(spec.token)
                 .ok_or("no connection for this waiter: its attempt was given up")?;
-            if matches!(session.state(), State::Contended) {
+            if matches!(session.state(), AdvisoryState::Contended) {
                 self.block(session, &spec);
             }
             Ok(subscription)
         })
-    }
-}
-
-impl Admin for AdvisoryBackend {
-    fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
-        Box::pin(async move {
-            let found = self.held(Some(advisory_key(name))).await?;
-            Ok(entries(found).into_iter().find(|entry| entry.name == name))
-        })
-    }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
-        Box::pin(async move {
-            let mut entries: Vec<Entry> = entries(self.held(None).await?)
-                .into_iter()
-                .filter(|e| {
-                    e.name
-                        .strip_prefix(prefix)
-                        .is_some_and(|key| crate::admin::glob_match(pattern, key))
-                })
-                .collect();
-            entries.sort_by(|a, b| a.name.cmp(&b.name));
-            entries.truncate(limit);
-            Ok(entries)
-        })
-    }
-    fn force_release<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
-        Box::pin(async move {
-            let key = advisory_key(name);
-            let found = self.held(Some(key)).await?;
-            let Some(entry) = entries(found).into_iter().find(|entry| entry.name == name) else {
-                return Ok(None);
-            };
-            // Ending a session only signals its backend; the lock is free once the backend has
-            // exited. Wait for that (PostgreSQL 14+, which this mode requires), so that the lock
-            // is free when this returns: without the wait, a loaded server still showed it held
-            // right after (conformance's `the_admin_api_shows_readers`, eight tests at a time).
-            let text = format!(
-                "SELECT count(pg_terminate_backend(l.pid, {FORCE_RELEASE_WAIT_MS})) \
-                 FROM pg_locks l WHERE {} AND l.granted",
-                lock_match(key)
-            );
-            self.query_once(&text).await?;
-            Ok(Some(entry))
-        })
-    }
-    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
-        Box::pin(async move {
-            let version = self.query_once("SHOW server_version").await?;
-            Ok(format!("PostgreSQL {version} (advisory locks)"))
-        })
-    }
-}
-
-/// How long a forced release waits for each holder's session to end (milliseconds).
-const FORCE_RELEASE_WAIT_MS: u64 = 5_000;
-
-/// The `pg_locks` condition for the advisory lock `key` (a bigint key: high half in `classid`,
-/// low half in `objid`, `objsubid` 1) in this database.
-fn lock_match(key: i64) -> String {
-    let key = key as u64;
-    format!(
-        "l.locktype = 'advisory' AND l.objsubid = 1 AND l.classid = {} AND l.objid = {} \
-         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-        key >> 32,
-        key & 0xffff_ffff
-    )
-}
-
-impl AdvisoryBackend {
-    /// The locks distlock holds on this database (only `key`'s if given), from `pg_locks` and
-    /// the holders' comments in `pg_stat_activity`.
-    /// A release whose unlock failed (no answer, a broken connection): its connection is
-    /// dropped. Asked on another connection: if the session still holds the lock, it is ended
-    /// (`pg_terminate_backend`) — released; if not, the unlock or the session's end freed it —
-    /// ambiguous, as a retried release is; if the server cannot be asked, the release failed.
-    async fn after_failed_release(
-        &self,
-        hold: Hold<'_>,
-        error: PgError,
-    ) -> Result<Released, BoxError> {
-        let check = async {
-            let held = self.held(Some(advisory_key(hold.name))).await?;
-            let ours = held
-                .iter()
-                .find(|holding| holding.granted && holding.note.token == hold.token);
-            let Some(Holding { pid, .. }) = ours else {
-                return Ok::<_, BoxError>(Released::Ambiguous { alive_until: None });
-            };
-            self.query_once(&format!("SELECT pg_terminate_backend({pid})"))
-                .await?;
-            Ok(Released::Deleted)
-        };
-        check.await.map_err(|checking| {
-            format!(
-                "the release got no answer ({error}), and the server could not be asked \
-                 whether the lock is still held ({checking})"
-            )
-            .into()
-        })
-    }
-
-    /// Every distlock session holding or waiting for an advisory lock in this database (only
-    /// for `key` if given), from `pg_locks` and the sessions' comments in `pg_stat_activity`.
-    async fn held(&self, key: Option<i64>) -> Result<Vec<Holding>, BoxError> {
-        let condition = match key {
-            Some(key) => lock_match(key),
-            None => "l.locktype = 'advisory' AND l.objsubid = 1 AND l.database = \
-                     (SELECT oid FROM pg_database WHERE datname = current_database())"
-                .to_owned(),
-        };
-        let text = format!(
-            "SELECT a.query, a.state, \
-             (extract(epoch FROM clock_timestamp() - a.state_change) * 1000)::bigint, a.pid, \
-             l.granted, l.mode \
-             FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid WHERE {condition}"
-        );
-        let client = self.connection().await?;
-        let messages = self
-            .simple(&client, &text, "the advisory-lock inspection")
-            .await?;
-        self.give_back_connection(client);
-        let mut found = Vec::new();
-        for message in &messages {
-            let SimpleQueryMessage::Row(row) = message else {
-                continue;
-            };
-            let Some(mut note) = row.get(0).and_then(parse_note) else {
-                continue;
-            };
-            // The server's word over the comment's.
-            note.reader = row.get(5) == Some("ShareLock");
-            let idle = row.get(1) == Some("idle");
-            let since: u64 = row.get(2).and_then(|v| v.parse().ok()).unwrap_or(0);
-            let ttl = if idle {
-                note.lease.saturating_sub(Duration::from_millis(since))
-            } else {
-                note.lease
-            };
-            found.push(Holding {
-                pid: row.get(3).and_then(|v| v.parse().ok()).unwrap_or(0),
-                granted: row.get(4) == Some("t"),
-                ttl,
-                note,
-            });
-        }
-        Ok(found)
-    }
-}
-
-/// A distlock session's advisory lock, granted or waited for.
-struct Holding {
-    /// The server process of the session.
-    pid: i32,
-    granted: bool,
-    /// What is left of its lease (counted from its last statement).
-    ttl: Duration,
-    note: Note,
-}
-
-/// The held locks among `found`, by name: a writer's, or its readers (longest share first),
-/// with the requests waiting for it.
-fn entries(found: Vec<Holding>) -> Vec<Entry> {
-    let mut by_name: HashMap<String, Entry> = HashMap::new();
-    let mut waiting: HashMap<String, u64> = HashMap::new();
-    for holding in found {
-        let Holding {
-            granted, ttl, note, ..
-        } = holding;
-        if !granted {
-            *waiting.entry(note.name).or_default() += 1;
-            continue;
-        }
-        let entry = by_name.entry(note.name.clone()).or_insert_with(|| Entry {
-            name: note.name.clone(),
-            ..Entry::default()
-        });
-        entry.fencing_token = entry.fencing_token.max(note.fence);
-        if note.reader {
-            entry.readers.push((note.token, Some(ttl)));
-        } else {
-            entry.token = Some(note.token);
-            entry.ttl = Some(ttl);
-        }
-    }
-    by_name
-        .into_values()
-        .map(|mut entry| {
-            entry.readers.sort_by_key(|r| std::cmp::Reverse(r.1));
-            entry.waiters = waiting.get(&entry.name).copied();
-            entry
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn notes_round_trip_and_keys_are_stable() {
-        let spec = LockSpec {
-            name: "lock:order:42 */ drop",
-            token: "vm:1:2:ab",
-            lease: Duration::from_millis(5_000),
-            fencing: true,
-            renew: true,
-            waiting: false,
-            fair: false,
-            kind: Kind::Exclusive,
-        };
-        let text = format!("SELECT 1{}", note(&spec, Some(7)));
-        assert!(!text[text.find("/*").unwrap() + 2..].contains("*/ drop"));
-        assert_eq!(
-            parse_note(&text),
-            Some(Note {
-                lease: Duration::from_millis(5_000),
-                fence: Some(7),
-                token: "vm:1:2:ab".to_owned(),
-                name: "lock:order:42 */ drop".to_owned(),
-                reader: false,
-            })
-        );
-        let reader = LockSpec {
-            kind: Kind::Shared,
-            ..spec
-        };
-        let text = format!("SELECT 1{}", note(&reader, None));
-        let parsed = parse_note(&text).expect("a reader's note");
-        assert!(parsed.reader && parsed.fence.is_none());
-        assert_eq!(
-            function(Kind::Shared, "try_advisory_lock"),
-            "pg_try_advisory_lock_shared"
-        );
-        assert_eq!(
-            function(Kind::Exclusive, "advisory_unlock"),
-            "pg_advisory_unlock"
-        );
-        // FNV-1a 64 of "a" (the published test vector).
-        assert_eq!(advisory_key("a") as u64, 0xaf63_dc4c_8601_ec8c);
     }
 }

@@ -1,0 +1,437 @@
+//! Readers' shares and a semaphore's permits on MySQL: one acquisition for both kinds (the
+//! statements that differ passed in), their renewal and release, and a waiting writer's mark.
+
+use std::sync::Arc;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{TxOpts, Value};
+
+use super::errors::MyError;
+use super::pool::Trips;
+use super::statements::MyStatements;
+use super::{MysqlBackend, busy_us, micros, positional};
+use crate::backend::sql::errors::acquire_error;
+use crate::backend::sql::shares::{READERS, semaphore_limit, shares_token};
+use crate::backend::{Attempt, Kind, LockSpec, Refused};
+use crate::error::BoxError;
+
+/// Makes or renews the share of reader `token` in lock `name` (for `lease` µs), in the
+/// transaction of a reader's acquisition or renewal.
+async fn put_share(
+    tx: &mut mysql_async::Transaction<'_>,
+    sql: &MyStatements,
+    name: &[u8],
+    token: &str,
+    lease: i64,
+    holder: &str,
+) -> Result<(), mysql_async::Error> {
+    let params = vec![
+        Value::from(name),
+        Value::from(token),
+        Value::from(token),
+        Value::from(lease),
+        Value::from(holder),
+    ];
+    tx.exec_drop(sql.put_share.as_str(), positional(params))
+        .await
+}
+
+/// Makes the lock row `name` the row of shares `row_token` (readers, or a semaphore's
+/// permits), living at least `lease` µs more, in the transaction that made or renewed a share.
+async fn shares_row(
+    tx: &mut mysql_async::Transaction<'_>,
+    sql: &MyStatements,
+    name: &[u8],
+    row_token: &str,
+    lease: i64,
+) -> Result<(), mysql_async::Error> {
+    let params = vec![
+        Value::from(row_token),
+        Value::from(row_token),
+        Value::from(lease),
+        Value::from(lease),
+        Value::from(row_token),
+        Value::from(row_token),
+        Value::from(name),
+    ];
+    tx.exec_drop(sql.readers_row.as_str(), positional(params))
+        .await
+}
+
+/// In a reader's transaction: the lock row, locked — `(token, live, remaining µs)` — and
+/// whether reader `token`'s share is live.
+async fn row_and_share(
+    tx: &mut mysql_async::Transaction<'_>,
+    sql: &MyStatements,
+    name: &[u8],
+    token: &str,
+) -> Result<(Option<(String, bool, Option<i64>)>, bool), mysql_async::Error> {
+    let row = tx.exec_first(sql.row.as_str(), (name,)).await?;
+    let mine: Option<i64> = tx
+        .exec_first(sql.share_live.as_str(), (name, token))
+        .await?;
+    Ok((row, mine.unwrap_or(0) > 0))
+}
+
+/// What a reader's acquisition and a semaphore permit's differ in, besides their kind: the
+/// statements and numbers [`MysqlBackend::acquire_share`] is given.
+pub(super) struct ShareRules {
+    /// The acquisition, for messages: `the read acquisition`, `the permit's acquisition`.
+    what: &'static str,
+    /// `name, name` → (live rows, µs until the first ends) of what keeps a new share out:
+    /// waiting writers' marks (`MyStatements::marks`), or the live permits
+    /// (`MyStatements::shares`).
+    count: fn(&MyStatements) -> &String,
+    /// How many of those keep it out: one writer's mark, or the semaphore's limit.
+    full_at: i64,
+}
+
+impl ShareRules {
+    /// A reader's: a writer waiting holds back a reader without a share yet.
+    pub(super) fn reader() -> ShareRules {
+        ShareRules {
+            what: "the read acquisition",
+            count: |sql| &sql.marks,
+            full_at: 1,
+        }
+    }
+
+    /// A permit's of a semaphore of `limit`: every permit in use holds it back.
+    pub(super) fn permit(limit: u16) -> ShareRules {
+        ShareRules {
+            what: "the permit's acquisition",
+            count: |sql| &sql.shares,
+            full_at: i64::from(limit),
+        }
+    }
+}
+
+/// What a share's attempt found: taken (with a fence when asked for: the last write grant's
+/// for a reader, a new one for a permit), busy for about this many µs, or the lock row live
+/// with another token (a writer's, or a semaphore's of another limit) and this many µs left.
+enum ShareAttempt {
+    Taken(Option<i64>),
+    Busy(Option<i64>),
+    HeldAs(String, Option<i64>),
+}
+
+impl MysqlBackend {
+    /// A reader's attempt (see `MyStatements::range` for the layout) or a semaphore's permit
+    /// (`spec.kind`), in one transaction that locks the lock row first: a share (a permit's as
+    /// a reader's) while nothing keeps it out — for a reader, a writer holding the lock or one
+    /// waiting; for a permit, `limit` live permits — and a row held as a lock, or by a semaphore
+    /// of another limit, is refused to a permit.
+    pub(super) async fn acquire_share(
+        &self,
+        spec: LockSpec<'_>,
+        rules: ShareRules,
+    ) -> Result<Attempt, BoxError> {
+        let plainly = match spec.kind {
+            Kind::Permits(limit) => self.permits_in_use(spec, limit).await?,
+            _ => self.plainly_busy(spec).await?,
+        };
+        if let Some(busy) = plainly {
+            return Ok(busy);
+        }
+        let sql = Arc::clone(&self.sql);
+        let (name, token) = (spec.name.as_bytes().to_vec(), spec.token.to_owned());
+        let (lease, holder, fencing) = (micros(spec.lease), self.holder.clone(), spec.fencing);
+        let (kind, row_token) = (spec.kind, shares_token(spec.kind));
+        let ShareRules {
+            what,
+            count,
+            full_at,
+        } = rules;
+        let outcome = self
+            .run_with(Trips::Many, what, spec.name, move |conn| {
+                let (sql, name, token, holder, row_token) = (
+                    Arc::clone(&sql),
+                    name.clone(),
+                    token.clone(),
+                    holder.clone(),
+                    row_token.clone(),
+                );
+                Box::pin(async move {
+                    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+                    tx.exec_drop(sql.lock_row.as_str(), (name.clone(),)).await?;
+                    let (row, mine) = row_and_share(&mut tx, &sql, &name, &token).await?;
+                    let (held, live, left) = row.unwrap_or_else(|| (String::new(), false, None));
+                    if live && held != row_token {
+                        tx.rollback().await?;
+                        return Ok(ShareAttempt::HeldAs(held, left));
+                    }
+                    // A writer waiting holds back a reader without a share yet; every permit
+                    // in use, a permit.
+                    let counted = !mine
+                        && match kind {
+                            Kind::Shared => held == row_token,
+                            _ => live,
+                        };
+                    if counted {
+                        let found: Option<(i64, Option<i64>)> = tx
+                            .exec_first(count(&sql).as_str(), (name.clone(), name.clone()))
+                            .await?;
+                        if let Some((n, first)) = found
+                            && n >= full_at
+                        {
+                            tx.rollback().await?;
+                            let wait = match kind {
+                                Kind::Shared => match (live.then_some(left).flatten(), first) {
+                                    (Some(a), Some(b)) => Some(a.min(b)),
+                                    (a, b) => a.or(b),
+                                },
+                                // Every permit in use: until the row's lease (polling sees a
+                                // release sooner).
+                                _ => left,
+                            };
+                            return Ok(ShareAttempt::Busy(wait));
+                        }
+                    }
+                    put_share(&mut tx, &sql, &name, &token, lease, &holder).await?;
+                    shares_row(&mut tx, &sql, &name, &row_token, lease).await?;
+                    let fence = match (fencing, kind) {
+                        (false, _) => None,
+                        (true, Kind::Shared) => Some(
+                            tx.exec_first(sql.last_fence.as_str(), (name,))
+                                .await?
+                                .unwrap_or(0),
+                        ),
+                        (true, _) => {
+                            tx.exec_drop(sql.fence.as_str(), (name,)).await?;
+                            tx.last_insert_id().map(|f| f as i64)
+                        }
+                    };
+                    tx.commit().await?;
+                    Ok(ShareAttempt::Taken(fence))
+                })
+            })
+            .await
+            .map_err(acquire_error)?;
+        match outcome {
+            ShareAttempt::Taken(fence) => Ok(Attempt::Acquired {
+                fencing_token: spec.fencing.then(|| fence.unwrap_or(0) as u64),
+            }),
+            ShareAttempt::Busy(wait) => Ok(busy_us(wait)),
+            ShareAttempt::HeldAs(held, left) => match spec.kind {
+                Kind::Permits(limit) => Err(match semaphore_limit(&held) {
+                    Some(held) => Refused::limit(held, limit),
+                    None => Refused::kind(None, spec.kind),
+                }),
+                // A writer holds it: busy until its lease ends.
+                _ => Ok(busy_us(left)),
+            },
+        }
+    }
+
+    /// One of the unlocked reads of the lock row (`MyStatements::peek`, `MyStatements::peek_permits`) for `spec`:
+    /// (token, live, remaining µs, a count, this token's live share).
+    async fn peek(
+        &self,
+        spec: LockSpec<'_>,
+        statement: fn(&MyStatements) -> &String,
+    ) -> Result<Option<(String, bool, Option<i64>, i64, i64)>, BoxError> {
+        let sql = Arc::clone(&self.sql);
+        let name = Value::from(spec.name.as_bytes());
+        let params = vec![
+            name.clone(),
+            name.clone(),
+            name.clone(),
+            Value::from(spec.token),
+            name,
+        ];
+        self.run("reading the lock", spec.name, move |conn| {
+            let (sql, params) = (Arc::clone(&sql), params.clone());
+            Box::pin(async move {
+                conn.exec_first(statement(&sql).as_str(), positional(params))
+                    .await
+            })
+        })
+        .await
+        .map_err(acquire_error)
+    }
+
+    /// A permit's attempt that a plain read shows busy — every permit in use — or refused — a
+    /// row held as a lock, or by a semaphore of another limit — answered without a transaction.
+    /// `None`: the transaction decides.
+    async fn permits_in_use(
+        &self,
+        spec: LockSpec<'_>,
+        limit: u16,
+    ) -> Result<Option<Attempt>, BoxError> {
+        // Every permit plainly in use: answered without a transaction, so that waiters polling
+        // do not queue on the lock row's lock.
+        let row = self.peek(spec, |sql| &sql.peek_permits).await?;
+        if let Some((held, true, left, live, 0)) = row {
+            if held != shares_token(spec.kind) {
+                return Err(match semaphore_limit(&held) {
+                    Some(held) => Refused::limit(held, limit),
+                    None => Refused::kind(None, spec.kind),
+                });
+            }
+            if live >= i64::from(limit) {
+                return Ok(Some(busy_us(left)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A reader's attempt that a plain read shows busy — a live writer holds the lock, or a
+    /// writer waits (and this reader has no share yet) — answered without a transaction, so
+    /// that waiting readers polling do not queue on the lock row's lock. `None`: it may be
+    /// granted; the transaction decides.
+    async fn plainly_busy(&self, spec: LockSpec<'_>) -> Result<Option<Attempt>, BoxError> {
+        let row = self.peek(spec, |sql| &sql.peek).await?;
+        let Some((token, live, left, marks, mine)) = row else {
+            return Ok(None);
+        };
+        if live && let Some(held) = semaphore_limit(&token) {
+            return Err(Refused::kind(Some(held), spec.kind));
+        }
+        let writer = live && token != READERS;
+        let held_back = token == READERS && marks > 0 && mine == 0;
+        Ok((writer || held_back).then(|| busy_us(left)))
+    }
+
+    /// A reader's (or a permit's) renewal: its share lives `lease` more, and the lock row as
+    /// long.
+    pub(super) async fn renew_shared(&self, spec: LockSpec<'_>) -> Result<bool, BoxError> {
+        let row_token = shares_token(spec.kind);
+        let sql = Arc::clone(&self.sql);
+        let (name, token) = (spec.name.as_bytes().to_vec(), spec.token.to_owned());
+        let (lease, holder) = (micros(spec.lease), self.holder.clone());
+        let renewed = self
+            .run_with(Trips::Many, "the read renewal", spec.name, move |conn| {
+                let (sql, name, token, holder, row_token) = (
+                    Arc::clone(&sql),
+                    name.clone(),
+                    token.clone(),
+                    holder.clone(),
+                    row_token.clone(),
+                );
+                Box::pin(async move {
+                    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+                    let (row, mine) = row_and_share(&mut tx, &sql, &name, &token).await?;
+                    let held = row.is_some_and(|(t, live, _)| t == row_token && live);
+                    if !held || !mine {
+                        tx.rollback().await?;
+                        return Ok(false);
+                    }
+                    put_share(&mut tx, &sql, &name, &token, lease, &holder).await?;
+                    shares_row(&mut tx, &sql, &name, &row_token, lease).await?;
+                    tx.commit().await?;
+                    Ok(true)
+                })
+            })
+            .await?;
+        Ok(renewed)
+    }
+
+    /// A reader's release: its share goes; the lock row then lives until the longest share
+    /// left ends — or, with none left, is deleted (or, while writers wait, left to them, its
+    /// lease over). `(share was live, readers left)`.
+    pub(super) async fn release_shared(
+        &self,
+        name: &str,
+        token: &str,
+        kind: Kind,
+    ) -> Result<(bool, bool), MyError> {
+        let sql = Arc::clone(&self.sql);
+        let (bytes, token) = (name.as_bytes().to_vec(), token.to_owned());
+        let row_token = shares_token(kind);
+        self.run_with(Trips::Many, "the read release", name, move |conn| {
+            let (sql, name, token, row_token) = (
+                Arc::clone(&sql),
+                bytes.clone(),
+                token.clone(),
+                row_token.clone(),
+            );
+            Box::pin(async move {
+                let mut tx = conn.start_transaction(TxOpts::default()).await?;
+                let (row, mine) = row_and_share(&mut tx, &sql, &name, &token).await?;
+                tx.exec_drop(sql.drop_share.as_str(), (name.clone(), token))
+                    .await?;
+                tx.exec_drop(
+                    sql.drop_expired_shares.as_str(),
+                    (name.clone(), name.clone()),
+                )
+                .await?;
+                let mut left = true;
+                if row.is_some_and(|(t, _, _)| t == row_token) {
+                    let others: Option<(i64, Option<i64>)> = tx
+                        .exec_first(sql.shares.as_str(), (name.clone(), name.clone()))
+                        .await?;
+                    match others {
+                        Some((n, Some(last))) if n > 0 => {
+                            tx.exec_drop(sql.readers_until.as_str(), (last, name, row_token))
+                                .await?;
+                        }
+                        _ => {
+                            left = false;
+                            let marks: Option<(i64, Option<i64>)> = tx
+                                .exec_first(sql.marks.as_str(), (name.clone(), name.clone()))
+                                .await?;
+                            if marks.is_some_and(|(n, _)| n > 0) {
+                                tx.exec_drop(sql.readers_until.as_str(), (-1i64, name, row_token))
+                                    .await?;
+                            } else {
+                                tx.exec_drop(sql.drop_readers_row.as_str(), (name, row_token))
+                                    .await?;
+                            }
+                        }
+                    }
+                }
+                tx.commit().await?;
+                Ok((mine, left))
+            })
+        })
+        .await
+    }
+
+    /// A waiting writer found the lock busy: if readers hold it, mark it so no new reader
+    /// joins. Whether it marked.
+    pub(super) async fn mark(&self, spec: LockSpec<'_>) -> Result<bool, MyError> {
+        let sql = Arc::clone(&self.sql);
+        let params = vec![
+            Value::from(spec.name.as_bytes()),
+            Value::from(spec.token),
+            Value::from(spec.token),
+            Value::from(micros(crate::wait::FAIR_QUEUE_TTL)),
+            Value::from(self.holder.as_str()),
+            Value::from(spec.name.as_bytes()),
+        ];
+        // Noted before the statement is sent: a mark whose answer is lost is taken back too
+        // (as on PostgreSQL); forgotten again if the answer says nothing was marked.
+        self.marked.insert(spec.token);
+        let marked = self
+            .run("marking the readers", spec.name, move |conn| {
+                let (sql, params) = (Arc::clone(&sql), params.clone());
+                Box::pin(async move {
+                    conn.exec_drop(sql.mark.as_str(), positional(params))
+                        .await?;
+                    Ok(conn.affected_rows() > 0)
+                })
+            })
+            .await?;
+        if !marked {
+            self.marked.remove(spec.token);
+        }
+        Ok(marked)
+    }
+
+    /// Takes back the mark of writer `token`, if it left one.
+    pub(super) async fn unmark(&self, name: &str, token: &str) -> Result<(), MyError> {
+        if !self.marked.remove(token) {
+            return Ok(());
+        }
+        let sql = Arc::clone(&self.sql);
+        let params = vec![Value::from(name.as_bytes()), Value::from(token)];
+        self.run("taking a mark back", name, move |conn| {
+            let (sql, params) = (Arc::clone(&sql), params.clone());
+            Box::pin(async move {
+                conn.exec_drop(sql.unmark.as_str(), positional(params))
+                    .await
+            })
+        })
+        .await
+    }
+}
