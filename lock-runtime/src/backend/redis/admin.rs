@@ -7,8 +7,9 @@ use std::time::Duration;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{RedisError, RedisResult, Script, Value};
 
+use super::RedisBackend;
+use super::connection::Connection;
 use super::scripts::{FORCE_RELEASE, INSPECT};
-use super::{Connection, RedisBackend};
 use crate::admin::Entry;
 use crate::error::BoxError;
 

@@ -26,28 +26,33 @@
 //! Run the nodes with `appendonly yes` and `appendfsync always`, or keep a restarted node out
 //! for longer than the longest lease; the test suite shows both the double grant and that
 //! `appendfsync always` prevents it.
+//!
+//! Files: this one holds the backend, its connection and the lock operations; `vote` the vote
+//! and its undoing; `outcome` the nodes' answers and the majorities over them; `admin` the
+//! admin API.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use futures_util::future::join_all;
-use futures_util::stream::FuturesUnordered;
 use tokio::time::Instant;
 
-use redis::{ErrorKind, RedisError, RedisResult, Value};
-
-use super::{RedisBackend, RedisSettings, acquire_error, millis, node_urls};
+use super::{RedisBackend, RedisSettings, node_urls};
 use crate::LockClient;
 use crate::backend::drift;
 use crate::backend::url::redact_url;
-use crate::backend::{Admin, Attempt, Backend, Capabilities, Hold, LockSpec, Released, Transient};
+use crate::backend::{Attempt, Backend, Capabilities, Hold, LockSpec, Released, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::runtime::BoxFuture;
+
+mod admin;
+mod outcome;
+mod vote;
+
+use outcome::Outcome;
+use vote::Vote;
 
 /// Why fencing is refused; part of every such error.
 pub(crate) const NO_FENCING: &str = "Redlock cannot hand out fencing tokens: a counter spread \
@@ -97,26 +102,6 @@ pub(crate) fn auto_node_timeout(lease: Duration) -> Duration {
             LockClient::AUTO_NODE_TIMEOUT_MAX,
         )
         .min(lease / 3)
-}
-
-/// What one node did within the node timeout.
-enum Outcome<T> {
-    Answered(T),
-    Failed {
-        /// `<node url>: <what happened>`.
-        why: String,
-        /// Retrying cannot cure it (authentication, a script error).
-        permanent: bool,
-    },
-}
-
-impl<T> Outcome<T> {
-    fn failed(why: impl Into<String>) -> Outcome<T> {
-        Outcome::Failed {
-            why: why.into(),
-            permanent: false,
-        }
-    }
 }
 
 impl RedlockBackend {
@@ -182,197 +167,6 @@ impl RedlockBackend {
     fn timeout_for(&self, lease: Duration) -> Duration {
         self.node_timeout
             .unwrap_or_else(|| auto_node_timeout(lease))
-    }
-
-    /// Runs `op` on every node at once, each bounded by `timeout`.
-    async fn on_all<'a, T, F, Fut>(&'a self, timeout: Duration, op: F) -> Vec<Outcome<T>>
-    where
-        F: Fn(&'a RedisBackend) -> Fut,
-        Fut: Future<Output = Result<T, BoxError>> + 'a,
-    {
-        join_all(
-            self.nodes
-                .iter()
-                .map(|node| bounded(node, timeout, op(node))),
-        )
-        .await
-    }
-
-    fn unreachable_error<T>(&self, op: &str, outcomes: &[Outcome<T>]) -> BoxError {
-        let answered = outcomes
-            .iter()
-            .filter(|o| matches!(o, Outcome::Answered(_)))
-            .count();
-        let mut message = format!(
-            "a majority of the Redlock nodes was unreachable: {answered} of {} answered the \
-             {op}, {} are needed;",
-            self.nodes.len(),
-            self.quorum
-        );
-        for outcome in outcomes {
-            if let Outcome::Failed { why, .. } = outcome {
-                let _ = write!(message, " {why};");
-            }
-        }
-        message.pop();
-        message.into()
-    }
-
-    /// Deletes our token everywhere (a lost vote's partial locks, and nodes that timed out:
-    /// their `SET` may still land). Quietly — without waking waiters — unless our token may
-    /// have sat on a majority (`loud`): a waiter that saw it there as the holder sleeps until
-    /// its lease ends or a release notification comes, so it must get one.
-    ///
-    /// A node that does not confirm the delete within the node timeout is chased in the
-    /// background until it does or the lease is over: an abandoned token would block that node
-    /// for a whole lease, and a few of them (one per contender whose vote timed out) leave too
-    /// few free nodes for anyone to win a majority — the stall 32 contenders on five nodes
-    /// used to show.
-    async fn undo(&self, spec: LockSpec<'_>, loud: bool, sent_at: Instant) {
-        let outcomes = self
-            .on_all(self.timeout_for(spec.lease), |node| async move {
-                delete(node, spec.name, spec.token, loud).await
-            })
-            .await;
-        let silent: Vec<Arc<RedisBackend>> = outcomes
-            .iter()
-            .zip(&self.nodes)
-            .filter(|(outcome, _)| !matches!(outcome, Outcome::Answered(_)))
-            .map(|(_, node)| Arc::clone(node))
-            .collect();
-        if !silent.is_empty() {
-            chase(silent, spec, loud, sent_at + spec.lease);
-        }
-    }
-}
-
-/// `call` on `node`, bounded by `timeout`, as an [`Outcome`].
-async fn bounded<T>(
-    node: &RedisBackend,
-    timeout: Duration,
-    call: impl Future<Output = Result<T, BoxError>>,
-) -> Outcome<T> {
-    match tokio::time::timeout(timeout, call).await {
-        Ok(Ok(value)) => Outcome::Answered(value),
-        Ok(Err(error)) => Outcome::Failed {
-            why: format!("{}: {}", node.shown_url(), describe(&*error)),
-            permanent: !error.is::<Transient>(),
-        },
-        Err(_) => Outcome::failed(format!("{}: timed out after {timeout:?}", node.shown_url())),
-    }
-}
-
-/// A node's error in a few words: `refused` for a refused connection, the error otherwise.
-fn describe(error: &(dyn std::error::Error + 'static)) -> String {
-    let error = match error.downcast_ref::<Transient>() {
-        Some(transient) => &*transient.0,
-        None => error,
-    };
-    match error.downcast_ref::<redis::RedisError>() {
-        Some(redis) if redis.is_connection_refusal() => {
-            "refused (is redis-server running there?)".to_owned()
-        }
-        _ => error.to_string(),
-    }
-}
-
-/// Deletes the lock on `node` if it holds `token`: with a release notification when `loud`.
-async fn delete(
-    node: &RedisBackend,
-    name: &str,
-    token: &str,
-    loud: bool,
-) -> Result<bool, BoxError> {
-    if loud {
-        Ok(node.release(Hold::exclusive(name, token)).await? == Released::Deleted)
-    } else {
-        Ok(node.release_quietly(name, token).await?)
-    }
-}
-
-/// Keeps deleting `spec`'s token on `nodes` in the background — each retried with a growing
-/// pause until it answers — until `until` (the end of the token's lease, after which the
-/// token is gone anyway).
-fn chase(nodes: Vec<Arc<RedisBackend>>, spec: LockSpec<'_>, loud: bool, until: Instant) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return; // no runtime: the lease is the backstop
-    };
-    let (name, token): (Arc<str>, Arc<str>) = (Arc::from(spec.name), Arc::from(spec.token));
-    for node in nodes {
-        let (name, token) = (Arc::clone(&name), Arc::clone(&token));
-        runtime.spawn(async move {
-            let mut pause = Duration::from_millis(20);
-            while Instant::now() < until {
-                let left = until.saturating_duration_since(Instant::now());
-                if let Ok(Ok(_)) = tokio::time::timeout(left, delete(&node, &name, &token, loud)).await {
-                    tracing::debug!(node = node.shown_url(), %name, "distlock: late Redlock clean-up done");
-                    return;
-                }
-                tokio::time::sleep(pause.min(until.saturating_duration_since(Instant::now())))
-                    .await;
-                pause = (pause * 2).min(Duration::from_millis(500));
-            }
-        });
-    }
-}
-
-/// How long the admin API waits for a Redlock node.
-const ADMIN_NODE_TIMEOUT: Duration = Duration::from_secs(2);
-
-impl RedlockBackend {
-    /// `op` on every node at once, each bounded by [`ADMIN_NODE_TIMEOUT`]: the answers of the
-    /// nodes that gave one, or an error when fewer than a majority did.
-    async fn on_every_node<'a, T, F, Fut>(&'a self, op: F) -> Result<Vec<T>, BoxError>
-    where
-        F: Fn(&'a RedisBackend) -> Fut,
-        Fut: Future<Output = Result<T, BoxError>>,
-    {
-        let answers = join_all(
-            self.nodes
-                .iter()
-                .map(|node| tokio::time::timeout(ADMIN_NODE_TIMEOUT, op(node))),
-        )
-        .await;
-        let mut ok = Vec::with_capacity(answers.len());
-        let mut failures = Vec::new();
-        for (node, answer) in self.nodes.iter().zip(answers) {
-            match answer {
-                Ok(Ok(value)) => ok.push(value),
-                Ok(Err(e)) => failures.push(format!("{}: {e}", node.shown_url())),
-                Err(_) => failures.push(format!(
-                    "{}: no answer within {ADMIN_NODE_TIMEOUT:?}",
-                    node.shown_url()
-                )),
-            }
-        }
-        if ok.len() < self.quorum {
-            return Err(format!(
-                "only {} of {} Redlock nodes answered, fewer than the majority of {} ({})",
-                ok.len(),
-                self.nodes.len(),
-                self.quorum,
-                failures.join("; ")
-            )
-            .into());
-        }
-        Ok(ok)
-    }
-
-    /// The lock as a majority of nodes hold it: the token on at least `quorum` of `found`, with
-    /// the shortest of their leases. A token on fewer nodes (an attempt that lost its vote,
-    /// copies left by a node that was down) holds nothing.
-    fn majority(&self, found: Vec<Option<crate::admin::Entry>>) -> Option<crate::admin::Entry> {
-        let entries: Vec<_> = found.into_iter().flatten().collect();
-        let mut best: Option<(usize, crate::admin::Entry)> = None;
-        for entry in &entries {
-            let same: Vec<_> = entries.iter().filter(|e| e.token == entry.token).collect();
-            if same.len() >= self.quorum && best.as_ref().is_none_or(|(n, _)| same.len() > *n) {
-                let mut entry = entry.clone();
-                entry.ttl = same.iter().filter_map(|e| e.ttl).min();
-                best = Some((same.len(), entry));
-            }
-        }
-        best.map(|(_, entry)| entry)
     }
 }
 
@@ -591,200 +385,6 @@ impl Backend for RedlockBackend {
                 .into()
             })
         })
-    }
-}
-
-impl Admin for RedlockBackend {
-    fn inspect<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
-        Box::pin(async move {
-            let found = self.on_every_node(|node| node.inspect_lock(name)).await?;
-            Ok(self.majority(found))
-        })
-    }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<crate::admin::Entry>, BoxError>> {
-        Box::pin(async move {
-            let listed = self
-                .on_every_node(|node| node.list_locks(prefix, pattern, limit))
-                .await?;
-            let mut names: Vec<String> = listed.into_iter().flatten().map(|e| e.name).collect();
-            names.sort();
-            names.dedup();
-            let found = join_all(names.iter().map(|name| self.inspect(name))).await;
-            let mut entries = Vec::with_capacity(found.len());
-            for entry in found {
-                entries.extend(entry?);
-            }
-            Ok(entries)
-        })
-    }
-    fn force_release<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
-        Box::pin(async move {
-            let found = self
-                .on_every_node(|node| node.force_release_lock(name))
-                .await?;
-            // Deleted on every node that answered, majority or not; reported as the majority
-            // held it.
-            let any = found.iter().flatten().next().cloned();
-            Ok(self.majority(found).or(any))
-        })
-    }
-    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
-        Box::pin(async move {
-            let versions = self.on_every_node(|node| node.version()).await?;
-            Ok(format!(
-                "{} of {} nodes answered: {}",
-                versions.len(),
-                self.nodes.len(),
-                versions.join(", ")
-            ))
-        })
-    }
-}
-
-impl RedlockBackend {
-    /// Sends the vote to every node at once and collects the answers until a majority has
-    /// granted the lock (the others are not waited for: `None`) or every node has answered or
-    /// timed out.
-    async fn vote(&self, spec: LockSpec<'_>) -> Vec<Option<Outcome<Vote>>> {
-        let timeout = self.timeout_for(spec.lease);
-        let mut votes: Vec<Option<Outcome<Vote>>> = self.nodes.iter().map(|_| None).collect();
-        let mut pending: FuturesUnordered<_> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| async move {
-                let call = async move {
-                    node.vote(spec.name, spec.token, spec.lease)
-                        .await
-                        .map_err(acquire_error)
-                };
-                (i, bounded(node, timeout, call).await)
-            })
-            .collect();
-        let mut granted = 0;
-        while let Some((i, outcome)) = pending.next().await {
-            if matches!(outcome, Outcome::Answered(Vote::Granted)) {
-                granted += 1;
-            }
-            votes[i] = Some(outcome);
-            if granted >= self.quorum {
-                break;
-            }
-        }
-        votes
-    }
-
-    /// Every node and what it said, for the error of a vote that did not win.
-    fn vote_report(&self, votes: &[Option<Outcome<Vote>>]) -> String {
-        let mut report = String::new();
-        for (node, vote) in self.nodes.iter().zip(votes) {
-            let url = node.shown_url();
-            let _ = match vote {
-                Some(Outcome::Answered(Vote::Granted)) => {
-                    write!(report, "{url}: granted (undone); ")
-                }
-                Some(Outcome::Answered(Vote::Busy { holder, .. })) if holder.is_empty() => {
-                    write!(report, "{url}: busy, then free; ")
-                }
-                Some(Outcome::Answered(Vote::Busy { pttl, .. })) if *pttl < 0 => {
-                    write!(report, "{url}: held by another owner, without expiry; ")
-                }
-                Some(Outcome::Answered(Vote::Busy { pttl, .. })) => {
-                    write!(report, "{url}: held by another owner for {pttl} ms more; ")
-                }
-                Some(Outcome::Failed { why, .. }) => write!(report, "{why}; "),
-                None => write!(report, "{url}: not waited for; "),
-            };
-        }
-        report.truncate(report.trim_end_matches("; ").len());
-        report
-    }
-
-    /// A majority decision over the nodes' answers: `true` when a majority said yes, `false`
-    /// when a majority can no longer say yes, an error when too few answered to tell.
-    fn count<T>(
-        &self,
-        outcomes: &[Outcome<T>],
-        op: &str,
-        yes: impl Fn(&T) -> bool,
-    ) -> Result<bool, BoxError> {
-        let (mut confirmed, mut refused) = (0, 0);
-        for outcome in outcomes {
-            if let Outcome::Answered(answer) = outcome {
-                if yes(answer) {
-                    confirmed += 1;
-                } else {
-                    refused += 1;
-                }
-            }
-        }
-        if confirmed >= self.quorum {
-            Ok(true)
-        } else if refused > self.nodes.len() - self.quorum {
-            Ok(false)
-        } else {
-            Err(self.unreachable_error(op, outcomes))
-        }
-    }
-}
-
-/// The outcome of one Redlock vote on one node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Vote {
-    Granted,
-    /// Held by `holder` (empty when the key vanished in between) for `pttl` ms more (-1: no TTL).
-    Busy {
-        pttl: i64,
-        holder: String,
-    },
-}
-
-impl RedisBackend {
-    /// One Redlock vote on this node (one round trip, no retries beyond the settings').
-    pub(crate) async fn vote(&self, name: &str, token: &str, lease: Duration) -> RedisResult<Vote> {
-        let lease = millis(lease);
-        let reply: Vec<Value> = self
-            .run(|mut conn, _| {
-                let mut call = self.vote.key(name);
-                call.arg(token).arg(lease);
-                async move { call.invoke_async(&mut conn).await }
-            })
-            .await?;
-        match reply.as_slice() {
-            [_granted] => Ok(Vote::Granted),
-            [_, pttl, holder] => Ok(Vote::Busy {
-                pttl: redis::from_redis_value_ref(pttl)?,
-                holder: redis::from_redis_value_ref(holder)?,
-            }),
-            _ => Err(RedisError::from((
-                ErrorKind::Parse,
-                "unexpected reply to the Redlock vote script",
-            ))),
-        }
-    }
-
-    /// Deletes the lock if it holds `token`, without waking anyone: Redlock undoing the partial
-    /// locks of an attempt that did not win.
-    pub(crate) async fn release_quietly(&self, name: &str, token: &str) -> RedisResult<bool> {
-        let released: i64 = self
-            .run(|mut conn, _| {
-                let mut call = self.release.key(name);
-                call.arg(token).arg("quiet");
-                async move { call.invoke_async(&mut conn).await }
-            })
-            .await?;
-        Ok(released == 1)
     }
 }
 
