@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::MemoryBackend;
-use crate::admin::{Entry, glob_match};
+use crate::admin::{Entry, listed};
 use crate::backend::Admin;
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
@@ -56,10 +56,7 @@ impl Admin for MemoryBackend {
     ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
         Box::pin(async move {
             let now = Instant::now();
-            let matches = |name: &String| {
-                name.strip_prefix(prefix)
-                    .is_some_and(|key| glob_match(pattern, key))
-            };
+            let matches = |name: &String| listed(prefix, pattern, name);
             let names: Vec<String> = {
                 let state = self.state();
                 let writers = state

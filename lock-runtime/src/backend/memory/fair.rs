@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use super::MemoryBackend;
-use super::state::State;
+use super::state::MemoryState;
 use crate::backend::{Attempt, LockSpec};
 use crate::error::BoxError;
 
@@ -16,11 +16,7 @@ impl MemoryBackend {
             return Err(crate::backend::Refused::kind(Some(held), spec.kind));
         }
         let head = state.next_in_line(spec.name, now);
-        let held = state
-            .locks
-            .get(spec.name)
-            .filter(|held| held.expires_at > now)
-            .map(|held| held.expires_at - now);
+        let held = state.writer_left(spec.name, now);
         if held.is_none() && head.as_deref().is_none_or(|head| head == spec.token) {
             if head.is_some()
                 && let Some(queue) = state.queues.get_mut(spec.name)
@@ -80,7 +76,7 @@ impl MemoryBackend {
     }
 }
 
-impl State {
+impl MemoryState {
     /// The first token in `name`'s queue whose place has not lapsed (lapsed ones dropped).
     fn next_in_line(&mut self, name: &str, now: Instant) -> Option<String> {
         let queue = self.queues.get_mut(name)?;

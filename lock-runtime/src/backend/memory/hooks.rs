@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::MemoryBackend;
 #[cfg(feature = "testing")]
-use super::state::Held;
+use super::state::WriterLease;
 
 impl MemoryBackend {
     /// Simulates a round trip of `min..=max` for every operation from now on (`None`: off);
@@ -72,7 +72,7 @@ impl MemoryBackend {
             Some((token, ttl)) => {
                 state.locks.insert(
                     name.to_owned(),
-                    Held {
+                    WriterLease {
                         token: token.to_owned(),
                         expires_at: Instant::now() + ttl,
                     },

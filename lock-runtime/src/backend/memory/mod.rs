@@ -25,11 +25,11 @@ mod fair;
 mod hooks;
 mod state;
 
-use state::State;
+use state::MemoryState;
 
 /// The in-process lock store.
 pub(crate) struct MemoryBackend {
-    state: Mutex<State>,
+    state: Mutex<MemoryState>,
     hub: Arc<ReleaseHub>,
     /// Test support: a simulated round trip of `min..=max` ms for every operation, packed as
     /// `min << 32 | max` (0: none). Tests use it to run the slow-backend case of the
@@ -51,7 +51,7 @@ impl MemoryBackend {
         }
         stores.retain(|_, store| store.strong_count() > 0);
         let store = Arc::new(MemoryBackend {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(MemoryState::default()),
             hub: ReleaseHub::new(None),
             latency_ms: AtomicU64::new(0),
         });
@@ -59,7 +59,7 @@ impl MemoryBackend {
         store
     }
 
-    fn state(&self) -> MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, MemoryState> {
         // Every mutation below is a single map operation; a panic cannot leave it half-done.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -2,14 +2,14 @@
 //! fencing counters; and how one attempt of each kind changes it.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::backend::{Attempt, Kind, LockSpec};
 use crate::error::BoxError;
 
 #[derive(Default)]
-pub(super) struct State {
-    pub(super) locks: HashMap<String, Held>,
+pub(super) struct MemoryState {
+    pub(super) locks: HashMap<String, WriterLease>,
     /// Fencing counters live as long as the store, like Redis counter keys: one `u64` per
     /// key that was ever locked with fencing.
     pub(super) fences: HashMap<String, u64>,
@@ -50,12 +50,13 @@ impl Readers {
     }
 }
 
-pub(super) struct Held {
+/// A plain lock (a writer): its owner token and the end of its lease.
+pub(super) struct WriterLease {
     pub(super) token: String,
     pub(super) expires_at: Instant,
 }
 
-impl State {
+impl MemoryState {
     /// The limit of the semaphore `name` if permits of it are held: a name is one kind, so a
     /// lock (or a read lock) asked for on it is refused.
     pub(super) fn semaphore(&mut self, name: &str, now: Instant) -> Option<u16> {
@@ -78,14 +79,25 @@ impl State {
         }
     }
 
+    /// What is left of the lease of the plain lock (a writer) holding `name`, if one does.
+    pub(super) fn writer_left(&self, name: &str, now: Instant) -> Option<Duration> {
+        self.locks
+            .get(name)
+            .filter(|held| held.expires_at > now)
+            .map(|held| held.expires_at - now)
+    }
+
+    /// The next fencing token of `name`: its counter, one up.
+    fn next_fence(&mut self, name: &str) -> u64 {
+        let counter = self.fences.entry(name.to_owned()).or_insert(0);
+        *counter += 1;
+        *counter
+    }
+
     /// Takes the lock for `spec` if it is free (no queue considered).
     pub(super) fn acquire(&mut self, spec: LockSpec<'_>, now: Instant) -> Attempt {
-        if let Some(held) = self.locks.get(spec.name)
-            && held.expires_at > now
-        {
-            return Attempt::Busy {
-                ttl: Some(held.expires_at - now),
-            };
+        if let Some(ttl) = self.writer_left(spec.name, now) {
+            return Attempt::Busy { ttl: Some(ttl) };
         }
         if let Some(readers) = self.readers.get_mut(spec.name) {
             match readers.live_until(now) {
@@ -112,16 +124,12 @@ impl State {
         self.sweep(now);
         self.locks.insert(
             spec.name.to_owned(),
-            Held {
+            WriterLease {
                 token: spec.token.to_owned(),
                 expires_at: now + spec.lease,
             },
         );
-        let fencing_token = spec.fencing.then(|| {
-            let counter = self.fences.entry(spec.name.to_owned()).or_insert(0);
-            *counter += 1;
-            *counter
-        });
+        let fencing_token = spec.fencing.then(|| self.next_fence(spec.name));
         Attempt::Acquired { fencing_token }
     }
 
@@ -160,22 +168,14 @@ impl State {
             .shares
             .insert(spec.token.to_owned(), now + spec.lease);
         // Every grant its own, rising token.
-        let fencing_token = spec.fencing.then(|| {
-            let counter = self.fences.entry(spec.name.to_owned()).or_insert(0);
-            *counter += 1;
-            *counter
-        });
+        let fencing_token = spec.fencing.then(|| self.next_fence(spec.name));
         Ok(Attempt::Acquired { fencing_token })
     }
 
     /// Takes a reader's share of `spec.name` unless a writer holds the key or waits for it.
     fn acquire_shared(&mut self, spec: LockSpec<'_>, now: Instant) -> Attempt {
-        if let Some(held) = self.locks.get(spec.name)
-            && held.expires_at > now
-        {
-            return Attempt::Busy {
-                ttl: Some(held.expires_at - now),
-            };
+        if let Some(ttl) = self.writer_left(spec.name, now) {
+            return Attempt::Busy { ttl: Some(ttl) };
         }
         let readers = self.readers.entry(spec.name.to_owned()).or_default();
         readers.live_until(now);

@@ -8,6 +8,7 @@ use futures_util::future::join_all;
 use super::RedlockBackend;
 use crate::backend::Admin;
 use crate::backend::redis::RedisBackend;
+use crate::backend::redis::admin::inspect_each;
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
 
@@ -94,12 +95,7 @@ impl Admin for RedlockBackend {
             let mut names: Vec<String> = listed.into_iter().flatten().map(|e| e.name).collect();
             names.sort();
             names.dedup();
-            let found = join_all(names.iter().map(|name| self.inspect(name))).await;
-            let mut entries = Vec::with_capacity(found.len());
-            for entry in found {
-                entries.extend(entry?);
-            }
-            Ok(entries)
+            inspect_each(&names, |name| self.inspect(name)).await
         })
     }
     fn force_release<'a>(

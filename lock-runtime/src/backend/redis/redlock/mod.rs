@@ -51,7 +51,7 @@ mod admin;
 mod outcome;
 mod vote;
 
-use outcome::Outcome;
+use outcome::NodeOutcome;
 use vote::Vote;
 
 /// Why fencing is refused; part of every such error.
@@ -193,7 +193,7 @@ impl Backend for RedlockBackend {
             let elapsed = started.elapsed();
             let granted = votes
                 .iter()
-                .filter(|v| matches!(v, Some(Outcome::Answered(Vote::Granted))))
+                .filter(|v| matches!(v, Some(NodeOutcome::Answered(Vote::Granted))))
                 .count();
             let margin = drift(spec.lease);
             let valid = spec.lease > elapsed + margin;
@@ -204,13 +204,13 @@ impl Backend for RedlockBackend {
             }
             let unknown = votes
                 .iter()
-                .filter(|v| !matches!(v, Some(Outcome::Answered(_))))
+                .filter(|v| !matches!(v, Some(NodeOutcome::Answered(_))))
                 .count();
             self.undo(spec, granted + unknown >= self.quorum, started)
                 .await;
             let answered = votes
                 .iter()
-                .filter(|v| matches!(v, Some(Outcome::Answered(_))))
+                .filter(|v| matches!(v, Some(NodeOutcome::Answered(_))))
                 .count();
             if answered < self.quorum {
                 let permanent = votes
@@ -218,7 +218,7 @@ impl Backend for RedlockBackend {
                     .filter(|v| {
                         matches!(
                             v,
-                            Some(Outcome::Failed {
+                            Some(NodeOutcome::Failed {
                                 permanent: true,
                                 ..
                             })
@@ -254,7 +254,7 @@ impl Backend for RedlockBackend {
             // otherwise the vote was split between contenders: retry after a random delay.
             let mut holders: HashMap<&str, Vec<i64>> = HashMap::new();
             for vote in votes.iter().flatten() {
-                if let Outcome::Answered(Vote::Busy { pttl, holder }) = vote
+                if let NodeOutcome::Answered(Vote::Busy { pttl, holder }) = vote
                     && !holder.is_empty()
                 {
                     holders.entry(holder.as_str()).or_default().push(*pttl);
@@ -301,15 +301,17 @@ impl Backend for RedlockBackend {
                 .await;
             (0..specs.len())
                 .map(|i| {
-                    let per_lock: Vec<Outcome<bool>> = outcomes
+                    let per_lock: Vec<NodeOutcome<bool>> = outcomes
                         .iter()
                         .zip(&self.nodes)
                         .map(|(outcome, node)| match outcome {
-                            Outcome::Answered(results) => match &results[i] {
-                                Ok(renewed) => Outcome::Answered(*renewed),
-                                Err(why) => Outcome::failed(format!("{}: {why}", node.shown_url())),
+                            NodeOutcome::Answered(results) => match &results[i] {
+                                Ok(renewed) => NodeOutcome::Answered(*renewed),
+                                Err(why) => {
+                                    NodeOutcome::failed(format!("{}: {why}", node.shown_url()))
+                                }
                             },
-                            Outcome::Failed { why, permanent } => Outcome::Failed {
+                            NodeOutcome::Failed { why, permanent } => NodeOutcome::Failed {
                                 why: why.clone(),
                                 permanent: *permanent,
                             },
@@ -340,10 +342,10 @@ impl Backend for RedlockBackend {
             let (mut deleted, mut ambiguous, mut not_ours) = (0, 0, 0);
             for outcome in &outcomes {
                 match outcome {
-                    Outcome::Answered(Released::Deleted) => deleted += 1,
-                    Outcome::Answered(Released::Ambiguous { .. }) => ambiguous += 1,
-                    Outcome::Answered(Released::NotOurs) => not_ours += 1,
-                    Outcome::Failed { .. } => {}
+                    NodeOutcome::Answered(Released::Deleted) => deleted += 1,
+                    NodeOutcome::Answered(Released::Ambiguous { .. }) => ambiguous += 1,
+                    NodeOutcome::Answered(Released::NotOurs) => not_ours += 1,
+                    NodeOutcome::Failed { .. } => {}
                 }
             }
             if deleted >= self.quorum {
@@ -373,8 +375,8 @@ impl Backend for RedlockBackend {
             let mut subscriptions = Vec::new();
             for outcome in outcomes {
                 match outcome {
-                    Outcome::Answered(subscription) => subscriptions.push(subscription),
-                    Outcome::Failed { why, .. } => failures.push(why),
+                    NodeOutcome::Answered(subscription) => subscriptions.push(subscription),
+                    NodeOutcome::Failed { why, .. } => failures.push(why),
                 }
             }
             ReleaseSubscription::merge(subscriptions).ok_or_else(|| {

@@ -13,7 +13,7 @@ use crate::backend::redis::RedisBackend;
 use crate::error::BoxError;
 
 /// What one node did within the node timeout.
-pub(super) enum Outcome<T> {
+pub(super) enum NodeOutcome<T> {
     Answered(T),
     Failed {
         /// `<node url>: <what happened>`.
@@ -23,9 +23,9 @@ pub(super) enum Outcome<T> {
     },
 }
 
-impl<T> Outcome<T> {
-    pub(super) fn failed(why: impl Into<String>) -> Outcome<T> {
-        Outcome::Failed {
+impl<T> NodeOutcome<T> {
+    pub(super) fn failed(why: impl Into<String>) -> NodeOutcome<T> {
+        NodeOutcome::Failed {
             why: why.into(),
             permanent: false,
         }
@@ -34,7 +34,11 @@ impl<T> Outcome<T> {
 
 impl RedlockBackend {
     /// Runs `op` on every node at once, each bounded by `timeout`.
-    pub(super) async fn on_all<'a, T, F, Fut>(&'a self, timeout: Duration, op: F) -> Vec<Outcome<T>>
+    pub(super) async fn on_all<'a, T, F, Fut>(
+        &'a self,
+        timeout: Duration,
+        op: F,
+    ) -> Vec<NodeOutcome<T>>
     where
         F: Fn(&'a RedisBackend) -> Fut,
         Fut: Future<Output = Result<T, BoxError>> + 'a,
@@ -47,10 +51,10 @@ impl RedlockBackend {
         .await
     }
 
-    pub(super) fn unreachable_error<T>(&self, op: &str, outcomes: &[Outcome<T>]) -> BoxError {
+    pub(super) fn unreachable_error<T>(&self, op: &str, outcomes: &[NodeOutcome<T>]) -> BoxError {
         let answered = outcomes
             .iter()
-            .filter(|o| matches!(o, Outcome::Answered(_)))
+            .filter(|o| matches!(o, NodeOutcome::Answered(_)))
             .count();
         let mut message = format!(
             "a majority of the Redlock nodes was unreachable: {answered} of {} answered the \
@@ -59,7 +63,7 @@ impl RedlockBackend {
             self.quorum
         );
         for outcome in outcomes {
-            if let Outcome::Failed { why, .. } = outcome {
+            if let NodeOutcome::Failed { why, .. } = outcome {
                 let _ = write!(message, " {why};");
             }
         }
@@ -71,13 +75,13 @@ impl RedlockBackend {
     /// when a majority can no longer say yes, an error when too few answered to tell.
     pub(super) fn count<T>(
         &self,
-        outcomes: &[Outcome<T>],
+        outcomes: &[NodeOutcome<T>],
         op: &str,
         yes: impl Fn(&T) -> bool,
     ) -> Result<bool, BoxError> {
         let (mut confirmed, mut refused) = (0, 0);
         for outcome in outcomes {
-            if let Outcome::Answered(answer) = outcome {
+            if let NodeOutcome::Answered(answer) = outcome {
                 if yes(answer) {
                     confirmed += 1;
                 } else {
@@ -95,24 +99,24 @@ impl RedlockBackend {
     }
 }
 
-/// `call` on `node`, bounded by `timeout`, as an [`Outcome`].
+/// `call` on `node`, bounded by `timeout`, as an [`NodeOutcome`].
 pub(super) async fn bounded<T>(
     node: &RedisBackend,
     timeout: Duration,
     call: impl Future<Output = Result<T, BoxError>>,
-) -> Outcome<T> {
+) -> NodeOutcome<T> {
     match tokio::time::timeout(timeout, call).await {
-        Ok(Ok(value)) => Outcome::Answered(value),
-        Ok(Err(error)) => Outcome::Failed {
-            why: format!("{}: {}", node.shown_url(), describe(&*error)),
+        Ok(Ok(value)) => NodeOutcome::Answered(value),
+        Ok(Err(error)) => NodeOutcome::Failed {
+            why: format!("{}: {}", node.shown_url(), describe_failure(&*error)),
             permanent: !error.is::<Transient>(),
         },
-        Err(_) => Outcome::failed(format!("{}: timed out after {timeout:?}", node.shown_url())),
+        Err(_) => NodeOutcome::failed(format!("{}: timed out after {timeout:?}", node.shown_url())),
     }
 }
 
 /// A node's error in a few words: `refused` for a refused connection, the error otherwise.
-fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+fn describe_failure(error: &(dyn std::error::Error + 'static)) -> String {
     let error = match error.downcast_ref::<Transient>() {
         Some(transient) => &*transient.0,
         None => error,

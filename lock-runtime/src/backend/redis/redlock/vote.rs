@@ -11,7 +11,7 @@ use redis::{ErrorKind, RedisError, RedisResult, Value};
 use tokio::time::Instant;
 
 use super::RedlockBackend;
-use super::outcome::{Outcome, bounded};
+use super::outcome::{NodeOutcome, bounded};
 use crate::backend::redis::errors::acquire_error;
 use crate::backend::redis::{RedisBackend, millis};
 use crate::backend::{Backend, Hold, LockSpec, Released};
@@ -21,9 +21,9 @@ impl RedlockBackend {
     /// Sends the vote to every node at once and collects the answers until a majority has
     /// granted the lock (the others are not waited for: `None`) or every node has answered or
     /// timed out.
-    pub(super) async fn vote(&self, spec: LockSpec<'_>) -> Vec<Option<Outcome<Vote>>> {
+    pub(super) async fn vote(&self, spec: LockSpec<'_>) -> Vec<Option<NodeOutcome<Vote>>> {
         let timeout = self.timeout_for(spec.lease);
-        let mut votes: Vec<Option<Outcome<Vote>>> = self.nodes.iter().map(|_| None).collect();
+        let mut votes: Vec<Option<NodeOutcome<Vote>>> = self.nodes.iter().map(|_| None).collect();
         let mut pending: FuturesUnordered<_> = self
             .nodes
             .iter()
@@ -39,7 +39,7 @@ impl RedlockBackend {
             .collect();
         let mut granted = 0;
         while let Some((i, outcome)) = pending.next().await {
-            if matches!(outcome, Outcome::Answered(Vote::Granted)) {
+            if matches!(outcome, NodeOutcome::Answered(Vote::Granted)) {
                 granted += 1;
             }
             votes[i] = Some(outcome);
@@ -51,24 +51,24 @@ impl RedlockBackend {
     }
 
     /// Every node and what it said, for the error of a vote that did not win.
-    pub(super) fn vote_report(&self, votes: &[Option<Outcome<Vote>>]) -> String {
+    pub(super) fn vote_report(&self, votes: &[Option<NodeOutcome<Vote>>]) -> String {
         let mut report = String::new();
         for (node, vote) in self.nodes.iter().zip(votes) {
             let url = node.shown_url();
             let _ = match vote {
-                Some(Outcome::Answered(Vote::Granted)) => {
+                Some(NodeOutcome::Answered(Vote::Granted)) => {
                     write!(report, "{url}: granted (undone); ")
                 }
-                Some(Outcome::Answered(Vote::Busy { holder, .. })) if holder.is_empty() => {
+                Some(NodeOutcome::Answered(Vote::Busy { holder, .. })) if holder.is_empty() => {
                     write!(report, "{url}: busy, then free; ")
                 }
-                Some(Outcome::Answered(Vote::Busy { pttl, .. })) if *pttl < 0 => {
+                Some(NodeOutcome::Answered(Vote::Busy { pttl, .. })) if *pttl < 0 => {
                     write!(report, "{url}: held by another owner, without expiry; ")
                 }
-                Some(Outcome::Answered(Vote::Busy { pttl, .. })) => {
+                Some(NodeOutcome::Answered(Vote::Busy { pttl, .. })) => {
                     write!(report, "{url}: held by another owner for {pttl} ms more; ")
                 }
-                Some(Outcome::Failed { why, .. }) => write!(report, "{why}; "),
+                Some(NodeOutcome::Failed { why, .. }) => write!(report, "{why}; "),
                 None => write!(report, "{url}: not waited for; "),
             };
         }
@@ -95,7 +95,7 @@ impl RedlockBackend {
         let silent: Vec<Arc<RedisBackend>> = outcomes
             .iter()
             .zip(&self.nodes)
-            .filter(|(outcome, _)| !matches!(outcome, Outcome::Answered(_)))
+            .filter(|(outcome, _)| !matches!(outcome, NodeOutcome::Answered(_)))
             .map(|(_, node)| Arc::clone(node))
             .collect();
         if !silent.is_empty() {
