@@ -23,7 +23,7 @@
 //! connection to any one node (the next one is tried when it dies). Batched renewals are split
 //! by slot, one script call per slot.
 //!
-//! Files: this one holds the backend and its shared connection; `scripts` the Lua it runs;
+//! Files: this one holds the backend, its keys and its `Backend` impl; `scripts` the Lua it runs;
 //! `cluster` what differs in a Redis Cluster; `pubsub` the wake-on-release subscriber;
 //! `nodes` multi-node URLs; `redlock` the Redlock algorithm over several of these backends.
 //! The shared connection's lanes and retries are in `connection`, the checks made when
