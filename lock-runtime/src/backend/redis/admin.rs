@@ -1,14 +1,16 @@
 //! The admin API on Redis: inspecting, listing (SCAN) and force-releasing locks, and `INFO`.
 //! Off the hot path: scripts are sent with `EVALSHA`, falling back to `EVAL`.
 
+use std::future::Future;
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{RedisError, RedisResult, Script, Value};
 
+use super::RedisBackend;
+use super::connection::Connection;
 use super::scripts::{FORCE_RELEASE, INSPECT};
-use super::{Connection, RedisBackend};
 use crate::admin::Entry;
 use crate::error::BoxError;
 
@@ -134,13 +136,7 @@ impl RedisBackend {
         names.sort();
         names.dedup();
         names.truncate(limit);
-        let found =
-            futures_util::future::join_all(names.iter().map(|name| self.inspect_lock(name))).await;
-        let mut entries = Vec::with_capacity(found.len());
-        for entry in found {
-            entries.extend(entry?);
-        }
-        Ok(entries)
+        inspect_each(&names, |name| self.inspect_lock(name)).await
     }
 
     /// `redis_version` (and `redis_mode` when not standalone) from `INFO server` (which a
@@ -182,6 +178,23 @@ impl RedisBackend {
             _ => format!("Redis {version}"),
         })
     }
+}
+
+/// Each of `names` inspected by `inspect`, all at once: the locks found, in the order of
+/// `names`, or the first error.
+pub(super) async fn inspect_each<'a, Fut>(
+    names: &'a [String],
+    inspect: impl FnMut(&'a String) -> Fut,
+) -> Result<Vec<Entry>, BoxError>
+where
+    Fut: Future<Output = Result<Option<Entry>, BoxError>>,
+{
+    let found = futures_util::future::join_all(names.iter().map(inspect)).await;
+    let mut entries = Vec::with_capacity(found.len());
+    for entry in found {
+        entries.extend(entry?);
+    }
+    Ok(entries)
 }
 
 /// `text` as a Redis `MATCH` glob: as is (`*`, `?`, `\`) but with `[` and `]` literal — or,

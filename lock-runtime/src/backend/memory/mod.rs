@@ -1,0 +1,325 @@
+//! `memory://`: locks inside one process, with the same semantics as the networked backends
+//! (owner tokens, expiry, renewal, wake-on-release, fencing).
+//!
+//! `memory://` is one process-wide store; `memory://name` is a separate named store. Clients
+//! connected to the same URL share locks, exactly as two clients of one Redis server do.
+//! It excludes nobody outside this process: use it for single-process apps, demos and tests.
+//!
+//! Files: this one holds the store and its plain and shared operations; `state` what it holds
+//! and how an attempt of each kind changes it; `fair` the fair locks' queues; `admin` the admin
+//! API; `hooks` test support.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use super::{Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released, SetAttempt};
+use crate::error::BoxError;
+use crate::notify::{ReleaseHub, ReleaseSubscription};
+use crate::runtime::BoxFuture;
+
+mod admin;
+mod fair;
+#[cfg(any(test, feature = "testing"))]
+mod hooks;
+mod state;
+
+use state::MemoryState;
+
+/// The in-process lock store.
+pub(crate) struct MemoryBackend {
+    state: Mutex<MemoryState>,
+    hub: Arc<ReleaseHub>,
+    /// Test support: a simulated round trip of `min..=max` ms for every operation, packed as
+    /// `min << 32 | max` (0: none). Tests use it to run the slow-backend case of the
+    /// conformance suite on `memory://` too.
+    latency_ms: AtomicU64,
+}
+
+impl MemoryBackend {
+    /// The store for `memory://name` (`""` for plain `memory://`), shared by every client
+    /// connected to the same URL while at least one of them is alive.
+    pub(crate) fn named(name: &str) -> Arc<MemoryBackend> {
+        static STORES: OnceLock<Mutex<HashMap<String, Weak<MemoryBackend>>>> = OnceLock::new();
+        let mut stores = STORES
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(store) = stores.get(name).and_then(Weak::upgrade) {
+            return store;
+        }
+        stores.retain(|_, store| store.strong_count() > 0);
+        let store = Arc::new(MemoryBackend {
+            state: Mutex::new(MemoryState::default()),
+            hub: ReleaseHub::new(None),
+            latency_ms: AtomicU64::new(0),
+        });
+        stores.insert(name.to_owned(), Arc::downgrade(&store));
+        store
+    }
+
+    fn state(&self) -> MutexGuard<'_, MemoryState> {
+        // Every mutation below is a single map operation; a panic cannot leave it half-done.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn acquire_now(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
+        self.state().attempt(spec, Instant::now())
+    }
+
+    /// Several locks, all or nothing, under one hold of the store: each is taken as alone;
+    /// at the first busy one, those taken before it are removed again (nobody saw them).
+    fn acquire_all_now(&self, specs: &[LockSpec<'_>]) -> Result<SetAttempt, BoxError> {
+        let now = Instant::now();
+        let mut state = self.state();
+        let mut fencing_tokens = Vec::with_capacity(specs.len());
+        for (index, spec) in specs.iter().enumerate() {
+            let attempt = state.attempt(*spec, now);
+            if let Ok(Attempt::Acquired { fencing_token }) = attempt {
+                fencing_tokens.push(fencing_token);
+                continue;
+            }
+            for taken in &specs[..index] {
+                state.undo(taken);
+            }
+            return match attempt? {
+                Attempt::Busy { .. } => Ok(SetAttempt::Busy { index }),
+                Attempt::Acquired { .. } => unreachable!("handled above"),
+            };
+        }
+        Ok(SetAttempt::Acquired { fencing_tokens })
+    }
+
+    fn renew_now(&self, spec: LockSpec<'_>) -> bool {
+        let now = Instant::now();
+        let mut state = self.state();
+        if spec.kind != Kind::Exclusive {
+            let share = state
+                .readers
+                .get_mut(spec.name)
+                .and_then(|readers| readers.shares.get_mut(spec.token));
+            return match share {
+                Some(until) if *until > now => {
+                    *until = now + spec.lease;
+                    true
+                }
+                _ => false,
+            };
+        }
+        match state.locks.get_mut(spec.name) {
+            Some(held) if held.token == spec.token && held.expires_at > now => {
+                held.expires_at = now + spec.lease;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn release_now(&self, name: &str, token: &str) -> bool {
+        let now = Instant::now();
+        let mut state = self.state();
+        let ours = matches!(state.locks.get(name), Some(held) if held.token == token);
+        if !ours {
+            // A writer that gives up waiting takes its mark back: readers may join again.
+            let unmarked = state.readers.get_mut(name).is_some_and(|readers| {
+                readers.writers.remove(token).is_some() && readers.writers.is_empty()
+            });
+            drop(state);
+            if unmarked {
+                self.hub.notify(name);
+            }
+            return false;
+        }
+        let live = state
+            .locks
+            .remove(name)
+            .is_some_and(|held| held.expires_at > now);
+        drop(state);
+        if live {
+            self.hub.notify(name);
+        }
+        live
+    }
+
+    /// A reader's release: its share ends; the last reader's departure wakes the waiters. A
+    /// semaphore's permit: every release wakes them (a permit is free).
+    fn release_shared_now(&self, name: &str, token: &str) -> bool {
+        let now = Instant::now();
+        let mut state = self.state();
+        let Some(readers) = state.readers.get_mut(name) else {
+            return false;
+        };
+        let live = readers
+            .shares
+            .remove(token)
+            .is_some_and(|until| until > now);
+        let semaphore = readers.permits.is_some();
+        let last = readers.live_until(now).is_none();
+        if last && readers.writers.is_empty() {
+            state.readers.remove(name);
+        }
+        drop(state);
+        if live && (last || semaphore) {
+            self.hub.notify(name);
+        }
+        live
+    }
+
+    /// Runs `op` now, or — with a simulated latency — after half of it, answering after the
+    /// other half.
+    fn answer<'a, T: Send + 'a>(
+        &'a self,
+        op: impl FnOnce() -> Result<T, BoxError> + Send + 'a,
+    ) -> BoxFuture<'a, Result<T, BoxError>> {
+        let latency = self.latency_ms.load(Ordering::Relaxed);
+        if latency == 0 {
+            let value = op();
+            return Box::pin(async move { value });
+        }
+        Box::pin(async move {
+            let total =
+                Duration::from_millis(fastrand::u64((latency >> 32)..=(latency & 0xffff_ffff)));
+            tokio::time::sleep(total / 2).await;
+            let value = op();
+            tokio::time::sleep(total - total / 2).await;
+            value
+        })
+    }
+}
+
+/// A release's answer in one process: nothing is ever ambiguous.
+fn released(deleted: bool) -> Released {
+    if deleted {
+        Released::Deleted
+    } else {
+        Released::NotOurs
+    }
+}
+
+/// Every kind, fair locks, sets of any kind in one map operation, writers' marks.
+const CAPABILITIES: Capabilities = Capabilities {
+    sets: true,
+    sets_of_shares: true,
+    marks_waiting_writers: true,
+    fair: true,
+    ..Capabilities::every_kind("memory")
+};
+
+impl Backend for MemoryBackend {
+    fn capabilities(&self) -> &Capabilities {
+        &CAPABILITIES
+    }
+
+    fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
+        if spec.fair {
+            return self.answer(move || self.acquire_fair_now(spec));
+        }
+        self.answer(move || self.acquire_now(spec))
+    }
+
+    fn try_acquire_all<'a>(
+        &'a self,
+        specs: &'a [LockSpec<'a>],
+    ) -> BoxFuture<'a, Result<SetAttempt, BoxError>> {
+        self.answer(move || self.acquire_all_now(specs))
+    }
+
+    fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
+        self.answer(move || Ok(self.renew_now(spec)))
+    }
+
+    fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
+        let (name, token) = (hold.name, hold.token);
+        self.answer(move || {
+            Ok(released(match (hold.kind, hold.fair) {
+                (Kind::Shared | Kind::Permits(_), _) => self.release_shared_now(name, token),
+                (Kind::Exclusive, true) => self.release_fair_now(name, token),
+                (Kind::Exclusive, false) => self.release_now(name, token),
+            }))
+        })
+    }
+
+    fn subscribe<'a>(
+        &'a self,
+        spec: LockSpec<'a>,
+    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        let name = spec.name;
+        let subscription = self
+            .hub
+            .subscribe_as(name, spec.fair.then_some(spec.token), || {});
+        Box::pin(async move { Ok(subscription) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec<'a>(name: &'a str, token: &'a str, lease_ms: u64, fencing: bool) -> LockSpec<'a> {
+        LockSpec {
+            name,
+            token,
+            lease: Duration::from_millis(lease_ms),
+            fencing,
+            renew: true,
+            waiting: false,
+            fair: false,
+            kind: Kind::Exclusive,
+        }
+    }
+
+    #[test]
+    fn expired_locks_can_be_taken_and_not_renewed_or_released() {
+        let store = MemoryBackend::named("unit-expiry");
+        assert!(matches!(
+            store.acquire_now(spec("k", "a", 20, false)).unwrap(),
+            Attempt::Acquired { .. }
+        ));
+        assert!(matches!(
+            store.acquire_now(spec("k", "b", 20, false)).unwrap(),
+            Attempt::Busy { ttl: Some(_) }
+        ));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(!store.renew_now(spec("k", "a", 20, false)));
+        assert!(matches!(
+            store.acquire_now(spec("k", "b", 1000, false)).unwrap(),
+            Attempt::Acquired { .. }
+        ));
+        assert!(!store.release_now("k", "a"));
+        assert_eq!(store.peek("k").map(|(t, _)| t), Some("b".to_string()));
+    }
+
+    #[test]
+    fn sweep_bounds_memory_of_abandoned_keys() {
+        let store = MemoryBackend::named("unit-sweep");
+        for i in 0..10_000 {
+            let name = format!("k{i}");
+            store.acquire_now(spec(&name, "t", 1, false)).unwrap();
+            if i == 5_000 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        store.acquire_now(spec("last", "t", 1000, false)).unwrap();
+        assert!(store.state().locks.len() < 10_000);
+    }
+
+    #[test]
+    fn fencing_counters_increase_per_key() {
+        let store = MemoryBackend::named("unit-fence");
+        let mut last = 0;
+        for i in 0..5 {
+            let token = format!("t{i}");
+            let Attempt::Acquired {
+                fencing_token: Some(fence),
+            } = store.acquire_now(spec("f", &token, 1000, true)).unwrap()
+            else {
+                panic!("expected a fencing token");
+            };
+            assert!(fence > last);
+            last = fence;
+            assert!(store.release_now("f", &token));
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Redis errors: which are transient (retried), which say a failover is under way, and what a
+//! failed connection tells the user to check.
+
+use redis::{ErrorKind, RedisError};
+
+use super::connection::is_not_acked;
+use super::{Link, RedisBackend};
+use crate::backend::Transient;
+use crate::error::{BoxError, LockError};
+
+impl RedisBackend {
+    /// Turns a connection-time failure into an error that says what to check.
+    pub(super) fn connect_error(&self, error: RedisError) -> LockError {
+        let authentication = error.kind() == ErrorKind::AuthenticationFailed
+            || matches!(error.code(), Some("NOAUTH" | "WRONGPASS"));
+        if let (Link::Sentinel(sentinels), false) = (&self.link, authentication) {
+            let hint = match error.kind() {
+                ErrorKind::MasterNameNotFoundBySentinel => format!(
+                    "check the service name: it is the name in the sentinels' `sentinel monitor \
+                     <name> …` line (asked for `{}`)",
+                    sentinels.service()
+                ),
+                _ => "Redis Sentinel: is every sentinel down, or the master unreachable?".into(),
+            };
+            return LockError::Connect {
+                url: self.url.clone(),
+                reason: format!("{hint} ({error})"),
+                source: Some(Box::new(error)),
+            };
+        }
+        let hint = match error.kind() {
+            _ if error.code() == Some("NOAUTH") => {
+                "the server requires a password: put it in the URL (redis://:password@host:port)"
+                    .to_string()
+            }
+            _ if error.code() == Some("WRONGPASS") => {
+                "authentication failed: check the user and password in the URL \
+                 (redis://user:password@host:port)"
+                    .to_string()
+            }
+            ErrorKind::AuthenticationFailed => {
+                "authentication failed: check the user and password in the URL \
+                 (redis://user:password@host:port)"
+                    .to_string()
+            }
+            _ if error.is_connection_refusal() => {
+                "connection refused: is redis-server running at that address?".to_string()
+            }
+            _ if error.is_timeout() => format!(
+                "no answer within the connect timeout ({:?}): is the host reachable?",
+                self.settings.connect_timeout
+            ),
+            _ if error.to_string().contains("cluster support disabled") => {
+                "this server is not part of a Redis Cluster (`cluster-enabled no`): use \
+                 `redis://` for one server, or `redlock://h1:p1,h2:p2,h3:p3` for independent ones"
+                    .to_string()
+            }
+            _ if error.to_string().contains("certificate") => {
+                "TLS certificate verification failed: this machine does not trust the server's \
+                 certificate (install its CA; `#insecure` at the end of the URL skips the check, \
+                 for testing only)"
+                    .to_string()
+            }
+            _ => "the connection failed".to_string(),
+        };
+        LockError::Connect {
+            url: self.url.clone(),
+            reason: format!("{hint} ({error})"),
+            source: Some(Box::new(error)),
+        }
+    }
+}
+
+/// Whether an acquisition failed because too few replicas acknowledged its grant.
+pub(super) fn not_acked(error: &BoxError) -> bool {
+    error
+        .downcast_ref::<Transient>()
+        .and_then(|t| t.0.downcast_ref::<RedisError>())
+        .is_some_and(is_not_acked)
+}
+
+/// Behind Sentinel: whether a failed release is retried while the lease lasts — the
+/// connection dropped or timed out, or the node we wrote to is no longer the master (a failover
+/// in progress, over within seconds).
+pub(super) fn rides_out_failover(error: &BoxError) -> bool {
+    error.downcast_ref::<RedisError>().is_some_and(|e| {
+        is_transient(e) || e.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+    })
+}
+
+/// Errors worth retrying on a fresh connection: the command may or may not have run, so every
+/// operation is written to be safe to repeat with the same token.
+pub(super) fn is_transient(error: &RedisError) -> bool {
+    if error.kind() == ErrorKind::AuthenticationFailed {
+        return false;
+    }
+    error.is_io_error()
+        || error.is_timeout()
+        || error.is_connection_dropped()
+        || matches!(
+            error.retry_method(),
+            redis::RetryMethod::Reconnect
+                | redis::RetryMethod::RetryImmediately
+                | redis::RetryMethod::WaitAndRetry
+        )
+}
+
+/// An acquisition's error: transient (retried while the request's `wait` lasts) when the
+/// connection dropped, timed out or was refused, or the server said to try again (a cluster
+/// failover, a server loading its data); permanent otherwise (authentication, a script error,
+/// a lock key holding a value of another type).
+pub(crate) fn acquire_error(error: RedisError) -> BoxError {
+    let transient = is_transient(&error) || is_not_acked(&error);
+    Transient::wrap_if(transient, error)
+}

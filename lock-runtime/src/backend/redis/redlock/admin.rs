@@ -1,0 +1,126 @@
+//! The admin API on Redlock: every node asked, the lock as a majority holds it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+
+use super::RedlockBackend;
+use crate::backend::Admin;
+use crate::backend::redis::RedisBackend;
+use crate::backend::redis::admin::inspect_each;
+use crate::error::BoxError;
+use crate::runtime::BoxFuture;
+
+/// How long the admin API waits for a Redlock node.
+const ADMIN_NODE_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl RedlockBackend {
+    /// `op` on every node at once, each bounded by [`ADMIN_NODE_TIMEOUT`]: the answers of the
+    /// nodes that gave one, or an error when fewer than a majority did.
+    async fn on_every_node<'a, T, F, Fut>(&'a self, op: F) -> Result<Vec<T>, BoxError>
+    where
+        F: Fn(&'a RedisBackend) -> Fut,
+        Fut: Future<Output = Result<T, BoxError>>,
+    {
+        let answers = join_all(
+            self.nodes
+                .iter()
+                .map(|node| tokio::time::timeout(ADMIN_NODE_TIMEOUT, op(node))),
+        )
+        .await;
+        let mut ok = Vec::with_capacity(answers.len());
+        let mut failures = Vec::new();
+        for (node, answer) in self.nodes.iter().zip(answers) {
+            match answer {
+                Ok(Ok(value)) => ok.push(value),
+                Ok(Err(e)) => failures.push(format!("{}: {e}", node.shown_url())),
+                Err(_) => failures.push(format!(
+                    "{}: no answer within {ADMIN_NODE_TIMEOUT:?}",
+                    node.shown_url()
+                )),
+            }
+        }
+        if ok.len() < self.quorum {
+            return Err(format!(
+                "only {} of {} Redlock nodes answered, fewer than the majority of {} ({})",
+                ok.len(),
+                self.nodes.len(),
+                self.quorum,
+                failures.join("; ")
+            )
+            .into());
+        }
+        Ok(ok)
+    }
+
+    /// The lock as a majority of nodes hold it: the token on at least `quorum` of `found`, with
+    /// the shortest of their leases. A token on fewer nodes (an attempt that lost its vote,
+    /// copies left by a node that was down) holds nothing.
+    fn majority(&self, found: Vec<Option<crate::admin::Entry>>) -> Option<crate::admin::Entry> {
+        let entries: Vec<_> = found.into_iter().flatten().collect();
+        let mut best: Option<(usize, crate::admin::Entry)> = None;
+        for entry in &entries {
+            let same: Vec<_> = entries.iter().filter(|e| e.token == entry.token).collect();
+            if same.len() >= self.quorum && best.as_ref().is_none_or(|(n, _)| same.len() > *n) {
+                let mut entry = entry.clone();
+                entry.ttl = same.iter().filter_map(|e| e.ttl).min();
+                best = Some((same.len(), entry));
+            }
+        }
+        best.map(|(_, entry)| entry)
+    }
+}
+
+impl Admin for RedlockBackend {
+    fn inspect<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
+        Box::pin(async move {
+            let found = self.on_every_node(|node| node.inspect_lock(name)).await?;
+            Ok(self.majority(found))
+        })
+    }
+    fn list<'a>(
+        &'a self,
+        prefix: &'a str,
+        pattern: &'a str,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<crate::admin::Entry>, BoxError>> {
+        Box::pin(async move {
+            let listed = self
+                .on_every_node(|node| node.list_locks(prefix, pattern, limit))
+                .await?;
+            let mut names: Vec<String> = listed.into_iter().flatten().map(|e| e.name).collect();
+            names.sort();
+            names.dedup();
+            inspect_each(&names, |name| self.inspect(name)).await
+        })
+    }
+    fn force_release<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
+        Box::pin(async move {
+            let found = self
+                .on_every_node(|node| node.force_release_lock(name))
+                .await?;
+            // Deleted on every node that answered, majority or not; reported as the majority
+            // held it.
+            let any = found.iter().flatten().next().cloned();
+            Ok(self.majority(found).or(any))
+        })
+    }
+    fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
+        Box::pin(async move {
+            let versions = self.on_every_node(|node| node.version()).await?;
+            Ok(format!(
+                "{} of {} nodes answered: {}",
+                versions.len(),
+                self.nodes.len(),
+                versions.join(", ")
+            ))
+        })
+    }
+}
