@@ -138,10 +138,6 @@ pub fn advisory_key(name: &str) -> i64 {
 
 /// Whether the backend name `name` is `prefix` followed by a key matching the glob `pattern`:
 /// the filter of every store's [`list`](crate::backend::Admin::list).
-#[cfg_attr(
-    not(any(feature = "zookeeper", feature = "etcd", feature = "postgres")),
-    allow(dead_code)
-)]
 pub(crate) fn listed(prefix: &str, pattern: &str, name: &str) -> bool {
     name.strip_prefix(prefix)
         .is_some_and(|key| glob_match(pattern, key))
@@ -149,10 +145,7 @@ pub(crate) fn listed(prefix: &str, pattern: &str, name: &str) -> bool {
 
 /// `entries` sorted by name, the first `limit` of them: what a store's
 /// [`list`](crate::backend::Admin::list) that filters on the client returns.
-#[cfg_attr(
-    not(any(feature = "zookeeper", feature = "etcd", feature = "postgres")),
-    allow(dead_code)
-)]
+#[cfg(feature = "postgres")]
 pub(crate) fn first_by_name(mut entries: Vec<Entry>, limit: usize) -> Vec<Entry> {
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     entries.truncate(limit);

@@ -70,6 +70,7 @@ mod wait;
 pub mod testing;
 
 pub use admin::{Holder, LockInfo, ReaderInfo, ServerInfo};
+pub use backend::FAIR_QUEUE_TTL;
 pub use client::{LockClient, LockClientBuilder, LockRequest};
 pub use error::{BoxError, LockError};
 pub use global::{URL_ENV, client, init, init_from_env};
@@ -77,7 +78,6 @@ pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
 pub use mode::LockMode;
 pub use scope::{CurrentLock, current};
-pub use wait::FAIR_QUEUE_TTL;
 
 /// What `#[distributed_lock]` expands to. Not a stable API: use the attribute.
 #[doc(hidden)]

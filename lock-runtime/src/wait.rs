@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::attempt::{Acquired, Failure, PlaceInLine, attempt, release_in_background};
-use crate::backend::{Backend, LockSpec};
+use crate::backend::{Backend, FAIR_QUEUE_TTL, LockSpec, doubling_jittered};
 use crate::error::{BoxError, LockError};
 use crate::key::LockName;
 use crate::local::{Gone, Handed, Head, Outcome};
@@ -53,12 +53,6 @@ impl std::error::Error for StillFailing {
         Some(&*self.last)
     }
 }
-
-/// How long a fair lock's waiter keeps its place in the lock's queue without asking again:
-/// a waiter refreshes its place every third of it while it waits, so a waiter whose process
-/// died is dropped from the queue at most this long after its last refresh, and the waiters
-/// behind it move up.
-pub const FAIR_QUEUE_TTL: Duration = Duration::from_secs(5);
 
 /// Attempts until the lock is ours or `wait` has passed (`None`: no deadline).
 ///
@@ -500,16 +494,6 @@ fn handed(
 /// that failed together (a node restarting) do not come back in lockstep.
 fn backoff(failures: u32) -> Duration {
     doubling_jittered(failures, 10, 250)
-}
-
-/// The pause before the `n`-th try (from 1): `first_ms` doubling up to `cap_ms`, drawn at
-/// random from the upper half of that step, so clients that failed or waited together spread
-/// out instead of returning in lockstep.
-pub(crate) fn doubling_jittered(n: u32, first_ms: u64, cap_ms: u64) -> Duration {
-    let ceiling = first_ms
-        .saturating_mul(1 << n.saturating_sub(1).min(16))
-        .min(cap_ms);
-    Duration::from_millis(fastrand::u64(ceiling / 2..=ceiling))
 }
 
 /// A random delay added to a TTL-based retry, so waiters that saw the same TTL do not all hit

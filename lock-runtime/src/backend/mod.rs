@@ -124,6 +124,22 @@ pub(crate) fn retry_pause(attempt: u32) -> Duration {
     Duration::from_millis(10 * 4u64.pow(attempt.clamp(1, 8) - 1))
 }
 
+/// The pause before the `n`-th try (from 1): `first_ms` doubling up to `cap_ms`, drawn at
+/// random from the upper half of that step, so clients that failed or waited together spread
+/// out instead of returning in lockstep.
+pub(crate) fn doubling_jittered(n: u32, first_ms: u64, cap_ms: u64) -> Duration {
+    let ceiling = first_ms
+        .saturating_mul(1 << n.saturating_sub(1).min(16))
+        .min(cap_ms);
+    Duration::from_millis(fastrand::u64(ceiling / 2..=ceiling))
+}
+
+/// How long a fair lock's waiter keeps its place in the lock's queue without asking again:
+/// a waiter refreshes its place every third of it while it waits, so a waiter whose process
+/// died is dropped from the queue at most this long after its last refresh, and the waiters
+/// behind it move up.
+pub const FAIR_QUEUE_TTL: Duration = Duration::from_secs(5);
+
 /// The clock-drift margin subtracted from every lease, as in the Redlock algorithm: 1 % of the
 /// lease plus 2 ms. The holder considers its lease over this much before the server does.
 pub(crate) fn drift(lease: Duration) -> Duration {

@@ -28,7 +28,7 @@ impl MemoryBackend {
             }
             return Ok(state.acquire(spec, now));
         }
-        let until = now + crate::wait::FAIR_QUEUE_TTL;
+        let until = now + crate::backend::FAIR_QUEUE_TTL;
         let queue = state.queues.entry(spec.name.to_owned()).or_default();
         match queue.iter_mut().find(|(token, _)| token == spec.token) {
             Some(place) => place.1 = until,

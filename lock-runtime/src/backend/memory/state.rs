@@ -108,8 +108,8 @@ impl MemoryState {
                     if spec.waiting {
                         readers
                             .writers
-                            .insert(spec.token.to_owned(), now + crate::wait::FAIR_QUEUE_TTL);
-                        ttl = ttl.min(crate::wait::FAIR_QUEUE_TTL / 3);
+                            .insert(spec.token.to_owned(), now + crate::backend::FAIR_QUEUE_TTL);
+                        ttl = ttl.min(crate::backend::FAIR_QUEUE_TTL / 3);
                     }
                     return Attempt::Busy { ttl: Some(ttl) };
                 }

@@ -196,7 +196,7 @@ const MIN_TOKEN_WIDTH: u64 = 129;
 /// The pause before a waiter asks again after its `busy`-th busy answer in a row: doubling from
 /// 2 ms to 50 ms, drawn from the upper half, so waiters of several processes spread out.
 fn poll_pause(busy: u32) -> Duration {
-    crate::wait::doubling_jittered(busy, 2, 50)
+    crate::backend::doubling_jittered(busy, 2, 50)
 }
 
 fn positional(values: Vec<Value>) -> Params {
@@ -308,7 +308,7 @@ impl Backend for MysqlBackend {
                     let micros = remaining.and_then(|(left, _)| left).unwrap_or(0).max(0);
                     let mut ttl = Duration::from_micros(micros as u64);
                     if marked {
-                        ttl = ttl.min(crate::wait::FAIR_QUEUE_TTL / 3);
+                        ttl = ttl.min(crate::backend::FAIR_QUEUE_TTL / 3);
                     }
                     Ok(Attempt::Busy { ttl: Some(ttl) })
                 }

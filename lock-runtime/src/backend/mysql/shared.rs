@@ -395,7 +395,7 @@ impl MysqlBackend {
             Value::from(spec.name.as_bytes()),
             Value::from(spec.token),
             Value::from(spec.token),
-            Value::from(micros(crate::wait::FAIR_QUEUE_TTL)),
+            Value::from(micros(crate::backend::FAIR_QUEUE_TTL)),
             Value::from(self.holder.as_str()),
             Value::from(spec.name.as_bytes()),
         ];

@@ -168,7 +168,7 @@ impl PostgresBackend {
     /// A waiting writer's busy attempt: marks the readers holding the row (keeping new
     /// readers out), and asks again in time to keep the mark.
     async fn mark(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
-        let mark = millis(crate::wait::FAIR_QUEUE_TTL);
+        let mark = millis(crate::backend::FAIR_QUEUE_TTL);
         // Noted before the statement is sent: a mark whose answer is lost is taken back too.
         self.marked.insert(spec.token);
         let row = self

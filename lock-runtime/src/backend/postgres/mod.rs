@@ -60,7 +60,7 @@ pub(crate) struct PostgresBackend {
     listener: Revived<Listener>,
     /// The tokens of writers that may have marked a readers' row (see [`Self::mark`]): their
     /// release takes the mark back; every other writer's release is the plain delete. (A mark
-    /// forgotten past 65,536 tokens lapses by itself within [`crate::wait::FAIR_QUEUE_TTL`].)
+    /// forgotten past 65,536 tokens lapses by itself within [`crate::backend::FAIR_QUEUE_TTL`].)
     marked: super::Remembered<65_536>,
     /// Names this client found held by another (see [`Backend::release`] below): their
     /// release goes straight to the statement that wakes waiters, which someone probably

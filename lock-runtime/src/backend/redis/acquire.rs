@@ -69,7 +69,9 @@ impl RedisBackend {
         let lease = millis(spec.lease);
         // The last argument: a waiting writer's mark (ms), or a semaphore's limit.
         let (script, last) = match spec.kind {
-            Kind::Exclusive if spec.waiting => (&self.write, millis(crate::wait::FAIR_QUEUE_TTL)),
+            Kind::Exclusive if spec.waiting => {
+                (&self.write, millis(crate::backend::FAIR_QUEUE_TTL))
+            }
             Kind::Exclusive => (&self.write, 0),
             Kind::Shared => (&self.read, 0),
             Kind::Permits(limit) => (&self.permit, u64::from(limit)),
@@ -99,7 +101,7 @@ impl RedisBackend {
     async fn try_acquire_fair(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let fence_key = self.fence_key(spec.name);
         let (queue, deadlines) = self.fair_keys(spec.name);
-        let place = millis(crate::wait::FAIR_QUEUE_TTL);
+        let place = millis(crate::backend::FAIR_QUEUE_TTL);
         let (taken, value): (i64, i64) = self
             .run_acked(
                 spec.lease,
