@@ -71,7 +71,7 @@ impl Failure {
 /// One attempt, sent at `sent_at` (a clock reading taken just before: the lease is counted
 /// from it): `Ok(Ok(acquired))` if the lock is ours, `Ok(Err(ttl))` if it is busy (with the
 /// holder's remaining lease when known). A failure is `leftover` as the plan says (see
-/// [`Plan::leftover`]).
+/// [`Plan::leftover`](crate::plan::Plan::leftover)).
 pub(crate) async fn attempt(
     backend: &Arc<dyn Backend>,
     spec: LockSpec<'_>,
@@ -163,7 +163,7 @@ pub(crate) fn release_in_background(backend: &Arc<dyn Backend>, hold: Hold<'_>) 
     run_detached(job);
 }
 
-/// For an acquisition that [keeps a place in line](Plan::keeps_place) on the server: armed
+/// For an acquisition that [keeps a place in line](crate::plan::Plan::keeps_place) on the server: armed
 /// while it keeps that place. An acquisition that ends without the lock — timeout,
 /// error, or the caller dropping it — gives its place up, so the next in line is not stuck
 /// behind a waiter that left.

@@ -50,7 +50,7 @@ pub(crate) struct MysqlBackend {
     url: String,
     slots: Vec<MySlot>,
     /// Wakes this client's waiters when it releases a lock itself (other processes are found by
-    /// polling: see [`Backend::release_poll`]).
+    /// polling: see [`Capabilities::poll`](crate::backend::Capabilities::poll)).
     hub: Arc<ReleaseHub>,
     /// Tokens of writers that marked a lock's readers while waiting: their marks go once they
     /// have the lock or give up. (A mark forgotten past 65,536 tokens lapses by itself.)

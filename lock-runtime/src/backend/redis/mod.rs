@@ -286,7 +286,7 @@ impl Backend for RedisBackend {
         specs: &'a [LockSpec<'a>],
     ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
         Box::pin(async move {
-            // The renewer groups locks by `batch_group` (the slot in a cluster), so every spec
+            // The renewer groups locks by `Capabilities::group` (the slot in a cluster), so every spec
             // here shares one slot and one script call takes them all.
             match self.renew_batch(specs).await {
                 Ok(renewed) => renewed.into_iter().map(Ok).collect(),
