@@ -156,7 +156,8 @@ impl LockClient {
     /// before the error returns ([`LockError::Timeout`] names the key that was busy).
     ///
     /// The same [`LockRequest`] methods (`.read()` takes every key shared) and one
-    /// [`LockGuard`] for the set: [`LockGuard::keys`], [`LockGuard::fencing_tokens`]; one
+    /// [`LockGuard`](crate::LockGuard) for the set: [`LockGuard::keys`](crate::LockGuard::keys),
+    /// [`LockGuard::fencing_tokens`](crate::LockGuard::fencing_tokens); one
     /// watchdog renews every key together, the guard is lost when any key's lease is, and
     /// release gives every key back. No keys at all fails with [`LockError::Config`]; every key
     /// is validated as [`lock`](Self::lock) does, the error naming the bad one. A semaphore, or
@@ -189,7 +190,7 @@ impl LockClient {
     /// Prepares to acquire one of the `permits` permits of the semaphore `key`: up to `permits`
     /// holders at once, each with a lease of its own (renewed by its watchdog like a lock's),
     /// so a crashed holder's permit comes back one lease later — no counter that can leak.
-    /// The same [`LockRequest`] methods and [`LockGuard`] as [`lock`](Self::lock); a release
+    /// The same [`LockRequest`] methods and [`LockGuard`](crate::LockGuard) as [`lock`](Self::lock); a release
     /// wakes a waiter.
     ///
     /// Every holder must ask with the same `permits`: a request whose limit differs from the
