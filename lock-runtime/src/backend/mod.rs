@@ -209,6 +209,23 @@ impl Refused {
         )))
     }
 
+    /// Why a request of kind `asked` is refused where the name is held (or first asked for) as
+    /// `first`: a name is one kind (a semaphore, or a lock with its readers), and a semaphore
+    /// has one limit. The queue-based stores ask it of their queue's oldest entry; a nested
+    /// call of the attribute, of the lock its task holds.
+    pub(crate) fn between(first: Kind, asked: Kind) -> Option<BoxError> {
+        match (first, asked) {
+            (Kind::Permits(held), Kind::Permits(asked)) if held != asked => {
+                Some(Refused::limit(held, asked))
+            }
+            (Kind::Permits(held), Kind::Exclusive | Kind::Shared) => {
+                Some(Refused::kind(Some(held), asked))
+            }
+            (Kind::Exclusive | Kind::Shared, Kind::Permits(_)) => Some(Refused::kind(None, asked)),
+            _ => None,
+        }
+    }
+
     /// A name held as `held` (a semaphore of `held_permits`, or a lock) asked for as `asked`.
     pub(crate) fn kind(held_permits: Option<u16>, asked: Kind) -> BoxError {
         let held = match held_permits {

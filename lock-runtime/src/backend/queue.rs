@@ -60,16 +60,7 @@ pub(crate) fn turn(
 /// the queue ahead of it (`None`: it is the oldest itself). A name is one kind (a semaphore, or
 /// a lock with its readers), and a semaphore has one limit: the oldest entry says which.
 pub(crate) fn refusal(head: Option<Kind>, asked: Kind) -> Option<BoxError> {
-    match (head?, asked) {
-        (Kind::Permits(held), Kind::Permits(asked)) if held != asked => {
-            Some(Refused::limit(held, asked))
-        }
-        (Kind::Permits(held), Kind::Exclusive | Kind::Shared) => {
-            Some(Refused::kind(Some(held), asked))
-        }
-        (Kind::Exclusive | Kind::Shared, Kind::Permits(_)) => Some(Refused::kind(None, asked)),
-        _ => None,
-    }
+    Refused::between(head?, asked)
 }
 
 /// The owner tokens of a client's acquisitions in play on a backend whose waiters queue on its
