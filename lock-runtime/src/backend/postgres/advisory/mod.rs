@@ -92,7 +92,7 @@ struct AdvisorySession {
     client: Arc<Client>,
     state: Mutex<AdvisoryState>,
     /// The task of the blocking request, while it runs.
-    waiting: Mutex<Option<tokio::task::AbortHandle>>,
+    waiting: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl AdvisorySession {
@@ -461,7 +461,7 @@ impl AdvisoryBackend {
             waiting.set(state);
             hub.notify_one(&name, &token);
         });
-        *session.waiting.lock().unwrap_or_else(|p| p.into_inner()) = Some(task.abort_handle());
+        *session.waiting.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
     }
 }
 
@@ -601,22 +601,26 @@ impl Backend for AdvisoryBackend {
                     }
                 }
                 AdvisoryState::Waiting => {
-                    if let Some(task) = session
+                    let task = session
                         .waiting
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .take()
-                    {
-                        task.abort();
-                    }
+                        .take();
                     // Take the request out of the server's queue now; dropping the connection
                     // ends the session (and a grant that raced the cancel).
+                    let limit = self.settings.response_timeout;
                     let cancel = session.client.cancel_token();
-                    let _ = tokio::time::timeout(
-                        self.settings.response_timeout,
-                        cancel.cancel_query(NoTls),
-                    )
-                    .await;
+                    let _ = tokio::time::timeout(limit, cancel.cancel_query(NoTls)).await;
+                    // A cancel is a signal to the waiting backend, which leaves the lock's queue
+                    // a moment later: wait for the blocking request's answer (cancelled, or
+                    // granted just before), so that a reader that tries right after this release
+                    // is not still queued behind the writer that gave up.
+                    if let Some(task) = task {
+                        let abort = task.abort_handle();
+                        if tokio::time::timeout(limit, task).await.is_err() {
+                            abort.abort();
+                        }
+                    }
                     Ok(Released::NotOurs)
                 }
                 AdvisoryState::InFlight | AdvisoryState::Failed(_) => Ok(Released::NotOurs),
