@@ -143,15 +143,6 @@ pub(crate) fn listed(prefix: &str, pattern: &str, name: &str) -> bool {
         .is_some_and(|key| glob_match(pattern, key))
 }
 
-/// `entries` sorted by name, the first `limit` of them: what a store's
-/// [`list`](crate::backend::Admin::list) that filters on the client returns.
-#[cfg(feature = "postgres")]
-pub(crate) fn first_by_name(mut entries: Vec<Entry>, limit: usize) -> Vec<Entry> {
-    entries.sort_by(|a, b| a.name.cmp(&b.name));
-    entries.truncate(limit);
-    entries
-}
-
 /// Whether `text` matches the glob `pattern`: `*` any run of characters, `?` one character,
 /// `\` makes the next character literal; everything else stands for itself.
 pub fn glob_match(pattern: &str, text: &str) -> bool {

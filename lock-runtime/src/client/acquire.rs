@@ -157,10 +157,15 @@ impl ClientInner {
         if plan.local_queue {
             Box::pin(self.acquire_queued(name, token, params, plan, started, failed)).await
         } else {
-            // A fair lock goes straight into the lock's queue on the server: no optimistic
-            // first attempt and no local queue, which would let a newcomer or a task of this
-            // client pass waiters that came first.
-            Box::pin(self.acquire_on_server(name, token, params, plan, started, failed)).await
+            // Readers, permits and fair locks wait on the server alone (see
+            // `Plan::local_queue`): a fair lock goes straight into the lock's queue there, with
+            // no optimistic first attempt and no local queue, which would let a newcomer or a
+            // task of this client pass waiters that came first.
+            let mut token = token;
+            let waited =
+                self.wait_in_line((&name, params, plan), &mut token, started, failed, None);
+            let acquired = Box::pin(waited).await?;
+            Ok(self.guard(name, token, params, plan, acquired))
         }
     }
 
@@ -176,24 +181,6 @@ impl ClientInner {
         let hold = params.hold(name.full(), token.as_str());
         attempt::leave(&self.backend, hold, self.response_timeout).await;
         failure.into_error(&*self.backend, name.key())
-    }
-
-    /// An acquisition that waits on the server alone, never in this client's local queue: a
-    /// fair lock (every attempt goes through the lock's queue on the server), or a reader
-    /// (readers hold a key together; `failed` is its first attempt's transient failure).
-    async fn acquire_on_server(
-        &self,
-        name: LockName,
-        mut token: OwnerToken,
-        params: Params,
-        plan: Plan,
-        started: tokio::time::Instant,
-        failed: Option<attempt::Failure>,
-    ) -> Result<LockGuard, LockError> {
-        let acquired = self
-            .wait_in_line((&name, params, plan), &mut token, started, failed, None)
-            .await?;
-        Ok(self.guard(name, token, params, plan, acquired))
     }
 
     /// Waits for the lock (see [`wait::acquire`]) with what is left of the request's `wait`

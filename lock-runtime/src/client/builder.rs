@@ -327,38 +327,22 @@ impl LockClientBuilder {
 
     #[cfg(not(feature = "etcd"))]
     async fn connect_etcd(&self, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
-        Err(LockError::Config(
-            "`etcd://` needs distlock's `etcd` feature: \
-             distlock = { version = \"…\", features = [\"etcd\"] }"
-                .into(),
-        ))
+        Err(missing_feature("etcd://", "etcd"))
     }
 
     #[cfg(not(feature = "zookeeper"))]
     async fn connect_zookeeper(&self, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
-        Err(LockError::Config(
-            "`zk://` needs distlock's `zookeeper` feature: \
-             distlock = { version = \"…\", features = [\"zookeeper\"] }"
-                .into(),
-        ))
+        Err(missing_feature("zk://", "zookeeper"))
     }
 
     #[cfg(not(feature = "mysql"))]
     async fn connect_mysql(&self, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
-        Err(LockError::Config(
-            "`mysql://` needs distlock's `mysql` feature: \
-             distlock = { version = \"…\", features = [\"mysql\"] }"
-                .into(),
-        ))
+        Err(missing_feature("mysql://", "mysql"))
     }
 
     #[cfg(not(feature = "postgres"))]
     async fn connect_postgres(&self, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
-        Err(LockError::Config(
-            "`postgres://` needs distlock's `postgres` feature: \
-             distlock = { version = \"…\", features = [\"postgres\"] }"
-                .into(),
-        ))
+        Err(missing_feature("postgres://", "postgres"))
     }
 
     #[cfg(not(feature = "redis"))]
@@ -387,6 +371,20 @@ impl fmt::Debug for LockClientBuilder {
             .field("node_timeout", &self.node_timeout)
             .finish()
     }
+}
+
+/// The error of a URL whose backend this build leaves out: the feature that brings it.
+#[cfg(not(all(
+    feature = "etcd",
+    feature = "zookeeper",
+    feature = "mysql",
+    feature = "postgres"
+)))]
+fn missing_feature(scheme: &str, feature: &str) -> LockError {
+    LockError::Config(format!(
+        "`{scheme}` needs distlock's `{feature}` feature: \
+         distlock = {{ version = \"…\", features = [\"{feature}\"] }}"
+    ))
 }
 
 pub(super) fn redact(url: &str) -> String {

@@ -9,7 +9,7 @@ use tokio_postgres::SimpleQueryMessage;
 
 use super::AdvisoryBackend;
 use super::note::{Note, parse_note};
-use crate::admin::{Entry, advisory_key, first_by_name, listed};
+use crate::admin::{Entry, advisory_key, listed};
 use crate::backend::postgres::PgError;
 use crate::backend::{Admin, Hold, Released};
 use crate::error::BoxError;
@@ -29,11 +29,13 @@ impl Admin for AdvisoryBackend {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
         Box::pin(async move {
-            let entries: Vec<Entry> = entries(self.held(None).await?)
+            let mut entries: Vec<Entry> = entries(self.held(None).await?)
                 .into_iter()
                 .filter(|e| listed(prefix, pattern, &e.name))
                 .collect();
-            Ok(first_by_name(entries, limit))
+            entries.sort_by(|a, b| a.name.cmp(&b.name));
+            entries.truncate(limit);
+            Ok(entries)
         })
     }
     fn force_release<'a>(
