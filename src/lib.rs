@@ -82,8 +82,8 @@ pub use lock_runtime::fence;
 pub use lock_runtime::metrics;
 pub use lock_runtime::{
     BoxError, CurrentLock, FAIR_QUEUE_TTL, Holder, LockClient, LockClientBuilder, LockError,
-    LockGuard, LockInfo, LockMode, LockRequest, MAX_KEY_LEN, ReaderInfo, ServerInfo, URL_ENV,
-    client, current, init, init_from_env,
+    LockGuard, LockInfo, LockMode, LockRequest, MAX_KEY_LEN, ReaderInfo, ServerInfo, TlsConfig,
+    URL_ENV, client, current, init, init_from_env,
 };
 
 #[doc(hidden)]

@@ -62,6 +62,7 @@ mod plan;
 mod renew;
 mod runtime;
 mod scope;
+mod tls;
 mod token;
 mod wait;
 
@@ -78,6 +79,7 @@ pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
 pub use mode::LockMode;
 pub use scope::{CurrentLock, current};
+pub use tls::TlsConfig;
 
 /// What `#[distributed_lock]` expands to. Not a stable API: use the attribute.
 #[doc(hidden)]

@@ -221,6 +221,7 @@ mod footprint {
             fence_prefix: "lock-fence:".into(),
             retries: crate::backend::redis::RETRIES,
             replicas: 0,
+            tls: None,
         };
         let redis = crate::backend::redis::RedisBackend::new("redis://127.0.0.1:1", settings)
             .expect("a valid URL");

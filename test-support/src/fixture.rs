@@ -244,6 +244,20 @@ impl RedisFixture {
             server: RedisServer::start(),
         }
     }
+
+    /// A server that speaks TLS only (`rediss://…?cacert=`); the fixture looks at what it
+    /// holds through its Unix socket.
+    pub fn tls() -> RedisFixture {
+        RedisFixture {
+            server: RedisServer::start_tls(),
+        }
+    }
+}
+
+/// `url` of a TLS server with its port swapped for `proxy`'s (a delay proxy forwards the TLS
+/// bytes as they are).
+fn through(url: &str, server: u16, proxy: u16) -> String {
+    url.replace(&format!(":{server}"), &format!(":{proxy}"))
 }
 
 impl Fixture for RedisFixture {
@@ -278,7 +292,7 @@ impl Fixture for RedisFixture {
     async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
         let proxies = slow_proxies(&[self.server.port()], min, max).await;
         Slowed {
-            url: format!("redis://127.0.0.1:{}", proxies[0].port()),
+            url: through(&self.server.url(), self.server.port(), proxies[0].port()),
             _keep: keep(proxies),
         }
     }
@@ -386,22 +400,48 @@ async fn overwrite_with(
 /// majority of the nodes hold; tampering applies to every node.
 pub struct RedlockFixture {
     pub servers: Vec<RedisServer>,
+    tls: bool,
 }
 
 impl RedlockFixture {
     pub fn new(nodes: usize) -> RedlockFixture {
         RedlockFixture {
             servers: (0..nodes).map(|_| RedisServer::start()).collect(),
+            tls: false,
+        }
+    }
+
+    /// Over these (plain) servers.
+    pub fn of(servers: Vec<RedisServer>) -> RedlockFixture {
+        RedlockFixture {
+            servers,
+            tls: false,
+        }
+    }
+
+    /// Over servers that speak TLS only (`redlocks://…?cacert=`).
+    pub fn tls(nodes: usize) -> RedlockFixture {
+        RedlockFixture {
+            servers: (0..nodes).map(|_| RedisServer::start_tls()).collect(),
+            tls: true,
         }
     }
 
     /// `redlock://127.0.0.1:p1,127.0.0.1:p2,…`
     pub fn url_of(servers: &[RedisServer]) -> String {
-        let nodes: Vec<String> = servers
-            .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port()))
-            .collect();
-        format!("redlock://{}", nodes.join(","))
+        RedlockFixture::url_with_ports(servers.iter().map(RedisServer::port), false)
+    }
+
+    fn url_with_ports(ports: impl Iterator<Item = u16>, tls: bool) -> String {
+        let nodes: Vec<String> = ports.map(|port| format!("127.0.0.1:{port}")).collect();
+        match tls {
+            false => format!("redlock://{}", nodes.join(",")),
+            true => format!(
+                "redlocks://{}?cacert={}",
+                nodes.join(","),
+                super::certs::Certificates::shared().ca.display()
+            ),
+        }
     }
 
     /// The value at `name` on every running node (`None` for a node that is down).
@@ -424,7 +464,7 @@ impl Fixture for RedlockFixture {
     }
 
     fn url(&self) -> String {
-        RedlockFixture::url_of(&self.servers)
+        RedlockFixture::url_with_ports(self.servers.iter().map(RedisServer::port), self.tls)
     }
 
     fn fencing(&self) -> bool {
@@ -469,12 +509,8 @@ impl Fixture for RedlockFixture {
     async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
         let ports: Vec<u16> = self.servers.iter().map(RedisServer::port).collect();
         let proxies = slow_proxies(&ports, min, max).await;
-        let nodes: Vec<String> = proxies
-            .iter()
-            .map(|p| format!("127.0.0.1:{}", p.port()))
-            .collect();
         Slowed {
-            url: format!("redlock://{}", nodes.join(",")),
+            url: RedlockFixture::url_with_ports(proxies.iter().map(|p| p.port()), self.tls),
             _keep: keep(proxies),
         }
     }

@@ -11,6 +11,7 @@
 // no public API, so `Result<_, ()>` ("it did not happen in time") needs no error type.
 #![allow(clippy::new_without_default, clippy::result_unit_err)]
 
+pub mod certs;
 pub mod cluster;
 pub mod etcd;
 pub mod faults;
@@ -238,8 +239,9 @@ pub struct RedisServer {
     port: u16,
     password: Option<String>,
     extra: Vec<String>,
-    /// With TLS: the directory holding the self-signed certificate and key.
-    tls: Option<std::path::PathBuf>,
+    /// TLS only (the process's [`certs::Certificates`]); the test's own connection then goes
+    /// through a Unix socket.
+    tls: bool,
     /// A data directory of this server's own, removed when it is dropped.
     data_dir: Option<std::path::PathBuf>,
     child: Option<Child>,
@@ -253,7 +255,7 @@ impl RedisServer {
 
     /// Starts a server with extra `redis-server` arguments (`["--requirepass", "pw"]`).
     pub fn start_with(extra: &[&str]) -> RedisServer {
-        RedisServer::start_inner(extra, None)
+        RedisServer::start_inner(extra, false)
     }
 
     /// Starts a server that persists every write before answering (`appendonly yes`,
@@ -274,41 +276,21 @@ impl RedisServer {
         server
     }
 
-    /// Starts a server that speaks TLS only, with a fresh self-signed certificate for
-    /// 127.0.0.1 (made with the `openssl` command).
+    /// Starts a server that speaks TLS only on its TCP port, with the process's test
+    /// certificates ([`certs::Certificates`]); client certificates are checked when given,
+    /// not required.
     pub fn start_tls() -> RedisServer {
-        let dir = std::env::temp_dir().join(unique("distlock-tls"));
-        std::fs::create_dir_all(&dir).expect("temp dir for certificates");
-        let made = Command::new("openssl")
-            .args([
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            ])
-            .args([
-                "-subj",
-                "/CN=127.0.0.1",
-                "-addext",
-                "subjectAltName=IP:127.0.0.1",
-            ])
-            .arg("-keyout")
-            .arg(dir.join("key.pem"))
-            .arg("-out")
-            .arg(dir.join("cert.pem"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        match made {
-            Ok(status) if status.success() => {}
-            Ok(status) => panic!("openssl could not make a test certificate: {status}"),
-            Err(error) => panic!(
-                "openssl is not installed ({error}). Run the README's test command, \
-                 `{TEST_COMMAND}`, which installs it"
-            ),
-        }
-        RedisServer::start_inner(&[], Some(dir))
+        RedisServer::start_tls_with(&["--tls-auth-clients", "optional"])
+    }
+
+    /// [`start_tls`](Self::start_tls) with extra arguments (`["--tls-auth-clients", "yes"]`
+    /// requires a client certificate: mutual TLS).
+    pub fn start_tls_with(extra: &[&str]) -> RedisServer {
+        RedisServer::start_inner(extra, true)
     }
 
     /// Starts a server, trying a few free ports (one can be taken between picking and binding).
-    fn start_inner(extra: &[&str], tls: Option<std::path::PathBuf>) -> RedisServer {
+    fn start_inner(extra: &[&str], tls: bool) -> RedisServer {
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         let password = extra
             .iter()
@@ -320,7 +302,7 @@ impl RedisServer {
                 port: free_port(),
                 password: password.clone(),
                 extra: extra.clone(),
-                tls: tls.clone(),
+                tls,
                 data_dir: None,
                 child: None,
             };
@@ -334,17 +316,22 @@ impl RedisServer {
 
     fn spawn(&mut self) -> Result<(), String> {
         let mut command = Command::new(redis_server_binary());
-        match &self.tls {
-            None => command.arg("--port").arg(self.port.to_string()),
-            Some(dir) => command
+        if self.tls {
+            let certs = certs::Certificates::shared();
+            command
                 .args(["--port", "0", "--tls-port"])
                 .arg(self.port.to_string())
                 .arg("--tls-cert-file")
-                .arg(dir.join("cert.pem"))
+                .arg(&certs.server_cert)
                 .arg("--tls-key-file")
-                .arg(dir.join("key.pem"))
-                .args(["--tls-auth-clients", "no"]),
-        };
+                .arg(&certs.server_key)
+                .arg("--tls-ca-cert-file")
+                .arg(&certs.ca)
+                .arg("--unixsocket")
+                .arg(self.socket());
+        } else {
+            command.arg("--port").arg(self.port.to_string());
+        }
         // A replica's full sync writes an RDB file even with `--save ''`, and a server loads
         // the one in its directory at start: each server has a file name of its own, removed
         // before it starts (a restart comes back empty) and when it is dropped.
@@ -396,18 +383,30 @@ impl RedisServer {
         Err("redis-server did not answer PING within 10 s".into())
     }
 
+    /// The Unix socket of a TLS server, for the test's own connection.
+    fn socket(&self) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!("distlock-redis-{}.sock", self.port))
+    }
+
     /// Where a replica's full sync leaves its RDB file (see `spawn`).
     fn rdb_file(&self) -> std::path::PathBuf {
         std::env::temp_dir().join(format!("distlock-{}.rdb", self.port))
     }
 
     fn answers_ping(&self) -> bool {
+        if self.tls {
+            // The TLS port would not answer a plain-text PING: ask through the Unix socket.
+            let Ok(mut stream) = std::os::unix::net::UnixStream::connect(self.socket()) else {
+                return false;
+            };
+            let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+            let mut reply = [0u8; 64];
+            return stream.write_all(b"PING\r\n").is_ok()
+                && matches!(stream.read(&mut reply), Ok(n) if n > 0 && matches!(reply[0], b'+' | b'-'));
+        }
         let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
-        if self.tls.is_some() {
-            return true; // listening; a plaintext PING would not be answered
-        }
         let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
         if stream.write_all(b"PING\r\n").is_err() {
             return false;
@@ -437,8 +436,16 @@ impl RedisServer {
     /// `redis://[:password@]127.0.0.1:port`; with TLS `rediss://127.0.0.1:port/#insecure`
     /// (the certificate is self-signed).
     pub fn url(&self) -> String {
-        if self.tls.is_some() {
-            return format!("rediss://127.0.0.1:{}/#insecure", self.port);
+        if self.tls {
+            let ca = &certs::Certificates::shared().ca;
+            return match &self.password {
+                Some(password) => format!(
+                    "rediss://:{password}@127.0.0.1:{}/?cacert={}",
+                    self.port,
+                    ca.display()
+                ),
+                None => format!("rediss://127.0.0.1:{}/?cacert={}", self.port, ca.display()),
+            };
         }
         match &self.password {
             Some(password) => format!("redis://:{password}@127.0.0.1:{}", self.port),
@@ -491,7 +498,17 @@ impl RedisServer {
 
     /// A fresh connection of the test's own, to look at what the server holds.
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url())
+        let url = if self.tls {
+            match &self.password {
+                Some(password) => {
+                    format!("redis+unix://{}?pass={password}", self.socket().display())
+                }
+                None => format!("redis+unix://{}", self.socket().display()),
+            }
+        } else {
+            self.url()
+        };
+        redis::Client::open(url)
             .expect("valid url")
             .get_multiplexed_async_connection()
             .await
@@ -554,8 +571,8 @@ impl Drop for RedisServer {
         if let Some(dir) = &self.data_dir {
             let _ = std::fs::remove_dir_all(dir);
         }
-        if let Some(dir) = &self.tls {
-            let _ = std::fs::remove_dir_all(dir);
+        if self.tls {
+            let _ = std::fs::remove_file(self.socket());
         }
     }
 }

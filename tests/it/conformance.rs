@@ -2529,3 +2529,34 @@ suite! {
 suite! {
     etcd => EtcdFixture::new(),
 }
+
+/// The core cases again through TLS-only servers (`rediss://`, `redlocks://`, …, each with
+/// the test CA named in the URL): what TLS must not change.
+#[cfg(feature = "tls")]
+macro_rules! tls_suite {
+    ($($backend:ident => $fixture:expr),* $(,)?) => {
+        $(
+            conformance!($backend => $fixture;
+                mutual_exclusion_under_contention,
+                acquire_stores_a_token_with_a_ttl_and_release_deletes_it,
+                a_stale_owner_cannot_release_the_new_owners_lock,
+                renewal_keeps_a_lock_held_for_five_leases,
+                a_deleted_lock_is_reported_lost_within_one_renewal_interval,
+                a_dropped_guard_is_released_promptly,
+                a_waiter_is_woken_by_the_release,
+                fencing_tokens_increase,
+                a_slow_backend_still_grants_waiting_acquisitions,
+                the_admin_api_shows_who_holds_what,
+                readers_share_a_key_and_exclude_writers,
+                a_semaphore_admits_up_to_n_holders_at_once,
+                several_keys_are_taken_together_and_given_back_together,
+            );
+        )*
+    };
+}
+
+#[cfg(feature = "tls")]
+tls_suite! {
+    redis_tls => RedisFixture::tls(),
+    redlock_tls => RedlockFixture::tls(3),
+}

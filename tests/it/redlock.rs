@@ -367,7 +367,7 @@ async fn thirty_two_simultaneous_acquirers_on_five_nodes_never_two_winners() {
 /// Client 1 takes the lock while nodes D and E are down, so only A, B and C hold it. D and E
 /// come back, then C restarts. Client 2 then asks for the lock.
 async fn restart_scenario(servers: Vec<RedisServer>) -> (RedlockFixture, Result<(), LockError>) {
-    let mut fixture = RedlockFixture { servers };
+    let mut fixture = RedlockFixture::of(servers);
     fixture.servers[3].kill();
     fixture.servers[4].kill();
     let one = fixture

@@ -56,6 +56,87 @@ pub(crate) fn host_list(hosts: &str, default_port: u16) -> Result<Vec<String>, S
     Ok(listed)
 }
 
+/// `url` without the query parameters `take(name, value)` accepts (it keeps what it needs);
+/// the other parameters and the fragment stay as they were.
+pub(crate) fn take_query(url: &str, mut take: impl FnMut(&str, &str) -> bool) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_owned();
+    };
+    let (query, fragment) = match query.split_once('#') {
+        Some((query, fragment)) => (query, Some(fragment)),
+        None => (query, None),
+    };
+    let kept: Vec<&str> = query
+        .split('&')
+        .filter(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            !pair.is_empty() && !take(name, value)
+        })
+        .collect();
+    let mut rest = base.to_owned();
+    if !kept.is_empty() {
+        rest.push('?');
+        rest.push_str(&kept.join("&"));
+    }
+    if let Some(fragment) = fragment {
+        rest.push('#');
+        rest.push_str(fragment);
+    }
+    rest
+}
+
+/// `%XX` escapes decoded (a malformed one is kept as written); the result as text, invalid
+/// UTF-8 replaced.
+pub(crate) fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).copied().and_then(hex),
+            bytes.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(high), Some(low)) => {
+                out.push((high * 16 + low) as u8);
+                i += 3;
+            }
+            (byte, _, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `url` with `password` as the password of its user info (percent-encoded), replacing any
+/// the URL has: a password given in code, kept out of the URL people see.
+pub(crate) fn with_password(url: &str, password: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    let (user, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => (
+            userinfo.split_once(':').map_or(userinfo, |(user, _)| user),
+            hosts,
+        ),
+        None => ("", authority),
+    };
+    let mut encoded = String::with_capacity(password.len());
+    for byte in password.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    format!("{scheme}://{user}:{encoded}@{hosts}{path}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::redact_url;
@@ -75,6 +156,23 @@ mod tests {
             "redis://127.0.0.1:6379"
         );
         assert_eq!(redact_url("redis://tok@h"), "redis://***@h");
+    }
+
+    #[test]
+    fn queries_lose_what_is_taken_and_passwords_are_spliced_in() {
+        use super::{percent_decode, take_query, with_password};
+        assert_eq!(
+            take_query("s://h/p?a=1&b=2&c#f", |name, _| name == "b"),
+            "s://h/p?a=1&c#f"
+        );
+        assert_eq!(take_query("s://h?b=2", |name, _| name == "b"), "s://h");
+        assert_eq!(percent_decode("a%20b%2Fc%zz%4"), "a b/c%zz%4");
+        assert_eq!(
+            with_password("redis://u:old@h:1/0?x=1", "p@ss:/w"),
+            "redis://u:p%40ss%3A%2Fw@h:1/0?x=1"
+        );
+        assert_eq!(with_password("etcd://h:1,h:2", "pw"), "etcd://:pw@h:1,h:2");
+        assert_eq!(with_password("zk://app@h/x", "pw"), "zk://app:pw@h/x");
     }
 
     #[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]

@@ -39,6 +39,8 @@ pub struct LockClientBuilder {
     pub(super) response_timeout: Duration,
     pub(super) node_timeout: Option<Duration>,
     pub(super) sql: crate::backend::sql::SqlOptions,
+    pub(super) tls: Option<crate::tls::TlsConfig>,
+    pub(super) password: Option<String>,
 }
 
 impl LockClientBuilder {
@@ -136,6 +138,24 @@ impl LockClientBuilder {
         self
     }
 
+    /// TLS trust and identity given in code (certificates from a secret store rather than
+    /// files): they win over the URL's file parameters, field by field. The URL still says
+    /// whether to use TLS (`rediss://`, `sslmode=`, `etcds://`, …); see [`TlsConfig`].
+    ///
+    /// [`TlsConfig`]: crate::TlsConfig
+    pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The password to authenticate with, kept out of the URL (so it shows in no `ps`
+    /// listing, crontab or log line); it replaces a password the URL has. The URL's user name,
+    /// if any, is the user. Never shown in an error, a log line or `Debug`.
+    pub fn password(mut self, password: impl Into<String>) -> Self {
+        self.password = Some(password.into());
+        self
+    }
+
     /// Validates the settings and connects.
     pub async fn build(self) -> Result<LockClient, LockError> {
         check_lease(self.default_lease, None)?;
@@ -157,7 +177,11 @@ impl LockClientBuilder {
                 self.prefix, self.fencing_prefix
             )));
         }
-        let url = self.url.trim();
+        let with_password = match &self.password {
+            Some(password) => crate::backend::url::with_password(self.url.trim(), password),
+            None => self.url.trim().to_owned(),
+        };
+        let url = with_password.as_str();
         let Some((scheme, rest)) = url.split_once("://") else {
             return Err(LockError::Config(format!(
                 "`{}` is not a lock backend URL: expected `scheme://…`, e.g. \
@@ -167,8 +191,10 @@ impl LockClientBuilder {
         };
         let backend: Arc<dyn Backend> = match scheme {
             "memory" => MemoryBackend::named(rest.trim_end_matches('/')),
-            "redis" | "rediss" | "redis+unix" | "unix" | "redlock" | "redis+cluster"
-            | "redis+sentinel" => self.connect_redis(scheme, url).await?,
+            "redis" | "rediss" | "redis+unix" | "unix" | "redlock" | "redlocks"
+            | "redis+cluster" | "rediss+cluster" | "redis+sentinel" | "rediss+sentinel" => {
+                self.connect_redis(scheme, url).await?
+            }
             "postgres" | "postgresql" => self.connect_postgres(url).await?,
             "mysql" => self.connect_mysql(url).await?,
             "zk" => self.connect_zookeeper(url).await?,
@@ -197,17 +223,70 @@ impl LockClientBuilder {
         })
     }
 
+    /// The TLS trust and identity of a connection whose URL asks for TLS (`tls`): the URL's
+    /// files with what the builder gives over them. A URL that names TLS files, or a builder
+    /// given TLS settings, without asking for TLS is an error (it would silently connect in
+    /// plain text), as is TLS in a build without the `tls` feature. `plain_to_tls` says how
+    /// the URL asks for TLS.
+    fn tls_settings(
+        &self,
+        tls: bool,
+        files: &crate::tls::TlsFiles,
+        url: &str,
+        plain_to_tls: &str,
+    ) -> Result<Option<crate::tls::TlsConfig>, LockError> {
+        let shown = redact(url);
+        if !tls {
+            if let Some((name, _)) = files
+                .ca
+                .as_ref()
+                .or(files.cert.as_ref())
+                .or(files.key.as_ref())
+            {
+                return Err(LockError::Config(format!(
+                    "`{name}=` in {shown} applies to TLS connections, and this URL asks for \
+                     none: {plain_to_tls}"
+                )));
+            }
+            if self.tls.as_ref().is_some_and(|tls| !tls.is_empty()) {
+                return Err(LockError::Config(format!(
+                    "TLS settings were given (`LockClientBuilder::tls`), but {shown} asks for \
+                     no TLS: {plain_to_tls}"
+                )));
+            }
+            return Ok(None);
+        }
+        if !cfg!(feature = "tls") {
+            return Err(LockError::Config(format!(
+                "{shown} asks for TLS, which needs distlock's `tls` feature: \
+                 distlock = {{ version = \"…\", features = [\"tls\"] }}"
+            )));
+        }
+        files.load(self.tls.as_ref(), &shown).map(Some)
+    }
+
     #[cfg(feature = "redis")]
     async fn connect_redis(&self, scheme: &str, url: &str) -> Result<Arc<dyn Backend>, LockError> {
-        if scheme == "rediss" && !cfg!(feature = "tls") {
-            return Err(LockError::Config(
-                "`rediss://` (Redis over TLS) needs distlock's `tls` feature: \
-                 distlock = { version = \"…\", features = [\"tls\"] }"
-                    .into(),
-            ));
+        let tls = matches!(
+            scheme,
+            "rediss" | "rediss+cluster" | "rediss+sentinel" | "redlocks"
+        );
+        let (url, files) = crate::tls::TlsFiles::take(url, ["cacert", "cert", "key"]);
+        if tls && url.ends_with("#insecure") {
+            return Err(LockError::Config(format!(
+                "`#insecure` in {}: distlock does not turn certificate checks off; name the \
+                 server's CA instead (`?cacert=/path/ca.pem`)",
+                redact(&url)
+            )));
         }
+        let tls = self.tls_settings(
+            tls,
+            &files,
+            &url,
+            "use `rediss://`, `rediss+cluster://`, `rediss+sentinel://` or `redlocks://`",
+        )?;
         let (url, replicas) =
-            crate::backend::redis::take_replicas(url).map_err(LockError::Config)?;
+            crate::backend::redis::take_replicas(&url).map_err(LockError::Config)?;
         let url = url.as_str();
         let settings = crate::backend::redis::RedisSettings {
             connect_timeout: self.connect_timeout,
@@ -215,20 +294,19 @@ impl LockClientBuilder {
             fence_prefix: self.fencing_prefix.clone(),
             retries: crate::backend::redis::RETRIES,
             replicas,
+            tls,
         };
         match scheme {
-            "redlock" if replicas > 0 => Err(LockError::Config(format!(
+            "redlock" | "redlocks" if replicas > 0 => Err(LockError::Config(format!(
                 "`replicas` does not apply to `redlock://` (each Redlock node is a master of its \
                  own, and a grant already needs a majority of them): for a master with replicas \
                  use `redis+sentinel://…?replicas={replicas}` or `redis://…?replicas={replicas}`"
             ))),
-            "redis+sentinel" => Ok(crate::backend::redis::RedisBackend::connect_sentinel(
-                url,
-                redact(url),
-                settings,
-            )
-            .await?),
-            "redlock" => {
+            "redis+sentinel" | "rediss+sentinel" => Ok(
+                crate::backend::redis::RedisBackend::connect_sentinel(url, redact(url), settings)
+                    .await?,
+            ),
+            "redlock" | "redlocks" => {
                 if self.fencing {
                     return Err(LockError::Config(
                         crate::backend::redis::redlock::NO_FENCING.to_owned(),
@@ -241,7 +319,7 @@ impl LockClientBuilder {
                 )
                 .await?)
             }
-            "redis+cluster" => {
+            "redis+cluster" | "rediss+cluster" => {
                 if self.prefix.contains('{') || self.fencing_prefix.contains('{') {
                     return Err(LockError::Config(format!(
                         "in a Redis Cluster the lock and fencing prefixes may not contain `{{` \
@@ -249,7 +327,8 @@ impl LockClientBuilder {
                         self.prefix, self.fencing_prefix
                     )));
                 }
-                let nodes = crate::backend::redis::node_urls(url).map_err(LockError::Config)?;
+                let nodes = crate::backend::redis::node_urls(url, settings.tls.is_some())
+                    .map_err(LockError::Config)?;
                 Ok(crate::backend::redis::RedisBackend::connect_cluster(
                     &nodes,
                     redact(url),
@@ -369,6 +448,8 @@ impl fmt::Debug for LockClientBuilder {
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("node_timeout", &self.node_timeout)
+            .field("tls", &self.tls)
+            .field("password", &self.password.as_ref().map(|_| "***"))
             .finish()
     }
 }

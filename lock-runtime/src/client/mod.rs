@@ -119,6 +119,8 @@ impl LockClient {
             response_timeout: LockClient::DEFAULT_RESPONSE_TIMEOUT,
             node_timeout: None,
             sql: Default::default(),
+            tls: None,
+            password: None,
         }
     }
 

@@ -19,7 +19,7 @@ impl RedisBackend {
     ) -> Result<Arc<RedisBackend>, LockError> {
         let mut clients = Vec::with_capacity(nodes.len());
         for node in nodes {
-            let client = redis::Client::open(node.as_str()).map_err(|e| {
+            let client = super::open_client(node, settings.tls.as_ref()).map_err(|e| {
                 LockError::Config(format!(
                     "invalid node `{}` in Redis Cluster URL {shown}: {e}",
                     redact_url(node)
@@ -27,7 +27,13 @@ impl RedisBackend {
             })?;
             clients.push(client);
         }
-        let cluster = ClusterClient::builder(nodes.iter().map(String::as_str))
+        let cluster = ClusterClient::builder(nodes.iter().map(String::as_str));
+        #[cfg(feature = "tls")]
+        let cluster = match &settings.tls {
+            Some(tls) => cluster.certs(super::certificates(tls)),
+            None => cluster,
+        };
+        let cluster = cluster
             .connection_timeout(settings.connect_timeout)
             .response_timeout(settings.response_timeout)
             .retries(settings.retries.max(1) * 4)

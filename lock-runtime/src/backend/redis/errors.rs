@@ -46,6 +46,12 @@ impl RedisBackend {
             _ if error.is_connection_refusal() => {
                 "connection refused: is redis-server running at that address?".to_string()
             }
+            _ if error.is_timeout() && self.settings.tls.is_some() => format!(
+                "no answer within the connect timeout ({:?}): is the host reachable, and does \
+                 it speak TLS on that port? (a plain-text server stays silent to a TLS \
+                 handshake: use `redis://` for it)",
+                self.settings.connect_timeout
+            ),
             _ if error.is_timeout() => format!(
                 "no answer within the connect timeout ({:?}): is the host reachable?",
                 self.settings.connect_timeout
@@ -55,10 +61,12 @@ impl RedisBackend {
                  `redis://` for one server, or `redlock://h1:p1,h2:p2,h3:p3` for independent ones"
                     .to_string()
             }
-            _ if error.to_string().contains("certificate") => {
-                "TLS certificate verification failed: this machine does not trust the server's \
-                 certificate (install its CA; `#insecure` at the end of the URL skips the check, \
-                 for testing only)"
+            _ if crate::tls::explain(&crate::tls::chain(&error), "cacert").is_some() => {
+                crate::tls::explain(&crate::tls::chain(&error), "cacert").unwrap_or_default()
+            }
+            _ if self.settings.tls.is_none() && closed_at_once(&error) => {
+                "the server closed the connection at once: if it accepts TLS only, use \
+                 `rediss://` (and `?cacert=/path/ca.pem` for a private CA)"
                     .to_string()
             }
             _ => "the connection failed".to_string(),
@@ -69,6 +77,22 @@ impl RedisBackend {
             source: Some(Box::new(error)),
         }
     }
+}
+
+/// Whether a connection failed because the server hung up on the first bytes (what a TLS-only
+/// port does with a plain-text client).
+fn closed_at_once(error: &RedisError) -> bool {
+    let text = crate::tls::chain(error).to_lowercase();
+    error.is_connection_dropped()
+        || [
+            "connection reset",
+            "broken pipe",
+            "unexpected end of file",
+            "unexpectedeof",
+            "connection closed",
+        ]
+        .iter()
+        .any(|needle| text.contains(needle))
 }
 
 /// Whether an acquisition failed because too few replicas acknowledged its grant.

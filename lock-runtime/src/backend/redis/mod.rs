@@ -87,6 +87,40 @@ pub(crate) struct RedisSettings {
     pub retries: u32,
     /// `?replicas=N`: grants and renewals count only once N replicas acknowledged them.
     pub replicas: u16,
+    /// TLS (`rediss://`, `rediss+cluster://`, `rediss+sentinel://`, `redlocks://`): the
+    /// trust and identity every connection uses; `None` for plain connections.
+    pub tls: Option<crate::tls::TlsConfig>,
+}
+
+/// A redis-rs client for one `redis://` or `rediss://` URL, with the settings' TLS trust and
+/// identity when it has them.
+pub(crate) fn open_client(
+    url: &str,
+    tls: Option<&crate::tls::TlsConfig>,
+) -> redis::RedisResult<redis::Client> {
+    #[cfg(feature = "tls")]
+    if let Some(tls) = tls {
+        return redis::Client::build_with_tls(url, certificates(tls));
+    }
+    let _ = tls;
+    redis::Client::open(url)
+}
+
+/// The settings' TLS trust and identity as redis-rs takes them (it builds rustls' settings
+/// itself, with the process's default provider: made ring's here unless the application chose).
+#[cfg(feature = "tls")]
+fn certificates(tls: &crate::tls::TlsConfig) -> redis::TlsCertificates {
+    crate::tls::ensure_default_provider();
+    redis::TlsCertificates {
+        client_tls: match (&tls.cert_pem, &tls.key_pem) {
+            (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+                client_cert: cert.clone(),
+                client_key: key.clone(),
+            }),
+            _ => None,
+        },
+        root_cert: tls.ca_pem.clone(),
+    }
 }
 
 /// How the backend reaches Redis (one per backend, so the variants' sizes do not matter).
@@ -141,7 +175,7 @@ impl RedisBackend {
     /// Parses the URL without connecting (a Redlock node may be down when the client starts).
     pub(crate) fn new(url: &str, settings: RedisSettings) -> Result<RedisBackend, LockError> {
         let shown = redact_url(url);
-        let client = redis::Client::open(url)
+        let client = open_client(url, settings.tls.as_ref())
             .map_err(|e| LockError::Config(format!("invalid Redis URL {shown}: {e}")))?;
         Ok(RedisBackend::with_link(
             Link::Single(client.clone()),

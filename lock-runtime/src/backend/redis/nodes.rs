@@ -5,9 +5,11 @@ use std::collections::HashSet;
 use crate::backend::url::redact_url;
 
 /// Splits a multi-node URL (`redlock://[user:password@]h1:p1,h2:p2[/db]`, same for
-/// `redis+cluster://`) into one `redis://` URL per node; the credentials and database apply to
-/// every node. Errors say what is wrong with the URL (password redacted).
-pub(crate) fn node_urls(url: &str) -> Result<Vec<String>, String> {
+/// `redis+cluster://`) into one `redis://` URL per node (`rediss://` when `tls`); the
+/// credentials and database apply to every node. Errors say what is wrong with the URL
+/// (password redacted).
+pub(crate) fn node_urls(url: &str, tls: bool) -> Result<Vec<String>, String> {
+    let node_scheme = if tls { "rediss" } else { "redis" };
     let shown = redact_url(url);
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
@@ -34,8 +36,8 @@ pub(crate) fn node_urls(url: &str) -> Result<Vec<String>, String> {
             ));
         }
         nodes.push(match userinfo {
-            Some(userinfo) => format!("redis://{userinfo}@{host}{path}"),
-            None => format!("redis://{host}{path}"),
+            Some(userinfo) => format!("{node_scheme}://{userinfo}@{host}{path}"),
+            None => format!("{node_scheme}://{host}{path}"),
         });
     }
     Ok(nodes)
@@ -57,12 +59,17 @@ pub(crate) fn take_replicas(url: &str) -> Result<(String, u16), String> {
     for pair in query.split('&') {
         match pair.split_once('=') {
             Some(("replicas", value)) => {
-                replicas = value.parse::<u16>().ok().filter(|&n| n <= 32).ok_or_else(|| {
-                    format!(
-                        "`replicas={value}` in `{}`: expected how many replicas must                          acknowledge a grant, 0 to 32",
-                        redact_url(url)
-                    )
-                })?;
+                replicas = value
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|&n| n <= 32)
+                    .ok_or_else(|| {
+                        format!(
+                            "`replicas={value}` in `{}`: expected how many replicas must \
+                         acknowledge a grant, 0 to 32",
+                            redact_url(url)
+                        )
+                    })?;
             }
             _ if pair.is_empty() => {}
             _ => kept.push(pair),
@@ -117,7 +124,7 @@ mod tests {
     #[test]
     fn multi_node_urls_split_into_one_url_per_node() {
         assert_eq!(
-            super::node_urls("redlock://:pw@a:1,b:2, c:3/2").unwrap(),
+            super::node_urls("redlock://:pw@a:1,b:2, c:3/2", false).unwrap(),
             [
                 "redis://:pw@a:1/2",
                 "redis://:pw@b:2/2",
@@ -125,21 +132,25 @@ mod tests {
             ]
         );
         assert_eq!(
-            super::node_urls("redis+cluster://h:7000").unwrap(),
+            super::node_urls("redis+cluster://h:7000", false).unwrap(),
             ["redis://h:7000"]
         );
-        let empty = super::node_urls("redlock://:secret@").unwrap_err();
+        assert_eq!(
+            super::node_urls("redlocks://u:p@a:1,b:2", true).unwrap(),
+            ["rediss://u:p@a:1", "rediss://u:p@b:2"]
+        );
+        let empty = super::node_urls("redlock://:secret@", false).unwrap_err();
         assert!(
             empty.contains("names no nodes") && !empty.contains("secret"),
             "{empty}"
         );
         assert!(
-            super::node_urls("redlock://a:1,,b:2")
+            super::node_urls("redlock://a:1,,b:2", false)
                 .unwrap_err()
                 .contains("empty node")
         );
         assert!(
-            super::node_urls("redlock://a:1,a:1")
+            super::node_urls("redlock://a:1,a:1", false)
                 .unwrap_err()
                 .contains("twice")
         );

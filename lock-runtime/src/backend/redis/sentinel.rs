@@ -36,8 +36,10 @@ pub(crate) struct Sentinels {
     /// `host:port` and a client for each sentinel.
     nodes: Vec<(String, redis::Client)>,
     service: String,
-    /// `redis://[userinfo@]` and `[/db]` around a master's `host:port`.
+    /// `redis://[userinfo@]` (`rediss://` with TLS) and `[/db]` around a master's `host:port`.
     master_prefix: String,
+    /// TLS to the sentinels and the master (`rediss+sentinel://`).
+    tls: Option<crate::tls::TlsConfig>,
     master_suffix: String,
     /// The sentinel that answered last: asked first next time.
     last: AtomicUsize,
@@ -51,7 +53,11 @@ impl Sentinels {
     /// Parses `redis+sentinel://[user:password@]s1[:port],s2[:port]/service[/db]` (the
     /// `replicas` option already taken out) with `?sentinel_user=…&sentinel_password=…` for
     /// sentinels that require a password of their own. Errors say what is wrong (no password).
-    pub(crate) fn parse(url: &str) -> Result<Sentinels, String> {
+    pub(crate) fn parse(
+        url: &str,
+        tls: Option<&crate::tls::TlsConfig>,
+    ) -> Result<Sentinels, String> {
+        let scheme = if tls.is_some() { "rediss" } else { "redis" };
         let shown = redact_url(url);
         let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
         let (rest, query) = match rest.split_once('?') {
@@ -114,7 +120,7 @@ impl Sentinels {
         };
         let mut nodes = Vec::with_capacity(hosts.len());
         for host in hosts {
-            let client = redis::Client::open(format!("redis://{sentinel_auth}{host}"))
+            let client = super::open_client(&format!("{scheme}://{sentinel_auth}{host}"), tls)
                 .map_err(|e| format!("the sentinel `{host}` in `{shown}`: {e}"))?;
             nodes.push((host, client));
         }
@@ -122,9 +128,10 @@ impl Sentinels {
             nodes,
             service: service.to_owned(),
             master_prefix: match userinfo {
-                Some(userinfo) => format!("redis://{userinfo}@"),
-                None => "redis://".to_owned(),
+                Some(userinfo) => format!("{scheme}://{userinfo}@"),
+                None => format!("{scheme}://"),
             },
+            tls: tls.cloned(),
             master_suffix: db.map_or_else(String::new, |db| format!("/{db}")),
             last: AtomicUsize::new(0),
             backend: Weak::new(),
@@ -145,10 +152,10 @@ impl Sentinels {
         connect_timeout: Duration,
     ) -> RedisResult<(redis::Client, redis::aio::MultiplexedConnection)> {
         let address = self.ask(config, connect_timeout).await?;
-        let client = redis::Client::open(format!(
-            "{}{address}{}",
-            self.master_prefix, self.master_suffix
-        ))?;
+        let client = super::open_client(
+            &format!("{}{address}{}", self.master_prefix, self.master_suffix),
+            self.tls.as_ref(),
+        )?;
         let failed = |what: String| -> RedisError {
             io_error(format!(
                 "the sentinels name {address} as the master of `{}`, but {what}",
@@ -267,7 +274,7 @@ impl RedisBackend {
         shown: String,
         settings: super::RedisSettings,
     ) -> Result<Arc<RedisBackend>, LockError> {
-        let sentinels = Sentinels::parse(url).map_err(LockError::Config)?;
+        let sentinels = Sentinels::parse(url, settings.tls.as_ref()).map_err(LockError::Config)?;
         let backend = Arc::new_cyclic(|me| {
             let mut sentinels = sentinels;
             sentinels.backend = me.clone();
@@ -344,14 +351,17 @@ mod tests {
 
     #[test]
     fn sentinel_urls_name_sentinels_service_and_database() {
-        let s = Sentinels::parse("redis+sentinel://:pw@a:1,b,[::1]:3/mymaster/2").unwrap();
+        let s = Sentinels::parse("redis+sentinel://:pw@a:1,b,[::1]:3/mymaster/2", None).unwrap();
         let hosts: Vec<&str> = s.nodes.iter().map(|(h, _)| h.as_str()).collect();
         assert_eq!(hosts, ["a:1", "b:26379", "[::1]:3"]);
         assert_eq!(s.service, "mymaster");
         assert_eq!(s.master_prefix, "redis://:pw@");
         assert_eq!(s.master_suffix, "/2");
-        let with_auth =
-            Sentinels::parse("redis+sentinel://a/m?sentinel_password=sp&sentinel_user=u").unwrap();
+        let with_auth = Sentinels::parse(
+            "redis+sentinel://a/m?sentinel_password=sp&sentinel_user=u",
+            None,
+        )
+        .unwrap();
         assert_eq!(
             with_auth.nodes[0]
                 .1
@@ -370,7 +380,7 @@ mod tests {
             ("redis+sentinel://a/m/0/x", "after the database"),
             ("redis+sentinel://a/m?pool=3", "unknown option `pool`"),
         ] {
-            let error = Sentinels::parse(url).err().expect(url);
+            let error = Sentinels::parse(url, None).err().expect(url);
             assert!(error.contains(says), "{url}: {error}");
             assert!(!error.contains("secret"), "{error}");
         }

@@ -113,7 +113,7 @@ impl RedlockBackend {
         node_timeout: Option<Duration>,
     ) -> Result<Arc<RedlockBackend>, LockError> {
         let shown = redact_url(url);
-        let urls = node_urls(url).map_err(LockError::Config)?;
+        let urls = node_urls(url, settings.tls.is_some()).map_err(LockError::Config)?;
         if urls.len() < MIN_NODES {
             return Err(LockError::Config(format!(
                 "`{shown}` names {} node(s); Redlock needs at least {MIN_NODES} independent \

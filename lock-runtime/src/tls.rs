@@ -1,0 +1,525 @@
+//! TLS for every backend: one stack (rustls, with ring's cryptography; no OpenSSL), the trust
+//! and identity a URL names by file or the builder gives in code, and what a failed handshake
+//! means in words a user can act on.
+//!
+//! Each store's URL names its files the way the store's own tools do (`cacert=` for Redis,
+//! etcd and ZooKeeper, `sslrootcert=` for PostgreSQL, `ssl-ca=` for MySQL); they all end up
+//! here, as one [`TlsConfig`].
+
+use std::fmt;
+
+use crate::error::LockError;
+
+/// TLS trust and identity given in code, for what a URL cannot say (certificates that live in
+/// a secret store rather than in files): [`LockClientBuilder::tls`](crate::LockClientBuilder::tls).
+///
+/// The server is verified against the system's roots unless a CA is given; a client
+/// certificate with its key makes it mutual TLS. What is given here wins over the URL's file
+/// parameters, field by field. Certificates and keys are PEM, as in the files.
+///
+/// ```
+/// use lock_runtime::TlsConfig;
+///
+/// let ca = b"-----BEGIN CERTIFICATE-----\n…\n-----END CERTIFICATE-----\n".to_vec();
+/// let tls = TlsConfig::new().ca_pem(ca);
+/// assert!(format!("{tls:?}").contains("ca_pem: true"));
+/// ```
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct TlsConfig {
+    pub(crate) ca_pem: Option<Vec<u8>>,
+    pub(crate) cert_pem: Option<Vec<u8>>,
+    pub(crate) key_pem: Option<Vec<u8>>,
+}
+
+impl TlsConfig {
+    /// Nothing given: the system's roots, no client certificate.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Trust these CA certificates (PEM, one or more) instead of the system's roots.
+    pub fn ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca_pem = Some(pem.into());
+        self
+    }
+
+    /// Present this client certificate (PEM chain, leaf first) with its private key (PEM:
+    /// PKCS#8, PKCS#1 or SEC1): mutual TLS.
+    pub fn client_identity(
+        mut self,
+        cert_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.cert_pem = Some(cert_pem.into());
+        self.key_pem = Some(key_pem.into());
+        self
+    }
+
+    /// Whether anything is given.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ca_pem.is_none() && self.cert_pem.is_none() && self.key_pem.is_none()
+    }
+
+    /// `self` with what `code` gives put over it, field by field.
+    pub(crate) fn overlaid(mut self, code: Option<&TlsConfig>) -> TlsConfig {
+        if let Some(code) = code {
+            if code.ca_pem.is_some() {
+                self.ca_pem.clone_from(&code.ca_pem);
+            }
+            if code.cert_pem.is_some() {
+                self.cert_pem.clone_from(&code.cert_pem);
+                self.key_pem.clone_from(&code.key_pem);
+            }
+        }
+        self
+    }
+}
+
+impl fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Whether each is set, never the key.
+        f.debug_struct("TlsConfig")
+            .field("ca_pem", &self.ca_pem.is_some())
+            .field("client_identity", &self.cert_pem.is_some())
+            .finish()
+    }
+}
+
+/// The TLS files a URL names: the parameter each came from (for messages) and its path.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TlsFiles {
+    pub ca: Option<(&'static str, String)>,
+    pub cert: Option<(&'static str, String)>,
+    pub key: Option<(&'static str, String)>,
+}
+
+impl TlsFiles {
+    /// Takes the parameters `names` (CA, certificate, key, in that order) out of `url`'s query
+    /// string, percent-decoded: the URL without them, and the files. Other parameters, and the
+    /// fragment, stay as they were.
+    pub(crate) fn take(url: &str, names: [&'static str; 3]) -> (String, TlsFiles) {
+        let mut files = TlsFiles::default();
+        let url = crate::backend::url::take_query(url, |name, value| {
+            let slot = match names.iter().position(|n| *n == name) {
+                Some(0) => &mut files.ca,
+                Some(1) => &mut files.cert,
+                Some(2) => &mut files.key,
+                _ => return false,
+            };
+            let which = names[names.iter().position(|n| *n == name).unwrap_or(0)];
+            *slot = Some((which, crate::backend::url::percent_decode(value)));
+            true
+        });
+        (url, files)
+    }
+
+    /// Whether the URL names no file.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.ca.is_none() && self.cert.is_none() && self.key.is_none()
+    }
+
+    /// Reads the files, then puts what `code` gives over them. A file that cannot be read, or
+    /// a certificate without its key, is an error naming the parameter, the path and `shown`
+    /// (the server's URL, password redacted).
+    pub(crate) fn load(
+        &self,
+        code: Option<&TlsConfig>,
+        shown: &str,
+    ) -> Result<TlsConfig, LockError> {
+        let read = |file: &Option<(&'static str, String)>| -> Result<Option<Vec<u8>>, LockError> {
+            let Some((name, path)) = file else {
+                return Ok(None);
+            };
+            std::fs::read(path)
+                .map(Some)
+                .map_err(|error| LockError::Connect {
+                    url: shown.to_owned(),
+                    reason: format!("cannot read `{name}={path}`: {error}"),
+                    source: Some(Box::new(error)),
+                })
+        };
+        let tls = TlsConfig {
+            ca_pem: read(&self.ca)?,
+            cert_pem: read(&self.cert)?,
+            key_pem: read(&self.key)?,
+        }
+        .overlaid(code);
+        if tls.cert_pem.is_some() != tls.key_pem.is_some() {
+            let (cert, key) = (
+                self.cert.as_ref().map_or("cert", |(name, _)| name),
+                self.key.as_ref().map_or("key", |(name, _)| name),
+            );
+            return Err(LockError::Config(format!(
+                "{shown}: a client certificate needs its key and a key its certificate: give \
+                 both `{cert}=` and `{key}=` (or `TlsConfig::client_identity`)"
+            )));
+        }
+        Ok(tls)
+    }
+}
+
+/// What a failed TLS handshake (the error's text, with its sources) means, in words that say
+/// what to check; `None` when it is no TLS failure.
+pub(crate) fn explain(error: &str, ca_param: &str) -> Option<String> {
+    let has = |needle: &str| error.contains(needle);
+    if has("UnknownIssuer") || has("unknown issuer") || has("BadSignature") {
+        Some(format!(
+            "TLS: the server's certificate is not signed by a CA this client trusts: name the \
+             CA's certificate with `{ca_param}=/path/ca.pem` in the URL (or \
+             `TlsConfig::ca_pem`), or install it among the system's roots"
+        ))
+    } else if has("NotValidForName") || has("not valid for name") {
+        Some(
+            "TLS: the server's certificate is for another name than the host in the URL: \
+             connect by a name the certificate lists (its subjectAltName)"
+                .to_owned(),
+        )
+    } else if has("Expired") || has("expired") && has("certificate") {
+        Some("TLS: the server's certificate has expired (or this machine's clock is wrong)".into())
+    } else if has("CertificateRequired")
+        || has("certificate required")
+        || has("BadCertificate")
+        || has("bad certificate")
+        || has("UnknownCA")
+        || has("unknown ca")
+    {
+        Some(
+            "TLS: the server refused this client's certificate (or wants one): give a \
+             certificate its CA trusts, with its key (`cert=`/`key=` in the URL, or \
+             `TlsConfig::client_identity`)"
+                .to_owned(),
+        )
+    } else if has("InvalidContentType")
+        || has("corrupt message")
+        || has("InvalidMessage")
+        || has("wrong version number")
+        || has("UnexpectedEof") && has("handshake")
+    {
+        Some(
+            "TLS was asked of a server that does not speak it on that port: use the plain \
+             form of the URL, or the server's TLS port"
+                .to_owned(),
+        )
+    } else {
+        None
+    }
+}
+
+/// The error chain of `error` as one line (`a: b: c`), for [`explain`].
+pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(feature = "tls")]
+pub(crate) use with_rustls::*;
+
+#[cfg(feature = "tls")]
+mod with_rustls {
+    use std::sync::Arc;
+
+    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+    use rustls::crypto::CryptoProvider;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+    use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+
+    use super::TlsConfig;
+
+    /// The cryptography every connection uses: ring's.
+    pub(crate) fn provider() -> Arc<CryptoProvider> {
+        Arc::new(rustls::crypto::ring::default_provider())
+    }
+
+    /// Makes ring's provider the process's default unless the application chose one: the
+    /// Redis, MySQL and ZooKeeper clients build their TLS settings with the default, and
+    /// rustls has none to pick when two providers are compiled in (ZooKeeper's client brings
+    /// aws-lc-rs).
+    pub(crate) fn ensure_default_provider() {
+        if CryptoProvider::get_default().is_none() {
+            // Another thread may install one between the check and here: either is fine.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    }
+
+    /// How much of the server's certificate to check.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(crate) enum Verify {
+        /// The chain up to a trusted root, and the host name (the default everywhere).
+        Full,
+        /// The chain, not the host name (PostgreSQL's `verify-ca`, MySQL's `VERIFY_CA`).
+        Chain,
+        /// Nothing: encryption against eavesdroppers only (libpq's `require` and `prefer`
+        /// without a root certificate, MySQL's `REQUIRED` and `PREFERRED`, as those tools do).
+        Nothing,
+    }
+
+    impl TlsConfig {
+        /// The trusted roots: the given CA, or the system's.
+        pub(crate) fn roots(&self) -> Result<RootCertStore, String> {
+            let mut roots = RootCertStore::empty();
+            match &self.ca_pem {
+                Some(pem) => {
+                    for cert in CertificateDer::pem_slice_iter(pem) {
+                        let cert = cert.map_err(|e| format!("the CA file is not PEM ({e})"))?;
+                        roots
+                            .add(cert)
+                            .map_err(|e| format!("the CA file holds a bad certificate ({e})"))?;
+                    }
+                    if roots.is_empty() {
+                        return Err("the CA file holds no certificate".into());
+                    }
+                }
+                None => {
+                    let found = rustls_native_certs::load_native_certs();
+                    let (added, _) = roots.add_parsable_certificates(found.certs);
+                    if added == 0 {
+                        return Err(format!(
+                            "this machine has no trusted root certificates ({}): name the \
+                             server's CA in the URL",
+                            found
+                                .errors
+                                .first()
+                                .map_or_else(|| "none found".to_owned(), ToString::to_string)
+                        ));
+                    }
+                }
+            }
+            Ok(roots)
+        }
+
+        /// The client certificate chain and key, if given.
+        #[allow(clippy::type_complexity)]
+        pub(crate) fn identity(
+            &self,
+        ) -> Result<Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>, String>
+        {
+            let (Some(cert), Some(key)) = (&self.cert_pem, &self.key_pem) else {
+                return Ok(None);
+            };
+            let chain = CertificateDer::pem_slice_iter(cert)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("the client certificate is not PEM ({e})"))?;
+            if chain.is_empty() {
+                return Err("the client certificate file holds no certificate".into());
+            }
+            let key = PrivateKeyDer::from_pem_slice(key)
+                .map_err(|e| format!("the client key is not a PEM private key ({e})"))?;
+            Ok(Some((chain, key)))
+        }
+
+        /// A rustls client configuration with ring's cryptography, checking the server as
+        /// `verify` says.
+        pub(crate) fn rustls(&self, verify: Verify) -> Result<ClientConfig, String> {
+            let builder = ClientConfig::builder_with_provider(provider())
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?;
+            let builder = match verify {
+                Verify::Full => builder.with_root_certificates(self.roots()?),
+                Verify::Chain => {
+                    let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                        Arc::new(self.roots()?),
+                        provider(),
+                    )
+                    .build()
+                    .map_err(|e| e.to_string())?;
+                    builder
+                        .dangerous()
+                        .with_custom_certificate_verifier(Arc::new(ChainOnly(inner)))
+                }
+                Verify::Nothing => builder
+                    .dangerous()
+                    .with_custom_certificate_verifier(Arc::new(Unchecked(provider()))),
+            };
+            match self.identity()? {
+                Some((chain, key)) => builder
+                    .with_client_auth_cert(chain, key)
+                    .map_err(|e| format!("the client certificate and key do not fit ({e})")),
+                None => Ok(builder.with_no_client_auth()),
+            }
+        }
+    }
+
+    /// Checks the chain, accepts any host name (`verify-ca`).
+    #[derive(Debug)]
+    struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
+
+    impl ServerCertVerifier for ChainOnly {
+        fn verify_server_cert(
+            &self,
+            end_entity: &CertificateDer<'_>,
+            intermediates: &[CertificateDer<'_>],
+            server_name: &ServerName<'_>,
+            ocsp: &[u8],
+            now: UnixTime,
+        ) -> Result<ServerCertVerified, rustls::Error> {
+            match self
+                .0
+                .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+            {
+                Err(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::NotValidForName,
+                ))
+                | Err(rustls::Error::InvalidCertificate(
+                    rustls::CertificateError::NotValidForNameContext { .. },
+                )) => Ok(ServerCertVerified::assertion()),
+                other => other,
+            }
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            self.0.verify_tls12_signature(message, cert, dss)
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            self.0.verify_tls13_signature(message, cert, dss)
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.0.supported_verify_schemes()
+        }
+    }
+
+    /// Checks nothing of the certificate but the handshake's signatures (libpq's `require`).
+    #[derive(Debug)]
+    struct Unchecked(Arc<CryptoProvider>);
+
+    impl ServerCertVerifier for Unchecked {
+        fn verify_server_cert(
+            &self,
+            _end_entity: &CertificateDer<'_>,
+            _intermediates: &[CertificateDer<'_>],
+            _server_name: &ServerName<'_>,
+            _ocsp: &[u8],
+            _now: UnixTime,
+        ) -> Result<ServerCertVerified, rustls::Error> {
+            Ok(ServerCertVerified::assertion())
+        }
+
+        fn verify_tls12_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls12_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+
+        fn verify_tls13_signature(
+            &self,
+            message: &[u8],
+            cert: &CertificateDer<'_>,
+            dss: &DigitallySignedStruct,
+        ) -> Result<HandshakeSignatureValid, rustls::Error> {
+            rustls::crypto::verify_tls13_signature(
+                message,
+                cert,
+                dss,
+                &self.0.signature_verification_algorithms,
+            )
+        }
+
+        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+            self.0.signature_verification_algorithms.supported_schemes()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_files_are_taken_out_of_the_query_and_decoded() {
+        let (url, files) = TlsFiles::take(
+            "rediss://h:1/0?cacert=/a%20b/ca.pem&replicas=1&cert=c.pem&key=k.pem#frag",
+            ["cacert", "cert", "key"],
+        );
+        assert_eq!(url, "rediss://h:1/0?replicas=1#frag");
+        assert_eq!(files.ca, Some(("cacert", "/a b/ca.pem".to_owned())));
+        assert_eq!(files.cert, Some(("cert", "c.pem".to_owned())));
+        assert_eq!(files.key, Some(("key", "k.pem".to_owned())));
+        let (url, files) = TlsFiles::take("rediss://h:1", ["cacert", "cert", "key"]);
+        assert_eq!(url, "rediss://h:1");
+        assert!(files.is_empty());
+    }
+
+    #[test]
+    fn a_missing_file_or_half_an_identity_is_named() {
+        let (_, files) = TlsFiles::take(
+            "x://h?sslrootcert=/nonexistent/ca.pem",
+            ["sslrootcert", "sslcert", "sslkey"],
+        );
+        let error = files.load(None, "x://h").unwrap_err().to_string();
+        assert!(
+            error.contains("`sslrootcert=/nonexistent/ca.pem`"),
+            "{error}"
+        );
+        assert!(error.contains("x://h"), "{error}");
+        let half = TlsFiles {
+            cert: Some(("cert", "/dev/null".into())),
+            ..TlsFiles::default()
+        };
+        let error = half.load(None, "x://h").unwrap_err().to_string();
+        assert!(error.contains("`cert=` and `key=`"), "{error}");
+    }
+
+    #[test]
+    fn code_wins_over_the_url_and_debug_hides_the_key() {
+        let files = TlsFiles {
+            ca: Some(("cacert", "/dev/null".into())),
+            ..TlsFiles::default()
+        };
+        let code = TlsConfig::new()
+            .ca_pem(b"code".to_vec())
+            .client_identity(b"c".to_vec(), b"SECRET".to_vec());
+        let tls = files.load(Some(&code), "x://h").unwrap();
+        assert_eq!(tls.ca_pem.as_deref(), Some(&b"code"[..]));
+        assert!(!format!("{tls:?}").contains("SECRET"));
+    }
+
+    #[test]
+    fn handshake_failures_are_explained() {
+        let unknown = "invalid peer certificate: UnknownIssuer";
+        assert!(
+            explain(unknown, "cacert")
+                .unwrap()
+                .contains("`cacert=/path/ca.pem`")
+        );
+        assert!(
+            explain("invalid peer certificate: NotValidForName", "x")
+                .unwrap()
+                .contains("another name")
+        );
+        assert!(
+            explain("received corrupt message of type InvalidContentType", "x")
+                .unwrap()
+                .contains("does not speak it")
+        );
+        assert_eq!(explain("connection refused", "x"), None);
+    }
+}
