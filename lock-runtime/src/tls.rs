@@ -189,6 +189,15 @@ pub(crate) fn explain(error: &str, ca_param: &str) -> Option<String> {
              `TlsConfig::client_identity`)"
                 .to_owned(),
         )
+    } else if has("does not support TLS")
+        || has("does not support SSL")
+        || has("does not have this capability")
+    {
+        Some(
+            "TLS was asked of a server that does not offer it: enable TLS on the server, or \
+             connect without it"
+                .to_owned(),
+        )
     } else if has("InvalidContentType")
         || has("corrupt message")
         || has("InvalidMessage")

@@ -670,6 +670,12 @@ impl PostgresFixture {
         PostgresFixture::on(Server::Shared(PostgresServer::shared()))
     }
 
+    /// On a server of this test's own that accepts TLS connections only (`sslmode=verify-full`
+    /// with the test CA in the URL); the fixture looks through the Unix socket.
+    pub fn tls() -> PostgresFixture {
+        PostgresFixture::on(Server::Own(PostgresServer::start_tls()))
+    }
+
     /// On a server of this test's own that logs every statement (so a test can count them).
     pub fn own() -> PostgresFixture {
         let server = PostgresServer::start_with(&["-c", "log_statement=all"]);
@@ -727,7 +733,9 @@ impl Fixture for PostgresFixture {
     }
 
     fn url(&self) -> String {
-        format!("{}?table={}", self.server.url(), self.table)
+        let url = self.server.url();
+        let join = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{join}table={}", self.table)
     }
 
     async fn holder(&self, name: &str) -> Option<String> {
@@ -1097,7 +1105,9 @@ impl Fixture for MysqlFixture {
     }
 
     fn url(&self) -> String {
-        format!("{}?table={}", self.server.url(), self.table)
+        let url = self.server.url();
+        let join = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{join}table={}", self.table)
     }
 
     async fn holder(&self, name: &str) -> Option<String> {

@@ -25,6 +25,10 @@ pub struct PostgresServer {
     extra: Vec<String>,
     /// Remove the directory when dropped (not for the shared server, see [`shared`](Self::shared)).
     owned: bool,
+    /// TLS only over TCP (`hostssl` lines alone); the test's own connections use the socket.
+    tls: bool,
+    /// Another scratch directory to remove with the server (a TLS server's key and pg_hba).
+    keep_dir: Option<PathBuf>,
 }
 
 /// A PostgreSQL program: on `PATH`, or in Debian's `/usr/lib/postgresql/<version>/bin`
@@ -63,6 +67,57 @@ impl PostgresServer {
         PostgresServer::start_with(&[])
     }
 
+    /// A server as managed PostgreSQL offerings run it: TCP connections must use TLS (its
+    /// `pg_hba.conf` has `hostssl` lines only) with the process's test certificates
+    /// ([`certs::Certificates`](crate::certs::Certificates)); client certificates are checked
+    /// when given. [`url`](Self::url) then asks for `sslmode=verify-full` with the test CA.
+    pub fn start_tls() -> PostgresServer {
+        let certs = crate::certs::Certificates::shared();
+        PostgresServer::start_tls_with(&certs.server_cert, &certs.server_key, "scram-sha-256")
+    }
+
+    /// [`start_tls`](Self::start_tls) with this server certificate and key, and this
+    /// authentication on the `hostssl` line (`"scram-sha-256 clientcert=verify-ca"` wants a
+    /// client certificate too).
+    pub fn start_tls_with(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        method: &str,
+    ) -> PostgresServer {
+        let certs = crate::certs::Certificates::shared();
+        let dir = std::env::temp_dir().join(unique("distlock-pg-tls"));
+        std::fs::create_dir_all(&dir).expect("scratch directory");
+        // The key must belong to the server's user and be private to it.
+        std::fs::copy(key, dir.join("server.key")).expect("copy the server key");
+        let hba = dir.join("pg_hba.conf");
+        std::fs::write(
+            &hba,
+            format!("local all all trust\nhostssl all all 127.0.0.1/32 {method}\n"),
+        )
+        .expect("pg_hba.conf");
+        chown_to_server_user(&dir);
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(
+                dir.join("server.key"),
+                std::fs::Permissions::from_mode(0o600),
+            )
+            .expect("chmod the server key");
+        }
+        let settings = [
+            format!("hba_file={}", hba.display()),
+            "ssl=on".to_owned(),
+            format!("ssl_cert_file={}", cert.display()),
+            format!("ssl_key_file={}", dir.join("server.key").display()),
+            format!("ssl_ca_file={}", certs.ca.display()),
+        ];
+        let extra: Vec<&str> = settings.iter().flat_map(|s| ["-c", s.as_str()]).collect();
+        let mut server = PostgresServer::start_with(&extra);
+        server.tls = true;
+        server.keep_dir = Some(dir);
+        server
+    }
+
     /// The same, with extra `postgres` arguments.
     pub fn start_with(extra: &[&str]) -> PostgresServer {
         let dir = std::env::temp_dir().join(unique("distlock-pg"));
@@ -95,6 +150,8 @@ impl PostgresServer {
                 child: None,
                 extra: extra.iter().map(|a| a.to_string()).collect(),
                 owned: true,
+                tls: false,
+                keep_dir: None,
             };
             match server.spawn() {
                 Ok(()) => return server,
@@ -203,25 +260,41 @@ impl PostgresServer {
         self.url_for("postgres")
     }
 
-    /// The URL of database `db` on this server.
+    /// The URL of database `db` on this server (for a TLS server, with `sslmode=verify-full`
+    /// and the test CA).
     pub fn url_for(&self, db: &str) -> String {
-        format!(
+        let url = format!(
             "postgres://postgres:{PASSWORD}@127.0.0.1:{}/{db}",
             self.port
-        )
+        );
+        match self.tls {
+            false => url,
+            true => format!(
+                "{url}?sslmode=verify-full&sslrootcert={}",
+                crate::certs::Certificates::shared().ca.display()
+            ),
+        }
     }
 
     /// A lock URL with a lock table of its own (`?table=`), so tests sharing a server never
     /// see each other's locks.
     pub fn url_with_own_table(&self) -> String {
         let table = unique("locks").replace('-', "_");
-        format!("{}?table={table}", self.url())
+        let url = self.url();
+        let join = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{join}table={table}")
     }
 
     /// A plain client of the server's `postgres` database (the connection runs on a task of
     /// the caller's runtime).
     pub async fn client(&self) -> tokio_postgres::Client {
-        let (client, connection) = tokio_postgres::connect(&self.url(), tokio_postgres::NoTls)
+        // Through the Unix socket: plain, whatever TCP demands.
+        let config = format!(
+            "host={} port={} user=postgres dbname=postgres",
+            self.dir.display(),
+            self.port
+        );
+        let (client, connection) = tokio_postgres::connect(&config, tokio_postgres::NoTls)
             .await
             .expect("connect to the test postgres");
         tokio::spawn(async move {
@@ -309,6 +382,9 @@ impl Drop for PostgresServer {
         if self.owned {
             super::unprivileged::kill_processes_in(&self.dir);
             let _ = std::fs::remove_dir_all(&self.dir);
+        }
+        if let Some(dir) = &self.keep_dir {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }

@@ -2560,3 +2560,8 @@ tls_suite! {
     redis_tls => RedisFixture::tls(),
     redlock_tls => RedlockFixture::tls(3),
 }
+
+#[cfg(all(feature = "tls", feature = "postgres"))]
+tls_suite! {
+    postgres_tls => PostgresFixture::tls(),
+}

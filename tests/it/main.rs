@@ -31,6 +31,7 @@ mod redis;
 mod redlock;
 mod sentinel;
 mod tls;
+mod tls_postgres;
 mod zookeeper;
 
 /// The body of every helper copy of this binary: a test that starts a helper process

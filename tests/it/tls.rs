@@ -12,11 +12,11 @@ use support::RedisServer;
 use support::certs::Certificates;
 
 /// Connects with a short timeout and returns the error, which must come within the timeout.
-async fn refused(url: &str) -> LockError {
+pub(crate) async fn refused(url: &str) -> LockError {
     refused_with(LockClient::builder(url)).await
 }
 
-async fn refused_with(builder: distlock::LockClientBuilder) -> LockError {
+pub(crate) async fn refused_with(builder: distlock::LockClientBuilder) -> LockError {
     let started = std::time::Instant::now();
     let error = builder
         .connect_timeout(Duration::from_secs(2))
@@ -32,7 +32,7 @@ async fn refused_with(builder: distlock::LockClientBuilder) -> LockError {
     error
 }
 
-fn connect_error(error: &LockError, port: u16, says: &str) {
+pub(crate) fn connect_error(error: &LockError, port: u16, says: &str) {
     assert!(matches!(error, LockError::Connect { .. }), "{error:?}");
     let message = error.to_string();
     assert!(

@@ -144,6 +144,7 @@ impl LockClientBuilder {
     ///
     /// [`TlsConfig`]: crate::TlsConfig
     pub fn tls(mut self, tls: crate::tls::TlsConfig) -> Self {
+        self.sql.tls = Some(tls.clone());
         self.tls = Some(tls);
         self
     }

@@ -84,21 +84,24 @@ pub(super) fn describe(error: &tokio_postgres::Error) -> String {
     }
 }
 
-/// The driver's configuration from `driver_url` (its password-free form for messages): the
-/// connect timeout set, `application_name` = `distlock` unless the URL names one.
+/// The driver's configuration from `driver_url` and the TLS connector its `sslmode` and files
+/// ask for (its password-free form for messages): the connect timeout set,
+/// `application_name` = `distlock` unless the URL names one.
 pub(super) fn driver_config(
     driver_url: &str,
     settings: &SqlSettings,
-) -> Result<(tokio_postgres::Config, String), LockError> {
-    let shown = redact_url(driver_url);
+) -> Result<(tokio_postgres::Config, super::tls::MakeTls, String), LockError> {
+    let (driver_url, mode, tls) = super::tls::secure(driver_url, settings.tls.as_ref())?;
+    let shown = redact_url(&driver_url);
     let mut config: tokio_postgres::Config = driver_url
         .parse()
         .map_err(|e| LockError::Config(format!("invalid PostgreSQL URL {shown}: {e}")))?;
+    config.ssl_mode(mode);
     config.connect_timeout(settings.connect_timeout);
     if config.get_application_name().is_none() {
         config.application_name("distlock");
     }
-    Ok((config, shown))
+    Ok((config, tls, shown))
 }
 
 /// A connection-time failure to `url` as an error that says what to check.
@@ -110,6 +113,23 @@ pub(super) fn connect_error(
     let hint = match &error {
         PgError::Driver(e) => match e.code() {
             Some(code) if *code == SqlState::INVALID_PASSWORD => authentication_hint("postgres"),
+            Some(code)
+                if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+                    && describe(e).contains("no encryption") =>
+            {
+                "the server accepts TLS connections only (its pg_hba.conf has `hostssl` lines \
+                 for this host): connect with `sslmode=verify-full` (and \
+                 `sslrootcert=/path/ca.pem` for a private CA)"
+                    .to_owned()
+            }
+            Some(code)
+                if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+                    && describe(e).contains("certificate") =>
+            {
+                "the server wants a client certificate it trusts (pg_hba's `cert` method or \
+                 `clientcert=`): give `sslcert=` and `sslkey=`"
+                    .to_owned()
+            }
             Some(code) if *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION => {
                 "the server refuses this user from this host (see its pg_hba.conf), or the \
                  user does not exist"
@@ -120,6 +140,9 @@ pub(super) fn connect_error(
             }
             Some(code) if *code == SqlState::CANNOT_CONNECT_NOW => {
                 "the server is starting up or shutting down: try again".to_owned()
+            }
+            _ if crate::tls::explain(&crate::tls::chain(e), "sslrootcert").is_some() => {
+                crate::tls::explain(&crate::tls::chain(e), "sslrootcert").unwrap_or_default()
             }
             _ if describe(e).contains("refused") => refused_hint("PostgreSQL"),
             _ if e.as_db_error().is_none() && describe(e).contains("password") => {

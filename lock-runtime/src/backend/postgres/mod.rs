@@ -41,6 +41,7 @@ pub(crate) mod advisory;
 mod errors;
 mod pool;
 mod statements;
+mod tls;
 
 pub(crate) use errors::PgError;
 use errors::driver_config;
@@ -49,6 +50,7 @@ use statements::PgStatements;
 
 pub(crate) struct PostgresBackend {
     config: tokio_postgres::Config,
+    tls: tls::MakeTls,
     settings: SqlSettings,
     sql: PgStatements,
     /// `host pid N`, stored in each row this client takes.
@@ -76,10 +78,11 @@ impl PostgresBackend {
         driver_url: &str,
         settings: SqlSettings,
     ) -> Result<Arc<PostgresBackend>, LockError> {
-        let (config, shown) = driver_config(driver_url, &settings)?;
+        let (config, tls, shown) = driver_config(driver_url, &settings)?;
         let sql = PgStatements::new(&settings);
         let backend = Arc::new(PostgresBackend {
             config,
+            tls,
             sql,
             holder: holder_id(),
             url: shown,

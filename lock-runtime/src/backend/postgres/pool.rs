@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio_postgres::types::Type;
-use tokio_postgres::{AsyncMessage, Client, NoTls, Statement};
+use tokio_postgres::{AsyncMessage, Client, Statement};
 
 use super::PostgresBackend;
 use super::errors::{PgError, describe};
@@ -17,9 +17,7 @@ use crate::backend::sql::slot_of;
 use crate::notify::{CloseOnDrop, ReleaseHub};
 use crate::runtime::RuntimeBound;
 
-/// A connection's I/O half, which must be polled for the client to work.
-pub(super) type RawConnection =
-    tokio_postgres::Connection<tokio_postgres::Socket, tokio_postgres::tls::NoTlsStream>;
+use super::tls::{MakeTls, RawConnection};
 
 /// A connection with its prepared statements.
 pub(super) struct Conn {
@@ -49,11 +47,17 @@ pub(super) type PgSlot = Option<RuntimeBound<Arc<Conn>>>;
 /// connection.
 pub(super) async fn connect_raw(
     config: &tokio_postgres::Config,
+    tls: &MakeTls,
     limit: Duration,
     what: &'static str,
 ) -> Result<(Client, RawConnection), PgError> {
     // The driver's own timeout covers the TCP connect; this one the whole handshake.
-    match tokio::time::timeout(limit + Duration::from_millis(100), config.connect(NoTls)).await {
+    match tokio::time::timeout(
+        limit + Duration::from_millis(100),
+        config.connect(tls.clone()),
+    )
+    .await
+    {
         Ok(connected) => Ok(connected?),
         Err(_) => Err(PgError::TimedOut { what, after: limit }),
     }
@@ -63,10 +67,11 @@ pub(super) async fn connect_raw(
 /// (it ends with the client); `kind` names the connection in the trace of its end.
 pub(super) async fn open(
     config: &tokio_postgres::Config,
+    tls: &MakeTls,
     limit: Duration,
     kind: &'static str,
 ) -> Result<Client, PgError> {
-    let (client, connection) = connect_raw(config, limit, "the connection attempt").await?;
+    let (client, connection) = connect_raw(config, tls, limit, "the connection attempt").await?;
     tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(error = %describe(&error), "distlock: {kind} connection ended");
@@ -78,12 +83,18 @@ pub(super) async fn open(
 impl PostgresBackend {
     /// Connects, bounded by the connect timeout; the caller drives the connection.
     async fn connect_raw(&self, what: &'static str) -> Result<(Client, RawConnection), PgError> {
-        connect_raw(&self.config, self.settings.connect_timeout, what).await
+        connect_raw(&self.config, &self.tls, self.settings.connect_timeout, what).await
     }
 
     /// Opens one connection and starts the task that drives it (it ends with the client).
     pub(super) async fn open(&self) -> Result<Client, PgError> {
-        open(&self.config, self.settings.connect_timeout, "postgres").await
+        open(
+            &self.config,
+            &self.tls,
+            self.settings.connect_timeout,
+            "postgres",
+        )
+        .await
     }
 
     /// Runs `future` bounded by the response timeout.

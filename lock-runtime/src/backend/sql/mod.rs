@@ -48,6 +48,9 @@ pub(crate) struct SqlSettings {
     /// connection of its own, instead of rows of the lock table; with the longest lease any
     /// client of the server may ask for (`max_lease_ms`, default [`DEFAULT_MAX_LEASE`]).
     pub advisory: Option<Duration>,
+    /// TLS trust and identity given in code (the URL's own TLS parameters stay in the driver
+    /// URL: each database names them its way).
+    pub tls: Option<crate::tls::TlsConfig>,
 }
 
 /// The longest lease of the advisory-lock mode unless the URL says otherwise (`max_lease_ms`):
@@ -60,6 +63,8 @@ pub(crate) struct SqlOptions {
     pub table: Option<String>,
     pub create_table: Option<bool>,
     pub pool_size: Option<usize>,
+    /// [`LockClientBuilder::tls`](crate::LockClientBuilder::tls).
+    pub tls: Option<crate::tls::TlsConfig>,
 }
 
 impl SqlSettings {
@@ -151,6 +156,7 @@ impl SqlSettings {
             connect_timeout,
             response_timeout,
             advisory: advisory.then(|| max_lease.unwrap_or(DEFAULT_MAX_LEASE)),
+            tls: options.tls.clone(),
         };
         check_table_name(&settings.table)?;
         if !(1..=MAX_POOL_SIZE).contains(&settings.pool_size) {

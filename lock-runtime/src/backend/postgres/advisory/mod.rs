@@ -44,7 +44,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+use tokio_postgres::{Client, SimpleQueryMessage};
 
 use super::errors::{PgError, connect_error, describe, driver_config};
 use crate::admin::advisory_key;
@@ -107,6 +107,7 @@ impl AdvisorySession {
 
 pub(crate) struct AdvisoryBackend {
     config: tokio_postgres::Config,
+    tls: super::tls::MakeTls,
     settings: SqlSettings,
     /// The longest lease accepted, and how long the server must have been up before a grant.
     max_lease: Duration,
@@ -154,11 +155,12 @@ impl AdvisoryBackend {
         settings: SqlSettings,
         max_lease: Duration,
     ) -> Result<Arc<AdvisoryBackend>, LockError> {
-        let (mut config, shown) = driver_config(driver_url, &settings)?;
+        let (mut config, tls, shown) = driver_config(driver_url, &settings)?;
         // A waiter blocked in the server notices a vanished client within a second.
         config.options("-c client_connection_check_interval=1000");
         let backend = Arc::new(AdvisoryBackend {
             config,
+            tls,
             sequence: format!("{}_advisory_fences", settings.table),
             starts: format!("{}_advisory_starts", settings.table),
             safe: Mutex::new(None),
@@ -221,6 +223,7 @@ impl AdvisoryBackend {
     async fn open(&self) -> Result<Client, PgError> {
         super::pool::open(
             &self.config,
+            &self.tls,
             self.settings.connect_timeout,
             "postgres advisory",
         )
@@ -610,7 +613,8 @@ impl Backend for AdvisoryBackend {
                     // ends the session (and a grant that raced the cancel).
                     let limit = self.settings.response_timeout;
                     let cancel = session.client.cancel_token();
-                    let _ = tokio::time::timeout(limit, cancel.cancel_query(NoTls)).await;
+                    let _ =
+                        tokio::time::timeout(limit, cancel.cancel_query(self.tls.clone())).await;
                     // A cancel is a signal to the waiting backend, which leaves the lock's queue
                     // a moment later: wait for the blocking request's answer (cancelled, or
                     // granted just before), so that a reader that tries right after this release
