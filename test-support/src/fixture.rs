@@ -1058,6 +1058,12 @@ impl MysqlFixture {
         MysqlFixture::on(Server::Own(MysqlServer::start()))
     }
 
+    /// On a server of this test's own that accepts TLS connections only
+    /// (`ssl-mode=VERIFY_IDENTITY` with the test CA in the URL).
+    pub fn tls() -> MysqlFixture {
+        MysqlFixture::on(Server::Own(MysqlServer::start_tls()))
+    }
+
     fn on(server: Server<MysqlServer>) -> MysqlFixture {
         MysqlFixture {
             server,

@@ -20,7 +20,15 @@ pub struct MysqlServer {
     dir: PathBuf,
     child: Option<Child>,
     owned: bool,
+    /// Extra `mariadbd` arguments (TLS).
+    extra: Vec<String>,
+    /// TLS only over TCP (`require_secure_transport`); the test's own connections use the
+    /// socket.
+    tls: bool,
 }
+
+/// A user that must present a client certificate its CA signed (`REQUIRE X509`).
+pub const X509_USER: &str = "distlock_x509";
 
 /// A MariaDB (or MySQL) program: on `PATH`, in `/usr/sbin` (Debian puts the server there, off a
 /// normal user's `PATH`), under one of its names.
@@ -43,6 +51,25 @@ fn binary(names: &[&str]) -> PathBuf {
 
 impl MysqlServer {
     pub fn start() -> MysqlServer {
+        MysqlServer::start_with(Vec::new(), false)
+    }
+
+    /// A server as managed MySQL offerings run it: TCP connections must use TLS
+    /// (`require_secure_transport`), with the process's test certificates
+    /// ([`certs::Certificates`](crate::certs::Certificates)). [`url`](Self::url) then asks for
+    /// `ssl-mode=VERIFY_IDENTITY` with the test CA.
+    pub fn start_tls() -> MysqlServer {
+        let certs = crate::certs::Certificates::shared();
+        let extra = vec![
+            format!("--ssl-ca={}", certs.ca.display()),
+            format!("--ssl-cert={}", certs.server_cert.display()),
+            format!("--ssl-key={}", certs.server_key.display()),
+            "--require-secure-transport=ON".to_owned(),
+        ];
+        MysqlServer::start_with(extra, true)
+    }
+
+    fn start_with(extra: Vec<String>, tls: bool) -> MysqlServer {
         let dir = std::env::temp_dir().join(unique("distlock-mariadb"));
         std::fs::create_dir_all(dir.join("data")).expect("scratch directory");
         // Temporary tables go to a directory of this server's own: in the shared /tmp, their
@@ -54,6 +81,11 @@ impl MysqlServer {
             format!(
                 "CREATE USER IF NOT EXISTS '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}';\n\
                  GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'127.0.0.1' WITH GRANT OPTION;\n\
+                 CREATE USER IF NOT EXISTS '{USER}'@'localhost' IDENTIFIED BY '{PASSWORD}';\n\
+                 GRANT ALL PRIVILEGES ON *.* TO '{USER}'@'localhost' WITH GRANT OPTION;\n\
+                 CREATE USER IF NOT EXISTS '{X509_USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}' \
+                 REQUIRE X509;\n\
+                 GRANT ALL PRIVILEGES ON *.* TO '{X509_USER}'@'127.0.0.1';\n\
                  CREATE DATABASE IF NOT EXISTS {DATABASE};\n"
             ),
         )
@@ -84,6 +116,8 @@ impl MysqlServer {
                 dir: dir.clone(),
                 child: None,
                 owned: true,
+                extra: extra.clone(),
+                tls,
             };
             match server.spawn() {
                 Ok(()) => return server,
@@ -132,6 +166,7 @@ impl MysqlServer {
                 "--innodb-buffer-pool-size=64M",
             ])
             .args(["--innodb-use-native-aio=0", "--innodb-doublewrite=0"])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
@@ -182,13 +217,28 @@ impl MysqlServer {
     }
 
     pub fn url_for(&self, db: &str) -> String {
-        format!("mysql://{USER}:{PASSWORD}@127.0.0.1:{}/{db}", self.port)
+        let url = format!("mysql://{USER}:{PASSWORD}@127.0.0.1:{}/{db}", self.port);
+        match self.tls {
+            false => url,
+            true => format!(
+                "{url}?ssl-mode=VERIFY_IDENTITY&ssl-ca={}",
+                crate::certs::Certificates::shared().ca.display()
+            ),
+        }
     }
 
-    /// A plain connection to the test database.
+    /// A plain connection to the test database (through the socket for a TLS server).
     pub async fn conn(&self) -> mysql_async::Conn {
-        let opts = mysql_async::Opts::from_url(&self.url()).expect("test URL");
-        let opts = mysql_async::OptsBuilder::from_opts(opts).prefer_socket(false);
+        let opts = if self.tls {
+            mysql_async::OptsBuilder::default()
+                .socket(Some(self.dir.join("sock").display().to_string()))
+                .user(Some(USER))
+                .pass(Some(PASSWORD))
+                .db_name(Some(DATABASE))
+        } else {
+            let opts = mysql_async::Opts::from_url(&self.url()).expect("test URL");
+            mysql_async::OptsBuilder::from_opts(opts).prefer_socket(false)
+        };
         mysql_async::Conn::new(opts)
             .await
             .expect("connect to the test mariadb")

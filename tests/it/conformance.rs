@@ -2565,3 +2565,8 @@ tls_suite! {
 tls_suite! {
     postgres_tls => PostgresFixture::tls(),
 }
+
+#[cfg(all(feature = "tls", feature = "mysql"))]
+tls_suite! {
+    mysql_tls => MysqlFixture::tls(),
+}

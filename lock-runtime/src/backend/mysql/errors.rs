@@ -75,7 +75,18 @@ impl MysqlBackend {
     /// A connection-time failure as an error that says what to check.
     pub(super) fn connect_error(&self, error: MyError) -> LockError {
         let hint = match (&error, error.server_code()) {
+            (_, Some(1045)) if self.opts.ssl_opts().is_none() => format!(
+                "{}; or the server accepts TLS connections only (`require_secure_transport`, \
+                 or a user `REQUIRE SSL`): leave out `ssl-mode=DISABLED`",
+                authentication_hint("mysql")
+            ),
             (_, Some(1045)) => authentication_hint("mysql"),
+            (_, Some(3159)) => "the server accepts TLS connections only \
+                 (`require_secure_transport`): leave out `ssl-mode=DISABLED`"
+                .to_owned(),
+            (e, _) if crate::tls::explain(&crate::tls::chain(e), "ssl-ca").is_some() => {
+                crate::tls::explain(&crate::tls::chain(e), "ssl-ca").unwrap_or_default()
+            }
             (_, Some(1049)) => {
                 missing_database_hint(self.opts.db_name().unwrap_or_default(), "`CREATE DATABASE`")
             }

@@ -36,6 +36,7 @@ mod errors;
 mod pool;
 mod shared;
 mod statements;
+mod tls;
 
 pub(crate) use errors::MyError;
 use pool::{MySlot, Trips};
@@ -75,14 +76,35 @@ impl MysqlBackend {
         driver_url: &str,
         settings: SqlSettings,
     ) -> Result<Arc<MysqlBackend>, LockError> {
-        let shown = redact_url(driver_url);
-        let opts = Opts::from_url(driver_url)
+        let (driver_url, secure) = tls::secure(driver_url, settings.tls.as_ref())?;
+        let shown = redact_url(&driver_url);
+        let opts = Opts::from_url(&driver_url)
             .map_err(|e| LockError::Config(format!("invalid MySQL URL {shown}: {e}")))?;
         let mut builder = OptsBuilder::from_opts(opts);
         if !driver_url.contains("prefer_socket") {
             // Talk to the address in the URL, not to a local socket the server reports.
             builder = builder.prefer_socket(false);
         }
+        let builder = match secure {
+            tls::Secure::Plain => builder,
+            #[cfg(feature = "tls")]
+            tls::Secure::Tls(ssl) => builder.ssl_opts(ssl),
+            #[cfg(feature = "tls")]
+            tls::Secure::Preferred(ssl) => {
+                // Asked once: a server that offers no TLS gets plain connections (any other
+                // failure shows when the pool connects, with what to check).
+                let with_tls = builder.clone().ssl_opts(ssl);
+                let probe = mysql_async::Conn::new(with_tls.clone());
+                match tokio::time::timeout(settings.connect_timeout, probe).await {
+                    Ok(Err(error)) if tls::offers_no_tls(&error) => builder,
+                    Ok(Ok(conn)) => {
+                        let _ = conn.disconnect().await;
+                        with_tls
+                    }
+                    _ => with_tls,
+                }
+            }
+        };
         let backend = Arc::new(MysqlBackend {
             opts: builder.into(),
             sql: Arc::new(MyStatements::new(&settings)),
