@@ -1214,6 +1214,12 @@ impl ZookeeperFixture {
         ZookeeperFixture::on(Server::Own(super::zookeeper::ZkServer::start()))
     }
 
+    /// On a server of this test's own whose clients connect over TLS (`zks://`, the test CA
+    /// in the URL); the fixture looks through the plain port.
+    pub fn tls() -> ZookeeperFixture {
+        ZookeeperFixture::on(Server::Own(super::zookeeper::ZkServer::start_tls()))
+    }
+
     fn on(server: Server<super::zookeeper::ZkServer>) -> ZookeeperFixture {
         ZookeeperFixture {
             server,
@@ -1373,9 +1379,10 @@ impl Fixture for ZookeeperFixture {
     }
 
     async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
-        let proxies = slow_proxies(&[self.server.client_port], min, max).await;
+        let port = self.server.secure_port.unwrap_or(self.server.client_port);
+        let proxies = slow_proxies(&[port], min, max).await;
         Slowed {
-            url: format!("zk://127.0.0.1:{}{}", proxies[0].port(), self.chroot),
+            url: through(&self.url(), port, proxies[0].port()),
             _keep: keep(proxies),
         }
     }

@@ -31,6 +31,9 @@ fn java() -> PathBuf {
 /// One ZooKeeper server process: standalone, or a member of an ensemble.
 pub struct ZkServer {
     pub client_port: u16,
+    /// TLS servers: the secure client port (Netty, the test certificates); the plain
+    /// `client_port` stays for the harness's own look at what the server holds.
+    pub secure_port: Option<u16>,
     dir: PathBuf,
     child: ServerChild,
     owned: bool,
@@ -54,13 +57,57 @@ impl std::ops::DerefMut for ZkServer {
 impl ZkServer {
     /// A standalone server of this test's own.
     pub fn start() -> ZkServer {
+        ZkServer::start_with(None)
+    }
+
+    /// A server whose clients connect over TLS (`zks://`, [`url`](Self::url) names the test CA),
+    /// with the process's test certificates; client certificates are checked when given
+    /// (`ssl.clientAuth=want`).
+    pub fn start_tls() -> ZkServer {
+        let certs = crate::certs::Certificates::shared();
+        ZkServer::start_tls_with(&certs.server_cert, &certs.server_key, "want")
+    }
+
+    /// [`start_tls`](Self::start_tls) with this certificate and key, and `client_auth` (`need`:
+    /// a client certificate is required).
+    pub fn start_tls_with(cert: &Path, key: &Path, client_auth: &str) -> ZkServer {
+        ZkServer::start_with(Some((cert, key, client_auth)))
+    }
+
+    fn start_with(tls: Option<(&Path, &Path, &str)>) -> ZkServer {
         let mut last = String::new();
         for _ in 0..5 {
             let dir = std::env::temp_dir().join(unique("distlock-zk"));
             let port = free_port();
             write_config(&dir, port, None);
+            let secure_port = tls.map(|(cert, key, client_auth)| {
+                let secure = free_port();
+                // ZooKeeper reads its key and certificate from one PEM file (a PKCS#8 key).
+                let mut keystore = std::fs::read(key).expect("the server key");
+                keystore.extend(std::fs::read(cert).expect("the server certificate"));
+                std::fs::write(dir.join("keystore.pem"), keystore).expect("keystore.pem");
+                let mut config = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(dir.join("zoo.cfg"))
+                    .expect("zoo.cfg");
+                use std::io::Write;
+                write!(
+                    config,
+                    "secureClientPort={secure}\n\
+                     secureClientPortAddress=127.0.0.1\n\
+                     serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory\n\
+                     ssl.keyStore.location={}\n\
+                     ssl.trustStore.location={}\n\
+                     ssl.clientAuth={client_auth}\n",
+                    dir.join("keystore.pem").display(),
+                    crate::certs::Certificates::shared().ca.display()
+                )
+                .expect("zoo.cfg");
+                secure
+            });
             let mut server = ZkServer {
                 client_port: port,
+                secure_port,
                 dir,
                 child: ServerChild::default(),
                 owned: true,
@@ -101,9 +148,10 @@ impl ZkServer {
             .arg(format!("-Dzookeeper.log.dir={}", self.dir.display()))
             .arg("-Dznode.container.checkIntervalMs=200")
             .arg("-Dzookeeper.admin.enableServer=false")
+            // Netty's codec is off the jar's own class path, and the secure port needs it.
             .args([
                 "-cp",
-                JAR,
+                &format!("{JAR}:/usr/share/java/netty-codec.jar"),
                 "org.apache.zookeeper.server.quorum.QuorumPeerMain",
             ])
             .arg(self.dir.join("zoo.cfg"))
@@ -129,9 +177,16 @@ impl ZkServer {
         mode(self.client_port)
     }
 
-    /// `zk://127.0.0.1:<port><chroot>`
+    /// `zk://127.0.0.1:<port><chroot>`, or for a TLS server
+    /// `zks://127.0.0.1:<secure port><chroot>?cacert=<test CA>`.
     pub fn url(&self, chroot: &str) -> String {
-        format!("zk://127.0.0.1:{}{chroot}", self.client_port)
+        match self.secure_port {
+            None => format!("zk://127.0.0.1:{}{chroot}", self.client_port),
+            Some(secure) => format!(
+                "zks://127.0.0.1:{secure}{chroot}?cacert={}",
+                crate::certs::Certificates::shared().ca.display()
+            ),
+        }
     }
 
     /// Starts the killed server again, with its data.
@@ -215,6 +270,7 @@ impl ZkEnsemble {
             write_config(&member, port, Some((id, &peers)));
             let mut server = ZkServer {
                 client_port: port,
+                secure_port: None,
                 dir: member,
                 child: ServerChild::default(),
                 owned: false,

@@ -2570,3 +2570,8 @@ tls_suite! {
 tls_suite! {
     mysql_tls => MysqlFixture::tls(),
 }
+
+#[cfg(all(feature = "tls", feature = "zookeeper"))]
+tls_suite! {
+    zookeeper_tls => ZookeeperFixture::tls(),
+}

@@ -33,6 +33,7 @@ mod sentinel;
 mod tls;
 mod tls_mysql;
 mod tls_postgres;
+mod tls_zookeeper;
 mod zookeeper;
 
 /// The body of every helper copy of this binary: a test that starts a helper process

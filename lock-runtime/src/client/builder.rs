@@ -198,7 +198,7 @@ impl LockClientBuilder {
             }
             "postgres" | "postgresql" => self.connect_postgres(url).await?,
             "mysql" => self.connect_mysql(url).await?,
-            "zk" => self.connect_zookeeper(url).await?,
+            "zk" | "zks" => self.connect_zookeeper(url).await?,
             "etcd" => self.connect_etcd(url).await?,
             _ => {
                 return Err(LockError::Config(format!(
@@ -229,6 +229,7 @@ impl LockClientBuilder {
     /// given TLS settings, without asking for TLS is an error (it would silently connect in
     /// plain text), as is TLS in a build without the `tls` feature. `plain_to_tls` says how
     /// the URL asks for TLS.
+    #[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]
     fn tls_settings(
         &self,
         tls: bool,
@@ -385,8 +386,11 @@ impl LockClientBuilder {
 
     #[cfg(feature = "zookeeper")]
     async fn connect_zookeeper(&self, url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        let (url, files) = crate::tls::TlsFiles::take(url, ["cacert", "cert", "key"]);
+        let tls = self.tls_settings(url.starts_with("zks://"), &files, &url, "use `zks://`")?;
         crate::backend::zookeeper::ZookeeperBackend::connect(
-            url,
+            &url,
+            tls,
             self.connect_timeout,
             self.response_timeout,
             self.default_lease,

@@ -13,15 +13,15 @@ use crate::backend::queue::{Turn, refusal, turn};
 use crate::backend::{Attempt, Kind, LockSpec, Transient};
 use crate::error::BoxError;
 
-/// Open to every client: distlock's nodes carry no secrets, and ZooKeeper authentication is
-/// not supported yet.
-fn queue_node() -> zk::CreateOptions<'static> {
-    zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all())
+/// A place in a lock's queue, under the client's ACL ([`Access::acls`](super::access::Access::acls)).
+fn queue_node(acls: zk::Acls<'static>) -> zk::CreateOptions<'static> {
+    zk::CreateMode::EphemeralSequential.with_acls(acls)
 }
 
 /// A lock's parent node: a container, which the server deletes once it has been empty a while.
-const CONTAINER: zk::CreateOptions<'static> =
-    zk::CreateMode::Container.with_acls(zk::Acls::anyone_all());
+fn container(acls: zk::Acls<'static>) -> zk::CreateOptions<'static> {
+    zk::CreateMode::Container.with_acls(acls)
+}
 
 /// A queue's children, listed with a watch on the queue (see [`Node::queue_watch`]).
 type Listed = Result<(Vec<String>, zk::OneshotWatcher), ZkFailure>;
@@ -51,10 +51,11 @@ impl ZookeeperBackend {
     ) -> Result<(String, i64, Listed), BoxError> {
         let prefix = node_prefix(parent, spec.token, spec.kind);
         let data = self.node_data(spec);
-        let options = queue_node();
+        let options = queue_node(self.access.acls());
         let mut known = self.parents.contains(parent);
         for _ in 0..4 {
-            let make_parent = (!known).then(|| client.create(parent, &[], &CONTAINER));
+            let make_parent =
+                (!known).then(|| client.create(parent, &[], &container(self.access.acls())));
             let create = client.create(&prefix, data.as_bytes(), &options);
             let list = client.list_and_watch_children(parent);
             let made = match make_parent {

@@ -167,22 +167,14 @@ impl ZookeeperBackend {
 
     /// `srvr` on the first host: `Zookeeper version: 3.8.4-…` → `ZooKeeper 3.8.4`.
     async fn srvr(&self) -> Option<String> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let host = self.url.hosts.split(',').next()?;
-        let exchange = async {
-            let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
-            stream.write_all(b"srvr").await.ok()?;
-            let mut answer = String::new();
-            stream.read_to_string(&mut answer).await.ok()?;
-            let line = answer
-                .lines()
-                .find_map(|l| l.strip_prefix("Zookeeper version: "))?;
-            let version = line.split(['-', ',']).next()?.trim();
-            Some(format!("ZooKeeper {version}"))
-        };
-        tokio::time::timeout(self.response_timeout, exchange)
+        let answer = tokio::time::timeout(self.response_timeout, self.access.srvr())
             .await
             .ok()
-            .flatten()
+            .flatten()?;
+        let line = answer
+            .lines()
+            .find_map(|l| l.strip_prefix("Zookeeper version: "))?;
+        let version = line.split(['-', ',']).next()?.trim();
+        Some(format!("ZooKeeper {version}"))
     }
 }

@@ -17,6 +17,7 @@
 //! strictly increases across the whole ensemble (leader changes included) and so across the
 //! successive holders of a lock, whatever happens to its parent node.
 
+mod access;
 mod acquire;
 mod admin;
 mod lost;
@@ -82,6 +83,8 @@ impl Drop for Node {
 /// The `zk://` backend.
 pub(crate) struct ZookeeperBackend {
     url: ZkUrl,
+    /// Hosts, TLS, authentication: how sessions connect.
+    access: access::Access,
     /// The URL as messages show it.
     shown: String,
     connect_timeout: Duration,
@@ -128,13 +131,16 @@ impl ZookeeperBackend {
     /// reached within `connect_timeout`.
     pub(crate) async fn connect(
         url: &str,
+        tls: Option<crate::tls::TlsConfig>,
         connect_timeout: Duration,
         response_timeout: Duration,
         default_lease: Duration,
     ) -> Result<Arc<dyn Backend>, LockError> {
         let parsed = parse_url(url)?;
+        let shown = super::url::redact_url(url);
         let backend = ZookeeperBackend {
-            shown: super::url::redact_url(url),
+            access: access::Access::new(&parsed, tls, &shown)?,
+            shown,
             url: parsed,
             connect_timeout,
             response_timeout,
@@ -148,11 +154,10 @@ impl ZookeeperBackend {
             holder: holder_id(),
             version: std::sync::OnceLock::new(),
         };
-        let fail = |source: BoxError| LockError::Backend {
-            backend: "zookeeper",
-            op: "connect",
-            key: String::new(),
-            source,
+        let fail = |source: BoxError| LockError::Connect {
+            url: backend.shown.clone(),
+            reason: source.to_string(),
+            source: Some(source),
         };
         backend.create_chroot().await.map_err(fail)?;
         backend.session_for(default_lease).await.map_err(fail)?;

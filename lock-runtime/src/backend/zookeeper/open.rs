@@ -22,7 +22,7 @@ impl ZookeeperBackend {
         let client = self
             .open(self.connect_timeout.max(Duration::from_secs(2)), "")
             .await?;
-        let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let persistent = zk::CreateMode::Persistent.with_acls(self.access.acls());
         match self
             .call(
                 "create the chroot",
@@ -45,25 +45,33 @@ impl ZookeeperBackend {
 
     /// Connects a client with a session of `timeout`, rooted at `chroot`.
     async fn open(&self, timeout: Duration, chroot: &str) -> Result<zk::Client, BoxError> {
-        let connector = zk::Client::connector()
-            .with_session_timeout(timeout)
-            .with_connection_timeout(self.connect_timeout);
-        let connecting = connector.connect(&self.url.hosts);
+        let connecting = self.access.connect(|connector| {
+            connector
+                .with_session_timeout(timeout)
+                .with_connection_timeout(self.connect_timeout)
+        });
         let client = match tokio::time::timeout(self.connect_timeout, connecting).await {
             Ok(Ok(client)) => client,
             Ok(Err(error)) => {
+                let why = match error {
+                    zk::Error::Timeout | zk::Error::ConnectionLoss | zk::Error::NoHosts => {
+                        self.why_not().await
+                    }
+                    _ => String::new(),
+                };
                 return Err(Transient::wrap_if(
                     is_transient(&error),
                     format!(
-                        "cannot open a ZooKeeper session at {}: {error}; check that the \
+                        "cannot open a ZooKeeper session at {}: {error}; {why}check that the \
                          ensemble is up and reachable from here",
                         self.shown
                     ),
                 ));
             }
             Err(_) => {
+                let why = self.why_not().await;
                 return Err(Transient::wrap(format!(
-                    "cannot reach ZooKeeper at {} within the connect timeout ({:?}); check \
+                    "cannot reach ZooKeeper at {} within the connect timeout ({:?}): {why}check \
                      that the ensemble is up and reachable from here",
                     self.shown, self.connect_timeout
                 )));
@@ -78,6 +86,18 @@ impl ZookeeperBackend {
                 self.shown
             ))
         })
+    }
+
+    /// Why no session opened, as far as a TLS handshake of our own tells (the ZooKeeper
+    /// client retries a failed handshake until its timeout and says no more), ending in `; `.
+    async fn why_not(&self) -> String {
+        match self.access.why_not(self.connect_timeout).await {
+            Some(why) => format!("{why}; "),
+            None if !self.url.secure => {
+                "if the port is the servers' secure client port, use `zks://`; ".to_owned()
+            }
+            None => String::new(),
+        }
     }
 
     /// The session for locks of `lease`: an open one, or a new one.
@@ -110,7 +130,7 @@ impl ZookeeperBackend {
             client,
             opened_at,
             self.shown.clone(),
-            &self.url.hosts,
+            &self.access,
             self.connect_timeout,
             self.response_timeout,
         ));

@@ -9,9 +9,14 @@ use crate::error::LockError;
 /// The ZooKeeper client port when a host names none.
 const DEFAULT_PORT: u16 = 2181;
 
-/// What a `zk://` URL says.
+/// What a `zk://` or `zks://` URL says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ZkUrl {
+    /// `zks://`: TLS to the servers' secure client port.
+    pub secure: bool,
+    /// `user:password@`: ZooKeeper digest authentication, and lock nodes only that identity
+    /// may delete.
+    pub digest: Option<Digest>,
     /// `host:port,host:port` for the client.
     pub hosts: String,
     /// The chroot every path lives under (`""` for the tree's root), e.g. `/distlock`.
@@ -20,24 +25,54 @@ pub(crate) struct ZkUrl {
     pub session_timeout: Option<Duration>,
 }
 
-/// Parses `zk://h1:2181,h2:2181/optional/chroot?session_timeout=10s`.
+/// `user:password` of ZooKeeper's digest scheme; never shown.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Digest(pub Vec<u8>);
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Digest(***)")
+    }
+}
+
+/// Parses `zk://[user:password@]h1:2181,h2:2181/optional/chroot?session_timeout=10s` (and
+/// `zks://…`, the TLS parameters already taken out).
 pub(crate) fn parse_url(url: &str) -> Result<ZkUrl, LockError> {
-    let bad = |why: String| LockError::Config(format!("invalid ZooKeeper URL `{url}`: {why}"));
-    let rest = url
-        .strip_prefix("zk://")
-        .ok_or_else(|| bad("expected `zk://host:port[,host:port…][/chroot]`".into()))?;
+    let shown = crate::backend::url::redact_url(url);
+    let bad = |why: String| LockError::Config(format!("invalid ZooKeeper URL `{shown}`: {why}"));
+    let (secure, rest) = match (url.strip_prefix("zk://"), url.strip_prefix("zks://")) {
+        (Some(rest), _) => (false, rest),
+        (_, Some(rest)) => (true, rest),
+        _ => {
+            return Err(bad(
+                "expected `zk://[user:password@]host:port[,host:port…][/chroot]` (or `zks://` \
+                 for TLS)"
+                    .into(),
+            ));
+        }
+    };
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (hosts, chroot) = match rest.find('/') {
+    let (authority, chroot) = match rest.find('/') {
         Some(slash) => rest.split_at(slash),
         None => (rest, ""),
     };
-    if hosts.contains('@') {
-        return Err(bad(
-            "ZooKeeper authentication (`user:password@`) is not supported yet; \
-             give the lock nodes' parent an open ACL or use a chroot the client may write"
-                .into(),
-        ));
-    }
+    let (digest, hosts) = match authority.rsplit_once('@') {
+        None => (None, authority),
+        Some((userinfo, hosts)) => match userinfo.split_once(':') {
+            Some((user, password)) if !user.is_empty() && !password.is_empty() => {
+                let decode = crate::backend::url::percent_decode;
+                let pair = format!("{}:{}", decode(user), decode(password));
+                (Some(Digest(pair.into_bytes())), hosts)
+            }
+            _ => {
+                return Err(bad(
+                    "ZooKeeper digest authentication needs both a user and a password \
+                     (`zk://user:password@host:port`)"
+                        .into(),
+                ));
+            }
+        },
+    };
     let listed = crate::backend::url::host_list(hosts, DEFAULT_PORT).map_err(bad)?;
     let chroot = match chroot {
         "" | "/" => String::new(),
@@ -71,6 +106,8 @@ pub(crate) fn parse_url(url: &str) -> Result<ZkUrl, LockError> {
         }
     }
     Ok(ZkUrl {
+        secure,
+        digest,
         hosts: listed.join(","),
         chroot,
         session_timeout,
@@ -229,11 +266,19 @@ mod tests {
                 "zk://a?sessiontimeout=1s",
                 "unknown parameter `sessiontimeout`",
             ),
-            ("zk://u:p@a", "authentication"),
+            ("zk://u@a", "both a user and a password"),
+            ("http://a", "expected `zk://"),
         ] {
             let err = parse_url(bad).unwrap_err().to_string();
             assert!(err.contains(says) && err.contains(bad), "{bad}: {err}");
         }
+        let url = parse_url("zks://app:s%40cret@a:2281/x").unwrap();
+        assert!(url.secure);
+        assert_eq!(url.digest, Some(Digest(b"app:s@cret".to_vec())));
+        assert_eq!(url.hosts, "a:2281");
+        assert!(!format!("{url:?}").contains("cret"));
+        let err = parse_url("zk://app:secret@a:x").unwrap_err().to_string();
+        assert!(!err.contains("secret"), "{err}");
     }
 
     #[test]

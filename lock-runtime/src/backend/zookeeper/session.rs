@@ -39,7 +39,7 @@ impl ZkSession {
         client: zk::Client,
         opened_at: Instant,
         shown: String,
-        hosts: &str,
+        access: &super::access::Access,
         connect_timeout: Duration,
         bound: Duration,
     ) -> ZkSession {
@@ -47,7 +47,7 @@ impl ZkSession {
         let loss = std::sync::Arc::new(Loss::default());
         loss.confirm(opened_at + timeout - drift(timeout));
         let closer = closer(
-            hosts.to_owned(),
+            access.clone(),
             client.session().clone(),
             timeout,
             connect_timeout,
@@ -114,20 +114,21 @@ impl Drop for ZkSession {
 /// Closes session `info` on a connection of its own: attaches to it and closes it (see
 /// [`Closer`]).
 fn closer(
-    hosts: String,
+    access: super::access::Access,
     info: zk::SessionInfo,
     timeout: Duration,
     connect_timeout: Duration,
     bound: Duration,
 ) -> Closer {
     let close: crate::runtime::Closing = std::sync::Arc::new(move || {
-        let (hosts, info) = (hosts.clone(), info.clone());
+        let (access, info) = (access.clone(), info.clone());
         Box::pin(async move {
-            let connecting = zk::Client::connector()
-                .with_session(info)
-                .with_session_timeout(timeout)
-                .with_connection_timeout(connect_timeout)
-                .connect(&hosts);
+            let connecting = access.connect(|connector| {
+                connector
+                    .with_session(info)
+                    .with_session_timeout(timeout)
+                    .with_connection_timeout(connect_timeout)
+            });
             let Ok(client) = connecting.await else {
                 return; // expired or closed already, or unreachable: nothing more to do
             };
