@@ -272,6 +272,53 @@ mod with_rustls {
         }
     }
 
+    /// The error of a TLS connection to `host` (`name:port`) with `config`: the handshake's,
+    /// or the first read's (a TLS 1.3 server refuses a client certificate after the
+    /// handshake); `None` when both go through (or the server stays silent), or `within` ends.
+    pub(crate) async fn handshake_error(
+        config: Arc<ClientConfig>,
+        host: &str,
+        within: std::time::Duration,
+    ) -> Option<std::io::Error> {
+        use tokio::io::AsyncReadExt;
+        let attempt = async {
+            let name = match host.rsplit_once(':') {
+                Some((name, _)) => name.trim_start_matches('[').trim_end_matches(']'),
+                None => host,
+            };
+            let name = ServerName::try_from(name.to_owned()).map_err(std::io::Error::other)?;
+            let stream = tokio::net::TcpStream::connect(host).await?;
+            let mut tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, stream)
+                .await?;
+            let mut byte = [0u8; 1];
+            match tokio::time::timeout(within / 4, tls.read(&mut byte)).await {
+                Ok(Err(error)) => Err(error),
+                _ => Ok(()),
+            }
+        };
+        match tokio::time::timeout(within, attempt).await {
+            Ok(Err(error)) => Some(error),
+            _ => None,
+        }
+    }
+
+    /// Whether `host` answers a TLS handshake (its certificate unchecked): a plain-text URL
+    /// pointed at a TLS port.
+    pub(crate) async fn speaks_tls(host: &str, within: std::time::Duration) -> bool {
+        let Ok(config) = TlsConfig::default().rustls(Verify::Nothing) else {
+            return false;
+        };
+        let attempt = async {
+            let name = ServerName::try_from("distlock.invalid").map_err(std::io::Error::other)?;
+            let stream = tokio::net::TcpStream::connect(host).await?;
+            tokio_rustls::TlsConnector::from(Arc::new(config))
+                .connect(name, stream)
+                .await
+        };
+        matches!(tokio::time::timeout(within, attempt).await, Ok(Ok(_)))
+    }
+
     /// How much of the server's certificate to check.
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub(crate) enum Verify {

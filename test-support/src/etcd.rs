@@ -38,11 +38,19 @@ fn scratch(label: &str) -> PathBuf {
 /// One etcd member process.
 pub struct EtcdMember {
     pub name: String,
+    /// Plain HTTP/2: the harness's own look at what the member holds (and the clients under
+    /// test of a member without TLS).
     pub client_port: u16,
+    /// TLS members: the port clients under test use (`etcds://`).
+    pub tls_port: Option<u16>,
+    /// TLS members: whether clients must present a certificate the test CA signed.
+    mutual: bool,
     pub peer_port: u16,
     dir: PathBuf,
     /// `name=http://…` for every member of its cluster.
     initial_cluster: String,
+    /// More `etcd` arguments.
+    extra: Vec<String>,
     child: ServerChild,
     owned: bool,
 }
@@ -65,12 +73,26 @@ impl std::ops::DerefMut for EtcdMember {
 impl EtcdMember {
     /// A single-member cluster of this test's own.
     pub fn start() -> EtcdMember {
+        EtcdMember::start_with(None, &[])
+    }
+
+    /// A member that serves clients over TLS on [`tls_port`](Self::tls_port) with the process's
+    /// test certificates (its plain port is the harness's own); `mutual`: clients must present a
+    /// certificate the test CA signed. `extra`: more `etcd` arguments.
+    pub fn start_tls(mutual: bool, extra: &[&str]) -> EtcdMember {
+        EtcdMember::start_with(Some(mutual), extra)
+    }
+
+    fn start_with(tls: Option<bool>, extra: &[&str]) -> EtcdMember {
         let mut last = String::new();
         for _ in 0..5 {
             let peer_port = free_port();
             let mut member = EtcdMember {
                 name: "solo".into(),
                 client_port: free_port(),
+                tls_port: tls.map(|_| free_port()),
+                mutual: tls == Some(true),
+                extra: extra.iter().map(|a| a.to_string()).collect(),
                 peer_port,
                 dir: scratch("distlock-etcd"),
                 initial_cluster: format!("solo=http://127.0.0.1:{peer_port}"),
@@ -103,9 +125,19 @@ impl EtcdMember {
     fn spawn(&mut self) -> Result<(), String> {
         std::fs::create_dir_all(&self.dir).map_err(|e| e.to_string())?;
         let log = std::fs::File::create(self.dir.join("log")).map_err(|e| e.to_string())?;
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let mut client = format!("http://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let mut command = Command::new(etcd());
+        if let Some(tls_port) = self.tls_port {
+            let certs = crate::certs::Certificates::shared();
+            client = format!("https://127.0.0.1:{tls_port},{client}");
+            command.arg("--cert-file").arg(&certs.server_cert);
+            command.arg("--key-file").arg(&certs.server_key);
+            if self.mutual {
+                command.arg("--trusted-ca-file").arg(&certs.ca);
+                command.arg("--client-cert-auth");
+            }
+        }
         command
             .args(["--name", &self.name])
             .arg("--data-dir")
@@ -119,6 +151,7 @@ impl EtcdMember {
             .args(["--initial-cluster-token", &self.initial_cluster])
             .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
             .args(["--logger", "zap", "--log-level", "warn"])
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
@@ -154,9 +187,54 @@ impl EtcdMember {
         field("leader").is_some() && field("leader") == field("member_id")
     }
 
-    /// `etcd://127.0.0.1:<port>/<prefix>`
+    /// `etcd://127.0.0.1:<port>/<prefix>`, or for a TLS member
+    /// `etcds://127.0.0.1:<TLS port>/<prefix>?cacert=<test CA>` (with the test client
+    /// certificate when the member wants one).
     pub fn url(&self, prefix: &str) -> String {
-        format!("etcd://127.0.0.1:{}/{prefix}", self.client_port)
+        let Some(tls_port) = self.tls_port else {
+            return format!("etcd://127.0.0.1:{}/{prefix}", self.client_port);
+        };
+        let certs = crate::certs::Certificates::shared();
+        let mut url = format!(
+            "etcds://127.0.0.1:{tls_port}/{prefix}?cacert={}",
+            certs.ca.display()
+        );
+        if self.mutual {
+            url.push_str(&format!(
+                "&cert={}&key={}",
+                certs.client_cert.display(),
+                certs.client_key.display()
+            ));
+        }
+        url
+    }
+
+    /// Turns etcd's authentication on (through the plain port's JSON gateway): a `root` user
+    /// and the user `name` with `password`, both in the `root` role. From then on every call
+    /// needs a token.
+    pub fn enable_auth(&self, name: &str, password: &str) {
+        let call = |path: &str, body: String| {
+            let reply = http_call(self.client_port, "POST", path, &body)
+                .unwrap_or_else(|| panic!("etcd {path}: no answer"));
+            assert!(!reply.contains("\"error\""), "etcd {path}: {reply}");
+        };
+        call(
+            "/v3/auth/user/add",
+            r#"{"name":"root","password":"root-pw"}"#.to_owned(),
+        );
+        call(
+            "/v3/auth/user/grant",
+            r#"{"user":"root","role":"root"}"#.to_owned(),
+        );
+        call(
+            "/v3/auth/user/add",
+            format!(r#"{{"name":"{name}","password":"{password}"}}"#),
+        );
+        call(
+            "/v3/auth/user/grant",
+            format!(r#"{{"user":"{name}","role":"root"}}"#),
+        );
+        call("/v3/auth/enable", "{}".to_owned());
     }
 
     /// Starts the killed member again, with its data.
@@ -221,6 +299,9 @@ impl EtcdCluster {
             let mut member = EtcdMember {
                 name: format!("m{i}"),
                 client_port,
+                tls_port: None,
+                mutual: false,
+                extra: Vec::new(),
                 peer_port,
                 dir: dir.join(format!("m{i}")),
                 initial_cluster: initial_cluster.join(","),

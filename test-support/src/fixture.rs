@@ -1430,6 +1430,12 @@ impl EtcdFixture {
         EtcdFixture::on(Server::Own(super::etcd::EtcdMember::start()))
     }
 
+    /// On a member of this test's own that clients reach over mutual TLS (`etcds://`, the test
+    /// CA and client certificate in the URL); the fixture looks through the plain port.
+    pub fn tls() -> EtcdFixture {
+        EtcdFixture::on(Server::Own(super::etcd::EtcdMember::start_tls(true, &[])))
+    }
+
     fn on(member: Server<super::etcd::EtcdMember>) -> EtcdFixture {
         EtcdFixture {
             member,
@@ -1558,9 +1564,10 @@ impl Fixture for EtcdFixture {
     }
 
     async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
-        let proxies = slow_proxies(&[self.member.client_port], min, max).await;
+        let port = self.member.tls_port.unwrap_or(self.member.client_port);
+        let proxies = slow_proxies(&[port], min, max).await;
         Slowed {
-            url: format!("etcd://127.0.0.1:{}/{}", proxies[0].port(), self.prefix),
+            url: through(&self.url(), port, proxies[0].port()),
             _keep: keep(proxies),
         }
     }

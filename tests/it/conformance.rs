@@ -2575,3 +2575,8 @@ tls_suite! {
 tls_suite! {
     zookeeper_tls => ZookeeperFixture::tls(),
 }
+
+#[cfg(all(feature = "tls", feature = "etcd"))]
+tls_suite! {
+    etcd_tls => EtcdFixture::tls(),
+}

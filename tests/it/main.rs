@@ -31,6 +31,7 @@ mod redis;
 mod redlock;
 mod sentinel;
 mod tls;
+mod tls_etcd;
 mod tls_mysql;
 mod tls_postgres;
 mod tls_zookeeper;

@@ -199,7 +199,7 @@ impl LockClientBuilder {
             "postgres" | "postgresql" => self.connect_postgres(url).await?,
             "mysql" => self.connect_mysql(url).await?,
             "zk" | "zks" => self.connect_zookeeper(url).await?,
-            "etcd" => self.connect_etcd(url).await?,
+            "etcd" | "etcds" => self.connect_etcd(url).await?,
             _ => {
                 return Err(LockError::Config(format!(
                     "unknown lock backend scheme `{scheme}://` in `{}`: supported are \
@@ -400,8 +400,11 @@ impl LockClientBuilder {
 
     #[cfg(feature = "etcd")]
     async fn connect_etcd(&self, url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        let (url, files) = crate::tls::TlsFiles::take(url, ["cacert", "cert", "key"]);
+        let tls = self.tls_settings(url.starts_with("etcds://"), &files, &url, "use `etcds://`")?;
         crate::backend::etcd::EtcdBackend::connect(
-            url,
+            &url,
+            tls,
             self.connect_timeout,
             self.response_timeout,
             self.default_lease,

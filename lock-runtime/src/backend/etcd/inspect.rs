@@ -28,7 +28,15 @@ impl EtcdInspector {
     /// A client of the member at `host:port` (call inside a Tokio runtime).
     pub fn new(host: &str) -> EtcdInspector {
         EtcdInspector {
-            rpc: Rpc::new(&[host.to_owned()], Duration::from_secs(5)).expect("a valid host"),
+            rpc: Rpc::new(
+                &super::rpc::Access {
+                    hosts: [host.to_owned()].into(),
+                    tls: None,
+                    credentials: None,
+                },
+                Duration::from_secs(5),
+            )
+            .expect("a valid host"),
         }
     }
 

@@ -11,9 +11,13 @@ const DEFAULT_PORT: u16 = 2379;
 /// Where lock keys live when the URL names no prefix.
 const DEFAULT_PREFIX: &str = "distlock";
 
-/// What an `etcd://` URL says.
+/// What an `etcd://` or `etcds://` URL says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct EtcdUrl {
+    /// `etcds://`: TLS to every member.
+    pub secure: bool,
+    /// `user:password@`: etcd's authentication (a token, renewed when it expires).
+    pub credentials: Option<super::rpc::Credentials>,
     /// `host:port` of each member.
     pub hosts: Vec<String>,
     /// The key prefix, without a trailing `/`.
@@ -24,25 +28,45 @@ pub(crate) struct EtcdUrl {
 pub(crate) fn parse_url(url: &str) -> Result<EtcdUrl, LockError> {
     let shown = crate::backend::url::redact_url(url);
     let bad = |why: String| LockError::Config(format!("invalid etcd URL `{shown}`: {why}"));
-    let rest = url
-        .strip_prefix("etcd://")
-        .ok_or_else(|| bad("expected `etcd://host:port[,host:port…][/prefix]`".into()))?;
+    let (secure, rest) = match (url.strip_prefix("etcd://"), url.strip_prefix("etcds://")) {
+        (Some(rest), _) => (false, rest),
+        (_, Some(rest)) => (true, rest),
+        _ => {
+            return Err(bad(
+                "expected `etcd://[user:password@]host:port[,host:port…][/prefix]` (or \
+                 `etcds://` for TLS)"
+                    .into(),
+            ));
+        }
+    };
     if let Some((_, query)) = rest.split_once('?') {
         return Err(bad(format!(
-            "unknown parameters `{query}` (an etcd URL takes none)"
+            "unknown parameters `{query}` (an etcd URL takes `cacert`, `cert` and `key`, with \
+             `etcds://`)"
         )));
     }
-    let (hosts, prefix) = match rest.find('/') {
+    let (authority, prefix) = match rest.find('/') {
         Some(slash) => (&rest[..slash], &rest[slash + 1..]),
         None => (rest, ""),
     };
-    if hosts.contains('@') {
-        return Err(bad(
-            "etcd authentication (`user:password@`) is not supported yet; connect to a \
-             cluster (or a gRPC proxy) that lets this client in without credentials"
-                .into(),
-        ));
-    }
+    let (credentials, hosts) = match authority.rsplit_once('@') {
+        None => (None, authority),
+        Some((userinfo, hosts)) => match userinfo.split_once(':') {
+            Some((user, password)) if !user.is_empty() => {
+                let decode = crate::backend::url::percent_decode;
+                let credentials = super::rpc::Credentials {
+                    name: decode(user),
+                    password: decode(password),
+                };
+                (Some(credentials), hosts)
+            }
+            _ => {
+                return Err(bad("etcd authentication needs a user and a password \
+                     (`etcd://user:password@host:port`)"
+                    .into()));
+            }
+        },
+    };
     let listed = crate::backend::url::host_list(hosts, DEFAULT_PORT).map_err(bad)?;
     let prefix = prefix.trim_end_matches('/');
     if prefix.chars().any(char::is_control) {
@@ -51,6 +75,8 @@ pub(crate) fn parse_url(url: &str) -> Result<EtcdUrl, LockError> {
         )));
     }
     Ok(EtcdUrl {
+        secure,
+        credentials,
         hosts: listed,
         prefix: if prefix.is_empty() {
             DEFAULT_PREFIX.to_owned()
@@ -129,13 +155,23 @@ mod tests {
             "etcd://",
             "etcd://a:x",
             "etcd://a,,b",
-            "etcd://u:p@a",
+            "etcd://u@a",
             "etcd://a?x=1",
             "zk://a",
         ] {
             let err = parse_url(bad).expect_err(bad).to_string();
             assert!(err.contains("invalid etcd URL"), "{bad}: {err}");
         }
+        let url = parse_url("etcds://app:p%40ss@a:1/x").unwrap();
+        assert!(url.secure);
+        let credentials = url.credentials.clone().unwrap();
+        assert_eq!(
+            (credentials.name.as_str(), credentials.password.as_str()),
+            ("app", "p@ss")
+        );
+        assert!(!format!("{url:?}").contains("p@ss"));
+        let err = parse_url("etcd://app:secret@a:x").unwrap_err().to_string();
+        assert!(!err.contains("secret"), "{err}");
     }
 
     #[test]

@@ -100,15 +100,15 @@ impl Drop for Lease {
 
 /// Revokes lease `id` on a connection of its own (see [`Closer`]).
 pub(crate) fn revoker(
-    hosts: Arc<[String]>,
+    access: super::rpc::Access,
     connect_timeout: Duration,
     bound: Duration,
     id: i64,
 ) -> Closer {
     let close: crate::runtime::Closing = Arc::new(move || {
-        let hosts = Arc::clone(&hosts);
+        let access = access.clone();
         Box::pin(async move {
-            if let Ok(rpc) = Rpc::new(&hosts, connect_timeout) {
+            if let Ok(rpc) = Rpc::new(&access, connect_timeout) {
                 let _ = rpc
                     .unary::<_, proto::LeaseRevokeResponse>(
                         proto::path::LEASE_REVOKE,
@@ -156,6 +156,7 @@ async fn keep_alive(
                 match tokio::time::timeout_at(valid_until, opening).await {
                     Ok(Ok(opened)) => stream = Some(opened),
                     Ok(Err(status)) => {
+                        rpc.note(&status);
                         tracing::debug!(%status, "distlock: etcd keepalive stream failed, retrying");
                         tokio::time::sleep_until((Instant::now() + retry_pause).min(valid_until))
                             .await;
@@ -172,8 +173,9 @@ async fn keep_alive(
             let Some((_, answers)) = &mut stream else {
                 continue;
             };
-            match tokio::time::timeout_at(valid_until, answers.message()).await {
-                Ok(Ok(Some(answer))) if answer.ttl > 0 => {
+            let answer = tokio::time::timeout_at(valid_until, answers.message()).await;
+            match answer {
+                Ok(Ok(Some(ref answer))) if answer.ttl > 0 => {
                     confirmed_at = sent_at;
                     ttl = Duration::from_secs(answer.ttl as u64);
                     break;
@@ -185,6 +187,10 @@ async fn keep_alive(
                     return;
                 }
                 Ok(Ok(None)) | Ok(Err(_)) => {
+                    if let Ok(Err(status)) = &answer {
+                        // Newer etcd checks the token of every keepalive.
+                        rpc.note(status);
+                    }
                     stream = None;
                     tokio::time::sleep_until((Instant::now() + retry_pause).min(valid_until)).await;
                 }

@@ -97,7 +97,8 @@ pub(crate) struct EtcdBackend {
     response_timeout: Duration,
     /// The members, and the connect timeout: a lease is revoked on a connection of its own
     /// when the client goes (see [`lease::revoker`]).
-    hosts: Arc<[String]>,
+    /// Members, TLS, credentials: for connections of the lease revokers' own.
+    access: rpc::Access,
     connect_timeout: Duration,
     /// Leases by the TTL asked for, in seconds.
     leases: Mutex<HashMap<u64, Arc<Lease>>>,
@@ -155,13 +156,19 @@ impl EtcdBackend {
     /// `connect_timeout`.
     pub(crate) async fn connect(
         url: &str,
+        tls: Option<crate::tls::TlsConfig>,
         connect_timeout: Duration,
         response_timeout: Duration,
         default_lease: Duration,
     ) -> Result<Arc<dyn Backend>, LockError> {
         let parsed = parse_url(url)?;
         let shown = super::url::redact_url(url);
-        let rpc = Rpc::new(&parsed.hosts, connect_timeout)
+        let access = rpc::Access {
+            hosts: parsed.hosts.clone().into(),
+            tls,
+            credentials: parsed.credentials.clone(),
+        };
+        let rpc = Rpc::new(&access, connect_timeout)
             .map_err(|why| LockError::Config(format!("invalid etcd URL `{shown}`: {why}")))?;
         let backend = EtcdBackend {
             watches: Arc::new(Watches::new(rpc.clone())),
@@ -169,7 +176,7 @@ impl EtcdBackend {
             prefix: format!("{}/", parsed.prefix),
             shown,
             response_timeout,
-            hosts: parsed.hosts.clone().into(),
+            access,
             connect_timeout,
             leases: Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
@@ -180,31 +187,85 @@ impl EtcdBackend {
             hub: ReleaseHub::new(None),
             holder: holder_id(),
         };
-        let fail = |source: BoxError| LockError::Backend {
-            backend: "etcd",
-            op: "connect",
-            key: String::new(),
-            source,
+        let fail = |source: BoxError| LockError::Connect {
+            url: backend.shown.clone(),
+            reason: source.to_string(),
+            source: Some(source),
         };
-        match tokio::time::timeout(connect_timeout, backend.lease_for(default_lease)).await {
+        // With credentials, a wrong password fails here (etcd grants a lease without any).
+        let checked =
+            async {
+                backend.rpc.authenticate(None).await.map_err(|status| {
+                    backend.failed("authenticate", EtcdFailure::Server(status))
+                })?;
+                backend.lease_for(default_lease).await
+            };
+        match tokio::time::timeout(connect_timeout, checked).await {
             Ok(Ok(_)) => Ok(Arc::new(backend)),
             Ok(Err(error)) => {
                 let transient = error.downcast_ref::<Transient>().is_some();
+                let why = match transient {
+                    true => backend.why_not().await,
+                    false => String::new(),
+                };
                 Err(fail(Transient::wrap_if(
                     transient,
                     format!(
-                        "cannot reach etcd at {}: {error}; check that the cluster is up and \
-                         reachable from here",
+                        "cannot reach etcd at {}: {error}; {why}check that the cluster is up \
+                         and reachable from here",
                         backend.shown
                     ),
                 )))
             }
-            Err(_) => Err(fail(Transient::wrap(format!(
-                "cannot reach etcd at {} within the connect timeout ({connect_timeout:?}); \
-                 check that the cluster is up and reachable from here",
-                backend.shown
-            )))),
+            Err(_) => {
+                let why = backend.why_not().await;
+                Err(fail(Transient::wrap(format!(
+                    "cannot reach etcd at {} within the connect timeout ({connect_timeout:?}): \
+                     {why}check that the cluster is up and reachable from here",
+                    backend.shown
+                ))))
+            }
         }
+    }
+
+    /// Why no member answered, as far as a connection of our own to the first one tells (a
+    /// TLS failure reaches the gRPC channel as a bare "connection closed" as often as not),
+    /// ending in `; `; empty when it tells nothing.
+    async fn why_not(&self) -> String {
+        #[cfg(feature = "tls")]
+        {
+            let host = self
+                .access
+                .hosts
+                .first()
+                .map(String::as_str)
+                .unwrap_or_default();
+            match &self.access.tls {
+                Some(tls) => {
+                    let Ok(config) = tls.rustls(crate::tls::Verify::Full) else {
+                        return String::new();
+                    };
+                    let within = self.connect_timeout;
+                    if let Some(error) =
+                        crate::tls::handshake_error(Arc::new(config), host, within).await
+                    {
+                        let chain = crate::tls::chain(&error);
+                        return match crate::tls::explain(&chain, "cacert") {
+                            Some(hint) => format!("{hint} ({chain}); "),
+                            None => format!("the TLS handshake failed ({chain}); "),
+                        };
+                    }
+                }
+                None => {
+                    if crate::tls::speaks_tls(host, self.connect_timeout).await {
+                        return "the port speaks TLS: use `etcds://` (with `cacert=` for a \
+                             private CA); "
+                            .to_owned();
+                    }
+                }
+            }
+        }
+        String::new()
     }
 
     fn keys(&self) -> MutexGuard<'_, HashMap<String, OwnKey>> {
@@ -231,15 +292,18 @@ impl EtcdBackend {
     /// waiting may cure it.
     fn failed(&self, op: &str, failure: EtcdFailure) -> BoxError {
         match failure {
-            EtcdFailure::Server(status) => Transient::wrap_if(
-                is_transient(&status),
-                format!(
-                    "etcd `{op}` failed ({}): {} ({:?})",
-                    self.shown,
-                    status.message(),
-                    status.code()
-                ),
-            ),
+            EtcdFailure::Server(status) => {
+                // A TLS failure's cause is in the status's sources, not its message.
+                let chain = crate::tls::chain(&status);
+                let why = match crate::tls::explain(&chain, "cacert") {
+                    Some(hint) => format!("{hint} ({chain})"),
+                    None => format!("{} ({:?})", status.message(), status.code()),
+                };
+                Transient::wrap_if(
+                    is_transient(&status),
+                    format!("etcd `{op}` failed ({}): {why}", self.shown),
+                )
+            }
             EtcdFailure::Other(error) => error,
         }
     }
@@ -303,7 +367,7 @@ impl EtcdBackend {
             sent_at,
             self.shown.clone(),
             lease::revoker(
-                Arc::clone(&self.hosts),
+                self.access.clone(),
                 self.connect_timeout,
                 self.response_timeout,
                 granted.id,

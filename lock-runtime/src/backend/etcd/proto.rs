@@ -20,6 +20,23 @@ pub(crate) mod path {
     pub const LEASE_KEEP_ALIVE: &str = "/etcdserverpb.Lease/LeaseKeepAlive";
     pub const LEASE_TIME_TO_LIVE: &str = "/etcdserverpb.Lease/LeaseTimeToLive";
     pub const STATUS: &str = "/etcdserverpb.Maintenance/Status";
+    pub const AUTHENTICATE: &str = "/etcdserverpb.Auth/Authenticate";
+}
+
+/// `AuthenticateRequest`: a user's name and password for a token.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct AuthenticateRequest {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(string, tag = "2")]
+    pub password: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct AuthenticateResponse {
+    /// Sent with every request as the `token` metadata.
+    #[prost(string, tag = "2")]
+    pub token: String,
 }
 
 /// `LeaseTimeToLiveRequest` (admin API: a holder's remaining lease).

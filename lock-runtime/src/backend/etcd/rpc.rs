@@ -1,6 +1,9 @@
 //! A thin gRPC client for the etcd calls this backend makes, on tonic's channel: one HTTP/2
-//! connection per member, calls spread over the members, reconnection by the channel itself.
+//! connection per member, calls spread over the members, reconnection by the channel itself;
+//! TLS (`etcds://`) and etcd's authentication: a token from `Authenticate`, sent with every
+//! call and stream, and renewed the way etcd's own client does when etcd says it expired.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -10,22 +13,83 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status, Streaming};
 use tonic_prost::ProstCodec;
 
+use super::proto;
+
 /// The members of one etcd cluster, as one channel.
 #[derive(Clone)]
 pub(crate) struct Rpc {
     channel: Channel,
+    auth: Option<Arc<Auth>>,
+}
+
+/// A user's name and password (`etcd://user:password@…`); the password is never shown.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Credentials {
+    pub name: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credentials({}:***)", self.name)
+    }
+}
+
+/// How to reach the cluster: its members, TLS, credentials. Cheap to clone (a lease's revoker
+/// keeps one, to revoke on a connection of its own).
+#[derive(Clone)]
+pub(crate) struct Access {
+    pub hosts: Arc<[String]>,
+    pub tls: Option<crate::tls::TlsConfig>,
+    pub credentials: Option<Credentials>,
+}
+
+/// The token of a client with credentials.
+struct Auth {
+    credentials: Credentials,
+    /// The current token; `None` before the first call, or once etcd said it expired.
+    token: Mutex<Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>>,
+    /// One `Authenticate` at a time.
+    renewing: tokio::sync::Mutex<()>,
+}
+
+type Token = tonic::metadata::MetadataValue<tonic::metadata::Ascii>;
+
+/// Whether `status` says the call's token is missing, expired or stale: the call is made again
+/// with a new one (what etcd's own client does).
+fn needs_token(status: &Status) -> bool {
+    let message = status.message();
+    match status.code() {
+        tonic::Code::Unauthenticated => message.contains("invalid auth token"),
+        tonic::Code::InvalidArgument => {
+            message.contains("user name is empty")
+                || message.contains("revision of auth store is old")
+        }
+        _ => false,
+    }
 }
 
 /// The sending half of a bidirectional stream; the stream ends when it is dropped.
 pub(crate) type Sender<Q> = mpsc::Sender<Q>;
 
 impl Rpc {
-    /// A channel to `hosts` (`host:port` each). Connects lazily: the first call tells whether
-    /// a member can be reached.
-    pub(crate) fn new(hosts: &[String], connect_timeout: Duration) -> Result<Rpc, String> {
-        let mut endpoints = Vec::with_capacity(hosts.len());
-        for host in hosts {
-            let endpoint = Endpoint::from_shared(format!("http://{host}"))
+    /// A channel to the members (`host:port` each), with TLS and credentials. Connects
+    /// lazily: the first call tells whether a member can be reached.
+    pub(crate) fn new(access: &Access, connect_timeout: Duration) -> Result<Rpc, String> {
+        let scheme = if access.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        #[cfg(feature = "tls")]
+        let tls = access
+            .tls
+            .as_ref()
+            .map(|tls| client_tls(tls, connect_timeout))
+            .transpose()?;
+        let mut endpoints = Vec::with_capacity(access.hosts.len());
+        for host in access.hosts.iter() {
+            let endpoint = Endpoint::from_shared(format!("{scheme}://{host}"))
                 .map_err(|e| format!("`{host}` is not a valid host: {e}"))?
                 .connect_timeout(connect_timeout)
                 .tcp_nodelay(true)
@@ -34,13 +98,100 @@ impl Rpc {
                 .http2_keep_alive_interval(Duration::from_secs(2))
                 .keep_alive_timeout(Duration::from_secs(2))
                 .keep_alive_while_idle(true);
+            #[cfg(feature = "tls")]
+            let endpoint = match &tls {
+                Some(tls) => endpoint
+                    .tls_config(tls.clone())
+                    .map_err(|e| format!("TLS settings: {}", crate::tls::chain(&e)))?,
+                None => endpoint,
+            };
             endpoints.push(endpoint);
         }
         let channel = match endpoints.as_slice() {
             [one] => one.connect_lazy(),
             _ => Channel::balance_list(endpoints.into_iter()),
         };
-        Ok(Rpc { channel })
+        let auth = access.credentials.clone().map(|credentials| {
+            Arc::new(Auth {
+                credentials,
+                token: Mutex::new(None),
+                renewing: tokio::sync::Mutex::new(()),
+            })
+        });
+        Ok(Rpc { channel, auth })
+    }
+
+    fn token(&self) -> Option<Token> {
+        let auth = self.auth.as_ref()?;
+        auth.token.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Gets a token for the credentials unless one newer than `stale` came meanwhile. A
+    /// wrong name or password is the error (`InvalidArgument`, permanent); a cluster without
+    /// authentication leaves calls without a token.
+    pub(crate) async fn authenticate(&self, stale: Option<&Token>) -> Result<(), Status> {
+        let Some(auth) = &self.auth else {
+            return Ok(());
+        };
+        let _one = auth.renewing.lock().await;
+        let current = self.token();
+        if current.is_some() && current.as_ref() != stale {
+            return Ok(()); // renewed by another call meanwhile
+        }
+        let request = proto::AuthenticateRequest {
+            name: auth.credentials.name.clone(),
+            password: auth.credentials.password.clone(),
+        };
+        // Without a token: a stale one makes etcd refuse `Authenticate` itself.
+        let answer: Result<proto::AuthenticateResponse, Status> = self
+            .unary_once(proto::path::AUTHENTICATE, request, None)
+            .await;
+        let token = match answer {
+            Ok(answer) => Some(Token::try_from(answer.token).map_err(|_| {
+                Status::internal("etcd's auth token is not valid as gRPC metadata")
+            })?),
+            Err(status)
+                if status.code() == tonic::Code::FailedPrecondition
+                    && status.message().contains("not enabled") =>
+            {
+                None
+            }
+            Err(status) if status.code() == tonic::Code::InvalidArgument => {
+                return Err(Status::invalid_argument(format!(
+                    "authentication as `{}` failed ({}): check the user and password in the \
+                     URL (etcd://user:password@host:port)",
+                    auth.credentials.name,
+                    status.message()
+                )));
+            }
+            Err(status) => return Err(status),
+        };
+        *auth.token.lock().unwrap_or_else(|p| p.into_inner()) = token;
+        Ok(())
+    }
+
+    /// Forgets the token if `status` says it expired, so the next call or stream gets a new
+    /// one (for streams, whose token is fixed when they open).
+    pub(crate) fn note(&self, status: &Status) {
+        if needs_token(status) {
+            self.token_expired();
+        }
+    }
+
+    /// Forgets the token: the next call or stream gets a new one.
+    pub(crate) fn token_expired(&self) {
+        if let Some(auth) = &self.auth {
+            auth.token.lock().unwrap_or_else(|p| p.into_inner()).take();
+        }
+    }
+
+    /// The token for a new call or stream: the current one, or a new one for a client that
+    /// has none yet.
+    async fn token_for_call(&self) -> Result<Option<Token>, Status> {
+        if self.auth.is_some() && self.token().is_none() {
+            self.authenticate(None).await?;
+        }
+        Ok(self.token())
     }
 
     /// One request, one reply. A call that finds no member ready, or whose member is gone or
@@ -53,8 +204,14 @@ impl Rpc {
         R: prost::Message + Default + Send + Sync + 'static,
     {
         let mut attempt = 1;
+        let mut renewed = false;
         loop {
-            match self.unary_once(path, request.clone()).await {
+            let token = self.token_for_call().await?;
+            match self.unary_once(path, request.clone(), token.as_ref()).await {
+                Err(status) if !renewed && self.auth.is_some() && needs_token(&status) => {
+                    self.authenticate(token.as_ref()).await?;
+                    renewed = true;
+                }
                 Err(status) if status.code() == tonic::Code::Unavailable && attempt < 3 => {
                     tokio::time::sleep(crate::backend::retry_pause(attempt)).await;
                     attempt += 1;
@@ -64,7 +221,12 @@ impl Rpc {
         }
     }
 
-    async fn unary_once<Q, R>(&self, path: &'static str, request: Q) -> Result<R, Status>
+    async fn unary_once<Q, R>(
+        &self,
+        path: &'static str,
+        request: Q,
+        token: Option<&Token>,
+    ) -> Result<R, Status>
     where
         Q: prost::Message + Send + Sync + 'static,
         R: prost::Message + Default + Send + Sync + 'static,
@@ -73,9 +235,13 @@ impl Rpc {
         grpc.ready()
             .await
             .map_err(|e| Status::unavailable(format!("no etcd member is ready: {e}")))?;
+        let mut request = Request::new(request);
+        if let Some(token) = token {
+            request.metadata_mut().insert("token", token.clone());
+        }
         let response = grpc
             .unary(
-                Request::new(request),
+                request,
                 PathAndQuery::from_static(path),
                 ProstCodec::default(),
             )
@@ -136,7 +302,11 @@ impl Rpc {
         Q: prost::Message + Send + Sync + 'static,
         R: prost::Message + Default + Send + Sync + 'static,
     {
+        let token = self.token_for_call().await?;
         let mut request = Request::new(requests);
+        if let Some(token) = token {
+            request.metadata_mut().insert("token", token);
+        }
         if require_leader {
             request.metadata_mut().insert(
                 "hasleader",
@@ -156,4 +326,29 @@ impl Rpc {
             .await?;
         Ok(response.into_inner())
     }
+}
+
+/// tonic's TLS settings from the client's: the given CA (checked here: tonic skips a file
+/// without certificates silently) or the system's roots, the client certificate, and a bound
+/// on the handshake (tonic's connect timeout covers the TCP connect only).
+#[cfg(feature = "tls")]
+fn client_tls(
+    tls: &crate::tls::TlsConfig,
+    connect_timeout: Duration,
+) -> Result<tonic::transport::ClientTlsConfig, String> {
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity};
+    crate::tls::ensure_default_provider();
+    let mut config = ClientTlsConfig::new().timeout(connect_timeout);
+    config = match &tls.ca_pem {
+        Some(pem) => {
+            tls.roots()?;
+            config.ca_certificate(Certificate::from_pem(pem))
+        }
+        None => config.with_native_roots(),
+    };
+    if let (Some(cert), Some(key)) = (&tls.cert_pem, &tls.key_pem) {
+        tls.identity()?;
+        config = config.identity(Identity::from_pem(cert, key));
+    }
+    Ok(config)
 }

@@ -199,24 +199,49 @@ impl Reader {
         };
         loop {
             match answers.message().await {
-                Ok(Some(answer)) => self.route(answer, cancels),
+                Ok(Some(answer)) => {
+                    if let Some(ended) = self.route(answer, cancels) {
+                        rpc.token_expired();
+                        return ended;
+                    }
+                }
                 Ok(None) => return Status::unavailable("the watch stream ended"),
-                Err(status) => return status,
+                Err(status) => {
+                    rpc.note(&status);
+                    return status;
+                }
             }
         }
     }
 
-    fn route(&self, answer: WatchResponse, cancels: &mpsc::WeakUnboundedSender<WatchRequest>) {
+    /// Hands `answer` to its watch; `Some` when the stream is no use any more: its token
+    /// expired (it was fixed when the stream opened, and every watch set on it would be
+    /// refused), so this watch and the others end with that status, and the next watch opens a
+    /// stream with a new token.
+    fn route(
+        &self,
+        answer: WatchResponse,
+        cancels: &mpsc::WeakUnboundedSender<WatchRequest>,
+    ) -> Option<Status> {
         let mut routes = lock(&self.routes);
         if answer.created {
-            let Some(pending) = routes.pending.pop_front() else {
-                return;
-            };
+            let pending = routes.pending.pop_front()?;
             let id = answer.watch_id;
             if answer.canceled {
+                let reason = &answer.cancel_reason;
+                if reason.contains("invalid auth token")
+                    || reason.contains("revision of auth store is old")
+                    || reason.contains("user name is empty")
+                {
+                    routes.pending.push_front(pending);
+                    // Unavailable: waiting cures it (a new stream, a new token).
+                    return Some(Status::unavailable(format!(
+                        "the watch stream's auth token expired (etcd refused a watch: {reason})"
+                    )));
+                }
                 // Refused at creation: the watch ends with it.
                 let _ = pending.route.send(Ok(answer));
-                return;
+                return None;
             }
             pending.id.store(id, std::sync::atomic::Ordering::Relaxed);
             if pending.route.send(Ok(answer)).is_ok() {
@@ -225,7 +250,7 @@ impl Reader {
                 // Dropped before it was created: taken back at once.
                 let _ = requests.send(cancel(id));
             }
-            return;
+            return None;
         }
         if answer.canceled {
             // Cancelled by etcd (its history compacted, say) or at our asking: the watch is
@@ -233,12 +258,13 @@ impl Reader {
             if let Some(route) = routes.active.remove(&answer.watch_id) {
                 let _ = route.send(Ok(answer));
             }
-            return;
+            return None;
         }
         // A watch dropped as this answer came takes itself out of `active`: nothing to deliver.
         if let Some(route) = routes.active.get(&answer.watch_id) {
             let _ = route.send(Ok(answer));
         }
+        None
     }
 }
 
