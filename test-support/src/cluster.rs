@@ -11,18 +11,31 @@ use super::{RedisServer, TEST_COMMAND, unique};
 /// `nodes.conf`. Every process is killed when this is dropped.
 pub struct RedisCluster {
     pub nodes: Vec<RedisServer>,
+    /// TLS between clients and nodes and on the cluster bus (`tls-cluster yes`).
+    tls: bool,
 }
 
 impl RedisCluster {
     /// `masters` masters with `replicas` replicas each; returns once every node reports the
     /// cluster ok with all 16384 slots covered.
     pub fn start(masters: usize, replicas: usize) -> RedisCluster {
+        RedisCluster::start_with(masters, replicas, false)
+    }
+
+    /// A cluster that speaks TLS only, to clients and between its nodes, with the process's
+    /// test certificates (`rediss+cluster://…?cacert=`); the test looks through each node's
+    /// Unix socket.
+    pub fn start_tls(masters: usize, replicas: usize) -> RedisCluster {
+        RedisCluster::start_with(masters, replicas, true)
+    }
+
+    fn start_with(masters: usize, replicas: usize, tls: bool) -> RedisCluster {
         let count = masters * (1 + replicas);
         let nodes: Vec<RedisServer> = (0..count)
             .map(|_| {
                 let dir = std::env::temp_dir().join(unique("distlock-cluster"));
                 std::fs::create_dir_all(&dir).expect("node directory");
-                let mut node = RedisServer::start_with(&[
+                let mut args = vec![
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
@@ -35,12 +48,32 @@ impl RedisCluster {
                     "0",
                     "--dir",
                     dir.to_str().expect("utf-8 temp dir"),
-                ]);
+                ];
+                let mut node = match tls {
+                    false => RedisServer::start_with(&args),
+                    true => {
+                        args.extend([
+                            "--tls-auth-clients",
+                            "optional",
+                            "--tls-cluster",
+                            "yes",
+                            "--tls-replication",
+                            "yes",
+                        ]);
+                        RedisServer::start_tls_with(&args)
+                    }
+                };
                 node.data_dir = Some(dir);
                 node
             })
             .collect();
         let mut create = Command::new("redis-cli");
+        if tls {
+            create
+                .arg("--tls")
+                .arg("--cacert")
+                .arg(&crate::certs::Certificates::shared().ca);
+        }
         create.arg("--cluster").arg("create");
         for node in &nodes {
             create.arg(format!("127.0.0.1:{}", node.port()));
@@ -61,7 +94,7 @@ impl RedisCluster {
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster { nodes, tls };
         for i in 0..count {
             cluster.wait_until_ok(i, Duration::from_secs(20));
         }
@@ -105,12 +138,25 @@ impl RedisCluster {
 
     /// `redis+cluster://` with every node as a seed.
     pub fn url(&self) -> String {
-        let nodes: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
-            .collect();
-        format!("redis+cluster://{}", nodes.join(","))
+        RedisCluster::url_with_ports(self.nodes.iter().map(RedisServer::port), self.tls)
+    }
+
+    /// `redis+cluster://` (`rediss+cluster://…?cacert=` with TLS) with these ports as seeds.
+    pub fn url_with_ports(ports: impl Iterator<Item = u16>, tls: bool) -> String {
+        let nodes: Vec<String> = ports.map(|port| format!("127.0.0.1:{port}")).collect();
+        match tls {
+            false => format!("redis+cluster://{}", nodes.join(",")),
+            true => format!(
+                "rediss+cluster://{}?cacert={}",
+                nodes.join(","),
+                crate::certs::Certificates::shared().ca.display()
+            ),
+        }
+    }
+
+    /// Whether the cluster speaks TLS.
+    pub fn tls(&self) -> bool {
+        self.tls
     }
 
     /// Makes node `i` announce `ports[i]` as its client port (`cluster-announce-port`: a proxy
@@ -148,8 +194,23 @@ impl RedisCluster {
 
     /// A cluster connection of the test's own (follows redirections).
     pub async fn connection(&self) -> redis::cluster_async::ClusterConnection {
-        let seeds: Vec<String> = self.nodes.iter().map(|n| n.url()).collect();
-        redis::cluster::ClusterClient::new(seeds)
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| n.url().split('?').next().unwrap_or_default().to_owned())
+            .collect();
+        let mut builder = redis::cluster::ClusterClient::builder(seeds);
+        if self.tls {
+            // rustls needs a provider chosen when two are compiled in.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            let ca = std::fs::read(&crate::certs::Certificates::shared().ca).expect("the test CA");
+            builder = builder.certs(redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(ca),
+            });
+        }
+        builder
+            .build()
             .expect("cluster client")
             .get_async_connection()
             .await
@@ -168,7 +229,7 @@ impl RedisCluster {
 
     /// Runs `command` on node `i` with a plain connection of its own.
     pub fn query<T: redis::FromRedisValue>(&self, i: usize, command: &redis::Cmd) -> T {
-        let mut conn = redis::Client::open(self.nodes[i].url())
+        let mut conn = redis::Client::open(self.nodes[i].local_url())
             .expect("node url")
             .get_connection_with_timeout(Duration::from_secs(2))
             .expect("connection to a cluster node");

@@ -532,6 +532,13 @@ impl ClusterFixture {
             cluster: RedisCluster::start(3, 0),
         }
     }
+
+    /// A three-master cluster that speaks TLS only (`rediss+cluster://…?cacert=`).
+    pub fn tls() -> ClusterFixture {
+        ClusterFixture {
+            cluster: RedisCluster::start_tls(3, 0),
+        }
+    }
 }
 
 impl Fixture for ClusterFixture {
@@ -583,9 +590,8 @@ impl Fixture for ClusterFixture {
         let proxies = slow_proxies(&ports, min, max).await;
         let announced: Vec<u16> = proxies.iter().map(DelayProxy::port).collect();
         tokio::task::block_in_place(|| self.cluster.announce_ports(&announced));
-        let nodes: Vec<String> = announced.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         Slowed {
-            url: format!("redis+cluster://{}", nodes.join(",")),
+            url: RedisCluster::url_with_ports(announced.into_iter(), self.cluster.tls()),
             _keep: keep(proxies),
         }
     }

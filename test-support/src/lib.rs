@@ -433,8 +433,7 @@ impl RedisServer {
         self.child.as_ref().expect("server is running").id()
     }
 
-    /// `redis://[:password@]127.0.0.1:port`; with TLS `rediss://127.0.0.1:port/#insecure`
-    /// (the certificate is self-signed).
+    /// `redis://[:password@]127.0.0.1:port`; with TLS `rediss://…/?cacert=<the test CA>`.
     pub fn url(&self) -> String {
         if self.tls {
             let ca = &certs::Certificates::shared().ca;
@@ -496,19 +495,21 @@ impl RedisServer {
         }
     }
 
+    /// The URL of the test's own connections: [`url`](Self::url), or for a TLS server its
+    /// Unix socket (plain).
+    pub fn local_url(&self) -> String {
+        if !self.tls {
+            return self.url();
+        }
+        match &self.password {
+            Some(password) => format!("redis+unix://{}?pass={password}", self.socket().display()),
+            None => format!("redis+unix://{}", self.socket().display()),
+        }
+    }
+
     /// A fresh connection of the test's own, to look at what the server holds.
     pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
-        let url = if self.tls {
-            match &self.password {
-                Some(password) => {
-                    format!("redis+unix://{}?pass={password}", self.socket().display())
-                }
-                None => format!("redis+unix://{}", self.socket().display()),
-            }
-        } else {
-            self.url()
-        };
-        redis::Client::open(url)
+        redis::Client::open(self.local_url())
             .expect("valid url")
             .get_multiplexed_async_connection()
             .await

@@ -2559,6 +2559,7 @@ macro_rules! tls_suite {
 tls_suite! {
     redis_tls => RedisFixture::tls(),
     redlock_tls => RedlockFixture::tls(3),
+    cluster_tls => ClusterFixture::tls(),
 }
 
 #[cfg(all(feature = "tls", feature = "postgres"))]
