@@ -15,6 +15,8 @@ pub const DOWN_AFTER: Duration = Duration::from_millis(1_500);
 /// One sentinel process and its (rewritable) configuration file.
 pub struct Sentinel {
     pub port: u16,
+    /// A TLS sentinel's TLS port (clients under test use it; `port` is the harness's own).
+    pub tls_port: Option<u16>,
     conf: PathBuf,
     child: ServerChild,
 }
@@ -23,13 +25,13 @@ impl Sentinel {
     /// A sentinel (its files in `dir`) watching the master at `master` as `service`, calling it
     /// down after [`DOWN_AFTER`] when `quorum` sentinels agree.
     pub fn start_at(dir: &std::path::Path, service: &str, master: u16, quorum: usize) -> Sentinel {
-        Sentinel::start_inner(dir, service, master, quorum, DOWN_AFTER)
+        Sentinel::start_inner(dir, service, master, quorum, DOWN_AFTER, false)
     }
 
     /// A sentinel that never fails its master over during a test (down after ten minutes): it
     /// only tells clients where the master is.
     pub fn start_patient(dir: &std::path::Path, service: &str, master: u16) -> Sentinel {
-        Sentinel::start_inner(dir, service, master, 1, Duration::from_secs(600))
+        Sentinel::start_inner(dir, service, master, 1, Duration::from_secs(600), false)
     }
 
     fn start_inner(
@@ -38,23 +40,40 @@ impl Sentinel {
         master: u16,
         quorum: usize,
         down_after: Duration,
+        tls: bool,
     ) -> Sentinel {
         let mut last_error = String::new();
         for _ in 0..5 {
             let port = free_port();
+            let tls_port = tls.then(free_port);
             let conf = dir.join(format!("sentinel-{port}.conf"));
+            // With TLS: a TLS port for clients, TLS to the master and replicas.
+            let tls_lines = match tls_port {
+                None => String::new(),
+                Some(tls_port) => {
+                    let certs = crate::certs::Certificates::shared();
+                    format!(
+                        "tls-port {tls_port}\ntls-cert-file {}\ntls-key-file {}\n\
+                         tls-ca-cert-file {}\ntls-auth-clients optional\ntls-replication yes\n",
+                        certs.server_cert.display(),
+                        certs.server_key.display(),
+                        certs.ca.display()
+                    )
+                }
+            };
             std::fs::write(
                 &conf,
-                format!(
-                    "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\n\
+                tls_lines
+                    + &format!(
+                        "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\n\
                      dir {dir}\nloglevel warning\nlogfile \"\"\n\
                      sentinel monitor {service} 127.0.0.1 {master} {quorum}\n\
                      sentinel down-after-milliseconds {service} {down}\n\
                      sentinel failover-timeout {service} 10000\n\
                      sentinel parallel-syncs {service} 2\n",
-                    dir = dir.display(),
-                    down = down_after.as_millis(),
-                ),
+                        dir = dir.display(),
+                        down = down_after.as_millis(),
+                    ),
             )
             .expect("sentinel configuration");
             let mut command = Command::new(
@@ -77,7 +96,14 @@ impl Sentinel {
                 query::<String>(port, &redis::cmd("PING")).is_ok_and(|p| p == "PONG")
             });
             match ready {
-                Ok(()) => return Sentinel { port, conf, child },
+                Ok(()) => {
+                    return Sentinel {
+                        port,
+                        tls_port,
+                        conf,
+                        child,
+                    };
+                }
                 Err(()) => last_error = format!("the sentinel on port {port} did not start"),
             }
         }
@@ -115,6 +141,22 @@ impl SentinelGroup {
 
     /// [`start`](Self::start), the sentinels calling a silent master down after `down_after`.
     pub fn start_with(replicas: usize, sentinels: usize, down_after: Duration) -> SentinelGroup {
+        SentinelGroup::start_inner(replicas, sentinels, down_after, false)
+    }
+
+    /// A group that speaks TLS only to clients (sentinels too: a TLS port each) and replicates
+    /// over TLS, with the process's test certificates; [`url`](Self::url) is
+    /// `rediss+sentinel://…?cacert=`.
+    pub fn start_tls(replicas: usize, sentinels: usize) -> SentinelGroup {
+        SentinelGroup::start_inner(replicas, sentinels, DOWN_AFTER, true)
+    }
+
+    fn start_inner(
+        replicas: usize,
+        sentinels: usize,
+        down_after: Duration,
+        tls: bool,
+    ) -> SentinelGroup {
         let dir = std::env::temp_dir().join(unique("distlock-sentinel"));
         std::fs::create_dir_all(&dir).expect("sentinel directory");
         // Every server may become the master: no diskless-sync delay on any.
@@ -124,18 +166,28 @@ impl SentinelGroup {
             "--repl-ping-replica-period",
             "1",
         ];
-        let master = RedisServer::start_with(&common);
+        let start = |args: &[&str]| match tls {
+            false => RedisServer::start_with(args),
+            true => {
+                let mut args = args.to_vec();
+                args.extend(["--tls-auth-clients", "optional", "--tls-replication", "yes"]);
+                RedisServer::start_tls_with(&args)
+            }
+        };
+        let master = start(&common);
         let master_port = master.port().to_string();
         let mut servers = vec![master];
         for _ in 0..replicas {
             let mut args = common.to_vec();
             args.extend(["--replicaof", "127.0.0.1", master_port.as_str()]);
-            servers.push(RedisServer::start_with(&args));
+            servers.push(start(&args));
         }
         let service = unique("svc").replace('-', "_");
         let quorum = sentinels / 2 + 1;
         let sentinels = (0..sentinels)
-            .map(|_| Sentinel::start_inner(&dir, &service, servers[0].port(), quorum, down_after))
+            .map(|_| {
+                Sentinel::start_inner(&dir, &service, servers[0].port(), quorum, down_after, tls)
+            })
             .collect();
         let group = SentinelGroup {
             servers,
@@ -153,16 +205,28 @@ impl SentinelGroup {
     }
 
     /// `redis+sentinel://127.0.0.1:<s1>,…/<service>` followed by `options` (`?replicas=1`).
+    /// For a TLS group: `rediss+sentinel://` to the sentinels' TLS ports, the test CA named
+    /// after `options` (which must then start with `?`, or be empty).
     pub fn url(&self, options: &str) -> String {
         let hosts: Vec<String> = self
             .sentinels
             .iter()
-            .map(|s| format!("127.0.0.1:{}", s.port))
+            .map(|s| format!("127.0.0.1:{}", s.tls_port.unwrap_or(s.port)))
             .collect();
+        let tls = self.sentinels.first().is_some_and(|s| s.tls_port.is_some());
+        if !tls {
+            return format!(
+                "redis+sentinel://{}/{}{options}",
+                hosts.join(","),
+                self.service
+            );
+        }
+        let join = if options.is_empty() { '?' } else { '&' };
         format!(
-            "redis+sentinel://{}/{}{options}",
+            "rediss+sentinel://{}/{}{options}{join}cacert={}",
             hosts.join(","),
-            self.service
+            self.service,
+            crate::certs::Certificates::shared().ca.display()
         )
     }
 
@@ -241,7 +305,8 @@ impl SentinelGroup {
         if !self.servers[i].is_running() {
             return None;
         }
-        let role: Vec<redis::Value> = query(self.servers[i].port(), &redis::cmd("ROLE")).ok()?;
+        let role: Vec<redis::Value> =
+            query_url(&self.servers[i].local_url(), &redis::cmd("ROLE")).ok()?;
         match role.first() {
             Some(redis::Value::BulkString(word)) => Some(String::from_utf8_lossy(word).into()),
             _ => None,
@@ -252,8 +317,8 @@ impl SentinelGroup {
     pub fn wait_for_replicas(&self, i: usize, count: usize, within: Duration) {
         let deadline = Instant::now() + within;
         loop {
-            let info: String = query(
-                self.servers[i].port(),
+            let info: String = query_url(
+                &self.servers[i].local_url(),
                 redis::cmd("INFO").arg("replication"),
             )
             .unwrap_or_default();
@@ -295,7 +360,15 @@ impl Drop for SentinelGroup {
 
 /// One command to `127.0.0.1:port` on a blocking connection of its own (1 s timeouts).
 pub fn query<T: redis::FromRedisValue>(port: u16, command: &redis::Cmd) -> redis::RedisResult<T> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}"))?;
+    query_url(&format!("redis://127.0.0.1:{port}"), command)
+}
+
+/// One command to the server at `url` on a blocking connection of its own (1 s timeouts).
+pub fn query_url<T: redis::FromRedisValue>(
+    url: &str,
+    command: &redis::Cmd,
+) -> redis::RedisResult<T> {
+    let client = redis::Client::open(url)?;
     let mut conn = client.get_connection_with_timeout(Duration::from_secs(1))?;
     conn.set_read_timeout(Some(Duration::from_secs(1)))?;
     command.query(&mut conn)

@@ -280,3 +280,41 @@ async fn tls_files_on_a_plain_url_and_insecure_are_refused() {
         .unwrap_err();
     assert!(error.to_string().contains("asks for no TLS"), "{error}");
 }
+
+#[tokio::test]
+async fn sentinel_over_tls_finds_the_master_and_replicates() {
+    let group = support::sentinel::SentinelGroup::start_tls(1, 1);
+    let url = group.url("?replicas=1");
+    assert!(url.starts_with("rediss+sentinel://"), "{url}");
+    let one = LockClient::connect(&url).await.unwrap();
+    let two = LockClient::connect(&url).await.unwrap();
+    let held = one.lock("s").acquire().await.unwrap();
+    let mut master = group.master_connection().await;
+    let token: Option<String> = redis::cmd("GET")
+        .arg("lock:s")
+        .query_async(&mut master)
+        .await
+        .unwrap();
+    assert!(token.is_some(), "the lock is on the master");
+    match two.lock("s").wait(Duration::ZERO).acquire().await {
+        Err(LockError::Timeout { .. }) => {}
+        other => panic!("a second client over TLS got {other:?}"),
+    }
+    // The waiter is woken through the master's pub/sub, over TLS too.
+    let waiter =
+        tokio::spawn(async move { two.lock("s").wait(Duration::from_secs(5)).acquire().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    held.release().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(2), waiter)
+        .await
+        .expect("woken by the release")
+        .unwrap()
+        .unwrap();
+    second.release().await.unwrap();
+    let gone: Option<String> = redis::cmd("GET")
+        .arg("lock:s")
+        .query_async(&mut master)
+        .await
+        .unwrap();
+    assert_eq!(gone, None);
+}
