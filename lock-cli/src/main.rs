@@ -36,12 +36,16 @@ Exit codes:
   5  busy: `hold` could not take the lock within --wait
   6  lost: `hold` lost its lock (its lease ran out, or it was released by force)
 
-The URL is the first argument when it contains `://`; otherwise DISTLOCK_URL is used.";
+The URL is the first argument when it contains `://`; otherwise --url, then DISTLOCK_URL
+(both keep a password out of the command line other users can read in `ps`).";
 
 /// Look at and operate distributed locks taken with distlock.
 #[derive(Parser)]
 #[command(name = "distlock", version, after_help = EXIT_CODES)]
 pub(crate) struct Cli {
+    /// The backend URL, when the first argument is none (else DISTLOCK_URL).
+    #[arg(long, global = true, value_name = "URL")]
+    url: Option<String>,
     /// Print JSON instead of tables (`watch`: one object per line).
     #[arg(long, global = true)]
     json: bool,
@@ -249,20 +253,24 @@ fn main() -> ExitCode {
     }
 }
 
-/// Splits `args` into the URL (the first argument if it contains `://`, else `DISTLOCK_URL`)
-/// and the rest, of which at most `max_rest` may remain.
+/// Splits `args` into the URL (the first argument if it contains `://`, else `--url`'s value
+/// `flag`, else `DISTLOCK_URL`) and the rest, of which at most `max_rest` may remain.
 pub(crate) fn url_and_rest(
+    flag: Option<&str>,
     args: &[String],
     max_rest: usize,
 ) -> Result<(String, Vec<String>), Failure> {
     let (url, rest) = match args.split_first() {
         Some((first, rest)) if first.contains("://") => (first.clone(), rest.to_vec()),
+        _ if flag.is_some_and(|url| !url.trim().is_empty()) => {
+            (flag.unwrap_or_default().trim().to_owned(), args.to_vec())
+        }
         _ => match std::env::var(lock_runtime::URL_ENV) {
             Ok(url) if !url.trim().is_empty() => (url.trim().to_owned(), args.to_vec()),
             _ => {
                 return Err(Failure::Usage(format!(
-                    "no backend URL: give it first (`distlock list redis://127.0.0.1:6379`) or \
-                     set {} (the URL your services use)",
+                    "no backend URL: give it first (`distlock list redis://127.0.0.1:6379`), with \
+                     --url, or in {} (the URL your services use)",
                     lock_runtime::URL_ENV
                 )));
             }
@@ -301,7 +309,7 @@ pub(crate) async fn connect(cli: &Cli, url: &str) -> Result<LockClient, Failure>
 async fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
         Command::List { args, limit } => {
-            let (url, rest) = url_and_rest(args, 1)?;
+            let (url, rest) = url_and_rest(cli.url.as_deref(), args, 1)?;
             let pattern = rest.first().map_or("*", String::as_str);
             let client = connect(&cli, &url).await?;
             let locks = client.list(pattern, *limit).await?;
@@ -316,7 +324,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Show { args } => {
-            let (url, rest) = url_and_rest(args, 1)?;
+            let (url, rest) = url_and_rest(cli.url.as_deref(), args, 1)?;
             let key = key_of(&rest)?;
             let client = connect(&cli, &url).await?;
             match client.inspect(key).await? {
@@ -335,7 +343,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Command::Release { args, force, yes } => {
-            let (url, rest) = url_and_rest(args, 1)?;
+            let (url, rest) = url_and_rest(cli.url.as_deref(), args, 1)?;
             let key = key_of(&rest)?;
             if !force {
                 return Err(Failure::Usage(format!(
@@ -375,7 +383,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             wait,
             fencing,
         } => {
-            let (url, rest) = url_and_rest(args, 1)?;
+            let (url, rest) = url_and_rest(cli.url.as_deref(), args, 1)?;
             let key = key_of(&rest)?;
             let client = connect(&cli, &url).await?;
             hold(&client, key, *hold_for, *lease, *wait, *fencing, cli.json).await
@@ -385,7 +393,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             interval,
             watch_for,
         } => {
-            let (url, rest) = url_and_rest(args, 1)?;
+            let (url, rest) = url_and_rest(cli.url.as_deref(), args, 1)?;
             let pattern = rest.first().map_or("*", String::as_str);
             if interval.is_zero() {
                 return Err(Failure::Usage("--interval must be more than 0".into()));
@@ -395,7 +403,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Run { .. } => unreachable!("`distlock run` has a main of its own"),
         Command::Ping { args } => {
-            let (url, _) = url_and_rest(args, 0)?;
+            let (url, _) = url_and_rest(cli.url.as_deref(), args, 0)?;
             let client = connect(&cli, &url).await?;
             let info = client.ping().await?;
             if cli.json {
@@ -766,9 +774,14 @@ mod tests {
     #[test]
     fn the_url_is_the_first_argument_with_a_scheme() {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let (url, rest) = url_and_rest(&args(&["redis://h:1", "order:*"]), 1).unwrap();
+        let (url, rest) = url_and_rest(None, &args(&["redis://h:1", "order:*"]), 1).unwrap();
         assert_eq!((url.as_str(), rest), ("redis://h:1", args(&["order:*"])));
-        let e = url_and_rest(&args(&["redis://h:1", "a", "b"]), 1).unwrap_err();
+        let e = url_and_rest(None, &args(&["redis://h:1", "a", "b"]), 1).unwrap_err();
         assert_eq!(e.code(), 2);
+        // `--url` when the first argument is no URL; the argument wins over it.
+        let (url, rest) = url_and_rest(Some("etcds://h:1"), &args(&["order:*"]), 1).unwrap();
+        assert_eq!((url.as_str(), rest), ("etcds://h:1", args(&["order:*"])));
+        let (url, _) = url_and_rest(Some("etcds://h:1"), &args(&["redis://h:2"]), 1).unwrap();
+        assert_eq!(url, "redis://h:2");
     }
 }

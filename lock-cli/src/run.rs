@@ -101,7 +101,7 @@ async fn run(cli: &Cli) -> Ended {
     else {
         unreachable!("called for `distlock run` only");
     };
-    let (url, key) = match url_and_rest(args, 1).and_then(|(url, rest)| {
+    let (url, key) = match url_and_rest(cli.url.as_deref(), args, 1).and_then(|(url, rest)| {
         let key = key_of(&rest)?.to_owned();
         Ok((url, key))
     }) {

@@ -971,3 +971,30 @@ async fn run_stops_the_command_when_the_backend_goes_away() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The CLI's default build speaks TLS; `--url` keeps the password out of the arguments other
+/// users see in `ps`, and every message keeps it out too.
+#[tokio::test]
+async fn the_url_from_the_flag_reaches_a_tls_server_with_a_password() {
+    let server =
+        RedisServer::start_tls_with(&["--tls-auth-clients", "optional", "--requirepass", "cli-pw"]);
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let _held = client.lock("tls:1").acquire().await.unwrap();
+    let listed = run(&["list", "--json", "--url", &server.url()]).await;
+    assert_eq!(code(&listed), 0, "{}", stderr(&listed));
+    let json: Value = serde_json::from_str(&stdout(&listed)).unwrap();
+    assert_eq!(json[0]["key"].as_str(), Some("tls:1"), "{json}");
+    let wrong = server.url().replace("cli-pw", "wrong-pw");
+    let refused = run(&["ping", "--url", &wrong, "--connect-timeout", "2s"]).await;
+    assert_eq!(code(&refused), 1, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("authentication failed"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(
+        !stderr(&refused).contains("wrong-pw"),
+        "{}",
+        stderr(&refused)
+    );
+}
