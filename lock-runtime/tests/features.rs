@@ -11,9 +11,8 @@ use std::time::Duration;
 use lock_runtime::{LockClient, LockError};
 
 /// Connects to `url` (nothing listens on its port) and checks what comes back: with `enabled`,
-/// an error of the backend's connecting (Redis, PostgreSQL and MariaDB say `Connect`; etcd and
-/// ZooKeeper, as of 2026-11-26, `Backend` with op `connect` — issue 49 makes them `Connect`);
-/// without, a config error that says `expected`.
+/// an error of the backend's connecting (`Connect`, for every backend); without, a config error
+/// that says `expected`.
 async fn check(url: &str, feature: &str, enabled: bool, expected: &str) {
     let result = LockClient::builder(url)
         .connect_timeout(Duration::from_secs(2))
@@ -21,7 +20,6 @@ async fn check(url: &str, feature: &str, enabled: bool, expected: &str) {
         .await;
     match (enabled, result) {
         (true, Err(LockError::Connect { .. })) => {}
-        (true, Err(LockError::Backend { op: "connect", .. })) => {}
         (false, Err(err @ LockError::Config(_))) => {
             let message = err.to_string();
             assert!(
@@ -64,6 +62,44 @@ async fn rediss() {
         expected,
     )
     .await;
+}
+
+/// A CA certificate (no key anywhere: it signs nothing), for URLs that must name one.
+const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBnjCCAUWgAwIBAgIUXd5c3x9b0oSEqZz20sbozJI1JpkwCgYIKoZIzj0EAwIw\nJDEiMCAGA1UEAwwZZGlzdGxvY2sgZmVhdHVyZXMgdGVzdCBDQTAgFw0yNjExMjYy\nMDE0NTdaGA8yMTI2MTEwMjIwMTQ1N1owJDEiMCAGA1UEAwwZZGlzdGxvY2sgZmVh\ndHVyZXMgdGVzdCBDQTBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABAFq2gGNjVF1\nh7qGyy8sPwNJdmfI2gFd4xomoVqY3EP36nIZvojzPM/EXk9ITpKs/pQnlLm+JRQW\nApTrAug/5bajUzBRMB0GA1UdDgQWBBTIbQa74VnNWbVhFUQkCi7LDkOPoDAfBgNV\nHSMEGDAWgBTIbQa74VnNWbVhFUQkCi7LDkOPoDAPBgNVHRMBAf8EBTADAQH/MAoG\nCCqGSM49BAMCA0cAMEQCIDSyQ3mucQcdOMc1lKywbnRnZskTsCqekgJaEzQS3Dkw\nAiBCHplJWn4kcuipREWgSA6XHtQtnvjucf94xzGUfiqhkw==\n-----END CERTIFICATE-----\n";
+
+/// The TLS form of each store's URL: without `tls` (its backend on), it names `tls`; without
+/// its backend, it names the backend.
+#[tokio::test]
+async fn tls_forms() {
+    let ca = std::env::temp_dir().join(format!("distlock-features-ca-{}.pem", std::process::id()));
+    std::fs::write(&ca, CA).unwrap();
+    let zks = format!("zks://u:topsecret@127.0.0.1:1?cacert={}", ca.display());
+    for (url, backend, on) in [
+        (
+            "etcds://u:topsecret@127.0.0.1:1",
+            "etcd",
+            cfg!(feature = "etcd"),
+        ),
+        (zks.as_str(), "zookeeper", cfg!(feature = "zookeeper")),
+        (
+            "postgres://u:topsecret@127.0.0.1:1/db?sslmode=require",
+            "postgres",
+            cfg!(feature = "postgres"),
+        ),
+        (
+            "mysql://u:topsecret@127.0.0.1:1/db?ssl-mode=REQUIRED",
+            "mysql",
+            cfg!(feature = "mysql"),
+        ),
+    ] {
+        let expected = if on {
+            "`tls` feature"
+        } else {
+            &format!("`{backend}` feature")
+        };
+        check(url, "tls", on && cfg!(feature = "tls"), expected).await;
+    }
+    let _ = std::fs::remove_file(&ca);
 }
 
 #[tokio::test]
