@@ -33,10 +33,9 @@ missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 # redis-cli creates the test clusters (`redis-cli --cluster create`).
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
-# rediss:// (the `tls` feature) builds against OpenSSL and its tests make certificates.
+# The TLS tests make their certificates (a CA, server and client certificates) with openssl.
+# (The `tls` feature itself is rustls: nothing of OpenSSL is needed to build.)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
-command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
-pkg-config --exists openssl 2>/dev/null || missing+=(libssl-dev)
 # The tests run PostgreSQL's initdb and postgres themselves (Debian puts them in
 # /usr/lib/postgresql/<version>/bin, off PATH); no cluster of the package's own is needed.
 postgres_bin() {
@@ -57,6 +56,11 @@ fi
 # ZooKeeper: the tests run its server (Java) from Debian's jar themselves.
 if [ ! -f /usr/share/java/zookeeper.jar ] || ! command -v java >/dev/null 2>&1; then
     missing+=(zookeeper)
+fi
+# ZooKeeper's secure client port (the TLS tests) runs on Netty, whose codec is off the jar's
+# class path (the zookeeper package brings libnetty-java; named in case it did not).
+if [ ! -f /usr/share/java/netty-codec.jar ]; then
+    missing+=(libnetty-java)
 fi
 # The benchmark's ZooKeeper peer: Apache Curator (Java), compiled with javac on first use.
 [ -f /usr/share/java/curator-recipes.jar ] || missing+=(libcurator-recipes-java)

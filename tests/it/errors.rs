@@ -194,7 +194,11 @@ async fn unreachable_or_wrong_protocol_servers_fail_within_the_connect_timeout()
 
     if cfg!(feature = "tls") {
         let server = RedisServer::shared();
-        let url = format!("rediss://127.0.0.1:{}/#insecure", server.port());
+        let url = format!(
+            "rediss://127.0.0.1:{}/?cacert={}",
+            server.port(),
+            support::certs::Certificates::shared().ca.display()
+        );
         let started = std::time::Instant::now();
         let result = tokio::time::timeout(
             Duration::from_secs(10),
