@@ -29,12 +29,18 @@ use crate::error::LockError;
 /// certificate with its key makes it mutual TLS. What is given here wins over the URL's file
 /// parameters, field by field. Certificates and keys are PEM, as in the files.
 ///
-/// ```
-/// use lock_runtime::TlsConfig;
+/// ```no_run
+/// # async fn connect() -> Result<(), lock_runtime::LockError> {
+/// use lock_runtime::{LockClient, TlsConfig};
 ///
-/// let ca = b"-----BEGIN CERTIFICATE-----\n…\n-----END CERTIFICATE-----\n".to_vec();
-/// let tls = TlsConfig::new().ca_pem(ca);
-/// assert!(format!("{tls:?}").contains("ca_pem: true"));
+/// // Certificates from a secret store rather than files the URL could name.
+/// let ca = std::fs::read("/run/secrets/internal-ca.pem").expect("the CA");
+/// let client = LockClient::builder("rediss://redis.internal:6380")
+///     .tls(TlsConfig::new().ca_pem(ca))
+///     .password(std::env::var("REDIS_PASSWORD").unwrap_or_default())
+///     .build()
+///     .await?;
+/// # Ok(()) }
 /// ```
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct TlsConfig {
