@@ -7,7 +7,8 @@
 #                                       # attribute_memory: history faults redlock cluster sentinel
 #                                       # conformance postgres mysql zookeeper etcd
 #                                       # attribute_memory attribute_redis attribute_round_trips
-#                                       # examples cli redis metrics tls global errors
+#                                       # examples cli redis metrics tls tls_postgres tls_mysql
+#                                       # tls_etcd tls_zookeeper global errors
 #   SOAK_TESTS="redlock history" scripts/soak.sh 3   # a subset
 #   SOAK_HISTORY=short scripts/soak.sh 1 # the histories as the default run has them
 #   SOAK_HOGS=0 scripts/soak.sh 1       # without the hogs (a baseline)
@@ -27,7 +28,7 @@ if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: scripts/soak.sh [N]   (N = runs per test binary, default 5)" >&2
     exit 2
 fi
-tests=(${SOAK_TESTS:-history faults redlock cluster sentinel conformance postgres mysql zookeeper etcd attribute_memory attribute_redis attribute_round_trips examples cli redis metrics tls global errors})
+tests=(${SOAK_TESTS:-history faults redlock cluster sentinel conformance postgres mysql zookeeper etcd attribute_memory attribute_redis attribute_round_trips examples cli redis metrics tls tls_postgres tls_mysql tls_etcd tls_zookeeper global errors})
 hogs="${SOAK_HOGS:-2}"
 logs=target/soak
 mkdir -p "$logs"
