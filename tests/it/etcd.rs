@@ -319,11 +319,18 @@ async fn bad_input_fails_with_an_error_that_names_the_cause() {
 
     let member = EtcdMember::shared();
     for (url, says) in [
-        (format!("{}?table=x", member.url("a")), "takes none"),
+        (
+            format!("{}?table=x", member.url("a")),
+            "unknown parameters `table=x`",
+        ),
         ("etcd://127.0.0.1:notaport/a".to_owned(), "not a port"),
         (
-            "etcd://root:secret@127.0.0.1:2379".to_owned(),
-            "not supported",
+            "etcd://root:secret@127.0.0.1:notaport".to_owned(),
+            "not a port",
+        ),
+        (
+            "etcd://root@127.0.0.1:2379".to_owned(),
+            "a user and a password",
         ),
         ("etcd://,127.0.0.1:2379".to_owned(), "a host is missing"),
     ] {
