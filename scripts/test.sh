@@ -142,6 +142,13 @@ cargo test --workspace --all-features --quiet --test it -- --test-threads 4 scen
 step "tests/it: the histories, two at a time (DISTLOCK_HISTORY=long: scripts/soak.sh's long run)"
 cargo test --workspace --all-features --quiet --test it -- --test-threads 2 history::
 step "cargo package (distlock, lock-runtime, lock-macros, distlock-cli)"
+# cargo verifies each crate against the others packaged just now, through a local registry
+# whose sources it extracts once per checkout directory (registry/src/-<hash>/) and builds as
+# registry crates: never rebuilt while the version number stays the same. Drop both, or an API
+# added since the last run is missing (seen: `TlsConfig` "not in the root" of a stale
+# lock-runtime). Our crates' other builds go too (they pile up: 15.8 GiB after a day's runs).
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/{distlock,distlock-cli,lock-runtime,lock-macros}-[0-9]*
+cargo clean --quiet -p lock-runtime -p lock-macros -p distlock -p distlock-cli
 cargo package --workspace --exclude distlock-bench --exclude distlock-test-support \
     --exclude distlock-ui-tests --allow-dirty --quiet
 step "done: the whole suite passed"
