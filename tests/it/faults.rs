@@ -660,14 +660,14 @@ async fn server_restarts_with_its_data<F: Faulty>(mut fixture: F) {
     tokio::task::block_in_place(|| fixture.restart(&victims));
     let down_for = killed_at.elapsed();
     assert_holds(&fixture, &key, &guard, "still held after the restart").await;
+    let other = waiter
+        .lock(key.as_str())
+        .wait(Duration::ZERO)
+        .acquire()
+        .await;
     assert!(
-        waiter
-            .lock(key.as_str())
-            .wait(Duration::ZERO)
-            .acquire()
-            .await
-            .is_err_and(|e| e.is_timeout()),
-        "another client cannot take it"
+        other.as_ref().is_err_and(|e| e.is_timeout()),
+        "another client cannot take it: {other:?}"
     );
     // A full lease after the kill: renewal went on with the restarted server.
     tokio::time::sleep_until((killed_at + lease + ms(500)).into()).await;
