@@ -36,6 +36,7 @@
 //! | `mode = "read"` | `"write"` | the shared side of the key's read/write lock ([`LockRequest::read`]) |
 //! | `permits = 4` | none | one of that many permits of the semaphore `key`, not a lock ([`LockClient::semaphore`]) |
 //! | `min_hold = "55s"` | none | hold the lock at least this long after the grant, however soon the body returns: an earlier release leaves it to end then ([`LockRequest::min_hold`]); at most `lease` |
+//! | `client = self.locks` | the task's, else the global | the lock client of this function: an expression evaluated at each call giving a [`LockClient`] or a reference to one (a field, `&self.locks`, a function's result); another type is a compile error at the expression |
 //! | `crate = "path"` | `distlock` | where distlock is, for renamed dependencies |
 //!
 //! The function must be `async` and return `Result<T, E>` with `E: From<LockError>`
@@ -48,8 +49,31 @@
 //! A nested call for the same key in the same task (on the same client) is granted at once,
 //! without a round trip, and the outermost call releases. Other tasks are other owners.
 //!
-//! The functions use the global client installed with [`init`] (or [`init_from_env`], which
-//! reads `DISTLOCK_URL`); before that they return `Err(LockError::NotInitialized)`.
+//! A function without `client = …` uses the client of [`with_client`] around the call (a
+//! test's own backend, say), else the global client installed with [`init`] (or
+//! [`init_from_env`], which reads `DISTLOCK_URL`); with none of them it returns
+//! `Err(LockError::NotInitialized)`. A library names its own client, and so never depends on
+//! the application's global:
+//!
+//! ```
+//! use distlock::{LockClient, LockError, distributed_lock};
+//!
+//! pub struct Repository {
+//!     locks: LockClient,
+//! }
+//!
+//! impl Repository {
+//!     #[distributed_lock(key = "order:<id>", lease = "10s", client = self.locks)]
+//!     pub async fn save(&self, id: u64) -> Result<(), LockError> {
+//!         Ok(())
+//!     }
+//! }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), LockError> {
+//! let repository = Repository { locks: LockClient::connect("memory://").await? };
+//! repository.save(7).await?; // no `distlock::init` needed
+//! # Ok(()) }
+//! ```
 //!
 //! ## Without the attribute
 //!
@@ -83,7 +107,7 @@ pub use lock_runtime::metrics;
 pub use lock_runtime::{
     BoxError, CurrentLock, FAIR_QUEUE_TTL, Holder, LockClient, LockClientBuilder, LockError,
     LockGuard, LockInfo, LockMode, LockRequest, MAX_KEY_LEN, ReaderInfo, ServerInfo, TlsConfig,
-    URL_ENV, client, current, init, init_from_env,
+    URL_ENV, client, current, init, init_from_env, with_client,
 };
 
 #[doc(hidden)]

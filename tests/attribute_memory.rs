@@ -4,6 +4,9 @@
 #[path = "attribute/cases.rs"]
 mod cases;
 
+#[path = "attribute/clients.rs"]
+mod clients;
+
 mod backend {
     use std::time::Duration;
 

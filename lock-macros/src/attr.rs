@@ -14,7 +14,7 @@ use crate::errors::{Errors, closest};
 /// Every argument the attribute takes.
 pub(crate) const ARGUMENTS: &[&str] = &[
     "key", "lease", "wait", "renew", "on_lost", "fencing", "fair", "mode", "permits", "min_hold",
-    "crate",
+    "client", "crate",
 ];
 
 /// The values `mode` takes.
@@ -69,6 +69,8 @@ pub(crate) struct LockArgs {
     /// Where `min_hold`'s value was written.
     min_hold_span: Option<Span>,
     pub krate: Option<syn::Path>,
+    /// `client = <expr>`: the call's lock client, evaluated at each call.
+    pub client: Option<Expr>,
     seen: Vec<String>,
 }
 
@@ -435,6 +437,7 @@ impl LockArgs {
                     }
                 };
             }
+            "client" => self.client = Some(arg.value),
             "crate" => {
                 let Some(lit) = string_value(&arg, errors, "\"distlock\"") else {
                     return;

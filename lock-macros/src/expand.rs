@@ -122,23 +122,35 @@ fn expand(
     // Spanned at the return type, so "must return Result<T, E: From<LockError>>" is reported
     // once, on the user's `-> T`.
     let options = options(&args, &krate);
+    // `client = <expr>`: evaluated at each call, before the body (which may move what it
+    // borrows), and cloned (a reference count); the type is checked at the expression.
+    let client = match &args.client {
+        Some(expr) => quote_spanned! {expr.span()=>
+            ::core::option::Option::Some(::core::clone::Clone::clone(
+                #krate::__private::AsLockClient::as_lock_client(&(#expr)),
+            ))
+        },
+        None => quote!(::core::option::Option::None),
+    };
+    let client_var = Ident::new("__distlock_client", Span::call_site());
     if args.key_list {
         let keys_var = Ident::new("__distlock_keys", Span::call_site());
         let call = quote_spanned! {return_span=>
-            <#return_type as #krate::__private::LockedReturn>::run_locked_all(#options, #keys_var, async move #block).await
+            <#return_type as #krate::__private::LockedReturn>::run_locked_all(#client_var, #options, #keys_var, async move #block).await
         };
         return quote! {
             #(#outer_attrs)*
             #vis #sig {
                 #(#inner_attrs)*
                 let #keys_var: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#keys),*];
+                let #client_var: ::core::option::Option<#krate::LockClient> = #client;
                 #call
             }
         };
     }
     let key_var = Ident::new("__distlock_key", Span::call_site());
     let call = quote_spanned! {return_span=>
-        <#return_type as #krate::__private::LockedReturn>::run_locked(#options, #key_var, async move #block).await
+        <#return_type as #krate::__private::LockedReturn>::run_locked(#client_var, #options, #key_var, async move #block).await
     };
     let key = &keys[0];
     quote! {
@@ -146,6 +158,7 @@ fn expand(
         #vis #sig {
             #(#inner_attrs)*
             let #key_var: ::std::string::String = #key;
+            let #client_var: ::core::option::Option<#krate::LockClient> = #client;
             #call
         }
     }

@@ -29,7 +29,9 @@ use proc_macro::TokenStream;
 /// for literal brackets), `lease`, `wait` (`"0s"` tries once, `"forever"`), `renew`,
 /// `on_lost` (`"abort"` or `"continue"`), `fencing`, `fair`, `mode` (`"read"` or `"write"`),
 /// `permits` (a permit of a semaphore of that many, e.g. `permits = 4`), `min_hold` (held at
-/// least this long after the grant, however early the body returns; at most `lease`), `crate`.
+/// least this long after the grant, however early the body returns; at most `lease`),
+/// `client` (an expression giving the function's `LockClient`, evaluated at each call),
+/// `crate`.
 /// The function must return
 /// `Result<T, E>` with `E: From<distlock::LockError>`. The `distlock` crate documents each
 /// argument, its default, and the guarantees on every exit path.

@@ -74,7 +74,7 @@ pub use admin::{Holder, LockInfo, ReaderInfo, ServerInfo};
 pub use backend::FAIR_QUEUE_TTL;
 pub use client::{LockClient, LockClientBuilder, LockRequest};
 pub use error::{BoxError, LockError};
-pub use global::{URL_ENV, client, init, init_from_env};
+pub use global::{URL_ENV, client, init, init_from_env, with_client};
 pub use guard::LockGuard;
 pub use key::MAX_KEY_LEN;
 pub use mode::LockMode;
@@ -84,7 +84,7 @@ pub use tls::TlsConfig;
 /// What `#[distributed_lock]` expands to. Not a stable API: use the attribute.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::locked::{LockedReturn, run_locked, run_locked_all};
+    pub use crate::locked::{AsLockClient, LockedReturn, run_locked, run_locked_all};
     pub use crate::mode::LockMode;
     pub use crate::options::{LockOptions, OnLost, WaitFor};
 }

@@ -1,8 +1,10 @@
-//! What `#[distributed_lock]` expands to: [`run_locked`] takes the lock through the global
-//! client, runs the body, and gives the lock back on every exit path.
+//! What `#[distributed_lock]` expands to: [`run_locked`] takes the lock through the call's
+//! client (`client = …`, else [`with_client`](crate::with_client)'s, else the global one), runs
+//! the body, and gives the lock back on every exit path.
 
 use std::future::Future;
 
+use crate::client::LockClient;
 use crate::error::LockError;
 use crate::global;
 use crate::options::{LockOptions, OnLost};
@@ -22,15 +24,21 @@ pub trait LockedReturn: Sized {
     /// [`run_locked`] for this return type. The generated code calls it as
     /// `<ReturnType as LockedReturn>::run_locked(…)`, so a wrong return type is reported once,
     /// at the function's `-> ReturnType`.
-    fn run_locked<F>(options: LockOptions, key: String, body: F) -> impl Future<Output = Self>
+    fn run_locked<F>(
+        client: Option<LockClient>,
+        options: LockOptions,
+        key: String,
+        body: F,
+    ) -> impl Future<Output = Self>
     where
         F: Future<Output = Self>,
     {
-        run_locked(options, key, body)
+        run_locked(client, options, key, body)
     }
 
     /// [`run_locked_all`] for this return type (a key list: `key = ["…", "…"]`).
     fn run_locked_all<F>(
+        client: Option<LockClient>,
         options: LockOptions,
         keys: Vec<String>,
         body: F,
@@ -38,7 +46,36 @@ pub trait LockedReturn: Sized {
     where
         F: Future<Output = Self>,
     {
-        run_locked_all(options, keys, body)
+        run_locked_all(client, options, keys, body)
+    }
+}
+
+/// What `client = …` may give: a [`LockClient`], a reference to one, or an `Arc` of one.
+#[diagnostic::on_unimplemented(
+    message = "`client = …` must give a `distlock::LockClient` (or a reference to one), not `{Self}`",
+    label = "this is not a `LockClient`",
+    note = "e.g. `client = self.locks` for a field `locks: LockClient`, or `client = locks()` for a function returning `&LockClient`"
+)]
+pub trait AsLockClient {
+    /// The client.
+    fn as_lock_client(&self) -> &LockClient;
+}
+
+impl AsLockClient for LockClient {
+    fn as_lock_client(&self) -> &LockClient {
+        self
+    }
+}
+
+impl<T: AsLockClient + ?Sized> AsLockClient for &T {
+    fn as_lock_client(&self) -> &LockClient {
+        (**self).as_lock_client()
+    }
+}
+
+impl<T: AsLockClient + ?Sized> AsLockClient for std::sync::Arc<T> {
+    fn as_lock_client(&self) -> &LockClient {
+        (**self).as_lock_client()
     }
 }
 
@@ -80,7 +117,8 @@ macro_rules! hold_while {
     }};
 }
 
-/// Runs `body` while holding the lock `key` of the global client.
+/// Runs `body` while holding the lock `key` of `client` (`client = …`), else of the task's
+/// client ([`with_client`](crate::with_client)), else of the global one.
 ///
 /// - A nested call for a key this task already holds on the same client runs at once, without
 ///   a round trip; the outermost call releases. A nested write call for a key this task holds
@@ -88,26 +126,37 @@ macro_rules! hold_while {
 /// - `on_lost = Abort`: the body is raced against the lost signal and dropped when it fires.
 /// - Normal exit: the release is awaited before returning. Panic or cancellation: the guard's
 ///   drop spawns the release.
-pub async fn run_locked<R, F>(options: LockOptions, key: String, body: F) -> R
+pub async fn run_locked<R, F>(
+    mut client: Option<LockClient>,
+    options: LockOptions,
+    key: String,
+    body: F,
+) -> R
 where
     R: LockedReturn,
     F: Future<Output = R>,
 {
-    let client = match global::client() {
-        Ok(client) => client,
-        Err(error) => return R::from_lock_error(error),
-    };
-    if let Some(lock) = scope::held(client, &key) {
+    // The argument is the client's only slot in this future (an argument has a slot of its
+    // own for the future's whole life; a second would grow every locked call's future).
+    if let Err(error) = global::resolve(&mut client) {
+        return R::from_lock_error(error);
+    }
+    macro_rules! client {
+        () => {
+            client.as_ref().expect("resolved above")
+        };
+    }
+    if let Some(lock) = scope::held(client!(), &key) {
         if let Some(error) = nested_refusal(lock.kind, options.kind(), &key) {
             return R::from_lock_error(error);
         }
         tracing::trace!(key, "distlock: reentrant call, no acquisition");
-        return scope::enter(client, lock, body).await;
+        return scope::enter(client!(), lock, body).await;
     }
-    if let Err(error) = client.check_min_hold_of(&options, &key) {
+    if let Err(error) = client!().check_min_hold_of(&options, &key) {
         return R::from_lock_error(error);
     }
-    let mut guard = match client.acquire_locked(key, &options).await {
+    let mut guard = match client!().acquire_locked(key, &options).await {
         Ok(guard) => guard,
         Err(error) => return R::from_lock_error(error),
     };
@@ -115,29 +164,38 @@ where
     // Renewal runs here, in the caller's task, raced against the body: nothing is spawned, and
     // it stops the moment the body finishes. It resolves only when the lock is lost.
     let until_lost = guard.until_lost();
-    let body = scope::enter(client, guard.shared(), body);
+    let body = scope::enter(client!(), guard.shared(), body);
     hold_while!(guard, body, until_lost, options.on_lost)
 }
 
 /// Runs `body` while holding every lock of `keys` (the attribute's key list) through the
-/// global client: the keys are de-duplicated and taken in canonical order, all or nothing (see
+/// call's client (as [`run_locked`] finds it): the keys are de-duplicated and taken in canonical order, all or nothing (see
 /// [`LockClient::lock_all`](crate::LockClient::lock_all)), and given back on every exit path.
 ///
 /// Keys this task already holds on the same client are granted reentrantly (refused as
 /// [`run_locked`] refuses them); only the others are acquired — after the ones held, so the
 /// canonical order cannot protect such a nested call (see the README).
-pub async fn run_locked_all<R, F>(options: LockOptions, keys: Vec<String>, body: F) -> R
+pub async fn run_locked_all<R, F>(
+    mut client: Option<LockClient>,
+    options: LockOptions,
+    keys: Vec<String>,
+    body: F,
+) -> R
 where
     R: LockedReturn,
     F: Future<Output = R>,
 {
-    let client = match global::client() {
-        Ok(client) => client,
-        Err(error) => return R::from_lock_error(error),
-    };
+    if let Err(error) = global::resolve(&mut client) {
+        return R::from_lock_error(error);
+    }
+    macro_rules! client {
+        () => {
+            client.as_ref().expect("resolved above")
+        };
+    }
     let mut wanted = Vec::with_capacity(keys.len());
     for key in keys {
-        match scope::held(client, &key) {
+        match scope::held(client!(), &key) {
             Some(lock) => {
                 if let Some(error) = nested_refusal(lock.kind, options.kind(), &key) {
                     return R::from_lock_error(error);
@@ -150,13 +208,13 @@ where
         tracing::trace!("distlock: reentrant call, every key held already");
         return body.await;
     }
-    let guard = match client.acquire_locked_all(wanted, &options).await {
+    let guard = match client!().acquire_locked_all(wanted, &options).await {
         Ok(guard) => guard,
         Err(error) => return R::from_lock_error(error),
     };
     guard.hold_at_least(options.min_hold_ms);
     let until_lost = guard.lost();
-    let body = scope::enter_all(client, guard.every().cloned().collect(), body);
+    let body = scope::enter_all(client!(), guard.every().cloned().collect(), body);
     hold_while!(guard, body, until_lost, options.on_lost)
 }
 
@@ -205,11 +263,14 @@ mod footprint {
         min_hold_ms: 0,
     };
 
+    /// 1,536 bytes until the call's own client (`client = …`, `with_client`) took a slot of
+    /// 8 more: an argument keeps its slot for the future's whole life.
     #[test]
     fn a_locked_call_future_stays_small() {
-        let call = run_locked::<Result<(), LockError>, _>(OPTIONS, "k".into(), async { Ok(()) });
+        let call =
+            run_locked::<Result<(), LockError>, _>(None, OPTIONS, "k".into(), async { Ok(()) });
         let size = std::mem::size_of_val(&call);
-        assert!(size <= 1536, "run_locked's future grew to {size} bytes");
+        assert!(size <= 1544, "run_locked's future grew to {size} bytes");
     }
 
     #[cfg(feature = "redis")]
