@@ -36,6 +36,7 @@
 //! | `mode = "read"` | `"write"` | the shared side of the key's read/write lock ([`LockRequest::read`]) |
 //! | `permits = 4` | none | one of that many permits of the semaphore `key`, not a lock ([`LockClient::semaphore`]) |
 //! | `min_hold = "55s"` | none | hold the lock at least this long after the grant, however soon the body returns: an earlier release leaves it to end then ([`LockRequest::min_hold`]); at most `lease` |
+//! | `on_busy = "skip"` | `"error"` | a lock still busy when `wait` ends returns `Ok(Default::default())` without running the body (`Ok(())`, `Ok(None)`), instead of `Err(LockError::Timeout)` |
 //! | `client = self.locks` | the task's, else the global | the lock client of this function: an expression evaluated at each call giving a [`LockClient`] or a reference to one (a field, `&self.locks`, a function's result); another type is a compile error at the expression |
 //! | `crate = "path"` | `distlock` | where distlock is, for renamed dependencies |
 //!

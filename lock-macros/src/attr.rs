@@ -14,7 +14,7 @@ use crate::errors::{Errors, closest};
 /// Every argument the attribute takes.
 pub(crate) const ARGUMENTS: &[&str] = &[
     "key", "lease", "wait", "renew", "on_lost", "fencing", "fair", "mode", "permits", "min_hold",
-    "client", "crate",
+    "on_busy", "client", "crate",
 ];
 
 /// The values `mode` takes.
@@ -71,6 +71,8 @@ pub(crate) struct LockArgs {
     pub krate: Option<syn::Path>,
     /// `client = <expr>`: the call's lock client, evaluated at each call.
     pub client: Option<Expr>,
+    /// `on_busy = "skip"`: where it was written (the `Default` check points there).
+    pub skip_busy: Option<Span>,
     seen: Vec<String>,
 }
 
@@ -436,6 +438,29 @@ impl LockArgs {
                         None
                     }
                 };
+            }
+            "on_busy" => {
+                let Some(lit) = string_value(&arg, errors, "\"skip\"") else {
+                    return;
+                };
+                match lit.value().as_str() {
+                    "skip" => self.skip_busy = Some(lit.span()),
+                    "error" => {}
+                    other => {
+                        let hint = closest(other, ["skip", "error"].into_iter())
+                            .map(|c| format!(" (did you mean \"{c}\"?)"))
+                            .unwrap_or_default();
+                        errors.at(
+                            lit.span(),
+                            format!(
+                                "unknown `on_busy` value {other:?}{hint}: expected \"skip\" \
+                                 (a lock still busy when `wait` ends returns \
+                                 Ok(Default::default()) without running the body) or \"error\" \
+                                 (it returns Err(LockError::Timeout), the default)"
+                            ),
+                        );
+                    }
+                }
             }
             "client" => self.client = Some(arg.value),
             "crate" => {

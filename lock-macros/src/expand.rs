@@ -133,10 +133,22 @@ fn expand(
         None => quote!(::core::option::Option::None),
     };
     let client_var = Ident::new("__distlock_client", Span::call_site());
+    // `on_busy`: a function item (nothing in the call's future) giving the call's result for
+    // a failed acquisition; `skip`'s is named in a statement of its own spanned at the
+    // argument, so "`T: Default` is not satisfied" is said once, there.
+    let busy_var = Ident::new("__distlock_busy", Span::call_site());
+    let busy = match args.skip_busy {
+        Some(span) => quote_spanned! {span=>
+            let #busy_var = #krate::__private::skip_when_busy;
+        },
+        None => quote_spanned! {return_span=>
+            let #busy_var = <#return_type as #krate::__private::LockedReturn>::from_lock_error;
+        },
+    };
     if args.key_list {
         let keys_var = Ident::new("__distlock_keys", Span::call_site());
         let call = quote_spanned! {return_span=>
-            <#return_type as #krate::__private::LockedReturn>::run_locked_all(#client_var, #options, #keys_var, async move #block).await
+            <#return_type as #krate::__private::LockedReturn>::run_locked_all(#client_var, #options, #keys_var, async move #block, #busy_var).await
         };
         return quote! {
             #(#outer_attrs)*
@@ -144,13 +156,14 @@ fn expand(
                 #(#inner_attrs)*
                 let #keys_var: ::std::vec::Vec<::std::string::String> = ::std::vec![#(#keys),*];
                 let #client_var: ::core::option::Option<#krate::LockClient> = #client;
+                #busy
                 #call
             }
         };
     }
     let key_var = Ident::new("__distlock_key", Span::call_site());
     let call = quote_spanned! {return_span=>
-        <#return_type as #krate::__private::LockedReturn>::run_locked(#client_var, #options, #key_var, async move #block).await
+        <#return_type as #krate::__private::LockedReturn>::run_locked(#client_var, #options, #key_var, async move #block, #busy_var).await
     };
     let key = &keys[0];
     quote! {
@@ -159,6 +172,7 @@ fn expand(
             #(#inner_attrs)*
             let #key_var: ::std::string::String = #key;
             let #client_var: ::core::option::Option<#krate::LockClient> = #client;
+            #busy
             #call
         }
     }

@@ -84,7 +84,9 @@ pub use tls::TlsConfig;
 /// What `#[distributed_lock]` expands to. Not a stable API: use the attribute.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::locked::{AsLockClient, LockedReturn, run_locked, run_locked_all};
+    pub use crate::locked::{
+        AsLockClient, LockedReturn, run_locked, run_locked_all, skip_when_busy,
+    };
     pub use crate::mode::LockMode;
     pub use crate::options::{LockOptions, OnLost, WaitFor};
 }

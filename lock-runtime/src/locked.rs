@@ -24,29 +24,47 @@ pub trait LockedReturn: Sized {
     /// [`run_locked`] for this return type. The generated code calls it as
     /// `<ReturnType as LockedReturn>::run_locked(…)`, so a wrong return type is reported once,
     /// at the function's `-> ReturnType`.
-    fn run_locked<F>(
+    fn run_locked<F, B>(
         client: Option<LockClient>,
         options: LockOptions,
         key: String,
         body: F,
+        busy: B,
     ) -> impl Future<Output = Self>
     where
         F: Future<Output = Self>,
+        B: FnOnce(LockError) -> Self,
     {
-        run_locked(client, options, key, body)
+        run_locked(client, options, key, body, busy)
     }
 
     /// [`run_locked_all`] for this return type (a key list: `key = ["…", "…"]`).
-    fn run_locked_all<F>(
+    fn run_locked_all<F, B>(
         client: Option<LockClient>,
         options: LockOptions,
         keys: Vec<String>,
         body: F,
+        busy: B,
     ) -> impl Future<Output = Self>
     where
         F: Future<Output = Self>,
+        B: FnOnce(LockError) -> Self,
     {
-        run_locked_all(client, options, keys, body)
+        run_locked_all(client, options, keys, body, busy)
+    }
+}
+
+/// `on_busy = "skip"`: what a call returns when its acquisition failed — for a lock still busy
+/// as `wait` ends, `Ok(Default::default())` without running the body (other failures are still
+/// errors); the `Ok` type must implement `Default` (`()`, `Option<T>`, a count). The generated
+/// code names it once, at the argument (a function item: nothing in the call's future).
+pub fn skip_when_busy<T: Default, E: From<LockError>>(error: LockError) -> Result<T, E> {
+    match error {
+        LockError::Timeout { .. } => {
+            tracing::debug!(%error, "distlock: busy, the call is skipped (on_busy = \"skip\")");
+            Ok(T::default())
+        }
+        error => Err(E::from(error)),
     }
 }
 
@@ -126,15 +144,17 @@ macro_rules! hold_while {
 /// - `on_lost = Abort`: the body is raced against the lost signal and dropped when it fires.
 /// - Normal exit: the release is awaited before returning. Panic or cancellation: the guard's
 ///   drop spawns the release.
-pub async fn run_locked<R, F>(
+pub async fn run_locked<R, F, B>(
     mut client: Option<LockClient>,
     options: LockOptions,
     key: String,
     body: F,
+    busy: B,
 ) -> R
 where
     R: LockedReturn,
     F: Future<Output = R>,
+    B: FnOnce(LockError) -> R,
 {
     // The argument is the client's only slot in this future (an argument has a slot of its
     // own for the future's whole life; a second would grow every locked call's future).
@@ -158,7 +178,7 @@ where
     }
     let mut guard = match client!().acquire_locked(key, &options).await {
         Ok(guard) => guard,
-        Err(error) => return R::from_lock_error(error),
+        Err(error) => return busy(error),
     };
     guard.hold_at_least(options.min_hold_ms);
     // Renewal runs here, in the caller's task, raced against the body: nothing is spawned, and
@@ -175,15 +195,17 @@ where
 /// Keys this task already holds on the same client are granted reentrantly (refused as
 /// [`run_locked`] refuses them); only the others are acquired — after the ones held, so the
 /// canonical order cannot protect such a nested call (see the README).
-pub async fn run_locked_all<R, F>(
+pub async fn run_locked_all<R, F, B>(
     mut client: Option<LockClient>,
     options: LockOptions,
     keys: Vec<String>,
     body: F,
+    busy: B,
 ) -> R
 where
     R: LockedReturn,
     F: Future<Output = R>,
+    B: FnOnce(LockError) -> R,
 {
     if let Err(error) = global::resolve(&mut client) {
         return R::from_lock_error(error);
@@ -210,7 +232,7 @@ where
     }
     let guard = match client!().acquire_locked_all(wanted, &options).await {
         Ok(guard) => guard,
-        Err(error) => return R::from_lock_error(error),
+        Err(error) => return busy(error),
     };
     guard.hold_at_least(options.min_hold_ms);
     let until_lost = guard.lost();
@@ -267,8 +289,13 @@ mod footprint {
     /// 8 more: an argument keeps its slot for the future's whole life.
     #[test]
     fn a_locked_call_future_stays_small() {
-        let call =
-            run_locked::<Result<(), LockError>, _>(None, OPTIONS, "k".into(), async { Ok(()) });
+        let call = run_locked::<Result<(), LockError>, _, _>(
+            None,
+            OPTIONS,
+            "k".into(),
+            async { Ok(()) },
+            LockedReturn::from_lock_error,
+        );
         let size = std::mem::size_of_val(&call);
         assert!(size <= 1544, "run_locked's future grew to {size} bytes");
     }

@@ -2428,6 +2428,48 @@ pub async fn a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refuse
     assert!(!fixture.anything_at("lock:min-hold:long").await);
 }
 
+/// `on_busy = "skip"` (ShedLock's behaviour): a lock another client holds past `wait` skips the
+/// body and gives `Ok(Default::default())`, and leaves the holder's lock as it was and nothing
+/// of its own; a free lock runs the body. Through `with_client`, the fixture's own client.
+pub async fn on_busy_skip_runs_nothing_when_busy(fixture: &impl Fixture) {
+    #[distlock::distributed_lock(key = "skip:<name>", wait = "0s", on_busy = "skip")]
+    async fn job(name: &str, ran: &AtomicUsize) -> Result<Option<u32>, LockError> {
+        ran.fetch_add(1, Ordering::SeqCst);
+        Ok(Some(7))
+    }
+    let client = fixture.client().await;
+    let other = fixture.client().await;
+    let ran = AtomicUsize::new(0);
+    let held = other
+        .lock("skip:x")
+        .lease(ms(5_000))
+        .acquire()
+        .await
+        .unwrap();
+    let holder = fixture.holder("lock:skip:x").await;
+    assert!(holder.is_some(), "the other client holds the lock");
+    let skipped = distlock::with_client(&client, job("x", &ran)).await;
+    assert!(matches!(skipped, Ok(None)), "{skipped:?}");
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        0,
+        "the body ran while the lock was busy"
+    );
+    assert_eq!(
+        fixture.holder("lock:skip:x").await,
+        holder,
+        "the holder's lock changed"
+    );
+    held.release().await.unwrap();
+    let done = distlock::with_client(&client, job("x", &ran)).await;
+    assert!(matches!(done, Ok(Some(7))), "{done:?}");
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+    assert!(
+        !fixture.anything_at("lock:skip:x").await,
+        "something left behind"
+    );
+}
+
 macro_rules! conformance {
     ($backend:ident => $fixture:expr; $($case:ident),* $(,)?) => {
         mod $backend {
@@ -2496,6 +2538,7 @@ macro_rules! suite {
                 a_release_before_min_hold_keeps_the_lock_until_then,
                 min_hold_outlives_a_holder_process_that_exits,
                 a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refused,
+                on_busy_skip_runs_nothing_when_busy,
             );
         )*
     };
