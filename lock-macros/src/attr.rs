@@ -447,7 +447,7 @@ impl LockArgs {
                     "skip" => self.skip_busy = Some(lit.span()),
                     "error" => {}
                     other => {
-                        let hint = closest(other, ["skip", "error"].into_iter())
+                        let hint = closest(other, ["skip", "error"])
                             .map(|c| format!(" (did you mean \"{c}\"?)"))
                             .unwrap_or_default();
                         errors.at(
