@@ -27,7 +27,7 @@
 //! | argument | default | meaning |
 //! |---|---|---|
 //! | `key = "order:<id>"` | required | the lock key; `<name>` is a parameter, `<name.field>` a field path, `<self.field>` in methods; `<<` / `>>` are literal angle brackets; values render with `Display`. A list, `key = ["account:<from>", "account:<to>"]`, holds every key at once, taken in one canonical order ([`LockClient::lock_all`]) |
-//! | `lease = "10s"` | client's (30 s) | how long the lock lives if this process stops renewing it; units `ms`, `s`, `m`, `h`; at least `10ms` |
+//! | `lease = "10s"` | client's (30 s) | how long the lock lives if this process stops renewing it; units `ms`, `s`, `m`, `h`; at least `10ms`. `lease`, `wait` and `min_hold` also take a [`Duration`](std::time::Duration) from code (`lease = LEASE`, `wait = config.wait()`), checked when the call is made |
 //! | `wait = "2s"` | client's (10 s) | how long to wait for a busy lock; `"0s"` tries once; `"forever"` |
 //! | `renew = true` | `true` | renew every lease/3 while the body runs |
 //! | `on_lost = "abort"` | `"abort"` | `"abort"`: the body is dropped and the call returns `Err(LockError::Lost)`; `"continue"`: the body finishes and [`current()`] reports `is_lost()` |

@@ -71,6 +71,11 @@ pub(crate) struct LockArgs {
     pub krate: Option<syn::Path>,
     /// `client = <expr>`: the call's lock client, evaluated at each call.
     pub client: Option<Expr>,
+    /// `lease`, `wait`, `min_hold` given in code (a `const`, an expression of type
+    /// `Duration`): checked when the call is made, not here.
+    pub lease_expr: Option<Expr>,
+    pub wait_expr: Option<Expr>,
+    pub min_hold_expr: Option<Expr>,
     /// `on_busy = "skip"`: where it was written (the `Default` check points there).
     pub skip_busy: Option<Span>,
     seen: Vec<String>,
@@ -215,6 +220,18 @@ fn key_list(list: &syn::ExprArray, errors: &mut Errors) -> Option<Vec<LitStr>> {
     ok.then_some(templates)
 }
 
+/// Whether `value` is a string literal (a duration the macro checks) rather than code (a
+/// `Duration` the call checks).
+fn is_string(value: &Expr) -> bool {
+    matches!(
+        value,
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(_),
+            ..
+        })
+    )
+}
+
 fn string_value<'a>(arg: &'a Arg, errors: &mut Errors, example: &str) -> Option<&'a LitStr> {
     match &arg.value {
         Expr::Lit(ExprLit {
@@ -301,6 +318,9 @@ impl LockArgs {
                         .map(|lit| vec![lit]);
                 }
             }
+            "lease" if !is_string(&arg.value) => self.lease_expr = Some(arg.value),
+            "wait" if !is_string(&arg.value) => self.wait_expr = Some(arg.value),
+            "min_hold" if !is_string(&arg.value) => self.min_hold_expr = Some(arg.value),
             "lease" => {
                 let Some(lit) = string_value(&arg, errors, "\"10s\"") else {
                     return;

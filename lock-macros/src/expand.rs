@@ -234,7 +234,18 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
         let ms = d.as_millis() as u64;
         quote!(::core::time::Duration::from_millis(#ms))
     };
+    // A duration given in code must be a `Duration`, said at the expression.
+    let from_code = |expr: &syn::Expr| {
+        quote_spanned! {expr.span()=> {
+            let duration: ::core::time::Duration = #expr;
+            duration
+        }}
+    };
     let lease = match args.lease {
+        _ if args.lease_expr.is_some() => {
+            let lease = args.lease_expr.as_ref().map(from_code);
+            quote!(::core::option::Option::Some(#lease))
+        }
         Some(lease) => {
             let lease = millis(lease);
             quote!(::core::option::Option::Some(#lease))
@@ -242,6 +253,10 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     let wait = match &args.wait {
+        _ if args.wait_expr.is_some() => {
+            let wait = args.wait_expr.as_ref().map(from_code);
+            quote!(#krate::__private::WaitFor::Up(#wait))
+        }
         None => quote!(#krate::__private::WaitFor::Default),
         Some(WaitArg::Forever) => quote!(#krate::__private::WaitFor::Forever),
         Some(WaitArg::Up(wait)) => {
@@ -269,7 +284,17 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
         None => quote!(::core::option::Option::None),
     };
     // At most the longest lease (checked: 7 days), which fits in a `u32` of milliseconds.
-    let min_hold = args.min_hold.unwrap_or_default().as_millis() as u32;
+    let min_hold = match &args.min_hold_expr {
+        // Saturated at `u32::MAX` ms (49 days): longer than any lease, refused at the call.
+        Some(expr) => {
+            let min_hold = from_code(expr);
+            quote!(::core::primitive::u32::try_from(#min_hold.as_millis()).unwrap_or(::core::primitive::u32::MAX))
+        }
+        None => {
+            let ms = args.min_hold.unwrap_or_default().as_millis() as u32;
+            quote!(#ms)
+        }
+    };
     quote! {
         #krate::__private::LockOptions {
             lease: #lease,

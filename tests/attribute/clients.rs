@@ -91,8 +91,9 @@ async fn in_a_store_of_its_own(store: &'static str) {
         assert!(own.is_some(), "{store}: not in the task's store");
         assert_eq!(global, None, "{store}: in the global store");
     }
-    // Outside `with_client`, the global client again.
-    let (_, global) = job("shared-name", store).await.unwrap();
+    // Outside `with_client`, the global client again (a name of this test's own: the other
+    // test looks for "shared-name" in the global store meanwhile).
+    let (_, global) = job(store, store).await.unwrap();
     assert!(
         global.is_some(),
         "outside with_client the global client is used"
@@ -107,4 +108,65 @@ async fn with_client_gives_a_test_its_own_store_a() {
 #[tokio::test]
 async fn with_client_gives_a_test_its_own_store_b() {
     in_a_store_of_its_own("memory://test-store-b").await;
+}
+
+/// Durations from code: a `const`, a function's result, an expression — checked when the call
+/// is made.
+const LEASE: Duration = Duration::from_millis(1_500);
+
+fn no_wait() -> Duration {
+    Duration::ZERO
+}
+
+#[distributed_lock(key = "code:<n>", lease = LEASE, wait = no_wait(), min_hold = Duration::from_secs(1))]
+async fn from_code(n: u32, store: &str) -> Result<Option<Duration>, LockError> {
+    Ok(
+        distlock::__private::testing::memory_peek(store, &format!("lock:code:{n}"))
+            .map(|(_, ttl)| ttl),
+    )
+}
+
+#[distributed_lock(key = "code:<n>", lease = Duration::from_millis(n as u64))]
+async fn lease_of(n: u32) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn durations_come_from_code_and_are_checked_at_the_call() {
+    super::backend::setup().await;
+    let store = "memory://durations-from-code";
+    let client = LockClient::connect(store).await.unwrap();
+    // The lease: the stored TTL is at most LEASE, and more than the default would leave.
+    let ttl = with_client(&client, from_code(1, store))
+        .await
+        .unwrap()
+        .expect("held while the body runs");
+    assert!(
+        ttl <= LEASE && ttl > Duration::from_millis(1_000),
+        "{ttl:?}"
+    );
+    // min_hold: kept after the body returned, gone once it has passed.
+    assert!(
+        peek(store, "lock:code:1").is_some(),
+        "released before min_hold"
+    );
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    assert_eq!(peek(store, "lock:code:1"), None);
+    // wait = no_wait(): a busy lock fails at once (the client's default would wait 10 s).
+    let other = LockClient::connect(store).await.unwrap();
+    let held = other.lock("code:2").acquire().await.unwrap();
+    let started = std::time::Instant::now();
+    let busy = with_client(&client, from_code(2, store)).await;
+    assert!(matches!(busy, Err(LockError::Timeout { .. })), "{busy:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    held.release().await.unwrap();
+    // A value out of range is a Config error at the call, naming the key.
+    let error = with_client(&client, lease_of(1)).await.unwrap_err();
+    assert!(matches!(error, LockError::Config(_)), "{error:?}");
+    assert!(error.to_string().contains("code:1"), "{error}");
+    with_client(&client, lease_of(2_000)).await.unwrap();
 }
