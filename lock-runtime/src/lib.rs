@@ -64,6 +64,7 @@ mod runtime;
 mod scope;
 mod tls;
 mod token;
+mod url;
 mod wait;
 
 #[cfg(feature = "testing")]

@@ -117,7 +117,7 @@ impl TlsFiles {
     /// fragment, stay as they were.
     pub(crate) fn take(url: &str, names: [&'static str; 3]) -> (String, TlsFiles) {
         let mut files = TlsFiles::default();
-        let url = crate::backend::url::take_query(url, |name, value| {
+        let url = crate::url::take_query(url, |name, value| {
             let slot = match names.iter().position(|n| *n == name) {
                 Some(0) => &mut files.ca,
                 Some(1) => &mut files.cert,
@@ -125,7 +125,7 @@ impl TlsFiles {
                 _ => return false,
             };
             let which = names[names.iter().position(|n| *n == name).unwrap_or(0)];
-            *slot = Some((which, crate::backend::url::percent_decode(value)));
+            *slot = Some((which, crate::url::percent_decode(value)));
             true
         });
         (url, files)

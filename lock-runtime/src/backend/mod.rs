@@ -36,7 +36,6 @@ pub(crate) use remembered::Remembered;
 #[cfg(feature = "redis")]
 pub(crate) mod redis;
 pub(crate) mod sql;
-pub(crate) mod url;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;
 

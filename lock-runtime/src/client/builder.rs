@@ -179,7 +179,7 @@ impl LockClientBuilder {
             )));
         }
         let with_password = match &self.password {
-            Some(password) => crate::backend::url::with_password(self.url.trim(), password),
+            Some(password) => crate::url::with_password(self.url.trim(), password),
             None => self.url.trim().to_owned(),
         };
         let url = with_password.as_str();
@@ -378,7 +378,7 @@ impl LockClientBuilder {
                  metadata-lock instrument are on, and its idle timeout counts whole seconds: \
                  see the README, *MySQL and MariaDB*); leave out `mode=advisory` (the lock \
                  table)",
-                crate::backend::url::redact_url(url)
+                crate::url::redact_url(url)
             )));
         }
         Ok(crate::backend::mysql::MysqlBackend::connect(&driver_url, settings).await?)
@@ -477,7 +477,7 @@ fn missing_feature(scheme: &str, feature: &str) -> LockError {
 }
 
 pub(super) fn redact(url: &str) -> String {
-    crate::backend::url::redact_url(url)
+    crate::url::redact_url(url)
 }
 
 pub(super) fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {

@@ -26,7 +26,7 @@ pub(crate) struct EtcdUrl {
 
 /// Parses `etcd://h1:2379,h2:2379[/prefix]`.
 pub(crate) fn parse_url(url: &str) -> Result<EtcdUrl, LockError> {
-    let shown = crate::backend::url::redact_url(url);
+    let shown = crate::url::redact_url(url);
     let bad = |why: String| LockError::Config(format!("invalid etcd URL `{shown}`: {why}"));
     let (secure, rest) = match (url.strip_prefix("etcd://"), url.strip_prefix("etcds://")) {
         (Some(rest), _) => (false, rest),
@@ -53,7 +53,7 @@ pub(crate) fn parse_url(url: &str) -> Result<EtcdUrl, LockError> {
         None => (None, authority),
         Some((userinfo, hosts)) => match userinfo.split_once(':') {
             Some((user, password)) if !user.is_empty() => {
-                let decode = crate::backend::url::percent_decode;
+                let decode = crate::url::percent_decode;
                 let credentials = super::rpc::Credentials {
                     name: decode(user),
                     password: decode(password),
@@ -67,7 +67,7 @@ pub(crate) fn parse_url(url: &str) -> Result<EtcdUrl, LockError> {
             }
         },
     };
-    let listed = crate::backend::url::host_list(hosts, DEFAULT_PORT).map_err(bad)?;
+    let listed = crate::url::host_list(hosts, DEFAULT_PORT).map_err(bad)?;
     let prefix = prefix.trim_end_matches('/');
     if prefix.chars().any(char::is_control) {
         return Err(bad(format!(

@@ -162,7 +162,7 @@ impl EtcdBackend {
         default_lease: Duration,
     ) -> Result<Arc<dyn Backend>, LockError> {
         let parsed = parse_url(url)?;
-        let shown = super::url::redact_url(url);
+        let shown = crate::url::redact_url(url);
         let access = rpc::Access {
             hosts: parsed.hosts.clone().into(),
             tls,

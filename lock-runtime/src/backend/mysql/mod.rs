@@ -25,11 +25,11 @@ use mysql_async::{Opts, OptsBuilder, Params, TxOpts, Value};
 use super::sql::errors::acquire_error;
 use super::sql::shares::{READERS, busy_for, semaphore_limit};
 use super::sql::{SqlSettings, holder_id, millis, renewed_by_name};
-use super::url::redact_url;
 use super::{Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::BoxFuture;
+use crate::url::redact_url;
 
 mod admin;
 mod errors;

@@ -13,9 +13,9 @@
 //! MySQL's client would verify as `VERIFY_CA`), are refused with the way out: the driver
 //! (mysql_async 0.37) cannot skip the name check alone.
 
-use crate::backend::url::redact_url;
 use crate::error::LockError;
 use crate::tls::TlsFiles;
+use crate::url::redact_url;
 
 /// How connections are made, from the URL's `ssl-mode` and files.
 #[derive(Debug)]
@@ -37,7 +37,7 @@ pub(super) fn secure(
     code: Option<&crate::tls::TlsConfig>,
 ) -> Result<(String, Secure), LockError> {
     let mut mode = None;
-    let url = crate::backend::url::take_query(driver_url, |name, value| {
+    let url = crate::url::take_query(driver_url, |name, value| {
         (name == "ssl-mode" || name == "ssl_mode")
             .then(|| mode = Some(value.to_ascii_uppercase()))
             .is_some()

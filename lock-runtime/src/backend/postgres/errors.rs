@@ -11,8 +11,8 @@ use crate::backend::sql::errors::{
     CONNECTION_FAILED, DriverError, SqlError, TableTrouble, authentication_hint, connect_failure,
     missing_database_hint, refused_hint, table_error, timed_out_hint,
 };
-use crate::backend::url::redact_url;
 use crate::error::LockError;
+use crate::url::redact_url;
 
 /// A failed statement: the driver's error, or no reply within the response timeout.
 pub(crate) type PgError = SqlError<tokio_postgres::Error>;

@@ -11,15 +11,15 @@
 //! `sslcert=` and `sslkey=` present a client certificate (pg_hba's `cert` method, or
 //! `clientcert=verify-full`). SCRAM authentication runs without channel binding.
 
-use crate::backend::url::redact_url;
 use crate::error::LockError;
 use crate::tls::TlsFiles;
+use crate::url::redact_url;
 
-/// The connector every connection and cancel request uses.
+// The connector every connection and cancel request uses: ours over rustls, or none.
 #[cfg(feature = "tls")]
-pub(super) type MakeTls = rustls_connect::MakeRustls;
+pub(super) use rustls_connect::MakeRustls as MakeTls;
 #[cfg(not(feature = "tls"))]
-pub(super) type MakeTls = tokio_postgres::NoTls;
+pub(super) use tokio_postgres::NoTls as MakeTls;
 
 /// A connection's I/O half, which must be polled for the client to work.
 pub(super) type RawConnection = tokio_postgres::Connection<
@@ -36,7 +36,7 @@ pub(super) fn secure(
 ) -> Result<(String, tokio_postgres::config::SslMode, MakeTls), LockError> {
     use tokio_postgres::config::SslMode;
     let mut mode = None;
-    let url = crate::backend::url::take_query(driver_url, |name, value| {
+    let url = crate::url::take_query(driver_url, |name, value| {
         (name == "sslmode")
             .then(|| mode = Some(value.to_owned()))
             .is_some()

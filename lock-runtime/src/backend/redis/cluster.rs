@@ -6,8 +6,8 @@ use std::sync::Arc;
 use redis::cluster::ClusterClient;
 
 use super::{Link, RedisBackend, RedisSettings};
-use crate::backend::url::redact_url;
 use crate::error::LockError;
+use crate::url::redact_url;
 
 impl RedisBackend {
     /// A Redis Cluster reached through any of `nodes` (`redis://[user:password@]host:port`

@@ -36,13 +36,13 @@ use std::time::Duration;
 use redis::cluster::ClusterClient;
 use redis::{AsyncConnectionConfig, Script};
 
-use super::url::redact_url;
 use super::{
     Admin, Attempt, Backend, Capabilities, Handover, Hold, Kind, LockSpec, Released, SetAttempt,
 };
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::runtime::{BoxFuture, Revived};
+use crate::url::redact_url;
 
 mod acquire;
 mod admin;

@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use crate::backend::url::redact_url;
+use crate::url::redact_url;
 
 /// Splits a multi-node URL (`redlock://[user:password@]h1:p1,h2:p2[/db]`, same for
 /// `redis+cluster://`) into one `redis://` URL per node (`rediss://` when `tls`); the

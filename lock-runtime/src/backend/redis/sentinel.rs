@@ -24,9 +24,9 @@ use futures_util::StreamExt;
 use redis::{AsyncConnectionConfig, ErrorKind, RedisError, RedisResult};
 
 use super::RedisBackend;
-use crate::backend::url::{host_list, redact_url};
 use crate::error::LockError;
 use crate::runtime::RuntimeBound;
+use crate::url::{host_list, redact_url};
 
 /// A sentinel's port when the URL names none.
 const SENTINEL_PORT: u16 = 26379;

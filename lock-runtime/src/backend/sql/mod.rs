@@ -77,7 +77,7 @@ impl SqlSettings {
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<(SqlSettings, String), LockError> {
-        let shown = super::url::redact_url(url);
+        let shown = crate::url::redact_url(url);
         let (base, query) = match url.split_once('?') {
             Some((base, query)) => (base, query),
             None => (url, ""),

@@ -13,7 +13,7 @@ use crate::backend::queue::{Turn, refusal, turn};
 use crate::backend::{Attempt, Kind, LockSpec, Transient};
 use crate::error::BoxError;
 
-/// A place in a lock's queue, under the client's ACL ([`Access::acls`](super::access::Access::acls)).
+/// A place in a lock's queue, under the client's ACL ([`Ensemble::acls`](super::ensemble::Ensemble::acls)).
 fn queue_node(acls: zk::Acls<'static>) -> zk::CreateOptions<'static> {
     zk::CreateMode::EphemeralSequential.with_acls(acls)
 }

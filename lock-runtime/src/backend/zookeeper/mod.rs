@@ -17,9 +17,9 @@
 //! strictly increases across the whole ensemble (leader changes included) and so across the
 //! successive holders of a lock, whatever happens to its parent node.
 
-mod access;
 mod acquire;
 mod admin;
+mod ensemble;
 mod lost;
 mod open;
 mod path;
@@ -84,7 +84,7 @@ impl Drop for Node {
 pub(crate) struct ZookeeperBackend {
     url: ZkUrl,
     /// Hosts, TLS, authentication: how sessions connect.
-    access: access::Access,
+    access: ensemble::Ensemble,
     /// The URL as messages show it.
     shown: String,
     connect_timeout: Duration,
@@ -137,9 +137,9 @@ impl ZookeeperBackend {
         default_lease: Duration,
     ) -> Result<Arc<dyn Backend>, LockError> {
         let parsed = parse_url(url)?;
-        let shown = super::url::redact_url(url);
+        let shown = crate::url::redact_url(url);
         let backend = ZookeeperBackend {
-            access: access::Access::new(&parsed, tls, &shown)?,
+            access: ensemble::Ensemble::new(&parsed, tls, &shown)?,
             shown,
             url: parsed,
             connect_timeout,

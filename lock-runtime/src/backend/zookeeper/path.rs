@@ -38,7 +38,7 @@ impl std::fmt::Debug for Digest {
 /// Parses `zk://[user:password@]h1:2181,h2:2181/optional/chroot?session_timeout=10s` (and
 /// `zks://…`, the TLS parameters already taken out).
 pub(crate) fn parse_url(url: &str) -> Result<ZkUrl, LockError> {
-    let shown = crate::backend::url::redact_url(url);
+    let shown = crate::url::redact_url(url);
     let bad = |why: String| LockError::Config(format!("invalid ZooKeeper URL `{shown}`: {why}"));
     let (secure, rest) = match (url.strip_prefix("zk://"), url.strip_prefix("zks://")) {
         (Some(rest), _) => (false, rest),
@@ -60,7 +60,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ZkUrl, LockError> {
         None => (None, authority),
         Some((userinfo, hosts)) => match userinfo.split_once(':') {
             Some((user, password)) if !user.is_empty() && !password.is_empty() => {
-                let decode = crate::backend::url::percent_decode;
+                let decode = crate::url::percent_decode;
                 let pair = format!("{}:{}", decode(user), decode(password));
                 (Some(Digest(pair.into_bytes())), hosts)
             }
@@ -73,7 +73,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ZkUrl, LockError> {
             }
         },
     };
-    let listed = crate::backend::url::host_list(hosts, DEFAULT_PORT).map_err(bad)?;
+    let listed = crate::url::host_list(hosts, DEFAULT_PORT).map_err(bad)?;
     let chroot = match chroot {
         "" | "/" => String::new(),
         chroot => {

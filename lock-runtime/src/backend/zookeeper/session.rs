@@ -39,7 +39,7 @@ impl ZkSession {
         client: zk::Client,
         opened_at: Instant,
         shown: String,
-        access: &super::access::Access,
+        access: &super::ensemble::Ensemble,
         connect_timeout: Duration,
         bound: Duration,
     ) -> ZkSession {
@@ -114,7 +114,7 @@ impl Drop for ZkSession {
 /// Closes session `info` on a connection of its own: attaches to it and closes it (see
 /// [`Closer`]).
 fn closer(
-    access: super::access::Access,
+    access: super::ensemble::Ensemble,
     info: zk::SessionInfo,
     timeout: Duration,
     connect_timeout: Duration,

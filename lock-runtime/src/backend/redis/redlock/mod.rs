@@ -41,11 +41,11 @@ use tokio::time::Instant;
 use super::{RedisBackend, RedisSettings, node_urls};
 use crate::LockClient;
 use crate::backend::drift;
-use crate::backend::url::redact_url;
 use crate::backend::{Attempt, Backend, Capabilities, Hold, LockSpec, Released, Transient};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::runtime::BoxFuture;
+use crate::url::redact_url;
 
 mod admin;
 mod outcome;

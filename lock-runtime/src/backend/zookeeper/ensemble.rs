@@ -13,7 +13,7 @@ use crate::error::LockError;
 
 /// Everything a connection needs; cheap to clone (the session closer keeps one).
 #[derive(Clone)]
-pub(super) struct Access {
+pub(super) struct Ensemble {
     pub(super) hosts: String,
     #[cfg(feature = "tls")]
     tls: Option<Tls>,
@@ -30,13 +30,13 @@ struct Tls {
     config: Arc<rustls::ClientConfig>,
 }
 
-impl Access {
+impl Ensemble {
     /// From the parsed URL and, for `zks://`, its trust and identity.
     pub(super) fn new(
         url: &ZkUrl,
         tls: Option<crate::tls::TlsConfig>,
         shown: &str,
-    ) -> Result<Access, LockError> {
+    ) -> Result<Ensemble, LockError> {
         let digest = url.digest.as_ref().map(|d| Arc::from(d.0.as_slice()));
         #[cfg(feature = "tls")]
         let tls = match tls {
@@ -45,7 +45,7 @@ impl Access {
         };
         #[cfg(not(feature = "tls"))]
         let _ = (tls, shown);
-        Ok(Access {
+        Ok(Ensemble {
             hosts: url.hosts.clone(),
             #[cfg(feature = "tls")]
             tls,
