@@ -588,3 +588,20 @@ async fn leader_hands_over_to_a_standby_process_on_etcd() {
     let left = etcd.keys(&format!("{prefix}/")).await;
     assert!(left.is_empty(), "lock keys left after the run: {left:?}");
 }
+
+#[test]
+fn library_locks_through_its_own_client_and_skips_a_busy_compaction() {
+    let out = run(example("library"));
+    assert!(
+        out.contains("backend memory: saved 5 orders; compaction ran once (Some(5)), the concurrent one was skipped (None)"),
+        "{out}"
+    );
+    let server = RedisServer::start();
+    let mut command = example("library");
+    command.env(distlock::URL_ENV, server.url());
+    let out = run(command);
+    assert!(
+        out.contains("backend redis") && out.contains("skipped (None)"),
+        "{out}"
+    );
+}
