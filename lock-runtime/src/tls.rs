@@ -248,6 +248,16 @@ pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 #[cfg(feature = "tls")]
+#[cfg_attr(
+    not(any(
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "zookeeper",
+        feature = "etcd"
+    )),
+    allow(unused_imports)
+)]
 pub(crate) use with_rustls::*;
 
 #[cfg(feature = "tls")]
@@ -278,9 +288,26 @@ mod with_rustls {
         }
     }
 
-    /// The error of a TLS connection to `host` (`name:port`) with `config`: the handshake's,
-    /// or the first read's (a TLS 1.3 server refuses a client certificate after the
-    /// handshake); `None` when both go through (or the server stays silent), or `within` ends.
+    /// A TLS connection with `config` to `host` (`name:port`, the name checked against the
+    /// certificate).
+    pub(crate) async fn connect(
+        config: Arc<ClientConfig>,
+        host: &str,
+    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        let name = match host.rsplit_once(':') {
+            Some((name, _)) => name.trim_start_matches('[').trim_end_matches(']'),
+            None => host,
+        };
+        let name = ServerName::try_from(name.to_owned()).map_err(std::io::Error::other)?;
+        let stream = tokio::net::TcpStream::connect(host).await?;
+        tokio_rustls::TlsConnector::from(config)
+            .connect(name, stream)
+            .await
+    }
+
+    /// The error of a TLS connection to `host` with `config`: the handshake's, or the first
+    /// read's (a TLS 1.3 server refuses a client certificate after the handshake); `None`
+    /// when both go through (or the server stays silent), or `within` ends.
     pub(crate) async fn handshake_error(
         config: Arc<ClientConfig>,
         host: &str,
@@ -288,15 +315,7 @@ mod with_rustls {
     ) -> Option<std::io::Error> {
         use tokio::io::AsyncReadExt;
         let attempt = async {
-            let name = match host.rsplit_once(':') {
-                Some((name, _)) => name.trim_start_matches('[').trim_end_matches(']'),
-                None => host,
-            };
-            let name = ServerName::try_from(name.to_owned()).map_err(std::io::Error::other)?;
-            let stream = tokio::net::TcpStream::connect(host).await?;
-            let mut tls = tokio_rustls::TlsConnector::from(config)
-                .connect(name, stream)
-                .await?;
+            let mut tls = connect(config, host).await?;
             let mut byte = [0u8; 1];
             match tokio::time::timeout(within / 4, tls.read(&mut byte)).await {
                 Ok(Err(error)) => Err(error),
@@ -307,6 +326,22 @@ mod with_rustls {
             Ok(Err(error)) => Some(error),
             _ => None,
         }
+    }
+
+    /// Why a TLS connection to `host` with `config` fails, in words that say what to check
+    /// (the error's text with it); `None` when it does not fail within `within`. For drivers
+    /// that hide a failed handshake's cause (they retry it, or report a bare "connection
+    /// closed").
+    pub(crate) async fn why_handshake_fails(
+        config: Arc<ClientConfig>,
+        host: &str,
+        within: std::time::Duration,
+    ) -> Option<String> {
+        let chain = super::chain(&handshake_error(config, host, within).await?);
+        Some(match super::explain(&chain, "cacert") {
+            Some(hint) => format!("{hint} ({chain})"),
+            None => format!("the TLS handshake failed ({chain})"),
+        })
     }
 
     /// Whether `host` answers a TLS handshake (its certificate unchecked): a plain-text URL

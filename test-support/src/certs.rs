@@ -34,6 +34,22 @@ impl Certificates {
         MADE.get_or_init(Certificates::make)
     }
 
+    /// The client certificate and key given in code (`LockClientBuilder::tls`).
+    pub fn client_identity(&self) -> distlock::TlsConfig {
+        let read = |path: &Path| std::fs::read(path).expect("a test certificate file");
+        distlock::TlsConfig::new().client_identity(read(&self.client_cert), read(&self.client_key))
+    }
+
+    /// The client certificate and key as URL parameters under the store's names, e.g.
+    /// `cert=…&key=…` for `("cert", "key")`.
+    pub fn client_params(&self, cert: &str, key: &str) -> String {
+        format!(
+            "{cert}={}&{key}={}",
+            self.client_cert.display(),
+            self.client_key.display()
+        )
+    }
+
     fn make() -> Certificates {
         let dir = std::env::temp_dir().join(crate::unique("distlock-certs"));
         std::fs::create_dir_all(&dir).expect("a directory for the test certificates");

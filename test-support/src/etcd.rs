@@ -200,11 +200,8 @@ impl EtcdMember {
             certs.ca.display()
         );
         if self.mutual {
-            url.push_str(&format!(
-                "&cert={}&key={}",
-                certs.client_cert.display(),
-                certs.client_key.display()
-            ));
+            url.push('&');
+            url.push_str(&certs.client_params("cert", "key"));
         }
         url
     }

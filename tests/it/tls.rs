@@ -113,12 +113,7 @@ async fn mutual_tls_needs_the_client_certificate() {
     let error = refused(&server.url()).await;
     connect_error(&error, server.port(), "certificate");
     // With one, from the URL...
-    let url = format!(
-        "{}&cert={}&key={}",
-        server.url(),
-        certs.client_cert.display(),
-        certs.client_key.display()
-    );
+    let url = format!("{}&{}", server.url(), certs.client_params("cert", "key"));
     let client = LockClient::connect(&url).await.unwrap();
     client
         .lock("m")
@@ -129,10 +124,7 @@ async fn mutual_tls_needs_the_client_certificate() {
         .await
         .unwrap();
     // ... or given in code, out of files the URL does not name.
-    let identity = TlsConfig::new().client_identity(
-        std::fs::read(&certs.client_cert).unwrap(),
-        std::fs::read(&certs.client_key).unwrap(),
-    );
+    let identity = certs.client_identity();
     let client = LockClient::builder(server.url())
         .tls(identity)
         .build()

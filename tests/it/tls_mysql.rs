@@ -2,7 +2,7 @@
 //! accepts TLS connections only (`require_secure_transport = ON`).
 #![cfg(all(feature = "tls", feature = "mysql"))]
 
-use distlock::{LockClient, LockError, TlsConfig};
+use distlock::{LockClient, LockError};
 use mysql_async::prelude::Queryable;
 use support::certs::Certificates;
 use support::mysql::{DATABASE, MysqlServer, PASSWORD, USER, X509_USER};
@@ -101,11 +101,7 @@ async fn a_user_that_requires_x509_gets_the_client_certificate() {
     let verify = format!("ssl-mode=VERIFY_IDENTITY&ssl-ca={}", certs.ca.display());
     let error = refused(&url(&server, X509_USER, &verify)).await;
     assert!(matches!(error, LockError::Connect { .. }), "{error:?}");
-    let with_cert = format!(
-        "{verify}&ssl-cert={}&ssl-key={}",
-        certs.client_cert.display(),
-        certs.client_key.display()
-    );
+    let with_cert = format!("{verify}&{}", certs.client_params("ssl-cert", "ssl-key"));
     let client = LockClient::connect(&url(&server, X509_USER, &with_cert))
         .await
         .unwrap();
@@ -117,10 +113,7 @@ async fn a_user_that_requires_x509_gets_the_client_certificate() {
         .release()
         .await
         .unwrap();
-    let identity = TlsConfig::new().client_identity(
-        std::fs::read(&certs.client_cert).unwrap(),
-        std::fs::read(&certs.client_key).unwrap(),
-    );
+    let identity = certs.client_identity();
     let client = LockClient::builder(url(&server, X509_USER, &verify))
         .tls(identity)
         .build()

@@ -2,7 +2,7 @@
 //! connections only (`hostssl` lines alone in its pg_hba.conf, as managed offerings run).
 #![cfg(all(feature = "tls", feature = "postgres"))]
 
-use distlock::{LockClient, LockError, TlsConfig};
+use distlock::{LockClient, LockError};
 use support::certs::Certificates;
 use support::postgres::{PASSWORD, PostgresServer};
 
@@ -136,11 +136,7 @@ async fn a_client_certificate_is_presented_when_the_server_wants_one() {
     let verify = format!("sslmode=verify-full&sslrootcert={ca}");
     let error = refused(&url(&server, &verify)).await;
     assert!(matches!(error, LockError::Connect { .. }), "{error:?}");
-    let with_cert = format!(
-        "{verify}&sslcert={}&sslkey={}",
-        certs.client_cert.display(),
-        certs.client_key.display()
-    );
+    let with_cert = format!("{verify}&{}", certs.client_params("sslcert", "sslkey"));
     let client = LockClient::connect(&url(&server, &with_cert))
         .await
         .unwrap();
@@ -153,10 +149,7 @@ async fn a_client_certificate_is_presented_when_the_server_wants_one() {
         .await
         .unwrap();
     // The same identity given in code.
-    let identity = TlsConfig::new().client_identity(
-        std::fs::read(&certs.client_cert).unwrap(),
-        std::fs::read(&certs.client_key).unwrap(),
-    );
+    let identity = certs.client_identity();
     let client = LockClient::builder(url(&server, &verify))
         .tls(identity)
         .build()

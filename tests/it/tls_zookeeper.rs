@@ -79,11 +79,7 @@ async fn mutual_tls_needs_the_client_certificate() {
     names(&error, server.secure_port.unwrap(), "certificate");
     let url = zks(
         &server,
-        &format!(
-            "{ca}&cert={}&key={}",
-            certs.client_cert.display(),
-            certs.client_key.display()
-        ),
+        &format!("{ca}&{}", certs.client_params("cert", "key")),
     );
     let client = LockClient::connect(&url).await.unwrap();
     client

@@ -246,14 +246,10 @@ impl EtcdBackend {
                         return String::new();
                     };
                     let within = self.connect_timeout;
-                    if let Some(error) =
-                        crate::tls::handshake_error(Arc::new(config), host, within).await
+                    if let Some(why) =
+                        crate::tls::why_handshake_fails(Arc::new(config), host, within).await
                     {
-                        let chain = crate::tls::chain(&error);
-                        return match crate::tls::explain(&chain, "cacert") {
-                            Some(hint) => format!("{hint} ({chain}); "),
-                            None => format!("the TLS handshake failed ({chain}); "),
-                        };
+                        return format!("{why}; ");
                     }
                 }
                 None => {

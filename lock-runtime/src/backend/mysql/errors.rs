@@ -74,6 +74,7 @@ impl MyError {
 impl MysqlBackend {
     /// A connection-time failure as an error that says what to check.
     pub(super) fn connect_error(&self, error: MyError) -> LockError {
+        let mut tls = crate::tls::explain(&crate::tls::chain(&error), "ssl-ca");
         let hint = match (&error, error.server_code()) {
             (_, Some(1045)) if self.opts.ssl_opts().is_none() => format!(
                 "{}; or the server accepts TLS connections only (`require_secure_transport`, \
@@ -84,9 +85,7 @@ impl MysqlBackend {
             (_, Some(3159)) => "the server accepts TLS connections only \
                  (`require_secure_transport`): leave out `ssl-mode=DISABLED`"
                 .to_owned(),
-            (e, _) if crate::tls::explain(&crate::tls::chain(e), "ssl-ca").is_some() => {
-                crate::tls::explain(&crate::tls::chain(e), "ssl-ca").unwrap_or_default()
-            }
+            _ if tls.is_some() => tls.take().unwrap_or_default(),
             (_, Some(1049)) => {
                 missing_database_hint(self.opts.db_name().unwrap_or_default(), "`CREATE DATABASE`")
             }

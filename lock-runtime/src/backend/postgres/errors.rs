@@ -110,6 +110,7 @@ pub(super) fn connect_error(
     url: &str,
     error: PgError,
 ) -> LockError {
+    let mut tls = crate::tls::explain(&crate::tls::chain(&error), "sslrootcert");
     let hint = match &error {
         PgError::Driver(e) => match e.code() {
             Some(code) if *code == SqlState::INVALID_PASSWORD => authentication_hint("postgres"),
@@ -141,9 +142,7 @@ pub(super) fn connect_error(
             Some(code) if *code == SqlState::CANNOT_CONNECT_NOW => {
                 "the server is starting up or shutting down: try again".to_owned()
             }
-            _ if crate::tls::explain(&crate::tls::chain(e), "sslrootcert").is_some() => {
-                crate::tls::explain(&crate::tls::chain(e), "sslrootcert").unwrap_or_default()
-            }
+            _ if tls.is_some() => tls.take().unwrap_or_default(),
             _ if describe(e).contains("refused") => refused_hint("PostgreSQL"),
             _ if e.as_db_error().is_none() && describe(e).contains("password") => {
                 "the server asks for a password: put it in the URL \

@@ -28,6 +28,7 @@ impl RedisBackend {
                 source: Some(Box::new(error)),
             };
         }
+        let mut tls = crate::tls::explain(&crate::tls::chain(&error), "cacert");
         let hint = match error.kind() {
             _ if error.code() == Some("NOAUTH") => {
                 "the server requires a password: put it in the URL (redis://:password@host:port)"
@@ -61,9 +62,7 @@ impl RedisBackend {
                  `redis://` for one server, or `redlock://h1:p1,h2:p2,h3:p3` for independent ones"
                     .to_string()
             }
-            _ if crate::tls::explain(&crate::tls::chain(&error), "cacert").is_some() => {
-                crate::tls::explain(&crate::tls::chain(&error), "cacert").unwrap_or_default()
-            }
+            _ if tls.is_some() => tls.take().unwrap_or_default(),
             _ if self.settings.tls.is_none() && closed_at_once(&error) => {
                 "the server closed the connection at once: if it accepts TLS only, use \
                  `rediss://` (and `?cacert=/path/ca.pem` for a private CA)"

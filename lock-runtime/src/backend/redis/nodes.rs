@@ -47,44 +47,25 @@ pub(crate) fn node_urls(url: &str, tls: bool) -> Result<Vec<String>, String> {
 /// does not know it): the URL without it, and N (0 without the option). The error says what is
 /// wrong with the value.
 pub(crate) fn take_replicas(url: &str) -> Result<(String, u16), String> {
-    let Some((base, query)) = url.split_once('?') else {
-        return Ok((url.to_owned(), 0));
-    };
-    let (query, fragment) = match query.split_once('#') {
-        Some((query, fragment)) => (query, Some(fragment)),
-        None => (query, None),
-    };
-    let mut replicas = 0;
-    let mut kept = Vec::new();
-    for pair in query.split('&') {
-        match pair.split_once('=') {
-            Some(("replicas", value)) => {
-                replicas = value
-                    .parse::<u16>()
-                    .ok()
-                    .filter(|&n| n <= 32)
-                    .ok_or_else(|| {
-                        format!(
-                            "`replicas={value}` in `{}`: expected how many replicas must \
-                         acknowledge a grant, 0 to 32",
-                            redact_url(url)
-                        )
-                    })?;
-            }
-            _ if pair.is_empty() => {}
-            _ => kept.push(pair),
+    let mut replicas = Ok(0);
+    let rest = crate::url::take_query(url, |name, value| {
+        if name != "replicas" {
+            return false;
         }
-    }
-    let mut rest = base.to_owned();
-    if !kept.is_empty() {
-        rest.push('?');
-        rest.push_str(&kept.join("&"));
-    }
-    if let Some(fragment) = fragment {
-        rest.push('#');
-        rest.push_str(fragment);
-    }
-    Ok((rest, replicas))
+        replicas = value
+            .parse::<u16>()
+            .ok()
+            .filter(|&n| n <= 32)
+            .ok_or_else(|| {
+                format!(
+                    "`replicas={value}` in `{}`: expected how many replicas must acknowledge a \
+                 grant, 0 to 32",
+                    redact_url(url)
+                )
+            });
+        true
+    });
+    Ok((rest, replicas?))
 }
 
 #[cfg(test)]

@@ -93,18 +93,9 @@ impl Ensemble {
     /// client retries a failed handshake until its timeout, and tells only that).
     pub(super) async fn why_not(&self, within: Duration) -> Option<String> {
         #[cfg(feature = "tls")]
-        if self.tls.is_some() {
-            return match tokio::time::timeout(within, self.handshake()).await {
-                Ok(Err(error)) => Some(
-                    crate::tls::explain(&crate::tls::chain(&error), "cacert")
-                        .unwrap_or_else(|| format!("the TLS handshake failed: {error}")),
-                ),
-                Ok(Ok(_)) => None,
-                Err(_) => Some(format!(
-                    "no TLS handshake within {within:?}: is the port the servers' secure client \
-                     port, and does it speak TLS?"
-                )),
-            };
+        if let Some(tls) = &self.tls {
+            let host = self.hosts.split(',').next().unwrap_or_default();
+            return crate::tls::why_handshake_fails(Arc::clone(&tls.config), host, within).await;
         }
         let _ = within;
         None
@@ -114,41 +105,21 @@ impl Ensemble {
     pub(super) async fn srvr(&self) -> Option<String> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut answer = String::new();
+        let host = self.hosts.split(',').next()?;
         #[cfg(feature = "tls")]
-        if self.tls.is_some() {
-            let mut stream = self.handshake().await.ok()?;
+        if let Some(tls) = &self.tls {
+            let mut stream = crate::tls::connect(Arc::clone(&tls.config), host)
+                .await
+                .ok()?;
             stream.write_all(b"srvr").await.ok()?;
             // A TLS server may end without close_notify: what was read still counts.
             let _ = stream.read_to_string(&mut answer).await;
             return Some(answer);
         }
-        let host = self.hosts.split(',').next()?;
         let mut stream = tokio::net::TcpStream::connect(host).await.ok()?;
         stream.write_all(b"srvr").await.ok()?;
         stream.read_to_string(&mut answer).await.ok()?;
         Some(answer)
-    }
-
-    /// A TLS connection of distlock's own to the first host.
-    #[cfg(feature = "tls")]
-    async fn handshake(
-        &self,
-    ) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
-        let tls = self
-            .tls
-            .as_ref()
-            .ok_or_else(|| std::io::Error::other("no TLS"))?;
-        let host = self.hosts.split(',').next().unwrap_or_default();
-        let name = match host.rsplit_once(':') {
-            Some((name, _)) => name.trim_start_matches('[').trim_end_matches(']'),
-            None => host,
-        };
-        let name = rustls::pki_types::ServerName::try_from(name.to_owned())
-            .map_err(std::io::Error::other)?;
-        let stream = tokio::net::TcpStream::connect(host).await?;
-        tokio_rustls::TlsConnector::from(Arc::clone(&tls.config))
-            .connect(name, stream)
-            .await
     }
 }
 
