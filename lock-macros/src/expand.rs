@@ -121,7 +121,12 @@ fn expand(
     };
     // Spanned at the return type, so "must return Result<T, E: From<LockError>>" is reported
     // once, on the user's `-> T`.
-    let options = options(&args, &krate);
+    // A lease from code is checked at the call, the error naming this function and its key.
+    let fail = quote_spanned! {return_span=>
+        <#return_type as #krate::__private::LockedReturn>::from_lock_error
+    };
+    let function = sig.ident.to_string();
+    let options = options(&args, &krate, &fail, &function);
     // `client = <expr>`: evaluated at each call, before the body (which may move what it
     // borrows), and cloned (a reference count); the type is checked at the expression.
     let client = match &args.client {
@@ -229,7 +234,12 @@ fn mentions_impl_trait(ty: &Type) -> bool {
     walk(ty.to_token_stream())
 }
 
-fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
+fn options(
+    args: &LockArgs,
+    krate: &TokenStream,
+    fail: &TokenStream,
+    function: &str,
+) -> TokenStream {
     let millis = |d: std::time::Duration| {
         let ms = d.as_millis() as u64;
         quote!(::core::time::Duration::from_millis(#ms))
@@ -244,7 +254,20 @@ fn options(args: &LockArgs, krate: &TokenStream) -> TokenStream {
     let lease = match args.lease {
         _ if args.lease_expr.is_some() => {
             let lease = args.lease_expr.as_ref().map(from_code);
-            quote!(::core::option::Option::Some(#lease))
+            let key = if args.key_list {
+                quote!(__distlock_keys.first().map_or("", |key| key.as_str()))
+            } else {
+                quote!(&__distlock_key)
+            };
+            quote!(::core::option::Option::Some({
+                let lease = #lease;
+                if let ::core::option::Option::Some(error) =
+                    #krate::__private::lease_out_of_range(lease, #function, #key)
+                {
+                    return #fail(error);
+                }
+                lease
+            }))
         }
         Some(lease) => {
             let lease = millis(lease);

@@ -53,6 +53,9 @@ struct OneKey {
     renewer: Arc<renew::Renewer>,
     watchdog: Option<renew::Watchdog>,
     armed: bool,
+    /// Granted within a scope that holds the key already (see [`LockGuard::nested`]): gives
+    /// nothing back, the hold that covers it does.
+    nested: bool,
 }
 
 impl LockGuard {
@@ -99,6 +102,7 @@ impl LockGuard {
                 renewer: Arc::clone(renewer),
                 watchdog,
                 armed: true,
+                nested: false,
             },
             inline: renewal == RenewMode::Inline,
             set: None,
@@ -139,6 +143,63 @@ impl LockGuard {
                 waited,
             })),
         }
+    }
+
+    /// A guard for keys this task holds already in scope (`locks`: an annotated function's
+    /// body, [`scope`](Self::scope)), granted without a round trip: it renews nothing and gives
+    /// nothing back; the hold that covers it does, when it ends.
+    pub(crate) fn nested(renewer: &Arc<renew::Renewer>, locks: Vec<Arc<HeldLock>>) -> LockGuard {
+        let mut all = locks.into_iter().map(|shared| OneKey {
+            shared,
+            renewer: Arc::clone(renewer),
+            watchdog: None,
+            armed: false,
+            nested: true,
+        });
+        let Some(held) = all.next() else {
+            unreachable!("a nested guard covers at least one key");
+        };
+        let more: Vec<OneKey> = all.collect();
+        LockGuard {
+            held,
+            inline: false,
+            set: (!more.is_empty()).then(|| {
+                Box::new(Set {
+                    more,
+                    waited: Duration::ZERO,
+                })
+            }),
+        }
+    }
+
+    /// Runs `future` as this guard's holder: inside it, and in everything it awaits in this
+    /// task, a `#[distributed_lock]` function or a `client.lock(key).acquire()` for a key this
+    /// guard holds, on the client that took it, is granted at once without a round trip — as in
+    /// the body of an annotated function — and [`current()`](crate::current) reports the lock.
+    /// The nested holds end with this guard: its release frees the key.
+    ///
+    /// Only inside `future`: code of the same task outside it (another branch of a `join!`)
+    /// is another owner and waits, as a spawned task does.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// # let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// let guard = client.lock("report").acquire().await?;
+    /// guard
+    ///     .scope(async {
+    ///         // Granted here at once: this task holds `report` in scope.
+    ///         let inner = client.lock("report").try_acquire().await?;
+    ///         assert!(inner.is_some());
+    ///         Ok::<_, lock_runtime::LockError>(())
+    ///     })
+    ///     .await?;
+    /// guard.release().await?; // frees `report`
+    /// # Ok(()) }
+    /// ```
+    pub async fn scope<F: Future>(&self, future: F) -> F::Output {
+        let client = renew::Renewer::identity(&self.held.renewer);
+        crate::scope::enter_all(client, self.every().cloned().collect(), future).await
     }
 
     /// Holds every key at least `min_hold_ms` after its grant (`LockRequest::min_hold`): set
@@ -293,6 +354,15 @@ impl LockGuard {
     /// A guard over several keys gives every one back (concurrently); the error, if any, is a
     /// backend's failure first, then `Lost` naming the key whose loss lost the set.
     pub async fn release(self) -> Result<(), LockError> {
+        if self.held.nested {
+            // The hold that covers it gives the keys back; say if they are lost already.
+            return match self.every().find(|shared| shared.is_lost()) {
+                Some(shared) => Err(LockError::Lost {
+                    key: shared.key().to_owned(),
+                }),
+                None => Ok(()),
+            };
+        }
         let LockGuard { held, set, .. } = self;
         match set {
             None => release_held(held).await,
@@ -570,6 +640,9 @@ impl Drop for HandoverInFlight<'_> {
 
 impl Drop for OneKey {
     fn drop(&mut self) {
+        if self.nested {
+            return;
+        }
         crate::metrics::held(self.shared.backend, -1.0);
         if let Some(watchdog) = self.watchdog.take() {
             watchdog.stop();

@@ -86,7 +86,7 @@ pub use tls::TlsConfig;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::locked::{
-        AsLockClient, LockedReturn, run_locked, run_locked_all, skip_when_busy,
+        AsLockClient, LockedReturn, lease_out_of_range, run_locked, run_locked_all, skip_when_busy,
     };
     pub use crate::mode::LockMode;
     pub use crate::options::{LockOptions, OnLost, WaitFor};

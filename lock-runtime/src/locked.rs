@@ -3,6 +3,7 @@
 //! the body, and gives the lock back on every exit path.
 
 use std::future::Future;
+use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::error::LockError;
@@ -66,6 +67,17 @@ pub fn skip_when_busy<T: Default, E: From<LockError>>(error: LockError) -> Resul
         }
         error => Err(E::from(error)),
     }
+}
+
+/// A `lease` given in code (`lease = LEASE`), checked as the call is made: one outside
+/// [`LockClient::MIN_LEASE`]..=[`LockClient::MAX_LEASE`] is a [`LockError::Config`] naming the
+/// annotated function and its key (a string literal was checked at compile time instead).
+#[cold]
+pub fn lease_out_of_range(lease: Duration, function: &str, key: &str) -> Option<LockError> {
+    let Err(LockError::Config(why)) = crate::client::check_lease(lease, Some(key)) else {
+        return None;
+    };
+    Some(LockError::Config(format!("`{function}`: {why}")))
 }
 
 /// What `client = …` may give: a [`LockClient`], a reference to one, or an `Arc` of one.
@@ -167,7 +179,7 @@ where
         };
     }
     if let Some(lock) = scope::held(client!(), &key) {
-        if let Some(error) = nested_refusal(lock.kind, options.kind(), &key) {
+        if let Some(error) = scope::nested_refusal(lock.kind, options.kind(), &key) {
             return R::from_lock_error(error);
         }
         tracing::trace!(key, "distlock: reentrant call, no acquisition");
@@ -219,7 +231,7 @@ where
     for key in keys {
         match scope::held(client!(), &key) {
             Some(lock) => {
-                if let Some(error) = nested_refusal(lock.kind, options.kind(), &key) {
+                if let Some(error) = scope::nested_refusal(lock.kind, options.kind(), &key) {
                     return R::from_lock_error(error);
                 }
             }
@@ -236,27 +248,8 @@ where
     };
     guard.hold_at_least(options.min_hold_ms);
     let until_lost = guard.lost();
-    let body = scope::enter_all(client!(), guard.every().cloned().collect(), body);
+    let body = scope::enter_all(client!().identity(), guard.every().cloned().collect(), body);
     hold_while!(guard, body, until_lost, options.on_lost)
-}
-
-/// Why a nested call asking for `asked` on a key its task holds as `held` cannot be granted
-/// locally, if it cannot. A read under a write or under a read is granted; a write under a read
-/// could never be (this task's own share excludes every writer). A permit under a permit of the
-/// same semaphore is granted too; a name is one kind, and a semaphore has one limit. (A cold
-/// function: the messages are built outside every locked call's future.)
-#[cold]
-fn nested_refusal(
-    held: crate::backend::Kind,
-    asked: crate::backend::Kind,
-    key: &str,
-) -> Option<LockError> {
-    use crate::backend::{Kind, Refused};
-    if (held, asked) == (Kind::Shared, Kind::Exclusive) {
-        return Some(LockError::Upgrade { key: key.into() });
-    }
-    let why = Refused::between(held, asked)?;
-    Some(LockError::Config(format!("`{key}`: {why}")))
 }
 
 /// The hot path's memory footprint. Every locked call's future is moved around whole, and

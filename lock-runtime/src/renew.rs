@@ -50,6 +50,11 @@ struct Batch {
 }
 
 impl Renewer {
+    /// Its address: the identity of the client it serves and of that client's guards.
+    pub(crate) fn identity(this: &Arc<Renewer>) -> usize {
+        Arc::as_ptr(this) as usize
+    }
+
     pub(crate) fn new(backend: Arc<dyn Backend>) -> Arc<Renewer> {
         Arc::new(Renewer {
             local: LocalQueues::new(backend.capabilities().hands_over),

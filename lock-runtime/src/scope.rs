@@ -1,14 +1,18 @@
-//! The locks the current task holds through `#[distributed_lock]` functions: task-scoped
-//! reentrancy and [`current()`].
+//! The locks the current task holds in scope — the body of a `#[distributed_lock]` function, or
+//! a future run by [`LockGuard::scope`](crate::LockGuard::scope): task-scoped reentrancy and
+//! [`current()`].
 //!
-//! Each locked call runs its body inside a tokio task-local scope holding a linked list of the
-//! locks entered so far (innermost first). A nested call for the same key on the same client
-//! finds its key in the list and runs without acquiring anything. A task spawned from the body
-//! starts with an empty list: it is another owner and waits like any other.
+//! Each scope runs inside a tokio task-local holding a linked list of the locks entered so far
+//! (innermost first). A nested call for the same key on the same client — an annotated
+//! function or `client.lock(key).acquire()` — finds its key in the list and is granted without
+//! acquiring anything. A task spawned from the body starts with an empty list: it is another
+//! owner and waits like any other; so is code of the same task outside the scope (two
+//! branches of one `join!` that each acquire `k` by hand exclude each other).
 
 use std::sync::Arc;
 
 use crate::client::LockClient;
+use crate::error::LockError;
 use crate::held::HeldLock;
 
 tokio::task_local! {
@@ -19,9 +23,10 @@ tokio::task_local! {
 /// that is not nested); the outer ones are behind `parent`.
 #[derive(Clone)]
 pub(crate) struct TaskLock {
-    /// Which client took the lock: compared, never dereferenced. (`run_locked` only uses the
-    /// global client, which lives as long as the process, so the address is never reused while
-    /// an entry exists; and no refcount is touched on the hot path.)
+    /// Which client took the lock ([`LockClient::identity`]): compared, never dereferenced.
+    /// (The scope's owner — `run_locked`'s client, a guard's renewer — outlives the entry, so
+    /// the address is never reused while it exists; and no refcount is touched on the hot
+    /// path.)
     pub client: usize,
     pub lock: Arc<HeldLock>,
     pub parent: Option<Arc<TaskLock>>,
@@ -128,20 +133,40 @@ pub(crate) async fn enter<F: std::future::Future>(
     HELD.scope(Some(entry), body).await
 }
 
-/// Runs `body` with every lock of `locks` held by this task (the first the innermost, what
-/// [`current()`] reports).
+/// Runs `body` with every lock of `locks`, taken by the client of identity `client`
+/// ([`LockClient::identity`]), held by this task (the first the innermost, what [`current()`]
+/// reports).
 pub(crate) async fn enter_all<F: std::future::Future>(
-    client: &LockClient,
+    client: usize,
     locks: Vec<Arc<HeldLock>>,
     body: F,
 ) -> F::Output {
     let mut top = HELD.try_with(Clone::clone).ok().flatten();
     for lock in locks.into_iter().rev() {
         top = Some(TaskLock {
-            client: client.identity(),
+            client,
             lock,
             parent: top.map(Arc::new),
         });
     }
     HELD.scope(top, body).await
+}
+
+/// Why a nested call asking for `asked` on a key its task holds as `held` cannot be granted
+/// locally, if it cannot. A read under a write or under a read is granted; a write under a read
+/// could never be (this task's own share excludes every writer). A permit under a permit of the
+/// same semaphore is granted too; a name is one kind, and a semaphore has one limit. (A cold
+/// function: the messages are built outside every locked call's future.)
+#[cold]
+pub(crate) fn nested_refusal(
+    held: crate::backend::Kind,
+    asked: crate::backend::Kind,
+    key: &str,
+) -> Option<LockError> {
+    use crate::backend::{Kind, Refused};
+    if (held, asked) == (Kind::Shared, Kind::Exclusive) {
+        return Some(LockError::Upgrade { key: key.into() });
+    }
+    let why = Refused::between(held, asked)?;
+    Some(LockError::Config(format!("`{key}`: {why}")))
 }

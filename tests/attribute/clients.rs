@@ -164,9 +164,20 @@ async fn durations_come_from_code_and_are_checked_at_the_call() {
         started.elapsed()
     );
     held.release().await.unwrap();
-    // A value out of range is a Config error at the call, naming the key.
+    // A value out of range is a Config error at the call, naming the function and the key,
+    // and nothing is written.
     let error = with_client(&client, lease_of(1)).await.unwrap_err();
     assert!(matches!(error, LockError::Config(_)), "{error:?}");
-    assert!(error.to_string().contains("code:1"), "{error}");
+    let message = error.to_string();
+    assert!(
+        message.contains("`lease_of`")
+            && message.contains("code:1")
+            && message.contains("too short"),
+        "{message}"
+    );
+    assert_eq!(
+        distlock::__private::testing::memory_peek(store, "lock:code:1"),
+        None
+    );
     with_client(&client, lease_of(2_000)).await.unwrap();
 }

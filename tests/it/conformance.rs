@@ -2470,6 +2470,89 @@ pub async fn on_busy_skip_runs_nothing_when_busy(fixture: &impl Fixture) {
     );
 }
 
+/// Reentrancy is the same however the lock was entered: `client.lock(k).acquire()` in the body
+/// of an annotated function holding `k`, and an annotated call or an acquire inside
+/// `guard.scope(…)` of a manual guard, are granted at once (a try-once, so no fresh
+/// acquisition could have succeeded: the server holds the key) and give nothing back; the
+/// outer release frees the key. Outside the scope the same task is another owner, and a write
+/// under a read fails with `Upgrade`.
+pub async fn reentrancy_is_the_same_however_the_lock_was_entered(fixture: &impl Fixture) {
+    #[distlock::distributed_lock(key = "re:<name>", client = client, wait = "0s")]
+    async fn annotated(
+        client: &LockClient,
+        name: &str,
+        fixture: &impl Fixture,
+        outer: Option<String>,
+    ) -> Result<Option<String>, LockError> {
+        let holder = fixture.holder(&format!("lock:re:{name}")).await;
+        assert!(holder.is_some(), "the annotated call holds the key");
+        if let Some(outer) = outer {
+            assert_eq!(holder, Some(outer), "a nested call took the key anew");
+        }
+        let inner = client.lock(format!("re:{name}")).try_acquire().await?;
+        let inner = inner.expect("a manual acquire under an annotated hold is granted");
+        assert_eq!(inner.key(), format!("re:{name}"));
+        inner.release().await?;
+        assert_eq!(
+            fixture.holder(&format!("lock:re:{name}")).await,
+            holder,
+            "the inner release gave the key back"
+        );
+        Ok(holder)
+    }
+    let client = fixture.client().await;
+    let other = fixture.client().await;
+    // Manual under annotated: the key is held until the annotated call returns.
+    let held = annotated(&client, "a", fixture, None).await.unwrap();
+    assert!(held.is_some());
+    assert!(
+        !fixture.anything_at("lock:re:a").await,
+        "the annotated call's release did not free the key"
+    );
+    // Annotated (and manual) under a manual guard, inside its scope.
+    let guard = client.lock("re:b").acquire().await.unwrap();
+    let outer = fixture.holder("lock:re:b").await;
+    assert!(outer.is_some());
+    let inside = guard
+        .scope(annotated(&client, "b", fixture, outer.clone()))
+        .await
+        .unwrap();
+    assert_eq!(inside, outer);
+    // Outside the scope, this task is another owner: a try-once fails.
+    assert!(client.lock("re:b").try_acquire().await.unwrap().is_none());
+    assert!(other.lock("re:b").try_acquire().await.unwrap().is_none());
+    assert_eq!(
+        fixture.holder("lock:re:b").await,
+        outer,
+        "still the guard's"
+    );
+    guard.release().await.unwrap();
+    assert!(
+        !fixture.anything_at("lock:re:b").await,
+        "the outer release frees it"
+    );
+    // A write under a read fails at once with Upgrade, and writes nothing.
+    if !serves_read_locks(fixture, &client, "re:c").await {
+        return;
+    }
+    let read = client.lock("re:c").read().acquire().await.unwrap();
+    let refused = read
+        .scope(async { client.lock("re:c").acquire().await })
+        .await;
+    assert!(
+        matches!(refused, Err(LockError::Upgrade { .. })),
+        "{refused:?}"
+    );
+    let shared = read
+        .scope(async { client.lock("re:c").read().try_acquire().await })
+        .await
+        .unwrap();
+    assert!(shared.is_some(), "a read under a read is granted");
+    drop(shared);
+    read.release().await.unwrap();
+    assert!(!fixture.anything_at("lock:re:c").await);
+}
+
 macro_rules! conformance {
     ($backend:ident => $fixture:expr; $($case:ident),* $(,)?) => {
         mod $backend {
@@ -2539,6 +2622,7 @@ macro_rules! suite {
                 min_hold_outlives_a_holder_process_that_exits,
                 a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refused,
                 on_busy_skip_runs_nothing_when_busy,
+                reentrancy_is_the_same_however_the_lock_was_entered,
             );
         )*
     };

@@ -480,7 +480,7 @@ pub(super) fn redact(url: &str) -> String {
     crate::url::redact_url(url)
 }
 
-pub(super) fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {
+pub(crate) fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), LockError> {
     let whose = || key.map(|k| format!(" for lock `{k}`")).unwrap_or_default();
     if lease < LockClient::MIN_LEASE {
         let whose = whose();

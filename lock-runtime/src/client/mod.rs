@@ -13,6 +13,7 @@ mod builder;
 mod request;
 
 pub use builder::LockClientBuilder;
+pub(crate) use builder::check_lease;
 pub use request::LockRequest;
 
 /// A connection to a lock backend: cheap to clone (an `Arc` inside), safe to share between
@@ -33,13 +34,6 @@ pub use request::LockRequest;
 #[derive(Clone)]
 pub struct LockClient {
     inner: Arc<ClientInner>,
-}
-
-#[cfg(test)]
-impl LockClient {
-    pub(crate) fn renewer(&self) -> &Arc<crate::renew::Renewer> {
-        &self.inner.renewer
-    }
 }
 
 struct ClientInner {
@@ -279,10 +273,16 @@ impl LockClient {
         (!key.is_empty()).then(|| key.to_owned())
     }
 
-    /// The address shared by all clones of this client: equal for two handles exactly when
-    /// [`same_client`](Self::same_client) is `true` (while both live).
+    /// An address shared by all clones of this client, and by the guards it hands out (its
+    /// renewer's): equal for two handles exactly when [`same_client`](Self::same_client) is
+    /// `true` (while both live).
     pub(crate) fn identity(&self) -> usize {
-        Arc::as_ptr(&self.inner) as usize
+        crate::renew::Renewer::identity(&self.inner.renewer)
+    }
+
+    /// The renewer its guards share.
+    pub(crate) fn renewer(&self) -> &Arc<crate::renew::Renewer> {
+        &self.inner.renewer
     }
 }
 

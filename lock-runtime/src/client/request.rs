@@ -211,7 +211,14 @@ impl LockRequest {
 
     /// Acquires the lock, waiting up to the request's `wait` for a busy one: woken by the
     /// holder's release, or retrying when the holder's lease runs out.
-    pub async fn acquire(self) -> Result<LockGuard, LockError> {
+    ///
+    /// Reentrant in scope: in the body of a `#[distributed_lock]` function, or in a future run
+    /// by [`LockGuard::scope`], a key this task holds there on this client is granted at once,
+    /// without a round trip, as a nested annotated call is (a write under a read fails with
+    /// [`LockError::Upgrade`]). The guard it gives renews and releases nothing: the hold that
+    /// covers it frees the key when it ends (`lease` and `min_hold` are that hold's). Of
+    /// several keys, only those not held in scope are acquired.
+    pub async fn acquire(mut self) -> Result<LockGuard, LockError> {
         if matches!(self.kind, Kind::Permits(_))
             && !(1..=LockClient::MAX_PERMITS).contains(&self.permits)
         {
@@ -221,6 +228,9 @@ impl LockRequest {
                 self.permits,
                 LockClient::MAX_PERMITS
             )));
+        }
+        if let Some(nested) = self.held_in_scope()? {
+            return Ok(nested);
         }
         let params = Params {
             lease: self.lease,
@@ -249,6 +259,37 @@ impl LockRequest {
         };
         guard.hold_at_least(min_hold_ms);
         Ok(guard)
+    }
+
+    /// A guard for the keys this task holds in scope on this client, if it holds them all;
+    /// if it holds some, the request keeps only the others. A kind the hold cannot grant is
+    /// refused as a nested annotated call is.
+    fn held_in_scope(&mut self) -> Result<Option<LockGuard>, LockError> {
+        let mut held: Vec<std::sync::Arc<crate::held::HeldLock>> = Vec::new();
+        let mut wanted = Vec::new();
+        for key in self.keys() {
+            match crate::scope::held(&self.client, key) {
+                Some(lock) => {
+                    if let Some(error) = crate::scope::nested_refusal(lock.kind, self.kind, key) {
+                        return Err(error);
+                    }
+                    if !held.iter().any(|h| std::sync::Arc::ptr_eq(h, &lock)) {
+                        held.push(lock);
+                    }
+                }
+                None => wanted.push(key.clone()),
+            }
+        }
+        if held.is_empty() {
+            return Ok(None);
+        }
+        if wanted.is_empty() {
+            tracing::trace!(key = %self.key, "distlock: held in scope, granted without a round trip");
+            return Ok(Some(LockGuard::nested(self.client.renewer(), held)));
+        }
+        self.key = wanted[0].clone();
+        self.set = Some(wanted);
+        Ok(None)
     }
 
     /// Tries once: `Ok(None)` when somebody else holds the lock. Handy for work that must run
