@@ -106,9 +106,10 @@ pub use lock_runtime::admin;
 pub use lock_runtime::fence;
 pub use lock_runtime::metrics;
 pub use lock_runtime::{
-    BoxError, CurrentLock, FAIR_QUEUE_TTL, Holder, LockClient, LockClientBuilder, LockError,
-    LockGuard, LockInfo, LockMode, LockRequest, MAX_KEY_LEN, ReaderInfo, ServerInfo, TlsConfig,
-    URL_ENV, client, current, init, init_from_env, with_client,
+    BoxError, CurrentLock, DEFAULT_OBSERVE_POLL, Election, FAIR_QUEUE_TTL, Holder, Leader,
+    Leadership, LockClient, LockClientBuilder, LockError, LockGuard, LockInfo, LockMode,
+    LockRequest, MAX_KEY_LEN, ReaderInfo, ServerInfo, TlsConfig, URL_ENV, client, current, init,
+    init_from_env, with_client,
 };
 
 #[doc(hidden)]

@@ -254,9 +254,16 @@ impl LockClient {
 
     fn info(&self, entry: Entry) -> Option<LockInfo> {
         let key = self.key_of(&entry.name)?;
-        let holder = entry
-            .holder
-            .or_else(|| entry.token.as_deref().and_then(Holder::from_token));
+        // The record (SQL, ZooKeeper, etcd) names the host and when the lock was granted; the
+        // token, an election leader's identity.
+        let from_token = entry.token.as_deref().and_then(Holder::from_token);
+        let holder = match (entry.holder, from_token) {
+            (Some(mut holder), Some(token)) => {
+                holder.identity = token.identity;
+                Some(holder)
+            }
+            (holder, token) => holder.or(token),
+        };
         let mut readers: Vec<ReaderInfo> = entry
             .readers
             .into_iter()
@@ -313,6 +320,7 @@ pub(crate) fn holder_from_record(record: &str, since_ms: Option<u64>) -> Option<
         host: host.to_owned(),
         pid: pid.trim().parse().ok()?,
         since: SystemTime::UNIX_EPOCH + Duration::from_millis(since_ms?),
+        identity: None,
     })
 }
 

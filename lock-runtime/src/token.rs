@@ -58,6 +58,37 @@ pub(crate) fn host_name() -> String {
         .unwrap_or_else(|| "unknown-host".to_owned())
 }
 
+tokio::task_local! {
+    /// An election candidate's `=<identity>:<pid>:`, in place of the process's prefix, for the
+    /// tokens its campaign generates (see [`with_identity`]).
+    static IDENTITY: Box<str>;
+}
+
+/// The longest identity of an election candidate, as kept in its tokens (each byte other than
+/// a letter, digit, `.`, `-` or `_` takes three: `%3A` for `:`).
+pub(crate) const MAX_IDENTITY_LEN: usize = MAX_HOST_LEN - 1;
+
+/// `identity` as stored in a token: `=` and the identity, percent-encoded to the characters a
+/// host name may have; `None` if that is longer than [`MAX_IDENTITY_LEN`] + 1 bytes.
+pub(crate) fn encode_identity(identity: &str) -> Option<String> {
+    let mut out = String::from("=");
+    for byte in identity.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'-' | b'_') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    (out.len() <= MAX_IDENTITY_LEN + 1).then_some(out)
+}
+
+/// Runs `future` with every token it generates naming `encoded` ([`encode_identity`]) instead
+/// of this host: an election candidate's acquisitions.
+pub(crate) async fn with_identity<F: std::future::Future>(encoded: String, future: F) -> F::Output {
+    let prefix = format!("{encoded}:{}:", std::process::id()).into_boxed_str();
+    IDENTITY.scope(prefix, future).await
+}
+
 impl OwnerToken {
     pub(crate) fn generate() -> OwnerToken {
         use std::cell::Cell;
@@ -86,7 +117,6 @@ impl OwnerToken {
         bytes[..8].copy_from_slice(&high.to_be_bytes());
         bytes[8..].copy_from_slice(&low.to_be_bytes());
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let prefix = process_prefix().as_bytes();
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
@@ -94,8 +124,13 @@ impl OwnerToken {
             bytes: [0; TOKEN_CAPACITY],
             len: 0,
         };
-        let mut at = prefix.len();
-        token.bytes[..at].copy_from_slice(prefix);
+        let copy = |token: &mut OwnerToken, prefix: &[u8]| {
+            token.bytes[..prefix.len()].copy_from_slice(prefix);
+            prefix.len()
+        };
+        let mut at = IDENTITY
+            .try_with(|prefix| copy(&mut token, prefix.as_bytes()))
+            .unwrap_or_else(|_| copy(&mut token, process_prefix().as_bytes()));
         // The milliseconds in decimal, without the formatting machinery.
         let mut digits = [0u8; 20];
         let mut n = now;
@@ -138,6 +173,10 @@ pub struct Holder {
     /// When the holder's acquisition began, by its wall clock (a holder that waited got the
     /// lock later).
     pub since: SystemTime,
+    /// An election's leader: the identity it campaigned with
+    /// ([`Election::campaign`](crate::Election::campaign)), which its token carries instead of
+    /// the host name (`host` is then empty).
+    pub identity: Option<String>,
 }
 
 impl Holder {
@@ -154,17 +193,34 @@ impl Holder {
             && random.bytes().all(|b| b.is_ascii_hexdigit())
             && !host.is_empty()
             && !host.contains(':');
-        valid.then(|| Holder {
+        if !valid {
+            return None;
+        }
+        let since = UNIX_EPOCH + Duration::from_millis(millis);
+        if let Some(encoded) = host.strip_prefix('=') {
+            let identity = crate::url::percent_decode(encoded);
+            return Some(Holder {
+                host: String::new(),
+                pid,
+                since,
+                identity: Some(identity),
+            });
+        }
+        Some(Holder {
             host: host.to_owned(),
             pid,
-            since: UNIX_EPOCH + Duration::from_millis(millis),
+            since,
+            identity: None,
         })
     }
 }
 
 impl fmt::Display for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} pid {}", self.host, self.pid)
+        match &self.identity {
+            Some(identity) => write!(f, "leader `{identity}` (pid {})", self.pid),
+            None => write!(f, "{} pid {}", self.host, self.pid),
+        }
     }
 }
 
@@ -215,6 +271,23 @@ mod tests {
         let h = Holder::from_token("web-3:4242:1000:9f86d081884c7d659a2feaa0c55ad015").unwrap();
         assert_eq!((h.host.as_str(), h.pid), ("web-3", 4242));
         assert_eq!(h.since, UNIX_EPOCH + Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn a_candidates_tokens_carry_its_identity() {
+        let encoded = encode_identity("host-a:4242/ü").unwrap();
+        assert_eq!(encoded, "=host-a%3A4242%2F%C3%BC");
+        let token = with_identity(encoded, async { OwnerToken::generate() }).await;
+        let holder = Holder::from_token(token.as_str()).expect("an election token");
+        assert_eq!(holder.identity.as_deref(), Some("host-a:4242/ü"));
+        assert_eq!(holder.pid, std::process::id());
+        assert!(!token.as_str().contains('/'), "{token:?}");
+        // Outside the scope, the host again.
+        let plain = Holder::from_token(OwnerToken::generate().as_str()).unwrap();
+        assert_eq!(plain.identity, None);
+        assert!(encode_identity(&"x".repeat(MAX_IDENTITY_LEN)).is_some());
+        assert!(encode_identity(&"x".repeat(MAX_IDENTITY_LEN + 1)).is_none());
+        assert!(encode_identity(&":".repeat(22)).is_none());
     }
 
     #[test]
