@@ -8,6 +8,8 @@
 //! distlock watch   [URL] [PATTERN]          print acquisitions and releases as they happen
 //! distlock ping    [URL]                    is the backend reachable from here?
 //! distlock run     [URL] KEY -- COMMAND…    run COMMAND while holding the lock (a cluster-wide flock)
+//! distlock elect   [URL] NAME --identity ID -- COMMAND…   run COMMAND while leading election NAME
+//! distlock leader  [URL] NAME [--watch]     who leads election NAME (each change with --watch)
 //! ```
 //!
 //! The URL is the one the services use (`redis://…`, `postgres://…`, `zk://…`, …); without it,
@@ -173,6 +175,51 @@ pub(crate) enum Command {
         #[arg(long)]
         fencing: bool,
     },
+    /// Runs COMMAND while this process leads the election NAME: campaigns as --identity
+    /// (waiting until it leads, or up to --wait), runs COMMAND in a process group of its own
+    /// while the leadership's lease is renewed, resigns when COMMAND exits (the next candidate
+    /// leads at once), and exits with COMMAND's status. If leadership is lost, COMMAND gets
+    /// SIGTERM, then SIGKILL after --grace. COMMAND sees DISTLOCK_ELECTION, DISTLOCK_IDENTITY
+    /// and DISTLOCK_TERM (the leader's fencing token, strictly rising with every leader).
+    #[command(after_help = run::EXIT_CODES)]
+    Elect {
+        /// The URL (when it contains `://`; else DISTLOCK_URL), then the election's name
+        #[arg(value_name = "URL] [NAME", num_args = 1..=2, required = true)]
+        args: Vec<String>,
+        /// What names this candidate to the others (`distlock leader` prints it): a host and
+        /// port, a pod name.
+        #[arg(long, value_name = "ID", required = true)]
+        identity: String,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<String>,
+        /// The leader's lease, renewed every third of it while COMMAND runs: a standby leads
+        /// at most this long after this process dies.
+        #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+        lease: Duration,
+        /// How long to wait to lead (default: until it leads; exit code 120 when it ends).
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        wait: Option<Duration>,
+        /// After SIGTERM to a COMMAND whose leadership was lost, how long until SIGKILL.
+        #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+        grace: Duration,
+    },
+    /// Who leads the election NAME: identity, term and since when (exit code 4 if nobody
+    /// does); with --watch, each change as it is seen, until Ctrl-C or --for.
+    Leader {
+        /// The URL (when it contains `://`; else DISTLOCK_URL), then the election's name
+        #[arg(value_name = "URL] [NAME", num_args = 1..=2, required = true)]
+        args: Vec<String>,
+        /// Print every change of leader (`--json`: one object per line).
+        #[arg(long)]
+        watch: bool,
+        /// With --watch: how often to ask.
+        #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = parse_duration)]
+        interval: Duration,
+        /// With --watch: stop after this long.
+        #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]
+        watch_for: Option<Duration>,
+    },
     /// Checks the backend answers: server version and one request's round trip.
     Ping {
         /// The URL (else DISTLOCK_URL)
@@ -231,7 +278,7 @@ impl From<LockError> for Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Run { .. } = cli.command {
+    if let Command::Run { .. } | Command::Elect { .. } = cli.command {
         return run::main(cli);
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -401,7 +448,45 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let client = connect(&cli, &url).await?;
             watch(&client, pattern, *interval, *watch_for, cli.json).await
         }
-        Command::Run { .. } => unreachable!("`distlock run` has a main of its own"),
+        Command::Run { .. } | Command::Elect { .. } => {
+            unreachable!("`distlock run` and `elect` have a main of their own")
+        }
+        Command::Leader {
+            args,
+            watch,
+            interval,
+            watch_for,
+        } => {
+            let (url, rest) = url_and_rest(cli.url.as_deref(), args, 1)?;
+            let name = rest.first().map(String::as_str).ok_or_else(|| {
+                Failure::Usage("which election? give its NAME (e.g. `reports`)".into())
+            })?;
+            if interval.is_zero() {
+                return Err(Failure::Usage("--interval must be more than 0".into()));
+            }
+            let client = connect(&cli, &url).await?;
+            let election = client.election(name).poll(*interval);
+            if *watch {
+                return watch_leader(&election, *watch_for, cli.json).await;
+            }
+            match election.leader().await? {
+                Some(leader) => {
+                    println!("{}", leader_line(name, Some(&leader), cli.json));
+                    Ok(())
+                }
+                None if cli.json => {
+                    println!("{}", leader_line(name, None, true));
+                    Err(Failure::NotHeld(format!(
+                        "nobody leads `{name}` on {}",
+                        client.url()
+                    )))
+                }
+                None => Err(Failure::NotHeld(format!(
+                    "nobody leads `{name}` on {}",
+                    client.url()
+                ))),
+            }
+        }
         Command::Ping { args } => {
             let (url, _) = url_and_rest(cli.url.as_deref(), args, 0)?;
             let client = connect(&cli, &url).await?;
@@ -726,6 +811,65 @@ async fn watch(
         tokio::select! {
             () = &mut stop => return Ok(()),
             () = tokio::time::sleep(interval) => {}
+        }
+    }
+}
+
+/// One line of `distlock leader`: who leads `name` (`None`: nobody), as text or JSON
+/// (`election`, `leader`: `identity`, `term`, `since_unix_ms`, or null).
+fn leader_line(name: &str, leader: Option<&lock_runtime::Leader>, json: bool) -> String {
+    if json {
+        let leader = leader.map(|l| {
+            serde_json::json!({
+                "identity": l.identity(),
+                "term": l.term(),
+                "since_unix_ms": l
+                    .since()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+            })
+        });
+        return serde_json::json!({ "election": name, "leader": leader }).to_string();
+    }
+    match leader {
+        Some(l) => format!(
+            "`{}` leads `{name}`: term {}, since {}",
+            l.identity(),
+            l.term(),
+            since(l.since())
+        ),
+        None => format!("nobody leads `{name}`"),
+    }
+}
+
+/// `distlock leader --watch`: every change of leader until Ctrl-C or `watch_for`.
+async fn watch_leader(
+    election: &lock_runtime::Election,
+    watch_for: Option<Duration>,
+    json: bool,
+) -> Result<(), Failure> {
+    use futures_util::StreamExt;
+    let mut interrupts = Interrupts::listen();
+    let stop = async {
+        match watch_for {
+            Some(d) => tokio::time::sleep(d).await,
+            None => interrupts.recv().await,
+        }
+    };
+    tokio::pin!(stop);
+    let changes = election.observe();
+    tokio::pin!(changes);
+    loop {
+        tokio::select! {
+            () = &mut stop => return Ok(()),
+            change = changes.next() => match change {
+                Some(Ok(leader)) => {
+                    println!("{}", leader_line(election.name(), leader.as_ref(), json));
+                    let _ = std::io::stdout().flush();
+                }
+                Some(Err(error)) => eprintln!("distlock: {error}"),
+                None => return Ok(()),
+            },
         }
     }
 }

@@ -1,4 +1,6 @@
-//! `distlock run [URL] KEY [options] -- COMMAND ARGS…`: a cluster-wide `flock(1)`.
+//! `distlock run [URL] KEY [options] -- COMMAND ARGS…`: a cluster-wide `flock(1)`; and
+//! `distlock elect [URL] NAME --identity ID -- COMMAND ARGS…`, the same while leading an
+//! election.
 //!
 //! The lock is taken first (COMMAND never starts without it), then COMMAND runs in a process
 //! group of its own while the lock's watchdog renews it. Whatever ends the run — COMMAND
@@ -8,7 +10,9 @@
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockError, LockGuard};
+use std::future::Future;
+
+use lock_runtime::{Leadership, LockClient, LockError, LockGuard};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::format::duration;
@@ -20,8 +24,10 @@ Exit codes:
   COMMAND's own   COMMAND ran and exited (128 + N if a signal N ended it)
   2               bad usage: arguments, URL, key, durations (COMMAND not started)
   3               this backend cannot be used from a command (memory://)
-  120             busy: the lock was not taken within --wait (COMMAND not started)
-  121             lost: the lock was lost while COMMAND ran; COMMAND was stopped
+  120             busy: the lock was not taken (`elect`: this candidate did not lead)
+                  within --wait (COMMAND not started)
+  121             lost: the lock (`elect`: leadership) was lost while COMMAND ran; COMMAND
+                  was stopped
                   (SIGTERM, then SIGKILL after --grace)
   122             the backend failed: unreachable, refused, or the release failed
   126             COMMAND could not be started (not executable)
@@ -86,7 +92,36 @@ fn setup_failed(failure: Failure) -> Ended {
     Ended::with(code, failure.message().to_owned())
 }
 
+/// What COMMAND runs under: a lock, or leadership of an election.
+trait Held {
+    /// Resolves when it is lost.
+    fn lost(&self) -> impl Future<Output = ()> + Send + 'static;
+    /// Gives it back (`Lost` if it was not held any more).
+    fn give_back(self) -> impl Future<Output = Result<(), LockError>>;
+}
+
+impl Held for LockGuard {
+    fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        LockGuard::lost(self)
+    }
+    fn give_back(self) -> impl Future<Output = Result<(), LockError>> {
+        self.release()
+    }
+}
+
+impl Held for Leadership {
+    fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        Leadership::lost(self)
+    }
+    fn give_back(self) -> impl Future<Output = Result<(), LockError>> {
+        self.resign()
+    }
+}
+
 async fn run(cli: &Cli) -> Ended {
+    if let Command::Elect { .. } = &cli.command {
+        return elect(cli).await;
+    }
     let Command::Run {
         args,
         command,
@@ -159,7 +194,87 @@ async fn run(cli: &Cli) -> Ended {
             return Ended::with(code, format!("cannot run `{}`: {error}", command[0]));
         }
     };
-    supervise(child, guard, &key, *grace, signals).await
+    supervise(child, guard, &format!("`{key}`"), *grace, signals).await
+}
+
+/// `distlock elect`: campaigns, then runs COMMAND while leading.
+async fn elect(cli: &Cli) -> Ended {
+    let Command::Elect {
+        args,
+        identity,
+        command,
+        lease,
+        wait,
+        grace,
+    } = &cli.command
+    else {
+        unreachable!("called for `distlock elect` only");
+    };
+    let (url, name) = match url_and_rest(cli.url.as_deref(), args, 1).and_then(|(url, rest)| {
+        let name = rest.first().cloned().ok_or_else(|| {
+            Failure::Usage("which election? give its NAME (e.g. `reports`)".into())
+        })?;
+        Ok((url, name))
+    }) {
+        Ok(found) => found,
+        Err(failure) => return setup_failed(failure),
+    };
+    let mut signals = Signals::listen();
+    let client = match connect(cli, &url).await {
+        Ok(client) => client,
+        Err(failure) => return setup_failed(failure),
+    };
+    let mut election = client.election(name.as_str()).lease(*lease);
+    if let Some(wait) = wait {
+        election = election.wait(*wait);
+    }
+    let leadership = tokio::select! {
+        campaigned = election.campaign(identity.as_str()) => match campaigned {
+            Ok(leadership) => leadership,
+            Err(LockError::Timeout { .. }) => {
+                let leader = match election.leader().await {
+                    Ok(Some(leader)) => format!("`{}` (term {})", leader.identity(), leader.term()),
+                    _ => "another candidate".to_owned(),
+                };
+                return Ended::with(
+                    BUSY,
+                    format!(
+                        "{leader} leads `{name}`; this candidate did not lead within --wait {}: \
+                         COMMAND not started",
+                        duration(wait.unwrap_or_default())
+                    ),
+                );
+            }
+            Err(error) => return setup_failed(error.into()),
+        },
+        signal = signals.recv() => {
+            return Ended::with(
+                128 + signal as u8,
+                format!("{} while campaigning for `{name}`: COMMAND not started", name_of(signal)),
+            );
+        }
+    };
+    let mut child = tokio::process::Command::new(&command[0]);
+    child
+        .args(&command[1..])
+        .env("DISTLOCK_ELECTION", &name)
+        .env("DISTLOCK_IDENTITY", identity)
+        .env("DISTLOCK_TERM", leadership.term().to_string())
+        .process_group(0)
+        .kill_on_drop(false);
+    let child = match child.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let code = match error.kind() {
+                std::io::ErrorKind::NotFound => NOT_FOUND,
+                _ => CANNOT_RUN,
+            };
+            let _ = leadership.resign().await;
+            return Ended::with(code, format!("cannot run `{}`: {error}", command[0]));
+        }
+    };
+    let what = format!("leadership of `{name}`");
+    supervise(child, leadership, &what, *grace, signals).await
 }
 
 /// The lock was busy past `wait`: who holds it, where the backend knows.
@@ -180,8 +295,8 @@ async fn busy(client: &LockClient, key: &str, wait: Duration) -> Ended {
 /// lock back.
 async fn supervise(
     mut child: tokio::process::Child,
-    guard: LockGuard,
-    key: &str,
+    guard: impl Held,
+    what: &str,
     grace: Duration,
     mut signals: Signals,
 ) -> Ended {
@@ -194,19 +309,19 @@ async fn supervise(
             signal = signals.recv() => send(group, signal),
             () = &mut lost => {
                 let message = format!(
-                    "lost `{key}` while COMMAND ran (its lease could not be renewed in time, or \
+                    "lost {what} while COMMAND ran (its lease could not be renewed in time, or \
                      it was released by force): stopped COMMAND (SIGTERM, SIGKILL after {})",
                     duration(grace)
                 );
                 stop(&mut child, group, grace).await;
                 // Not ours any more: the release only confirms it (and leaves the new owner's
                 // lock alone).
-                let _ = guard.release().await;
+                let _ = guard.give_back().await;
                 return Ended::with(LOST, message);
             }
         }
     };
-    let released = guard.release().await;
+    let released = guard.give_back().await;
     let status = match status {
         Ok(status) => status,
         Err(error) => {
@@ -221,15 +336,15 @@ async fn supervise(
         Err(LockError::Lost { .. }) => Ended::with(
             LOST,
             format!(
-                "COMMAND exited ({status}), but `{key}` was no longer held at its release: its \
+                "COMMAND exited ({status}), but {what} was no longer held at its release: its \
                  lease ran out or it was released by force while COMMAND ran"
             ),
         ),
         Err(error) => Ended::with(
             BACKEND,
             format!(
-                "COMMAND exited ({status}), but releasing `{key}` failed: {error}; the lock \
-                 ends with its lease"
+                "COMMAND exited ({status}), but giving back {what} failed: {error}; it ends \
+                 with its lease"
             ),
         ),
     }

@@ -2553,6 +2553,175 @@ pub async fn reentrancy_is_the_same_however_the_lock_was_entered(fixture: &impl 
     assert!(!fixture.anything_at("lock:re:c").await);
 }
 
+/// An election on every backend that fences (Redlock refuses with `Config`): three candidates
+/// on three clients lead one at a time, each leader's own writes (to a shared log, under its
+/// term) never overlapping another's and terms strictly rising; `leader()` from a fourth client
+/// names each leader and term; `resign()` lets a waiting candidate lead at once (well within
+/// the lease it would otherwise wait out); an observer never sees an older term after a newer
+/// one; bad input and a name held as a plain lock or a semaphore are refused, nothing written.
+pub async fn an_election_has_one_leader_at_a_time(fixture: &impl Fixture) {
+    use futures_util::StreamExt;
+    let watcher = fixture.client().await;
+    if !fixture.fencing() {
+        let refused = watcher.election("elect:redlock").campaign("a").await;
+        match refused {
+            Err(LockError::Config(message)) => assert!(message.contains("Redlock"), "{message}"),
+            other => panic!("an election on Redlock: {other:?}"),
+        }
+        assert!(watcher.election("elect:redlock").leader().await.is_err());
+        assert!(!fixture.anything_at("lock:elect:redlock").await);
+        return;
+    }
+    let lease = ms(10_000);
+    let election = watcher.election("elect:one").poll(ms(20));
+    assert_eq!(election.leader().await.unwrap(), None);
+    let observed = tokio::spawn(
+        election
+            .observe()
+            .take_while(|seen| {
+                std::future::ready(!matches!(seen, Ok(Some(l)) if l.identity() == "stop"))
+            })
+            .collect::<Vec<_>>(),
+    );
+    let log = Arc::new(std::sync::Mutex::new(Vec::<(String, u64)>::new()));
+    let mut candidates = Vec::new();
+    for identity in ["host-a:1", "host-b:2", "host-c:3"] {
+        let client = fixture.client().await;
+        let (log, watcher) = (Arc::clone(&log), watcher.clone());
+        candidates.push(tokio::spawn(async move {
+            let leader = client
+                .election("elect:one")
+                .lease(lease)
+                .campaign(identity)
+                .await
+                .unwrap();
+            let started = Instant::now();
+            log.lock()
+                .unwrap()
+                .push((format!("start {identity}"), leader.term()));
+            let seen = watcher
+                .election("elect:one")
+                .leader()
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!((seen.identity(), seen.term()), (identity, leader.term()));
+            tokio::time::sleep(ms(150)).await;
+            log.lock()
+                .unwrap()
+                .push((format!("end {identity}"), leader.term()));
+            leader.resign().await.unwrap();
+            started
+        }));
+    }
+    let mut ends = Vec::new();
+    for candidate in candidates {
+        ends.push(candidate.await.unwrap());
+    }
+    let log = log.lock().unwrap().clone();
+    assert_eq!(log.len(), 6, "{log:?}");
+    for pair in log.chunks(2) {
+        let (start, end) = (&pair[0], &pair[1]);
+        assert!(
+            start.0.starts_with("start ") && end.0.starts_with("end "),
+            "overlap: {log:?}"
+        );
+        assert_eq!(
+            (&start.0[6..], start.1),
+            (&end.0[4..], end.1),
+            "overlap: {log:?}"
+        );
+    }
+    let terms: Vec<u64> = log.iter().step_by(2).map(|e| e.1).collect();
+    assert!(terms.windows(2).all(|w| w[0] < w[1]), "terms rise: {log:?}");
+    // Handed over on resign, not when a lease ran out: all three led well within one lease.
+    let first = ends.iter().min().unwrap();
+    let last = ends.iter().max().unwrap();
+    assert!(
+        last.duration_since(*first) < lease / 2,
+        "{:?}",
+        last.duration_since(*first)
+    );
+    assert_eq!(
+        election.leader().await.unwrap(),
+        None,
+        "nobody leads after the last resigns"
+    );
+    let stop = watcher
+        .election("elect:one")
+        .campaign("stop")
+        .await
+        .unwrap();
+    let observed = tokio::time::timeout(ms(10_000), observed)
+        .await
+        .expect("the observer saw the last leader")
+        .unwrap();
+    stop.resign().await.unwrap();
+    let mut newest = 0;
+    for seen in &observed {
+        if let Ok(Some(leader)) = seen {
+            assert!(
+                leader.term() > newest,
+                "an older term after a newer one: {observed:?}"
+            );
+            newest = leader.term();
+        }
+    }
+    assert!(observed.iter().all(Result::is_ok), "{observed:?}");
+    // Bad input: nothing written.
+    for (identity, why) in [
+        ("", "empty"),
+        ("a\nb", "control"),
+        (&*"x".repeat(64), "too long"),
+    ] {
+        match watcher.election("elect:bad").campaign(identity).await {
+            Err(LockError::Config(message)) => assert!(message.contains(why), "{message}"),
+            other => panic!("identity {identity:?}: {other:?}"),
+        }
+    }
+    assert!(matches!(
+        watcher.election("").campaign("a").await,
+        Err(LockError::InvalidKey { .. })
+    ));
+    assert!(!fixture.anything_at("lock:elect:bad").await);
+    // A name held as a plain lock (or a semaphore) is not an election's.
+    let plain = watcher.lock("elect:plain").acquire().await.unwrap();
+    let holder = fixture.holder("lock:elect:plain").await;
+    match watcher
+        .election("elect:plain")
+        .wait(ms(0))
+        .campaign("a")
+        .await
+    {
+        Err(LockError::Config(message)) => assert!(message.contains("plain lock"), "{message}"),
+        other => panic!("a campaign on a plain lock: {other:?}"),
+    }
+    assert!(watcher.election("elect:plain").leader().await.is_err());
+    assert_eq!(
+        fixture.holder("lock:elect:plain").await,
+        holder,
+        "the lock was touched"
+    );
+    plain.release().await.unwrap();
+    if fixture.semaphores() {
+        let permit = watcher
+            .semaphore("elect:permits", 2)
+            .acquire()
+            .await
+            .unwrap();
+        match watcher
+            .election("elect:permits")
+            .wait(ms(0))
+            .campaign("a")
+            .await
+        {
+            Err(LockError::Config(message)) => assert!(message.contains("semaphore"), "{message}"),
+            other => panic!("a campaign on a semaphore: {other:?}"),
+        }
+        permit.release().await.unwrap();
+    }
+}
+
 macro_rules! conformance {
     ($backend:ident => $fixture:expr; $($case:ident),* $(,)?) => {
         mod $backend {
@@ -2623,6 +2792,7 @@ macro_rules! suite {
                 a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refused,
                 on_busy_skip_runs_nothing_when_busy,
                 reentrancy_is_the_same_however_the_lock_was_entered,
+                an_election_has_one_leader_at_a_time,
             );
         )*
     };
