@@ -333,6 +333,16 @@ pub(crate) fn url_and_rest(
 }
 
 pub(crate) async fn connect(cli: &Cli, url: &str) -> Result<LockClient, Failure> {
+    connect_as(cli, url, false).await
+}
+
+/// [`connect`], creating the SQL lock table if it is missing when `participant` (`run` and
+/// `elect` take locks as the services do; looking must not create the services' tables).
+pub(crate) async fn connect_as(
+    cli: &Cli,
+    url: &str,
+    participant: bool,
+) -> Result<LockClient, Failure> {
     if url.starts_with("memory:") {
         return Err(Failure::Unsupported(
             "memory:// locks live inside the process that took them; nothing outside it can \
@@ -345,8 +355,7 @@ pub(crate) async fn connect(cli: &Cli, url: &str) -> Result<LockClient, Failure>
         .prefix(cli.prefix.clone())
         .fencing_prefix(cli.fencing_prefix.clone())
         .connect_timeout(cli.connect_timeout)
-        // Looking must not create the services' tables.
-        .create_table(false);
+        .create_table(participant);
     if let Some(table) = &cli.table {
         builder = builder.table(table.clone());
     }
@@ -758,10 +767,17 @@ async fn watch(
     }
     let mut known: HashMap<String, LockInfo> = HashMap::new();
     let mut first = true;
+    // Ctrl-C / SIGTERM, or the end of --for, whichever comes first.
     let stop = async {
-        match watch_for {
-            Some(d) => tokio::time::sleep(d).await,
-            None => interrupts.recv().await,
+        let end = async {
+            match watch_for {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = end => {}
+            () = interrupts.recv() => {}
         }
     };
     tokio::pin!(stop);
@@ -850,10 +866,17 @@ async fn watch_leader(
 ) -> Result<(), Failure> {
     use futures_util::StreamExt;
     let mut interrupts = Interrupts::listen();
+    // Ctrl-C / SIGTERM, or the end of --for, whichever comes first.
     let stop = async {
-        match watch_for {
-            Some(d) => tokio::time::sleep(d).await,
-            None => interrupts.recv().await,
+        let end = async {
+            match watch_for {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = end => {}
+            () = interrupts.recv() => {}
         }
     };
     tokio::pin!(stop);

@@ -16,7 +16,7 @@ use lock_runtime::{Leadership, LockClient, LockError, LockGuard};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::format::duration;
-use crate::{Cli, Command, Failure, connect, holder_of, key_of, url_and_rest};
+use crate::{Cli, Command, Failure, connect_as, holder_of, key_of, url_and_rest};
 
 /// The exit codes of `distlock run` (its `--help` and the README).
 pub(crate) const EXIT_CODES: &str = "\
@@ -145,7 +145,7 @@ async fn run(cli: &Cli) -> Ended {
     };
     // Listened for from the start: a signal while waiting for the lock stops the wait.
     let mut signals = Signals::listen();
-    let client = match connect(cli, &url).await {
+    let client = match connect_as(cli, &url, true).await {
         Ok(client) => client,
         Err(failure) => return setup_failed(failure),
     };
@@ -220,7 +220,7 @@ async fn elect(cli: &Cli) -> Ended {
         Err(failure) => return setup_failed(failure),
     };
     let mut signals = Signals::listen();
-    let client = match connect(cli, &url).await {
+    let client = match connect_as(cli, &url, true).await {
         Ok(client) => client,
         Err(failure) => return setup_failed(failure),
     };

@@ -998,3 +998,8 @@ async fn the_url_from_the_flag_reaches_a_tls_server_with_a_password() {
         stderr(&refused)
     );
 }
+
+// ---- `distlock elect` and `distlock leader` ----
+
+#[path = "cli/elect.rs"]
+mod elect;
