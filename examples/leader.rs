@@ -1,12 +1,13 @@
-//! Leader election with a plain lock — no API of its own. Three candidates each ask for the
-//! lock `leader:reports` with `wait = forever`; the one that gets it leads (its lease renewed
-//! while it lives), the others wait in line. When the leader dies without a word (`kill -9`),
-//! its lease runs out and a standby takes over, one lease later at most. `client.inspect`
-//! names the current leader from anywhere.
+//! Leader election: three candidates campaign in the election `reports`
+//! (`client.election(…).campaign(identity)`); the one that wins leads — its lease renewed while
+//! it lives, its term a fencing token that rises with every leader — and the others wait in
+//! line, without polling. When the leader dies without a word (`kill -9`), its lease runs out
+//! and a standby leads, one lease later at most. `election.leader()` names the leader and its
+//! term from anywhere.
 //!
 //! With a networked backend the candidates are processes (copies of this example) and the
 //! leader is killed with SIGKILL; `memory://` lives in one process, so there they are threads,
-//! and the leader "dies" by freezing — its runtime stops, so it neither renews nor releases.
+//! and the leader "dies" by freezing — its runtime stops, so it neither renews nor resigns.
 //!
 //! ```text
 //! cargo run --example leader
@@ -17,37 +18,35 @@
 mod store;
 
 use std::process::{Child, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use distlock::{LockClient, LockError, LockGuard};
+use distlock::{Leadership, LockClient, LockError};
 use store::BoxError;
 
-const KEY: &str = "leader:reports";
+const KEY: &str = "reports";
 /// How long a dead leader keeps the lock: the takeover takes at most about this long.
 const LEASE: Duration = Duration::from_secs(2);
 const CANDIDATES: usize = 3;
 
-/// A candidate: waits for the lock as long as it takes, leads while it holds it, and stands
-/// for election again if it loses it. Returns the guard when `stop` fires while it leads.
+/// A candidate: campaigns as `name` as long as it takes, leads while it holds the election,
+/// and campaigns again if it loses it. Returns its leadership when `stop` fires while it leads.
 async fn candidate(
     name: &str,
     client: &LockClient,
     stop: impl std::future::Future<Output = ()>,
-    leads: impl Fn(),
-) -> Result<Option<LockGuard>, LockError> {
+) -> Result<Option<Leadership>, LockError> {
     tokio::pin!(stop);
+    let election = client.election(KEY).lease(LEASE);
     loop {
-        let guard = tokio::select! {
-            guard = client.lock(KEY).lease(LEASE).wait_forever().acquire() => guard?,
+        let leadership = tokio::select! {
+            won = election.campaign(name) => won?,
             () = &mut stop => return Ok(None),
         };
-        println!("{name}: leading (waited {:?})", guard.waited());
-        leads();
+        println!("{name}: leading, term {}", leadership.term());
         tokio::select! {
-            () = guard.lost() => println!("{name}: lost the leadership; standing again"),
+            () = leadership.lost() => println!("{name}: lost the leadership; campaigning again"),
             () = lead(name) => unreachable!("a leader's work never ends"),
-            () = &mut stop => return Ok(Some(guard)),
+            () = &mut stop => return Ok(Some(leadership)),
         }
     }
 }
@@ -104,9 +103,8 @@ impl Candidates {
                 let name = format!("candidate-{i}");
                 let guard = runtime.block_on(async {
                     let client = LockClient::connect(&url).await?;
-                    let leads = || *LEADING.lock().unwrap() = Some(i);
-                    let guard = candidate(&name, &client, stop, leads).await?;
-                    Ok::<_, LockError>((client, guard))
+                    let leadership = candidate(&name, &client, stop).await?;
+                    Ok::<_, LockError>((client, leadership))
                 });
                 let ending = *told.borrow();
                 match (ending, guard) {
@@ -115,8 +113,8 @@ impl Candidates {
                         std::mem::forget(held);
                         std::mem::forget(runtime);
                     }
-                    (_, Ok((_, Some(guard)))) => {
-                        let _ = runtime.block_on(guard.release());
+                    (_, Ok((_, Some(leadership)))) => {
+                        let _ = runtime.block_on(leadership.resign());
                     }
                     (_, Ok(_)) => {}
                     (_, Err(error)) => eprintln!("{name}: {error}"),
@@ -164,24 +162,24 @@ impl Candidates {
     }
 }
 
-/// The current leader as the store says: its owner token, and its process.
-async fn leader(client: &LockClient) -> Result<Option<(String, u32)>, BoxError> {
-    let info = client.inspect(KEY).await?;
-    Ok(info.and_then(|info| Some((info.token?, info.holder?.pid))))
+/// The current leader as the store says: its identity and term.
+async fn leader(client: &LockClient) -> Result<Option<(String, u64)>, BoxError> {
+    let leader = client.election(KEY).leader().await?;
+    Ok(leader.map(|l| (l.identity().to_owned(), l.term())))
 }
 
-/// Waits until the store names a leader other than `old`.
+/// Waits until the store names a leader with a term above `old`.
 async fn next_leader(
     client: &LockClient,
-    old: Option<&str>,
+    old: u64,
     within: Duration,
-) -> Result<(String, u32), BoxError> {
+) -> Result<(String, u64), BoxError> {
     let deadline = Instant::now() + within;
     loop {
-        if let Some((token, pid)) = leader(client).await?
-            && Some(token.as_str()) != old
+        if let Some((identity, term)) = leader(client).await?
+            && term > old
         {
-            return Ok((token, pid));
+            return Ok((identity, term));
         }
         if Instant::now() > deadline {
             return Err(format!("no new leader within {within:?}").into());
@@ -201,9 +199,9 @@ async fn candidate_process(name: &str) -> Result<(), BoxError> {
         })
         .await;
     };
-    if let Some(guard) = candidate(name, &client, stdin_closed, || {}).await? {
-        guard.release().await?;
-        println!("{name}: stepped down");
+    if let Some(leadership) = candidate(name, &client, stdin_closed).await? {
+        leadership.resign().await?;
+        println!("{name}: resigned");
     }
     Ok(())
 }
@@ -236,52 +234,28 @@ async fn main() -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Elects a leader, kills it twice (each time a standby takes over); how long the first
-/// election and each takeover took.
+/// Elects a leader, kills it twice (each time a standby takes over, with a higher term); how
+/// long the first election and each takeover took.
 async fn elect(
     client: &LockClient,
     candidates: &mut Candidates,
 ) -> Result<(Duration, Vec<Duration>), BoxError> {
     let started = Instant::now();
-    let (mut token, mut pid) = next_leader(client, None, Duration::from_secs(20)).await?;
+    let (mut identity, mut term) = next_leader(client, 0, Duration::from_secs(20)).await?;
     let first = started.elapsed();
     let mut takeovers = Vec::new();
     for _ in 0..2 {
-        let who = whose(candidates, pid).await?;
-        println!("the store names candidate-{who} (pid {pid}) leader; killing it");
+        let who: usize = identity
+            .strip_prefix("candidate-")
+            .and_then(|i| i.parse().ok())
+            .ok_or_else(|| format!("the leader `{identity}` is no candidate"))?;
+        println!("the store names {identity} leader (term {term}); killing it");
         candidates.kill(who)?;
         let killed = Instant::now();
-        (token, pid) = next_leader(client, Some(&token), LEASE + Duration::from_secs(5)).await?;
+        (identity, term) = next_leader(client, term, LEASE + Duration::from_secs(5)).await?;
         let took = killed.elapsed();
-        println!("a standby (pid {pid}) took over {took:?} after the kill");
+        println!("{identity} took over {took:?} after the kill (term {term})");
         takeovers.push(took);
     }
     Ok((first, takeovers))
 }
-
-/// Which candidate holds the lock the store names: by its process id, or (threads share one
-/// process) the live thread that last said it leads.
-async fn whose(candidates: &Candidates, pid: u32) -> Result<usize, BoxError> {
-    match candidates {
-        Candidates::Processes(children) => children
-            .iter()
-            .position(|child| child.as_ref().is_some_and(|child| child.id() == pid))
-            .ok_or_else(|| format!("the leader (pid {pid}) is no candidate").into()),
-        Candidates::Threads(threads) => {
-            let deadline = Instant::now() + Duration::from_secs(2);
-            loop {
-                let leading = *LEADING.lock().unwrap();
-                if let Some(i) = leading.filter(|&i| threads[i].is_some()) {
-                    return Ok(i);
-                }
-                if Instant::now() > deadline {
-                    return Err("no live thread says it leads".into());
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
-}
-
-/// The thread candidate that last took the lead (memory:// only).
-static LEADING: Mutex<Option<usize>> = Mutex::new(None);

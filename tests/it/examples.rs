@@ -565,7 +565,7 @@ async fn leader_hands_over_to_a_standby_process_on_redis() {
     println!("{out}");
     takeovers(&out);
     assert!(out.contains("backend redis"), "{out}");
-    assert_eq!(server.get("lock:leader:reports").await, None);
+    assert_eq!(server.get("lock:reports").await, None);
 }
 
 /// The same on etcd: the killed leader's lease (not one the runtime renews) runs out.
