@@ -149,7 +149,7 @@ impl Election {
         let Some(info) = self.client.inspect(&self.name).await? else {
             return Ok(None);
         };
-        self.of_an_election(&info).map(Some)
+        self.of_an_election(&info)
     }
 
     /// Every change of leader, as [`leader`](Self::leader) reports it: first who leads now,
@@ -234,8 +234,9 @@ impl Election {
         }
     }
 
-    /// The leader `info` names, or why the name is not an election's.
-    fn of_an_election(&self, info: &crate::LockInfo) -> Result<Leader, LockError> {
+    /// The leader `info` names (`None` while its term is not readable yet), or why the name
+    /// is not an election's.
+    fn of_an_election(&self, info: &crate::LockInfo) -> Result<Option<Leader>, LockError> {
         let other = |what: &str| {
             Err(LockError::Config(format!(
                 "`{}` is held as {what}, not by an election's leader: an election needs a name of \
@@ -255,14 +256,13 @@ impl Election {
         let Some(identity) = &holder.identity else {
             return other(&format!("a plain lock (by {holder})"));
         };
-        let Some(term) = info.fencing_token else {
-            return other("a lock without a fencing token");
-        };
-        Ok(Leader {
+        // A leader whose term is not readable yet (a store that counts the fencing token in
+        // a step of its own after the grant) is not reported until it is.
+        Ok(info.fencing_token.map(|term| Leader {
             identity: identity.clone(),
             term,
             since: holder.since,
-        })
+        }))
     }
 }
 
