@@ -62,12 +62,15 @@ fi
 if [ ! -f /usr/share/java/netty-codec.jar ]; then
     missing+=(libnetty-java)
 fi
-# The benchmark's ZooKeeper peer: Apache Curator (Java), compiled with javac on first use.
+# Apache Curator (Java), compiled with javac on first use: the benchmark's ZooKeeper peer, and
+# the interop tests' (its InterProcessMutex shares distlock's ZooKeeper locks).
 [ -f /usr/share/java/curator-recipes.jar ] || missing+=(libcurator-recipes-java)
 command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
 # etcd: the tests run its members themselves. distlock speaks etcd's gRPC API without protoc
 # (its few messages are written out in lock-runtime/src/backend/etcd/proto.rs).
 [ -x /usr/bin/etcd ] || missing+=(etcd-server)
+# etcd's own lock (`etcdctl lock`), which the interop tests share locks with.
+[ -x /usr/bin/etcdctl ] || missing+=(etcd-client)
 if [ ${#missing[@]} -gt 0 ]; then
     install_packages "${missing[@]}"
 fi

@@ -1277,6 +1277,13 @@ impl ZookeeperFixture {
     }
 }
 
+/// A ZooKeeper queue node's name without its sequence number and the `-lock-` before it
+/// (`<token>[-r|-p<n>]`); a node planted by [`ZookeeperFixture::overwrite`] has no `-lock-`.
+fn zk_marked(node: &str) -> &str {
+    let head = node.rsplit_once('-').map_or(node, |(head, _)| head);
+    head.strip_suffix("-lock").unwrap_or(head)
+}
+
 impl Fixture for ZookeeperFixture {
     fn url(&self) -> String {
         self.server.url(&self.chroot)
@@ -1284,10 +1291,7 @@ impl Fixture for ZookeeperFixture {
 
     async fn holder(&self, name: &str) -> Option<String> {
         let (node, _, _) = self.holder_node(name).await?;
-        Some(
-            node.rsplit_once('-')
-                .map_or(node.clone(), |(t, _)| t.to_owned()),
-        )
+        Some(zk_marked(&node).to_owned())
     }
 
     /// How long the server would keep the lock if its holder stopped now: what is left of
@@ -1302,15 +1306,12 @@ impl Fixture for ZookeeperFixture {
         true
     }
 
-    /// The readers at the head of the queue (nodes `<token>-r-<sequence>` before the first
+    /// The readers at the head of the queue (nodes `<token>-r-lock-<sequence>` before the first
     /// writer's), each with what is left of its lease as [`ttl`](Self::ttl) counts it.
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         let mut readers = Vec::new();
         for node in self.queue(name).await {
-            let Some(token) = node
-                .rsplit_once('-')
-                .and_then(|(head, _)| head.strip_suffix("-r"))
-            else {
+            let Some(token) = zk_marked(&node).strip_suffix("-r") else {
                 break;
             };
             let path = format!("{}/{node}", self.parent(name));
@@ -1323,14 +1324,13 @@ impl Fixture for ZookeeperFixture {
     }
 
     /// The permits of the semaphore at the head of the queue: its first `n` nodes
-    /// (`<token>-p<n>-<sequence>`, `n` the limit), each with what is left of its lease.
+    /// (`<token>-p<n>-lock-<sequence>`, `n` the limit), each with what is left of its lease.
     async fn permits(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         let mut permits = Vec::new();
         let mut limit = usize::MAX;
         for node in self.queue(name).await {
-            let Some((token, n)) = node
-                .rsplit_once('-')
-                .and_then(|(head, _)| head.rsplit_once("-p"))
+            let Some((token, n)) = zk_marked(&node)
+                .rsplit_once("-p")
                 .and_then(|(token, n)| Some((token, n.parse::<usize>().ok()?)))
             else {
                 break;

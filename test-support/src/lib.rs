@@ -13,6 +13,7 @@
 
 pub mod certs;
 pub mod cluster;
+pub mod curator;
 pub mod etcd;
 pub mod faults;
 pub mod fenced;

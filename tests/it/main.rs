@@ -25,6 +25,7 @@ mod etcd;
 mod examples;
 mod faults;
 mod history;
+mod interop;
 mod mysql;
 mod postgres;
 mod redis;

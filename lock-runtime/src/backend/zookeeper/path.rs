@@ -191,35 +191,70 @@ pub(crate) fn decode(component: &str) -> Option<String> {
     String::from_utf8(bytes).ok()
 }
 
-/// What marks a reader's node: its name is `<token>-r-<sequence>`. (A token ends in hex
-/// digits, so `<token>-r` is never a token itself.)
+/// What marks a reader's node: `<token>-r-lock-<sequence>`. (A token ends in hex digits, so
+/// `<token>-r` is never a token itself.)
 const READER: &str = "-r";
 
+/// What every distlock node name ends in before ZooKeeper's sequence number: Apache Curator's
+/// `InterProcessMutex` names its nodes `[_c_<uuid>-]lock-<sequence>` and sorts a lock's
+/// children by what follows the last `lock-` in each name. Ending every node so — a plain
+/// lock's, a reader's and a permit's — puts each at its place in Curator's order, so a Curator
+/// mutex on the same path waits for every distlock holder ahead of it (and a distlock reader
+/// or permit is never taken for a free lock), and distlock waits for Curator's holders.
+const LOCK_NAME: &str = "lock-";
+
+/// The names Curator's `InterProcessReadWriteLock` gives its nodes in place of `lock-`.
+const CURATOR_READ: &str = "__READ__";
+const CURATOR_WRITE: &str = "__WRIT__";
+
 /// The prefix of a waiter's node name: its owner token (and `-r` for a reader, `-p<n>` for a
-/// permit of a semaphore of `n`) and a dash; ZooKeeper appends the sequence number.
+/// permit of a semaphore of `n`), then `-lock-`; ZooKeeper appends the sequence number.
 pub(crate) fn node_prefix(parent: &str, token: &str, kind: Kind) -> String {
     match kind {
-        Kind::Exclusive => format!("{parent}/{token}-"),
-        Kind::Shared => format!("{parent}/{token}{READER}-"),
-        Kind::Permits(n) => format!("{parent}/{token}-p{n}-"),
+        Kind::Exclusive => format!("{parent}/{token}-{LOCK_NAME}"),
+        Kind::Shared => format!("{parent}/{token}{READER}-{LOCK_NAME}"),
+        Kind::Permits(n) => format!("{parent}/{token}-p{n}-{LOCK_NAME}"),
     }
 }
 
-/// The kind of hold a queue node asks for (see [`node_prefix`]), and its name without the
-/// kind's mark and the sequence number: the owner token. (Tokens end in hex digits, never in
-/// a mark.)
+/// A queue node's name without its sequence number, and that number: ZooKeeper's ten (or
+/// more) digits after a `-` or, in Curator's read/write nodes, a `_`.
+fn split_sequence(child: &str) -> Option<(&str, i64)> {
+    let digits = child.bytes().rev().take_while(u8::is_ascii_digit).count();
+    let (head, sequence) = child.split_at(child.len() - digits);
+    let separated = head.ends_with('-') || head.ends_with('_');
+    if digits < 10 || !separated {
+        return None;
+    }
+    Some((head, sequence.parse().ok()?))
+}
+
+/// The kind of hold a queue node asks for (see [`node_prefix`]), and its owner token: the name
+/// without the kind's mark, `-lock-` and the sequence number. Curator's nodes read as the
+/// lock they are: `[_c_<uuid>-]lock-N` and `…__WRIT__N` exclusive, `…__READ__N` a reader
+/// (their token is Curator's protection prefix, or empty). A node of the layout before
+/// `-lock-` (`<token>[-r|-p<n>]-N`) reads as it did.
 pub(crate) fn parse_node(child: &str) -> (Kind, &str) {
-    let head = child.rsplit_once('-').map_or(child, |(head, _)| head);
-    if let Some(token) = head.strip_suffix(READER) {
+    let head = split_sequence(child).map_or(child, |(head, _)| head);
+    let marked = if let Some(base) = head.strip_suffix(LOCK_NAME) {
+        base.strip_suffix('-').unwrap_or(base)
+    } else if let Some(base) = head.strip_suffix(CURATOR_READ) {
+        return (Kind::Shared, base.strip_suffix('-').unwrap_or(base));
+    } else if let Some(base) = head.strip_suffix(CURATOR_WRITE) {
+        return (Kind::Exclusive, base.strip_suffix('-').unwrap_or(base));
+    } else {
+        head.strip_suffix('-').unwrap_or(head)
+    };
+    if let Some(token) = marked.strip_suffix(READER) {
         return (Kind::Shared, token);
     }
-    if let Some((token, mark)) = head.rsplit_once("-p")
+    if let Some((token, mark)) = marked.rsplit_once("-p")
         && let Ok(n) = mark.parse::<u16>()
         && !mark.starts_with('+')
     {
         return (Kind::Permits(n), token);
     }
-    (Kind::Exclusive, head)
+    (Kind::Exclusive, marked)
 }
 
 /// Whether a queue node is a reader's (see [`node_prefix`]).
@@ -227,14 +262,10 @@ pub(crate) fn is_reader(child: &str) -> bool {
     parse_node(child).0 == Kind::Shared
 }
 
-/// The sequence number at the end of a queue node's name (`<token>-0000000042`), if it is
-/// one of distlock's nodes.
+/// The sequence number at the end of a queue node's name (`<token>-lock-0000000042`, or any
+/// Curator lock node's), if it has one.
 pub(crate) fn sequence_of(child: &str) -> Option<i64> {
-    let (_, digits) = child.rsplit_once('-')?;
-    if digits.len() < 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
+    split_sequence(child).map(|(_, sequence)| sequence)
 }
 
 /// The owner token in a queue node's name.
@@ -306,22 +337,69 @@ mod tests {
 
     #[test]
     fn queue_nodes_carry_token_and_sequence() {
-        assert_eq!(sequence_of("0123abcd-0000000042"), Some(42));
-        assert_eq!(token_of("0123abcd-0000000042"), "0123abcd");
         assert_eq!(
-            parse_node("h:1:2:0123abcd-p4-0000000042"),
-            (Kind::Permits(4), "h:1:2:0123abcd")
+            node_prefix("/p", "h:1:2:0123abcd", Kind::Exclusive),
+            "/p/h:1:2:0123abcd-lock-"
         );
-        assert_eq!(
-            parse_node("h:1:2:0123abcd-r-0000000042"),
-            (Kind::Shared, "h:1:2:0123abcd")
-        );
-        assert_eq!(
-            parse_node("h:1:2:0123abcd-0000000042"),
-            (Kind::Exclusive, "h:1:2:0123abcd")
-        );
+        assert_eq!(node_prefix("/p", "t", Kind::Shared), "/p/t-r-lock-");
+        assert_eq!(node_prefix("/p", "t", Kind::Permits(4)), "/p/t-p4-lock-");
+        for (node, kind, token, sequence) in [
+            (
+                "h:1:2:0123abcd-lock-0000000042",
+                Kind::Exclusive,
+                "h:1:2:0123abcd",
+                42,
+            ),
+            (
+                "h:1:2:0123abcd-r-lock-0000000042",
+                Kind::Shared,
+                "h:1:2:0123abcd",
+                42,
+            ),
+            (
+                "h:1:2:0123abcd-p4-lock-0000000042",
+                Kind::Permits(4),
+                "h:1:2:0123abcd",
+                42,
+            ),
+            // Curator's InterProcessMutex, protected or not, and its read/write lock.
+            (
+                "_c_399c43c8-382f-4ef7-8982-f5a5e153b8e7-lock-0000000007",
+                Kind::Exclusive,
+                "_c_399c43c8-382f-4ef7-8982-f5a5e153b8e7",
+                7,
+            ),
+            ("lock-0000000003", Kind::Exclusive, "", 3),
+            ("_c_u-__READ__0000000001", Kind::Shared, "_c_u", 1),
+            ("_c_u-__WRIT__0000000002", Kind::Exclusive, "_c_u", 2),
+            // The layout before `-lock-`.
+            ("0123abcd-0000000042", Kind::Exclusive, "0123abcd", 42),
+            (
+                "h:1:2:0123abcd-r-0000000042",
+                Kind::Shared,
+                "h:1:2:0123abcd",
+                42,
+            ),
+            (
+                "h:1:2:0123abcd-p4-0000000042",
+                Kind::Permits(4),
+                "h:1:2:0123abcd",
+                42,
+            ),
+            // An election candidate's token.
+            (
+                "=host-a%3A1:7:8:0123abcd-lock-0000000009",
+                Kind::Exclusive,
+                "=host-a%3A1:7:8:0123abcd",
+                9,
+            ),
+        ] {
+            assert_eq!(parse_node(node), (kind, token), "{node}");
+            assert_eq!(sequence_of(node), Some(sequence), "{node}");
+        }
         assert_eq!(sequence_of("intruder-0000000007"), Some(7));
-        assert_eq!(sequence_of("foreign"), None);
-        assert_eq!(sequence_of("x-12"), None);
+        for foreign in ["foreign", "x-12", "leases", "locks", "abc12345678901"] {
+            assert_eq!(sequence_of(foreign), None, "{foreign}");
+        }
     }
 }
