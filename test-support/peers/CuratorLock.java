@@ -1,6 +1,7 @@
 // The interop tests' Apache Curator peer (`test-support/src/curator.rs` compiles and starts
 // it): Curator's InterProcessMutex on a ZooKeeper path, the lock distlock's plain lock on
-// ZooKeeper shares.
+// ZooKeeper shares — or a side of its InterProcessReadWriteLock, which distlock's read/write
+// lock shares with `?recipe=rwlock`.
 //
 // Usage: java -cp <curator jars>:<this class> CuratorLock <connect> <session ms> <path> <mode> …
 //   hold              acquire (waiting as long as it takes), print "ACQUIRED <node>", hold
@@ -8,6 +9,8 @@
 //   increment <file> <n>
 //                     n times: acquire, read the number in <file>, pause 2 ms, write it + 1,
 //                     release; print "DONE"
+//   read-hold, write-hold, write-increment <file> <n>
+//                     the same with the read or the write side of InterProcessReadWriteLock
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
@@ -17,7 +20,9 @@ import java.nio.file.Paths;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
+import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.retry.RetryOneTime;
 
 public class CuratorLock {
@@ -29,12 +34,21 @@ public class CuratorLock {
         CuratorFramework client = CuratorFrameworkFactory.newClient(connect, sessionMs, 15_000, new RetryOneTime(500));
         client.start();
         client.blockUntilConnected();
-        InterProcessMutex mutex = new InterProcessMutex(client, path);
+        InterProcessLock mutex;
+        if (mode.startsWith("read-")) {
+            mutex = new InterProcessReadWriteLock(client, path).readLock();
+            mode = mode.substring(5);
+        } else if (mode.startsWith("write-")) {
+            mutex = new InterProcessReadWriteLock(client, path).writeLock();
+            mode = mode.substring(6);
+        } else {
+            mutex = new InterProcessMutex(client, path);
+        }
         switch (mode) {
             case "hold": {
                 mutex.acquire();
                 String node = "";
-                for (String n : mutex.getParticipantNodes()) {
+                for (String n : ((InterProcessMutex) mutex).getParticipantNodes()) {
                     node = n;
                     break;
                 }

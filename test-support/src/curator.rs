@@ -104,7 +104,14 @@ pub struct CuratorHold {
 impl CuratorHold {
     /// Starts it: it asks for the lock at once and waits as long as it takes.
     pub fn start(connect: &str, session: Duration, path: &str) -> CuratorHold {
-        let mut child = command(connect, session, path, &["hold"])
+        CuratorHold::start_side(connect, session, path, Side::Mutex)
+    }
+
+    /// [`start`](Self::start) with `InterProcessMutex` or a side of
+    /// `InterProcessReadWriteLock`.
+    pub fn start_side(connect: &str, session: Duration, path: &str, side: Side) -> CuratorHold {
+        let mode = format!("{}hold", side.prefix());
+        let mut child = command(connect, session, path, &[&mode])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -153,14 +160,43 @@ impl CuratorHold {
     }
 }
 
-/// `n` read-pause-write increments of the number in `file`, each under Curator's mutex on
-/// `path`: the running JVM (wait for it with `wait_with_output`).
-pub fn increments(connect: &str, session: Duration, path: &str, file: &Path, n: u32) -> Child {
+/// Which of Curator's locks a peer takes on its path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// `InterProcessMutex`.
+    Mutex,
+    /// `InterProcessReadWriteLock`'s read lock.
+    Read,
+    /// `InterProcessReadWriteLock`'s write lock.
+    Write,
+}
+
+impl Side {
+    fn prefix(self) -> &'static str {
+        match self {
+            Side::Mutex => "",
+            Side::Read => "read-",
+            Side::Write => "write-",
+        }
+    }
+}
+
+/// `n` read-pause-write increments of the number in `file`, each under Curator's mutex (or
+/// write lock) on `path`: the running JVM (wait for it with `wait_with_output`).
+pub fn increments(
+    connect: &str,
+    session: Duration,
+    path: &str,
+    side: Side,
+    file: &Path,
+    n: u32,
+) -> Child {
+    let mode = format!("{}increment", side.prefix());
     command(
         connect,
         session,
         path,
-        &["increment", &file.display().to_string(), &n.to_string()],
+        &[&mode, &file.display().to_string(), &n.to_string()],
     )
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())

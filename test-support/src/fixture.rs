@@ -1206,6 +1206,8 @@ impl Fixture for MysqlFixture {
 pub struct ZookeeperFixture {
     pub server: Server<super::zookeeper::ZkServer>,
     pub chroot: String,
+    /// After the URL: `?recipe=rwlock` for nodes in the layout of Curator's read/write lock.
+    query: &'static str,
     /// The fixture's own session: what it looks with, and owns the nodes it plants.
     zk: tokio::sync::OnceCell<zookeeper_client::Client>,
 }
@@ -1226,9 +1228,18 @@ impl ZookeeperFixture {
         ZookeeperFixture::on(Server::Own(super::zookeeper::ZkServer::start_tls()))
     }
 
+    /// Nodes in the layout of Curator's `InterProcessReadWriteLock` (`?recipe=rwlock`).
+    pub fn rwlock() -> ZookeeperFixture {
+        ZookeeperFixture {
+            query: "?recipe=rwlock",
+            ..ZookeeperFixture::new()
+        }
+    }
+
     fn on(server: Server<super::zookeeper::ZkServer>) -> ZookeeperFixture {
         ZookeeperFixture {
             server,
+            query: "",
             chroot: format!("/{}", unique("conformance")),
             zk: tokio::sync::OnceCell::new(),
         }
@@ -1261,7 +1272,11 @@ impl ZookeeperFixture {
             Err(zookeeper_client::Error::NoNode) => Vec::new(),
             Err(error) => panic!("list the queue of {:.60}: {error}", name),
         };
-        children.sort_by_key(|c| c.rsplit_once('-').map(|(_, seq)| seq.to_owned()));
+        // By the sequence number: the digits the name ends in.
+        children.sort_by_key(|c| {
+            let digits = c.bytes().rev().take_while(u8::is_ascii_digit).count();
+            c[c.len() - digits..].to_owned()
+        });
         children
     }
 
@@ -1277,21 +1292,35 @@ impl ZookeeperFixture {
     }
 }
 
-/// A ZooKeeper queue node's name without its sequence number and the `-lock-` before it
-/// (`<token>[-r|-p<n>]`); a node planted by [`ZookeeperFixture::overwrite`] has no `-lock-`.
-fn zk_marked(node: &str) -> &str {
-    let head = node.rsplit_once('-').map_or(node, |(head, _)| head);
-    head.strip_suffix("-lock").unwrap_or(head)
+/// A ZooKeeper queue node's owner token and kind mark (`<token>[-r|-p<n>]`): its name without
+/// the sequence number and the recipe's name before it (`-lock-`; `-__WRIT__`, or
+/// `-__READ__` for a reader's `-r`); a node planted by [`ZookeeperFixture::overwrite`] has
+/// none.
+fn zk_marked(node: &str) -> String {
+    let head = node.trim_end_matches(|c: char| c.is_ascii_digit());
+    if let Some(token) = head.strip_suffix("-__READ__") {
+        return format!("{token}-r");
+    }
+    let head = head
+        .strip_suffix("-lock-")
+        .or_else(|| head.strip_suffix("-__WRIT__"))
+        .or_else(|| head.strip_suffix('-'))
+        .unwrap_or(head);
+    head.to_owned()
 }
 
 impl Fixture for ZookeeperFixture {
     fn url(&self) -> String {
-        self.server.url(&self.chroot)
+        let url = self.server.url(&self.chroot);
+        match url.split_once('?') {
+            Some((url, tls)) if !self.query.is_empty() => format!("{url}{}&{tls}", self.query),
+            _ => format!("{url}{}", self.query),
+        }
     }
 
     async fn holder(&self, name: &str) -> Option<String> {
         let (node, _, _) = self.holder_node(name).await?;
-        Some(zk_marked(&node).to_owned())
+        Some(zk_marked(&node))
     }
 
     /// How long the server would keep the lock if its holder stopped now: what is left of
@@ -1311,7 +1340,8 @@ impl Fixture for ZookeeperFixture {
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         let mut readers = Vec::new();
         for node in self.queue(name).await {
-            let Some(token) = zk_marked(&node).strip_suffix("-r") else {
+            let marked = zk_marked(&node);
+            let Some(token) = marked.strip_suffix("-r") else {
                 break;
             };
             let path = format!("{}/{node}", self.parent(name));
@@ -1329,7 +1359,8 @@ impl Fixture for ZookeeperFixture {
         let mut permits = Vec::new();
         let mut limit = usize::MAX;
         for node in self.queue(name).await {
-            let Some((token, n)) = zk_marked(&node)
+            let marked = zk_marked(&node);
+            let Some((token, n)) = marked
                 .rsplit_once("-p")
                 .and_then(|(token, n)| Some((token, n.parse::<usize>().ok()?)))
             else {

@@ -2820,6 +2820,7 @@ suite! {
 #[cfg(feature = "zookeeper")]
 suite! {
     zookeeper => ZookeeperFixture::new(),
+    zookeeper_rwlock => ZookeeperFixture::rwlock(),
 }
 
 #[cfg(feature = "etcd")]

@@ -52,7 +52,7 @@ fn number_in(file: &std::path::Path) -> u64 {
 #[cfg(feature = "zookeeper")]
 mod curator {
     use super::*;
-    use support::curator::{CuratorHold, increments as curator_increments};
+    use support::curator::{CuratorHold, Side, increments as curator_increments};
     use support::zookeeper::ZkServer;
 
     struct Setup {
@@ -63,9 +63,14 @@ mod curator {
     }
 
     async fn setup() -> Setup {
+        setup_with("").await
+    }
+
+    /// With `query` (`?recipe=rwlock`) after the URL.
+    async fn setup_with(query: &str) -> Setup {
         let server = ZkServer::shared();
         let chroot = format!("/{}", unique("curator"));
-        let url = server.url(&chroot);
+        let url = format!("{}{query}", server.url(&chroot));
         // The chroot must exist for Curator (distlock creates its parents itself).
         let zk = support::zookeeper::client(server.client_port).await;
         let _ = zk
@@ -201,6 +206,7 @@ mod curator {
                     &s.connect,
                     Duration::from_secs(10),
                     &s.path("n"),
+                    Side::Mutex,
                     &file,
                     100,
                 )
@@ -256,6 +262,93 @@ mod curator {
             assert!(curator.acquired(Duration::from_secs(10)).await.is_some());
             curator.release().await;
         }
+    }
+
+    /// With `?recipe=rwlock`, distlock's read/write lock is Curator's `InterProcessReadWriteLock`
+    /// on the same path: readers of both hold together, a writer of either waits for the
+    /// other's readers and excludes everyone; two Curator and two distlock writers × 50
+    /// increments lose none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn curators_read_write_lock_shares_distlocks_with_recipe_rwlock() {
+        let s = setup_with("?recipe=rwlock").await;
+        let session = Duration::from_secs(10);
+        let other = LockClient::connect(&s.url).await.unwrap();
+        let reader = s.client.lock("rw").read().acquire().await.unwrap();
+        let mut curator_reader =
+            CuratorHold::start_side(&s.connect, session, &s.path("rw"), Side::Read);
+        let node = curator_reader.acquired(Duration::from_secs(60)).await;
+        assert!(
+            node.is_some_and(|n| n.contains("__READ__")),
+            "readers hold together"
+        );
+        let mut curator_writer =
+            CuratorHold::start_side(&s.connect, session, &s.path("rw"), Side::Write);
+        assert_eq!(
+            curator_writer.acquired(Duration::from_secs(2)).await,
+            None,
+            "a Curator writer beside readers"
+        );
+        assert!(
+            other.lock("rw").try_acquire().await.unwrap().is_none(),
+            "a distlock writer beside readers"
+        );
+        reader.release().await.unwrap();
+        assert_eq!(
+            curator_writer.acquired(ms(500)).await,
+            None,
+            "a writer beside Curator's reader"
+        );
+        curator_reader.release().await;
+        assert!(
+            curator_writer
+                .acquired(Duration::from_secs(10))
+                .await
+                .is_some(),
+            "the writer was not woken"
+        );
+        assert!(
+            other
+                .lock("rw")
+                .read()
+                .try_acquire()
+                .await
+                .unwrap()
+                .is_none(),
+            "a distlock reader beside Curator's writer"
+        );
+        curator_writer.release().await;
+        // Writers of both sides, incrementing one number.
+        let dir = scratch();
+        let file = dir.join("n");
+        std::fs::write(&file, "0").unwrap();
+        let java: Vec<_> = (0..2)
+            .map(|_| curator_increments(&s.connect, session, &s.path("n"), Side::Write, &file, 50))
+            .collect();
+        let ours = [
+            tokio::spawn(increments(s.client.clone(), "n".into(), file.clone(), 50)),
+            tokio::spawn(increments(other.clone(), "n".into(), file.clone(), 50)),
+        ];
+        for task in ours {
+            task.await.unwrap();
+        }
+        for child in java {
+            let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+                .await
+                .expect("Curator finished")
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert_eq!(number_in(&file), 200);
+        assert_eq!(
+            s.children("rw").await,
+            Vec::<String>::new(),
+            "nodes left behind"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 

@@ -89,7 +89,7 @@ impl LockClient {
     /// | `…?replicas=N` on `redis://`, `redis+sentinel://`, `redis+cluster://` | a grant or renewal counts once N replicas acknowledged it (`WAIT`) |
     /// | `postgres://user:password@host:port/db[?table=…&pool_size=…&create_table=false]` | a lock table in PostgreSQL (`postgres` feature) |
     /// | `mysql://user:password@host:port/db[?table=…&pool_size=…&create_table=false]` | a lock table in MySQL 8 / MariaDB ≥ 10.6 (`mysql` feature) |
-    /// | `zk://h1:2181,h2:2181[/chroot][?session_timeout=10s]` | ZooKeeper ephemeral sequential nodes, one session per lease (`zookeeper` feature) |
+    /// | `zk://h1:2181,h2:2181[/chroot][?session_timeout=10s][&recipe=rwlock]` | ZooKeeper ephemeral sequential nodes in Curator's layout, one session per lease (`zookeeper` feature) |
     /// | `etcd://h1:2379,h2:2379[/prefix]` | etcd keys on leases, one lease per lease length (`etcd` feature) |
     ///
     /// Connecting checks that the server answers and accepts the credentials, bounded by the

@@ -49,7 +49,7 @@ impl ZookeeperBackend {
         parent: &str,
         spec: LockSpec<'_>,
     ) -> Result<(String, i64, Listed), BoxError> {
-        let prefix = node_prefix(parent, spec.token, spec.kind);
+        let prefix = node_prefix(parent, spec.token, spec.kind, self.url.recipe);
         let data = self.node_data(spec);
         let options = queue_node(self.access.acls());
         let mut known = self.parents.contains(parent);

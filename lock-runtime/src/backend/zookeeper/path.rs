@@ -23,6 +23,21 @@ pub(crate) struct ZkUrl {
     pub chroot: String,
     /// `session_timeout=`: one session of this timeout for every lock, whatever its lease.
     pub session_timeout: Option<Duration>,
+    /// `recipe=`: which of Curator's recipes this client's node names follow.
+    pub recipe: Recipe,
+}
+
+/// Which Apache Curator recipe a client's lock nodes share a path with (`?recipe=` in the
+/// URL). A node name ends in one marker before its sequence number, and Curator sorts each
+/// recipe's nodes by what follows that recipe's marker, so one client follows one recipe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Recipe {
+    /// `InterProcessMutex` (the default): every node ends `-lock-<sequence>`.
+    #[default]
+    Mutex,
+    /// `InterProcessReadWriteLock`: a reader's node ends `__READ__<sequence>`, every other
+    /// node (a writer's, a permit's) `__WRIT__<sequence>`.
+    ReadWrite,
 }
 
 /// `user:password` of ZooKeeper's digest scheme; never shown.
@@ -82,9 +97,22 @@ pub(crate) fn parse_url(url: &str) -> Result<ZkUrl, LockError> {
         }
     };
     let mut session_timeout = None;
+    let mut recipe = Recipe::Mutex;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         match name {
+            "recipe" => {
+                recipe = match value {
+                    "mutex" => Recipe::Mutex,
+                    "rwlock" => Recipe::ReadWrite,
+                    other => {
+                        return Err(bad(format!(
+                            "`recipe={other}`: expected `mutex` (Curator's InterProcessMutex, \
+                             the default) or `rwlock` (its InterProcessReadWriteLock)"
+                        )));
+                    }
+                };
+            }
             "session_timeout" => {
                 let timeout = parse_duration(value).ok_or_else(|| {
                     bad(format!(
@@ -100,7 +128,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ZkUrl, LockError> {
             }
             other => {
                 return Err(bad(format!(
-                    "unknown parameter `{other}` (supported: `session_timeout`)"
+                    "unknown parameter `{other}` (supported: `session_timeout`, `recipe`)"
                 )));
             }
         }
@@ -111,6 +139,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ZkUrl, LockError> {
         hosts: listed.join(","),
         chroot,
         session_timeout,
+        recipe,
     })
 }
 
@@ -208,12 +237,17 @@ const CURATOR_READ: &str = "__READ__";
 const CURATOR_WRITE: &str = "__WRIT__";
 
 /// The prefix of a waiter's node name: its owner token (and `-r` for a reader, `-p<n>` for a
-/// permit of a semaphore of `n`), then `-lock-`; ZooKeeper appends the sequence number.
-pub(crate) fn node_prefix(parent: &str, token: &str, kind: Kind) -> String {
-    match kind {
-        Kind::Exclusive => format!("{parent}/{token}-{LOCK_NAME}"),
-        Kind::Shared => format!("{parent}/{token}{READER}-{LOCK_NAME}"),
-        Kind::Permits(n) => format!("{parent}/{token}-p{n}-{LOCK_NAME}"),
+/// permit of a semaphore of `n`), then `-lock-` — or, following Curator's read/write lock,
+/// `-__READ__` for a reader and `-__WRIT__` for any other; ZooKeeper appends the sequence
+/// number.
+pub(crate) fn node_prefix(parent: &str, token: &str, kind: Kind, recipe: Recipe) -> String {
+    match (recipe, kind) {
+        (Recipe::Mutex, Kind::Exclusive) => format!("{parent}/{token}-{LOCK_NAME}"),
+        (Recipe::Mutex, Kind::Shared) => format!("{parent}/{token}{READER}-{LOCK_NAME}"),
+        (Recipe::Mutex, Kind::Permits(n)) => format!("{parent}/{token}-p{n}-{LOCK_NAME}"),
+        (Recipe::ReadWrite, Kind::Exclusive) => format!("{parent}/{token}-{CURATOR_WRITE}"),
+        (Recipe::ReadWrite, Kind::Shared) => format!("{parent}/{token}-{CURATOR_READ}"),
+        (Recipe::ReadWrite, Kind::Permits(n)) => format!("{parent}/{token}-p{n}-{CURATOR_WRITE}"),
     }
 }
 
@@ -236,12 +270,13 @@ fn split_sequence(child: &str) -> Option<(&str, i64)> {
 /// `-lock-` (`<token>[-r|-p<n>]-N`) reads as it did.
 pub(crate) fn parse_node(child: &str) -> (Kind, &str) {
     let head = split_sequence(child).map_or(child, |(head, _)| head);
-    let marked = if let Some(base) = head.strip_suffix(LOCK_NAME) {
-        base.strip_suffix('-').unwrap_or(base)
-    } else if let Some(base) = head.strip_suffix(CURATOR_READ) {
+    let marked = if let Some(base) = head.strip_suffix(CURATOR_READ) {
         return (Kind::Shared, base.strip_suffix('-').unwrap_or(base));
-    } else if let Some(base) = head.strip_suffix(CURATOR_WRITE) {
-        return (Kind::Exclusive, base.strip_suffix('-').unwrap_or(base));
+    } else if let Some(base) = head
+        .strip_suffix(LOCK_NAME)
+        .or_else(|| head.strip_suffix(CURATOR_WRITE))
+    {
+        base.strip_suffix('-').unwrap_or(base)
     } else {
         head.strip_suffix('-').unwrap_or(head)
     };
@@ -285,6 +320,11 @@ mod tests {
         assert_eq!(url.session_timeout, Some(Duration::from_secs(10)));
         let url = parse_url("zk://127.0.0.1:2181/").unwrap();
         assert_eq!((url.chroot.as_str(), url.session_timeout), ("", None));
+        assert_eq!(url.recipe, Recipe::Mutex);
+        let url = parse_url("zk://a/x?recipe=rwlock&session_timeout=5s").unwrap();
+        assert_eq!(url.recipe, Recipe::ReadWrite);
+        let url = parse_url("zk://a/x?recipe=mutex").unwrap();
+        assert_eq!(url.recipe, Recipe::Mutex);
         for (bad, says) in [
             ("zk://", "host is missing"),
             ("zk://a:x", "not a port"),
@@ -293,6 +333,7 @@ mod tests {
             ("zk://a/b/../c", "`.` and `..`"),
             ("zk://a?session_timeout=ten", "expected a duration"),
             ("zk://a?session_timeout=10ms", "too short"),
+            ("zk://a?recipe=rw", "expected `mutex`"),
             (
                 "zk://a?sessiontimeout=1s",
                 "unknown parameter `sessiontimeout`",
@@ -337,12 +378,23 @@ mod tests {
 
     #[test]
     fn queue_nodes_carry_token_and_sequence() {
+        let mutex = Recipe::Mutex;
         assert_eq!(
-            node_prefix("/p", "h:1:2:0123abcd", Kind::Exclusive),
+            node_prefix("/p", "h:1:2:0123abcd", Kind::Exclusive, mutex),
             "/p/h:1:2:0123abcd-lock-"
         );
-        assert_eq!(node_prefix("/p", "t", Kind::Shared), "/p/t-r-lock-");
-        assert_eq!(node_prefix("/p", "t", Kind::Permits(4)), "/p/t-p4-lock-");
+        assert_eq!(node_prefix("/p", "t", Kind::Shared, mutex), "/p/t-r-lock-");
+        assert_eq!(
+            node_prefix("/p", "t", Kind::Permits(4), mutex),
+            "/p/t-p4-lock-"
+        );
+        let rw = Recipe::ReadWrite;
+        assert_eq!(node_prefix("/p", "t", Kind::Exclusive, rw), "/p/t-__WRIT__");
+        assert_eq!(node_prefix("/p", "t", Kind::Shared, rw), "/p/t-__READ__");
+        assert_eq!(
+            node_prefix("/p", "t", Kind::Permits(4), rw),
+            "/p/t-p4-__WRIT__"
+        );
         for (node, kind, token, sequence) in [
             (
                 "h:1:2:0123abcd-lock-0000000042",
@@ -372,6 +424,7 @@ mod tests {
             ("lock-0000000003", Kind::Exclusive, "", 3),
             ("_c_u-__READ__0000000001", Kind::Shared, "_c_u", 1),
             ("_c_u-__WRIT__0000000002", Kind::Exclusive, "_c_u", 2),
+            ("t-p4-__WRIT__0000000002", Kind::Permits(4), "t", 2),
             // The layout before `-lock-`.
             ("0123abcd-0000000042", Kind::Exclusive, "0123abcd", 42),
             (
