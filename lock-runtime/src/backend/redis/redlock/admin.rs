@@ -79,7 +79,31 @@ impl Admin for RedlockBackend {
     ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
         Box::pin(async move {
             let found = self.on_every_node(|node| node.inspect_lock(name)).await?;
-            Ok(self.majority(found))
+            // A node that did not answer may hold the token that would have made a majority:
+            // then nobody can be said to hold the lock, nor anybody not to.
+            let unanswered = self.nodes.len() - found.len();
+            let most = found
+                .iter()
+                .flatten()
+                .map(|e| {
+                    found
+                        .iter()
+                        .flatten()
+                        .filter(|o| o.token == e.token)
+                        .count()
+                })
+                .max()
+                .unwrap_or(0);
+            match self.majority(found) {
+                Some(entry) => Ok(Some(entry)),
+                None if unanswered > 0 && most + unanswered >= self.quorum => Err(format!(
+                    "cannot tell who holds it: {unanswered} of {} Redlock nodes did not answer \
+                     within {ADMIN_NODE_TIMEOUT:?}, and without them no owner has a majority",
+                    self.nodes.len()
+                )
+                .into()),
+                None => Ok(None),
+            }
         })
     }
     fn list<'a>(
