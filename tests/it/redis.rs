@@ -1295,3 +1295,75 @@ async fn the_admin_api_reads_foreign_locks_and_skips_other_keys() {
     assert_eq!(removed.token.as_deref(), Some("3f2a9c"));
     assert_eq!(server.get("lock:foreign").await, None);
 }
+
+/// A writer that waited behind readers marked the key against new ones (`lock-writers:…`);
+/// its grant takes its mark back in the same script, so the readers after it are let in the
+/// moment it releases. A plain writer that never met a reader leaves no mark and pays no
+/// command for one: its grant after a wait is `TYPE` + `SET` inside the script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_mark_goes_with_its_grant_and_a_plain_grant_pays_for_none() {
+    let (server, client) = start().await;
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let reader = client.lock("marked").read().acquire().await.unwrap();
+    let writer = tokio::spawn(async move {
+        other
+            .lock("marked")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap()
+    });
+    let mut conn = server.connection().await;
+    let mut marked = false;
+    for _ in 0..200 {
+        let n: i64 = redis::cmd("ZCARD")
+            .arg("lock-writers:lock:marked")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if n == 1 {
+            marked = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(marked, "the waiting writer marked the key");
+    reader.release().await.unwrap();
+    let writer = writer.await.unwrap();
+    let left: i64 = redis::cmd("EXISTS")
+        .arg("lock-writers:lock:marked")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the writer's mark outlived its grant");
+    writer.release().await.unwrap();
+    let again = client.lock("marked").read().try_acquire().await.unwrap();
+    assert!(again.is_some(), "a reader kept out after the writer released");
+    drop(again);
+    // A plain writer waiting behind a plain holder: its grant runs no ZREM.
+    let held = client.lock("plain").acquire().await.unwrap();
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        other
+            .lock("plain")
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    held.release().await.unwrap();
+    waiter.await.unwrap().release().await.unwrap();
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(stats.contains("cmdstat_set:"), "{stats}");
+    assert!(!stats.contains("cmdstat_zrem:"), "a plain grant paid for a mark: {stats}");
+}

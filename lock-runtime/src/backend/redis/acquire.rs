@@ -76,23 +76,34 @@ impl RedisBackend {
             Kind::Shared => (&self.read, 0),
             Kind::Permits(limit) => (&self.permit, u64::from(limit)),
         };
+        let marked = spec.kind == Kind::Exclusive && self.marked.has(spec.token);
         let (taken, value): (i64, i64) = self
             .run_acked(
                 spec.lease,
                 |&(taken, _): &(i64, i64)| taken == 1,
-                |mut conn, _| {
+                |mut conn, attempt| {
                     let mut call = script.key(spec.name);
                     call.key(fence_key)
                         .key(writers)
                         .arg(spec.token)
                         .arg(lease)
                         .arg(u8::from(spec.fencing))
-                        .arg(last);
+                        .arg(last)
+                        // A retry (its first try's reply may be lost): a lock already ours is
+                        // taken. (`write` reads it; `read` and `permit` look at their share.)
+                        .arg(u8::from(attempt > 0))
+                        // Whether this writer marked the key against new readers (`write`).
+                        .arg(u8::from(marked));
                     async move { call.invoke_async(&mut conn).await }
                 },
             )
             .await
             .map_err(acquire_error)?;
+        match taken {
+            3 => self.marked.note(spec.token),
+            1 if marked => self.marked.forget(spec.token),
+            _ => {}
+        }
         scripted_attempt(spec, taken, value)
     }
 
@@ -213,6 +224,7 @@ fn scripted_attempt(spec: LockSpec<'_>, taken: i64, value: i64) -> Result<Attemp
                 (held, asked) => crate::backend::Refused::kind(held, asked),
             })
         }
+        // 0 busy; 3 busy, and the key marked against new readers.
         _ => Ok(Attempt::Busy {
             ttl: ttl_from_pttl(value),
         }),

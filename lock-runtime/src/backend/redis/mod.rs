@@ -158,6 +158,48 @@ pub(crate) struct RedisBackend {
     acquire_fair: Script,
     release_fair: Script,
     acquire_all: Script,
+    /// The tokens of this client's waiting writers that marked a key against new readers (see
+    /// `scripts::write`): only their grant has a mark to take back.
+    marked: Marked,
+}
+
+/// A set of owner tokens, with a count that lets the plain lock's paths skip it (no lock
+/// taken) while it is empty — as it is unless readers and writers of a key meet.
+#[derive(Default)]
+pub(super) struct Marked {
+    count: std::sync::atomic::AtomicUsize,
+    tokens: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl Marked {
+    fn tokens(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.tokens
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `token` marked a key.
+    pub(super) fn note(&self, token: &str) {
+        let mut tokens = self.tokens();
+        if tokens.insert(token.to_owned()) {
+            self.count
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether `token` marked a key.
+    pub(super) fn has(&self, token: &str) -> bool {
+        self.count.load(std::sync::atomic::Ordering::Relaxed) > 0 && self.tokens().contains(token)
+    }
+
+    /// Forgets `token` (its grant took the mark back, or it was given up).
+    pub(super) fn forget(&self, token: &str) {
+        if self.count.load(std::sync::atomic::Ordering::Relaxed) > 0 && self.tokens().remove(token)
+        {
+            self.count
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
 impl RedisBackend {
@@ -230,6 +272,7 @@ impl RedisBackend {
             acquire_fair: Script::new(&scripts::acquire_fair()),
             release_fair: Script::new(&scripts::release_fair()),
             acquire_all: Script::new(&scripts::acquire_all()),
+            marked: Marked::default(),
         }
     }
 

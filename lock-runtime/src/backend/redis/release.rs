@@ -19,6 +19,8 @@ impl RedisBackend {
         keys: &[&str],
         token: &str,
     ) -> Result<Released, BoxError> {
+        // A writer that gives its place up takes its mark back here (`scripts::release`).
+        self.marked.forget(token);
         let mut retried = false;
         // With `?replicas`, on the grants' connection (without `WAIT`): behind every attempt
         // sent before it, so the release of a cancelled attempt can never overtake it.

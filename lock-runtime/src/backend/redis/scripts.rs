@@ -111,8 +111,10 @@ return out"
 
 /// A plain lock's attempt by script — a waiter's, a fenced one, or a retry whose first try's
 /// reply was lost (KEYS: lock, fencing counter, writers' marks; ARGV: token, lease ms, fencing
-/// `1`/`0`, mark ms — `0`: do not mark). Taken if free, or already ours → {1, fencing token or
-/// 0}. Held by readers → {0, ms until their last share ends}, after marking the key against
+/// `1`/`0`, mark ms — `0`: do not mark —, retry `1`/`0`, marked `1`/`0`). Taken if free, or (a
+/// retry) already ours → {1, fencing token or 0}, taking the token's mark back if it made one
+/// (ARGV[6]: the client remembers); only a retry asks whose the lock is, so a waiter's attempt
+/// on a lock held by another costs `TYPE` and `PTTL`, and a plain lock's grant `SET` alone. Held by readers → {0, ms until their last share ends}, after marking the key against
 /// new readers for ARGV[4] ms (then at most a third of that: the waiter asks again in time to
 /// keep its mark). Held by another writer → {0, pttl}. A key of another type fails.
 pub(super) fn write() -> String {
@@ -130,7 +132,7 @@ if t == 'zset' then
     if mark > 0 then
       redis.call('ZADD', KEYS[3], n + mark, ARGV[1])
       redis.call('PEXPIRE', KEYS[3], mark)
-      pttl = math.min(pttl, math.floor(mark / 3))
+      return {3, math.min(pttl, math.floor(mark / 3))}
     end
     return {0, pttl}
   end
@@ -138,14 +140,14 @@ if t == 'zset' then
 end
 if t == 'none' then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  redis.call('ZREM', KEYS[3], ARGV[1])
+  if ARGV[6] == '1' or ARGV[5] == '1' then redis.call('ZREM', KEYS[3], ARGV[1]) end
   if ARGV[3] == '1' then return {1, redis.call('INCR', KEYS[2])} end
   return {1, 0}
 end
 if t ~= 'string' then
   return redis.error_reply('WRONGTYPE the key holds a ' .. t .. ', not a lock')
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if ARGV[5] == '1' and redis.call('GET', KEYS[1]) == ARGV[1] then
   if ARGV[3] == '1' then return {1, tonumber(redis.call('GET', KEYS[2]) or '0')} end
   return {1, 0}
 end
@@ -318,11 +320,13 @@ return 0"
 /// with a lease of ARGV[3] ms (and a new fencing token from KEYS[2] if ARGV[4] is 1) → the
 /// fencing token, or 0. If ARGV[5] is 1 (a retry whose first reply was lost) a lock already
 /// holding ARGV[2] counts as handed. Otherwise → -1: it was not ours, nothing changed.
+///
+/// The hot path of a contended lock (every hand-over in a row), so it asks for the token with
+/// one `GET` and no `TYPE`: a key of another type (readers' shares) answers it with an error,
+/// which `pcall` turns into a value that equals no token.
 pub(super) fn hand_over() -> String {
-    format!(
-        "{HELPERS}{}",
-        r"
-local v = holder(KEYS[1])
+    r"
+local v = redis.pcall('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   if ARGV[4] == '1' then return redis.call('INCR', KEYS[2]) end
@@ -333,7 +337,7 @@ if ARGV[5] == '1' and v == ARGV[2] then
   return 0
 end
 return -1"
-    )
+        .to_owned()
 }
 
 /// One Redlock vote: take the lock if free (or refresh it if it is already ours: a retried
