@@ -731,6 +731,20 @@ impl Interrupts {
         }
     }
 
+    /// Ctrl-C / SIGTERM, or the end of `limit` (`--for`), whichever comes first.
+    async fn or_after(&mut self, limit: Option<Duration>) {
+        let end = async {
+            match limit {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = end => {}
+            () = self.recv() => {}
+        }
+    }
+
     async fn recv(&mut self) {
         /// One signal's next delivery; never, for a signal that could not be listened for.
         async fn next(signal: Option<&mut tokio::signal::unix::Signal>) {
@@ -767,19 +781,7 @@ async fn watch(
     }
     let mut known: HashMap<String, LockInfo> = HashMap::new();
     let mut first = true;
-    // Ctrl-C / SIGTERM, or the end of --for, whichever comes first.
-    let stop = async {
-        let end = async {
-            match watch_for {
-                Some(d) => tokio::time::sleep(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = end => {}
-            () = interrupts.recv() => {}
-        }
-    };
+    let stop = interrupts.or_after(watch_for);
     tokio::pin!(stop);
     loop {
         let now: HashMap<String, LockInfo> = client
@@ -866,19 +868,7 @@ async fn watch_leader(
 ) -> Result<(), Failure> {
     use futures_util::StreamExt;
     let mut interrupts = Interrupts::listen();
-    // Ctrl-C / SIGTERM, or the end of --for, whichever comes first.
-    let stop = async {
-        let end = async {
-            match watch_for {
-                Some(d) => tokio::time::sleep(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = end => {}
-            () = interrupts.recv() => {}
-        }
-    };
+    let stop = interrupts.or_after(watch_for);
     tokio::pin!(stop);
     let changes = election.observe();
     tokio::pin!(changes);

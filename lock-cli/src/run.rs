@@ -174,27 +174,40 @@ async fn run(cli: &Cli) -> Ended {
             );
         }
     };
+    let mut env = vec![("DISTLOCK_KEY", key.clone())];
+    if let Some(token) = guard.fencing_token() {
+        env.push(("DISTLOCK_FENCING_TOKEN", token.to_string()));
+    }
+    run_while_held(command, &env, guard, &format!("`{key}`"), *grace, signals).await
+}
+
+/// Starts COMMAND (with `env`) in a process group of its own and supervises it while `held`
+/// lasts; if it cannot start, gives `held` back and says why (126, or 127 if not found).
+async fn run_while_held(
+    command: &[String],
+    env: &[(&str, String)],
+    held: impl Held,
+    what: &str,
+    grace: Duration,
+    signals: Signals,
+) -> Ended {
     let mut child = tokio::process::Command::new(&command[0]);
     child
         .args(&command[1..])
-        .env("DISTLOCK_KEY", &key)
+        .envs(env.iter().map(|(name, value)| (*name, value)))
         .process_group(0)
         .kill_on_drop(false);
-    if let Some(token) = guard.fencing_token() {
-        child.env("DISTLOCK_FENCING_TOKEN", token.to_string());
-    }
-    let child = match child.spawn() {
-        Ok(child) => child,
+    match child.spawn() {
+        Ok(child) => supervise(child, held, what, grace, signals).await,
         Err(error) => {
             let code = match error.kind() {
                 std::io::ErrorKind::NotFound => NOT_FOUND,
                 _ => CANNOT_RUN,
             };
-            let _ = guard.release().await;
-            return Ended::with(code, format!("cannot run `{}`: {error}", command[0]));
+            let _ = held.give_back().await;
+            Ended::with(code, format!("cannot run `{}`: {error}", command[0]))
         }
-    };
-    supervise(child, guard, &format!("`{key}`"), *grace, signals).await
+    }
 }
 
 /// `distlock elect`: campaigns, then runs COMMAND while leading.
@@ -254,27 +267,13 @@ async fn elect(cli: &Cli) -> Ended {
             );
         }
     };
-    let mut child = tokio::process::Command::new(&command[0]);
-    child
-        .args(&command[1..])
-        .env("DISTLOCK_ELECTION", &name)
-        .env("DISTLOCK_IDENTITY", identity)
-        .env("DISTLOCK_TERM", leadership.term().to_string())
-        .process_group(0)
-        .kill_on_drop(false);
-    let child = match child.spawn() {
-        Ok(child) => child,
-        Err(error) => {
-            let code = match error.kind() {
-                std::io::ErrorKind::NotFound => NOT_FOUND,
-                _ => CANNOT_RUN,
-            };
-            let _ = leadership.resign().await;
-            return Ended::with(code, format!("cannot run `{}`: {error}", command[0]));
-        }
-    };
+    let env = [
+        ("DISTLOCK_ELECTION", name.clone()),
+        ("DISTLOCK_IDENTITY", identity.clone()),
+        ("DISTLOCK_TERM", leadership.term().to_string()),
+    ];
     let what = format!("leadership of `{name}`");
-    supervise(child, leadership, &what, *grace, signals).await
+    run_while_held(command, &env, leadership, &what, *grace, signals).await
 }
 
 /// The lock was busy past `wait`: who holds it, where the backend knows.

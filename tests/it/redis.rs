@@ -1338,7 +1338,10 @@ async fn a_writers_mark_goes_with_its_grant_and_a_plain_grant_pays_for_none() {
     assert_eq!(left, 0, "the writer's mark outlived its grant");
     writer.release().await.unwrap();
     let again = client.lock("marked").read().try_acquire().await.unwrap();
-    assert!(again.is_some(), "a reader kept out after the writer released");
+    assert!(
+        again.is_some(),
+        "a reader kept out after the writer released"
+    );
     drop(again);
     // A plain writer waiting behind a plain holder: its grant runs no ZREM.
     let held = client.lock("plain").acquire().await.unwrap();
@@ -1365,5 +1368,8 @@ async fn a_writers_mark_goes_with_its_grant_and_a_plain_grant_pays_for_none() {
         .await
         .unwrap();
     assert!(stats.contains("cmdstat_set:"), "{stats}");
-    assert!(!stats.contains("cmdstat_zrem:"), "a plain grant paid for a mark: {stats}");
+    assert!(
+        !stats.contains("cmdstat_zrem:"),
+        "a plain grant paid for a mark: {stats}"
+    );
 }
