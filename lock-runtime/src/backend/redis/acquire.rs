@@ -54,8 +54,9 @@ impl RedisBackend {
                     fencing_token: None,
                 }),
                 Some(false) => Ok(Attempt::Busy { ttl: None }),
-                // Boxed: the plain path's future stays small (see `locked::footprint`).
-                None => Box::pin(self.try_acquire_by_script(spec)).await,
+                // Boxed: the plain path's future stays small (see `locked::footprint`). After
+                // the plain path, a retry: its `SET` may have landed.
+                None => Box::pin(self.try_acquire_by_script(spec, plain)).await,
             }
         })
     }
@@ -63,7 +64,17 @@ impl RedisBackend {
     /// An attempt by script (see `scripts::write`, `scripts::read` and `scripts::permit`): a
     /// reader's, a semaphore's permit's, or a plain lock's when it is fenced, waiting, or
     /// retried.
-    async fn try_acquire_by_script(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
+    ///
+    /// `retried`: an earlier try of this attempt may have taken the lock (its reply was lost),
+    /// so the script must take a lock already holding this token as ours. So must every try
+    /// after the first here, and every try through a cluster connection, which retries
+    /// commands out of sight.
+    async fn try_acquire_by_script(
+        &self,
+        spec: LockSpec<'_>,
+        retried: bool,
+    ) -> Result<Attempt, BoxError> {
+        let retried = retried || self.is_cluster();
         let fence_key = &self.fence_key(spec.name);
         let writers = &self.writers_key(spec.name);
         let lease = millis(spec.lease);
@@ -91,7 +102,7 @@ impl RedisBackend {
                         .arg(last)
                         // A retry (its first try's reply may be lost): a lock already ours is
                         // taken. (`write` reads it; `read` and `permit` look at their share.)
-                        .arg(u8::from(attempt > 0))
+                        .arg(u8::from(retried || attempt > 0))
                         // Whether this writer marked the key against new readers (`write`).
                         .arg(u8::from(marked));
                     async move { call.invoke_async(&mut conn).await }
