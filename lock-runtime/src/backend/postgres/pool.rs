@@ -54,7 +54,7 @@ pub(super) async fn connect_raw(
     // The driver's own timeout covers the TCP connect; this one the whole handshake.
     match tokio::time::timeout(
         limit + Duration::from_millis(100),
-        config.connect(tls.clone()),
+        config.connect(super::tls::connector(tls)),
     )
     .await
     {

@@ -21,6 +21,13 @@ pub(super) use rustls_connect::MakeRustls as MakeTls;
 #[cfg(not(feature = "tls"))]
 pub(super) use tokio_postgres::NoTls as MakeTls;
 
+/// A copy of `tls` for one connection or cancel: a clone of the rustls connector's shared
+/// configuration, or (without the `tls` feature) `NoTls`, which is `Copy`.
+#[allow(clippy::clone_on_copy)]
+pub(super) fn connector(tls: &MakeTls) -> MakeTls {
+    tls.clone()
+}
+
 /// A connection's I/O half, which must be polled for the client to work.
 pub(super) type RawConnection = tokio_postgres::Connection<
     tokio_postgres::Socket,

@@ -613,8 +613,11 @@ impl Backend for AdvisoryBackend {
                     // ends the session (and a grant that raced the cancel).
                     let limit = self.settings.response_timeout;
                     let cancel = session.client.cancel_token();
-                    let _ =
-                        tokio::time::timeout(limit, cancel.cancel_query(self.tls.clone())).await;
+                    let _ = tokio::time::timeout(
+                        limit,
+                        cancel.cancel_query(crate::backend::postgres::tls::connector(&self.tls)),
+                    )
+                    .await;
                     // A cancel is a signal to the waiting backend, which leaves the lock's queue
                     // a moment later: wait for the blocking request's answer (cancelled, or
                     // granted just before), so that a reader that tries right after this release
