@@ -467,9 +467,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             watch_for,
         } => {
             let (url, rest) = url_and_rest(cli.url.as_deref(), args, 1)?;
-            let name = rest.first().map(String::as_str).ok_or_else(|| {
-                Failure::Usage("which election? give its NAME (e.g. `reports`)".into())
-            })?;
+            let name = election_of(&rest)?;
             if interval.is_zero() {
                 return Err(Failure::Usage("--interval must be more than 0".into()));
             }
@@ -522,6 +520,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+pub(crate) fn election_of(rest: &[String]) -> Result<&str, Failure> {
+    rest.first()
+        .map(String::as_str)
+        .ok_or_else(|| Failure::Usage("which election? give its NAME (e.g. `reports`)".into()))
 }
 
 pub(crate) fn key_of(rest: &[String]) -> Result<&str, Failure> {

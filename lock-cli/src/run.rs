@@ -16,7 +16,7 @@ use lock_runtime::{Leadership, LockClient, LockError, LockGuard};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::format::duration;
-use crate::{Cli, Command, Failure, connect_as, holder_of, key_of, url_and_rest};
+use crate::{Cli, Command, Failure, connect_as, election_of, holder_of, key_of, url_and_rest};
 
 /// The exit codes of `distlock run` (its `--help` and the README).
 pub(crate) const EXIT_CODES: &str = "\
@@ -136,18 +136,9 @@ async fn run(cli: &Cli) -> Ended {
     else {
         unreachable!("called for `distlock run` only");
     };
-    let (url, key) = match url_and_rest(cli.url.as_deref(), args, 1).and_then(|(url, rest)| {
-        let key = key_of(&rest)?.to_owned();
-        Ok((url, key))
-    }) {
-        Ok(found) => found,
-        Err(failure) => return setup_failed(failure),
-    };
-    // Listened for from the start: a signal while waiting for the lock stops the wait.
-    let mut signals = Signals::listen();
-    let client = match connect_as(cli, &url, true).await {
-        Ok(client) => client,
-        Err(failure) => return setup_failed(failure),
+    let (client, key, mut signals) = match prepare(cli, args, key_of).await {
+        Ok(prepared) => prepared,
+        Err(ended) => return ended,
     };
     let mut request = match permits {
         Some(n) => client.semaphore(key.as_str(), *n),
@@ -210,6 +201,21 @@ async fn run_while_held(
     }
 }
 
+/// What `run` and `elect` start from: the client (creating a missing SQL table: they take
+/// locks as the services do), the key or election name `name_of` finds after the URL, and the
+/// signals, listened for from the start (a signal while waiting stops the wait).
+async fn prepare(
+    cli: &Cli,
+    args: &[String],
+    name_of: fn(&[String]) -> Result<&str, Failure>,
+) -> Result<(LockClient, String, Signals), Ended> {
+    let (url, rest) = url_and_rest(cli.url.as_deref(), args, 1).map_err(setup_failed)?;
+    let name = name_of(&rest).map_err(setup_failed)?.to_owned();
+    let signals = Signals::listen();
+    let client = connect_as(cli, &url, true).await.map_err(setup_failed)?;
+    Ok((client, name, signals))
+}
+
 /// `distlock elect`: campaigns, then runs COMMAND while leading.
 async fn elect(cli: &Cli) -> Ended {
     let Command::Elect {
@@ -223,19 +229,9 @@ async fn elect(cli: &Cli) -> Ended {
     else {
         unreachable!("called for `distlock elect` only");
     };
-    let (url, name) = match url_and_rest(cli.url.as_deref(), args, 1).and_then(|(url, rest)| {
-        let name = rest.first().cloned().ok_or_else(|| {
-            Failure::Usage("which election? give its NAME (e.g. `reports`)".into())
-        })?;
-        Ok((url, name))
-    }) {
-        Ok(found) => found,
-        Err(failure) => return setup_failed(failure),
-    };
-    let mut signals = Signals::listen();
-    let client = match connect_as(cli, &url, true).await {
-        Ok(client) => client,
-        Err(failure) => return setup_failed(failure),
+    let (client, name, mut signals) = match prepare(cli, args, election_of).await {
+        Ok(prepared) => prepared,
+        Err(ended) => return ended,
     };
     let mut election = client.election(name.as_str()).lease(*lease);
     if let Some(wait) = wait {
