@@ -55,6 +55,15 @@ pub fn zookeeper_parent(name: &str) -> String {
     crate::backend::zookeeper::parent_of(name)
 }
 
+/// What a ZooKeeper queue node's name says (any layout distlock reads: its own, the one
+/// before `-lock-`, Curator's): the side of the lock it asks for, the semaphore limit of a
+/// permit's node, and its owner token.
+#[cfg(feature = "zookeeper")]
+pub fn zookeeper_node(child: &str) -> (crate::LockMode, Option<u32>, &str) {
+    let (kind, token) = crate::backend::zookeeper::parse_node(child);
+    (crate::LockMode::of(kind), kind.permits(), token)
+}
+
 /// The part of lock `name`'s etcd keys after the URL's prefix and before the owner token
 /// (`<name>/`, with `/` and `%` encoded).
 #[cfg(feature = "etcd")]

@@ -1292,23 +1292,6 @@ impl ZookeeperFixture {
     }
 }
 
-/// A ZooKeeper queue node's owner token and kind mark (`<token>[-r|-p<n>]`): its name without
-/// the sequence number and the recipe's name before it (`-lock-`; `-__WRIT__`, or
-/// `-__READ__` for a reader's `-r`); a node planted by [`ZookeeperFixture::overwrite`] has
-/// none.
-fn zk_marked(node: &str) -> String {
-    let head = node.trim_end_matches(|c: char| c.is_ascii_digit());
-    if let Some(token) = head.strip_suffix("-__READ__") {
-        return format!("{token}-r");
-    }
-    let head = head
-        .strip_suffix("-lock-")
-        .or_else(|| head.strip_suffix("-__WRIT__"))
-        .or_else(|| head.strip_suffix('-'))
-        .unwrap_or(head);
-    head.to_owned()
-}
-
 impl Fixture for ZookeeperFixture {
     fn url(&self) -> String {
         let url = self.server.url(&self.chroot);
@@ -1320,7 +1303,11 @@ impl Fixture for ZookeeperFixture {
 
     async fn holder(&self, name: &str) -> Option<String> {
         let (node, _, _) = self.holder_node(name).await?;
-        Some(zk_marked(&node))
+        Some(
+            distlock::__private::testing::zookeeper_node(&node)
+                .2
+                .to_owned(),
+        )
     }
 
     /// How long the server would keep the lock if its holder stopped now: what is left of
@@ -1340,10 +1327,10 @@ impl Fixture for ZookeeperFixture {
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         let mut readers = Vec::new();
         for node in self.queue(name).await {
-            let marked = zk_marked(&node);
-            let Some(token) = marked.strip_suffix("-r") else {
+            let (mode, permits, token) = distlock::__private::testing::zookeeper_node(&node);
+            if mode != distlock::LockMode::Read || permits.is_some() {
                 break;
-            };
+            }
             let path = format!("{}/{node}", self.parent(name));
             if let Ok((data, stat)) = self.zk().await.get_data(&path).await {
                 let data = String::from_utf8_lossy(&data).into_owned();
@@ -1359,11 +1346,8 @@ impl Fixture for ZookeeperFixture {
         let mut permits = Vec::new();
         let mut limit = usize::MAX;
         for node in self.queue(name).await {
-            let marked = zk_marked(&node);
-            let Some((token, n)) = marked
-                .rsplit_once("-p")
-                .and_then(|(token, n)| Some((token, n.parse::<usize>().ok()?)))
-            else {
+            let (_, limit_of, token) = distlock::__private::testing::zookeeper_node(&node);
+            let Some(n) = limit_of.map(|n| n as usize) else {
                 break;
             };
             limit = limit.min(n);

@@ -34,9 +34,9 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-#[cfg(feature = "testing")]
-pub(crate) use self::path::parent_of;
 use self::path::{ZkUrl, parse_url};
+#[cfg(feature = "testing")]
+pub(crate) use self::path::{parent_of, parse_node};
 use self::session::ZkSession;
 use super::sql::holder_id;
 use super::{Attempt, Backend, Capabilities, Hold, LockSpec, Released, Transient};
