@@ -1,72 +1,152 @@
-//! Money moved between accounts: a transfer must hold both accounts' locks. Taken one by one
-//! in argument order, `transfer(a, b)` and `transfer(b, a)` would deadlock each other until
-//! `wait` ran out; with `key = ["account:<from>", "account:<to>"]` distlock takes the keys in
-//! one canonical order (all at once, in one round trip, where the backend can), so they never
-//! do. Two hundred transfers run at once in both directions, beside a stream of audits that
-//! read one account alone; no balance is ever written by two transfers at once, so the total
-//! stays what it was.
+//! Money moved between accounts: a transfer holds both accounts' locks. Taken one by one in
+//! argument order, `transfer(a, b)` and `transfer(b, a)` would deadlock each other until `wait`
+//! ran out; with `key = ["account:<bank>:<from>", "account:<bank>:<to>"]` distlock takes the
+//! keys in one canonical order, so they never do. Two hundred transfers run at once in both
+//! directions, beside audits that lock one account alone; the total never changes.
+//!
+//! The transfer is also cancel-safe. With the default `on_lost = "abort"` a lost lease drops the
+//! body at whatever `.await` it is in: a debit and a credit written in two awaits could be cut
+//! between them, the money debited and never credited. So both balances are written in ONE
+//! atomic step (a Lua script on Redis, one update under a `std::sync::Mutex` in memory): it
+//! happens whole or not at all. The step also checks both balances are still the ones read, so
+//! a holder that resumes after its lease ran out cannot overwrite a newer transfer's balances.
 //!
 //! ```text
-//! cargo run --example transfer
-//! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example transfer
+//! cargo run --example transfer                       # balances in a map in this process
+//! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example transfer   # balances in Redis keys
 //! ```
 
-#[path = "support/store.rs"]
-mod store;
-
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use distlock::{LockError, distributed_lock};
-use store::{BoxError, Store};
+use distlock::{BoxError, LockClient, LockError, distributed_lock};
 
 const ACCOUNTS: u64 = 4;
 const OPENING: u64 = 1_000;
 const TRANSFERS: u64 = 200;
 
+/// The balances: Redis keys `<name>:account<n>` with a `redis://` URL, else a map in memory.
+struct Bank {
+    name: String,
+    redis: Option<redis::aio::MultiplexedConnection>,
+    memory: Mutex<Vec<u64>>,
+}
+
+/// KEYS = the two accounts, ARGV = their balances as read and the amount. Redis runs a script
+/// whole, with nothing in between: both balances change, or (if one moved since) neither.
+const MOVE: &str = r"
+if tonumber(redis.call('GET', KEYS[1])) ~= tonumber(ARGV[1])
+   or tonumber(redis.call('GET', KEYS[2])) ~= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('SET', KEYS[1], tonumber(ARGV[1]) - tonumber(ARGV[3]))
+redis.call('SET', KEYS[2], tonumber(ARGV[2]) + tonumber(ARGV[3]))
+return 1
+";
+
+impl Bank {
+    fn key(&self, account: u64) -> String {
+        format!("{}:account{account}", self.name)
+    }
+
+    async fn balance(&self, account: u64) -> Result<u64, BoxError> {
+        let Some(conn) = &self.redis else {
+            return Ok(self.memory.lock().unwrap()[account as usize]);
+        };
+        let value: Option<u64> = redis::cmd("GET")
+            .arg(self.key(account))
+            .query_async(&mut conn.clone())
+            .await?;
+        Ok(value.unwrap_or(0))
+    }
+
+    /// `from` goes from `a` to `a - amount` and `to` from `b` to `b + amount`, in one step.
+    async fn write_both(
+        &self,
+        (from, a): (u64, u64),
+        (to, b): (u64, u64),
+        amount: u64,
+    ) -> Result<(), BoxError> {
+        let moved = match &self.redis {
+            Some(conn) => {
+                let done: i64 = redis::Script::new(MOVE)
+                    .key(self.key(from))
+                    .key(self.key(to))
+                    .arg(a)
+                    .arg(b)
+                    .arg(amount)
+                    .invoke_async(&mut conn.clone())
+                    .await?;
+                done == 1
+            }
+            None => {
+                let mut map = self.memory.lock().unwrap(); // never held across an .await
+                let unchanged = map[from as usize] == a && map[to as usize] == b;
+                if unchanged {
+                    map[from as usize] = a - amount;
+                    map[to as usize] = b + amount;
+                }
+                unchanged
+            }
+        };
+        if !moved {
+            return Err(format!("account {from} or {to} changed under the transfer").into());
+        }
+        Ok(())
+    }
+}
+
 /// Moves `amount` from one account to another while holding both. The keys are named in
 /// argument order; distlock sorts them, and takes `transfer(7, 7, …)`'s one key once.
-#[distributed_lock(key = ["account:<bank>:<from>", "account:<bank>:<to>"], wait = "30s")]
-async fn transfer(
-    bank: &str,
-    store: &Store,
-    from: u64,
-    to: u64,
-    amount: u64,
-) -> Result<(), BoxError> {
-    let (a, b) = (balance(store, from).await?, balance(store, to).await?);
+#[distributed_lock(key = ["account:<bank.name>:<from>", "account:<bank.name>:<to>"], wait = "30s")]
+async fn transfer(bank: &Bank, from: u64, to: u64, amount: u64) -> Result<(), BoxError> {
+    let (a, b) = (bank.balance(from).await?, bank.balance(to).await?);
     if from == to || a < amount {
         return Ok(()); // nothing to move
     }
     tokio::task::yield_now().await; // another transfer would slip in here without the locks
-    store.set(&format!("account{from}"), a - amount).await?;
-    store.set(&format!("account{to}"), b + amount).await?;
-    Ok(())
+    // One write for both accounts: this body may be dropped at any .await (on_lost = "abort").
+    bank.write_both((from, a), (to, b), amount).await
 }
 
 /// One account alone: an audit of its balance.
-#[distributed_lock(key = "account:<bank>:<account>", wait = "30s")]
-async fn audit(bank: &str, store: &Store, account: u64) -> Result<u64, BoxError> {
-    balance(store, account).await
-}
-
-async fn balance(store: &Store, account: u64) -> Result<u64, BoxError> {
-    store.get(&format!("account{account}")).await
+#[distributed_lock(key = "account:<bank.name>:<account>", wait = "30s")]
+async fn audit(bank: &Bank, account: u64) -> Result<u64, BoxError> {
+    bank.balance(account).await
 }
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let url = store::init_lock_client(false).await?;
-    let client = distlock::client()?;
-    let bank = format!("example-{}", std::process::id());
-    let store = Store::open(&url, &bank).await?;
-    for account in 0..ACCOUNTS {
-        store.set(&format!("account{account}"), OPENING).await?;
+    let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let client = LockClient::connect(&url).await?;
+    distlock::init(client.clone())?;
+    let redis = match url.starts_with("redis://") {
+        true => Some(
+            redis::Client::open(url.as_str())?
+                .get_multiplexed_async_connection()
+                .await?,
+        ),
+        false => None,
+    };
+    let bank = Arc::new(Bank {
+        name: format!("example-{}", std::process::id()),
+        memory: Mutex::new(vec![OPENING; ACCOUNTS as usize]),
+        redis,
+    });
+    if let Some(conn) = &bank.redis {
+        for account in 0..ACCOUNTS {
+            let () = redis::cmd("SET")
+                .arg(bank.key(account))
+                .arg(OPENING)
+                .query_async(&mut conn.clone())
+                .await?;
+        }
     }
 
     let started = Instant::now();
     let mut tasks = Vec::new();
     for n in 0..TRANSFERS {
-        let (bank, store) = (bank.clone(), store.clone());
+        let bank = Arc::clone(&bank);
         // Half of them one way, half the other: 0 → 1 and 1 → 0, 2 → 3 and 3 → 2, …
         let (from, to) = if n % 2 == 0 {
             (n % 4, (n + 1) % 4)
@@ -74,8 +154,8 @@ async fn main() -> Result<(), BoxError> {
             ((n + 1) % 4, n % 4)
         };
         tasks.push(tokio::spawn(async move {
-            transfer(&bank, &store, from, to, 1 + n % 7).await?;
-            audit(&bank, &store, n % ACCOUNTS).await.map(drop)
+            transfer(&bank, from, to, 1 + n % 7).await?;
+            audit(&bank, n % ACCOUNTS).await.map(drop)
         }));
     }
     for task in tasks {
@@ -83,7 +163,7 @@ async fn main() -> Result<(), BoxError> {
     }
     let mut total = 0;
     for account in 0..ACCOUNTS {
-        total += balance(&store, account).await?;
+        total += bank.balance(account).await?;
     }
     println!(
         "backend {}: {TRANSFERS} transfers in both directions in {:.2?}, no deadlock; \
@@ -98,9 +178,10 @@ async fn main() -> Result<(), BoxError> {
 
     // One `wait` for the set: an account held elsewhere makes a transfer time out, naming it,
     // and the other account is not left locked behind.
-    let held = client.lock(format!("account:{bank}:1")).acquire().await?;
+    let name = &bank.name;
+    let held = client.lock(format!("account:{name}:1")).acquire().await?;
     let busy = client
-        .lock_all([format!("account:{bank}:0"), format!("account:{bank}:1")])
+        .lock_all([format!("account:{name}:0"), format!("account:{name}:1")])
         .wait(Duration::from_millis(200))
         .acquire()
         .await;
@@ -109,7 +190,7 @@ async fn main() -> Result<(), BoxError> {
         other => return Err(format!("expected a timeout, got {other:?}").into()),
     }
     let free = client
-        .lock(format!("account:{bank}:0"))
+        .lock(format!("account:{name}:0"))
         .try_acquire()
         .await?;
     println!(
@@ -122,9 +203,12 @@ async fn main() -> Result<(), BoxError> {
     );
     drop(free);
     held.release().await?;
-    let names: Vec<String> = (0..ACCOUNTS).map(|a| format!("account{a}")).collect();
-    store
-        .clear(&names.iter().map(String::as_str).collect::<Vec<_>>())
-        .await?;
+    if let Some(conn) = &bank.redis {
+        let keys: Vec<String> = (0..ACCOUNTS).map(|a| bank.key(a)).collect();
+        let _: i64 = redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut conn.clone())
+            .await?;
+    }
     Ok(())
 }
