@@ -96,10 +96,44 @@
 //! # Ok(()) }
 //! ```
 //!
-//! See the README for backends, URL schemes and the exact semantics of leases, renewal, lost
-//! locks, fencing tokens and exit paths.
+//! ## Backends and features
+//!
+//! [`LockClient::connect`] takes the store's URL; its scheme picks the backend, which its
+//! feature must have compiled in (a missing one is a [`LockError::Config`] naming the feature).
+//!
+//! | feature | default | URLs |
+//! |---|---|---|
+//! | — | always | `memory://`, `memory://name`: in this process only (tests, demos, one-process apps) |
+//! | `redis` | yes | `redis://`, `redlock://h1,h2,h3`, `redis+cluster://`, `redis+sentinel://…/service[?replicas=N]` |
+//! | `postgres` | | `postgres://` (a lock table; `?mode=advisory` for advisory locks) |
+//! | `mysql` | | `mysql://` (MySQL 8, MariaDB ≥ 10.6) |
+//! | `zookeeper` | | `zk://` (Curator's lock layout) |
+//! | `etcd` | | `etcd://` (`concurrency.Mutex`'s layout) |
+//! | `tls` | | `rediss://`, `sslmode=`, `ssl-mode=`, `zks://`, `etcds://`: TLS through rustls |
+//! | `metrics` | | metrics through the `metrics` facade ([`metrics`]) |
+//!
+//! ## The guide
+//!
+//! The [`guide`] holds the reference: [what a lock promises](guide::semantics), [cancel
+//! safety](guide::cancel_safety), a page per lock kind ([read/write](guide::read_write),
+//! [semaphores](guide::semaphores), [several keys](guide::several_keys), [fair](guide::fair),
+//! [`min_hold`](guide::min_hold), [elections](guide::elections)) and per store
+//! ([Redis](guide::redis), [PostgreSQL](guide::postgres), [MySQL](guide::mysql),
+//! [ZooKeeper](guide::zookeeper), [etcd](guide::etcd), [`memory://`](guide::memory),
+//! [TLS](guide::tls), [sharing locks with other languages](guide::interop)), the
+//! [command line](guide::cli), [metrics and logs](guide::metrics) and [errors](guide::errors).
+//!
+//! ## Cancel safety
+//!
+//! With `on_lost = "abort"` (the default), a body whose lease is found lost is dropped at its
+//! next `.await`, as a caller's `timeout` or `select!` drops it: work split across two awaits
+//! (debit, then credit) can be torn. Make the write one atomic step, or pass the
+//! [fencing token](CurrentLock::fencing_token) with it and let the storage refuse stale
+//! ones: [`guide::cancel_safety`].
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod guide;
 
 pub use lock_macros::distributed_lock;
 pub use lock_runtime::admin;
@@ -119,3 +153,8 @@ pub mod __private {
     #[cfg(feature = "testing")]
     pub use lock_runtime::testing;
 }
+
+/// The README's code blocks, compiled as doc tests so that what it shows keeps building.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

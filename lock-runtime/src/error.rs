@@ -118,18 +118,25 @@ pub enum LockError {
     },
 }
 
+/// The part of a timeout's message for a lock its own task may hold: a guard is reentrant only
+/// inside its scope, so a task that took `key` by hand and asks for it again outside
+/// `guard.scope(..)` waits for itself.
+const HELD_HERE: &str = "; a guard is reentrant only inside its `#[distributed_lock]` body or \
+    `guard.scope(..)`, so a task that holds the key by hand waits for itself elsewhere";
+
 /// [`LockError::Timeout`]'s message: a try-once was refused because the lock is busy, and is
 /// not told to fail fast (it did); a wait that ran out is told what to change.
 fn timeout_message(key: &str, waited: Duration, wait: Duration) -> String {
     if wait.is_zero() {
         format!(
-            "lock `{key}` is busy: another owner holds it (asked once, as `wait = 0` says; \
-             give a `wait` to queue for it instead)"
+            "lock `{key}` is busy: it is held by another process, or by another guard of this \
+             one (asked once, as `wait = 0` says; give a `wait` to queue for it instead{HELD_HERE})"
         )
     } else {
         format!(
-            "timed out after {waited:?} waiting for lock `{key}`: another owner still holds it \
-             (raise `wait`, or use `wait = 0` to fail fast)"
+            "timed out after {waited:?} waiting for lock `{key}`: it is still held by another \
+             process, or by another guard of this one (raise `wait`, or use `wait = 0` to fail \
+             fast{HELD_HERE})"
         )
     }
 }
@@ -155,5 +162,28 @@ impl LockError {
     /// `true` for [`LockError::Lost`].
     pub fn is_lost(&self) -> bool {
         matches!(self, LockError::Lost { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A timeout does not claim "another owner": the holder may be a guard of the same task,
+    /// taken by hand, which is reentrant only inside its scope; the message says so.
+    #[test]
+    fn a_timeout_names_a_guard_of_this_process_as_a_possible_holder() {
+        for wait in [Duration::ZERO, Duration::from_secs(2)] {
+            let message = LockError::Timeout {
+                key: "order:7".into(),
+                waited: wait,
+                wait,
+            }
+            .to_string();
+            assert!(message.contains("`order:7`"), "{message}");
+            assert!(message.contains("another guard of this one"), "{message}");
+            assert!(message.contains("guard.scope(..)"), "{message}");
+            assert!(!message.contains("another owner"), "{message}");
+        }
     }
 }

@@ -206,7 +206,7 @@ where
 ///
 /// Keys this task already holds on the same client are granted reentrantly (refused as
 /// [`run_locked`] refuses them); only the others are acquired — after the ones held, so the
-/// canonical order cannot protect such a nested call (see the README).
+/// canonical order cannot protect such a nested call (`distlock::guide::several_keys`).
 pub async fn run_locked_all<R, F, B>(
     mut client: Option<LockClient>,
     options: LockOptions,

@@ -1,5 +1,5 @@
 //! What the lock-table backends (PostgreSQL, MariaDB) share beyond the conformance and fault
-//! suites, written once: tables made from the README's DDL, and bad input at connect time.
+//! suites, written once: tables made from the DDL the guide prints, and bad input at connect time.
 //! `tests/it/postgres.rs` and `tests/it/mysql.rs` run each on their database.
 
 use std::time::Duration;
@@ -22,7 +22,7 @@ pub trait SqlDatabase {
     fn url_for(&self, db: &str) -> String;
     /// The lock URL with a wrong password.
     fn url_with_password(&self, password: &str) -> String;
-    /// The start of the DDL the README prints for this database.
+    /// The start of the DDL the guide (`docs/guide/<store>.md`) prints for this database.
     const README_DDL: &'static str;
     async fn execute(&self, statement: &str);
     async fn count(&self, query: &str) -> i64;
@@ -103,15 +103,20 @@ impl SqlDatabase for MysqlServer {
     }
 }
 
-/// The README prints the DDL; tables made from it work with `create_table=false`, and the
+/// The guide prints the DDL; tables made from it work with `create_table=false`, and the
 /// first fencing token is 1.
 pub async fn tables_made_from_the_readme_ddl_work_without_create_table(db: &impl SqlDatabase) {
     let table = unique("migrated").replace('-', "_");
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md");
+    // The guide's pages on the SQL stores (docs.rs: `distlock::guide::postgres`, `::mysql`).
+    let readme = ["postgres", "mysql"]
+        .map(|page| {
+            let path = format!("{}/../docs/guide/{page}.md", env!("CARGO_MANIFEST_DIR"));
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+        })
+        .concat();
     let start = readme
         .find(db_ddl(db))
-        .expect("the README prints the DDL of this database");
+        .expect("the guide prints the DDL of this database");
     let ddl = &readme[start..];
     let ddl = &ddl[..ddl.find("```").expect("the DDL block ends")];
     for statement in ddl.split(';').filter(|s| !s.trim().is_empty()) {

@@ -4,7 +4,7 @@
 //! too narrow, waiting by polling) is here:
 //!
 //! - what the table holds (holder, expiry by the database's clock in UTC, an expired row taken
-//!   over, fencing counters rising across releases), and the DDL the README prints;
+//!   over, fencing counters rising across releases), and the DDL the guide prints;
 //! - renewals of many locks batched (the server's `Com_update` counter);
 //! - waiting without notifications: a waiter of another client gets a released lock within the
 //!   polling cap, long before the holder's lease would end;
@@ -30,7 +30,7 @@ async fn the_row_names_its_holder_and_expires_by_the_database_clock() {
         .await;
 }
 
-/// The README prints the DDL; tables made from it work with `create_table=false`.
+/// The guide prints the DDL; tables made from it work with `create_table=false`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tables_made_from_the_readme_ddl_work_without_create_table() {
     support::sql::tables_made_from_the_readme_ddl_work_without_create_table(MysqlServer::shared())

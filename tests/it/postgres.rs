@@ -3,7 +3,7 @@
 //! tables' own, written once in `test-support/src/sql.rs` and run on MariaDB too:
 //!
 //! - what the table holds (holder, expiry by the database's clock, fencing counters that outlive
-//!   the rows), and the DDL the README prints;
+//!   the rows), and the DDL the guide prints;
 //! - renewals of many locks batched into one statement per tick (counted in the server's log);
 //! - bad input: a wrong password, a missing database, a table of the wrong shape, a missing
 //!   table with `create_table=false`, an unreachable server;
@@ -21,7 +21,7 @@ async fn the_row_names_its_holder_and_expires_by_the_database_clock() {
     support::sql::the_row_names_its_holder_and_expires_by_the_database_clock(PostgresFixture::new()).await;
 }
 
-/// The README prints the DDL; tables made from it work with `create_table=false`.
+/// The guide prints the DDL; tables made from it work with `create_table=false`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tables_made_from_the_readme_ddl_work_without_create_table() {
     support::sql::tables_made_from_the_readme_ddl_work_without_create_table(

@@ -121,9 +121,9 @@ impl LockClientBuilder {
     }
 
     /// SQL backends: whether connecting creates the lock tables when they are missing
-    /// (default `true`). Turn it off when your migrations own the schema — the README prints
-    /// the DDL — and the user distlock connects as may not create tables. Either way,
-    /// connecting checks that the tables have the columns distlock needs. Overrides the URL's
+    /// (default `true`). Turn it off when your migrations own the schema — the guide prints
+    /// the DDL (`distlock::guide::postgres`, `distlock::guide::mysql`) — and the user
+    /// distlock connects as may not create tables. Either way, connecting checks that the tables have the columns distlock needs. Overrides the URL's
     /// `create_table=`.
     pub fn create_table(mut self, create: bool) -> Self {
         self.sql.create_table = Some(create);
@@ -376,7 +376,7 @@ impl LockClientBuilder {
                 "`mode=advisory` in {}: there is no `GET_LOCK` mode for MySQL and MariaDB (the \
                  server shows nobody who holds a named lock unless performance_schema and its \
                  metadata-lock instrument are on, and its idle timeout counts whole seconds: \
-                 see the README, *MySQL and MariaDB*); leave out `mode=advisory` (the lock \
+                 see `distlock::guide::mysql`); leave out `mode=advisory` (the lock \
                  table)",
                 crate::url::redact_url(url)
             )));

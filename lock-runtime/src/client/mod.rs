@@ -193,7 +193,7 @@ impl LockClient {
     /// one the current holders took theirs under fails with [`LockError::Config`] naming both
     /// numbers, as does asking for a semaphore's name as a lock or the reverse. `permits` of
     /// zero, or more than [`MAX_PERMITS`](Self::MAX_PERMITS), fails with [`LockError::Config`].
-    /// Served by every backend but `redlock://` (see the README's backend table).
+    /// Served by every backend but `redlock://` (`distlock::guide::semaphores`).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

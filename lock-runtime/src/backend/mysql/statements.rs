@@ -78,7 +78,7 @@ pub(super) struct MyStatements {
     pub force_release: String,
 }
 
-/// The DDL, as printed in the README.
+/// The DDL, as printed in the guide (`distlock::guide::mysql`).
 pub(crate) fn my_ddl(table: &str, fence_table: &str) -> [String; 2] {
     let (t, f) = (quoted(table, '`'), quoted(fence_table, '`'));
     [

@@ -110,7 +110,7 @@ pub(super) struct PgStatements {
     pub force_release: String,
 }
 
-/// The DDL, as printed in the README.
+/// The DDL, as printed in the guide (`distlock::guide::postgres`).
 pub(crate) fn pg_ddl(table: &str, fence_table: &str) -> String {
     let (t, f) = (quoted(table, '"'), quoted(fence_table, '"'));
     format!(

@@ -159,16 +159,16 @@ where
         TableTrouble::Missing => format!(
             "the lock table `{table}` (or `{fences}`) does not exist ({error}), and \
              `create_table=false` says not to create it: create both with the DDL in the \
-             README (\"The lock table\"), or let distlock create them"
+             distlock's guide (`distlock::guide::postgres` or `::mysql`, \"The lock table\"), or let distlock create them"
         ),
         TableTrouble::Shape => format!(
             "the lock table `{table}` (or `{fences}`) does not have the shape distlock \
-             needs: {error}. Create it with the DDL in the README (\"The lock table\"), or \
+             needs: {error}. Create it with the DDL in distlock's guide (`distlock::guide::postgres` or `::mysql`, \"The lock table\"), or \
              name another table (`table=` in the URL, or the builder's `.table(…)`)"
         ),
         TableTrouble::CannotCreate => format!(
             "cannot create the lock table `{table}`: the user may not create tables \
-             ({error}). Create it once with the DDL in the README (\"The lock table\") and \
+             ({error}). Create it once with the DDL in distlock's guide (`distlock::guide::postgres` or `::mysql`, \"The lock table\") and \
              connect with `create_table=false`"
         ),
     };
