@@ -96,6 +96,46 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Every setting of a client and of a request (the [guide](guide::requests) says what each
+//! does):
+//!
+//! ```no_run
+//! # async fn settings(ca: Vec<u8>, cert: Vec<u8>, key: Vec<u8>) -> Result<(), distlock::LockError> {
+//! use std::time::Duration;
+//! use distlock::{LockClient, TlsConfig};
+//!
+//! let client = LockClient::builder("postgres://app@db.internal/app?sslmode=verify-full")
+//!     .prefix("lock:")                       // of every lock's name in the store
+//!     .fencing_prefix("lock-fence:")         // where fencing counters live
+//!     .default_lease(Duration::from_secs(30))
+//!     .default_wait(Duration::from_secs(10)) // or .default_wait_forever()
+//!     .fencing(true)
+//!     .connect_timeout(Duration::from_secs(3))
+//!     .response_timeout(Duration::from_secs(2))
+//!     .node_timeout(Duration::from_millis(500)) // Redlock: one node's answer
+//!     .table("distlock_locks")               // SQL: the lock table ...
+//!     .create_table(false)                   // ... made by your migrations
+//!     .pool_size(8)
+//!     .tls(TlsConfig::new().ca_pem(ca).client_identity(cert, key))
+//!     .password("from a secret store")
+//!     .build()
+//!     .await?;
+//! let guard = client
+//!     .lock("report:daily")
+//!     .lease(Duration::from_secs(60))
+//!     .wait(Duration::from_secs(5))          // or .wait_forever()
+//!     .renew(true)
+//!     .fencing(true)
+//!     .min_hold(Duration::from_secs(55))
+//!     .write()                               // the default; .read() for a shared lock
+//!     .acquire()
+//!     .await?;
+//! guard.release().await?;
+//! let fair = client.lock("queue:7").fair().acquire().await?;
+//! fair.release().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! ## Backends and features
 //!
 //! [`LockClient::connect`] takes the store's URL; its scheme picks the backend, which its
