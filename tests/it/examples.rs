@@ -323,6 +323,42 @@ fn transfer_moves_money_both_ways_without_deadlock_and_keeps_the_total() {
     }
 }
 
+/// Holder A is paused past its (unrenewed) lease; B is granted the lock with a higher fencing
+/// token and writes; A's late write is refused by the storage: a map in memory, or a Redis hash
+/// written through the fence script. Afterwards Redis holds only the fencing counter (never
+/// deleted: tokens must keep rising), no lock and no resource.
+#[test]
+fn fencing_refuses_a_paused_holders_late_write_on_memory_and_redis() {
+    for server in [None, Some(RedisServer::start())] {
+        let mut command = example("fencing");
+        if let Some(server) = &server {
+            command.env(distlock::URL_ENV, server.url());
+        }
+        let out = run(command);
+        let backend = if server.is_some() { "redis" } else { "memory" };
+        assert!(
+            out.contains("A: first write: Written")
+                && out.contains("B: granted `report:")
+                && out.contains("with token 2; writing")
+                && out.contains("A: resumes (its guard says lost: true) and writes with token 1")
+                && out.contains(
+                    "A: late write: Stale { highest: 2 }; the resource holds \"written by B\""
+                )
+                && out.contains(&format!(
+                    "backend {backend}: the stale write (token 1) was REFUSED"
+                )),
+            "{out}"
+        );
+        if let Some(server) = &server {
+            let keys = server_keys(server);
+            assert!(
+                keys.len() == 1 && keys[0].starts_with("lock-fence:lock:report:"),
+                "only the fencing counter should be left: {keys:?}"
+            );
+        }
+    }
+}
+
 /// Worker 0's clock is shifted: under a plain lock it runs ticks a second time; with
 /// `min_hold` every tick runs exactly once (the example fails otherwise).
 #[test]
