@@ -178,12 +178,12 @@ where
             client.as_ref().expect("resolved above")
         };
     }
-    if let Some(lock) = scope::held(client!(), &key) {
+    if let Some(lock) = scope::held(client!().identity(), &key) {
         if let Some(error) = scope::nested_refusal(lock.kind, options.kind(), &key) {
             return R::from_lock_error(error);
         }
         tracing::trace!(key, "distlock: reentrant call, no acquisition");
-        return scope::enter(client!(), lock, body).await;
+        return scope::enter(client!().identity(), lock, body).await;
     }
     if let Err(error) = client!().check_min_hold_of(&options, &key) {
         return R::from_lock_error(error);
@@ -196,7 +196,7 @@ where
     // Renewal runs here, in the caller's task, raced against the body: nothing is spawned, and
     // it stops the moment the body finishes. It resolves only when the lock is lost.
     let until_lost = guard.until_lost();
-    let body = scope::enter(client!(), guard.shared(), body);
+    let body = scope::enter(client!().identity(), guard.shared(), body);
     hold_while!(guard, body, until_lost, options.on_lost)
 }
 
@@ -229,7 +229,7 @@ where
     }
     let mut wanted = Vec::with_capacity(keys.len());
     for key in keys {
-        match scope::held(client!(), &key) {
+        match scope::held(client!().identity(), &key) {
             Some(lock) => {
                 if let Some(error) = scope::nested_refusal(lock.kind, options.kind(), &key) {
                     return R::from_lock_error(error);

@@ -11,7 +11,6 @@
 
 use std::sync::Arc;
 
-use crate::client::LockClient;
 use crate::error::LockError;
 use crate::held::HeldLock;
 
@@ -23,7 +22,7 @@ tokio::task_local! {
 /// that is not nested); the outer ones are behind `parent`.
 #[derive(Clone)]
 pub(crate) struct TaskLock {
-    /// Which client took the lock ([`LockClient::identity`]): compared, never dereferenced.
+    /// Which client took the lock (`LockClient::identity`): compared, never dereferenced.
     /// (The scope's owner — `run_locked`'s client, a guard's renewer — outlives the entry, so
     /// the address is never reused while it exists; and no refcount is touched on the hot
     /// path.)
@@ -98,12 +97,13 @@ pub fn current() -> Option<CurrentLock> {
     .flatten()
 }
 
-/// This task's lock on `key` through `client`, if it holds one.
-pub(crate) fn held(client: &LockClient, key: &str) -> Option<Arc<HeldLock>> {
+/// This task's lock on `key` through the client of identity `client` (`LockClient::identity`),
+/// if it holds one.
+pub(crate) fn held(client: usize, key: &str) -> Option<Arc<HeldLock>> {
     HELD.try_with(|top| {
         let mut next = top.as_ref();
         while let Some(entry) = next {
-            if entry.lock.key() == key && entry.client == client.identity() {
+            if entry.lock.key() == key && entry.client == client {
                 return Some(Arc::clone(&entry.lock));
             }
             next = entry.parent.as_deref();
@@ -114,9 +114,10 @@ pub(crate) fn held(client: &LockClient, key: &str) -> Option<Arc<HeldLock>> {
     .flatten()
 }
 
-/// Runs `body` with `lock` as the innermost held lock of this task.
+/// Runs `body` with `lock`, taken by the client of identity `client`, as the innermost held lock
+/// of this task.
 pub(crate) async fn enter<F: std::future::Future>(
-    client: &LockClient,
+    client: usize,
     lock: Arc<HeldLock>,
     body: F,
 ) -> F::Output {
@@ -126,7 +127,7 @@ pub(crate) async fn enter<F: std::future::Future>(
         .ok()
         .flatten();
     let entry = TaskLock {
-        client: client.identity(),
+        client,
         lock,
         parent,
     };
@@ -134,7 +135,7 @@ pub(crate) async fn enter<F: std::future::Future>(
 }
 
 /// Runs `body` with every lock of `locks`, taken by the client of identity `client`
-/// ([`LockClient::identity`]), held by this task (the first the innermost, what [`current()`]
+/// (`LockClient::identity`), held by this task (the first the innermost, what [`current()`]
 /// reports).
 pub(crate) async fn enter_all<F: std::future::Future>(
     client: usize,

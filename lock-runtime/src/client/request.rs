@@ -268,7 +268,7 @@ impl LockRequest {
         let mut held: Vec<std::sync::Arc<crate::held::HeldLock>> = Vec::new();
         let mut wanted = Vec::new();
         for key in self.keys() {
-            match crate::scope::held(&self.client, key) {
+            match crate::scope::held(self.client.identity(), key) {
                 Some(lock) => {
                     if let Some(error) = crate::scope::nested_refusal(lock.kind, self.kind, key) {
                         return Err(error);
