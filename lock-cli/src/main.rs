@@ -1,16 +1,25 @@
 //! `distlock`: look at and operate the locks of services that use distlock.
 //!
 //! ```text
-//! distlock list    [URL] [PATTERN]          held locks: key, holder, since, lease left, fencing token, waiters
-//! distlock show    [URL] KEY                one lock in detail
-//! distlock release [URL] KEY --force [--yes]  delete a lock whoever holds it
-//! distlock hold    [URL] KEY [--for 30s]    take a lock by hand; Ctrl-C releases it
-//! distlock watch   [URL] [PATTERN]          print acquisitions and releases as they happen
-//! distlock ping    [URL]                    is the backend reachable from here?
-//! distlock run     [URL] KEY -- COMMAND…    run COMMAND while holding the lock (a cluster-wide flock)
+//! distlock list    [URL] [PATTERN]           held locks: key, holder, since, lease left, fencing token, waiters
+//! distlock show    [URL] KEY                 one lock in detail
+//! distlock release [URL] KEY --force [--yes] delete a lock whoever holds it
+//! distlock hold    [URL] KEY [--for 30s]     take a lock by hand (waiting for it); Ctrl-C releases it
+//! distlock watch   [URL] [PATTERN]           print acquisitions and releases as they happen
+//! distlock ping    [URL]                     is the backend reachable from here?
+//! distlock run     [URL] KEY -- COMMAND…     run COMMAND while holding the lock (a cluster-wide flock)
+//! distlock run     [URL] KEY -c 'STRING'     the same, running STRING with `sh -c`
 //! distlock elect   [URL] NAME --identity ID -- COMMAND…   run COMMAND while leading election NAME
-//! distlock leader  [URL] NAME [--watch]     who leads election NAME (each change with --watch)
+//! distlock leader  [URL] NAME [--watch]      who leads election NAME (each change with --watch)
 //! ```
+//!
+//! As `flock(1)`, `etcdctl lock` and `consul lock` do, `hold`, `run` and `elect` wait for the
+//! lock (or to lead) as long as it takes: `-w`/`--wait DURATION` bounds the wait (`forever`
+//! is the default), `-n`/`--nonblock` tries once. `--json` belongs to the commands that print
+//! results (`list`, `show`, `release`, `hold`, `watch`, `ping`, `leader`).
+//!
+//! Every command exits with the codes of one table, [`EXIT_CODES`] (in `distlock --help`),
+//! whose numbers are the constants of [`exit`].
 //!
 //! The URL is the one the services use (`redis://…`, `postgres://…`, `zk://…`, …); without it,
 //! `DISTLOCK_URL` is read. See `distlock --help` for options and exit codes.
@@ -23,23 +32,62 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand};
-use lock_runtime::{LockClient, LockError, LockInfo};
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use lock_runtime::{LockClient, LockError, LockInfo, LockRequest};
 
 use format::{duration, info_json, since, table};
 
-const EXIT_CODES: &str = "\
-Exit codes:
-  0  done
-  1  the backend failed or could not be reached
-  2  bad usage: arguments, URL, key, or a release not confirmed
-  3  this backend cannot do that (memory:// from outside its process)
-  4  not held: the lock to show or release is free
-  5  busy: `hold` could not take the lock within --wait
-  6  lost: `hold` lost its lock (its lease ran out, or it was released by force)
+/// The exit codes of every command; [`EXIT_CODES`] is their table.
+pub(crate) mod exit {
+    /// Bad usage: arguments, URL, key, durations, a release not confirmed (clap's own usage
+    /// errors exit 2 too).
+    pub(crate) const USAGE: u8 = 2;
+    /// This backend cannot do that (memory:// from outside its process).
+    pub(crate) const UNSUPPORTED: u8 = 3;
+    /// Nobody holds the lock (`show`, `release`) or leads the election (`leader`).
+    pub(crate) const NOT_HELD: u8 = 4;
+    /// Not taken (not led) within --wait.
+    pub(crate) const BUSY: u8 = 120;
+    /// Lost while held.
+    pub(crate) const LOST: u8 = 121;
+    /// The backend failed or could not be reached.
+    pub(crate) const BACKEND: u8 = 122;
+    /// COMMAND could not be started (not executable).
+    pub(crate) const CANNOT_RUN: u8 = 126;
+    /// COMMAND was not found.
+    pub(crate) const NOT_FOUND: u8 = 127;
+    /// Plus the signal's number: a signal ended COMMAND, or stopped a wait.
+    pub(crate) const SIGNALLED: u8 = 128;
+}
+
+/// The table of [`exit`]'s codes, as a literal (so `concat!` can add to it).
+macro_rules! exit_table {
+    () => {
+        "\
+Exit codes (every command):
+  0      done (`run`, `elect`: COMMAND's own exit status instead)
+  2      bad usage: arguments, URL, key, durations, or a release not confirmed
+  3      this backend cannot do that (memory:// from outside its process)
+  4      not held: nobody holds the lock (`show`, `release`) or leads the election (`leader`)
+  120    busy: not taken within --wait (`hold`, `run`; `elect`: did not lead within it)
+  121    lost while held: lease ran out, or released by force (`hold`, `run`, `elect`)
+  122    the backend failed or could not be reached
+  126    COMMAND is not executable (`run`, `elect`)
+  127    COMMAND was not found (`run`, `elect`)
+  128+N  signal N ended COMMAND (`run`, `elect`), or stopped the wait for the lock
+         (`hold`, `run`, `elect`: nothing taken, COMMAND not started)"
+    };
+}
+pub(crate) use exit_table;
+
+/// The exit codes, and where the URL comes from: `distlock --help`'s epilogue.
+pub(crate) const EXIT_CODES: &str = concat!(
+    exit_table!(),
+    "
 
 The URL is the first argument when it contains `://`; otherwise --url, then DISTLOCK_URL
-(both keep a password out of the command line other users can read in `ps`).";
+(both keep a password out of the command line other users can read in `ps`)."
+);
 
 /// Look at and operate distributed locks taken with distlock.
 #[derive(Parser)]
@@ -48,9 +96,6 @@ pub(crate) struct Cli {
     /// The backend URL, when the first argument is none (else DISTLOCK_URL).
     #[arg(long, global = true, value_name = "URL")]
     url: Option<String>,
-    /// Print JSON instead of tables (`watch`: one object per line).
-    #[arg(long, global = true)]
-    json: bool,
     /// The key prefix of the services' lock client (`LockClientBuilder::prefix`).
     #[arg(long, global = true, value_name = "PREFIX", default_value = "lock:")]
     prefix: String,
@@ -72,6 +117,54 @@ pub(crate) struct Cli {
     command: Command,
 }
 
+/// How long `hold`, `run` and `elect` wait for the lock (to lead): `-w`/`--wait`, `-n`.
+#[derive(Args, Clone, Copy, Debug)]
+pub(crate) struct WaitArgs {
+    /// How long to wait for the lock (`elect`: to lead) before giving up with exit code 120:
+    /// a duration (`30s`, `2m`; `0s` tries once) or `forever`.
+    #[arg(short = 'w', long, value_name = "DURATION", default_value = "forever", value_parser = parse_wait)]
+    wait: Wait,
+    /// Do not wait: try once, exit code 120 if busy (the same as `--wait 0s`).
+    #[arg(short = 'n', long, conflicts_with = "wait")]
+    nonblock: bool,
+}
+
+impl WaitArgs {
+    pub(crate) fn wait(self) -> Wait {
+        if self.nonblock {
+            Wait::Up(Duration::ZERO)
+        } else {
+            self.wait
+        }
+    }
+}
+
+/// How long to wait for a lock: `forever` or a duration (`-w`, `--wait`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    Forever,
+    Up(Duration),
+}
+
+impl Wait {
+    /// `request` waiting this long.
+    pub(crate) fn apply(self, request: LockRequest) -> LockRequest {
+        match self {
+            Wait::Forever => request.wait_forever(),
+            Wait::Up(wait) => request.wait(wait),
+        }
+    }
+
+    /// For a message: "busy, and --wait is 0", "not taken within --wait 300ms".
+    pub(crate) fn missed(self) -> String {
+        match self {
+            Wait::Up(wait) if wait.is_zero() => "busy, and --wait is 0 (--nonblock)".to_owned(),
+            Wait::Up(wait) => format!("not taken within --wait {}", duration(wait)),
+            Wait::Forever => "not taken (the backend gave up waiting)".to_owned(),
+        }
+    }
+}
+
 #[derive(Subcommand)]
 pub(crate) enum Command {
     /// The held locks whose key matches PATTERN (`*` any characters, `?` one, `\` escapes;
@@ -83,12 +176,18 @@ pub(crate) enum Command {
         /// At most this many locks.
         #[arg(long, default_value_t = 1000)]
         limit: usize,
+        /// Print a JSON array of the locks instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// One lock in detail (exit code 4 if nobody holds it).
     Show {
         /// The URL (when it contains `://`; else DISTLOCK_URL), then the lock key
         #[arg(value_name = "URL] [KEY", num_args = 1..=2, required = true)]
         args: Vec<String>,
+        /// Print the lock as a JSON object.
+        #[arg(long)]
+        json: bool,
     },
     /// Deletes a lock whoever holds it and wakes its waiters. The holder is not asked: it
     /// learns at its next renewal that the lock is gone, and may still be inside its critical
@@ -103,9 +202,15 @@ pub(crate) enum Command {
         /// Do not ask for confirmation.
         #[arg(long, short)]
         yes: bool,
+        /// Print the released lock as a JSON object.
+        #[arg(long)]
+        json: bool,
     },
-    /// Takes a lock by hand and keeps it (renewed) until --for ends or Ctrl-C / SIGTERM, then
-    /// releases it: e.g. to keep a scheduled job from running during maintenance.
+    /// Takes a lock by hand — waiting for it as long as it takes, unless --wait or --nonblock
+    /// — and keeps it (renewed) until --for ends or Ctrl-C / SIGTERM, then releases it: e.g.
+    /// to keep a scheduled job from running during maintenance. Creates a missing SQL lock
+    /// table, as the services' clients do.
+    #[command(after_help = exit_table!())]
     Hold {
         /// The URL (when it contains `://`; else DISTLOCK_URL), then the lock key
         #[arg(value_name = "URL] [KEY", num_args = 1..=2, required = true)]
@@ -116,12 +221,15 @@ pub(crate) enum Command {
         /// The lease, renewed every third of it while held.
         #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
         lease: Duration,
-        /// How long to wait for a busy lock (0: fail at once, exit code 5).
-        #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
-        wait: Duration,
+        #[command(flatten)]
+        wait: WaitArgs,
         /// Ask for a fencing token.
         #[arg(long)]
         fencing: bool,
+        /// Print one JSON object per line on stdout as the lock is held, released or lost
+        /// (`event`: `held`, `released`, `lost`, `error`).
+        #[arg(long)]
+        json: bool,
     },
     /// Prints acquisitions and releases of the locks matching PATTERN as they happen, by
     /// comparing listings taken every --interval (a lock held for less than that may be
@@ -136,27 +244,38 @@ pub(crate) enum Command {
         /// Stop after this long.
         #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]
         watch_for: Option<Duration>,
+        /// Print one JSON object per event, one per line (`event`: `held`, `acquired`,
+        /// `released`, `expired`).
+        #[arg(long)]
+        json: bool,
     },
-    /// Runs COMMAND while holding the lock — a cluster-wide `flock(1)`: takes KEY (waiting up
-    /// to --wait), runs COMMAND in a process group of its own with the lock renewed, releases
-    /// it when COMMAND exits, and exits with COMMAND's status. SIGINT, SIGTERM and SIGHUP go to
-    /// COMMAND; if the lock is lost, COMMAND gets SIGTERM, then SIGKILL after --grace.
-    /// COMMAND sees DISTLOCK_KEY (and DISTLOCK_FENCING_TOKEN with --fencing).
-    #[command(after_help = run::EXIT_CODES)]
+    /// Runs COMMAND while holding the lock — a cluster-wide `flock(1)`: takes KEY (waiting as
+    /// long as it takes, unless --wait or --nonblock), runs COMMAND in a process group of its
+    /// own with the lock renewed, releases it when COMMAND exits, and exits with COMMAND's
+    /// status. SIGINT, SIGTERM and SIGHUP go to COMMAND; if the lock is lost, COMMAND gets
+    /// SIGTERM, then SIGKILL after --grace. COMMAND sees DISTLOCK_KEY (and
+    /// DISTLOCK_FENCING_TOKEN with --fencing). Creates a missing SQL lock table.
+    #[command(after_help = run::AFTER_HELP)]
+    #[command(
+        override_usage = "distlock run [OPTIONS] [URL] KEY (-c STRING | -- COMMAND [ARGS]...)"
+    )]
+    #[command(group(ArgGroup::new("what").required(true).args(["shell", "command"])))]
     Run {
         /// The URL (when it contains `://`; else DISTLOCK_URL), then the lock key
         #[arg(value_name = "URL] [KEY", num_args = 1..=2, required = true)]
         args: Vec<String>,
-        /// The command and its arguments, after `--`.
-        #[arg(last = true, required = true, value_name = "COMMAND")]
+        /// The command and its arguments, after `--` (or -c).
+        #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
+        /// Run STRING with `sh -c` instead of `-- COMMAND…` (as `flock -c`).
+        #[arg(short = 'c', value_name = "STRING")]
+        shell: Option<String>,
         /// The lease, renewed every third of it while COMMAND runs (how long the lock outlives
         /// this process if it dies).
         #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
         lease: Duration,
-        /// How long to wait for a busy lock (0: fail at once, exit code 120).
-        #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = parse_duration)]
-        wait: Duration,
+        #[command(flatten)]
+        wait: WaitArgs,
         /// Keep the lock at least this long after it was granted, however soon COMMAND exits
         /// (a job started by cron on several hosts runs once per period even when their clocks
         /// differ). At most --lease.
@@ -176,12 +295,17 @@ pub(crate) enum Command {
         fencing: bool,
     },
     /// Runs COMMAND while this process leads the election NAME: campaigns as --identity
-    /// (waiting until it leads, or up to --wait), runs COMMAND in a process group of its own
-    /// while the leadership's lease is renewed, resigns when COMMAND exits (the next candidate
-    /// leads at once), and exits with COMMAND's status. If leadership is lost, COMMAND gets
-    /// SIGTERM, then SIGKILL after --grace. COMMAND sees DISTLOCK_ELECTION, DISTLOCK_IDENTITY
-    /// and DISTLOCK_TERM (the leader's fencing token, strictly rising with every leader).
-    #[command(after_help = run::EXIT_CODES)]
+    /// (waiting until it leads, unless --wait or --nonblock), runs COMMAND in a process group
+    /// of its own while the leadership's lease is renewed, resigns when COMMAND exits (the
+    /// next candidate leads at once), and exits with COMMAND's status. If leadership is lost,
+    /// COMMAND gets SIGTERM, then SIGKILL after --grace. COMMAND sees DISTLOCK_ELECTION,
+    /// DISTLOCK_IDENTITY and DISTLOCK_TERM (the leader's fencing token, strictly rising with
+    /// every leader). Creates a missing SQL lock table.
+    #[command(after_help = run::AFTER_HELP)]
+    #[command(
+        override_usage = "distlock elect [OPTIONS] [URL] NAME --identity ID (-c STRING | -- COMMAND [ARGS]...)"
+    )]
+    #[command(group(ArgGroup::new("what").required(true).args(["shell", "command"])))]
     Elect {
         /// The URL (when it contains `://`; else DISTLOCK_URL), then the election's name
         #[arg(value_name = "URL] [NAME", num_args = 1..=2, required = true)]
@@ -190,16 +314,18 @@ pub(crate) enum Command {
         /// port, a pod name.
         #[arg(long, value_name = "ID", required = true)]
         identity: String,
-        /// The command and its arguments, after `--`.
-        #[arg(last = true, required = true, value_name = "COMMAND")]
+        /// The command and its arguments, after `--` (or -c).
+        #[arg(last = true, value_name = "COMMAND")]
         command: Vec<String>,
+        /// Run STRING with `sh -c` instead of `-- COMMAND…` (as `flock -c`).
+        #[arg(short = 'c', value_name = "STRING")]
+        shell: Option<String>,
         /// The leader's lease, renewed every third of it while COMMAND runs: a standby leads
         /// at most this long after this process dies.
         #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
         lease: Duration,
-        /// How long to wait to lead (default: until it leads; exit code 120 when it ends).
-        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-        wait: Option<Duration>,
+        #[command(flatten)]
+        wait: WaitArgs,
         /// After SIGTERM to a COMMAND whose leadership was lost, how long until SIGKILL.
         #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
         grace: Duration,
@@ -210,7 +336,7 @@ pub(crate) enum Command {
         /// The URL (when it contains `://`; else DISTLOCK_URL), then the election's name
         #[arg(value_name = "URL] [NAME", num_args = 1..=2, required = true)]
         args: Vec<String>,
-        /// Print every change of leader (`--json`: one object per line).
+        /// Print every change of leader.
         #[arg(long)]
         watch: bool,
         /// With --watch: how often to ask.
@@ -219,35 +345,46 @@ pub(crate) enum Command {
         /// With --watch: stop after this long.
         #[arg(long = "for", value_name = "DURATION", value_parser = parse_duration)]
         watch_for: Option<Duration>,
+        /// Print a JSON object (`election`, `leader`: `identity`, `term`, `since_unix_ms`, or
+        /// null); with --watch, one per line for each change.
+        #[arg(long)]
+        json: bool,
     },
     /// Checks the backend answers: server version and one request's round trip.
     Ping {
         /// The URL (else DISTLOCK_URL)
         #[arg(value_name = "URL", num_args = 0..=1)]
         args: Vec<String>,
+        /// Print a JSON object (`backend`, `url`, `version`, `round_trip_ms`).
+        #[arg(long)]
+        json: bool,
     },
 }
 
-/// Why the command failed, and its exit code.
+/// Why the command failed, and its exit code (of [`exit`]).
 #[derive(Debug)]
 pub(crate) enum Failure {
+    /// The backend failed or could not be reached.
     Error(String),
     Usage(String),
     Unsupported(String),
     NotHeld(String),
     Busy(String),
     Lost(String),
+    /// Signal N stopped a wait: 128 + N.
+    Signalled(libc::c_int, String),
 }
 
 impl Failure {
     pub(crate) fn code(&self) -> u8 {
         match self {
-            Failure::Error(_) => 1,
-            Failure::Usage(_) => 2,
-            Failure::Unsupported(_) => 3,
-            Failure::NotHeld(_) => 4,
-            Failure::Busy(_) => 5,
-            Failure::Lost(_) => 6,
+            Failure::Error(_) => exit::BACKEND,
+            Failure::Usage(_) => exit::USAGE,
+            Failure::Unsupported(_) => exit::UNSUPPORTED,
+            Failure::NotHeld(_) => exit::NOT_HELD,
+            Failure::Busy(_) => exit::BUSY,
+            Failure::Lost(_) => exit::LOST,
+            Failure::Signalled(signal, _) => exit::SIGNALLED.wrapping_add(*signal as u8),
         }
     }
 
@@ -258,7 +395,8 @@ impl Failure {
             | Failure::Unsupported(m)
             | Failure::NotHeld(m)
             | Failure::Busy(m)
-            | Failure::Lost(m) => m,
+            | Failure::Lost(m)
+            | Failure::Signalled(_, m) => m,
         }
     }
 }
@@ -288,7 +426,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("distlock: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
+            return ExitCode::from(exit::BACKEND);
         }
     };
     match runtime.block_on(run(cli)) {
@@ -364,12 +502,12 @@ pub(crate) async fn connect_as(
 
 async fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
-        Command::List { args, limit } => {
+        Command::List { args, limit, json } => {
             let (url, rest) = url_and_rest(cli.url.as_deref(), args, 1)?;
             let pattern = rest.first().map_or("*", String::as_str);
             let client = connect(&cli, &url).await?;
             let locks = client.list(pattern, *limit).await?;
-            if cli.json {
+            if *json {
                 let all: Vec<_> = locks.iter().map(info_json).collect();
                 println!("{}", serde_json::Value::Array(all));
             } else if locks.is_empty() {
@@ -379,12 +517,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Command::Show { args } => {
+        Command::Show { args, json } => {
             let (url, rest) = url_and_rest(cli.url.as_deref(), args, 1)?;
             let key = key_of(&rest)?;
             let client = connect(&cli, &url).await?;
             match client.inspect(key).await? {
-                Some(info) if cli.json => {
+                Some(info) if *json => {
                     println!("{}", info_json(&info));
                     Ok(())
                 }
@@ -398,7 +536,12 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 ))),
             }
         }
-        Command::Release { args, force, yes } => {
+        Command::Release {
+            args,
+            force,
+            yes,
+            json,
+        } => {
             let (url, rest) = url_and_rest(cli.url.as_deref(), args, 1)?;
             let key = key_of(&rest)?;
             if !force {
@@ -419,7 +562,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 confirm(&current)?;
             }
             match client.force_release(key).await? {
-                Some(removed) if cli.json => {
+                Some(removed) if *json => {
                     println!("{}", info_json(&removed));
                     Ok(())
                 }
@@ -438,16 +581,28 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             lease,
             wait,
             fencing,
+            json,
         } => {
             let (url, rest) = url_and_rest(cli.url.as_deref(), args, 1)?;
             let key = key_of(&rest)?;
-            let client = connect(&cli, &url).await?;
-            hold(&client, key, *hold_for, *lease, *wait, *fencing, cli.json).await
+            // Listening before anything else: Ctrl-C while connecting or waiting stops it.
+            let interrupts = Interrupts::listen();
+            // It takes the lock as the services do: a missing SQL table is created.
+            let client = connect_as(&cli, &url, true).await?;
+            let hold = Hold {
+                hold_for: *hold_for,
+                lease: *lease,
+                wait: wait.wait(),
+                fencing: *fencing,
+                json: *json,
+            };
+            hold.run(&client, key, interrupts).await
         }
         Command::Watch {
             args,
             interval,
             watch_for,
+            json,
         } => {
             let (url, rest) = url_and_rest(cli.url.as_deref(), args, 1)?;
             let pattern = rest.first().map_or("*", String::as_str);
@@ -455,7 +610,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 return Err(Failure::Usage("--interval must be more than 0".into()));
             }
             let client = connect(&cli, &url).await?;
-            watch(&client, pattern, *interval, *watch_for, cli.json).await
+            watch(&client, pattern, *interval, *watch_for, *json).await
         }
         Command::Run { .. } | Command::Elect { .. } => {
             unreachable!("`distlock run` and `elect` have a main of their own")
@@ -465,6 +620,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             watch,
             interval,
             watch_for,
+            json,
         } => {
             let (url, rest) = url_and_rest(cli.url.as_deref(), args, 1)?;
             let name = election_of(&rest)?;
@@ -474,14 +630,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let client = connect(&cli, &url).await?;
             let election = client.election(name).poll(*interval);
             if *watch {
-                return watch_leader(&election, *watch_for, cli.json).await;
+                return watch_leader(&election, *watch_for, *json).await;
             }
             match election.leader().await? {
                 Some(leader) => {
-                    println!("{}", leader_line(name, Some(&leader), cli.json));
+                    println!("{}", leader_line(name, Some(&leader), *json));
                     Ok(())
                 }
-                None if cli.json => {
+                None if *json => {
                     println!("{}", leader_line(name, None, true));
                     Err(Failure::NotHeld(format!(
                         "nobody leads `{name}` on {}",
@@ -494,11 +650,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                 ))),
             }
         }
-        Command::Ping { args } => {
+        Command::Ping { args, json } => {
             let (url, _) = url_and_rest(cli.url.as_deref(), args, 0)?;
             let client = connect(&cli, &url).await?;
             let info = client.ping().await?;
-            if cli.json {
+            if *json {
                 println!(
                     "{}",
                     serde_json::json!({
@@ -624,98 +780,149 @@ fn confirm(current: &LockInfo) -> Result<(), Failure> {
     }
 }
 
-async fn hold(
-    client: &LockClient,
-    key: &str,
+/// `distlock hold`'s options.
+struct Hold {
     hold_for: Option<Duration>,
     lease: Duration,
-    wait: Duration,
+    wait: Wait,
     fencing: bool,
     json: bool,
-) -> Result<(), Failure> {
-    let mut interrupts = Interrupts::listen();
-    let guard = match client
-        .lock(key)
-        .lease(lease)
-        .wait(wait)
-        .fencing(fencing)
-        .acquire()
-        .await
-    {
-        Ok(guard) => guard,
-        Err(LockError::Timeout { .. }) => {
-            let holder = holder_of(client, key).await;
-            return Err(Failure::Busy(format!(
-                "`{key}` is held by {holder}; not taken within {} (raise --wait)",
-                duration(wait)
-            )));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let fence = guard
-        .fencing_token()
-        .map_or_else(String::new, |t| format!(", fencing token {t}"));
-    if json {
-        println!(
-            "{}",
-            serde_json::json!({"event": "held", "key": key, "pid": std::process::id(),
-                "fencing_token": guard.fencing_token(), "lease_ms": lease.as_millis() as u64})
-        );
-    } else {
-        let until = hold_for.map_or_else(
-            || "until Ctrl-C".to_owned(),
-            |d| format!("for {}", duration(d)),
-        );
-        println!(
-            "holding `{key}` (pid {}{fence}) {until}; Ctrl-C releases it",
-            std::process::id()
-        );
-    }
-    let _ = std::io::stdout().flush();
-    let deadline = async {
-        match hold_for {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
-        }
-    };
-    let lost = guard.lost();
-    let ended = tokio::select! {
-        () = deadline => "its time was up",
-        () = interrupts.recv() => "interrupted",
-        () = lost => {
-            let message = format!(
-                "lost `{key}`: its lease ran out or it was released by force; whatever relied \
-                 on it is no longer protected"
+}
+
+/// How long `hold` waits for a busy lock before saying so on stderr.
+const SAY_WAITING_AFTER: Duration = Duration::from_secs(1);
+
+impl Hold {
+    /// Takes `key` (waiting as long as `wait` says; a signal stops the wait), holds it until
+    /// `hold_for` ends or a signal, then releases it.
+    async fn run(
+        self,
+        client: &LockClient,
+        key: &str,
+        mut interrupts: Interrupts,
+    ) -> Result<(), Failure> {
+        let Hold {
+            hold_for,
+            lease,
+            wait,
+            fencing,
+            json,
+        } = self;
+        let acquire = wait
+            .apply(client.lock(key).lease(lease).fencing(fencing))
+            .acquire();
+        tokio::pin!(acquire);
+        let say_waiting = tokio::time::sleep(SAY_WAITING_AFTER);
+        tokio::pin!(say_waiting);
+        let mut said = false;
+        let guard = loop {
+            tokio::select! {
+                acquired = &mut acquire => match acquired {
+                    Ok(guard) => break guard,
+                    Err(LockError::Timeout { .. }) => {
+                        let holder = holder_of(client, key).await;
+                        return Err(Failure::Busy(format!(
+                            "`{key}` is held by {holder}; {}",
+                            wait.missed()
+                        )));
+                    }
+                    Err(e) => return Err(e.into()),
+                },
+                () = &mut say_waiting, if !said => {
+                    said = true;
+                    let holder = holder_of(client, key).await;
+                    let until = match wait {
+                        Wait::Forever => "as long as it takes".to_owned(),
+                        Wait::Up(d) => format!("up to {}", duration(d)),
+                    };
+                    eprintln!(
+                        "distlock: `{key}` is held by {holder}; waiting for it {until} \
+                         (Ctrl-C gives up)"
+                    );
+                }
+                signal = interrupts.recv() => {
+                    return Err(Failure::Signalled(
+                        signal,
+                        format!("{} while waiting for `{key}`: not taken", signal_name(signal)),
+                    ));
+                }
+            }
+        };
+        let fence = guard
+            .fencing_token()
+            .map_or_else(String::new, |t| format!(", fencing token {t}"));
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({"event": "held", "key": key, "pid": std::process::id(),
+                    "fencing_token": guard.fencing_token(), "lease_ms": lease.as_millis() as u64})
             );
-            if json {
-                println!("{}", serde_json::json!({"event": "lost", "key": key}));
-            } else {
-                println!("{message}");
-            }
-            return Err(Failure::Lost(message));
+        } else {
+            let until = hold_for.map_or_else(
+                || "until Ctrl-C".to_owned(),
+                |d| format!("for {}", duration(d)),
+            );
+            println!(
+                "holding `{key}` (pid {}{fence}) {until}; Ctrl-C releases it",
+                std::process::id()
+            );
         }
-    };
-    match guard.release().await {
-        Ok(()) => {
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({"event": "released", "key": key, "reason": ended})
+        let _ = std::io::stdout().flush();
+        let deadline = async {
+            match hold_for {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let lost = guard.lost();
+        let ended = tokio::select! {
+            () = deadline => "its time was up",
+            _ = interrupts.recv() => "interrupted",
+            () = lost => {
+                let message = format!(
+                    "lost `{key}`: its lease ran out or it was released by force; whatever \
+                     relied on it is no longer protected"
                 );
-            } else {
-                println!("released `{key}` ({ended})");
+                if json {
+                    println!("{}", serde_json::json!({"event": "lost", "key": key}));
+                } else {
+                    println!("{message}");
+                }
+                return Err(Failure::Lost(message));
             }
-            Ok(())
-        }
-        Err(error) => {
-            // Lost before the release found out (e.g. released by force since the last
-            // renewal), or the backend failed.
-            if json {
-                let event = if error.is_lost() { "lost" } else { "error" };
-                println!("{}", serde_json::json!({"event": event, "key": key}));
+        };
+        match guard.release().await {
+            Ok(()) => {
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::json!({"event": "released", "key": key, "reason": ended})
+                    );
+                } else {
+                    println!("released `{key}` ({ended})");
+                }
+                Ok(())
             }
-            Err(error.into())
+            Err(error) => {
+                // Lost before the release found out (e.g. released by force since the last
+                // renewal), or the backend failed.
+                if json {
+                    let event = if error.is_lost() { "lost" } else { "error" };
+                    println!("{}", serde_json::json!({"event": event, "key": key}));
+                }
+                Err(error.into())
+            }
         }
+    }
+}
+
+/// "SIGINT", "SIGTERM", "SIGHUP": for messages.
+pub(crate) fn signal_name(signal: libc::c_int) -> &'static str {
+    match signal {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "a signal",
     }
 }
 
@@ -745,11 +952,12 @@ impl Interrupts {
         };
         tokio::select! {
             () = end => {}
-            () = self.recv() => {}
+            _ = self.recv() => {}
         }
     }
 
-    async fn recv(&mut self) {
+    /// The next SIGINT or SIGTERM: its number.
+    async fn recv(&mut self) -> libc::c_int {
         /// One signal's next delivery; never, for a signal that could not be listened for.
         async fn next(signal: Option<&mut tokio::signal::unix::Signal>) {
             match signal {
@@ -760,8 +968,8 @@ impl Interrupts {
             }
         }
         tokio::select! {
-            () = next(self.interrupt.as_mut()) => {}
-            () = next(self.terminate.as_mut()) => {}
+            () = next(self.interrupt.as_mut()) => libc::SIGINT,
+            () = next(self.terminate.as_mut()) => libc::SIGTERM,
         }
     }
 }
@@ -891,6 +1099,16 @@ async fn watch_leader(
     }
 }
 
+/// `forever`, or a duration (`30s`, `0s`): what `-w`/`--wait` takes.
+fn parse_wait(text: &str) -> Result<Wait, String> {
+    match text.trim() {
+        "forever" => Ok(Wait::Forever),
+        _ => parse_duration(text)
+            .map(Wait::Up)
+            .map_err(|e| format!("{e}; or `forever`")),
+    }
+}
+
 /// `30s`, `500ms`, `2m`, `1h`, `0`: what the options take.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -930,6 +1148,75 @@ mod tests {
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         assert!(parse_duration("10").unwrap_err().contains("unit"));
         assert!(parse_duration("x").is_err());
+    }
+
+    #[test]
+    fn waits_parse() {
+        assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
+        assert_eq!(parse_wait("0s"), Ok(Wait::Up(Duration::ZERO)));
+        assert_eq!(parse_wait("2m"), Ok(Wait::Up(Duration::from_secs(120))));
+        assert!(parse_wait("never").unwrap_err().contains("forever"));
+    }
+
+    /// `-w`, `--wait`, `-n` and their defaults, the same on `hold`, `run` and `elect`.
+    #[test]
+    fn hold_run_and_elect_wait_forever_unless_told() {
+        fn wait_of(args: &[&str]) -> Result<Wait, clap::Error> {
+            let cli = Cli::try_parse_from(["distlock"].iter().chain(args))?;
+            Ok(match cli.command {
+                Command::Hold { wait, .. }
+                | Command::Run { wait, .. }
+                | Command::Elect { wait, .. } => wait.wait(),
+                _ => unreachable!(),
+            })
+        }
+        let commands: [&[&str]; 3] = [
+            &["hold", "k"],
+            &["run", "k", "-c", "true"],
+            &["elect", "k", "--identity", "a", "-c", "true"],
+        ];
+        for command in commands {
+            let with = |extra: &[&str]| {
+                let mut args = command.to_vec();
+                args.extend_from_slice(extra);
+                wait_of(&args)
+            };
+            assert_eq!(with(&[]).unwrap(), Wait::Forever, "{command:?}");
+            assert_eq!(with(&["--wait", "forever"]).unwrap(), Wait::Forever);
+            assert_eq!(
+                with(&["-w", "3s"]).unwrap(),
+                Wait::Up(Duration::from_secs(3))
+            );
+            assert_eq!(with(&["--wait", "0s"]).unwrap(), Wait::Up(Duration::ZERO));
+            assert_eq!(with(&["-n"]).unwrap(), Wait::Up(Duration::ZERO));
+            assert_eq!(with(&["--nonblock"]).unwrap(), Wait::Up(Duration::ZERO));
+            let both = with(&["-n", "-w", "3s"]).unwrap_err();
+            assert_eq!(both.kind(), clap::error::ErrorKind::ArgumentConflict);
+            assert_eq!(both.exit_code(), 2);
+        }
+    }
+
+    /// The table in `--help` names every code of [`exit`], each once.
+    #[test]
+    fn the_exit_table_has_every_code() {
+        let codes = [
+            exit::USAGE,
+            exit::UNSUPPORTED,
+            exit::NOT_HELD,
+            exit::BUSY,
+            exit::LOST,
+            exit::BACKEND,
+            exit::CANNOT_RUN,
+            exit::NOT_FOUND,
+        ];
+        for code in codes {
+            let lines = EXIT_CODES
+                .lines()
+                .filter(|l| l.trim_start().starts_with(&format!("{code} ")))
+                .count();
+            assert_eq!(lines, 1, "{code} in\n{EXIT_CODES}");
+        }
+        assert!(EXIT_CODES.contains(&format!("{}+N", exit::SIGNALLED)));
     }
 
     #[test]

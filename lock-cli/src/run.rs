@@ -15,35 +15,25 @@ use std::future::Future;
 use lock_runtime::{Leadership, LockClient, LockError, LockGuard};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
+use crate::exit::{BACKEND, BUSY, CANNOT_RUN, LOST, NOT_FOUND, SIGNALLED};
 use crate::format::duration;
-use crate::{Cli, Command, Failure, connect_as, election_of, holder_of, key_of, url_and_rest};
+use crate::{
+    Cli, Command, Failure, Wait, connect_as, election_of, holder_of, key_of, signal_name,
+    url_and_rest,
+};
 
-/// The exit codes of `distlock run` (its `--help` and the README).
-pub(crate) const EXIT_CODES: &str = "\
-Exit codes:
-  COMMAND's own   COMMAND ran and exited (128 + N if a signal N ended it)
-  2               bad usage: arguments, URL, key, durations (COMMAND not started)
-  3               this backend cannot be used from a command (memory://)
-  120             busy: the lock was not taken (`elect`: this candidate did not lead)
-                  within --wait (COMMAND not started)
-  121             lost: the lock (`elect`: leadership) was lost while COMMAND ran; COMMAND
-                  was stopped
-                  (SIGTERM, then SIGKILL after --grace)
-  122             the backend failed: unreachable, refused, or the release failed
-  126             COMMAND could not be started (not executable)
-  127             COMMAND was not found
+/// `distlock run --help`'s and `distlock elect --help`'s epilogue: the exit codes (one table
+/// for every command), and what signals do.
+pub(crate) const AFTER_HELP: &str = concat!(
+    crate::exit_table!(),
+    "
 
 Signals: SIGINT, SIGTERM and SIGHUP are passed on to COMMAND's process group; the lock is
 released once COMMAND has exited. A signal while waiting for the lock stops the wait
 (exit 128 + N, COMMAND not started).
 
-The URL is the first argument when it contains `://`; otherwise DISTLOCK_URL is used.";
-
-const BUSY: u8 = 120;
-const LOST: u8 = 121;
-const BACKEND: u8 = 122;
-const CANNOT_RUN: u8 = 126;
-const NOT_FOUND: u8 = 127;
+The URL is the first argument when it contains `://`; otherwise --url, then DISTLOCK_URL."
+);
 
 /// How a run ended: an exit code and, unless COMMAND's own status, what to say on stderr.
 struct Ended {
@@ -60,7 +50,7 @@ impl Ended {
     }
 }
 
-/// `distlock run`'s own `main`: its exit codes are its own (see [`EXIT_CODES`]).
+/// `distlock run`'s and `distlock elect`'s `main` (exit codes: [`crate::EXIT_CODES`]).
 pub(crate) fn main(cli: Cli) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -82,14 +72,17 @@ pub(crate) fn main(cli: Cli) -> ExitCode {
     ExitCode::from(ended.code)
 }
 
-/// The run's setup errors, as exit codes: usage 2, an unusable backend 3, else 122.
+/// The run's setup errors, with their exit codes (usage 2, an unusable backend 3, …).
 fn setup_failed(failure: Failure) -> Ended {
-    let code = match failure {
-        Failure::Usage(_) => 2,
-        Failure::Unsupported(_) => 3,
-        _ => BACKEND,
-    };
-    Ended::with(code, failure.message().to_owned())
+    Ended::with(failure.code(), failure.message().to_owned())
+}
+
+/// What to start: `sh -c STRING` for `-c STRING`, else COMMAND and its arguments.
+fn argv(shell: Option<&String>, command: &[String]) -> Vec<String> {
+    match shell {
+        Some(string) => vec!["sh".to_owned(), "-c".to_owned(), string.clone()],
+        None => command.to_vec(),
+    }
 }
 
 /// What COMMAND runs under: a lock, or leadership of an election.
@@ -125,6 +118,7 @@ async fn run(cli: &Cli) -> Ended {
     let Command::Run {
         args,
         command,
+        shell,
         lease,
         wait,
         min_hold,
@@ -147,21 +141,22 @@ async fn run(cli: &Cli) -> Ended {
     if *read {
         request = request.read();
     }
-    request = request
+    let wait = wait.wait();
+    request = wait
+        .apply(request)
         .lease(*lease)
-        .wait(*wait)
         .fencing(*fencing)
         .min_hold(min_hold.unwrap_or_default());
     let guard = tokio::select! {
         acquired = request.acquire() => match acquired {
             Ok(guard) => guard,
-            Err(LockError::Timeout { .. }) => return busy(&client, &key, *wait).await,
+            Err(LockError::Timeout { .. }) => return busy(&client, &key, wait).await,
             Err(error) => return setup_failed(error.into()),
         },
         signal = signals.recv() => {
             return Ended::with(
-                128 + signal as u8,
-                format!("{} while waiting for `{key}`: COMMAND not started", name_of(signal)),
+                SIGNALLED + signal as u8,
+                format!("{} while waiting for `{key}`: COMMAND not started", signal_name(signal)),
             );
         }
     };
@@ -169,7 +164,8 @@ async fn run(cli: &Cli) -> Ended {
     if let Some(token) = guard.fencing_token() {
         env.push(("DISTLOCK_FENCING_TOKEN", token.to_string()));
     }
-    run_while_held(command, &env, guard, &format!("`{key}`"), *grace, signals).await
+    let command = argv(shell.as_ref(), command);
+    run_while_held(&command, &env, guard, &format!("`{key}`"), *grace, signals).await
 }
 
 /// Starts COMMAND (with `env`) in a process group of its own and supervises it while `held`
@@ -222,6 +218,7 @@ async fn elect(cli: &Cli) -> Ended {
         args,
         identity,
         command,
+        shell,
         lease,
         wait,
         grace,
@@ -234,8 +231,9 @@ async fn elect(cli: &Cli) -> Ended {
         Err(ended) => return ended,
     };
     let mut election = client.election(name.as_str()).lease(*lease);
-    if let Some(wait) = wait {
-        election = election.wait(*wait);
+    let wait = wait.wait();
+    if let Wait::Up(wait) = wait {
+        election = election.wait(wait);
     }
     let leadership = tokio::select! {
         campaigned = election.campaign(identity.as_str()) => match campaigned {
@@ -248,9 +246,9 @@ async fn elect(cli: &Cli) -> Ended {
                 return Ended::with(
                     BUSY,
                     format!(
-                        "{leader} leads `{name}`; this candidate did not lead within --wait {}: \
-                         COMMAND not started",
-                        duration(wait.unwrap_or_default())
+                        "{leader} leads `{name}`; this candidate did not lead: {}: COMMAND not \
+                         started",
+                        wait.missed()
                     ),
                 );
             }
@@ -258,8 +256,11 @@ async fn elect(cli: &Cli) -> Ended {
         },
         signal = signals.recv() => {
             return Ended::with(
-                128 + signal as u8,
-                format!("{} while campaigning for `{name}`: COMMAND not started", name_of(signal)),
+                SIGNALLED + signal as u8,
+                format!(
+                    "{} while campaigning for `{name}`: COMMAND not started",
+                    signal_name(signal)
+                ),
             );
         }
     };
@@ -269,20 +270,19 @@ async fn elect(cli: &Cli) -> Ended {
         ("DISTLOCK_TERM", leadership.term().to_string()),
     ];
     let what = format!("leadership of `{name}`");
-    run_while_held(command, &env, leadership, &what, *grace, signals).await
+    let command = argv(shell.as_ref(), command);
+    run_while_held(&command, &env, leadership, &what, *grace, signals).await
 }
 
 /// The lock was busy past `wait`: who holds it, where the backend knows.
-async fn busy(client: &LockClient, key: &str, wait: Duration) -> Ended {
+async fn busy(client: &LockClient, key: &str, wait: Wait) -> Ended {
     let holder = holder_of(client, key).await;
-    let waited = if wait.is_zero() {
-        "busy, and --wait is 0".to_owned()
-    } else {
-        format!("not taken within --wait {}", duration(wait))
-    };
     Ended::with(
         BUSY,
-        format!("`{key}` is held by {holder}; {waited}: COMMAND not started"),
+        format!(
+            "`{key}` is held by {holder}; {}: COMMAND not started",
+            wait.missed()
+        ),
     )
 }
 
@@ -371,17 +371,8 @@ fn code_of(status: ExitStatus) -> u8 {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => code as u8,
-        (None, Some(signal)) => 128u8.wrapping_add(signal as u8),
+        (None, Some(signal)) => SIGNALLED.wrapping_add(signal as u8),
         (None, None) => BACKEND,
-    }
-}
-
-fn name_of(signal: libc::c_int) -> &'static str {
-    match signal {
-        libc::SIGINT => "SIGINT",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGHUP => "SIGHUP",
-        _ => "a signal",
     }
 }
 

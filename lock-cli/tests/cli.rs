@@ -356,7 +356,7 @@ async fn a_held_lock_released_by_force_is_reported_lost_by_its_holder() {
     assert_eq!(server_value(&server, "lock:job:nightly").await, None);
 
     let (status, out, err) = finish(hold, ms(15_000)).await;
-    assert_eq!(status, 6, "hold exits with `lost`: {out} {err}");
+    assert_eq!(status, 121, "hold exits with `lost`: {out} {err}");
     assert!(out.contains("lost `job:nightly`"), "{out}");
     assert!(
         released_at.elapsed() < ms(15_000),
@@ -392,20 +392,127 @@ async fn hold_releases_on_ctrl_c_when_its_time_is_up_and_refuses_a_busy_lock() {
     assert!(stdout(&timed).contains("(its time was up)"));
     assert_eq!(server_value(&server, "lock:maintenance").await, None);
 
-    // Busy: exit 5, naming the holder; the holder's lock untouched.
+    // Busy past --wait (or at once with -n): exit 120, naming the holder; the holder's lock
+    // untouched.
     let client = LockClient::connect(&url).await.unwrap();
-    let _guard = client.lock("maintenance").acquire().await.unwrap();
+    let guard = client.lock("maintenance").acquire().await.unwrap();
     let value = server_value(&server, "lock:maintenance").await;
-    for wait in ["0s", "300ms"] {
-        let busy = run(&["hold", &url, "maintenance", "--wait", wait]).await;
-        assert_eq!(code(&busy), 5, "{}", stderr(&busy));
+    let waits: [&[&str]; 5] = [
+        &["--wait", "0s"],
+        &["--wait", "300ms"],
+        &["-w", "300ms"],
+        &["-n"],
+        &["--nonblock"],
+    ];
+    for wait in waits {
+        let started = Instant::now();
+        let busy = run_with(distlock().args(["hold", &url, "maintenance"]).args(wait)).await;
+        assert_eq!(code(&busy), 120, "{wait:?}: {}", stderr(&busy));
         assert!(
             stderr(&busy).contains(&format!("pid {}", std::process::id())),
             "{}",
             stderr(&busy)
         );
+        assert!(stdout(&busy).is_empty(), "{}", stdout(&busy));
+        assert!(started.elapsed() < ms(10_000), "{wait:?}");
     }
     assert_eq!(server_value(&server, "lock:maintenance").await, value);
+
+    // By default it waits as long as it takes (saying so on stderr after a second), and takes
+    // the lock once it is released.
+    let (hold, first) = {
+        let spawned = tokio::spawn({
+            let url = url.clone();
+            async move { spawn_until_line(&["hold", &url, "maintenance", "--for", "500ms"]).await }
+        });
+        tokio::time::sleep(ms(2_500)).await;
+        assert!(
+            !spawned.is_finished(),
+            "hold did not wait for the busy lock"
+        );
+        assert_eq!(server_value(&server, "lock:maintenance").await, value);
+        guard.release().await.unwrap();
+        spawned.await.unwrap()
+    };
+    assert!(first.contains("holding `maintenance`"), "{first}");
+    let (status, out, err) = finish(hold, ms(15_000)).await;
+    assert_eq!(status, 0, "{out} {err}");
+    assert!(
+        err.contains("`maintenance` is held by")
+            && err.contains(&format!("pid {}", std::process::id()))
+            && err.contains("waiting for it as long as it takes"),
+        "{err}"
+    );
+    assert!(
+        out.contains("released `maintenance` (its time was up)"),
+        "{out}"
+    );
+    assert_eq!(server_value(&server, "lock:maintenance").await, None);
+
+    // `--wait forever` too; Ctrl-C stops the wait: 128 + SIGINT, nothing taken, the holder's
+    // lock untouched.
+    let guard = client.lock("maintenance").acquire().await.unwrap();
+    let value = server_value(&server, "lock:maintenance").await;
+    let waiting = distlock()
+        .args(["hold", &url, "maintenance", "--wait", "forever"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(ms(1_500)).await;
+    // SAFETY: kill(2) on the child we started.
+    unsafe { libc::kill(waiting.id().unwrap() as libc::pid_t, libc::SIGINT) };
+    let output = tokio::time::timeout(ms(15_000), waiting.wait_with_output())
+        .await
+        .expect("Ctrl-C stopped the wait")
+        .unwrap();
+    assert_eq!(code(&output), 128 + libc::SIGINT, "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("SIGINT while waiting for `maintenance`: not taken"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(stdout(&output), "");
+    assert_eq!(server_value(&server, "lock:maintenance").await, value);
+    guard.release().await.unwrap();
+}
+
+/// `hold --json`: one JSON object per line, from the grant to the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_prints_json_events() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (hold, first) = spawn_until_line(&[
+        "hold",
+        &url,
+        "j:1",
+        "--json",
+        "--fencing",
+        "--lease",
+        "3s",
+        "--for",
+        "60s",
+    ])
+    .await;
+    let held: Value = serde_json::from_str(&first).unwrap();
+    let pid = hold.id().unwrap();
+    assert_eq!(held["event"], "held", "{held}");
+    assert_eq!(held["key"], "j:1", "{held}");
+    assert_eq!(held["pid"].as_u64(), Some(u64::from(pid)), "{held}");
+    assert_eq!(held["lease_ms"].as_u64(), Some(3_000), "{held}");
+    assert!(held["fencing_token"].as_u64().is_some(), "{held}");
+    let stored = server_value(&server, "lock:j:1").await.expect("held");
+    assert!(stored.contains(&format!(":{pid}:")), "{stored}");
+    // SAFETY: kill(2) on the child we started.
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    let (status, out, err) = finish(hold, ms(15_000)).await;
+    assert_eq!(status, 0, "{out} {err}");
+    let released: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(
+        released,
+        serde_json::json!({"event": "released", "key": "j:1", "reason": "interrupted"})
+    );
+    assert_eq!(server_value(&server, "lock:j:1").await, None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -416,7 +523,6 @@ async fn watch_prints_acquisitions_and_releases() {
     let _before = client.lock("w:before").acquire().await.unwrap();
     let watch = distlock()
         .args([
-            "--json",
             "watch",
             &url,
             "w:*",
@@ -424,6 +530,7 @@ async fn watch_prints_acquisitions_and_releases() {
             "100ms",
             "--for",
             "4s",
+            "--json",
         ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -486,7 +593,7 @@ async fn bad_input_gets_the_reason_and_its_exit_code() {
     let port = support::free_port();
     let down = format!("redis://127.0.0.1:{port}");
     let unreachable = run(&["ping", &down, "--connect-timeout", "1s"]).await;
-    assert_eq!(code(&unreachable), 1);
+    assert_eq!(code(&unreachable), 122);
     assert!(
         stderr(&unreachable).contains(&down),
         "{}",
@@ -515,6 +622,75 @@ async fn bad_input_gets_the_reason_and_its_exit_code() {
 
     let extra = run(&["show", &url, "a", "b"]).await;
     assert_eq!(code(&extra), 2, "{}", stderr(&extra));
+
+    // Usage errors of the wait, -c and --json flags: exit 2 with the reason, nothing taken,
+    // COMMAND never started.
+    let dir = std::env::temp_dir().join(unique("distlock-usage"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let touch = r#"touch "$D/ran""#;
+    let cases: [(&[&str], &str); 10] = [
+        (
+            &["hold", &url, "k", "-n", "--wait", "1s"],
+            "cannot be used with",
+        ),
+        (&["hold", &url, "k", "--wait", "never"], "forever"),
+        (
+            &["run", &url, "k", "-n", "-w", "1s", "-c", touch],
+            "cannot be used with",
+        ),
+        (&["run", &url, "k"], "-c <STRING>|COMMAND"),
+        (
+            &["run", &url, "k", "-c", touch, "--", "sh", "-c", touch],
+            "cannot be used with",
+        ),
+        (
+            &["run", &url, "k", "--json", "-c", touch],
+            "unexpected argument '--json'",
+        ),
+        (
+            &["elect", &url, "n", "--identity", "a"],
+            "-c <STRING>|COMMAND",
+        ),
+        (
+            &["elect", &url, "n", "--identity", "a", "--json", "-c", touch],
+            "'--json'",
+        ),
+        (
+            &[
+                "elect",
+                &url,
+                "n",
+                "--identity",
+                "a",
+                "-n",
+                "--wait",
+                "1s",
+                "-c",
+                touch,
+            ],
+            "cannot be used with",
+        ),
+        // `--json` belongs to the subcommand now, not before it.
+        (&["--json", "list", &url], "unexpected argument '--json'"),
+    ];
+    for (args, why) in cases {
+        let output = run_with(distlock().args(args).env("D", &dir)).await;
+        assert_eq!(code(&output), 2, "{args:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(why),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+    assert!(!dir.join("ran").exists(), "COMMAND ran");
+    let mut conn = server.connection().await;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("*")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(keys.is_empty(), "something was taken: {keys:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The same commands on a lock table: PostgreSQL.
@@ -586,7 +762,7 @@ async fn tables_and_queues(url: &str, queues: bool) {
             .await
         );
     }
-    let listed = run(&["--json", "list", url, "svc:*"]).await;
+    let listed = run(&["list", url, "svc:*", "--json"]).await;
     assert_eq!(code(&listed), 0, "{}", stderr(&listed));
     let json: Value = serde_json::from_str(&stdout(&listed)).unwrap();
     let locks = json.as_array().unwrap();
@@ -706,20 +882,17 @@ async fn run_paths(url: &str) {
     // holder's lock untouched.
     let held = client.lock("job:b").acquire().await.unwrap();
     let before = client.inspect("job:b").await.unwrap().unwrap().token;
-    for wait in ["0s", "300ms"] {
-        let child = spawn_run(
-            &[
-                url,
-                "job:b",
-                "--wait",
-                wait,
-                "--",
-                "sh",
-                "-c",
-                r#"touch "$D/ran""#,
-            ],
-            &dir,
-        );
+    let waits: [&[&str]; 4] = [
+        &["--wait", "0s"],
+        &["--wait", "300ms"],
+        &["-w", "300ms"],
+        &["-n"],
+    ];
+    for wait in waits {
+        let mut args = vec![url, "job:b"];
+        args.extend_from_slice(wait);
+        args.extend(["--", "sh", "-c", r#"touch "$D/ran""#]);
+        let child = spawn_run(&args, &dir);
         let (status, err) = end_of_run(child, Duration::from_secs(30)).await;
         assert_eq!(status, 120, "{err}");
         assert!(err.contains("`job:b`"), "{err}");
@@ -754,7 +927,26 @@ async fn run_paths(url: &str) {
     let (status, err) = end_of_run(child, Duration::from_secs(30)).await;
     assert_eq!(status, 128 + libc::SIGTERM, "{err}");
     assert!(!dir.join("ran").exists());
+
+    // Without --wait it waits as long as it takes, as flock(1) does: COMMAND runs once the
+    // holder lets go, under the lock.
+    let child = spawn_run(
+        &[url, "job:b", "--", "sh", "-c", r#"echo $PPID > "$D/ran""#],
+        &dir,
+    );
+    let waiter = child.id().unwrap();
+    tokio::time::sleep(ms(1_500)).await;
+    assert!(!dir.join("ran").exists(), "COMMAND ran without the lock");
+    assert_eq!(
+        client.inspect("job:b").await.unwrap().unwrap().token,
+        before
+    );
     held.release().await.unwrap();
+    let (status, err) = end_of_run(child, Duration::from_secs(30)).await;
+    assert_eq!(status, 0, "{err}");
+    assert_eq!(file_in(&dir, "ran").await, waiter.to_string());
+    assert!(client.inspect("job:b").await.unwrap().is_none(), "released");
+    std::fs::remove_file(dir.join("ran")).unwrap();
 
     // SIGINT, SIGTERM and SIGHUP go to COMMAND; the lock is released once it has exited.
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
@@ -857,7 +1049,7 @@ async fn run_paths(url: &str) {
     if let Ok(reader) = reader {
         let child = spawn_run(&[url, "job:f", "--read", "--", "true"], &dir);
         assert_eq!(end_of_run(child, Duration::from_secs(30)).await.0, 0);
-        let child = spawn_run(&[url, "job:f", "--", "true"], &dir);
+        let child = spawn_run(&[url, "job:f", "-n", "--", "true"], &dir);
         assert_eq!(
             end_of_run(child, Duration::from_secs(30)).await.0,
             120,
@@ -870,7 +1062,7 @@ async fn run_paths(url: &str) {
         let child = spawn_run(&[url, "job:g", "--permits", "2", "--", "true"], &dir);
         assert_eq!(end_of_run(child, Duration::from_secs(30)).await.0, 0);
         let other = client.semaphore("job:g", 2).acquire().await.unwrap();
-        let child = spawn_run(&[url, "job:g", "--permits", "2", "--", "true"], &dir);
+        let child = spawn_run(&[url, "job:g", "--permits", "2", "-n", "--", "true"], &dir);
         assert_eq!(
             end_of_run(child, Duration::from_secs(30)).await.0,
             120,
@@ -918,6 +1110,190 @@ async fn run_holds_the_lock_for_a_command_on_redis() {
     assert!(err.contains("redis://127.0.0.1:1"), "{err}");
     assert!(!dir.join("ran").exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `-c STRING` runs STRING with `sh -c` (as `flock -c`), for `run` and `elect`: a pipeline,
+/// with the lock's variables in its environment, under the lock (seen from inside by
+/// `distlock show` / `leader`), its output and exit status the run's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_and_elect_run_a_shell_string_with_c() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = LockClient::connect(&url).await.unwrap();
+    let shell = |args: &[&str]| {
+        let mut command = distlock();
+        command
+            .args(args)
+            .env("DL", env!("CARGO_BIN_EXE_distlock"))
+            .env("U", &url);
+        command
+    };
+    let output = run_with(&mut shell(&[
+        "run",
+        &url,
+        "job:sh",
+        "--fencing",
+        "-c",
+        r#"echo "$DISTLOCK_KEY" | tr a-z A-Z; echo "$PPID $DISTLOCK_FENCING_TOKEN"; "$DL" show "$U" "$DISTLOCK_KEY" --json"#,
+    ]))
+    .await;
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let out = stdout(&output);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(lines[0], "JOB:SH", "{out}");
+    let (run_pid, token) = lines[1].split_once(' ').unwrap();
+    let shown: Value = serde_json::from_str(lines[2]).unwrap();
+    assert_eq!(shown["key"], "job:sh", "{shown}");
+    assert_eq!(shown["holder"]["pid"].to_string(), run_pid, "{shown}");
+    assert_eq!(shown["fencing_token"].to_string(), token, "{shown}");
+    assert!(
+        client.inspect("job:sh").await.unwrap().is_none(),
+        "released"
+    );
+
+    // STRING's status is the run's; a command the shell cannot find is its 127.
+    for (string, status) in [("exit 7", 7), ("no-such-command-here", 127)] {
+        let output = run(&["run", &url, "job:sh", "-c", string]).await;
+        assert_eq!(code(&output), status, "{string}: {}", stderr(&output));
+    }
+    assert!(
+        client.inspect("job:sh").await.unwrap().is_none(),
+        "released"
+    );
+
+    let output = run_with(&mut shell(&[
+        "elect",
+        &url,
+        "reports",
+        "--identity",
+        "web-1",
+        "-c",
+        r#"echo "$DISTLOCK_ELECTION $DISTLOCK_IDENTITY" | tr a-z A-Z; echo "$DISTLOCK_TERM"; "$DL" leader "$U" "$DISTLOCK_ELECTION" --json"#,
+    ]))
+    .await;
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let out = stdout(&output);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(lines[0], "REPORTS WEB-1", "{out}");
+    let leader: Value = serde_json::from_str(lines[2]).unwrap();
+    assert_eq!(leader["election"], "reports", "{leader}");
+    assert_eq!(leader["leader"]["identity"], "web-1", "{leader}");
+    assert_eq!(leader["leader"]["term"].to_string(), lines[1], "{leader}");
+    let nobody = run(&["leader", &url, "reports"]).await;
+    assert_eq!(code(&nobody), 4, "resigned: {}", stderr(&nobody));
+}
+
+/// `elect` waits as `run` does: -n and -w give up (120) while another leads, naming it; by
+/// default it waits to lead, and runs COMMAND once the leader resigns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_waits_to_lead_unless_told_not_to() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let client = LockClient::connect(&url).await.unwrap();
+    let dir = std::env::temp_dir().join(unique("distlock-elect-wait"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let leading = client.election("ops").campaign("lib").await.unwrap();
+    let term = leading.term();
+    let waits: [&[&str]; 4] = [
+        &["-n"],
+        &["--nonblock"],
+        &["-w", "300ms"],
+        &["--wait", "0s"],
+    ];
+    for wait in waits {
+        let started = Instant::now();
+        let output = run_with(
+            distlock()
+                .args(["elect", &url, "ops", "--identity", "cli"])
+                .args(wait)
+                .args(["-c", r#"touch "$D/ran""#])
+                .env("D", &dir),
+        )
+        .await;
+        assert_eq!(code(&output), 120, "{wait:?}: {}", stderr(&output));
+        assert!(
+            stderr(&output).contains(&format!("`lib` (term {term}) leads `ops`")),
+            "{}",
+            stderr(&output)
+        );
+        assert!(started.elapsed() < ms(10_000), "{wait:?}");
+    }
+    assert!(!dir.join("ran").exists(), "COMMAND ran while another led");
+    let waiting = distlock()
+        .args(["elect", &url, "ops", "--identity", "cli"])
+        .args(["-c", r#"echo "$DISTLOCK_TERM" > "$D/ran""#])
+        .env("D", &dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(ms(1_500)).await;
+    assert!(!dir.join("ran").exists(), "COMMAND ran while another led");
+    leading.resign().await.unwrap();
+    let (status, err) = end_of_run(waiting, Duration::from_secs(30)).await;
+    assert_eq!(status, 0, "{err}");
+    let led: u64 = file_in(&dir, "ran").await.parse().unwrap();
+    assert!(led > term, "{led} after {term}");
+    assert!(client.election("ops").leader().await.unwrap().is_none());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `hold` creates a missing SQL lock table, as `run` and `elect` (and the services' clients)
+/// do: on a table that does not exist yet, `hold --for` takes the lock and gives it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hold_creates_a_missing_postgres_lock_table() {
+    let server = PostgresServer::shared();
+    let table = unique("cli_fresh").replace('-', "_");
+    let url = format!("{}?table={table}", server.url());
+    let db = server.client().await;
+    async fn exists(db: &tokio_postgres::Client, table: &str) -> bool {
+        db.query_one("SELECT to_regclass($1)::text", &[&table])
+            .await
+            .unwrap()
+            .get::<_, Option<String>>(0)
+            .is_some()
+    }
+    assert!(!exists(&db, &table).await, "{table} exists before the test");
+    let (hold, first) = spawn_until_line(&["hold", &url, "maint:1", "--for", "1s"]).await;
+    assert!(first.contains("holding `maint:1`"), "{first}");
+    assert!(exists(&db, &table).await, "{table} created");
+    let client = LockClient::connect(&url).await.unwrap();
+    let holder = client
+        .inspect("maint:1")
+        .await
+        .unwrap()
+        .and_then(|i| i.holder);
+    assert_eq!(holder.map(|h| h.pid), hold.id(), "held by the hold process");
+    let (status, out, err) = finish(hold, ms(15_000)).await;
+    assert_eq!(status, 0, "{out} {err}");
+    assert!(
+        out.contains("released `maint:1` (its time was up)"),
+        "{out}"
+    );
+    assert!(
+        client.inspect("maint:1").await.unwrap().is_none(),
+        "released"
+    );
+    let rows: i64 = db
+        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "nothing left in {table}");
+    // Looking (`list`) still does not create a table.
+    let other = unique("cli_fresh").replace('-', "_");
+    let listed = run(&["list", &format!("{}?table={other}", server.url())]).await;
+    println!(
+        "list on a missing table: {} {}",
+        code(&listed),
+        stderr(&listed)
+    );
+    assert!(!exists(&db, &other).await, "list created {other}");
+    db.batch_execute(&format!("DROP TABLE {table}"))
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -986,7 +1362,7 @@ async fn the_url_from_the_flag_reaches_a_tls_server_with_a_password() {
     assert_eq!(json[0]["key"].as_str(), Some("tls:1"), "{json}");
     let wrong = server.url().replace("cli-pw", "wrong-pw");
     let refused = run(&["ping", "--url", &wrong, "--connect-timeout", "2s"]).await;
-    assert_eq!(code(&refused), 1, "{}", stderr(&refused));
+    assert_eq!(code(&refused), 122, "{}", stderr(&refused));
     assert!(
         stderr(&refused).contains("authentication failed"),
         "{}",
