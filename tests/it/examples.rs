@@ -359,6 +359,22 @@ fn fencing_refuses_a_paused_holders_late_write_on_memory_and_redis() {
     }
 }
 
+/// The testing example's `main` runs the checks its `#[tokio::test]`s run (each on a
+/// `memory://` client of its own through `with_client`, no global).
+#[test]
+fn testing_runs_its_checks_on_memory_without_a_global_client() {
+    let out = run(example("testing"));
+    for line in [
+        "ok: two concurrent calls for one invoice never overlapped",
+        "ok: wait = \"0s\" on a busy invoice returned LockError::Timeout at once",
+        "ok: on_busy = \"skip\" on a busy report returned Ok(None)",
+        "ok: with no client, a call returned LockError::NotInitialized",
+        "4 checks passed",
+    ] {
+        assert!(out.contains(line), "no {line:?} in {out}");
+    }
+}
+
 /// Worker 0's clock is shifted: under a plain lock it runs ticks a second time; with
 /// `min_hold` every tick runs exactly once (the example fails otherwise).
 #[test]
