@@ -375,6 +375,71 @@ fn testing_runs_its_checks_on_memory_without_a_global_client() {
     }
 }
 
+/// Starts the shutdown example, waits until a job is in progress and sends SIGTERM: the job
+/// finishes under its lock, no other job starts, the worker exits 0 holding nothing, and (on
+/// Redis) no lock key is left on the server.
+#[test]
+fn shutdown_finishes_the_job_in_progress_on_sigterm_and_exits_0_on_memory_and_redis() {
+    use std::io::BufRead;
+    for server in [None, Some(RedisServer::start())] {
+        let mut command = example("shutdown");
+        command.stdout(std::process::Stdio::piped());
+        if let Some(server) = &server {
+            command.env(distlock::URL_ENV, server.url());
+        }
+        let mut child = KillOnDrop(support::spawn_tied(command).expect("shutdown starts"));
+        let mut lines = std::io::BufReader::new(child.0.stdout.take().unwrap()).lines();
+        let mut out = String::new();
+        let job: u64 = lines
+            .by_ref()
+            .find_map(|line| {
+                let line = line.ok()?;
+                out.push_str(&line);
+                out.push('\n');
+                let job = line.strip_prefix("job ")?;
+                job.strip_suffix(": in progress under its lock")?
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no job started: {out}"));
+        // SAFETY: a plain kill(2) of the child this test started and has not reaped.
+        assert_eq!(
+            unsafe { libc::kill(child.0.id() as libc::pid_t, libc::SIGTERM) },
+            0
+        );
+        for line in lines {
+            out.push_str(&line.unwrap());
+            out.push('\n');
+        }
+        let status = child.0.wait().unwrap();
+        assert!(status.success(), "exited with {status}: {out}");
+        let signal = out
+            .find("SIGTERM: no new jobs")
+            .unwrap_or_else(|| panic!("{out}"));
+        let finished = out
+            .find(&format!("job {job}: finished (lock still held: true)"))
+            .unwrap_or_else(|| panic!("job {job} did not finish under its lock: {out}"));
+        assert!(signal < finished, "the signal came after the job: {out}");
+        assert!(
+            !out.contains(&format!("job {}: in progress", job + 1)),
+            "a job started after SIGTERM: {out}"
+        );
+        assert!(
+            out.contains(&format!(
+                "stopped after {job} job(s); locks still held: 0; exiting 0"
+            )),
+            "{out}"
+        );
+        if let Some(server) = &server {
+            let keys = server_keys(server);
+            assert!(
+                keys.iter().all(|k| !k.starts_with("lock:")),
+                "a lock left behind: {keys:?}"
+            );
+        }
+    }
+}
+
 /// Worker 0's clock is shifted: under a plain lock it runs ticks a second time; with
 /// `min_hold` every tick runs exactly once (the example fails otherwise).
 #[test]
