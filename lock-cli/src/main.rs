@@ -155,12 +155,12 @@ impl Wait {
         }
     }
 
-    /// For a message: "busy, and --wait is 0", "not taken within --wait 300ms".
+    /// For a message: "at once (-n)", "within --wait 300ms".
     pub(crate) fn missed(self) -> String {
         match self {
-            Wait::Up(wait) if wait.is_zero() => "busy, and --wait is 0 (--nonblock)".to_owned(),
-            Wait::Up(wait) => format!("not taken within --wait {}", duration(wait)),
-            Wait::Forever => "not taken (the backend gave up waiting)".to_owned(),
+            Wait::Up(wait) if wait.is_zero() => "at once (-n, --wait 0s)".to_owned(),
+            Wait::Up(wait) => format!("within --wait {}", duration(wait)),
+            Wait::Forever => "(the backend gave up waiting)".to_owned(),
         }
     }
 }
@@ -822,7 +822,7 @@ impl Hold {
                     Err(LockError::Timeout { .. }) => {
                         let holder = holder_of(client, key).await;
                         return Err(Failure::Busy(format!(
-                            "`{key}` is held by {holder}; {}",
+                            "`{key}` is held by {holder}; not taken {}",
                             wait.missed()
                         )));
                     }

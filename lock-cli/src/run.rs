@@ -62,12 +62,16 @@ pub(crate) fn main(cli: Cli) -> ExitCode {
             return ExitCode::from(BACKEND);
         }
     };
+    let what = match cli.command {
+        Command::Elect { .. } => "elect",
+        _ => "run",
+    };
     let ended = runtime.block_on(run(&cli));
     // The runtime goes before the process exits: a lock kept for its `min_hold` on a backend
     // whose locks live on a session is left to expire, not closed (see `LockRequest::min_hold`).
     drop(runtime);
     if let Some(message) = ended.message {
-        eprintln!("distlock run: {message}");
+        eprintln!("distlock {what}: {message}");
     }
     ExitCode::from(ended.code)
 }
@@ -246,7 +250,7 @@ async fn elect(cli: &Cli) -> Ended {
                 return Ended::with(
                     BUSY,
                     format!(
-                        "{leader} leads `{name}`; this candidate did not lead: {}: COMMAND not \
+                        "{leader} leads `{name}`; this candidate did not lead {}: COMMAND not \
                          started",
                         wait.missed()
                     ),
@@ -280,7 +284,7 @@ async fn busy(client: &LockClient, key: &str, wait: Wait) -> Ended {
     Ended::with(
         BUSY,
         format!(
-            "`{key}` is held by {holder}; {}: COMMAND not started",
+            "`{key}` is held by {holder}; not taken {}: COMMAND not started",
             wait.missed()
         ),
     )

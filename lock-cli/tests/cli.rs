@@ -413,6 +413,11 @@ async fn hold_releases_on_ctrl_c_when_its_time_is_up_and_refuses_a_busy_lock() {
             "{}",
             stderr(&busy)
         );
+        let why = match wait.last() {
+            Some(&"300ms") => "not taken within --wait 300ms",
+            _ => "not taken at once",
+        };
+        assert!(stderr(&busy).contains(why), "{wait:?}: {}", stderr(&busy));
         assert!(stdout(&busy).is_empty(), "{}", stdout(&busy));
         assert!(started.elapsed() < ms(10_000), "{wait:?}");
     }
@@ -1213,11 +1218,9 @@ async fn elect_waits_to_lead_unless_told_not_to() {
         )
         .await;
         assert_eq!(code(&output), 120, "{wait:?}: {}", stderr(&output));
-        assert!(
-            stderr(&output).contains(&format!("`lib` (term {term}) leads `ops`")),
-            "{}",
-            stderr(&output)
-        );
+        let says =
+            format!("distlock elect: `lib` (term {term}) leads `ops`; this candidate did not lead");
+        assert!(stderr(&output).contains(&says), "{}", stderr(&output));
         assert!(started.elapsed() < ms(10_000), "{wait:?}");
     }
     assert!(!dir.join("ran").exists(), "COMMAND ran while another led");
