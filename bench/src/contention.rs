@@ -242,6 +242,34 @@ pub struct Outcome {
     pub max_overtakes: usize,
     /// Acquisitions per process (four-process case).
     pub shares: Vec<usize>,
+    /// The median round trip of a `PING` sent every 5 ms on a connection of its own *during*
+    /// the window (µs): the gap's baseline under the same load as the gap.
+    pub ping_p50_us: f64,
+}
+
+/// `PING`s to `server` every 5 ms from `start` (ns since the epoch) for `window`, on a
+/// connection of their own: the median round trip in µs (`None` if none was answered).
+async fn pings_during(
+    mut conn: redis::aio::MultiplexedConnection,
+    start: u64,
+    window: Duration,
+) -> Option<f64> {
+    tokio::time::sleep(Duration::from_nanos(start.saturating_sub(now_ns()))).await;
+    let end = std::time::Instant::now() + window;
+    let mut times = Vec::new();
+    while std::time::Instant::now() < end {
+        let started = std::time::Instant::now();
+        if redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .is_ok()
+        {
+            times.push(started.elapsed().as_secs_f64() * 1e6);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    times.sort_by(f64::total_cmp);
+    times.get(times.len() / 2).map(|t| t.max(1.0))
 }
 
 /// `INFO commandstats` as name → calls.
@@ -293,6 +321,7 @@ pub async fn measure(
         } else {
             200_000_000
         };
+    let pinger = tokio::spawn(pings_during(server.connection().await, start, window));
     let before = command_stats(server).await;
     let mut turns = Vec::new();
     let mut shares = Vec::new();
@@ -355,7 +384,8 @@ pub async fn measure(
             let delta = calls.saturating_sub(before.get(name).copied().unwrap_or(0));
             (name.clone(), delta.saturating_sub(own))
         })
-        .filter(|(name, delta)| *delta > 0 && name != "config")
+        // Neither are the pings of the round-trip baseline.
+        .filter(|(name, delta)| *delta > 0 && name != "config" && name != "ping")
         .collect();
     spent.sort_by_key(|(_, calls)| std::cmp::Reverse(*calls));
     let n = turns.len() as f64;
@@ -390,6 +420,7 @@ pub async fn measure(
             .collect(),
         max_overtakes,
         shares,
+        ping_p50_us: pinger.await?.ok_or("no PING answered during the window")?,
     })
 }
 
@@ -408,7 +439,8 @@ async fn ping_p50_us(server: &RedisServer) -> f64 {
 }
 
 /// Row 11: each contender in the 16-task one-process and the 4 × 4-task four-process case,
-/// 1 ms holds; the gap also in round trips of a `PING` measured just before.
+/// 1 ms holds; the gap also in round trips of a `PING` measured during the window (and, for
+/// comparison, just before it on an idle server).
 pub async fn rows(report: &mut Report, server: &RedisServer) -> Result<(), Error> {
     let window = Duration::from_secs(3);
     let hold = Duration::from_millis(1);
@@ -418,10 +450,11 @@ pub async fn rows(report: &mut Report, server: &RedisServer) -> Result<(), Error
             peers.push(Peer::RedisPy);
         }
         for peer in peers {
-            // The baseline of the gap, taken in the same run beside each contender: one round
-            // trip to the same server (`PING`, median of 500).
-            let round_trip_us = ping_p50_us(server).await;
+            // The baseline of the gap: one round trip to the same server (`PING`), measured on
+            // an idle server just before, and during the window under the contenders' load.
+            let idle_round_trip_us = ping_p50_us(server).await;
             let o = measure(server, peer, processes, tasks, window, hold).await?;
+            let round_trip_us = o.ping_p50_us;
             let label = format!(
                 "11. {} {}×{} one key, 1 ms hold",
                 peer.name(),
@@ -435,9 +468,11 @@ pub async fn rows(report: &mut Report, server: &RedisServer) -> Result<(), Error
                     o.per_s, o.commands_per_acquisition
                 ),
                 format!(
-                    "p50 {:.0} µs ({:.1} RT) p99 {:.0} µs",
+                    "p50 {:.0} µs ({:.1} RT of {:.0} µs; {:.1} idle) p99 {:.0} µs",
                     o.p50_us,
                     o.p50_us / round_trip_us,
+                    round_trip_us,
+                    o.p50_us / idle_round_trip_us,
                     o.p99_us
                 ),
                 format!("≤{} overtakes", o.max_overtakes),
@@ -465,6 +500,8 @@ pub async fn rows(report: &mut Report, server: &RedisServer) -> Result<(), Error
                 &format!("{field}_p50_round_trips"),
                 o.p50_us / round_trip_us,
             );
+            report.field(&format!("{field}_ping_p50_us"), round_trip_us);
+            report.field(&format!("{field}_idle_ping_p50_us"), idle_round_trip_us);
             report.field(&format!("{field}_p99_us"), o.p99_us);
             report.field(&format!("{field}_max_overtakes"), o.max_overtakes as f64);
             let _ = o.acquisitions;
