@@ -604,6 +604,28 @@ async fn bad_input_gets_the_reason_and_its_exit_code() {
         "{}",
         stderr(&unreachable)
     );
+    // Every command exits 122 when the backend cannot be reached.
+    let commands: [&[&str]; 8] = [
+        &["list"],
+        &["show", "k"],
+        &["release", "k", "--force", "--yes"],
+        &["hold", "k"],
+        &["watch", "--for", "5s"],
+        &["leader", "n"],
+        &["run", "k", "--", "true"],
+        &["elect", "n", "--identity", "a", "--", "true"],
+    ];
+    for command in commands {
+        let output = run_with(
+            distlock()
+                .args(&command[..1])
+                .args([down.as_str(), "--connect-timeout", "1s"])
+                .args(&command[1..]),
+        )
+        .await;
+        assert_eq!(code(&output), 122, "{command:?}: {}", stderr(&output));
+        assert!(stderr(&output).contains(&down), "{}", stderr(&output));
+    }
 
     let scheme = run(&["list", "mongodb://127.0.0.1"]).await;
     assert_eq!(code(&scheme), 2, "{}", stderr(&scheme));
