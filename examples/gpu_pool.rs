@@ -8,15 +8,11 @@
 //! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example gpu_pool
 //! ```
 
-#[path = "support/store.rs"]
-mod store;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use distlock::distributed_lock;
-use store::BoxError;
+use distlock::{BoxError, LockClient, distributed_lock};
 
 const GPUS: u32 = 3;
 const JOBS: usize = 12;
@@ -38,8 +34,9 @@ static MOST_AT_ONCE: AtomicUsize = AtomicUsize::new(0);
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    store::init_lock_client(false).await?;
-    let client = distlock::client()?;
+    let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let client = LockClient::connect(&url).await?;
+    distlock::init(client.clone())?;
     let pool = format!("example-{}", std::process::id());
 
     let started = Instant::now();

@@ -14,14 +14,10 @@
 //! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example leader
 //! ```
 
-#[path = "support/store.rs"]
-mod store;
-
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use distlock::{Leadership, LockClient, LockError};
-use store::BoxError;
+use distlock::{BoxError, Leadership, LockClient, LockError};
 
 const KEY: &str = "reports";
 /// How long a dead leader keeps the lock: the takeover takes at most about this long.
@@ -212,7 +208,8 @@ async fn main() -> Result<(), BoxError> {
     if args.get(1).map(String::as_str) == Some("candidate") {
         return candidate_process(&args[2]).await;
     }
-    let url = store::init_lock_client(false).await?;
+    let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    distlock::init(LockClient::connect(&url).await?)?;
     let client = distlock::client()?;
     let mut candidates = Candidates::start(&url)?;
     let result = elect(client, &mut candidates).await;

@@ -1,58 +1,116 @@
 //! Order ids: several workers each read the highest order id from shared storage, add one and
 //! write it back. The read and the write are separate steps, so without the lock two workers
-//! would hand out the same id. At the end every id is checked to be unique.
+//! would hand out the same id. Every id is also added to a set that refuses a duplicate, and at
+//! the end the ids are checked to be exactly 1..=N.
 //!
 //! ```text
 //! cargo run --example orders                                   # memory://, in one process
 //! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example orders
 //! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example orders -- --processes 4
 //! DISTLOCK_URL=redlock://127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003 cargo run --example orders
-//! DISTLOCK_URL=redis+cluster://127.0.0.1:7000,127.0.0.1:7001 cargo run --example orders
-//! DISTLOCK_URL=postgres://user:pass@127.0.0.1:5432/app \
-//!     cargo run --features postgres --example orders -- --processes 3
-//! DISTLOCK_URL=mysql://user:pass@127.0.0.1:3306/app \
-//!     cargo run --features mysql --example orders -- --processes 3
-//! DISTLOCK_URL=zk://127.0.0.1:2181/distlock \
-//!     cargo run --features zookeeper --example orders -- --processes 3
 //! ```
 //!
-//! With Redis the shared storage is a Redis key too, so the workers can be separate processes
-//! (`--processes N` starts N copies of this program and checks their ids together). With
-//! PostgreSQL or MySQL it is a row, and every id is also inserted into a table whose primary key is the
-//! id: a duplicate would fail the insert, as in the founding material's lock-table design.
-//! With ZooKeeper the value is a node's data and every id a node (created once, or refused).
-
-#[path = "support/store.rs"]
-mod store;
+//! With `redis://` (or `redlock://`, on its first node) the ids live in Redis keys too, so the
+//! workers can be separate processes: `--processes N` starts N copies of this program and checks
+//! their ids together. With any other backend the locks are there and the ids in this process.
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use distlock::distributed_lock;
-use store::{BoxError, Store};
+use distlock::{BoxError, LockClient, distributed_lock};
 
 const WORKERS: usize = 8;
 const ORDERS_PER_WORKER: usize = 25;
 
+/// The last order id and every id handed out: Redis keys `<namespace>:last-order-id` and the
+/// set `<namespace>:orders`, or the same in this process.
+#[derive(Clone)]
+enum Storage {
+    Memory(Arc<Mutex<(u64, BTreeSet<u64>)>>),
+    Redis(redis::aio::MultiplexedConnection, String),
+}
+
+impl Storage {
+    async fn open(url: &str, namespace: &str) -> Result<Storage, BoxError> {
+        let server = match url.split_once("://") {
+            Some(("redis", _)) => url.to_owned(),
+            Some(("redlock", nodes)) => format!("redis://{}", nodes.split(',').next().unwrap()),
+            _ => return Ok(Storage::Memory(Arc::default())),
+        };
+        let client = redis::Client::open(server)?;
+        let conn = client.get_multiplexed_async_connection().await?;
+        Ok(Storage::Redis(conn, namespace.to_owned()))
+    }
+
+    async fn last_id(&self) -> Result<u64, BoxError> {
+        Ok(match self {
+            Storage::Memory(ids) => ids.lock().unwrap().0,
+            Storage::Redis(conn, namespace) => redis::cmd("GET")
+                .arg(format!("{namespace}:last-order-id"))
+                .query_async::<Option<u64>>(&mut conn.clone())
+                .await?
+                .unwrap_or(0),
+        })
+    }
+
+    /// Writes `id` as the last one and adds it to the set, which refuses a duplicate.
+    async fn record(&self, id: u64) -> Result<(), BoxError> {
+        let fresh = match self {
+            Storage::Memory(ids) => {
+                let mut ids = ids.lock().unwrap();
+                ids.0 = id;
+                ids.1.insert(id)
+            }
+            Storage::Redis(conn, namespace) => {
+                let (_, added): ((), u64) = redis::pipe()
+                    .cmd("SET")
+                    .arg(format!("{namespace}:last-order-id"))
+                    .arg(id)
+                    .cmd("SADD")
+                    .arg(format!("{namespace}:orders"))
+                    .arg(id)
+                    .query_async(&mut conn.clone())
+                    .await?;
+                added == 1
+            }
+        };
+        match fresh {
+            true => Ok(()),
+            false => Err(format!("order id {id} was handed out twice").into()),
+        }
+    }
+
+    async fn clear(&self) -> Result<(), BoxError> {
+        if let Storage::Redis(conn, namespace) = self {
+            let keys = [":last-order-id", ":orders"].map(|k| format!("{namespace}{k}"));
+            let _: u64 = redis::cmd("DEL")
+                .arg(&keys)
+                .query_async(&mut conn.clone())
+                .await?;
+        }
+        Ok(())
+    }
+}
+
 /// Hands out the next order id: read, add one, write back — only while this process holds the
 /// lock `order-id`, cluster-wide.
 #[distributed_lock(key = "order-id", lease = "10s", wait = "30s")]
-async fn next_order_id(store: &Store) -> Result<u64, BoxError> {
-    let last = store.get("last-order-id").await?;
+async fn next_order_id(storage: &Storage) -> Result<u64, BoxError> {
+    let last = storage.last_id().await?;
     tokio::task::yield_now().await; // give a racing worker every chance to interleave
-    store.set("last-order-id", last + 1).await?;
-    store.record_order(last + 1).await?;
+    storage.record(last + 1).await?;
     Ok(last + 1)
 }
 
-async fn run_workers(store: &Store) -> Result<Vec<u64>, BoxError> {
+async fn run_workers(storage: &Storage) -> Result<Vec<u64>, BoxError> {
     let mut tasks = Vec::new();
     for _ in 0..WORKERS {
-        let store = store.clone();
+        let storage = storage.clone();
         tasks.push(tokio::spawn(async move {
             let mut ids = Vec::with_capacity(ORDERS_PER_WORKER);
             for _ in 0..ORDERS_PER_WORKER {
-                ids.push(next_order_id(&store).await?);
+                ids.push(next_order_id(&storage).await?);
             }
             Ok::<_, BoxError>(ids)
         }));
@@ -62,25 +120,6 @@ async fn run_workers(store: &Store) -> Result<Vec<u64>, BoxError> {
         ids.extend(task.await??);
     }
     Ok(ids)
-}
-
-/// Checks the ids are exactly 1..=expected, each once.
-fn verify(ids: &[u64], expected: usize) -> Result<(), String> {
-    let unique: BTreeSet<u64> = ids.iter().copied().collect();
-    if unique.len() != ids.len() {
-        return Err(format!(
-            "{} duplicate order ids among {}",
-            ids.len() - unique.len(),
-            ids.len()
-        ));
-    }
-    if ids.len() != expected || unique.last() != Some(&(expected as u64)) {
-        return Err(format!(
-            "expected ids 1..={expected}, got {} ids",
-            ids.len()
-        ));
-    }
-    Ok(())
 }
 
 #[tokio::main]
@@ -100,21 +139,29 @@ async fn main() -> Result<(), BoxError> {
     // Set in the child processes `--processes` starts: the namespace of the parent's run.
     let worker_of = value_of("--worker-of").cloned();
 
-    let url = store::init_lock_client(worker_of.is_some()).await?;
-    let client = distlock::client()?;
+    let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| {
+        if worker_of.is_none() {
+            println!(
+                "DISTLOCK_URL is not set: using the embedded memory:// backend (one process only)"
+            );
+        }
+        "memory://".into()
+    });
+    let client = LockClient::connect(&url).await?;
+    distlock::init(client.clone())?;
     let namespace = worker_of
         .clone()
         .unwrap_or_else(|| format!("distlock-example:orders:{}", std::process::id()));
-    let store = Store::open(&url, &namespace).await?;
+    let storage = Storage::open(&url, &namespace).await?;
 
     if worker_of.is_some() {
-        for id in run_workers(&store).await? {
+        for id in run_workers(&storage).await? {
             println!("id {id}");
         }
         return Ok(());
     }
-    if processes.is_some() && matches!(store, Store::Memory(_)) {
-        return Err("--processes needs a backend every process can reach: \
+    if processes.is_some() && matches!(storage, Storage::Memory(_)) {
+        return Err("--processes needs storage every process can reach: \
                     set DISTLOCK_URL=redis://… (memory:// lives inside one process)"
             .into());
     }
@@ -127,14 +174,18 @@ async fn main() -> Result<(), BoxError> {
             format!("{n} processes × {WORKERS} workers"),
         ),
         None => (
-            run_workers(&store).await?,
+            run_workers(&storage).await?,
             WORKERS * ORDERS_PER_WORKER,
             format!("{WORKERS} workers"),
         ),
     };
     let elapsed = started.elapsed();
-    store.clear(&["last-order-id"]).await?;
-    verify(&ids, expected).map_err(|e| format!("order ids are NOT unique: {e}"))?;
+    storage.clear().await?;
+    // Each id once (the storage refused a duplicate already), and none missing.
+    let unique: BTreeSet<u64> = ids.iter().copied().collect();
+    if unique.len() != ids.len() || unique != (1..=expected as u64).collect() {
+        return Err(format!("order ids are NOT 1..={expected}, each once: {ids:?}").into());
+    }
     println!(
         "backend {} ({}): {how} handed out {} order ids in {elapsed:.2?}, every id unique (1..={expected})",
         client.backend_kind(),

@@ -14,15 +14,11 @@
 //! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example scheduled_job
 //! ```
 
-#[path = "support/store.rs"]
-mod store;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use distlock::{LockError, distributed_lock};
-use store::BoxError;
+use distlock::{BoxError, LockClient, LockError, distributed_lock};
 
 const WORKERS: usize = 5;
 const TICKS: u64 = 8;
@@ -106,7 +102,8 @@ async fn ticks(min_hold: bool) -> Result<(BTreeMap<u64, usize>, Vec<u64>), BoxEr
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    store::init_lock_client(false).await?;
+    let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    distlock::init(LockClient::connect(&url).await?)?;
     let backend = distlock::client()?.backend_kind();
 
     let (plain, _) = ticks(false).await?;

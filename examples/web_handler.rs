@@ -19,17 +19,67 @@
 //! curl localhost:3000/metrics   # distlock_acquisitions_total{backend="memory",outcome="acquired"} 1 …
 //! ```
 
-#[path = "support/store.rs"]
-mod store;
-
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use distlock::{LockError, distributed_lock};
-use store::{BoxError, Store};
+use distlock::{BoxError, LockClient, LockError, distributed_lock};
+
+/// Named numbers: Redis keys `<namespace>:<name>` with a `redis://` URL, else a map in this
+/// process. Each read and write is its own step: only the lock keeps them together.
+struct Kv {
+    namespace: String,
+    redis: Option<redis::aio::MultiplexedConnection>,
+    memory: Mutex<HashMap<String, u64>>,
+}
+
+impl Kv {
+    async fn open(url: &str, namespace: String) -> Result<Kv, BoxError> {
+        let redis = match url.starts_with("redis://") {
+            true => Some(
+                redis::Client::open(url)?
+                    .get_multiplexed_async_connection()
+                    .await?,
+            ),
+            false => None,
+        };
+        Ok(Kv {
+            namespace,
+            redis,
+            memory: Mutex::default(),
+        })
+    }
+
+    async fn get(&self, name: &str) -> Result<u64, BoxError> {
+        let Some(conn) = &self.redis else {
+            return Ok(self.memory.lock().unwrap().get(name).copied().unwrap_or(0));
+        };
+        let key = format!("{}:{name}", self.namespace);
+        let value: Option<u64> = redis::cmd("GET")
+            .arg(key)
+            .query_async(&mut conn.clone())
+            .await?;
+        Ok(value.unwrap_or(0))
+    }
+
+    async fn set(&self, name: &str, value: u64) -> Result<(), BoxError> {
+        let Some(conn) = &self.redis else {
+            self.memory.lock().unwrap().insert(name.to_owned(), value);
+            return Ok(());
+        };
+        let key = format!("{}:{name}", self.namespace);
+        let () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .query_async(&mut conn.clone())
+            .await?;
+        Ok(())
+    }
+}
 
 enum Payment {
     Charged,
@@ -39,7 +89,7 @@ enum Payment {
 /// Charges order `id` unless it is paid already. Check-then-charge is only safe because no
 /// other request for the same order runs between the check and the write.
 #[distributed_lock(key = "order:<id>:payment", lease = "10s", wait = "5s")]
-async fn pay_order(id: u64, store: &Store) -> Result<Payment, BoxError> {
+async fn pay_order(id: u64, store: &Kv) -> Result<Payment, BoxError> {
     let paid = format!("order:{id}:paid");
     if store.get(&paid).await? == 1 {
         return Ok(Payment::AlreadyPaid);
@@ -52,7 +102,7 @@ async fn pay_order(id: u64, store: &Store) -> Result<Payment, BoxError> {
     Ok(Payment::Charged)
 }
 
-async fn pay(Path(id): Path<u64>, State(store): State<Store>) -> (StatusCode, String) {
+async fn pay(Path(id): Path<u64>, State(store): State<Arc<Kv>>) -> (StatusCode, String) {
     match pay_order(id, &store).await {
         Ok(Payment::Charged) => (StatusCode::OK, format!("order {id} paid\n")),
         Ok(Payment::AlreadyPaid) => (
@@ -69,7 +119,7 @@ async fn pay(Path(id): Path<u64>, State(store): State<Store>) -> (StatusCode, St
     }
 }
 
-async fn show(Path(id): Path<u64>, State(store): State<Store>) -> (StatusCode, String) {
+async fn show(Path(id): Path<u64>, State(store): State<Arc<Kv>>) -> (StatusCode, String) {
     match store.get(&format!("order:{id}:charges")).await {
         Ok(charges) => (
             StatusCode::OK,
@@ -109,22 +159,23 @@ async fn locks() -> (StatusCode, String) {
 /// it. The recorder is installed before the lock client is built, so the client describes its
 /// metrics (help texts, units) to it.
 #[cfg(feature = "metrics")]
-fn serve_metrics(app: Router<Store>) -> Result<Router<Store>, BoxError> {
+fn serve_metrics(app: Router<Arc<Kv>>) -> Result<Router<Arc<Kv>>, BoxError> {
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
     Ok(app.route("/metrics", get(move || std::future::ready(handle.render()))))
 }
 
 #[cfg(not(feature = "metrics"))]
-fn serve_metrics(app: Router<Store>) -> Result<Router<Store>, BoxError> {
+fn serve_metrics(app: Router<Arc<Kv>>) -> Result<Router<Arc<Kv>>, BoxError> {
     Ok(app)
 }
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let app = serve_metrics(Router::new())?;
-    let url = store::init_lock_client(false).await?;
+    let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    distlock::init(LockClient::connect(&url).await?)?;
     let namespace = format!("distlock-example:web:{}", std::process::id());
-    let store = Store::open(&url, &namespace).await?;
+    let store = Arc::new(Kv::open(&url, namespace).await?);
     let app = app
         .route("/orders/{id}/pay", post(pay))
         .route("/orders/{id}", get(show))

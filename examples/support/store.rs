@@ -1,11 +1,11 @@
-#![allow(dead_code)] // each example uses part of this module
-//! Shared storage for the examples: named integers that every worker reads and writes in two
-//! separate steps (so, without the lock, updates would be lost). In one process it is a map;
-//! with Redis it is Redis keys, so workers can be separate processes. With `redlock://` the data
-//! lives on the first node (the lock is across all of them); with `redis+cluster://` in the
-//! cluster; with `postgres://` or `mysql://` in a table of the same database as the locks;
-//! with `zk://` in nodes of the same ensemble; with `etcd://` in keys of the same cluster
-//! (through etcd's JSON gateway, so the examples need no gRPC client of their own).
+#![allow(dead_code)] // its users use part of this module
+//! No example uses this module any more: each example keeps its own storage inline. It stays
+//! here only because `test-support/src/lib.rs` includes it (`#[path]`) as `support::store` for
+//! the fault, history and fencing tests; it belongs in `test-support/src/store.rs`.
+//!
+//! Named integers that every worker reads and writes in two separate steps: a map, Redis keys
+//! (`redlock://`: on the first node; `redis+cluster://`: in the cluster), a PostgreSQL or MySQL
+//! table, ZooKeeper nodes, or etcd keys (through etcd's JSON gateway).
 
 use std::collections::HashMap;
 use std::sync::Arc;

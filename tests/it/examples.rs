@@ -67,29 +67,33 @@ fn orders_runs_on_redis_in_tasks_and_in_separate_processes() {
         out.contains("3 processes") && out.contains("600 order ids"),
         "{out}"
     );
+    let keys = server_keys(&server);
+    assert!(keys.is_empty(), "a lock or an order id left: {keys:?}");
 }
 
-/// Three processes hand out order ids under a PostgreSQL lock; each id is inserted into a
-/// table whose primary key is the id, so a duplicate would fail the run. Afterwards the lock
-/// table holds no row: every lock was released.
-#[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn orders_runs_on_postgres_in_separate_processes() {
-    let server = support::postgres::PostgresServer::start();
-    let mut processes = example("orders");
-    processes
-        .env(distlock::URL_ENV, server.url())
-        .args(["--processes", "3"]);
-    let out = tokio::task::spawn_blocking(move || run(processes))
+/// Runs the orders example (8 workers in one process, the ids in the process) with its locks on
+/// `url`; checks it names `backend` and handed out every id once.
+async fn orders_locked_on(url: String, backend: &str) {
+    let mut command = example("orders");
+    command.env(distlock::URL_ENV, url);
+    let out = tokio::task::spawn_blocking(move || run(command))
         .await
         .unwrap();
     assert!(
-        out.contains("backend postgres")
-            && out.contains("3 processes")
-            && out.contains("600 order ids")
+        out.contains(&format!("backend {backend}"))
+            && out.contains("8 workers handed out 200 order ids")
             && out.contains("every id unique"),
         "{out}"
     );
+}
+
+/// The orders example with its locks in PostgreSQL: every id once, and afterwards the lock
+/// table holds no row (every lock was released).
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orders_runs_on_postgres_locks() {
+    let server = support::postgres::PostgresServer::start();
+    orders_locked_on(server.url(), "postgres").await;
     let sql = server.client().await;
     let left: i64 = sql
         .query_one("SELECT count(*) FROM distlock_locks", &[])
@@ -97,70 +101,31 @@ async fn orders_runs_on_postgres_in_separate_processes() {
         .unwrap()
         .get(0);
     assert_eq!(left, 0, "locks left in the table after the run");
-    let orders: i64 = sql
-        .query_one("SELECT count(*) FROM distlock_example_orders", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(
-        orders, 0,
-        "the example clears its orders table when it is done"
-    );
 }
 
-/// Three processes hand out order ids under a ZooKeeper lock; each id is a node whose
-/// creation refuses a duplicate. Afterwards no lock node is left.
+/// The same with ZooKeeper locks: afterwards no lock node is left.
 #[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn orders_runs_on_zookeeper_in_separate_processes() {
+async fn orders_runs_on_zookeeper_locks() {
     let server = support::zookeeper::ZkServer::start();
     let chroot = format!("/{}", support::unique("orders"));
-    let mut processes = example("orders");
-    processes
-        .env(distlock::URL_ENV, server.url(&chroot))
-        .args(["--processes", "3"]);
-    let out = tokio::task::spawn_blocking(move || run(processes))
-        .await
-        .unwrap();
-    assert!(
-        out.contains("backend zookeeper")
-            && out.contains("3 processes")
-            && out.contains("600 order ids")
-            && out.contains("every id unique"),
-        "{out}"
-    );
+    orders_locked_on(server.url(&chroot), "zookeeper").await;
     let zk = support::zookeeper::client(server.client_port).await;
     let mut left = Vec::new();
-    for parent in zk.list_children(&chroot).await.unwrap() {
-        if parent != "distlock-example" {
-            let path = format!("{chroot}/{parent}");
-            left.extend(zk.list_children(&path).await.unwrap_or_default());
-        }
+    for parent in zk.list_children(&chroot).await.unwrap_or_default() {
+        let path = format!("{chroot}/{parent}");
+        left.extend(zk.list_children(&path).await.unwrap_or_default());
     }
     assert!(left.is_empty(), "lock nodes left after the run: {left:?}");
 }
 
-/// Three processes hand out order ids under an etcd lock; each id is a key created only if
-/// absent. Afterwards no lock key is left.
+/// The same with etcd locks: afterwards no lock key is left.
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn orders_runs_on_etcd_in_separate_processes() {
+async fn orders_runs_on_etcd_locks() {
     let member = support::etcd::EtcdMember::start();
     let prefix = support::unique("orders");
-    let mut processes = example("orders");
-    processes
-        .env(distlock::URL_ENV, member.url(&prefix))
-        .args(["--processes", "3"]);
-    let out = tokio::task::spawn_blocking(move || run(processes))
-        .await
-        .unwrap();
-    assert!(
-        out.contains("backend etcd")
-            && out.contains("3 processes")
-            && out.contains("600 order ids")
-            && out.contains("every id unique"),
-        "{out}"
-    );
+    orders_locked_on(member.url(&prefix), "etcd").await;
     let etcd = distlock::__private::testing::EtcdInspector::new(&format!(
         "127.0.0.1:{}",
         member.client_port
@@ -169,42 +134,19 @@ async fn orders_runs_on_etcd_in_separate_processes() {
     assert!(left.is_empty(), "lock keys left after the run: {left:?}");
 }
 
-/// The same on MariaDB: three processes, ids unique (a table whose primary key is the id), no
-/// lock row left.
+/// The same with MariaDB locks: afterwards the lock table holds no row.
 #[cfg(feature = "mysql")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn orders_runs_on_mysql_in_separate_processes() {
+async fn orders_runs_on_mysql_locks() {
     use mysql_async::prelude::Queryable;
     let server = support::mysql::MysqlServer::start();
-    let mut processes = example("orders");
-    processes
-        .env(distlock::URL_ENV, server.url())
-        .args(["--processes", "3"]);
-    let out = tokio::task::spawn_blocking(move || run(processes))
-        .await
-        .unwrap();
-    assert!(
-        out.contains("backend mysql")
-            && out.contains("3 processes")
-            && out.contains("600 order ids")
-            && out.contains("every id unique"),
-        "{out}"
-    );
+    orders_locked_on(server.url(), "mysql").await;
     let mut conn = server.conn().await;
     let left: Option<i64> = conn
         .query_first("SELECT count(*) FROM distlock_locks")
         .await
         .unwrap();
     assert_eq!(left, Some(0), "locks left in the table after the run");
-    let orders: Option<i64> = conn
-        .query_first("SELECT count(*) FROM distlock_example_orders")
-        .await
-        .unwrap();
-    assert_eq!(
-        orders,
-        Some(0),
-        "the example clears its orders table when it is done"
-    );
 }
 
 #[test]
