@@ -63,7 +63,9 @@ impl Storage {
                 ids.1.insert(id)
             }
             Storage::Redis(conn, namespace) => {
+                // One MULTI/EXEC: both written, or (the body dropped) neither.
                 let (_, added): ((), u64) = redis::pipe()
+                    .atomic()
                     .cmd("SET")
                     .arg(format!("{namespace}:last-order-id"))
                     .arg(id)

@@ -9,7 +9,11 @@
 //! curl -X POST localhost:3000/orders/7/pay          # 409 already paid
 //! curl localhost:3000/orders/7                      # charged 1 time(s)
 //! curl localhost:3000/locks                         # the locks held now, and by whom
+//! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example web_handler   # replicas share Redis
 //! ```
+//!
+//! The orders live in a map in the process, or with `redis://` in Redis keys
+//! (`distlock-example:web:order:<id>:…`) that every replica shares.
 //!
 //! With the `metrics` feature (`cargo run --features metrics --example web_handler`) it also
 //! serves distlock's metrics in the Prometheus text format, through
@@ -174,8 +178,7 @@ async fn main() -> Result<(), BoxError> {
     let app = serve_metrics(Router::new())?;
     let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
     distlock::init(LockClient::connect(&url).await?)?;
-    let namespace = format!("distlock-example:web:{}", std::process::id());
-    let store = Arc::new(Kv::open(&url, namespace).await?);
+    let store = Arc::new(Kv::open(&url, "distlock-example:web".into()).await?);
     let app = app
         .route("/orders/{id}/pay", post(pay))
         .route("/orders/{id}", get(show))
