@@ -182,7 +182,7 @@ pub async fn bad_input_fails_at_connect_naming_the_cause(db: &impl SqlDatabase) 
     assert!(
         e.contains(&format!("`{bad}`"))
             && e.contains("does not have the shape")
-            && e.contains("README"),
+            && e.contains("distlock::guide::"),
         "{e}"
     );
     assert_eq!(
