@@ -124,9 +124,10 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quie
 # integration tests one binary (tests/it, a module per area), and the steps below only run.
 step "build every test binary and example"
 cargo test --workspace --all-features --no-run --quiet
-step "unit tests, the CLI, the trybuild cases, the binaries with a global client or recorder of their own"
+step "unit tests, the CLI, the trybuild cases, the binaries with a global client or recorder of their own, the examples' own tests"
 cargo test --workspace --all-features --quiet --lib --bins \
-    --test cli --test ui --test features --test global --test metrics --test attribute_memory --test attribute_redis
+    --test cli --test ui --test features --test global --test metrics --test attribute_memory --test attribute_redis \
+    --example testing --example library
 step "doc tests"
 cargo test --workspace --all-features --quiet --doc
 # A backend whose feature is off names the feature: lock-runtime without features, and with

@@ -26,7 +26,6 @@ pub mod proxy;
 pub mod queue;
 pub mod sentinel;
 pub mod sql;
-#[path = "../../examples/support/store.rs"]
 pub mod store;
 pub mod unprivileged;
 pub mod zookeeper;

@@ -1,8 +1,3 @@
-#![allow(dead_code)] // its users use part of this module
-//! No example uses this module any more: each example keeps its own storage inline. It stays
-//! here only because `test-support/src/lib.rs` includes it (`#[path]`) as `support::store` for
-//! the fault, history and fencing tests; it belongs in `test-support/src/store.rs`.
-//!
 //! Named integers that every worker reads and writes in two separate steps: a map, Redis keys
 //! (`redlock://`: on the first node; `redis+cluster://`: in the cluster), a PostgreSQL or MySQL
 //! table, ZooKeeper nodes, or etcd keys (through etcd's JSON gateway).
