@@ -221,6 +221,9 @@ pub(crate) fn explain(error: &str, ca_param: &str) -> Option<String> {
         || has("InvalidMessage")
         || has("wrong version number")
         || has("UnexpectedEof") && has("handshake")
+        // tokio-rustls's words for a peer that hung up mid-handshake: a plain server (etcd's
+        // gRPC port) may reset the connection rather than answer a ClientHello.
+        || has("handshake eof")
     {
         Some(
             "TLS was asked of a server that does not speak it on that port: use the plain \
@@ -626,6 +629,13 @@ mod tests {
         );
         assert!(
             explain("received corrupt message of type InvalidContentType", "x")
+                .unwrap()
+                .contains("does not speak it")
+        );
+        // A plain port that resets the connection instead of answering (seen on etcd's
+        // under load): tokio-rustls says "tls handshake eof".
+        assert!(
+            explain("the TLS handshake failed (tls handshake eof)", "x")
                 .unwrap()
                 .contains("does not speak it")
         );
