@@ -165,6 +165,57 @@ mod advisory {
         Duration::from_millis(n)
     }
 
+    /// A burst of more locks at once than the 16 idle connections always kept, then another:
+    /// the second burst takes every lock on a connection the first one opened (the server's
+    /// backend pids are the same), where keeping 16 would open one per lock past them again —
+    /// a process started, authenticated and torn down per lock.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_second_burst_of_locks_reuses_the_connections_of_the_first() {
+        let fixture = AdvisoryFixture::new();
+        let client = fixture.client().await;
+        let sql = fixture.sql().await;
+        let backends = || async {
+            let rows = sql
+                .query(
+                    "SELECT pid FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                    &[],
+                )
+                .await
+                .unwrap();
+            rows.iter()
+                .map(|row| row.get::<_, i32>(0))
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let burst = |round: usize| {
+            let client = client.clone();
+            async move {
+                let guards = futures_util::future::try_join_all(
+                    (0..40).map(|i| client.lock(format!("burst-{round}-{i}")).acquire()),
+                )
+                .await
+                .unwrap();
+                for guard in guards {
+                    guard.release().await.unwrap();
+                }
+            }
+        };
+        burst(0).await;
+        let first = backends().await;
+        assert!(
+            first.len() >= 40,
+            "the first burst's connections are kept: {first:?}"
+        );
+        burst(1).await;
+        let second = backends().await;
+        let opened: Vec<_> = second.difference(&first).collect();
+        assert!(
+            opened.is_empty(),
+            "the second burst opened {} connections ({opened:?})",
+            opened.len()
+        );
+    }
+
     /// The lock is `pg_advisory_lock(advisory_key(name))`: a program that locks the same key by
     /// hand excludes distlock, and distlock excludes it; the holder's session is idle with
     /// `idle_session_timeout` = the lease.
