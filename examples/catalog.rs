@@ -30,13 +30,14 @@ struct Kv {
 
 impl Kv {
     async fn open(url: &str, namespace: String) -> Result<Kv, BoxError> {
-        let redis = match url.starts_with("redis://") {
-            true => Some(
+        let redis = if url.starts_with("redis://") {
+            Some(
                 redis::Client::open(url)?
                     .get_multiplexed_async_connection()
                     .await?,
-            ),
-            false => None,
+            )
+        } else {
+            None
         };
         Ok(Kv {
             namespace,

@@ -74,13 +74,14 @@ async fn main() -> Result<(), BoxError> {
     let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
     let client = LockClient::builder(&url).fencing(true).build().await?;
     distlock::init(client.clone())?;
-    let redis = match url.starts_with("redis://") {
-        true => Some(
+    let redis = if url.starts_with("redis://") {
+        Some(
             redis::Client::open(url.as_str())?
                 .get_multiplexed_async_connection()
                 .await?,
-        ),
-        false => None,
+        )
+    } else {
+        None
     };
     let storage = Storage {
         redis,

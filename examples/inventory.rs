@@ -68,13 +68,14 @@ async fn main() -> Result<(), BoxError> {
     let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
     distlock::init(LockClient::connect(&url).await?)?;
     let sku = "sku-42";
-    let redis = match url.starts_with("redis://") {
-        true => Some(
+    let redis = if url.starts_with("redis://") {
+        Some(
             redis::Client::open(url)?
                 .get_multiplexed_async_connection()
                 .await?,
-        ),
-        false => None,
+        )
+    } else {
+        None
     };
     let key = format!("distlock-example:inventory:{}:{sku}", std::process::id());
     let stock = std::sync::Arc::new(Stock {

@@ -120,13 +120,14 @@ async fn main() -> Result<(), BoxError> {
     let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
     let client = LockClient::connect(&url).await?;
     distlock::init(client.clone())?;
-    let redis = match url.starts_with("redis://") {
-        true => Some(
+    let redis = if url.starts_with("redis://") {
+        Some(
             redis::Client::open(url.as_str())?
                 .get_multiplexed_async_connection()
                 .await?,
-        ),
-        false => None,
+        )
+    } else {
+        None
     };
     let bank = Arc::new(Bank {
         name: format!("example-{}", std::process::id()),

@@ -23,14 +23,14 @@ pub trait SqlDatabase {
     /// The lock URL with a wrong password.
     fn url_with_password(&self, password: &str) -> String;
     /// The start of the DDL the guide (`docs/guide/<store>.md`) prints for this database.
-    const README_DDL: &'static str;
+    const GUIDE_DDL: &'static str;
     async fn execute(&self, statement: &str);
     async fn count(&self, query: &str) -> i64;
     async fn table_exists(&self, table: &str) -> bool;
 }
 
 impl SqlDatabase for PostgresServer {
-    const README_DDL: &'static str =
+    const GUIDE_DDL: &'static str =
         "CREATE TABLE IF NOT EXISTS distlock_locks (\n    name        text";
 
     fn url(&self) -> String {
@@ -65,7 +65,7 @@ impl SqlDatabase for PostgresServer {
 }
 
 impl SqlDatabase for MysqlServer {
-    const README_DDL: &'static str =
+    const GUIDE_DDL: &'static str =
         "CREATE TABLE IF NOT EXISTS distlock_locks (\n    name        VARBINARY";
 
     fn url(&self) -> String {
@@ -105,19 +105,19 @@ impl SqlDatabase for MysqlServer {
 
 /// The guide prints the DDL; tables made from it work with `create_table=false`, and the
 /// first fencing token is 1.
-pub async fn tables_made_from_the_readme_ddl_work_without_create_table(db: &impl SqlDatabase) {
+pub async fn tables_made_from_the_guides_ddl_work_without_create_table(db: &impl SqlDatabase) {
     let table = unique("migrated").replace('-', "_");
     // The guide's pages on the SQL stores (docs.rs: `distlock::guide::postgres`, `::mysql`).
-    let readme = ["postgres", "mysql"]
+    let guide = ["postgres", "mysql"]
         .map(|page| {
             let path = format!("{}/../docs/guide/{page}.md", env!("CARGO_MANIFEST_DIR"));
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
         })
         .concat();
-    let start = readme
+    let start = guide
         .find(db_ddl(db))
         .expect("the guide prints the DDL of this database");
-    let ddl = &readme[start..];
+    let ddl = &guide[start..];
     let ddl = &ddl[..ddl.find("```").expect("the DDL block ends")];
     for statement in ddl.split(';').filter(|s| !s.trim().is_empty()) {
         db.execute(&statement.replace("distlock_locks", &table))
@@ -135,7 +135,7 @@ pub async fn tables_made_from_the_readme_ddl_work_without_create_table(db: &impl
 }
 
 fn db_ddl<D: SqlDatabase>(_: &D) -> &'static str {
-    D::README_DDL
+    D::GUIDE_DDL
 }
 
 /// An error at connect (`Connect` or `Config`), as text.

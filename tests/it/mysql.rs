@@ -32,8 +32,8 @@ async fn the_row_names_its_holder_and_expires_by_the_database_clock() {
 
 /// The guide prints the DDL; tables made from it work with `create_table=false`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tables_made_from_the_readme_ddl_work_without_create_table() {
-    support::sql::tables_made_from_the_readme_ddl_work_without_create_table(MysqlServer::shared())
+async fn tables_made_from_the_guides_ddl_work_without_create_table() {
+    support::sql::tables_made_from_the_guides_ddl_work_without_create_table(MysqlServer::shared())
         .await;
 }
 
