@@ -27,7 +27,6 @@
 mod format;
 mod run;
 
-use std::collections::HashMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -231,14 +230,16 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Prints acquisitions and releases of the locks matching PATTERN as they happen, by
-    /// comparing listings taken every --interval (a lock held for less than that may be
-    /// missed). Runs until Ctrl-C or --for.
+    /// Prints acquisitions, releases and expiries of the locks matching PATTERN as they
+    /// happen: it lists them again whenever the store announces a change (Redis on one
+    /// server, ZooKeeper, etcd), else every --interval (PostgreSQL, MySQL, Redis Cluster,
+    /// Sentinel, Redlock), and prints what changed — a hold shorter than one listing may be
+    /// missed. Runs until Ctrl-C or --for.
     Watch {
         /// The URL (when it contains `://`; else DISTLOCK_URL), then the key glob
         #[arg(value_name = "URL] [PATTERN", num_args = 0..=2)]
         args: Vec<String>,
-        /// Time between two listings.
+        /// Time between two listings when the store announces no changes.
         #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = parse_duration)]
         interval: Duration,
         /// Stop after this long.
@@ -981,67 +982,43 @@ async fn watch(
     watch_for: Option<Duration>,
     json: bool,
 ) -> Result<(), Failure> {
-    const LIMIT: usize = 10_000;
     let mut interrupts = Interrupts::listen();
     let started = Instant::now();
+    let mut watch = client.watch(pattern).await.poll_every(interval);
     if !json {
+        let how = if watch.follows_store() {
+            "woken by the store's announcements".to_owned()
+        } else {
+            format!("listing every {}", duration(interval))
+        };
         eprintln!(
-            "watching `{pattern}` on {} every {} (Ctrl-C to stop)",
-            client.url(),
-            duration(interval)
+            "watching `{pattern}` on {} ({how}; Ctrl-C to stop)",
+            client.url()
         );
     }
-    let mut known: HashMap<String, LockInfo> = HashMap::new();
-    let mut first = true;
     let stop = interrupts.or_after(watch_for);
     tokio::pin!(stop);
     loop {
-        let now: HashMap<String, LockInfo> = client
-            .list(pattern, LIMIT)
-            .await?
-            .into_iter()
-            .map(|info| (info.key.clone(), info))
-            .collect();
-        let mut events: Vec<(&str, &LockInfo)> = Vec::new();
-        for (key, old) in &known {
-            match now.get(key) {
-                Some(new) if new.token == old.token => {}
-                _ => {
-                    // Gone (or taken over): by a release, unless its lease was about to end.
-                    let ran_out = old.ttl.is_some_and(|ttl| ttl <= interval);
-                    events.push((if ran_out { "expired" } else { "released" }, old));
-                }
-            }
-        }
-        for (key, new) in &now {
-            match known.get(key) {
-                Some(old) if old.token == new.token => {}
-                _ => events.push((if first { "held" } else { "acquired" }, new)),
-            }
-        }
-        events.sort_by(|a, b| (a.1.key.as_str(), a.0).cmp(&(b.1.key.as_str(), b.0)));
-        for (event, info) in events {
-            if json {
-                let mut line = info_json(info);
-                line["event"] = event.into();
-                line["at_ms"] = (started.elapsed().as_millis() as u64).into();
-                println!("{line}");
-            } else {
-                println!(
-                    "{:>9}  {event:<8}  {}  {}",
-                    duration(started.elapsed()),
-                    info.key,
-                    who(info)
-                );
-            }
+        let event = tokio::select! {
+            () = &mut stop => return Ok(()),
+            event = watch.next() => event?,
+        };
+        let info = event.lock();
+        if json {
+            let mut line = info_json(info);
+            line["event"] = event.name().into();
+            line["at_ms"] = (started.elapsed().as_millis() as u64).into();
+            println!("{line}");
+        } else {
+            println!(
+                "{:>9}  {:<8}  {}  {}",
+                duration(started.elapsed()),
+                event.name(),
+                info.key,
+                who(info)
+            );
         }
         let _ = std::io::stdout().flush();
-        known = now;
-        first = false;
-        tokio::select! {
-            () = &mut stop => return Ok(()),
-            () = tokio::time::sleep(interval) => {}
-        }
     }
 }
 

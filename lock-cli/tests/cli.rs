@@ -531,8 +531,10 @@ async fn watch_prints_acquisitions_and_releases() {
             "watch",
             &url,
             "w:*",
+            // One Redis server announces changes: no listing is due before --for ends, so
+            // every event below comes from an announcement.
             "--interval",
-            "100ms",
+            "10m",
             "--for",
             "4s",
             "--json",
@@ -575,6 +577,21 @@ async fn watch_prints_acquisitions_and_releases() {
             Some(u64::from(std::process::id()))
         );
     }
+
+    // In text, it says how it learns of changes, then one line per lock.
+    let text = run(&["watch", &url, "w:*", "--for", "1s"]).await;
+    assert_eq!(code(&text), 0, "{}", stderr(&text));
+    assert!(
+        stderr(&text).contains("woken by the store's announcements"),
+        "{}",
+        stderr(&text)
+    );
+    let lines: Vec<String> = stdout(&text).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("held") && lines[0].contains("w:before"),
+        "{lines:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -783,6 +783,121 @@ pub async fn a_slow_backend_still_grants_waiting_acquisitions(fixture: &impl Fix
     }
 }
 
+/// A watch reports the locks held when it starts, then each acquisition, release and expiry
+/// under its glob (nothing outside it), each with the token the server holds. Where the store
+/// announces changes (memory, one Redis server, ZooKeeper, etcd) it follows them, and polls
+/// only once an hour here: every event must then come from the store's announcement.
+pub async fn a_watch_reports_each_change_as_the_store_announces_it(fixture: &impl Fixture) {
+    use distlock::admin::LockEvent;
+    let url = fixture.url();
+    let announces = [
+        "memory:",
+        "redis://",
+        "rediss://",
+        "zk://",
+        "zks://",
+        "etcd",
+    ]
+    .iter()
+    .any(|scheme| url.starts_with(scheme));
+    let client = fixture.client().await;
+    let holder = fixture.client().await;
+    let before = holder.lock("w:before").acquire().await.unwrap();
+    let watch = client.watch("w:*").await;
+    assert_eq!(watch.follows_store(), announces, "{url}");
+    let mut watch = watch.poll_every(if announces { ms(3_600_000) } else { ms(50) });
+    let mut next = async || {
+        tokio::time::timeout(ms(10_000), watch.next())
+            .await
+            .expect("an event within 10 s")
+            .expect("a listing")
+    };
+    let held = next().await;
+    assert!(
+        matches!(&held, LockEvent::Held(l) if l.key == "w:before"),
+        "{held:?}"
+    );
+    assert_eq!(held.lock().token, fixture.holder("lock:w:before").await);
+
+    let guard = holder.lock("w:1").acquire().await.unwrap();
+    let _outside = holder.lock("x:1").acquire().await.unwrap();
+    let acquired = next().await;
+    assert!(
+        matches!(&acquired, LockEvent::Acquired(l) if l.key == "w:1"),
+        "{acquired:?}"
+    );
+    let token = fixture.holder("lock:w:1").await;
+    assert!(token.is_some());
+    assert_eq!(acquired.lock().token, token);
+
+    guard.release().await.unwrap();
+    let released = next().await;
+    assert!(
+        matches!(&released, LockEvent::Released(l) if l.key == "w:1"),
+        "{released:?}"
+    );
+    assert_eq!(released.lock().token, token);
+    assert_eq!(fixture.holder("lock:w:1").await, None);
+
+    // Not renewed: gone when its lease runs out — an expiry where the listing showed the
+    // lease; where the store keeps locks alive itself, the client deletes it then.
+    let lapsing = holder
+        .lock("w:2")
+        .lease(ms(1_500))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let acquired = next().await;
+    assert!(
+        matches!(&acquired, LockEvent::Acquired(l) if l.key == "w:2"),
+        "{acquired:?}"
+    );
+    let ended = next().await;
+    assert_eq!(ended.lock().key, "w:2", "{ended:?}");
+    // etcd lists its lease's TTL in whole seconds, and the client deletes the lock at the
+    // lease it asked for, which may come before that TTL's end: either name is right there.
+    let expected: &[&str] = match acquired.lock().ttl {
+        None => &["released"],
+        Some(_) if url.starts_with("etcd") => &["expired", "released"],
+        Some(_) => &["expired"],
+    };
+    assert!(expected.contains(&ended.name()), "{ended:?}");
+    assert_eq!(fixture.holder("lock:w:2").await, None);
+    drop(lapsing);
+
+    // Readers: each one joining is an acquisition, each one leaving a release.
+    if fixture.read_locks() {
+        let first = holder.lock("w:r").read().acquire().await.unwrap();
+        let joined = next().await;
+        assert!(
+            matches!(&joined, LockEvent::Acquired(l) if l.readers.len() == 1),
+            "{joined:?}"
+        );
+        let second = client.lock("w:r").read().acquire().await.unwrap();
+        let joined = next().await;
+        assert!(
+            matches!(&joined, LockEvent::Acquired(l) if l.readers.len() == 2),
+            "{joined:?}"
+        );
+        first.release().await.unwrap();
+        let left = next().await;
+        assert!(
+            matches!(&left, LockEvent::Released(l) if l.key == "w:r"),
+            "{left:?}"
+        );
+        assert_eq!(fixture.readers("lock:w:r").await.len(), 1);
+        second.release().await.unwrap();
+        let left = next().await;
+        assert!(
+            matches!(&left, LockEvent::Released(l) if l.key == "w:r"),
+            "{left:?}"
+        );
+        assert!(fixture.readers("lock:w:r").await.is_empty());
+    }
+    drop(before);
+}
+
 /// The admin API (what `distlock list`/`show` print): a held lock names this process, its
 /// token, lease and fencing token; a listing finds exactly the keys its glob matches; a free
 /// key shows nothing; the server answers a ping.
@@ -2768,6 +2883,7 @@ macro_rules! suite {
                 a_slow_backend_still_grants_waiting_acquisitions,
                 the_admin_api_shows_who_holds_what,
                 a_forced_release_frees_the_lock_and_tells_the_holder,
+                a_watch_reports_each_change_as_the_store_announces_it,
                 a_try_once_that_exits_leaves_nothing_in_line,
                 a_waiter_whose_process_ends_leaves_nothing_in_line,
                 a_release_whose_reply_was_lost_is_not_reported_lost,
@@ -2849,6 +2965,7 @@ macro_rules! tls_suite {
                 fencing_tokens_increase,
                 a_slow_backend_still_grants_waiting_acquisitions,
                 the_admin_api_shows_who_holds_what,
+                a_watch_reports_each_change_as_the_store_announces_it,
                 readers_share_a_key_and_exclude_writers,
                 a_semaphore_admits_up_to_n_holders_at_once,
                 several_keys_are_taken_together_and_given_back_together,

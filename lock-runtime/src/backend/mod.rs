@@ -444,7 +444,7 @@ impl dyn Backend {
 }
 
 /// What the admin API asks of a store (`distlock list`, `show`, `release --force`, `ping`): not
-/// on any acquisition's path. Every store answers all four.
+/// on any acquisition's path. Every store answers the first four.
 pub(crate) trait Admin {
     /// The lock `name` as the store holds it now (`None`: free).
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>>;
@@ -465,4 +465,14 @@ pub(crate) trait Admin {
 
     /// One request to the server: its version.
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>>;
+
+    /// Starts following changes to the locks whose name starts with `prefix` (a store may
+    /// follow more): the feed is live when the future resolves, so a change after that is
+    /// announced. `None` (the default): the store announces no changes; the caller polls.
+    fn changes<'a>(
+        &'a self,
+        _prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::admin::ChangeFeed>, BoxError>> {
+        Box::pin(async { Ok(None) })
+    }
 }

@@ -4,10 +4,11 @@ use std::time::Duration;
 
 use super::EtcdBackend;
 use super::keys::{kind_of, token_in};
+use super::lost::next_answer;
 use super::proto::{
     self, DeleteRangeRequest, DeleteRangeResponse, KeyValue, RangeRequest, RangeResponse, path,
 };
-use crate::admin::{Entry, holder_from_record, listed};
+use crate::admin::{ChangeFeed, Entry, holder_from_record, listed};
 use crate::backend::{Admin, Kind};
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
@@ -100,6 +101,27 @@ impl Admin for EtcdBackend {
                 .await
                 .map_err(|f| self.failed("status", f))?;
             Ok(format!("etcd {}", status.version))
+        })
+    }
+    /// A watch of every key under the backend's prefix (puts, deletes — a lease's end deletes
+    /// its keys too) on the client's shared watch stream.
+    fn changes<'a>(
+        &'a self,
+        _prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ChangeFeed>, BoxError>> {
+        Box::pin(async move {
+            let start = self.prefix.clone().into_bytes();
+            let end = proto::prefix_end(&start);
+            let mut watch = self.watches.open(start, end, 0, Vec::new());
+            let created = self.call("watch", next_answer(&mut watch)).await;
+            created.map_err(|f| self.failed("watch", f))?;
+            Ok(Some(ChangeFeed::spawn(move |changed| async move {
+                while let Ok(answer) = next_answer(&mut watch).await {
+                    if !answer.events.is_empty() {
+                        changed.send_replace(());
+                    }
+                }
+            })))
         })
     }
 }

@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::MemoryBackend;
-use crate::admin::{Entry, listed};
+use crate::admin::{ChangeFeed, Entry, listed};
 use crate::backend::Admin;
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
@@ -100,6 +100,7 @@ impl Admin for MemoryBackend {
                     self.release_now(name, &token);
                 }
             }
+            self.changed();
             Ok(entry)
         })
     }
@@ -110,5 +111,12 @@ impl Admin for MemoryBackend {
                 env!("CARGO_PKG_VERSION")
             ))
         })
+    }
+    fn changes<'a>(
+        &'a self,
+        _prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ChangeFeed>, BoxError>> {
+        let feed = ChangeFeed::of(self.changes.subscribe());
+        Box::pin(async move { Ok(Some(feed)) })
     }
 }

@@ -31,6 +31,8 @@ use state::MemoryState;
 pub(crate) struct MemoryBackend {
     state: Mutex<MemoryState>,
     hub: Arc<ReleaseHub>,
+    /// Marked after each acquisition and release, for the admin API's watches.
+    changes: tokio::sync::watch::Sender<()>,
     /// Test support: a simulated round trip of `min..=max` ms for every operation, packed as
     /// `min << 32 | max` (0: none). Tests use it to run the slow-backend case of the
     /// conformance suite on `memory://` too.
@@ -53,6 +55,7 @@ impl MemoryBackend {
         let store = Arc::new(MemoryBackend {
             state: Mutex::new(MemoryState::default()),
             hub: ReleaseHub::new(None),
+            changes: tokio::sync::watch::Sender::new(()),
             latency_ms: AtomicU64::new(0),
         });
         stores.insert(name.to_owned(), Arc::downgrade(&store));
@@ -66,6 +69,25 @@ impl MemoryBackend {
 
     fn acquire_now(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         self.state().attempt(spec, Instant::now())
+    }
+
+    /// Tells the watches (if any) that what the store holds changed.
+    pub(super) fn changed(&self) {
+        if self.changes.receiver_count() > 0 {
+            self.changes.send_replace(());
+        }
+    }
+
+    /// `attempt`, announced to the watches when it took the lock.
+    fn announced<T>(
+        &self,
+        attempt: Result<T, BoxError>,
+        taken: impl Fn(&T) -> bool,
+    ) -> Result<T, BoxError> {
+        if attempt.as_ref().is_ok_and(taken) {
+            self.changed();
+        }
+        attempt
     }
 
     /// Several locks, all or nothing, under one hold of the store: each is taken as alone;
@@ -212,17 +234,19 @@ impl Backend for MemoryBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
+        let taken = |a: &Attempt| matches!(a, Attempt::Acquired { .. });
         if spec.fair {
-            return self.answer(move || self.acquire_fair_now(spec));
+            return self.answer(move || self.announced(self.acquire_fair_now(spec), taken));
         }
-        self.answer(move || self.acquire_now(spec))
+        self.answer(move || self.announced(self.acquire_now(spec), taken))
     }
 
     fn try_acquire_all<'a>(
         &'a self,
         specs: &'a [LockSpec<'a>],
     ) -> BoxFuture<'a, Result<SetAttempt, BoxError>> {
-        self.answer(move || self.acquire_all_now(specs))
+        let taken = |a: &SetAttempt| matches!(a, SetAttempt::Acquired { .. });
+        self.answer(move || self.announced(self.acquire_all_now(specs), taken))
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
@@ -232,11 +256,15 @@ impl Backend for MemoryBackend {
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
         self.answer(move || {
-            Ok(released(match (hold.kind, hold.fair) {
+            let deleted = match (hold.kind, hold.fair) {
                 (Kind::Shared | Kind::Permits(_), _) => self.release_shared_now(name, token),
                 (Kind::Exclusive, true) => self.release_fair_now(name, token),
                 (Kind::Exclusive, false) => self.release_now(name, token),
-            }))
+            };
+            if deleted {
+                self.changed();
+            }
+            Ok(released(deleted))
         })
     }
 

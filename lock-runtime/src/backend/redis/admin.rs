@@ -197,6 +197,65 @@ where
     Ok(entries)
 }
 
+/// How often the tracking connection of a change feed is pinged: a server gone without closing
+/// the connection ends the feed within about this time.
+const FEED_PING: Duration = Duration::from_secs(10);
+
+impl RedisBackend {
+    /// Changes under `prefix` on a single server: a RESP3 connection of its own with
+    /// `CLIENT TRACKING ON BCAST PREFIX prefix`, on which the server pushes an `invalidate`
+    /// message naming each key under the prefix that is written, deleted or expires (Redis
+    /// 6+). `None` for a cluster or Sentinel, whose masters would each need one.
+    pub(crate) async fn change_feed(
+        &self,
+        prefix: &str,
+    ) -> Result<Option<crate::admin::ChangeFeed>, BoxError> {
+        let super::Link::Single(client) = &self.link else {
+            return Ok(None);
+        };
+        let info = client.get_connection_info().clone();
+        let protocol = info
+            .redis_settings()
+            .clone()
+            .set_protocol(redis::ProtocolVersion::RESP3);
+        let client = redis::Client::open(info.set_redis_settings(protocol))?;
+        let (pushes_to, mut pushes) = tokio::sync::mpsc::unbounded_channel();
+        let config = self.config.clone().set_push_sender(pushes_to);
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let mut tracking = redis::cmd("CLIENT");
+        tracking.arg("TRACKING").arg("ON").arg("BCAST");
+        if !prefix.is_empty() {
+            tracking.arg("PREFIX").arg(prefix);
+        }
+        tracking.query_async::<()>(&mut conn).await?;
+        Ok(Some(crate::admin::ChangeFeed::spawn(
+            move |changed| async move {
+                let mut ping = tokio::time::interval(FEED_PING);
+                ping.tick().await;
+                loop {
+                    tokio::select! {
+                        push = pushes.recv() => match push.map(|p| p.kind) {
+                            Some(redis::PushKind::Invalidate) => {
+                                changed.send_replace(());
+                            }
+                            Some(redis::PushKind::Disconnection) | None => return,
+                            Some(_) => {}
+                        },
+                        _ = ping.tick() => {
+                            let pong = redis::cmd("PING").query_async::<()>(&mut conn).await;
+                            if pong.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            },
+        )))
+    }
+}
+
 /// `text` as a Redis `MATCH` glob: as is (`*`, `?`, `\`) but with `[` and `]` literal — or,
 /// for a `literal` text (the key prefix), with every special character escaped.
 fn redis_glob(text: &str, literal: bool) -> String {

@@ -460,4 +460,10 @@ impl Admin for RedisBackend {
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
         Box::pin(self.version())
     }
+    fn changes<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::admin::ChangeFeed>, BoxError>> {
+        Box::pin(self.change_feed(prefix))
+    }
 }

@@ -5,7 +5,7 @@ use zookeeper_client as zk;
 
 use super::path::{decode, is_reader, parent_of, parse_node, sequence_of, token_of};
 use super::{ZkFailure, ZookeeperBackend};
-use crate::admin::{Entry, holder_from_record, listed};
+use crate::admin::{ChangeFeed, Entry, holder_from_record, listed};
 use crate::backend::Admin;
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
@@ -79,6 +79,35 @@ impl Admin for ZookeeperBackend {
                 None => "ZooKeeper (version unknown: `srvr` is not whitelisted)".to_owned(),
             };
             Ok(version)
+        })
+    }
+    /// A persistent recursive watch on the tree's root (ZooKeeper 3.6+): every node created
+    /// or deleted under it — an ephemeral node's session ending deletes it too.
+    fn changes<'a>(
+        &'a self,
+        _prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ChangeFeed>, BoxError>> {
+        Box::pin(async move {
+            let client = self.any_client().await?;
+            let recursive = zk::AddWatchMode::PersistentRecursive;
+            let mut watcher = self
+                .call("watch", client.watch("/", recursive))
+                .await
+                .map_err(|f| self.failed("watch", f))?;
+            Ok(Some(ChangeFeed::spawn(move |changed| async move {
+                let _session = client;
+                loop {
+                    let event = watcher.changed().await;
+                    if event.event_type == zk::EventType::Session
+                        && event.session_state.is_terminated()
+                    {
+                        return;
+                    }
+                    // A node changed, or the session reconnected (changes meanwhile were not
+                    // announced): either way, look again.
+                    changed.send_replace(());
+                }
+            })))
         })
     }
 }

@@ -1,5 +1,6 @@
 //! Looking at locks from outside: who holds a key, since when, for how much longer, who
-//! waits; listing the held locks; releasing one by force; checking the backend answers.
+//! waits; listing the held locks; following them as they are taken and given back
+//! ([`LockClient::watch`]); releasing one by force; checking the backend answers.
 //!
 //! This is what the `distlock` command line (`distlock-cli`) is built on, and what a service's
 //! admin endpoint can call. None of it is needed to take locks.
@@ -22,6 +23,11 @@
 //! ```
 
 use std::time::{Duration, SystemTime};
+
+mod watch;
+
+pub(crate) use watch::ChangeFeed;
+pub use watch::{LockEvent, LockWatch};
 
 use crate::LockClient;
 use crate::error::{BoxError, LockError};
