@@ -15,13 +15,13 @@ use crate::backend::sql::shares::{READERS, semaphore_limit, shares_token};
 use crate::backend::{Attempt, Kind, LockSpec, Refused};
 use crate::error::BoxError;
 
-/// Makes or renews the share of reader `token` in lock `name` (for `lease` µs), in the
-/// transaction of a reader's acquisition or renewal.
-async fn put_share(
+/// Makes or renews the share of `token` in lock `name` (for `lease` µs) and makes the lock row
+/// the row of shares `row_token` (readers, or a semaphore's permits) living at least as long:
+/// one statement, in the transaction of a share's acquisition or renewal, which decided it.
+async fn take_share(
     tx: &mut mysql_async::Transaction<'_>,
     sql: &MyStatements,
-    name: &[u8],
-    token: &str,
+    (name, token, row_token): (&[u8], &str, &str),
     lease: i64,
     holder: &str,
 ) -> Result<(), mysql_async::Error> {
@@ -31,57 +31,72 @@ async fn put_share(
         Value::from(token),
         Value::from(lease),
         Value::from(holder),
-    ];
-    tx.exec_drop(sql.put_share.as_str(), positional(params))
-        .await
-}
-
-/// Makes the lock row `name` the row of shares `row_token` (readers, or a semaphore's
-/// permits), living at least `lease` µs more, in the transaction that made or renewed a share.
-async fn shares_row(
-    tx: &mut mysql_async::Transaction<'_>,
-    sql: &MyStatements,
-    name: &[u8],
-    row_token: &str,
-    lease: i64,
-) -> Result<(), mysql_async::Error> {
-    let params = vec![
-        Value::from(row_token),
-        Value::from(row_token),
-        Value::from(lease),
-        Value::from(lease),
-        Value::from(row_token),
-        Value::from(row_token),
         Value::from(name),
+        Value::from(row_token),
+        Value::from(lease),
+        Value::from(row_token),
+        Value::from(row_token),
+        Value::from(row_token),
+        Value::from(row_token),
     ];
-    tx.exec_drop(sql.readers_row.as_str(), positional(params))
+    tx.exec_drop(sql.take_share.as_str(), positional(params))
         .await
 }
 
-/// In a reader's transaction: the lock row, locked — `(token, live, remaining µs)` — and
-/// whether reader `token`'s share is live.
-async fn row_and_share(
+/// What a share's renewal and release decide on, read with the lock row locked
+/// (`MyStatements::share_locked`): the row's token and whether it is live, whether share
+/// `token` is live, the other live shares and µs until the last of them ends, the live
+/// writers' marks.
+struct Locked {
+    token: String,
+    live: bool,
+    mine: bool,
+    others: i64,
+    last: Option<i64>,
+    marks: i64,
+}
+
+/// Locks the lock row `name` for the transaction and reads [`Locked`]; `None` without a lock
+/// row.
+async fn locked(
     tx: &mut mysql_async::Transaction<'_>,
     sql: &MyStatements,
     name: &[u8],
     token: &str,
-) -> Result<(Option<(String, bool, Option<i64>)>, bool), mysql_async::Error> {
-    let row = tx.exec_first(sql.row.as_str(), (name,)).await?;
-    let mine: Option<i64> = tx
-        .exec_first(sql.share_live.as_str(), (name, token))
+) -> Result<Option<Locked>, mysql_async::Error> {
+    let params = vec![
+        Value::from(token),
+        Value::from(token),
+        Value::from(token),
+        Value::from(name),
+    ];
+    let row: Option<(String, bool, i64, i64, Option<i64>, i64)> = tx
+        .exec_first(sql.share_locked.as_str(), positional(params))
         .await?;
-    Ok((row, mine.unwrap_or(0) > 0))
+    Ok(row.map(|(token, live, mine, others, last, marks)| Locked {
+        token,
+        live,
+        mine: mine > 0,
+        others,
+        last,
+        marks,
+    }))
 }
+
+/// A share's acquisition's read of the locked lock row (`MyStatements::marks_state`,
+/// `MyStatements::permits_state`): (token, live, remaining µs, this share live, live rows
+/// that keep a new share out, µs until the first or last of them ends).
+type ShareState = (String, bool, Option<i64>, i64, i64, Option<i64>);
 
 /// What a reader's acquisition and a semaphore permit's differ in, besides their kind: the
 /// statements and numbers [`MysqlBackend::acquire_share`] is given.
 pub(super) struct ShareRules {
     /// The acquisition, for messages: `the read acquisition`, `the permit's acquisition`.
     what: &'static str,
-    /// `name, name` → (live rows, µs until the first ends) of what keeps a new share out:
-    /// waiting writers' marks (`MyStatements::marks`), or the live permits
-    /// (`MyStatements::shares`).
-    count: fn(&MyStatements) -> &String,
+    /// `token, name` → the lock row, this share, and what keeps a new share out: waiting
+    /// writers' marks (`MyStatements::marks_state`), or the live permits
+    /// (`MyStatements::permits_state`).
+    state: fn(&MyStatements) -> &String,
     /// How many of those keep it out: one writer's mark, or the semaphore's limit.
     full_at: i64,
 }
@@ -91,7 +106,7 @@ impl ShareRules {
     pub(super) fn reader() -> ShareRules {
         ShareRules {
             what: "the read acquisition",
-            count: |sql| &sql.marks,
+            state: |sql| &sql.marks_state,
             full_at: 1,
         }
     }
@@ -100,7 +115,7 @@ impl ShareRules {
     pub(super) fn permit(limit: u16) -> ShareRules {
         ShareRules {
             what: "the permit's acquisition",
-            count: |sql| &sql.shares,
+            state: |sql| &sql.permits_state,
             full_at: i64::from(limit),
         }
     }
@@ -116,7 +131,7 @@ enum ShareAttempt {
 }
 
 impl MysqlBackend {
-    /// A reader's attempt (see `MyStatements::range` for the layout) or a semaphore's permit
+    /// A reader's attempt (see `MyStatements::state` for the layout) or a semaphore's permit
     /// (`spec.kind`), in one transaction that locks the lock row first: a share (a permit's as
     /// a reader's) while nothing keeps it out — for a reader, a writer holding the lock or one
     /// waiting; for a permit, `limit` live permits — and a row held as a lock, or by a semaphore
@@ -126,12 +141,16 @@ impl MysqlBackend {
         spec: LockSpec<'_>,
         rules: ShareRules,
     ) -> Result<Attempt, BoxError> {
-        let plainly = match spec.kind {
-            Kind::Permits(limit) => self.permits_in_use(spec, limit).await?,
-            _ => self.plainly_busy(spec).await?,
-        };
-        if let Some(busy) = plainly {
-            return Ok(busy);
+        // A first try goes straight to the transaction; a waiter's retry reads first, so that
+        // waiters polling a plainly busy lock do not queue on the lock row's lock.
+        if spec.waiting {
+            let plainly = match spec.kind {
+                Kind::Permits(limit) => self.permits_in_use(spec, limit).await?,
+                _ => self.plainly_busy(spec).await?,
+            };
+            if let Some(busy) = plainly {
+                return Ok(busy);
+            }
         }
         let sql = Arc::clone(&self.sql);
         let (name, token) = (spec.name.as_bytes().to_vec(), spec.token.to_owned());
@@ -139,7 +158,7 @@ impl MysqlBackend {
         let (kind, row_token) = (spec.kind, shares_token(spec.kind));
         let ShareRules {
             what,
-            count,
+            state,
             full_at,
         } = rules;
         let outcome = self
@@ -154,41 +173,37 @@ impl MysqlBackend {
                 Box::pin(async move {
                     let mut tx = conn.start_transaction(TxOpts::default()).await?;
                     tx.exec_drop(sql.lock_row.as_str(), (name.clone(),)).await?;
-                    let (row, mine) = row_and_share(&mut tx, &sql, &name, &token).await?;
-                    let (held, live, left) = row.unwrap_or_else(|| (String::new(), false, None));
+                    // Read once the row is locked: nobody changes the shares or marks meanwhile.
+                    let found: Option<ShareState> = tx
+                        .exec_first(state(&sql).as_str(), (token.clone(), name.clone()))
+                        .await?;
+                    let (held, live, left, mine, n, first) =
+                        found.unwrap_or_else(|| (String::new(), false, None, 0, 0, None));
                     if live && held != row_token {
                         tx.rollback().await?;
                         return Ok(ShareAttempt::HeldAs(held, left));
                     }
                     // A writer waiting holds back a reader without a share yet; every permit
                     // in use, a permit.
-                    let counted = !mine
+                    let counted = mine == 0
                         && match kind {
                             Kind::Shared => held == row_token,
                             _ => live,
                         };
-                    if counted {
-                        let found: Option<(i64, Option<i64>)> = tx
-                            .exec_first(count(&sql).as_str(), (name.clone(), name.clone()))
-                            .await?;
-                        if let Some((n, first)) = found
-                            && n >= full_at
-                        {
-                            tx.rollback().await?;
-                            let wait = match kind {
-                                Kind::Shared => match (live.then_some(left).flatten(), first) {
-                                    (Some(a), Some(b)) => Some(a.min(b)),
-                                    (a, b) => a.or(b),
-                                },
-                                // Every permit in use: until the row's lease (polling sees a
-                                // release sooner).
-                                _ => left,
-                            };
-                            return Ok(ShareAttempt::Busy(wait));
-                        }
+                    if counted && n >= full_at {
+                        tx.rollback().await?;
+                        let wait = match kind {
+                            Kind::Shared => match (live.then_some(left).flatten(), first) {
+                                (Some(a), Some(b)) => Some(a.min(b)),
+                                (a, b) => a.or(b),
+                            },
+                            // Every permit in use: until the row's lease (polling sees a
+                            // release sooner).
+                            _ => left,
+                        };
+                        return Ok(ShareAttempt::Busy(wait));
                     }
-                    put_share(&mut tx, &sql, &name, &token, lease, &holder).await?;
-                    shares_row(&mut tx, &sql, &name, &row_token, lease).await?;
+                    take_share(&mut tx, &sql, (&name, &token, &row_token), lease, &holder).await?;
                     let fence = match (fencing, kind) {
                         (false, _) => None,
                         (true, Kind::Shared) => Some(
@@ -310,14 +325,12 @@ impl MysqlBackend {
                 );
                 Box::pin(async move {
                     let mut tx = conn.start_transaction(TxOpts::default()).await?;
-                    let (row, mine) = row_and_share(&mut tx, &sql, &name, &token).await?;
-                    let held = row.is_some_and(|(t, live, _)| t == row_token && live);
-                    if !held || !mine {
+                    let row = locked(&mut tx, &sql, &name, &token).await?;
+                    if !row.is_some_and(|r| r.token == row_token && r.live && r.mine) {
                         tx.rollback().await?;
                         return Ok(false);
                     }
-                    put_share(&mut tx, &sql, &name, &token, lease, &holder).await?;
-                    shares_row(&mut tx, &sql, &name, &row_token, lease).await?;
+                    take_share(&mut tx, &sql, (&name, &token, &row_token), lease, &holder).await?;
                     tx.commit().await?;
                     Ok(true)
                 })
@@ -347,41 +360,43 @@ impl MysqlBackend {
             );
             Box::pin(async move {
                 let mut tx = conn.start_transaction(TxOpts::default()).await?;
-                let (row, mine) = row_and_share(&mut tx, &sql, &name, &token).await?;
-                tx.exec_drop(sql.drop_share.as_str(), (name.clone(), token))
-                    .await?;
-                tx.exec_drop(
-                    sql.drop_expired_shares.as_str(),
-                    (name.clone(), name.clone()),
-                )
-                .await?;
-                let mut left = true;
-                if row.is_some_and(|(t, _, _)| t == row_token) {
-                    let others: Option<(i64, Option<i64>)> = tx
-                        .exec_first(sql.shares.as_str(), (name.clone(), name.clone()))
+                let Some(row) = locked(&mut tx, &sql, &name, &token).await? else {
+                    // No lock row (a forced release): only the share, if any, is left to go.
+                    let mine: Option<i64> = tx
+                        .exec_first(sql.share_live.as_str(), (name.clone(), token.clone()))
                         .await?;
-                    match others {
-                        Some((n, Some(last))) if n > 0 => {
-                            tx.exec_drop(sql.readers_until.as_str(), (last, name, row_token))
-                                .await?;
-                        }
-                        _ => {
-                            left = false;
-                            let marks: Option<(i64, Option<i64>)> = tx
-                                .exec_first(sql.marks.as_str(), (name.clone(), name.clone()))
-                                .await?;
-                            if marks.is_some_and(|(n, _)| n > 0) {
-                                tx.exec_drop(sql.readers_until.as_str(), (-1i64, name, row_token))
-                                    .await?;
-                            } else {
-                                tx.exec_drop(sql.drop_readers_row.as_str(), (name, row_token))
-                                    .await?;
-                            }
-                        }
+                    let params = (name.clone(), name.clone(), name, token);
+                    tx.exec_drop(sql.drop_share.as_str(), params).await?;
+                    tx.commit().await?;
+                    return Ok((mine.unwrap_or(0) > 0, false));
+                };
+                let ours = row.token == row_token;
+                let last = ours && row.others == 0;
+                if last && row.marks == 0 {
+                    // The last share: its row goes with it, in one statement.
+                    let params = vec![
+                        Value::from(name.clone()),
+                        Value::from(row_token),
+                        Value::from(name.clone()),
+                        Value::from(name.clone()),
+                        Value::from(name),
+                        Value::from(token),
+                    ];
+                    tx.exec_drop(sql.drop_last_share.as_str(), positional(params))
+                        .await?;
+                } else {
+                    let params = (name.clone(), name.clone(), name.clone(), token);
+                    tx.exec_drop(sql.drop_share.as_str(), params).await?;
+                    if ours {
+                        // The row lives until the last share left ends; with none left but
+                        // writers waiting, it is left to them, its lease over.
+                        let until = if last { -1 } else { row.last.unwrap_or(-1) };
+                        tx.exec_drop(sql.readers_until.as_str(), (until, name, row_token))
+                            .await?;
                     }
                 }
                 tx.commit().await?;
-                Ok((mine, left))
+                Ok((row.mine, !last))
             })
         })
         .await

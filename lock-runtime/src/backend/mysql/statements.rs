@@ -26,11 +26,9 @@ pub(super) struct MyStatements {
     pub release_expired: String,
     /// The quoted lock table, for the batched renewal built per batch size.
     pub table: String,
-    /// Read locks (see [`MyStatements::readers`]): `name` → locks the lock row (made, expired, if
-    /// missing) for the transaction.
+    /// Read locks (see [`MyStatements::state`] for the layout): `name` → locks the lock row
+    /// (made, expired, if missing) for the transaction.
     pub lock_row: String,
-    /// `name` → (token, live, remaining µs) of the locked lock row.
-    pub row: String,
     /// `name, name, name, token, name` → (token, live, remaining µs, live writers' marks, this
     /// reader's live share) of the lock row, read without locking anything: a reader's attempt
     /// that is plainly busy answers from it, without a transaction on the hot row.
@@ -39,26 +37,32 @@ pub(super) struct MyStatements {
     /// holder's live share) of the lock row, read without locking anything: a semaphore's
     /// request that is plainly busy (every permit live) or refused answers from it.
     pub peek_permits: String,
-    /// `name, name` → (live rows, µs until the last/first ends) among a lock's shares (bounds
-    /// `0x01`, `0x02`) or writers' marks (`0x02`, `0x03`): see `shares` and `marks`.
-    pub shares: String,
-    pub marks: String,
-    /// `name, token` → 1 if that reader's share is live.
+    /// In a share's acquisition, once `lock_row` holds the lock row: `token, name` → (token,
+    /// live, remaining µs, this share live, live rows that keep a new share out, µs until the
+    /// first (marks) or last (permits) of them ends) — the waiting writers' marks
+    /// (`marks_state`, for readers) or the live permits (`permits_state`).
+    pub marks_state: String,
+    pub permits_state: String,
+    /// `token, token, token, name` → locks the lock row `name` (first, so the shares read by the
+    /// correlated subqueries are read after it is locked) and reads (token, live, this share
+    /// live, the other live shares, µs until the last of them ends, live writers' marks): what
+    /// a share's renewal and release decide on.
+    pub share_locked: String,
+    /// `name, token, token, lease µs, holder, name, row token, lease µs, row token, row token
+    /// ×3` → the share made or renewed and the lock row held by its shares (row token
+    /// `readers`, or a semaphore's `permits:<n>`) living at least as long: one statement.
+    pub take_share: String,
+    /// `name, token` → 1 if that share is live (a release that found no lock row).
     pub share_live: String,
-    /// `name, token, token, lease µs, holder` → the reader's share, made or renewed.
-    pub put_share: String,
-    /// `row token ×2, lease µs ×2, row token ×2, name` → the lock row held by readers (row
-    /// token `readers`) or a semaphore's permits (`permits:<n>`), living at least `lease` more.
-    pub readers_row: String,
     /// `µs, name, row token` → the shares' row ends in that long (0: its lease over, left to
     /// writers).
     pub readers_until: String,
-    /// `name, token` → deletes a reader's share (`name, token`), and `name, name` → the expired
-    /// shares of crashed readers.
+    /// `name, name, name, token` → deletes a share (`name, token`) and the expired shares of
+    /// crashed holders.
     pub drop_share: String,
-    pub drop_expired_shares: String,
-    /// `name, row token` → deletes the readers' (or permits') row.
-    pub drop_readers_row: String,
+    /// `name, row token, name, name, name, token` → `drop_share` and the shares' row with it
+    /// (the last share's release, no writer waiting).
+    pub drop_last_share: String,
     /// `name, name` → deletes every share and mark of a lock (a forced release).
     pub drop_shares: String,
     /// `name, token, token, lapse µs, holder, name` → a waiting writer's mark, if readers hold.
@@ -156,44 +160,56 @@ ORDER BY l.name LIMIT ?"
 VALUES (?, '{READERS}', UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, '{READERS}', UTC_TIMESTAMP(6))
 ON DUPLICATE KEY UPDATE name = name"
             ),
-            row: format!(
-                "SELECT token, expires_at > UTC_TIMESTAMP(6),
-       CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) AS SIGNED)
-FROM {t} WHERE name = ? FOR UPDATE"
-            ),
             peek: MyStatements::peek(&t, "x'02'", "x'03'"),
             peek_permits: MyStatements::peek(&t, "x'01'", "x'02'"),
-            shares: MyStatements::range(&t, "MAX", "x'01'", "x'02'"),
-            marks: MyStatements::range(&t, "MIN", "x'02'", "x'03'"),
+            marks_state: MyStatements::state(&t, "MIN", "x'02'", "x'03'"),
+            permits_state: MyStatements::state(&t, "MAX", "x'01'", "x'02'"),
+            share_locked: format!(
+                "SELECT m.token, m.expires_at > UTC_TIMESTAMP(6),
+       (SELECT COUNT(*) FROM {t} s WHERE s.name = CONCAT(m.name, x'01', ?)
+          AND s.expires_at > UTC_TIMESTAMP(6)),
+       (SELECT COUNT(*) FROM {t} s WHERE {others}),
+       (SELECT CAST(MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), s.expires_at)) AS SIGNED)
+          FROM {t} s WHERE {others}),
+       (SELECT COUNT(*) FROM {t} w WHERE w.name > CONCAT(m.name, x'02')
+          AND w.name < CONCAT(m.name, x'03') AND w.expires_at > UTC_TIMESTAMP(6))
+FROM {t} m WHERE m.name = ? FOR UPDATE",
+                others = "s.name > CONCAT(m.name, x'01') AND s.name < CONCAT(m.name, x'02')
+          AND s.name <> CONCAT(m.name, x'01', ?) AND s.expires_at > UTC_TIMESTAMP(6)"
+            ),
+            // Two rows, told apart by the token they are given: the lock row's is the row
+            // token, a share's is its holder's own.
+            take_share: format!(
+                "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
+VALUES (CONCAT(?, x'01', ?), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6)),
+       (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE
+    acquired_at = IF(VALUES(token) = ?
+                     AND NOT (token = VALUES(token) AND expires_at > UTC_TIMESTAMP(6)),
+                     VALUES(acquired_at), acquired_at),
+    expires_at = IF(VALUES(token) = ? AND token = VALUES(token)
+                    AND expires_at > UTC_TIMESTAMP(6),
+                    GREATEST(expires_at, VALUES(expires_at)), VALUES(expires_at)),
+    holder = IF(VALUES(token) = ?, VALUES(holder), holder),
+    token = VALUES(token)"
+            ),
             share_live: format!(
                 "SELECT COUNT(*) FROM {t}
-WHERE name = CONCAT(?, x'01', ?) AND expires_at > UTC_TIMESTAMP(6) FOR UPDATE"
-            ),
-            put_share: format!(
-                "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
-VALUES (CONCAT(?, x'01', ?), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6))
-ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)"
-            ),
-            readers_row: format!(
-                "UPDATE {t} SET
-    acquired_at = IF(token = ? AND expires_at > UTC_TIMESTAMP(6), acquired_at,
-                     UTC_TIMESTAMP(6)),
-    expires_at = IF(token = ? AND expires_at > UTC_TIMESTAMP(6),
-                    GREATEST(expires_at, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
-                    UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND),
-    token = ?, holder = ?
-WHERE name = ?"
+WHERE name = CONCAT(?, x'01', ?) AND expires_at > UTC_TIMESTAMP(6)"
             ),
             readers_until: format!(
                 "UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE name = ? AND token = ?"
             ),
-            drop_share: format!("DELETE FROM {t} WHERE name = CONCAT(?, x'01', ?)"),
-            drop_expired_shares: format!(
+            drop_share: format!(
                 "DELETE FROM {t} WHERE name > CONCAT(?, x'01') AND name < CONCAT(?, x'02')
-  AND expires_at <= UTC_TIMESTAMP(6)"
+  AND (name = CONCAT(?, x'01', ?) OR expires_at <= UTC_TIMESTAMP(6))"
             ),
-            drop_readers_row: format!("DELETE FROM {t} WHERE name = ? AND token = ?"),
+            drop_last_share: format!(
+                "DELETE FROM {t} WHERE (name = ? AND token = ?)
+  OR (name > CONCAT(?, x'01') AND name < CONCAT(?, x'02')
+      AND (name = CONCAT(?, x'01', ?) OR expires_at <= UTC_TIMESTAMP(6)))"
+            ),
             drop_shares: format!(
                 "DELETE FROM {t} WHERE name > CONCAT(?, x'01') AND name < CONCAT(?, x'03')"
             ),
@@ -216,15 +232,6 @@ ORDER BY expires_at DESC"
         }
     }
 
-    /// `name, name` → (live rows, `extreme` of their remaining µs) among the rows of one lock
-    /// whose names lie strictly between `name + low` and `name + high`, locked.
-    ///
-    /// Read locks keep the table's layout. The lock row `name` of a key held by readers has the
-    /// token `readers` and lives until the longest share ends, so a writer's plain acquisition
-    /// finds it busy; each reader's share is a row `name + 0x01 + token` with its own lease, and
-    /// each writer waiting for the readers to leave marks the lock with a row
-    /// `name + 0x02 + token` (new readers stay out while one lives). Every reader operation
-    /// runs in a transaction that first locks the lock row, so they are serialised per key.
     /// An unlocked read of a lock row (the statements `peek` and `peek_permits`), counting
     /// its live rows between bounds `low` and `high` (writers' marks, or shares).
     fn peek(t: &str, low: &str, high: &str) -> String {
@@ -239,12 +246,33 @@ FROM {t} m WHERE m.name = ?"
         )
     }
 
-    fn range(t: &str, extreme: &str, low: &str, high: &str) -> String {
+    /// `token, name` → the lock row (token, live, remaining µs), whether share `token` is
+    /// live, and the live rows of the lock whose names lie strictly between `name + low` and
+    /// `name + high`: how many, and the `extreme` of their remaining µs. Read in a transaction
+    /// that already holds the lock row (`lock_row`), so nobody changes what it reads.
+    ///
+    /// Read locks keep the table's layout. The lock row `name` of a key held by readers has the
+    /// token `readers` and lives until the longest share ends, so a writer's plain acquisition
+    /// finds it busy; each reader's share is a row `name + 0x01 + token` with its own lease, and
+    /// each writer waiting for the readers to leave marks the lock with a row
+    /// `name + 0x02 + token` (new readers stay out while one lives). Every reader operation
+    /// runs in a transaction that first locks the lock row, so they are serialised per key,
+    /// and reads the other rows only once it holds it (a writer's mark is made by a statement
+    /// that reads the lock row locked, so it waits for such a transaction too).
+    fn state(t: &str, extreme: &str, low: &str, high: &str) -> String {
+        let range = format!(
+            "FROM {t} w WHERE w.name > CONCAT(m.name, {low}) AND w.name < CONCAT(m.name, {high})
+          AND w.expires_at > UTC_TIMESTAMP(6)"
+        );
         format!(
-            "SELECT COUNT(*),
-       CAST({extreme}(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)) AS SIGNED)
-FROM {t} WHERE name > CONCAT(?, {low}) AND name < CONCAT(?, {high})
-  AND expires_at > UTC_TIMESTAMP(6) FOR UPDATE"
+            "SELECT m.token, m.expires_at > UTC_TIMESTAMP(6),
+       CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), m.expires_at) AS SIGNED),
+       (SELECT COUNT(*) FROM {t} s WHERE s.name = CONCAT(m.name, x'01', ?)
+          AND s.expires_at > UTC_TIMESTAMP(6)),
+       (SELECT COUNT(*) {range}),
+       (SELECT CAST({extreme}(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), w.expires_at))
+          AS SIGNED) {range})
+FROM {t} m WHERE m.name = ?"
         )
     }
 
