@@ -231,10 +231,9 @@ pub(crate) enum Command {
         json: bool,
     },
     /// Prints acquisitions, releases and expiries of the locks matching PATTERN as they
-    /// happen: it lists them again whenever the store announces a change (Redis on one
-    /// server, ZooKeeper, etcd), else every --interval (PostgreSQL, MySQL, Redis Cluster,
-    /// Sentinel, Redlock), and prints what changed — a hold shorter than one listing may be
-    /// missed. Runs until Ctrl-C or --for.
+    /// happen: it lists them again whenever the store announces a change (Redis, ZooKeeper,
+    /// etcd), else every --interval (PostgreSQL, MySQL), and prints what changed — a hold
+    /// shorter than one listing may be missed. Runs until Ctrl-C or --for.
     Watch {
         /// The URL (when it contains `://`; else DISTLOCK_URL), then the key glob
         #[arg(value_name = "URL] [PATTERN", num_args = 0..=2)]

@@ -2,9 +2,10 @@
 //!
 //! A [`LockWatch`] keeps the last listing of the locks matching its pattern and reports what
 //! changed between two listings. It lists again when the store announces a change — Redis
-//! (a single server: `CLIENT TRACKING` in broadcast mode), ZooKeeper (a persistent recursive
-//! watch), etcd (a watch of the key prefix) and `memory://` — or, where the store announces
-//! nothing (PostgreSQL, MySQL/MariaDB, a Redis Cluster, Sentinel or Redlock), every
+//! (`CLIENT TRACKING` in broadcast mode on every server that holds the keys: one server, each
+//! node of a cluster, the master the sentinels name, each Redlock node), ZooKeeper (a
+//! persistent recursive watch), etcd (a watch of the key prefix) and `memory://` — or, where
+//! the store announces nothing (PostgreSQL, MySQL/MariaDB), every
 //! [`poll`](LockWatch::poll_every) interval.
 
 use std::collections::{HashMap, VecDeque};
@@ -117,8 +118,8 @@ impl LockClient {
     /// the first events are the locks held now ([`LockEvent::Held`]), then each acquisition,
     /// release and expiry as it is seen.
     ///
-    /// The watch lists the locks again as soon as the store announces a change (Redis on a
-    /// single server, ZooKeeper, etcd, `memory://`), else every
+    /// The watch lists the locks again as soon as the store announces a change (Redis,
+    /// ZooKeeper, etcd, `memory://`), else every
     /// [`poll_every`](LockWatch::poll_every) interval (500 ms by default): see
     /// [`LockWatch::follows_store`].
     ///

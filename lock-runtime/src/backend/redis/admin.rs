@@ -202,25 +202,54 @@ where
 const FEED_PING: Duration = Duration::from_secs(10);
 
 impl RedisBackend {
-    /// Changes under `prefix` on a single server: a RESP3 connection of its own with
-    /// `CLIENT TRACKING ON BCAST PREFIX prefix`, on which the server pushes an `invalidate`
-    /// message naming each key under the prefix that is written, deleted or expires (Redis
-    /// 6+). `None` for a cluster or Sentinel, whose masters would each need one.
+    /// Changes under `prefix`: see [`track`]. On a single server, on every node of a cluster
+    /// (a replica announces what replication writes), or on the master the sentinels name now
+    /// (after a failover the feed ends, and the watch asks again).
     pub(crate) async fn change_feed(
         &self,
         prefix: &str,
     ) -> Result<Option<crate::admin::ChangeFeed>, BoxError> {
-        let super::Link::Single(client) = &self.link else {
-            return Ok(None);
+        let servers = self.servers().await?;
+        // A cluster's lock names are hash tags: `{lock:K}`.
+        let prefix = match self.link {
+            super::Link::Cluster(_) => format!("{{{prefix}"),
+            _ => prefix.to_owned(),
         };
-        let info = client.get_connection_info().clone();
+        Ok(Some(track(&servers, &self.config, &prefix).await?))
+    }
+
+    /// A client of each server that holds this backend's keys.
+    pub(crate) async fn servers(&self) -> RedisResult<Vec<redis::Client>> {
+        Ok(match &self.link {
+            super::Link::Single(client) => vec![client.clone()],
+            super::Link::Cluster(_) => self.pubsub_nodes.clone(),
+            super::Link::Sentinel(sentinels) => {
+                let connect = sentinels.connect_master(&self.config, self.settings.connect_timeout);
+                vec![connect.await?.0]
+            }
+        })
+    }
+}
+
+/// Changes under `prefix` on each of `servers`: a RESP3 connection to each with
+/// `CLIENT TRACKING ON BCAST PREFIX prefix`, on which the server pushes an `invalidate` message
+/// naming each key under the prefix that is written, deleted or expires (Redis 6+). The feed
+/// ends when any of the connections does.
+pub(crate) async fn track(
+    servers: &[redis::Client],
+    config: &redis::AsyncConnectionConfig,
+    prefix: &str,
+) -> Result<crate::admin::ChangeFeed, BoxError> {
+    let (pushes_to, mut pushes) = tokio::sync::mpsc::unbounded_channel();
+    let config = config.clone().set_push_sender(pushes_to);
+    let mut connections = Vec::with_capacity(servers.len());
+    for server in servers {
+        let info = server.get_connection_info().clone();
         let protocol = info
             .redis_settings()
             .clone()
             .set_protocol(redis::ProtocolVersion::RESP3);
         let client = redis::Client::open(info.set_redis_settings(protocol))?;
-        let (pushes_to, mut pushes) = tokio::sync::mpsc::unbounded_channel();
-        let config = self.config.clone().set_push_sender(pushes_to);
         let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
@@ -230,30 +259,31 @@ impl RedisBackend {
             tracking.arg("PREFIX").arg(prefix);
         }
         tracking.query_async::<()>(&mut conn).await?;
-        Ok(Some(crate::admin::ChangeFeed::spawn(
-            move |changed| async move {
-                let mut ping = tokio::time::interval(FEED_PING);
-                ping.tick().await;
-                loop {
-                    tokio::select! {
-                        push = pushes.recv() => match push.map(|p| p.kind) {
-                            Some(redis::PushKind::Invalidate) => {
-                                changed.send_replace(());
-                            }
-                            Some(redis::PushKind::Disconnection) | None => return,
-                            Some(_) => {}
-                        },
-                        _ = ping.tick() => {
-                            let pong = redis::cmd("PING").query_async::<()>(&mut conn).await;
-                            if pong.is_err() {
-                                return;
-                            }
+        connections.push(conn);
+    }
+    Ok(crate::admin::ChangeFeed::spawn(move |changed| async move {
+        let mut ping = tokio::time::interval(FEED_PING);
+        ping.tick().await;
+        loop {
+            tokio::select! {
+                push = pushes.recv() => match push.map(|p| p.kind) {
+                    Some(redis::PushKind::Invalidate) => {
+                        changed.send_replace(());
+                    }
+                    Some(redis::PushKind::Disconnection) | None => return,
+                    Some(_) => {}
+                },
+                _ = ping.tick() => {
+                    for conn in &mut connections {
+                        let pong = redis::cmd("PING").query_async::<()>(conn).await;
+                        if pong.is_err() {
+                            return;
                         }
                     }
                 }
-            },
-        )))
-    }
+            }
+        }
+    }))
 }
 
 /// `text` as a Redis `MATCH` glob: as is (`*`, `?`, `\`) but with `[` and `]` literal — or,

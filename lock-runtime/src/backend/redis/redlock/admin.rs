@@ -147,4 +147,21 @@ impl Admin for RedlockBackend {
             ))
         })
     }
+    /// Every node's announcements: a lock changes on a majority of them, so each change is
+    /// announced by several (the watch lists once for them all, or twice).
+    fn changes<'a>(
+        &'a self,
+        prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Option<crate::admin::ChangeFeed>, BoxError>> {
+        Box::pin(async move {
+            let mut servers = Vec::with_capacity(self.nodes.len());
+            for node in &self.nodes {
+                servers.extend(node.servers().await?);
+            }
+            let config = &self.nodes[0].config;
+            Ok(Some(
+                super::super::admin::track(&servers, config, prefix).await?,
+            ))
+        })
+    }
 }
