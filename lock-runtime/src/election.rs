@@ -82,7 +82,8 @@ impl Election {
     }
 
     /// How often [`observe`](Self::observe) asks who leads (default
-    /// [`DEFAULT_OBSERVE_POLL`]): a leader that comes and goes within one interval may not be
+    /// [`DEFAULT_OBSERVE_POLL`]) besides when the store announces a change: where it announces
+    /// none (PostgreSQL, MySQL), a leader that comes and goes within one interval may not be
     /// seen.
     pub fn poll(mut self, interval: Duration) -> Self {
         self.poll = interval.max(Duration::from_millis(10));
@@ -153,8 +154,10 @@ impl Election {
     }
 
     /// Every change of leader, as [`leader`](Self::leader) reports it: first who leads now,
-    /// then each new leader (or `None` when nobody leads), asked every
-    /// [`poll`](Self::poll) interval. Never an older term after a newer one: a stale answer
+    /// then each new leader (or `None` when nobody leads), asked again as soon as the store
+    /// announces a change of the election's lock (Redis, ZooKeeper, etcd, `memory://`: see
+    /// [`LockClient::watch`](crate::LockClient::watch)), and every [`poll`](Self::poll)
+    /// interval. Never an older term after a newer one: a stale answer
     /// (from a lagging replica, or a slow reply) is skipped. A failed look is an `Err` item,
     /// and the stream goes on; it ends only when dropped.
     pub fn observe(
@@ -162,6 +165,9 @@ impl Election {
     ) -> impl Stream<Item = Result<Option<Leader>, LockError>> + Send + 'static {
         struct State {
             election: Election,
+            /// The store's announcements of changes to the election's lock, where it makes
+            /// them.
+            follower: crate::admin::Follower,
             /// The last leader reported: `None` before the first item.
             last: Option<Option<u64>>,
             newest: u64,
@@ -169,6 +175,7 @@ impl Election {
         }
         let state = State {
             election: self.clone(),
+            follower: crate::admin::Follower::new(&self.client, &self.name),
             last: None,
             newest: 0,
             first: true,
@@ -176,8 +183,11 @@ impl Election {
         futures_util::stream::unfold(state, |mut state| async move {
             loop {
                 if !std::mem::take(&mut state.first) {
-                    tokio::time::sleep(state.election.poll).await;
+                    let poll = state.election.poll;
+                    let until = tokio::time::Instant::now() + poll;
+                    state.follower.wait(until, poll).await;
                 }
+                state.follower.follow().await;
                 match state.election.leader().await {
                     Err(error) => return Some((Err(error), state)),
                     Ok(now) => {

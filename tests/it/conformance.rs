@@ -888,6 +888,29 @@ pub async fn a_watch_reports_each_change_as_the_store_announces_it(fixture: &imp
         );
         assert!(fixture.readers("lock:w:r").await.is_empty());
     }
+
+    // An election's observer is woken the same way: each new leader, and nobody after the
+    // last resigns, seen within a round trip or two, not at its next (hourly) poll.
+    if fixture.fencing() {
+        use futures_util::StreamExt;
+        let poll = if announces { ms(3_600_000) } else { ms(50) };
+        let observed = client.election("w:elect").poll(poll).observe();
+        tokio::pin!(observed);
+        let mut seen = async || {
+            tokio::time::timeout(ms(10_000), observed.next())
+                .await
+                .expect("a change of leader within 10 s")
+                .expect("the stream goes on")
+                .expect("a look at the leader")
+        };
+        assert_eq!(seen().await, None);
+        let leading = holder.election("w:elect").campaign("w-a").await.unwrap();
+        let leader = seen().await.expect("a leader");
+        assert_eq!((leader.identity(), leader.term()), ("w-a", leading.term()));
+        leading.resign().await.unwrap();
+        assert_eq!(seen().await, None);
+        assert!(!fixture.anything_at("lock:w:elect").await);
+    }
     drop(before);
 }
 

@@ -26,7 +26,7 @@ use std::time::{Duration, SystemTime};
 
 mod watch;
 
-pub(crate) use watch::ChangeFeed;
+pub(crate) use watch::{ChangeFeed, Follower};
 pub use watch::{LockEvent, LockWatch};
 
 use crate::LockClient;

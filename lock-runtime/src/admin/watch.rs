@@ -93,7 +93,7 @@ pub struct LockWatch {
     client: LockClient,
     pattern: String,
     poll: Duration,
-    feed: Feed,
+    feed: Follower,
     /// The last listing: each lock, and when its lease (as listed) would run out.
     known: HashMap<String, (LockInfo, Option<Instant>)>,
     pending: VecDeque<LockEvent>,
@@ -102,15 +102,85 @@ pub struct LockWatch {
     due: bool,
 }
 
+/// A store's change feed as a watcher keeps it: asked for once, and again a while after it
+/// failed. [`LockWatch`] and [`Election::observe`](crate::Election::observe) wait on it.
+pub(crate) struct Follower {
+    client: LockClient,
+    /// The backend names followed: the client's prefix and the literal start of a pattern.
+    prefix: String,
+    feed: Feed,
+}
+
 enum Feed {
-    /// Not asked for yet (only while [`LockClient::watch`] runs).
+    /// Not asked for yet.
     Unknown,
     /// The store announces changes.
     Live(ChangeFeed),
-    /// The store announces nothing: the watch polls.
+    /// The store announces nothing: the watcher polls.
     None,
-    /// The feed failed (or ended): the watch polls until it asks again, at this instant.
+    /// The feed failed (or ended): the watcher polls until it asks again, at this instant.
     Failed(Instant),
+}
+
+impl Follower {
+    /// Follows the locks whose key matches the glob `pattern` (the feed is asked for by
+    /// [`follow`](Self::follow)).
+    pub(crate) fn new(client: &LockClient, pattern: &str) -> Follower {
+        Follower {
+            client: client.clone(),
+            prefix: format!("{}{}", client.prefix(), literal_prefix(pattern)),
+            feed: Feed::Unknown,
+        }
+    }
+
+    /// Whether the store's announcements wake this follower now.
+    pub(crate) fn is_live(&self) -> bool {
+        matches!(self.feed, Feed::Live(_))
+    }
+
+    /// Asks the store for its change feed when there is none yet (or a while after a
+    /// failure). Call it before a look at the store: no change after that look goes
+    /// unannounced.
+    pub(crate) async fn follow(&mut self) {
+        let ask = match self.feed {
+            Feed::Unknown => true,
+            Feed::Failed(at) => Instant::now() >= at,
+            Feed::Live(_) | Feed::None => false,
+        };
+        if !ask {
+            return;
+        }
+        self.feed = match self.client.admin_backend().changes(&self.prefix).await {
+            Ok(Some(feed)) => Feed::Live(feed),
+            Ok(None) => Feed::None,
+            Err(error) => {
+                tracing::debug!(error = %error, "distlock: no change feed; polling");
+                Feed::Failed(Instant::now() + FEED_RETRY)
+            }
+        };
+    }
+
+    /// Until the store announces a change or `until` (with a live feed), or until `poll`
+    /// from now (without one: then also no later than the moment to ask for it again).
+    pub(crate) async fn wait(&mut self, until: Instant, poll: Duration) {
+        let now = Instant::now();
+        let feed = match &mut self.feed {
+            Feed::Live(feed) => feed,
+            Feed::Failed(retry) => {
+                return tokio::time::sleep_until((now + poll).min(*retry)).await;
+            }
+            Feed::Unknown | Feed::None => return tokio::time::sleep_until(now + poll).await,
+        };
+        tokio::select! {
+            changed = feed.changed.changed() => {
+                if changed.is_err() {
+                    tracing::debug!("distlock: the change feed ended; polling");
+                    self.feed = Feed::Failed(Instant::now() + FEED_RETRY);
+                }
+            }
+            () = tokio::time::sleep_until(until) => {}
+        }
+    }
 }
 
 impl LockClient {
@@ -142,13 +212,13 @@ impl LockClient {
             client: self.clone(),
             pattern: pattern.to_owned(),
             poll: Duration::from_millis(500),
-            feed: Feed::Unknown,
+            feed: Follower::new(self, pattern),
             known: HashMap::new(),
             pending: VecDeque::new(),
             listed: false,
             due: false,
         };
-        watch.follow().await;
+        watch.feed.follow().await;
         watch
     }
 }
@@ -164,7 +234,7 @@ impl LockWatch {
     /// polls (`false`: the store has none, or they failed; the watch asks for them again
     /// every few seconds).
     pub fn follows_store(&self) -> bool {
-        matches!(self.feed, Feed::Live(_))
+        self.feed.is_live()
     }
 
     /// The next change, waiting for it as long as it takes (put a timeout around it to stop).
@@ -179,60 +249,22 @@ impl LockWatch {
             if self.listed && !self.due {
                 self.wait().await;
             }
-            self.follow().await;
+            self.feed.follow().await;
             self.due = true;
             self.list().await?;
             self.due = false;
         }
     }
 
-    /// Asks the store for its change feed when it has none yet (or after a failure): before a
-    /// listing, so no change after that listing goes unannounced.
-    async fn follow(&mut self) {
-        let ask = match self.feed {
-            Feed::Unknown => true,
-            Feed::Failed(at) => Instant::now() >= at,
-            Feed::Live(_) | Feed::None => false,
-        };
-        if !ask {
-            return;
-        }
-        let prefix = format!("{}{}", self.client.prefix(), literal_prefix(&self.pattern));
-        self.feed = match self.client.admin_backend().changes(&prefix).await {
-            Ok(Some(feed)) => Feed::Live(feed),
-            Ok(None) => Feed::None,
-            Err(error) => {
-                tracing::debug!(error = %error, "distlock: no change feed; the watch polls");
-                Feed::Failed(Instant::now() + FEED_RETRY)
-            }
-        };
-    }
-
-    /// Until the store announces a change, a listed lease runs out, or the poll interval
-    /// passes.
+    /// Until the store announces a change, a listed lease runs out (a store need not
+    /// announce an expiry), or the poll interval passes.
     async fn wait(&mut self) {
         let now = Instant::now();
-        let feed = match &mut self.feed {
-            Feed::Live(feed) => feed,
-            // Until the next listing, or the moment to ask for the feed again.
-            Feed::Failed(retry) => {
-                return tokio::time::sleep_until((now + self.poll).min(*retry)).await;
-            }
-            Feed::Unknown | Feed::None => return tokio::time::sleep_until(now + self.poll).await,
-        };
         let lease_end = self.known.values().filter_map(|(_, end)| *end).min();
         let until = lease_end
             .map_or(now + SAFETY, |end| end + EXPIRY_SLACK)
             .min(now + SAFETY);
-        tokio::select! {
-            changed = feed.changed.changed() => {
-                if changed.is_err() {
-                    tracing::debug!("distlock: the change feed ended; the watch polls");
-                    self.feed = Feed::Failed(Instant::now() + FEED_RETRY);
-                }
-            }
-            () = tokio::time::sleep_until(until) => {}
-        }
+        self.feed.wait(until, self.poll).await;
     }
 
     /// Lists the locks and queues what changed since the last listing.
