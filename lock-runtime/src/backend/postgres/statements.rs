@@ -80,8 +80,10 @@ pub(super) struct PgStatements {
     pub permit_acquire: String,
     /// `$1` name, `$2` token, `$3` the row's token (`readers`, or `permits:<n>`) → (share was
     /// live, waiters woken); the last live share's departure deletes the row — or, while
-    /// writers wait, leaves it to them with their marks, its lease over — and wakes the
-    /// waiters; a permit's departure always wakes them. The row is locked and read first (`FOR UPDATE`:
+    /// writers wait, leaves it to them with their marks, its lease over, and wakes them; a
+    /// permit's departure always wakes the waiters. A read lock's row deleted wakes nobody:
+    /// only a writer waits for readers, and a waiting writer has its mark on the row (a
+    /// `NOTIFY` serializes the commits of every notifying transaction: see [`WAITED`]). The row is locked and read first (`FOR UPDATE`:
     /// its latest version, even if it changed since the statement's snapshot), and the update
     /// or the delete decides on what it read — never on an older version, which would let a
     /// reader that joined meanwhile make both of them step aside.
@@ -339,7 +341,7 @@ SELECT EXISTS (SELECT 1 FROM taken),
     WHERE l.name = $1 AND l.token = $3 AND {mine} AND {others} = 0 AND {marks} = 0
     RETURNING l.name
 ), woke AS (
-    SELECT pg_notify('{table}', name) FROM left_none
+    SELECT pg_notify('{table}', name) FROM left_none WHERE $3 <> '{READERS}'
     UNION ALL
     SELECT pg_notify('{table}', name) FROM left_some WHERE NOT held OR $3 <> '{READERS}'
 )
