@@ -6,6 +6,9 @@
 //! - what the table holds (holder, expiry by the database's clock in UTC, an expired row taken
 //!   over, fencing counters rising across releases), and the DDL the guide prints;
 //! - renewals of many locks batched (the server's `Com_update` counter);
+//! - read locks and permits taken and given back by one `CALL` each (the server's
+//!   `Com_call_procedure`), and by statements, with the same promises, once the procedures are
+//!   gone;
 //! - waiting without notifications: a waiter of another client gets a released lock within the
 //!   polling cap, long before the holder's lease would end;
 //! - bad input: a wrong password, a missing database, a table of the wrong shape, a missing
@@ -79,6 +82,85 @@ async fn a_table_with_a_narrow_token_column_is_refused_with_the_fix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_of_many_locks_are_batched() {
     support::sql::renewals_of_many_locks_are_batched(MysqlFixture::own()).await;
+}
+
+/// A read lock and a semaphore's permit are taken and given back by the table's procedures, one
+/// `CALL` each way (the server's `Com_call_procedure`, on a server of this test's own). With
+/// the procedures dropped, the client notices at its next call and goes on with statements:
+/// readers share, a writer is kept out and then granted, the permit limit holds, no row is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shares_take_one_call_each_way_and_statements_once_the_procedures_are_gone() {
+    let fixture = MysqlFixture::own();
+    let client = fixture.client().await;
+    let calls = || async {
+        let rows = fixture
+            .rows::<String>(
+                "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+                 WHERE VARIABLE_NAME = 'COM_CALL_PROCEDURE'",
+                (),
+            )
+            .await;
+        rows[0].parse::<u64>().unwrap()
+    };
+    let before = calls().await;
+    for i in 0..5 {
+        let read = client.lock(format!("called:{i}")).read().acquire().await;
+        read.unwrap().release().await.unwrap();
+        let permit = client.semaphore(format!("called:{i}"), 4).acquire().await;
+        permit.unwrap().release().await.unwrap();
+    }
+    assert_eq!(
+        calls().await - before,
+        20,
+        "one CALL per acquisition and per release"
+    );
+
+    let mut conn = fixture.server.conn().await;
+    for procedure in ["sacq1", "srel1"] {
+        conn.query_drop(format!("DROP PROCEDURE {}_{procedure}", fixture.table()))
+            .await
+            .unwrap();
+    }
+    let reader = client.lock("gone").read().lease(ms(10_000));
+    let (one, two) = (reader.clone().acquire().await, reader.acquire().await);
+    let (one, two) = (one.unwrap(), two.unwrap());
+    let writer = || client.lock("gone").wait(ms(0)).try_acquire();
+    assert!(
+        writer().await.unwrap().is_none(),
+        "readers keep a writer out"
+    );
+    one.release().await.unwrap();
+    assert!(
+        writer().await.unwrap().is_none(),
+        "one reader left keeps it out"
+    );
+    two.release().await.unwrap();
+    writer().await.unwrap().unwrap().release().await.unwrap();
+
+    let permit = || {
+        client
+            .semaphore("gone:permits", 2)
+            .wait(ms(0))
+            .try_acquire()
+    };
+    let (a, b) = (permit().await.unwrap(), permit().await.unwrap());
+    assert!(permit().await.unwrap().is_none(), "the limit holds");
+    a.unwrap().release().await.unwrap();
+    let c = permit()
+        .await
+        .unwrap()
+        .expect("a released permit is free again");
+    b.unwrap().release().await.unwrap();
+    c.release().await.unwrap();
+    let left: Vec<Vec<u8>> = fixture
+        .rows(&format!("SELECT name FROM {}", fixture.table()), ())
+        .await;
+    assert!(left.is_empty(), "rows left behind: {left:?}");
+    assert_eq!(
+        calls().await - before,
+        21,
+        "the first call after the drop, then statements"
+    );
 }
 
 /// No notifications on MySQL: a waiter of another client polls, and gets the released lock

@@ -56,6 +56,9 @@ pub(crate) struct MysqlBackend {
     /// Tokens of writers that marked a lock's readers while waiting: their marks go once they
     /// have the lock or give up. (A mark forgotten past 65,536 tokens lapses by itself.)
     marked: super::Remembered<65_536>,
+    /// Whether a share is taken and given back by the table's procedures (one `CALL` each),
+    /// made when this client created the tables; cleared if a call finds them gone.
+    procedures: std::sync::atomic::AtomicBool,
 }
 
 /// Microseconds of `d` for a statement parameter, at least 1000.
@@ -114,6 +117,7 @@ impl MysqlBackend {
             settings,
             hub: ReleaseHub::new(None),
             marked: Default::default(),
+            procedures: Default::default(),
         });
         if backend.settings.create_table {
             let create = backend.sql.create.clone();
@@ -136,6 +140,7 @@ impl MysqlBackend {
                 )
                 .await
                 .map_err(|e| backend.setup_error(e))?;
+            backend.create_procedures().await;
         }
         // Every connection is made now and prepares every statement: a table of the wrong shape
         // fails here, naming what is wrong, and the first locks do not pay for connecting.
@@ -163,6 +168,38 @@ impl MysqlBackend {
             .map_err(|e| backend.setup_error(e))?;
         backend.check_token_width().await?;
         Ok(backend)
+    }
+
+    /// Creates the share procedures (`MyStatements::procedures`) if missing. A user who may
+    /// not (no `CREATE ROUTINE`), or a server that cannot (MySQL before 8.0.29 has no `CREATE
+    /// PROCEDURE IF NOT EXISTS`), gets the same transactions as statements.
+    async fn create_procedures(&self) {
+        let procedures = self.sql.procedures.clone();
+        let created = self
+            .run_on(
+                0,
+                Trips::Many,
+                "creating the share procedures",
+                self.settings.connect_timeout,
+                move |conn| {
+                    let procedures = procedures.clone();
+                    Box::pin(async move {
+                        for procedure in procedures {
+                            conn.query_drop(procedure).await?;
+                        }
+                        Ok(())
+                    })
+                },
+            )
+            .await;
+        match created {
+            Ok(()) => self
+                .procedures
+                .store(true, std::sync::atomic::Ordering::Relaxed),
+            Err(error) => {
+                tracing::debug!(%error, "distlock: mysql: shares taken by statements, not procedures")
+            }
+        }
     }
 
     /// A table made before owner tokens named their holder has a 64-character `token`

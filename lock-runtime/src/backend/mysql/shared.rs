@@ -2,6 +2,7 @@
 //! statements that differ passed in), their renewal and release, and a waiting writer's mark.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{TxOpts, Value};
@@ -121,6 +122,31 @@ impl ShareRules {
     }
 }
 
+/// The row `MyStatements::call_take` answers: (0 taken, 1 busy, 2 held as another token; the
+/// lock row's token, live, remaining µs; µs until the first writer's mark ends; the fencing
+/// token).
+type TakeCall = (
+    i64,
+    Option<String>,
+    Option<bool>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
+
+/// How long a busy share's attempt waits, in µs: a reader until the writer holding the lock
+/// (`live`, `left` µs) or the first waiting writer's mark (`first` µs) ends; a permit until the
+/// row's lease (polling sees a release sooner).
+fn busy_wait(kind: Kind, live: bool, left: Option<i64>, first: Option<i64>) -> Option<i64> {
+    match kind {
+        Kind::Shared => match (live.then_some(left).flatten(), first) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        },
+        _ => left,
+    }
+}
+
 /// What a share's attempt found: taken (with a fence when asked for: the last write grant's
 /// for a reader, a new one for a permit), busy for about this many µs, or the lock row live
 /// with another token (a writer's, or a semaphore's of another limit) and this many µs left.
@@ -152,6 +178,95 @@ impl MysqlBackend {
                 return Ok(busy);
             }
         }
+        let outcome = match self.take_by_call(spec, rules.full_at, rules.what).await? {
+            Some(outcome) => outcome,
+            None => self.take_by_statements(spec, rules).await?,
+        };
+        match outcome {
+            ShareAttempt::Taken(fence) => Ok(Attempt::Acquired {
+                fencing_token: spec.fencing.then(|| fence.unwrap_or(0) as u64),
+            }),
+            ShareAttempt::Busy(wait) => Ok(busy_us(wait)),
+            ShareAttempt::HeldAs(held, left) => match spec.kind {
+                Kind::Permits(limit) => Err(match semaphore_limit(&held) {
+                    Some(held) => Refused::limit(held, limit),
+                    None => Refused::kind(None, spec.kind),
+                }),
+                // A writer holds it: busy until its lease ends.
+                _ => Ok(busy_us(left)),
+            },
+        }
+    }
+
+    /// A share's attempt by the table's procedure (`MyStatements::call_take`): one round trip.
+    /// `None` if this client has no procedures (any more: a call that finds them gone, or
+    /// refused, says so for the next ones too).
+    async fn take_by_call(
+        &self,
+        spec: LockSpec<'_>,
+        full_at: i64,
+        what: &'static str,
+    ) -> Result<Option<ShareAttempt>, BoxError> {
+        if !self.procedures.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let sql = Arc::clone(&self.sql);
+        let kind = spec.kind;
+        let fence: u8 = match (spec.fencing, kind) {
+            (false, _) => 0,
+            (true, Kind::Shared) => 1,
+            (true, _) => 2,
+        };
+        let params = vec![
+            Value::from(spec.name.as_bytes()),
+            Value::from(spec.token),
+            Value::from(shares_token(kind)),
+            Value::from(micros(spec.lease)),
+            Value::from(self.holder.as_str()),
+            Value::from(kind != Kind::Shared),
+            Value::from(full_at),
+            Value::from(fence),
+        ];
+        let called = self
+            .run(what, spec.name, move |conn| {
+                let (sql, params) = (Arc::clone(&sql), params.clone());
+                Box::pin(async move {
+                    conn.exec_first::<TakeCall, _, _>(sql.call_take.as_str(), positional(params))
+                        .await
+                })
+            })
+            .await;
+        let (outcome, held, live, left, first, fence) = match called {
+            Ok(Some(row)) => row,
+            Ok(None) => return Err(MyError::Unexpected(format!("{what} returned no row")).into()),
+            Err(error) if self.procedures_gone(&error) => return Ok(None),
+            Err(error) => return Err(acquire_error(error)),
+        };
+        let live = live.unwrap_or(false);
+        Ok(Some(match outcome {
+            0 => ShareAttempt::Taken(fence),
+            2 => ShareAttempt::HeldAs(held.unwrap_or_default(), left),
+            _ => ShareAttempt::Busy(busy_wait(kind, live, left, first)),
+        }))
+    }
+
+    /// Whether `error` says this client's procedures are gone (dropped, or a server restarted
+    /// without them) or refused: the statements do the work from now on.
+    fn procedures_gone(&self, error: &MyError) -> bool {
+        let gone = matches!(error.server_code(), Some(1305 | 1370));
+        if gone {
+            tracing::debug!(%error, "distlock: mysql: shares taken by statements from now on");
+            self.procedures.store(false, Ordering::Relaxed);
+        }
+        gone
+    }
+
+    /// A share's attempt by statements, in one transaction.
+    async fn take_by_statements(
+        &self,
+        spec: LockSpec<'_>,
+        rules: ShareRules,
+    ) -> Result<ShareAttempt, BoxError> {
         let sql = Arc::clone(&self.sql);
         let (name, token) = (spec.name.as_bytes().to_vec(), spec.token.to_owned());
         let (lease, holder, fencing) = (micros(spec.lease), self.holder.clone(), spec.fencing);
@@ -192,16 +307,7 @@ impl MysqlBackend {
                         };
                     if counted && n >= full_at {
                         tx.rollback().await?;
-                        let wait = match kind {
-                            Kind::Shared => match (live.then_some(left).flatten(), first) {
-                                (Some(a), Some(b)) => Some(a.min(b)),
-                                (a, b) => a.or(b),
-                            },
-                            // Every permit in use: until the row's lease (polling sees a
-                            // release sooner).
-                            _ => left,
-                        };
-                        return Ok(ShareAttempt::Busy(wait));
+                        return Ok(ShareAttempt::Busy(busy_wait(kind, live, left, first)));
                     }
                     take_share(&mut tx, &sql, (&name, &token, &row_token), lease, &holder).await?;
                     let fence = match (fencing, kind) {
@@ -222,20 +328,7 @@ impl MysqlBackend {
             })
             .await
             .map_err(acquire_error)?;
-        match outcome {
-            ShareAttempt::Taken(fence) => Ok(Attempt::Acquired {
-                fencing_token: spec.fencing.then(|| fence.unwrap_or(0) as u64),
-            }),
-            ShareAttempt::Busy(wait) => Ok(busy_us(wait)),
-            ShareAttempt::HeldAs(held, left) => match spec.kind {
-                Kind::Permits(limit) => Err(match semaphore_limit(&held) {
-                    Some(held) => Refused::limit(held, limit),
-                    None => Refused::kind(None, spec.kind),
-                }),
-                // A writer holds it: busy until its lease ends.
-                _ => Ok(busy_us(left)),
-            },
-        }
+        Ok(outcome)
     }
 
     /// One of the unlocked reads of the lock row (`MyStatements::peek`, `MyStatements::peek_permits`) for `spec`:
@@ -348,9 +441,39 @@ impl MysqlBackend {
         token: &str,
         kind: Kind,
     ) -> Result<(bool, bool), MyError> {
+        let row_token = shares_token(kind);
+        if self.procedures.load(Ordering::Relaxed) {
+            let sql = Arc::clone(&self.sql);
+            let params = vec![
+                Value::from(name.as_bytes()),
+                Value::from(token),
+                Value::from(row_token.as_str()),
+            ];
+            let called = self
+                .run("the read release", name, move |conn| {
+                    let (sql, params) = (Arc::clone(&sql), params.clone());
+                    Box::pin(async move {
+                        conn.exec_first::<(bool, bool), _, _>(
+                            sql.call_give.as_str(),
+                            positional(params),
+                        )
+                        .await
+                    })
+                })
+                .await;
+            match called {
+                Ok(Some(given)) => return Ok(given),
+                Ok(None) => {
+                    return Err(MyError::Unexpected(
+                        "the read release returned no row".into(),
+                    ));
+                }
+                Err(error) if self.procedures_gone(&error) => {}
+                Err(error) => return Err(error),
+            }
+        }
         let sql = Arc::clone(&self.sql);
         let (bytes, token) = (name.as_bytes().to_vec(), token.to_owned());
-        let row_token = shares_token(kind);
         self.run_with(Trips::Many, "the read release", name, move |conn| {
             let (sql, name, token, row_token) = (
                 Arc::clone(&sql),

@@ -54,6 +54,16 @@ pub(super) struct MyStatements {
     pub take_share: String,
     /// `name, token` → 1 if that share is live (a release that found no lock row).
     pub share_live: String,
+    /// The procedures that take and give back a share in one round trip each, created with
+    /// the tables where the user may (see [`procedures`]); without them the statements above
+    /// do it.
+    pub procedures: [String; 2],
+    /// `name, token, row token, lease µs, holder, permits?, full at, fence (0 none, 1 the last
+    /// write grant's, 2 a new one)` → (0 taken, 1 busy, 2 held as another token; the lock
+    /// row's token, live, remaining µs; µs until the first mark ends; the fencing token).
+    pub call_take: String,
+    /// `name, token, row token` → (the share was live, shares are left).
+    pub call_give: String,
     /// `µs, name, row token` → the shares' row ends in that long (0: its lease over, left to
     /// writers).
     pub readers_until: String,
@@ -116,6 +126,9 @@ impl MyStatements {
             CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', l.acquired_at) DIV 1000 AS SIGNED), \
             CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at) DIV 1000 AS SIGNED), \
             f.fence";
+        // Named after the table (at most 56 characters) and the procedure's version.
+        let take = quoted(&format!("{}_sacq1", settings.table), '`');
+        let give = quoted(&format!("{}_srel1", settings.table), '`');
         let may_take = "expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token)";
         MyStatements {
             create: my_ddl(&settings.table, &settings.fence_table()),
@@ -132,10 +145,7 @@ ON DUPLICATE KEY UPDATE
                 "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at), token \
                  FROM {t} WHERE name = ?"
             ),
-            fence: format!(
-                "INSERT INTO {f} (name, fence) VALUES (?, LAST_INSERT_ID(1))
-ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)"
-            ),
+            fence: fence(&f, "?"),
             renew: format!(
                 "UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE name = ? AND token = ? AND expires_at > UTC_TIMESTAMP(6)"
@@ -155,11 +165,7 @@ WHERE l.name LIKE ? AND l.expires_at > UTC_TIMESTAMP(6)
 ORDER BY l.name LIMIT ?"
             ),
             force_release: format!("DELETE FROM {t} WHERE name = ? AND token = ?"),
-            lock_row: format!(
-                "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
-VALUES (?, '{READERS}', UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, '{READERS}', UTC_TIMESTAMP(6))
-ON DUPLICATE KEY UPDATE name = name"
-            ),
+            lock_row: lock_row(&t, "?"),
             peek: MyStatements::peek(&t, "x'02'", "x'03'"),
             peek_permits: MyStatements::peek(&t, "x'01'", "x'02'"),
             marks_state: MyStatements::state(&t, "MIN", "x'02'", "x'03'"),
@@ -177,22 +183,10 @@ FROM {t} m WHERE m.name = ? FOR UPDATE",
                 others = "s.name > CONCAT(m.name, x'01') AND s.name < CONCAT(m.name, x'02')
           AND s.name <> CONCAT(m.name, x'01', ?) AND s.expires_at > UTC_TIMESTAMP(6)"
             ),
-            // Two rows, told apart by the token they are given: the lock row's is the row
-            // token, a share's is its holder's own.
-            take_share: format!(
-                "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
-VALUES (CONCAT(?, x'01', ?), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6)),
-       (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6))
-ON DUPLICATE KEY UPDATE
-    acquired_at = IF(VALUES(token) = ?
-                     AND NOT (token = VALUES(token) AND expires_at > UTC_TIMESTAMP(6)),
-                     VALUES(acquired_at), acquired_at),
-    expires_at = IF(VALUES(token) = ? AND token = VALUES(token)
-                    AND expires_at > UTC_TIMESTAMP(6),
-                    GREATEST(expires_at, VALUES(expires_at)), VALUES(expires_at)),
-    holder = IF(VALUES(token) = ?, VALUES(holder), holder),
-    token = VALUES(token)"
-            ),
+            take_share: take_share(&t, ["?"; 5]),
+            procedures: procedures(&t, &f, [&take, &give]),
+            call_take: format!("CALL {take}(?, ?, ?, ?, ?, ?, ?, ?)"),
+            call_give: format!("CALL {give}(?, ?, ?)"),
             share_live: format!(
                 "SELECT COUNT(*) FROM {t}
 WHERE name = CONCAT(?, x'01', ?) AND expires_at > UTC_TIMESTAMP(6)"
@@ -295,4 +289,144 @@ WHERE expires_at > UTC_TIMESTAMP(6) AND (name, token) IN ({pairs})",
             self.table
         )
     }
+}
+
+/// The statement that locks lock row `name` (an SQL expression: `?`, or a procedure's
+/// parameter), made expired and held by readers if missing.
+fn lock_row(t: &str, name: &str) -> String {
+    format!(
+        "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
+VALUES ({name}, '{READERS}', UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, '{READERS}', UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE name = name"
+    )
+}
+
+/// The statement that counts a fencing token for lock `name` (an SQL expression), through
+/// `LAST_INSERT_ID(expr)`.
+fn fence(f: &str, name: &str) -> String {
+    format!(
+        "INSERT INTO {f} (name, fence) VALUES ({name}, LAST_INSERT_ID(1))
+ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)"
+    )
+}
+
+/// `MyStatements::take_share`, its values SQL expressions (`?`, or a procedure's
+/// parameters): `[name, token, lease µs, holder, row token]`. Two rows, told apart by the
+/// token they are given: the lock row's is the row token, a share's its holder's own.
+fn take_share(t: &str, [name, token, lease, holder, row]: [&str; 5]) -> String {
+    format!(
+        "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
+VALUES (CONCAT({name}, x'01', {token}), {token},
+        UTC_TIMESTAMP(6) + INTERVAL {lease} MICROSECOND, {holder}, UTC_TIMESTAMP(6)),
+       ({name}, {row}, UTC_TIMESTAMP(6) + INTERVAL {lease} MICROSECOND, {row}, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE
+    acquired_at = IF(VALUES(token) = {row}
+                     AND NOT (token = VALUES(token) AND expires_at > UTC_TIMESTAMP(6)),
+                     VALUES(acquired_at), acquired_at),
+    expires_at = IF(VALUES(token) = {row} AND token = VALUES(token)
+                    AND expires_at > UTC_TIMESTAMP(6),
+                    GREATEST(expires_at, VALUES(expires_at)), VALUES(expires_at)),
+    holder = IF(VALUES(token) = {row}, VALUES(holder), holder),
+    token = VALUES(token)"
+    )
+}
+
+/// The procedures `take` and `give` (quoted names) over lock table `t` and fence table `f`: a
+/// share's acquisition and release, each the transaction the statements make (see
+/// `MysqlBackend::acquire_share` and `MysqlBackend::release_shared`), run by one `CALL`: a
+/// read lock's or permit's pair costs two round trips, as a plain lock's does.
+fn procedures(t: &str, f: &str, [take, give]: [&str; 2]) -> [String; 2] {
+    let lock_row = lock_row(t, "p_name");
+    let take_share = take_share(t, ["p_name", "p_token", "p_lease", "p_holder", "p_row"]);
+    let fence = fence(f, "p_name");
+    let live = "expires_at > UTC_TIMESTAMP(6)";
+    let shares = "name > CONCAT(p_name, x'01') AND name < CONCAT(p_name, x'02')";
+    let marks = "name > CONCAT(p_name, x'02') AND name < CONCAT(p_name, x'03')";
+    let mine = "name = CONCAT(p_name, x'01', p_token)";
+    let ascii = "VARCHAR(255) CHARACTER SET ascii";
+    // The release reads the shares through the locked row (`m`): only once it is locked.
+    let mine_m = "name = CONCAT(m.name, x'01', p_token)";
+    let marks_m = "name > CONCAT(m.name, x'02') AND name < CONCAT(m.name, x'03')";
+    let others = format!(
+        "name > CONCAT(m.name, x'01') AND name < CONCAT(m.name, x'02') AND NOT ({mine_m}) \
+         AND {live}"
+    );
+    [
+        format!(
+            "CREATE PROCEDURE IF NOT EXISTS {take}(IN p_name VARBINARY(2048), IN p_token {ascii},
+    IN p_row {ascii}, IN p_lease BIGINT, IN p_holder VARCHAR(255), IN p_permits BOOLEAN,
+    IN p_full BIGINT, IN p_fence TINYINT)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_held {ascii};
+    DECLARE v_live, v_mine BOOLEAN;
+    DECLARE v_left, v_n, v_first, v_fence BIGINT;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    START TRANSACTION;
+    {lock_row};
+    SELECT token, {live}, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),
+            (SELECT COUNT(*) > 0 FROM {t} WHERE {mine} AND {live}),
+            IF(p_permits, (SELECT COUNT(*) FROM {t} WHERE {shares} AND {live}),
+                (SELECT COUNT(*) FROM {t} WHERE {marks} AND {live})),
+            IF(p_permits, NULL,
+                (SELECT MIN(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))
+                    FROM {t} WHERE {marks} AND {live}))
+        INTO v_held, v_live, v_left, v_mine, v_n, v_first FROM {t} WHERE name = p_name;
+    IF v_live AND v_held <> p_row THEN
+        ROLLBACK;
+        SELECT 2, v_held, v_live, v_left, v_first, NULL;
+    ELSEIF NOT v_mine AND IF(p_permits, v_live, v_held = p_row) AND v_n >= p_full THEN
+        ROLLBACK;
+        SELECT 1, v_held, v_live, v_left, v_first, NULL;
+    ELSE
+        {take_share};
+        IF p_fence = 1 THEN
+            SET v_fence = COALESCE((SELECT fence FROM {f} WHERE name = p_name), 0);
+        ELSEIF p_fence = 2 THEN
+            {fence};
+            SET v_fence = LAST_INSERT_ID();
+        END IF;
+        COMMIT;
+        SELECT 0, v_held, v_live, v_left, v_first, v_fence;
+    END IF;
+END"
+        ),
+        format!(
+            "CREATE PROCEDURE IF NOT EXISTS {give}(IN p_name VARBINARY(2048), IN p_token {ascii},
+    IN p_row {ascii})
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_held {ascii} DEFAULT NULL;
+    DECLARE v_mine BOOLEAN DEFAULT FALSE;
+    DECLARE v_others, v_marks BIGINT DEFAULT 0;
+    DECLARE v_last BIGINT DEFAULT NULL;
+    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_held = NULL;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    START TRANSACTION;
+    SELECT m.token, (SELECT COUNT(*) > 0 FROM {t} WHERE {mine_m} AND {live}),
+            (SELECT COUNT(*) FROM {t} WHERE {others}),
+            (SELECT MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))
+                FROM {t} WHERE {others}),
+            (SELECT COUNT(*) FROM {t} WHERE {marks_m} AND {live})
+        INTO v_held, v_mine, v_others, v_last, v_marks FROM {t} m WHERE m.name = p_name
+        FOR UPDATE;
+    IF v_held IS NULL THEN
+        SELECT COUNT(*) > 0 INTO v_mine FROM {t} WHERE {mine} AND {live};
+    END IF;
+    IF v_held <=> p_row AND v_others = 0 AND v_marks = 0 THEN
+        DELETE FROM {t} WHERE (name = p_name AND token = p_row)
+            OR ({shares} AND ({mine} OR NOT ({live})));
+    ELSE
+        DELETE FROM {t} WHERE {shares} AND ({mine} OR NOT ({live}));
+        IF v_held <=> p_row THEN
+            UPDATE {t} SET expires_at = UTC_TIMESTAMP(6)
+                + INTERVAL IF(v_others > 0, v_last, -1) MICROSECOND
+                WHERE name = p_name AND token = p_row;
+        END IF;
+    END IF;
+    COMMIT;
+    SELECT v_mine, NOT (v_held <=> p_row AND v_others = 0);
+END"
+        ),
+    ]
 }
