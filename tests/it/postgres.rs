@@ -150,6 +150,102 @@ async fn a_release_notifies_only_when_someone_waits() {
     assert_eq!(first, "lock:shared", "an uncontended release notified");
 }
 
+/// The same for shares: a read lock's last reader and a permit's holder leaving send no
+/// `NOTIFY` while nobody waits; a permit waiter of another client flags the semaphore's row
+/// (`?<token> <lapse>` among its shares) before it waits, so the release that frees a permit
+/// wakes it at once, not at the holder's lease end — and the admin view counts it as waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_release_notifies_only_when_someone_waits() {
+    use std::time::{Duration, Instant};
+
+    let server = PostgresServer::shared();
+    let url = server.url_with_own_table();
+    let table = url.rsplit_once("table=").expect("a table").1.to_owned();
+    let client = distlock::LockClient::connect(&url).await.unwrap();
+    let (listener, mut connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    let (heard, mut notifications) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(tokio_postgres::AsyncMessage::Notification(n))) => {
+                    let _ = heard.send(n.payload().to_owned());
+                }
+                Some(Ok(_)) => {}
+                _ => break,
+            }
+        }
+    });
+    listener
+        .batch_execute(&format!("LISTEN \"{table}\""))
+        .await
+        .unwrap();
+
+    // Uncontended reads and permits: nobody waits, nothing is sent.
+    for _ in 0..3 {
+        let reader = client.lock("reads").read().acquire().await.unwrap();
+        reader.release().await.unwrap();
+        let permit = client.semaphore("permits", 2).acquire().await.unwrap();
+        permit.release().await.unwrap();
+    }
+
+    let holder = client
+        .semaphore("sem", 1)
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let other = distlock::LockClient::connect(&url).await.unwrap();
+    let waiter = tokio::spawn(async move {
+        let permit = other
+            .semaphore("sem", 1)
+            .wait(Duration::from_secs(60))
+            .acquire()
+            .await
+            .unwrap();
+        let woken = Instant::now();
+        permit.release().await.unwrap();
+        woken
+    });
+    let record = || async {
+        let row = listener
+            .query_opt(
+                &format!("SELECT holder FROM \"{table}\" WHERE name = 'lock:sem'"),
+                &[],
+            )
+            .await
+            .unwrap();
+        row.map(|row| row.get::<_, String>(0)).unwrap_or_default()
+    };
+    assert!(
+        support::eventually(Duration::from_secs(20), || async {
+            record().await.lines().any(|line| line.starts_with('?'))
+        })
+        .await,
+        "the waiter never flagged the row: {:?}",
+        record().await
+    );
+    let info = client.inspect("sem").await.unwrap().expect("held");
+    assert_eq!((info.readers.len(), info.waiters), (1, Some(1)), "{info:?}");
+
+    let released = Instant::now();
+    holder.release().await.unwrap();
+    let woken = waiter.await.unwrap();
+    assert!(
+        woken.duration_since(released) < Duration::from_secs(10),
+        "woken {:?} after the release (the holder's lease is 30 s)",
+        woken.duration_since(released)
+    );
+    // Notifications arrive in commit order: the first is the contended release's.
+    let first = tokio::time::timeout(Duration::from_secs(10), notifications.recv())
+        .await
+        .expect("the contended release notified")
+        .unwrap();
+    assert_eq!(first, "lock:sem", "an uncontended release notified");
+    assert_eq!(record().await, "", "the row is gone with its last permit");
+}
+
 // ---------------------------------------------------------------------------------------------
 // `mode=advisory`: PostgreSQL's advisory locks.
 
