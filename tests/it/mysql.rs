@@ -116,7 +116,7 @@ async fn shares_take_one_call_each_way_and_statements_once_the_procedures_are_go
     );
 
     let mut conn = fixture.server.conn().await;
-    for procedure in ["sacq1", "srel1"] {
+    for procedure in ["sacq2", "srel2"] {
         conn.query_drop(format!("DROP PROCEDURE {}_{procedure}", fixture.table()))
             .await
             .unwrap();

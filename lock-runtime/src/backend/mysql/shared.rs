@@ -45,11 +45,11 @@ async fn take_share(
 }
 
 /// What a share's renewal and release decide on, read with the lock row locked
-/// (`MyStatements::share_locked`): the row's token and whether it is live, whether share
-/// `token` is live, the other live shares and µs until the last of them ends, the live
-/// writers' marks.
+/// (`MyStatements::share_locked`): the row's token (`None` without a lock row) and whether it
+/// is live, whether share `token` is live, the other live shares and µs until the last of them
+/// ends, the live writers' marks.
 struct Locked {
-    token: String,
+    token: Option<String>,
     live: bool,
     mine: bool,
     others: i64,
@@ -57,37 +57,51 @@ struct Locked {
     marks: i64,
 }
 
-/// Locks the lock row `name` for the transaction and reads [`Locked`]; `None` without a lock
-/// row.
+/// `:name` and `:token` of the shares' statements.
+fn name_and_token(name: &[u8], token: &str) -> mysql_async::Params {
+    let named = [
+        (b"name".to_vec(), Value::from(name)),
+        (b"token".to_vec(), Value::from(token)),
+    ];
+    mysql_async::Params::Named(named.into_iter().collect())
+}
+
+/// Locks the lock row `name` (with its shares and marks) for the transaction and reads
+/// [`Locked`].
 async fn locked(
     tx: &mut mysql_async::Transaction<'_>,
     sql: &MyStatements,
     name: &[u8],
     token: &str,
-) -> Result<Option<Locked>, mysql_async::Error> {
-    let params = vec![
-        Value::from(token),
-        Value::from(token),
-        Value::from(token),
-        Value::from(name),
-    ];
-    let row: Option<(String, bool, i64, i64, Option<i64>, i64)> = tx
-        .exec_first(sql.share_locked.as_str(), positional(params))
+) -> Result<Locked, mysql_async::Error> {
+    let row: Option<LockedRow> = tx
+        .exec_first(sql.share_locked.as_str(), name_and_token(name, token))
         .await?;
-    Ok(row.map(|(token, live, mine, others, last, marks)| Locked {
+    let (token, live, mine, others, last, marks) = row.unwrap_or_default();
+    Ok(Locked {
         token,
-        live,
+        live: live.unwrap_or(false),
         mine: mine > 0,
         others,
         last,
         marks,
-    }))
+    })
 }
+
+/// The row of `MyStatements::share_locked`.
+type LockedRow = (Option<String>, Option<bool>, i64, i64, Option<i64>, i64);
 
 /// A share's acquisition's read of the locked lock row (`MyStatements::marks_state`,
 /// `MyStatements::permits_state`): (token, live, remaining µs, this share live, live rows
 /// that keep a new share out, µs until the first or last of them ends).
-type ShareState = (String, bool, Option<i64>, i64, i64, Option<i64>);
+type ShareState = (
+    Option<String>,
+    Option<bool>,
+    Option<i64>,
+    i64,
+    i64,
+    Option<i64>,
+);
 
 /// What a reader's acquisition and a semaphore permit's differ in, besides their kind: the
 /// statements and numbers [`MysqlBackend::acquire_share`] is given.
@@ -290,10 +304,10 @@ impl MysqlBackend {
                     tx.exec_drop(sql.lock_row.as_str(), (name.clone(),)).await?;
                     // Read once the row is locked: nobody changes the shares or marks meanwhile.
                     let found: Option<ShareState> = tx
-                        .exec_first(state(&sql).as_str(), (token.clone(), name.clone()))
+                        .exec_first(state(&sql).as_str(), name_and_token(&name, &token))
                         .await?;
-                    let (held, live, left, mine, n, first) =
-                        found.unwrap_or_else(|| (String::new(), false, None, 0, 0, None));
+                    let (held, live, left, mine, n, first) = found.unwrap_or_default();
+                    let (held, live) = (held.unwrap_or_default(), live.unwrap_or(false));
                     if live && held != row_token {
                         tx.rollback().await?;
                         return Ok(ShareAttempt::HeldAs(held, left));
@@ -419,7 +433,7 @@ impl MysqlBackend {
                 Box::pin(async move {
                     let mut tx = conn.start_transaction(TxOpts::default()).await?;
                     let row = locked(&mut tx, &sql, &name, &token).await?;
-                    if !row.is_some_and(|r| r.token == row_token && r.live && r.mine) {
+                    if !(row.token.as_ref() == Some(&row_token) && row.live && row.mine) {
                         tx.rollback().await?;
                         return Ok(false);
                     }
@@ -483,17 +497,8 @@ impl MysqlBackend {
             );
             Box::pin(async move {
                 let mut tx = conn.start_transaction(TxOpts::default()).await?;
-                let Some(row) = locked(&mut tx, &sql, &name, &token).await? else {
-                    // No lock row (a forced release): only the share, if any, is left to go.
-                    let mine: Option<i64> = tx
-                        .exec_first(sql.share_live.as_str(), (name.clone(), token.clone()))
-                        .await?;
-                    let params = (name.clone(), name.clone(), name, token);
-                    tx.exec_drop(sql.drop_share.as_str(), params).await?;
-                    tx.commit().await?;
-                    return Ok((mine.unwrap_or(0) > 0, false));
-                };
-                let ours = row.token == row_token;
+                let row = locked(&mut tx, &sql, &name, &token).await?;
+                let ours = row.token.as_ref() == Some(&row_token);
                 let last = ours && row.others == 0;
                 if last && row.marks == 0 {
                     // The last share: its row goes with it, in one statement.

@@ -26,7 +26,7 @@ pub(super) struct MyStatements {
     pub release_expired: String,
     /// The quoted lock table, for the batched renewal built per batch size.
     pub table: String,
-    /// Read locks (see [`MyStatements::state`] for the layout): `name` → locks the lock row
+    /// Read locks (see [`share_state`] for the layout): `name` → locks the lock row
     /// (made, expired, if missing) for the transaction.
     pub lock_row: String,
     /// `name, name, name, token, name` → (token, live, remaining µs, live writers' marks, this
@@ -37,23 +37,22 @@ pub(super) struct MyStatements {
     /// holder's live share) of the lock row, read without locking anything: a semaphore's
     /// request that is plainly busy (every permit live) or refused answers from it.
     pub peek_permits: String,
-    /// In a share's acquisition, once `lock_row` holds the lock row: `token, name` → (token,
-    /// live, remaining µs, this share live, live rows that keep a new share out, µs until the
-    /// first (marks) or last (permits) of them ends) — the waiting writers' marks
-    /// (`marks_state`, for readers) or the live permits (`permits_state`).
+    /// In a share's acquisition, once `lock_row` holds the lock row: `:name, :token` →
+    /// (token, live, remaining µs, this share live, live rows that keep a new share out, µs
+    /// until the first (marks) or last (permits) of them ends) — the waiting writers' marks
+    /// (`marks_state`, for readers) or the live permits (`permits_state`). One range scan
+    /// over the lock row and its shares and marks (see [`share_state`]).
     pub marks_state: String,
     pub permits_state: String,
-    /// `token, token, token, name` → locks the lock row `name` (first, so the shares read by the
-    /// correlated subqueries are read after it is locked) and reads (token, live, this share
-    /// live, the other live shares, µs until the last of them ends, live writers' marks): what
-    /// a share's renewal and release decide on.
+    /// `:name, :token` → locks the lock row `name` with its shares and marks and reads (token,
+    /// live, this share live, the other live shares, µs until the last of them ends, live
+    /// writers' marks): what a share's renewal and release decide on. One row even without a
+    /// lock row (its token and liveness then `NULL`).
     pub share_locked: String,
     /// `name, token, token, lease µs, holder, name, row token, lease µs, row token, row token
     /// ×3` → the share made or renewed and the lock row held by its shares (row token
     /// `readers`, or a semaphore's `permits:<n>`) living at least as long: one statement.
     pub take_share: String,
-    /// `name, token` → 1 if that share is live (a release that found no lock row).
-    pub share_live: String,
     /// The procedures that take and give back a share in one round trip each, created with
     /// the tables where the user may (see [`procedures`]); without them the statements above
     /// do it.
@@ -127,8 +126,8 @@ impl MyStatements {
             CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), l.expires_at) DIV 1000 AS SIGNED), \
             f.fence";
         // Named after the table (at most 56 characters) and the procedure's version.
-        let take = quoted(&format!("{}_sacq1", settings.table), '`');
-        let give = quoted(&format!("{}_srel1", settings.table), '`');
+        let take = quoted(&format!("{}_sacq2", settings.table), '`');
+        let give = quoted(&format!("{}_srel2", settings.table), '`');
         let may_take = "expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token)";
         MyStatements {
             create: my_ddl(&settings.table, &settings.fence_table()),
@@ -168,29 +167,13 @@ ORDER BY l.name LIMIT ?"
             lock_row: lock_row(&t, "?"),
             peek: MyStatements::peek(&t, "x'02'", "x'03'"),
             peek_permits: MyStatements::peek(&t, "x'01'", "x'02'"),
-            marks_state: MyStatements::state(&t, "MIN", "x'02'", "x'03'"),
-            permits_state: MyStatements::state(&t, "MAX", "x'01'", "x'02'"),
-            share_locked: format!(
-                "SELECT m.token, m.expires_at > UTC_TIMESTAMP(6),
-       (SELECT COUNT(*) FROM {t} s WHERE s.name = CONCAT(m.name, x'01', ?)
-          AND s.expires_at > UTC_TIMESTAMP(6)),
-       (SELECT COUNT(*) FROM {t} s WHERE {others}),
-       (SELECT CAST(MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), s.expires_at)) AS SIGNED)
-          FROM {t} s WHERE {others}),
-       (SELECT COUNT(*) FROM {t} w WHERE w.name > CONCAT(m.name, x'02')
-          AND w.name < CONCAT(m.name, x'03') AND w.expires_at > UTC_TIMESTAMP(6))
-FROM {t} m WHERE m.name = ? FOR UPDATE",
-                others = "s.name > CONCAT(m.name, x'01') AND s.name < CONCAT(m.name, x'02')
-          AND s.name <> CONCAT(m.name, x'01', ?) AND s.expires_at > UTC_TIMESTAMP(6)"
-            ),
+            marks_state: share_state(&t, Shares::Marks, [":name", ":token"], ""),
+            permits_state: share_state(&t, Shares::Permits, [":name", ":token"], ""),
+            share_locked: share_state(&t, Shares::Others, [":name", ":token"], " FOR UPDATE"),
             take_share: take_share(&t, ["?"; 5]),
             procedures: procedures(&t, &f, [&take, &give]),
             call_take: format!("CALL {take}(?, ?, ?, ?, ?, ?, ?, ?)"),
             call_give: format!("CALL {give}(?, ?, ?)"),
-            share_live: format!(
-                "SELECT COUNT(*) FROM {t}
-WHERE name = CONCAT(?, x'01', ?) AND expires_at > UTC_TIMESTAMP(6)"
-            ),
             readers_until: format!(
                 "UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE name = ? AND token = ?"
@@ -236,36 +219,6 @@ ORDER BY expires_at DESC"
           AND w.expires_at > UTC_TIMESTAMP(6)),
        (SELECT COUNT(*) FROM {t} s WHERE s.name = CONCAT(?, x'01', ?)
           AND s.expires_at > UTC_TIMESTAMP(6))
-FROM {t} m WHERE m.name = ?"
-        )
-    }
-
-    /// `token, name` → the lock row (token, live, remaining µs), whether share `token` is
-    /// live, and the live rows of the lock whose names lie strictly between `name + low` and
-    /// `name + high`: how many, and the `extreme` of their remaining µs. Read in a transaction
-    /// that already holds the lock row (`lock_row`), so nobody changes what it reads.
-    ///
-    /// Read locks keep the table's layout. The lock row `name` of a key held by readers has the
-    /// token `readers` and lives until the longest share ends, so a writer's plain acquisition
-    /// finds it busy; each reader's share is a row `name + 0x01 + token` with its own lease, and
-    /// each writer waiting for the readers to leave marks the lock with a row
-    /// `name + 0x02 + token` (new readers stay out while one lives). Every reader operation
-    /// runs in a transaction that first locks the lock row, so they are serialised per key,
-    /// and reads the other rows only once it holds it (a writer's mark is made by a statement
-    /// that reads the lock row locked, so it waits for such a transaction too).
-    fn state(t: &str, extreme: &str, low: &str, high: &str) -> String {
-        let range = format!(
-            "FROM {t} w WHERE w.name > CONCAT(m.name, {low}) AND w.name < CONCAT(m.name, {high})
-          AND w.expires_at > UTC_TIMESTAMP(6)"
-        );
-        format!(
-            "SELECT m.token, m.expires_at > UTC_TIMESTAMP(6),
-       CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), m.expires_at) AS SIGNED),
-       (SELECT COUNT(*) FROM {t} s WHERE s.name = CONCAT(m.name, x'01', ?)
-          AND s.expires_at > UTC_TIMESTAMP(6)),
-       (SELECT COUNT(*) {range}),
-       (SELECT CAST({extreme}(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), w.expires_at))
-          AS SIGNED) {range})
 FROM {t} m WHERE m.name = ?"
         )
     }
@@ -339,17 +292,26 @@ fn procedures(t: &str, f: &str, [take, give]: [&str; 2]) -> [String; 2] {
     let lock_row = lock_row(t, "p_name");
     let take_share = take_share(t, ["p_name", "p_token", "p_lease", "p_holder", "p_row"]);
     let fence = fence(f, "p_name");
-    let live = "expires_at > UTC_TIMESTAMP(6)";
     let shares = "name > CONCAT(p_name, x'01') AND name < CONCAT(p_name, x'02')";
-    let marks = "name > CONCAT(p_name, x'02') AND name < CONCAT(p_name, x'03')";
     let mine = "name = CONCAT(p_name, x'01', p_token)";
+    let live = "expires_at > UTC_TIMESTAMP(6)";
     let ascii = "VARCHAR(255) CHARACTER SET ascii";
-    // The release reads the shares through the locked row (`m`): only once it is locked.
-    let mine_m = "name = CONCAT(m.name, x'01', p_token)";
-    let marks_m = "name > CONCAT(m.name, x'02') AND name < CONCAT(m.name, x'03')";
-    let others = format!(
-        "name > CONCAT(m.name, x'01') AND name < CONCAT(m.name, x'02') AND NOT ({mine_m}) \
-         AND {live}"
+    let into = |shares: Shares, locking: &str, vars: &str| {
+        share_state(t, shares, ["p_name", "p_token"], locking).replacen(
+            "\nFROM ",
+            &format!("\n    INTO {vars}\nFROM "),
+            1,
+        )
+    };
+    let state = "v_held, v_live, v_left, v_mine, v_n, v_first";
+    let (permits, marks) = (
+        into(Shares::Permits, "", state),
+        into(Shares::Marks, "", state),
+    );
+    let locked = into(
+        Shares::Others,
+        " FOR UPDATE",
+        "v_held, v_live, v_mine, v_others, v_last, v_marks",
     );
     [
         format!(
@@ -364,14 +326,11 @@ BEGIN
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     START TRANSACTION;
     {lock_row};
-    SELECT token, {live}, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at),
-            (SELECT COUNT(*) > 0 FROM {t} WHERE {mine} AND {live}),
-            IF(p_permits, (SELECT COUNT(*) FROM {t} WHERE {shares} AND {live}),
-                (SELECT COUNT(*) FROM {t} WHERE {marks} AND {live})),
-            IF(p_permits, NULL,
-                (SELECT MIN(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))
-                    FROM {t} WHERE {marks} AND {live}))
-        INTO v_held, v_live, v_left, v_mine, v_n, v_first FROM {t} WHERE name = p_name;
+    IF p_permits THEN
+        {permits};
+    ELSE
+        {marks};
+    END IF;
     IF v_live AND v_held <> p_row THEN
         ROLLBACK;
         SELECT 2, v_held, v_live, v_left, v_first, NULL;
@@ -396,23 +355,12 @@ END"
     IN p_row {ascii})
 MODIFIES SQL DATA
 BEGIN
-    DECLARE v_held {ascii} DEFAULT NULL;
-    DECLARE v_mine BOOLEAN DEFAULT FALSE;
-    DECLARE v_others, v_marks BIGINT DEFAULT 0;
-    DECLARE v_last BIGINT DEFAULT NULL;
-    DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_held = NULL;
+    DECLARE v_held {ascii};
+    DECLARE v_live, v_mine BOOLEAN;
+    DECLARE v_others, v_last, v_marks BIGINT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     START TRANSACTION;
-    SELECT m.token, (SELECT COUNT(*) > 0 FROM {t} WHERE {mine_m} AND {live}),
-            (SELECT COUNT(*) FROM {t} WHERE {others}),
-            (SELECT MAX(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at))
-                FROM {t} WHERE {others}),
-            (SELECT COUNT(*) FROM {t} WHERE {marks_m} AND {live})
-        INTO v_held, v_mine, v_others, v_last, v_marks FROM {t} m WHERE m.name = p_name
-        FOR UPDATE;
-    IF v_held IS NULL THEN
-        SELECT COUNT(*) > 0 INTO v_mine FROM {t} WHERE {mine} AND {live};
-    END IF;
+    {locked};
     IF v_held <=> p_row AND v_others = 0 AND v_marks = 0 THEN
         DELETE FROM {t} WHERE (name = p_name AND token = p_row)
             OR ({shares} AND ({mine} OR NOT ({live})));
@@ -429,4 +377,74 @@ BEGIN
 END"
         ),
     ]
+}
+
+/// Which of a lock's rows [`share_state`] counts besides this share: the waiting writers'
+/// marks (a reader's acquisition), the live permits (a permit's), or the other shares and the
+/// marks (a share's renewal and release).
+#[derive(Clone, Copy)]
+enum Shares {
+    Marks,
+    Permits,
+    Others,
+}
+
+/// The read of a lock row and the rows of its shares and marks, as one range scan from the
+/// lock row `name` up to `name + 0x03` (`name` and `token` SQL expressions; `locking` a
+/// locking clause or nothing). A scan of a few rows costs what a point read does; each extra
+/// statement or subquery costs more (a scalar subquery in MariaDB about as much as a
+/// statement of its own).
+///
+/// Read locks keep the table's layout. The lock row `name` of a key held by readers has the
+/// token `readers` and lives until the longest share ends, so a writer's plain acquisition
+/// finds it busy; each reader's share is a row `name + 0x01 + token` with its own lease, and
+/// each writer waiting for the readers to leave marks the lock with a row
+/// `name + 0x02 + token` (new readers stay out while one lives). Every reader operation runs
+/// in a transaction that first locks the lock row, so they are serialised per key, and reads
+/// the other rows only once it holds it, or with it (a locking read); a writer's mark is made
+/// by a statement that reads the lock row locked, so it waits for such a transaction too.
+///
+/// `Marks` and `Permits`: (token, live, remaining µs, this share live, the live marks or
+/// shares, µs until the first mark ends or the last share). `Others`: (token, live, this share
+/// live, the other live shares, µs until the last of them ends, the live marks).
+fn share_state(t: &str, shares: Shares, [name, token]: [&str; 2], locking: &str) -> String {
+    let live = "expires_at > UTC_TIMESTAMP(6)";
+    let left = "TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at)";
+    let row = format!("name = {name}");
+    let mine = format!("name = CONCAT({name}, x'01', {token})");
+    let share = format!("name > CONCAT({name}, x'01') AND name < CONCAT({name}, x'02')");
+    let mark = format!("name > CONCAT({name}, x'02')");
+    let count = |what: &str| format!("CAST(COALESCE(SUM({what} AND {live}), 0) AS SIGNED)");
+    let until = |extreme: &str, what: &str| {
+        format!("CAST({extreme}(IF({what} AND {live}, {left}, NULL)) AS SIGNED)")
+    };
+    let columns = match shares {
+        Shares::Marks | Shares::Permits => {
+            let (what, extreme) = match shares {
+                Shares::Marks => (mark.clone(), "MIN"),
+                _ => (share.clone(), "MAX"),
+            };
+            format!(
+                "MAX(IF({row}, token, NULL)), MAX(IF({row}, {live}, NULL)),
+       CAST(MAX(IF({row}, {left}, NULL)) AS SIGNED), {}, {}, {}",
+                count(&mine),
+                count(&what),
+                until(extreme, &what)
+            )
+        }
+        Shares::Others => {
+            let other = format!("{share} AND NOT ({mine})");
+            format!(
+                "MAX(IF({row}, token, NULL)), MAX(IF({row}, {live}, NULL)), {}, {}, {}, {}",
+                count(&mine),
+                count(&other),
+                until("MAX", &other),
+                count(&mark)
+            )
+        }
+    };
+    format!(
+        "SELECT {columns}
+FROM {t} WHERE name >= {name} AND name < CONCAT({name}, x'03'){locking}"
+    )
 }
