@@ -157,39 +157,12 @@ impl PostgresBackend {
         match held.as_deref() {
             // Free, or taken, after the statement's snapshot: ask again at once.
             None => Ok(busy(None)),
-            Some(held) if held == row_token && spec.waiting => {
-                self.flag_permits(spec, &row_token, limit_param).await
-            }
             Some(held) if held == row_token => Ok(busy(row.try_get(3).map_err(failed)?)),
             Some(held) => Err(match semaphore_limit(held) {
                 Some(held) => Refused::limit(held, limit),
                 None => Refused::kind(None, spec.kind),
             }),
         }
-    }
-
-    /// A waiting permit found the semaphore full: flags its row (see
-    /// `statements::PgStatements::permit_flag`) so that the next permit's release wakes it, and
-    /// asks again in time to keep the flag.
-    async fn flag_permits(
-        &self,
-        spec: LockSpec<'_>,
-        row_token: &str,
-        limit: i64,
-    ) -> Result<Attempt, BoxError> {
-        let flag = millis(crate::backend::FAIR_QUEUE_TTL);
-        let params: [&(dyn ToSql + Sync); 5] = [&spec.name, &spec.token, &flag, &row_token, &limit];
-        let row = self
-            .run("flagging the semaphore", spec.name, |conn| async move {
-                conn.client.query_opt(&conn.permit_flag, &params).await
-            })
-            .await
-            .map_err(acquire_error)?;
-        let Some(row) = row else {
-            return Ok(busy(None)); // a permit was freed meanwhile: ask again at once
-        };
-        let first: Option<i64> = row.try_get(0).map_err(|e| acquire_error(e.into()))?;
-        Ok(busy(Some(first.map_or(flag / 3, |ms| ms.min(flag / 3)))))
     }
 
     /// A waiting writer's busy attempt: marks the readers holding the row (keeping new

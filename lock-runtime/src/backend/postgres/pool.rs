@@ -34,7 +34,6 @@ pub(super) struct Conn {
     pub(super) read_renew: Statement,
     pub(super) read_release: Statement,
     pub(super) permit_acquire: Statement,
-    pub(super) permit_flag: Statement,
     pub(super) mark: Statement,
     pub(super) flag: Statement,
     /// Which connection this is (see [`PostgresBackend::invalidate`]).
@@ -164,13 +163,9 @@ impl PostgresBackend {
                 &self.sql.read_release,
                 &[Type::TEXT, Type::TEXT, Type::TEXT],
             ),
-            futures_util::future::try_join3(
+            futures_util::future::try_join(
                 client.prepare_typed(&self.sql.mark, &[Type::TEXT, Type::TEXT, Type::INT8]),
                 client.prepare_typed(&self.sql.flag, &[Type::TEXT]),
-                client.prepare_typed(
-                    &self.sql.permit_flag,
-                    &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT, Type::INT8],
-                ),
             ),
             client.prepare_typed(
                 &self.sql.permit_acquire,
@@ -193,7 +188,7 @@ impl PostgresBackend {
         // creating the tables can hold it up for longer than one statement may take).
         let (
             ((acquire, acquire_fenced, remaining, release_unmarked), renew, renew_many, release),
-            (read_acquire, read_renew, read_release, (mark, flag, permit_flag), permit_acquire),
+            (read_acquire, read_renew, read_release, (mark, flag), permit_acquire),
             release_quiet,
         ) = timed(
             "preparing the lock statements",
@@ -215,7 +210,6 @@ impl PostgresBackend {
             read_renew,
             read_release,
             permit_acquire,
-            permit_flag,
             mark,
             flag,
             number: self.connections_made.fetch_add(1, Ordering::Relaxed),

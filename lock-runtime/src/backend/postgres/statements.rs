@@ -78,21 +78,12 @@ pub(super) struct PgStatements {
     /// token, ms until the first permit's lease ends). Joins the permits (a share in `holder`,
     /// as a reader's) while fewer than `n` others are live, or takes a free or lapsed row.
     pub permit_acquire: String,
-    /// A waiting permit found the semaphore full: `$1` name, `$2` token, `$3` flag ms, `$4`
-    /// the row's token (`permits:<n>`), `$5` the limit → the ms until its first permit's lease
-    /// ends. The row gets the waiter's flag, `?<token> <lapse, unix ms>` among its shares
-    /// (replacing the token's earlier one), so that a permit's release wakes the waiters with
-    /// a `NOTIFY` — only while one waits: see [`WAITED`]. No row: a permit was released (or
-    /// the row changed) meanwhile: ask again at once. The update decides on the row's latest
-    /// version.
-    pub permit_flag: String,
     /// `$1` name, `$2` token, `$3` the row's token (`readers`, or `permits:<n>`) → (share was
     /// live, waiters woken); the last live share's departure deletes the row — or, while
-    /// writers wait, leaves it to them with their marks, its lease over, and wakes them. A
-    /// permit's departure wakes the waiters if one flagged the row (see
-    /// [`permit_flag`](Self::permit_flag)). A read lock's row deleted wakes nobody: only a
-    /// writer waits for readers, and a waiting writer has its mark on the row (a `NOTIFY`
-    /// serializes the commits of every notifying transaction: see [`WAITED`]). The row is locked and read first (`FOR UPDATE`:
+    /// writers wait, leaves it to them with their marks, its lease over, and wakes them; a
+    /// permit's departure always wakes the waiters. A read lock's row deleted wakes nobody:
+    /// only a writer waits for readers, and a waiting writer has its mark on the row (a
+    /// `NOTIFY` serializes the commits of every notifying transaction: see [`WAITED`]). The row is locked and read first (`FOR UPDATE`:
     /// its latest version, even if it changed since the statement's snapshot), and the update
     /// or the delete decides on what it read — never on an older version, which would let a
     /// reader that joined meanwhile make both of them step aside.
@@ -152,34 +143,24 @@ fn kept() -> String {
 fn kept_of(holder: &str) -> String {
     format!(
         "(SELECT string_agg(line, E'\\n') FROM string_to_table({holder}, E'\\n') AS s(line)
-          WHERE split_part(line, ' ', 1) NOT IN ($2, '!' || $2, '?' || $2)
+          WHERE split_part(line, ' ', 1) NOT IN ($2, '!' || $2)
             AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
     )
 }
 
-/// Over the live lines of `l.holder` that are writers' marks (`marks` true) or shares (not
-/// permit waiters' flags), except `$2`'s: `what` of their times (`min(…)`, `max(…)`,
-/// `count(*)`…).
+/// Over the live lines of `l.holder` that are writers' marks (`marks` true) or shares, except
+/// `$2`'s: `what` of their times (`min(…)`, `max(…)`, `count(*)`…).
 fn over_lines(what: &str, marks: bool) -> String {
     over_lines_of("l.holder", what, marks)
 }
 
 /// [`over_lines`] of the lines in `holder` (a column).
 fn over_lines_of(holder: &str, what: &str, marks: bool) -> String {
-    let kind = if marks { "= '!'" } else { "NOT IN ('!', '?')" };
+    let kind = if marks { "=" } else { "<>" };
     format!(
         "(SELECT {what} FROM string_to_table({holder}, E'\\n') AS s(line)
-          WHERE left(line, 1) {kind} AND split_part(line, ' ', 1) NOT IN ($2, '!' || $2)
+          WHERE left(line, 1) {kind} '!' AND split_part(line, ' ', 1) NOT IN ($2, '!' || $2)
             AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
-    )
-}
-
-/// How many live permit waiters' flags (`?<token> <lapse>`, see `PgStatements::permit_flag`)
-/// the lines in `holder` (a column) carry.
-fn flags_of(holder: &str) -> String {
-    format!(
-        "(SELECT count(*) FROM string_to_table({holder}, E'\\n') AS s(line)
-          WHERE left(line, 1) = '?' AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
     )
 }
 
@@ -344,15 +325,6 @@ SELECT EXISTS (SELECT 1 FROM taken),
                 others = over_lines("count(*)", false),
                 first = over_lines("min(nullif(split_part(line, ' ', 2), '')::int8)", false),
             ),
-            permit_flag: format!(
-                "UPDATE {t} AS l SET
-    holder = coalesce({kept} || E'\\n', '') || '?' || $2 || ' ' || ({NOW_MS} + $3::int8)
-WHERE l.name = $1 AND l.token = $4 AND l.expires_at > now() AND {others} >= $5
-RETURNING {first} - {NOW_MS}",
-                kept = kept(),
-                others = over_lines("count(*)", false),
-                first = over_lines("min(nullif(split_part(line, ' ', 2), '')::int8)", false),
-            ),
             read_release: format!(
                 "WITH cur AS (
     SELECT holder FROM {t} WHERE name = $1 AND token = $3 AND expires_at > now()
@@ -369,11 +341,9 @@ RETURNING {first} - {NOW_MS}",
     WHERE l.name = $1 AND l.token = $3 AND {mine} AND {others} = 0 AND {marks} = 0
     RETURNING l.name
 ), woke AS (
-    SELECT pg_notify('{table}', name) FROM left_none, cur
-    WHERE $3 <> '{READERS}' AND {flags} > 0
+    SELECT pg_notify('{table}', name) FROM left_none WHERE $3 <> '{READERS}'
     UNION ALL
-    SELECT pg_notify('{table}', name) FROM left_some, cur
-    WHERE CASE WHEN $3 = '{READERS}' THEN NOT held ELSE {flags} > 0 END
+    SELECT pg_notify('{table}', name) FROM left_some WHERE NOT held OR $3 <> '{READERS}'
 )
 SELECT EXISTS (SELECT 1 FROM left_some) OR EXISTS (SELECT 1 FROM left_none),
        (SELECT count(*) FROM woke)",
@@ -385,7 +355,6 @@ SELECT EXISTS (SELECT 1 FROM left_some) OR EXISTS (SELECT 1 FROM left_none),
                 ),
                 others = over_lines_of("cur.holder", "count(*)", false),
                 marks = over_lines_of("cur.holder", "count(*)", true),
-                flags = flags_of("cur.holder"),
                 mine = format!(
                     "EXISTS (SELECT 1 FROM string_to_table(cur.holder, E'\\n') AS s(line)
                  WHERE split_part(line, ' ', 1) = $2

@@ -8,8 +8,7 @@ use crate::backend::{Attempt, Kind};
 
 /// The `token` of a lock row held by readers. Their shares live in the row's `holder` column,
 /// one line each — `<token> <end, unix ms>` — beside the marks of writers waiting for them to
-/// leave (`!<token> <lapse, unix ms>`) — or, in a semaphore's row on PostgreSQL, of the
-/// permits waiting for one (`?<token> <lapse, unix ms>`); the row's `expires_at` is the end of the longest live
+/// leave (`!<token> <lapse, unix ms>`); the row's `expires_at` is the end of the longest live
 /// share. A writer's plain acquisition finds the row live and waits, as for another writer,
 /// so the layout of a plain lock is unchanged. (A token is `host:pid:ms:hex`: never `readers`,
 /// never with a space.)
@@ -21,8 +20,7 @@ pub(crate) const PERMITS: &str = "permits:";
 
 /// A readers' row as the admin API shows it: `row_left_ms` is what is left of the row's lease,
 /// which ends with the longest share — the server's clock, read off the shares themselves.
-/// Fills `entry`'s readers (with their own remaining leases) and waiters (the writers' marks,
-/// or the waiting permits' flags).
+/// Fills `entry`'s readers (with their own remaining leases) and waiters (the writers' marks).
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) fn readers_entry(entry: &mut Entry, holder: &str, row_left_ms: i64) {
     let last = shares(holder)
@@ -44,15 +42,13 @@ pub(crate) fn readers_entry(entry: &mut Entry, holder: &str, row_left_ms: i64) {
     entry.holder = None;
 }
 
-/// A readers' row's `holder` column as `(token, end or lapse in unix ms, is a waiter's line)`:
-/// a waiter's line is a writer's mark (`!<token> <lapse>`) or, in a semaphore's row, a waiting
-/// permit's flag (`?<token> <lapse>`).
+/// A readers' row's `holder` column as `(token, end or lapse in unix ms, is a writer's mark)`.
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) fn shares(holder: &str) -> impl Iterator<Item = (&str, i64, bool)> {
     holder.lines().filter_map(|line| {
         let (token, at) = line.split_once(' ')?;
         let at = at.trim().parse().ok()?;
-        Some(match token.strip_prefix(['!', '?']) {
+        Some(match token.strip_prefix('!') {
             Some(token) => (token, at, true),
             None => (token, at, false),
         })
