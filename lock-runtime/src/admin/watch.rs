@@ -237,6 +237,32 @@ impl LockWatch {
         self.feed.is_live()
     }
 
+    /// The watch as a [`Stream`](futures_util::Stream) of events, as
+    /// [`Election::observe`](crate::Election::observe) is: a failed listing is an `Err` item,
+    /// and the stream goes on; it ends only when dropped.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// use futures_util::StreamExt;
+    /// use lock_runtime::LockClient;
+    ///
+    /// let client = LockClient::connect("memory://watch-stream-doc").await?;
+    /// let _held = client.lock("job:a").acquire().await?;
+    /// let events = client.watch("job:*").await.into_stream();
+    /// let first: Vec<_> = events.take(1).collect().await;
+    /// assert_eq!(first[0].as_ref().map(|e| e.name()).ok(), Some("held"));
+    /// # Ok(()) }
+    /// ```
+    pub fn into_stream(
+        self,
+    ) -> impl futures_util::Stream<Item = Result<LockEvent, LockError>> + Send + 'static {
+        futures_util::stream::unfold(self, |mut watch| async move {
+            let event = watch.next().await;
+            Some((event, watch))
+        })
+    }
+
     /// The next change, waiting for it as long as it takes (put a timeout around it to stop).
     ///
     /// Errors: [`LockError::Backend`] when a listing fails; the watch can be asked again (it
