@@ -276,9 +276,9 @@ impl LockWatch {
                 self.wait().await;
             }
             self.feed.follow().await;
-            self.due = true;
-            self.list().await?;
-            self.due = false;
+            let listed = self.list().await;
+            self.due = listed.is_err();
+            listed?;
         }
     }
 
@@ -307,31 +307,19 @@ impl LockWatch {
         let previous = std::mem::take(&mut self.known);
         let mut events = Vec::new();
         for (key, (old, end)) in &previous {
-            let ended = match current.get(key) {
-                None => true,
-                Some((new, _)) => !holders(old).all(|h| holders(new).any(|n| n == h)),
-            };
-            if !ended {
+            if !has_holder_outside(old, current.get(key).map(|(new, _)| new)) {
                 continue;
             }
-            let ran_out =
-                !current.contains_key(key) && end.is_some_and(|end| end <= now + EXPIRY_SLACK);
-            events.push(if ran_out {
-                LockEvent::Expired(old.clone())
-            } else {
-                LockEvent::Released(old.clone())
+            // Its listed lease is over: whoever holds it now (if anyone) took it after that.
+            events.push(match end {
+                Some(end) if *end <= now + EXPIRY_SLACK => LockEvent::Expired(old.clone()),
+                _ => LockEvent::Released(old.clone()),
             });
         }
         for (key, (new, _)) in &current {
             if !self.listed {
                 events.push(LockEvent::Held(new.clone()));
-                continue;
-            }
-            let begun = match previous.get(key) {
-                None => true,
-                Some((old, _)) => !holders(new).all(|h| holders(old).any(|o| o == h)),
-            };
-            if begun {
+            } else if has_holder_outside(new, previous.get(key).map(|(old, _)| old)) {
                 events.push(LockEvent::Acquired(new.clone()));
             }
         }
@@ -343,13 +331,15 @@ impl LockWatch {
     }
 }
 
-/// The owner tokens holding a lock: its writer's, or its readers' (a semaphore's permits).
-/// A renewal changes none of them; a takeover, a reader joining or leaving does.
-fn holders(lock: &LockInfo) -> impl Iterator<Item = &str> + Clone {
-    lock.token
-        .as_deref()
-        .into_iter()
-        .chain(lock.readers.iter().map(|r| r.token.as_str()))
+/// Whether `lock` has a holder `other` lacks (any holder, when `other` is `None`). A
+/// holder is an owner token: the writer's, or each reader's (a semaphore's permits'). A
+/// renewal changes none of them; a takeover, a reader joining or leaving does.
+fn has_holder_outside(lock: &LockInfo, other: Option<&LockInfo>) -> bool {
+    fn holders(lock: &LockInfo) -> impl Iterator<Item = &str> {
+        let readers = lock.readers.iter().map(|r| r.token.as_str());
+        lock.token.as_deref().into_iter().chain(readers)
+    }
+    other.is_none_or(|other| holders(lock).any(|h| !holders(other).any(|o| o == h)))
 }
 
 /// The part of a glob before its first wildcard or escape: every key it matches starts with it.
