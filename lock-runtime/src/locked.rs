@@ -115,6 +115,15 @@ impl<T, E: From<LockError>> LockedReturn for Result<T, E> {
     }
 }
 
+/// The call's client once `global::resolve` filled its slot: read in place each time, so the
+/// argument stays the future's only slot for it (a second would grow every locked call's
+/// future).
+macro_rules! resolved {
+    ($client:ident) => {
+        $client.as_ref().expect("resolved above")
+    };
+}
+
 /// Runs `body` while `guard` holds its locks, raced against `until_lost` (which, for the
 /// attribute's inline renewal, is also what renews them): if the locks are lost first,
 /// `on_lost` says whether the body runs on or is dropped. Normal exit: the release is awaited
@@ -168,27 +177,20 @@ where
     F: Future<Output = R>,
     B: FnOnce(LockError) -> R,
 {
-    // The argument is the client's only slot in this future (an argument has a slot of its
-    // own for the future's whole life; a second would grow every locked call's future).
     if let Err(error) = global::resolve(&mut client) {
         return R::from_lock_error(error);
     }
-    macro_rules! client {
-        () => {
-            client.as_ref().expect("resolved above")
-        };
-    }
-    if let Some(lock) = scope::held(client!().identity(), &key) {
+    if let Some(lock) = scope::held(resolved!(client).identity(), &key) {
         if let Some(error) = scope::nested_refusal(lock.kind, options.kind(), &key) {
             return R::from_lock_error(error);
         }
         tracing::trace!(key, "distlock: reentrant call, no acquisition");
-        return scope::enter(client!().identity(), lock, body).await;
+        return scope::enter(resolved!(client).identity(), lock, body).await;
     }
-    if let Err(error) = client!().check_min_hold_of(&options, &key) {
+    if let Err(error) = resolved!(client).check_min_hold_of(&options, &key) {
         return R::from_lock_error(error);
     }
-    let mut guard = match client!().acquire_locked(key, &options).await {
+    let mut guard = match resolved!(client).acquire_locked(key, &options).await {
         Ok(guard) => guard,
         Err(error) => return busy(error),
     };
@@ -196,7 +198,7 @@ where
     // Renewal runs here, in the caller's task, raced against the body: nothing is spawned, and
     // it stops the moment the body finishes. It resolves only when the lock is lost.
     let until_lost = guard.until_lost();
-    let body = scope::enter(client!().identity(), guard.shared(), body);
+    let body = scope::enter(resolved!(client).identity(), guard.shared(), body);
     hold_while!(guard, body, until_lost, options.on_lost)
 }
 
@@ -222,14 +224,9 @@ where
     if let Err(error) = global::resolve(&mut client) {
         return R::from_lock_error(error);
     }
-    macro_rules! client {
-        () => {
-            client.as_ref().expect("resolved above")
-        };
-    }
     let mut wanted = Vec::with_capacity(keys.len());
     for key in keys {
-        match scope::held(client!().identity(), &key) {
+        match scope::held(resolved!(client).identity(), &key) {
             Some(lock) => {
                 if let Some(error) = scope::nested_refusal(lock.kind, options.kind(), &key) {
                     return R::from_lock_error(error);
@@ -242,13 +239,17 @@ where
         tracing::trace!("distlock: reentrant call, every key held already");
         return body.await;
     }
-    let guard = match client!().acquire_locked_all(wanted, &options).await {
+    let guard = match resolved!(client).acquire_locked_all(wanted, &options).await {
         Ok(guard) => guard,
         Err(error) => return busy(error),
     };
     guard.hold_at_least(options.min_hold_ms);
     let until_lost = guard.lost();
-    let body = scope::enter_all(client!().identity(), guard.every().cloned().collect(), body);
+    let body = scope::enter_all(
+        resolved!(client).identity(),
+        guard.every().cloned().collect(),
+        body,
+    );
     hold_while!(guard, body, until_lost, options.on_lost)
 }
 

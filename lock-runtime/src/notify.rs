@@ -159,6 +159,19 @@ pub(crate) struct CloseOnDrop {
     pub dead: Arc<std::sync::atomic::AtomicBool>,
 }
 
+#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+impl CloseOnDrop {
+    /// The closer of `hub`, and the flag it sets: the listener's `dead`.
+    pub(crate) fn new(hub: &Arc<ReleaseHub>) -> (CloseOnDrop, Arc<std::sync::atomic::AtomicBool>) {
+        let dead = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let closer = CloseOnDrop {
+            hub: Arc::clone(hub),
+            dead: Arc::clone(&dead),
+        };
+        (closer, dead)
+    }
+}
+
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
         self.dead.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -7,16 +7,7 @@
 //! here, as one [`TlsConfig`].
 
 // Each backend uses the part it needs; a build with some of them leaves the rest unused.
-#![cfg_attr(
-    not(all(
-        feature = "redis",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "zookeeper",
-        feature = "etcd"
-    )),
-    allow(dead_code)
-)]
+#![cfg_attr(not(every_store), allow(dead_code))]
 
 use std::fmt;
 
@@ -251,16 +242,7 @@ pub(crate) fn chain(error: &(dyn std::error::Error + 'static)) -> String {
 }
 
 #[cfg(feature = "tls")]
-#[cfg_attr(
-    not(any(
-        feature = "redis",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "zookeeper",
-        feature = "etcd"
-    )),
-    allow(unused_imports)
-)]
+#[cfg_attr(not(network_store), allow(unused_imports))]
 pub(crate) use with_rustls::*;
 
 #[cfg(feature = "tls")]
@@ -437,20 +419,26 @@ mod with_rustls {
                 .map_err(|e| e.to_string())?;
             let builder = match verify {
                 Verify::Full => builder.with_root_certificates(self.roots()?),
-                Verify::Chain => {
-                    let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(
-                        Arc::new(self.roots()?),
-                        provider(),
-                    )
-                    .build()
-                    .map_err(|e| e.to_string())?;
+                Verify::Chain | Verify::Nothing => {
+                    let chain = match verify {
+                        Verify::Chain => Some(
+                            rustls::client::WebPkiServerVerifier::builder_with_provider(
+                                Arc::new(self.roots()?),
+                                provider(),
+                            )
+                            .build()
+                            .map_err(|e| e.to_string())?,
+                        ),
+                        _ => None,
+                    };
+                    let relaxed = Relaxed {
+                        chain,
+                        provider: provider(),
+                    };
                     builder
                         .dangerous()
-                        .with_custom_certificate_verifier(Arc::new(ChainOnly(inner)))
+                        .with_custom_certificate_verifier(Arc::new(relaxed))
                 }
-                Verify::Nothing => builder
-                    .dangerous()
-                    .with_custom_certificate_verifier(Arc::new(Unchecked(provider()))),
             };
             match self.identity()? {
                 Some((chain, key)) => builder
@@ -461,11 +449,16 @@ mod with_rustls {
         }
     }
 
-    /// Checks the chain, accepts any host name (`verify-ca`).
+    /// What `verify-ca` and `require` check of the server: the chain without the host name
+    /// (`chain` given), or nothing of the certificate (libpq's `require`); the handshake's
+    /// signatures always.
     #[derive(Debug)]
-    struct ChainOnly(Arc<rustls::client::WebPkiServerVerifier>);
+    struct Relaxed {
+        chain: Option<Arc<rustls::client::WebPkiServerVerifier>>,
+        provider: Arc<CryptoProvider>,
+    }
 
-    impl ServerCertVerifier for ChainOnly {
+    impl ServerCertVerifier for Relaxed {
         fn verify_server_cert(
             &self,
             end_entity: &CertificateDer<'_>,
@@ -474,10 +467,10 @@ mod with_rustls {
             ocsp: &[u8],
             now: UnixTime,
         ) -> Result<ServerCertVerified, rustls::Error> {
-            match self
-                .0
-                .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-            {
+            let Some(chain) = &self.chain else {
+                return Ok(ServerCertVerified::assertion());
+            };
+            match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
                 Err(rustls::Error::InvalidCertificate(
                     rustls::CertificateError::NotValidForName,
                 ))
@@ -494,7 +487,8 @@ mod with_rustls {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            self.0.verify_tls12_signature(message, cert, dss)
+            let algorithms = &self.provider.signature_verification_algorithms;
+            rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
         }
 
         fn verify_tls13_signature(
@@ -503,60 +497,14 @@ mod with_rustls {
             cert: &CertificateDer<'_>,
             dss: &DigitallySignedStruct,
         ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            self.0.verify_tls13_signature(message, cert, dss)
+            let algorithms = &self.provider.signature_verification_algorithms;
+            rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
         }
 
         fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.0.supported_verify_schemes()
-        }
-    }
-
-    /// Checks nothing of the certificate but the handshake's signatures (libpq's `require`).
-    #[derive(Debug)]
-    struct Unchecked(Arc<CryptoProvider>);
-
-    impl ServerCertVerifier for Unchecked {
-        fn verify_server_cert(
-            &self,
-            _end_entity: &CertificateDer<'_>,
-            _intermediates: &[CertificateDer<'_>],
-            _server_name: &ServerName<'_>,
-            _ocsp: &[u8],
-            _now: UnixTime,
-        ) -> Result<ServerCertVerified, rustls::Error> {
-            Ok(ServerCertVerified::assertion())
-        }
-
-        fn verify_tls12_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls12_signature(
-                message,
-                cert,
-                dss,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-
-        fn verify_tls13_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls13_signature(
-                message,
-                cert,
-                dss,
-                &self.0.signature_verification_algorithms,
-            )
-        }
-
-        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.0.signature_verification_algorithms.supported_schemes()
+            self.provider
+                .signature_verification_algorithms
+                .supported_schemes()
         }
     }
 }

@@ -58,16 +58,7 @@ pub(crate) fn host_list(hosts: &str, default_port: u16) -> Result<Vec<String>, S
 
 /// `url` without the query parameters `take(name, value)` accepts (it keeps what it needs);
 /// the other parameters and the fragment stay as they were.
-#[cfg_attr(
-    not(any(
-        feature = "redis",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "zookeeper",
-        feature = "etcd"
-    )),
-    allow(dead_code)
-)]
+#[cfg_attr(not(network_store), allow(dead_code))]
 pub(crate) fn take_query(url: &str, mut take: impl FnMut(&str, &str) -> bool) -> String {
     let Some((base, query)) = url.split_once('?') else {
         return url.to_owned();
@@ -97,16 +88,7 @@ pub(crate) fn take_query(url: &str, mut take: impl FnMut(&str, &str) -> bool) ->
 
 /// `%XX` escapes decoded (a malformed one is kept as written); the result as text, invalid
 /// UTF-8 replaced.
-#[cfg_attr(
-    not(any(
-        feature = "redis",
-        feature = "postgres",
-        feature = "mysql",
-        feature = "zookeeper",
-        feature = "etcd"
-    )),
-    allow(dead_code)
-)]
+#[cfg_attr(not(network_store), allow(dead_code))]
 pub(crate) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -142,11 +142,27 @@ pub fn advisory_key(name: &str) -> i64 {
     hash as i64
 }
 
-/// Whether the backend name `name` is `prefix` followed by a key matching the glob `pattern`:
-/// the filter of every store's [`list`](crate::backend::Admin::list).
-pub(crate) fn listed(prefix: &str, pattern: &str, name: &str) -> bool {
-    name.strip_prefix(prefix)
-        .is_some_and(|key| glob_match(pattern, key))
+/// What a store's [`list`](crate::backend::Admin::list) is asked for: at most `limit` locks
+/// whose backend names are `prefix` followed by a key matching the glob `pattern`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Listing<'a> {
+    pub prefix: &'a str,
+    pub pattern: &'a str,
+    pub limit: usize,
+}
+
+impl Listing<'_> {
+    /// Whether the backend name `name` is asked for.
+    pub(crate) fn matches(&self, name: &str) -> bool {
+        name.strip_prefix(self.prefix)
+            .is_some_and(|key| glob_match(self.pattern, key))
+    }
+
+    /// The names asked for as a SQL `LIKE` pattern (escape `\\`).
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub(crate) fn like(&self) -> String {
+        crate::backend::sql::like_pattern(self.prefix, self.pattern)
+    }
 }
 
 /// Whether `text` matches the glob `pattern`: `*` any run of characters, `?` one character,
@@ -212,7 +228,11 @@ impl LockClient {
     pub async fn list(&self, pattern: &str, limit: usize) -> Result<Vec<LockInfo>, LockError> {
         let entries = self
             .admin_backend()
-            .list(self.prefix(), pattern, limit)
+            .list(Listing {
+                prefix: self.prefix(),
+                pattern,
+                limit,
+            })
             .await
             .map_err(|e| self.admin_error("list", pattern, e))?;
         let mut infos: Vec<LockInfo> = entries

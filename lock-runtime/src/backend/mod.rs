@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::admin::Entry;
+use crate::admin::{Entry, Listing};
 use crate::error::BoxError;
 use crate::notify::ReleaseSubscription;
 use crate::runtime::BoxFuture;
@@ -76,6 +76,34 @@ impl std::fmt::Display for Transient {
 impl std::error::Error for Transient {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.0.source()
+    }
+}
+
+/// A call's failure on a store whose client is our own (ZooKeeper, etcd): the server's error,
+/// or one of ours (a timeout).
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) enum CallFailure<E> {
+    Server(E),
+    Other(BoxError),
+}
+
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+impl<E> CallFailure<E> {
+    /// Runs `request`, bounded by `timeout`: running out of it is a transient failure that
+    /// names the `store`, its URL (`shown`) and the operation `op`.
+    pub(crate) async fn bounded<T>(
+        (store, shown): (&str, &str),
+        timeout: std::time::Duration,
+        op: &str,
+        request: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, Self> {
+        match tokio::time::timeout(timeout, request).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(CallFailure::Server(error)),
+            Err(_) => Err(CallFailure::Other(Transient::wrap(format!(
+                "{store} ({shown}) did not answer `{op}` within the response timeout ({timeout:?})"
+            )))),
+        }
     }
 }
 
@@ -452,12 +480,7 @@ pub(crate) trait Admin {
     /// The held locks whose name is `prefix` followed by a key matching the glob `pattern`
     /// (see [`glob_match`](crate::admin::glob_match)), about `limit` of them at most (the
     /// caller filters, sorts and cuts again).
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>>;
+    fn list<'a>(&'a self, listing: Listing<'a>) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>>;
 
     /// Deletes the lock `name` whoever holds it and wakes its waiters; what was removed.
     fn force_release<'a>(&'a self, name: &'a str)

@@ -8,7 +8,7 @@ use super::lost::next_answer;
 use super::proto::{
     self, DeleteRangeRequest, DeleteRangeResponse, KeyValue, RangeRequest, RangeResponse, path,
 };
-use crate::admin::{ChangeFeed, Entry, holder_from_record, listed};
+use crate::admin::{ChangeFeed, Entry, Listing, holder_from_record};
 use crate::backend::{Admin, Kind};
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
@@ -25,12 +25,7 @@ impl Admin for EtcdBackend {
             }
         })
     }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+    fn list<'a>(&'a self, listing: Listing<'a>) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
         Box::pin(async move {
             // Every key under the prefix, oldest first; grouped by lock: the first of each
             // group holds it.
@@ -47,13 +42,13 @@ impl Admin for EtcdBackend {
                     continue;
                 };
                 let name = encoded.replace("%2F", "/").replace("%25", "%");
-                if !listed(prefix, pattern, &name) {
+                if !listing.matches(&name) {
                     continue;
                 }
                 queues.entry(name).or_default().push(kv);
             }
             let mut entries = Vec::new();
-            for (name, members) in queues.into_iter().take(limit) {
+            for (name, members) in queues.into_iter().take(listing.limit) {
                 entries.push(self.entry(&name, &members).await?);
             }
             Ok(entries)

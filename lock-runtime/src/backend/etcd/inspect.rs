@@ -86,16 +86,7 @@ impl EtcdInspector {
 
     /// Puts `key` on a fresh lease of `ttl` (whole seconds, never kept alive); the lease id.
     pub async fn put_with_lease(&self, key: &str, value: &str, ttl: Duration) -> i64 {
-        let lease: proto::LeaseGrantResponse = self
-            .rpc
-            .unary(
-                proto::path::LEASE_GRANT,
-                proto::LeaseGrantRequest {
-                    ttl: ttl.as_secs().max(1) as i64,
-                },
-            )
-            .await
-            .expect("etcd grants a lease");
+        let lease = self.grant_lease(ttl).await;
         let _: proto::PutResponse = self
             .rpc
             .unary(
@@ -103,12 +94,12 @@ impl EtcdInspector {
                 proto::PutRequest {
                     key: key.as_bytes().to_vec(),
                     value: value.as_bytes().to_vec(),
-                    lease: lease.id,
+                    lease,
                 },
             )
             .await
             .expect("etcd answers a put");
-        lease.id
+        lease
     }
 
     /// Grants a lease of `ttl` (whole seconds), never kept alive; its id.

@@ -139,10 +139,7 @@ fn is_transient(status: &Status) -> bool {
 }
 
 /// A call's failure: etcd's status, or one of ours (a timeout).
-enum EtcdFailure {
-    Server(Status),
-    Other(BoxError),
-}
+type EtcdFailure = super::CallFailure<Status>;
 
 /// The TTL, in whole seconds, of the lease for locks of `lease`: rounded up, so a lock never
 /// outlives its holder by less than its lease.
@@ -274,14 +271,8 @@ impl EtcdBackend {
         op: &str,
         request: impl std::future::Future<Output = Result<T, Status>>,
     ) -> Result<T, EtcdFailure> {
-        match tokio::time::timeout(self.response_timeout, request).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(status)) => Err(EtcdFailure::Server(status)),
-            Err(_) => Err(EtcdFailure::Other(Transient::wrap(format!(
-                "etcd ({}) did not answer `{op}` within the response timeout ({:?})",
-                self.shown, self.response_timeout
-            )))),
-        }
+        let store = ("etcd", self.shown.as_str());
+        EtcdFailure::bounded(store, self.response_timeout, op, request).await
     }
 
     /// The error for a failed call: names the operation and the URL, and says whether

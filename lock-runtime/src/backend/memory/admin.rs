@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use super::MemoryBackend;
-use crate::admin::{ChangeFeed, Entry, listed};
+use crate::admin::{ChangeFeed, Entry, Listing};
 use crate::backend::Admin;
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
@@ -48,15 +48,10 @@ impl Admin for MemoryBackend {
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move { Ok(self.entry(name, Instant::now())) })
     }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+    fn list<'a>(&'a self, listing: Listing<'a>) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
         Box::pin(async move {
             let now = Instant::now();
-            let matches = |name: &String| listed(prefix, pattern, name);
+            let matches = |name: &String| listing.matches(name);
             let names: Vec<String> = {
                 let state = self.state();
                 let writers = state
@@ -71,7 +66,7 @@ impl Admin for MemoryBackend {
                         readers.shares.values().any(|until| *until > now) && matches(name)
                     })
                     .map(|(name, _)| name.clone());
-                writers.chain(read).take(limit).collect()
+                writers.chain(read).take(listing.limit).collect()
             };
             Ok(names
                 .iter()

@@ -9,8 +9,7 @@ use mysql_async::prelude::Queryable;
 
 use super::errors::MyError;
 use super::{MysqlBackend, positional};
-use crate::admin::Entry;
-use crate::backend::sql::like_pattern;
+use crate::admin::{Entry, Listing};
 use crate::backend::sql::shares::{READERS, row_entry, shares_of, shares_token};
 use crate::backend::{Admin, Kind};
 use crate::error::BoxError;
@@ -82,20 +81,15 @@ impl Admin for MysqlBackend {
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move { Ok(self.inspect_row(name).await?) })
     }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+    fn list<'a>(&'a self, listing: Listing<'a>) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
         Box::pin(async move {
             let sql = Arc::clone(&self.sql);
             let params = vec![
-                Value::from(like_pattern(prefix, pattern).into_bytes()),
-                Value::from(u64::try_from(limit).unwrap_or(u64::MAX)),
+                Value::from(listing.like().into_bytes()),
+                Value::from(u64::try_from(listing.limit).unwrap_or(u64::MAX)),
             ];
             let rows = self
-                .run("the listing", prefix, move |conn| {
+                .run("the listing", listing.prefix, move |conn| {
                     let (sql, params) = (Arc::clone(&sql), params.clone());
                     Box::pin(async move {
                         conn.exec::<AdminRow, _, _>(sql.list.as_str(), positional(params))

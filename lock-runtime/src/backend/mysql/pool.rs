@@ -85,6 +85,17 @@ pub(super) enum Trips {
 }
 
 /// A statement's work on one connection, run (and retried) by [`MysqlBackend::run`].
+pub(super) trait SessionWork<T>:
+    Fn(&mut MySession) -> BoxFuture<'_, Result<T, mysql_async::Error>> + Send + Sync + 'static
+{
+}
+
+impl<T, F> SessionWork<T> for F where
+    F: Fn(&mut MySession) -> BoxFuture<'_, Result<T, mysql_async::Error>> + Send + Sync + 'static
+{
+}
+
+/// [`SessionWork`], shared with the task that runs it.
 type MyOp<T> =
     Arc<dyn Fn(&mut MySession) -> BoxFuture<'_, Result<T, mysql_async::Error>> + Send + Sync>;
 
@@ -98,10 +109,7 @@ impl MysqlBackend {
     ) -> Result<T, MyError>
     where
         T: Send + 'static,
-        F: Fn(&mut MySession) -> BoxFuture<'_, Result<T, mysql_async::Error>>
-            + Send
-            + Sync
-            + 'static,
+        F: SessionWork<T>,
     {
         self.run_with(Trips::One, what, name, op).await
     }
@@ -116,10 +124,7 @@ impl MysqlBackend {
     ) -> Result<T, MyError>
     where
         T: Send + 'static,
-        F: Fn(&mut MySession) -> BoxFuture<'_, Result<T, mysql_async::Error>>
-            + Send
-            + Sync
-            + 'static,
+        F: SessionWork<T>,
     {
         let limit = self.settings.response_timeout;
         let i = slot_of(name, self.slots.len());
@@ -140,10 +145,7 @@ impl MysqlBackend {
     ) -> Result<T, MyError>
     where
         T: Send + 'static,
-        F: Fn(&mut MySession) -> BoxFuture<'_, Result<T, mysql_async::Error>>
-            + Send
-            + Sync
-            + 'static,
+        F: SessionWork<T>,
     {
         let op: MyOp<T> = Arc::new(op);
         let (opts, sql) = (self.opts.clone(), Arc::clone(&self.sql));

@@ -116,6 +116,30 @@ pub(super) struct ShareRules {
     full_at: i64,
 }
 
+/// What a share's statements name, moved into work that may run more than once (on a new
+/// connection after a broken one).
+#[derive(Clone)]
+struct Share {
+    sql: Arc<MyStatements>,
+    name: Vec<u8>,
+    token: String,
+    holder: String,
+    /// The lock row's token while shares hold it (see `shares_token`).
+    row_token: String,
+}
+
+impl Share {
+    fn of(backend: &MysqlBackend, spec: &LockSpec<'_>) -> Share {
+        Share {
+            sql: Arc::clone(&backend.sql),
+            name: spec.name.as_bytes().to_vec(),
+            token: spec.token.to_owned(),
+            holder: backend.holder.clone(),
+            row_token: shares_token(spec.kind),
+        }
+    }
+}
+
 impl ShareRules {
     /// A reader's: a writer waiting holds back a reader without a share yet.
     pub(super) fn reader() -> ShareRules {
@@ -281,10 +305,8 @@ impl MysqlBackend {
         spec: LockSpec<'_>,
         rules: ShareRules,
     ) -> Result<ShareAttempt, BoxError> {
-        let sql = Arc::clone(&self.sql);
-        let (name, token) = (spec.name.as_bytes().to_vec(), spec.token.to_owned());
-        let (lease, holder, fencing) = (micros(spec.lease), self.holder.clone(), spec.fencing);
-        let (kind, row_token) = (spec.kind, shares_token(spec.kind));
+        let share = Share::of(self, &spec);
+        let (lease, fencing, kind) = (micros(spec.lease), spec.fencing, spec.kind);
         let ShareRules {
             what,
             state,
@@ -292,13 +314,13 @@ impl MysqlBackend {
         } = rules;
         let outcome = self
             .run_with(Trips::Many, what, spec.name, move |conn| {
-                let (sql, name, token, holder, row_token) = (
-                    Arc::clone(&sql),
-                    name.clone(),
-                    token.clone(),
-                    holder.clone(),
-                    row_token.clone(),
-                );
+                let Share {
+                    sql,
+                    name,
+                    token,
+                    holder,
+                    row_token,
+                } = share.clone();
                 Box::pin(async move {
                     let mut tx = conn.start_transaction(TxOpts::default()).await?;
                     tx.exec_drop(sql.lock_row.as_str(), (name.clone(),)).await?;
@@ -417,19 +439,16 @@ impl MysqlBackend {
     /// A reader's (or a permit's) renewal: its share lives `lease` more, and the lock row as
     /// long.
     pub(super) async fn renew_shared(&self, spec: LockSpec<'_>) -> Result<bool, BoxError> {
-        let row_token = shares_token(spec.kind);
-        let sql = Arc::clone(&self.sql);
-        let (name, token) = (spec.name.as_bytes().to_vec(), spec.token.to_owned());
-        let (lease, holder) = (micros(spec.lease), self.holder.clone());
+        let (share, lease) = (Share::of(self, &spec), micros(spec.lease));
         let renewed = self
             .run_with(Trips::Many, "the read renewal", spec.name, move |conn| {
-                let (sql, name, token, holder, row_token) = (
-                    Arc::clone(&sql),
-                    name.clone(),
-                    token.clone(),
-                    holder.clone(),
-                    row_token.clone(),
-                );
+                let Share {
+                    sql,
+                    name,
+                    token,
+                    holder,
+                    row_token,
+                } = share.clone();
                 Box::pin(async move {
                     let mut tx = conn.start_transaction(TxOpts::default()).await?;
                     let row = locked(&mut tx, &sql, &name, &token).await?;

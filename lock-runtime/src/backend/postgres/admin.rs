@@ -2,9 +2,8 @@
 //! release, the server's version.
 
 use super::PostgresBackend;
-use crate::admin::Entry;
+use crate::admin::{Entry, Listing};
 use crate::backend::Admin;
-use crate::backend::sql::like_pattern;
 use crate::backend::sql::shares::{readers_entry, row_entry, shares_of};
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
@@ -20,17 +19,12 @@ impl Admin for PostgresBackend {
             Ok(rows.first().map(pg_entry))
         })
     }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+    fn list<'a>(&'a self, listing: Listing<'a>) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
         Box::pin(async move {
-            let like = like_pattern(prefix, pattern);
-            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let like = listing.like();
+            let limit = i64::try_from(listing.limit).unwrap_or(i64::MAX);
             let rows = self
-                .run("the listing", prefix, |conn| {
+                .run("the listing", listing.prefix, |conn| {
                     let like = &like;
                     async move { conn.client.query(&self.sql.list, &[like, &limit]).await }
                 })

@@ -288,11 +288,7 @@ impl Listener {
     async fn start(backend: &PostgresBackend) -> Result<Arc<Listener>, PgError> {
         let (client, mut connection) = backend.connect_raw("the LISTEN connection").await?;
         let hub = ReleaseHub::new(None);
-        let dead = Arc::new(AtomicBool::new(false));
-        let closer = CloseOnDrop {
-            hub: Arc::clone(&hub),
-            dead: Arc::clone(&dead),
-        };
+        let (closer, dead) = CloseOnDrop::new(&hub);
         tokio::spawn(async move {
             let _closer = closer;
             let mut messages = futures_util::stream::poll_fn(|cx| connection.poll_message(cx));

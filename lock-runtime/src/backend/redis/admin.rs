@@ -11,7 +11,7 @@ use redis::{RedisError, RedisResult, Script, Value};
 use super::RedisBackend;
 use super::connection::Connection;
 use super::scripts::{FORCE_RELEASE, INSPECT};
-use crate::admin::Entry;
+use crate::admin::{Entry, Listing};
 use crate::error::BoxError;
 
 /// How many keys one `SCAN` step asks a node to look at.
@@ -76,12 +76,12 @@ impl RedisBackend {
 
     /// The lock names matching `prefix` + `pattern` (SCAN on the server, or on every master of
     /// a cluster), then each inspected.
-    pub(crate) async fn list_locks(
-        &self,
-        prefix: &str,
-        pattern: &str,
-        limit: usize,
-    ) -> Result<Vec<Entry>, BoxError> {
+    pub(crate) async fn list_locks(&self, listing: Listing<'_>) -> Result<Vec<Entry>, BoxError> {
+        let Listing {
+            prefix,
+            pattern,
+            limit,
+        } = listing;
         let mut glob = String::new();
         if self.is_cluster() {
             glob.push('{');

@@ -39,6 +39,7 @@ use redis::{AsyncConnectionConfig, Script};
 use super::{
     Admin, Attempt, Backend, Capabilities, Handover, Hold, Kind, LockSpec, Released, SetAttempt,
 };
+use crate::admin::{Entry, Listing};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::runtime::{BoxFuture, Revived};
@@ -437,24 +438,16 @@ impl Backend for RedisBackend {
 }
 
 impl Admin for RedisBackend {
-    fn inspect<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
+    fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(self.inspect_lock(name))
     }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<crate::admin::Entry>, BoxError>> {
-        Box::pin(self.list_locks(prefix, pattern, limit))
+    fn list<'a>(&'a self, listing: Listing<'a>) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+        Box::pin(self.list_locks(listing))
     }
     fn force_release<'a>(
         &'a self,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
+    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(self.force_release_lock(name))
     }
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {

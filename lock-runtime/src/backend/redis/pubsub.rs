@@ -106,12 +106,7 @@ impl Subscriber {
         let hub = ReleaseHub::new(Some(Box::new(move |name: &str| {
             let _ = unsubscribe.send(Command::Unsubscribe(name.to_owned()));
         })));
-        let dead = Arc::new(AtomicBool::new(false));
-
-        let closer = CloseOnDrop {
-            hub: Arc::clone(&hub),
-            dead: Arc::clone(&dead),
-        };
+        let (closer, dead) = CloseOnDrop::new(&hub);
         tokio::spawn(async move {
             let _closer = closer;
             while let Some(message) = stream.next().await {

@@ -5,7 +5,7 @@ use zookeeper_client as zk;
 
 use super::path::{decode, is_reader, parent_of, parse_node, sequence_of, token_of};
 use super::{ZkFailure, ZookeeperBackend};
-use crate::admin::{ChangeFeed, Entry, holder_from_record, listed};
+use crate::admin::{ChangeFeed, Entry, Listing, holder_from_record};
 use crate::backend::Admin;
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
@@ -14,12 +14,7 @@ impl Admin for ZookeeperBackend {
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move { Ok(self.holder_of(name).await?.map(|(entry, _)| entry)) })
     }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+    fn list<'a>(&'a self, listing: Listing<'a>) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
         Box::pin(async move {
             let client = self.any_client().await?;
             let parents = self
@@ -29,12 +24,12 @@ impl Admin for ZookeeperBackend {
             let mut names: Vec<String> = parents
                 .iter()
                 .filter_map(|parent| decode(parent))
-                .filter(|name| listed(prefix, pattern, name))
+                .filter(|name| listing.matches(name))
                 .collect();
             names.sort();
             let mut entries = Vec::new();
             for name in names {
-                if entries.len() >= limit {
+                if entries.len() >= listing.limit {
                     break;
                 }
                 if let Some((entry, _)) = self.holder_of(&name).await? {

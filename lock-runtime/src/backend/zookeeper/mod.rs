@@ -182,14 +182,8 @@ impl ZookeeperBackend {
         op: &str,
         request: impl std::future::Future<Output = Result<T, zk::Error>>,
     ) -> Result<T, ZkFailure> {
-        match tokio::time::timeout(self.response_timeout, request).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(ZkFailure::Server(error)),
-            Err(_) => Err(ZkFailure::Other(Transient::wrap(format!(
-                "ZooKeeper ({}) did not answer `{op}` within the response timeout ({:?})",
-                self.shown, self.response_timeout
-            )))),
-        }
+        let store = ("ZooKeeper", self.shown.as_str());
+        ZkFailure::bounded(store, self.response_timeout, op, request).await
     }
 
     fn failed(&self, op: &str, failure: ZkFailure) -> BoxError {
@@ -204,10 +198,7 @@ impl ZookeeperBackend {
 }
 
 /// A request's failure: the server's error, or one of ours (a timeout).
-enum ZkFailure {
-    Server(zk::Error),
-    Other(BoxError),
-}
+type ZkFailure = super::CallFailure<zk::Error>;
 
 /// Every kind, queued on the server (so fair), kept alive by the client's session.
 const CAPABILITIES: Capabilities = Capabilities {

@@ -9,7 +9,7 @@ use tokio_postgres::SimpleQueryMessage;
 
 use super::AdvisoryBackend;
 use super::note::{Note, parse_note};
-use crate::admin::{Entry, advisory_key, listed};
+use crate::admin::{Entry, Listing, advisory_key};
 use crate::backend::postgres::PgError;
 use crate::backend::{Admin, Hold, Released};
 use crate::error::BoxError;
@@ -22,19 +22,14 @@ impl Admin for AdvisoryBackend {
             Ok(entries(found).into_iter().find(|entry| entry.name == name))
         })
     }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
+    fn list<'a>(&'a self, listing: Listing<'a>) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
         Box::pin(async move {
             let mut entries: Vec<Entry> = entries(self.held(None).await?)
                 .into_iter()
-                .filter(|e| listed(prefix, pattern, &e.name))
+                .filter(|e| listing.matches(&e.name))
                 .collect();
             entries.sort_by(|a, b| a.name.cmp(&b.name));
-            entries.truncate(limit);
+            entries.truncate(listing.limit);
             Ok(entries)
         })
     }

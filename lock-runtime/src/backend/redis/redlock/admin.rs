@@ -6,6 +6,7 @@ use std::time::Duration;
 use futures_util::future::join_all;
 
 use super::RedlockBackend;
+use crate::admin::{Entry, Listing};
 use crate::backend::Admin;
 use crate::backend::redis::RedisBackend;
 use crate::backend::redis::admin::inspect_each;
@@ -57,9 +58,9 @@ impl RedlockBackend {
     /// The lock as a majority of nodes hold it: the token on at least `quorum` of `found`, with
     /// the shortest of their leases. A token on fewer nodes (an attempt that lost its vote,
     /// copies left by a node that was down) holds nothing.
-    fn majority(&self, found: Vec<Option<crate::admin::Entry>>) -> Option<crate::admin::Entry> {
+    fn majority(&self, found: Vec<Option<Entry>>) -> Option<Entry> {
         let entries: Vec<_> = found.into_iter().flatten().collect();
-        let mut best: Option<(usize, crate::admin::Entry)> = None;
+        let mut best: Option<(usize, Entry)> = None;
         for entry in &entries {
             let same: Vec<_> = entries.iter().filter(|e| e.token == entry.token).collect();
             if same.len() >= self.quorum && best.as_ref().is_none_or(|(n, _)| same.len() > *n) {
@@ -73,10 +74,7 @@ impl RedlockBackend {
 }
 
 impl Admin for RedlockBackend {
-    fn inspect<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
+    fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
             let found = self.on_every_node(|node| node.inspect_lock(name)).await?;
             // A node that did not answer may hold the token that would have made a majority:
@@ -106,16 +104,9 @@ impl Admin for RedlockBackend {
             }
         })
     }
-    fn list<'a>(
-        &'a self,
-        prefix: &'a str,
-        pattern: &'a str,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<crate::admin::Entry>, BoxError>> {
+    fn list<'a>(&'a self, listing: Listing<'a>) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
         Box::pin(async move {
-            let listed = self
-                .on_every_node(|node| node.list_locks(prefix, pattern, limit))
-                .await?;
+            let listed = self.on_every_node(|node| node.list_locks(listing)).await?;
             let mut names: Vec<String> = listed.into_iter().flatten().map(|e| e.name).collect();
             names.sort();
             names.dedup();
@@ -125,7 +116,7 @@ impl Admin for RedlockBackend {
     fn force_release<'a>(
         &'a self,
         name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<crate::admin::Entry>, BoxError>> {
+    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
             let found = self
                 .on_every_node(|node| node.force_release_lock(name))
