@@ -148,6 +148,9 @@ async fn pg_conns(
         if i == 0 && !setup.is_empty() {
             client.batch_execute(setup).await?;
         }
+        // As distlock's own connections: a table the planner believes empty (autovacuum
+        // truncated it) is still read by its index, not scanned whole for every statement.
+        client.batch_execute("SET enable_seqscan = off").await?;
         let (take, release) = (client.prepare(take).await?, client.prepare(release).await?);
         prepared.push((client, take, release));
     }

@@ -150,6 +150,60 @@ async fn a_release_notifies_only_when_someone_waits() {
     assert_eq!(first, "lock:shared", "an uncontended release notified");
 }
 
+/// The lock table is read by its primary key even when the planner believes it empty — as it
+/// does once autovacuum has emptied and truncated it, which is when a connection's cached
+/// plans are made again. A plan made then scans the whole heap for each release and renewal
+/// while the heap fills with dead rows again (issue 53's profile: a third of the server's CPU
+/// per lock + release). Counted in the server's statistics: no sequential scan of the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_vacuumed_empty_is_still_read_by_its_index() {
+    use std::time::Duration;
+
+    let server = PostgresServer::shared();
+    let url = server.url_with_own_table();
+    let table = url.rsplit_once("table=").expect("a table").1.to_owned();
+    let client = distlock::LockClient::connect(&url).await.unwrap();
+    let admin = server.client().await;
+    admin
+        .batch_execute(&format!("VACUUM \"{table}\""))
+        .await
+        .unwrap();
+    let scans = || async {
+        let row = admin
+            .query_one(
+                "SELECT coalesce(seq_scan, 0), coalesce(idx_scan, 0) FROM pg_stat_user_tables \
+                 WHERE relname = $1",
+                &[&table],
+            )
+            .await
+            .unwrap();
+        (row.get::<_, i64>(0), row.get::<_, i64>(1))
+    };
+    let (seq_before, idx_before) = scans().await;
+    // Past the five custom plans: the generic plan, the one a connection keeps.
+    let pairs = 20;
+    for _ in 0..pairs {
+        let guard = client.lock("order:1").acquire().await.unwrap();
+        guard.release().await.unwrap();
+    }
+    assert!(client.inspect("order:1").await.unwrap().is_none());
+    // A backend sends its counters when it goes idle, within a second or so.
+    let counted = support::eventually(Duration::from_secs(20), || async {
+        let (seq, idx) = scans().await;
+        seq - seq_before + idx - idx_before >= pairs
+    })
+    .await;
+    let (seq, idx) = scans().await;
+    assert!(counted, "the releases were never counted: {seq} / {idx}");
+    assert_eq!(
+        seq - seq_before,
+        0,
+        "{} sequential and {} index scans of `{table}` for {pairs} lock + release pairs",
+        seq - seq_before,
+        idx - idx_before
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // `mode=advisory`: PostgreSQL's advisory locks.
 
