@@ -204,6 +204,67 @@ async fn a_table_vacuumed_empty_is_still_read_by_its_index() {
     );
 }
 
+/// A lone reader takes and gives back its share as a writer takes and gives back its lock:
+/// one `INSERT`, one `DELETE` (counted in the server's statement log). A reader that joins
+/// another's share, and the readers' departures, go through the full statements: both hold the
+/// row together, the first to leave leaves the row to the other, the last deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_reader_costs_what_a_writer_does() {
+    use std::time::Duration;
+
+    let server = PostgresServer::start_with(&["-c", "log_statement=all"]);
+    let url = server.url_with_own_table();
+    let statements = || {
+        server
+            .log()
+            .lines()
+            .filter(|line| line.contains("LOG:  execute "))
+            .map(|line| line.split_once(": ").map_or("", |(_, sql)| sql).to_owned())
+            .collect::<Vec<_>>()
+    };
+    let first = distlock::LockClient::connect(&url).await.unwrap();
+    let before = statements().len();
+    let alone = first.lock("doc").read().acquire().await.unwrap();
+    alone.release().await.unwrap();
+    assert!(
+        support::eventually(Duration::from_secs(10), || async {
+            statements().len() >= before + 2
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await; // anything more would be logged
+    let sent: Vec<String> = statements()[before..]
+        .iter()
+        .map(|sql| sql.trim().to_owned())
+        .collect();
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert!(sent[0].contains(": INSERT INTO"), "{sent:#?}");
+    assert!(sent[1].contains(": DELETE FROM"), "{sent:#?}");
+    assert!(first.inspect("doc").await.unwrap().is_none());
+
+    // Two readers of two clients: the second joins the first's share.
+    let second = distlock::LockClient::connect(&url).await.unwrap();
+    let a = first.lock("doc").read().acquire().await.unwrap();
+    let b = second
+        .lock("doc")
+        .read()
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("a reader joins another");
+    let readers = |info: Option<distlock::LockInfo>| info.map_or(0, |info| info.readers.len());
+    assert_eq!(readers(first.inspect("doc").await.unwrap()), 2);
+    // A writer is held back by them.
+    assert!(first.lock("doc").try_acquire().await.unwrap().is_none());
+    a.release().await.unwrap();
+    assert_eq!(readers(first.inspect("doc").await.unwrap()), 1);
+    assert!(first.lock("doc").try_acquire().await.unwrap().is_none());
+    b.release().await.unwrap();
+    assert!(first.inspect("doc").await.unwrap().is_none());
+    let writer = first.lock("doc").try_acquire().await.unwrap();
+    assert!(writer.is_some(), "the last reader left the row behind");
+}
+
 // ---------------------------------------------------------------------------------------------
 // `mode=advisory`: PostgreSQL's advisory locks.
 

@@ -75,6 +75,22 @@ impl PostgresBackend {
     pub(super) async fn acquire_shared(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let lease = millis(spec.lease);
         let params: [&(dyn ToSql + Sync); 4] = [&spec.name, &spec.token, &lease, &self.holder];
+        if !spec.fencing && !self.contended.contains(spec.name) {
+            // The common case first: the reader joins, or takes a free row; the full
+            // statement decides anything else, and remembers the name as shared or busy.
+            let taken = self
+                .run("the read acquisition", spec.name, |conn| async move {
+                    conn.client.execute(&conn.read_join, &params).await
+                })
+                .await
+                .map_err(acquire_error)?;
+            if taken == 1 {
+                return Ok(Attempt::Acquired {
+                    fencing_token: None,
+                });
+            }
+            self.contended.insert(spec.name);
+        }
         let row = self
             .run("the read acquisition", spec.name, |conn| async move {
                 conn.client.query_one(&conn.read_acquire, &params).await

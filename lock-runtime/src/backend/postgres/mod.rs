@@ -18,9 +18,17 @@
 //! - **Fencing**: a counter per lock name in `<table>_fences`, raised by the acquiring
 //!   statement itself; it outlives the lock's row, so tokens keep rising across releases.
 //!
+//! - **Readers and permits** share one row: its token says `readers` (or `permits:<n>`), its
+//!   `holder` column holds a line per share and per waiting writer's mark. A lone reader
+//!   takes and gives back its share with a plain `INSERT` and `DELETE`, as a writer does; a
+//!   reader that joins others, and any name seen shared or busy before, goes through the full
+//!   statements (one pass over the row's lines each).
+//!
 //! Connections: a small pool (default 4, `pool_size`); tokio-postgres pipelines statements on
 //! each, so a few connections serve many tasks. A connection that fails is replaced on next
-//! use; statements are safe to repeat with the same token.
+//! use; statements are safe to repeat with the same token. Each connection runs with
+//! `enable_seqscan = off`, so the table is read by its primary key even when the planner
+//! believes it empty (after autovacuum truncated it), when cached plans would scan it whole.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -220,22 +228,31 @@ impl Backend for PostgresBackend {
         let marked = row_token.is_none() && self.marked.remove(token);
         Box::pin(async move {
             let mut tries = 0;
-            if row_token.is_none() && !marked && !self.contended.contains(name) {
-                // The common case first: ours, live, no one waiting → one `DELETE` that
-                // returns nothing. Anything else (0 rows) is the full statement's to decide.
-                // A name found busy before likely has a waiter: the full statement at once.
+            // The common case first: a writer's row or a lone reader's share, live, no one
+            // waiting → one `DELETE` that returns nothing. Anything else (0 rows) is the full
+            // statement's to decide. A name found busy (or shared) before likely has a waiter
+            // (or other readers): the full statement at once. A permit's release always wakes
+            // the next permit's waiters: always the full statement.
+            let reader = hold.kind == Kind::Shared;
+            let quiet = (row_token.is_none() && !marked) || reader;
+            if quiet && !self.contended.contains(name) {
                 let deleted = self
                     .run("the release", name, |conn| {
                         tries += 1;
                         async move {
-                            conn.client
-                                .execute(&conn.release_quiet, &[&name, &token])
-                                .await
+                            let quiet = match reader {
+                                true => &conn.read_release_alone,
+                                false => &conn.release_quiet,
+                            };
+                            conn.client.execute(quiet, &[&name, &token]).await
                         }
                     })
                     .await?;
                 if deleted == 1 {
                     return Ok(Released::Deleted);
+                }
+                if reader {
+                    self.contended.insert(name);
                 }
                 // A retried quiet try may have deleted the row unseen: `tries` then stays
                 // above 1 below, so finding nothing there is ambiguous, not "not ours".

@@ -31,8 +31,10 @@ pub(super) struct Conn {
     pub(super) release_unmarked: Statement,
     pub(super) release_quiet: Statement,
     pub(super) read_acquire: Statement,
+    pub(super) read_join: Statement,
     pub(super) read_renew: Statement,
     pub(super) read_release: Statement,
+    pub(super) read_release_alone: Statement,
     pub(super) permit_acquire: Statement,
     pub(super) mark: Statement,
     pub(super) flag: Statement,
@@ -189,7 +191,11 @@ impl PostgresBackend {
             index_only,
             prepared,
             reading,
-            client.prepare_typed(&self.sql.release_quiet, &[Type::TEXT, Type::TEXT]),
+            futures_util::future::try_join3(
+                client.prepare_typed(&self.sql.release_quiet, &[Type::TEXT, Type::TEXT]),
+                client.prepare_typed(&self.sql.read_release_alone, &[Type::TEXT, Type::TEXT]),
+                client.prepare_typed(&self.sql.read_join, &lock_params),
+            ),
         );
         // Part of connecting: bounded by the connect timeout (a busy server or another client
         // creating the tables can hold it up for longer than one statement may take).
@@ -197,7 +203,7 @@ impl PostgresBackend {
             (),
             ((acquire, acquire_fenced, remaining, release_unmarked), renew, renew_many, release),
             (read_acquire, read_renew, read_release, (mark, flag), permit_acquire),
-            release_quiet,
+            (release_quiet, read_release_alone, read_join),
         ) = timed(
             "preparing the lock statements",
             self.settings.connect_timeout,
@@ -215,8 +221,10 @@ impl PostgresBackend {
             release_unmarked,
             release_quiet,
             read_acquire,
+            read_join,
             read_renew,
             read_release,
+            read_release_alone,
             permit_acquire,
             mark,
             flag,

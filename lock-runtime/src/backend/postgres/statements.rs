@@ -68,6 +68,13 @@ pub(super) struct PgStatements {
     /// ms until the first waiting writer's mark lapses, the live row's token). Joins the readers unless a writer
     /// holds the row or a writer's mark is live (see `sql::shares::READERS` for the layout).
     pub read_acquire: String,
+    /// The common case of [`read_acquire`](Self::read_acquire), for a reader without fencing:
+    /// the first reader of a free (or lapsed writer's) row. `$1`–`$3` as there → rows written
+    /// (1 if taken); 0 rows (other readers, a writer, marks): the full statement decides and
+    /// says why. Without the full one's passes over the row's lines and the four lookups of a
+    /// busy answer — whose start-up alone cost the server as much as a writer's whole
+    /// acquisition — a reader's costs what a writer's does.
+    pub read_join: String,
     /// `$1` name, `$2` token, `$3` lease in ms, `$4` the row's token (`readers`, or a
     /// semaphore's `permits:<n>`) → one row if the share was live and now ends `$3` ms from now
     /// (sooner or later than before: a release before `min_hold` shortens it); the row lives
@@ -88,6 +95,13 @@ pub(super) struct PgStatements {
     /// or the delete decides on what it read — never on an older version, which would let a
     /// reader that joined meanwhile make both of them step aside.
     pub read_release: String,
+    /// The common case of [`read_release`](Self::read_release): the only reader of a readers'
+    /// row, no writer's mark beside its share, leaves. `$1` name, `$2` token → rows deleted (1
+    /// if so). Nothing to wake (only a writer waits for readers, and it would have its mark in
+    /// the row), nothing returned; 0 rows: the full statement decides. The full one's work
+    /// for the same case (one pass over the row's lines, three data-modifying steps) cost a
+    /// reader's release four times a writer's on the server.
+    pub read_release_alone: String,
     /// A waiting writer found the row busy: `$1` name, `$2` token, `$3` mark ms → (remaining
     /// ms, marked, the row's token if not marked). Readers holding the row get the writer's
     /// mark, which keeps new readers out; a writer's row is flagged as waited for (see
@@ -164,6 +178,22 @@ fn over_lines_of(holder: &str, what: &str, marks: bool) -> String {
     )
 }
 
+/// The lines of `holder` (a column of `from`) for one pass of aggregates: each `line` with its
+/// `tok`en, its time `at` (a share's end, a mark's lapse), whether it is a writer's `mark`, and
+/// whether to `keep` it when `$2` changes its own (live, not `$2`'s) — beside `now_ms`.
+/// Every figure a statement needs of a readers' row from one reading of its lines, where
+/// a subquery per figure made the executor's start-up the statement's largest cost.
+fn lines_of(holder: &str, from: &str) -> String {
+    format!(
+        "{from}, LATERAL (SELECT {NOW_MS} AS now_ms) n,
+         string_to_table({holder}, E'\\n') AS x(line),
+         LATERAL (SELECT split_part(line, ' ', 1) AS tok,
+                         nullif(split_part(line, ' ', 2), '')::int8 AS at,
+                         left(line, 1) = '!' AS mark) p,
+         LATERAL (SELECT tok NOT IN ($2, '!' || $2) AND at > now_ms AS keep) k"
+    )
+}
+
 impl PgStatements {
     pub(super) fn new(settings: &SqlSettings) -> PgStatements {
         let table = &settings.table;
@@ -172,6 +202,27 @@ impl PgStatements {
         let columns = "l.name, l.token, l.holder, \
             (extract(epoch FROM l.acquired_at) * 1000)::int8, \
             (extract(epoch FROM l.expires_at - now()) * 1000)::int8, f.fence";
+        // A reader joins, or takes a free or lapsed row (the first step of `read_acquire`).
+        let read_upsert = format!(
+            "INSERT INTO {t} AS l (name, token, expires_at, holder, acquired_at)
+    VALUES ($1, '{READERS}', now() + $3::int8 * interval '1 millisecond',
+            $2 || ' ' || ({NOW_MS} + $3::int8), now())
+    ON CONFLICT (name) DO UPDATE SET
+        token = excluded.token,
+        holder = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
+                      THEN coalesce({kept} || E'\\n', '') ELSE '' END || excluded.holder,
+        expires_at = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
+                          THEN greatest(l.expires_at, excluded.expires_at)
+                          ELSE excluded.expires_at END,
+        acquired_at = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
+                           THEN l.acquired_at ELSE now() END
+    WHERE (l.expires_at <= now() AND (l.token <> '{READERS}' OR {marks} = 0))
+       OR (l.token = '{READERS}'
+           AND (position(E'\\n' || $2 || ' ' IN E'\\n' || l.holder) > 0
+                OR {marks} = 0))",
+            kept = kept(),
+            marks = over_lines("count(*)", true),
+        );
         PgStatements {
             create: format!(
                 "BEGIN;
@@ -252,22 +303,7 @@ SELECT true, CASE WHEN waited THEN pg_notify('{table}', name) END FROM gone WHER
             ),
             read_acquire: format!(
                 "WITH taken AS (
-    INSERT INTO {t} AS l (name, token, expires_at, holder, acquired_at)
-    VALUES ($1, '{READERS}', now() + $3::int8 * interval '1 millisecond',
-            $2 || ' ' || ({NOW_MS} + $3::int8), now())
-    ON CONFLICT (name) DO UPDATE SET
-        token = excluded.token,
-        holder = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
-                      THEN coalesce({kept} || E'\\n', '') ELSE '' END || excluded.holder,
-        expires_at = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
-                          THEN greatest(l.expires_at, excluded.expires_at)
-                          ELSE excluded.expires_at END,
-        acquired_at = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
-                           THEN l.acquired_at ELSE now() END
-    WHERE (l.expires_at <= now() AND (l.token <> '{READERS}' OR {marks} = 0))
-       OR (l.token = '{READERS}'
-           AND (position(E'\\n' || $2 || ' ' IN E'\\n' || l.holder) > 0
-                OR {marks} = 0))
+    {read_upsert}
     RETURNING l.name
 )
 SELECT EXISTS (SELECT 1 FROM taken),
@@ -276,9 +312,16 @@ SELECT EXISTS (SELECT 1 FROM taken),
          WHERE l.name = $1),
        (SELECT {first_mark} - {NOW_MS} FROM {t} l WHERE l.name = $1 AND l.token = '{READERS}'),
        (SELECT l.token FROM {t} l WHERE l.name = $1 AND l.expires_at > now())",
-                kept = kept(),
-                marks = over_lines("count(*)", true),
                 first_mark = over_lines("min(nullif(split_part(line, ' ', 2), '')::int8)", true),
+            ),
+            read_join: format!(
+                "INSERT INTO {t} AS l (name, token, expires_at, holder, acquired_at)
+    VALUES ($1, '{READERS}', now() + $3::int8 * interval '1 millisecond',
+            $2 || ' ' || ({NOW_MS} + $3::int8), now())
+    ON CONFLICT (name) DO UPDATE SET
+        token = excluded.token, holder = excluded.holder,
+        expires_at = excluded.expires_at, acquired_at = excluded.acquired_at
+    WHERE l.expires_at <= now() AND l.token <> '{READERS}'"
             ),
             read_renew: format!(
                 "UPDATE {t} AS l SET
@@ -329,16 +372,23 @@ SELECT EXISTS (SELECT 1 FROM taken),
                 "WITH cur AS (
     SELECT holder FROM {t} WHERE name = $1 AND token = $3 AND expires_at > now()
     FOR UPDATE
+), s AS (
+    SELECT string_agg(line, E'\\n') FILTER (WHERE keep) AS kept,
+           max(at) FILTER (WHERE keep AND NOT mark) AS last,
+           count(*) FILTER (WHERE keep AND NOT mark) AS others,
+           count(*) FILTER (WHERE keep AND mark) AS marks,
+           count(*) FILTER (WHERE tok = $2 AND at > now_ms) > 0 AS mine
+    FROM {lines}
 ), left_some AS (
     UPDATE {t} AS l SET
-        holder = coalesce({kept}, ''),
-        expires_at = coalesce(to_timestamp({last} / 1000.0), now() - interval '1 millisecond')
-    FROM cur
-    WHERE l.name = $1 AND l.token = $3 AND {mine} AND ({others} > 0 OR {marks} > 0)
+        holder = coalesce(s.kept, ''),
+        expires_at = coalesce(to_timestamp(s.last / 1000.0), now() - interval '1 millisecond')
+    FROM s
+    WHERE l.name = $1 AND l.token = $3 AND s.mine AND (s.others > 0 OR s.marks > 0)
     RETURNING l.name, l.expires_at > now() AS held
 ), left_none AS (
-    DELETE FROM {t} AS l USING cur
-    WHERE l.name = $1 AND l.token = $3 AND {mine} AND {others} = 0 AND {marks} = 0
+    DELETE FROM {t} AS l USING s
+    WHERE l.name = $1 AND l.token = $3 AND s.mine AND s.others = 0 AND s.marks = 0
     RETURNING l.name
 ), woke AS (
     SELECT pg_notify('{table}', name) FROM left_none WHERE $3 <> '{READERS}'
@@ -347,19 +397,12 @@ SELECT EXISTS (SELECT 1 FROM taken),
 )
 SELECT EXISTS (SELECT 1 FROM left_some) OR EXISTS (SELECT 1 FROM left_none),
        (SELECT count(*) FROM woke)",
-                kept = kept_of("cur.holder"),
-                last = over_lines_of(
-                    "cur.holder",
-                    "max(nullif(split_part(line, ' ', 2), '')::int8)",
-                    false
-                ),
-                others = over_lines_of("cur.holder", "count(*)", false),
-                marks = over_lines_of("cur.holder", "count(*)", true),
-                mine = format!(
-                    "EXISTS (SELECT 1 FROM string_to_table(cur.holder, E'\\n') AS s(line)
-                 WHERE split_part(line, ' ', 1) = $2
-                   AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
-                ),
+                lines = lines_of("cur.holder", "cur"),
+            ),
+            read_release_alone: format!(
+                "DELETE FROM {t} WHERE name = $1 AND token = '{READERS}' AND expires_at > now()
+    AND strpos(holder, E'\\n') = 0 AND split_part(holder, ' ', 1) = $2
+    AND nullif(split_part(holder, ' ', 2), '')::int8 > {NOW_MS}"
             ),
             mark: format!(
                 "WITH marked AS (
