@@ -204,10 +204,10 @@ async fn a_table_vacuumed_empty_is_still_read_by_its_index() {
     );
 }
 
-/// A lone reader takes and gives back its share as a writer takes and gives back its lock:
-/// one `INSERT`, one `DELETE` (counted in the server's statement log). A reader that joins
-/// another's share, and the readers' departures, go through the full statements: both hold the
-/// row together, the first to leave leaves the row to the other, the last deletes it.
+/// A lone reader (or permit) takes and gives back its share as a writer takes and gives back
+/// its lock: one `INSERT`, one `DELETE` (counted in the server's statement log). A reader that
+/// joins another's share, and the readers' departures, go through the full statements: both
+/// hold the row together, the first to leave leaves the row to the other, the last deletes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lone_reader_costs_what_a_writer_does() {
     use std::time::Duration;
@@ -223,24 +223,37 @@ async fn a_lone_reader_costs_what_a_writer_does() {
             .collect::<Vec<_>>()
     };
     let first = distlock::LockClient::connect(&url).await.unwrap();
-    let before = statements().len();
-    let alone = first.lock("doc").read().acquire().await.unwrap();
-    alone.release().await.unwrap();
-    assert!(
-        support::eventually(Duration::from_secs(10), || async {
-            statements().len() >= before + 2
-        })
-        .await
-    );
-    tokio::time::sleep(Duration::from_millis(300)).await; // anything more would be logged
-    let sent: Vec<String> = statements()[before..]
-        .iter()
-        .map(|sql| sql.trim().to_owned())
-        .collect();
-    assert_eq!(sent.len(), 2, "{sent:#?}");
-    assert!(sent[0].contains(": INSERT INTO"), "{sent:#?}");
-    assert!(sent[1].contains(": DELETE FROM"), "{sent:#?}");
+    // What one lock + release of `request` sends.
+    let sent_by = |request: distlock::LockRequest| {
+        let before = statements().len();
+        async move {
+            let guard = request.acquire().await.unwrap();
+            guard.release().await.unwrap();
+            assert!(
+                support::eventually(Duration::from_secs(10), || async {
+                    statements().len() >= before + 2
+                })
+                .await
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await; // anything more is logged
+            statements()[before..]
+                .iter()
+                .map(|sql| sql.trim().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    for request in [first.lock("doc").read(), first.semaphore("pool", 2)] {
+        let sent = sent_by(request).await;
+        assert_eq!(sent.len(), 2, "{sent:#?}");
+        assert!(sent[0].contains(": INSERT INTO"), "{sent:#?}");
+        assert!(sent[1].contains(": DELETE FROM"), "{sent:#?}");
+    }
     assert!(first.inspect("doc").await.unwrap().is_none());
+    assert!(first.inspect("pool").await.unwrap().is_none());
+    // The lone permit of a semaphore of one may have a waiter: the full release wakes it.
+    let sent = sent_by(first.semaphore("one", 1)).await;
+    assert_eq!(sent.len(), 2, "{sent:#?}");
+    assert!(sent[1].contains(": WITH cur AS"), "{sent:#?}");
 
     // Two readers of two clients: the second joins the first's share.
     let second = distlock::LockClient::connect(&url).await.unwrap();

@@ -71,26 +71,36 @@ impl PostgresBackend {
         Ok(busy(ttl_ms))
     }
 
+    /// The common case of a reader's or a permit's attempt without fencing: the first share
+    /// of a free row (`statements::PgStatements::share_join`). Whether it was taken; if not,
+    /// the name is remembered as shared or busy, and the full statement decides.
+    async fn lone_share(&self, spec: LockSpec<'_>, row_token: &str) -> Result<bool, BoxError> {
+        if spec.fencing || self.contended.contains(spec.name) {
+            return Ok(false);
+        }
+        let lease = millis(spec.lease);
+        let params: [&(dyn ToSql + Sync); 4] = [&spec.name, &spec.token, &lease, &row_token];
+        let taken = self
+            .run("the share's acquisition", spec.name, |conn| async move {
+                conn.client.execute(&conn.share_join, &params).await
+            })
+            .await
+            .map_err(acquire_error)?;
+        if taken != 1 {
+            self.contended.insert(spec.name);
+        }
+        Ok(taken == 1)
+    }
+
     /// A reader's attempt (see `statements::PgStatements::read_acquire`).
     pub(super) async fn acquire_shared(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let lease = millis(spec.lease);
-        let params: [&(dyn ToSql + Sync); 4] = [&spec.name, &spec.token, &lease, &self.holder];
-        if !spec.fencing && !self.contended.contains(spec.name) {
-            // The common case first: the reader joins, or takes a free row; the full
-            // statement decides anything else, and remembers the name as shared or busy.
-            let taken = self
-                .run("the read acquisition", spec.name, |conn| async move {
-                    conn.client.execute(&conn.read_join, &params).await
-                })
-                .await
-                .map_err(acquire_error)?;
-            if taken == 1 {
-                return Ok(Attempt::Acquired {
-                    fencing_token: None,
-                });
-            }
-            self.contended.insert(spec.name);
+        if self.lone_share(spec, READERS).await? {
+            return Ok(Attempt::Acquired {
+                fencing_token: None,
+            });
         }
+        let params: [&(dyn ToSql + Sync); 4] = [&spec.name, &spec.token, &lease, &self.holder];
         let row = self
             .run("the read acquisition", spec.name, |conn| async move {
                 conn.client.query_one(&conn.read_acquire, &params).await
@@ -145,8 +155,13 @@ impl PostgresBackend {
         spec: LockSpec<'_>,
         limit: u16,
     ) -> Result<Attempt, BoxError> {
-        let lease = millis(spec.lease);
         let row_token = shares_token(spec.kind);
+        if self.lone_share(spec, &row_token).await? {
+            return Ok(Attempt::Acquired {
+                fencing_token: None,
+            });
+        }
+        let lease = millis(spec.lease);
         let limit_param = i64::from(limit);
         let params: [&(dyn ToSql + Sync); 6] = [
             &spec.name,

@@ -228,30 +228,47 @@ impl Backend for PostgresBackend {
         let marked = row_token.is_none() && self.marked.remove(token);
         Box::pin(async move {
             let mut tries = 0;
-            // The common case first: a writer's row or a lone reader's share, live, no one
-            // waiting → one `DELETE` that returns nothing. Anything else (0 rows) is the full
+            // The common case first: a writer's row or a lone share, live, no one waiting →
+            // one `DELETE` that returns nothing. Anything else (0 rows) is the full
             // statement's to decide. A name found busy (or shared) before likely has a waiter
-            // (or other readers): the full statement at once. A permit's release always wakes
-            // the next permit's waiters: always the full statement.
-            let reader = hold.kind == Kind::Shared;
-            let quiet = (row_token.is_none() && !marked) || reader;
+            // (or other shares): the full statement at once. The lone permit of a semaphore
+            // of one may have waiters, which only the full statement wakes.
+            let share = match hold.kind {
+                Kind::Exclusive => false,
+                Kind::Shared => true,
+                Kind::Permits(n) => n > 1,
+            };
+            let quiet = match &row_token {
+                None => !marked,
+                Some(_) => share,
+            };
             if quiet && !self.contended.contains(name) {
                 let deleted = self
                     .run("the release", name, |conn| {
                         tries += 1;
+                        let row_token = row_token.as_deref();
                         async move {
-                            let quiet = match reader {
-                                true => &conn.read_release_alone,
-                                false => &conn.release_quiet,
-                            };
-                            conn.client.execute(quiet, &[&name, &token]).await
+                            match row_token {
+                                Some(row) => {
+                                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                                        [&name, &token, &row];
+                                    conn.client
+                                        .execute(&conn.share_release_alone, &params)
+                                        .await
+                                }
+                                None => {
+                                    conn.client
+                                        .execute(&conn.release_quiet, &[&name, &token])
+                                        .await
+                                }
+                            }
                         }
                     })
                     .await?;
                 if deleted == 1 {
                     return Ok(Released::Deleted);
                 }
-                if reader {
+                if share {
                     self.contended.insert(name);
                 }
                 // A retried quiet try may have deleted the row unseen: `tries` then stays

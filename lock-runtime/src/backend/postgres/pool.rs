@@ -31,10 +31,10 @@ pub(super) struct Conn {
     pub(super) release_unmarked: Statement,
     pub(super) release_quiet: Statement,
     pub(super) read_acquire: Statement,
-    pub(super) read_join: Statement,
+    pub(super) share_join: Statement,
     pub(super) read_renew: Statement,
     pub(super) read_release: Statement,
-    pub(super) read_release_alone: Statement,
+    pub(super) share_release_alone: Statement,
     pub(super) permit_acquire: Statement,
     pub(super) mark: Statement,
     pub(super) flag: Statement,
@@ -193,8 +193,11 @@ impl PostgresBackend {
             reading,
             futures_util::future::try_join3(
                 client.prepare_typed(&self.sql.release_quiet, &[Type::TEXT, Type::TEXT]),
-                client.prepare_typed(&self.sql.read_release_alone, &[Type::TEXT, Type::TEXT]),
-                client.prepare_typed(&self.sql.read_join, &lock_params),
+                client.prepare_typed(
+                    &self.sql.share_release_alone,
+                    &[Type::TEXT, Type::TEXT, Type::TEXT],
+                ),
+                client.prepare_typed(&self.sql.share_join, &lock_params),
             ),
         );
         // Part of connecting: bounded by the connect timeout (a busy server or another client
@@ -203,7 +206,7 @@ impl PostgresBackend {
             (),
             ((acquire, acquire_fenced, remaining, release_unmarked), renew, renew_many, release),
             (read_acquire, read_renew, read_release, (mark, flag), permit_acquire),
-            (release_quiet, read_release_alone, read_join),
+            (release_quiet, share_release_alone, share_join),
         ) = timed(
             "preparing the lock statements",
             self.settings.connect_timeout,
@@ -221,10 +224,10 @@ impl PostgresBackend {
             release_unmarked,
             release_quiet,
             read_acquire,
-            read_join,
+            share_join,
             read_renew,
             read_release,
-            read_release_alone,
+            share_release_alone,
             permit_acquire,
             mark,
             flag,

@@ -68,13 +68,15 @@ pub(super) struct PgStatements {
     /// ms until the first waiting writer's mark lapses, the live row's token). Joins the readers unless a writer
     /// holds the row or a writer's mark is live (see `sql::shares::READERS` for the layout).
     pub read_acquire: String,
-    /// The common case of [`read_acquire`](Self::read_acquire), for a reader without fencing:
-    /// the first reader of a free (or lapsed writer's) row. `$1`–`$3` as there → rows written
-    /// (1 if taken); 0 rows (other readers, a writer, marks): the full statement decides and
-    /// says why. Without the full one's passes over the row's lines and the four lookups of a
-    /// busy answer — whose start-up alone cost the server as much as a writer's whole
-    /// acquisition — a reader's costs what a writer's does.
-    pub read_join: String,
+    /// The common case of [`read_acquire`](Self::read_acquire) and
+    /// [`permit_acquire`](Self::permit_acquire), without fencing: the first share of a free
+    /// (or lapsed writer's) row. `$1` name, `$2` token, `$3` lease in ms, `$4` the row's token
+    /// (`readers`, or `permits:<n>`) → rows written (1 if taken); 0 rows (other shares, a
+    /// writer, marks): the full statement decides and says why. Without the full ones' passes
+    /// over the row's lines and the lookups of a busy answer — whose start-up alone cost the
+    /// server as much as a writer's whole acquisition — a lone share costs what a writer's
+    /// lock does.
+    pub share_join: String,
     /// `$1` name, `$2` token, `$3` lease in ms, `$4` the row's token (`readers`, or a
     /// semaphore's `permits:<n>`) → one row if the share was live and now ends `$3` ms from now
     /// (sooner or later than before: a release before `min_hold` shortens it); the row lives
@@ -95,13 +97,13 @@ pub(super) struct PgStatements {
     /// or the delete decides on what it read — never on an older version, which would let a
     /// reader that joined meanwhile make both of them step aside.
     pub read_release: String,
-    /// The common case of [`read_release`](Self::read_release): the only reader of a readers'
-    /// row, no writer's mark beside its share, leaves. `$1` name, `$2` token → rows deleted (1
-    /// if so). Nothing to wake (only a writer waits for readers, and it would have its mark in
-    /// the row), nothing returned; 0 rows: the full statement decides. The full one's work
-    /// for the same case (one pass over the row's lines, three data-modifying steps) cost a
-    /// reader's release four times a writer's on the server.
-    pub read_release_alone: String,
+    /// The common case of [`read_release`](Self::read_release): the only share of a row
+    /// leaves, no writer's mark beside it. `$1` name, `$2` token, `$3` the row's token → rows
+    /// deleted (1 if so). Nothing returned, nobody woken: only a writer waits for readers,
+    /// and it has its mark in the row; a permit's waiter waits only while the semaphore is
+    /// full, so not behind a lone permit of a semaphore of two or more (the caller's to
+    /// check). 0 rows: the full statement decides.
+    pub share_release_alone: String,
     /// A waiting writer found the row busy: `$1` name, `$2` token, `$3` mark ms → (remaining
     /// ms, marked, the row's token if not marked). Readers holding the row get the writer's
     /// mark, which keeps new readers out; a writer's row is flagged as waited for (see
@@ -314,9 +316,9 @@ SELECT EXISTS (SELECT 1 FROM taken),
        (SELECT l.token FROM {t} l WHERE l.name = $1 AND l.expires_at > now())",
                 first_mark = over_lines("min(nullif(split_part(line, ' ', 2), '')::int8)", true),
             ),
-            read_join: format!(
+            share_join: format!(
                 "INSERT INTO {t} AS l (name, token, expires_at, holder, acquired_at)
-    VALUES ($1, '{READERS}', now() + $3::int8 * interval '1 millisecond',
+    VALUES ($1, $4, now() + $3::int8 * interval '1 millisecond',
             $2 || ' ' || ({NOW_MS} + $3::int8), now())
     ON CONFLICT (name) DO UPDATE SET
         token = excluded.token, holder = excluded.holder,
@@ -399,8 +401,8 @@ SELECT EXISTS (SELECT 1 FROM left_some) OR EXISTS (SELECT 1 FROM left_none),
        (SELECT count(*) FROM woke)",
                 lines = lines_of("cur.holder", "cur"),
             ),
-            read_release_alone: format!(
-                "DELETE FROM {t} WHERE name = $1 AND token = '{READERS}' AND expires_at > now()
+            share_release_alone: format!(
+                "DELETE FROM {t} WHERE name = $1 AND token = $3 AND expires_at > now()
     AND strpos(holder, E'\\n') = 0 AND split_part(holder, ' ', 1) = $2
     AND nullif(split_part(holder, ' ', 2), '')::int8 > {NOW_MS}"
             ),
