@@ -21,17 +21,23 @@ use crate::error::BoxError;
 /// one statement, in the transaction of a share's acquisition or renewal, which decided it.
 async fn take_share(
     tx: &mut mysql_async::Transaction<'_>,
-    sql: &MyStatements,
-    (name, token, row_token): (&[u8], &str, &str),
+    share: &Share,
     lease: i64,
-    holder: &str,
 ) -> Result<(), mysql_async::Error> {
+    let Share {
+        sql,
+        name,
+        token,
+        holder,
+        row_token,
+    } = share;
+    let (name, token, row_token) = (name.as_slice(), token.as_str(), row_token.as_str());
     let params = vec![
         Value::from(name),
         Value::from(token),
         Value::from(token),
         Value::from(lease),
-        Value::from(holder),
+        Value::from(holder.as_str()),
         Value::from(name),
         Value::from(row_token),
         Value::from(lease),
@@ -314,23 +320,18 @@ impl MysqlBackend {
         } = rules;
         let outcome = self
             .run_with(Trips::Many, what, spec.name, move |conn| {
-                let Share {
-                    sql,
-                    name,
-                    token,
-                    holder,
-                    row_token,
-                } = share.clone();
+                let s = share.clone();
                 Box::pin(async move {
                     let mut tx = conn.start_transaction(TxOpts::default()).await?;
-                    tx.exec_drop(sql.lock_row.as_str(), (name.clone(),)).await?;
+                    tx.exec_drop(s.sql.lock_row.as_str(), (s.name.clone(),))
+                        .await?;
                     // Read once the row is locked: nobody changes the shares or marks meanwhile.
                     let found: Option<ShareState> = tx
-                        .exec_first(state(&sql).as_str(), name_and_token(&name, &token))
+                        .exec_first(state(&s.sql).as_str(), name_and_token(&s.name, &s.token))
                         .await?;
                     let (held, live, left, mine, n, first) = found.unwrap_or_default();
                     let (held, live) = (held.unwrap_or_default(), live.unwrap_or(false));
-                    if live && held != row_token {
+                    if live && held != s.row_token {
                         tx.rollback().await?;
                         return Ok(ShareAttempt::HeldAs(held, left));
                     }
@@ -338,23 +339,23 @@ impl MysqlBackend {
                     // in use, a permit.
                     let counted = mine == 0
                         && match kind {
-                            Kind::Shared => held == row_token,
+                            Kind::Shared => held == s.row_token,
                             _ => live,
                         };
                     if counted && n >= full_at {
                         tx.rollback().await?;
                         return Ok(ShareAttempt::Busy(busy_wait(kind, live, left, first)));
                     }
-                    take_share(&mut tx, &sql, (&name, &token, &row_token), lease, &holder).await?;
+                    take_share(&mut tx, &s, lease).await?;
                     let fence = match (fencing, kind) {
                         (false, _) => None,
                         (true, Kind::Shared) => Some(
-                            tx.exec_first(sql.last_fence.as_str(), (name,))
+                            tx.exec_first(s.sql.last_fence.as_str(), (s.name,))
                                 .await?
                                 .unwrap_or(0),
                         ),
                         (true, _) => {
-                            tx.exec_drop(sql.fence.as_str(), (name,)).await?;
+                            tx.exec_drop(s.sql.fence.as_str(), (s.name,)).await?;
                             tx.last_insert_id().map(|f| f as i64)
                         }
                     };
@@ -442,21 +443,15 @@ impl MysqlBackend {
         let (share, lease) = (Share::of(self, &spec), micros(spec.lease));
         let renewed = self
             .run_with(Trips::Many, "the read renewal", spec.name, move |conn| {
-                let Share {
-                    sql,
-                    name,
-                    token,
-                    holder,
-                    row_token,
-                } = share.clone();
+                let s = share.clone();
                 Box::pin(async move {
                     let mut tx = conn.start_transaction(TxOpts::default()).await?;
-                    let row = locked(&mut tx, &sql, &name, &token).await?;
-                    if !(row.token.as_ref() == Some(&row_token) && row.live && row.mine) {
+                    let row = locked(&mut tx, &s.sql, &s.name, &s.token).await?;
+                    if !(row.token.as_ref() == Some(&s.row_token) && row.live && row.mine) {
                         tx.rollback().await?;
                         return Ok(false);
                     }
-                    take_share(&mut tx, &sql, (&name, &token, &row_token), lease, &holder).await?;
+                    take_share(&mut tx, &s, lease).await?;
                     tx.commit().await?;
                     Ok(true)
                 })
