@@ -159,7 +159,7 @@ pub(crate) struct CloseOnDrop {
     pub dead: Arc<std::sync::atomic::AtomicBool>,
 }
 
-#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+#[cfg(any(feature = "redis", feature = "postgres"))]
 impl CloseOnDrop {
     /// The closer of `hub`, and the flag it sets: the listener's `dead`.
     pub(crate) fn new(hub: &Arc<ReleaseHub>) -> (CloseOnDrop, Arc<std::sync::atomic::AtomicBool>) {

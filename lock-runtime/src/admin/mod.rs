@@ -157,12 +157,6 @@ impl Listing<'_> {
         name.strip_prefix(self.prefix)
             .is_some_and(|key| glob_match(self.pattern, key))
     }
-
-    /// The names asked for as a SQL `LIKE` pattern (escape `\\`).
-    #[cfg(any(feature = "postgres", feature = "mysql"))]
-    pub(crate) fn like(&self) -> String {
-        crate::backend::sql::like_pattern(self.prefix, self.pattern)
-    }
 }
 
 /// Whether `text` matches the glob `pattern`: `*` any run of characters, `?` one character,

@@ -10,6 +10,7 @@ use mysql_async::prelude::Queryable;
 use super::errors::MyError;
 use super::{MysqlBackend, positional};
 use crate::admin::{Entry, Listing};
+use crate::backend::sql::like_pattern;
 use crate::backend::sql::shares::{READERS, row_entry, shares_of, shares_token};
 use crate::backend::{Admin, Kind};
 use crate::error::BoxError;
@@ -85,7 +86,7 @@ impl Admin for MysqlBackend {
         Box::pin(async move {
             let sql = Arc::clone(&self.sql);
             let params = vec![
-                Value::from(listing.like().into_bytes()),
+                Value::from(like_pattern(listing.prefix, listing.pattern).into_bytes()),
                 Value::from(u64::try_from(listing.limit).unwrap_or(u64::MAX)),
             ];
             let rows = self

@@ -4,6 +4,7 @@
 use super::PostgresBackend;
 use crate::admin::{Entry, Listing};
 use crate::backend::Admin;
+use crate::backend::sql::like_pattern;
 use crate::backend::sql::shares::{readers_entry, row_entry, shares_of};
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
@@ -21,7 +22,7 @@ impl Admin for PostgresBackend {
     }
     fn list<'a>(&'a self, listing: Listing<'a>) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
         Box::pin(async move {
-            let like = listing.like();
+            let like = like_pattern(listing.prefix, listing.pattern);
             let limit = i64::try_from(listing.limit).unwrap_or(i64::MAX);
             let rows = self
                 .run("the listing", listing.prefix, |conn| {
