@@ -138,6 +138,17 @@ impl PostgresBackend {
     }
 }
 
+/// A release statement's parameters: `name, token`, and a share's row token (`readers`,
+/// `permits:<n>`) when `.1` says so.
+#[derive(Clone, Copy)]
+struct HoldParams<'a>([&'a (dyn tokio_postgres::types::ToSql + Sync); 3], bool);
+
+impl<'a> HoldParams<'a> {
+    fn get(&self) -> &[&'a (dyn tokio_postgres::types::ToSql + Sync)] {
+        &self.0[..if self.1 { 3 } else { 2 }]
+    }
+}
+
 /// The token of the row a share of `kind` lives in: `readers`, or a semaphore's `permits:<n>`;
 /// `None` for a plain lock (its row holds its owner's token).
 fn row_token(kind: Kind) -> Option<String> {
@@ -227,6 +238,8 @@ impl Backend for PostgresBackend {
         let row_token = row_token(hold.kind);
         let marked = row_token.is_none() && self.marked.remove(token);
         Box::pin(async move {
+            let row = row_token.as_deref().unwrap_or_default();
+            let params = HoldParams([&name, &token, &row], row_token.is_some());
             let mut tries = 0;
             // The common case first: a writer's row or a lone share, live, no one waiting →
             // one `DELETE` that returns nothing. Anything else (0 rows) is the full
@@ -246,22 +259,12 @@ impl Backend for PostgresBackend {
                 let deleted = self
                     .run("the release", name, |conn| {
                         tries += 1;
-                        let row_token = row_token.as_deref();
                         async move {
-                            match row_token {
-                                Some(row) => {
-                                    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-                                        [&name, &token, &row];
-                                    conn.client
-                                        .execute(&conn.share_release_alone, &params)
-                                        .await
-                                }
-                                None => {
-                                    conn.client
-                                        .execute(&conn.release_quiet, &[&name, &token])
-                                        .await
-                                }
-                            }
+                            let quiet = match share {
+                                true => &conn.share_release_alone,
+                                false => &conn.release_quiet,
+                            };
+                            conn.client.execute(quiet, params.get()).await
                         }
                     })
                     .await?;
@@ -278,23 +281,13 @@ impl Backend for PostgresBackend {
             let released = self
                 .run("the release", name, |conn| {
                     tries += 1;
-                    let row_token = row_token.as_deref();
                     async move {
-                        match row_token {
-                            Some(row) => {
-                                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-                                    [&name, &token, &row];
-                                conn.client.query(&conn.read_release, &params).await
-                            }
-                            None if marked => {
-                                conn.client.query(&conn.release, &[&name, &token]).await
-                            }
-                            None => {
-                                conn.client
-                                    .query(&conn.release_unmarked, &[&name, &token])
-                                    .await
-                            }
-                        }
+                        let full = match (params.1, marked) {
+                            (true, _) => &conn.read_release,
+                            (false, true) => &conn.release,
+                            (false, false) => &conn.release_unmarked,
+                        };
+                        conn.client.query(full, params.get()).await
                     }
                 })
                 .await?;
