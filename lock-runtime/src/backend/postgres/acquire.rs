@@ -94,12 +94,12 @@ impl PostgresBackend {
 
     /// A reader's attempt (see `statements::PgStatements::read_acquire`).
     pub(super) async fn acquire_shared(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
-        let lease = millis(spec.lease);
         if self.lone_share(spec, READERS).await? {
             return Ok(Attempt::Acquired {
                 fencing_token: None,
             });
         }
+        let lease = millis(spec.lease);
         let params: [&(dyn ToSql + Sync); 4] = [&spec.name, &spec.token, &lease, &self.holder];
         let row = self
             .run("the read acquisition", spec.name, |conn| async move {

@@ -17,7 +17,6 @@
 //!   when the holder's lease runs out.
 //! - **Fencing**: a counter per lock name in `<table>_fences`, raised by the acquiring
 //!   statement itself; it outlives the lock's row, so tokens keep rising across releases.
-//!
 //! - **Readers and permits** share one row: its token says `readers` (or `permits:<n>`), its
 //!   `holder` column holds a line per share and per waiting writer's mark. A lone reader
 //!   takes and gives back its share with a plain `INSERT` and `DELETE`, as a writer does; a
@@ -246,21 +245,17 @@ impl Backend for PostgresBackend {
             // statement's to decide. A name found busy (or shared) before likely has a waiter
             // (or other shares): the full statement at once. The lone permit of a semaphore
             // of one may have waiters, which only the full statement wakes.
-            let share = match hold.kind {
-                Kind::Exclusive => false,
+            let quiet = match hold.kind {
+                Kind::Exclusive => !marked,
                 Kind::Shared => true,
                 Kind::Permits(n) => n > 1,
-            };
-            let quiet = match &row_token {
-                None => !marked,
-                Some(_) => share,
             };
             if quiet && !self.contended.contains(name) {
                 let deleted = self
                     .run("the release", name, |conn| {
                         tries += 1;
                         async move {
-                            let quiet = match share {
+                            let quiet = match params.1 {
                                 true => &conn.share_release_alone,
                                 false => &conn.release_quiet,
                             };
@@ -271,8 +266,8 @@ impl Backend for PostgresBackend {
                 if deleted == 1 {
                     return Ok(Released::Deleted);
                 }
-                if share {
-                    self.contended.insert(name);
+                if params.1 {
+                    self.contended.insert(name); // other shares, or a writer's mark
                 }
                 // A retried quiet try may have deleted the row unseen: `tries` then stays
                 // above 1 below, so finding nothing there is ambiguous, not "not ours".

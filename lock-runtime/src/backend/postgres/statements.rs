@@ -152,13 +152,8 @@ const NOW_MS: &str = "(extract(epoch FROM now()) * 1000)::int8";
 /// The lines of `l.holder` (a readers' row) still live, except those of token `$2` (its share
 /// and its mark): the shares and marks to keep when `$2` changes its own. NULL for none.
 fn kept() -> String {
-    kept_of("l.holder")
-}
-
-/// [`kept`] of the lines in `holder` (a column).
-fn kept_of(holder: &str) -> String {
     format!(
-        "(SELECT string_agg(line, E'\\n') FROM string_to_table({holder}, E'\\n') AS s(line)
+        "(SELECT string_agg(line, E'\\n') FROM string_to_table(l.holder, E'\\n') AS s(line)
           WHERE split_part(line, ' ', 1) NOT IN ($2, '!' || $2)
             AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
     )
@@ -167,14 +162,9 @@ fn kept_of(holder: &str) -> String {
 /// Over the live lines of `l.holder` that are writers' marks (`marks` true) or shares, except
 /// `$2`'s: `what` of their times (`min(…)`, `max(…)`, `count(*)`…).
 fn over_lines(what: &str, marks: bool) -> String {
-    over_lines_of("l.holder", what, marks)
-}
-
-/// [`over_lines`] of the lines in `holder` (a column).
-fn over_lines_of(holder: &str, what: &str, marks: bool) -> String {
     let kind = if marks { "=" } else { "<>" };
     format!(
-        "(SELECT {what} FROM string_to_table({holder}, E'\\n') AS s(line)
+        "(SELECT {what} FROM string_to_table(l.holder, E'\\n') AS s(line)
           WHERE left(line, 1) {kind} '!' AND split_part(line, ' ', 1) NOT IN ($2, '!' || $2)
             AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
     )
@@ -204,27 +194,6 @@ impl PgStatements {
         let columns = "l.name, l.token, l.holder, \
             (extract(epoch FROM l.acquired_at) * 1000)::int8, \
             (extract(epoch FROM l.expires_at - now()) * 1000)::int8, f.fence";
-        // A reader joins, or takes a free or lapsed row (the first step of `read_acquire`).
-        let read_upsert = format!(
-            "INSERT INTO {t} AS l (name, token, expires_at, holder, acquired_at)
-    VALUES ($1, '{READERS}', now() + $3::int8 * interval '1 millisecond',
-            $2 || ' ' || ({NOW_MS} + $3::int8), now())
-    ON CONFLICT (name) DO UPDATE SET
-        token = excluded.token,
-        holder = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
-                      THEN coalesce({kept} || E'\\n', '') ELSE '' END || excluded.holder,
-        expires_at = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
-                          THEN greatest(l.expires_at, excluded.expires_at)
-                          ELSE excluded.expires_at END,
-        acquired_at = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
-                           THEN l.acquired_at ELSE now() END
-    WHERE (l.expires_at <= now() AND (l.token <> '{READERS}' OR {marks} = 0))
-       OR (l.token = '{READERS}'
-           AND (position(E'\\n' || $2 || ' ' IN E'\\n' || l.holder) > 0
-                OR {marks} = 0))",
-            kept = kept(),
-            marks = over_lines("count(*)", true),
-        );
         PgStatements {
             create: format!(
                 "BEGIN;
@@ -305,7 +274,22 @@ SELECT true, CASE WHEN waited THEN pg_notify('{table}', name) END FROM gone WHER
             ),
             read_acquire: format!(
                 "WITH taken AS (
-    {read_upsert}
+    INSERT INTO {t} AS l (name, token, expires_at, holder, acquired_at)
+    VALUES ($1, '{READERS}', now() + $3::int8 * interval '1 millisecond',
+            $2 || ' ' || ({NOW_MS} + $3::int8), now())
+    ON CONFLICT (name) DO UPDATE SET
+        token = excluded.token,
+        holder = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
+                      THEN coalesce({kept} || E'\\n', '') ELSE '' END || excluded.holder,
+        expires_at = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
+                          THEN greatest(l.expires_at, excluded.expires_at)
+                          ELSE excluded.expires_at END,
+        acquired_at = CASE WHEN l.token = '{READERS}' AND l.expires_at > now()
+                           THEN l.acquired_at ELSE now() END
+    WHERE (l.expires_at <= now() AND (l.token <> '{READERS}' OR {marks} = 0))
+       OR (l.token = '{READERS}'
+           AND (position(E'\\n' || $2 || ' ' IN E'\\n' || l.holder) > 0
+                OR {marks} = 0))
     RETURNING l.name
 )
 SELECT EXISTS (SELECT 1 FROM taken),
@@ -314,6 +298,8 @@ SELECT EXISTS (SELECT 1 FROM taken),
          WHERE l.name = $1),
        (SELECT {first_mark} - {NOW_MS} FROM {t} l WHERE l.name = $1 AND l.token = '{READERS}'),
        (SELECT l.token FROM {t} l WHERE l.name = $1 AND l.expires_at > now())",
+                kept = kept(),
+                marks = over_lines("count(*)", true),
                 first_mark = over_lines("min(nullif(split_part(line, ' ', 2), '')::int8)", true),
             ),
             share_join: format!(
