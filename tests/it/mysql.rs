@@ -6,9 +6,10 @@
 //! - what the table holds (holder, expiry by the database's clock in UTC, an expired row taken
 //!   over, fencing counters rising across releases), and the DDL the guide prints;
 //! - renewals of many locks batched (the server's `Com_update` counter);
-//! - read locks and permits taken and given back by one `CALL` each (the server's
-//!   `Com_call_procedure`), and by statements, with the same promises, once the procedures are
-//!   gone;
+//! - a lone read lock or permit taken and given back by one plain statement each, as a plain
+//!   lock is (the server's `Com_insert`, `Com_delete_multi`); shared ones by one `CALL` each
+//!   (`Com_call_procedure`), and by statements, with the same promises, once the procedures
+//!   are gone;
 //! - waiting without notifications: a waiter of another client gets a released lock within the
 //!   polling cap, long before the holder's lease would end;
 //! - bad input: a wrong password, a missing database, a table of the wrong shape, a missing
@@ -102,6 +103,21 @@ async fn shares_take_one_call_each_way_and_statements_once_the_procedures_are_go
             .await;
         rows[0].parse::<u64>().unwrap()
     };
+    // A lock row there already (expired, as readers leave it to a writer): the client's
+    // lone-share `INSERT` meets it, and the name's shares go through the procedures.
+    let mut conn = fixture.server.conn().await;
+    for i in 0..5 {
+        conn.exec_drop(
+            format!(
+                "INSERT INTO {} VALUES (?, 'readers', UTC_TIMESTAMP(6) - INTERVAL 1 SECOND, \
+                 'readers', UTC_TIMESTAMP(6))",
+                fixture.table()
+            ),
+            (format!("lock:called:{i}").into_bytes(),),
+        )
+        .await
+        .unwrap();
+    }
     let before = calls().await;
     for i in 0..5 {
         let read = client.lock(format!("called:{i}")).read().acquire().await;
@@ -115,7 +131,6 @@ async fn shares_take_one_call_each_way_and_statements_once_the_procedures_are_go
         "one CALL per acquisition and per release"
     );
 
-    let mut conn = fixture.server.conn().await;
     for procedure in ["sacq2", "srel2"] {
         conn.query_drop(format!("DROP PROCEDURE {}_{procedure}", fixture.table()))
             .await
@@ -161,6 +176,172 @@ async fn shares_take_one_call_each_way_and_statements_once_the_procedures_are_go
         21,
         "the first call after the drop, then statements"
     );
+}
+
+/// The server's statement counters: (`Com_insert`, `Com_delete_multi`, `Com_call_procedure`).
+async fn counters(fixture: &MysqlFixture) -> [u64; 3] {
+    let mut counted = [0; 3];
+    for (i, name) in ["COM_INSERT", "COM_DELETE_MULTI", "COM_CALL_PROCEDURE"]
+        .into_iter()
+        .enumerate()
+    {
+        let rows = fixture
+            .rows::<String>(
+                "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+                 WHERE VARIABLE_NAME = ?",
+                (name,),
+            )
+            .await;
+        counted[i] = rows[0].parse().unwrap();
+    }
+    counted
+}
+
+fn since(before: [u64; 3], after: [u64; 3]) -> [u64; 3] {
+    [0, 1, 2].map(|i| after[i] - before[i])
+}
+
+/// A lone read lock and a lone permit cost what a plain lock does: one `INSERT` (the lock row
+/// and the share) and one `DELETE` of both (the server's `Com_insert`, `Com_delete_multi`), no
+/// `CALL`. A second reader of another client takes the full path, and so does every release
+/// after it: the lock row stays until the last share goes. A lone share's renewal keeps it
+/// alone; a writer's mark does not, and the share's release leaves the row to the writer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_reader_costs_what_a_writer_does() {
+    let fixture = MysqlFixture::own();
+    let (a, b, c) = (
+        fixture.client().await,
+        fixture.client().await,
+        fixture.client().await,
+    );
+    let names = || async {
+        let rows: Vec<Vec<u8>> = fixture
+            .rows(&format!("SELECT name FROM {}", fixture.table()), ())
+            .await;
+        rows.into_iter()
+            .map(|n| String::from_utf8_lossy(&n).into_owned())
+            .collect::<Vec<_>>()
+    };
+
+    let before = counters(&fixture).await;
+    let read = a.lock("lone").read().acquire().await.unwrap();
+    assert_eq!(names().await.len(), 2, "the lock row and the share");
+    read.release().await.unwrap();
+    let permit = a.semaphore("lone:permits", 2).acquire().await.unwrap();
+    permit.release().await.unwrap();
+    assert_eq!(
+        since(before, counters(&fixture).await),
+        [2, 2, 0],
+        "one INSERT and one DELETE per pair, no CALL"
+    );
+    assert!(names().await.is_empty(), "rows left: {:?}", names().await);
+
+    // Two readers share; a writer is kept out until both have gone.
+    let first = a.lock("two").read().acquire().await.unwrap();
+    let before = counters(&fixture).await;
+    let second = b.lock("two").read().acquire().await.unwrap();
+    let writer = || c.lock("two").wait(ms(0)).try_acquire();
+    assert!(
+        writer().await.unwrap().is_none(),
+        "readers keep a writer out"
+    );
+    first.release().await.unwrap();
+    assert!(
+        writer().await.unwrap().is_none(),
+        "one reader left keeps it out"
+    );
+    second.release().await.unwrap();
+    assert_eq!(
+        since(before, counters(&fixture).await)[2],
+        3,
+        "the second reader's acquisition and both releases take the full path"
+    );
+    writer().await.unwrap().unwrap().release().await.unwrap();
+    assert!(names().await.is_empty(), "rows left: {:?}", names().await);
+
+    // Renewed (a 1.5 s lease, renewed every 0.5 s), a lone share still leaves alone.
+    let renewed = a
+        .lock("renewed")
+        .read()
+        .lease(ms(1_500))
+        .acquire()
+        .await
+        .unwrap();
+    let expiry = || async {
+        let rows: Vec<i64> = fixture
+            .rows(
+                &format!(
+                    "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, acquired_at, expires_at) AS SIGNED) \
+                     FROM {} WHERE name = 'lock:renewed'",
+                    fixture.table()
+                ),
+                (),
+            )
+            .await;
+        rows[0]
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while expiry().await <= 1_500_000 {
+        assert!(Instant::now() < deadline, "the share was never renewed");
+        tokio::time::sleep(ms(100)).await;
+    }
+    let before = counters(&fixture).await;
+    renewed.release().await.unwrap();
+    assert_eq!(
+        since(before, counters(&fixture).await)[1..],
+        [1, 0],
+        "a renewed lone share: one DELETE, no CALL"
+    );
+    assert!(names().await.is_empty(), "rows left: {:?}", names().await);
+
+    // A writer waiting marks the readers: a new reader stays out, and the lone share's
+    // release takes the full path, which leaves the row to the writer.
+    let held = a.lock("marked").read().acquire().await.unwrap();
+    let waiting = tokio::spawn({
+        let c = c.clone();
+        async move {
+            c.lock("marked")
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !names()
+        .await
+        .iter()
+        .any(|n| n.starts_with("lock:marked\u{2}"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the writer never marked the readers"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    assert!(
+        b.lock("marked")
+            .read()
+            .wait(ms(0))
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a writer waiting keeps a new reader out"
+    );
+    let before = counters(&fixture).await;
+    held.release().await.unwrap();
+    assert_eq!(
+        since(before, counters(&fixture).await)[2],
+        1,
+        "the marked share's release takes the full path"
+    );
+    let writer = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .expect("the writer gets the lock once the reader has gone")
+        .unwrap()
+        .unwrap();
+    writer.release().await.unwrap();
+    assert!(names().await.is_empty(), "rows left: {:?}", names().await);
 }
 
 /// No notifications on MySQL: a waiter of another client polls, and gets the released lock

@@ -56,6 +56,9 @@ pub(crate) struct MysqlBackend {
     /// Tokens of writers that marked a lock's readers while waiting: their marks go once they
     /// have the lock or give up. (A mark forgotten past 65,536 tokens lapses by itself.)
     marked: super::Remembered<65_536>,
+    /// Names this client found shared or busy (their readers and permits then go straight to
+    /// the full statements: see `MyStatements::share_alone`).
+    contended: super::Remembered<4096>,
     /// Whether a share is taken and given back by the table's procedures (one `CALL` each),
     /// made when this client created the tables; cleared if a call finds them gone.
     procedures: std::sync::atomic::AtomicBool,
@@ -117,6 +120,7 @@ impl MysqlBackend {
             settings,
             hub: ReleaseHub::new(None),
             marked: Default::default(),
+            contended: Default::default(),
             procedures: Default::default(),
         });
         if backend.settings.create_table {
@@ -457,12 +461,12 @@ impl Backend for MysqlBackend {
         let (name, token) = (hold.name, hold.token);
         if hold.kind != Kind::Exclusive {
             return Box::pin(async move {
-                let (live, left) = self.release_shared(name, token, hold.kind).await?;
+                let (live, left, retried) = self.release_shared(name, token, hold.kind).await?;
                 // The last reader's departure frees the lock; every permit's frees a permit.
                 if !left || (live && hold.kind != Kind::Shared) {
                     self.hub.notify(name);
                 }
-                Ok(Released::after_tries(live, false))
+                Ok(Released::after_tries(live, retried))
             });
         }
         Box::pin(async move {

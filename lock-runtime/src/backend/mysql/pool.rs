@@ -35,6 +35,8 @@ pub(super) struct Hot {
     pub(super) renew: Statement,
     pub(super) release: Statement,
     pub(super) release_expired: Statement,
+    pub(super) share_alone: Statement,
+    pub(super) leave_alone: Statement,
 }
 
 impl MySession {
@@ -50,6 +52,8 @@ impl MySession {
             renew: conn.prep(sql.renew.as_str()).await?,
             release: conn.prep(sql.release.as_str()).await?,
             release_expired: conn.prep(sql.release_expired.as_str()).await?,
+            share_alone: conn.prep(sql.share_alone.as_str()).await?,
+            leave_alone: conn.prep(sql.leave_alone.as_str()).await?,
         };
         self.hot = Some(hot.clone());
         Ok(hot)

@@ -45,6 +45,8 @@ async fn take_share(
         Value::from(row_token),
         Value::from(row_token),
         Value::from(row_token),
+        Value::from(row_token),
+        Value::from(token),
     ];
     tx.exec_drop(sql.take_share.as_str(), positional(params))
         .await
@@ -213,6 +215,11 @@ impl MysqlBackend {
     ) -> Result<Attempt, BoxError> {
         // A first try goes straight to the transaction; a waiter's retry reads first, so that
         // waiters polling a plainly busy lock do not queue on the lock row's lock.
+        if self.lone_share(spec).await? {
+            return Ok(Attempt::Acquired {
+                fencing_token: None,
+            });
+        }
         if spec.waiting {
             let plainly = match spec.kind {
                 Kind::Permits(limit) => self.permits_in_use(spec, limit).await?,
@@ -240,6 +247,50 @@ impl MysqlBackend {
                 _ => Ok(busy_us(left)),
             },
         }
+    }
+
+    /// The common case of a reader's or a permit's attempt without fencing: the first share
+    /// of a free name, one plain `INSERT` (`MyStatements::share_alone`). Whether it was
+    /// taken; if not, the name is remembered as shared or busy, and the full acquisition
+    /// decides.
+    async fn lone_share(&self, spec: LockSpec<'_>) -> Result<bool, BoxError> {
+        if spec.fencing || self.contended.contains(spec.name) {
+            return Ok(false);
+        }
+        let (name, token, lease) = (spec.name.as_bytes(), spec.token, micros(spec.lease));
+        let params = vec![
+            Value::from(name),
+            Value::from(shares_token(spec.kind)),
+            Value::from(lease),
+            Value::from(token),
+            Value::from(name),
+            Value::from(token),
+            Value::from(token),
+            Value::from(lease),
+            Value::from(self.holder.as_str()),
+        ];
+        let taken = self
+            .run("the share's acquisition", spec.name, move |conn| {
+                let params = params.clone();
+                Box::pin(async move {
+                    let alone = conn.hot().await?.share_alone;
+                    match conn.exec_drop(&alone, positional(params)).await {
+                        Ok(()) => Ok(conn.affected_rows() == 2),
+                        // The lock row exists (1062), or a lone share of another client took
+                        // it just now (1213): nothing was written.
+                        Err(mysql_async::Error::Server(e)) if matches!(e.code, 1062 | 1213) => {
+                            Ok(false)
+                        }
+                        Err(e) => Err(e),
+                    }
+                })
+            })
+            .await
+            .map_err(acquire_error)?;
+        if !taken {
+            self.contended.insert(spec.name);
+        }
+        Ok(taken)
     }
 
     /// A share's attempt by the table's procedure (`MyStatements::call_take`): one round trip.
@@ -462,14 +513,55 @@ impl MysqlBackend {
 
     /// A reader's release: its share goes; the lock row then lives until the longest share
     /// left ends — or, with none left, is deleted (or, while writers wait, left to them, its
-    /// lease over). `(share was live, readers left)`.
+    /// lease over). `(share was live, readers left, retried)`: a share found gone after a
+    /// retried try may have been released by the try whose answer was lost.
     pub(super) async fn release_shared(
         &self,
         name: &str,
         token: &str,
         kind: Kind,
-    ) -> Result<(bool, bool), MyError> {
+    ) -> Result<(bool, bool, bool), MyError> {
         let row_token = shares_token(kind);
+        let tries = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        if !self.contended.contains(name) {
+            // A lone share, no writer waiting: it and its lock row go in one `DELETE`.
+            let counted = Arc::clone(&tries);
+            let params = vec![
+                Value::from(name.as_bytes()),
+                Value::from(token),
+                Value::from(name.as_bytes()),
+                Value::from(row_token.as_str()),
+                Value::from(token),
+            ];
+            let alone = self
+                .run("the read release", name, move |conn| {
+                    let params = params.clone();
+                    counted.fetch_add(1, Ordering::Relaxed);
+                    Box::pin(async move {
+                        let leave = conn.hot().await?.leave_alone;
+                        conn.exec_drop(&leave, positional(params)).await?;
+                        Ok(conn.affected_rows() == 2)
+                    })
+                })
+                .await?;
+            if alone {
+                return Ok((true, false, false));
+            }
+            self.contended.insert(name); // other shares, a writer's mark, or a renewal
+        }
+        let retried = tries.load(Ordering::Relaxed) > 1;
+        self.release_full(name, token, row_token)
+            .await
+            .map(|(live, left)| (live, left, retried))
+    }
+
+    /// [`release_shared`](Self::release_shared) by the full transaction (or the procedure).
+    async fn release_full(
+        &self,
+        name: &str,
+        token: &str,
+        row_token: String,
+    ) -> Result<(bool, bool), MyError> {
         if self.procedures.load(Ordering::Relaxed) {
             let sql = Arc::clone(&self.sql);
             let params = vec![
@@ -559,13 +651,21 @@ impl MysqlBackend {
         // Noted before the statement is sent: a mark whose answer is lost is taken back too
         // (as on PostgreSQL); forgotten again if the answer says nothing was marked.
         self.marked.insert(spec.token);
+        // A share alone is no longer once marked: its release takes the full path, which
+        // leaves the row to this writer (see `MyStatements::share_alone`).
         let marked = self
-            .run("marking the readers", spec.name, move |conn| {
+            .run_with(Trips::Many, "marking the readers", spec.name, move |conn| {
                 let (sql, params) = (Arc::clone(&sql), params.clone());
                 Box::pin(async move {
+                    let name = params[0].clone();
                     conn.exec_drop(sql.mark.as_str(), positional(params))
                         .await?;
-                    Ok(conn.affected_rows() > 0)
+                    if conn.affected_rows() == 0 {
+                        return Ok(false);
+                    }
+                    conn.exec_drop(sql.not_alone.as_str(), positional(vec![name]))
+                        .await?;
+                    Ok(true)
                 })
             })
             .await?;

@@ -49,10 +49,20 @@ pub(super) struct MyStatements {
     /// writers' marks): what a share's renewal and release decide on. One row even without a
     /// lock row (its token and liveness then `NULL`).
     pub share_locked: String,
-    /// `name, token, token, lease µs, holder, name, row token, lease µs, row token, row token
-    /// ×3` → the share made or renewed and the lock row held by its shares (row token
+    /// `name, token, token, lease µs, holder, name, row token, lease µs, row token ×5,
+    /// token` → the share made or renewed and the lock row held by its shares (row token
     /// `readers`, or a semaphore's `permits:<n>`) living at least as long: one statement.
     pub take_share: String,
+    /// A lone share (see [`share_alone`]): `name, row token, lease µs, token, name, token,
+    /// token, lease µs, holder` → the lock row and the share in one plain `INSERT` (2 rows), or
+    /// a duplicate-key error when the lock row exists in any state.
+    pub share_alone: String,
+    /// `name, token, name, row token, token` → deletes a lone share and its lock row (2 rows)
+    /// while the lock row still names that share alone and both are live; 0 rows otherwise.
+    pub leave_alone: String,
+    /// `name` → the lock row held by readers stops naming a lone share (a writer marked it):
+    /// that share's release then takes the full path, which leaves the row to the writer.
+    pub not_alone: String,
     /// The procedures that take and give back a share in one round trip each, created with
     /// the tables where the user may (see [`procedures`]); without them the statements above
     /// do it.
@@ -171,6 +181,16 @@ ORDER BY l.name LIMIT ?"
             permits_state: share_state(&t, Shares::Permits, [":name", ":token"], ""),
             share_locked: share_state(&t, Shares::Others, [":name", ":token"], " FOR UPDATE"),
             take_share: take_share(&t, ["?"; 5]),
+            share_alone: share_alone(&t),
+            leave_alone: format!(
+                "DELETE l, s FROM {t} l
+JOIN {t} s ON s.name = CONCAT(?, x'01', ?) AND s.expires_at > UTC_TIMESTAMP(6)
+WHERE l.name = ? AND l.token = ? AND l.holder = ? AND l.expires_at > UTC_TIMESTAMP(6)"
+            ),
+            not_alone: format!(
+                "UPDATE {t} SET holder = '{READERS}'
+WHERE name = ? AND token = '{READERS}' AND holder <> '{READERS}'"
+            ),
             procedures: procedures(&t, &f, [&take, &give]),
             call_take: format!("CALL {take}(?, ?, ?, ?, ?, ?, ?, ?)"),
             call_give: format!("CALL {give}(?, ?, ?)"),
@@ -263,9 +283,31 @@ ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)"
     )
 }
 
+/// `MyStatements::share_alone`: the first share of a free name, as one plain `INSERT` of its
+/// two rows — the lock row (its `holder` the share's token: "this share alone") and the share.
+/// Any lock row (live, expired, a writer's, a semaphore's of another limit) makes it fail with
+/// a duplicate key, changing nothing, and the full acquisition decides. Every full-path join
+/// (`take_share` by another token) and a writer's mark (`not_alone`) set the lock row's holder
+/// back to the row token, so `leave_alone` matches only while the share is still alone and no
+/// writer waits for it; a renewal by the share itself keeps it.
+///
+/// A writer's mark left without a lock row (another writer took the row the readers left and
+/// has released it since) does not keep a lone share out; the second reader, which finds the
+/// lock row, takes the full path and waits behind the mark, and the mark made again on the
+/// writer's next try sends the lone share's release to the full path too.
+fn share_alone(t: &str) -> String {
+    format!(
+        "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
+VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6)),
+       (CONCAT(?, x'01', ?), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6))"
+    )
+}
+
 /// `MyStatements::take_share`, its values SQL expressions (`?`, or a procedure's
 /// parameters): `[name, token, lease µs, holder, row token]`. Two rows, told apart by the
-/// token they are given: the lock row's is the row token, a share's its holder's own.
+/// token they are given: the lock row's is the row token, a share's its holder's own. The lock
+/// row's `holder` becomes the row token too, unless it names this share alone (see
+/// [`share_alone`]): a lone share's renewal keeps it alone.
 fn take_share(t: &str, [name, token, lease, holder, row]: [&str; 5]) -> String {
     format!(
         "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
@@ -279,7 +321,8 @@ ON DUPLICATE KEY UPDATE
     expires_at = IF(VALUES(token) = {row} AND token = VALUES(token)
                     AND expires_at > UTC_TIMESTAMP(6),
                     GREATEST(expires_at, VALUES(expires_at)), VALUES(expires_at)),
-    holder = IF(VALUES(token) = {row}, VALUES(holder), holder),
+    holder = IF(VALUES(token) = {row} AND NOT (token = {row} AND holder = {token}),
+                VALUES(holder), holder),
     token = VALUES(token)"
     )
 }
