@@ -128,18 +128,19 @@ pub(crate) fn run_detached(job: DetachedJob) {
 /// unfinished — what `tokio::spawn` + `JoinHandle` gives, without a task (and its cross-thread
 /// wake-ups) on the common path where the caller waits for the answer. For statements that must
 /// complete once sent: a MySQL statement holding its connection, whose dropping would leave the
-/// connection mid-exchange and the next caller's statement behind a cancelled one.
-#[cfg(feature = "mysql")]
+/// connection mid-exchange and the next caller's statement behind a cancelled one; etcd's
+/// acquiring transaction, which a release of its token waits for.
+#[cfg(any(feature = "mysql", feature = "etcd"))]
 pub(crate) struct FinishIfDropped<T: Send + 'static>(Option<BoxFuture<'static, T>>);
 
-#[cfg(feature = "mysql")]
+#[cfg(any(feature = "mysql", feature = "etcd"))]
 impl<T: Send + 'static> FinishIfDropped<T> {
     pub(crate) fn new(future: impl Future<Output = T> + Send + 'static) -> FinishIfDropped<T> {
         FinishIfDropped(Some(Box::pin(future)))
     }
 }
 
-#[cfg(feature = "mysql")]
+#[cfg(any(feature = "mysql", feature = "etcd"))]
 impl<T: Send + 'static> Future for FinishIfDropped<T> {
     type Output = T;
 
@@ -153,7 +154,7 @@ impl<T: Send + 'static> Future for FinishIfDropped<T> {
     }
 }
 
-#[cfg(feature = "mysql")]
+#[cfg(any(feature = "mysql", feature = "etcd"))]
 impl<T: Send + 'static> Drop for FinishIfDropped<T> {
     fn drop(&mut self) {
         let Some(future) = self.0.take() else { return };

@@ -39,7 +39,9 @@ fn watch_streams(port: u16) -> u64 {
 /// A client's watches ride one stream: 20 held locks (each watched for its loss) and a waiter
 /// are 21 watchers on one watch stream, not 21 streams; a release takes its watch back at
 /// once (the member's watcher count falls to the waiter's, then to none); the stream goes
-/// with the client.
+/// with the client. A holder's key is watched from shortly before its first renewal interval
+/// ends: a lock of a 30 s lease held for a moment opens no watch at all (the 20 are held on a
+/// lease of 450 ms, watched at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clients_watches_share_one_stream_and_are_taken_back_at_release() {
     const HELD: u64 = 20;
@@ -48,9 +50,24 @@ async fn a_clients_watches_share_one_stream_and_are_taken_back_at_release() {
     let port = member.client_port;
     let url = member.url("mux");
     let client = LockClient::connect(&url).await.unwrap();
+    let brief = client
+        .lock("brief")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(watchers(port), 0, "a lock held for a moment is not watched");
+    brief.release().await.unwrap();
     let mut guards = Vec::new();
     for i in 0..HELD {
-        guards.push(client.lock(format!("held:{i}")).acquire().await.unwrap());
+        let lock = client.lock(format!("held:{i}"));
+        guards.push(
+            lock.lease(Duration::from_millis(450))
+                .acquire()
+                .await
+                .unwrap(),
+        );
     }
     assert!(
         eventually(Duration::from_secs(5), || async { watchers(port) == HELD }).await,
@@ -65,6 +82,7 @@ async fn a_clients_watches_share_one_stream_and_are_taken_back_at_release() {
         tokio::spawn(async move {
             client
                 .lock("held:0")
+                .lease(Duration::from_millis(450))
                 .wait(Duration::from_secs(10))
                 .acquire()
                 .await
@@ -132,7 +150,9 @@ async fn waiters_are_served_in_arrival_order_and_each_watches_one_key() {
         member.client_port
     ));
     let holder = LockClient::connect(&url).await.unwrap();
-    let guard = holder.lock("fair").acquire().await.unwrap();
+    // A lease of 450 ms: the holder's own key is watched at once (see above).
+    let lease = Duration::from_millis(450);
+    let guard = holder.lock("fair").lease(lease).acquire().await.unwrap();
     let port = member.client_port;
     let each_watches_one_key = async {
         let expected = WAITERS as u64 + 1;

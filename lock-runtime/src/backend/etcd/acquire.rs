@@ -22,8 +22,8 @@ use crate::backend::{Attempt, Kind, LockSpec, SetAttempt, Transient};
 use crate::error::BoxError;
 
 impl EtcdBackend {
-    /// Runs `token`'s acquiring transaction in a task of its own, so it completes even if
-    /// the caller gives up, and a release of the token can wait for it.
+    /// Runs `token`'s acquiring transaction so that it completes even if the caller gives up
+    /// (finished in the background then), and a release of the token can wait for it.
     async fn txn(&self, token: &str, txn: TxnRequest) -> Result<TxnResponse, EtcdFailure> {
         self.txn_of(&[token], txn).await
     }
@@ -44,7 +44,9 @@ impl EtcdBackend {
         }
         let rpc = self.rpc.clone();
         let bound = self.response_timeout;
-        let task = tokio::spawn(async move {
+        // In the caller's task (no task spawned, no wake-up across threads), the gates held
+        // until the answer; a caller that gives up leaves the rest to the background.
+        let answer = crate::runtime::FinishIfDropped::new(async move {
             let _running = running;
             match tokio::time::timeout(bound, rpc.unary(path::TXN, txn)).await {
                 Ok(answer) => answer,
@@ -53,10 +55,6 @@ impl EtcdBackend {
                 )),
             }
         });
-        let answer = async {
-            task.await
-                .unwrap_or_else(|e| Err(Status::cancelled(format!("the call was stopped: {e}"))))
-        };
         let answer = self.call("acquire", answer).await;
         let refused = |status: &Status| !is_transient(status) || status.code() == Code::NotFound;
         if let Err(failure) = &answer
@@ -102,6 +100,15 @@ impl EtcdBackend {
             }))
         };
         let value = self.value_of(spec);
+        // A token with no key of its own known (and no attempt unanswered) has none: its first
+        // transaction carries no failure branch — a third of the request's bytes. Should the
+        // key exist after all, the empty answer sends it round again with the branch.
+        let mut known = self.keys().contains_key(spec.token)
+            || self
+                .unanswered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(spec.token);
         for _ in 0..8 {
             // Our key, made now if absent (a waiter keeps its place between attempts), and
             // the head of the queue, in one transaction.
@@ -121,14 +128,18 @@ impl EtcdBackend {
                     })),
                     head(),
                 ],
-                failure: vec![
-                    op(RequestUnion::Range(RangeRequest {
-                        key: key.clone(),
-                        ..Default::default()
-                    })),
-                    head(),
-                ],
+                failure: match known {
+                    true => vec![
+                        op(RequestUnion::Range(RangeRequest {
+                            key: key.clone(),
+                            ..Default::default()
+                        })),
+                        head(),
+                    ],
+                    false => Vec::new(),
+                },
             };
+            known = true;
             let answer = match self.txn(spec.token, txn).await {
                 Ok(answer) => answer,
                 Err(failure) => {

@@ -57,6 +57,11 @@ impl EtcdBackend {
         let ours = || self.keys().contains_key(spec.token);
         let shown_key = String::from_utf8_lossy(&key).into_owned();
         let watched = async {
+            // Most locks are released long before anyone could take their key away: the watch
+            // starts only shortly before the first renewal interval ends (from the key's
+            // creation, so nothing since is missed), and a short hold costs the stream no
+            // watch opened and cancelled. The lease's loss is the keepalive's, at once.
+            tokio::time::sleep(key_watch_after(spec.lease)).await;
             loop {
                 let why = match watch_held(&self.rpc, &self.watches, key.clone(), revision).await {
                     Ok(Change::Deleted) => Some(format!("its key `{shown_key}` was deleted")),
@@ -79,6 +84,14 @@ impl EtcdBackend {
             why = watched => why,
         }
     }
+}
+
+/// How long after a grant the holder's key is first watched: one renewal interval (a third
+/// of the lease), less the 100 ms etcd may take to serve a watch that starts in the past and a
+/// margin, so that a key deleted or changed by another client is reported within one renewal
+/// interval, as on every store.
+fn key_watch_after(lease: Duration) -> Duration {
+    (lease / 3).saturating_sub(Duration::from_millis(150))
 }
 
 /// What happened to a watched key.
