@@ -481,6 +481,39 @@ mod advisory {
         assert!(!fixture.anything_at("lock:shelf").await);
     }
 
+    /// The server's start (the restart guard) is checked by the first try on a connection
+    /// only — a connection lives on one server incarnation: five locks taken one after another
+    /// on the one connection kept send it once, not five times (the server's statement log).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_checks_the_servers_start_once() {
+        let fixture = AdvisoryFixture::own();
+        let client = fixture.client().await;
+        for _ in 0..5 {
+            let guard = client.lock("again").acquire().await.unwrap();
+            guard.release().await.unwrap();
+        }
+        let tries = || {
+            let log = fixture.server.log();
+            let tries: Vec<String> = log
+                .lines()
+                .filter(|line| line.contains("try_advisory_lock("))
+                .map(str::to_owned)
+                .collect();
+            tries
+        };
+        assert!(
+            support::eventually(Duration::from_secs(10), || async { tries().len() >= 5 }).await,
+            "{:#?}",
+            tries()
+        );
+        let tries = tries();
+        let checks = tries
+            .iter()
+            .filter(|line| line.contains("pg_postmaster_start_time"))
+            .count();
+        assert_eq!((tries.len(), checks), (5, 1), "{tries:#?}");
+    }
+
     /// A waiter waits inside the server: after its try and its one blocking request it sends
     /// nothing until the release, then one statement that dates its grant (counted in the
     /// server's statement log by its owner token).

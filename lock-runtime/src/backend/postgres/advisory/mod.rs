@@ -97,9 +97,34 @@ enum AdvisoryState {
     Held(Option<u64>),
 }
 
+/// A connection, with the server incarnation a try on it found safe (0: none yet). A
+/// connection lives on one incarnation — a restart ends it — so once a try on it has checked
+/// the server's start against the safe one, the next tries on it need not check again.
+struct Conn {
+    client: Client,
+    incarnation: std::sync::atomic::AtomicI64,
+}
+
+impl Conn {
+    fn new(client: Client) -> Conn {
+        Conn {
+            client,
+            incarnation: std::sync::atomic::AtomicI64::new(0),
+        }
+    }
+}
+
+impl std::ops::Deref for Conn {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
 /// One acquisition's connection.
 struct AdvisorySession {
-    client: Arc<Client>,
+    client: Arc<Conn>,
     state: Mutex<AdvisoryState>,
     /// The task of the blocking request, while it runs.
     waiting: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -131,7 +156,7 @@ pub(crate) struct AdvisoryBackend {
     /// The connections of acquisitions in play, by owner token.
     sessions: Mutex<HashMap<String, Arc<AdvisorySession>>>,
     /// Idle connections, each with when it went idle, the most recent last (taken first).
-    idle: Mutex<Vec<(Arc<Client>, std::time::Instant)>>,
+    idle: Mutex<Vec<(Arc<Conn>, std::time::Instant)>>,
     /// Wakes a waiter whose blocking request was granted.
     hub: Arc<ReleaseHub>,
 }
@@ -226,7 +251,7 @@ impl AdvisoryBackend {
                 source: Some(Box::new(error)),
             });
         }
-        backend.give_back_connection(Arc::new(client));
+        backend.give_back_connection(Arc::new(Conn::new(client)));
         Ok(backend)
     }
 
@@ -273,20 +298,20 @@ impl AdvisoryBackend {
     }
 
     /// An idle connection (the most recently used), or a new one.
-    async fn connection(&self) -> Result<Arc<Client>, PgError> {
+    async fn connection(&self) -> Result<Arc<Conn>, PgError> {
         loop {
             let reused = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
             match reused {
                 Some((client, _)) if !client.is_closed() => return Ok(client),
                 Some(_) => continue,
-                None => return self.open().await.map(Arc::new),
+                None => return self.open().await.map(|client| Arc::new(Conn::new(client))),
             }
         }
     }
 
     /// Keeps `client` for the next acquisitions; closes the idle connections past
     /// [`IDLE_KEPT`] that nobody used for [`IDLE_FOR`] (the oldest first).
-    fn give_back_connection(&self, client: Arc<Client>) {
+    fn give_back_connection(&self, client: Arc<Conn>) {
         let now = std::time::Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let stale = idle
@@ -392,9 +417,19 @@ impl AdvisoryBackend {
                     }
                 },
             };
+            // The server's start is checked once per connection (about a fifth of the
+            // statement's cost).
+            let incarnation = &session.client.incarnation;
+            let checked = incarnation.load(std::sync::atomic::Ordering::Relaxed) == safe;
+            let check = match checked {
+                true => String::new(),
+                false => format!(
+                    "WHEN (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint \
+                     <> {safe} THEN -2 "
+                ),
+            };
             let text = format!(
-                "SELECT CASE WHEN (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint \
-                 <> {safe} THEN -2 WHEN NOT {try_lock}({key}) THEN -1 \
+                "SELECT CASE {check}WHEN NOT {try_lock}({key}) THEN -1 \
                  WHEN set_config('idle_session_timeout', '{lease}', false) = '' THEN -3 \
                  ELSE {fence} END{note}",
                 try_lock = function(spec.kind, "try_advisory_lock"),
@@ -412,6 +447,9 @@ impl AdvisoryBackend {
                 .ok_or_else(|| {
                     PgError::Unexpected("no answer to the advisory lock attempt".into())
                 })?;
+            if value != -2 {
+                incarnation.store(safe, std::sync::atomic::Ordering::Relaxed);
+            }
             match value {
                 -1 => {
                     session.set(AdvisoryState::Contended);
