@@ -100,17 +100,34 @@ enum AdvisoryState {
 /// A connection, with the server incarnation a try on it found safe (0: none yet). A
 /// connection lives on one incarnation — a restart ends it — so once a try on it has checked
 /// the server's start against the safe one, the next tries on it need not check again.
+///
+/// Its release statements (a writer's, a reader's) are prepared when it opens, before it
+/// holds anything: a release carries no note, so one statement serves every lock, and its
+/// one message both lets go and replaces the holder's note in `pg_stat_activity` — a release
+/// whose answer is lost has either done both or neither (see `after_failed_release`).
 struct Conn {
     client: Client,
     incarnation: std::sync::atomic::AtomicI64,
+    unlock: [tokio_postgres::Statement; 2],
 }
 
 impl Conn {
-    fn new(client: Client) -> Conn {
-        Conn {
+    /// `client`, its release statements prepared (one round trip).
+    async fn prepared(client: Client, limit: Duration) -> Result<Conn, PgError> {
+        let text = |kind| {
+            format!(
+                "SELECT {}($1), set_config('idle_session_timeout', '0', false)",
+                function(kind, "advisory_unlock")
+            )
+        };
+        let (writer, reader) = (text(Kind::Exclusive), text(Kind::Shared));
+        let both = futures_util::future::try_join(client.prepare(&writer), client.prepare(&reader));
+        let (writer, reader) = timed("preparing the advisory releases", limit, both).await?;
+        Ok(Conn {
             client,
             incarnation: std::sync::atomic::AtomicI64::new(0),
-        }
+            unlock: [writer, reader],
+        })
     }
 }
 
@@ -251,7 +268,11 @@ impl AdvisoryBackend {
                 source: Some(Box::new(error)),
             });
         }
-        backend.give_back_connection(Arc::new(Conn::new(client)));
+        let limit = backend.settings.connect_timeout;
+        let conn = Conn::prepared(client, limit)
+            .await
+            .map_err(|e| connect_error(&backend.config, &backend.url, e))?;
+        backend.give_back_connection(Arc::new(conn));
         Ok(backend)
     }
 
@@ -304,7 +325,11 @@ impl AdvisoryBackend {
             match reused {
                 Some((client, _)) if !client.is_closed() => return Ok(client),
                 Some(_) => continue,
-                None => return self.open().await.map(|client| Arc::new(Conn::new(client))),
+                None => {
+                    let client = self.open().await?;
+                    let limit = self.settings.connect_timeout;
+                    return Ok(Arc::new(Conn::prepared(client, limit).await?));
+                }
             }
         }
     }
@@ -482,6 +507,22 @@ impl AdvisoryBackend {
         }
     }
 
+    /// Lets go of `name`'s advisory lock (of `kind`) on `conn` and takes its idle timeout
+    /// back, by the connection's prepared statement: whether it was held.
+    async fn unlock(&self, conn: &Conn, kind: Kind, name: &str) -> Result<bool, PgError> {
+        let statement = &conn.unlock[usize::from(kind == Kind::Shared)];
+        let key = advisory_key(name);
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key];
+        let release = conn.query_one(statement, &params);
+        let row = timed(
+            "the advisory release",
+            self.settings.response_timeout,
+            release,
+        )
+        .await?;
+        row.try_get(0).map_err(PgError::from)
+    }
+
     /// A statement on a held lock's connection: renews its lease, dates a grant.
     async fn date(
         &self,
@@ -636,13 +677,8 @@ impl Backend for AdvisoryBackend {
                 }
                 AdvisoryState::Held(_) | AdvisoryState::Granted(_) => {
                     let held = matches!(state, AdvisoryState::Held(_));
-                    let text = format!(
-                        "SELECT {}({}), set_config('idle_session_timeout', '0', false)",
-                        function(hold.kind, "advisory_unlock"),
-                        advisory_key(hold.name)
-                    );
-                    match self.query(&session.client, &text).await {
-                        Ok(unlocked) if unlocked == "t" => {
+                    match self.unlock(&session.client, hold.kind, hold.name).await {
+                        Ok(true) => {
                             self.give_back_connection(session.client.clone());
                             Ok(if held {
                                 Released::Deleted
