@@ -213,13 +213,13 @@ impl MysqlBackend {
         spec: LockSpec<'_>,
         rules: ShareRules,
     ) -> Result<Attempt, BoxError> {
-        // A first try goes straight to the transaction; a waiter's retry reads first, so that
-        // waiters polling a plainly busy lock do not queue on the lock row's lock.
         if self.lone_share(spec).await? {
             return Ok(Attempt::Acquired {
                 fencing_token: None,
             });
         }
+        // A first try goes straight to the transaction; a waiter's retry reads first, so that
+        // waiters polling a plainly busy lock do not queue on the lock row's lock.
         if spec.waiting {
             let plainly = match spec.kind {
                 Kind::Permits(limit) => self.permits_in_use(spec, limit).await?,
