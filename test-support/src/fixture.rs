@@ -1293,6 +1293,21 @@ impl ZookeeperFixture {
 }
 
 impl Fixture for ZookeeperFixture {
+    /// Over TLS (`zks://`), connecting includes the Java server's TLS handshake, which a
+    /// busy host has pushed past the default 3 s (three conformance cases at once, load
+    /// average 7.5 on two cores): the fixture's clients allow 10 s. No promise under test
+    /// depends on how fast a client connects (`zookeeper::nobody_listening…` checks the
+    /// connect timeout with a client of its own).
+    fn builder(&self) -> LockClientBuilder {
+        let url = self.url();
+        let tls = url.starts_with("zks://");
+        let builder = LockClient::builder(url);
+        match tls {
+            true => builder.connect_timeout(Duration::from_secs(10)),
+            false => builder,
+        }
+    }
+
     fn url(&self) -> String {
         let url = self.server.url(&self.chroot);
         match url.split_once('?') {
