@@ -100,15 +100,11 @@ impl EtcdBackend {
             }))
         };
         let value = self.value_of(spec);
-        // A token with no key of its own known (and no attempt unanswered) has none: its first
-        // transaction carries no failure branch — a third of the request's bytes. Should the
-        // key exist after all, the empty answer sends it round again with the branch.
-        let mut known = self.keys().contains_key(spec.token)
-            || self
-                .unanswered
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(spec.token);
+        // A token with no key of its own known has none (short of an earlier attempt whose
+        // answer was lost): its first transaction carries no failure branch — a quarter of the
+        // request's bytes. Should the key exist after all, the empty answer sends it round
+        // again with the branch.
+        let mut known = self.keys().contains_key(spec.token);
         for _ in 0..8 {
             // Our key, made now if absent (a waiter keeps its place between attempts), and
             // the head of the queue, in one transaction.

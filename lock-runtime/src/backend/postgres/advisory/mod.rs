@@ -58,7 +58,10 @@ use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::BoxFuture;
 
 mod admin;
+mod conn;
 mod note;
+
+use conn::Conn;
 
 use note::{function, note};
 
@@ -95,48 +98,6 @@ enum AdvisoryState {
     Failed(String),
     /// Held.
     Held(Option<u64>),
-}
-
-/// A connection, with the server incarnation a try on it found safe (0: none yet). A
-/// connection lives on one incarnation — a restart ends it — so once a try on it has checked
-/// the server's start against the safe one, the next tries on it need not check again.
-///
-/// Its release statements (a writer's, a reader's) are prepared when it opens, before it
-/// holds anything: a release carries no note, so one statement serves every lock, and its
-/// one message both lets go and replaces the holder's note in `pg_stat_activity` — a release
-/// whose answer is lost has either done both or neither (see `after_failed_release`).
-struct Conn {
-    client: Client,
-    incarnation: std::sync::atomic::AtomicI64,
-    unlock: [tokio_postgres::Statement; 2],
-}
-
-impl Conn {
-    /// `client`, its release statements prepared (one round trip).
-    async fn prepared(client: Client, limit: Duration) -> Result<Conn, PgError> {
-        let text = |kind| {
-            format!(
-                "SELECT {}($1), set_config('idle_session_timeout', '0', false)",
-                function(kind, "advisory_unlock")
-            )
-        };
-        let (writer, reader) = (text(Kind::Exclusive), text(Kind::Shared));
-        let both = futures_util::future::try_join(client.prepare(&writer), client.prepare(&reader));
-        let (writer, reader) = timed("preparing the advisory releases", limit, both).await?;
-        Ok(Conn {
-            client,
-            incarnation: std::sync::atomic::AtomicI64::new(0),
-            unlock: [writer, reader],
-        })
-    }
-}
-
-impl std::ops::Deref for Conn {
-    type Target = Client;
-
-    fn deref(&self) -> &Client {
-        &self.client
-    }
 }
 
 /// One acquisition's connection.
@@ -268,23 +229,20 @@ impl AdvisoryBackend {
                 source: Some(Box::new(error)),
             });
         }
-        let limit = backend.settings.connect_timeout;
-        let conn = Conn::prepared(client, limit)
-            .await
-            .map_err(|e| connect_error(&backend.config, &backend.url, e))?;
-        backend.give_back_connection(Arc::new(conn));
+        backend.give_back_connection(Arc::new(client));
         Ok(backend)
     }
 
     /// Opens one connection and starts the task that drives it.
-    async fn open(&self) -> Result<Client, PgError> {
-        super::pool::open(
+    async fn open(&self) -> Result<Conn, PgError> {
+        let client = super::pool::open(
             &self.config,
             &self.tls,
             self.settings.connect_timeout,
             "postgres advisory",
         )
-        .await
+        .await?;
+        Conn::prepared(client, self.settings.connect_timeout).await
     }
 
     /// Runs `text` as one simple query, bounded by the response timeout; the first value.
@@ -325,11 +283,7 @@ impl AdvisoryBackend {
             match reused {
                 Some((client, _)) if !client.is_closed() => return Ok(client),
                 Some(_) => continue,
-                None => {
-                    let client = self.open().await?;
-                    let limit = self.settings.connect_timeout;
-                    return Ok(Arc::new(Conn::prepared(client, limit).await?));
-                }
+                None => return self.open().await.map(Arc::new),
             }
         }
     }
@@ -507,22 +461,6 @@ impl AdvisoryBackend {
         }
     }
 
-    /// Lets go of `name`'s advisory lock (of `kind`) on `conn` and takes its idle timeout
-    /// back, by the connection's prepared statement: whether it was held.
-    async fn unlock(&self, conn: &Conn, kind: Kind, name: &str) -> Result<bool, PgError> {
-        let statement = &conn.unlock[usize::from(kind == Kind::Shared)];
-        let key = advisory_key(name);
-        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&key];
-        let release = conn.query_one(statement, &params);
-        let row = timed(
-            "the advisory release",
-            self.settings.response_timeout,
-            release,
-        )
-        .await?;
-        row.try_get(0).map_err(PgError::from)
-    }
-
     /// A statement on a held lock's connection: renews its lease, dates a grant.
     async fn date(
         &self,
@@ -677,7 +615,8 @@ impl Backend for AdvisoryBackend {
                 }
                 AdvisoryState::Held(_) | AdvisoryState::Granted(_) => {
                     let held = matches!(state, AdvisoryState::Held(_));
-                    match self.unlock(&session.client, hold.kind, hold.name).await {
+                    let limit = self.settings.response_timeout;
+                    match session.client.unlock(hold.kind, hold.name, limit).await {
                         Ok(true) => {
                             self.give_back_connection(session.client.clone());
                             Ok(if held {

@@ -1,0 +1,76 @@
+//! A connection of `mode=advisory`: the client, the server incarnation a try on it checked,
+//! and its release statements, prepared when it opens.
+
+use std::sync::atomic::AtomicI64;
+use std::time::Duration;
+
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Statement};
+
+use super::note::function;
+use crate::admin::advisory_key;
+use crate::backend::Kind;
+use crate::backend::postgres::errors::PgError;
+use crate::backend::sql::errors::timed;
+
+/// A connection, with the server incarnation a try on it found safe (0: none yet). A
+/// connection lives on one incarnation — a restart ends it — so once a try on it has checked
+/// the server's start against the safe one, the next tries on it need not check again.
+///
+/// Its release statements (a writer's, a reader's) are prepared when it opens, before it
+/// holds anything: a release carries no note, so one statement serves every lock, and its
+/// one message both lets go and replaces the holder's note in `pg_stat_activity` — a release
+/// whose answer is lost has either done both or neither (see `after_failed_release`).
+pub(super) struct Conn {
+    client: Client,
+    pub(super) incarnation: AtomicI64,
+    unlock: [Statement; 2],
+}
+
+impl Conn {
+    /// `client`, its release statements prepared (one round trip).
+    pub(super) async fn prepared(client: Client, limit: Duration) -> Result<Conn, PgError> {
+        let text = |kind| {
+            format!(
+                "SELECT {}($1), set_config('idle_session_timeout', '0', false)",
+                function(kind, "advisory_unlock")
+            )
+        };
+        let (writer, reader) = (text(Kind::Exclusive), text(Kind::Shared));
+        let both = futures_util::future::try_join(client.prepare(&writer), client.prepare(&reader));
+        let (writer, reader) = timed("preparing the advisory releases", limit, both).await?;
+        Ok(Conn {
+            client,
+            incarnation: AtomicI64::new(0),
+            unlock: [writer, reader],
+        })
+    }
+
+    /// Lets go of `name`'s advisory lock (of `kind`) and takes the idle timeout back, by the
+    /// prepared statement, bounded by `limit`: whether it was held.
+    pub(super) async fn unlock(
+        &self,
+        kind: Kind,
+        name: &str,
+        limit: Duration,
+    ) -> Result<bool, PgError> {
+        let statement = &self.unlock[usize::from(kind == Kind::Shared)];
+        let key = advisory_key(name);
+        let params: [&(dyn ToSql + Sync); 1] = [&key];
+        let row = timed(
+            "the advisory release",
+            limit,
+            self.client.query_one(statement, &params),
+        )
+        .await?;
+        row.try_get(0).map_err(PgError::from)
+    }
+}
+
+impl std::ops::Deref for Conn {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
