@@ -295,8 +295,13 @@ impl LockWatch {
 
     /// Lists the locks and queues what changed since the last listing.
     async fn list(&mut self) -> Result<(), LockError> {
+        // Sent at `now`, answered at `answered`: the store looked somewhere in between. A
+        // listed lease is counted from `now` (it ends no later than that says); a lock found
+        // gone is compared with `answered` — on a busy host the store may look long after the
+        // query was sent, and a lease that ran out meanwhile is an expiry.
         let now = Instant::now();
         let listed = self.client.list(&self.pattern, LIMIT).await?;
+        let answered = Instant::now();
         let current: HashMap<String, (LockInfo, Option<Instant>)> = listed
             .into_iter()
             .map(|info| {
@@ -312,7 +317,7 @@ impl LockWatch {
             }
             // Its listed lease is over: whoever holds it now (if anyone) took it after that.
             events.push(match end {
-                Some(end) if *end <= now + EXPIRY_SLACK => LockEvent::Expired(old.clone()),
+                Some(end) if *end <= answered + EXPIRY_SLACK => LockEvent::Expired(old.clone()),
                 _ => LockEvent::Released(old.clone()),
             });
         }
