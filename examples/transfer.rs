@@ -202,7 +202,12 @@ async fn main() -> Result<(), BoxError> {
             "still locked"
         }
     );
-    drop(free);
+    // Released with `.await`, not dropped: a dropped guard is released by a background task,
+    // which a process that exits right after may not give time to finish (the lock would
+    // then stay until its lease ran out).
+    if let Some(free) = free {
+        free.release().await?;
+    }
     held.release().await?;
     if let Some(conn) = &bank.redis {
         let keys: Vec<String> = (0..ACCOUNTS).map(|a| bank.key(a)).collect();
