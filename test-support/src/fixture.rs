@@ -1509,48 +1509,56 @@ impl EtcdFixture {
     }
 }
 
+/// The owner token of a queue key: its value's `token=` line (a key is named by its lease and
+/// a slot, not by its token), or for a key of another writer, its name's last segment.
+fn etcd_token(kv: &distlock::__private::testing::EtcdKey) -> String {
+    kv.value
+        .lines()
+        .find_map(|line| line.strip_prefix("token="))
+        .unwrap_or_else(|| kv.key.rsplit('/').next().unwrap_or_default())
+        .to_owned()
+}
+
 impl Fixture for EtcdFixture {
     fn url(&self) -> String {
         self.member.url(&self.prefix)
     }
 
     async fn holder(&self, name: &str) -> Option<String> {
-        let key = self.holder_key(name).await?;
-        Some(key.key.rsplit('/').next().unwrap_or_default().to_owned())
+        Some(etcd_token(&self.holder_key(name).await?))
     }
 
     fn read_locks(&self) -> bool {
         true
     }
 
-    /// The readers at the head of the queue (keys `<queue><token>-r`, oldest first, before the
-    /// first writer's key); etcd keeps them alive by their leases, not a TTL per reader.
+    /// The readers at the head of the queue (keys `<queue><lease>[.<slot>]-r`, oldest first,
+    /// before the first writer's key); etcd keeps them alive by their leases, not a TTL per
+    /// reader.
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         let keys = self.etcd().keys(&self.queue(name)).await;
         keys.into_iter()
-            .map_while(|kv| {
-                let segment = kv.key.rsplit('/').next().unwrap_or_default().to_owned();
-                segment
-                    .strip_suffix("-r")
-                    .map(|token| (token.to_owned(), None))
-            })
+            .take_while(|kv| kv.key.ends_with("-r"))
+            .map(|kv| (etcd_token(&kv), None))
             .collect()
     }
 
     /// The permits of the semaphore at the head of the queue: its first `n` keys
-    /// (`<token>-p<n>`, `n` the limit); their leases are the client's, not one per key.
+    /// (`<lease>[.<slot>]-p<n>`, `n` the limit); their leases are the client's, not one per
+    /// key.
     async fn permits(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         let keys = self.etcd().keys(&self.queue(name)).await;
         let mut permits: Vec<(String, Option<Duration>)> = Vec::new();
         let mut limit = usize::MAX;
         for kv in keys {
             let segment = kv.key.rsplit('/').next().unwrap_or_default().to_owned();
-            let Some((token, n)) = segment
+            let Some(n) = segment
                 .rsplit_once("-p")
-                .and_then(|(token, n)| Some((token.to_owned(), n.parse::<usize>().ok()?)))
+                .and_then(|(_, n)| n.parse::<usize>().ok())
             else {
                 break;
             };
+            let token = etcd_token(&kv);
             limit = limit.min(n);
             if permits.len() >= limit {
                 break;

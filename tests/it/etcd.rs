@@ -329,6 +329,90 @@ async fn a_free_set_is_one_transaction_and_a_busy_set_writes_nothing() {
     }
 }
 
+/// A client that takes a lock again and again puts one key again and again, named by its lease
+/// as etcd's own mutex names its key, not a key per acquisition: etcd keeps every deleted key
+/// in its index until the cluster is compacted, and each look at the queue walks past them.
+/// Each acquisition still has its own owner token (in the value) and fencing token (the key's
+/// create revision). Two holds at once in one client (two readers) take two keys. A holder
+/// that releases and asks again at once goes behind a waiter of another client, under that
+/// same key name: the waiter, which watched the key's first life, is granted first and not held
+/// up by its second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_taken_again_puts_the_same_key_and_a_waiter_still_goes_first() {
+    let fixture = EtcdFixture::new();
+    let client = fixture.builder().fencing(true).build().await.unwrap();
+    let (mut names, mut tokens, mut fences) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..4 {
+        let guard = client.lock("again").acquire().await.unwrap();
+        let key = fixture.holder_key("lock:again").await.expect("held");
+        names.push(key.key.clone());
+        tokens.push(fixture.holder("lock:again").await.expect("a token"));
+        fences.push(guard.fencing_token().expect("fencing"));
+        assert_eq!(guard.fencing_token(), Some(key.create_revision as u64));
+        guard.release().await.unwrap();
+    }
+    names.dedup();
+    assert_eq!(names.len(), 1, "one key name per lease: {names:?}");
+    tokens.sort();
+    tokens.dedup();
+    assert_eq!(
+        tokens.len(),
+        4,
+        "an owner token per acquisition: {tokens:?}"
+    );
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+
+    let one = client.lock("two").read().acquire().await.unwrap();
+    let two = client.lock("two").read().acquire().await.unwrap();
+    let keys = fixture.etcd().keys(&fixture.queue("lock:two")).await;
+    assert_eq!(keys.len(), 2, "two readers, two keys: {keys:?}");
+    assert_ne!(keys[0].key, keys[1].key);
+    one.release().await.unwrap();
+    two.release().await.unwrap();
+
+    // A holder, a waiter of another client, and the holder asking again right after its
+    // release: same key name, a later place.
+    let held = client.lock("line").acquire().await.unwrap();
+    let first = fixture.holder_key("lock:line").await.expect("held");
+    let other = fixture.client().await;
+    let waiter = tokio::spawn(async move {
+        let guard = other.lock("line").wait(ms(10_000)).acquire().await?;
+        let granted = std::time::Instant::now();
+        tokio::time::sleep(ms(300)).await;
+        guard.release().await.map(|_| granted)
+    });
+    assert!(
+        eventually(ms(5_000), || async {
+            fixture.etcd().keys(&fixture.queue("lock:line")).await.len() == 2
+        })
+        .await,
+        "the waiter is in line"
+    );
+    held.release().await.unwrap();
+    let again = client
+        .lock("line")
+        .wait(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let regranted = std::time::Instant::now();
+    let waiter_granted = waiter.await.unwrap().unwrap();
+    assert!(
+        waiter_granted < regranted,
+        "the holder's new acquisition went before the waiter"
+    );
+    let second = fixture.holder_key("lock:line").await.expect("held again");
+    assert_eq!(second.key, first.key, "the same key name");
+    assert!(second.create_revision > first.create_revision);
+    again.release().await.unwrap();
+    for name in ["lock:again", "lock:two", "lock:line"] {
+        assert!(
+            fixture.etcd().keys(&fixture.queue(name)).await.is_empty(),
+            "{name} left behind"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad input.
 

@@ -8,14 +8,14 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
-use super::keys::{kind_of, token_in};
+use super::keys::kind_of;
 use super::lease::Lease;
 use super::lost::watch_delete;
 use super::proto::{
     self, Compare, CompareWith, PutRequest, RangeRequest, RangeResponse, RequestOp, RequestUnion,
     Response, TxnRequest, TxnResponse, path,
 };
-use super::release::delete_within;
+use super::release::delete_if_created;
 use super::{EtcdBackend, EtcdFailure, OwnKey, is_transient};
 use crate::backend::queue::{Turn, refusal, turn};
 use crate::backend::{Attempt, Kind, LockSpec, SetAttempt, Transient};
@@ -66,10 +66,11 @@ impl EtcdBackend {
         answer
     }
 
-    /// What a queue key holds: who made it, with which lease, since when.
+    /// What a queue key holds: its owner token, who made it, with which lease, since when.
     pub(super) fn value_of(&self, spec: LockSpec<'_>) -> String {
         format!(
-            "holder={}\nlease_ms={}\nrenew={}\njoined_unix_ms={}\n",
+            "token={}\nholder={}\nlease_ms={}\nrenew={}\njoined_unix_ms={}\n",
+            spec.token,
             self.holder,
             spec.lease.as_millis(),
             spec.renew,
@@ -83,7 +84,8 @@ impl EtcdBackend {
     pub(super) async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let started = Instant::now();
         let lease = self.lease_for(spec.lease).await?;
-        let (queue, key) = self.key_of(spec.name, spec.token, spec.kind);
+        let queue = self.queue_key(spec.name);
+        let key = self.slots.key(spec.token, &queue, lease.id, spec.kind);
         let queue_end = proto::prefix_end(&queue);
         // The head of the queue: its first key — or, for a semaphore of `n`, its first `n + 1`
         // (the holders, and the first waiter).
@@ -183,7 +185,9 @@ impl EtcdBackend {
             let head = first.first().filter(|head| head.create_revision != created);
             if let Some(refused) = refusal(head.map(kind_of), spec.kind) {
                 self.keys().remove(spec.token);
-                let _ = self.delete_key(key.clone()).await;
+                if self.delete_key(key.clone()).await.is_ok() {
+                    self.slots.free(spec.token);
+                }
                 return Err(refused);
             }
             if let Kind::Permits(limit) = spec.kind {
@@ -245,11 +249,11 @@ impl EtcdBackend {
             // A key on our own lease that no acquisition of ours knows: an attempt given up (its
             // reply lost, a leader change, a restart) whose put landed all the same. Nobody
             // would ever delete it while the lease lives: it goes now.
-            let orphan = predecessor.lease == lease.id && {
-                let segment = predecessor.key.get(queue.len()..).unwrap_or_default();
-                let (token, _) = token_in(std::str::from_utf8(segment).unwrap_or_default());
-                !self.in_play.contains(token)
-            };
+            let orphan = predecessor.lease == lease.id
+                && self
+                    .slots
+                    .token_of(&predecessor.key)
+                    .is_none_or(|token| !self.in_play.contains(&token));
             if orphan {
                 match self.delete_key(predecessor.key).await {
                     Ok(_) => {
@@ -262,7 +266,7 @@ impl EtcdBackend {
             let task = tokio::spawn(watch_delete(
                 self.rpc.clone(),
                 Arc::clone(&self.watches),
-                predecessor.key,
+                (predecessor.key, predecessor.create_revision),
                 Arc::clone(&self.hub),
                 spec.token.to_owned(),
             ))
@@ -293,9 +297,12 @@ impl EtcdBackend {
         let lease = self.lease_for(first.lease).await?;
         let keys: Vec<(Vec<u8>, Vec<u8>)> = specs
             .iter()
-            .map(|spec| self.key_of(spec.name, spec.token, spec.kind))
+            .map(|spec| {
+                let queue = self.queue_key(spec.name);
+                let key = self.slots.key(spec.token, &queue, lease.id, spec.kind);
+                (queue, key)
+            })
             .collect();
-        let value = self.value_of(first).into_bytes();
         let txn = TxnRequest {
             compare: keys
                 .iter()
@@ -309,10 +316,11 @@ impl EtcdBackend {
                 .collect(),
             success: keys
                 .iter()
-                .map(|(_, key)| {
+                .zip(specs)
+                .map(|((_, key), spec)| {
                     op(RequestUnion::Put(PutRequest {
                         key: key.clone(),
-                        value: value.clone(),
+                        value: self.value_of(*spec).into_bytes(),
                         lease: lease.id,
                     }))
                 })
@@ -396,22 +404,23 @@ impl EtcdBackend {
             )));
         }
         if !spec.renew {
-            self.end_after_lease(spec, key, started);
+            self.end_after_lease(spec, key, started, created);
         }
         Ok(Attempt::Acquired {
             fencing_token: spec.fencing.then_some(created as u64),
         })
     }
 
-    /// An unrenewed lock ends after its lease: its key is deleted then, whatever its lease.
-    fn end_after_lease(&self, spec: LockSpec<'_>, key: &[u8], started: Instant) {
+    /// An unrenewed lock ends after its lease: its key (created at `created`) is deleted then,
+    /// whatever its lease.
+    fn end_after_lease(&self, spec: LockSpec<'_>, key: &[u8], started: Instant, created: i64) {
         let rpc = self.rpc.clone();
         let key = key.to_vec();
         let end = started + spec.lease;
         let task = tokio::spawn(async move {
             tokio::time::sleep_until(end).await;
             for attempt in 1..=3 {
-                if delete_within(&rpc, &key, Duration::from_secs(2))
+                if delete_if_created(&rpc, &key, created, Duration::from_secs(2))
                     .await
                     .is_some()
                 {

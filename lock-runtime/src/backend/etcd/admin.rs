@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::EtcdBackend;
-use super::keys::{kind_of, token_in};
+use super::keys::kind_of;
 use super::lost::next_answer;
 use super::proto::{
     self, DeleteRangeRequest, DeleteRangeResponse, KeyValue, RangeRequest, RangeResponse, path,
@@ -16,7 +16,7 @@ use crate::runtime::BoxFuture;
 impl Admin for EtcdBackend {
     fn inspect<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
-            let (queue, _) = self.key_of(name, "", Kind::Exclusive);
+            let queue = self.queue_key(name);
             let keys = self.range_prefix(&queue).await?;
             let keys: Vec<&KeyValue> = keys.iter().collect();
             match keys.first() {
@@ -59,7 +59,7 @@ impl Admin for EtcdBackend {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
-            let (queue, _) = self.key_of(name, "", Kind::Exclusive);
+            let queue = self.queue_key(name);
             let keys = self.range_prefix(&queue).await?;
             let keys: Vec<&KeyValue> = keys.iter().collect();
             if keys.is_empty() {
@@ -150,27 +150,15 @@ impl EtcdBackend {
         let waiters = Some((keys.len() - held) as u64);
         let permits = kind_of(keys[0]).permits();
         if permits.is_some() || reader_key(keys[0]) {
-            let readers = keys[..held]
-                .iter()
-                .map(|kv| {
-                    let key = String::from_utf8_lossy(&kv.key);
-                    let segment = key.rsplit_once('/').map_or("", |(_, s)| s);
-                    token_in(segment).0.to_owned()
-                })
-                .collect();
+            let readers = keys[..held].iter().map(|kv| token_of(kv)).collect();
             return Ok(Entry {
                 permits,
                 ..Entry::read_by(name, readers, waiters)
             });
         }
         let holder = keys[0];
-        let key = String::from_utf8_lossy(&holder.key);
         let value = String::from_utf8_lossy(&holder.value);
-        let field = |name: &str| {
-            value
-                .lines()
-                .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
-        };
+        let field = |name: &str| field(&value, name);
         let since = field("joined_unix_ms").and_then(|ms| ms.parse().ok());
         let ttl = if holder.lease == 0 {
             None
@@ -189,7 +177,7 @@ impl EtcdBackend {
         };
         Ok(Entry {
             name: name.to_owned(),
-            token: key.rsplit_once('/').map(|(_, token)| token.to_owned()),
+            token: Some(token_of(holder)),
             holder: holder_from_record(field("holder").unwrap_or_default(), since),
             ttl,
             fencing_token: u64::try_from(holder.create_revision).ok(),
@@ -200,7 +188,27 @@ impl EtcdBackend {
     }
 }
 
-/// Whether a queue key is a reader's (see `EtcdBackend::key_of`).
+/// A field `name=…` of a queue key's value.
+fn field<'v>(value: &'v str, name: &str) -> Option<&'v str> {
+    value
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// The owner token of a queue key: its value's `token=` (see `EtcdBackend::value_of`), or for
+/// a key of another recipe (etcd's own mutex), its name's last segment.
+fn token_of(kv: &KeyValue) -> String {
+    let value = String::from_utf8_lossy(&kv.value);
+    match field(&value, "token") {
+        Some(token) => token.to_owned(),
+        None => {
+            let key = String::from_utf8_lossy(&kv.key);
+            key.rsplit_once('/').map_or(&*key, |(_, s)| s).to_owned()
+        }
+    }
+}
+
+/// Whether a queue key is a reader's (see `keys::Slots::key`).
 fn reader_key(kv: &KeyValue) -> bool {
     kind_of(kv) == Kind::Shared
 }

@@ -1,5 +1,8 @@
 //! What an `etcd://` URL says, and where a lock's keys live: its queue under the prefix, and
-//! each owner token's place in it.
+//! each acquisition's place in it.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
 
 use super::EtcdBackend;
 use super::proto::KeyValue;
@@ -86,31 +89,31 @@ pub(crate) fn parse_url(url: &str) -> Result<EtcdUrl, LockError> {
     })
 }
 
-/// What ends a reader's key in a lock's queue (see `EtcdBackend::key_of`).
+/// What ends a reader's key in a lock's queue (see [`Slots::key`]).
 const READER: &str = "-r";
 
-/// The owner token and the kind of hold it asks for, from a key's last path segment (see
-/// `EtcdBackend::key_of`).
-pub(crate) fn token_in(segment: &str) -> (&str, Kind) {
-    if let Some(token) = segment.strip_suffix(READER) {
-        return (token, Kind::Shared);
+/// The kind of hold a queue key's last path segment asks for (see [`Slots::key`]); a key of
+/// another recipe (etcd's own `concurrency.Mutex`: `<lease id in hex>`) is exclusive.
+pub(crate) fn kind_in(segment: &str) -> Kind {
+    if segment.ends_with(READER) {
+        return Kind::Shared;
     }
-    if let Some((token, limit)) = segment.rsplit_once("-p")
+    if let Some((_, limit)) = segment.rsplit_once("-p")
         && !limit.starts_with('+')
         && let Ok(limit) = limit.parse()
     {
-        return (token, Kind::Permits(limit));
+        return Kind::Permits(limit);
     }
-    (segment, Kind::Exclusive)
+    Kind::Exclusive
 }
 
 /// The kind of hold a queue key asks for.
 pub(super) fn kind_of(kv: &KeyValue) -> Kind {
     let key = std::str::from_utf8(&kv.key).unwrap_or_default();
-    token_in(key.rsplit_once('/').map_or(key, |(_, segment)| segment)).1
+    kind_in(key.rsplit_once('/').map_or(key, |(_, segment)| segment))
 }
 
-/// The part of every key of lock `name` before the owner token: `<name>/`, with `%` and `/`
+/// The part of every key of lock `name` before its own part: `<name>/`, with `%` and `/`
 /// in the name percent-encoded so that one lock's keys never fall inside another's range.
 pub(crate) fn queue_of(name: &str) -> String {
     let mut queue = String::with_capacity(name.len() + 1);
@@ -126,18 +129,92 @@ pub(crate) fn queue_of(name: &str) -> String {
 }
 
 impl EtcdBackend {
-    /// The full key of lock `name`'s queue (`<prefix>/<name>/`), and of `token`'s place in it:
-    /// `<queue><token>`, `<queue><token>-r` for a reader, or `<queue><token>-p<n>` for a
-    /// permit of a semaphore of `n` (a token ends in hex digits, so the mark can never be read
-    /// as part of one).
-    pub(super) fn key_of(&self, name: &str, token: &str, kind: Kind) -> (Vec<u8>, Vec<u8>) {
-        let queue = format!("{}{}", self.prefix, queue_of(name));
-        let key = match kind {
-            Kind::Exclusive => format!("{queue}{token}"),
-            Kind::Shared => format!("{queue}{token}{READER}"),
-            Kind::Permits(n) => format!("{queue}{token}-p{n}"),
+    /// The full key of lock `name`'s queue: `<prefix>/<name>/`.
+    pub(super) fn queue_key(&self, name: &str) -> Vec<u8> {
+        format!("{}{}", self.prefix, queue_of(name)).into_bytes()
+    }
+}
+
+/// The keys this client's acquisitions use, by owner token.
+///
+/// A key is named by its lease and a slot, not by its owner token (which is in its value): an
+/// acquisition takes the lowest slot free on its lease in that queue, so a lock taken again and
+/// again by one client puts the same key again and again, as etcd's own mutex does
+/// (`<lease id in hex>`). etcd keeps a deleted key in its index until the cluster is compacted,
+/// and every look at a queue walks past them: keys named by token piled up there, one per
+/// acquisition (a name taken 20,000 times read its queue in 1.1 ms instead of 0.4 ms).
+///
+/// A slot is reserved from the attempt that first names it until its key is known gone —
+/// deleted with an answer, or its lease lost — so a key whose deletion is still under way, or
+/// whose acquiring transaction may still land, is never taken for a newer acquisition's.
+#[derive(Default)]
+pub(super) struct Slots(Mutex<SlotTable>);
+
+#[derive(Default)]
+struct SlotTable {
+    /// The key reserved for each token.
+    by_token: HashMap<String, Vec<u8>>,
+    /// The token of each reserved key.
+    by_key: HashMap<Vec<u8>, String>,
+}
+
+impl Slots {
+    fn table(&self) -> MutexGuard<'_, SlotTable> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `token`'s key in `queue` on `lease`: the one reserved for it already (a waiter keeps its
+    /// place between attempts), or the lowest slot free: `<queue><lease id in hex>`, then
+    /// `….1`, `….2`, …; a reader's ends in `-r`, a permit of a semaphore of `n` in `-p<n>`.
+    /// A token's key on another lease (one given up) is let go: it dies with its lease.
+    pub(super) fn key(&self, token: &str, queue: &[u8], lease: i64, kind: Kind) -> Vec<u8> {
+        let mut base = queue.to_vec();
+        base.extend_from_slice(format!("{lease:x}").as_bytes());
+        let mut table = self.table();
+        if let Some(key) = table.by_token.get(token) {
+            if key.starts_with(&base) {
+                return key.clone();
+            }
+            let old = table.by_token.remove(token).unwrap_or_default();
+            table.by_key.remove(&old);
+        }
+        let mark = match kind {
+            Kind::Exclusive => String::new(),
+            Kind::Shared => READER.to_owned(),
+            Kind::Permits(n) => format!("-p{n}"),
         };
-        (queue.into_bytes(), key.into_bytes())
+        let key = (0u32..)
+            .map(|slot| {
+                let mut key = base.clone();
+                if slot > 0 {
+                    key.extend_from_slice(format!(".{slot}").as_bytes());
+                }
+                key.extend_from_slice(mark.as_bytes());
+                key
+            })
+            .find(|key| !table.by_key.contains_key(key))
+            .unwrap_or_default();
+        table.by_key.insert(key.clone(), token.to_owned());
+        table.by_token.insert(token.to_owned(), key.clone());
+        key
+    }
+
+    /// The key reserved for `token`, if any.
+    pub(super) fn of(&self, token: &str) -> Option<Vec<u8>> {
+        self.table().by_token.get(token).cloned()
+    }
+
+    /// The token `key` is reserved for, if any.
+    pub(super) fn token_of(&self, key: &[u8]) -> Option<String> {
+        self.table().by_key.get(key).cloned()
+    }
+
+    /// `token`'s key is gone: its slot is free for another acquisition.
+    pub(super) fn free(&self, token: &str) {
+        let mut table = self.table();
+        if let Some(key) = table.by_token.remove(token) {
+            table.by_key.remove(&key);
+        }
     }
 }
 
@@ -180,5 +257,28 @@ mod tests {
         assert_eq!(queue_of("a/b"), "a%2Fb/");
         assert_eq!(queue_of("a%2Fb"), "a%252Fb/");
         assert!(!queue_of("a/b").starts_with(&queue_of("a")));
+    }
+
+    #[test]
+    fn a_slot_is_reused_once_free_and_never_while_reserved() {
+        let slots = Slots::default();
+        let key =
+            |token, lease, kind| String::from_utf8(slots.key(token, b"p/q/", lease, kind)).unwrap();
+        assert_eq!(key("a", 0xab, Kind::Exclusive), "p/q/ab");
+        // Asked again (a waiter's next attempt): the same key.
+        assert_eq!(key("a", 0xab, Kind::Exclusive), "p/q/ab");
+        assert_eq!(key("b", 0xab, Kind::Exclusive), "p/q/ab.1");
+        assert_eq!(key("r", 0xab, Kind::Shared), "p/q/ab-r");
+        assert_eq!(key("s", 0xab, Kind::Permits(3)), "p/q/ab-p3");
+        assert_eq!(kind_in("ab.1-p3"), Kind::Permits(3));
+        assert_eq!(kind_in("ab.2-r"), Kind::Shared);
+        assert_eq!(kind_in("694d8a1b2c3d4e5f"), Kind::Exclusive);
+        assert_eq!(slots.token_of(b"p/q/ab.1").as_deref(), Some("b"));
+        slots.free("a");
+        assert_eq!(slots.of("a"), None);
+        assert_eq!(key("c", 0xab, Kind::Exclusive), "p/q/ab");
+        // A token whose lease was given up takes a key on the new one.
+        assert_eq!(key("b", 0xcd, Kind::Exclusive), "p/q/cd");
+        assert_eq!(slots.token_of(b"p/q/ab.1"), None);
     }
 }

@@ -100,7 +100,7 @@ enum Change {
     Put,
 }
 
-/// Waits for the deletion of `key` (a waiter's predecessor).
+/// Waits for the deletion of `key` (a waiter's predecessor), created at revision `created`.
 ///
 /// The watch starts from the present, not from a past revision: etcd serves a watch that
 /// starts in the past from a catch-up loop that runs every 100 ms, and the waiter would wake
@@ -111,7 +111,14 @@ enum Change {
 /// a write in between leaves the watch behind, in the catch-up loop. The created reply carries
 /// the revision it read: when the read that follows sees a later one, the watch may be behind,
 /// and it is made again (a few times; after that, the catch-up loop delivers within 100 ms).
-async fn watch_deletion(rpc: &Rpc, watches: &Watches, key: Vec<u8>) -> Result<(), Status> {
+///
+/// A key found again under that name with another create revision is a later acquisition's
+/// (a client puts its key under the same name each time): the one waited for is gone.
+async fn watch_deletion(
+    rpc: &Rpc,
+    watches: &Watches,
+    (key, created): (Vec<u8>, i64),
+) -> Result<(), Status> {
     let mut attempts = 0;
     'watch: loop {
         attempts += 1;
@@ -134,7 +141,11 @@ async fn watch_deletion(rpc: &Rpc, watches: &Watches, key: Vec<u8>) -> Result<()
                         },
                     )
                     .await?;
-                if now.kvs.is_empty() {
+                if now
+                    .kvs
+                    .first()
+                    .is_none_or(|kv| kv.create_revision != created)
+                {
                     return Ok(());
                 }
                 let read_at = |header: &Option<proto::ResponseHeader>| {
@@ -215,7 +226,7 @@ pub(super) async fn next_answer(watch: &mut EtcdWatch) -> Result<proto::WatchRes
 pub(super) async fn watch_delete(
     rpc: Rpc,
     watches: Arc<Watches>,
-    key: Vec<u8>,
+    key: (Vec<u8>, i64),
     hub: Arc<ReleaseHub>,
     token: String,
 ) {

@@ -1,7 +1,9 @@
 //! The etcd backend (`etcd://`): etcd's own `concurrency.Mutex` recipe.
 //!
-//! A lock is the set of keys `<prefix>/<name>/<owner token>`, each attached to an etcd lease
-//! and created in a transaction only if absent. The key with the lowest create revision holds
+//! A lock is the set of keys `<prefix>/<name>/<lease id in hex>[.<slot>]`, each attached to
+//! that etcd lease, holding its owner token, and created in a transaction only if absent (see
+//! [`keys::Slots`]: one client taking a lock again and again reuses one key, as etcd's own
+//! mutex does). The key with the lowest create revision holds
 //! the lock; every other key is a waiter that watches only the deletion of the key just
 //! before its own, so a release wakes exactly one waiter — the next in line, across all
 //! processes: waiters are served in the order they arrived.
@@ -106,6 +108,8 @@ pub(crate) struct EtcdBackend {
     granting: tokio::sync::Mutex<()>,
     /// This client's keys, by owner token.
     keys: Mutex<HashMap<String, OwnKey>>,
+    /// The key each token uses, reserved until it is known gone.
+    slots: Arc<keys::Slots>,
     /// The owner tokens of this client's acquisitions in play (see [`super::InPlay`]).
     in_play: super::InPlay,
     /// Per owner token, held while an acquiring transaction is on its way: a release waits
@@ -178,6 +182,7 @@ impl EtcdBackend {
             leases: Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
             keys: Mutex::new(HashMap::new()),
+            slots: Arc::default(),
             in_play: super::InPlay::default(),
             in_flight: Mutex::new(HashMap::new()),
             unanswered: Mutex::new(std::collections::HashSet::new()),
@@ -403,6 +408,7 @@ impl Backend for EtcdBackend {
                 let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
                 for token in &tokens {
                     in_flight.remove(*token);
+                    self.slots.free(token);
                 }
             }
             attempt
@@ -427,8 +433,8 @@ impl Backend for EtcdBackend {
     }
 
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
-        let (name, token) = (hold.name, hold.token);
-        let released = self.release_key(name, token, hold.kind);
+        let token = hold.token;
+        let released = self.release_key(token);
         Box::pin(self.in_play.release(token, released))
     }
 

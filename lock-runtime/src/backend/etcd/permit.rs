@@ -125,6 +125,7 @@ impl EtcdBackend {
             lease,
             PermitWatch::Change {
                 key: predecessor.key,
+                created: predecessor.create_revision,
             },
         ))
     }
@@ -161,9 +162,10 @@ enum PermitWatch {
         created: i64,
         limit: u16,
     },
-    /// A later waiter: the key before its own written (admitted, its holder writes it once:
-    /// a queue key is written at its creation and at most once more) or leaving.
-    Change { key: Vec<u8> },
+    /// A later waiter: the key before its own (created at `created`) written (admitted, its
+    /// holder writes it once: a queue key is written at its creation and at most once more)
+    /// or leaving — found again under its name with another create revision, it left.
+    Change { key: Vec<u8>, created: i64 },
 }
 
 impl PermitWatch {
@@ -223,10 +225,9 @@ impl PermitWatch {
             (PermitWatch::Departure { .. }, Some(limit)) => {
                 (now.kvs.len() as u64) < u64::from(limit)
             }
-            (PermitWatch::Change { .. }, _) => now
-                .kvs
-                .first()
-                .is_none_or(|kv| kv.mod_revision != kv.create_revision),
+            (PermitWatch::Change { created, .. }, _) => now.kvs.first().is_none_or(|kv| {
+                kv.mod_revision != kv.create_revision || kv.create_revision != *created
+            }),
             _ => true,
         })
     }

@@ -6,11 +6,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::keys::Slots;
 use super::lost::next_answer;
-use super::proto::{self, DeleteRangeRequest, DeleteRangeResponse, path};
+use super::proto::{
+    self, Compare, CompareWith, DeleteRangeRequest, DeleteRangeResponse, RequestOp, RequestUnion,
+    TxnRequest, TxnResponse, path,
+};
 use super::rpc::Rpc;
 use super::{EtcdBackend, EtcdFailure, OwnKey, is_transient};
-use crate::backend::{Kind, Released};
+use crate::backend::Released;
 use crate::error::BoxError;
 
 /// How long a key left behind by an attempt whose reply never came is retried for deletion in
@@ -34,12 +38,7 @@ impl EtcdBackend {
         Ok(deleted.deleted > 0)
     }
 
-    pub(super) async fn release_key(
-        &self,
-        name: &str,
-        token: &str,
-        kind: Kind,
-    ) -> Result<Released, BoxError> {
+    pub(super) async fn release_key(&self, token: &str) -> Result<Released, BoxError> {
         // Waits for the token's acquiring transaction, if one was sent: a release must not run
         // before it (the key it puts would be left behind). The gate stays until it is passed,
         // so that a second release of the same token (a cancelled acquisition's, and its place
@@ -63,28 +62,36 @@ impl EtcdBackend {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(token);
-        let released = self.delete_held(name, token, kind, held).await;
-        if unanswered && released.is_ok() {
+        // Its key: the one it holds, or the one its attempt reserved (an attempt whose reply
+        // never came, a place in line given up). None: nothing was ever sent.
+        let Some(key) = held
+            .as_ref()
+            .map(|held| held.key.clone())
+            .or_else(|| self.slots.of(token))
+        else {
+            return Ok(Released::NotOurs);
+        };
+        let released = self.delete_held(token, key.clone(), held).await;
+        match &released {
             // Gone now, or never there: an acquiring transaction still held back by etcd
             // could put it after all, on a lease this client keeps alive.
-            self.sweep_later(self.key_of(name, token, kind).1);
+            Ok(_) if unanswered => self.sweep_later(token, key),
+            Ok(_) => self.slots.free(token),
+            // Freed by the deletion left to the background (`delete_later`).
+            Err(_) => {}
         }
         released
     }
 
-    /// Deletes `token`'s key (what [`release_key`](Self::release_key) releases).
+    /// Deletes `token`'s key `key` (what [`release_key`](Self::release_key) releases); `held`
+    /// if this client knows it made it.
     async fn delete_held(
         &self,
-        name: &str,
         token: &str,
-        kind: Kind,
+        key: Vec<u8>,
         held: Option<OwnKey>,
     ) -> Result<Released, BoxError> {
-        let (key, lease) = match held {
-            Some(mut held) => (std::mem::take(&mut held.key), Some(Arc::clone(&held.lease))),
-            // An attempt whose reply never came: its key is known from the token.
-            None => (self.key_of(name, token, kind).1, None),
-        };
+        let lease = held.map(|held| Arc::clone(&held.lease));
         // A key on a lease this client has given up was not held any more, deleted or not.
         let alive = lease.as_ref().is_none_or(|lease| lease.is_usable());
         // A release that fails is retried briefly: a leader election or a member going away
@@ -106,14 +113,15 @@ impl EtcdBackend {
                 Err(failure) => {
                     match lease {
                         Some(lease) if lease.is_usable() => {
-                            self.delete_later(key, move || lease.is_usable());
+                            self.delete_later(token, key, move || lease.is_usable());
                         }
-                        Some(_) => {}
+                        // Gone with its lease.
+                        Some(_) => self.slots.free(token),
                         // An attempt whose reply never came: its put may have landed all the
                         // same, on a lease this client keeps alive.
                         None => {
                             let give_up = Instant::now() + LEFTOVER_SEARCH;
-                            self.delete_later(key, move || Instant::now() < give_up);
+                            self.delete_later(token, key, move || Instant::now() < give_up);
                         }
                     }
                     return Err(self.failed("delete", failure));
@@ -125,12 +133,15 @@ impl EtcdBackend {
     }
 
     /// Watches the key of a released token whose acquiring transaction got no answer, for
-    /// [`LEFTOVER_SEARCH`], and deletes it if that transaction puts it after all (a token is
-    /// never used again once released, so whatever appears under its key is that late put).
-    fn sweep_later(&self, key: Vec<u8>) {
+    /// [`LEFTOVER_SEARCH`], and deletes it if that transaction puts it after all (the key stays
+    /// reserved for the token meanwhile, so whatever appears under it is that late put); then
+    /// frees its slot.
+    fn sweep_later(&self, token: &str, key: Vec<u8>) {
         let (rpc, watches) = (self.rpc.clone(), Arc::clone(&self.watches));
         let response_timeout = self.response_timeout;
+        let freed = Freed(Arc::clone(&self.slots), token.to_owned());
         tokio::spawn(async move {
+            let _freed = freed;
             let until = Instant::now() + LEFTOVER_SEARCH;
             while Instant::now() < until {
                 let mut watch = watches.open(key.clone(), Vec::new(), 0, vec![proto::NODELETE]);
@@ -155,11 +166,14 @@ impl EtcdBackend {
     /// lease it lives on is kept alive for the client's other locks, so the key would hold the
     /// lock for as long as the client runs. It is deleted in the background once etcd answers
     /// again (the server restarted, the leader elected), while `go_on` says so (its lease is
-    /// usable; for an attempt whose reply never came, for [`LEFTOVER_SEARCH`]).
-    fn delete_later(&self, key: Vec<u8>, go_on: impl Fn() -> bool + Send + 'static) {
+    /// usable; for an attempt whose reply never came, for [`LEFTOVER_SEARCH`]). Its slot is
+    /// freed then.
+    fn delete_later(&self, token: &str, key: Vec<u8>, go_on: impl Fn() -> bool + Send + 'static) {
         let rpc = self.rpc.clone();
         let response_timeout = self.response_timeout;
+        let freed = Freed(Arc::clone(&self.slots), token.to_owned());
         tokio::spawn(async move {
+            let _freed = freed;
             let mut attempt = 0;
             while go_on() {
                 attempt += 1;
@@ -170,6 +184,50 @@ impl EtcdBackend {
                 }
             }
         });
+    }
+}
+
+/// Deletes `key` if it is still the one created at revision `created` (a key's name is used
+/// again once its slot is free: a deletion sent late must not take a newer acquisition's key);
+/// from a task of its own, `Some(deleted)` if etcd answered within `bound`.
+pub(super) async fn delete_if_created(
+    rpc: &Rpc,
+    key: &[u8],
+    created: i64,
+    bound: Duration,
+) -> Option<bool> {
+    let txn = rpc.unary::<_, TxnResponse>(
+        path::TXN,
+        TxnRequest {
+            compare: vec![Compare {
+                result: proto::EQUAL,
+                target: proto::COMPARE_CREATE,
+                key: key.to_vec(),
+                target_union: Some(CompareWith::CreateRevision(created)),
+                range_end: Vec::new(),
+            }],
+            success: vec![RequestOp {
+                request: Some(RequestUnion::DeleteRange(DeleteRangeRequest {
+                    key: key.to_vec(),
+                    range_end: Vec::new(),
+                })),
+            }],
+            failure: Vec::new(),
+        },
+    );
+    match tokio::time::timeout(bound, txn).await {
+        Ok(Ok(answer)) => Some(answer.succeeded),
+        _ => None,
+    }
+}
+
+/// Frees a token's slot when dropped: when the background work on its key ends, however it
+/// ends (its task finished, or dropped with its runtime).
+struct Freed(Arc<Slots>, String);
+
+impl Drop for Freed {
+    fn drop(&mut self) {
+        self.0.free(&self.1);
     }
 }
 
