@@ -152,8 +152,8 @@ pub(super) struct Slots(Mutex<SlotTable>);
 
 #[derive(Default)]
 struct SlotTable {
-    /// The key reserved for each token.
-    by_token: HashMap<String, Vec<u8>>,
+    /// The key reserved for each token, and the lease it is on.
+    by_token: HashMap<String, (Vec<u8>, i64)>,
     /// The token of each reserved key.
     by_key: HashMap<Vec<u8>, String>,
 }
@@ -171,11 +171,11 @@ impl Slots {
         let mut base = queue.to_vec();
         base.extend_from_slice(format!("{lease:x}").as_bytes());
         let mut table = self.table();
-        if let Some(key) = table.by_token.get(token) {
-            if key.starts_with(&base) {
+        if let Some((key, on)) = table.by_token.get(token) {
+            if *on == lease {
                 return key.clone();
             }
-            let old = table.by_token.remove(token).unwrap_or_default();
+            let (old, _) = table.by_token.remove(token).unwrap_or_default();
             table.by_key.remove(&old);
         }
         let mark = match kind {
@@ -195,13 +195,15 @@ impl Slots {
             .find(|key| !table.by_key.contains_key(key))
             .unwrap_or_default();
         table.by_key.insert(key.clone(), token.to_owned());
-        table.by_token.insert(token.to_owned(), key.clone());
+        table
+            .by_token
+            .insert(token.to_owned(), (key.clone(), lease));
         key
     }
 
     /// The key reserved for `token`, if any.
     pub(super) fn of(&self, token: &str) -> Option<Vec<u8>> {
-        self.table().by_token.get(token).cloned()
+        self.table().by_token.get(token).map(|(key, _)| key.clone())
     }
 
     /// The token `key` is reserved for, if any.
@@ -212,7 +214,7 @@ impl Slots {
     /// `token`'s key is gone: its slot is free for another acquisition.
     pub(super) fn free(&self, token: &str) {
         let mut table = self.table();
-        if let Some(key) = table.by_token.remove(token) {
+        if let Some((key, _)) = table.by_token.remove(token) {
             table.by_key.remove(&key);
         }
     }
@@ -277,8 +279,9 @@ mod tests {
         slots.free("a");
         assert_eq!(slots.of("a"), None);
         assert_eq!(key("c", 0xab, Kind::Exclusive), "p/q/ab");
-        // A token whose lease was given up takes a key on the new one.
-        assert_eq!(key("b", 0xcd, Kind::Exclusive), "p/q/cd");
+        // A token whose lease was given up takes a key on the new one (even one whose id in
+        // hex begins the old one's).
+        assert_eq!(key("b", 0xa, Kind::Exclusive), "p/q/a");
         assert_eq!(slots.token_of(b"p/q/ab.1"), None);
     }
 }
