@@ -152,21 +152,16 @@ impl EtcdBackend {
             });
             let mine = ranges.next().unwrap_or_default();
             let first = ranges.next().unwrap_or_default();
-            let (created, on_lease) = if answer.succeeded {
-                (revision, lease.id)
+            // The key is named by the live lease (see `keys::Slots`): a key found under that
+            // name was put on it, by an earlier attempt of this token.
+            let created = if answer.succeeded {
+                revision
             } else {
                 match mine.first() {
-                    Some(kv) => (kv.create_revision, kv.lease),
+                    Some(kv) => kv.create_revision,
                     None => continue,
                 }
             };
-            if on_lease != lease.id {
-                // Left by an earlier attempt on a lease this client has given up: its place
-                // dies with that lease; take a new one on the live lease.
-                let _ = self.delete_key(key.clone()).await;
-                self.keys().remove(spec.token);
-                continue;
-            }
             {
                 // Recorded anew unless this very key (same revision, same lease) is known: an
                 // earlier attempt's record may belong to a key that died with a lost lease.

@@ -7,13 +7,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::keys::Slots;
+use super::lease::Lease;
 use super::lost::next_answer;
 use super::proto::{
     self, Compare, CompareWith, DeleteRangeRequest, DeleteRangeResponse, RequestOp, RequestUnion,
     TxnRequest, TxnResponse, path,
 };
 use super::rpc::Rpc;
-use super::{EtcdBackend, EtcdFailure, OwnKey, is_transient};
+use super::{EtcdBackend, EtcdFailure, is_transient};
 use crate::backend::Released;
 use crate::error::BoxError;
 
@@ -62,16 +63,13 @@ impl EtcdBackend {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(token);
-        // Its key: the one it holds, or the one its attempt reserved (an attempt whose reply
-        // never came, a place in line given up). None: nothing was ever sent.
-        let Some(key) = held
-            .as_ref()
-            .map(|held| held.key.clone())
-            .or_else(|| self.slots.of(token))
-        else {
+        // Its key, reserved by its first attempt (whether it holds it, waits in line, or never
+        // heard back). None: nothing was ever sent.
+        let Some(key) = self.slots.of(token) else {
             return Ok(Released::NotOurs);
         };
-        let released = self.delete_held(token, key.clone(), held).await;
+        let lease = held.map(|held| Arc::clone(&held.lease));
+        let released = self.delete_held(token, key.clone(), lease).await;
         match &released {
             // Gone now, or never there: an acquiring transaction still held back by etcd
             // could put it after all, on a lease this client keeps alive.
@@ -83,15 +81,14 @@ impl EtcdBackend {
         released
     }
 
-    /// Deletes `token`'s key `key` (what [`release_key`](Self::release_key) releases); `held`
-    /// if this client knows it made it.
+    /// Deletes `token`'s key `key` (what [`release_key`](Self::release_key) releases); `lease`
+    /// if this client knows it made it, on that lease.
     async fn delete_held(
         &self,
         token: &str,
         key: Vec<u8>,
-        held: Option<OwnKey>,
+        lease: Option<Arc<Lease>>,
     ) -> Result<Released, BoxError> {
-        let lease = held.map(|held| Arc::clone(&held.lease));
         // A key on a lease this client has given up was not held any more, deleted or not.
         let alive = lease.as_ref().is_none_or(|lease| lease.is_usable());
         // A release that fails is retried briefly: a leader election or a member going away
