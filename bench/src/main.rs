@@ -53,6 +53,10 @@
 //!   (for 20 s, or `DISTLOCK_BENCH_PROFILE_SECS`) and prints its CPU per call and the server's
 //!   reads/writes per call — for `perf record -g` or `valgrind --tool=callgrind`. `rawpub` is the
 //!   raw floor with a `PUBLISH` added to the release script, to price the wake-up alone.
+//! - `DISTLOCK_BENCH_PAIRS=memory|etcd|etcd-raw` runs only `DISTLOCK_BENCH_PAIRS_N` (2,000)
+//!   lock + release pairs on fresh keys by `DISTLOCK_BENCH_PAIRS_TASKS` (1) tasks, after 200
+//!   to warm up, and prints the client's CPU per pair: under `valgrind --tool=callgrind`, a run of `N` pairs less a run of
+//!   none is the client's instructions per pair, repeatable on a busy machine.
 
 mod contention;
 mod cpu;
@@ -421,6 +425,84 @@ async fn zk_rows(report: &mut Report) -> Result<(), Error> {
     etcd_rows(report).await
 }
 
+/// `DISTLOCK_BENCH_PAIRS`: pairs on `store` alone, the client's CPU per pair.
+async fn pairs(store: &str) -> Result<(), Error> {
+    let number = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(default)
+    };
+    let (calls, tasks) = (
+        number("DISTLOCK_BENCH_PAIRS_N", 2_000),
+        number("DISTLOCK_BENCH_PAIRS_TASKS", 1).max(1),
+    );
+    let member = store
+        .starts_with("etcd")
+        .then(support::etcd::EtcdMember::start);
+    let host = member
+        .as_ref()
+        .map(|m| format!("127.0.0.1:{}", m.client_port));
+    // One side: `pair(t, key)` for each task `t`'s keys, all tasks at once.
+    async fn run<F, Fut>(tasks: u64, calls: u64, prefix: &str, pair: F) -> Result<(), Error>
+    where
+        F: Fn(String) -> Fut + Clone + Send + 'static,
+        Fut: std::future::Future<Output = Result<(), Error>> + Send,
+    {
+        let handles: Vec<_> = (0..tasks)
+            .map(|t| {
+                let (pair, prefix) = (pair.clone(), prefix.to_owned());
+                tokio::spawn(async move {
+                    for i in 0..calls / tasks {
+                        pair(format!("{prefix}{t}:{i}")).await?;
+                    }
+                    Ok::<_, Error>(())
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.await??;
+        }
+        Ok(())
+    }
+    let (cpu0, t0);
+    match (store, host) {
+        ("memory", _) | ("etcd", Some(_)) => {
+            let url = member
+                .as_ref()
+                .map_or("memory://".into(), |m| m.url("pairs"));
+            let client = LockClient::connect(&url).await?;
+            let pair = move |key| {
+                let client = client.clone();
+                async move { sql::lock_release(&client, key).await }
+            };
+            run(tasks, 200.max(tasks), "warm:", pair.clone()).await?;
+            (cpu0, t0) = (cpu_time(), Instant::now());
+            run(tasks, calls, "pair:", pair).await?;
+        }
+        ("etcd-raw", Some(host)) => {
+            use sql::RawPair as _;
+            let raw = etcd::EtcdRaw::connect(&host).await?;
+            let pair = move |key: String| {
+                let raw = raw.clone();
+                async move { raw.pair(0, &key, true).await }
+            };
+            run(tasks, 200.max(tasks), "warm:", pair.clone()).await?;
+            (cpu0, t0) = (cpu_time(), Instant::now());
+            run(tasks, calls, "pair:", pair).await?;
+        }
+        _ => return Err(format!("DISTLOCK_BENCH_PAIRS={store}: memory, etcd or etcd-raw").into()),
+    }
+    let done = calls / tasks * tasks;
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / done.max(1) as f64;
+    println!(
+        "{store}: {done} pairs by {tasks} tasks, {:.1} µs each, client CPU {:.1} µs per pair",
+        per(t0.elapsed()),
+        per(cpu_time() - cpu0)
+    );
+    Ok(())
+}
+
 /// Row 10: an etcd member of the bench's own.
 async fn etcd_rows(report: &mut Report) -> Result<(), Error> {
     let member = support::etcd::EtcdMember::start();
@@ -463,6 +545,9 @@ async fn main() -> Result<(), Error> {
     // A helper process of row 11's four-process case.
     if std::env::var("DISTLOCK_BENCH_CHILD").as_deref() == Ok("contend") {
         return contention::child_main().await;
+    }
+    if let Ok(store) = std::env::var("DISTLOCK_BENCH_PAIRS") {
+        return pairs(&store).await;
     }
     let server = RedisServer::start();
     let url = server.url();

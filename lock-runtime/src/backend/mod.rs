@@ -91,19 +91,23 @@ pub(crate) enum CallFailure<E> {
 impl<E> CallFailure<E> {
     /// Runs `request`, bounded by `timeout`: running out of it is a transient failure that
     /// names the `store`, its URL (`shown`) and the operation `op`.
-    pub(crate) async fn bounded<T>(
+    ///
+    /// A combinator, not an `async fn`: an `async fn` would keep `request` twice in its state
+    /// (the argument, and the timeout awaiting it), which every caller's future then carries.
+    pub(crate) fn bounded<T>(
         (store, shown): (&str, &str),
         timeout: std::time::Duration,
         op: &str,
         request: impl std::future::Future<Output = Result<T, E>>,
-    ) -> Result<T, Self> {
-        match tokio::time::timeout(timeout, request).await {
+    ) -> impl std::future::Future<Output = Result<T, Self>> {
+        use futures_util::FutureExt as _;
+        tokio::time::timeout(timeout, request).map(move |answer| match answer {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(CallFailure::Server(error)),
             Err(_) => Err(CallFailure::Other(Transient::wrap(format!(
                 "{store} ({shown}) did not answer `{op}` within the response timeout ({timeout:?})"
             )))),
-        }
+        })
     }
 }
 

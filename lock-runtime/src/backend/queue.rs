@@ -80,13 +80,20 @@ impl InPlay {
     }
 
     /// Runs an acquisition `attempt` of `token`: in play from now on, unless it fails.
-    pub(crate) async fn attempt<T, E>(
+    ///
+    /// It takes what makes the attempt, not the attempt: a future passed in and awaited would
+    /// stand twice in this one's state (the argument, and the future awaited), and every
+    /// attempt's box would carry both.
+    pub(crate) async fn attempt<T, E, F>(
         &self,
         token: &str,
-        attempt: impl std::future::Future<Output = Result<T, E>>,
-    ) -> Result<T, E> {
+        attempt: impl FnOnce() -> F,
+    ) -> Result<T, E>
+    where
+        F: std::future::Future<Output = Result<T, E>>,
+    {
         self.tokens().insert(token.to_owned());
-        let result = attempt.await;
+        let result = attempt().await;
         if result.is_err() {
             self.tokens().remove(token);
         }
@@ -95,14 +102,17 @@ impl InPlay {
 
     /// [`attempt`](Self::attempt) of several tokens at once (a set of keys).
     #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
-    pub(crate) async fn attempt_all<T, E>(
+    pub(crate) async fn attempt_all<T, E, F>(
         &self,
         tokens: &[&str],
-        attempt: impl std::future::Future<Output = Result<T, E>>,
-    ) -> Result<T, E> {
+        attempt: impl FnOnce() -> F,
+    ) -> Result<T, E>
+    where
+        F: std::future::Future<Output = Result<T, E>>,
+    {
         self.tokens()
             .extend(tokens.iter().map(|token| (*token).to_owned()));
-        let result = attempt.await;
+        let result = attempt().await;
         if result.is_err() {
             self.forget(tokens);
         }
@@ -118,13 +128,13 @@ impl InPlay {
         }
     }
 
-    /// Runs the `release` of `token`: out of play once it is done, whatever it found.
-    pub(crate) async fn release<T>(
-        &self,
-        token: &str,
-        release: impl std::future::Future<Output = T>,
-    ) -> T {
-        let released = release.await;
+    /// Runs the `release` of `token`: out of play once it is done, whatever it found. It takes
+    /// what makes the release, as [`attempt`](Self::attempt) does.
+    pub(crate) async fn release<T, F>(&self, token: &str, release: impl FnOnce() -> F) -> T
+    where
+        F: std::future::Future<Output = T>,
+    {
+        let released = release().await;
         self.tokens().remove(token);
         released
     }

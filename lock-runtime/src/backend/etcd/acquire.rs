@@ -22,14 +22,9 @@ use crate::backend::{Attempt, Kind, LockSpec, SetAttempt, Transient};
 use crate::error::BoxError;
 
 impl EtcdBackend {
-    /// Runs `token`'s acquiring transaction so that it completes even if the caller gives up
-    /// (finished in the background then), and a release of the token can wait for it.
-    async fn txn(&self, token: &str, txn: TxnRequest) -> Result<TxnResponse, EtcdFailure> {
-        self.txn_of(&[token], txn).await
-    }
-
-    /// [`txn`](Self::txn) for the acquiring transaction of several tokens (a set of keys): a
-    /// release of any of them waits for it.
+    /// Runs the acquiring transaction of `tokens` (one, or a set of keys) so that it completes
+    /// even if the caller gives up (finished in the background then), and a release of any of
+    /// the tokens can wait for it.
     async fn txn_of(&self, tokens: &[&str], txn: TxnRequest) -> Result<TxnResponse, EtcdFailure> {
         let gates: Vec<_> = {
             let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
@@ -55,7 +50,9 @@ impl EtcdBackend {
                 )),
             }
         });
-        let answer = self.call("acquire", answer).await;
+        // Bounded inside (the same response timeout an outer bound would add): its failure is
+        // the server's status, or the deadline's.
+        let answer = answer.await.map_err(EtcdFailure::Server);
         let refused = |status: &Status| !is_transient(status) || status.code() == Code::NotFound;
         if let Err(failure) = &answer
             && !matches!(failure, EtcdFailure::Server(status) if refused(status))
@@ -138,7 +135,7 @@ impl EtcdBackend {
                 },
             };
             known = true;
-            let answer = match self.txn(spec.token, txn).await {
+            let answer = match self.txn_of(std::slice::from_ref(&spec.token), txn).await {
                 Ok(answer) => answer,
                 Err(failure) => {
                     self.note_lease_error(&lease, &failure);
@@ -180,23 +177,24 @@ impl EtcdBackend {
             let head = first.first().filter(|head| head.create_revision != created);
             if let Some(refused) = refusal(head.map(kind_of), spec.kind) {
                 self.keys().remove(spec.token);
-                if self.delete_key(key.clone()).await.is_ok() {
+                // The rare paths are boxed: the attempt's own box (every acquisition's) holds
+                // only what the common path holds across its awaits.
+                if Box::pin(self.delete_key(key.clone())).await.is_ok() {
                     self.slots.free(spec.token);
                 }
                 return Err(refused);
             }
             if let Kind::Permits(limit) = spec.kind {
-                return self
-                    .await_permit(
-                        spec,
-                        limit,
-                        &lease,
-                        (&queue, &key),
-                        started,
-                        created,
-                        &first,
-                    )
-                    .await;
+                return Box::pin(self.await_permit(
+                    spec,
+                    limit,
+                    &lease,
+                    (&queue, &key),
+                    started,
+                    created,
+                    &first,
+                ))
+                .await;
             }
             if first.first().map(|kv| kv.create_revision) == Some(created) {
                 return self.granted(spec, &lease, &key, started, created);
@@ -207,23 +205,22 @@ impl EtcdBackend {
             // only for the last writer's before its own — so a waiting writer also holds back
             // every reader after it, and readers cannot starve writers.
             let shared = spec.kind == Kind::Shared;
-            let before: RangeResponse = match self
-                .call(
-                    "range",
-                    self.rpc.unary(
-                        path::RANGE,
-                        RangeRequest {
-                            key: queue.clone(),
-                            range_end: queue_end.clone(),
-                            limit: if shared { 0 } else { 1 },
-                            sort_order: proto::DESCEND,
-                            sort_target: proto::SORT_BY_CREATE,
-                            keys_only: true,
-                            max_create_revision: created - 1,
-                        },
-                    ),
-                )
-                .await
+            let before: RangeResponse = match Box::pin(self.call(
+                "range",
+                self.rpc.unary(
+                    path::RANGE,
+                    RangeRequest {
+                        key: queue.clone(),
+                        range_end: queue_end.clone(),
+                        limit: if shared { 0 } else { 1 },
+                        sort_order: proto::DESCEND,
+                        sort_target: proto::SORT_BY_CREATE,
+                        keys_only: true,
+                        max_create_revision: created - 1,
+                    },
+                ),
+            ))
+            .await
             {
                 Ok(before) => before,
                 Err(failure) => return Err(self.failed("range", failure)),
@@ -250,7 +247,7 @@ impl EtcdBackend {
                     .token_of(&predecessor.key)
                     .is_none_or(|token| !self.in_play.contains(&token));
             if orphan {
-                match self.delete_key(predecessor.key).await {
+                match Box::pin(self.delete_key(predecessor.key)).await {
                     Ok(_) => {
                         tracing::debug!("distlock: etcd: deleted an orphaned key of this lease");
                         continue;

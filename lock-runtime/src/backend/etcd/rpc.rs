@@ -189,7 +189,8 @@ impl Rpc {
     /// has none yet.
     async fn token_for_call(&self) -> Result<Option<Token>, Status> {
         if self.auth.is_some() && self.token().is_none() {
-            self.authenticate(None).await?;
+            // Boxed, as below: a rare path kept out of every call's future.
+            Box::pin(self.authenticate(None)).await?;
         }
         Ok(self.token())
     }
@@ -209,7 +210,9 @@ impl Rpc {
             let token = self.token_for_call().await?;
             match self.unary_once(path, request.clone(), token.as_ref()).await {
                 Err(status) if !renewed && self.auth.is_some() && needs_token(&status) => {
-                    self.authenticate(token.as_ref()).await?;
+                    // Boxed: a call's future holds its largest await's state, and the token's
+                    // renewal (a call of its own) would double every call's.
+                    Box::pin(self.authenticate(token.as_ref())).await?;
                     renewed = true;
                 }
                 Err(status) if status.code() == tonic::Code::Unavailable && attempt < 3 => {

@@ -100,12 +100,12 @@ impl PostgresBackend {
     }
 
     /// Runs `future` bounded by the response timeout.
-    async fn timed<T>(
+    fn timed<T>(
         &self,
         what: &'static str,
         future: impl Future<Output = Result<T, tokio_postgres::Error>>,
-    ) -> Result<T, PgError> {
-        timed(what, self.settings.response_timeout, future).await
+    ) -> impl Future<Output = Result<T, PgError>> {
+        timed(what, self.settings.response_timeout, future)
     }
 
     fn slot(&self, i: usize) -> std::sync::MutexGuard<'_, PgSlot> {

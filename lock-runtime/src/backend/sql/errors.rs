@@ -77,15 +77,19 @@ where
 }
 
 /// Runs `future` bounded by `limit`.
-pub(crate) async fn timed<T, E>(
+///
+/// A combinator, not an `async fn`, which would keep `future` twice in its state (the
+/// argument, and the timeout awaiting it).
+pub(crate) fn timed<T, E>(
     what: &'static str,
     limit: Duration,
     future: impl Future<Output = Result<T, E>>,
-) -> Result<T, SqlError<E>> {
-    match tokio::time::timeout(limit, future).await {
+) -> impl Future<Output = Result<T, SqlError<E>>> {
+    use futures_util::FutureExt as _;
+    tokio::time::timeout(limit, future).map(move |answer| match answer {
         Ok(result) => result.map_err(SqlError::Driver),
         Err(_) => Err(SqlError::TimedOut { what, after: limit }),
-    }
+    })
 }
 
 /// What to check when the connection attempt took too long.

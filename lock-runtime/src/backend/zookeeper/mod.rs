@@ -177,13 +177,13 @@ impl ZookeeperBackend {
 
     /// Runs one request, bounded by the response timeout; errors name the operation and
     /// the URL, and say whether waiting may cure them.
-    async fn call<T>(
+    fn call<T>(
         &self,
         op: &str,
         request: impl std::future::Future<Output = Result<T, zk::Error>>,
-    ) -> Result<T, ZkFailure> {
+    ) -> impl std::future::Future<Output = Result<T, ZkFailure>> {
         let store = ("ZooKeeper", self.shown.as_str());
-        ZkFailure::bounded(store, self.response_timeout, op, request).await
+        ZkFailure::bounded(store, self.response_timeout, op, request)
     }
 
     fn failed(&self, op: &str, failure: ZkFailure) -> BoxError {
@@ -214,7 +214,7 @@ impl Backend for ZookeeperBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
-        Box::pin(self.in_play.attempt(spec.token, self.acquire(spec)))
+        Box::pin(self.in_play.attempt(spec.token, move || self.acquire(spec)))
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
@@ -232,7 +232,10 @@ impl Backend for ZookeeperBackend {
 
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
-        Box::pin(self.in_play.release(token, self.delete(name, token)))
+        Box::pin(
+            self.in_play
+                .release(token, move || self.delete(name, token)),
+        )
     }
 
     fn subscribe<'a>(

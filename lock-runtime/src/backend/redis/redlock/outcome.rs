@@ -99,20 +99,22 @@ impl RedlockBackend {
     }
 }
 
-/// `call` on `node`, bounded by `timeout`, as an [`NodeOutcome`].
-pub(super) async fn bounded<T>(
+/// `call` on `node`, bounded by `timeout`, as an [`NodeOutcome`] (a combinator: an `async fn`
+/// would keep `call` twice in its state).
+pub(super) fn bounded<T>(
     node: &RedisBackend,
     timeout: Duration,
     call: impl Future<Output = Result<T, BoxError>>,
-) -> NodeOutcome<T> {
-    match tokio::time::timeout(timeout, call).await {
+) -> impl Future<Output = NodeOutcome<T>> {
+    use futures_util::FutureExt as _;
+    tokio::time::timeout(timeout, call).map(move |answer| match answer {
         Ok(Ok(value)) => NodeOutcome::Answered(value),
         Ok(Err(error)) => NodeOutcome::Failed {
             why: format!("{}: {}", node.shown_url(), describe_failure(&*error)),
             permanent: !error.is::<Transient>(),
         },
         Err(_) => NodeOutcome::failed(format!("{}: timed out after {timeout:?}", node.shown_url())),
-    }
+    })
 }
 
 /// A node's error in a few words: `refused` for a refused connection, the error otherwise.
