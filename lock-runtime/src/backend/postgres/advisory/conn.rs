@@ -21,15 +21,15 @@ use crate::backend::sql::errors::timed;
 /// holds anything: a release carries no note, so one statement serves every lock, and its
 /// one message both lets go and replaces the holder's note in `pg_stat_activity` — a release
 /// whose answer is lost has either done both or neither (see `after_failed_release`).
-pub(super) struct Conn {
+pub(super) struct AdvisoryConn {
     client: Client,
     pub(super) incarnation: AtomicI64,
     unlock: [Statement; 2],
 }
 
-impl Conn {
+impl AdvisoryConn {
     /// `client`, its release statements prepared (one round trip).
-    pub(super) async fn prepared(client: Client, limit: Duration) -> Result<Conn, PgError> {
+    pub(super) async fn prepared(client: Client, limit: Duration) -> Result<AdvisoryConn, PgError> {
         let text = |kind| {
             format!(
                 "SELECT {}($1), set_config('idle_session_timeout', '0', false)",
@@ -39,7 +39,7 @@ impl Conn {
         let (writer, reader) = (text(Kind::Exclusive), text(Kind::Shared));
         let both = futures_util::future::try_join(client.prepare(&writer), client.prepare(&reader));
         let (writer, reader) = timed("preparing the advisory releases", limit, both).await?;
-        Ok(Conn {
+        Ok(AdvisoryConn {
             client,
             incarnation: AtomicI64::new(0),
             unlock: [writer, reader],
@@ -67,7 +67,7 @@ impl Conn {
     }
 }
 
-impl std::ops::Deref for Conn {
+impl std::ops::Deref for AdvisoryConn {
     type Target = Client;
 
     fn deref(&self) -> &Client {

@@ -61,7 +61,7 @@ mod admin;
 mod conn;
 mod note;
 
-use conn::Conn;
+use conn::AdvisoryConn;
 
 use note::{function, note};
 
@@ -102,7 +102,7 @@ enum AdvisoryState {
 
 /// One acquisition's connection.
 struct AdvisorySession {
-    client: Arc<Conn>,
+    client: Arc<AdvisoryConn>,
     state: Mutex<AdvisoryState>,
     /// The task of the blocking request, while it runs.
     waiting: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -134,7 +134,7 @@ pub(crate) struct AdvisoryBackend {
     /// The connections of acquisitions in play, by owner token.
     sessions: Mutex<HashMap<String, Arc<AdvisorySession>>>,
     /// Idle connections, each with when it went idle, the most recent last (taken first).
-    idle: Mutex<Vec<(Arc<Conn>, std::time::Instant)>>,
+    idle: Mutex<Vec<(Arc<AdvisoryConn>, std::time::Instant)>>,
     /// Wakes a waiter whose blocking request was granted.
     hub: Arc<ReleaseHub>,
 }
@@ -234,7 +234,7 @@ impl AdvisoryBackend {
     }
 
     /// Opens one connection and starts the task that drives it.
-    async fn open(&self) -> Result<Conn, PgError> {
+    async fn open(&self) -> Result<AdvisoryConn, PgError> {
         let client = super::pool::open(
             &self.config,
             &self.tls,
@@ -242,7 +242,7 @@ impl AdvisoryBackend {
             "postgres advisory",
         )
         .await?;
-        Conn::prepared(client, self.settings.connect_timeout).await
+        AdvisoryConn::prepared(client, self.settings.connect_timeout).await
     }
 
     /// Runs `text` as one simple query, bounded by the response timeout; the first value.
@@ -277,20 +277,21 @@ impl AdvisoryBackend {
     }
 
     /// An idle connection (the most recently used), or a new one.
-    async fn connection(&self) -> Result<Arc<Conn>, PgError> {
+    async fn connection(&self) -> Result<Arc<AdvisoryConn>, PgError> {
         loop {
             let reused = self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
             match reused {
                 Some((client, _)) if !client.is_closed() => return Ok(client),
                 Some(_) => continue,
-                None => return self.open().await.map(Arc::new),
+                // Boxed: connecting is rare, and every acquisition's future would carry it.
+                None => return Box::pin(self.open()).await.map(Arc::new),
             }
         }
     }
 
     /// Keeps `client` for the next acquisitions; closes the idle connections past
     /// [`IDLE_KEPT`] that nobody used for [`IDLE_FOR`] (the oldest first).
-    fn give_back_connection(&self, client: Arc<Conn>) {
+    fn give_back_connection(&self, client: Arc<AdvisoryConn>) {
         let now = std::time::Instant::now();
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         let stale = idle
@@ -384,7 +385,7 @@ impl AdvisoryBackend {
             let safe = *self.safe.lock().unwrap_or_else(|p| p.into_inner());
             let safe = match safe {
                 Some(started) => started,
-                None => match self.guard(&session.client).await? {
+                None => match Box::pin(self.guard(&session.client)).await? {
                     Ok(started) => started,
                     Err(left) => {
                         tracing::debug!(
@@ -553,7 +554,7 @@ impl Backend for AdvisoryBackend {
                 AdvisoryState::Granted(fence) => {
                     // Dated from now: the lease counts from before this statement was sent.
                     session.set(AdvisoryState::InFlight);
-                    self.date(&session, &spec, fence).await?;
+                    Box::pin(self.date(&session, &spec, fence)).await?;
                     session.set(AdvisoryState::Held(fence));
                     Ok(Attempt::Acquired {
                         fencing_token: fence,
@@ -633,35 +634,39 @@ impl Backend for AdvisoryBackend {
                         {
                             Ok(Released::NotOurs)
                         }
-                        Err(error) => self.after_failed_release(hold, error).await,
+                        Err(error) => Box::pin(self.after_failed_release(hold, error)).await,
                     }
                 }
                 AdvisoryState::Waiting => {
-                    let task = session
-                        .waiting
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .take();
-                    // Take the request out of the server's queue now; dropping the connection
-                    // ends the session (and a grant that raced the cancel).
-                    let limit = self.settings.response_timeout;
-                    let cancel = session.client.cancel_token();
-                    let _ = tokio::time::timeout(
-                        limit,
-                        cancel.cancel_query(crate::backend::postgres::tls::connector(&self.tls)),
-                    )
-                    .await;
-                    // A cancel is a signal to the waiting backend, which leaves the lock's queue
-                    // a moment later: wait for the blocking request's answer (cancelled, or
-                    // granted just before), so that a reader that tries right after this release
-                    // is not still queued behind the writer that gave up.
-                    if let Some(task) = task {
-                        let abort = task.abort_handle();
-                        if tokio::time::timeout(limit, task).await.is_err() {
-                            abort.abort();
+                    Box::pin(async move {
+                        let task = session
+                            .waiting
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .take();
+                        // Take the request out of the server's queue now; dropping the connection
+                        // ends the session (and a grant that raced the cancel).
+                        let limit = self.settings.response_timeout;
+                        let cancel = session.client.cancel_token();
+                        let _ = tokio::time::timeout(
+                            limit,
+                            cancel
+                                .cancel_query(crate::backend::postgres::tls::connector(&self.tls)),
+                        )
+                        .await;
+                        // A cancel is a signal to the waiting backend, which leaves the lock's queue
+                        // a moment later: wait for the blocking request's answer (cancelled, or
+                        // granted just before), so that a reader that tries right after this release
+                        // is not still queued behind the writer that gave up.
+                        if let Some(task) = task {
+                            let abort = task.abort_handle();
+                            if tokio::time::timeout(limit, task).await.is_err() {
+                                abort.abort();
+                            }
                         }
-                    }
-                    Ok(Released::NotOurs)
+                        Ok(Released::NotOurs)
+                    })
+                    .await
                 }
                 AdvisoryState::InFlight | AdvisoryState::Failed(_) => Ok(Released::NotOurs),
             }
