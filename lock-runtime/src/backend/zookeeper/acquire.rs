@@ -109,9 +109,10 @@ impl ZookeeperBackend {
             });
             let (path, czxid, listed) = match known {
                 Some((path, czxid)) => {
-                    let listed = self
-                        .call("list", client.list_and_watch_children(&parent))
-                        .await;
+                    // The rare paths are boxed: the attempt's own box (every acquisition's)
+                    // holds only what the common path holds across its awaits.
+                    let listed =
+                        Box::pin(self.call("list", client.list_and_watch_children(&parent))).await;
                     (path, czxid, listed)
                 }
                 None => {
@@ -163,7 +164,7 @@ impl ZookeeperBackend {
                 .collect();
             for orphan in &orphans {
                 let orphan = format!("{parent}/{orphan}");
-                match self.call("delete", client.delete(&orphan, None)).await {
+                match Box::pin(self.call("delete", client.delete(&orphan, None))).await {
                     Ok(()) | Err(ZkFailure::Server(zk::Error::NoNode)) => {
                         tracing::debug!(node = %orphan, "distlock: zookeeper: deleted a node of a create whose reply was lost");
                     }
@@ -189,7 +190,9 @@ impl ZookeeperBackend {
             // A name is one kind, and a semaphore has one limit: the oldest node says which.
             if let Some(refused) = refusal(kinds_ahead.clone().next(), spec.kind) {
                 self.nodes().remove(spec.token);
-                if let Err(failure) = self.call("delete", client.delete(&path, None)).await {
+                if let Err(failure) =
+                    Box::pin(self.call("delete", client.delete(&path, None))).await
+                {
                     self.note_session_error(&session, &failure);
                 }
                 return Err(refused);
@@ -219,10 +222,9 @@ impl ZookeeperBackend {
                         // (even on a first attempt: the node behind may have looked before this
                         // one did): it is first in line now and must watch the queue instead.
                         let data = self.node_data(spec);
-                        if let Err(failure) = self
-                            .call("touch", client.set_data(&path, data.as_bytes(), None))
-                            .await
-                        {
+                        let touch =
+                            self.call("touch", client.set_data(&path, data.as_bytes(), None));
+                        if let Err(failure) = Box::pin(touch).await {
                             self.note_session_error(&session, &failure);
                         }
                     }
@@ -233,10 +235,8 @@ impl ZookeeperBackend {
                 Turn::FirstInLine => {
                     // First in line (at `place`, the semaphore's `n`): woken by any change to
                     // the queue (a holder leaving).
-                    let (children, watcher) = match self
-                        .call("watch", client.list_and_watch_children(&parent))
-                        .await
-                    {
+                    let watch = self.call("watch", client.list_and_watch_children(&parent));
+                    let (children, watcher) = match Box::pin(watch).await {
                         Ok(found) => found,
                         Err(ZkFailure::Server(zk::Error::NoNode)) => continue,
                         Err(failure) => {
@@ -262,8 +262,7 @@ impl ZookeeperBackend {
             // Watch only the node that holds us up: its deletion makes us a holder or moves us
             // up (it gave up), so a release wakes only those it may admit.
             let before = format!("{parent}/{}", queue[blocker].1);
-            let watcher = match self
-                .call("watch", client.check_and_watch_stat(&before))
+            let watcher = match Box::pin(self.call("watch", client.check_and_watch_stat(&before)))
                 .await
             {
                 // A node of our own session that no acquisition of ours knows: a create of an
@@ -273,7 +272,7 @@ impl ZookeeperBackend {
                     if stat.ephemeral_owner == client.session_id().0
                         && !self.in_play.contains(token_of(queue[blocker].1)) =>
                 {
-                    match self.call("delete", client.delete(&before, None)).await {
+                    match Box::pin(self.call("delete", client.delete(&before, None))).await {
                         Ok(()) | Err(ZkFailure::Server(zk::Error::NoNode)) => {
                             tracing::debug!(node = %before, "distlock: zookeeper: deleted an orphaned node of this session");
                             continue;

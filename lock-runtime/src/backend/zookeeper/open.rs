@@ -117,7 +117,8 @@ impl ZookeeperBackend {
             return Ok(session);
         }
         let opened_at = Instant::now();
-        let client = self.open(timeout, &self.url.chroot).await?;
+        // Boxed: every acquisition awaits `session_for`, and only the first per timeout opens.
+        let client = Box::pin(self.open(timeout, &self.url.chroot)).await?;
         if client.session_timeout() != timeout {
             tracing::debug!(
                 asked = ?timeout,
