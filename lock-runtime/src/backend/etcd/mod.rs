@@ -409,8 +409,7 @@ impl Backend for EtcdBackend {
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
-        let fut = self.in_play.attempt(spec.token, move || self.acquire(spec));
-        Box::pin(fut)
+        Box::pin(self.in_play.attempt(spec.token, move || self.acquire(spec)))
     }
 
     fn try_acquire_all<'a>(
@@ -455,8 +454,7 @@ impl Backend for EtcdBackend {
 
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let token = hold.token;
-        let fut = self.in_play.release(token, move || self.release_key(token));
-        Box::pin(fut)
+        Box::pin(self.in_play.release(token, move || self.release_key(token)))
     }
 
     fn subscribe<'a>(

@@ -524,6 +524,36 @@ const CAPABILITIES: Capabilities = Capabilities {
     ..Capabilities::plain("postgres")
 };
 
+impl AdvisoryBackend {
+    /// Takes a waiter's blocking request out of the server's queue: cancelled now, and its
+    /// answer (cancelled, or granted just before) awaited. Dropping the connection after ends
+    /// the session, and a grant that raced the cancel.
+    async fn give_up_waiting(&self, session: &AdvisorySession) -> Result<Released, BoxError> {
+        let task = session
+            .waiting
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let limit = self.settings.response_timeout;
+        let cancel = session.client.cancel_token();
+        let _ = tokio::time::timeout(
+            limit,
+            cancel.cancel_query(crate::backend::postgres::tls::connector(&self.tls)),
+        )
+        .await;
+        // A cancel is a signal to the waiting backend, which leaves the lock's queue a moment
+        // later: wait for the blocking request's answer, so that a reader that tries right
+        // after this release is not still queued behind the writer that gave up.
+        if let Some(task) = task {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(limit, task).await.is_err() {
+                abort.abort();
+            }
+        }
+        Ok(Released::NotOurs)
+    }
+}
+
 impl Backend for AdvisoryBackend {
     fn capabilities(&self) -> &Capabilities {
         &CAPABILITIES
@@ -637,37 +667,8 @@ impl Backend for AdvisoryBackend {
                         Err(error) => Box::pin(self.after_failed_release(hold, error)).await,
                     }
                 }
-                AdvisoryState::Waiting => {
-                    Box::pin(async move {
-                        let task = session
-                            .waiting
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .take();
-                        // Take the request out of the server's queue now; dropping the connection
-                        // ends the session (and a grant that raced the cancel).
-                        let limit = self.settings.response_timeout;
-                        let cancel = session.client.cancel_token();
-                        let _ = tokio::time::timeout(
-                            limit,
-                            cancel
-                                .cancel_query(crate::backend::postgres::tls::connector(&self.tls)),
-                        )
-                        .await;
-                        // A cancel is a signal to the waiting backend, which leaves the lock's queue
-                        // a moment later: wait for the blocking request's answer (cancelled, or
-                        // granted just before), so that a reader that tries right after this release
-                        // is not still queued behind the writer that gave up.
-                        if let Some(task) = task {
-                            let abort = task.abort_handle();
-                            if tokio::time::timeout(limit, task).await.is_err() {
-                                abort.abort();
-                            }
-                        }
-                        Ok(Released::NotOurs)
-                    })
-                    .await
-                }
+                // Boxed: a rare path kept out of every release's future.
+                AdvisoryState::Waiting => Box::pin(self.give_up_waiting(&session)).await,
                 AdvisoryState::InFlight | AdvisoryState::Failed(_) => Ok(Released::NotOurs),
             }
         })
