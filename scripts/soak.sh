@@ -121,10 +121,10 @@ for run in $(seq 1 "$runs"); do
         start=$(date +%s)
         # A hung run must not hang the soak: 30 minutes is far beyond any area's run time.
         # As ./scripts/test.sh runs them: the areas of tests/it eight tests at a time, the fault
-        # suite four scenarios at a time, the histories two at a time. The area's own filter, or the SOAK_FILTER names within it.
+        # suite eight scenarios at a time, the histories two at a time. The area's own filter, or the SOAK_FILTER names within it.
         extra=()
         [ "${binary[$test]}" = "${executable[it]}" ] && extra=(--test-threads "${DISTLOCK_TEST_THREADS:-8}")
-        [ "$test" = faults ] && extra=(--test-threads 4)
+        [ "$test" = faults ] && extra=(--test-threads 8)
         [ "$test" = history ] && extra=(--test-threads 2)
         if [ -n "${SOAK_FILTER:-}" ]; then
             # The area's tests whose names contain one of the words, exactly.

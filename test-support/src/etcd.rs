@@ -110,6 +110,19 @@ impl EtcdMember {
         panic!("could not start etcd: {last}");
     }
 
+    /// One member served over mutual TLS ([`start_tls`](Self::start_tls)) for all the tests of
+    /// this binary (each test uses a key prefix of its own): the conformance suite's TLS cases,
+    /// which never fault it. It dies with the process; its directory is removed at exit.
+    pub fn shared_tls() -> &'static EtcdMember {
+        static SHARED: std::sync::OnceLock<EtcdMember> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| {
+            let mut member = EtcdMember::start_tls(true, &[]);
+            member.owned = false;
+            remove_at_exit(member.dir.clone());
+            member
+        })
+    }
+
     /// One single-member cluster for all the tests of this binary (each test uses a key
     /// prefix of its own). It dies with the process; its directory is removed at exit.
     pub fn shared() -> &'static EtcdMember {

@@ -676,10 +676,10 @@ impl PostgresFixture {
         PostgresFixture::on(Server::Shared(PostgresServer::shared()))
     }
 
-    /// On a server of this test's own that accepts TLS connections only (`sslmode=verify-full`
+    /// On the binary's shared server that accepts TLS connections only (`sslmode=verify-full`
     /// with the test CA in the URL); the fixture looks through the Unix socket.
     pub fn tls() -> PostgresFixture {
-        PostgresFixture::on(Server::Own(PostgresServer::start_tls()))
+        PostgresFixture::on(Server::Shared(PostgresServer::shared_tls()))
     }
 
     /// On a server of this test's own that logs every statement (so a test can count them).
@@ -1064,10 +1064,10 @@ impl MysqlFixture {
         MysqlFixture::on(Server::Own(MysqlServer::start()))
     }
 
-    /// On a server of this test's own that accepts TLS connections only
+    /// On the binary's shared server that accepts TLS connections only
     /// (`ssl-mode=VERIFY_IDENTITY` with the test CA in the URL).
     pub fn tls() -> MysqlFixture {
-        MysqlFixture::on(Server::Own(MysqlServer::start_tls()))
+        MysqlFixture::on(Server::Shared(MysqlServer::shared_tls()))
     }
 
     fn on(server: Server<MysqlServer>) -> MysqlFixture {
@@ -1222,10 +1222,10 @@ impl ZookeeperFixture {
         ZookeeperFixture::on(Server::Own(super::zookeeper::ZkServer::start()))
     }
 
-    /// On a server of this test's own whose clients connect over TLS (`zks://`, the test CA
-    /// in the URL); the fixture looks through the plain port.
+    /// On the binary's shared server whose clients connect over TLS (`zks://`, the test CA in
+    /// the URL); the fixture looks through the plain port.
     pub fn tls() -> ZookeeperFixture {
-        ZookeeperFixture::on(Server::Own(super::zookeeper::ZkServer::start_tls()))
+        ZookeeperFixture::on(Server::Shared(super::zookeeper::ZkServer::shared_tls()))
     }
 
     /// Nodes in the layout of Curator's `InterProcessReadWriteLock` (`?recipe=rwlock`).
@@ -1466,10 +1466,10 @@ impl EtcdFixture {
         EtcdFixture::on(Server::Own(super::etcd::EtcdMember::start()))
     }
 
-    /// On a member of this test's own that clients reach over mutual TLS (`etcds://`, the test
+    /// On the binary's shared member that clients reach over mutual TLS (`etcds://`, the test
     /// CA and client certificate in the URL); the fixture looks through the plain port.
     pub fn tls() -> EtcdFixture {
-        EtcdFixture::on(Server::Own(super::etcd::EtcdMember::start_tls(true, &[])))
+        EtcdFixture::on(Server::Shared(super::etcd::EtcdMember::shared_tls()))
     }
 
     fn on(member: Server<super::etcd::EtcdMember>) -> EtcdFixture {

@@ -130,6 +130,19 @@ impl MysqlServer {
         panic!("could not start mariadbd: {last_error}");
     }
 
+    /// One TLS-only server ([`start_tls`](Self::start_tls)) for all the tests of this binary
+    /// (each test with a lock table of its own): the conformance suite's TLS cases, which never
+    /// fault it. It dies with the process; its directory is removed at exit.
+    pub fn shared_tls() -> &'static MysqlServer {
+        static SHARED: std::sync::OnceLock<MysqlServer> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| {
+            let mut server = MysqlServer::start_tls();
+            server.owned = false;
+            remove_at_exit(server.dir.clone());
+            server
+        })
+    }
+
     /// One server for all the tests of this binary (it dies with the process; its scratch
     /// directory is removed at exit).
     pub fn shared() -> &'static MysqlServer {

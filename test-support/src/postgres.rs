@@ -164,6 +164,19 @@ impl PostgresServer {
         panic!("could not start postgres: {last_error}");
     }
 
+    /// One TLS-only server ([`start_tls`](Self::start_tls)) for all the tests of this binary
+    /// (each test with a lock table of its own): the conformance suite's TLS cases, which never
+    /// fault it. It dies with the process; its directory is removed at exit.
+    pub fn shared_tls() -> &'static PostgresServer {
+        static SHARED: std::sync::OnceLock<PostgresServer> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| {
+            let mut server = PostgresServer::start_tls();
+            server.owned = false;
+            remove_at_exit(server.dir.clone());
+            server
+        })
+    }
+
     /// One server for all the tests of this binary. No `Drop` reaches a static: the server
     /// dies with the process (parent-death signal), and the scratch directory is removed at
     /// exit.

@@ -123,6 +123,19 @@ impl ZkServer {
         panic!("could not start a ZooKeeper server: {last}");
     }
 
+    /// One TLS server ([`start_tls`](Self::start_tls)) for all the tests of this binary (each
+    /// test uses a chroot of its own): the conformance suite's TLS cases, which never fault
+    /// it. It dies with the process; its directory is removed at exit.
+    pub fn shared_tls() -> &'static ZkServer {
+        static SHARED: std::sync::OnceLock<ZkServer> = std::sync::OnceLock::new();
+        SHARED.get_or_init(|| {
+            let mut server = ZkServer::start_tls();
+            server.owned = false;
+            remove_at_exit(server.dir.clone());
+            server
+        })
+    }
+
     /// One standalone server for all the tests of this binary (each test uses a chroot of
     /// its own). It dies with the process; its directory is removed at exit.
     pub fn shared() -> &'static ZkServer {
