@@ -359,8 +359,11 @@ pub async fn a_waiter_is_woken_by_the_release(fixture: &impl Fixture) {
     let (waited, guard) = waiter.await.unwrap();
     let after_release = released_at.elapsed();
     assert!(waited >= ms(190), "acquired while held: {waited:?}");
+    // Unwoken, the waiter would sleep until the holder's 10 s lease ran out, and its 5 s wait
+    // would end first: a grant within 1.5 s of the release came from it. (The bound was
+    // 500 ms; Redlock over three TLS servers once took 664 ms on a loaded machine.)
     assert!(
-        after_release < ms(500),
+        after_release < ms(1_500),
         "woken {after_release:?} after the release"
     );
     guard.release().await.unwrap();
@@ -2322,126 +2325,142 @@ pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &impl 
         (sent, acquired)
     };
     // A plain lock.
-    let (sent, acquired) = released_early(one.lock("min-hold:plain")).await;
-    assert!(
-        fixture.holder("lock:min-hold:plain").await.is_some(),
-        "released before min_hold: the lock must stay on the server"
-    );
-    assert!(
-        two.lock("min-hold:plain")
-            .try_acquire()
-            .await
-            .unwrap()
-            .is_none()
-    );
-    free_again_after_min_hold("a plain lock", sent, acquired, || async {
-        two.lock("min-hold:plain").try_acquire().await.unwrap()
-    })
-    .await;
-    assert!(!fixture.anything_at("lock:min-hold:plain").await);
+    let plain = async {
+        let (sent, acquired) = released_early(one.lock("min-hold:plain")).await;
+        assert!(
+            fixture.holder("lock:min-hold:plain").await.is_some(),
+            "released before min_hold: the lock must stay on the server"
+        );
+        assert!(
+            two.lock("min-hold:plain")
+                .try_acquire()
+                .await
+                .unwrap()
+                .is_none()
+        );
+        free_again_after_min_hold("a plain lock", sent, acquired, || async {
+            two.lock("min-hold:plain").try_acquire().await.unwrap()
+        })
+        .await;
+        assert!(!fixture.anything_at("lock:min-hold:plain").await);
+    };
     // A waiter already in line when the lock is released early (it saw the whole lease left)
     // is granted it when min_hold has passed, not when that lease would have ended.
-    let sent = Instant::now();
-    let guard = early(one.lock("min-hold:waited")).acquire().await.unwrap();
-    let acquired = Instant::now();
-    let waiting = two.clone();
-    let waiter = tokio::spawn(async move {
-        let granted = waiting
-            .lock("min-hold:waited")
-            .wait(ms(10_000))
-            .acquire()
-            .await;
-        (granted, Instant::now())
-    });
-    tokio::time::sleep(ms(200)).await;
-    guard.release().await.unwrap();
-    let (granted, at) = waiter.await.unwrap();
-    let granted = granted.expect("the waiter is granted the lock");
-    let (early_by, late_by) = (at - acquired, at - sent);
-    println!("a waiter in line: granted {early_by:?} after the grant");
-    assert!(
-        late_by >= MIN_HOLD * 2 / 3 && late_by <= MIN_HOLD + ms(1_000),
-        "a waiter in line granted {early_by:?} after the grant (min_hold {MIN_HOLD:?}, lease {MIN_HOLD_LEASE:?})"
-    );
-    granted.release().await.unwrap();
-    // A dropped guard keeps it as well (the release in the background).
-    let sent = Instant::now();
-    drop(early(one.lock("min-hold:dropped")).acquire().await.unwrap());
-    let acquired = Instant::now();
-    tokio::time::sleep(ms(200)).await;
-    assert!(fixture.holder("lock:min-hold:dropped").await.is_some());
-    free_again_after_min_hold("a dropped guard", sent, acquired, || async {
-        two.lock("min-hold:dropped").try_acquire().await.unwrap()
-    })
-    .await;
-    // A set of keys: each key is kept.
-    let (sent, acquired) = released_early(one.lock_all(["min-hold:b", "min-hold:a"])).await;
-    for key in ["min-hold:a", "min-hold:b"] {
-        assert!(
-            fixture.holder(&format!("lock:{key}")).await.is_some(),
-            "{key}"
-        );
-    }
-    free_again_after_min_hold("a set of keys", sent, acquired, || async {
-        two.lock_all(["min-hold:a", "min-hold:b"])
-            .try_acquire()
-            .await
-            .unwrap()
-    })
-    .await;
-    // A fair lock: the next in line is granted it when min_hold has passed.
-    if fixture.fair() {
-        let (sent, acquired) = released_early(one.lock("min-hold:fair").fair()).await;
-        assert!(fixture.holder("lock:min-hold:fair").await.is_some());
-        free_again_after_min_hold("a fair lock", sent, acquired, || async {
-            two.lock("min-hold:fair")
-                .fair()
-                .try_acquire()
-                .await
-                .unwrap()
-        })
-        .await;
-        // A fair waiter (wait in line, not a try) is granted it then too.
-        let (sent, acquired) = released_early(one.lock("min-hold:fair").fair()).await;
-        let waiter = two.lock("min-hold:fair").fair().wait(ms(10_000)).acquire();
-        let granted = waiter.await.expect("the waiter is granted the lock");
-        let (early_by, late_by) = (acquired.elapsed(), sent.elapsed());
-        println!("a fair waiter: granted {early_by:?} after the grant");
+    let waited = async {
+        let sent = Instant::now();
+        let guard = early(one.lock("min-hold:waited")).acquire().await.unwrap();
+        let acquired = Instant::now();
+        let waiting = two.clone();
+        let waiter = tokio::spawn(async move {
+            let granted = waiting
+                .lock("min-hold:waited")
+                .wait(ms(10_000))
+                .acquire()
+                .await;
+            (granted, Instant::now())
+        });
+        tokio::time::sleep(ms(200)).await;
+        guard.release().await.unwrap();
+        let (granted, at) = waiter.await.unwrap();
+        let granted = granted.expect("the waiter is granted the lock");
+        let (early_by, late_by) = (at - acquired, at - sent);
+        println!("a waiter in line: granted {early_by:?} after the grant");
         assert!(
             late_by >= MIN_HOLD * 2 / 3 && late_by <= MIN_HOLD + ms(1_000),
-            "{early_by:?}"
+            "a waiter in line granted {early_by:?} after the grant (min_hold {MIN_HOLD:?}, lease {MIN_HOLD_LEASE:?})"
         );
         granted.release().await.unwrap();
-    }
-    // A reader's share keeps writers out.
-    if fixture.read_locks() {
-        let (sent, acquired) = released_early(one.lock("min-hold:read").read()).await;
-        assert_eq!(
-            fixture.readers("lock:min-hold:read").await.len(),
-            1,
-            "the share stays"
-        );
-        free_again_after_min_hold("a reader's share", sent, acquired, || async {
-            two.lock("min-hold:read").try_acquire().await.unwrap()
+    };
+    // A dropped guard keeps it as well (the release in the background).
+    let dropped = async {
+        let sent = Instant::now();
+        drop(early(one.lock("min-hold:dropped")).acquire().await.unwrap());
+        let acquired = Instant::now();
+        tokio::time::sleep(ms(200)).await;
+        assert!(fixture.holder("lock:min-hold:dropped").await.is_some());
+        free_again_after_min_hold("a dropped guard", sent, acquired, || async {
+            two.lock("min-hold:dropped").try_acquire().await.unwrap()
         })
         .await;
-    }
-    // A semaphore's permit stays in use.
-    if fixture.semaphores() {
-        let (sent, acquired) = released_early(one.semaphore("min-hold:permits", 1)).await;
-        assert_eq!(
-            fixture.permits("lock:min-hold:permits").await.len(),
-            1,
-            "the permit stays"
-        );
-        free_again_after_min_hold("a semaphore's permit", sent, acquired, || async {
-            two.semaphore("min-hold:permits", 1)
+    };
+    // A set of keys: each key is kept.
+    let set = async {
+        let (sent, acquired) = released_early(one.lock_all(["min-hold:b", "min-hold:a"])).await;
+        for key in ["min-hold:a", "min-hold:b"] {
+            assert!(
+                fixture.holder(&format!("lock:{key}")).await.is_some(),
+                "{key}"
+            );
+        }
+        free_again_after_min_hold("a set of keys", sent, acquired, || async {
+            two.lock_all(["min-hold:a", "min-hold:b"])
                 .try_acquire()
                 .await
                 .unwrap()
         })
         .await;
-    }
+    };
+    // A fair lock: the next in line is granted it when min_hold has passed.
+    let fair = async {
+        if fixture.fair() {
+            let (sent, acquired) = released_early(one.lock("min-hold:fair").fair()).await;
+            assert!(fixture.holder("lock:min-hold:fair").await.is_some());
+            free_again_after_min_hold("a fair lock", sent, acquired, || async {
+                two.lock("min-hold:fair")
+                    .fair()
+                    .try_acquire()
+                    .await
+                    .unwrap()
+            })
+            .await;
+            // A fair waiter (wait in line, not a try) is granted it then too.
+            let (sent, acquired) = released_early(one.lock("min-hold:fair").fair()).await;
+            let waiter = two.lock("min-hold:fair").fair().wait(ms(10_000)).acquire();
+            let granted = waiter.await.expect("the waiter is granted the lock");
+            let (early_by, late_by) = (acquired.elapsed(), sent.elapsed());
+            println!("a fair waiter: granted {early_by:?} after the grant");
+            assert!(
+                late_by >= MIN_HOLD * 2 / 3 && late_by <= MIN_HOLD + ms(1_000),
+                "{early_by:?}"
+            );
+            granted.release().await.unwrap();
+        }
+    };
+    // A reader's share keeps writers out.
+    let read = async {
+        if fixture.read_locks() {
+            let (sent, acquired) = released_early(one.lock("min-hold:read").read()).await;
+            assert_eq!(
+                fixture.readers("lock:min-hold:read").await.len(),
+                1,
+                "the share stays"
+            );
+            free_again_after_min_hold("a reader's share", sent, acquired, || async {
+                two.lock("min-hold:read").try_acquire().await.unwrap()
+            })
+            .await;
+        }
+    };
+    // A semaphore's permit stays in use.
+    let permits = async {
+        if fixture.semaphores() {
+            let (sent, acquired) = released_early(one.semaphore("min-hold:permits", 1)).await;
+            assert_eq!(
+                fixture.permits("lock:min-hold:permits").await.len(),
+                1,
+                "the permit stays"
+            );
+            free_again_after_min_hold("a semaphore's permit", sent, acquired, || async {
+                two.semaphore("min-hold:permits", 1)
+                    .try_acquire()
+                    .await
+                    .unwrap()
+            })
+            .await;
+        }
+    };
+    // The cases wait out `min_hold` side by side (each on keys of its own).
+    tokio::join!(plain, waited, dropped, set, fair, read, permits);
     for key in [
         "min-hold:a",
         "min-hold:b",
