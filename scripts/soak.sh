@@ -121,8 +121,10 @@ for run in $(seq 1 "$runs"); do
         start=$(date +%s)
         # A hung run must not hang the soak: 30 minutes is far beyond any area's run time.
         # As ./scripts/test.sh runs them: the areas of tests/it eight tests at a time, the fault
-        # suite eight scenarios at a time, the histories two at a time. The area's own filter, or the SOAK_FILTER names within it.
-        extra=()
+        # suite eight scenarios at a time, the histories two at a time, the binaries of their own
+        # (the CLI's, the attribute tests') eight at a time. The area's own filter, or the
+        # SOAK_FILTER names within it.
+        extra=(--test-threads 8)
         [ "${binary[$test]}" = "${executable[it]}" ] && extra=(--test-threads "${DISTLOCK_TEST_THREADS:-8}")
         [ "$test" = faults ] && extra=(--test-threads 8)
         [ "$test" = history ] && extra=(--test-threads 2)
