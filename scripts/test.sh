@@ -134,7 +134,14 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quie
 # Every test binary is built once, up front: the harness is one crate (test-support/), the
 # integration tests one binary (tests/it, a module per area), and the steps below only run.
 step "build every test binary and example"
-cargo test --workspace --all-features --no-run --quiet
+# The build's JSON names each binary (its diagnostics still print as usual); tests/it's is kept
+# to run it directly below, parsed as scripts/soak.sh parses it.
+it_binary="$(cargo test --workspace --all-features --no-run --quiet --message-format=json-render-diagnostics |
+    sed -n 's/.*"target":{"kind":\["test"\][^}]*"name":"it".*"executable":"\([^"]*\)".*/\1/p')"
+if [ ! -x "$it_binary" ]; then
+    echo "error: cannot find the tests/it binary in the build's JSON (--message-format)" >&2
+    exit 1
+fi
 step "unit tests, the CLI, the trybuild cases, the binaries with a global client or recorder of their own, the examples' own tests"
 # Eight at a time, not one per core: the CLI's tests wait on the processes they start (54 s
 # two at a time, 12 s all at once, measured 2026-11-27).
@@ -162,14 +169,8 @@ background() {
         --exclude distlock-ui-tests --allow-dirty --quiet
     bstep "done"
 }
-# tests/it runs from its binary, not through `cargo test`: cargo would wait for the build
-# directory the background steps hold while they compile.
-it_binary="$(cargo test --workspace --all-features --no-run --quiet --message-format=json --test it |
-    grep -o '"executable":"[^"]*"' | tail -n 1 | sed 's/^"executable":"//; s/"$//')"
-if [ ! -x "$it_binary" ]; then
-    echo "error: cannot find the tests/it binary (cargo test --no-run --message-format=json)" >&2
-    exit 1
-fi
+# tests/it runs from its binary ($it_binary, found by the build step), not through `cargo test`:
+# cargo would wait for the build directory the background steps hold while they compile.
 step "in the background: doc tests, what a missing feature says, cargo package ($background_log)"
 # In a process group of their own (job control on for this one job): a failing step ends this
 # script, and the background steps, cargo and rustc included, end with it.
