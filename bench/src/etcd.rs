@@ -37,6 +37,20 @@ impl RawPair for EtcdRaw {
     }
 }
 
+/// The floor of a queue lock: [`EtcdRaw`]'s put-if-absent with the queue's head read in the
+/// same transaction and a value of `.1` bytes, then the delete.
+#[derive(Clone)]
+pub struct EtcdQueueFloor(pub EtcdRaw, pub usize);
+
+impl RawPair for EtcdQueueFloor {
+    async fn pair(&self, _conn: usize, key: &str, _fresh: bool) -> Result<(), Error> {
+        let EtcdQueueFloor(raw, value_len) = self;
+        raw.client
+            .queue_pair(&format!("bench-queue/{key}/"), raw.lease, *value_len)
+            .await
+    }
+}
+
 /// The peer: etcd's own lock service (`v3lockpb.Lock`: `Lock` on a lease, `Unlock`), on one
 /// connection of the bench's own with one lease, as `etcdctl lock` holds one session lease.
 #[derive(Clone)]

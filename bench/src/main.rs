@@ -515,6 +515,19 @@ async fn etcd_rows(report: &mut Report) -> Result<(), Error> {
         etcd::EtcdRaw::connect(&host).await?,
     )
     .await?;
+    // Beside the floor of any queue lock: the raw pair with the queue's head read in its
+    // transaction and a value as long as distlock's (130–160 bytes: token, holder, lease,
+    // renewal, join time).
+    let client = LockClient::connect(&member.url("bench-queue-floor")).await?;
+    sql::against(
+        report,
+        "10. etcd vs a queue floor",
+        "etcd_queue_floor",
+        &client,
+        &etcd::EtcdQueueFloor(etcd::EtcdRaw::connect(&host).await?, 150),
+        "queue floor",
+    )
+    .await?;
     // Beside its peer: etcd's own lock service, same member, same run.
     let client = LockClient::connect(&member.url("bench-peer")).await?;
     sql::against(

@@ -48,6 +48,7 @@ mod backend;
 mod client;
 mod election;
 mod error;
+mod fast_map;
 pub mod fence;
 mod global;
 mod guard;

@@ -16,7 +16,7 @@
 //! lock, as in Dice, Marathe and Shavit's *Lock Cohorting*): a process with a steady stream of
 //! local waiters cannot keep a key from the others.
 
-use std::collections::HashMap;
+use crate::fast_map::FastMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -43,7 +43,7 @@ pub(crate) struct LocalQueues {
 
 #[derive(Default)]
 struct Gates {
-    by_key: HashMap<String, Weak<KeyQueue>>,
+    by_key: FastMap<String, Weak<KeyQueue>>,
     swept_len: usize,
 }
 

@@ -6,7 +6,7 @@
 //! waiter polls. One hub serves every waiter of a client (one shared subscription, not one per
 //! waiter); entries live only while someone waits on the key.
 
-use std::collections::HashMap;
+use crate::fast_map::FastMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -17,7 +17,7 @@ type IdleHook = Box<dyn Fn(&str) + Send + Sync>;
 
 /// Per-key release counters with reference-counted subscriptions.
 pub(crate) struct ReleaseHub {
-    entries: Mutex<HashMap<String, Listeners>>,
+    entries: Mutex<FastMap<String, Listeners>>,
     /// Called (under the hub's lock, so calls are ordered) when the last waiter of a key leaves;
     /// the Redis backend uses it to UNSUBSCRIBE.
     on_idle: Option<IdleHook>,
@@ -30,20 +30,20 @@ pub(crate) struct ReleaseHub {
 struct Listeners {
     releases: watch::Sender<u64>,
     /// Waiters of a fair lock, by owner token: a release wakes only the one it names.
-    targeted: HashMap<String, watch::Sender<u64>>,
+    targeted: FastMap<String, watch::Sender<u64>>,
     waiters: usize,
 }
 
 impl ReleaseHub {
     pub(crate) fn new(on_idle: Option<IdleHook>) -> Arc<ReleaseHub> {
         Arc::new(ReleaseHub {
-            entries: Mutex::new(HashMap::new()),
+            entries: Mutex::default(),
             on_idle,
             closed: AtomicBool::new(false),
         })
     }
 
-    fn entries(&self) -> MutexGuard<'_, HashMap<String, Listeners>> {
+    fn entries(&self) -> MutexGuard<'_, FastMap<String, Listeners>> {
         // A panic while holding this lock cannot leave the map inconsistent (every mutation
         // is a single insert/remove/increment), so poisoning is ignored.
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
@@ -82,7 +82,7 @@ impl ReleaseHub {
         } else {
             let entry = entries.entry(key.to_owned()).or_insert_with(|| Listeners {
                 releases: watch::Sender::new(0),
-                targeted: HashMap::new(),
+                targeted: FastMap::default(),
                 waiters: 0,
             });
             entry.waiters += 1;

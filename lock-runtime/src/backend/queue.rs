@@ -68,10 +68,10 @@ pub(crate) fn refusal(head: Option<Kind>, asked: Kind) -> Option<BoxError> {
 /// is done. A node or key of the client's own session or lease whose token is not here belongs
 /// to nobody — an attempt given up whose create landed all the same — and may be deleted.
 #[derive(Default)]
-pub(crate) struct InPlay(std::sync::Mutex<std::collections::HashSet<String>>);
+pub(crate) struct InPlay(std::sync::Mutex<crate::fast_map::FastSet<String>>);
 
 impl InPlay {
-    fn tokens(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+    fn tokens(&self) -> std::sync::MutexGuard<'_, crate::fast_map::FastSet<String>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -4,10 +4,10 @@
 /// readers — at most `N`: past that, the memory starts again (what is forgotten costs a request
 /// more, or a mark that lapses by itself; never a wrong answer).
 #[derive(Default)]
-pub(crate) struct Remembered<const N: usize>(std::sync::Mutex<std::collections::HashSet<String>>);
+pub(crate) struct Remembered<const N: usize>(std::sync::Mutex<crate::fast_map::FastSet<String>>);
 
 impl<const N: usize> Remembered<N> {
-    fn set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+    fn set(&self) -> std::sync::MutexGuard<'_, crate::fast_map::FastSet<String>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 

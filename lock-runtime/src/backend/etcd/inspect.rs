@@ -159,6 +159,66 @@ impl EtcdInspector {
         Ok(())
     }
 
+    /// The floor of a queue lock: `<queue><lease in hex>` created on `lease` only if absent,
+    /// with a value of `value_len` bytes, and the queue's head read (its oldest key by create
+    /// revision) in the same transaction — what a lock that queues its waiters must ask, and
+    /// what etcd's lock service asks — then deleted. Errors with etcd's status.
+    pub async fn queue_pair(
+        &self,
+        queue: &str,
+        lease: i64,
+        value_len: usize,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        let queue = queue.as_bytes().to_vec();
+        let mut key = queue.clone();
+        key.extend_from_slice(format!("{lease:x}").as_bytes());
+        let txn = proto::TxnRequest {
+            compare: vec![proto::Compare {
+                result: proto::EQUAL,
+                target: proto::COMPARE_CREATE,
+                key: key.clone(),
+                target_union: Some(proto::CompareWith::CreateRevision(0)),
+                range_end: Vec::new(),
+            }],
+            success: vec![
+                proto::RequestOp {
+                    request: Some(proto::RequestUnion::Put(proto::PutRequest {
+                        key: key.clone(),
+                        value: vec![b'v'; value_len],
+                        lease,
+                    })),
+                },
+                proto::RequestOp {
+                    request: Some(proto::RequestUnion::Range(proto::RangeRequest {
+                        range_end: proto::prefix_end(&queue),
+                        key: queue,
+                        limit: 1,
+                        sort_order: proto::ASCEND,
+                        sort_target: proto::SORT_BY_CREATE,
+                        keys_only: true,
+                        ..Default::default()
+                    })),
+                },
+            ],
+            failure: Vec::new(),
+        };
+        let taken: proto::TxnResponse = self.rpc.unary(proto::path::TXN, txn).await?;
+        if !taken.succeeded {
+            return Err("the queue floor's key was taken".into());
+        }
+        let _: DeleteRangeResponse = self
+            .rpc
+            .unary(
+                proto::path::DELETE_RANGE,
+                DeleteRangeRequest {
+                    key,
+                    range_end: Vec::new(),
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
     /// etcd's own lock service (`v3lockpb.Lock`, what `etcdctl lock` and the `etcd-client`
     /// crate's `lock()` use): `Lock` on `name` with `lease`, then `Unlock` of the key it
     /// returns — the benchmark's peer on etcd.

@@ -1,7 +1,7 @@
 //! What an `etcd://` URL says, and where a lock's keys live: its queue under the prefix, and
 //! each acquisition's place in it.
 
-use std::collections::HashMap;
+use crate::fast_map::FastMap;
 use std::sync::{Mutex, MutexGuard};
 
 use super::EtcdBackend;
@@ -153,9 +153,9 @@ pub(super) struct Slots(Mutex<SlotTable>);
 #[derive(Default)]
 struct SlotTable {
     /// The key reserved for each token, and the lease it is on.
-    by_token: HashMap<String, (Vec<u8>, i64)>,
+    by_token: FastMap<String, (Vec<u8>, i64)>,
     /// The token of each reserved key.
-    by_key: HashMap<Vec<u8>, String>,
+    by_key: FastMap<Vec<u8>, String>,
 }
 
 impl Slots {

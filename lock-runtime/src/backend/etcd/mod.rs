@@ -32,6 +32,8 @@ mod rpc;
 mod watch;
 
 use std::collections::HashMap;
+
+use crate::fast_map::{FastMap, FastSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -107,7 +109,7 @@ pub(crate) struct EtcdBackend {
     /// Held while a lease is being granted, so concurrent acquisitions share one.
     granting: tokio::sync::Mutex<()>,
     /// This client's keys, by owner token.
-    keys: Mutex<HashMap<String, OwnKey>>,
+    keys: Mutex<FastMap<String, OwnKey>>,
     /// The key each token uses, reserved until it is known gone.
     slots: Arc<keys::Slots>,
     /// The owner tokens of this client's acquisitions in play (see [`super::InPlay`]).
@@ -115,14 +117,14 @@ pub(crate) struct EtcdBackend {
     /// Per owner token, held while an acquiring transaction is on its way: a release waits
     /// for it, so it never overtakes the transaction that creates the key (etcd serves the
     /// calls of one connection concurrently, in no set order).
-    in_flight: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    in_flight: Mutex<FastMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Owner tokens whose acquiring transaction got no answer (a timeout, a dropped
     /// connection): it may still be applied after the token is released — etcd may hold a
     /// request back, while it has no leader say, past the moment this client gave up on it —
     /// so their release keeps watching the key for a while (see [`sweep_later`]).
     ///
     /// [`sweep_later`]: Self::sweep_later
-    unanswered: Mutex<std::collections::HashSet<String>>,
+    unanswered: Mutex<FastSet<String>>,
     /// Wake-ups by owner token: a waiter's predecessor is gone.
     hub: Arc<ReleaseHub>,
     holder: String,
@@ -178,11 +180,11 @@ impl EtcdBackend {
             connect_timeout,
             leases: Mutex::new(HashMap::new()),
             granting: tokio::sync::Mutex::new(()),
-            keys: Mutex::new(HashMap::new()),
+            keys: Mutex::default(),
             slots: Arc::default(),
             in_play: super::InPlay::default(),
-            in_flight: Mutex::new(HashMap::new()),
-            unanswered: Mutex::new(std::collections::HashSet::new()),
+            in_flight: Mutex::default(),
+            unanswered: Mutex::default(),
             hub: ReleaseHub::new(None),
             holder: holder_id(),
         })
@@ -276,7 +278,7 @@ impl EtcdBackend {
         String::new()
     }
 
-    fn keys(&self) -> MutexGuard<'_, HashMap<String, OwnKey>> {
+    fn keys(&self) -> MutexGuard<'_, FastMap<String, OwnKey>> {
         self.keys.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -169,11 +169,11 @@ pub(crate) struct RedisBackend {
 #[derive(Default)]
 pub(super) struct Marked {
     count: std::sync::atomic::AtomicUsize,
-    tokens: std::sync::Mutex<std::collections::HashSet<String>>,
+    tokens: std::sync::Mutex<crate::fast_map::FastSet<String>>,
 }
 
 impl Marked {
-    fn tokens(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+    fn tokens(&self) -> std::sync::MutexGuard<'_, crate::fast_map::FastSet<String>> {
         self.tokens
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -27,6 +27,8 @@ mod release;
 mod session;
 
 use std::collections::HashMap;
+
+use crate::fast_map::FastMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -97,7 +99,7 @@ pub(crate) struct ZookeeperBackend {
     /// Held while a session is being opened, so concurrent acquisitions open one, not many.
     opening: tokio::sync::Mutex<()>,
     /// This client's nodes, by owner token.
-    nodes: Mutex<HashMap<String, Node>>,
+    nodes: Mutex<FastMap<String, Node>>,
     /// The owner tokens of this client's acquisitions in play (see [`super::InPlay`]).
     in_play: super::InPlay,
     /// Parents this client made or found lately, the last 4,096 at most (see
@@ -147,7 +149,7 @@ impl ZookeeperBackend {
             default_lease,
             sessions: Mutex::new(HashMap::new()),
             opening: tokio::sync::Mutex::new(()),
-            nodes: Mutex::new(HashMap::new()),
+            nodes: Mutex::default(),
             in_play: super::InPlay::default(),
             parents: super::Remembered::default(),
             hub: ReleaseHub::new(None),
@@ -164,7 +166,7 @@ impl ZookeeperBackend {
         Ok(Arc::new(backend))
     }
 
-    fn nodes(&self) -> MutexGuard<'_, HashMap<String, Node>> {
+    fn nodes(&self) -> MutexGuard<'_, FastMap<String, Node>> {
         self.nodes.lock().unwrap_or_else(|p| p.into_inner())
     }
 

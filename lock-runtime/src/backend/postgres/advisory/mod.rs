@@ -40,7 +40,7 @@
 //!   `LockError::Config`; a connection pooler in transaction mode would hand the lock's
 //!   session to others — connect directly, or through a session-mode pool.
 
-use std::collections::HashMap;
+use crate::fast_map::FastMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -132,7 +132,7 @@ pub(crate) struct AdvisoryBackend {
     /// grant on: none before it granted a lock, or its predecessor has been gone `max_lease`.
     safe: Mutex<Option<i64>>,
     /// The connections of acquisitions in play, by owner token.
-    sessions: Mutex<HashMap<String, Arc<AdvisorySession>>>,
+    sessions: Mutex<FastMap<String, Arc<AdvisorySession>>>,
     /// Idle connections, each with when it went idle, the most recent last (taken first).
     idle: Mutex<Vec<(Arc<AdvisoryConn>, std::time::Instant)>>,
     /// Wakes a waiter whose blocking request was granted.
@@ -181,7 +181,7 @@ impl AdvisoryBackend {
             settings,
             max_lease,
             url: shown,
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Mutex::default(),
             idle: Mutex::new(Vec::new()),
             hub: ReleaseHub::new(None),
         });
