@@ -53,7 +53,7 @@
 //!   (for 20 s, or `DISTLOCK_BENCH_PROFILE_SECS`) and prints its CPU per call and the server's
 //!   reads/writes per call — for `perf record -g` or `valgrind --tool=callgrind`. `rawpub` is the
 //!   raw floor with a `PUBLISH` added to the release script, to price the wake-up alone.
-//! - `DISTLOCK_BENCH_PAIRS=memory|etcd|etcd-raw` runs only `DISTLOCK_BENCH_PAIRS_N` (2,000)
+//! - `DISTLOCK_BENCH_PAIRS=memory|etcd|etcd-raw|etcd-queue|postgres|postgres-raw` runs only `DISTLOCK_BENCH_PAIRS_N` (2,000)
 //!   lock + release pairs on fresh keys by `DISTLOCK_BENCH_PAIRS_TASKS` (1) tasks, after 200
 //!   to warm up, and prints the client's CPU per pair: under `valgrind --tool=callgrind`, a run of `N` pairs less a run of
 //!   none is the client's instructions per pair, repeatable on a busy machine.
@@ -440,6 +440,9 @@ async fn pairs(store: &str) -> Result<(), Error> {
     let member = store
         .starts_with("etcd")
         .then(support::etcd::EtcdMember::start);
+    let postgres = store
+        .starts_with("postgres")
+        .then(support::postgres::PostgresServer::start);
     let host = member
         .as_ref()
         .map(|m| format!("127.0.0.1:{}", m.client_port));
@@ -480,6 +483,40 @@ async fn pairs(store: &str) -> Result<(), Error> {
             (cpu0, t0) = (cpu_time(), Instant::now());
             run(tasks, calls, "pair:", pair).await?;
         }
+        ("postgres", _) | ("postgres-raw", _) => {
+            let url = postgres.as_ref().map(|p| p.url()).unwrap_or_default();
+            if store == "postgres" {
+                let client = LockClient::connect(&url).await?;
+                let pair = move |key| {
+                    let client = client.clone();
+                    async move { sql::lock_release(&client, key).await }
+                };
+                run(tasks, 200.max(tasks), "warm:", pair.clone()).await?;
+                (cpu0, t0) = (cpu_time(), Instant::now());
+                run(tasks, calls, "pair:", pair).await?;
+            } else {
+                use sql::RawPair as _;
+                let raw = sql::PgRaw::connect(&url, distlock_pool_size()).await?;
+                let pair = move |key: String| {
+                    let raw = raw.clone();
+                    async move { raw.pair(key.len(), &key, true).await }
+                };
+                run(tasks, 200.max(tasks), "warm:", pair.clone()).await?;
+                (cpu0, t0) = (cpu_time(), Instant::now());
+                run(tasks, calls, "pair:", pair).await?;
+            }
+        }
+        ("etcd-queue", Some(host)) => {
+            use sql::RawPair as _;
+            let floor = etcd::EtcdQueueFloor(etcd::EtcdRaw::connect(&host).await?, 150);
+            let pair = move |key: String| {
+                let floor = floor.clone();
+                async move { floor.pair(0, &key, true).await }
+            };
+            run(tasks, 200.max(tasks), "warm:", pair.clone()).await?;
+            (cpu0, t0) = (cpu_time(), Instant::now());
+            run(tasks, calls, "pair:", pair).await?;
+        }
         ("etcd-raw", Some(host)) => {
             use sql::RawPair as _;
             let raw = etcd::EtcdRaw::connect(&host).await?;
@@ -491,7 +528,7 @@ async fn pairs(store: &str) -> Result<(), Error> {
             (cpu0, t0) = (cpu_time(), Instant::now());
             run(tasks, calls, "pair:", pair).await?;
         }
-        _ => return Err(format!("DISTLOCK_BENCH_PAIRS={store}: memory, etcd or etcd-raw").into()),
+        _ => return Err(format!("DISTLOCK_BENCH_PAIRS={store}: memory, etcd, etcd-raw, etcd-queue, postgres or postgres-raw").into()),
     }
     let done = calls / tasks * tasks;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / done.max(1) as f64;

@@ -117,21 +117,30 @@ pub(super) fn kind_of(kv: &KeyValue) -> Kind {
 /// in the name percent-encoded so that one lock's keys never fall inside another's range.
 pub(crate) fn queue_of(name: &str) -> String {
     let mut queue = String::with_capacity(name.len() + 1);
-    for c in name.chars() {
-        match c {
-            '%' => queue.push_str("%25"),
-            '/' => queue.push_str("%2F"),
-            c => queue.push(c),
-        }
-    }
-    queue.push('/');
+    push_queue(&mut queue, name);
     queue
+}
+
+/// Appends `name`'s queue (see [`queue_of`]) to `out`.
+fn push_queue(out: &mut String, name: &str) {
+    let mut rest = name;
+    // Runs of plain characters are copied whole: most names have no `%` or `/` at all.
+    while let Some(at) = rest.find(['%', '/']) {
+        out.push_str(&rest[..at]);
+        out.push_str(if rest.as_bytes()[at] == b'%' { "%25" } else { "%2F" });
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
+    out.push('/');
 }
 
 impl EtcdBackend {
     /// The full key of lock `name`'s queue: `<prefix>/<name>/`.
     pub(super) fn queue_key(&self, name: &str) -> Vec<u8> {
-        format!("{}{}", self.prefix, queue_of(name)).into_bytes()
+        let mut key = String::with_capacity(self.prefix.len() + name.len() + 1);
+        key.push_str(&self.prefix);
+        push_queue(&mut key, name);
+        key.into_bytes()
     }
 }
 
@@ -168,8 +177,10 @@ impl Slots {
     /// `….1`, `….2`, …; a reader's ends in `-r`, a permit of a semaphore of `n` in `-p<n>`.
     /// A token's key on another lease (one given up) is let go: it dies with its lease.
     pub(super) fn key(&self, token: &str, queue: &[u8], lease: i64, kind: Kind) -> Vec<u8> {
-        let mut base = queue.to_vec();
-        base.extend_from_slice(format!("{lease:x}").as_bytes());
+        let mut base = Vec::with_capacity(queue.len() + 16);
+        base.extend_from_slice(queue);
+        // Writing to a Vec cannot fail.
+        let _ = std::io::Write::write_fmt(&mut base, format_args!("{lease:x}"));
         let mut table = self.table();
         if let Some((key, on)) = table.by_token.get(token) {
             if *on == lease {
@@ -258,6 +269,8 @@ mod tests {
         assert_eq!(queue_of("lock:order:42"), "lock:order:42/");
         assert_eq!(queue_of("a/b"), "a%2Fb/");
         assert_eq!(queue_of("a%2Fb"), "a%252Fb/");
+        assert_eq!(queue_of("%x/"), "%25x%2F/");
+        assert_eq!(queue_of("é/ü"), "é%2Fü/");
         assert!(!queue_of("a/b").starts_with(&queue_of("a")));
     }
 

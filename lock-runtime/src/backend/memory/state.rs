@@ -1,7 +1,9 @@
 //! What the store holds: plain locks, readers' shares and semaphores' permits, writers' marks,
 //! fencing counters; and how one attempt of each kind changes it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::fast_map::FastMap;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Attempt, Kind, LockSpec};
@@ -9,18 +11,18 @@ use crate::error::BoxError;
 
 #[derive(Default)]
 pub(super) struct MemoryState {
-    pub(super) locks: HashMap<String, WriterLease>,
+    pub(super) locks: FastMap<String, WriterLease>,
     /// Fencing counters live as long as the store, like Redis counter keys: one `u64` per
     /// key that was ever locked with fencing.
-    pub(super) fences: HashMap<String, u64>,
+    pub(super) fences: FastMap<String, u64>,
     /// Size of `locks` after the last sweep of expired entries.
     swept_len: usize,
     /// Fair locks' queues: waiting tokens in arrival order, each with the instant its place
     /// lapses unless the waiter asks again. Removed when empty.
-    pub(super) queues: HashMap<String, VecDeque<(String, Instant)>>,
+    pub(super) queues: FastMap<String, VecDeque<(String, Instant)>>,
     /// Read locks: the readers of a key, and the writers waiting for them to leave. Removed
     /// once neither has a live entry.
-    pub(super) readers: HashMap<String, Readers>,
+    pub(super) readers: FastMap<String, Readers>,
 }
 
 /// The readers of one key, or the holders of a semaphore's permits, as the Redis backend keeps
@@ -28,12 +30,12 @@ pub(super) struct MemoryState {
 #[derive(Default)]
 pub(super) struct Readers {
     /// Each reader's (or permit's) token and the end of its own lease.
-    pub(super) shares: HashMap<String, Instant>,
+    pub(super) shares: FastMap<String, Instant>,
     /// A semaphore's limit: the shares are its permits. `None`: a read lock's readers.
     pub(super) permits: Option<u16>,
     /// Writers waiting for the readers to leave, each with the instant its mark lapses unless
     /// the writer asks again: while one is marked, no new reader joins.
-    pub(super) writers: HashMap<String, Instant>,
+    pub(super) writers: FastMap<String, Instant>,
 }
 
 impl Readers {
