@@ -26,7 +26,9 @@
 //!    session, and handoff between four clients (`bench/src/zk.rs`).
 //! 10. etcd (a single member of its own): uncontended lock + release vs a raw put-if-absent
 //!     transaction on a lease + delete on the same member, 64-task throughput vs raw pairs on
-//!     one connection, and handoff between four clients (`bench/src/etcd.rs`).
+//!     one connection, the same beside the floor of a queue lock (that transaction with the
+//!     queue's head read in it and a value as long as distlock's) and beside etcd's lock
+//!     service, and handoff between four clients (`bench/src/etcd.rs`).
 //! 11. contention on one key (`bench/src/contention.rs`): 16 tasks of one process and 4 × 4
 //!     tasks of four processes taking turns with 1 ms holds — acquisitions/s, release → grant
 //!     gap, server commands per acquisition, most overtakes of one waiter — for distlock and
@@ -53,8 +55,8 @@
 //!   (for 20 s, or `DISTLOCK_BENCH_PROFILE_SECS`) and prints its CPU per call and the server's
 //!   reads/writes per call — for `perf record -g` or `valgrind --tool=callgrind`. `rawpub` is the
 //!   raw floor with a `PUBLISH` added to the release script, to price the wake-up alone.
-//! - `DISTLOCK_BENCH_PAIRS=memory|etcd|etcd-raw|etcd-queue|postgres|postgres-raw` runs only `DISTLOCK_BENCH_PAIRS_N` (2,000)
-//!   lock + release pairs on fresh keys by `DISTLOCK_BENCH_PAIRS_TASKS` (1) tasks, after 200
+//! - `DISTLOCK_BENCH_PAIRS=memory|etcd|etcd-raw|etcd-queue|postgres|postgres-raw` runs only
+//!   `DISTLOCK_BENCH_PAIRS_N` (2,000) lock + release pairs (or the raw floors' pairs) on fresh keys by `DISTLOCK_BENCH_PAIRS_TASKS` (1) tasks, after 200
 //!   to warm up, and prints the client's CPU per pair: under `valgrind --tool=callgrind`, a run of `N` pairs less a run of
 //!   none is the client's instructions per pair, repeatable on a busy machine.
 

@@ -127,7 +127,11 @@ fn push_queue(out: &mut String, name: &str) {
     // Runs of plain characters are copied whole: most names have no `%` or `/` at all.
     while let Some(at) = rest.find(['%', '/']) {
         out.push_str(&rest[..at]);
-        out.push_str(if rest.as_bytes()[at] == b'%' { "%25" } else { "%2F" });
+        out.push_str(if rest.as_bytes()[at] == b'%' {
+            "%25"
+        } else {
+            "%2F"
+        });
         rest = &rest[at + 1..];
     }
     out.push_str(rest);
