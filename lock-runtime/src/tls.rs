@@ -167,6 +167,10 @@ impl TlsFiles {
     }
 }
 
+/// What a TLS handshake with a server that does not speak TLS on that port fails with.
+const NOT_TLS: &str = "TLS was asked of a server that does not speak it on that port: use the \
+                       plain form of the URL, or the server's TLS port";
+
 /// What a failed TLS handshake (the error's text, with its sources) means, in words that say
 /// what to check; `None` when it is no TLS failure.
 pub(crate) fn explain(error: &str, ca_param: &str) -> Option<String> {
@@ -216,11 +220,7 @@ pub(crate) fn explain(error: &str, ca_param: &str) -> Option<String> {
         // gRPC port) may reset the connection rather than answer a ClientHello.
         || has("handshake eof")
     {
-        Some(
-            "TLS was asked of a server that does not speak it on that port: use the plain \
-             form of the URL, or the server's TLS port"
-                .to_owned(),
-        )
+        Some(NOT_TLS.to_owned())
     } else {
         None
     }
@@ -322,8 +322,14 @@ mod with_rustls {
         host: &str,
         within: std::time::Duration,
     ) -> Option<String> {
-        let chain = super::chain(&handshake_error(config, host, within).await?);
-        Some(match super::explain(&chain, "cacert") {
+        let error = handshake_error(config, host, within).await?;
+        let chain = super::chain(&error);
+        // A plain server (etcd's gRPC port) may also reset the connection, when it closes
+        // with the ClientHello still unread: in a handshake that is what a reset means.
+        let hint = super::explain(&chain, "cacert").or_else(|| {
+            (error.kind() == std::io::ErrorKind::ConnectionReset).then(|| super::NOT_TLS.to_owned())
+        });
+        Some(match hint {
             Some(hint) => format!("{hint} ({chain})"),
             None => format!("the TLS handshake failed ({chain})"),
         })
@@ -512,6 +518,32 @@ mod with_rustls {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plain server that resets the connection with the ClientHello unread (etcd's gRPC
+    /// port does, at times) is named as one that does not speak TLS.
+    #[cfg(feature = "tls")]
+    #[tokio::test]
+    async fn a_reset_in_the_handshake_says_the_port_is_not_tls() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let host = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                // Waits for the hello, leaves it unread, and closes: a reset, not a FIN.
+                let _ = socket.readable().await;
+                let _ = socket.set_zero_linger();
+                drop(socket);
+            }
+        });
+        let config = TlsConfig::default().rustls(Verify::Nothing).unwrap();
+        let why = why_handshake_fails(
+            std::sync::Arc::new(config),
+            &host,
+            std::time::Duration::from_secs(5),
+        )
+        .await
+        .expect("the handshake fails");
+        assert!(why.contains("does not speak it"), "{why}");
+    }
 
     #[test]
     fn tls_files_are_taken_out_of_the_query_and_decoded() {

@@ -115,6 +115,7 @@ pub(super) fn kind_of(kv: &KeyValue) -> Kind {
 
 /// The part of every key of lock `name` before its own part: `<name>/`, with `%` and `/`
 /// in the name percent-encoded so that one lock's keys never fall inside another's range.
+#[cfg(any(test, feature = "testing"))]
 pub(crate) fn queue_of(name: &str) -> String {
     let mut queue = String::with_capacity(name.len() + 1);
     push_queue(&mut queue, name);

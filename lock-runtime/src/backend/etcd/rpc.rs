@@ -18,7 +18,7 @@ use super::proto;
 /// The members of one etcd cluster, as one channel.
 #[derive(Clone)]
 pub(crate) struct Rpc {
-    channel: Channel,
+    channel: SmallFrames,
     auth: Option<Arc<Auth>>,
 }
 
@@ -107,12 +107,10 @@ impl Rpc {
             };
             endpoints.push(endpoint);
         }
-        let channel = match endpoints.as_slice() {
-            [one] if access.tls.is_none() => one.connect_with_connector_lazy(PlainTcp),
+        let channel = SmallFrames(match endpoints.as_slice() {
             [one] => one.connect_lazy(),
-            // tonic's balancer makes its connections with its own connector.
             _ => Channel::balance_list(endpoints.into_iter()),
-        };
+        });
         let auth = access.credentials.clone().map(|credentials| {
             Arc::new(Auth {
                 credentials,
@@ -358,83 +356,139 @@ fn client_tls(
     Ok(config)
 }
 
-/// Connects to a member over plain TCP, for a channel whose requests share their writes.
-///
-/// h2 copies a DATA frame's payload into its write buffer only up to 256 bytes when the
-/// transport has vectored writes (1,024 bytes without); a larger payload goes out by a write
-/// of its own before any frame after it. An acquisition's transaction is 280–350 bytes (its
-/// key three times, its value, the queue's range), so with tonic's own TCP connector every
-/// request took a `writev` of its own — 64 tasks made 10,243 writes for 16,000 calls, the raw
-/// pair's 200-byte requests 2,893 (`strace -f -c`, `DISTLOCK_BENCH_PAIRS=etcd`) — and etcd had
-/// as many reads to make. A stream that says it has no vectored writes lets h2 gather them.
-/// (tonic's balancer, used for a list of members, and its TLS make their connections
-/// themselves.)
-#[derive(Clone, Copy)]
-struct PlainTcp;
+/// The largest DATA frame a request is sent in: h2 copies a frame's payload into its write
+/// buffer only below 256 bytes (on a stream with vectored writes: TCP, TLS).
+const FRAME_PIECE: usize = 255;
 
-impl tower_service::Service<http::Uri> for PlainTcp {
-    type Response = hyper_util::rt::TokioIo<Unvectored>;
-    type Error = std::io::Error;
-    type Future = std::pin::Pin<
-        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
-    >;
+/// The channel, its requests' bodies sent in DATA frames of at most [`FRAME_PIECE`] bytes.
+///
+/// h2 sends a larger payload by a write of its own, before any frame after it; an
+/// acquisition's transaction is 280–350 bytes (its key three times, its value, the queue's
+/// range), so each took a `writev` of its own: 64 tasks made 11,491 writes for 16,000 calls,
+/// the raw pair's 200-byte requests 4,351, and etcd read 5,723 times against 2,558 (`strace
+/// -f`, `DISTLOCK_BENCH_PAIRS=etcd DISTLOCK_BENCH_PAIRS_TASKS=64`). In pieces, the requests of
+/// many tasks share one write, over TCP or TLS, to one member or a list.
+#[derive(Clone)]
+struct SmallFrames(Channel);
+
+impl tower_service::Service<http::Request<tonic::body::Body>> for SmallFrames {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = tonic::transport::Error;
+    type Future = tonic::transport::channel::ResponseFuture;
 
     fn poll_ready(
         &mut self,
-        _: &mut std::task::Context<'_>,
+        cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
+        tower_service::Service::poll_ready(&mut self.0, cx)
     }
 
-    fn call(&mut self, uri: http::Uri) -> Self::Future {
-        Box::pin(async move {
-            let Some(authority) = uri.authority() else {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    format!("no host in `{uri}`"),
-                ));
-            };
-            let stream = tokio::net::TcpStream::connect(authority.as_str()).await?;
-            stream.set_nodelay(true)?;
-            Ok(hyper_util::rt::TokioIo::new(Unvectored(stream)))
-        })
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let request = request.map(|body| {
+            tonic::body::Body::new(Pieces {
+                body,
+                rest: bytes::Bytes::new(),
+            })
+        });
+        tower_service::Service::call(&mut self.0, request)
     }
 }
 
-/// A TCP stream that does not offer vectored writes (see [`PlainTcp`]).
-struct Unvectored(tokio::net::TcpStream);
+/// A request body whose data comes in pieces of at most [`FRAME_PIECE`] bytes (each piece is
+/// a view of the same buffer: nothing is copied).
+struct Pieces {
+    body: tonic::body::Body,
+    /// What is left of the data frame being cut.
+    rest: bytes::Bytes,
+}
 
-impl tokio::io::AsyncRead for Unvectored {
-    fn poll_read(
+impl http_body::Body for Pieces {
+    type Data = bytes::Bytes;
+    type Error = Status;
+
+    fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_read(cx, buf)
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Status>>> {
+        if self.rest.is_empty() {
+            match std::task::ready!(std::pin::Pin::new(&mut self.body).poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => self.rest = data,
+                    Err(trailers) => return std::task::Poll::Ready(Some(Ok(trailers))),
+                },
+                end => return std::task::Poll::Ready(end),
+            }
+        }
+        let piece = self.rest.len().min(FRAME_PIECE);
+        let piece = self.rest.split_to(piece);
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(piece))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty() && self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        let inner = self.body.size_hint();
+        let rest = self.rest.len() as u64;
+        let mut hint = http_body::SizeHint::new();
+        hint.set_lower(inner.lower() + rest);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + rest);
+        }
+        hint
     }
 }
 
-impl tokio::io::AsyncWrite for Unvectored {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.0).poll_write(cx, buf)
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body::Body as _;
+
+    /// Drains `body`, returning the length of each data frame.
+    fn pieces(body: tonic::body::Body) -> Vec<usize> {
+        let mut body = std::pin::pin!(Pieces {
+            body,
+            rest: bytes::Bytes::new(),
+        });
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut lengths = Vec::new();
+        while let std::task::Poll::Ready(Some(frame)) = body.as_mut().poll_frame(&mut cx) {
+            lengths.push(frame.unwrap().into_data().unwrap().len());
+        }
+        assert!(body.is_end_stream());
+        lengths
     }
 
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_flush(cx)
+    #[test]
+    fn a_body_goes_out_in_pieces_below_h2s_copy_threshold() {
+        let data: Vec<u8> = (0..700u32).map(|i| i as u8).collect();
+        assert_eq!(
+            pieces(tonic::body::Body::new(one_frame(data.clone()))),
+            [255, 255, 190]
+        );
+        assert_eq!(pieces(tonic::body::Body::new(one_frame(vec![7; 40]))), [40]);
+        assert_eq!(pieces(tonic::body::Body::empty()), Vec::<usize>::new());
     }
 
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.0).poll_shutdown(cx)
+    /// A body of one data frame.
+    fn one_frame(data: Vec<u8>) -> impl http_body::Body<Data = bytes::Bytes, Error = Status> {
+        struct Once(Option<bytes::Bytes>);
+        impl http_body::Body for Once {
+            type Data = bytes::Bytes;
+            type Error = Status;
+            fn poll_frame(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Status>>>
+            {
+                std::task::Poll::Ready(self.0.take().map(|data| Ok(http_body::Frame::data(data))))
+            }
+            fn is_end_stream(&self) -> bool {
+                self.0.is_none()
+            }
+        }
+        Once(Some(data.into()))
     }
-    // `is_write_vectored` stays `false`, the trait's default: that is the point.
 }
