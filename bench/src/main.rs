@@ -470,68 +470,52 @@ async fn pairs(store: &str) -> Result<(), Error> {
         }
         Ok(())
     }
-    let (cpu0, t0);
-    match (store, host) {
-        ("memory", _) | ("etcd", Some(_)) => {
-            let url = member
-                .as_ref()
-                .map_or("memory://".into(), |m| m.url("pairs"));
-            let client = LockClient::connect(&url).await?;
-            let pair = move |key| {
-                let client = client.clone();
-                async move { sql::lock_release(&client, key).await }
-            };
-            run(tasks, 200.max(tasks), "warm:", pair.clone()).await?;
-            (cpu0, t0) = (cpu_time(), Instant::now());
-            run(tasks, calls, "pair:", pair).await?;
-        }
-        ("postgres", _) | ("postgres-raw", _) => {
-            let url = postgres.as_ref().map(|p| p.url()).unwrap_or_default();
-            if store == "postgres" {
-                let client = LockClient::connect(&url).await?;
-                let pair = move |key| {
-                    let client = client.clone();
-                    async move { sql::lock_release(&client, key).await }
-                };
-                run(tasks, 200.max(tasks), "warm:", pair.clone()).await?;
-                (cpu0, t0) = (cpu_time(), Instant::now());
-                run(tasks, calls, "pair:", pair).await?;
-            } else {
-                use sql::RawPair as _;
-                let raw = sql::PgRaw::connect(&url, distlock_pool_size()).await?;
-                let pair = move |key: String| {
-                    let raw = raw.clone();
-                    async move { raw.pair(key.len(), &key, true).await }
-                };
-                run(tasks, 200.max(tasks), "warm:", pair.clone()).await?;
-                (cpu0, t0) = (cpu_time(), Instant::now());
-                run(tasks, calls, "pair:", pair).await?;
-            }
-        }
-        ("etcd-queue", Some(host)) => {
-            use sql::RawPair as _;
-            let floor = etcd::EtcdQueueFloor(etcd::EtcdRaw::connect(&host).await?, 150);
-            let pair = move |key: String| {
-                let floor = floor.clone();
-                async move { floor.pair(0, &key, true).await }
-            };
-            run(tasks, 200.max(tasks), "warm:", pair.clone()).await?;
-            (cpu0, t0) = (cpu_time(), Instant::now());
-            run(tasks, calls, "pair:", pair).await?;
-        }
-        ("etcd-raw", Some(host)) => {
-            use sql::RawPair as _;
-            let raw = etcd::EtcdRaw::connect(&host).await?;
-            let pair = move |key: String| {
-                let raw = raw.clone();
-                async move { raw.pair(0, &key, true).await }
-            };
-            run(tasks, 200.max(tasks), "warm:", pair.clone()).await?;
-            (cpu0, t0) = (cpu_time(), Instant::now());
-            run(tasks, calls, "pair:", pair).await?;
-        }
-        _ => return Err(format!("DISTLOCK_BENCH_PAIRS={store}: memory, etcd, etcd-raw, etcd-queue, postgres or postgres-raw").into()),
+    // The side to measure: one lock + release (or raw pair) on a key.
+    type Pair = Arc<
+        dyn Fn(String) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>
+            + Send
+            + Sync,
+    >;
+    fn side<R: sql::RawPair>(raw: R) -> Pair {
+        Arc::new(move |key: String| {
+            let raw = raw.clone();
+            Box::pin(async move { raw.pair(key.len(), &key, true).await })
+        })
     }
+    let pair: Pair = match (store, host) {
+        ("memory", _) | ("etcd", Some(_)) | ("postgres", _) => {
+            let url = match (&member, &postgres) {
+                (Some(member), _) => member.url("pairs"),
+                (_, Some(postgres)) => postgres.url(),
+                _ => "memory://".into(),
+            };
+            let client = LockClient::connect(&url).await?;
+            Arc::new(move |key| {
+                let client = client.clone();
+                Box::pin(async move { sql::lock_release(&client, key).await })
+            })
+        }
+        ("postgres-raw", _) => {
+            let url = postgres.as_ref().map(|p| p.url()).unwrap_or_default();
+            side(sql::PgRaw::connect(&url, distlock_pool_size()).await?)
+        }
+        ("etcd-queue", Some(host)) => side(etcd::EtcdQueueFloor(
+            etcd::EtcdRaw::connect(&host).await?,
+            150,
+        )),
+        ("etcd-raw", Some(host)) => side(etcd::EtcdRaw::connect(&host).await?),
+        _ => {
+            return Err(format!(
+                "DISTLOCK_BENCH_PAIRS={store}: memory, etcd, etcd-raw, etcd-queue, postgres or \
+                 postgres-raw"
+            )
+            .into());
+        }
+    };
+    let call = move |key: String| pair(key);
+    run(tasks, 200.max(tasks), "warm:", call.clone()).await?;
+    let (cpu0, t0) = (cpu_time(), Instant::now());
+    run(tasks, calls, "pair:", call).await?;
     let done = calls / tasks * tasks;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / done.max(1) as f64;
     println!(

@@ -125,38 +125,8 @@ impl EtcdInspector {
         lease: i64,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let key = key.as_bytes().to_vec();
-        let txn = proto::TxnRequest {
-            compare: vec![proto::Compare {
-                result: proto::EQUAL,
-                target: proto::COMPARE_CREATE,
-                key: key.clone(),
-                target_union: Some(proto::CompareWith::CreateRevision(0)),
-                range_end: Vec::new(),
-            }],
-            success: vec![proto::RequestOp {
-                request: Some(proto::RequestUnion::Put(proto::PutRequest {
-                    key: key.clone(),
-                    value: b"holder".to_vec(),
-                    lease,
-                })),
-            }],
-            failure: Vec::new(),
-        };
-        let taken: proto::TxnResponse = self.rpc.unary(proto::path::TXN, txn).await?;
-        if !taken.succeeded {
-            return Err("the raw key was taken".into());
-        }
-        let _: DeleteRangeResponse = self
-            .rpc
-            .unary(
-                proto::path::DELETE_RANGE,
-                DeleteRangeRequest {
-                    key,
-                    range_end: Vec::new(),
-                },
-            )
-            .await?;
-        Ok(())
+        self.take_then_delete(put_if_absent(&key, b"holder".to_vec(), lease, None), key)
+            .await
     }
 
     /// The floor of a queue lock: `<queue><lease in hex>` created on `lease` only if absent,
@@ -170,41 +140,35 @@ impl EtcdInspector {
         value_len: usize,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let queue = queue.as_bytes().to_vec();
-        let mut key = queue.clone();
-        key.extend_from_slice(format!("{lease:x}").as_bytes());
-        let txn = proto::TxnRequest {
-            compare: vec![proto::Compare {
-                result: proto::EQUAL,
-                target: proto::COMPARE_CREATE,
-                key: key.clone(),
-                target_union: Some(proto::CompareWith::CreateRevision(0)),
-                range_end: Vec::new(),
-            }],
-            success: vec![
-                proto::RequestOp {
-                    request: Some(proto::RequestUnion::Put(proto::PutRequest {
-                        key: key.clone(),
-                        value: vec![b'v'; value_len],
-                        lease,
-                    })),
-                },
-                proto::RequestOp {
-                    request: Some(proto::RequestUnion::Range(proto::RangeRequest {
-                        range_end: proto::prefix_end(&queue),
-                        key: queue,
-                        limit: 1,
-                        sort_order: proto::ASCEND,
-                        sort_target: proto::SORT_BY_CREATE,
-                        keys_only: true,
-                        ..Default::default()
-                    })),
-                },
-            ],
-            failure: Vec::new(),
+        let key = [&queue[..], format!("{lease:x}").as_bytes()].concat();
+        let head = proto::RequestOp {
+            request: Some(proto::RequestUnion::Range(proto::RangeRequest {
+                range_end: proto::prefix_end(&queue),
+                key: queue,
+                limit: 1,
+                sort_order: proto::ASCEND,
+                sort_target: proto::SORT_BY_CREATE,
+                keys_only: true,
+                ..Default::default()
+            })),
         };
+        let txn = put_if_absent(&key, vec![b'v'; value_len], lease, Some(head));
+        self.take_then_delete(txn, key).await
+    }
+
+    /// Sends `txn`, which puts `key` if absent, then deletes `key`.
+    async fn take_then_delete(
+        &self,
+        txn: proto::TxnRequest,
+        key: Vec<u8>,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         let taken: proto::TxnResponse = self.rpc.unary(proto::path::TXN, txn).await?;
         if !taken.succeeded {
-            return Err("the queue floor's key was taken".into());
+            return Err(format!(
+                "the floor's key {} was taken",
+                String::from_utf8_lossy(&key)
+            )
+            .into());
         }
         let _: DeleteRangeResponse = self
             .rpc
@@ -290,3 +254,31 @@ struct V3UnlockRequest {
 /// `v3lockpb.UnlockResponse` (its header is not read).
 #[derive(Clone, PartialEq, prost::Message)]
 struct V3UnlockResponse {}
+
+/// A transaction that puts `key` with `value` on `lease` if it does not exist, and runs
+/// `also` with the put.
+fn put_if_absent(
+    key: &[u8],
+    value: Vec<u8>,
+    lease: i64,
+    also: Option<proto::RequestOp>,
+) -> proto::TxnRequest {
+    let put = proto::RequestOp {
+        request: Some(proto::RequestUnion::Put(proto::PutRequest {
+            key: key.to_vec(),
+            value,
+            lease,
+        })),
+    };
+    proto::TxnRequest {
+        compare: vec![proto::Compare {
+            result: proto::EQUAL,
+            target: proto::COMPARE_CREATE,
+            key: key.to_vec(),
+            target_union: Some(proto::CompareWith::CreateRevision(0)),
+            range_end: Vec::new(),
+        }],
+        success: std::iter::once(put).chain(also).collect(),
+        failure: Vec::new(),
+    }
+}
