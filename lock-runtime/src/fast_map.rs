@@ -8,15 +8,5 @@
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// A [`HashSet`](std::collections::HashSet) with a fast, per-process seeded hasher.
-// Used by the store backends only, each behind its feature.
-#[cfg_attr(
-    not(any(
-        feature = "redis",
-        feature = "etcd",
-        feature = "zookeeper",
-        feature = "postgres",
-        feature = "mysql"
-    )),
-    allow(dead_code)
-)]
+#[cfg_attr(not(network_store), allow(dead_code))]
 pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;

@@ -16,7 +16,6 @@
 //! lock, as in Dice, Marathe and Shavit's *Lock Cohorting*): a process with a steady stream of
 //! local waiters cannot keep a key from the others.
 
-use crate::fast_map::FastMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
@@ -25,6 +24,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::backend::LockSpec;
+use crate::fast_map::FastMap;
 use crate::held::HeldLock;
 
 /// How many times in a row a lock passes between tasks of one client before it is released on

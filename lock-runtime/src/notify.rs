@@ -6,12 +6,13 @@
 //! waiter polls. One hub serves every waiter of a client (one shared subscription, not one per
 //! waiter); entries live only while someone waits on the key.
 
-use crate::fast_map::FastMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, watch};
+
+use crate::fast_map::FastMap;
 
 type IdleHook = Box<dyn Fn(&str) + Send + Sync>;
 

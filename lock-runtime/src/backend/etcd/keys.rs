@@ -1,13 +1,13 @@
 //! What an `etcd://` URL says, and where a lock's keys live: its queue under the prefix, and
 //! each acquisition's place in it.
 
-use crate::fast_map::FastMap;
 use std::sync::{Mutex, MutexGuard};
 
 use super::EtcdBackend;
 use super::proto::KeyValue;
 use crate::backend::Kind;
 use crate::error::LockError;
+use crate::fast_map::FastMap;
 
 /// The etcd client port when a host names none.
 const DEFAULT_PORT: u16 = 2379;

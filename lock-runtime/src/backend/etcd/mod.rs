@@ -32,8 +32,6 @@ mod rpc;
 mod watch;
 
 use std::collections::HashMap;
-
-use crate::fast_map::{FastMap, FastSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -51,6 +49,7 @@ use self::watch::Watches;
 use super::sql::holder_id;
 use super::{Attempt, Backend, Capabilities, Hold, LockSpec, Released, SetAttempt, Transient};
 use crate::error::{BoxError, LockError};
+use crate::fast_map::{FastMap, FastSet};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::BoxFuture;
 

@@ -2,12 +2,11 @@
 //! fencing counters; and how one attempt of each kind changes it.
 
 use std::collections::VecDeque;
-
-use crate::fast_map::FastMap;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Attempt, Kind, LockSpec};
 use crate::error::BoxError;
+use crate::fast_map::FastMap;
 
 #[derive(Default)]
 pub(super) struct MemoryState {

@@ -27,8 +27,6 @@ mod release;
 mod session;
 
 use std::collections::HashMap;
-
-use crate::fast_map::FastMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -43,6 +41,7 @@ use self::session::ZkSession;
 use super::sql::holder_id;
 use super::{Attempt, Backend, Capabilities, Hold, LockSpec, Released, Transient};
 use crate::error::{BoxError, LockError};
+use crate::fast_map::FastMap;
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::BoxFuture;
 

@@ -40,7 +40,6 @@
 //!   `LockError::Config`; a connection pooler in transaction mode would hand the lock's
 //!   session to others — connect directly, or through a session-mode pool.
 
-use crate::fast_map::FastMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -54,6 +53,7 @@ use crate::backend::{
     Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Refused, Released, Transient,
 };
 use crate::error::{BoxError, LockError};
+use crate::fast_map::FastMap;
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::BoxFuture;
 
