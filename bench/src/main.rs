@@ -55,10 +55,13 @@
 //!   (for 20 s, or `DISTLOCK_BENCH_PROFILE_SECS`) and prints its CPU per call and the server's
 //!   reads/writes per call — for `perf record -g` or `valgrind --tool=callgrind`. `rawpub` is the
 //!   raw floor with a `PUBLISH` added to the release script, to price the wake-up alone.
-//! - `DISTLOCK_BENCH_PAIRS=memory|etcd|etcd-raw|etcd-queue|postgres|postgres-raw` runs only
+//! - `DISTLOCK_BENCH_PAIRS=memory|etcd|etcd-raw|etcd-queue|postgres|postgres-advisory|postgres-raw` runs only
 //!   `DISTLOCK_BENCH_PAIRS_N` (2,000) lock + release pairs (or the raw floors' pairs) on fresh keys by `DISTLOCK_BENCH_PAIRS_TASKS` (1) tasks, after 200
-//!   to warm up, and prints the client's CPU per pair: under `valgrind --tool=callgrind`, a run of `N` pairs less a run of
+//!   to warm up, and prints the client's and the servers' CPU per pair: under `valgrind --tool=callgrind`, a run of `N` pairs less a run of
 //!   none is the client's instructions per pair, repeatable on a busy machine.
+//!   `DISTLOCK_BENCH_PAIRS_PARAMS=pool_size=8` adds URL parameters to distlock's side;
+//!   `DISTLOCK_BENCH_PAIRS_PG_URL` runs the PostgreSQL modes against a server of one's own (with
+//!   `pg_stat_statements` loaded, to see each statement's time inside the server).
 
 mod contention;
 mod cpu;
@@ -442,9 +445,12 @@ async fn pairs(store: &str) -> Result<(), Error> {
     let member = store
         .starts_with("etcd")
         .then(support::etcd::EtcdMember::start);
-    let postgres = store
-        .starts_with("postgres")
+    // `DISTLOCK_BENCH_PAIRS_PG_URL`: a PostgreSQL server of one's own (with
+    // `pg_stat_statements` loaded, say) instead of one started here.
+    let own_pg = std::env::var("DISTLOCK_BENCH_PAIRS_PG_URL").ok();
+    let postgres = (store.starts_with("postgres") && own_pg.is_none())
         .then(support::postgres::PostgresServer::start);
+    let pg_url = own_pg.or_else(|| postgres.as_ref().map(|p| p.url()));
     let host = member
         .as_ref()
         .map(|m| format!("127.0.0.1:{}", m.client_port));
@@ -483,11 +489,23 @@ async fn pairs(store: &str) -> Result<(), Error> {
         })
     }
     let pair: Pair = match (store, host) {
-        ("memory", _) | ("etcd", Some(_)) | ("postgres", _) => {
-            let url = match (&member, &postgres) {
+        ("memory", _) | ("etcd", Some(_)) | ("postgres", _) | ("postgres-advisory", _) => {
+            let url = match (&member, &pg_url) {
                 (Some(member), _) => member.url("pairs"),
-                (_, Some(postgres)) => postgres.url(),
+                (_, Some(pg_url)) if store == "postgres-advisory" => {
+                    let join = if pg_url.contains('?') { '&' } else { '?' };
+                    format!("{pg_url}{join}mode=advisory")
+                }
+                (_, Some(pg_url)) => pg_url.clone(),
                 _ => "memory://".into(),
+            };
+            // `DISTLOCK_BENCH_PAIRS_PARAMS=pool_size=8`: more of distlock's URL parameters.
+            let url = match std::env::var("DISTLOCK_BENCH_PAIRS_PARAMS") {
+                Ok(params) if !params.is_empty() => {
+                    let join = if url.contains('?') { '&' } else { '?' };
+                    format!("{url}{join}{params}")
+                }
+                _ => url,
             };
             let client = LockClient::connect(&url).await?;
             Arc::new(move |key| {
@@ -496,7 +514,7 @@ async fn pairs(store: &str) -> Result<(), Error> {
             })
         }
         ("postgres-raw", _) => {
-            let url = postgres.as_ref().map(|p| p.url()).unwrap_or_default();
+            let url = pg_url.clone().unwrap_or_default();
             side(sql::PgRaw::connect(&url, distlock_pool_size()).await?)
         }
         ("etcd-queue", Some(host)) => side(etcd::EtcdQueueFloor(
@@ -506,22 +524,25 @@ async fn pairs(store: &str) -> Result<(), Error> {
         ("etcd-raw", Some(host)) => side(etcd::EtcdRaw::connect(&host).await?),
         _ => {
             return Err(format!(
-                "DISTLOCK_BENCH_PAIRS={store}: memory, etcd, etcd-raw, etcd-queue, postgres or \
-                 postgres-raw"
+                "DISTLOCK_BENCH_PAIRS={store}: memory, etcd, etcd-raw, etcd-queue, postgres, \
+                 postgres-advisory or postgres-raw"
             )
             .into());
         }
     };
     let call = move |key: String| pair(key);
     run(tasks, 200.max(tasks), "warm:", call.clone()).await?;
-    let (cpu0, t0) = (cpu_time(), Instant::now());
+    let (cpu0, servers0, t0) = (cpu_time(), cpu::sample(None), Instant::now());
     run(tasks, calls, "pair:", call).await?;
     let done = calls / tasks * tasks;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / done.max(1) as f64;
+    let (elapsed, client) = (t0.elapsed(), cpu_time() - cpu0);
+    let (_, servers) = servers0.per_pair(&cpu::sample(None), done as f64);
     println!(
-        "{store}: {done} pairs by {tasks} tasks, {:.1} µs each, client CPU {:.1} µs per pair",
-        per(t0.elapsed()),
-        per(cpu_time() - cpu0)
+        "{store}: {done} pairs by {tasks} tasks, {:.1} µs each, client CPU {:.1} µs per pair, \
+         servers {servers:.1} µs",
+        per(elapsed),
+        per(client)
     );
     Ok(())
 }
