@@ -533,7 +533,9 @@ async fn pairs(store: &str) -> Result<(), Error> {
     let call = move |key: String| pair(key);
     run(tasks, 200.max(tasks), "warm:", call.clone()).await?;
     let (cpu0, servers0, t0) = (cpu_time(), cpu::sample(None), Instant::now());
-    run(tasks, calls, "pair:", call).await?;
+    // `call` (and the client in it) lives until the servers are sampled: a client dropped
+    // before would close its connections, and their servers' time would go with them.
+    run(tasks, calls, "pair:", call.clone()).await?;
     let done = calls / tasks * tasks;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / done.max(1) as f64;
     let (elapsed, client) = (t0.elapsed(), cpu_time() - cpu0);
@@ -544,6 +546,7 @@ async fn pairs(store: &str) -> Result<(), Error> {
         per(elapsed),
         per(client)
     );
+    drop(call);
     Ok(())
 }
 
