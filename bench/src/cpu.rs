@@ -7,7 +7,7 @@
 //! Read around each window from `/proc/<pid>/task/<tid>/schedstat` (each thread's time on a
 //! CPU, in nanoseconds), or where the kernel has no schedstat from `/proc/<pid>/stat` (user +
 //! system time in clock ticks, which truncates each process to 10 ms: with 64 PostgreSQL
-//! backends, ±0.6 s a window). Per-pair figures are medians over a row's windows. A process or
+//! backends, up to ±0.6 s a window). Per-pair figures are medians over a row's windows. A process or
 //! thread that ends inside a window takes its time with it (a connection closed meanwhile).
 
 use std::collections::HashMap;
