@@ -7,8 +7,9 @@
 //! Read around each window from `/proc/<pid>/task/<tid>/schedstat` (each thread's time on a
 //! CPU, in nanoseconds), or where the kernel has no schedstat from `/proc/<pid>/stat` (user +
 //! system time in clock ticks, which truncates each process to 10 ms: with 64 PostgreSQL
-//! backends, up to ±0.6 s a window). Per-pair figures are medians over a row's windows. A process or
-//! thread that ends inside a window takes its time with it (a connection closed meanwhile).
+//! backends, up to ±0.6 s a window). Per-pair figures are medians over a row's windows. A
+//! process or thread that ends inside a window takes its time with it (a connection closed
+//! meanwhile).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -73,8 +74,10 @@ fn on_cpu(pid: u32) -> Option<Duration> {
         let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) else {
             continue;
         };
-        let ns = stat.split_whitespace().next()?.parse::<u64>().ok()?;
-        total += Duration::from_nanos(ns);
+        // A thread that ended between the listing and the read counts nothing.
+        if let Some(ns) = stat.split_whitespace().next().and_then(|f| f.parse().ok()) {
+            total += Duration::from_nanos(ns);
+        }
     }
     Some(total)
 }

@@ -55,10 +55,12 @@
 //!   (for 20 s, or `DISTLOCK_BENCH_PROFILE_SECS`) and prints its CPU per call and the server's
 //!   reads/writes per call — for `perf record -g` or `valgrind --tool=callgrind`. `rawpub` is the
 //!   raw floor with a `PUBLISH` added to the release script, to price the wake-up alone.
-//! - `DISTLOCK_BENCH_PAIRS=memory|etcd|etcd-raw|etcd-queue|postgres|postgres-advisory|postgres-raw` runs only
-//!   `DISTLOCK_BENCH_PAIRS_N` (2,000) lock + release pairs (or the raw floors' pairs) on fresh keys by `DISTLOCK_BENCH_PAIRS_TASKS` (1) tasks, after 200
-//!   to warm up, and prints the client's and the servers' CPU per pair: under `valgrind --tool=callgrind`, a run of `N` pairs less a run of
-//!   none is the client's instructions per pair, repeatable on a busy machine.
+//! - `DISTLOCK_BENCH_PAIRS=memory|etcd|etcd-raw|etcd-queue|postgres|postgres-advisory|postgres-raw`
+//!   runs only `DISTLOCK_BENCH_PAIRS_N` (2,000) lock + release pairs (or the raw floors' pairs)
+//!   on fresh keys by `DISTLOCK_BENCH_PAIRS_TASKS` (1) tasks, after 200 to warm up, and prints
+//!   the client's and the servers' CPU per pair: under `valgrind --tool=callgrind`, a run of `N`
+//!   pairs less a run of none is the client's instructions per pair, repeatable on a busy
+//!   machine.
 //!   `DISTLOCK_BENCH_PAIRS_PARAMS=pool_size=8` adds URL parameters to distlock's side;
 //!   `DISTLOCK_BENCH_PAIRS_PG_URL` runs the PostgreSQL modes against a server of one's own (with
 //!   `pg_stat_statements` loaded, to see each statement's time inside the server).
