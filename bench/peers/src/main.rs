@@ -9,7 +9,8 @@
 //! [distributed-lock](https://crates.io/crates/distributed-lock-postgres) crates (PostgreSQL
 //! advisory locks, MySQL `GET_LOCK`) against `BENCH_URL`, with their default pools, driven one
 //! command at a time over stdin/stdout — the protocol of `bench/peers/java/CuratorPeer.java`
-//! (see `lines::serve`).
+//! (see `lines::serve`). `BENCH_PEER_POOL=64` gives the PostgreSQL one a pool of that many
+//! connections instead of sqlx's default 10 (each of its locks keeps one while held).
 
 /// The handoff row's arithmetic, shared with distlock's rows (`bench/src/handoff.rs`).
 #[path = "../../src/handoff.rs"]
@@ -34,6 +35,25 @@ async fn main() -> Result<(), Error> {
     match peer.as_str() {
         "distributed-lock-postgres" => {
             let url = var("BENCH_URL")?;
+            // `BENCH_PEER_POOL=64`: a pool of that many connections instead of sqlx's default
+            // (10), which also bounds the locks a process can hold at once.
+            if let Ok(size) = std::env::var("BENCH_PEER_POOL") {
+                let size: u32 = size.parse()?;
+                let provider = || async {
+                    let pool = sqlx::postgres::PgPoolOptions::new()
+                        .max_connections(size)
+                        .connect(&url)
+                        .await
+                        .map_err(|e| {
+                            distributed_lock_core::error::LockError::Connection(Box::new(e))
+                        })?;
+                    distributed_lock_postgres::PostgresLockProvider::builder()
+                        .pool(pool)
+                        .build()
+                        .await
+                };
+                return lines::serve(provider).await;
+            }
             let provider = || distributed_lock_postgres::PostgresLockProvider::new(url.clone());
             return lines::serve(provider).await;
         }
