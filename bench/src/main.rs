@@ -494,20 +494,23 @@ async fn pairs(store: &str) -> Result<(), Error> {
         ("memory", _) | ("etcd", Some(_)) | ("postgres", _) | ("postgres-advisory", _) => {
             let url = match (&member, &pg_url) {
                 (Some(member), _) => member.url("pairs"),
-                (_, Some(pg_url)) if store == "postgres-advisory" => {
-                    let join = if pg_url.contains('?') { '&' } else { '?' };
-                    format!("{pg_url}{join}mode=advisory")
-                }
                 (_, Some(pg_url)) => pg_url.clone(),
                 _ => "memory://".into(),
             };
-            // `DISTLOCK_BENCH_PAIRS_PARAMS=pool_size=8`: more of distlock's URL parameters.
-            let url = match std::env::var("DISTLOCK_BENCH_PAIRS_PARAMS") {
-                Ok(params) if !params.is_empty() => {
+            // The mode's own parameter, then `DISTLOCK_BENCH_PAIRS_PARAMS=pool_size=8`: more of
+            // distlock's URL parameters.
+            let params: Vec<String> = (store == "postgres-advisory")
+                .then(|| "mode=advisory".to_owned())
+                .into_iter()
+                .chain(std::env::var("DISTLOCK_BENCH_PAIRS_PARAMS").ok())
+                .filter(|param| !param.is_empty())
+                .collect();
+            let url = match params.is_empty() {
+                true => url,
+                false => {
                     let join = if url.contains('?') { '&' } else { '?' };
-                    format!("{url}{join}{params}")
+                    format!("{url}{join}{}", params.join("&"))
                 }
-                _ => url,
             };
             let client = LockClient::connect(&url).await?;
             Arc::new(move |key| {
