@@ -112,7 +112,7 @@ static MOST_AT_ONCE: AtomicUsize = AtomicUsize::new(0);
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
     distlock::init(LockClient::connect(&url).await?)?;
     let namespace = format!("distlock-example:catalog:{}", std::process::id());
     let store = Arc::new(Kv::open(&url, namespace).await?);

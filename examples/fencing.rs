@@ -12,15 +12,24 @@
 //! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example fencing   # storage: a Redis hash
 //! ```
 //!
-//! On Redis the check and the write are one Lua script ([`distlock::fence::redis_fenced_set`],
-//! or [`distlock::fence::REDIS_FENCED_SET`] to copy); in SQL it is
+//! On Redis the check and the write are one Lua script ([`distlock::fence::REDIS_FENCED_SET`],
+//! run with redis-rs's `Script`); in SQL it is
 //! `UPDATE … SET value = $2, fence = $1 WHERE id = $3 AND fence <= $1` (see `distlock::fence`).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use distlock::fence::{FencedWrite, redis_fenced_set};
+use distlock::fence::REDIS_FENCED_SET;
 use distlock::{BoxError, LockClient, distributed_lock};
+
+/// What a fenced write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FencedWrite {
+    /// Written: the resource's fence is now the writer's token.
+    Written,
+    /// Refused: the resource already accepted the larger token `highest`.
+    Stale { highest: u64 },
+}
 
 /// A resource that keeps the highest fencing token it accepted and refuses writes carrying a
 /// lower one: a Redis hash (fields `value` and `fence`), or a value under a `Mutex` in memory.
@@ -34,7 +43,17 @@ impl Storage {
     async fn write(&self, key: &str, value: &str, token: u64) -> Result<FencedWrite, BoxError> {
         if let Some(conn) = &self.redis {
             // Compare and set in one script: no other write can come in between.
-            return Ok(redis_fenced_set(&mut conn.clone(), key, value, token).await?);
+            let (written, highest): (i64, u64) = redis::Script::new(REDIS_FENCED_SET)
+                .key(key)
+                .arg(token)
+                .arg(value)
+                .invoke_async(&mut conn.clone())
+                .await?;
+            return Ok(if written == 1 {
+                FencedWrite::Written
+            } else {
+                FencedWrite::Stale { highest }
+            });
         }
         let mut resource = self.memory.lock().unwrap();
         if token < resource.0 {
@@ -71,7 +90,7 @@ async fn publish(resource: &str, storage: &Storage, text: &str) -> Result<Fenced
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
     let client = LockClient::builder(&url).fencing(true).build().await?;
     distlock::init(client.clone())?;
     let redis = if url.starts_with("redis://") {

@@ -34,7 +34,7 @@ static MOST_AT_ONCE: AtomicUsize = AtomicUsize::new(0);
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
     let client = LockClient::connect(&url).await?;
     distlock::init(client.clone())?;
     let pool = format!("example-{}", std::process::id());

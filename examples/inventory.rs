@@ -65,7 +65,7 @@ async fn buy(sku: &str, stock: &Stock) -> Result<bool, BoxError> {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
     distlock::init(LockClient::connect(&url).await?)?;
     let sku = "sku-42";
     let redis = if url.starts_with("redis://") {

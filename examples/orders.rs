@@ -141,7 +141,7 @@ async fn main() -> Result<(), BoxError> {
     // Set in the child processes `--processes` starts: the namespace of the parent's run.
     let worker_of = value_of("--worker-of").cloned();
 
-    let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| {
+    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| {
         if worker_of.is_none() {
             println!(
                 "DISTLOCK_URL is not set: using the embedded memory:// backend (one process only)"

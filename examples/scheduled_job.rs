@@ -76,7 +76,7 @@ async fn worker(id: usize, min_hold: bool, runs: Runs) -> Result<u64, LockError>
         };
         match result {
             Ok(()) => ran += 1,
-            Err(LockError::Timeout { .. }) => {} // another worker runs this tick: skip
+            Err(error) if error.is_busy() => {} // another worker runs this tick: skip
             Err(error) => return Err(error),
         }
     }
@@ -102,7 +102,7 @@ async fn ticks(min_hold: bool) -> Result<(BTreeMap<u64, usize>, Vec<u64>), BoxEr
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
     distlock::init(LockClient::connect(&url).await?)?;
     let backend = distlock::client()?.backend_kind();
 

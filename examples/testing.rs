@@ -26,7 +26,7 @@ async fn send_invoice(id: u64, log: &Mutex<Vec<String>>) -> Result<(), LockError
     Ok(())
 }
 
-/// The same lock, asked once: a busy invoice is `Err(LockError::Timeout)` at once.
+/// The same lock, asked once: a busy invoice is `Err(LockError::Busy)` at once.
 #[distributed_lock(key = "invoice:<id>", wait = "0s")]
 async fn send_invoice_now(id: u64) -> Result<(), LockError> {
     Ok(())
@@ -59,14 +59,14 @@ async fn two_calls_for_one_invoice_never_overlap() {
     );
 }
 
-/// While something else holds `invoice:7`, `wait = "0s"` returns `LockError::Timeout` naming
+/// While something else holds `invoice:7`, `wait = "0s"` returns `LockError::Busy` naming
 /// the key; once it is released the call goes through.
 async fn a_busy_invoice_times_out_at_once() {
     let client = LockClient::connect("memory://busy-invoice").await.unwrap();
     let held = client.lock("invoice:7").acquire().await.unwrap();
     let busy = with_client(&client, send_invoice_now(7)).await;
     assert!(
-        matches!(&busy, Err(LockError::Timeout { key, .. }) if key == "invoice:7"),
+        matches!(&busy, Err(LockError::Busy { key }) if key == "invoice:7"),
         "{busy:?}"
     );
     held.release().await.unwrap();
@@ -94,7 +94,7 @@ async fn main() {
     two_calls_for_one_invoice_never_overlap().await;
     println!("ok: two concurrent calls for one invoice never overlapped");
     a_busy_invoice_times_out_at_once().await;
-    println!("ok: wait = \"0s\" on a busy invoice returned LockError::Timeout at once");
+    println!("ok: wait = \"0s\" on a busy invoice returned LockError::Busy at once");
     a_busy_report_is_skipped().await;
     println!("ok: on_busy = \"skip\" on a busy report returned Ok(None)");
     without_a_client_a_call_says_so().await;

@@ -117,7 +117,7 @@ async fn audit(bank: &Bank, account: u64) -> Result<u64, BoxError> {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
     let client = LockClient::connect(&url).await?;
     distlock::init(client.clone())?;
     let redis = if url.starts_with("redis://") {

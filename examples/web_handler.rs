@@ -115,7 +115,7 @@ async fn pay(Path(id): Path<u64>, State(store): State<Arc<Kv>>) -> (StatusCode, 
             format!("order {id} was already paid\n"),
         ),
         Err(error) => match error.downcast_ref::<LockError>() {
-            Some(LockError::Timeout { .. }) => (
+            Some(error) if error.is_busy() => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("order {id} is busy, try again\n"),
             ),
@@ -177,7 +177,7 @@ fn serve_metrics(app: Router<Arc<Kv>>) -> Result<Router<Arc<Kv>>, BoxError> {
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
     let app = serve_metrics(Router::new())?;
-    let url = std::env::var(distlock::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
     distlock::init(LockClient::connect(&url).await?)?;
     let store = Arc::new(Kv::open(&url, "distlock-example:web".into()).await?);
     let app = app

@@ -180,10 +180,9 @@ pub use lock_runtime::admin;
 pub use lock_runtime::fence;
 pub use lock_runtime::metrics;
 pub use lock_runtime::{
-    BoxError, CurrentLock, DEFAULT_OBSERVE_POLL, Election, FAIR_QUEUE_TTL, Holder, Leader,
-    Leadership, LockClient, LockClientBuilder, LockError, LockGuard, LockInfo, LockMode,
-    LockRequest, MAX_KEY_LEN, ReaderInfo, ServerInfo, TlsConfig, URL_ENV, client, current, init,
-    init_from_env, with_client,
+    BoxError, CurrentLock, Election, Holder, Leader, Leadership, LockClient, LockClientBuilder,
+    LockError, LockGuard, LockInfo, LockMode, LockRequest, ReaderInfo, SemaphoreRequest,
+    ServerInfo, TlsConfig, client, current, init, init_from_env, with_client,
 };
 
 #[doc(hidden)]

@@ -23,7 +23,7 @@ fn the_global_client_is_set_once_and_outlives_the_runtime_that_made_it() {
     assert!(err.to_string().contains("distlock::init"), "{err}");
 
     // SAFETY: this binary has a single test, so no other thread reads the environment now.
-    unsafe { std::env::set_var(distlock::URL_ENV, "nope://x") };
+    unsafe { std::env::set_var(distlock::LockClient::URL_ENV, "nope://x") };
     let err = runtime().block_on(distlock::init_from_env()).unwrap_err();
     assert!(
         err.to_string().contains("unknown lock backend scheme"),
@@ -32,7 +32,7 @@ fn the_global_client_is_set_once_and_outlives_the_runtime_that_made_it() {
     assert!(matches!(distlock::client(), Err(LockError::NotInitialized)));
 
     // Runtime A connects and installs the client, then goes away.
-    unsafe { std::env::set_var(distlock::URL_ENV, server.url()) };
+    unsafe { std::env::set_var(distlock::LockClient::URL_ENV, server.url()) };
     runtime().block_on(async {
         distlock::init_from_env().await.unwrap();
         let guard = distlock::client()

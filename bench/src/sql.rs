@@ -4,6 +4,7 @@
 //! other clients' waiters through the database: `LISTEN`/`NOTIFY` on PostgreSQL, polling on
 //! MySQL / MariaDB).
 
+use std::future::IntoFuture;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -422,17 +423,17 @@ where
                     a.release().await?;
                     return Ok(());
                 }
-                (false, _) => client.lock(name),
-                (true, Kind::Read) => client.lock(name).read(),
-                (true, Kind::Permit) => client.semaphore(name, 4),
-                (true, Kind::Set) => client.lock_all([format!("{name}:a"), format!("{name}:b")]),
+                (false, _) => client.lock(name).wait(Duration::ZERO).into_future(),
+                (true, Kind::Read) => client.lock(name).read().wait(Duration::ZERO).into_future(),
+                (true, Kind::Permit) => {
+                    client.semaphore(name, 4).wait(Duration::ZERO).into_future()
+                }
+                (true, Kind::Set) => client
+                    .lock_all([format!("{name}:a"), format!("{name}:b")])
+                    .wait(Duration::ZERO)
+                    .into_future(),
             };
-            request
-                .wait(Duration::ZERO)
-                .acquire()
-                .await?
-                .release()
-                .await?;
+            request.await?.release().await?;
             Ok::<_, Error>(())
         }
     };

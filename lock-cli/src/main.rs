@@ -271,14 +271,15 @@ pub(crate) enum Command {
         #[arg(short = 'c', value_name = "STRING")]
         shell: Option<String>,
         /// The lease, renewed every third of it while COMMAND runs (how long the lock outlives
-        /// this process if it dies).
-        #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
-        lease: Duration,
+        /// this process if it dies). Default: 30s, or --min-hold when that is longer.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        lease: Option<Duration>,
         #[command(flatten)]
         wait: WaitArgs,
         /// Keep the lock at least this long after it was granted, however soon COMMAND exits
         /// (a job started by cron on several hosts runs once per period even when their clocks
-        /// differ). At most --lease.
+        /// differ). Without --lease the lease covers it; an explicit --lease must be at least
+        /// as long.
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         min_hold: Option<Duration>,
         /// Take a read lock: COMMAND runs beside other readers, never beside a writer.
@@ -407,7 +408,7 @@ impl From<LockError> for Failure {
         match error {
             LockError::Config(_) | LockError::InvalidKey { .. } => Failure::Usage(message),
             LockError::Unsupported { .. } => Failure::Unsupported(message),
-            LockError::Timeout { .. } => Failure::Busy(message),
+            LockError::Busy { .. } | LockError::Timeout { .. } => Failure::Busy(message),
             LockError::Lost { .. } => Failure::Lost(message),
             _ => Failure::Error(message),
         }
@@ -450,13 +451,13 @@ pub(crate) fn url_and_rest(
         _ if flag.is_some_and(|url| !url.trim().is_empty()) => {
             (flag.unwrap_or_default().trim().to_owned(), args.to_vec())
         }
-        _ => match std::env::var(lock_runtime::URL_ENV) {
+        _ => match std::env::var(lock_runtime::LockClient::URL_ENV) {
             Ok(url) if !url.trim().is_empty() => (url.trim().to_owned(), args.to_vec()),
             _ => {
                 return Err(Failure::Usage(format!(
                     "no backend URL: give it first (`distlock list redis://127.0.0.1:6379`), with \
                      --url, or in {} (the URL your services use)",
-                    lock_runtime::URL_ENV
+                    lock_runtime::LockClient::URL_ENV
                 )));
             }
         },
@@ -819,7 +820,7 @@ impl Hold {
             tokio::select! {
                 acquired = &mut acquire => match acquired {
                     Ok(guard) => break guard,
-                    Err(LockError::Timeout { .. }) => {
+                    Err(LockError::Busy { .. } | LockError::Timeout { .. }) => {
                         let holder = holder_of(client, key).await;
                         return Err(Failure::Busy(format!(
                             "`{key}` is held by {holder}; not taken {}",

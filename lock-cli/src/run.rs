@@ -10,7 +10,7 @@
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 
 use lock_runtime::{Leadership, LockClient, LockError, LockGuard};
 use tokio::signal::unix::{Signal, SignalKind, signal};
@@ -134,27 +134,39 @@ async fn run(cli: &Cli) -> Ended {
     else {
         unreachable!("called for `distlock run` only");
     };
+    // Checked before connecting: a usage error needs no server.
+    let lease = match lease_for(*lease, *min_hold) {
+        Ok(lease) => lease,
+        Err(failure) => return setup_failed(failure),
+    };
     let (client, key, mut signals) = match prepare(cli, args, key_of).await {
         Ok(prepared) => prepared,
         Err(ended) => return ended,
     };
-    let mut request = match permits {
-        Some(n) => client.semaphore(key.as_str(), *n),
-        None => client.lock(key.as_str()),
-    };
-    if *read {
-        request = request.read();
-    }
     let wait = wait.wait();
-    request = wait
-        .apply(request)
-        .lease(*lease)
-        .fencing(*fencing)
-        .min_hold(min_hold.unwrap_or_default());
+    let min_hold = min_hold.unwrap_or_default();
+    // A semaphore's request is a type of its own; both give the same boxed future.
+    let acquisition = match permits {
+        Some(n) => {
+            let request = client.semaphore(key.as_str(), *n);
+            let request = match wait {
+                Wait::Forever => request.wait_forever(),
+                Wait::Up(wait) => request.wait(wait),
+            };
+            let request = request.lease(lease).fencing(*fencing).min_hold(min_hold);
+            request.into_future()
+        }
+        None => {
+            let request = client.lock(key.as_str());
+            let request = if *read { request.read() } else { request };
+            let request = wait.apply(request).lease(lease).fencing(*fencing);
+            request.min_hold(min_hold).into_future()
+        }
+    };
     let guard = tokio::select! {
-        acquired = request.acquire() => match acquired {
+        acquired = acquisition => match acquired {
             Ok(guard) => guard,
-            Err(LockError::Timeout { .. }) => return busy(&client, &key, wait).await,
+            Err(LockError::Busy { .. } | LockError::Timeout { .. }) => return busy(&client, &key, wait).await,
             Err(error) => return setup_failed(error.into()),
         },
         signal = signals.recv() => {
@@ -216,6 +228,26 @@ async fn prepare(
     Ok((client, name, signals))
 }
 
+/// `distlock run`'s lease: `--lease` when given (it must cover `--min-hold`, which the lock
+/// outlives a release by), else the client's default lease, or `--min-hold` when that is
+/// longer — so `--min-hold 10m` alone just works.
+fn lease_for(lease: Option<Duration>, min_hold: Option<Duration>) -> Result<Duration, Failure> {
+    match (lease, min_hold) {
+        (Some(lease), Some(min_hold)) if min_hold > lease => Err(Failure::Usage(format!(
+            "--min-hold {} is longer than --lease {}: the lock must live at least as long as it \
+             is kept; raise --lease to {} or more, or leave --lease out (the lease then covers \
+             --min-hold)",
+            duration(min_hold),
+            duration(lease),
+            duration(min_hold),
+        ))),
+        (Some(lease), _) => Ok(lease),
+        (None, min_hold) => Ok(min_hold.map_or(LockClient::DEFAULT_LEASE, |min_hold| {
+            min_hold.max(LockClient::DEFAULT_LEASE)
+        })),
+    }
+}
+
 /// `distlock elect`: campaigns, then runs COMMAND while leading.
 async fn elect(cli: &Cli) -> Ended {
     let Command::Elect {
@@ -242,7 +274,7 @@ async fn elect(cli: &Cli) -> Ended {
     let leadership = tokio::select! {
         campaigned = election.campaign(identity.as_str()) => match campaigned {
             Ok(leadership) => leadership,
-            Err(LockError::Timeout { .. }) => {
+            Err(LockError::Busy { .. } | LockError::Timeout { .. }) => {
                 let leader = match election.leader().await {
                     Ok(Some(leader)) => format!("`{}` (term {})", leader.identity(), leader.term()),
                     _ => "another candidate".to_owned(),
@@ -410,5 +442,36 @@ impl Signals {
             std::task::Poll::Pending
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn the_lease_covers_min_hold_when_no_lease_is_given() {
+        assert_eq!(lease_for(None, None).ok(), Some(LockClient::DEFAULT_LEASE));
+        assert_eq!(lease_for(None, Some(10 * MIN)).ok(), Some(10 * MIN));
+        // A short min_hold keeps the default lease.
+        let short = Duration::from_secs(5);
+        assert_eq!(
+            lease_for(None, Some(short)).ok(),
+            Some(LockClient::DEFAULT_LEASE)
+        );
+        assert_eq!(lease_for(Some(MIN), Some(MIN)).ok(), Some(MIN));
+    }
+
+    #[test]
+    fn a_lease_shorter_than_min_hold_is_a_usage_error_naming_both_flags() {
+        let Err(failure) = lease_for(Some(Duration::from_secs(30)), Some(10 * MIN)) else {
+            panic!("a 30 s lease under a 10 min min_hold was accepted");
+        };
+        assert_eq!(failure.code(), crate::exit::USAGE);
+        let message = failure.message();
+        assert!(message.contains("--min-hold 10m00s"), "{message}");
+        assert!(message.contains("--lease 30.0s"), "{message}");
     }
 }

@@ -656,7 +656,7 @@ async fn bad_input_gets_the_reason_and_its_exit_code() {
         "{}",
         stderr(&empty_key)
     );
-    let long_key = "k".repeat(distlock::MAX_KEY_LEN + 1);
+    let long_key = "k".repeat(distlock::LockClient::MAX_KEY_LEN + 1);
     let too_long = run(&["release", &url, &long_key, "--force", "--yes"]).await;
     assert_eq!(code(&too_long), 2, "{}", stderr(&too_long));
 

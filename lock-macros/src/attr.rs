@@ -476,7 +476,7 @@ impl LockArgs {
                                 "unknown `on_busy` value {other:?}{hint}: expected \"skip\" \
                                  (a lock still busy when `wait` ends returns \
                                  Ok(Default::default()) without running the body) or \"error\" \
-                                 (it returns Err(LockError::Timeout), the default)"
+                                 (it returns Err(LockError::Busy) or Err(LockError::Timeout), the default)"
                             ),
                         );
                     }

@@ -19,7 +19,7 @@ use crate::error::LockError;
 use crate::guard::LockGuard;
 
 /// How often [`Election::observe`] asks who leads unless [`Election::poll`] says otherwise.
-pub const DEFAULT_OBSERVE_POLL: Duration = Duration::from_millis(500);
+pub(crate) const DEFAULT_OBSERVE_POLL: Duration = Duration::from_millis(500);
 
 /// One election, by name: made by [`LockClient::election`]. Cheap to clone.
 ///
@@ -37,6 +37,7 @@ pub const DEFAULT_OBSERVE_POLL: Duration = Duration::from_millis(500);
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Debug)]
+#[must_use = "an election does nothing until `.campaign(..)`, `.leader()` or `.observe()`"]
 pub struct Election {
     client: LockClient,
     name: String,
@@ -82,7 +83,7 @@ impl Election {
     }
 
     /// How often [`observe`](Self::observe) asks who leads (default
-    /// [`DEFAULT_OBSERVE_POLL`]) besides when the store announces a change: where it announces
+    /// [`LockClient::DEFAULT_OBSERVE_POLL`]) besides when the store announces a change: where it announces
     /// none (PostgreSQL, MySQL), a leader that comes and goes within one interval may not be
     /// seen.
     pub fn poll(mut self, interval: Duration) -> Self {

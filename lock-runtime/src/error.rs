@@ -29,14 +29,30 @@ pub enum LockError {
     )]
     AlreadyInitialized,
 
-    /// The lock stayed busy for the whole `wait` — or, asked once (`wait` zero), was busy.
-    #[error("{}", timeout_message(key, *waited, *wait))]
+    /// Asked once (`wait` zero, `wait = "0s"`), the lock was busy: held by another owner.
+    /// [`try_acquire`](crate::LockRequest::try_acquire) returns `Ok(None)` instead.
+    #[error(
+        "lock `{key}` is busy: it is held by another process, or by another guard of this one \
+         (asked once, as `wait = 0` says; give a `wait` to queue for it instead{HELD_HERE})"
+    )]
+    Busy {
+        /// The lock key, without the client's prefix.
+        key: String,
+    },
+
+    /// The lock stayed busy for the whole `wait` (a non-zero one: asked once, a busy lock is
+    /// [`LockError::Busy`]).
+    #[error(
+        "timed out after {waited:?} waiting for lock `{key}`: it is still held by another \
+         process, or by another guard of this one (raise `wait`, or use `wait = 0` to fail \
+         fast{HELD_HERE})"
+    )]
     Timeout {
         /// The lock key, without the client's prefix.
         key: String,
         /// How long the acquisition waited before giving up.
         waited: Duration,
-        /// The `wait` the acquisition was given: zero for a try-once.
+        /// The `wait` the acquisition was given.
         wait: Duration,
     },
 
@@ -60,15 +76,16 @@ pub enum LockError {
         reason: String,
     },
 
-    /// A task holding a read lock asked for the write lock on the same key (a nested
-    /// `#[distributed_lock]` call): it could never be granted, since the task's own share
-    /// excludes every writer, so it fails at once instead of waiting out `wait`.
+    /// A task holding a read lock asked for the write lock of the same key in its scope (a
+    /// nested `#[distributed_lock]` call, or a request inside `guard.scope(..)`): it could
+    /// never be granted, since the task's own share excludes every writer, so it fails at
+    /// once instead of waiting out `wait`.
     #[error(
         "this task holds a read lock on `{key}` and asked for its write lock: it could never be \
          granted (the task's own read lock excludes every writer); take the write lock in the \
          outer call instead (a read under a write is granted), or release the read lock first"
     )]
-    Upgrade {
+    WriteUnderRead {
         /// The key.
         key: String,
     },
@@ -124,37 +141,27 @@ pub enum LockError {
 const HELD_HERE: &str = "; a guard is reentrant only inside its `#[distributed_lock]` body or \
     `guard.scope(..)`, so a task that holds the key by hand waits for itself elsewhere";
 
-/// [`LockError::Timeout`]'s message: a try-once was refused because the lock is busy, and is
-/// not told to fail fast (it did); a wait that ran out is told what to change.
-fn timeout_message(key: &str, waited: Duration, wait: Duration) -> String {
-    if wait.is_zero() {
-        format!(
-            "lock `{key}` is busy: it is held by another process, or by another guard of this \
-             one (asked once, as `wait = 0` says; give a `wait` to queue for it instead{HELD_HERE})"
-        )
-    } else {
-        format!(
-            "timed out after {waited:?} waiting for lock `{key}`: it is still held by another \
-             process, or by another guard of this one (raise `wait`, or use `wait = 0` to fail \
-             fast{HELD_HERE})"
-        )
-    }
-}
-
 impl LockError {
     /// The lock key this error is about, when it is about one.
     pub fn key(&self) -> Option<&str> {
         match self {
-            LockError::Timeout { key, .. }
+            LockError::Busy { key }
+            | LockError::Timeout { key, .. }
             | LockError::Lost { key }
             | LockError::InvalidKey { key, .. }
-            | LockError::Upgrade { key }
+            | LockError::WriteUnderRead { key }
             | LockError::Backend { key, .. } => Some(key),
             _ => None,
         }
     }
 
-    /// `true` for [`LockError::Timeout`]: the lock was busy, nothing is broken.
+    /// `true` for [`LockError::Busy`] and [`LockError::Timeout`]: another owner held the lock,
+    /// asked once or for the whole `wait`; nothing is broken.
+    pub fn is_busy(&self) -> bool {
+        matches!(self, LockError::Busy { .. } | LockError::Timeout { .. })
+    }
+
+    /// `true` for [`LockError::Timeout`]: a non-zero `wait` ran out with the lock still busy.
     pub fn is_timeout(&self) -> bool {
         matches!(self, LockError::Timeout { .. })
     }
@@ -173,13 +180,18 @@ mod tests {
     /// taken by hand, which is reentrant only inside its scope; the message says so.
     #[test]
     fn a_timeout_names_a_guard_of_this_process_as_a_possible_holder() {
-        for wait in [Duration::ZERO, Duration::from_secs(2)] {
-            let message = LockError::Timeout {
+        let wait = Duration::from_secs(2);
+        for error in [
+            LockError::Busy {
+                key: "order:7".into(),
+            },
+            LockError::Timeout {
                 key: "order:7".into(),
                 waited: wait,
                 wait,
-            }
-            .to_string();
+            },
+        ] {
+            let message = error.to_string();
             assert!(message.contains("`order:7`"), "{message}");
             assert!(message.contains("another guard of this one"), "{message}");
             assert!(message.contains("guard.scope(..)"), "{message}");

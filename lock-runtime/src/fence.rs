@@ -10,8 +10,11 @@
 //!
 //! - **Redis**: [`REDIS_FENCED_SET`], a Lua script that stores a value together with the highest
 //!   token in one hash (`HGET key value`, `HGET key fence`) and writes only if the caller's
-//!   token is ≥ the highest seen; [`redis_fenced_set`] runs it. One key, so it works in a Redis
-//!   Cluster too.
+//!   token is ≥ the highest seen. One key, so it works in a Redis Cluster too. Run it with
+//!   your own Redis client (distlock's API names no redis-rs type, so your redis-rs version is
+//!   yours to choose): with redis-rs,
+//!   `redis::Script::new(REDIS_FENCED_SET).key(resource).arg(token).arg(value).invoke_async(&mut conn)`
+//!   gives `(1, token)` when written and `(0, highest)` when refused.
 //! - **SQL**: [`SQL_FENCED_UPDATE`], an `UPDATE … WHERE fence <= $1` on a `fence` column of the
 //!   row itself; zero rows updated means the write was stale.
 //!
@@ -26,8 +29,8 @@
 //! let client = lock_runtime::LockClient::builder("memory://fence-doc").fencing(true).build().await?;
 //! let guard = client.lock("account:7").acquire().await?;
 //! let token = guard.fencing_token().expect("fencing is on");
-//! // Redis:  lock_runtime::fence::redis_fenced_set(&mut conn, "account:7", b"balance=10", token)
-//! // SQL:    UPDATE accounts SET balance = 10, fence = $token WHERE id = 7 AND fence <= $token
+//! // Redis: EVAL REDIS_FENCED_SET 1 account:7 <token> balance=10   -> {1, token} or {0, highest}
+//! // SQL:   UPDATE accounts SET balance = 10, fence = $token WHERE id = 7 AND fence <= $token
 //! # let _ = token;
 //! guard.release().await
 //! # }
@@ -54,54 +57,7 @@ return {1, token}
 /// token, `$2` = the new value, `$3` = the row id. One row updated: written; zero rows: stale.
 ///
 /// On MySQL / MariaDB write `?` for each placeholder in order of appearance, so the parameters
-/// are `(value, token, id, token)`. `tests/it/postgres.rs` and `tests/it/mysql.rs` run it on both
-/// databases: a holder paused past its lease updates no row after the next holder wrote.
+/// are `(value, token, id, token)`. A holder paused past its lease then updates no row once the
+/// next holder has written.
 pub const SQL_FENCED_UPDATE: &str =
     "UPDATE resource SET value = $2, fence = $1 WHERE id = $3 AND fence <= $1";
-
-/// What a fenced write did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FencedWrite {
-    /// The value was written; the resource's fence is now this token.
-    Written,
-    /// Refused: the resource already accepted a write with the larger token `highest`, so the
-    /// writer's lock has passed on. Nothing was changed.
-    Stale {
-        /// The highest token the resource has accepted.
-        highest: u64,
-    },
-}
-
-/// Writes `value` into the Redis hash `key` (field `value`) only if `token` is at least the
-/// highest fencing token written there before (field `fence`), atomically, with
-/// [`REDIS_FENCED_SET`].
-///
-/// Uses the caller's own redis-rs connection (redis 1.x), so the resource may live on another
-/// server than the locks.
-#[cfg(feature = "redis")]
-pub async fn redis_fenced_set<C>(
-    conn: &mut C,
-    key: &str,
-    value: impl AsRef<[u8]>,
-    token: u64,
-) -> Result<FencedWrite, redis::RedisError>
-where
-    C: redis::aio::ConnectionLike + Send,
-{
-    use std::sync::OnceLock;
-    static SCRIPT: OnceLock<redis::Script> = OnceLock::new();
-    let script = SCRIPT.get_or_init(|| redis::Script::new(REDIS_FENCED_SET));
-    let (written, fence): (i64, i64) = script
-        .key(key)
-        .arg(token)
-        .arg(value.as_ref())
-        .invoke_async(conn)
-        .await?;
-    Ok(if written == 1 {
-        FencedWrite::Written
-    } else {
-        FencedWrite::Stale {
-            highest: u64::try_from(fence).unwrap_or_default(),
-        }
-    })
-}

@@ -10,7 +10,7 @@ use crate::error::LockError;
 static GLOBAL: OnceLock<LockClient> = OnceLock::new();
 
 /// The environment variable [`init_from_env`] reads.
-pub const URL_ENV: &str = "DISTLOCK_URL";
+pub(crate) const URL_ENV: &str = "DISTLOCK_URL";
 
 /// Installs the global lock client. Call it once at startup; a second call returns
 /// [`LockError::AlreadyInitialized`] and leaves the first client in place.

@@ -226,8 +226,9 @@ impl LockGuard {
     ///
     /// [`LockClient::lock`]: crate::LockClient::lock
     /// [`LockClient::lock_all`]: crate::LockClient::lock_all
-    pub fn keys(&self) -> Vec<&str> {
-        self.every().map(|shared| shared.key()).collect()
+    /// The same type as [`LockRequest::keys`](crate::LockRequest::keys).
+    pub fn keys(&self) -> impl Iterator<Item = &str> + '_ {
+        self.every().map(|shared| shared.key())
     }
 
     /// The fencing tokens of this acquisition, one per key in the order of
@@ -670,7 +671,7 @@ impl fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut f = f.debug_struct("LockGuard");
         if self.set.is_some() {
-            f.field("keys", &self.keys())
+            f.field("keys", &self.keys().collect::<Vec<_>>())
                 .field("fencing_tokens", &self.fencing_tokens());
         } else {
             f.field("key", &self.held.shared.key())

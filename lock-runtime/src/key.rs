@@ -4,7 +4,7 @@ use crate::error::LockError;
 
 /// The longest lock key accepted, in bytes, prefix excluded. Keys are sent on every acquire,
 /// renew and release; a key this long is almost always a bug (a serialized struct, a body).
-pub const MAX_KEY_LEN: usize = 1024;
+pub(crate) const MAX_KEY_LEN: usize = 1024;
 
 /// Checks a user-supplied lock key: non-empty, at most [`MAX_KEY_LEN`] bytes, no control
 /// characters (they break log lines and `redis-cli`).

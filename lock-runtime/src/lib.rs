@@ -74,13 +74,11 @@ mod wait;
 pub mod testing;
 
 pub use admin::{Holder, LockInfo, ReaderInfo, ServerInfo};
-pub use backend::FAIR_QUEUE_TTL;
-pub use client::{LockClient, LockClientBuilder, LockRequest};
-pub use election::{DEFAULT_OBSERVE_POLL, Election, Leader, Leadership};
+pub use client::{LockClient, LockClientBuilder, LockRequest, SemaphoreRequest};
+pub use election::{Election, Leader, Leadership};
 pub use error::{BoxError, LockError};
-pub use global::{URL_ENV, client, init, init_from_env, with_client};
+pub use global::{client, init, init_from_env, with_client};
 pub use guard::LockGuard;
-pub use key::MAX_KEY_LEN;
 pub use mode::LockMode;
 pub use scope::{CurrentLock, current};
 pub use tls::TlsConfig;

@@ -61,7 +61,7 @@ pub trait LockedReturn: Sized {
 /// code names it once, at the argument (a function item: nothing in the call's future).
 pub fn skip_when_busy<T: Default, E: From<LockError>>(error: LockError) -> Result<T, E> {
     match error {
-        LockError::Timeout { .. } => {
+        LockError::Busy { .. } | LockError::Timeout { .. } => {
             tracing::debug!(%error, "distlock: busy, the call is skipped (on_busy = \"skip\")");
             Ok(T::default())
         }
@@ -140,7 +140,7 @@ macro_rules! hold_while {
             () = &mut $until_lost => match $on_lost {
                 OnLost::Continue => $body.await,
                 OnLost::Abort => {
-                    let key = $guard.keys().join(", ");
+                    let key = $guard.keys().collect::<Vec<_>>().join(", ");
                     // The lock is gone; the release only cleans up if it somehow is not.
                     drop($guard);
                     return R::from_lock_error(LockError::Lost { key });
@@ -161,7 +161,7 @@ macro_rules! hold_while {
 ///
 /// - A nested call for a key this task already holds on the same client runs at once, without
 ///   a round trip; the outermost call releases. A nested write call for a key this task holds
-///   for reading fails with [`LockError::Upgrade`].
+///   for reading fails with [`LockError::WriteUnderRead`].
 /// - `on_lost = Abort`: the body is raced against the lost signal and dropped when it fires.
 /// - Normal exit: the release is awaited before returning. Panic or cancellation: the guard's
 ///   drop spawns the release.

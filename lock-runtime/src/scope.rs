@@ -166,7 +166,7 @@ pub(crate) fn nested_refusal(
 ) -> Option<LockError> {
     use crate::backend::{Kind, Refused};
     if (held, asked) == (Kind::Shared, Kind::Exclusive) {
-        return Some(LockError::Upgrade { key: key.into() });
+        return Some(LockError::WriteUnderRead { key: key.into() });
     }
     let why = Refused::between(held, asked)?;
     Some(LockError::Config(format!("`{key}`: {why}")))

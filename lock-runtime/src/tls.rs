@@ -34,6 +34,7 @@ use crate::error::LockError;
 /// # Ok(()) }
 /// ```
 #[derive(Clone, Default, PartialEq, Eq)]
+#[must_use = "a TLS configuration does nothing until given to `LockClientBuilder::tls`"]
 pub struct TlsConfig {
     pub(crate) ca_pem: Option<Vec<u8>>,
     pub(crate) cert_pem: Option<Vec<u8>>,

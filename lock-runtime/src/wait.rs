@@ -382,6 +382,11 @@ impl<'a, 'h> Waiter<'a, 'h> {
         let waited = Instant::now() - self.started;
         let key = self.key();
         tracing::debug!(key, ?waited, "distlock: timed out waiting");
+        if self.wait == Some(Duration::ZERO) {
+            return Err(LockError::Busy {
+                key: key.to_owned(),
+            });
+        }
         Err(LockError::Timeout {
             key: key.to_owned(),
             waited,

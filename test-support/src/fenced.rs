@@ -4,14 +4,14 @@
 //! holder without fencing does). The fault suite's paused holder writes both after its lease
 //! ran out; the fenced write must be refused, the plain one lands.
 //!
-//! Per backend: a Redis hash (`fence::redis_fenced_set`; on Redlock the first node); a SQL row
+//! Per backend: a Redis hash (`fence::REDIS_FENCED_SET`; on Redlock the first node); a SQL row
 //! guarded by `fence::SQL_FENCED_UPDATE` (`?` placeholders on MySQL); an etcd transaction that
 //! writes only if the stored token (zero-padded, so etcd's byte order is numeric) is below the
 //! writer's; a ZooKeeper node written with a version check after its stored token was compared.
 
 use std::time::Duration;
 
-use distlock::fence::{FencedWrite, SQL_FENCED_UPDATE, redis_fenced_set};
+use distlock::fence::{REDIS_FENCED_SET, SQL_FENCED_UPDATE};
 
 use super::store::{self, Conn, Store};
 
@@ -138,7 +138,7 @@ impl Resource {
                         redis_fenced_set(&mut c, name, value, token).await
                     }
                 };
-                written.expect("fenced write") == FencedWrite::Written
+                written.expect("fenced write")
             }
             At::Postgres(client) => {
                 let update = SQL_FENCED_UPDATE.replace("resource", name);
@@ -312,4 +312,24 @@ async fn etcd(host: &str, path: &str, body: String) -> String {
     store::etcd::call(&[host.to_owned()], path, &body)
         .await
         .expect("etcd's gateway answers")
+}
+
+/// Runs [`REDIS_FENCED_SET`] as a user would, with their own redis-rs connection: `true` when
+/// written, `false` when refused as stale.
+async fn redis_fenced_set<C>(
+    conn: &mut C,
+    key: &str,
+    value: &str,
+    token: u64,
+) -> Result<bool, redis::RedisError>
+where
+    C: redis::aio::ConnectionLike + Send,
+{
+    let (written, _highest): (i64, i64) = redis::Script::new(REDIS_FENCED_SET)
+        .key(key)
+        .arg(token)
+        .arg(value)
+        .invoke_async(conn)
+        .await?;
+    Ok(written == 1)
 }

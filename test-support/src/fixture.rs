@@ -1262,7 +1262,7 @@ impl ZookeeperFixture {
 
     /// The queue of lock `name`: node names, lowest sequence (the holder) first.
     pub async fn queue(&self, name: &str) -> Vec<String> {
-        if name.len() > 4 * distlock::MAX_KEY_LEN {
+        if name.len() > 4 * distlock::LockClient::MAX_KEY_LEN {
             // Longer than any lock name: no node can exist, and ZooKeeper would refuse the
             // request (and drop the connection).
             return Vec::new();
@@ -1501,7 +1501,7 @@ impl EtcdFixture {
 
     /// The holder's key (the lowest create revision in the queue).
     pub async fn holder_key(&self, name: &str) -> Option<distlock::__private::testing::EtcdKey> {
-        if name.len() > 4 * distlock::MAX_KEY_LEN {
+        if name.len() > 4 * distlock::LockClient::MAX_KEY_LEN {
             // Longer than any lock name: no key can exist, and etcd would refuse the request.
             return None;
         }

@@ -24,6 +24,7 @@
 //! - `process_starter` — starts servers and a helper, then dies without cleaning up (the
 //!   harness's own test).
 
+use std::future::IntoFuture;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -92,11 +93,12 @@ fn holder(dir: &Path) {
         let reader = mode.starts_with("read");
         let request = if reader { request.read() } else { request };
         // Modes `permit` and `permit-told`: the one permit of a semaphore of 1.
-        let request = if mode.starts_with("permit") {
+        let acquisition = if mode.starts_with("permit") {
             client
                 .semaphore(var("LOCK_KEY"), 1)
                 .lease(ms(var("LEASE_MS").parse().unwrap()))
                 .wait(Duration::from_secs(10))
+                .into_future()
         } else if mode == "set" {
             // Mode `set`: `<key>` and `<key>:2` at once.
             let key = var("LOCK_KEY");
@@ -104,10 +106,11 @@ fn holder(dir: &Path) {
                 .lock_all([format!("{key}:2"), key])
                 .lease(ms(var("LEASE_MS").parse().unwrap()))
                 .wait(Duration::from_secs(10))
+                .into_future()
         } else {
-            request
+            request.into_future()
         };
-        let guard = request.acquire().await.unwrap();
+        let guard = acquisition.await.unwrap();
         let token = guard.fencing_token();
         let line = format!(
             "{} {} {}",
@@ -268,7 +271,7 @@ pub async fn try_once(url: &str, key: &str, fair: bool) -> String {
         request = request.fair();
     }
     match request.acquire().await {
-        Err(LockError::Timeout { .. }) => "busy".to_owned(),
+        Err(LockError::Busy { .. }) => "busy".to_owned(),
         Ok(_) => "acquired".to_owned(),
         Err(error) => format!("error: {error}"),
     }

@@ -458,7 +458,7 @@ async fn transfer(
         .acquire();
     let guard = guard.await.unwrap_or_else(|e| panic!("{holder}: {e}"));
     let acquired_at = now_ns();
-    assert_eq!(guard.keys().len(), 2, "{holder}: {:?}", guard.keys());
+    assert_eq!(guard.keys().count(), 2, "{holder}: {guard:?}");
     let (a, b) = (balance(store, from).await, balance(store, to).await);
     match fastrand::u64(0..=spec.max_sleep_us) {
         0..50 => tokio::task::yield_now().await,
@@ -476,7 +476,6 @@ async fn transfer(
     // One token per key, in the guard's (canonical) order.
     let tokens: Vec<(String, u64)> = guard
         .keys()
-        .iter()
         .map(|k| k.to_string())
         .zip(guard.fencing_tokens())
         .collect();

@@ -651,7 +651,7 @@ impl Sentinel {
 /// Reads `DISTLOCK_URL` (or falls back to `memory://`, saying so) and installs the global lock
 /// client. Returns the URL.
 pub async fn init_lock_client(quiet: bool) -> Result<String, BoxError> {
-    let url = match std::env::var(distlock::URL_ENV) {
+    let url = match std::env::var(distlock::LockClient::URL_ENV) {
         Ok(url) => url,
         Err(_) => {
             if !quiet {

@@ -323,10 +323,7 @@ async fn two_tasks_are_two_owners_and_wait_zero_fails_fast() {
     })
     .await
     .unwrap();
-    assert!(
-        matches!(result, Err(LockError::Timeout { .. })),
-        "{result:?}"
-    );
+    assert!(matches!(result, Err(LockError::Busy { .. })), "{result:?}");
     assert!(started.elapsed() < ms(200), "{:?}", started.elapsed());
     holder.await.unwrap().unwrap();
     try_now(&tag).await.expect("free again");
@@ -451,7 +448,7 @@ async fn write_page(tag: &str) -> Result<distlock::LockMode, LockError> {
 }
 
 /// In one task, a read under a write and a read under a read are granted locally; a write under
-/// a read fails at once with `Upgrade` naming the key, and the read lock is still released.
+/// a read fails at once with `WriteUnderRead` naming the key, and the read lock is still released.
 #[tokio::test]
 async fn reads_nest_under_writes_and_reads_but_a_write_under_a_read_fails_at_once() {
     backend::setup().await;
@@ -470,8 +467,8 @@ async fn reads_nest_under_writes_and_reads_but_a_write_under_a_read_fails_at_onc
         .unwrap_err();
     assert!(started.elapsed() < ms(2_000));
     match &error {
-        LockError::Upgrade { key } => assert_eq!(key, &format!("page:{tag}")),
-        other => panic!("expected Upgrade, got {other}"),
+        LockError::WriteUnderRead { key } => assert_eq!(key, &format!("page:{tag}")),
+        other => panic!("expected WriteUnderRead, got {other}"),
     }
     assert!(error.to_string().contains("read lock"), "{error}");
     // The outer read was released: a writer gets the key at once.
@@ -681,7 +678,7 @@ async fn tick(tag: &str) -> Result<(), LockError> {
 }
 
 /// `min_hold`: the body returns at once, the lock stays on the server; another call in that
-/// time is busy (`wait = "0s"`: `Timeout`); once `min_hold` has passed a call runs again.
+/// time is busy (`wait = "0s"`: `Busy`); once `min_hold` has passed a call runs again.
 #[tokio::test]
 async fn min_hold_keeps_the_lock_after_a_quick_body() {
     backend::setup().await;
@@ -692,11 +689,11 @@ async fn min_hold_keeps_the_lock_after_a_quick_body() {
         backend::holder(&format!("lock:tick:{tag}")).await.is_some(),
         "returned before min_hold: the lock stays"
     );
-    assert!(matches!(tick(&tag).await, Err(LockError::Timeout { .. })));
+    assert!(matches!(tick(&tag).await, Err(LockError::Busy { .. })));
     loop {
         match tick(&tag).await {
             Ok(()) => break,
-            Err(LockError::Timeout { .. }) => {
+            Err(LockError::Busy { .. }) => {
                 assert!(started.elapsed() < ms(3_000), "never free again");
                 tokio::time::sleep(ms(50)).await;
             }

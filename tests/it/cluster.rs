@@ -420,7 +420,7 @@ async fn keys_of_one_slot_are_taken_in_one_script_and_others_one_by_one() {
         .acquire()
         .await
         .unwrap();
-    assert_eq!(set.keys().len(), 2);
+    assert_eq!(set.keys().count(), 2);
     assert!(
         cluster
             .get(&format!("{{lock:{elsewhere}}}"))

@@ -319,7 +319,7 @@ async fn a_free_set_is_one_transaction_and_a_busy_set_writes_nothing() {
     tokio::time::sleep(ms(200)).await;
     set.release().await.unwrap();
     let second = waiting.await.unwrap().expect("the set once it was free");
-    assert_eq!(second.keys(), ["set:b", "set:z"]);
+    assert_eq!(second.keys().collect::<Vec<_>>(), ["set:b", "set:z"]);
     second.release().await.unwrap();
     for name in ["lock:set:a", "lock:set:b", "lock:set:c", "lock:set:z"] {
         assert!(

@@ -19,7 +19,7 @@ fn example(name: &str) -> Command {
         path.display()
     );
     let mut command = Command::new(path);
-    command.env_remove(distlock::URL_ENV);
+    command.env_remove(distlock::LockClient::URL_ENV);
     command
 }
 
@@ -51,7 +51,7 @@ fn orders_runs_on_memory_without_a_server() {
 fn orders_runs_on_redis_in_tasks_and_in_separate_processes() {
     let server = RedisServer::start();
     let mut tasks = example("orders");
-    tasks.env(distlock::URL_ENV, server.url());
+    tasks.env(distlock::LockClient::URL_ENV, server.url());
     let out = run(tasks);
     assert!(
         out.contains("backend redis") && out.contains("every id unique"),
@@ -60,7 +60,7 @@ fn orders_runs_on_redis_in_tasks_and_in_separate_processes() {
 
     let mut processes = example("orders");
     processes
-        .env(distlock::URL_ENV, server.url())
+        .env(distlock::LockClient::URL_ENV, server.url())
         .args(["--processes", "3"]);
     let out = run(processes);
     assert!(
@@ -75,7 +75,7 @@ fn orders_runs_on_redis_in_tasks_and_in_separate_processes() {
 /// `url`; checks it names `backend` and handed out every id once.
 async fn orders_locked_on(url: String, backend: &str) {
     let mut command = example("orders");
-    command.env(distlock::URL_ENV, url);
+    command.env(distlock::LockClient::URL_ENV, url);
     let out = tokio::task::spawn_blocking(move || run(command))
         .await
         .unwrap();
@@ -157,7 +157,10 @@ fn orders_runs_on_redlock_and_on_a_redis_cluster() {
     let nodes: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let mut redlock = example("orders");
     redlock
-        .env(distlock::URL_ENV, RedlockFixture::url_of(&nodes))
+        .env(
+            distlock::LockClient::URL_ENV,
+            RedlockFixture::url_of(&nodes),
+        )
         .args(["--processes", "2"]);
     let out = run(redlock);
     assert!(
@@ -169,7 +172,7 @@ fn orders_runs_on_redlock_and_on_a_redis_cluster() {
 
     let cluster = RedisCluster::start(3, 0);
     let mut clustered = example("orders");
-    clustered.env(distlock::URL_ENV, cluster.url());
+    clustered.env(distlock::LockClient::URL_ENV, cluster.url());
     let out = run(clustered);
     assert!(
         out.contains("backend redis-cluster") && out.contains("every id unique"),
@@ -186,7 +189,7 @@ fn inventory_never_oversells_on_memory_and_redis() {
     );
     let server = RedisServer::start();
     let mut command = example("inventory");
-    command.env(distlock::URL_ENV, server.url());
+    command.env(distlock::LockClient::URL_ENV, server.url());
     let out = run(command);
     assert!(
         out.contains("backend redis") && out.contains("sold exactly 100, 0 left"),
@@ -199,7 +202,7 @@ fn catalog_readers_share_and_never_see_a_half_written_list_on_memory_and_redis()
     for url in [None, Some(RedisServer::start())] {
         let mut command = example("catalog");
         if let Some(server) = &url {
-            command.env(distlock::URL_ENV, server.url());
+            command.env(distlock::LockClient::URL_ENV, server.url());
         }
         let out = run(command);
         assert!(
@@ -222,7 +225,7 @@ fn gpu_pool_runs_three_jobs_at_once_and_a_crashed_permit_comes_back_after_its_le
     for url in [None, Some(RedisServer::start())] {
         let mut command = example("gpu_pool");
         if let Some(server) = &url {
-            command.env(distlock::URL_ENV, server.url());
+            command.env(distlock::LockClient::URL_ENV, server.url());
         }
         let out = run(command);
         assert!(out.contains("up to 3 at once, never more"), "{out}");
@@ -242,7 +245,7 @@ fn transfer_moves_money_both_ways_without_deadlock_and_keeps_the_total() {
     for server in [None, Some(RedisServer::start())] {
         let mut command = example("transfer");
         if let Some(server) = &server {
-            command.env(distlock::URL_ENV, server.url());
+            command.env(distlock::LockClient::URL_ENV, server.url());
         }
         let out = run(command);
         assert!(
@@ -274,7 +277,7 @@ fn fencing_refuses_a_paused_holders_late_write_on_memory_and_redis() {
     for server in [None, Some(RedisServer::start())] {
         let mut command = example("fencing");
         if let Some(server) = &server {
-            command.env(distlock::URL_ENV, server.url());
+            command.env(distlock::LockClient::URL_ENV, server.url());
         }
         let out = run(command);
         let backend = if server.is_some() { "redis" } else { "memory" };
@@ -308,7 +311,7 @@ fn testing_runs_its_checks_on_memory_without_a_global_client() {
     let out = run(example("testing"));
     for line in [
         "ok: two concurrent calls for one invoice never overlapped",
-        "ok: wait = \"0s\" on a busy invoice returned LockError::Timeout at once",
+        "ok: wait = \"0s\" on a busy invoice returned LockError::Busy at once",
         "ok: on_busy = \"skip\" on a busy report returned Ok(None)",
         "ok: with no client, a call returned LockError::NotInitialized",
         "4 checks passed",
@@ -327,7 +330,7 @@ fn shutdown_finishes_the_job_in_progress_on_sigterm_and_exits_0_on_memory_and_re
         let mut command = example("shutdown");
         command.stdout(std::process::Stdio::piped());
         if let Some(server) = &server {
-            command.env(distlock::URL_ENV, server.url());
+            command.env(distlock::LockClient::URL_ENV, server.url());
         }
         let mut child = KillOnDrop(support::spawn_tied(command).expect("shutdown starts"));
         let mut lines = std::io::BufReader::new(child.0.stdout.take().unwrap()).lines();
@@ -394,7 +397,7 @@ fn scheduled_job_runs_each_tick_exactly_once_on_memory_and_redis() {
     );
     let server = RedisServer::start();
     let mut command = example("scheduled_job");
-    command.env(distlock::URL_ENV, server.url());
+    command.env(distlock::LockClient::URL_ENV, server.url());
     let out = run(command);
     assert!(
         out.contains("backend redis") && out.contains("exactly once"),
@@ -437,7 +440,7 @@ async fn web_handler_charges_each_order_once(url: Option<String>) {
         .env("PORT", "0")
         .stdout(std::process::Stdio::piped());
     if let Some(url) = &url {
-        command.env(distlock::URL_ENV, url);
+        command.env(distlock::LockClient::URL_ENV, url);
     }
     let mut child = KillOnDrop(support::spawn_tied(command).expect("web_handler starts"));
     let stdout = child.0.stdout.take().unwrap();
@@ -615,7 +618,7 @@ fn leader_hands_over_to_a_standby_one_lease_after_the_leader_dies_on_memory() {
 async fn leader_hands_over_to_a_standby_process_on_redis() {
     let server = RedisServer::start();
     let mut command = example("leader");
-    command.env(distlock::URL_ENV, server.url());
+    command.env(distlock::LockClient::URL_ENV, server.url());
     let out = tokio::task::spawn_blocking(move || run(command))
         .await
         .unwrap();
@@ -632,7 +635,7 @@ async fn leader_hands_over_to_a_standby_process_on_etcd() {
     let member = support::etcd::EtcdMember::start();
     let prefix = support::unique("leader");
     let mut command = example("leader");
-    command.env(distlock::URL_ENV, member.url(&prefix));
+    command.env(distlock::LockClient::URL_ENV, member.url(&prefix));
     let out = tokio::task::spawn_blocking(move || run(command))
         .await
         .unwrap();
@@ -655,7 +658,7 @@ fn library_locks_through_its_own_client_and_skips_a_busy_compaction() {
     );
     let server = RedisServer::start();
     let mut command = example("library");
-    command.env(distlock::URL_ENV, server.url());
+    command.env(distlock::LockClient::URL_ENV, server.url());
     let out = run(command);
     assert!(
         out.contains("backend redis") && out.contains("skipped (None)"),

@@ -24,6 +24,7 @@
 //!
 //! Processes are copies of this test binary in a role of `support::helper`.
 
+use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError};
@@ -213,17 +214,22 @@ async fn killed<F: Faulty>(fixture: F, who: Killed) {
     let _ = holder.child.wait();
 
     let client = fenced_client(&fixture).await;
-    let request = match who {
-        Killed::Permit => client.semaphore(key.as_str(), 1),
-        Killed::Set => client.lock_all([second.as_str(), key.as_str()]),
-        Killed::Writer | Killed::Reader => client.lock(key.as_str()),
+    let wait = Duration::from_secs(15);
+    let acquisition = match who {
+        Killed::Permit => {
+            let request = client.semaphore(key.as_str(), 1);
+            request.lease(lease).wait(wait).into_future()
+        }
+        Killed::Set => {
+            let request = client.lock_all([second.as_str(), key.as_str()]);
+            request.lease(lease).wait(wait).into_future()
+        }
+        Killed::Writer | Killed::Reader => {
+            let request = client.lock(key.as_str());
+            request.lease(lease).wait(wait).into_future()
+        }
     };
-    let guard = request
-        .lease(lease)
-        .wait(Duration::from_secs(15))
-        .acquire()
-        .await
-        .unwrap();
+    let guard = acquisition.await.unwrap();
     let granted_at = now_ns();
     // Never before the lease the server held at the kill (it can only have been extended since
     // `before_read`); and soon after it, since the waiter retries when the TTL runs out. (A
@@ -246,7 +252,7 @@ async fn killed<F: Faulty>(fixture: F, who: Killed) {
         }
     }
     if who == Killed::Set {
-        let mut keys = guard.keys();
+        let mut keys: Vec<&str> = guard.keys().collect();
         keys.sort_unstable();
         assert_eq!(keys, [key.as_str(), second.as_str()]);
         let now = holder_of(&fixture, &second).await;

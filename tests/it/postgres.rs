@@ -13,6 +13,10 @@
 //!   is refused naming the cause.
 #![cfg(feature = "postgres")]
 
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+
+use distlock::LockError;
 use support::fixture::PostgresFixture;
 use support::postgres::PostgresServer;
 
@@ -224,10 +228,13 @@ async fn a_lone_reader_costs_what_a_writer_does() {
     };
     let first = distlock::LockClient::connect(&url).await.unwrap();
     // What one lock + release of `request` sends.
-    let sent_by = |request: distlock::LockRequest| {
+    // A request's future (a semaphore's request is a type of its own).
+    let sent_by = |acquisition: Pin<
+        Box<dyn Future<Output = Result<distlock::LockGuard, LockError>> + Send>,
+    >| {
         let before = statements().len();
         async move {
-            let guard = request.acquire().await.unwrap();
+            let guard = acquisition.await.unwrap();
             guard.release().await.unwrap();
             assert!(
                 support::eventually(Duration::from_secs(10), || async {
@@ -242,7 +249,11 @@ async fn a_lone_reader_costs_what_a_writer_does() {
                 .collect::<Vec<_>>()
         }
     };
-    for request in [first.lock("doc").read(), first.semaphore("pool", 2)] {
+    let requests = [
+        first.lock("doc").read().into_future(),
+        first.semaphore("pool", 2).into_future(),
+    ];
+    for request in requests {
         let sent = sent_by(request).await;
         assert_eq!(sent.len(), 2, "{sent:#?}");
         assert!(sent[0].contains(": INSERT INTO"), "{sent:#?}");
@@ -251,7 +262,7 @@ async fn a_lone_reader_costs_what_a_writer_does() {
     assert!(first.inspect("doc").await.unwrap().is_none());
     assert!(first.inspect("pool").await.unwrap().is_none());
     // The lone permit of a semaphore of one may have a waiter: the full release wakes it.
-    let sent = sent_by(first.semaphore("one", 1)).await;
+    let sent = sent_by(first.semaphore("one", 1).into_future()).await;
     assert_eq!(sent.len(), 2, "{sent:#?}");
     assert!(sent[1].contains(": WITH cur AS"), "{sent:#?}");
 

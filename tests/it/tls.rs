@@ -90,7 +90,7 @@ async fn two_clients_exclude_each_other_over_tls() {
     let two = LockClient::connect(&server.url()).await.unwrap();
     let held = one.lock("x").acquire().await.unwrap();
     match two.lock("x").wait(Duration::ZERO).acquire().await {
-        Err(LockError::Timeout { .. }) => {}
+        Err(LockError::Busy { .. }) => {}
         other => panic!("a second client over TLS got {other:?}"),
     }
     held.release().await.unwrap();
@@ -289,7 +289,7 @@ async fn sentinel_over_tls_finds_the_master_and_replicates() {
         .unwrap();
     assert!(token.is_some(), "the lock is on the master");
     match two.lock("s").wait(Duration::ZERO).acquire().await {
-        Err(LockError::Timeout { .. }) => {}
+        Err(LockError::Busy { .. }) => {}
         other => panic!("a second client over TLS got {other:?}"),
     }
     // The waiter is woken through the master's pub/sub, over TLS too.

@@ -161,7 +161,7 @@ impl Listing<'_> {
 
 /// Whether `text` matches the glob `pattern`: `*` any run of characters, `?` one character,
 /// `\` makes the next character literal; everything else stands for itself.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
     let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
     // Iterative matching with one backtrack point for the last `*`: linear in practice.
     let (mut i, mut j) = (0, 0);

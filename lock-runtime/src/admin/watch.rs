@@ -89,6 +89,7 @@ impl LockEvent {
 /// with a store that announces changes, a hold shorter than about one listing's round trip;
 /// with a polled one, shorter than the poll interval. A holder that renews its lock causes no
 /// event.
+#[must_use = "a watch reports nothing until `.next().await` or `.into_stream()`"]
 pub struct LockWatch {
     client: LockClient,
     pattern: String,

@@ -169,7 +169,7 @@ pub(crate) fn doubling_jittered(n: u32, first_ms: u64, cap_ms: u64) -> Duration 
 /// a waiter refreshes its place every third of it while it waits, so a waiter whose process
 /// died is dropped from the queue at most this long after its last refresh, and the waiters
 /// behind it move up.
-pub const FAIR_QUEUE_TTL: Duration = Duration::from_secs(5);
+pub(crate) const FAIR_QUEUE_TTL: Duration = Duration::from_secs(5);
 
 /// The clock-drift margin subtracted from every lease, as in the Redlock algorithm: 1 % of the
 /// lease plus 2 ms. The holder considers its lease over this much before the server does.

@@ -44,12 +44,18 @@ pub(super) fn check_min_hold(
     Ok(())
 }
 
-/// The error of an acquisition of `key` that gave up waiting.
+/// The error of an acquisition of `key` that gave up waiting: [`LockError::Busy`] when it was
+/// asked once.
 pub(super) fn timed_out(
     key: &str,
     started: tokio::time::Instant,
     wait: Option<Duration>,
 ) -> LockError {
+    if wait == Some(Duration::ZERO) {
+        return LockError::Busy {
+            key: key.to_owned(),
+        };
+    }
     LockError::Timeout {
         key: key.to_owned(),
         waited: started.elapsed(),
@@ -88,7 +94,9 @@ impl ClientInner {
             let result = self.acquire_any(key, params).await;
             let outcome = match &result {
                 Ok(_) => crate::metrics::Ended::Acquired,
-                Err(LockError::Timeout { .. }) => crate::metrics::Ended::Timeout,
+                Err(LockError::Busy { .. } | LockError::Timeout { .. }) => {
+                    crate::metrics::Ended::Timeout
+                }
                 // The backend failed (a bad key or a refused fair request is the caller's).
                 Err(LockError::Backend { .. } | LockError::Connect { .. }) => {
                     crate::metrics::Ended::BackendError
@@ -211,7 +219,9 @@ impl ClientInner {
         .await;
         let mut acquired = match waited {
             Ok(acquired) => acquired,
-            Err(LockError::Timeout { .. }) => return Err(timed_out(key, started, params.wait)),
+            Err(LockError::Busy { .. } | LockError::Timeout { .. }) => {
+                return Err(timed_out(key, started, params.wait));
+            }
             Err(error) => return Err(error),
         };
         acquired.waited = started.elapsed();
@@ -359,7 +369,9 @@ impl ClientInner {
                         .collect();
                     crate::runtime::join_all(releases).await;
                     return Err(match error {
-                        LockError::Timeout { key, .. } => timed_out(&key, started, params.wait),
+                        LockError::Busy { key } | LockError::Timeout { key, .. } => {
+                            timed_out(&key, started, params.wait)
+                        }
                         error => error,
                     });
                 }

@@ -11,10 +11,12 @@ use crate::key::LockName;
 mod acquire;
 mod builder;
 mod request;
+mod semaphore;
 
 pub use builder::LockClientBuilder;
 pub(crate) use builder::check_lease;
 pub use request::LockRequest;
+pub use semaphore::SemaphoreRequest;
 
 /// A connection to a lock backend: cheap to clone (an `Arc` inside), safe to share between
 /// tasks and between tokio runtimes.
@@ -75,6 +77,19 @@ impl LockClient {
     /// The longest lease accepted (7 days). A lease bounds how long a lock outlives a holder
     /// that crashed; renewal keeps a short lease alive for as long as the holder runs.
     pub const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
+    /// The longest lock key accepted, in bytes (UTF-8), without the prefix: a longer key is
+    /// [`LockError::InvalidKey`](crate::LockError::InvalidKey).
+    pub const MAX_KEY_LEN: usize = crate::key::MAX_KEY_LEN;
+    /// How long a fair lock's waiter keeps its place in the queue after its last refresh: a
+    /// waiter refreshes every third of it, so one that died loses its place within this.
+    pub const FAIR_QUEUE_TTL: Duration = crate::backend::FAIR_QUEUE_TTL;
+    /// How often [`Election::observe`](crate::Election::observe) asks the store for the leader
+    /// unless [`Election::poll`](crate::Election::poll) says otherwise, besides when the store
+    /// announces a change.
+    pub const DEFAULT_OBSERVE_POLL: Duration = crate::election::DEFAULT_OBSERVE_POLL;
+    /// The environment variable [`init_from_env`](crate::init_from_env) and the `distlock`
+    /// command line read the store's URL from: `DISTLOCK_URL`.
+    pub const URL_ENV: &'static str = crate::global::URL_ENV;
 
     /// Connects with default settings. The URL scheme picks the backend:
     ///
@@ -164,7 +179,7 @@ impl LockClient {
     /// # async fn main() -> Result<(), lock_runtime::LockError> {
     /// let client = lock_runtime::LockClient::connect("memory://").await?;
     /// let both = client.lock_all(["account:7", "account:3"]).acquire().await?;
-    /// assert_eq!(both.keys(), ["account:3", "account:7"]); // canonical order
+    /// assert!(both.keys().eq(["account:3", "account:7"])); // canonical order
     /// assert!(client.lock("account:7").try_acquire().await?.is_none());
     /// both.release().await?;
     /// # Ok(()) }
@@ -186,8 +201,9 @@ impl LockClient {
     /// Prepares to acquire one of the `permits` permits of the semaphore `key`: up to `permits`
     /// holders at once, each with a lease of its own (renewed by its watchdog like a lock's),
     /// so a crashed holder's permit comes back one lease later — no counter that can leak.
-    /// The same [`LockRequest`] methods and [`LockGuard`](crate::LockGuard) as [`lock`](Self::lock); a release
-    /// wakes a waiter.
+    /// A [`SemaphoreRequest`] has a lock request's settings but not its kinds (no `read`,
+    /// `write` or `fair`: a semaphore is none of them), and gives the same
+    /// [`LockGuard`](crate::LockGuard); a release wakes a waiter.
     ///
     /// Every holder must ask with the same `permits`: a request whose limit differs from the
     /// one the current holders took theirs under fails with [`LockError::Config`] naming both
@@ -208,13 +224,13 @@ impl LockClient {
     /// # drop((second, third));
     /// # Ok(()) }
     /// ```
-    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> LockRequest {
-        LockRequest {
+    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> SemaphoreRequest {
+        SemaphoreRequest(LockRequest {
             // Out of range: refused by `acquire`, naming the number asked for.
             kind: Kind::Permits(u16::try_from(permits).unwrap_or(0)),
             permits,
             ..self.lock(key)
-        }
+        })
     }
 
     /// The most permits a semaphore may have.

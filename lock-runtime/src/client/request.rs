@@ -102,7 +102,7 @@ impl LockRequest {
     }
 
     /// How long to wait for a busy lock before failing with [`LockError::Timeout`];
-    /// `Duration::ZERO` tries once.
+    /// `Duration::ZERO` tries once, failing with [`LockError::Busy`].
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self
@@ -148,7 +148,7 @@ impl LockRequest {
     /// Make this a fair lock: waiters from every process are granted the lock in the order
     /// they asked for it, through a queue the backend keeps beside the lock (as Redisson's
     /// `RFairLock`). A release wakes only the head of the queue; a waiter that gives up or
-    /// dies loses its place (a dead one after [`FAIR_QUEUE_TTL`](crate::FAIR_QUEUE_TTL)).
+    /// dies loses its place (a dead one after [`LockClient::FAIR_QUEUE_TTL`]).
     ///
     /// It costs more than the default lock (on Redis a script per attempt and per release,
     /// touching the queue, instead of one `SET`), and a fair lock is never handed over between
@@ -189,8 +189,7 @@ impl LockRequest {
     }
 
     /// Take the lock exclusively — the default, and the write side of [`read`](Self::read):
-    /// one owner, excluding every reader and every other writer of the key. (On a request
-    /// made by [`LockClient::semaphore`], `read` and `write` make it a lock request again.)
+    /// one owner, excluding every reader and every other writer of the key.
     pub fn write(mut self) -> Self {
         self.kind = Kind::Exclusive;
         self
@@ -202,8 +201,13 @@ impl LockRequest {
         &self.key
     }
 
-    /// Every key of this request, as named (one for [`LockClient::lock`]).
-    pub fn keys(&self) -> &[String] {
+    /// Every key of this request, as named (one for [`LockClient::lock`]); the same type as
+    /// [`LockGuard::keys`].
+    pub fn keys(&self) -> impl Iterator<Item = &str> + '_ {
+        self.key_list().iter().map(String::as_str)
+    }
+
+    fn key_list(&self) -> &[String] {
         self.set
             .as_deref()
             .unwrap_or(std::slice::from_ref(&self.key))
@@ -215,7 +219,7 @@ impl LockRequest {
     /// Reentrant in scope: in the body of a `#[distributed_lock]` function, or in a future run
     /// by [`LockGuard::scope`], a key this task holds there on this client is granted at once,
     /// without a round trip, as a nested annotated call is (a write under a read fails with
-    /// [`LockError::Upgrade`]). The guard it gives renews and releases nothing: the hold that
+    /// [`LockError::WriteUnderRead`]). The guard it gives renews and releases nothing: the hold that
     /// covers it frees the key when it ends (`lease` and `min_hold` are that hold's). Of
     /// several keys, only those not held in scope are acquired.
     pub async fn acquire(mut self) -> Result<LockGuard, LockError> {
@@ -267,7 +271,7 @@ impl LockRequest {
     fn held_in_scope(&mut self) -> Result<Option<LockGuard>, LockError> {
         let mut held: Vec<std::sync::Arc<crate::held::HeldLock>> = Vec::new();
         let mut wanted = Vec::new();
-        for key in self.keys() {
+        for key in self.key_list() {
             match crate::scope::held(self.client.identity(), key) {
                 Some(lock) => {
                     if let Some(error) = crate::scope::nested_refusal(lock.kind, self.kind, key) {
@@ -297,7 +301,7 @@ impl LockRequest {
     pub async fn try_acquire(self) -> Result<Option<LockGuard>, LockError> {
         match self.wait(Duration::ZERO).acquire().await {
             Ok(guard) => Ok(Some(guard)),
-            Err(LockError::Timeout { .. }) => Ok(None),
+            Err(error) if error.is_busy() => Ok(None),
             Err(error) => Err(error),
         }
     }
