@@ -92,6 +92,7 @@ impl LockGuard {
             confirmed_ns: std::sync::atomic::AtomicU64::new(0),
             lost_the_set: std::sync::atomic::AtomicBool::new(false),
             min_hold_ms: std::sync::atomic::AtomicU32::new(0),
+            hold_span: std::sync::Mutex::new(None),
         });
         crate::metrics::held(shared.backend, 1.0);
         let watchdog =
@@ -427,17 +428,21 @@ async fn give_back_held(mut held: OneKey) -> (Result<(), LockError>, bool) {
     match result {
         Ok(true) if !was_lost => {
             tracing::debug!(key = %shared.key(), "distlock: released");
+            shared.end_hold_span("released");
             (Ok(()), true)
         }
         Ok(ours) => {
             let ours = ours && !blamed;
             shared.mark_lost("not held at release");
+            shared.end_hold_span("lost");
             let lost = LockError::Lost {
                 key: shared.key().to_owned(),
             };
             (Err(lost), ours)
         }
         Err(source) => {
+            tracing::warn!(key = %shared.key(), backend = shared.backend, error = %source, "distlock: release failed; the lock ends with its lease");
+            shared.end_hold_span("release failed");
             let failed = LockError::Backend {
                 backend: shared.backend,
                 op: "release",
@@ -648,6 +653,8 @@ impl Drop for OneKey {
         if let Some(watchdog) = self.watchdog.take() {
             watchdog.stop();
         }
+        // (Already ended by a release or a loss: nothing recorded.)
+        self.shared.end_hold_span("dropped");
         if !self.armed {
             return;
         }

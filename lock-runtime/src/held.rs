@@ -42,6 +42,10 @@ pub(crate) struct HeldLock {
     /// `granted_at`. Set right after the grant (see `LockGuard::hold_at_least`): kept out of
     /// the acquisition's own state, which every locked call's future carries.
     pub min_hold_ms: std::sync::atomic::AtomicU32,
+    /// The hold's span (`distlock.hold`, see `distlock::guide::metrics`): open from the grant
+    /// until the hold ends, when [`end_hold_span`](Self::end_hold_span) records how and closes
+    /// it. `None` before the grant is reported, and after.
+    pub hold_span: std::sync::Mutex<Option<tracing::Span>>,
 }
 
 impl HeldLock {
@@ -112,8 +116,53 @@ impl HeldLock {
 
     pub(crate) fn mark_lost(&self, why: &str) {
         if self.lost.set() {
-            tracing::warn!(key = %self.key(), why, "distlock: lock lost");
+            tracing::warn!(key = %self.key(), backend = self.backend, why, "distlock: lock lost");
             crate::metrics::lease_lost(self.backend);
+            self.end_hold_span("lost");
+        }
+    }
+
+    /// Opens the hold's span as a child of `parent` (the acquiring caller's span), once.
+    pub(crate) fn begin_hold_span(&self, parent: &tracing::Span) {
+        let mut slot = self
+            .hold_span
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slot.is_some() {
+            return;
+        }
+        let span = tracing::info_span!(
+            parent: parent,
+            "distlock.hold",
+            key = %self.key(),
+            backend = self.backend,
+            kind = self.kind.span_name(),
+            fencing_token = tracing::field::Empty,
+            lease_ms = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX),
+            held_ms = tracing::field::Empty,
+            ended = tracing::field::Empty,
+        );
+        if let Some(token) = self.fencing_token {
+            span.record("fencing_token", token);
+        }
+        *slot = Some(span);
+    }
+
+    /// Records how the hold ended (`released`, `lost`, `dropped`, `release failed`) and how
+    /// long it lasted, and closes its span. Only the first end counts.
+    pub(crate) fn end_hold_span(&self, ended: &'static str) {
+        let span = self
+            .hold_span
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(span) = span {
+            let held = self.granted_at.elapsed();
+            span.record(
+                "held_ms",
+                u64::try_from(held.as_millis()).unwrap_or(u64::MAX),
+            );
+            span.record("ended", ended);
         }
     }
 

@@ -31,6 +31,7 @@ mod postgres;
 mod redis;
 mod redlock;
 mod sentinel;
+mod spans;
 mod tls;
 mod tls_etcd;
 mod tls_mysql;

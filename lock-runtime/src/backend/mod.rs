@@ -197,6 +197,15 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
+    /// The kind as spans name it: `write`, `read` or `permit`.
+    pub(crate) fn span_name(self) -> &'static str {
+        match self {
+            Kind::Exclusive => "write",
+            Kind::Shared => "read",
+            Kind::Permits(_) => "permit",
+        }
+    }
+
     /// The word for messages: `lock`, `read lock`, `semaphore permit`.
     pub(crate) fn noun(self) -> &'static str {
         match self {

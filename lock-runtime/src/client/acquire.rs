@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 
 use super::ClientInner;
 use super::builder::check_lease;
@@ -82,32 +82,104 @@ impl Drop for SetInFlight<'_> {
     }
 }
 
+/// The acquisition's span, `distlock.acquire` (fields documented in `distlock::guide::metrics`):
+/// `waited_ms`, `outcome`, `fencing_token` and `error` are recorded when it ends.
+fn acquire_span(key: &dyn std::fmt::Display, backend: &'static str, params: &Params) -> Span {
+    tracing::info_span!(
+        "distlock.acquire",
+        key = %key,
+        backend,
+        kind = params.kind.span_name(),
+        fair = params.fair,
+        wait_ms = params.wait.map(|wait| u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)),
+        waited_ms = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+        fencing_token = tracing::field::Empty,
+        error = tracing::field::Empty,
+    )
+}
+
+/// Several keys, as a span shows them: `a, b`.
+struct Joined<'a>(&'a [String]);
+
+impl std::fmt::Display for Joined<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, key) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(key)?;
+        }
+        Ok(())
+    }
+}
+
+/// Records how an acquisition ended on its span (and in the metrics), and opens each granted
+/// key's hold span beside it, under the caller's span.
+fn acquisition_ended(
+    span: &Span,
+    backend: &'static str,
+    started: tokio::time::Instant,
+    result: &Result<LockGuard, LockError>,
+) {
+    let outcome = match result {
+        Ok(_) => "acquired",
+        Err(LockError::Busy { .. }) => "busy",
+        Err(LockError::Timeout { .. }) => "timeout",
+        Err(_) => "error",
+    };
+    #[cfg(feature = "metrics")]
+    crate::metrics::acquisition(
+        backend,
+        match result {
+            Ok(_) => crate::metrics::Ended::Acquired,
+            Err(LockError::Busy { .. } | LockError::Timeout { .. }) => {
+                crate::metrics::Ended::Timeout
+            }
+            // The backend failed (a bad key or a refused fair request is the caller's).
+            Err(LockError::Backend { .. } | LockError::Connect { .. }) => {
+                crate::metrics::Ended::BackendError
+            }
+            Err(_) => crate::metrics::Ended::Error,
+        },
+        started.elapsed(),
+    );
+    #[cfg(not(feature = "metrics"))]
+    let _ = backend;
+    if span.is_disabled() {
+        return;
+    }
+    let waited = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    span.record("waited_ms", waited);
+    span.record("outcome", outcome);
+    match result {
+        Ok(guard) => {
+            if let Some(token) = guard.fencing_token() {
+                span.record("fencing_token", token);
+            }
+            // Outside the acquisition's span now: the caller's is current.
+            let caller = Span::current();
+            for shared in guard.every() {
+                shared.begin_hold_span(&caller);
+            }
+        }
+        Err(error) => {
+            span.record("error", tracing::field::display(error));
+        }
+    }
+}
+
 impl ClientInner {
     pub(super) async fn acquire(
         &self,
         key: String,
         params: Params,
     ) -> Result<LockGuard, LockError> {
-        #[cfg(feature = "metrics")]
-        {
-            let started = tokio::time::Instant::now();
-            let result = self.acquire_any(key, params).await;
-            let outcome = match &result {
-                Ok(_) => crate::metrics::Ended::Acquired,
-                Err(LockError::Busy { .. } | LockError::Timeout { .. }) => {
-                    crate::metrics::Ended::Timeout
-                }
-                // The backend failed (a bad key or a refused fair request is the caller's).
-                Err(LockError::Backend { .. } | LockError::Connect { .. }) => {
-                    crate::metrics::Ended::BackendError
-                }
-                Err(_) => crate::metrics::Ended::Error,
-            };
-            crate::metrics::acquisition(self.backend.store(), outcome, started.elapsed());
-            result
-        }
-        #[cfg(not(feature = "metrics"))]
-        self.acquire_any(key, params).await
+        let span = acquire_span(&key, self.backend.store(), &params);
+        let started = tokio::time::Instant::now();
+        let result = self.acquire_any(key, params).instrument(span.clone()).await;
+        acquisition_ended(&span, self.backend.store(), started, &result);
+        result
     }
 
     async fn acquire_any(&self, key: String, params: Params) -> Result<LockGuard, LockError> {
@@ -202,7 +274,6 @@ impl ClientInner {
         head: Option<&mut local::Head>,
     ) -> Result<attempt::Acquired, LockError> {
         let key = name.key();
-        let span = tracing::debug_span!("distlock.acquire", key = %key, backend = self.backend.store(), fair = params.fair, kind = params.kind.noun());
         let remaining = params
             .wait
             .map(|wait| wait.saturating_sub(started.elapsed()));
@@ -215,7 +286,6 @@ impl ClientInner {
             head,
             self.response_timeout,
         )
-        .instrument(span)
         .await;
         let mut acquired = match waited {
             Ok(acquired) => acquired,
@@ -288,6 +358,24 @@ impl ClientInner {
         keys: Vec<String>,
         params: Params,
     ) -> Result<LockGuard, LockError> {
+        if keys.len() == 1 {
+            // One key: the plain acquisition, with its own span.
+            return Box::pin(self.acquire_set_any(keys, params)).await;
+        }
+        let span = acquire_span(&Joined(&keys), self.backend.store(), &params);
+        let started = tokio::time::Instant::now();
+        let result = Box::pin(self.acquire_set_any(keys, params))
+            .instrument(span.clone())
+            .await;
+        acquisition_ended(&span, self.backend.store(), started, &result);
+        result
+    }
+
+    async fn acquire_set_any(
+        &self,
+        keys: Vec<String>,
+        params: Params,
+    ) -> Result<LockGuard, LockError> {
         let Some(first) = keys.first() else {
             return Err(LockError::Config(
                 "`lock_all` was given no keys: name at least one key to lock".into(),
@@ -356,10 +444,8 @@ impl ClientInner {
             let wait = params
                 .wait
                 .map(|wait| wait.saturating_sub(started.elapsed()));
-            match self
-                .acquire(name.key().to_owned(), Params { wait, ..each })
-                .await
-            {
+            // (Not `acquire`: the set is one acquisition, with one span and one count.)
+            match Box::pin(self.acquire_any(name.key().to_owned(), Params { wait, ..each })).await {
                 Ok(guard) => taken.push(guard),
                 Err(error) => {
                     // Everything taken so far goes back before the error returns.
