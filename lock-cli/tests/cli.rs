@@ -1421,3 +1421,194 @@ async fn the_url_from_the_flag_reaches_a_tls_server_with_a_password() {
 
 #[path = "cli/elect.rs"]
 mod elect;
+
+/// Whether a script of [`the_readmes_command_lines_run_as_written`] ran in `dir`.
+fn ran_in(dir: &std::path::Path) -> bool {
+    std::fs::read_dir(dir).unwrap().any(|entry| {
+        entry
+            .unwrap()
+            .path()
+            .extension()
+            .is_some_and(|e| e == "ran")
+    })
+}
+
+/// The `distlock …` lines of a README's `sh` blocks, as written.
+fn command_lines(readme: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut in_sh = false;
+    for line in readme.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("```") {
+            in_sh = !in_sh && trimmed == "```sh";
+            continue;
+        }
+        if in_sh && trimmed.starts_with("distlock ") {
+            lines.push(trimmed.to_owned());
+        }
+    }
+    lines
+}
+
+/// Every `distlock` line of the README's and the CLI's README's shell blocks runs as written
+/// (through `sh`, in a directory with the scripts it names) against a real Redis, and does what
+/// the README says: the cron line `run -n backup:nightly --min-hold 10m -- ./backup` exits 0
+/// and leaves the lock held for 10 minutes; `show` of a free lock exits 4; `release --force`
+/// without a terminal to ask on refuses (2) and leaves the holder; the long-running commands
+/// (`hold --for 1h`, `watch`, `leader --watch`) keep running. A line this test has no
+/// expectation for fails it: a new README line gets one here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readmes_command_lines_run_as_written() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let mut lines = Vec::new();
+    for readme in ["README.md", "lock-cli/README.md"] {
+        let text = std::fs::read_to_string(format!("{root}/{readme}")).unwrap();
+        let found = command_lines(&text);
+        assert!(
+            !found.is_empty(),
+            "{readme} has no `distlock` lines in sh blocks"
+        );
+        lines.extend(found);
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.contains("run -n backup:nightly --min-hold 10m -- ./backup")),
+        "the cron line is in a README: {lines:#?}"
+    );
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_distlock"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    for line in lines {
+        // A fresh directory per line, with the scripts the README's lines run.
+        let dir = std::env::temp_dir().join(unique("distlock-readme"));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Every `./script` the line names: it says it ran, and leaves `<script>.ran`.
+        let scripts = line
+            .split(|c: char| c.is_whitespace() || c == '\'' || c == '"')
+            .filter_map(|word| word.strip_prefix("./"))
+            .filter(|name| !name.is_empty());
+        for script in scripts {
+            let file = dir.join(script);
+            std::fs::write(
+                &file,
+                format!("#!/bin/sh\necho {script} ran\ntouch {script}.ran\n"),
+            )
+            .unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        // The README's URL is the default local Redis; the test's server is elsewhere.
+        let written = line.replace("redis://127.0.0.1:6379", &server.url());
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", &written])
+            .current_dir(&dir)
+            .env("PATH", &path)
+            .env("DISTLOCK_URL", server.url())
+            .env("HOSTNAME", "readme-host")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        // The words before the line's comment, if any.
+        let words: Vec<&str> = line
+            .split(" #")
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .collect();
+        let said = |output: &Output| format!("`{line}`:\n{}{}", stdout(output), stderr(output));
+        match words[1] {
+            // Long-running: still running a moment later, and doing what it says.
+            "hold" | "watch" | "leader" => {
+                let mut child = command.spawn().unwrap();
+                tokio::time::sleep(ms(1_500)).await;
+                assert!(
+                    child.try_wait().unwrap().is_none(),
+                    "`{line}` ended at once: {:?}",
+                    child.wait_with_output().await.map(|o| said(&o))
+                );
+                if words[1] == "hold" {
+                    let key = words[2];
+                    assert!(
+                        client.inspect(key).await.unwrap().is_some(),
+                        "`{line}` holds {key}"
+                    );
+                }
+                child.start_kill().unwrap();
+                let _ = child.wait().await;
+            }
+            "run" if line.contains("--min-hold 10m") => {
+                let output = run_with(&mut command).await;
+                assert_eq!(code(&output), 0, "{}", said(&output));
+                assert!(ran_in(&dir), "its COMMAND ran: {}", said(&output));
+                // Kept for 10 minutes after the grant, though ./backup took no time.
+                let ttl: i64 = redis::cmd("PTTL")
+                    .arg("lock:backup:nightly")
+                    .query_async(&mut server.connection().await)
+                    .await
+                    .unwrap();
+                assert!(
+                    ttl > 9 * 60_000 && ttl <= 10 * 60_000,
+                    "PTTL {ttl} ms after `{line}`"
+                );
+                // A second host's cron, minutes early or late: busy, ./backup not run again.
+                for entry in std::fs::read_dir(&dir).unwrap() {
+                    let path = entry.unwrap().path();
+                    if path.extension().is_some_and(|e| e == "ran") {
+                        std::fs::remove_file(path).unwrap();
+                    }
+                }
+                let again = run_with(&mut command).await;
+                assert_eq!(code(&again), 120, "{}", said(&again));
+                assert!(!ran_in(&dir), "ran again: {}", said(&again));
+            }
+            "run" | "elect" => {
+                let output = run_with(&mut command).await;
+                assert_eq!(code(&output), 0, "{}", said(&output));
+                assert!(ran_in(&dir), "its COMMAND ran: {}", said(&output));
+            }
+            "show" => {
+                // "exit 4 if free"; with a holder, 0 and the holder.
+                let key = words.last().unwrap();
+                let output = run_with(&mut command).await;
+                assert_eq!(code(&output), 4, "{}", said(&output));
+                let guard = client.lock(*key).acquire().await.unwrap();
+                let output = run_with(&mut command).await;
+                assert_eq!(code(&output), 0, "{}", said(&output));
+                assert!(stdout(&output).contains(key), "{}", said(&output));
+                guard.release().await.unwrap();
+            }
+            "release" => {
+                // Asks first: with no terminal to ask on it refuses, and the holder keeps it.
+                let guard = client.lock(words[2]).acquire().await.unwrap();
+                let output = run_with(&mut command).await;
+                assert_eq!(code(&output), 2, "{}", said(&output));
+                assert!(stderr(&output).contains("--yes"), "{}", said(&output));
+                assert!(client.inspect(words[2]).await.unwrap().is_some());
+                guard.release().await.unwrap();
+            }
+            "list" | "ping" => {
+                let output = run_with(&mut command).await;
+                assert_eq!(code(&output), 0, "{}", said(&output));
+            }
+            _ => panic!("no expectation for the README's line `{line}`: add one to this test"),
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        // The next line starts from an empty store.
+        let _: () = redis::cmd("FLUSHALL")
+            .query_async(&mut server.connection().await)
+            .await
+            .unwrap();
+    }
+}

@@ -125,8 +125,8 @@ impl Plan {
         if params.fair && !store.fair {
             return Err(format!(
                 "fair locks are not available on the {} backend; use redis://, \
-                 redis+cluster://, memory://, zk:// or etcd:// (their waiters queue in arrival \
-                 order), or drop `fair`",
+                 redis+cluster://, redis+sentinel://, postgres://…?mode=advisory, memory://, \
+                 zk:// or etcd:// (their waiters queue in arrival order), or drop `fair`",
                 store.store
             ));
         }

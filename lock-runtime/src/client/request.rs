@@ -153,9 +153,10 @@ impl LockRequest {
     /// It costs more than the default lock (on Redis a script per attempt and per release,
     /// touching the queue, instead of one `SET`), and a fair lock is never handed over between
     /// tasks of one client. Every process must take a given key the same way, fair or not: a
-    /// plain request ignores the queue. Supported on `redis://`, `redis+cluster://` and
-    /// `memory://`; on `zk://` and `etcd://` every lock is fair already. Elsewhere the
-    /// acquisition fails with [`LockError::Config`].
+    /// plain request ignores the queue. Supported on `redis://`, `redis+cluster://`,
+    /// `redis+sentinel://`, `postgres://…?mode=advisory` (the server's own lock queue) and
+    /// `memory://`; on `zk://` and `etcd://` every lock is fair already. Elsewhere (Redlock,
+    /// the SQL lock tables) the acquisition fails with [`LockError::Config`].
     pub fn fair(mut self) -> Self {
         self.fair = true;
         self
