@@ -6,7 +6,11 @@ use crate::backend::Kind;
 ///
 /// The write side *is* the plain lock: `client.lock(k)` and `#[distributed_lock]` without
 /// `mode` take it, so readers can be added to a key without touching its writers.
+///
+/// `#[non_exhaustive]`: a later release may add a mode (an upgradable read, say); match the
+/// ones you handle and keep a `_` arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum LockMode {
     /// One owner, excluding readers and other writers (the plain lock).
     #[default]
