@@ -513,7 +513,7 @@ async fn waiter_cut_off<F: Faulty>(fixture: F) {
             second.release().await.unwrap();
             free_at = now_ns();
         }
-        Err(err) if err.is_timeout() && (path.is_none() || fixture.queues_waiters()) => {}
+        Err(err) if err.is_busy() && (path.is_none() || fixture.queues_waiters()) => {}
         Err(err) => panic!("the lock is free while the waiter is cut off: {err}"),
     }
 
@@ -677,7 +677,7 @@ async fn server_restarts_with_its_data<F: Faulty>(mut fixture: F) {
             .acquire()
             .await;
         match other {
-            Err(e) if e.is_timeout() => break,
+            Err(e) if e.is_busy() => break,
             Err(LockError::Backend { .. }) if Instant::now() < answered_by => {
                 tokio::time::sleep(ms(200)).await;
             }
