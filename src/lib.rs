@@ -163,6 +163,16 @@
 //! [TLS](guide::tls), [sharing locks with other languages](guide::interop)), the
 //! [command line](guide::cli), [metrics and logs](guide::metrics) and [errors](guide::errors).
 //!
+//! ## Observability
+//!
+//! Every acquisition is a `tracing` span, `distlock.acquire` (key, backend, kind, how long it
+//! waited, its outcome), and every hold another, `distlock.hold`, from the grant to the
+//! release (key, fencing token, how long it was held, how it ended: released, lost, dropped),
+//! both children of the caller's span; failed renewals and lost locks are `warn` events. Any
+//! subscriber shows them — `tracing-subscriber`'s `fmt`, or `tracing-opentelemetry` for traces.
+//! With the `metrics` feature, counters and histograms go through the `metrics` facade. Both:
+//! [`guide::metrics`].
+//!
 //! ## Cancel safety
 //!
 //! With `on_lost = "abort"` (the default), a body whose lease is found lost is dropped at its
