@@ -34,19 +34,17 @@ static MOST_AT_ONCE: AtomicUsize = AtomicUsize::new(0);
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let url = std::env::var(LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
     let client = LockClient::connect(&url).await?;
     distlock::init(client.clone())?;
-    let pool = format!("example-{}", std::process::id());
+    let pool = "a100";
 
     let started = Instant::now();
     let inside = Arc::new(AtomicUsize::new(0));
     let mut jobs = Vec::with_capacity(JOBS);
     for job in 0..JOBS {
-        let (pool, inside) = (pool.clone(), inside.clone());
-        jobs.push(tokio::spawn(
-            async move { train(&pool, job, &inside).await },
-        ));
+        let inside = inside.clone();
+        jobs.push(tokio::spawn(async move { train(pool, job, &inside).await }));
     }
     for job in jobs {
         job.await??;

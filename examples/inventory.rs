@@ -1,14 +1,18 @@
 //! A flash sale: 100 units in stock, 1,000 buyers at once. Each purchase reads the stock,
-//! checks it, and writes it back one lower — under the lock `inventory:<sku>`, so the sale
+//! checks it, and writes it back one lower, under the lock `inventory:<sku>`, so the sale
 //! never oversells. At the end exactly 100 were sold and the stock is zero.
 //!
 //! ```text
 //! cargo run --example inventory
-//! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example inventory
+//! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example inventory   # the locks on Redis
 //! ```
+//!
+//! The stock is a number in this process, read and written in two steps with an `.await`
+//! between them, as with a database you read and then update: only the lock keeps two buyers
+//! apart.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use distlock::{BoxError, LockClient, distributed_lock};
@@ -16,76 +20,27 @@ use distlock::{BoxError, LockClient, distributed_lock};
 const STOCK: u64 = 100;
 const BUYERS: usize = 1_000;
 
-/// The stock of one SKU: the Redis key `<key>` with a `redis://` URL, else a number in this
-/// process. Read and written in two steps, so only the lock keeps two buyers apart.
-struct Stock {
-    key: String,
-    redis: Option<redis::aio::MultiplexedConnection>,
-    memory: Mutex<u64>,
-}
-
-impl Stock {
-    async fn get(&self) -> Result<u64, BoxError> {
-        let Some(conn) = &self.redis else {
-            return Ok(*self.memory.lock().unwrap());
-        };
-        let value: Option<u64> = redis::cmd("GET")
-            .arg(&self.key)
-            .query_async(&mut conn.clone())
-            .await?;
-        Ok(value.unwrap_or(0))
-    }
-
-    async fn set(&self, value: u64) -> Result<(), BoxError> {
-        match &self.redis {
-            Some(conn) => {
-                let () = redis::cmd("SET")
-                    .arg(&self.key)
-                    .arg(value)
-                    .query_async(&mut conn.clone())
-                    .await?;
-            }
-            None => *self.memory.lock().unwrap() = value,
-        }
-        Ok(())
-    }
-}
-
 /// Buys one unit of `sku` if any is left. `Ok(false)`: sold out.
 #[distributed_lock(key = "inventory:<sku>", lease = "5s", wait = "60s")]
-async fn buy(sku: &str, stock: &Stock) -> Result<bool, BoxError> {
-    let left = stock.get().await?;
+async fn buy(sku: &str, stock: &Mutex<u64>) -> Result<bool, BoxError> {
+    let left = *stock.lock().unwrap();
     if left == 0 {
         return Ok(false);
     }
     tokio::task::yield_now().await; // another buyer would read the same stock right here
-    stock.set(left - 1).await?;
+    *stock.lock().unwrap() = left - 1;
     Ok(true)
 }
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
-    distlock::init(LockClient::connect(&url).await?)?;
+    let url = std::env::var(LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let client = LockClient::connect(&url).await?;
+    distlock::init(client.clone())?;
     let sku = "sku-42";
-    let redis = if url.starts_with("redis://") {
-        Some(
-            redis::Client::open(url)?
-                .get_multiplexed_async_connection()
-                .await?,
-        )
-    } else {
-        None
-    };
-    let key = format!("distlock-example:inventory:{}:{sku}", std::process::id());
-    let stock = std::sync::Arc::new(Stock {
-        key,
-        redis,
-        memory: Mutex::new(0),
-    });
-    stock.set(STOCK).await?;
+    let stock = Arc::new(Mutex::new(STOCK));
 
-    let sold = std::sync::Arc::new(AtomicU64::new(0));
+    let sold = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut buyers = Vec::with_capacity(BUYERS);
     for _ in 0..BUYERS {
@@ -100,24 +55,15 @@ async fn main() -> Result<(), BoxError> {
     for buyer in buyers {
         buyer.await??;
     }
-    let elapsed = started.elapsed();
-    let left = stock.get().await?;
-    if let Some(conn) = &stock.redis {
-        let _: u64 = redis::cmd("DEL")
-            .arg(&stock.key)
-            .query_async(&mut conn.clone())
-            .await?;
-    }
+    let left = *stock.lock().unwrap();
     let sold = sold.load(Ordering::SeqCst);
     if sold != STOCK || left != 0 {
-        return Err(format!(
-            "OVERSOLD or lost sales: sold {sold} of {STOCK}, {left} left in stock"
-        )
-        .into());
+        return Err(format!("OVERSOLD or lost sales: sold {sold} of {STOCK}, {left} left").into());
     }
     println!(
-        "backend {}: {BUYERS} buyers, stock {STOCK}: sold exactly {sold}, {left} left, never oversold ({elapsed:.2?})",
-        distlock::client()?.backend_kind()
+        "backend {}: {BUYERS} buyers, stock {STOCK}: sold exactly {sold}, {left} left, never oversold ({:.2?})",
+        client.backend_kind(),
+        started.elapsed()
     );
     Ok(())
 }

@@ -76,7 +76,7 @@ impl Candidates {
                 children.push(Some(
                     std::process::Command::new(std::env::current_exe()?)
                         .args(["candidate", &format!("candidate-{i}")])
-                        .env(distlock::LockClient::URL_ENV, url)
+                        .env(LockClient::URL_ENV, url)
                         .stdin(Stdio::piped())
                         .spawn()?,
                 ));
@@ -187,7 +187,7 @@ async fn next_leader(
 /// A candidate process: leads or waits until its input ends (then releases and exits), or
 /// until it is killed.
 async fn candidate_process(name: &str) -> Result<(), BoxError> {
-    let url = std::env::var(distlock::LockClient::URL_ENV)?;
+    let url = std::env::var(LockClient::URL_ENV)?;
     let client = LockClient::connect(&url).await?;
     let stdin_closed = async {
         let _ = tokio::task::spawn_blocking(|| {
@@ -208,7 +208,7 @@ async fn main() -> Result<(), BoxError> {
     if args.get(1).map(String::as_str) == Some("candidate") {
         return candidate_process(&args[2]).await;
     }
-    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let url = std::env::var(LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
     distlock::init(LockClient::connect(&url).await?)?;
     let client = distlock::client()?;
     let mut candidates = Candidates::start(&url)?;

@@ -48,8 +48,7 @@ impl Repository {
 
 #[tokio::main]
 async fn main() -> Result<(), LockError> {
-    let url =
-        std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://library".into());
+    let url = std::env::var(LockClient::URL_ENV).unwrap_or_else(|_| "memory://library".into());
     // The application's own global client, on another store: the repository never uses it.
     distlock::init(LockClient::connect("memory://the-application").await?)?;
     let repository = Arc::new(Repository::new(LockClient::connect(&url).await?));

@@ -102,7 +102,7 @@ async fn ticks(min_hold: bool) -> Result<(BTreeMap<u64, usize>, Vec<u64>), BoxEr
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let url = std::env::var(LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
     distlock::init(LockClient::connect(&url).await?)?;
     let backend = distlock::client()?.backend_kind();
 

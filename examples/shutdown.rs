@@ -55,7 +55,7 @@ fn shutdown_signal() -> std::io::Result<impl Future<Output = &'static str>> {
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let url = std::env::var(LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
     let client = LockClient::connect(&url).await?;
     distlock::init(client.clone())?;
 

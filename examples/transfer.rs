@@ -7,14 +7,16 @@
 //! The transfer is also cancel-safe. With the default `on_lost = "abort"` a lost lease drops the
 //! body at whatever `.await` it is in: a debit and a credit written in two awaits could be cut
 //! between them, the money debited and never credited. So both balances are written in ONE
-//! atomic step (a Lua script on Redis, one update under a `std::sync::Mutex` in memory): it
+//! step (one critical section here; one transaction or one Lua script in a database): it
 //! happens whole or not at all. The step also checks both balances are still the ones read, so
 //! a holder that resumes after its lease ran out cannot overwrite a newer transfer's balances.
 //!
 //! ```text
-//! cargo run --example transfer                       # balances in a map in this process
-//! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example transfer   # balances in Redis keys
+//! cargo run --example transfer
+//! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example transfer   # the locks on Redis
 //! ```
+//!
+//! The balances are kept in this process.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,73 +27,31 @@ const ACCOUNTS: u64 = 4;
 const OPENING: u64 = 1_000;
 const TRANSFERS: u64 = 200;
 
-/// The balances: Redis keys `<name>:account<n>` with a `redis://` URL, else a map in memory.
+/// The balances of a bank's accounts.
 struct Bank {
     name: String,
-    redis: Option<redis::aio::MultiplexedConnection>,
-    memory: Mutex<Vec<u64>>,
+    balances: Mutex<Vec<u64>>,
 }
 
-/// KEYS = the two accounts, ARGV = their balances as read and the amount. Redis runs a script
-/// whole, with nothing in between: both balances change, or (if one moved since) neither.
-const MOVE: &str = r"
-if tonumber(redis.call('GET', KEYS[1])) ~= tonumber(ARGV[1])
-   or tonumber(redis.call('GET', KEYS[2])) ~= tonumber(ARGV[2]) then
-  return 0
-end
-redis.call('SET', KEYS[1], tonumber(ARGV[1]) - tonumber(ARGV[3]))
-redis.call('SET', KEYS[2], tonumber(ARGV[2]) + tonumber(ARGV[3]))
-return 1
-";
-
 impl Bank {
-    fn key(&self, account: u64) -> String {
-        format!("{}:account{account}", self.name)
+    fn balance(&self, account: u64) -> u64 {
+        self.balances.lock().unwrap()[account as usize]
     }
 
-    async fn balance(&self, account: u64) -> Result<u64, BoxError> {
-        let Some(conn) = &self.redis else {
-            return Ok(self.memory.lock().unwrap()[account as usize]);
-        };
-        let value: Option<u64> = redis::cmd("GET")
-            .arg(self.key(account))
-            .query_async(&mut conn.clone())
-            .await?;
-        Ok(value.unwrap_or(0))
-    }
-
-    /// `from` goes from `a` to `a - amount` and `to` from `b` to `b + amount`, in one step.
-    async fn write_both(
+    /// `from` goes from `a` to `a - amount` and `to` from `b` to `b + amount`, in one step,
+    /// if neither changed since it was read.
+    fn write_both(
         &self,
         (from, a): (u64, u64),
         (to, b): (u64, u64),
         amount: u64,
     ) -> Result<(), BoxError> {
-        let moved = match &self.redis {
-            Some(conn) => {
-                let done: i64 = redis::Script::new(MOVE)
-                    .key(self.key(from))
-                    .key(self.key(to))
-                    .arg(a)
-                    .arg(b)
-                    .arg(amount)
-                    .invoke_async(&mut conn.clone())
-                    .await?;
-                done == 1
-            }
-            None => {
-                let mut map = self.memory.lock().unwrap(); // never held across an .await
-                let unchanged = map[from as usize] == a && map[to as usize] == b;
-                if unchanged {
-                    map[from as usize] = a - amount;
-                    map[to as usize] = b + amount;
-                }
-                unchanged
-            }
-        };
-        if !moved {
+        let mut balances = self.balances.lock().unwrap(); // never held across an .await
+        if balances[from as usize] != a || balances[to as usize] != b {
             return Err(format!("account {from} or {to} changed under the transfer").into());
         }
+        balances[from as usize] = a - amount;
+        balances[to as usize] = b + amount;
         Ok(())
     }
 }
@@ -100,49 +60,30 @@ impl Bank {
 /// argument order; distlock sorts them, and takes `transfer(7, 7, …)`'s one key once.
 #[distributed_lock(key = ["account:<bank.name>:<from>", "account:<bank.name>:<to>"], wait = "30s")]
 async fn transfer(bank: &Bank, from: u64, to: u64, amount: u64) -> Result<(), BoxError> {
-    let (a, b) = (bank.balance(from).await?, bank.balance(to).await?);
+    let (a, b) = (bank.balance(from), bank.balance(to));
     if from == to || a < amount {
         return Ok(()); // nothing to move
     }
     tokio::task::yield_now().await; // another transfer would slip in here without the locks
     // One write for both accounts: this body may be dropped at any .await (on_lost = "abort").
-    bank.write_both((from, a), (to, b), amount).await
+    bank.write_both((from, a), (to, b), amount)
 }
 
 /// One account alone: an audit of its balance.
 #[distributed_lock(key = "account:<bank.name>:<account>", wait = "30s")]
 async fn audit(bank: &Bank, account: u64) -> Result<u64, BoxError> {
-    bank.balance(account).await
+    Ok(bank.balance(account))
 }
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let url = std::env::var(LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
     let client = LockClient::connect(&url).await?;
     distlock::init(client.clone())?;
-    let redis = if url.starts_with("redis://") {
-        Some(
-            redis::Client::open(url.as_str())?
-                .get_multiplexed_async_connection()
-                .await?,
-        )
-    } else {
-        None
-    };
     let bank = Arc::new(Bank {
-        name: format!("example-{}", std::process::id()),
-        memory: Mutex::new(vec![OPENING; ACCOUNTS as usize]),
-        redis,
+        name: "main".to_owned(),
+        balances: Mutex::new(vec![OPENING; ACCOUNTS as usize]),
     });
-    if let Some(conn) = &bank.redis {
-        for account in 0..ACCOUNTS {
-            let () = redis::cmd("SET")
-                .arg(bank.key(account))
-                .arg(OPENING)
-                .query_async(&mut conn.clone())
-                .await?;
-        }
-    }
 
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -164,7 +105,7 @@ async fn main() -> Result<(), BoxError> {
     }
     let mut total = 0;
     for account in 0..ACCOUNTS {
-        total += bank.balance(account).await?;
+        total += bank.balance(account);
     }
     println!(
         "backend {}: {TRANSFERS} transfers in both directions in {:.2?}, no deadlock; \
@@ -209,12 +150,5 @@ async fn main() -> Result<(), BoxError> {
         free.release().await?;
     }
     held.release().await?;
-    if let Some(conn) = &bank.redis {
-        let keys: Vec<String> = (0..ACCOUNTS).map(|a| bank.key(a)).collect();
-        let _: i64 = redis::cmd("DEL")
-            .arg(keys)
-            .query_async(&mut conn.clone())
-            .await?;
-    }
     Ok(())
 }

@@ -1,7 +1,6 @@
 //! A web handler locked per path parameter: `POST /orders/{id}/pay` charges an order once,
-//! however many times the button is clicked, in however many replicas of the service.
-//! Requests for the same order wait for each other (up to 5 s); different orders run in
-//! parallel.
+//! however many times the button is clicked. Requests for the same order wait for each other
+//! (up to 5 s); different orders run in parallel.
 //!
 //! ```text
 //! cargo run --example web_handler                  # listens on 127.0.0.1:3000 (PORT=… to change)
@@ -9,14 +8,24 @@
 //! curl -X POST localhost:3000/orders/7/pay          # 409 already paid
 //! curl localhost:3000/orders/7                      # charged 1 time(s)
 //! curl localhost:3000/locks                         # the locks held now, and by whom
-//! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example web_handler   # replicas share Redis
+//! DISTLOCK_URL=redis://127.0.0.1:6379 cargo run --example web_handler   # the locks on Redis
 //! ```
 //!
-//! The orders live in a map in the process, or with `redis://` in Redis keys
-//! (`distlock-example:web:order:<id>:…`) that every replica shares.
+//! The lock client is in the router's state beside the data (`AppState`), and the locked function
+//! names it with `client = state.locks`: no global client. The orders are kept in this process;
+//! in a service with replicas they live in the database every replica shares, and the lock
+//! keeps each order's check and write together across the replicas. Either way the locked
+//! write is ONE step (here one critical section; there one statement or one transaction): a
+//! lease lost at an `.await` drops the body there, and two writes in two awaits could be cut
+//! apart.
 //!
-//! With the `metrics` feature (`cargo run --features metrics --example web_handler`) it also
-//! serves distlock's metrics in the Prometheus text format, through
+//! Logs go through `tracing`, printed by `tracing_subscriber::fmt()`: each request's span
+//! (`pay{id=7}`) with its events, distlock's spans under it, one line as each ends
+//! (`pay{id=7}:distlock.hold{key=order:7:payment … held_ms=22 ended="released"}: … close`), and
+//! distlock's warnings (a lost lock, a failed renewal).
+//!
+//! With the `metrics` feature (`cargo run --features metrics --example web_handler`), and only
+//! then, it also serves distlock's metrics at `/metrics` in the Prometheus text format, through
 //! `metrics-exporter-prometheus` installed as the `metrics` recorder:
 //!
 //! ```text
@@ -33,57 +42,16 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use distlock::{BoxError, LockClient, LockError, distributed_lock};
 
-/// Named numbers: Redis keys `<namespace>:<name>` with a `redis://` URL, else a map in this
-/// process. Each read and write is its own step: only the lock keeps them together.
-struct Kv {
-    namespace: String,
-    redis: Option<redis::aio::MultiplexedConnection>,
-    memory: Mutex<HashMap<String, u64>>,
+/// The router's state: the lock client, and the data its locks protect.
+struct AppState {
+    locks: LockClient,
+    orders: Mutex<HashMap<u64, Order>>,
 }
 
-impl Kv {
-    async fn open(url: &str, namespace: String) -> Result<Kv, BoxError> {
-        let redis = if url.starts_with("redis://") {
-            Some(
-                redis::Client::open(url)?
-                    .get_multiplexed_async_connection()
-                    .await?,
-            )
-        } else {
-            None
-        };
-        Ok(Kv {
-            namespace,
-            redis,
-            memory: Mutex::default(),
-        })
-    }
-
-    async fn get(&self, name: &str) -> Result<u64, BoxError> {
-        let Some(conn) = &self.redis else {
-            return Ok(self.memory.lock().unwrap().get(name).copied().unwrap_or(0));
-        };
-        let key = format!("{}:{name}", self.namespace);
-        let value: Option<u64> = redis::cmd("GET")
-            .arg(key)
-            .query_async(&mut conn.clone())
-            .await?;
-        Ok(value.unwrap_or(0))
-    }
-
-    async fn set(&self, name: &str, value: u64) -> Result<(), BoxError> {
-        let Some(conn) = &self.redis else {
-            self.memory.lock().unwrap().insert(name.to_owned(), value);
-            return Ok(());
-        };
-        let key = format!("{}:{name}", self.namespace);
-        let () = redis::cmd("SET")
-            .arg(key)
-            .arg(value)
-            .query_async(&mut conn.clone())
-            .await?;
-        Ok(())
-    }
+#[derive(Clone, Copy, Default)]
+struct Order {
+    charges: u32,
+    paid: bool,
 }
 
 enum Payment {
@@ -91,24 +59,42 @@ enum Payment {
     AlreadyPaid,
 }
 
-/// Charges order `id` unless it is paid already. Check-then-charge is only safe because no
-/// other request for the same order runs between the check and the write.
-#[distributed_lock(key = "order:<id>:payment", lease = "10s", wait = "5s")]
-async fn pay_order(id: u64, store: &Kv) -> Result<Payment, BoxError> {
-    let paid = format!("order:{id}:paid");
-    if store.get(&paid).await? == 1 {
+/// Charges order `id` unless it is paid already. Check-then-charge is safe because no other
+/// request for the same order runs between the check and the write.
+#[distributed_lock(key = "order:<id>:payment", lease = "10s", wait = "5s", client = state.locks)]
+async fn pay_order(state: &AppState, id: u64) -> Result<Payment, BoxError> {
+    let paid = state
+        .orders
+        .lock()
+        .unwrap()
+        .get(&id)
+        .is_some_and(|o| o.paid);
+    if paid {
         return Ok(Payment::AlreadyPaid);
     }
-    tokio::time::sleep(Duration::from_millis(20)).await; // the payment provider's round trip
-    let charges = format!("order:{id}:charges");
-    let charged = store.get(&charges).await?;
-    store.set(&charges, charged + 1).await?;
-    store.set(&paid, 1).await?;
+    charge_card(id).await?;
+    // The write: both fields in one step, after the last `.await`.
+    let charges = {
+        let mut orders = state.orders.lock().unwrap();
+        let order = orders.entry(id).or_default();
+        order.charges += 1;
+        order.paid = true;
+        order.charges
+    };
+    tracing::info!(order = id, charges, "charged");
     Ok(Payment::Charged)
 }
 
-async fn pay(Path(id): Path<u64>, State(store): State<Arc<Kv>>) -> (StatusCode, String) {
-    match pay_order(id, &store).await {
+/// The payment provider's round trip. A real provider takes the order id as its idempotency
+/// key, so a retry after a lease lost here is not a second charge.
+async fn charge_card(_order: u64) -> Result<(), BoxError> {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    Ok(())
+}
+
+#[tracing::instrument(skip(state))]
+async fn pay(State(state): State<Arc<AppState>>, Path(id): Path<u64>) -> (StatusCode, String) {
+    match pay_order(&state, id).await {
         Ok(Payment::Charged) => (StatusCode::OK, format!("order {id} paid\n")),
         Ok(Payment::AlreadyPaid) => (
             StatusCode::CONFLICT,
@@ -119,29 +105,24 @@ async fn pay(Path(id): Path<u64>, State(store): State<Arc<Kv>>) -> (StatusCode, 
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("order {id} is busy, try again\n"),
             ),
-            _ => (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")),
+            _ => {
+                tracing::error!(order = id, %error, "payment failed");
+                (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n"))
+            }
         },
     }
 }
 
-async fn show(Path(id): Path<u64>, State(store): State<Arc<Kv>>) -> (StatusCode, String) {
-    match store.get(&format!("order:{id}:charges")).await {
-        Ok(charges) => (
-            StatusCode::OK,
-            format!("order {id}: charged {charges} time(s)\n"),
-        ),
-        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{error}\n")),
-    }
+async fn show(State(state): State<Arc<AppState>>, Path(id): Path<u64>) -> String {
+    let order = state.orders.lock().unwrap().get(&id).copied();
+    let charges = order.unwrap_or_default().charges;
+    format!("order {id}: charged {charges} time(s)\n")
 }
 
-/// `GET /locks`: an admin view of the locks held now, by any replica (the same data as
-/// `distlock list`): key, holder, lease left.
-async fn locks() -> (StatusCode, String) {
-    let listed = match distlock::client() {
-        Ok(client) => client.list("*", 100).await,
-        Err(error) => Err(error),
-    };
-    match listed {
+/// `GET /locks`: an admin view of the locks held now, by any process on the same store (the
+/// same data as `distlock list`): key, holder, lease left.
+async fn locks(State(state): State<Arc<AppState>>) -> (StatusCode, String) {
+    match state.locks.list("*", 100).await {
         Ok(locks) if locks.is_empty() => (StatusCode::OK, "no lock is held\n".to_owned()),
         Ok(locks) => {
             let mut body = String::new();
@@ -160,37 +141,42 @@ async fn locks() -> (StatusCode, String) {
     }
 }
 
-/// `GET /metrics`: everything recorded through the `metrics` facade, distlock's metrics among
-/// it. The recorder is installed before the lock client is built, so the client describes its
-/// metrics (help texts, units) to it.
+/// `GET /metrics` (with the `metrics` feature): everything recorded through the `metrics`
+/// facade, distlock's metrics among it. The recorder is installed before the lock client is
+/// built, so the client describes its metrics (help texts, units) to it.
 #[cfg(feature = "metrics")]
-fn serve_metrics(app: Router<Arc<Kv>>) -> Result<Router<Arc<Kv>>, BoxError> {
+fn serve_metrics(router: Router<Arc<AppState>>) -> Result<Router<Arc<AppState>>, BoxError> {
     let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
-    Ok(app.route("/metrics", get(move || std::future::ready(handle.render()))))
+    Ok(router.route("/metrics", get(move || std::future::ready(handle.render()))))
 }
 
 #[cfg(not(feature = "metrics"))]
-fn serve_metrics(app: Router<Arc<Kv>>) -> Result<Router<Arc<Kv>>, BoxError> {
-    Ok(app)
+fn serve_metrics(router: Router<Arc<AppState>>) -> Result<Router<Arc<AppState>>, BoxError> {
+    Ok(router)
 }
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let app = serve_metrics(Router::new())?;
-    let url = std::env::var(distlock::LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
-    distlock::init(LockClient::connect(&url).await?)?;
-    let store = Arc::new(Kv::open(&url, "distlock-example:web".into()).await?);
-    let app = app
+    tracing_subscriber::fmt()
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+        .init();
+    let router = serve_metrics(Router::new())?;
+    let url = std::env::var(LockClient::URL_ENV).unwrap_or_else(|_| "memory://".into());
+    let state = Arc::new(AppState {
+        locks: LockClient::connect(&url).await?,
+        orders: Mutex::default(),
+    });
+    let router = router
         .route("/orders/{id}/pay", post(pay))
         .route("/orders/{id}", get(show))
         .route("/locks", get(locks))
-        .with_state(store);
+        .with_state(state);
     let port: u16 = std::env::var("PORT")
         .ok()
         .and_then(|p| p.parse().ok())
         .unwrap_or(3000);
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, app).await?;
+    tracing::info!("listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, router).await?;
     Ok(())
 }

@@ -261,7 +261,7 @@ fn transfer_moves_money_both_ways_without_deadlock_and_keeps_the_total() {
         if let Some(server) = &server {
             assert!(
                 server_keys(server).is_empty(),
-                "a lock or a balance left behind: {:?}",
+                "a lock left behind: {:?}",
                 server_keys(server)
             );
         }
@@ -269,9 +269,9 @@ fn transfer_moves_money_both_ways_without_deadlock_and_keeps_the_total() {
 }
 
 /// Holder A is paused past its (unrenewed) lease; B is granted the lock with a higher fencing
-/// token and writes; A's late write is refused by the storage: a map in memory, or a Redis hash
-/// written through the fence script. Afterwards Redis holds only the fencing counter (never
-/// deleted: tokens must keep rising), no lock and no resource.
+/// token and writes; A's late write is refused by the storage (a value in the process that keeps
+/// the highest token), with the tokens from memory:// or Redis. Afterwards Redis holds only the
+/// fencing counter (never deleted: tokens must keep rising), no lock.
 #[test]
 fn fencing_refuses_a_paused_holders_late_write_on_memory_and_redis() {
     for server in [None, Some(RedisServer::start())] {
@@ -302,6 +302,78 @@ fn fencing_refuses_a_paused_holders_late_write_on_memory_and_redis() {
             );
         }
     }
+}
+
+/// The minimal example: its one call ran under the lock its attribute names, on the store of
+/// the URL.
+#[test]
+fn minimal_runs_its_call_under_the_lock_on_memory_and_redis() {
+    let out = run(example("minimal"));
+    assert_eq!(
+        out, "invoice 42 sent under the lock `invoice:42` (backend memory)\n",
+        "{out}"
+    );
+    let server = RedisServer::start();
+    let mut command = example("minimal");
+    command.env(distlock::LockClient::URL_ENV, server.url());
+    let out = run(command);
+    assert_eq!(
+        out, "invoice 42 sent under the lock `invoice:42` (backend redis)\n",
+        "{out}"
+    );
+    let keys = server_keys(&server);
+    assert!(keys.is_empty(), "a lock left behind: {keys:?}");
+}
+
+/// The PostgreSQL example against a server of the test's own: A's write goes through, B's goes
+/// through with a higher token, A's late write with its old token updates no row. The test reads
+/// the row itself afterwards: B's value, B's token as its fence; and no lock is left in the lock
+/// table. Without DISTLOCK_URL the example says what to set and exits 2.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_refuses_a_paused_holders_late_write_in_sql() {
+    let output = tokio::task::spawn_blocking(|| support::output_tied(example("postgres")))
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("set DISTLOCK_URL=postgres://"), "{stderr}");
+
+    let server = support::postgres::PostgresServer::start();
+    let mut command = example("postgres");
+    command.env(distlock::LockClient::URL_ENV, server.url());
+    let out = tokio::task::spawn_blocking(move || run(command))
+        .await
+        .unwrap();
+    for line in [
+        "A: granted `report:1` with token 1; first write: written true",
+        "B: granted `report:1` with token 2; writing",
+        "B: written true",
+        "A: resumes (its guard says lost: true) and writes with token 1",
+        "the row holds \"written by B\" with fence 2",
+        "A's late write (token 1) updated no row: stale write refused (the row's fence is 2)",
+    ] {
+        assert!(out.contains(line), "no {line:?} in {out}");
+    }
+    let sql = server.client().await;
+    let row = sql
+        .query_one(
+            "SELECT value, fence FROM distlock_example_reports WHERE id = 1",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (row.get::<_, String>(0), row.get::<_, i64>(1)),
+        ("written by B".to_owned(), 2)
+    );
+    let left: i64 = sql
+        .query_one("SELECT count(*) FROM distlock_locks", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "locks left in the table after the run");
 }
 
 /// The testing example's `main` runs the checks its `#[tokio::test]`s run (each on a
@@ -431,13 +503,15 @@ async fn http(port: u16, method: &str, path: &str) -> (u16, String) {
 }
 
 /// Starts the web example on a free port, hits `POST /orders/{id}/pay` concurrently over real
-/// HTTP, and checks every order was charged exactly once.
+/// HTTP, and checks every order was charged exactly once, and logged once through the example's
+/// `tracing_subscriber::fmt()` inside distlock's hold span.
 async fn web_handler_charges_each_order_once(url: Option<String>) {
     use std::io::BufRead;
     let backend = if url.is_some() { "redis" } else { "memory" };
     let mut command = example("web_handler");
     command
         .env("PORT", "0")
+        .env("NO_COLOR", "1") // the logs without colour codes, to read them here
         .stdout(std::process::Stdio::piped());
     if let Some(url) = &url {
         command.env(distlock::LockClient::URL_ENV, url);
@@ -448,10 +522,12 @@ async fn web_handler_charges_each_order_once(url: Option<String>) {
     let port: u16 = lines
         .find_map(|line| {
             let line = line.ok()?;
-            line.strip_prefix("listening on http://127.0.0.1:")
-                .map(|p| p.trim().parse().unwrap())
+            let (_, port) = line.split_once("listening on http://127.0.0.1:")?;
+            Some(port.trim().parse().unwrap())
         })
-        .expect("the example prints its address");
+        .expect("the example logs its address");
+    // The rest of its log, read until it exits (a full pipe would stall the server).
+    let log = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<String>>());
 
     let mut requests = Vec::new();
     for i in 0..60u64 {
@@ -525,6 +601,21 @@ async fn web_handler_charges_each_order_once(url: Option<String>) {
         assert!(body.contains("# HELP distlock_acquire_seconds"), "{body}");
         assert!(!body.contains("order:"), "a key in a label:\n{body}");
     }
+    drop(child); // killed: its log ends
+    let log = log.join().unwrap();
+    let lines = |text: &str| log.iter().filter(|line| line.contains(text)).count();
+    for order in [7, 100, 101, 102, 103, 104] {
+        let requests = if order == 7 { 40 } else { 4 };
+        let charged =
+            format!(" INFO pay{{id={order}}}: web_handler: charged order={order} charges=1");
+        assert_eq!(lines(&charged), 1, "order {order} charged once: {log:#?}");
+        // Every request's hold, under its request's span, closed with its end.
+        let held = format!(
+            " INFO pay{{id={order}}}:distlock.hold{{key=order:{order}:payment backend=\"{backend}\" "
+        );
+        assert_eq!(lines(&held), requests, "order {order}'s holds: {log:#?}");
+    }
+    assert_eq!(lines("ended=\"released\"}"), 60, "{log:#?}");
 }
 
 struct KillOnDrop(std::process::Child);
