@@ -6,7 +6,7 @@
 #   2. checks formatting and lints,
 #   3. runs every test: unit tests, integration tests against real servers started by the
 #      tests themselves, the examples, and the doc tests, and packages the published crates.
-# A fresh clone takes about 11 minutes on 2 cores (README, "The two commands"; 634 s on
+# A fresh clone takes about 11 minutes on 2 cores (CONTRIBUTING.md; 634 s on
 # 2026-11-27).
 set -euo pipefail
 cd "$(dirname "$0")/.."
