@@ -124,13 +124,6 @@ impl HeldLock {
 
     /// Opens the hold's span as a child of `parent` (the acquiring caller's span), once.
     pub(crate) fn begin_hold_span(&self, parent: &tracing::Span) {
-        let mut slot = self
-            .hold_span
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if slot.is_some() {
-            return;
-        }
         let span = tracing::info_span!(
             parent: parent,
             "distlock.hold",
@@ -142,10 +135,19 @@ impl HeldLock {
             held_ms = tracing::field::Empty,
             ended = tracing::field::Empty,
         );
+        if span.is_disabled() {
+            return;
+        }
         if let Some(token) = self.fencing_token {
             span.record("fencing_token", token);
         }
-        *slot = Some(span);
+        let mut slot = self
+            .hold_span
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(span);
+        }
     }
 
     /// Records how the hold ended (`released`, `lost`, `dropped`, `release failed`) and how

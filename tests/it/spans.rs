@@ -338,3 +338,79 @@ fn losses_and_failed_renewals_are_warnings_and_end_the_hold() {
         drop(guard);
     });
 }
+
+/// The same spans through `tracing-opentelemetry`: each becomes an OpenTelemetry span whose
+/// attributes are its fields and whose parent is the application's span. (The SDK's in-memory
+/// exporter stands where a real one would send them: nothing leaves the process.)
+#[test]
+fn opentelemetry_sees_the_spans_with_their_fields_and_parent() {
+    use opentelemetry::trace::TracerProvider as _;
+    use opentelemetry_sdk::trace::{InMemorySpanExporterBuilder, SdkTracerProvider};
+
+    let server = RedisServer::shared();
+    let exporter = InMemorySpanExporterBuilder::new().build();
+    let provider = SdkTracerProvider::builder()
+        .with_simple_exporter(exporter.clone())
+        .build();
+    let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("distlock-test"));
+    let subscriber = tracing_subscriber::registry().with(layer);
+    tracing::subscriber::with_default(subscriber, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async {
+                let client = LockClient::builder(server.url())
+                    .fencing(true)
+                    .build()
+                    .await
+                    .unwrap();
+                let request = tracing::info_span!("request");
+                let _entered = request.enter();
+                let guard = client.lock("span:otel").acquire().await.unwrap();
+                guard.release().await.unwrap();
+            });
+    });
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let named = |name: &str| {
+        spans
+            .iter()
+            .find(|span| span.name == name)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no `{name}` among {:?}",
+                    spans.iter().map(|s| &s.name).collect::<Vec<_>>()
+                )
+            })
+    };
+    let attribute = |span: &opentelemetry_sdk::trace::SpanData, key: &str| {
+        span.attributes
+            .iter()
+            .find(|kv| kv.key.as_str() == key)
+            .map(|kv| kv.value.as_str().into_owned())
+            .unwrap_or_else(|| {
+                panic!(
+                    "`{}` has no attribute `{key}`: {:?}",
+                    span.name, span.attributes
+                )
+            })
+    };
+    let request = named("request");
+    let acquire = named("distlock.acquire");
+    let hold = named("distlock.hold");
+    for span in [acquire, hold] {
+        assert_eq!(
+            span.parent_span_id,
+            request.span_context.span_id(),
+            "{}",
+            span.name
+        );
+        assert_eq!(attribute(span, "key"), "span:otel");
+        assert_eq!(attribute(span, "backend"), "redis");
+        assert!(attribute(span, "fencing_token").parse::<u64>().is_ok());
+    }
+    assert_eq!(attribute(acquire, "outcome"), "acquired");
+    assert_eq!(attribute(hold, "ended"), "released");
+    assert!(attribute(hold, "held_ms").parse::<u64>().is_ok());
+}

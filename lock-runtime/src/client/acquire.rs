@@ -114,20 +114,13 @@ impl std::fmt::Display for Joined<'_> {
     }
 }
 
-/// Records how an acquisition ended on its span (and in the metrics), and opens each granted
-/// key's hold span beside it, under the caller's span.
-fn acquisition_ended(
-    span: &Span,
+/// The metrics of an acquisition that ended (with the `metrics` feature).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+fn count_acquisition(
     backend: &'static str,
     started: tokio::time::Instant,
     result: &Result<LockGuard, LockError>,
 ) {
-    let outcome = match result {
-        Ok(_) => "acquired",
-        Err(LockError::Busy { .. }) => "busy",
-        Err(LockError::Timeout { .. }) => "timeout",
-        Err(_) => "error",
-    };
     #[cfg(feature = "metrics")]
     crate::metrics::acquisition(
         backend,
@@ -144,11 +137,21 @@ fn acquisition_ended(
         },
         started.elapsed(),
     );
-    #[cfg(not(feature = "metrics"))]
-    let _ = backend;
-    if span.is_disabled() {
-        return;
-    }
+}
+
+/// Records how an acquisition ended on its span, and opens each granted key's hold span
+/// beside it, under the caller's span.
+fn acquisition_ended(
+    span: &Span,
+    started: tokio::time::Instant,
+    result: &Result<LockGuard, LockError>,
+) {
+    let outcome = match result {
+        Ok(_) => "acquired",
+        Err(LockError::Busy { .. }) => "busy",
+        Err(LockError::Timeout { .. }) => "timeout",
+        Err(_) => "error",
+    };
     let waited = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     span.record("waited_ms", waited);
     span.record("outcome", outcome);
@@ -157,11 +160,7 @@ fn acquisition_ended(
             if let Some(token) = guard.fencing_token() {
                 span.record("fencing_token", token);
             }
-            // Outside the acquisition's span now: the caller's is current.
-            let caller = Span::current();
-            for shared in guard.every() {
-                shared.begin_hold_span(&caller);
-            }
+            holds_began(guard);
         }
         Err(error) => {
             span.record("error", tracing::field::display(error));
@@ -169,16 +168,68 @@ fn acquisition_ended(
     }
 }
 
+/// Opens the hold span of each key of `guard`, under the span current now (the caller's).
+fn holds_began(guard: &LockGuard) {
+    // No subscriber wants `info` spans: nothing to open (the hot path's usual case).
+    if !tracing::level_enabled!(tracing::Level::INFO) {
+        return;
+    }
+    let caller = Span::current();
+    for shared in guard.every() {
+        shared.begin_hold_span(&caller);
+    }
+}
+
 impl ClientInner {
+    /// Acquires `key`. Without a subscriber for its span (the common case of a benchmark or a
+    /// service that does not trace) the acquisition's future carries no span: every locked
+    /// call's future holds this one, and its size is watched (`locked::footprint`). With one,
+    /// the traced acquisition is boxed (a subscriber allocates per span anyway).
     pub(super) async fn acquire(
         &self,
         key: String,
         params: Params,
     ) -> Result<LockGuard, LockError> {
+        // (The span is decided outside this future: a local span would keep a slot in it.)
+        let (key, params) = match self.traced(key, params) {
+            Ok(traced) => return traced.await,
+            Err(untraced) => untraced,
+        };
+        let started = tokio::time::Instant::now();
+        let result = self.acquire_any(key, params).await;
+        count_acquisition(self.backend.store(), started, &result);
+        if let Ok(guard) = &result {
+            // (A subscriber may want the holds and not the acquisitions.)
+            holds_began(guard);
+        }
+        result
+    }
+
+    /// The traced acquisition, boxed, when a subscriber wants its span; else the request back.
+    #[allow(clippy::type_complexity)]
+    fn traced(
+        &self,
+        key: String,
+        params: Params,
+    ) -> Result<BoxFuture<'_, Result<LockGuard, LockError>>, (String, Params)> {
         let span = acquire_span(&key, self.backend.store(), &params);
+        if span.is_disabled() {
+            return Err((key, params));
+        }
+        Ok(Box::pin(self.acquire_traced(key, params, span)))
+    }
+
+    /// [`acquire`](Self::acquire) inside its span.
+    async fn acquire_traced(
+        &self,
+        key: String,
+        params: Params,
+        span: Span,
+    ) -> Result<LockGuard, LockError> {
         let started = tokio::time::Instant::now();
         let result = self.acquire_any(key, params).instrument(span.clone()).await;
-        acquisition_ended(&span, self.backend.store(), started, &result);
+        count_acquisition(self.backend.store(), started, &result);
+        acquisition_ended(&span, started, &result);
         result
     }
 
@@ -367,7 +418,14 @@ impl ClientInner {
         let result = Box::pin(self.acquire_set_any(keys, params))
             .instrument(span.clone())
             .await;
-        acquisition_ended(&span, self.backend.store(), started, &result);
+        count_acquisition(self.backend.store(), started, &result);
+        if span.is_disabled() {
+            if let Ok(guard) = &result {
+                holds_began(guard);
+            }
+        } else {
+            acquisition_ended(&span, started, &result);
+        }
         result
     }
 
