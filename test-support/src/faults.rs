@@ -147,7 +147,7 @@ impl Scenario {
                 "SIGSTOP past the lease; another client takes the lock (token larger) and writes \
                  the resource; SIGCONT; the first writes again, plain and fenced, without asking",
                 "the stale **plain write lands** over the new holder's; its **fenced write is \
-                 refused** (`fence::redis_fenced_set`; `fence::SQL_FENCED_UPDATE`, `?` \
+                 refused** (`fence::REDIS_FENCED_SET`; `fence::SQL_FENCED_UPDATE`, `?` \
                  placeholders on MariaDB; an etcd transaction comparing the stored token; a \
                  ZooKeeper version-checked write) and the resource keeps the new holder's \
                  value; the resumed holder is told its lock was lost",
