@@ -130,7 +130,14 @@ impl Seen {
 
 /// Runs `test` on a current-thread runtime with `seen` as this thread's subscriber.
 fn traced<F: std::future::Future<Output = ()>>(seen: &Seen, test: impl FnOnce() -> F) {
-    let subscriber = tracing_subscriber::registry().with(seen.clone());
+    traced_by(tracing_subscriber::registry().with(seen.clone()), test);
+}
+
+/// Runs `test` on a current-thread runtime with `subscriber` as this thread's subscriber.
+fn traced_by<F: std::future::Future<Output = ()>>(
+    subscriber: impl Subscriber + Send + Sync + 'static,
+    test: impl FnOnce() -> F,
+) {
     tracing::subscriber::with_default(subscriber, || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -353,23 +360,16 @@ fn opentelemetry_sees_the_spans_with_their_fields_and_parent() {
         .with_simple_exporter(exporter.clone())
         .build();
     let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("distlock-test"));
-    let subscriber = tracing_subscriber::registry().with(layer);
-    tracing::subscriber::with_default(subscriber, || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
+    traced_by(tracing_subscriber::registry().with(layer), || async {
+        let client = LockClient::builder(server.url())
+            .fencing(true)
             .build()
-            .unwrap()
-            .block_on(async {
-                let client = LockClient::builder(server.url())
-                    .fencing(true)
-                    .build()
-                    .await
-                    .unwrap();
-                let request = tracing::info_span!("request");
-                let _entered = request.enter();
-                let guard = client.lock("span:otel").acquire().await.unwrap();
-                guard.release().await.unwrap();
-            });
+            .await
+            .unwrap();
+        let request = tracing::info_span!("request");
+        let _entered = request.enter();
+        let guard = client.lock("span:otel").acquire().await.unwrap();
+        guard.release().await.unwrap();
     });
     provider.force_flush().unwrap();
     let spans = exporter.get_finished_spans().unwrap();
