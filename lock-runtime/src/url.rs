@@ -5,16 +5,33 @@ pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let (authority, path) = rest.split_at(authority_end);
     let Some((userinfo, host)) = authority.rsplit_once('@') else {
-        return url.to_owned();
+        return format!("{scheme}://{authority}{}", redact_query(path));
     };
     let userinfo = match userinfo.split_once(':') {
         Some((user, _password)) => format!("{user}:***"),
         None => "***".to_owned(),
     };
-    format!("{scheme}://{userinfo}@{host}{path}")
+    format!("{scheme}://{userinfo}@{host}{}", redact_query(path))
+}
+
+/// `path` with the URLs in its query's values (PostgreSQL's `listen_url=`) redacted too.
+fn redact_query(path: &str) -> String {
+    let Some((path, query)) = path.split_once('?') else {
+        return path.to_owned();
+    };
+    let pairs: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, value)) if percent_decode(value).contains("://") => {
+                format!("{name}={}", redact_url(&percent_decode(value)))
+            }
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{path}?{}", pairs.join("&"))
 }
 
 /// `host[:port],host[:port]…` (IPv6 in brackets) as `host:port` each, `default_port` where a
@@ -169,6 +186,16 @@ mod tests {
         );
         assert_eq!(take_query("s://h?b=2", |name, _| name == "b"), "s://h");
         assert_eq!(percent_decode("a%20b%2Fc%zz%4"), "a b/c%zz%4");
+        assert_eq!(
+            super::redact_url(
+                "postgres://u:secret@pooler:6432/db?pooler=transaction&listen_url=postgres%3A%2F%2Fu%3Asecret%40db%3A5432%2Fdb"
+            ),
+            "postgres://u:***@pooler:6432/db?pooler=transaction&listen_url=postgres://u:***@db:5432/db"
+        );
+        assert_eq!(
+            super::redact_url("postgres://pooler?listen_url=postgres://u:secret@db/x"),
+            "postgres://pooler?listen_url=postgres://u:***@db/x"
+        );
         assert_eq!(
             with_password("redis://u:old@h:1/0?x=1", "p@ss:/w"),
             "redis://u:p%40ss%3A%2Fw@h:1/0?x=1"

@@ -7,6 +7,7 @@ use distlock::{LockClient, LockClientBuilder};
 
 use super::cluster::RedisCluster;
 use super::mysql::MysqlServer;
+use super::pgbouncer::PgBouncer;
 use super::postgres::PostgresServer;
 use super::proxy::DelayProxy;
 use super::sentinel::{Sentinel, SentinelGroup};
@@ -669,6 +670,9 @@ pub struct PostgresFixture {
     pub server: Server<PostgresServer>,
     table: String,
     client: tokio::sync::Mutex<Option<std::sync::Arc<tokio_postgres::Client>>>,
+    /// The lock clients connect through PgBouncer in transaction mode (`pooler=transaction`),
+    /// with `listen_url` naming the server itself when `.1`.
+    pooled: Option<(Server<PgBouncer>, bool)>,
 }
 
 impl PostgresFixture {
@@ -688,11 +692,40 @@ impl PostgresFixture {
         PostgresFixture::on(Server::Own(server))
     }
 
+    /// Through the binary's shared PgBouncer (transaction mode) in front of its shared
+    /// server: `pooler=transaction`, and `listen_url` naming the server when `listen` (else
+    /// waiters poll).
+    pub fn pgbouncer(listen: bool) -> PostgresFixture {
+        let mut fixture = PostgresFixture::new();
+        fixture.pooled = Some((Server::Shared(PgBouncer::shared()), listen));
+        fixture
+    }
+
+    /// Through a PgBouncer of this test's own (transaction mode) in front of a server of its
+    /// own: both can be killed, paused and restarted.
+    pub fn own_pgbouncer(listen: bool) -> PostgresFixture {
+        let server = PostgresServer::start();
+        let bouncer = PgBouncer::start(&server);
+        let mut fixture = PostgresFixture::on(Server::Own(server));
+        fixture.pooled = Some((Server::Own(bouncer), listen));
+        fixture
+    }
+
+    /// The test's own PgBouncer in front (see [`own_pgbouncer`](Self::own_pgbouncer)).
+    pub fn bouncer_mut(&mut self) -> &mut PgBouncer {
+        self.pooled
+            .as_mut()
+            .expect("a fixture through PgBouncer")
+            .0
+            .own_mut()
+    }
+
     fn on(server: Server<PostgresServer>) -> PostgresFixture {
         PostgresFixture {
             server,
             table: unique("locks").replace('-', "_"),
             client: tokio::sync::Mutex::new(None),
+            pooled: None,
         }
     }
 
@@ -739,6 +772,17 @@ impl Fixture for PostgresFixture {
     }
 
     fn url(&self) -> String {
+        if let Some((bouncer, listen)) = &self.pooled {
+            let listen = match listen {
+                true => format!("&listen_url={}", self.server.url()),
+                false => String::new(),
+            };
+            return format!(
+                "{}?table={}&pooler=transaction{listen}",
+                bouncer.url(),
+                self.table
+            );
+        }
         let url = self.server.url();
         let join = if url.contains('?') { '&' } else { '?' };
         format!("{url}{join}table={}", self.table)
@@ -815,7 +859,11 @@ impl Fixture for PostgresFixture {
     }
 
     async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
-        slowed_url(&self.url(), self.server.port(), min, max).await
+        let port = match &self.pooled {
+            Some((bouncer, _)) => bouncer.port(),
+            None => self.server.port(),
+        };
+        slowed_url(&self.url(), port, min, max).await
     }
 
     async fn anything_at(&self, name: &str) -> bool {

@@ -21,6 +21,7 @@ pub mod fixture;
 pub mod helper;
 pub mod history;
 pub mod mysql;
+pub mod pgbouncer;
 pub mod postgres;
 pub mod proxy;
 pub mod queue;

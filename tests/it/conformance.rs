@@ -2995,6 +2995,10 @@ suite! {
 suite! {
     postgres => PostgresFixture::new(),
     advisory => AdvisoryFixture::new(),
+    // Through PgBouncer 1.18 in transaction mode (`pooler=transaction`): `LISTEN` on the
+    // server itself (`listen_url`), or none (waiters poll).
+    pgbouncer => PostgresFixture::pgbouncer(true),
+    pgbouncer_polling => PostgresFixture::pgbouncer(false),
 }
 
 #[cfg(feature = "mysql")]

@@ -381,6 +381,13 @@ impl LockClientBuilder {
                 crate::url::redact_url(url)
             )));
         }
+        if settings.transaction_pooler || settings.listen_url.is_some() {
+            return Err(LockError::Config(format!(
+                "`pooler` and `listen_url` in {} are PostgreSQL's: a MySQL lock client keeps no \
+                 session state between statements, and waits without `LISTEN`; remove them",
+                crate::url::redact_url(url)
+            )));
+        }
         Ok(crate::backend::mysql::MysqlBackend::connect(&driver_url, settings).await?)
     }
 

@@ -5,6 +5,7 @@ use tokio_postgres::types::ToSql;
 
 use super::PostgresBackend;
 use super::errors::PgError;
+use super::pool::one;
 use crate::backend::sql::errors::acquire_error;
 use crate::backend::sql::millis;
 use crate::backend::sql::shares::{READERS, semaphore_limit, shares_token};
@@ -19,7 +20,7 @@ impl PostgresBackend {
         if !spec.fencing {
             let taken = self
                 .run("the acquisition", spec.name, |conn| async move {
-                    conn.client.execute(&conn.acquire, &params).await
+                    conn.execute(&conn.acquire, &params).await
                 })
                 .await
                 .map_err(acquire_error)?;
@@ -34,10 +35,12 @@ impl PostgresBackend {
             }
             let remaining = self
                 .run("reading the holder's lease", spec.name, |conn| async move {
-                    conn.client.query_opt(&conn.remaining, &[&spec.name]).await
+                    conn.query(&conn.remaining, &[&spec.name]).await
                 })
                 .await
-                .map_err(acquire_error)?;
+                .map_err(acquire_error)?
+                .into_iter()
+                .next();
             let ttl_ms: Option<i64> = match remaining {
                 Some(row) => row.try_get(0).map_err(|e| acquire_error(e.into()))?,
                 None => None,
@@ -46,9 +49,10 @@ impl PostgresBackend {
         }
         let row = self
             .run("the acquisition", spec.name, |conn| async move {
-                conn.client.query_one(&conn.acquire_fenced, &params).await
+                conn.query(&conn.acquire_fenced, &params).await
             })
             .await
+            .and_then(|rows| one(rows, "the acquisition"))
             .map_err(acquire_error)?;
         let taken: bool = row.try_get(0).map_err(|e| acquire_error(e.into()))?;
         if taken {
@@ -82,7 +86,7 @@ impl PostgresBackend {
         let params: [&(dyn ToSql + Sync); 4] = [&spec.name, &spec.token, &lease, &row_token];
         let taken = self
             .run("the share's acquisition", spec.name, |conn| async move {
-                conn.client.execute(&conn.share_join, &params).await
+                conn.execute(&conn.share_join, &params).await
             })
             .await
             .map_err(acquire_error)?;
@@ -103,9 +107,10 @@ impl PostgresBackend {
         let params: [&(dyn ToSql + Sync); 4] = [&spec.name, &spec.token, &lease, &self.holder];
         let row = self
             .run("the read acquisition", spec.name, |conn| async move {
-                conn.client.query_one(&conn.read_acquire, &params).await
+                conn.query(&conn.read_acquire, &params).await
             })
             .await
+            .and_then(|rows| one(rows, "the read acquisition"))
             .map_err(acquire_error)?;
         let get = |i| -> Result<Option<i64>, BoxError> {
             row.try_get(i).map_err(|e| acquire_error(PgError::from(e)))
@@ -130,10 +135,12 @@ impl PostgresBackend {
             // A writer holds it: flag its row, so that its release wakes this reader.
             let flagged = self
                 .run("flagging the writer's row", spec.name, |conn| async move {
-                    conn.client.query_opt(&conn.flag, &[&spec.name]).await
+                    conn.query(&conn.flag, &[&spec.name]).await
                 })
                 .await
-                .map_err(acquire_error)?;
+                .map_err(acquire_error)?
+                .into_iter()
+                .next();
             let Some(flagged) = flagged else {
                 return Ok(busy(None)); // released or changed meanwhile: ask again at once
             };
@@ -173,9 +180,10 @@ impl PostgresBackend {
         ];
         let row = self
             .run("the permit's acquisition", spec.name, |conn| async move {
-                conn.client.query_one(&conn.permit_acquire, &params).await
+                conn.query(&conn.permit_acquire, &params).await
             })
             .await
+            .and_then(|rows| one(rows, "the permit's acquisition"))
             .map_err(acquire_error)?;
         let failed = |e| acquire_error(PgError::from(e));
         if row.try_get::<_, bool>(0).map_err(failed)? {
@@ -204,12 +212,13 @@ impl PostgresBackend {
         self.marked.insert(spec.token);
         let row = self
             .run("marking the readers", spec.name, |conn| async move {
-                conn.client
-                    .query_opt(&conn.mark, &[&spec.name, &spec.token, &mark])
+                conn.query(&conn.mark, &[&spec.name, &spec.token, &mark])
                     .await
             })
             .await
-            .map_err(acquire_error)?;
+            .map_err(acquire_error)?
+            .into_iter()
+            .next();
         let Some(row) = row else {
             return Ok(busy(None)); // released meanwhile: ask again at once
         };

@@ -1,6 +1,8 @@
 //! The admin API on the lock table: a lock's row, the rows matching a pattern, a forced
 //! release, the server's version.
 
+use tokio_postgres::types::Type;
+
 use super::PostgresBackend;
 use crate::admin::{Entry, Listing};
 use crate::backend::Admin;
@@ -14,7 +16,7 @@ impl Admin for PostgresBackend {
         Box::pin(async move {
             let rows = self
                 .run("the inspection", name, |conn| async move {
-                    conn.client.query(&self.sql.inspect, &[&name]).await
+                    conn.text(&self.sql.inspect, &[Type::TEXT], &[&name]).await
                 })
                 .await?;
             Ok(rows.first().map(pg_entry))
@@ -27,7 +29,10 @@ impl Admin for PostgresBackend {
             let rows = self
                 .run("the listing", listing.prefix, |conn| {
                     let like = &like;
-                    async move { conn.client.query(&self.sql.list, &[like, &limit]).await }
+                    async move {
+                        conn.text(&self.sql.list, &[Type::TEXT, Type::INT8], &[like, &limit])
+                            .await
+                    }
                 })
                 .await?;
             Ok(rows.iter().map(pg_entry).collect())
@@ -40,7 +45,8 @@ impl Admin for PostgresBackend {
         Box::pin(async move {
             let rows = self
                 .run("the forced release", name, |conn| async move {
-                    conn.client.query(&self.sql.force_release, &[&name]).await
+                    conn.text(&self.sql.force_release, &[Type::TEXT], &[&name])
+                        .await
                 })
                 .await?;
             Ok(rows.first().map(pg_entry))
@@ -50,7 +56,7 @@ impl Admin for PostgresBackend {
         Box::pin(async move {
             let rows = self
                 .run("the version query", "", |conn| async move {
-                    conn.client.query("SHOW server_version", &[]).await
+                    conn.text("SHOW server_version", &[], &[]).await
                 })
                 .await?;
             let version: String = rows.first().map(|r| r.get(0)).unwrap_or_default();

@@ -64,6 +64,11 @@ impl DriverError for tokio_postgres::Error {
     }
 }
 
+/// What a prepared statement lost between transactions means.
+const POOLER_HINT: &str = ". A connection pooler in transaction mode (PgBouncer's \
+    `pool_mode = transaction`, RDS Proxy, Supavisor) seems to be between: add \
+    `pooler=transaction` to the URL";
+
 /// The driver's error with its cause: the server's message and SQLSTATE when it sent one.
 pub(super) fn describe(error: &tokio_postgres::Error) -> String {
     if let Some(db) = error.as_db_error() {
@@ -75,6 +80,14 @@ pub(super) fn describe(error: &tokio_postgres::Error) -> String {
         );
         if let Some(detail) = db.detail() {
             text.push_str(&format!("; {detail}"));
+        }
+        if [
+            SqlState::INVALID_SQL_STATEMENT_NAME,
+            SqlState::DUPLICATE_PSTATEMENT,
+        ]
+        .contains(db.code())
+        {
+            text.push_str(POOLER_HINT);
         }
         return text;
     }
@@ -141,6 +154,15 @@ pub(super) fn connect_error(
             }
             Some(code) if *code == SqlState::CANNOT_CONNECT_NOW => {
                 "the server is starting up or shutting down: try again".to_owned()
+            }
+            _ if describe(e).contains("unsupported startup parameter") => {
+                "a connection pooler (PgBouncer) answered, and it refuses the `options` startup \
+                 parameter that `mode=advisory` sends: an advisory lock belongs to a server \
+                 session, which a pooler in transaction mode hands to others. Give \
+                 `mode=advisory` a URL of the server itself or of a pool in session mode, or \
+                 use the lock table through the pooler (leave out `mode=advisory`, add \
+                 `pooler=transaction`)"
+                    .to_owned()
             }
             _ if tls.is_some() => tls.take().unwrap_or_default(),
             _ if describe(e).contains("refused") => refused_hint("PostgreSQL"),

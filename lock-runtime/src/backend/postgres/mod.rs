@@ -67,6 +67,14 @@ pub(crate) struct PostgresBackend {
     connecting: Vec<tokio::sync::Mutex<()>>,
     connections_made: AtomicU64,
     listener: Revived<Listener>,
+    /// Where `LISTEN` connects when the URL goes through a transaction pooler: the server
+    /// itself (`listen_url=`).
+    listen: Option<(tokio_postgres::Config, tls::MakeTls, String)>,
+    /// Behind a transaction pooler without `listen_url`: nothing tells this client of other
+    /// clients' releases, so its waiters ask again after a bounded pause ([`poll_pause`]),
+    /// and its own releases wake its own waiters through `local`.
+    polls: bool,
+    local: Arc<crate::notify::ReleaseHub>,
     /// The tokens of writers that may have marked a readers' row (see [`Self::mark`]): their
     /// release takes the mark back; every other writer's release is the plain delete. (A mark
     /// forgotten past 65,536 tokens lapses by itself within [`crate::backend::FAIR_QUEUE_TTL`].)
@@ -86,6 +94,11 @@ impl PostgresBackend {
         settings: SqlSettings,
     ) -> Result<Arc<PostgresBackend>, LockError> {
         let (config, tls, shown) = driver_config(driver_url, &settings)?;
+        let listen = match &settings.listen_url {
+            Some(url) => Some(driver_config(url, &settings)?),
+            None => None,
+        };
+        let polls = settings.transaction_pooler && listen.is_none();
         let sql = PgStatements::new(&settings);
         let backend = Arc::new(PostgresBackend {
             config,
@@ -100,6 +113,9 @@ impl PostgresBackend {
             settings,
             connections_made: AtomicU64::new(0),
             listener: Revived::new(),
+            listen,
+            polls,
+            local: crate::notify::ReleaseHub::new(None),
             marked: super::Remembered::default(),
             contended: super::Remembered::default(),
         });
@@ -111,6 +127,7 @@ impl PostgresBackend {
         futures_util::future::try_join_all(connecting)
             .await
             .map_err(|e| backend.setup_error(e))?;
+        backend.probe_listen().await?;
         Ok(backend)
     }
 
@@ -163,9 +180,25 @@ const CAPABILITIES: Capabilities = Capabilities {
     ..Capabilities::every_kind("postgres")
 };
 
+/// The lock table behind a transaction pooler without `listen_url`: waiters ask again.
+const POLLING: Capabilities = Capabilities {
+    poll: Some(poll_pause),
+    ..CAPABILITIES
+};
+
+/// The pause before a waiter behind a transaction pooler (without `listen_url`) asks again
+/// after its `busy`-th busy answer in a row: doubling from 2 ms to 50 ms, drawn from the upper
+/// half, so waiters of several processes spread out. Never past the holder's lease.
+fn poll_pause(busy: u32) -> std::time::Duration {
+    super::doubling_jittered(busy, 2, 50)
+}
+
 impl Backend for PostgresBackend {
     fn capabilities(&self) -> &Capabilities {
-        &CAPABILITIES
+        match self.polls {
+            true => &POLLING,
+            false => &CAPABILITIES,
+        }
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
@@ -188,12 +221,12 @@ impl Backend for PostgresBackend {
                             Some(row) => {
                                 let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
                                     [&spec.name, &spec.token, &lease, &row];
-                                conn.client.execute(&conn.read_renew, &params).await
+                                conn.execute(&conn.read_renew, &params).await
                             }
                             None => {
                                 let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
                                     [&spec.name, &spec.token, &lease];
-                                conn.client.execute(&conn.renew, &params).await
+                                conn.execute(&conn.renew, &params).await
                             }
                         }
                     }
@@ -219,8 +252,7 @@ impl Backend for PostgresBackend {
                 .run("the batched renewal", specs[0].name, |conn| {
                     let (names, tokens, leases) = (&names, &tokens, &leases);
                     async move {
-                        conn.client
-                            .query(&conn.renew_many, &[names, tokens, leases])
+                        conn.query(&conn.renew_many, &[names, tokens, leases])
                             .await
                     }
                 })
@@ -233,6 +265,36 @@ impl Backend for PostgresBackend {
     }
 
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
+        if self.polls {
+            // Nobody hears `NOTIFY`: this client's own waiters are woken here.
+            return Box::pin(async move {
+                let released = self.release_row(hold).await;
+                self.local.notify(hold.name);
+                released
+            });
+        }
+        self.release_row(hold)
+    }
+
+    fn subscribe<'a>(
+        &'a self,
+        spec: LockSpec<'a>,
+    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        let name = spec.name;
+        if self.polls {
+            return Box::pin(async move { Ok(self.local.subscribe(name, || {})) });
+        }
+        Box::pin(async move {
+            let listener = self.listener().await?;
+            // The connection has listened since it started: a release from now on is heard.
+            Ok(listener.hub.subscribe(name, || {}))
+        })
+    }
+}
+
+impl PostgresBackend {
+    /// Gives back `hold`'s row (or share), waking the waiters `NOTIFY` reaches.
+    fn release_row<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
         let row_token = row_token(hold.kind);
         let marked = row_token.is_none() && self.marked.remove(token);
@@ -259,7 +321,7 @@ impl Backend for PostgresBackend {
                                 true => &conn.share_release_alone,
                                 false => &conn.release_quiet,
                             };
-                            conn.client.execute(quiet, params.get()).await
+                            conn.execute(quiet, params.get()).await
                         }
                     })
                     .await?;
@@ -282,7 +344,7 @@ impl Backend for PostgresBackend {
                             (false, true) => &conn.release,
                             (false, false) => &conn.release_unmarked,
                         };
-                        conn.client.query(full, params.get()).await
+                        conn.query(full, params.get()).await
                     }
                 })
                 .await?;
@@ -295,15 +357,4 @@ impl Backend for PostgresBackend {
         })
     }
 
-    fn subscribe<'a>(
-        &'a self,
-        spec: LockSpec<'a>,
-    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
-        let name = spec.name;
-        Box::pin(async move {
-            let listener = self.listener().await?;
-            // The connection has listened since it started: a release from now on is heard.
-            Ok(listener.hub.subscribe(name, || {}))
-        })
-    }
 }

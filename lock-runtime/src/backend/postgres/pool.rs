@@ -7,39 +7,113 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio_postgres::types::Type;
-use tokio_postgres::{AsyncMessage, Client, Statement};
+use tokio_postgres::types::{Kind, ToSql, Type};
+use tokio_postgres::{AsyncMessage, Client, Row, Statement};
 
 use super::PostgresBackend;
 use super::errors::{PgError, describe};
 use crate::backend::sql::errors::timed;
 use crate::backend::sql::slot_of;
+use crate::error::LockError;
 use crate::notify::{CloseOnDrop, ReleaseHub};
 use crate::runtime::RuntimeBound;
 
 use super::tls::{MakeTls, RawConnection};
 
-/// A connection with its prepared statements.
+/// A statement of the lock table on one connection.
+pub(super) enum Stmt {
+    /// Prepared when the connection opened (named on the server, planned once).
+    Prepared(Statement),
+    /// Behind a pooler in transaction mode, where a statement prepared in one transaction is
+    /// on another server connection by the next: sent whole each time as the unnamed
+    /// statement, with its parameters' types, in one round trip (parse, bind, execute).
+    Unnamed(String, Vec<Type>),
+}
+
+/// A connection with its lock statements.
 pub(super) struct Conn {
     pub(super) client: Client,
-    pub(super) acquire: Statement,
-    pub(super) acquire_fenced: Statement,
-    pub(super) remaining: Statement,
-    pub(super) renew: Statement,
-    pub(super) renew_many: Statement,
-    pub(super) release: Statement,
-    pub(super) release_unmarked: Statement,
-    pub(super) release_quiet: Statement,
-    pub(super) read_acquire: Statement,
-    pub(super) share_join: Statement,
-    pub(super) read_renew: Statement,
-    pub(super) read_release: Statement,
-    pub(super) share_release_alone: Statement,
-    pub(super) permit_acquire: Statement,
-    pub(super) mark: Statement,
-    pub(super) flag: Statement,
+    pub(super) acquire: Stmt,
+    pub(super) acquire_fenced: Stmt,
+    pub(super) remaining: Stmt,
+    pub(super) renew: Stmt,
+    pub(super) renew_many: Stmt,
+    pub(super) release: Stmt,
+    pub(super) release_unmarked: Stmt,
+    pub(super) release_quiet: Stmt,
+    pub(super) read_acquire: Stmt,
+    pub(super) share_join: Stmt,
+    pub(super) read_renew: Stmt,
+    pub(super) read_release: Stmt,
+    pub(super) share_release_alone: Stmt,
+    pub(super) permit_acquire: Stmt,
+    pub(super) mark: Stmt,
+    pub(super) flag: Stmt,
     /// Which connection this is (see [`PostgresBackend::invalidate`]).
     pub(super) number: u64,
+}
+
+type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+impl Conn {
+    /// Runs `statement`: the rows it changed.
+    pub(super) async fn execute(
+        &self,
+        statement: &Stmt,
+        params: Params<'_>,
+    ) -> Result<u64, tokio_postgres::Error> {
+        match statement {
+            Stmt::Prepared(prepared) => self.client.execute(prepared, params).await,
+            Stmt::Unnamed(text, types) => {
+                let typed = params.iter().copied().zip(types.iter().cloned());
+                let rows = self.client.query_typed_raw(text, typed).await?;
+                futures_util::pin_mut!(rows);
+                while let Some(row) = rows.next().await {
+                    row?;
+                }
+                Ok(rows.rows_affected().unwrap_or(0))
+            }
+        }
+    }
+
+    /// Runs `statement`: the rows it returned.
+    pub(super) async fn query(
+        &self,
+        statement: &Stmt,
+        params: Params<'_>,
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        match statement {
+            Stmt::Prepared(prepared) => self.client.query(prepared, params).await,
+            Stmt::Unnamed(text, types) => self.text(text, types, params).await,
+        }
+    }
+
+    /// Runs `text` as the unnamed statement (one round trip, safe through any pooler): the
+    /// statements run too rarely to be prepared (the admin API's).
+    pub(super) async fn text(
+        &self,
+        text: &str,
+        types: &[Type],
+        params: Params<'_>,
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let typed: Vec<_> = params.iter().copied().zip(types.iter().cloned()).collect();
+        self.client.query_typed(text, &typed).await
+    }
+}
+
+/// The first row a statement that always answers one returned, or why there is none.
+pub(super) fn one(rows: Vec<Row>, what: &str) -> Result<Row, PgError> {
+    rows.into_iter()
+        .next()
+        .ok_or_else(|| PgError::Unexpected(format!("{what} returned no row")))
+}
+
+/// A type as `PREPARE` names it (`text`, `text[]`).
+fn type_name(ty: &Type) -> String {
+    match ty.kind() {
+        Kind::Array(element) => format!("{}[]", element.name()),
+        _ => ty.name().to_owned(),
+    }
 }
 
 /// A pool slot: the connection, tied to the runtime whose task drives it.
@@ -138,81 +212,62 @@ impl PostgresBackend {
             return Ok(conn);
         }
         let client = self.open().await?;
-        // Sent together: the connection pipelines them, one round trip for all. First, the
-        // lock table is to be read by its primary key whatever its size looks like: once
-        // autovacuum has emptied and truncated it, the planner believes it empty, and the
-        // plans a connection caches then scan the whole heap for every release and renewal
-        // while it fills with dead rows again (a third of the server's CPU per lock + release
-        // in issue 53's profile). Only this client's connections, only its own statements.
-        let index_only = client.batch_execute("SET enable_seqscan = off");
-        let lock_params = [Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT];
-        let acquiring = futures_util::future::try_join4(
-            client.prepare_typed(&self.sql.acquire, &lock_params),
-            client.prepare_typed(&self.sql.acquire_fenced, &lock_params),
-            client.prepare_typed(&self.sql.remaining, &[Type::TEXT]),
-            client.prepare_typed(&self.sql.release_unmarked, &[Type::TEXT, Type::TEXT]),
-        );
-        let prepared = futures_util::future::try_join4(
-            acquiring,
-            client.prepare_typed(&self.sql.renew, &[Type::TEXT, Type::TEXT, Type::INT8]),
-            client.prepare_typed(
-                &self.sql.renew_many,
-                &[Type::TEXT_ARRAY, Type::TEXT_ARRAY, Type::INT8_ARRAY],
-            ),
-            client.prepare_typed(&self.sql.release, &[Type::TEXT, Type::TEXT]),
-        );
-        let reading = futures_util::future::try_join5(
-            client.prepare_typed(&self.sql.read_acquire, &lock_params),
-            client.prepare_typed(
-                &self.sql.read_renew,
-                &[Type::TEXT, Type::TEXT, Type::INT8, Type::TEXT],
-            ),
-            client.prepare_typed(
-                &self.sql.read_release,
-                &[Type::TEXT, Type::TEXT, Type::TEXT],
-            ),
-            futures_util::future::try_join(
-                client.prepare_typed(&self.sql.mark, &[Type::TEXT, Type::TEXT, Type::INT8]),
-                client.prepare_typed(&self.sql.flag, &[Type::TEXT]),
-            ),
-            client.prepare_typed(
-                &self.sql.permit_acquire,
-                &[
-                    Type::TEXT,
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::TEXT,
-                    Type::INT8,
-                    Type::BOOL,
-                ],
-            ),
-        );
-        let prepared = futures_util::future::try_join4(
-            index_only,
-            prepared,
-            reading,
-            futures_util::future::try_join3(
-                client.prepare_typed(&self.sql.release_quiet, &[Type::TEXT, Type::TEXT]),
-                client.prepare_typed(
-                    &self.sql.share_release_alone,
-                    &[Type::TEXT, Type::TEXT, Type::TEXT],
-                ),
-                client.prepare_typed(&self.sql.share_join, &lock_params),
-            ),
-        );
-        // Part of connecting: bounded by the connect timeout (a busy server or another client
-        // creating the tables can hold it up for longer than one statement may take).
-        let (
-            (),
-            ((acquire, acquire_fenced, remaining, release_unmarked), renew, renew_many, release),
-            (read_acquire, read_renew, read_release, (mark, flag), permit_acquire),
-            (release_quiet, share_release_alone, share_join),
-        ) = timed(
-            "preparing the lock statements",
-            self.settings.connect_timeout,
-            prepared,
-        )
-        .await?;
+        let texts = self.statement_texts();
+        let statements = if self.settings.transaction_pooler {
+            self.check_statements(&client, &texts).await?;
+            texts
+                .into_iter()
+                .map(|(text, types)| Stmt::Unnamed(text.to_owned(), types))
+                .collect::<Vec<_>>()
+        } else {
+            // Sent together: the connection pipelines them, one round trip for all. First,
+            // the lock table is to be read by its primary key whatever its size looks like:
+            // once autovacuum has emptied and truncated it, the planner believes it empty,
+            // and the plans a connection caches then scan the whole heap for every release
+            // and renewal while it fills with dead rows again (a third of the server's CPU
+            // per lock + release in issue 53's profile). Only this client's connections, only
+            // its own statements. (Behind a transaction pooler nothing is cached: each
+            // statement is planned for the table as it is.)
+            let index_only = client.batch_execute("SET enable_seqscan = off");
+            let prepared = futures_util::future::try_join_all(
+                texts
+                    .iter()
+                    .map(|(text, types)| client.prepare_typed(text, types)),
+            );
+            // Part of connecting: bounded by the connect timeout (a busy server or another
+            // client creating the tables can hold it up for longer than one statement may
+            // take).
+            let ((), prepared) = timed(
+                "preparing the lock statements",
+                self.settings.connect_timeout,
+                futures_util::future::try_join(index_only, prepared),
+            )
+            .await?;
+            prepared.into_iter().map(Stmt::Prepared).collect()
+        };
+        let Ok::<[Stmt; 16], _>(
+            [
+                acquire,
+                acquire_fenced,
+                remaining,
+                renew,
+                renew_many,
+                release,
+                release_unmarked,
+                release_quiet,
+                read_acquire,
+                share_join,
+                read_renew,
+                read_release,
+                share_release_alone,
+                permit_acquire,
+                mark,
+                flag,
+            ],
+        ) = statements.try_into()
+        else {
+            unreachable!("one statement per text");
+        };
         let conn = Arc::new(Conn {
             client,
             acquire,
@@ -236,6 +291,64 @@ impl PostgresBackend {
         *self.slot(i) = Some(RuntimeBound::new(Arc::clone(&conn)));
         tracing::debug!(url = %self.url, slot = i, "distlock: connected to postgres");
         Ok(conn)
+    }
+
+    /// Each lock statement's text and parameter types, in [`Conn`]'s order.
+    fn statement_texts(&self) -> Vec<(&str, Vec<Type>)> {
+        use Type as T;
+        let sql = &self.sql;
+        let lock = || vec![T::TEXT, T::TEXT, T::INT8, T::TEXT];
+        vec![
+            (&sql.acquire, lock()),
+            (&sql.acquire_fenced, lock()),
+            (&sql.remaining, vec![T::TEXT]),
+            (&sql.renew, vec![T::TEXT, T::TEXT, T::INT8]),
+            (
+                &sql.renew_many,
+                vec![T::TEXT_ARRAY, T::TEXT_ARRAY, T::INT8_ARRAY],
+            ),
+            (&sql.release, vec![T::TEXT, T::TEXT]),
+            (&sql.release_unmarked, vec![T::TEXT, T::TEXT]),
+            (&sql.release_quiet, vec![T::TEXT, T::TEXT]),
+            (&sql.read_acquire, lock()),
+            (&sql.share_join, lock()),
+            (&sql.read_renew, vec![T::TEXT, T::TEXT, T::INT8, T::TEXT]),
+            (&sql.read_release, vec![T::TEXT, T::TEXT, T::TEXT]),
+            (&sql.share_release_alone, vec![T::TEXT, T::TEXT, T::TEXT]),
+            (
+                &sql.permit_acquire,
+                vec![T::TEXT, T::TEXT, T::INT8, T::TEXT, T::INT8, T::BOOL],
+            ),
+            (&sql.mark, vec![T::TEXT, T::TEXT, T::INT8]),
+            (&sql.flag, vec![T::TEXT]),
+        ]
+        .into_iter()
+        .map(|(text, types)| (text.as_str(), types))
+        .collect()
+    }
+
+    /// Behind a transaction pooler: checks the table's shape as preparing would, by
+    /// `PREPARE` and `DEALLOCATE` of every statement in one simple query — one transaction,
+    /// so on one server connection, which keeps nothing afterwards.
+    async fn check_statements(
+        &self,
+        client: &Client,
+        texts: &[(&str, Vec<Type>)],
+    ) -> Result<(), PgError> {
+        let mut batch = String::new();
+        for (i, (text, types)) in texts.iter().enumerate() {
+            let types: Vec<String> = types.iter().map(type_name).collect();
+            batch.push_str(&format!(
+                "PREPARE distlock_check_{i} ({}) AS {text}; DEALLOCATE distlock_check_{i};\n",
+                types.join(", ")
+            ));
+        }
+        timed(
+            "checking the lock statements",
+            self.settings.connect_timeout,
+            client.batch_execute(&batch),
+        )
+        .await
     }
 
     /// Forgets connection `number` so its slot reconnects, unless it was replaced already.
@@ -284,6 +397,50 @@ impl PostgresBackend {
         }
     }
 
+    /// With `listen_url`: proves at connect that its `LISTEN` hears a `NOTIFY` sent through
+    /// the pooler (the same server and database), so a wrong `listen_url` fails now, not as
+    /// waiters that hear no release.
+    pub(super) async fn probe_listen(&self) -> Result<(), LockError> {
+        let Some((config, _, shown)) = &self.listen else {
+            return Ok(());
+        };
+        let listener = self
+            .listener()
+            .await
+            .map_err(|e| super::errors::connect_error(config, shown, e))?;
+        let probe = format!("distlock probe {} {}", self.holder, fastrand::u64(..));
+        let mut heard = listener.hub.subscribe(&probe, || {});
+        let channel = self.settings.table.as_str();
+        self.run("the LISTEN probe", &probe, |conn| {
+            let probe = probe.as_str();
+            async move {
+                conn.text(
+                    "SELECT pg_notify($1, $2)",
+                    &[Type::TEXT, Type::TEXT],
+                    &[&channel, &probe],
+                )
+                .await
+            }
+        })
+        .await
+        .map_err(|e| self.connect_error(e))?;
+        let limit = self.settings.connect_timeout;
+        let waited = tokio::time::timeout(limit, heard.released()).await;
+        if waited.is_err() || heard.is_closed() {
+            return Err(LockError::Connect {
+                url: self.url.clone(),
+                reason: format!(
+                    "`listen_url` ({shown}) heard no `NOTIFY` sent through the URL within \
+                     {limit:?}: it must reach the same PostgreSQL server and database as the \
+                     pooler does (the server itself, not the pooler), or waiters would never \
+                     hear a release"
+                ),
+                source: None,
+            });
+        }
+        Ok(())
+    }
+
     /// The live `LISTEN` connection, started on the caller's runtime when needed.
     pub(super) async fn listener(&self) -> Result<Arc<Listener>, PgError> {
         self.listener
@@ -305,7 +462,19 @@ pub(super) struct Listener {
 
 impl Listener {
     async fn start(backend: &PostgresBackend) -> Result<Arc<Listener>, PgError> {
-        let (client, mut connection) = backend.connect_raw("the LISTEN connection").await?;
+        // Behind a transaction pooler, `LISTEN` goes to the server itself (`listen_url`).
+        let (client, mut connection) = match &backend.listen {
+            Some((config, tls, _)) => {
+                connect_raw(
+                    config,
+                    tls,
+                    backend.settings.connect_timeout,
+                    "the LISTEN connection (listen_url)",
+                )
+                .await?
+            }
+            None => backend.connect_raw("the LISTEN connection").await?,
+        };
         let hub = ReleaseHub::new(None);
         let (closer, dead) = CloseOnDrop::new(&hub);
         tokio::spawn(async move {

@@ -51,6 +51,13 @@ pub(crate) struct SqlSettings {
     /// TLS trust and identity given in code (the URL's own TLS parameters stay in the driver
     /// URL: each database names them its way).
     pub tls: Option<crate::tls::TlsConfig>,
+    /// `pooler=transaction` (PostgreSQL): the URL reaches the server through a pooler in
+    /// transaction mode (PgBouncer, RDS Proxy, Supavisor …), so no statement relies on the
+    /// server connection outliving its transaction.
+    pub transaction_pooler: bool,
+    /// `listen_url=` (PostgreSQL): a direct connection to the server for `LISTEN`, where the
+    /// URL goes through a transaction pooler (which cannot carry it).
+    pub listen_url: Option<String>,
 }
 
 /// The longest lease of the advisory-lock mode unless the URL says otherwise (`max_lease_ms`):
@@ -85,6 +92,7 @@ impl SqlSettings {
         let mut kept = Vec::new();
         let (mut table, mut create_table, mut pool_size) = (None, None, None);
         let (mut advisory, mut max_lease) = (false, None);
+        let (mut transaction_pooler, mut listen_url) = (false, None);
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             match name {
@@ -136,8 +144,52 @@ impl SqlSettings {
                             })?,
                     )
                 }
+                "pooler" => {
+                    transaction_pooler = match value {
+                        "transaction" => true,
+                        "none" | "session" => false,
+                        _ => {
+                            return Err(LockError::Config(format!(
+                                "`pooler={value}` in {shown}: expected `transaction` (the URL \
+                                 goes through a pooler in transaction mode: PgBouncer's \
+                                 `pool_mode = transaction`, RDS Proxy, Supavisor), `session` or \
+                                 `none` (the default: a direct connection, or a pool in session \
+                                 mode)"
+                            )));
+                        }
+                    }
+                }
+                "listen_url" => {
+                    let decoded = crate::url::percent_decode(value);
+                    if !(decoded.starts_with("postgres://")
+                        || decoded.starts_with("postgresql://"))
+                    {
+                        return Err(LockError::Config(format!(
+                            "`listen_url` in {shown}: expected a `postgres://` URL of the \
+                             server itself (not the pooler), its own `?` and `&` written as \
+                             `%3F` and `%26`"
+                        )));
+                    }
+                    listen_url = Some(decoded);
+                }
                 _ => kept.push(pair),
             }
+        }
+        if listen_url.is_some() && !transaction_pooler {
+            return Err(LockError::Config(format!(
+                "`listen_url` in {shown} is for a URL through a transaction pooler: add \
+                 `pooler=transaction`, or remove it (without a pooler, the URL's own connection \
+                 listens)"
+            )));
+        }
+        if transaction_pooler && advisory {
+            return Err(LockError::Config(format!(
+                "`mode=advisory` with `pooler=transaction` in {shown}: an advisory lock belongs \
+                 to a server session, and a pooler in transaction mode hands that session to \
+                 other clients after each statement, so the lock would belong to nobody. Use \
+                 the lock table through the pooler (leave out `mode=advisory`), or give \
+                 `mode=advisory` a URL of the server itself or of a pool in session mode"
+            )));
         }
         if max_lease.is_some() && !advisory {
             return Err(LockError::Config(format!(
@@ -157,6 +209,8 @@ impl SqlSettings {
             response_timeout,
             advisory: advisory.then(|| max_lease.unwrap_or(DEFAULT_MAX_LEASE)),
             tls: options.tls.clone(),
+            transaction_pooler,
+            listen_url,
         };
         check_table_name(&settings.table)?;
         if !(1..=MAX_POOL_SIZE).contains(&settings.pool_size) {

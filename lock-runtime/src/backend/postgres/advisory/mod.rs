@@ -37,8 +37,10 @@
 //!   admin API reads it; other roles' sessions need `pg_read_all_stats`).
 //! - **What it cannot do**: semaphores and `min_hold` (a lock ends with the
 //!   holder's connection, so it cannot outlive the holder's process) are refused with
-//!   `LockError::Config`; a connection pooler in transaction mode would hand the lock's
-//!   session to others — connect directly, or through a session-mode pool.
+//!   `LockError::Config`. A connection pooler in transaction mode would hand the lock's
+//!   session to others: `pooler=transaction` is refused with `mode=advisory`, and so is a
+//!   connection whose startup options did not reach the server (a pooler that drops them)
+//!   — connect directly, or through a session-mode pool.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -202,6 +204,28 @@ impl AdvisoryBackend {
                      ends a silent holder's session, and its lock, one lease after its last \
                      statement); this server is version {version}: use the lock table \
                      (leave out `mode=advisory`)"
+                ),
+                source: None,
+            });
+        }
+        // The startup options reached the server: a pooler that drops them (PgBouncer's
+        // `ignore_startup_parameters = options`) would also hand the lock's session to others.
+        let checked = backend
+            .query(&client, "SHOW client_connection_check_interval")
+            .await
+            .map_err(|e| connect_error(&backend.config, &backend.url, e))?;
+        if checked != "1s" {
+            return Err(LockError::Connect {
+                url: backend.url.clone(),
+                reason: format!(
+                    "the server runs this connection with `client_connection_check_interval = \
+                     {checked}`, not the 1s `mode=advisory` asked for at connect: something \
+                     between drops startup options, as a connection pooler does (PgBouncer's \
+                     `ignore_startup_parameters`). An advisory lock belongs to a server session, \
+                     which a pooler in transaction mode hands to others: give `mode=advisory` a \
+                     URL of the server itself or of a pool in session mode, or use the lock \
+                     table through the pooler (leave out `mode=advisory`, add \
+                     `pooler=transaction`)"
                 ),
                 source: None,
             });
