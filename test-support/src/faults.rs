@@ -728,6 +728,102 @@ impl Faulty for PostgresFixture {
     }
 }
 
+/// `postgres://` through PgBouncer in transaction mode (`pooler=transaction`, `listen_url` on
+/// the server), with the server behind it as the fault's victim or, when `ITSELF`, PgBouncer:
+/// each server fault is a fault of that one, the other runs on.
+pub struct PgBouncerFixture<const ITSELF: bool>(pub PostgresFixture);
+
+/// The fault suite's fixture whose faults hit the server behind PgBouncer.
+pub type BehindPgBouncer = PgBouncerFixture<false>;
+/// The fault suite's fixture whose faults hit PgBouncer (the server runs on).
+pub type PgBouncerItself = PgBouncerFixture<true>;
+
+impl<const ITSELF: bool> Fixture for PgBouncerFixture<ITSELF> {
+    fn url(&self) -> String {
+        self.0.url()
+    }
+    async fn holder(&self, name: &str) -> Option<String> {
+        self.0.holder(name).await
+    }
+    async fn ttl(&self, name: &str) -> Option<Duration> {
+        self.0.ttl(name).await
+    }
+    async fn delete(&self, name: &str) {
+        self.0.delete(name).await
+    }
+    async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
+        self.0.overwrite(name, token, ttl).await
+    }
+    async fn slowed(&self, min: Duration, max: Duration) -> super::fixture::Slowed {
+        self.0.slowed(min, max).await
+    }
+    fn fair(&self) -> bool {
+        self.0.fair()
+    }
+    fn read_locks(&self) -> bool {
+        self.0.read_locks()
+    }
+    async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        self.0.readers(name).await
+    }
+    async fn permits(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        self.0.permits(name).await
+    }
+    async fn anything_at(&self, name: &str) -> bool {
+        self.0.anything_at(name).await
+    }
+}
+
+impl<const ITSELF: bool> Faulty for PgBouncerFixture<ITSELF> {
+    const BACKEND: Backend = Backend::Postgres;
+
+    fn shared() -> Self {
+        PgBouncerFixture(PostgresFixture::pgbouncer(true))
+    }
+
+    fn own() -> Self {
+        PgBouncerFixture(PostgresFixture::own_pgbouncer(true))
+    }
+
+    fn pause(&self, _: &[usize]) {
+        match ITSELF {
+            true => self.0.bouncer().pause(),
+            false => self.0.server.pause(),
+        }
+    }
+
+    fn resume(&self, _: &[usize]) {
+        match ITSELF {
+            true => self.0.bouncer().resume(),
+            false => self.0.server.resume(),
+        }
+    }
+
+    fn kill(&mut self, _: &[usize]) {
+        match ITSELF {
+            true => self.0.bouncer_mut().kill(),
+            false => self.0.server.own_mut().kill(),
+        }
+    }
+
+    fn restart(&mut self, _: &[usize]) {
+        match ITSELF {
+            true => self.0.bouncer_mut().restart(),
+            false => self.0.server.own_mut().restart(),
+        }
+    }
+
+    /// The statements that write the lock table, in the server's statement log.
+    async fn writes(&self) -> u64 {
+        let log = self.0.server.log();
+        let table = self.0.table();
+        ["INSERT INTO", "UPDATE", "DELETE FROM"]
+            .iter()
+            .map(|verb| log.matches(&format!("{verb} \"{table}\" ")).count() as u64)
+            .sum()
+    }
+}
+
 impl Faulty for AdvisoryFixture {
     const BACKEND: Backend = Backend::Advisory;
 

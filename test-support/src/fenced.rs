@@ -10,6 +10,7 @@
 //! writer's; a ZooKeeper node written with a version check after its stored token was compared.
 
 use std::time::Duration;
+use tokio_postgres::types::Type;
 
 use distlock::fence::{REDIS_FENCED_SET, SQL_FENCED_UPDATE};
 
@@ -142,11 +143,22 @@ impl Resource {
             }
             At::Postgres(client) => {
                 let update = SQL_FENCED_UPDATE.replace("resource", name);
+                // With its parameters' types, as the unnamed statement: one round trip that
+                // works through a transaction pooler too (the lock URL may go through one).
+                let update = format!("{update} RETURNING 1");
+                let token = token as i64;
                 let rows = client
-                    .execute(&update, &[&(token as i64), &value, &1_i64])
+                    .query_typed(
+                        &update,
+                        &[
+                            (&token, Type::INT8),
+                            (&value, Type::TEXT),
+                            (&1_i64, Type::INT8),
+                        ],
+                    )
                     .await
                     .expect("fenced update");
-                rows == 1
+                rows.len() == 1
             }
             At::Mysql(conn) => {
                 use mysql_async::prelude::Queryable;
@@ -217,7 +229,10 @@ impl Resource {
             }
             At::Postgres(client) => {
                 let update = format!("UPDATE {name} SET plain = $1 WHERE id = 1");
-                client.execute(&update, &[&value]).await.expect("update");
+                client
+                    .query_typed(&update, &[(&value, Type::TEXT)])
+                    .await
+                    .expect("update");
             }
             At::Mysql(conn) => {
                 use mysql_async::prelude::Queryable;
@@ -257,13 +272,14 @@ impl Resource {
                 (value.unwrap_or_default(), plain.unwrap_or_default())
             }
             At::Postgres(client) => {
-                let row = client
-                    .query_one(
+                let rows = client
+                    .query_typed(
                         &format!("SELECT value, plain FROM {name} WHERE id = 1"),
                         &[],
                     )
                     .await
                     .expect("select");
+                let row = &rows[0];
                 (
                     row.get::<_, Option<String>>(0).unwrap_or_default(),
                     row.get::<_, Option<String>>(1).unwrap_or_default(),

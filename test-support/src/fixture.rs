@@ -704,11 +704,16 @@ impl PostgresFixture {
     /// Through a PgBouncer of this test's own (transaction mode) in front of a server of its
     /// own: both can be killed, paused and restarted.
     pub fn own_pgbouncer(listen: bool) -> PostgresFixture {
-        let server = PostgresServer::start();
+        let server = PostgresServer::start_with(&["-c", "log_statement=all"]);
         let bouncer = PgBouncer::start(&server);
         let mut fixture = PostgresFixture::on(Server::Own(server));
         fixture.pooled = Some((Server::Own(bouncer), listen));
         fixture
+    }
+
+    /// The PgBouncer in front.
+    pub fn bouncer(&self) -> &PgBouncer {
+        &self.pooled.as_ref().expect("a fixture through PgBouncer").0
     }
 
     /// The test's own PgBouncer in front (see [`own_pgbouncer`](Self::own_pgbouncer)).

@@ -136,7 +136,10 @@ impl PgBouncer {
 
     /// `postgres://postgres:<password>@127.0.0.1:<port>/postgres`, through PgBouncer.
     pub fn url(&self) -> String {
-        format!("postgres://postgres:{PASSWORD}@127.0.0.1:{}/postgres", self.port)
+        format!(
+            "postgres://postgres:{PASSWORD}@127.0.0.1:{}/postgres",
+            self.port
+        )
     }
 
     /// SIGKILL: every client connection drops; the server's connections end with it.

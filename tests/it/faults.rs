@@ -1233,6 +1233,9 @@ mod scenarios {
     suite! {
         postgres => support::fixture::PostgresFixture,
         advisory => support::fixture::AdvisoryFixture,
+        // Through PgBouncer in transaction mode: the server behind it faulted, or PgBouncer.
+        behind_pgbouncer => support::faults::BehindPgBouncer,
+        pgbouncer_itself => support::faults::PgBouncerItself,
     }
 
     #[cfg(feature = "mysql")]

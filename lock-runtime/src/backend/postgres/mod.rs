@@ -251,10 +251,7 @@ impl Backend for PostgresBackend {
             let renewed = self
                 .run("the batched renewal", specs[0].name, |conn| {
                     let (names, tokens, leases) = (&names, &tokens, &leases);
-                    async move {
-                        conn.query(&conn.renew_many, &[names, tokens, leases])
-                            .await
-                    }
+                    async move { conn.query(&conn.renew_many, &[names, tokens, leases]).await }
                 })
                 .await;
             let renewed = renewed
@@ -356,5 +353,4 @@ impl PostgresBackend {
             Ok(Released::after_tries(deleted, tries > 1))
         })
     }
-
 }
