@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine, in one command:
-#   1. installs the servers the tests start (redis-server, redis-cli, PostgreSQL, MariaDB, ZooKeeper, etcd)
+#   1. installs the servers the tests start (redis-server, redis-cli, PostgreSQL, PgBouncer, MariaDB,
+#      ZooKeeper, etcd)
 #      and the benchmark's Curator peer (libcurator-recipes-java, a JDK) from Debian
 #      packages if missing,
 #   2. checks formatting and lints,
@@ -50,6 +51,8 @@ if [ -z "$(postgres_bin initdb)" ] || [ -z "$(postgres_bin postgres)" ]; then
             echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf; } ||
         true
 fi
+# PgBouncer 1.18 (transaction mode): the tests run it in front of their PostgreSQL servers.
+command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
 # MariaDB: the tests run mariadb-install-db and mariadbd themselves (Debian: /usr/sbin).
 if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
     missing+=(mariadb-server)
@@ -77,6 +80,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 echo "==> $(redis-server --version)"
 echo "==> $("$(postgres_bin postgres)" --version)"
+pgbouncer_bin="$(command -v pgbouncer || echo /usr/sbin/pgbouncer)"
+echo "==> $("$pgbouncer_bin" --version | head -n 1)"
 mariadbd_bin="$(command -v mariadbd || echo /usr/sbin/mariadbd)"
 echo "==> $("$mariadbd_bin" --version)"
 echo "==> $(/usr/bin/etcd --version | head -n 1)"

@@ -1,0 +1,248 @@
+//! `postgres://` through PgBouncer 1.18 in transaction mode, beyond the conformance cases and
+//! fault scenarios that run through it (`conformance::pgbouncer*`,
+//! `faults::scenarios::{behind_pgbouncer, pgbouncer_itself}`):
+//!
+//! - what `pooler=transaction` changes: without it, a lock client whose prepared statements
+//!   are gone from the server connection PgBouncer hands it fails naming the parameter; with
+//!   it, the same client carries on;
+//! - `listen_url` is proven at connect: one that hears nothing of the URL's releases is
+//!   refused, and so are malformed or misplaced parameters;
+//! - `mode=advisory` never holds a lock that belongs to nobody: refused with
+//!   `pooler=transaction`, and refused at connect when PgBouncer drops its startup options;
+//! - a waiter without `listen_url` polls within the stated bounds: it is granted soon after a
+//!   release by another process's client, and asks a bounded number of times while it waits.
+#![cfg(feature = "postgres")]
+
+use std::time::{Duration, Instant};
+
+use distlock::{LockClient, LockError};
+use support::fixture::{Fixture, PostgresFixture};
+use support::pgbouncer::PgBouncer;
+use support::postgres::PostgresServer;
+
+/// Ends every server connection PgBouncer holds for distlock (as a server failover or
+/// PgBouncer's `server_lifetime` does): PgBouncer keeps its clients and opens new server
+/// connections, which hold none of the old connections' prepared statements.
+async fn end_server_connections(server: &PostgresServer) {
+    let admin = server.client().await;
+    let ended = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = 'distlock' AND pid <> pg_backend_pid()",
+            &[],
+        )
+        .await
+        .expect("terminate the server connections");
+    assert!(!ended.is_empty(), "no server connection of distlock's");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_pooler_transaction_a_lost_statement_names_the_parameter() {
+    let server = PostgresServer::start();
+    let bouncer = PgBouncer::start(&server);
+    let table = format!("locks_{}", std::process::id());
+    let through = format!("{}?table={table}", bouncer.url());
+    // Both connect: preparing works on whichever server connection PgBouncer lends.
+    let direct_mode = LockClient::connect(&through).await.expect("connects");
+    let pooled_mode = LockClient::connect(&format!("{through}&pooler=transaction"))
+        .await
+        .expect("connects");
+    pooled_mode
+        .lock("b")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+
+    // Every server connection from now on is new: whatever was prepared is gone.
+    end_server_connections(&server).await;
+    // PgBouncer itself keeps running: give it a moment to notice its server connections ended.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let error = direct_mode
+        .lock("a")
+        .acquire()
+        .await
+        .expect_err("its prepared statements are gone from the new server connection");
+    let message = error.to_string();
+    assert!(
+        message.contains("does not exist") && message.contains("add `pooler=transaction`"),
+        "{message}"
+    );
+    // With `pooler=transaction` nothing lives on the server connection: it carries on, and the
+    // lock is the table's row.
+    let guard = pooled_mode
+        .lock("b")
+        .acquire()
+        .await
+        .expect("through the pooler");
+    let admin = server.client().await;
+    let held: i64 = admin
+        .query_one(
+            &format!("SELECT count(*) FROM {table} WHERE name = 'lock:b' AND expires_at > now()"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(held, 1);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listen_url_that_hears_nothing_is_refused_at_connect() {
+    let server = PostgresServer::shared();
+    let bouncer = PgBouncer::shared();
+    let admin = server.client().await;
+    let other = format!("other_{}", std::process::id());
+    admin
+        .batch_execute(&format!("CREATE DATABASE {other}"))
+        .await
+        .expect("create a second database");
+    // `NOTIFY` is per database: a `LISTEN` in another database hears nothing.
+    let url = format!(
+        "{}?pooler=transaction&listen_url={}",
+        bouncer.url(),
+        server.url_for(&other)
+    );
+    let started = Instant::now();
+    let error = LockClient::builder(&url)
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect_err("a listen_url on another database");
+    let message = error.to_string();
+    assert!(
+        matches!(error, LockError::Connect { .. })
+            && message.contains("`listen_url`")
+            && message.contains("heard no `NOTIFY`")
+            && !message.contains(support::postgres::PASSWORD),
+        "{message}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // The same through the right database connects, and its `LISTEN` runs on the server
+    // itself: PgBouncer's clients are not where it listens.
+    let url = format!(
+        "{}?pooler=transaction&listen_url={}",
+        bouncer.url(),
+        server.url()
+    );
+    LockClient::connect(&url)
+        .await
+        .expect("the right listen_url");
+    admin
+        .batch_execute(&format!("DROP DATABASE {other} WITH (FORCE)"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooler_parameters_are_checked() {
+    let server = PostgresServer::shared();
+    let bouncer = PgBouncer::shared();
+    let cases = [
+        (
+            format!("{}?pooler=statement", bouncer.url()),
+            "`pooler=statement`",
+        ),
+        (
+            format!("{}?listen_url={}", server.url(), server.url()),
+            "add `pooler=transaction`",
+        ),
+        (
+            format!("{}?pooler=transaction&listen_url=localhost", bouncer.url()),
+            "expected a `postgres://` URL",
+        ),
+        (
+            format!("{}?pooler=transaction&mode=advisory", bouncer.url()),
+            "an advisory lock belongs to a server session",
+        ),
+    ];
+    for (url, says) in cases {
+        match LockClient::connect(&url).await {
+            Err(LockError::Config(message)) => {
+                assert!(message.contains(says), "{url}: {message}");
+                assert!(!message.contains(support::postgres::PASSWORD), "{message}");
+            }
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+}
+
+/// PgBouncer drops the `options` startup parameter (`ignore_startup_parameters`), and with it
+/// the setting `mode=advisory` asks for: the client is refused at connect instead of holding
+/// advisory locks on server sessions that PgBouncer hands to others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advisory_mode_through_a_pooler_is_refused_at_connect() {
+    let bouncer = PgBouncer::shared();
+    let url = format!("{}?mode=advisory", bouncer.url());
+    match LockClient::connect(&url).await {
+        Err(LockError::Connect { reason, .. }) => assert!(
+            reason.contains("drops startup options") && reason.contains("pooler=transaction"),
+            "{reason}"
+        ),
+        other => panic!("advisory mode through PgBouncer: {other:?}"),
+    }
+    // The server itself serves it.
+    let direct = format!("{}?mode=advisory", PostgresServer::shared().url());
+    LockClient::connect(&direct).await.expect("directly");
+}
+
+/// Without `listen_url` a waiter polls: it is granted within a poll pause (≤ 50 ms, plus the
+/// round trips of a busy machine) of a release by another client, and while it waits it asks
+/// about once per pause — counted in the server's statement log, not hundreds of times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polling_waiter_is_granted_soon_and_asks_a_bounded_number_of_times() {
+    let fixture = PostgresFixture::own_pgbouncer(false);
+    let holder = fixture.client().await;
+    let waiter = fixture.client().await;
+    let guard = holder
+        .lock("polled")
+        .lease(Duration::from_secs(30))
+        .acquire()
+        .await
+        .unwrap();
+    let asks_before = attempts(&fixture);
+    let waiting = tokio::spawn(async move {
+        let guard = waiter
+            .lock("polled")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await;
+        (guard, Instant::now())
+    });
+    let waited = Duration::from_secs(2);
+    tokio::time::sleep(waited).await;
+    let released_at = Instant::now();
+    guard.release().await.unwrap();
+    let (granted, granted_at) = waiting.await.unwrap();
+    let granted = granted.expect("granted after the release");
+    let after = granted_at.duration_since(released_at);
+    assert!(
+        after < Duration::from_secs(1),
+        "granted {after:?} after the release"
+    );
+    let asks = attempts(&fixture) - asks_before;
+    println!("{asks} attempts in {waited:?}; granted {after:?} after the release");
+    // One ask per pause of 25–50 ms once backed off: about 40–80 in 2 s.
+    assert!(
+        (5..=200).contains(&asks),
+        "{asks} attempts in {waited:?} of waiting"
+    );
+    assert_eq!(
+        fixture.holder("lock:polled").await.as_deref(),
+        Some(distlock::__private::testing::owner_token(&granted))
+    );
+    granted.release().await.unwrap();
+}
+
+/// The acquisitions of the fixture's table in its server's statement log.
+fn attempts(fixture: &PostgresFixture) -> usize {
+    fixture
+        .server
+        .log()
+        .matches(&format!("INSERT INTO \"{}\" ", fixture.table()))
+        .count()
+}
