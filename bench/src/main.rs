@@ -292,6 +292,39 @@ async fn pg_rows(report: &mut Report) -> Result<(), Error> {
         sql::PgRaw::connect(&pg_url, distlock_pool_size()).await?,
     )
     .await?;
+    // Against the same work done by hand: distlock's statements on its table shape.
+    by_hand(
+        report,
+        "7. postgres vs the same work by hand",
+        "postgres_by_hand",
+        &pg_url,
+        &sql::PgByHand::connect(&pg_url, distlock_pool_size()).await?,
+    )
+    .await?;
+    // Through PgBouncer in transaction mode: waiters woken by `LISTEN` on the server itself
+    // (`listen_url`), or polling.
+    let bouncer = support::pgbouncer::PgBouncer::start(&postgres);
+    for (label, key, listen) in [
+        (
+            "7c. postgres through PgBouncer, listen_url",
+            "pgbouncer_listen",
+            true,
+        ),
+        (
+            "7c. postgres through PgBouncer, polling",
+            "pgbouncer_polling",
+            false,
+        ),
+    ] {
+        let listen = match listen {
+            true => format!("&listen_url={pg_url}"),
+            false => String::new(),
+        };
+        let url = format!("{}?pooler=transaction{listen}", bouncer.url());
+        let client = LockClient::connect(&url).await?;
+        let o = sql::lock_release_micros(&client).await?;
+        sql::handoff_row(report, label, key, &url, o).await?;
+    }
     // Beside its peer, the distributed-lock crate (advisory locks), and advisory locks raw.
     let peer = sql::distributed_lock("distributed-lock-postgres", &pg_url).await?;
     let floor = sql::PgAdvisory::connect(&pg_url, distlock_pool_size()).await?;
@@ -328,6 +361,24 @@ async fn pg_rows(report: &mut Report) -> Result<(), Error> {
     .await
 }
 
+/// A database's row against the same work done by hand (`by_hand`): uncontended lock +
+/// release on fresh keys and on one reused key, and 64-task throughput, interleaved.
+async fn by_hand(
+    report: &mut Report,
+    label: &str,
+    key: &str,
+    url: &str,
+    by_hand: &impl sql::RawPair,
+) -> Result<(), Error> {
+    let client = LockClient::connect(url).await?;
+    for i in 0..300 {
+        sql::lock_release(&client, format!("warm:{i}")).await?;
+        by_hand.pair(0, &format!("warm:{i}"), true).await?;
+    }
+    sql::against(report, label, key, &client, by_hand, "by hand").await?;
+    Ok(())
+}
+
 /// Row 8: a MariaDB server of the bench's own.
 async fn mariadb_rows(report: &mut Report) -> Result<(), Error> {
     let mariadb = support::mysql::MysqlServer::start();
@@ -338,6 +389,14 @@ async fn mariadb_rows(report: &mut Report) -> Result<(), Error> {
         "mariadb",
         &my_url,
         sql::MyRaw::connect(&my_url, distlock_pool_size()).await?,
+    )
+    .await?;
+    by_hand(
+        report,
+        "8. mariadb vs the same work by hand",
+        "mariadb_by_hand",
+        &my_url,
+        &sql::MyByHand::connect(&my_url, distlock_pool_size()).await?,
     )
     .await?;
     // Beside its peer, the distributed-lock crate (`GET_LOCK`), and named locks raw.
