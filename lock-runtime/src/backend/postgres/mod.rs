@@ -354,3 +354,19 @@ impl PostgresBackend {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The pauses docs/guide/postgres.md states for waiters behind a transaction pooler
+    /// without `listen_url`: from 2 ms, doubling to 50 ms, drawn from the upper half.
+    #[test]
+    fn polling_behind_a_pooler_backs_off_from_2_to_50_ms() {
+        use std::time::Duration;
+        for _ in 0..1000 {
+            let first = super::poll_pause(1);
+            assert!(first >= Duration::from_millis(1) && first <= Duration::from_millis(2));
+            let later = super::poll_pause(30);
+            assert!(later >= Duration::from_millis(25) && later <= Duration::from_millis(50));
+        }
+    }
+}

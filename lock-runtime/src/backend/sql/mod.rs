@@ -348,6 +348,25 @@ mod tests {
         SqlSettings::from_url(url, options, Duration::from_secs(1), Duration::from_secs(1))
     }
 
+    /// `pooler` and `listen_url` leave the driver's URL; `listen_url`'s own parameters come
+    /// percent-encoded (as docs/guide/postgres.md writes them) and are decoded.
+    #[test]
+    fn pooler_parameters_leave_the_url_and_listen_url_is_decoded() {
+        let (s, url) = settings(
+            "postgres://u:p@pooler:6432/db?pooler=transaction&sslmode=disable&listen_url=postgres://u:p@db:5432/db%3Fsslmode%3Dverify-full%26sslrootcert%3D/ca.pem",
+            &SqlOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(url, "postgres://u:p@pooler:6432/db?sslmode=disable");
+        assert!(s.transaction_pooler);
+        assert_eq!(
+            s.listen_url.as_deref(),
+            Some("postgres://u:p@db:5432/db?sslmode=verify-full&sslrootcert=/ca.pem")
+        );
+        let (s, _) = settings("postgres://h/db?pooler=session", &SqlOptions::default()).unwrap();
+        assert!(!s.transaction_pooler && s.listen_url.is_none());
+    }
+
     #[test]
     fn own_parameters_leave_the_url_and_the_builder_wins() {
         let (s, url) = settings(
