@@ -5,7 +5,7 @@
 #
 #   scripts/soak.sh [N]                 # every area that starts a server, and
 #                                       # attribute_memory: history faults redlock cluster sentinel
-#                                       # conformance postgres mysql zookeeper etcd interop
+#                                       # conformance postgres pgbouncer mysql zookeeper etcd interop
 #                                       # attribute_memory attribute_redis attribute_round_trips
 #                                       # examples cli redis metrics tls tls_postgres tls_mysql
 #                                       # tls_etcd tls_zookeeper global errors
@@ -18,7 +18,7 @@
 # An area is a module of the one integration-test binary (tests/it: run with the filter
 # `<area>::`) or a binary of its own (cli, global, metrics, attribute_memory, attribute_redis).
 # Prints the pass count per area, keeps the output of every failed run under
-# target/soak/, checks that no redis-server, postgres, mariadbd, ZooKeeper, etcd or helper process outlived its test binary, and
+# target/soak/, checks that no redis-server, postgres, pgbouncer, mariadbd, ZooKeeper, etcd or helper process outlived its test binary, and
 # exits non-zero on any failure or leak. It needs what ./scripts/test.sh installs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +28,7 @@ if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: scripts/soak.sh [N]   (N = runs per test binary, default 5)" >&2
     exit 2
 fi
-tests=(${SOAK_TESTS:-history faults redlock cluster sentinel conformance postgres mysql zookeeper etcd interop attribute_memory attribute_redis attribute_round_trips examples cli redis metrics tls tls_postgres tls_mysql tls_etcd tls_zookeeper global errors})
+tests=(${SOAK_TESTS:-history faults redlock cluster sentinel conformance postgres pgbouncer mysql zookeeper etcd interop attribute_memory attribute_redis attribute_round_trips examples cli redis metrics tls tls_postgres tls_mysql tls_etcd tls_zookeeper global errors})
 hogs="${SOAK_HOGS:-2}"
 logs=target/soak
 mkdir -p "$logs"
@@ -80,6 +80,7 @@ done
 servers() {
     pgrep -x redis-server || true
     pgrep -x mariadbd || true
+    pgrep -x pgbouncer || true
     pgrep -f 'org.apache.zookeeper.server.quorum.QuorumPeerMain' || true
     pgrep -x etcd || true
     local pid
