@@ -168,13 +168,8 @@ impl HeldLock {
         }
     }
 
-    /// Flagged (a renewal found another owner, or the watchdog gave up), or past the end of
-    /// what was confirmed: the lease end without renewal, else [`valid_until`](Self::valid_until)
-    /// — the instant the watchdog gives up at, read from the clock, so a process starved of
-    /// CPU reports the loss at the lease end, not when its watchdog next runs.
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.get()
-            || Instant::now() >= self.unrenewed_end.unwrap_or_else(|| self.valid_until())
+        self.lost.get() || self.unrenewed_end.is_some_and(|end| Instant::now() >= end)
     }
 }
 
