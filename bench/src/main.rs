@@ -322,7 +322,10 @@ async fn pg_rows(report: &mut Report) -> Result<(), Error> {
         };
         let url = format!("{}?pooler=transaction{listen}", bouncer.url());
         let client = LockClient::connect(&url).await?;
-        let o = sql::lock_release_micros(&client).await?;
+        use sql::Peer as _;
+        let ours = sql::Ours(&client);
+        ours.sequential("warm-up:", 50, false).await?;
+        let o = ours.sequential("timed:", 200, false).await?;
         sql::handoff_row(report, label, key, &url, o).await?;
     }
     // Beside its peer, the distributed-lock crate (advisory locks), and advisory locks raw.
@@ -371,11 +374,7 @@ async fn by_hand(
     by_hand: &impl sql::RawPair,
 ) -> Result<(), Error> {
     let client = LockClient::connect(url).await?;
-    for i in 0..300 {
-        sql::lock_release(&client, format!("warm:{i}")).await?;
-        by_hand.pair(0, &format!("warm:{i}"), true).await?;
-    }
-    sql::against(report, label, key, &client, by_hand, "by hand").await?;
+    sql::warm_and_against(report, label, key, &client, by_hand, "by hand").await?;
     Ok(())
 }
 

@@ -236,6 +236,18 @@ impl RawPair for PgByHand {
     }
 }
 
+/// distlock's acquisition on MySQL, by hand: take the row if it expired or is ours, the
+/// assignments in order (`token` decided from the old row, `expires_at` following it).
+const MY_BY_HAND_TAKE: &str = "INSERT INTO bench_hand_locks \
+    (name, token, expires_at, holder, acquired_at) \
+    VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6)) \
+    ON DUPLICATE KEY UPDATE \
+    holder = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), VALUES(holder), holder), \
+    acquired_at = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), \
+        VALUES(acquired_at), acquired_at), \
+    token = IF(expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token), VALUES(token), token), \
+    expires_at = IF(token = VALUES(token), VALUES(expires_at), expires_at)";
+
 /// MySQL / MariaDB, the same work as distlock's done by hand: its table shape (holder record,
 /// acquisition time), its take-over-if-expired `INSERT … ON DUPLICATE KEY UPDATE`, and the
 /// owner-checked `DELETE`, one statement at a time per connection as distlock's run.
@@ -266,17 +278,8 @@ impl RawPair for MyByHand {
         let MyByHand(raw) = self;
         let mut conn = raw.conns[conn % raw.conns.len()].lock().await;
         let token = "vm:12345:1795857007586:14558175949166d4e243ddc8cb66402d";
-        let may_take = "expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token)";
         conn.exec_drop(
-            format!(
-                "INSERT INTO bench_hand_locks (name, token, expires_at, holder, acquired_at) \
-                 VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6)) \
-                 ON DUPLICATE KEY UPDATE \
-                 holder = IF({may_take}, VALUES(holder), holder), \
-                 acquired_at = IF({may_take}, VALUES(acquired_at), acquired_at), \
-                 token = IF({may_take}, VALUES(token), token), \
-                 expires_at = IF(token = VALUES(token), VALUES(expires_at), expires_at)"
-            ),
+            MY_BY_HAND_TAKE,
             (key.as_bytes(), token, 30_000_000_i64, "vm pid 12345"),
         )
         .await?;
@@ -598,18 +601,6 @@ pub fn read_only() -> bool {
 }
 
 /// One lock + release of `key`, not waiting (the uncontended rows of every backend).
-/// µs per uncontended lock + release on fresh keys: the mean of 200, after 50 to warm up.
-pub async fn lock_release_micros(client: &LockClient) -> Result<f64, Error> {
-    for i in 0..50 {
-        lock_release(client, format!("warm-up:{i}")).await?;
-    }
-    let started = Instant::now();
-    for i in 0..200 {
-        lock_release(client, format!("timed:{i}")).await?;
-    }
-    Ok(started.elapsed().as_secs_f64() * 1e6 / 200.0)
-}
-
 pub async fn lock_release(client: &LockClient, key: String) -> Result<(), Error> {
     client
         .lock(key)
@@ -785,13 +776,24 @@ pub async fn rows(
     if read_only() {
         return Ok(());
     }
-    for i in 0..300 {
-        lock_release(&client, format!("warm:{i}")).await?;
-        raw.pair(0, &format!("warm:{i}"), true).await?;
-    }
-
-    let o = against(report, label, key, &client, &raw, "raw").await?;
+    let o = warm_and_against(report, label, key, &client, &raw, "raw").await?;
     handoff_row(report, label, key, url, o).await
+}
+
+/// [`against`] after 300 warm-up pairs on each side (`other` a raw floor).
+pub async fn warm_and_against(
+    report: &mut Report,
+    label: &str,
+    key: &str,
+    client: &LockClient,
+    other: &impl RawPair,
+    baseline: &str,
+) -> Result<f64, Error> {
+    for i in 0..300 {
+        lock_release(client, format!("warm:{i}")).await?;
+        other.pair(0, &format!("warm:{i}"), true).await?;
+    }
+    against(report, label, key, client, other, baseline).await
 }
 
 /// Handoff between 4 clients (separate owners, each with its own connections and listener),

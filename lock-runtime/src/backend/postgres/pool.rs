@@ -96,8 +96,13 @@ impl Conn {
         types: &[Type],
         params: Params<'_>,
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        let typed: Vec<_> = params.iter().copied().zip(types.iter().cloned()).collect();
-        self.client.query_typed(text, &typed).await
+        use futures_util::TryStreamExt as _;
+        let typed = params.iter().copied().zip(types.iter().cloned());
+        self.client
+            .query_typed_raw(text, typed)
+            .await?
+            .try_collect()
+            .await
     }
 }
 

@@ -67,10 +67,58 @@ impl AdvisoryConn {
     }
 }
 
+/// What [`refusal`] reads, in one statement: the server's version number and the
+/// `client_connection_check_interval` this connection runs with (NULL before PostgreSQL 14).
+pub(super) const SERVER_SETTINGS: &str = "SELECT current_setting('server_version_num'), \
+     current_setting('client_connection_check_interval', true)";
+
+/// Why `mode=advisory` cannot run on a server of version number `version` whose connection
+/// runs with `client_connection_check_interval = interval` (the startup options ask for 1s),
+/// or `None`.
+pub(super) fn refusal(version: &str, interval: &str) -> Option<String> {
+    if version.parse::<u32>().unwrap_or(0) < 140_000 {
+        return Some(format!(
+            "`mode=advisory` needs PostgreSQL 14 or later (its `idle_session_timeout` ends a \
+             silent holder's session, and its lock, one lease after its last statement); this \
+             server is version {version}: use the lock table (leave out `mode=advisory`)"
+        ));
+    }
+    // The startup options did not reach the server: a pooler that drops them (PgBouncer's
+    // `ignore_startup_parameters = options`) would also hand the lock's session to others.
+    (interval != "1s").then(|| {
+        format!(
+            "the server runs this connection with `client_connection_check_interval = \
+             {interval}`, not the 1s `mode=advisory` asked for at connect: something between \
+             drops startup options, as a connection pooler does (PgBouncer's \
+             `ignore_startup_parameters`). An advisory lock belongs to a server session, which \
+             a pooler in transaction mode hands to others: give `mode=advisory` a URL of the \
+             server itself or of a pool in session mode, or use the lock table through the \
+             pooler (leave out `mode=advisory`, add `pooler=transaction`)"
+        )
+    })
+}
+
 impl std::ops::Deref for AdvisoryConn {
     type Target = Client;
 
     fn deref(&self) -> &Client {
         &self.client
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// A server before PostgreSQL 14 is refused for its version; a later one whose connection
+    /// did not get the 1 s check interval (a pooler dropped the startup options) for that.
+    #[test]
+    fn refusals_name_the_version_or_the_dropped_options() {
+        let old = super::refusal("130011", "").unwrap();
+        assert!(
+            old.contains("PostgreSQL 14") && old.contains("130011"),
+            "{old}"
+        );
+        let dropped = super::refusal("150018", "0").unwrap();
+        assert!(dropped.contains("drops startup options"), "{dropped}");
+        assert_eq!(super::refusal("150018", "1s"), None);
     }
 }

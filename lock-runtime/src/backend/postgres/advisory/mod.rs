@@ -191,42 +191,20 @@ impl AdvisoryBackend {
             .open()
             .await
             .map_err(|e| connect_error(&backend.config, &backend.url, e))?;
-        let version = backend
-            .query(&client, "SHOW server_version_num")
+        // One round trip: the version, and the setting its startup options asked for.
+        let settings = backend
+            .simple(
+                &client,
+                conn::SERVER_SETTINGS,
+                "reading the server's settings",
+            )
             .await
             .map_err(|e| connect_error(&backend.config, &backend.url, e))?;
-        let number: u32 = version.parse().unwrap_or(0);
-        if number < 140_000 {
+        let setting = |i| first_value(&settings, i).unwrap_or_default();
+        if let Some(reason) = conn::refusal(&setting(0), &setting(1)) {
             return Err(LockError::Connect {
                 url: backend.url.clone(),
-                reason: format!(
-                    "`mode=advisory` needs PostgreSQL 14 or later (its `idle_session_timeout` \
-                     ends a silent holder's session, and its lock, one lease after its last \
-                     statement); this server is version {version}: use the lock table \
-                     (leave out `mode=advisory`)"
-                ),
-                source: None,
-            });
-        }
-        // The startup options reached the server: a pooler that drops them (PgBouncer's
-        // `ignore_startup_parameters = options`) would also hand the lock's session to others.
-        let checked = backend
-            .query(&client, "SHOW client_connection_check_interval")
-            .await
-            .map_err(|e| connect_error(&backend.config, &backend.url, e))?;
-        if checked != "1s" {
-            return Err(LockError::Connect {
-                url: backend.url.clone(),
-                reason: format!(
-                    "the server runs this connection with `client_connection_check_interval = \
-                     {checked}`, not the 1s `mode=advisory` asked for at connect: something \
-                     between drops startup options, as a connection pooler does (PgBouncer's \
-                     `ignore_startup_parameters`). An advisory lock belongs to a server session, \
-                     which a pooler in transaction mode hands to others: give `mode=advisory` a \
-                     URL of the server itself or of a pool in session mode, or use the lock \
-                     table through the pooler (leave out `mode=advisory`, add \
-                     `pooler=transaction`)"
-                ),
+                reason,
                 source: None,
             });
         }
