@@ -1255,6 +1255,219 @@ impl Fixture for MysqlFixture {
     }
 }
 
+/// `mysql://…/<database>?mode=named` on the binary's shared MariaDB server, in a database of
+/// this test's own (distlock's named locks belong to the URL's database). What it "holds" is
+/// the named lock `distlock::admin::mysql_lock_name(database, name)` of a connection that
+/// also holds the note locks `dl~<id>~<i>~<part>` naming the owner token and lease; its TTL
+/// is the lease less the time the connection has been idle.
+pub struct NamedFixture {
+    pub server: Server<MysqlServer>,
+    database: String,
+    conn: tokio::sync::Mutex<Option<mysql_async::Conn>>,
+    /// The connections holding the locks `overwrite` took.
+    others: tokio::sync::Mutex<Vec<mysql_async::Conn>>,
+}
+
+/// A named lock's holder as the server shows it: connection id, owner token, lease, fencing
+/// token, idle time.
+pub type NamedHolder = (u32, String, Duration, Option<u64>, Duration);
+
+impl NamedFixture {
+    pub fn new() -> NamedFixture {
+        NamedFixture::on(Server::Shared(MysqlServer::shared()))
+    }
+
+    /// On a server of this test's own, which a fault may pause, kill and restart.
+    pub fn own() -> NamedFixture {
+        NamedFixture::on(Server::Own(MysqlServer::start()))
+    }
+
+    fn on(server: Server<MysqlServer>) -> NamedFixture {
+        let database = unique("named").replace('-', "_");
+        let (made, port) = (database.clone(), server.port());
+        // The database first: distlock's named locks belong to the URL's.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                use mysql_async::prelude::Queryable;
+                let url = format!(
+                    "mysql://{}:{}@127.0.0.1:{port}/",
+                    super::mysql::USER,
+                    super::mysql::PASSWORD
+                );
+                let opts = mysql_async::OptsBuilder::from_opts(
+                    mysql_async::Opts::from_url(&url).expect("test URL"),
+                )
+                .prefer_socket(false);
+                let mut conn = mysql_async::Conn::new(opts).await.expect("connect");
+                conn.query_drop(format!("CREATE DATABASE IF NOT EXISTS {made}"))
+                    .await
+                    .expect("create the test database");
+                let _ = conn.disconnect().await;
+            })
+        })
+        .join()
+        .unwrap();
+        NamedFixture {
+            server,
+            database,
+            conn: tokio::sync::Mutex::new(None),
+            others: tokio::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The named lock of backend name `name`.
+    pub fn lock_name(&self, name: &str) -> String {
+        distlock::admin::mysql_lock_name(&self.database, name)
+    }
+
+    /// Runs `statement` on the fixture's connection (made again once if it broke).
+    pub async fn rows<T: mysql_async::prelude::FromRow + Send + 'static>(
+        &self,
+        statement: &str,
+        params: impl Into<mysql_async::Params> + Send,
+    ) -> Vec<T> {
+        use mysql_async::prelude::Queryable;
+        let params = params.into();
+        let mut conn = self.conn.lock().await;
+        for attempt in 0..2 {
+            if conn.is_none() {
+                *conn = Some(self.server.conn().await);
+            }
+            match conn.as_mut().unwrap().exec(statement, params.clone()).await {
+                Ok(rows) => return rows,
+                Err(mysql_async::Error::Server(e)) => panic!("{statement}: {e:?}"),
+                Err(e) if attempt == 0 => {
+                    eprintln!("the fixture's connection failed ({e}): connecting again");
+                    *conn = None;
+                }
+                Err(e) => panic!("{statement}: {e:?}"),
+            }
+        }
+        unreachable!()
+    }
+
+    /// The holder of `name`'s named lock, as its note locks say.
+    pub async fn held(&self, name: &str) -> Option<NamedHolder> {
+        let rows: Vec<(u32, String, Option<String>, Option<i64>)> = self
+            .rows(
+                "SELECT m.THREAD_ID, m.TABLE_SCHEMA, p.COMMAND, CAST(p.TIME_MS AS SIGNED) \
+                 FROM information_schema.METADATA_LOCK_INFO m \
+                 JOIN information_schema.PROCESSLIST p ON p.ID = m.THREAD_ID \
+                 WHERE m.LOCK_TYPE = 'User lock' AND m.THREAD_ID = IS_USED_LOCK(?)",
+                (self.lock_name(name),),
+            )
+            .await;
+        let (id, _, command, ms) = rows.first()?.clone();
+        let mut parts: Vec<(u32, String)> = rows
+            .iter()
+            .filter_map(|(_, lock, _, _)| {
+                let rest = lock.strip_prefix("dl~")?;
+                let (_, rest) = rest.split_once('~')?;
+                let (i, part) = rest.split_once('~')?;
+                Some((i.parse().ok()?, part.to_owned()))
+            })
+            .collect();
+        parts.sort();
+        let note: String = parts.into_iter().map(|(_, p)| p).collect();
+        let mut fields = note.splitn(3, '~');
+        let fence = fields.next()?.parse().ok();
+        let lease = Duration::from_millis(fields.next()?.parse().ok()?);
+        let token = fields.next()?.to_owned();
+        let idle = match command.as_deref() {
+            Some("Sleep") => Duration::from_millis(ms.unwrap_or(0).max(0) as u64),
+            _ => Duration::ZERO,
+        };
+        Some((id, token, lease, fence, idle))
+    }
+}
+
+impl Fixture for NamedFixture {
+    fn url(&self) -> String {
+        format!("{}?mode=named", self.server.url_for(&self.database))
+    }
+
+    fn fair(&self) -> bool {
+        false
+    }
+
+    fn min_hold(&self) -> bool {
+        false
+    }
+
+    async fn holder(&self, name: &str) -> Option<String> {
+        self.held(name).await.map(|(_, token, ..)| token)
+    }
+
+    async fn ttl(&self, name: &str) -> Option<Duration> {
+        self.held(name)
+            .await
+            .map(|(_, _, lease, _, idle)| lease.saturating_sub(idle))
+    }
+
+    /// Whether any connection holds the key's named lock (distlock's or not).
+    async fn anything_at(&self, name: &str) -> bool {
+        let held: Vec<Option<u32>> = self
+            .rows("SELECT IS_USED_LOCK(?)", (self.lock_name(name),))
+            .await;
+        held.first().copied().flatten().is_some()
+    }
+
+    /// Ends the holder's session (`KILL CONNECTION`), and with it the lock.
+    async fn delete(&self, name: &str) {
+        let held: Vec<Option<u32>> = self
+            .rows("SELECT IS_USED_LOCK(?)", (self.lock_name(name),))
+            .await;
+        if let Some(id) = held.first().copied().flatten() {
+            use mysql_async::prelude::Queryable;
+            let mut conn = self.server.conn().await;
+            let _ = conn.query_drop(format!("KILL CONNECTION {id}")).await;
+            let freed = super::eventually(Duration::from_secs(5), || async {
+                !self.anything_at(name).await
+            })
+            .await;
+            assert!(freed, "the holder's session of {name} did not end");
+        }
+    }
+
+    /// Ends the holder's session and takes the lock on a connection of the fixture's own,
+    /// under `token`, for `ttl` (its `wait_timeout`, whole seconds).
+    async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
+        use mysql_async::prelude::Queryable;
+        self.delete(name).await;
+        let mut other = self.server.conn().await;
+        let seconds = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        other
+            .query_drop(format!("SET SESSION wait_timeout = {}", seconds.max(1)))
+            .await
+            .expect("set the lease");
+        let id = format!("{:016x}", distlock::admin::advisory_key(token) as u64);
+        let note = format!("-~{}~{token}", ttl.as_millis());
+        let mut locks = vec![self.lock_name(name)];
+        locks.extend(
+            note.as_bytes()
+                .chunks(42)
+                .enumerate()
+                .map(|(i, part)| format!("dl~{id}~{i}~{}", String::from_utf8_lossy(part))),
+        );
+        for lock in locks {
+            let taken: Option<i64> = other
+                .exec_first("SELECT GET_LOCK(?, 0)", (lock,))
+                .await
+                .expect("take the lock as another owner");
+            assert_eq!(taken, Some(1));
+        }
+        self.others.lock().await.push(other);
+    }
+
+    async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
+        slowed_url(&self.url(), self.server.port(), min, max).await
+    }
+}
+
 /// A chroot of this test's own on the binary's shared ZooKeeper server.
 pub struct ZookeeperFixture {
     pub server: Server<super::zookeeper::ZkServer>,

@@ -172,6 +172,8 @@ impl MysqlServer {
             .arg(format!("--tmpdir={}", self.dir.join("tmp").display()))
             .args(["--bind-address=127.0.0.1", "--skip-name-resolve"])
             .args(["--max-connections=500", "--skip-log-bin"])
+            // `mode=named` reads who holds a named lock from its `METADATA_LOCK_INFO`.
+            .arg("--plugin-load-add=metadata_lock_info")
             // Durability against a machine crash is not under test; a process crash (kill -9)
             // loses nothing that was committed.
             .args([

@@ -10,8 +10,6 @@ use std::time::{Duration, Instant};
 use distlock::{LockClient, LockError};
 #[cfg(feature = "etcd")]
 use support::fixture::EtcdFixture;
-#[cfg(feature = "mysql")]
-use support::fixture::MysqlFixture;
 #[cfg(feature = "zookeeper")]
 use support::fixture::ZookeeperFixture;
 #[cfg(feature = "postgres")]
@@ -19,6 +17,8 @@ use support::fixture::{AdvisoryFixture, PostgresFixture};
 use support::fixture::{
     ClusterFixture, Fixture, MemoryFixture, RedisFixture, RedlockFixture, SentinelFixture,
 };
+#[cfg(feature = "mysql")]
+use support::fixture::{MysqlFixture, NamedFixture};
 use support::helper::{TRY_ONCE_LEASE, try_once, wait_in_line};
 use support::{eventually, history};
 
@@ -3019,6 +3019,8 @@ suite! {
 #[cfg(feature = "mysql")]
 suite! {
     mysql => MysqlFixture::new(),
+    // `mode=named`: MySQL's and MariaDB's named locks (`GET_LOCK`).
+    named => NamedFixture::new(),
 }
 
 #[cfg(feature = "zookeeper")]

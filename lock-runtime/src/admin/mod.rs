@@ -142,6 +142,40 @@ pub fn advisory_key(name: &str) -> i64 {
     hash as i64
 }
 
+/// The MySQL / MariaDB named lock (`GET_LOCK(n, …)`) that `mysql://…/database?mode=named`
+/// takes for the backend name `name` (the key with the client's prefix, `lock:order:42`), so
+/// another program can take or watch the same lock. A server's named locks are server-wide;
+/// distlock's belong to the URL's database, as its lock table does: `n` is
+/// `<database>/<name>` when that is at most 64 printable ASCII characters without upper case
+/// (MySQL 8 compares names case-insensitively), `~` or `\`, and does not start with
+/// `distlock#`; otherwise `distlock#` and the 16 hex digits of [`advisory_key`] of
+/// `<database>/<name>` (two names with one hash exclude each other: never two holders of one
+/// name). Without a database in the URL, `<name>` alone.
+///
+/// ```
+/// use lock_runtime::admin::mysql_lock_name;
+/// assert_eq!(mysql_lock_name("shop", "lock:order:42"), "shop/lock:order:42");
+/// assert_eq!(mysql_lock_name("", "lock:order:42"), "lock:order:42");
+/// assert_eq!(mysql_lock_name("shop", "lock:Order:42").len(), 25);
+/// assert!(mysql_lock_name("shop", &"x".repeat(60)).starts_with("distlock#"));
+/// ```
+pub fn mysql_lock_name(database: &str, name: &str) -> String {
+    let scoped = match database {
+        "" => name.to_owned(),
+        database => format!("{database}/{name}"),
+    };
+    let verbatim = (1..=64).contains(&scoped.len())
+        && !scoped.starts_with("distlock#")
+        && scoped
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !b.is_ascii_uppercase() && !matches!(b, b'~' | b'\\'));
+    if verbatim {
+        scoped
+    } else {
+        format!("distlock#{:016x}", advisory_key(&scoped) as u64)
+    }
+}
+
 /// What a store's [`list`](crate::backend::Admin::list) is asked for: at most `limit` locks
 /// whose backend names are `prefix` followed by a key matching the glob `pattern`.
 #[derive(Debug, Clone, Copy)]

@@ -350,6 +350,13 @@ impl LockClientBuilder {
             self.connect_timeout,
             self.response_timeout,
         )?;
+        if settings.named {
+            return Err(LockError::Config(format!(
+                "`mode=named` in {}: named locks (`GET_LOCK`) are MySQL's and MariaDB's; \
+                 PostgreSQL's counterpart is `mode=advisory`",
+                crate::url::redact_url(url)
+            )));
+        }
         if let Some(max_lease) = settings.advisory {
             return Ok(
                 crate::backend::postgres::advisory::AdvisoryBackend::connect(
@@ -373,10 +380,8 @@ impl LockClientBuilder {
         )?;
         if settings.advisory.is_some() {
             return Err(LockError::Config(format!(
-                "`mode=advisory` in {}: there is no `GET_LOCK` mode for MySQL and MariaDB (the \
-                 server shows nobody who holds a named lock unless performance_schema and its \
-                 metadata-lock instrument are on, and its idle timeout counts whole seconds: \
-                 see `distlock::guide::mysql`); leave out `mode=advisory` (the lock \
+                "`mode=advisory` in {}: MySQL's and MariaDB's counterpart of PostgreSQL's \
+                 advisory locks is `mode=named` (`GET_LOCK`); or leave the mode out (the lock \
                  table)",
                 crate::url::redact_url(url)
             )));
@@ -387,6 +392,11 @@ impl LockClientBuilder {
                  session state between statements, and waits without `LISTEN`; remove them",
                 crate::url::redact_url(url)
             )));
+        }
+        if settings.named {
+            return Ok(
+                crate::backend::mysql::named::NamedBackend::connect(&driver_url, settings).await?,
+            );
         }
         Ok(crate::backend::mysql::MysqlBackend::connect(&driver_url, settings).await?)
     }

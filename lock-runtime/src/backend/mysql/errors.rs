@@ -74,31 +74,39 @@ impl MyError {
 impl MysqlBackend {
     /// A connection-time failure as an error that says what to check.
     pub(super) fn connect_error(&self, error: MyError) -> LockError {
-        let mut tls = crate::tls::explain(&crate::tls::chain(&error), "ssl-ca");
-        let hint = match (&error, error.server_code()) {
-            (_, Some(1045)) if self.opts.ssl_opts().is_none() => format!(
-                "{}; or the server accepts TLS connections only (`require_secure_transport`, \
-                 or a user `REQUIRE SSL`): leave out `ssl-mode=DISABLED`",
-                authentication_hint("mysql")
-            ),
-            (_, Some(1045)) => authentication_hint("mysql"),
-            (_, Some(3159)) => "the server accepts TLS connections only \
-                 (`require_secure_transport`): leave out `ssl-mode=DISABLED`"
-                .to_owned(),
-            _ if tls.is_some() => tls.take().unwrap_or_default(),
-            (_, Some(1049)) => {
-                missing_database_hint(self.opts.db_name().unwrap_or_default(), "`CREATE DATABASE`")
-            }
-            (_, Some(1044)) => "this user may not use that database (GRANT it access)".to_owned(),
-            (MyError::TimedOut { what, after }, _) => timed_out_hint(what, *after),
-            (e, _) if e.to_string().to_lowercase().contains("refused") => {
-                refused_hint("MySQL / MariaDB")
-            }
-            _ => CONNECTION_FAILED.to_owned(),
-        };
-        connect_failure(&self.url, hint, error)
+        connect_error(&self.opts, &self.url, error)
     }
+}
 
+/// A connection-time failure to the server of `opts` (`url` as messages show it) as an error
+/// that says what to check.
+pub(super) fn connect_error(opts: &mysql_async::Opts, url: &str, error: MyError) -> LockError {
+    let mut tls = crate::tls::explain(&crate::tls::chain(&error), "ssl-ca");
+    let hint = match (&error, error.server_code()) {
+        (_, Some(1045)) if opts.ssl_opts().is_none() => format!(
+            "{}; or the server accepts TLS connections only (`require_secure_transport`, \
+                 or a user `REQUIRE SSL`): leave out `ssl-mode=DISABLED`",
+            authentication_hint("mysql")
+        ),
+        (_, Some(1045)) => authentication_hint("mysql"),
+        (_, Some(3159)) => "the server accepts TLS connections only \
+                 (`require_secure_transport`): leave out `ssl-mode=DISABLED`"
+            .to_owned(),
+        _ if tls.is_some() => tls.take().unwrap_or_default(),
+        (_, Some(1049)) => {
+            missing_database_hint(opts.db_name().unwrap_or_default(), "`CREATE DATABASE`")
+        }
+        (_, Some(1044)) => "this user may not use that database (GRANT it access)".to_owned(),
+        (MyError::TimedOut { what, after }, _) => timed_out_hint(what, *after),
+        (e, _) if e.to_string().to_lowercase().contains("refused") => {
+            refused_hint("MySQL / MariaDB")
+        }
+        _ => CONNECTION_FAILED.to_owned(),
+    };
+    connect_failure(url, hint, error)
+}
+
+impl MysqlBackend {
     /// A failure while setting up the tables or their statements.
     pub(super) fn setup_error(&self, error: MyError) -> LockError {
         let trouble = match error.server_code() {

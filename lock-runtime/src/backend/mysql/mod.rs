@@ -33,6 +33,7 @@ use crate::url::redact_url;
 
 mod admin;
 mod errors;
+pub(crate) mod named;
 mod pool;
 mod shared;
 mod statements;
@@ -74,6 +75,44 @@ fn busy_us(left: Option<i64>) -> Attempt {
     busy_for(left, Duration::from_micros)
 }
 
+/// The driver's options for `driver_url` (TLS settled: a `PREFERRED` server that offers no TLS
+/// is asked once) and the URL as messages show it (password redacted).
+pub(crate) async fn driver_opts(
+    driver_url: &str,
+    settings: &SqlSettings,
+) -> Result<(Opts, String), LockError> {
+    let (driver_url, secure) = tls::secure(driver_url, settings.tls.as_ref())?;
+    let shown = redact_url(&driver_url);
+    let opts = Opts::from_url(&driver_url)
+        .map_err(|e| LockError::Config(format!("invalid MySQL URL {shown}: {e}")))?;
+    let mut builder = OptsBuilder::from_opts(opts);
+    if !driver_url.contains("prefer_socket") {
+        // Talk to the address in the URL, not to a local socket the server reports.
+        builder = builder.prefer_socket(false);
+    }
+    let builder = match secure {
+        tls::Secure::Plain => builder,
+        #[cfg(feature = "tls")]
+        tls::Secure::Tls(ssl) => builder.ssl_opts(ssl),
+        #[cfg(feature = "tls")]
+        tls::Secure::Preferred(ssl) => {
+            // Asked once: a server that offers no TLS gets plain connections (any other
+            // failure shows when the pool connects, with what to check).
+            let with_tls = builder.clone().ssl_opts(ssl);
+            let probe = mysql_async::Conn::new(with_tls.clone());
+            match tokio::time::timeout(settings.connect_timeout, probe).await {
+                Ok(Err(error)) if tls::offers_no_tls(&error) => builder,
+                Ok(Ok(conn)) => {
+                    let _ = conn.disconnect().await;
+                    with_tls
+                }
+                _ => with_tls,
+            }
+        }
+    };
+    Ok((builder.into(), shown))
+}
+
 impl MysqlBackend {
     /// Parses the URL, connects every pooled connection (bounded by the connect timeout),
     /// creates the tables if asked and missing, and checks their shape by preparing every
@@ -82,37 +121,9 @@ impl MysqlBackend {
         driver_url: &str,
         settings: SqlSettings,
     ) -> Result<Arc<MysqlBackend>, LockError> {
-        let (driver_url, secure) = tls::secure(driver_url, settings.tls.as_ref())?;
-        let shown = redact_url(&driver_url);
-        let opts = Opts::from_url(&driver_url)
-            .map_err(|e| LockError::Config(format!("invalid MySQL URL {shown}: {e}")))?;
-        let mut builder = OptsBuilder::from_opts(opts);
-        if !driver_url.contains("prefer_socket") {
-            // Talk to the address in the URL, not to a local socket the server reports.
-            builder = builder.prefer_socket(false);
-        }
-        let builder = match secure {
-            tls::Secure::Plain => builder,
-            #[cfg(feature = "tls")]
-            tls::Secure::Tls(ssl) => builder.ssl_opts(ssl),
-            #[cfg(feature = "tls")]
-            tls::Secure::Preferred(ssl) => {
-                // Asked once: a server that offers no TLS gets plain connections (any other
-                // failure shows when the pool connects, with what to check).
-                let with_tls = builder.clone().ssl_opts(ssl);
-                let probe = mysql_async::Conn::new(with_tls.clone());
-                match tokio::time::timeout(settings.connect_timeout, probe).await {
-                    Ok(Err(error)) if tls::offers_no_tls(&error) => builder,
-                    Ok(Ok(conn)) => {
-                        let _ = conn.disconnect().await;
-                        with_tls
-                    }
-                    _ => with_tls,
-                }
-            }
-        };
+        let (opts, shown) = driver_opts(driver_url, &settings).await?;
         let backend = Arc::new(MysqlBackend {
-            opts: builder.into(),
+            opts,
             sql: Arc::new(MyStatements::new(&settings)),
             holder: holder_id(),
             url: shown,

@@ -48,6 +48,9 @@ pub(crate) struct SqlSettings {
     /// connection of its own, instead of rows of the lock table; with the longest lease any
     /// client of the server may ask for (`max_lease_ms`, default [`DEFAULT_MAX_LEASE`]).
     pub advisory: Option<Duration>,
+    /// `mode=named` (MySQL, MariaDB): locks are the server's named locks (`GET_LOCK`), each
+    /// held on a connection of its own, instead of rows of the lock table.
+    pub named: bool,
     /// TLS trust and identity given in code (the URL's own TLS parameters stay in the driver
     /// URL: each database names them its way).
     pub tls: Option<crate::tls::TlsConfig>,
@@ -91,7 +94,7 @@ impl SqlSettings {
         };
         let mut kept = Vec::new();
         let (mut table, mut create_table, mut pool_size) = (None, None, None);
-        let (mut advisory, mut max_lease) = (false, None);
+        let (mut advisory, mut max_lease, mut named) = (false, None, false);
         let (mut transaction_pooler, mut listen_url) = (false, None);
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -117,14 +120,16 @@ impl SqlSettings {
                     })?)
                 }
                 "mode" => {
-                    advisory = match value {
-                        "advisory" => true,
-                        "table" => false,
+                    (advisory, named) = match value {
+                        "advisory" => (true, false),
+                        "named" => (false, true),
+                        "table" => (false, false),
                         _ => {
                             return Err(LockError::Config(format!(
                                 "`mode={value}` in {shown}: expected `table` (locks are rows of \
-                                 the lock table, the default) or `advisory` (the server's \
-                                 advisory locks, PostgreSQL only)"
+                                 the lock table, the default), `advisory` (the server's \
+                                 advisory locks, PostgreSQL) or `named` (the server's named \
+                                 locks, MySQL and MariaDB)"
                             )));
                         }
                     }
@@ -208,6 +213,7 @@ impl SqlSettings {
             connect_timeout,
             response_timeout,
             advisory: advisory.then(|| max_lease.unwrap_or(DEFAULT_MAX_LEASE)),
+            named,
             tls: options.tls.clone(),
             transaction_pooler,
             listen_url,
