@@ -411,7 +411,41 @@ async fn mariadb_rows(report: &mut Report) -> Result<(), Error> {
         "GET_LOCK",
     )
     .await?;
-    sql::peer_handoff_row(report, "8. mariadb", "mariadb", &peer).await
+    sql::peer_handoff_row(report, "8. mariadb", "mariadb", &peer).await?;
+    drop(peer);
+    // Row 8b: `mode=named` (the peer's design, `GET_LOCK`) beside the peer at equal
+    // connections: each holds one connection per held lock, so both may open 64 (the
+    // throughput line's tasks; `BENCH_PEER_POOL` to change the peer's).
+    let pool = std::env::var("BENCH_PEER_POOL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let peer = sql::distributed_lock_pooled("distributed-lock-mysql", &my_url, Some(pool)).await?;
+    let named = LockClient::builder(format!("{my_url}?mode=named"))
+        .build()
+        .await?;
+    for i in 0..300 {
+        sql::lock_release(&named, format!("warm:{i}")).await?;
+    }
+    let o = sql::against(
+        report,
+        "8b. mariadb mode=named vs distributed-lock-mysql",
+        "mariadb_named_peer",
+        &named,
+        &peer,
+        peer.name(),
+    )
+    .await?;
+    let named_url = format!("{my_url}?mode=named");
+    sql::handoff_row(
+        report,
+        "8b. mariadb mode=named",
+        "mariadb_named",
+        &named_url,
+        o,
+    )
+    .await?;
+    sql::peer_handoff_row(report, "8b. mariadb mode=named", "mariadb_named", &peer).await
 }
 
 /// Row 9: a ZooKeeper server of the bench's own.

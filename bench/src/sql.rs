@@ -404,8 +404,21 @@ impl RawPair for MyNamedLock {
 /// The distributed-lock crate (`distributed-lock-postgres` or `distributed-lock-mysql`, from
 /// the peers' workspace, built on first use) against `url`.
 pub async fn distributed_lock(crate_name: &'static str, url: &str) -> Result<LinePeer, Error> {
+    distributed_lock_pooled(crate_name, url, None).await
+}
+
+/// [`distributed_lock`] with a pool of `pool` connections (`BENCH_PEER_POOL`) instead of
+/// sqlx's default 10.
+pub async fn distributed_lock_pooled(
+    crate_name: &'static str,
+    url: &str,
+    pool: Option<usize>,
+) -> Result<LinePeer, Error> {
     let mut command = std::process::Command::new(crate::contention::peers_binary()?);
     command.env("BENCH_PEER", crate_name).env("BENCH_URL", url);
+    if let Some(pool) = pool {
+        command.env("BENCH_PEER_POOL", pool.to_string());
+    }
     LinePeer::start(crate_name, command).await
 }
 

@@ -9,8 +9,8 @@ use super::RedisServer;
 use super::fixture::EtcdFixture;
 use super::fixture::ZookeeperFixture;
 use super::fixture::{
-    AdvisoryFixture, ClusterFixture, Fixture, MysqlFixture, PostgresFixture, RedisFixture,
-    RedlockFixture, SentinelFixture,
+    AdvisoryFixture, ClusterFixture, Fixture, MysqlFixture, NamedFixture, PostgresFixture,
+    RedisFixture, RedlockFixture, SentinelFixture,
 };
 
 /// The backends, in the order of RELIABILITY.md's columns.
@@ -23,13 +23,14 @@ pub enum Backend {
     Postgres,
     Advisory,
     Mysql,
+    Named,
     Zookeeper,
     Etcd,
     Memory,
 }
 
 impl Backend {
-    pub const ALL: [Backend; 10] = [
+    pub const ALL: [Backend; 11] = [
         Backend::Redis,
         Backend::Redlock,
         Backend::Cluster,
@@ -37,6 +38,7 @@ impl Backend {
         Backend::Postgres,
         Backend::Advisory,
         Backend::Mysql,
+        Backend::Named,
         Backend::Zookeeper,
         Backend::Etcd,
         Backend::Memory,
@@ -52,6 +54,7 @@ impl Backend {
             Backend::Postgres => ("PostgreSQL", "postgres"),
             Backend::Advisory => ("PostgreSQL advisory", "advisory"),
             Backend::Mysql => ("MariaDB", "mysql"),
+            Backend::Named => ("MariaDB named", "named"),
             Backend::Zookeeper => ("ZooKeeper", "zookeeper"),
             Backend::Etcd => ("etcd", "etcd"),
             Backend::Memory => ("memory", "memory"),
@@ -271,10 +274,19 @@ impl Scenario {
             (ServerRestartsWithItsData, Advisory) => {
                 Err("advisory locks live in the server's memory: a restart forgets them (row 5)")
             }
+            (ServerRestartsWithItsData, Named) => {
+                Err("named locks live in the server's memory: a restart forgets them (row 5)")
+            }
+            (ReaderKilled | PausedReaderLosesItsShare, Named) => {
+                Err("`mode=named` has no read locks")
+            }
+            (PermitHolderKilled | PausedPermitHolderLosesItsPermit, Named) => {
+                Err("`mode=named` has no semaphores")
+            }
             (PermitHolderKilled | PausedPermitHolderLosesItsPermit, Advisory) => {
                 Err("`mode=advisory` has no semaphores yet")
             }
-            (ServerRestartsEmpty, b) if !b.is_redis() && b != Advisory => Err(
+            (ServerRestartsEmpty, b) if !b.is_redis() && b != Advisory && b != Named => Err(
                 "the server keeps its data: restarted empty it would be a new, empty \
                  deployment",
             ),
@@ -293,7 +305,7 @@ impl Scenario {
                 "failover of the master to a replica: `tests/it/sentinel.rs`, and the history \
                  checker across two failovers",
             ),
-            (LeaderThenMajorityLost, Redis | Postgres | Advisory | Mysql) => {
+            (LeaderThenMajorityLost, Redis | Postgres | Advisory | Mysql | Named) => {
                 Err("one server: no leader to elect, no majority to lose")
             }
             (ReaderKilled | PausedReaderLosesItsShare, Redlock) => Err("Redlock has no read locks"),
@@ -870,6 +882,43 @@ impl Faulty for MysqlFixture {
             .await;
         assert_eq!(rows.len(), 3, "{rows:?}");
         rows.iter().map(|(_, n)| n).sum()
+    }
+}
+
+impl Faulty for NamedFixture {
+    const BACKEND: Backend = Backend::Named;
+
+    fn shared() -> Self {
+        NamedFixture::new()
+    }
+
+    fn own() -> Self {
+        NamedFixture::own()
+    }
+
+    own_server_faults!(server);
+
+    fn frees_when_the_holder_dies(&self) -> bool {
+        true
+    }
+
+    fn queues_waiters(&self) -> bool {
+        true
+    }
+
+    /// The statements clients sent (`Com_select + Com_do + Com_set_option + Com_insert`, the
+    /// server's: a server of the test's own) less the fixture's own.
+    async fn writes(&self) -> u64 {
+        let rows: Vec<(String, u64)> = self
+            .rows(
+                "SELECT VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+                 WHERE VARIABLE_NAME IN ('COM_SELECT', 'COM_DO', 'COM_SET_OPTION', 'COM_INSERT')",
+                (),
+            )
+            .await;
+        assert_eq!(rows.len(), 4, "{rows:?}");
+        let all: u64 = rows.iter().map(|(_, n)| n).sum();
+        all - self.statements()
     }
 }
 

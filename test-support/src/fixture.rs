@@ -1266,6 +1266,8 @@ pub struct NamedFixture {
     conn: tokio::sync::Mutex<Option<mysql_async::Conn>>,
     /// The connections holding the locks `overwrite` took.
     others: tokio::sync::Mutex<Vec<mysql_async::Conn>>,
+    /// The statements [`rows`](Self::rows) sent.
+    sent: std::sync::atomic::AtomicU64,
 }
 
 /// A named lock's holder as the server shows it: connection id, owner token, lease, fencing
@@ -1316,7 +1318,18 @@ impl NamedFixture {
             database,
             conn: tokio::sync::Mutex::new(None),
             others: tokio::sync::Mutex::new(Vec::new()),
+            sent: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// The test's database.
+    pub fn database(&self) -> &str {
+        &self.database
+    }
+
+    /// How many statements [`rows`](Self::rows) sent.
+    pub fn statements(&self) -> u64 {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The named lock of backend name `name`.
@@ -1337,6 +1350,7 @@ impl NamedFixture {
             if conn.is_none() {
                 *conn = Some(self.server.conn().await);
             }
+            self.sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             match conn.as_mut().unwrap().exec(statement, params.clone()).await {
                 Ok(rows) => return rows,
                 Err(mysql_async::Error::Server(e)) => panic!("{statement}: {e:?}"),

@@ -1241,6 +1241,7 @@ mod scenarios {
     #[cfg(feature = "mysql")]
     suite! {
         mysql => support::fixture::MysqlFixture,
+        named => support::fixture::NamedFixture,
     }
 
     #[cfg(feature = "zookeeper")]

@@ -27,6 +27,7 @@ mod faults;
 mod history;
 mod interop;
 mod mysql;
+mod mysql_named;
 mod pgbouncer;
 mod postgres;
 mod redis;

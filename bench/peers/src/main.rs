@@ -10,7 +10,8 @@
 //! advisory locks, MySQL `GET_LOCK`) against `BENCH_URL`, with their default pools, driven one
 //! command at a time over stdin/stdout — the protocol of `bench/peers/java/CuratorPeer.java`
 //! (see `lines::serve`). `BENCH_PEER_POOL=64` gives the PostgreSQL one a pool of that many
-//! connections instead of sqlx's default 10 (each of its locks keeps one while held).
+//! connections instead of sqlx's default 10 (each of its locks keeps one while held); the
+//! MySQL one too.
 
 /// The handoff row's arithmetic, shared with distlock's rows (`bench/src/handoff.rs`).
 #[path = "../../src/handoff.rs"]
@@ -59,6 +60,25 @@ async fn main() -> Result<(), Error> {
         }
         "distributed-lock-mysql" => {
             let url = var("BENCH_URL")?;
+            // `BENCH_PEER_POOL=64`: as for PostgreSQL (sqlx's default is 10 connections, and
+            // each held `GET_LOCK` keeps one).
+            if let Ok(size) = std::env::var("BENCH_PEER_POOL") {
+                let size: u32 = size.parse()?;
+                let provider = || async {
+                    let pool = sqlx::mysql::MySqlPoolOptions::new()
+                        .max_connections(size)
+                        .connect(&url)
+                        .await
+                        .map_err(|e| {
+                            distributed_lock_core::error::LockError::Connection(Box::new(e))
+                        })?;
+                    distributed_lock_mysql::MySqlLockProvider::builder()
+                        .pool(pool)
+                        .build()
+                        .await
+                };
+                return lines::serve(provider).await;
+            }
             let provider = || distributed_lock_mysql::MySqlLockProvider::new(url.clone());
             return lines::serve(provider).await;
         }

@@ -38,7 +38,7 @@ use super::errors::{MyError, connect_error};
 use crate::backend::sql::SqlSettings;
 use crate::backend::sql::errors::{acquire_error, timed};
 use crate::backend::{
-    Attempt, Backend, Capabilities, Hold, LockSpec, Refused, Released, Remembered, Transient,
+    Attempt, Backend, Capabilities, Hold, LockSpec, Released, Remembered, Transient,
 };
 use crate::error::{BoxError, LockError};
 use crate::fast_map::FastMap;
@@ -53,7 +53,8 @@ use names::{is_hashed, lock_name, note_locks, sql};
 /// Idle connections kept for the next acquisitions.
 const IDLE_MAX: usize = 256;
 
-/// The longest `wait_timeout` the servers take (one year, in seconds).
+/// The longest `wait_timeout` the servers take (one year, in seconds; distlock's leases are
+/// shorter).
 const MAX_WAIT_TIMEOUT: u64 = 31_536_000;
 
 /// How long a blocking request waits in the server at most (the waiting loop ends it sooner).
@@ -357,17 +358,6 @@ impl NamedBackend {
         Ok(())
     }
 
-    fn check_spec(&self, spec: &LockSpec<'_>) -> Result<(), BoxError> {
-        if spec.lease > Duration::from_secs(MAX_WAIT_TIMEOUT) {
-            return Err(Box::new(Refused(format!(
-                "a lease of {:?} is longer than the servers' longest `wait_timeout` (one year), \
-                 which keeps a named lock's lease",
-                spec.lease
-            ))));
-        }
-        Ok(())
-    }
-
     /// The try on a connection that holds nothing: the lock, then (with fencing) the next
     /// token, then the note locks.
     async fn try_on(
@@ -519,16 +509,27 @@ impl NamedBackend {
         session.set(State::Waiting);
         let waiting = Arc::clone(&session);
         let task = tokio::spawn(async move {
+            // Without fencing, the note locks come in the same statement as the grant.
+            let notes = match fencing {
+                false => note_locks(&token, lease, None),
+                true => Vec::new(),
+            };
             let blocked = async {
+                let mut params = vec![lock.as_bytes()];
+                params.extend(notes.iter().map(|n| n.as_bytes()));
+                let text = match fencing {
+                    false => format!(
+                        "SELECT IF(GET_LOCK(?, {BLOCK_SECONDS}) = 1, {}, -1)",
+                        note_sum(notes.len())
+                    ),
+                    true => format!("SELECT GET_LOCK(?, {BLOCK_SECONDS})"),
+                };
                 let mut c = waiting.conn.conn.lock().await;
-                c.query_first::<Option<i64>, _>(sql(
-                    &format!("SELECT GET_LOCK(?, {BLOCK_SECONDS})"),
-                    &[lock.as_bytes()],
-                ))
-                .await
+                c.query_first::<Option<i64>, _>(sql(&text, &params)).await
             };
             let state = match blocked.await {
-                Ok(Some(Some(1))) => {
+                Ok(Some(Some(n))) if !fencing && n == notes.len() as i64 => State::Granted(None),
+                Ok(Some(Some(1))) if fencing => {
                     match grant_on(&waiting.conn, &fences, &name, &token, lease, fencing, limit)
                         .await
                     {
@@ -724,7 +725,6 @@ impl Backend for NamedBackend {
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
         Box::pin(async move {
-            self.check_spec(&spec)?;
             let session = match self.session(spec.token) {
                 Some(session) => session,
                 None => {
