@@ -21,7 +21,7 @@
 //! | [`memory`] | the in-process backend (`memory://`) |
 //! | [`redis`] | one Redis, Redlock, Sentinel (`?replicas`) and Cluster |
 //! | [`postgres`] | PostgreSQL: the lock table and advisory locks |
-//! | [`mysql`] | MySQL and MariaDB |
+//! | [`mysql`] | MySQL and MariaDB: the lock table and named locks |
 //! | [`zookeeper`] | ZooKeeper: sessions, queues, fair waiting |
 //! | [`etcd`] | etcd: leases, revisions, watches |
 //! | [`interop`] | sharing locks with redis-py, Apache Curator and `etcdctl lock` |
