@@ -31,7 +31,14 @@ fn names(error: &LockError, port: u16, says: &str) {
 #[tokio::test]
 async fn locks_work_over_tls_and_the_server_answers_srvr_over_it() {
     let server = ZkServer::start_tls();
-    let locks = LockClient::connect(&server.url("/tls")).await.unwrap();
+    // The server has just started: its first TLS handshakes (a cold JVM, on a machine busy with
+    // the rest of the suite) took longer than the default connect timeout once. What this test
+    // checks is that locks work over TLS, not how fast a new server's first session opens.
+    let locks = LockClient::builder(server.url("/tls"))
+        .connect_timeout(std::time::Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
     let guard = locks.lock("t").acquire().await.unwrap();
     let zk = client(server.client_port).await;
     let queue = zk.list_children("/tls/lock:t").await.unwrap();
