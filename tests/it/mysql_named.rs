@@ -7,6 +7,9 @@
 //!   server when the other program lets go;
 //! - a key that cannot be a lock name as it is is hashed, and still listed by its key;
 //! - named locks belong to the URL's database: two databases never exclude each other;
+//! - an unrenewed hold is ended by the client at its lease end, and one released before
+//!   ends nothing then (its connection may hold another lock by then);
+//! - after a server restart the client takes locks again (its idle connections died);
 //! - one statement takes an unfenced lock and one gives it back (the server's `Com_select`),
 //!   and no table is written;
 //! - the mode's refusals: `mode=advisory` on MySQL, `mode=named` on PostgreSQL, read locks.
@@ -201,6 +204,78 @@ async fn one_statement_takes_a_lock_and_one_gives_it_back() {
         delta[3], 0,
         "wait_timeout set once per connection: {delta:?}"
     );
+}
+
+/// An unrenewed hold is ended by the client at its lease end, unless it was released before:
+/// then its connection may already hold another acquisition's lock, which must stay held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrenewed_hold_released_early_ends_nothing_at_its_lease_end() {
+    let fixture = NamedFixture::new();
+    let client = fixture.client().await;
+    let early = client
+        .lock("early")
+        .lease(ms(1_000))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    early.release().await.unwrap();
+    // The released connection is the idle one this acquisition takes.
+    let next = client
+        .lock("next")
+        .lease(ms(30_000))
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(ms(1_500)).await;
+    assert_eq!(
+        fixture.holder("lock:next").await.as_deref(),
+        Some(distlock::__private::testing::owner_token(&next)),
+        "the next acquisition's lock is still held on the server"
+    );
+    assert!(!next.is_lost());
+    next.release().await.unwrap();
+    // And an unrenewed hold not released is ended on the server at its lease end.
+    let kept = client
+        .lock("kept")
+        .lease(ms(300))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    let ended = support::eventually(ms(1_000), || async {
+        !fixture.anything_at("lock:kept").await
+    })
+    .await;
+    assert!(ended, "the unrenewed hold is ended at its lease end");
+    drop(kept);
+}
+
+/// A server restart ends every idle connection the client keeps: the next acquisition that
+/// picks one up fails on it, and is retried on a new connection within its wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_server_restart_the_client_takes_locks_again() {
+    let mut fixture = NamedFixture::own();
+    let client = fixture.client().await;
+    for i in 0..3 {
+        let guard = client.lock(format!("before:{i}")).acquire().await.unwrap();
+        guard.release().await.unwrap();
+    }
+    let server = fixture.server.own_mut();
+    server.kill();
+    server.restart();
+    let guard = client
+        .lock("after")
+        .wait(ms(10_000))
+        .acquire()
+        .await
+        .expect("granted on a new connection");
+    assert_eq!(
+        fixture.holder("lock:after").await.as_deref(),
+        Some(distlock::__private::testing::owner_token(&guard))
+    );
+    guard.release().await.unwrap();
+    assert!(!fixture.anything_at("lock:after").await);
 }
 
 /// `mode=advisory` on MySQL names `mode=named`; `mode=named` on PostgreSQL names

@@ -310,6 +310,12 @@ impl NamedBackend {
         lock_name(&self.database, name)
     }
 
+    /// Drops the acquisition `token`'s connection (closed once nothing uses it).
+    fn forget(&self, token: &str) {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        sessions.remove(token);
+    }
+
     fn session(&self, token: &str) -> Option<Arc<Session>> {
         let sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         sessions.get(token).cloned()
@@ -740,16 +746,30 @@ impl Backend for NamedBackend {
                 }
             };
             match session.state() {
-                State::Idle | State::Contended => self.try_on(&session, &spec).await,
+                State::Idle | State::Contended => {
+                    let tried = self.try_on(&session, &spec).await;
+                    if tried.is_err() {
+                        // What the connection did is unknown (a server restart ends every idle
+                        // one): the next try starts on another, and dropping this one ends
+                        // its session, with anything it may have taken.
+                        self.forget(spec.token);
+                    }
+                    tried
+                }
                 State::Waiting => Ok(Attempt::Busy { ttl: None }),
                 State::Granted(fence) => {
                     // Dated from now: the lease counts from before this statement was sent.
                     let started = tokio::time::Instant::now();
                     session.set(State::InFlight);
-                    let held = Box::pin(self.date(&session, spec.name))
-                        .await
-                        .map_err(acquire_error)?;
+                    let held = match Box::pin(self.date(&session, spec.name)).await {
+                        Ok(held) => held,
+                        Err(error) => {
+                            self.forget(spec.token);
+                            return Err(acquire_error(error));
+                        }
+                    };
                     if !held {
+                        self.forget(spec.token);
                         return Err(Transient::wrap("the granted named lock was lost at once"));
                     }
                     session.set(State::Held(fence));
@@ -823,6 +843,9 @@ impl Backend for NamedBackend {
                         .await;
                     match released {
                         Ok(Some(n)) if n > 0 => {
+                            // Before the connection serves another acquisition: an unrenewed
+                            // hold's end (`expire`) then finds nothing to end on it.
+                            session.set(State::Idle);
                             self.give_back(Arc::clone(&session.conn));
                             Ok(if held {
                                 Released::Deleted
