@@ -27,12 +27,12 @@
 //! - **What it cannot do**: read locks and semaphores (a named lock has no shared mode), and
 //!   `min_hold` (a lock ends with the holder's connection) are refused with `LockError::Config`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use mysql_async::Opts;
 use mysql_async::prelude::{FromValue, Queryable};
-use mysql_async::{Conn, Opts};
 
 use super::errors::{MyError, connect_error};
 use crate::backend::sql::SqlSettings;
@@ -43,11 +43,16 @@ use crate::backend::{
 use crate::error::{BoxError, LockError};
 use crate::fast_map::FastMap;
 use crate::notify::{ReleaseHub, ReleaseSubscription};
-use crate::runtime::{BoxFuture, RuntimeBound};
+use crate::runtime::BoxFuture;
 
 mod admin;
+mod conn;
 pub(crate) mod names;
+mod waiting;
 
+use conn::{
+    NamedConn, Session, State, expire, grant_on, note_sum, open, session_over, wait_timeout,
+};
 use names::{is_hashed, lock_name, note_locks, sql};
 
 /// Idle connections kept for the next acquisitions.
@@ -59,54 +64,6 @@ const MAX_WAIT_TIMEOUT: u64 = 31_536_000;
 
 /// How long a blocking request waits in the server at most (the waiting loop ends it sooner).
 const BLOCK_SECONDS: u64 = MAX_WAIT_TIMEOUT;
-
-/// One connection: the driver's, its server-side id, the runtime that drives its socket, and
-/// the `wait_timeout` (seconds) its session runs with now (0: the server's default).
-struct NamedConn {
-    conn: tokio::sync::Mutex<Conn>,
-    id: u32,
-    bound: RuntimeBound<()>,
-    wait_timeout: AtomicU64,
-}
-
-/// Where one acquisition's connection stands.
-#[derive(Debug, Clone)]
-enum State {
-    /// Holds nothing and waits for nothing: may go back to the idle connections.
-    Idle,
-    /// Like `Idle`, after a try that found the lock held by another.
-    Contended,
-    /// A statement is under way (or was dropped under way): the connection is closed, never
-    /// reused, when the acquisition ends.
-    InFlight,
-    /// The blocking request waits in the server.
-    Waiting,
-    /// The server granted the lock to the blocking request (with this fencing token); the
-    /// grant is dated by the next attempt.
-    Granted(Option<u64>),
-    /// The blocking request failed.
-    Failed(String),
-    /// Held.
-    Held(Option<u64>),
-}
-
-/// One acquisition's connection.
-struct Session {
-    conn: Arc<NamedConn>,
-    state: Mutex<State>,
-    /// The task of the blocking request, while it runs.
-    waiting: Mutex<Option<tokio::task::JoinHandle<()>>>,
-}
-
-impl Session {
-    fn state(&self) -> State {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    fn set(&self, state: State) {
-        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
-    }
-}
 
 /// How `distlock list`, `show` and `release --force` see who holds a named lock.
 #[derive(Debug, Clone)]
@@ -138,30 +95,6 @@ pub(crate) struct NamedBackend {
     idle: Mutex<Vec<(Arc<NamedConn>, Instant)>>,
     /// Wakes a waiter whose blocking request was granted.
     hub: Arc<ReleaseHub>,
-}
-
-/// Whether an error means the session is over (killed, timed out, the connection gone): its
-/// locks are gone with it.
-fn session_over(error: &MyError) -> bool {
-    match error {
-        MyError::Driver(mysql_async::Error::Io(_)) => true,
-        MyError::Driver(mysql_async::Error::Driver(mysql_async::DriverError::ConnectionClosed)) => {
-            true
-        }
-        MyError::Driver(mysql_async::Error::Server(e)) => matches!(e.code, 1053 | 1927 | 2013),
-        _ => false,
-    }
-}
-
-/// The session's `wait_timeout` for `lease`: whole seconds, rounded up.
-fn wait_timeout(lease: Duration) -> u64 {
-    let seconds = lease.as_secs() + u64::from(lease.subsec_nanos() > 0);
-    seconds.clamp(1, MAX_WAIT_TIMEOUT)
-}
-
-/// `GET_LOCK(?, 0) + …` for `parts` note locks: their sum is `parts` when all were taken.
-fn note_sum(parts: usize) -> String {
-    vec!["GET_LOCK(?, 0)"; parts].join(" + ")
 }
 
 impl NamedBackend {
@@ -425,10 +358,18 @@ impl NamedBackend {
             session.set(State::Contended);
             return Ok(Attempt::Busy { ttl: None });
         }
-        let fence = self
-            .granted(&session.conn, spec.name, spec.token, spec.lease, true)
-            .await
-            .map_err(acquire_error)?;
+        let limit = self.settings.response_timeout;
+        let fence = grant_on(
+            &session.conn,
+            &self.fences,
+            spec.name,
+            spec.token,
+            spec.lease,
+            true,
+            limit,
+        )
+        .await
+        .map_err(acquire_error)?;
         session.set(State::Held(fence));
         expire(
             session,
@@ -440,28 +381,6 @@ impl NamedBackend {
         Ok(Attempt::Acquired {
             fencing_token: fence,
         })
-    }
-
-    /// After `GET_LOCK` granted `name` on `conn`: the next fencing token (if asked) and the
-    /// note locks.
-    async fn granted(
-        &self,
-        conn: &NamedConn,
-        name: &str,
-        token: &str,
-        lease: Duration,
-        fencing: bool,
-    ) -> Result<Option<u64>, MyError> {
-        grant_on(
-            conn,
-            &self.fences,
-            name,
-            token,
-            lease,
-            fencing,
-            self.settings.response_timeout,
-        )
-        .await
     }
 
     /// Records the key of a hashed lock name in `<table>_names`, once per client (best effort:
@@ -497,215 +416,6 @@ impl NamedBackend {
             .await?;
         Ok(mine == Some(1))
     }
-
-    /// Starts the blocking request of the waiter `spec.token`.
-    fn block(&self, session: Arc<Session>, spec: &LockSpec<'_>) {
-        let lock = self.lock(spec.name);
-        let (name, token, lease, fencing) = (
-            spec.name.to_owned(),
-            spec.token.to_owned(),
-            spec.lease,
-            spec.fencing,
-        );
-        let (hub, fences, limit) = (
-            Arc::clone(&self.hub),
-            self.fences.clone(),
-            self.settings.response_timeout,
-        );
-        session.set(State::Waiting);
-        let waiting = Arc::clone(&session);
-        let task = tokio::spawn(async move {
-            // Without fencing, the note locks come in the same statement as the grant.
-            let notes = match fencing {
-                false => note_locks(&token, lease, None),
-                true => Vec::new(),
-            };
-            let blocked = async {
-                let mut params = vec![lock.as_bytes()];
-                params.extend(notes.iter().map(|n| n.as_bytes()));
-                let text = match fencing {
-                    false => format!(
-                        "SELECT IF(GET_LOCK(?, {BLOCK_SECONDS}) = 1, {}, -1)",
-                        note_sum(notes.len())
-                    ),
-                    true => format!("SELECT GET_LOCK(?, {BLOCK_SECONDS})"),
-                };
-                let mut c = waiting.conn.conn.lock().await;
-                c.query_first::<Option<i64>, _>(sql(&text, &params)).await
-            };
-            let state = match blocked.await {
-                Ok(Some(Some(n))) if !fencing && n == notes.len() as i64 => State::Granted(None),
-                Ok(Some(Some(1))) if fencing => {
-                    match grant_on(&waiting.conn, &fences, &name, &token, lease, fencing, limit)
-                        .await
-                    {
-                        Ok(fence) => State::Granted(fence),
-                        Err(error) => State::Failed(error.to_string()),
-                    }
-                }
-                Ok(other) => State::Failed(format!("the blocking GET_LOCK answered {other:?}")),
-                Err(error) => State::Failed(MyError::Driver(error).to_string()),
-            };
-            waiting.set(state);
-            hub.notify_one(&name, &token);
-        });
-        *session.waiting.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
-    }
-
-    /// Ends the connection `id`'s statement (`KILL QUERY`) or session (`KILL CONNECTION`)
-    /// from another connection.
-    async fn kill(&self, what: &str, id: u32) -> Result<(), MyError> {
-        let text = format!("KILL {what} {id}");
-        match self.first_once::<i64>("ending a session", &text, &[]).await {
-            // Unknown thread: it has ended already.
-            Err(MyError::Driver(mysql_async::Error::Server(e))) if e.code == 1094 => Ok(()),
-            other => other.map(drop),
-        }
-    }
-
-    /// Takes a waiter's blocking request out of the server's queue: ended now, and its answer
-    /// (ended, or granted just before) awaited; a grant that raced it is given back.
-    async fn give_up_waiting(&self, session: &Session) -> Result<Released, BoxError> {
-        let task = session
-            .waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let limit = self.settings.response_timeout;
-        let _ = tokio::time::timeout(limit, self.kill("QUERY", session.conn.id)).await;
-        if let Some(task) = task {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(limit, task).await.is_err() {
-                abort.abort();
-            }
-        }
-        if let State::Granted(_) = session.state() {
-            // Granted as it was ended: the session holds the lock, and ends with it.
-            let _ = tokio::time::timeout(limit, self.kill("CONNECTION", session.conn.id)).await;
-        }
-        Ok(Released::NotOurs)
-    }
-
-    /// A release whose statement failed (no answer, a broken connection): if the session
-    /// still holds the lock, it is ended — released; if not, the release or the session's
-    /// end freed it — ambiguous, as a retried release is.
-    async fn after_failed_release(
-        &self,
-        hold: Hold<'_>,
-        session: &Session,
-        error: MyError,
-    ) -> Result<Released, BoxError> {
-        let check = || async {
-            let holder: Option<Option<u32>> = self
-                .first_once(
-                    "asking who holds the lock",
-                    "SELECT IS_USED_LOCK(?)",
-                    &[self.lock(hold.name).as_bytes()],
-                )
-                .await?;
-            if holder.flatten() != Some(session.conn.id) {
-                return Ok::<_, MyError>(Released::Ambiguous { alive_until: None });
-            }
-            self.kill("CONNECTION", session.conn.id).await?;
-            Ok(Released::Deleted)
-        };
-        // A few tries: the path that lost the answer may take a moment to carry one again.
-        let mut tries = 0;
-        let checked = loop {
-            tries += 1;
-            match check().await {
-                Err(_) if tries < 5 => tokio::time::sleep(Duration::from_millis(200)).await,
-                other => break other,
-            }
-        };
-        checked.map_err(|checking| {
-            format!(
-                "the release got no answer ({error}), and the server could not be asked \
-                 whether the lock is still held ({checking})"
-            )
-            .into()
-        })
-    }
-}
-
-/// Ends an unrenewed hold at the end of its lease (`until`), if it is still held then: the
-/// server's idle timeout counts whole seconds, and a live client need not wait for it.
-fn expire(
-    session: &Arc<Session>,
-    spec: &LockSpec<'_>,
-    until: tokio::time::Instant,
-    limit: Duration,
-) {
-    if spec.renew {
-        return;
-    }
-    let session = Arc::clone(session);
-    tokio::spawn(async move {
-        tokio::time::sleep_until(until).await;
-        if !matches!(session.state(), State::Held(_)) {
-            return;
-        }
-        let mut c = session.conn.conn.lock().await;
-        if matches!(session.state(), State::Held(_)) {
-            session.set(State::Idle);
-            let _ = timed(
-                "ending an unrenewed lease",
-                limit,
-                c.query_drop("DO RELEASE_ALL_LOCKS()"),
-            )
-            .await;
-        }
-    });
-}
-
-/// Opens one connection, bounded by `limit`.
-async fn open(opts: &Opts, limit: Duration) -> Result<NamedConn, MyError> {
-    let conn = timed("connecting", limit, Conn::new(opts.clone())).await?;
-    Ok(NamedConn {
-        id: conn.id(),
-        conn: tokio::sync::Mutex::new(conn),
-        bound: RuntimeBound::new(()),
-        wait_timeout: AtomicU64::new(0),
-    })
-}
-
-/// After `GET_LOCK` granted `name` on `conn`: with `fencing`, the next token of `fences`;
-/// then the note locks. Each statement bounded by `limit`.
-async fn grant_on(
-    conn: &NamedConn,
-    fences: &str,
-    name: &str,
-    token: &str,
-    lease: Duration,
-    fencing: bool,
-    limit: Duration,
-) -> Result<Option<u64>, MyError> {
-    let mut c = conn.conn.lock().await;
-    let fence = if fencing {
-        let text = format!(
-            "INSERT INTO {fences} (name, fence) VALUES (?, LAST_INSERT_ID(1)) \
-             ON DUPLICATE KEY UPDATE fence = LAST_INSERT_ID(fence + 1)"
-        );
-        let text = sql(&text, &[name.as_bytes()]);
-        timed("the fencing token", limit, c.query_drop(text)).await?;
-        Some(
-            c.last_insert_id()
-                .ok_or_else(|| MyError::Unexpected("no fencing token came back".into()))?,
-        )
-    } else {
-        None
-    };
-    let notes = note_locks(token, lease, fence);
-    let text = format!("SELECT {}", note_sum(notes.len()));
-    let params: Vec<&[u8]> = notes.iter().map(|n| n.as_bytes()).collect();
-    let text = sql(&text, &params);
-    let taken: Option<i64> = timed("the note locks", limit, c.query_first(text)).await?;
-    if taken != Some(notes.len() as i64) {
-        return Err(MyError::Unexpected(format!(
-            "the note locks answered {taken:?}"
-        )));
-    }
-    Ok(fence)
 }
 
 /// Named locks: plain locks, queued on the server (a waiting session); no read locks, no

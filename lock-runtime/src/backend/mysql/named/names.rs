@@ -62,17 +62,18 @@ pub(super) fn sql(text: &str, params: &[&[u8]]) -> String {
     let extra: usize = params.iter().map(|p| 2 * p.len() + 3).sum();
     let mut out = String::with_capacity(text.len() + extra);
     let mut params = params.iter();
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     for ch in text.chars() {
-        match (ch, ch == '?') {
-            ('?', true) if let Some(param) = params.next() => {
-                out.push_str("X'");
-                for byte in param.iter() {
-                    out.push_str(&format!("{byte:02x}"));
-                }
-                out.push('\'');
-            }
-            _ => out.push(ch),
+        let Some(param) = (ch == '?').then(|| params.next()).flatten() else {
+            out.push(ch);
+            continue;
+        };
+        out.push_str("X'");
+        for &byte in param.iter() {
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0xf)]));
         }
+        out.push('\'');
     }
     out
 }
