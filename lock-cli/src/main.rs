@@ -282,6 +282,12 @@ pub(crate) enum Command {
         /// as long.
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         min_hold: Option<Duration>,
+        /// Hold the lock at most this long after it was granted: renewal stops then, the lock
+        /// is lost, and COMMAND is terminated as for any lost lock (SIGTERM, then SIGKILL after
+        /// --grace; exit 121), so a hung COMMAND cannot keep it forever. Without --lease the
+        /// lease is cut to fit it; an explicit --lease must be at most as long.
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        max_hold: Option<Duration>,
         /// Take a read lock: COMMAND runs beside other readers, never beside a writer.
         #[arg(long, conflicts_with = "permits")]
         read: bool,

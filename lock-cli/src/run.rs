@@ -126,6 +126,7 @@ async fn run(cli: &Cli) -> Ended {
         lease,
         wait,
         min_hold,
+        max_hold,
         read,
         permits,
         grace,
@@ -135,7 +136,7 @@ async fn run(cli: &Cli) -> Ended {
         unreachable!("called for `distlock run` only");
     };
     // Checked before connecting: a usage error needs no server.
-    let lease = match lease_for(*lease, *min_hold) {
+    let lease = match lease_for(*lease, *min_hold, *max_hold) {
         Ok(lease) => lease,
         Err(failure) => return setup_failed(failure),
     };
@@ -154,13 +155,22 @@ async fn run(cli: &Cli) -> Ended {
                 Wait::Up(wait) => request.wait(wait),
             };
             let request = request.lease(lease).fencing(*fencing).min_hold(min_hold);
+            let request = match max_hold {
+                Some(max_hold) => request.max_hold(*max_hold),
+                None => request,
+            };
             request.into_future()
         }
         None => {
             let request = client.lock(key.as_str());
             let request = if *read { request.read() } else { request };
             let request = wait.apply(request).lease(lease).fencing(*fencing);
-            request.min_hold(min_hold).into_future()
+            let request = request.min_hold(min_hold);
+            let request = match max_hold {
+                Some(max_hold) => request.max_hold(*max_hold),
+                None => request,
+            };
+            request.into_future()
         }
     };
     let guard = tokio::select! {
@@ -231,7 +241,43 @@ async fn prepare(
 /// `distlock run`'s lease: `--lease` when given (it must cover `--min-hold`, which the lock
 /// outlives a release by), else the client's default lease, or `--min-hold` when that is
 /// longer — so `--min-hold 10m` alone just works.
-fn lease_for(lease: Option<Duration>, min_hold: Option<Duration>) -> Result<Duration, Failure> {
+///
+/// With `--max-hold`, the lease must fit in it (renewal stops there): an explicit `--lease` or
+/// `--min-hold` longer than `--max-hold` is a usage error, and the default lease is cut to
+/// `--max-hold` — so `--max-hold 10s` alone just works too.
+fn lease_for(
+    lease: Option<Duration>,
+    min_hold: Option<Duration>,
+    max_hold: Option<Duration>,
+) -> Result<Duration, Failure> {
+    let chosen = lease_within(lease, min_hold)?;
+    let Some(max_hold) = max_hold else {
+        return Ok(chosen);
+    };
+    if chosen <= max_hold {
+        return Ok(chosen);
+    }
+    match (lease, min_hold) {
+        (Some(lease), _) => Err(Failure::Usage(format!(
+            "--max-hold {} is shorter than --lease {}: renewal stops at --max-hold, which must \
+             leave the lease to run at least once; raise --max-hold to {} or more, or shorten \
+             --lease",
+            duration(max_hold),
+            duration(lease),
+            duration(lease),
+        ))),
+        (None, Some(min_hold)) if min_hold > max_hold => Err(Failure::Usage(format!(
+            "--min-hold {} is longer than --max-hold {}: the lock cannot be kept longer than it \
+             may be held",
+            duration(min_hold),
+            duration(max_hold),
+        ))),
+        _ => Ok(max_hold),
+    }
+}
+
+/// [`lease_for`] without `--max-hold`.
+fn lease_within(lease: Option<Duration>, min_hold: Option<Duration>) -> Result<Duration, Failure> {
     match (lease, min_hold) {
         (Some(lease), Some(min_hold)) if min_hold > lease => Err(Failure::Usage(format!(
             "--min-hold {} is longer than --lease {}: the lock must live at least as long as it \
@@ -453,25 +499,54 @@ mod tests {
 
     #[test]
     fn the_lease_covers_min_hold_when_no_lease_is_given() {
-        assert_eq!(lease_for(None, None).ok(), Some(LockClient::DEFAULT_LEASE));
-        assert_eq!(lease_for(None, Some(10 * MIN)).ok(), Some(10 * MIN));
+        assert_eq!(
+            lease_for(None, None, None).ok(),
+            Some(LockClient::DEFAULT_LEASE)
+        );
+        assert_eq!(lease_for(None, Some(10 * MIN), None).ok(), Some(10 * MIN));
         // A short min_hold keeps the default lease.
         let short = Duration::from_secs(5);
         assert_eq!(
-            lease_for(None, Some(short)).ok(),
+            lease_for(None, Some(short), None).ok(),
             Some(LockClient::DEFAULT_LEASE)
         );
-        assert_eq!(lease_for(Some(MIN), Some(MIN)).ok(), Some(MIN));
+        assert_eq!(lease_for(Some(MIN), Some(MIN), None).ok(), Some(MIN));
     }
 
     #[test]
     fn a_lease_shorter_than_min_hold_is_a_usage_error_naming_both_flags() {
-        let Err(failure) = lease_for(Some(Duration::from_secs(30)), Some(10 * MIN)) else {
+        let Err(failure) = lease_for(Some(Duration::from_secs(30)), Some(10 * MIN), None) else {
             panic!("a 30 s lease under a 10 min min_hold was accepted");
         };
         assert_eq!(failure.code(), crate::exit::USAGE);
         let message = failure.message();
         assert!(message.contains("--min-hold 10m00s"), "{message}");
         assert!(message.contains("--lease 30.0s"), "{message}");
+    }
+
+    /// `--max-hold` alone cuts the default lease to fit; an explicit `--lease` or `--min-hold`
+    /// longer than it is a usage error naming both flags.
+    #[test]
+    fn max_hold_cuts_the_default_lease_and_refuses_a_longer_one() {
+        let ten = Duration::from_secs(10);
+        assert_eq!(lease_for(None, None, Some(ten)).ok(), Some(ten));
+        assert_eq!(
+            lease_for(None, None, Some(10 * MIN)).ok(),
+            Some(LockClient::DEFAULT_LEASE)
+        );
+        assert_eq!(lease_for(Some(ten), None, Some(ten)).ok(), Some(ten));
+        let Err(failure) = lease_for(Some(MIN), None, Some(ten)) else {
+            panic!("a 1 min lease under a 10 s max_hold was accepted");
+        };
+        assert_eq!(failure.code(), crate::exit::USAGE);
+        let message = failure.message();
+        assert!(message.contains("--max-hold 10.0s"), "{message}");
+        assert!(message.contains("--lease 1m00s"), "{message}");
+        let Err(failure) = lease_for(None, Some(MIN), Some(ten)) else {
+            panic!("a 1 min min_hold under a 10 s max_hold was accepted");
+        };
+        let message = failure.message();
+        assert!(message.contains("--min-hold 1m00s"), "{message}");
+        assert!(message.contains("--max-hold 10.0s"), "{message}");
     }
 }

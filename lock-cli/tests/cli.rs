@@ -1156,6 +1156,50 @@ async fn run_holds_the_lock_for_a_command_on_redis() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `run --max-hold`: a COMMAND that hangs is renewed past its lease, then terminated at
+/// --max-hold as for any lost lock (exit 121), and the lock is free again on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_terminates_a_command_that_outlives_max_hold() {
+    let server = RedisServer::start();
+    let dir = std::env::temp_dir().join(unique("distlock-run"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let started = Instant::now();
+    let child = spawn_run(
+        &[
+            &server.url(),
+            "hung-job",
+            "--lease",
+            "300ms",
+            "--max-hold",
+            "1500ms",
+            "--grace",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            r#"touch "$D/ran"; sleep 30; touch "$D/done""#,
+        ],
+        &dir,
+    );
+    let (status, err) = end_of_run(child, Duration::from_secs(30)).await;
+    let ended = started.elapsed();
+    assert_eq!(status, 121, "{err}");
+    assert!(dir.join("ran").exists(), "COMMAND never started: {err}");
+    assert!(!dir.join("done").exists(), "COMMAND ran to its end");
+    assert!(
+        ended >= ms(1_500) && ended < Duration::from_secs(20),
+        "ended {ended:?} after the start (--max-hold 1.5s)"
+    );
+    assert!(
+        eventually(ms(1_000), || async {
+            server_value(&server, "lock:hung-job").await.is_none()
+        })
+        .await,
+        "the capped lock is still on the server"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `-c STRING` runs STRING with `sh -c` (as `flock -c`), for `run` and `elect`: a pipeline,
 /// with the lock's variables in its environment, under the lock (seen from inside by
 /// `distlock show` / `leader`), its output and exit status the run's.

@@ -14,7 +14,7 @@ use crate::errors::{Errors, closest};
 /// Every argument the attribute takes.
 pub(crate) const ARGUMENTS: &[&str] = &[
     "key", "lease", "wait", "renew", "on_lost", "fencing", "fair", "mode", "permits", "min_hold",
-    "on_busy", "client", "crate",
+    "max_hold", "on_busy", "client", "crate",
 ];
 
 /// The values `mode` takes.
@@ -24,6 +24,8 @@ const MODES: &[&str] = &["read", "write"];
 const MIN_LEASE: Duration = Duration::from_millis(10);
 /// The longest lease the runtime accepts (its `LockClient::MAX_LEASE`).
 const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest `max_hold`: `u32::MAX` milliseconds (49 days), as the runtime keeps it.
+const MAX_HOLD_CAP: Duration = Duration::from_millis(u32::MAX as u64);
 
 pub(crate) enum WaitArg {
     Up(Duration),
@@ -68,14 +70,19 @@ pub(crate) struct LockArgs {
     pub min_hold: Option<Duration>,
     /// Where `min_hold`'s value was written.
     min_hold_span: Option<Span>,
+    /// `max_hold = "…"`: renewal stops this long after the grant.
+    pub max_hold: Option<Duration>,
+    /// Where `max_hold`'s value was written.
+    max_hold_span: Option<Span>,
     pub krate: Option<syn::Path>,
     /// `client = <expr>`: the call's lock client, evaluated at each call.
     pub client: Option<Expr>,
-    /// `lease`, `wait`, `min_hold` given in code (a `const`, an expression of type
+    /// `lease`, `wait`, `min_hold`, `max_hold` given in code (a `const`, an expression of type
     /// `Duration`): checked when the call is made, not here.
     pub lease_expr: Option<Expr>,
     pub wait_expr: Option<Expr>,
     pub min_hold_expr: Option<Expr>,
+    pub max_hold_expr: Option<Expr>,
     /// `on_busy = "skip"`: where it was written (the `Default` check points there).
     pub skip_busy: Option<Span>,
     seen: Vec<String>,
@@ -156,6 +163,19 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> (LockArgs, bool) 
                 "min_hold {min_hold:?} is longer than the lease {lease:?}: a lock released early \
                  is kept until min_hold without renewal, so it cannot outlive its lease; make \
                  `lease` at least {min_hold:?}, or `min_hold` shorter"
+            ),
+        );
+    }
+    if let (Some(span), Some(max_hold), Some(lease)) =
+        (parsed.max_hold_span, parsed.max_hold, parsed.lease)
+        && max_hold < lease
+    {
+        errors.at(
+            span,
+            format!(
+                "max_hold {max_hold:?} is shorter than the lease {lease:?}: renewal stops at \
+                 max_hold, which must leave the lease to run at least once; make `max_hold` at \
+                 least {lease:?}, or `lease` shorter"
             ),
         );
     }
@@ -321,6 +341,7 @@ impl LockArgs {
             "lease" if !is_string(&arg.value) => self.lease_expr = Some(arg.value),
             "wait" if !is_string(&arg.value) => self.wait_expr = Some(arg.value),
             "min_hold" if !is_string(&arg.value) => self.min_hold_expr = Some(arg.value),
+            "max_hold" if !is_string(&arg.value) => self.max_hold_expr = Some(arg.value),
             "lease" => {
                 let Some(lit) = string_value(&arg, errors, "\"10s\"") else {
                     return;
@@ -379,6 +400,23 @@ impl LockArgs {
                         ),
                     ),
                     min_hold => self.min_hold = min_hold,
+                }
+            }
+            "max_hold" => {
+                let Some(lit) = string_value(&arg, errors, "\"1h\"") else {
+                    return;
+                };
+                self.max_hold_span = Some(lit.span());
+                match duration_value(lit, errors) {
+                    Some(max_hold) if max_hold > MAX_HOLD_CAP => errors.at(
+                        lit.span(),
+                        format!(
+                            "max_hold {:?} is longer than 49 days (u32::MAX milliseconds), the \
+                             longest kept; leave `max_hold` out for no cap",
+                            lit.value()
+                        ),
+                    ),
+                    max_hold => self.max_hold = max_hold,
                 }
             }
             "renew" => self.renew = bool_value(&arg, errors),

@@ -318,6 +318,19 @@ fn options(
             quote!(#ms)
         }
     };
+    let max_hold = match &args.max_hold_expr {
+        // Saturated at `u32::MAX` ms (49 days), refused at the call; zero (no cap) is refused as
+        // shorter than the lease.
+        Some(expr) => {
+            let max_hold = from_code(expr);
+            quote!(::core::primitive::u32::try_from(#max_hold.as_millis()).unwrap_or(::core::primitive::u32::MAX).max(1))
+        }
+        None => {
+            // Checked at most 49 days: fits.
+            let ms = args.max_hold.unwrap_or_default().as_millis() as u32;
+            quote!(#ms)
+        }
+    };
     quote! {
         #krate::__private::LockOptions {
             lease: #lease,
@@ -329,6 +342,7 @@ fn options(
             mode: #mode,
             permits: #permits,
             min_hold_ms: #min_hold,
+            max_hold_ms: #max_hold,
         }
     }
 }

@@ -72,6 +72,7 @@ impl LockGuard {
             renewal,
             fair,
             kind,
+            max_hold_ms,
             ..
         } = params;
         let renew = renewal != RenewMode::Off;
@@ -92,6 +93,7 @@ impl LockGuard {
             confirmed_ns: std::sync::atomic::AtomicU64::new(0),
             lost_the_set: std::sync::atomic::AtomicBool::new(false),
             min_hold_ms: std::sync::atomic::AtomicU32::new(0),
+            max_hold: (max_hold_ms > 0).then(|| Duration::from_millis(max_hold_ms.into())),
             hold_span: std::sync::Mutex::new(None),
         });
         crate::metrics::held(shared.backend, 1.0);
@@ -264,7 +266,11 @@ impl LockGuard {
         let renewal = std::mem::take(&mut self.inline).then(|| Arc::clone(&self.held.renewer));
         async move {
             match renewal {
-                Some(renewer) => renew::watchdog(shared, renewer).await,
+                Some(renewer) => {
+                    // (At `max_hold`, the attribute stops or tells its body, then gives the
+                    // lock back itself.)
+                    renew::watchdog(shared, renewer).await;
+                }
                 None => lost(shared).await,
             }
         }

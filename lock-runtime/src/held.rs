@@ -42,6 +42,9 @@ pub(crate) struct HeldLock {
     /// `granted_at`. Set right after the grant (see `LockGuard::hold_at_least`): kept out of
     /// the acquisition's own state, which every locked call's future carries.
     pub min_hold_ms: std::sync::atomic::AtomicU32,
+    /// `max_hold` (`LockRequest::max_hold`): renewal stops at `granted_at` + this, and the
+    /// hold is lost then.
+    pub max_hold: Option<Duration>,
     /// The hold's span (`distlock.hold`, see `distlock::guide::metrics`): open from the grant
     /// until the hold ends, when [`end_hold_span`](Self::end_hold_span) records how and closes
     /// it. `None` before the grant is reported, and after.
@@ -89,6 +92,20 @@ impl HeldLock {
         let left = (self.granted_at + min_hold).saturating_duration_since(Instant::now());
         // Less than a millisecond: a backend's expiry cannot be set that finely; release.
         (left >= Duration::from_millis(1)).then_some(left)
+    }
+
+    /// With `max_hold`, the instant renewal stops and the hold is lost.
+    pub(crate) fn hold_cap(&self) -> Option<Instant> {
+        self.max_hold.map(|max_hold| self.granted_at + max_hold)
+    }
+
+    /// Marks the hold lost because it reached its `max_hold`.
+    pub(crate) fn mark_capped(&self) {
+        if let Some(max_hold) = self.max_hold {
+            self.mark_lost(&format!(
+                "held for its max_hold ({max_hold:?}): renewal stopped"
+            ));
+        }
     }
 
     /// The lock key, without the client's prefix.

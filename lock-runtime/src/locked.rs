@@ -277,6 +277,7 @@ mod footprint {
         mode: crate::LockMode::Write,
         permits: None,
         min_hold_ms: 0,
+        max_hold_ms: 0,
     };
 
     /// 1,536 bytes until the call's own client (`client = …`, `with_client`) took a slot of

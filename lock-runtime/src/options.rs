@@ -47,6 +47,9 @@ pub struct LockOptions {
     /// however early the body returns (zero: no minimum). (Four bytes, inside every locked
     /// call's future; at most the longest lease, 7 days, which fits.)
     pub min_hold_ms: u32,
+    /// `max_hold = "…"` in milliseconds: renewal stops this long after the grant, and the hold
+    /// is lost then (zero: no cap). At most `u32::MAX` ms (49 days), checked at compile time.
+    pub max_hold_ms: u32,
 }
 
 impl LockOptions {

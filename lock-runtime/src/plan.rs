@@ -34,6 +34,9 @@ pub(crate) struct Params {
     /// Granted in arrival order through a queue on the server.
     pub fair: bool,
     pub kind: Kind,
+    /// `max_hold` in milliseconds (zero: none): renewal stops at grant + this, and the hold is
+    /// lost then (checked at least the lease, at most `u32::MAX` ms, by the request).
+    pub max_hold_ms: u32,
 }
 
 impl Params {
@@ -150,6 +153,7 @@ mod tests {
 
     fn params(kind: Kind, fair: bool) -> Params {
         Params {
+            max_hold_ms: 0,
             lease: Duration::from_secs(1),
             wait: None,
             renewal: RenewMode::Spawned,

@@ -194,8 +194,15 @@ pub(crate) fn watch(shared: Arc<HeldLock>, renewer: &Arc<Renewer>) -> Watchdog {
     let runtime = match tokio::runtime::Handle::try_current() {
         Ok(runtime) if !renewer.backend.capabilities().keeps_alive => runtime,
         _ => {
+            let renewer = Arc::clone(renewer);
             return Watchdog::Task(
-                tokio::spawn(watchdog(shared, Arc::clone(renewer))).abort_handle(),
+                tokio::spawn(async move {
+                    if let Ended::Capped = watchdog(Arc::clone(&shared), Arc::clone(&renewer)).await
+                    {
+                        end_capped(&renewer, &shared).await;
+                    }
+                })
+                .abort_handle(),
             );
         }
     };
@@ -375,6 +382,8 @@ impl Deferred {
                 .started
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let task = tokio::spawn(watchdog(Arc::clone(&self.shared), Arc::clone(renewer)));
+            // (A lock distlock renews itself ends within one lease of its `max_hold`: nothing
+            // to give back when the watchdog stops there.)
             *state = DeferredState::Running(task.abort_handle());
         }
     }
@@ -397,14 +406,59 @@ fn grid_step(interval: Duration) -> Duration {
     (interval / 10).clamp(Duration::from_millis(1), Duration::from_millis(100))
 }
 
-/// Renews every lease/3 until the lock is lost (then returns) — forever otherwise.
-pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) {
+/// How a [`watchdog`] ended: the lock was lost, or reached its `max_hold`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    Lost,
+    /// Renewal stopped at `max_hold` (the hold is marked lost). On a backend that keeps locks
+    /// alive by a session the lock lives on until it is given back: see [`end_capped`].
+    Capped,
+}
+
+/// Sleeps until `cap` (forever without one).
+async fn until_cap(cap: Option<Instant>) {
+    match cap {
+        Some(cap) => tokio::time::sleep_until(cap).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Ends on the server a hold that reached its `max_hold` on a backend whose locks live as long
+/// as the client's session or lease (ZooKeeper, etcd), which no stopped renewal would end:
+/// the watchdog task of a guard releases it. (The attribute's own release does it for its
+/// body, after the body is stopped or told; a lock whose lease distlock renews ends by itself
+/// within one lease.)
+pub(crate) async fn end_capped(renewer: &Renewer, shared: &HeldLock) {
+    if !renewer.backend.capabilities().keeps_alive {
+        return;
+    }
+    match renewer.backend.release(shared.hold()).await {
+        Ok(_) => {
+            tracing::debug!(key = %shared.key(), "distlock: max_hold reached: the lock was given back")
+        }
+        Err(error) => {
+            tracing::warn!(key = %shared.key(), %error, "distlock: max_hold reached, and giving the lock back failed; it ends with the client's session")
+        }
+    }
+}
+
+/// Renews every lease/3 until the lock is lost or reaches its `max_hold` (then returns) —
+/// forever otherwise.
+pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) -> Ended {
     let backend = renewer.backend();
+    let cap = shared.hold_cap();
     if backend.capabilities().keeps_alive {
         // The backend keeps the lock alive (a session's heartbeats): wait for it to say lost.
-        let why = backend.lost(shared.spec()).await;
-        shared.mark_lost(&why);
-        return;
+        tokio::select! {
+            why = backend.lost(shared.spec()) => {
+                shared.mark_lost(&why);
+                return Ended::Lost;
+            }
+            () = until_cap(cap) => {
+                shared.mark_capped();
+                return Ended::Capped;
+            }
+        }
     }
     let lease = shared.lease;
     let interval = lease / 3;
@@ -413,6 +467,14 @@ pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) {
     let step = grid_step(interval);
     loop {
         let due = shared.confirmed_at() + interval;
+        if let Some(cap) = cap
+            && cap <= due
+        {
+            // The last renewal has been made: the lease runs out at most one lease after the cap.
+            tokio::time::sleep_until(cap).await;
+            shared.mark_capped();
+            return Ended::Capped;
+        }
         tokio::time::sleep_until(on_grid(due, step, due - step)).await;
         // The lease is only known to last until the last confirmed renewal plus the lease
         // (minus the drift margin), on this process's monotonic clock; failures are retried
@@ -420,9 +482,13 @@ pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) {
         let valid_until = shared.valid_until();
         loop {
             let sent_at = Instant::now();
+            if cap.is_some_and(|cap| sent_at >= cap) {
+                shared.mark_capped();
+                return Ended::Capped;
+            }
             if sent_at >= valid_until {
                 shared.mark_lost("no renewal confirmed before the lease ended");
-                return;
+                return Ended::Lost;
             }
             match tokio::time::timeout_at(valid_until, renewer.renew(Arc::clone(&shared))).await {
                 Ok(Ok(true)) => {
@@ -433,7 +499,7 @@ pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) {
                 }
                 Ok(Ok(false)) => {
                     shared.mark_lost("renewal found the lock held by another owner or gone");
-                    return;
+                    return Ended::Lost;
                 }
                 Ok(Err(error)) => {
                     crate::metrics::renewal_failed(shared.backend);
@@ -442,7 +508,7 @@ pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) {
                 }
                 Err(_) => {
                     shared.mark_lost("renewal did not answer before the lease ended");
-                    return;
+                    return Ended::Lost;
                 }
             }
         }
@@ -466,6 +532,8 @@ async fn set_watchdog(set: Vec<Arc<HeldLock>>, renewer: Arc<Renewer>) {
         }
     };
     let backend = renewer.backend();
+    // The set's `max_hold`: every key was granted with the same one.
+    let cap = set.iter().filter_map(|shared| shared.hold_cap()).min();
     if backend.capabilities().keeps_alive {
         let losses = set
             .iter()
@@ -475,8 +543,18 @@ async fn set_watchdog(set: Vec<Arc<HeldLock>>, renewer: Arc<Renewer>) {
                 Box::pin(async move { (i, lost.await) }) as crate::runtime::BoxFuture<'_, _>
             })
             .collect();
-        let (gone, why): (usize, String) = crate::runtime::first_of(losses).await;
-        lost_by(&set, gone, &why);
+        let first_lost = crate::runtime::first_of::<(usize, String)>(losses);
+        tokio::select! {
+            (gone, why) = first_lost => lost_by(&set, gone, &why),
+            () = until_cap(cap) => {
+                for shared in &set {
+                    shared.mark_capped();
+                }
+                for shared in &set {
+                    end_capped(&renewer, shared).await;
+                }
+            }
+        }
         return;
     }
     let Some(lease) = set.first().map(|shared| shared.lease) else {
@@ -485,16 +563,32 @@ async fn set_watchdog(set: Vec<Arc<HeldLock>>, renewer: Arc<Renewer>) {
     let interval = lease / 3;
     let retry_pause = (lease / 20).max(Duration::from_millis(5));
     let earliest = |at: fn(&HeldLock) -> Instant| set.iter().map(|s| at(s)).min();
+    let capped = || {
+        for shared in &set {
+            shared.mark_capped();
+        }
+    };
     loop {
         let Some(confirmed) = earliest(HeldLock::confirmed_at) else {
             return;
         };
+        if let Some(cap) = cap
+            && cap <= confirmed + interval
+        {
+            tokio::time::sleep_until(cap).await;
+            capped();
+            return;
+        }
         tokio::time::sleep_until(confirmed + interval).await;
         let Some(valid_until) = earliest(HeldLock::valid_until) else {
             return;
         };
         loop {
             let sent_at = Instant::now();
+            if cap.is_some_and(|cap| sent_at >= cap) {
+                capped();
+                return;
+            }
             if sent_at >= valid_until {
                 lose_all("no renewal confirmed before the lease ended");
                 return;

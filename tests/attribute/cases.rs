@@ -250,6 +250,38 @@ async fn on_lost_continue_finishes_and_current_says_lost() {
     assert_eq!(backend::holder(&name).await.as_deref(), Some("thief"));
 }
 
+/// A body that hangs: renewed past its lease, stopped at `max_hold`.
+#[distributed_lock(key = "capped:<tag>", lease = "200ms", max_hold = "700ms")]
+async fn hangs(tag: &str, finished: &AtomicBool) -> Result<(), LockError> {
+    let _ = tag;
+    tokio::time::sleep(ms(3_000)).await;
+    finished.store(true, Ordering::SeqCst);
+    Ok(())
+}
+
+/// `max_hold`: a body that outlives it is stopped then (not at its first lease: renewal ran
+/// until `max_hold`), the call returns `Lost`, and the lock is given back.
+#[tokio::test]
+async fn max_hold_stops_a_hung_body_and_gives_the_lock_back() {
+    backend::setup().await;
+    let tag = unique("capped");
+    let name = format!("lock:capped:{tag}");
+    let finished = AtomicBool::new(false);
+    let started = Instant::now();
+    let result = hangs(&tag, &finished).await;
+    let stopped_after = started.elapsed();
+    assert!(
+        matches!(&result, Err(LockError::Lost { key }) if key == &format!("capped:{tag}")),
+        "{result:?}"
+    );
+    assert!(
+        stopped_after >= ms(700) && stopped_after < ms(2_500),
+        "stopped {stopped_after:?} after the call began (max_hold 700ms)"
+    );
+    assert!(!finished.load(Ordering::SeqCst));
+    assert!(gone(&name).await, "the capped lock was not given back");
+}
+
 #[distributed_lock(key = "account:<id>", fencing = true)]
 async fn outer(id: u64) -> Result<(Option<u64>, Option<u64>), LockError> {
     let mine = distlock::current().unwrap().fencing_token();

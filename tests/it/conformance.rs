@@ -2587,6 +2587,77 @@ pub async fn min_hold_outlives_a_holder_process_that_exits(fixture: &impl Fixtur
     assert!(!fixture.anything_at(&format!("lock:{key}")).await);
 }
 
+/// `max_hold`: renewal goes on past the lease until grant + `max_hold`, then stops; the guard
+/// is lost then and not before, another client is granted the lock at most about one lease
+/// later (the last renewal's lease runs out; ZooKeeper and etcd, whose locks live on a
+/// session, are given back at `max_hold`), and the capped holder's release says `Lost`. A
+/// `max_hold` shorter than the lease is refused before anything is written.
+pub async fn max_hold_stops_renewal_and_loses_the_lock_then(fixture: &impl Fixture) {
+    const LEASE: Duration = Duration::from_millis(1_000);
+    const MAX_HOLD: Duration = Duration::from_millis(2_500);
+    let (one, two) = (fixture.client().await, fixture.client().await);
+    let refused = one.lock("capped").lease(LEASE).max_hold(ms(999)).await;
+    match refused {
+        Err(LockError::Config(message)) => {
+            assert!(
+                message.contains("`capped`") && message.contains("max_hold"),
+                "{message}"
+            );
+        }
+        other => panic!("a max_hold under the lease: {other:?}"),
+    }
+    assert!(!fixture.anything_at("lock:capped").await, "a refusal wrote");
+
+    let sent = Instant::now();
+    let guard = one
+        .lock("capped")
+        .lease(LEASE)
+        .max_hold(MAX_HOLD)
+        .acquire()
+        .await
+        .unwrap();
+    // Past the first lease: renewed, held, and nobody else gets it.
+    tokio::time::sleep(LEASE * 3 / 2).await;
+    assert!(!guard.is_lost(), "lost before max_hold");
+    assert!(
+        two.lock("capped").try_acquire().await.unwrap().is_none(),
+        "another client got the lock before max_hold"
+    );
+    assert!(fixture.holder("lock:capped").await.is_some());
+    let waiter = {
+        let two = two.clone();
+        tokio::spawn(async move {
+            let granted = two.lock("capped").wait(ms(15_000)).acquire().await;
+            (granted, Instant::now())
+        })
+    };
+    guard.lost().await;
+    let lost_at = sent.elapsed();
+    assert!(guard.is_lost());
+    assert!(
+        lost_at >= MAX_HOLD,
+        "lost {lost_at:?} after the request was sent, before max_hold {MAX_HOLD:?}"
+    );
+    let (granted, at) = waiter.await.unwrap();
+    let granted = granted.expect("another client is granted the capped lock");
+    let after = at - sent;
+    println!("max_hold: lost {lost_at:?}, another client granted {after:?} after the request");
+    // The promise: within one lease of max_hold. The slack is the store's expiry granularity
+    // (MySQL's `wait_timeout` counts whole seconds, a ZooKeeper session's expiry is ticked),
+    // not this machine's speed.
+    assert!(
+        after >= MAX_HOLD && after <= MAX_HOLD + LEASE + ms(2_500),
+        "another client granted {after:?} after the request (max_hold {MAX_HOLD:?}, lease {LEASE:?})"
+    );
+    match guard.release().await {
+        Err(LockError::Lost { key }) => assert_eq!(key, "capped"),
+        other => panic!("the capped holder's release: {other:?}"),
+    }
+    assert!(!granted.is_lost());
+    granted.release().await.unwrap();
+    assert_eq!(fixture.holder("lock:capped").await, None);
+}
+
 /// A release after `min_hold` frees the lock at once; a `min_hold` longer than the lease is
 /// refused with `Config`, naming the key, before anything is written.
 pub async fn a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refused(
@@ -2990,6 +3061,7 @@ macro_rules! suite {
                 a_release_before_min_hold_keeps_the_lock_until_then,
                 min_hold_outlives_a_holder_process_that_exits,
                 a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refused,
+                max_hold_stops_renewal_and_loses_the_lock_then,
                 on_busy_skip_runs_nothing_when_busy,
                 reentrancy_is_the_same_however_the_lock_was_entered,
                 an_election_has_one_leader_at_a_time,

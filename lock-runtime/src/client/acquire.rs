@@ -44,6 +44,41 @@ pub(super) fn check_min_hold(
     Ok(())
 }
 
+/// The attribute's `max_hold` (milliseconds, zero: none) must be at least the lease: renewal
+/// stops there, and a lock that cannot be renewed even once could not be kept.
+pub(super) fn check_max_hold(
+    max_hold_ms: u32,
+    lease: Duration,
+    key: &str,
+) -> Result<(), LockError> {
+    if max_hold_ms == 0 {
+        return Ok(());
+    }
+    check_max_hold_duration(Duration::from_millis(max_hold_ms.into()), lease, key)
+}
+
+/// [`check_max_hold`] of a request's `max_hold`.
+pub(super) fn check_max_hold_duration(
+    max_hold: Duration,
+    lease: Duration,
+    key: &str,
+) -> Result<(), LockError> {
+    if max_hold < lease {
+        return Err(LockError::Config(format!(
+            "`{key}`: max_hold {max_hold:?} is shorter than the lease {lease:?}: renewal stops at \
+             max_hold, which must leave the lease to run at least once; make max_hold at least \
+             {lease:?}, or the lease shorter"
+        )));
+    }
+    if max_hold.as_millis() > u128::from(u32::MAX) {
+        return Err(LockError::Config(format!(
+            "`{key}`: max_hold {max_hold:?} is longer than 49 days (u32::MAX milliseconds), the \
+             longest kept; leave max_hold out for no cap"
+        )));
+    }
+    Ok(())
+}
+
 /// The error of an acquisition of `key` that gave up waiting: [`LockError::Busy`] when it was
 /// asked once.
 pub(super) fn timed_out(

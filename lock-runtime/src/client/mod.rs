@@ -148,6 +148,7 @@ impl LockClient {
             permits: 0,
             set: None,
             min_hold: Duration::ZERO,
+            max_hold: None,
         }
     }
 

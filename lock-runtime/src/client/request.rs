@@ -5,7 +5,7 @@ use std::future::IntoFuture;
 use std::time::Duration;
 
 use super::LockClient;
-use super::acquire::check_min_hold;
+use super::acquire::{check_max_hold, check_max_hold_duration, check_min_hold};
 use crate::backend::Kind;
 use crate::error::LockError;
 use crate::guard::LockGuard;
@@ -33,7 +33,8 @@ impl LockClient {
         key: &str,
     ) -> Result<(), LockError> {
         let lease = options.lease.unwrap_or(self.inner.default_lease);
-        check_min_hold(options.min_hold_ms, lease, key, &*self.inner.backend)
+        check_min_hold(options.min_hold_ms, lease, key, &*self.inner.backend)?;
+        check_max_hold(options.max_hold_ms, lease, key)
     }
 
     /// `lock_all(keys)` with the attribute's options: what `run_locked_all` does.
@@ -68,6 +69,7 @@ impl LockClient {
             fencing: options.fencing.unwrap_or(inner.fencing),
             fair: options.fair,
             kind: options.kind(),
+            max_hold_ms: options.max_hold_ms,
         }
     }
 }
@@ -92,6 +94,7 @@ pub struct LockRequest {
     /// Every key of a request made by [`LockClient::lock_all`], as given.
     pub(super) set: Option<Vec<String>>,
     pub(super) min_hold: Duration,
+    pub(super) max_hold: Option<Duration>,
 }
 
 impl LockRequest {
@@ -129,6 +132,39 @@ impl LockRequest {
     /// still outlives `min_hold`.
     pub fn min_hold(mut self, min_hold: Duration) -> Self {
         self.min_hold = min_hold;
+        self
+    }
+
+    /// Hold the lock at most `max_hold` after it was granted: the watchdog stops renewing
+    /// then and the guard is lost ([`LockGuard::is_lost`], [`LockGuard::lost`]; the
+    /// attribute's body is stopped or told, as its `on_lost` says), so a holder that hangs
+    /// while its watchdog still runs cannot keep the lock forever (RedLock.net#68). Another
+    /// client is granted the lock at most one lease after `max_hold`: the last renewal's lease
+    /// runs out (on ZooKeeper and etcd, whose locks live as long as the client's session, the
+    /// guard's watchdog deletes the lock at `max_hold`). A release before then is a plain
+    /// release. Costs no round trip: it is a deadline of the watchdog.
+    ///
+    /// At least the [`lease`](Self::lease) (a shorter one fails with [`LockError::Config`]),
+    /// at most 49 days (`u32::MAX` milliseconds). Without renewal it changes nothing: the lock
+    /// ends after one lease anyway.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// use std::time::Duration;
+    /// let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// let guard = client
+    ///     .lock("nightly-export")
+    ///     .lease(Duration::from_millis(100))
+    ///     .max_hold(Duration::from_millis(300))
+    ///     .acquire()
+    ///     .await?;
+    /// guard.lost().await; // renewed twice, then let go at 300 ms
+    /// assert!(guard.is_lost());
+    /// # Ok(()) }
+    /// ```
+    pub fn max_hold(mut self, max_hold: Duration) -> Self {
+        self.max_hold = Some(max_hold);
         self
     }
 
@@ -248,6 +284,13 @@ impl LockRequest {
             fencing: self.fencing,
             fair: self.fair,
             kind: self.kind,
+            max_hold_ms: match self.max_hold {
+                // Zero: shorter than any lease, refused below.
+                Some(max_hold) => u32::try_from(max_hold.as_millis())
+                    .unwrap_or(u32::MAX)
+                    .max(1),
+                None => 0,
+            },
         };
         // Whole milliseconds, at most `u32::MAX` (49 days: longer than any lease, refused).
         let min_hold_ms = u32::try_from(self.min_hold.as_millis()).unwrap_or(u32::MAX);
@@ -258,6 +301,9 @@ impl LockRequest {
             first.unwrap_or(&self.key),
             &*self.client.inner.backend,
         )?;
+        if let Some(max_hold) = self.max_hold {
+            check_max_hold_duration(max_hold, self.lease, first.unwrap_or(&self.key))?;
+        }
         let guard = match self.set {
             Some(keys) => Box::pin(self.client.inner.acquire_set(keys, params)).await?,
             None => self.client.inner.acquire(self.key, params).await?,

@@ -48,6 +48,12 @@ impl SemaphoreRequest {
         SemaphoreRequest(self.0.min_hold(min_hold))
     }
 
+    /// Hold the permit at most `max_hold` after it was granted: renewal stops then and the
+    /// guard is lost. See [`LockRequest::max_hold`].
+    pub fn max_hold(self, max_hold: Duration) -> Self {
+        SemaphoreRequest(self.0.max_hold(max_hold))
+    }
+
     /// Keep the permit's lease alive (renew every lease/3) while the guard lives; default
     /// `true`.
     pub fn renew(self, renew: bool) -> Self {
