@@ -2001,6 +2001,101 @@ pub async fn the_admin_api_shows_permits(fixture: &impl Fixture) {
     drop((one, two));
 }
 
+/// `available()`: the permits not held — exact while nothing changes, never below zero with a
+/// waiter in line, an expired permit counted free; nothing written by asking. Another limit, a
+/// lock's name, or a store without semaphores: `Config`, as an acquisition.
+pub async fn available_counts_the_permits_not_held(fixture: &impl Fixture) {
+    let client = fixture.client().await;
+    if !fixture.semaphores() {
+        match client.semaphore("free-pool", 2).available().await {
+            Err(LockError::Config(message)) => {
+                assert!(
+                    message.contains("`free-pool`") && message.contains("semaphore"),
+                    "{message}"
+                );
+            }
+            other => panic!("available() on a store without semaphores: {other:?}"),
+        }
+        return;
+    }
+    let pool = || client.semaphore("free-pool", 3).lease(ms(10_000));
+    assert_eq!(pool().available().await.unwrap(), 3, "nothing held");
+    assert!(
+        !fixture.anything_at("lock:free-pool").await,
+        "asking wrote something"
+    );
+    let a = pool().wait(ms(0)).await.unwrap();
+    assert_eq!(pool().available().await.unwrap(), 2);
+    let b = pool().wait(ms(0)).await.unwrap();
+    let c = pool().wait(ms(0)).await.unwrap();
+    assert_eq!(pool().available().await.unwrap(), 0, "all three held");
+    // A fourth in line holds nothing, and takes nothing below zero.
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .semaphore("free-pool", 3)
+                .lease(ms(10_000))
+                .wait(ms(10_000))
+                .await
+        })
+    };
+    tokio::time::sleep(ms(300)).await;
+    assert_eq!(
+        pool().available().await.unwrap(),
+        0,
+        "with a waiter in line"
+    );
+    a.release().await.unwrap();
+    let d = waiting
+        .await
+        .unwrap()
+        .expect("the waiter is granted the freed permit");
+    assert_eq!(
+        pool().available().await.unwrap(),
+        0,
+        "the freed permit went on"
+    );
+    b.release().await.unwrap();
+    d.release().await.unwrap();
+    assert_eq!(pool().available().await.unwrap(), 2, "two given back");
+    // An unrenewed permit counts until its lease runs out, not after.
+    let short = client
+        .semaphore("free-pool", 3)
+        .lease(ms(400))
+        .renew(false)
+        .wait(ms(0))
+        .await
+        .unwrap();
+    assert_eq!(pool().available().await.unwrap(), 1);
+    tokio::time::sleep(ms(700)).await;
+    assert!(short.is_lost());
+    assert_eq!(
+        pool().available().await.unwrap(),
+        2,
+        "an expired permit counted as held"
+    );
+    drop(short);
+    // Another limit, and a lock's name: refused as an acquisition is.
+    match client.semaphore("free-pool", 4).available().await {
+        Err(LockError::Config(message)) => {
+            assert!(
+                message.contains("`free-pool`") && message.contains('3'),
+                "{message}"
+            );
+        }
+        other => panic!("available() under another limit: {other:?}"),
+    }
+    let lock = client.lock("free-lock").await.unwrap();
+    assert!(matches!(
+        client.semaphore("free-lock", 2).available().await,
+        Err(LockError::Config(_))
+    ));
+    lock.release().await.unwrap();
+    c.release().await.unwrap();
+    assert_eq!(pool().available().await.unwrap(), 3, "all given back");
+}
+
 /// Several keys: named in any order and with repeats, taken once each in canonical order and
 /// stored under one holder each; a lone lock of any of them is busy; release frees every key,
 /// as does dropping the guard.
@@ -3052,6 +3147,7 @@ macro_rules! suite {
                 permit_waiters_are_served_in_arrival_order,
                 permits_get_rising_fencing_tokens,
                 the_admin_api_shows_permits,
+                available_counts_the_permits_not_held,
                 several_keys_are_taken_together_and_given_back_together,
                 opposite_orders_never_deadlock,
                 a_set_that_times_out_gives_back_what_it_took,

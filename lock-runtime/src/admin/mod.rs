@@ -237,6 +237,43 @@ pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
 }
 
 impl LockClient {
+    /// How many of the `permits` of the semaphore `key` are held right now: its holders whose
+    /// lease has not run out (waiters in its queue are not counted), at most `permits`.
+    /// [`SemaphoreRequest::available`](crate::SemaphoreRequest::available) is the public face.
+    pub(crate) async fn permits_in_use(&self, key: &str, permits: u16) -> Result<u32, LockError> {
+        use crate::backend::{Kind, Refused};
+        validate_key(key)?;
+        let asked = Kind::Permits(permits);
+        if let Err(why) = self.admin_backend().capabilities().serves(asked) {
+            return Err(LockError::Config(format!("`{key}`: {why}")));
+        }
+        let name = self.name_of(key);
+        let entry = self
+            .admin_backend()
+            .inspect(&name)
+            .await
+            .map_err(|e| self.admin_error("available", key, e))?;
+        let Some(entry) = entry else {
+            return Ok(0);
+        };
+        let held = match entry.permits {
+            Some(limit) => Kind::Permits(u16::try_from(limit).unwrap_or(u16::MAX)),
+            // A lock, or its readers.
+            None => Kind::Exclusive,
+        };
+        if let Some(why) = Refused::between(held, asked) {
+            return Err(LockError::Config(format!("`{key}`: {why}")));
+        }
+        let live = entry
+            .readers
+            .iter()
+            .filter(|(_, ttl)| ttl.is_none_or(|ttl| !ttl.is_zero()))
+            .count();
+        Ok(u32::try_from(live)
+            .unwrap_or(u32::MAX)
+            .min(u32::from(permits)))
+    }
+
     /// Who holds `key` now: `None` if nobody does.
     ///
     /// Errors: [`LockError::Backend`] when the backend fails.

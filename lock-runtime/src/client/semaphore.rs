@@ -4,7 +4,7 @@
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use super::LockRequest;
+use super::{LockClient, LockRequest};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::runtime::BoxFuture;
@@ -73,6 +73,45 @@ impl SemaphoreRequest {
     /// How many permits the semaphore has, as asked for.
     pub fn permits(&self) -> u32 {
         self.0.permits
+    }
+
+    /// The permits of this semaphore not held right now: its limit minus the permits whose
+    /// lease has not run out (an expired permit is free, whether or not the store has removed
+    /// it yet; acquisitions waiting in line hold none). Never above the limit, never below
+    /// zero; exact while nothing changes, a snapshot otherwise — a permit taken or given back
+    /// a moment later is not seen, so do not acquire on the strength of it (`try_acquire` is
+    /// the atomic question). One read on the server (the admin API's
+    /// [`inspect`](LockClient::inspect)): no acquisition, no write, nothing in line.
+    ///
+    /// A key held as a lock or read lock, or as a semaphore of another limit, fails with
+    /// [`LockError::Config`] as an acquisition would; so does a store without semaphores.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// let pool = client.semaphore("gpu", 3);
+    /// assert_eq!(pool.available().await?, 3);
+    /// let one = pool.clone().acquire().await?;
+    /// assert_eq!(pool.available().await?, 2);
+    /// one.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn available(&self) -> Result<u32, LockError> {
+        let request = &self.0;
+        let permits = match u16::try_from(request.permits) {
+            Ok(permits) if permits > 0 => permits,
+            _ => {
+                return Err(LockError::Config(format!(
+                    "`{}`: a semaphore of {} permits: ask for 1 to {} (0 could never be acquired)",
+                    request.key,
+                    request.permits,
+                    LockClient::MAX_PERMITS
+                )));
+            }
+        };
+        let in_use = request.client.permits_in_use(&request.key, permits).await?;
+        Ok(u32::from(permits) - in_use)
     }
 
     /// Acquires a permit, waiting up to the request's `wait` while every permit is held:
