@@ -15,6 +15,8 @@
 //! | [`several_keys`] | one lock over several keys, deadlock-free |
 //! | [`fair`] | locks granted in arrival order across processes |
 //! | [`min_hold`] | scheduled work that must run once per period (`min_hold`) |
+//! | [`max_hold`] | a cap on holding: a hung holder cannot renew forever (`max_hold`) |
+//! | [`free_permits`] | how many of a semaphore's permits are free (`available()`) |
 //! | [`elections`] | leader election with identities and terms |
 //! | [`backends`] | every URL, and how to choose a backend |
 //! | [`tls`] | TLS and authentication on every backend |
@@ -47,6 +49,10 @@ pub mod several_keys {}
 pub mod fair {}
 #[doc = include_str!("../docs/guide/min_hold.md")]
 pub mod min_hold {}
+#[doc = include_str!("../docs/guide/max_hold.md")]
+pub mod max_hold {}
+#[doc = include_str!("../docs/guide/free_permits.md")]
+pub mod free_permits {}
 #[doc = include_str!("../docs/guide/elections.md")]
 pub mod elections {}
 #[doc = include_str!("../docs/guide/backends.md")]

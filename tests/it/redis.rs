@@ -1442,3 +1442,93 @@ async fn an_acquisition_whose_reply_was_lost_takes_the_lock_its_first_try_set() 
     guard.release().await.unwrap();
     assert!(!fixture.anything_at("lock:lost-grant").await);
 }
+
+/// `max_hold` and `available()` on the wire: 50 acquisitions and releases with `max_hold` send
+/// the commands 50 without it send (`max_hold` is a deadline of the watchdog, not a round
+/// trip), and `available()` is one script, writing nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_hold_adds_no_command_and_available_is_one_script() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.unwrap();
+    let mut conn = server.connection().await;
+    // Every command's calls, from one `INFO commandstats`.
+    async fn calls(conn: &mut redis::aio::MultiplexedConnection) -> Vec<(String, u64)> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(conn)
+            .await
+            .unwrap();
+        let mut calls: Vec<(String, u64)> = info
+            .lines()
+            .filter_map(|line| {
+                let (command, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+                let n = rest.split(',').next()?.parse().ok()?;
+                // The test's own `INFO` and `CONFIG RESETSTAT`.
+                (command != "info" && !command.starts_with("config"))
+                    .then(|| (command.to_owned(), n))
+            })
+            .collect();
+        calls.sort();
+        calls
+    }
+    async fn reset(conn: &mut redis::aio::MultiplexedConnection) {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(conn)
+            .await
+            .unwrap();
+    }
+    let mut seen = Vec::new();
+    for max_hold in [None, Some(Duration::from_secs(60))] {
+        // Warm: scripts loaded, connections made.
+        client.lock("warm").await.unwrap().release().await.unwrap();
+        reset(&mut conn).await;
+        for i in 0..50 {
+            let request = client
+                .lock(format!("capped:{i}"))
+                .lease(Duration::from_secs(10));
+            let request = match max_hold {
+                Some(max_hold) => request.max_hold(max_hold),
+                None => request,
+            };
+            request.await.unwrap().release().await.unwrap();
+        }
+        seen.push(calls(&mut conn).await);
+    }
+    assert!(!seen[0].is_empty());
+    assert_eq!(
+        seen[0], seen[1],
+        "max_hold changed what was sent (without, then with)"
+    );
+
+    let held = client.semaphore("pool", 3).await.unwrap();
+    // Warm: the admin script loaded.
+    assert_eq!(client.semaphore("pool", 3).available().await.unwrap(), 2);
+    reset(&mut conn).await;
+    assert_eq!(client.semaphore("pool", 3).available().await.unwrap(), 2);
+    // (`INFO commandstats` counts the commands a script runs too: they are reads.)
+    let sent = calls(&mut conn).await;
+    let scripts: u64 = sent
+        .iter()
+        .filter(|(command, _)| command.starts_with("eval"))
+        .map(|(_, n)| n)
+        .sum();
+    let writes = [
+        "set",
+        "del",
+        "zadd",
+        "zrem",
+        "zremrangebyscore",
+        "pexpire",
+        "publish",
+        "incr",
+    ];
+    assert!(
+        scripts == 1
+            && !sent
+                .iter()
+                .any(|(command, _)| writes.contains(&command.as_str())),
+        "available() sent {sent:?}"
+    );
+    held.release().await.unwrap();
+}
