@@ -13,8 +13,21 @@ use crate::errors::{Errors, closest};
 
 /// Every argument the attribute takes.
 pub(crate) const ARGUMENTS: &[&str] = &[
-    "key", "lease", "wait", "renew", "on_lost", "fencing", "fair", "mode", "permits", "min_hold",
-    "max_hold", "on_busy", "client", "crate",
+    "key",
+    "lease",
+    "wait",
+    "renew",
+    "on_lost",
+    "fencing",
+    "fair",
+    "mode",
+    "permits",
+    "min_hold",
+    "max_hold",
+    "lock_delay",
+    "on_busy",
+    "client",
+    "crate",
 ];
 
 /// The values `mode` takes.
@@ -74,6 +87,8 @@ pub(crate) struct LockArgs {
     pub max_hold: Option<Duration>,
     /// Where `max_hold`'s value was written.
     max_hold_span: Option<Span>,
+    /// `lock_delay = "…"`: after an involuntary loss, the key stays taken this much longer.
+    pub lock_delay: Option<Duration>,
     pub krate: Option<syn::Path>,
     /// `client = <expr>`: the call's lock client, evaluated at each call.
     pub client: Option<Expr>,
@@ -83,6 +98,7 @@ pub(crate) struct LockArgs {
     pub wait_expr: Option<Expr>,
     pub min_hold_expr: Option<Expr>,
     pub max_hold_expr: Option<Expr>,
+    pub lock_delay_expr: Option<Expr>,
     /// `on_busy = "skip"`: where it was written (the `Default` check points there).
     pub skip_busy: Option<Span>,
     seen: Vec<String>,
@@ -342,6 +358,7 @@ impl LockArgs {
             "wait" if !is_string(&arg.value) => self.wait_expr = Some(arg.value),
             "min_hold" if !is_string(&arg.value) => self.min_hold_expr = Some(arg.value),
             "max_hold" if !is_string(&arg.value) => self.max_hold_expr = Some(arg.value),
+            "lock_delay" if !is_string(&arg.value) => self.lock_delay_expr = Some(arg.value),
             "lease" => {
                 let Some(lit) = string_value(&arg, errors, "\"10s\"") else {
                     return;
@@ -417,6 +434,22 @@ impl LockArgs {
                         ),
                     ),
                     max_hold => self.max_hold = max_hold,
+                }
+            }
+            "lock_delay" => {
+                let Some(lit) = string_value(&arg, errors, "\"5s\"") else {
+                    return;
+                };
+                match duration_value(lit, errors) {
+                    Some(delay) if delay > MAX_LEASE => errors.at(
+                        lit.span(),
+                        format!(
+                            "lock_delay {:?} is too long: at most 7 days (after a holder dies, \
+                             the key stays taken its lease plus the delay)",
+                            lit.value()
+                        ),
+                    ),
+                    delay => self.lock_delay = delay,
                 }
             }
             "renew" => self.renew = bool_value(&arg, errors),

@@ -318,6 +318,18 @@ fn options(
             quote!(#ms)
         }
     };
+    // A delay from code is checked (at most 7 days) when the call is made.
+    let lock_delay = match (&args.lock_delay_expr, args.lock_delay) {
+        (Some(expr), _) => {
+            let delay = from_code(expr);
+            quote!(::core::option::Option::Some(#delay))
+        }
+        (None, Some(delay)) => {
+            let delay = millis(delay);
+            quote!(::core::option::Option::Some(#delay))
+        }
+        (None, None) => quote!(::core::option::Option::None),
+    };
     let max_hold = match &args.max_hold_expr {
         // Saturated at `u32::MAX` ms (49 days), refused at the call; zero (no cap) is refused as
         // shorter than the lease.
@@ -343,6 +355,7 @@ fn options(
             permits: #permits,
             min_hold_ms: #min_hold,
             max_hold_ms: #max_hold,
+            lock_delay: #lock_delay,
         }
     }
 }

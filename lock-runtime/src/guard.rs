@@ -73,6 +73,7 @@ impl LockGuard {
             fair,
             kind,
             max_hold_ms,
+            lock_delay_ms,
             ..
         } = params;
         let renew = renewal != RenewMode::Off;
@@ -94,6 +95,7 @@ impl LockGuard {
             lost_the_set: std::sync::atomic::AtomicBool::new(false),
             min_hold_ms: std::sync::atomic::AtomicU32::new(0),
             max_hold: (max_hold_ms > 0).then(|| Duration::from_millis(max_hold_ms.into())),
+            lock_delay: Duration::from_millis(lock_delay_ms.into()),
             hold_span: std::sync::Mutex::new(None),
         });
         crate::metrics::held(shared.backend, 1.0);

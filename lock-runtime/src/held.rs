@@ -45,6 +45,9 @@ pub(crate) struct HeldLock {
     /// `max_hold` (`LockRequest::max_hold`): renewal stops at `granted_at` + this, and the
     /// hold is lost then.
     pub max_hold: Option<Duration>,
+    /// `lock_delay`: the store keeps the hold this much longer than the lease after each
+    /// grant or renewal (see [`Params::store_lease`](crate::plan::Params::store_lease)).
+    pub lock_delay: Duration,
     /// The hold's span (`distlock.hold`, see `distlock::guide::metrics`): open from the grant
     /// until the hold ends, when [`end_hold_span`](Self::end_hold_span) records how and closes
     /// it. `None` before the grant is reported, and after.
@@ -117,7 +120,7 @@ impl HeldLock {
         LockSpec {
             name: self.name.full(),
             token: self.token.as_str(),
-            lease: self.lease,
+            lease: self.lease + self.lock_delay,
             fencing: false,
             renew: true,
             waiting: false,

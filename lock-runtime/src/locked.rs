@@ -278,6 +278,7 @@ mod footprint {
         permits: None,
         min_hold_ms: 0,
         max_hold_ms: 0,
+        lock_delay: None,
     };
 
     /// 1,536 bytes until the call's own client (`client = …`, `with_client`) took a slot of

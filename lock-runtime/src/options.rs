@@ -50,6 +50,8 @@ pub struct LockOptions {
     /// `max_hold = "…"` in milliseconds: renewal stops this long after the grant, and the hold
     /// is lost then (zero: no cap). At most `u32::MAX` ms (49 days), checked at compile time.
     pub max_hold_ms: u32,
+    /// `lock_delay = "…"`; `None` for the client's default.
+    pub lock_delay: Option<Duration>,
 }
 
 impl LockOptions {

@@ -37,6 +37,10 @@ pub(crate) struct Params {
     /// `max_hold` in milliseconds (zero: none): renewal stops at grant + this, and the hold is
     /// lost then (checked at least the lease, at most `u32::MAX` ms, by the request).
     pub max_hold_ms: u32,
+    /// `lock_delay` in milliseconds (zero: none): the store keeps each hold `lease` + this
+    /// after its grant or last renewal, so a holder that stops renewing leaves the key taken
+    /// that much longer; a release frees it at once.
+    pub lock_delay_ms: u32,
 }
 
 impl Params {
@@ -49,12 +53,18 @@ impl Params {
         }
     }
 
+    /// How long the store keeps a hold after its grant or last renewal: the lease, plus the
+    /// lock-delay (the holder itself counts on the lease alone).
+    pub(crate) fn store_lease(&self) -> Duration {
+        self.lease + Duration::from_millis(self.lock_delay_ms.into())
+    }
+
     /// What a waiter's attempt asks of the store for `name` with `token`.
     pub(crate) fn spec<'a>(&self, name: &'a LockName, token: &'a str) -> LockSpec<'a> {
         LockSpec {
             name: name.full(),
             token,
-            lease: self.lease,
+            lease: self.store_lease(),
             fencing: self.fencing,
             renew: self.renewal != RenewMode::Off,
             waiting: true,
@@ -110,6 +120,11 @@ impl Plan {
         // A reader's share or a semaphore's permit: held together with others.
         let shared = params.kind != Kind::Exclusive;
         store.serves(params.kind).map_err(str::to_owned)?;
+        if params.lock_delay_ms > 0 {
+            store
+                .lock_delay
+                .map_err(|why| format!("lock_delay cannot be kept: {why}"))?;
+        }
         if params.fair && params.kind == Kind::Shared {
             return Err(
                 "a read lock cannot be fair (readers do not queue behind each other, \
@@ -154,6 +169,7 @@ mod tests {
     fn params(kind: Kind, fair: bool) -> Params {
         Params {
             max_hold_ms: 0,
+            lock_delay_ms: 0,
             lease: Duration::from_secs(1),
             wait: None,
             renewal: RenewMode::Spawned,

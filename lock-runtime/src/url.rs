@@ -1,5 +1,7 @@
 //! URLs in messages: passwords never reach an error or a log line.
 
+use std::time::Duration;
+
 /// The URL with any password replaced by `***`, for messages and logs.
 pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -73,9 +75,22 @@ pub(crate) fn host_list(hosts: &str, default_port: u16) -> Result<Vec<String>, S
     Ok(listed)
 }
 
+/// A duration as URLs write it: `10s`, `500ms`, `2m`, `1h`.
+pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let number: u64 = number.parse().ok()?;
+    match unit {
+        "ms" => Some(Duration::from_millis(number)),
+        "s" => Some(Duration::from_secs(number)),
+        "m" => number.checked_mul(60).map(Duration::from_secs),
+        "h" => number.checked_mul(3600).map(Duration::from_secs),
+        _ => None,
+    }
+}
+
 /// `url` without the query parameters `take(name, value)` accepts (it keeps what it needs);
 /// the other parameters and the fragment stay as they were.
-#[cfg_attr(not(network_store), allow(dead_code))]
 pub(crate) fn take_query(url: &str, mut take: impl FnMut(&str, &str) -> bool) -> String {
     let Some((base, query)) = url.split_once('?') else {
         return url.to_owned();

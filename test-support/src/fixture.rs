@@ -100,6 +100,12 @@ pub trait Fixture {
         true
     }
 
+    /// Whether the backend keeps a lock-delay (`.lock_delay(…)`: a hold its store expires by a
+    /// TTL); otherwise it refuses it with `LockError::Config`.
+    fn lock_delay(&self) -> bool {
+        true
+    }
+
     /// Whether anything at all is stored at backend key `name` (on any node).
     async fn anything_at(&self, name: &str) -> bool {
         self.holder(name).await.is_some()
@@ -460,6 +466,10 @@ impl RedlockFixture {
 }
 
 impl Fixture for RedlockFixture {
+    fn lock_delay(&self) -> bool {
+        false
+    }
+
     fn fair(&self) -> bool {
         false
     }
@@ -1000,6 +1010,10 @@ impl AdvisoryFixture {
 }
 
 impl Fixture for AdvisoryFixture {
+    fn lock_delay(&self) -> bool {
+        false
+    }
+
     /// The default lease fits in `max_lease_ms`.
     fn builder(&self) -> LockClientBuilder {
         let longest = Duration::from_millis(self.max_lease_ms);
@@ -1400,6 +1414,10 @@ impl NamedFixture {
 }
 
 impl Fixture for NamedFixture {
+    fn lock_delay(&self) -> bool {
+        false
+    }
+
     fn url(&self) -> String {
         format!("{}?mode=named", self.server.url_for(&self.database))
     }
@@ -1573,6 +1591,10 @@ impl ZookeeperFixture {
 }
 
 impl Fixture for ZookeeperFixture {
+    fn lock_delay(&self) -> bool {
+        false
+    }
+
     /// Over TLS (`zks://`), connecting includes the Java server's TLS handshake, which a
     /// busy host has pushed past the default 3 s (three conformance cases at once, load
     /// average 7.5 on two cores): the fixture's clients allow 10 s. No promise under test
@@ -1800,6 +1822,10 @@ fn etcd_token(kv: &distlock::__private::testing::EtcdKey) -> String {
 }
 
 impl Fixture for EtcdFixture {
+    fn lock_delay(&self) -> bool {
+        false
+    }
+
     fn url(&self) -> String {
         self.member.url(&self.prefix)
     }

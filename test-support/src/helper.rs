@@ -52,6 +52,7 @@ pub fn run() {
         "waiter" => waiter(&dir),
         "process_starter" => process_starter(&dir),
         "min_hold" => min_hold_then_exit(&dir),
+        "die_holding" => die_holding(&dir),
         role => panic!("no helper role `{role}`"),
     }
 }
@@ -307,6 +308,39 @@ pub fn min_hold_then_exit(dir: &Path) {
         dir,
     ));
     drop(runtime);
+}
+
+/// Takes `LOCK_KEY` (lease `LEASE_MS`, lock-delay `LOCK_DELAY_MS`), writes `granted` (the
+/// send time, `now_ns`), and exits at once without giving it back: a holder that dies (no
+/// destructor runs, so no release is sent).
+pub fn die_holding(dir: &Path) {
+    let runtime = history::helper_runtime();
+    runtime.block_on(take_and_keep(
+        &var("LOCK_URL"),
+        &var("LOCK_KEY"),
+        ms(var("LEASE_MS").parse().unwrap()),
+        ms(var("LOCK_DELAY_MS").parse().unwrap()),
+        dir,
+    ));
+    std::process::exit(0);
+}
+
+/// [`die_holding`]'s acquisition; the guard is forgotten (never released), and its watchdog
+/// dies with the runtime that runs this (one process only: on a runtime of its own, dropped
+/// after).
+pub async fn take_and_keep(url: &str, key: &str, lease: Duration, delay: Duration, dir: &Path) {
+    let client = LockClient::connect(url).await.unwrap();
+    let before = now_ns();
+    let guard = client
+        .lock(key)
+        .lease(lease)
+        .lock_delay(delay)
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .unwrap();
+    write_file(&dir.join("granted"), &before.to_string());
+    std::mem::forget(guard);
 }
 
 /// [`min_hold_then_exit`] without the exit (one process only: on a runtime of its own).

@@ -2682,6 +2682,115 @@ pub async fn min_hold_outlives_a_holder_process_that_exits(fixture: &impl Fixtur
     assert!(!fixture.anything_at(&format!("lock:{key}")).await);
 }
 
+/// `lock_delay`: a holder that dies without releasing (its process exits: no release, no more
+/// renewals) leaves the key taken until its lease plus the delay — a waiter is granted no
+/// sooner, and soon after; a release, or a forced one, frees the key at once. A store whose
+/// locks end with a session refuses it with `Config`, writing nothing.
+pub async fn lock_delay_keeps_a_dead_holders_key_past_its_lease(fixture: &impl Fixture) {
+    const LEASE: Duration = Duration::from_millis(1_000);
+    const DELAY: Duration = Duration::from_millis(1_500);
+    let key = "delayed";
+    // Opened first: a `memory://` store lives while a client of it does.
+    let client = fixture.client().await;
+    if !fixture.lock_delay() {
+        match client.lock(key).lease(LEASE).lock_delay(DELAY).await {
+            Err(LockError::Config(message)) => assert!(
+                message.contains("`delayed`") && message.contains("lock_delay"),
+                "{message}"
+            ),
+            other => panic!("lock_delay on a store that cannot keep it: {other:?}"),
+        }
+        assert!(
+            !fixture.anything_at("lock:delayed").await,
+            "a refusal wrote"
+        );
+        return;
+    }
+    // A release frees the key at once, delay or not.
+    let other = fixture.client().await;
+    let released = client
+        .lock(key)
+        .lease(LEASE)
+        .lock_delay(DELAY)
+        .await
+        .unwrap();
+    released.release().await.unwrap();
+    let next = other.lock(key).try_acquire().await.unwrap();
+    assert!(next.is_some(), "a released key kept for its lock-delay");
+    drop(next);
+    // So does a forced release.
+    eventually(ms(2_000), || async {
+        fixture.holder("lock:delayed").await.is_none()
+    })
+    .await;
+    let forced = client
+        .lock(key)
+        .lease(LEASE)
+        .lock_delay(DELAY)
+        .await
+        .unwrap();
+    client.force_release(key).await.unwrap().expect("held");
+    let next = other.lock(key).try_acquire().await.unwrap();
+    assert!(
+        next.is_some(),
+        "a key released by force kept for its lock-delay"
+    );
+    drop((forced, next));
+    eventually(ms(2_000), || async {
+        fixture.holder("lock:delayed").await.is_none()
+    })
+    .await;
+
+    // A holder that dies.
+    let dir = history::scratch_dir("lock-delay");
+    let env = [
+        ("LOCK_URL", fixture.url()),
+        ("LOCK_KEY", key.to_owned()),
+        ("LEASE_MS", LEASE.as_millis().to_string()),
+        ("LOCK_DELAY_MS", DELAY.as_millis().to_string()),
+    ];
+    match fixture.one_process() {
+        None => {
+            let mut helper = history::Helper::spawn("die_holding", &dir, &env);
+            tokio::task::block_in_place(|| helper.wait_success(Duration::from_secs(60)));
+        }
+        Some(why) => {
+            println!("the holder runs on a runtime of its own, dropped ({why})");
+            let (url, dir) = (fixture.url(), dir.clone());
+            tokio::task::block_in_place(|| {
+                std::thread::spawn(move || {
+                    let runtime = history::helper_runtime();
+                    runtime.block_on(support::helper::take_and_keep(
+                        &url, key, LEASE, DELAY, &dir,
+                    ));
+                })
+                .join()
+                .unwrap()
+            });
+        }
+    }
+    let sent: u64 = history::read_when_there(&dir.join("granted"), Duration::from_secs(5))
+        .await
+        .parse()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let guard = other.lock(key).wait(ms(15_000)).await.unwrap();
+    let after = Duration::from_nanos(history::now_ns() - sent);
+    println!("lock_delay: granted {after:?} after the dead holder's request");
+    // No sooner than the lease plus the delay (the store counts both from the grant, after
+    // the request was sent); no later than the store's usual detection of an ended lease: a
+    // waiter retries when the TTL it was told runs out.
+    assert!(
+        after >= LEASE + DELAY,
+        "granted {after:?} after the dead holder's request (lease {LEASE:?}, lock-delay {DELAY:?})"
+    );
+    assert!(
+        after <= LEASE + DELAY + ms(2_000),
+        "granted {after:?} after the dead holder's request (lease {LEASE:?}, lock-delay {DELAY:?})"
+    );
+    guard.release().await.unwrap();
+}
+
 /// `max_hold`: renewal goes on past the lease until grant + `max_hold`, then stops; the guard
 /// is lost then and not before, another client is granted the lock at most about one lease
 /// later (the last renewal's lease runs out; ZooKeeper and etcd, whose locks live on a
@@ -3158,6 +3267,7 @@ macro_rules! suite {
                 min_hold_outlives_a_holder_process_that_exits,
                 a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refused,
                 max_hold_stops_renewal_and_loses_the_lock_then,
+                lock_delay_keeps_a_dead_holders_key_past_its_lease,
                 on_busy_skip_runs_nothing_when_busy,
                 reentrancy_is_the_same_however_the_lock_was_entered,
                 an_election_has_one_leader_at_a_time,

@@ -38,6 +38,9 @@ pub(crate) struct Capabilities {
     pub permits: Result<(), &'static str>,
     /// `min_hold`: kept, or why not.
     pub min_hold: Result<(), &'static str>,
+    /// `lock_delay`: kept (the store's own expiry of a hold is its lease plus the delay, and a
+    /// release deletes it at once), or why not.
+    pub lock_delay: Result<(), &'static str>,
     /// A writer that waits marks the lock so that no new reader joins (a mark beside the
     /// readers' shares): an acquisition of an exclusive lock that ends without it gives its
     /// mark up, as a waiter in a queue gives up its place.
@@ -97,6 +100,7 @@ impl Capabilities {
             shared: Err("this store has no read locks; take the plain lock instead"),
             permits: Err("this store has no semaphores"),
             min_hold: Ok(()),
+            lock_delay: Ok(()),
             marks_waiting_writers: false,
             fair: false,
             queues_waiters: false,

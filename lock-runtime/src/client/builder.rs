@@ -35,6 +35,9 @@ pub struct LockClientBuilder {
     pub(super) default_lease: Duration,
     pub(super) default_wait: Option<Duration>,
     pub(super) fencing: bool,
+    pub(super) lock_delay: Duration,
+    /// `lock_delay` was set by the builder (over the URL's `?lock_delay=`).
+    pub(super) lock_delay_set: bool,
     pub(super) connect_timeout: Duration,
     pub(super) response_timeout: Duration,
     pub(super) node_timeout: Option<Duration>,
@@ -80,6 +83,17 @@ impl LockClientBuilder {
     /// (default off; costs one counter per key in the backend, see the crate docs).
     pub fn fencing(mut self, enabled: bool) -> Self {
         self.fencing = enabled;
+        self
+    }
+
+    /// The lock-delay of every request that names none (default none; the URL's
+    /// `?lock_delay=5s` sets it too, and this wins over the URL). After an involuntary loss —
+    /// a holder that stopped renewing (crashed, paused, cut off) — nobody is granted the key
+    /// until this long after its lease ran out on the store; a release frees it at once. See
+    /// [`LockRequest::lock_delay`].
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
+        self.lock_delay_set = true;
         self
     }
 
@@ -182,7 +196,30 @@ impl LockClientBuilder {
             Some(password) => crate::url::with_password(self.url.trim(), password),
             None => self.url.trim().to_owned(),
         };
-        let url = with_password.as_str();
+        // `?lock_delay=` is the client's, on every scheme: taken out before a backend reads
+        // the URL's parameters.
+        let mut url_delay: Option<Result<Duration, String>> = None;
+        let without_delay = crate::url::take_query(&with_password, |name, value| {
+            if name != "lock_delay" {
+                return false;
+            }
+            url_delay = Some(crate::url::parse_duration(value).ok_or_else(|| value.to_owned()));
+            true
+        });
+        let mut lock_delay = self.lock_delay;
+        match url_delay {
+            Some(Err(value)) => {
+                return Err(LockError::Config(format!(
+                    "`lock_delay={value}` in `{}` is not a duration: write it as `5s`, \
+                     `1500ms`, `2m` or `1h`",
+                    redact(&with_password)
+                )));
+            }
+            Some(Ok(delay)) if !self.lock_delay_set => lock_delay = delay,
+            _ => {}
+        }
+        check_lock_delay(lock_delay, None)?;
+        let url = without_delay.as_str();
         let Some((scheme, rest)) = url.split_once("://") else {
             return Err(LockError::Config(format!(
                 "`{}` is not a lock backend URL: expected `scheme://…`, e.g. \
@@ -214,11 +251,12 @@ impl LockClientBuilder {
                 renewer: crate::renew::Renewer::new(Arc::clone(&backend)),
                 hash_tags: backend.capabilities().slot.is_some(),
                 backend,
-                url: redact(url),
+                url: redact(&with_password),
                 prefix: self.prefix,
                 default_lease: self.default_lease,
                 default_wait: self.default_wait,
                 fencing: self.fencing,
+                lock_delay,
                 response_timeout: self.response_timeout,
             }),
         })
@@ -513,6 +551,20 @@ pub(crate) fn check_lease(lease: Duration, key: Option<&str>) -> Result<(), Lock
             "lease {lease:?}{whose} is too long: it must be at most {:?} (a lock whose holder \
              died stays taken for a whole lease); keep the lease short and let renewal \
              extend it while the holder lives",
+            LockClient::MAX_LEASE
+        )));
+    }
+    Ok(())
+}
+
+/// A lock-delay is at most the longest lease (7 days): the key stays taken that long after a
+/// holder dies.
+pub(crate) fn check_lock_delay(delay: Duration, key: Option<&str>) -> Result<(), LockError> {
+    if delay > LockClient::MAX_LEASE {
+        let whose = key.map(|k| format!(" for lock `{k}`")).unwrap_or_default();
+        return Err(LockError::Config(format!(
+            "lock_delay {delay:?}{whose} is too long: it must be at most {:?} (after a holder \
+             dies, the key stays taken its lease plus the delay)",
             LockClient::MAX_LEASE
         )));
     }

@@ -48,6 +48,8 @@ struct ClientInner {
     default_lease: Duration,
     default_wait: Option<Duration>,
     fencing: bool,
+    /// The lock-delay of requests that name none (see [`LockClientBuilder::lock_delay`]).
+    lock_delay: Duration,
     /// Bound on one reply (see [`LockClientBuilder::response_timeout`]).
     response_timeout: Duration,
 }
@@ -124,6 +126,8 @@ impl LockClient {
             default_lease: LockClient::DEFAULT_LEASE,
             default_wait: Some(LockClient::DEFAULT_WAIT),
             fencing: false,
+            lock_delay: Duration::ZERO,
+            lock_delay_set: false,
             connect_timeout: LockClient::DEFAULT_CONNECT_TIMEOUT,
             response_timeout: LockClient::DEFAULT_RESPONSE_TIMEOUT,
             node_timeout: None,
@@ -149,6 +153,7 @@ impl LockClient {
             set: None,
             min_hold: Duration::ZERO,
             max_hold: None,
+            lock_delay: self.inner.lock_delay,
         }
     }
 

@@ -34,6 +34,9 @@ impl LockClient {
     ) -> Result<(), LockError> {
         let lease = options.lease.unwrap_or(self.inner.default_lease);
         check_min_hold(options.min_hold_ms, lease, key, &*self.inner.backend)?;
+        if let Some(delay) = options.lock_delay {
+            super::builder::check_lock_delay(delay, Some(key))?;
+        }
         check_max_hold(options.max_hold_ms, lease, key)
     }
 
@@ -70,8 +73,14 @@ impl LockClient {
             fair: options.fair,
             kind: options.kind(),
             max_hold_ms: options.max_hold_ms,
+            lock_delay_ms: delay_ms(options.lock_delay.unwrap_or(inner.lock_delay)),
         }
     }
+}
+
+/// A lock-delay in whole milliseconds (checked at most 7 days where it is set: fits).
+fn delay_ms(delay: Duration) -> u32 {
+    u32::try_from(delay.as_millis()).unwrap_or(u32::MAX)
 }
 
 /// One lock acquisition being prepared; made by [`LockClient::lock`].
@@ -95,6 +104,7 @@ pub struct LockRequest {
     pub(super) set: Option<Vec<String>>,
     pub(super) min_hold: Duration,
     pub(super) max_hold: Option<Duration>,
+    pub(super) lock_delay: Duration,
 }
 
 impl LockRequest {
@@ -165,6 +175,28 @@ impl LockRequest {
     /// ```
     pub fn max_hold(mut self, max_hold: Duration) -> Self {
         self.max_hold = Some(max_hold);
+        self
+    }
+
+    /// After an involuntary loss of this hold — its holder stopped renewing (crashed, paused,
+    /// cut off from the store) — nobody is granted the key until `delay` after its lease ran
+    /// out on the store (Consul's and Chubby's lock-delay), so a holder that has not yet
+    /// noticed it lost the lock finds nobody else inside for that long: a guard for resources
+    /// that cannot check a fencing token. A release (or [`force_release`]) frees the key at
+    /// once, as without it. Default: the client's ([`LockClientBuilder::lock_delay`], the
+    /// URL's `?lock_delay=`), none unless set.
+    ///
+    /// Kept by the store's own expiry: each grant and renewal sets the hold to end `lease` +
+    /// `delay` later, while this process counts on the lease alone (its guard is lost at the
+    /// lease's end, as without a delay). It adds no round trip. Served where a hold expires by
+    /// a TTL — Redis, Sentinel, Cluster, the SQL lock tables, `memory://`; elsewhere
+    /// (ZooKeeper, etcd, Redlock, PostgreSQL `mode=advisory`, MySQL `mode=named`) the
+    /// acquisition fails with [`LockError::Config`] saying why. At most 7 days.
+    ///
+    /// [`force_release`]: LockClient::force_release
+    /// [`LockClientBuilder::lock_delay`]: crate::LockClientBuilder::lock_delay
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
         self
     }
 
@@ -284,6 +316,7 @@ impl LockRequest {
             fencing: self.fencing,
             fair: self.fair,
             kind: self.kind,
+            lock_delay_ms: delay_ms(self.lock_delay),
             max_hold_ms: match self.max_hold {
                 // Zero: shorter than any lease, refused below.
                 Some(max_hold) => u32::try_from(max_hold.as_millis())
@@ -304,6 +337,7 @@ impl LockRequest {
         if let Some(max_hold) = self.max_hold {
             check_max_hold_duration(max_hold, self.lease, first.unwrap_or(&self.key))?;
         }
+        super::builder::check_lock_delay(self.lock_delay, Some(first.unwrap_or(&self.key)))?;
         let guard = match self.set {
             Some(keys) => Box::pin(self.client.inner.acquire_set(keys, params)).await?,
             None => self.client.inner.acquire(self.key, params).await?,

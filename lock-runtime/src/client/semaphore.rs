@@ -54,6 +54,13 @@ impl SemaphoreRequest {
         SemaphoreRequest(self.0.max_hold(max_hold))
     }
 
+    /// After an involuntary loss of this permit (its holder stopped renewing), it comes back
+    /// `delay` after its lease ran out on the store, not at once. See
+    /// [`LockRequest::lock_delay`].
+    pub fn lock_delay(self, delay: Duration) -> Self {
+        SemaphoreRequest(self.0.lock_delay(delay))
+    }
+
     /// Keep the permit's lease alive (renew every lease/3) while the guard lives; default
     /// `true`.
     pub fn renew(self, renew: bool) -> Self {

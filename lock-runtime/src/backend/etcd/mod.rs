@@ -401,6 +401,12 @@ const CAPABILITIES: Capabilities = Capabilities {
     fair: true,
     queues_waiters: true,
     keeps_alive: true,
+    lock_delay: Err(
+        "an etcd lock is a key on a lease, which the server deletes the moment the lease \
+         expires: nothing is left to keep the key for a lock-delay after that; drop lock_delay \
+         (a lock on a store whose locks expire by a TTL keeps it: Redis, the SQL lock tables, \
+         memory://)",
+    ),
     ..Capabilities::every_kind("etcd")
 };
 

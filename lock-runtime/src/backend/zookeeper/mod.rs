@@ -206,6 +206,12 @@ const CAPABILITIES: Capabilities = Capabilities {
     fair: true,
     queues_waiters: true,
     keeps_alive: true,
+    lock_delay: Err(
+        "a ZooKeeper lock is an ephemeral node, which the server deletes the moment its \
+         session expires: nothing is left to keep the key for a lock-delay after that; drop \
+         lock_delay (a lock on a store whose locks expire by a TTL keeps it: Redis, the SQL \
+         lock tables, memory://)",
+    ),
     ..Capabilities::every_kind("zookeeper")
 };
 

@@ -143,18 +143,7 @@ pub(crate) fn parse_url(url: &str) -> Result<ZkUrl, LockError> {
     })
 }
 
-/// `10s`, `500ms`, `2m`.
-fn parse_duration(text: &str) -> Option<Duration> {
-    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
-    let (number, unit) = text.split_at(digits);
-    let number: u64 = number.parse().ok()?;
-    match unit {
-        "ms" => Some(Duration::from_millis(number)),
-        "s" => Some(Duration::from_secs(number)),
-        "m" => number.checked_mul(60).map(Duration::from_secs),
-        _ => None,
-    }
-}
+use crate::url::parse_duration;
 
 /// A chroot is an absolute path of non-empty components other than `.` and `..`, without
 /// a trailing slash or control characters.

@@ -431,6 +431,11 @@ const CAPABILITIES: Capabilities = Capabilities {
          process as min_hold promises: use the lock table (leave out `mode=named`)",
     ),
     queues_waiters: true,
+    lock_delay: Err(
+        "a named lock ends the moment its session does (the holder's `wait_timeout` or its \
+         connection closing): nothing is left to keep the key for a lock-delay; use the lock \
+         table (leave out `mode=named`)",
+    ),
     ..Capabilities::plain("mysql")
 };
 

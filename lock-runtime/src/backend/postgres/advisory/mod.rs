@@ -523,6 +523,11 @@ const CAPABILITIES: Capabilities = Capabilities {
     ),
     fair: true,
     queues_waiters: true,
+    lock_delay: Err(
+        "an advisory lock ends the moment its session does (the holder's \
+         `idle_session_timeout` or its connection closing): nothing is left to keep the key for \
+         a lock-delay; use the lock table (leave out `mode=advisory`)",
+    ),
     ..Capabilities::plain("postgres")
 };
 

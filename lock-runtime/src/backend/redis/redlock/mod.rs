@@ -175,6 +175,11 @@ const CAPABILITIES: Capabilities = Capabilities {
     undoes_failed_attempts: true,
     shared: Err(NO_READ_LOCKS),
     permits: Err(NO_SEMAPHORES),
+    lock_delay: Err(
+        "Redlock computes a grant's validity from the TTL it votes with, so a TTL lengthened \
+         by a lock-delay would be counted as lease; not kept here yet: drop lock_delay, or use \
+         redis://, redis+sentinel:// or redis+cluster://",
+    ),
     ..Capabilities::plain("redlock")
 };
 
