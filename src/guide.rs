@@ -16,6 +16,7 @@
 //! | [`fair`] | locks granted in arrival order across processes |
 //! | [`min_hold`] | scheduled work that must run once per period (`min_hold`) |
 //! | [`max_hold`] | a cap on holding: a hung holder cannot renew forever (`max_hold`) |
+//! | [`lock_delay`] | after a holder dies or pauses, nobody else inside for a while (`lock_delay`) |
 //! | [`free_permits`] | how many of a semaphore's permits are free (`available()`) |
 //! | [`elections`] | leader election with identities and terms |
 //! | [`backends`] | every URL, and how to choose a backend |
@@ -51,6 +52,8 @@ pub mod fair {}
 pub mod min_hold {}
 #[doc = include_str!("../docs/guide/max_hold.md")]
 pub mod max_hold {}
+#[doc = include_str!("../docs/guide/lock_delay.md")]
+pub mod lock_delay {}
 #[doc = include_str!("../docs/guide/free_permits.md")]
 pub mod free_permits {}
 #[doc = include_str!("../docs/guide/elections.md")]

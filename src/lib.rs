@@ -27,7 +27,7 @@
 //! | argument | default | meaning |
 //! |---|---|---|
 //! | `key = "order:<id>"` | required | the lock key; `<name>` is a parameter, `<name.field>` a field path, `<self.field>` in methods; `<<` / `>>` are literal angle brackets; values render with `Display`. A list, `key = ["account:<from>", "account:<to>"]`, holds every key at once, taken in one canonical order ([`LockClient::lock_all`]) |
-//! | `lease = "10s"` | client's (30 s) | how long the lock lives if this process stops renewing it; units `ms`, `s`, `m`, `h`; at least `10ms`. `lease`, `wait`, `min_hold` and `max_hold` also take a [`Duration`](std::time::Duration) from code (`lease = LEASE`, `wait = config.wait()`), checked when the call is made |
+//! | `lease = "10s"` | client's (30 s) | how long the lock lives if this process stops renewing it; units `ms`, `s`, `m`, `h`; at least `10ms`. `lease`, `wait`, `min_hold`, `max_hold` and `lock_delay` also take a [`Duration`](std::time::Duration) from code (`lease = LEASE`, `wait = config.wait()`), checked when the call is made |
 //! | `wait = "2s"` | client's (10 s) | how long to wait for a busy lock; `"0s"` tries once; `"forever"` |
 //! | `renew = true` | `true` | renew every lease/3 while the body runs |
 //! | `on_lost = "abort"` | `"abort"` | `"abort"`: the body is dropped and the call returns `Err(LockError::Lost)`; `"continue"`: the body finishes and [`current()`] reports `is_lost()` |
@@ -37,6 +37,7 @@
 //! | `permits = 4` | none | one of that many permits of the semaphore `key`, not a lock ([`LockClient::semaphore`]) |
 //! | `min_hold = "55s"` | none | hold the lock at least this long after the grant, however soon the body returns: an earlier release leaves it to end then ([`LockRequest::min_hold`]); at most `lease` |
 //! | `max_hold = "1h"` | none | renewal stops this long after the grant and the lock is lost then (the body stopped or told, as `on_lost` says), so a hung body cannot hold it forever ([`LockRequest::max_hold`]); at least `lease` |
+//! | `lock_delay = "5s"` | client's (none) | after an involuntary loss (the holder crashed or paused), nobody else is granted the key until this long after its lease ran out; a release frees it at once ([`LockRequest::lock_delay`]); stores whose locks expire by a TTL |
 //! | `on_busy = "skip"` | `"error"` | a lock still busy when `wait` ends returns `Ok(Default::default())` without running the body (`Ok(())`, `Ok(None)`), instead of `Err(LockError::Timeout)` |
 //! | `client = self.locks` | the task's, else the global | the lock client of this function: an expression evaluated at each call giving a [`LockClient`] or a reference to one (a field, `&self.locks`, a function's result); another type is a compile error at the expression |
 //! | `crate = "path"` | `distlock` | where distlock is, for renamed dependencies |

@@ -25,6 +25,11 @@ mod backend {
         distlock::__private::testing::memory_peek(URL, name).map(|(token, _)| token)
     }
 
+    /// How long the store keeps backend key `name` (its TTL), if held.
+    pub async fn ttl(name: &str) -> Option<Duration> {
+        distlock::__private::testing::memory_peek(URL, name).map(|(_, ttl)| ttl)
+    }
+
     pub async fn queued(name: &str) -> usize {
         distlock::__private::testing::memory_queued(URL, name)
     }

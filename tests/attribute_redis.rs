@@ -24,6 +24,17 @@ mod backend {
         RedisServer::shared().get(name).await
     }
 
+    /// How long the server keeps backend key `name` (its `PTTL`), if held.
+    pub async fn ttl(name: &str) -> Option<Duration> {
+        let mut conn = RedisServer::shared().connection().await;
+        let pttl: i64 = redis::cmd("PTTL")
+            .arg(name)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        u64::try_from(pttl).ok().map(Duration::from_millis)
+    }
+
     /// How many waiters stand in the fair queue of backend key `name`.
     pub async fn queued(name: &str) -> usize {
         let mut conn = RedisServer::shared().connection().await;

@@ -288,6 +288,12 @@ pub(crate) enum Command {
         /// lease is cut to fit it; an explicit --lease must be at most as long.
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         max_hold: Option<Duration>,
+        /// If this process dies or hangs without giving the lock back, keep the lock taken
+        /// this long after its lease ran out (a COMMAND the lock's loss has not yet stopped
+        /// finds nobody else inside); a normal exit frees it at once. Stores whose locks
+        /// expire by a TTL only: Redis, the SQL tables (exit 2 saying why elsewhere).
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        lock_delay: Option<Duration>,
         /// Take a read lock: COMMAND runs beside other readers, never beside a writer.
         #[arg(long, conflicts_with = "permits")]
         read: bool,

@@ -127,6 +127,7 @@ async fn run(cli: &Cli) -> Ended {
         wait,
         min_hold,
         max_hold,
+        lock_delay,
         read,
         permits,
         grace,
@@ -159,6 +160,10 @@ async fn run(cli: &Cli) -> Ended {
                 Some(max_hold) => request.max_hold(*max_hold),
                 None => request,
             };
+            let request = match lock_delay {
+                Some(delay) => request.lock_delay(*delay),
+                None => request,
+            };
             request.into_future()
         }
         None => {
@@ -168,6 +173,10 @@ async fn run(cli: &Cli) -> Ended {
             let request = request.min_hold(min_hold);
             let request = match max_hold {
                 Some(max_hold) => request.max_hold(*max_hold),
+                None => request,
+            };
+            let request = match lock_delay {
+                Some(delay) => request.lock_delay(*delay),
                 None => request,
             };
             request.into_future()

@@ -1200,6 +1200,45 @@ async fn run_terminates_a_command_that_outlives_max_hold() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `run --lock-delay`: the lock is kept on the server for its lease plus the delay while
+/// COMMAND runs (a dead `distlock run` would leave it that long), and a normal exit frees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_keeps_its_lock_delay_on_the_server_and_frees_the_lock_on_exit() {
+    let server = RedisServer::start();
+    let dir = std::env::temp_dir().join(unique("distlock-run"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let child = spawn_run(
+        &[
+            &server.url(),
+            "delayed-job",
+            "--lease",
+            "1s",
+            "--lock-delay",
+            "3s",
+            "--",
+            "sh",
+            "-c",
+            r#"echo ran > "$D/ran"; sleep 2"#,
+        ],
+        &dir,
+    );
+    let _ = file_in(&dir, "ran").await;
+    let mut conn = server.connection().await;
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg("lock:delayed-job")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        (3_000..=4_000).contains(&pttl),
+        "PTTL {pttl} while COMMAND runs (lease 1s + lock-delay 3s)"
+    );
+    let (status, err) = end_of_run(child, Duration::from_secs(30)).await;
+    assert_eq!(status, 0, "{err}");
+    assert_eq!(server_value(&server, "lock:delayed-job").await, None);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `-c STRING` runs STRING with `sh -c` (as `flock -c`), for `run` and `elect`: a pipeline,
 /// with the lock's variables in its environment, under the lock (seen from inside by
 /// `distlock show` / `leader`), its output and exit status the run's.

@@ -31,7 +31,7 @@ use proc_macro::TokenStream;
 /// `permits` (a permit of a semaphore of that many, e.g. `permits = 4`), `min_hold` (held at
 /// least this long after the grant, however early the body returns; at most `lease`),
 /// `max_hold` (renewal stops this long after the grant and the lock is lost then; at least
-/// `lease`),
+/// `lease`), `lock_delay` (after an involuntary loss the key stays taken this much longer),
 /// `on_busy` (`"skip"`: a lock still busy as `wait` ends returns `Ok(Default::default())`
 /// without running the body; `"error"`, the default), `client` (an expression giving the
 /// function's `LockClient`, evaluated at each call),

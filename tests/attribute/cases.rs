@@ -250,6 +250,29 @@ async fn on_lost_continue_finishes_and_current_says_lost() {
     assert_eq!(backend::holder(&name).await.as_deref(), Some("thief"));
 }
 
+/// Returns how long the store keeps its own lock, from inside the body.
+#[distributed_lock(key = "delayed:<tag>", lease = "2s", lock_delay = "3s")]
+async fn delayed(tag: &str) -> Result<Option<Duration>, LockError> {
+    Ok(backend::ttl(&format!("lock:delayed:{tag}")).await)
+}
+
+/// `lock_delay` reaches the store: the lock is kept for its lease plus the delay (a holder
+/// that died would leave it that long), and the body's return frees it at once.
+#[tokio::test]
+async fn lock_delay_lengthens_the_stores_expiry_not_the_hold() {
+    backend::setup().await;
+    let tag = unique("delayed");
+    let ttl = delayed(&tag)
+        .await
+        .unwrap()
+        .expect("held while the body ran");
+    assert!(
+        ttl > ms(4_000) && ttl <= ms(5_000),
+        "kept {ttl:?} by the store (lease 2s + lock_delay 3s)"
+    );
+    assert!(gone(&format!("lock:delayed:{tag}")).await);
+}
+
 /// A body that hangs: renewed past its lease, stopped at `max_hold`.
 #[distributed_lock(key = "capped:<tag>", lease = "200ms", max_hold = "700ms")]
 async fn hangs(tag: &str, finished: &AtomicBool) -> Result<(), LockError> {

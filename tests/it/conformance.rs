@@ -2704,6 +2704,16 @@ pub async fn lock_delay_keeps_a_dead_holders_key_past_its_lease(fixture: &impl F
             !fixture.anything_at("lock:delayed").await,
             "a refusal wrote"
         );
+        // A client whose default is a lock-delay connects, and its acquisitions are refused.
+        let delaying = fixture.builder().lock_delay(DELAY).build().await.unwrap();
+        assert!(matches!(
+            delaying.lock(key).lease(LEASE).await,
+            Err(LockError::Config(_))
+        ));
+        assert!(
+            !fixture.anything_at("lock:delayed").await,
+            "a refusal wrote"
+        );
         return;
     }
     // A release frees the key at once, delay or not.

@@ -1532,3 +1532,73 @@ async fn max_hold_adds_no_command_and_available_is_one_script() {
     );
     held.release().await.unwrap();
 }
+
+/// `?lock_delay=` on the URL is the client's default lock-delay (the key kept its lease plus
+/// the delay on the server), the builder's `lock_delay` wins over it, a request's over both,
+/// and a value that is not a duration is refused naming the parameter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_urls_lock_delay_is_the_clients_default() {
+    let server = RedisServer::start();
+    let pttl = |name: &'static str| {
+        let server = &server;
+        async move {
+            let mut conn = server.connection().await;
+            let pttl: i64 = redis::cmd("PTTL")
+                .arg(name)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            pttl
+        }
+    };
+    let lease = Duration::from_secs(2);
+    let url = format!("{}?lock_delay=3s", server.url());
+    let client = LockClient::connect(&url).await.unwrap();
+    assert_eq!(client.url(), url, "the URL as given");
+    let guard = client.lock("d:url").lease(lease).await.unwrap();
+    let kept = pttl("lock:d:url").await;
+    assert!(
+        (4_000..=5_000).contains(&kept),
+        "PTTL {kept} (lease 2s + lock_delay 3s)"
+    );
+    guard.release().await.unwrap();
+    assert_eq!(pttl("lock:d:url").await, -2, "released: gone at once");
+    // A request's own delay, over the URL's.
+    let guard = client
+        .lock("d:request")
+        .lease(lease)
+        .lock_delay(Duration::ZERO)
+        .await
+        .unwrap();
+    let kept = pttl("lock:d:request").await;
+    assert!(
+        (1_000..=2_000).contains(&kept),
+        "PTTL {kept} (lease 2s, no delay)"
+    );
+    guard.release().await.unwrap();
+    // The builder's, over the URL's.
+    let built = LockClient::builder(&url)
+        .lock_delay(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let guard = built.lock("d:builder").lease(lease).await.unwrap();
+    let kept = pttl("lock:d:builder").await;
+    assert!(
+        (2_000..=3_000).contains(&kept),
+        "PTTL {kept} (lease 2s + lock_delay 1s)"
+    );
+    guard.release().await.unwrap();
+    for bad in ["soon", "5", "-1s"] {
+        match LockClient::connect(&format!("{}?lock_delay={bad}", server.url())).await {
+            Err(LockError::Config(message)) => {
+                assert!(message.contains(&format!("lock_delay={bad}")), "{message}");
+            }
+            other => panic!("lock_delay={bad}: {other:?}"),
+        }
+    }
+    match LockClient::connect(&format!("{}?lock_delay=200h", server.url())).await {
+        Err(LockError::Config(message)) => assert!(message.contains("lock_delay"), "{message}"),
+        other => panic!("lock_delay=200h: {other:?}"),
+    }
+}
