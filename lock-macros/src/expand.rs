@@ -318,15 +318,17 @@ fn options(
             quote!(#ms)
         }
     };
-    // A delay from code is checked (at most 7 days) when the call is made.
+    // A delay from code is checked (at most 7 days) when the call is made: saturated at
+    // `u32::MAX` ms (49 days), which that check refuses.
     let lock_delay = match (&args.lock_delay_expr, args.lock_delay) {
         (Some(expr), _) => {
             let delay = from_code(expr);
-            quote!(::core::option::Option::Some(#delay))
+            quote!(::core::option::Option::Some(::core::primitive::u32::try_from(#delay.as_millis()).unwrap_or(::core::primitive::u32::MAX)))
         }
         (None, Some(delay)) => {
-            let delay = millis(delay);
-            quote!(::core::option::Option::Some(#delay))
+            // Checked at most 7 days: fits.
+            let ms = delay.as_millis() as u32;
+            quote!(::core::option::Option::Some(#ms))
         }
         (None, None) => quote!(::core::option::Option::None),
     };
@@ -355,7 +357,7 @@ fn options(
             permits: #permits,
             min_hold_ms: #min_hold,
             max_hold_ms: #max_hold,
-            lock_delay: #lock_delay,
+            lock_delay_ms: #lock_delay,
         }
     }
 }

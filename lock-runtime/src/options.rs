@@ -50,8 +50,10 @@ pub struct LockOptions {
     /// `max_hold = "…"` in milliseconds: renewal stops this long after the grant, and the hold
     /// is lost then (zero: no cap). At most `u32::MAX` ms (49 days), checked at compile time.
     pub max_hold_ms: u32,
-    /// `lock_delay = "…"`; `None` for the client's default.
-    pub lock_delay: Option<Duration>,
+    /// `lock_delay = "…"` in milliseconds (at most 7 days: fits); `None` for the client's
+    /// default. (Eight bytes rather than a `Duration`'s sixteen, inside every locked call's
+    /// future.)
+    pub lock_delay_ms: Option<u32>,
 }
 
 impl LockOptions {

@@ -415,10 +415,11 @@ pub(crate) enum Ended {
     Capped,
 }
 
-/// Sleeps until `cap` (forever without one).
+/// Sleeps until `cap` (forever without one). The timer is boxed: this future sits inside every
+/// locked call's future on ZooKeeper and etcd, and most holds have no cap.
 async fn until_cap(cap: Option<Instant>) {
     match cap {
-        Some(cap) => tokio::time::sleep_until(cap).await,
+        Some(cap) => Box::pin(tokio::time::sleep_until(cap)).await,
         None => std::future::pending().await,
     }
 }
@@ -446,7 +447,8 @@ pub(crate) async fn end_capped(renewer: &Renewer, shared: &HeldLock) {
 /// forever otherwise.
 pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) -> Ended {
     let backend = renewer.backend();
-    let cap = shared.hold_cap();
+    // (`max_hold`'s deadline is read from `shared` where needed, not kept across the awaits:
+    // this future sits inside every locked call's.)
     if backend.capabilities().keeps_alive {
         // The backend keeps the lock alive (a session's heartbeats): wait for it to say lost.
         tokio::select! {
@@ -454,7 +456,7 @@ pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) -> En
                 shared.mark_lost(&why);
                 return Ended::Lost;
             }
-            () = until_cap(cap) => {
+            () = until_cap(shared.hold_cap()) => {
                 shared.mark_capped();
                 return Ended::Capped;
             }
@@ -467,7 +469,7 @@ pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) -> En
     let step = grid_step(interval);
     loop {
         let due = shared.confirmed_at() + interval;
-        if let Some(cap) = cap
+        if let Some(cap) = shared.hold_cap()
             && cap <= due
         {
             // The last renewal has been made: the lease runs out at most one lease after the cap.
@@ -482,7 +484,7 @@ pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) -> En
         let valid_until = shared.valid_until();
         loop {
             let sent_at = Instant::now();
-            if cap.is_some_and(|cap| sent_at >= cap) {
+            if shared.hold_cap().is_some_and(|cap| sent_at >= cap) {
                 shared.mark_capped();
                 return Ended::Capped;
             }

@@ -34,8 +34,8 @@ impl LockClient {
     ) -> Result<(), LockError> {
         let lease = options.lease.unwrap_or(self.inner.default_lease);
         check_min_hold(options.min_hold_ms, lease, key, &*self.inner.backend)?;
-        if let Some(delay) = options.lock_delay {
-            super::builder::check_lock_delay(delay, Some(key))?;
+        if let Some(ms) = options.lock_delay_ms {
+            super::builder::check_lock_delay(Duration::from_millis(ms.into()), Some(key))?;
         }
         check_max_hold(options.max_hold_ms, lease, key)
     }
@@ -73,7 +73,9 @@ impl LockClient {
             fair: options.fair,
             kind: options.kind(),
             max_hold_ms: options.max_hold_ms,
-            lock_delay_ms: delay_ms(options.lock_delay.unwrap_or(inner.lock_delay)),
+            lock_delay_ms: options
+                .lock_delay_ms
+                .unwrap_or_else(|| delay_ms(inner.lock_delay)),
         }
     }
 }
