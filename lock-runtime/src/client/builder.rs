@@ -90,7 +90,7 @@ impl LockClientBuilder {
     /// `?lock_delay=5s` sets it too, and this wins over the URL). After an involuntary loss —
     /// a holder that stopped renewing (crashed, paused, cut off) — nobody is granted the key
     /// until this long after its lease ran out on the store; a release frees it at once. See
-    /// [`LockRequest::lock_delay`].
+    /// [`LockRequest::lock_delay`](crate::LockRequest::lock_delay).
     pub fn lock_delay(mut self, delay: Duration) -> Self {
         self.lock_delay = delay;
         self.lock_delay_set = true;
