@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Soak: runs the timing-sensitive tests N times (default 5) while two busy-loop processes hog
 # both cores, the way a shared CI host or a user's busy machine does. The histories run long
-# (DISTLOCK_HISTORY=long: 5,120 acquisitions each, five times the default run's).
+# (DISTLOCK_HISTORY=long: 5,120 acquisitions each, ten times the default run's).
 #
 #   scripts/soak.sh [N]                 # every area that starts a server, and
 #                                       # attribute_memory: history faults redlock cluster sentinel

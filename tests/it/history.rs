@@ -1,11 +1,11 @@
-//! Mutual exclusion proven on histories: four OS processes × 32 tasks contend for one key (1,024
+//! Mutual exclusion proven on histories: four OS processes × 32 tasks contend for one key (512
 //! acquisitions per backend; 5,120 in the long run, see [`rounds`]), every hold is recorded on
 //! `CLOCK_MONOTONIC`, and the checker proves that no two holds overlap and that fencing tokens rise
 //! in grant order. Under the lock each holder runs a non-atomic register increment (read, random
 //! sleep, write): no acknowledged increment may be lost.
 //!
 //! Transfers (`lock_all`): the same four processes move money between random pairs of eight
-//! accounts, holding both (1,024 transfers per backend, 5,120 in the long run): no two holds of one
+//! accounts, holding both (512 transfers per backend, 5,120 in the long run): no two holds of one
 //! account overlap, and the sum of the balances never changes.
 
 use std::time::{Duration, Instant};
@@ -24,20 +24,22 @@ const ROUNDS: usize = 40;
 
 /// The rounds each contender makes: `long` (5,120 acquisitions per history) when
 /// `DISTLOCK_HISTORY=long` — `scripts/soak.sh` runs the histories so, under two CPU hogs — and a
-/// fifth of it in the default run (1,024 per history).
+/// tenth of it in the default run (512 per history; 1,024 until 2026-11-28, when the histories'
+/// 346 CPU-seconds were what kept the suite over 15 minutes on two cores).
 ///
-/// Why 1,024 is enough to catch an overlap: with 128 tasks of four processes on one key, every
+/// Why 512 is enough to catch an overlap: with 128 tasks of four processes on one key, every
 /// acquisition is contended, so each is a hand-over from one holder to another — the moment
 /// a grant can come early. A defect that lets one hand-over in 200 overlap (0.5 %) shows in a
-/// run of 1,024 with probability 1 − 0.995^1024 ≈ 99.4 %, and in every kind and backend at
-/// once; rarer races are what the long run is for. The faults' histories (etcd's leader kills,
+/// run of 512 with probability 1 − 0.995^512 ≈ 92 %, and a store runs four or five histories
+/// (plain, readers and writers, permits, transfers, fair) through the same hand-over: in one of
+/// them with probability ≈ 99.99 %. Rarer races are what the long run is for. The faults' histories (etcd's leader kills,
 /// Sentinel's failovers) make a quarter of these and contend until the faults are over
 /// ([`four_processes_during`]).
 fn rounds(long: usize) -> usize {
     if std::env::var("DISTLOCK_HISTORY").is_ok_and(|run| run == "long") {
         long
     } else {
-        long / 5
+        long / 10
     }
 }
 /// The contenders' lease (renewed every third of it).
@@ -154,7 +156,7 @@ async fn readers_and_writers(url: &str, lease: Duration) {
 }
 
 /// A semaphore of three: four processes × 8 tasks each take a permit 32 times (160 in the long run;
-/// 1,024 or 5,120 permits, each held 1–10 ms); never more than three held at once, and three
+/// 512 or 5,120 permits, each held 1–10 ms); never more than three held at once, and three
 /// reached. (Eight tasks, not 32: 128 contenders for three permits would test how long a polling
 /// MySQL waiter can lose to newcomers — it has no queue, and promises no order — rather than the
 /// limit.)
@@ -642,7 +644,7 @@ async fn memory_readers_and_writers_never_overlap() {
     memory_four_clients(false, 3).await;
 }
 
-// ---- Semaphores (`client.semaphore(k, 3)`): four processes, 1,024 permits (5,120 long) ----
+// ---- Semaphores (`client.semaphore(k, 3)`): four processes, 512 permits (5,120 long) ----
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_semaphore_never_exceeds_its_permits() {
@@ -747,7 +749,7 @@ fn the_checker_counts_permits_held_at_once() {
     assert_eq!(Hold::parse(&line), valid[0]);
 }
 
-// ---- Several keys (`client.lock_all`): four processes, 1,024 transfers (5,120 long) ----
+// ---- Several keys (`client.lock_all`): four processes, 512 transfers (5,120 long) ----
 
 /// The accounts of the transfer runs, and their contenders per process and rounds each.
 const ACCOUNTS: usize = 8;
