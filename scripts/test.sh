@@ -164,22 +164,18 @@ if [ ! -x "$it_binary" ] || [ ! -x "$ui_binary" ]; then
 fi
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
-step "unit tests, the CLI, the trybuild cases, the binaries with a global client or recorder of their own, the examples' own tests"
+step "unit tests, the CLI, the binaries with a global client or recorder of their own, the examples' own tests"
 # Eight at a time, not one per core: the CLI's tests wait on the processes they start (54 s
 # two at a time, 12 s all at once, measured 2026-11-27).
 cargo test --workspace --all-features --quiet --lib --bins \
     --test cli --test features --test global --test metrics --test attribute_memory --test attribute_redis \
     --example testing --example library -- --test-threads 8
-# The trybuild cases compile as a project of their own, with the plain compiler: clippy's lints
-# are not theirs to pass (a pass case is written to compile, not to be idiomatic), and its
-# messages would change the compile errors the fail cases expect.
-(cd ui-tests && env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS "$ui_binary" --quiet)
 
-# The steps that only compile (the doc tests, lock-runtime without features and with its
-# defaults, the packages' verification: 400 s of a fresh run beside tests/it) run in the
+# The steps that only compile (the trybuild cases, the doc tests, lock-runtime without features
+# and with its defaults, the packages' verification: 400 s of a fresh run beside tests/it) run in the
 # background while tests/it runs, which waits on servers and timers and kept the CPU half busy
 # (the conformance suite passed in 159 s beside a build from scratch, 166 s alone; measured
-# 2026-11-27). Clippy and the docs stay in front: beside tests/it too, their compiling delayed
+# 2026-11-27). The build (with clippy's lints) and the docs stay in front: beside tests/it, their compiling delayed
 # a 400 ms-lease test's wake-up past its bound in a fresh clone's run (2026-11-28). Their
 # output goes to $background_log, shown when they end.
 background_log="$target_dir/test-background.log"
@@ -188,6 +184,12 @@ background() {
     # of a few hundred milliseconds that a starved renewal loses (seen in fresh-clone runs).
     renice -n 19 -p "$BASHPID" >/dev/null 2>&1 || true
     bstep() { echo "==> [${SECONDS}s] (background) $*"; }
+    # The trybuild cases compile as a project of their own (about 50 s of compiling), with the
+    # plain compiler: clippy's lints are not theirs to pass (a pass case is written to compile,
+    # not to be idiomatic), and its messages would change the compile errors the fail cases
+    # expect.
+    bstep "the trybuild cases"
+    (cd ui-tests && env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS "$ui_binary" --quiet)
     bstep "doc tests"
     cargo test --workspace --all-features --quiet --doc
     # A backend whose feature is off names the feature: lock-runtime without features, and
@@ -195,14 +197,29 @@ background() {
     bstep "what a missing feature says (lock-runtime without features, then with its defaults)"
     cargo test -p lock-runtime --no-default-features --quiet --test features
     cargo test -p lock-runtime --quiet --test features
-    bstep "cargo package (distlock, lock-runtime, lock-macros, distlock-cli)"
+    # The three library crates are verified by building each from its tarball (32 s on a warm
+    # target: their dependencies are the build's). The command line's verification compiled
+    # lock-runtime and its clients once more under the CLI's own features (about 130 of the
+    # step's 160 CPU-seconds, 2026-11-28): instead, `cargo check -p distlock-cli` compiles it
+    # with only the features it asks for (no other workspace crate's unified in), and its
+    # tarball must list every source file git has.
+    bstep "cargo package (distlock, lock-runtime, lock-macros verified from their tarballs; distlock-cli checked alone and its file list)"
     cargo package --workspace --exclude distlock-bench --exclude distlock-test-support \
-        --exclude distlock-ui-tests --allow-dirty --quiet
+        --exclude distlock-ui-tests --exclude distlock-cli --allow-dirty --quiet
+    cargo check -p distlock-cli --quiet
+    cargo package -p distlock-cli --no-verify --allow-dirty --quiet
+    local unpackaged
+    unpackaged="$(comm -23 <(git ls-files lock-cli/src lock-cli/Cargo.toml | sed 's|^lock-cli/||' | sort) \
+        <(cargo package -p distlock-cli --list --allow-dirty 2>/dev/null | sort))"
+    if [ -n "$unpackaged" ]; then
+        echo "error: distlock-cli's package lacks: $unpackaged" >&2
+        return 1
+    fi
     bstep "done"
 }
 # tests/it runs from its binary ($it_binary, found by the build step), not through `cargo test`:
 # cargo would wait for the build directory the background steps hold while they compile.
-step "in the background: doc tests, what a missing feature says, cargo package ($background_log)"
+step "in the background: the trybuild cases, doc tests, what a missing feature says, cargo package ($background_log)"
 # In a process group of their own (job control on for this one job): a failing step ends this
 # script, and the background steps, cargo and rustc included, end with it.
 set -m

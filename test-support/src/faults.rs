@@ -86,13 +86,14 @@ pub enum Scenario {
     PermitHolderKilled,
     PausedPermitHolderLosesItsPermit,
     SetHolderKilled,
+    PausedHolderKeptForItsLockDelay,
 }
 
 /// Why no process, server or network fault applies to `memory://`.
 const ONE_PROCESS: &str = "lives in one process: no server, network or other process to fault";
 
 impl Scenario {
-    pub const ALL: [Scenario; 14] = [
+    pub const ALL: [Scenario; 15] = [
         Scenario::HolderKilled,
         Scenario::PausedHolderIsFencedOff,
         Scenario::BlackholedHolder,
@@ -107,6 +108,7 @@ impl Scenario {
         Scenario::PermitHolderKilled,
         Scenario::PausedPermitHolderLosesItsPermit,
         Scenario::SetHolderKilled,
+        Scenario::PausedHolderKeptForItsLockDelay,
     ];
 
     /// The test's name (in every backend's module of `tests/it/faults.rs`).
@@ -128,6 +130,9 @@ impl Scenario {
                 "s13_paused_permit_holder_loses_its_permit"
             }
             Scenario::SetHolderKilled => "s14_holder_of_two_keys_killed",
+            Scenario::PausedHolderKeptForItsLockDelay => {
+                "s15_paused_holder_kept_for_its_lock_delay"
+            }
         }
     }
 
@@ -249,6 +254,14 @@ impl Scenario {
                  (ZooKeeper, etcd: + 3 s), with larger fencing tokens; the server holds both \
                  keys for the waiter",
             ),
+            Scenario::PausedHolderKeptForItsLockDelay => (
+                "A holder process with `lock_delay` 1.5 s (lease 500 ms), renewing",
+                "SIGSTOP past the lease; another client waits for the lock; SIGCONT",
+                "the server's expiry, read just before the pause, is longer than the lease (the \
+                 delay is in it); the waiter is granted no earlier than that expiry and within \
+                 lease + delay + 1 s of the pause; the server holds the waiter; the resumed \
+                 holder is told its lock was lost (`guard.lost()`) within 2 s",
+            ),
             Scenario::PausedPermitHolderLosesItsPermit => (
                 "A process holding the one permit of a semaphore, lease 500 ms (ZooKeeper, \
                  etcd: 1 s), renewing",
@@ -311,6 +324,9 @@ impl Scenario {
             (ReaderKilled | PausedReaderLosesItsShare, Redlock) => Err("Redlock has no read locks"),
             (PermitHolderKilled | PausedPermitHolderLosesItsPermit, Redlock) => {
                 Err("Redlock has no semaphores")
+            }
+            (PausedHolderKeptForItsLockDelay, Redlock | Advisory | Named | Zookeeper | Etcd) => {
+                Err("`lock_delay` is refused there (see the lock-delay guide page)")
             }
             _ => Ok(()),
         }

@@ -91,6 +91,11 @@ fn holder(dir: &Path) {
             .lock(var("LOCK_KEY"))
             .lease(ms(var("LEASE_MS").parse().unwrap()))
             .wait(Duration::from_secs(10));
+        // Mode `delayed-told`: with `lock_delay` LOCK_DELAY_MS.
+        let request = match std::env::var("LOCK_DELAY_MS") {
+            Ok(delay) => request.lock_delay(ms(delay.parse().unwrap())),
+            Err(_) => request,
+        };
         let reader = mode.starts_with("read");
         let request = if reader { request.read() } else { request };
         // Modes `permit` and `permit-told`: the one permit of a semaphore of 1.
@@ -120,7 +125,7 @@ fn holder(dir: &Path) {
             distlock::__private::testing::owner_token(&guard)
         );
         write_file(&dir.join("acquired"), &line);
-        if mode == "read-told" || mode == "permit-told" {
+        if mode == "read-told" || mode == "permit-told" || mode == "delayed-told" {
             // Paused past its lease, then resumed: is it told its lock was lost?
             history::read_when_there(&dir.join("check-lost"), Duration::from_secs(60)).await;
             let told = tokio::time::timeout(Duration::from_secs(2), guard.lost())

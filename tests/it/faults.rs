@@ -62,6 +62,9 @@ async fn run<F: Faulty>(scenario: Scenario) {
         Scenario::ReaderKilled => reader_killed(F::shared()).await,
         Scenario::PausedReaderLosesItsShare => paused_reader_loses_its_share(F::shared()).await,
         Scenario::PermitHolderKilled => permit_holder_killed(F::shared()).await,
+        Scenario::PausedHolderKeptForItsLockDelay => {
+            paused_holder_kept_for_its_lock_delay(F::shared()).await
+        }
         Scenario::PausedPermitHolderLosesItsPermit => {
             paused_permit_holder_loses_its_permit(F::shared()).await
         }
@@ -1179,6 +1182,76 @@ async fn paused_permit_holder_loses_its_permit<F: Faulty>(fixture: F) {
 
 // ---------------------------------------------------------------------------------------------
 
+// ---------------------------------------------------------------------------------------------
+// 15. A holder with a lock-delay, paused past its lease.
+
+async fn paused_holder_kept_for_its_lock_delay<F: Faulty>(fixture: F) {
+    let key = unique("delayed");
+    let lease = ms(500);
+    let delay = ms(1_500);
+    let holder = helper::spawn(
+        "holder",
+        &[
+            ("LOCK_URL", fixture.url()),
+            ("LOCK_KEY", key.clone()),
+            ("LEASE_MS", lease.as_millis().to_string()),
+            ("LOCK_DELAY_MS", delay.as_millis().to_string()),
+            ("FENCING", "0".into()),
+            ("MODE", "delayed-told".into()),
+            ("RESOURCE", String::new()),
+        ],
+    );
+    let (_, _, owner) = acquired(&holder).await;
+    assert_eq!(holder_of(&fixture, &key).await, Some(owner));
+    // Let the holder renew, so the expiry is a renewed one.
+    tokio::time::sleep(ms(300)).await;
+    let before_read = now_ns();
+    let ttl = fixture
+        .ttl(&format!("lock:{key}"))
+        .await
+        .expect("the lock has a TTL");
+    // Above the lease: only the delay can have put it there. (Not necessarily above the delay:
+    // a renewal may be late on a busy machine or behind a `WAIT` for replicas.)
+    assert!(
+        ttl > lease,
+        "the server keeps the lock {ttl:?}: not its lease {lease:?} plus the delay {delay:?}"
+    );
+    holder.signal(libc::SIGSTOP);
+    let paused_at = now_ns();
+    let client = fixture.client().await;
+    let guard = client
+        .lock(key.as_str())
+        .lease(ms(10_000))
+        .wait(Duration::from_secs(15))
+        .acquire()
+        .await
+        .expect("granted once the paused holder's lease and lock-delay ran out");
+    let granted_at = now_ns();
+    assert_not_before_expiry(&fixture, lease, before_read, ttl, granted_at);
+    let after = Duration::from_nanos(granted_at - paused_at);
+    assert!(
+        after <= lease + delay + ms(1_000),
+        "granted {after:?} after the pause (lease {lease:?}, lock-delay {delay:?})"
+    );
+    assert_eq!(
+        holder_of(&fixture, &key).await.as_deref(),
+        Some(distlock::__private::testing::owner_token(&guard))
+    );
+    holder.signal(libc::SIGCONT);
+    history::write_file(&holder.dir.join("check-lost"), "go");
+    assert_eq!(
+        holder.read("told", Duration::from_secs(10)).await,
+        "true",
+        "the resumed holder was not told its lock was lost"
+    );
+    guard.release().await.unwrap();
+    eprintln!(
+        "{:?}: a paused holder's lock kept {after:?} past the pause (lease {lease:?}, lock-delay \
+         {delay:?})",
+        F::BACKEND
+    );
+}
+
 /// One test per scenario for a backend (`scenarios::<backend>::s<N>_<scenario>`): it runs the
 /// scenario, or says why it does not apply.
 macro_rules! suite {
@@ -1202,6 +1275,7 @@ macro_rules! suite {
                     s12_permit_holder_killed => PermitHolderKilled,
                     s13_paused_permit_holder_loses_its_permit => PausedPermitHolderLosesItsPermit,
                     s14_holder_of_two_keys_killed => SetHolderKilled,
+                    s15_paused_holder_kept_for_its_lock_delay => PausedHolderKeptForItsLockDelay,
                 );
             }
         )*

@@ -1443,11 +1443,12 @@ async fn an_acquisition_whose_reply_was_lost_takes_the_lock_its_first_try_set() 
     assert!(!fixture.anything_at("lock:lost-grant").await);
 }
 
-/// `max_hold` and `available()` on the wire: 50 acquisitions and releases with `max_hold` send
-/// the commands 50 without it send (`max_hold` is a deadline of the watchdog, not a round
-/// trip), and `available()` is one script, writing nothing.
+/// `max_hold`, `lock_delay` and `available()` on the wire: 50 acquisitions and releases with
+/// `max_hold`, or with `lock_delay`, send the commands 50 without them send (`max_hold` is a
+/// deadline of the watchdog, `lock_delay` a longer expiry in the same command), and
+/// `available()` is one script, writing nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn max_hold_adds_no_command_and_available_is_one_script() {
+async fn max_hold_and_lock_delay_add_no_command_and_available_is_one_script() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.unwrap();
     let mut conn = server.connection().await;
@@ -1479,7 +1480,8 @@ async fn max_hold_adds_no_command_and_available_is_one_script() {
             .unwrap();
     }
     let mut seen = Vec::new();
-    for max_hold in [None, Some(Duration::from_secs(60))] {
+    let (minute, five) = (Duration::from_secs(60), Duration::from_secs(5));
+    for (max_hold, delay) in [(None, None), (Some(minute), None), (None, Some(five))] {
         // Warm: scripts loaded, connections made.
         client.lock("warm").await.unwrap().release().await.unwrap();
         reset(&mut conn).await;
@@ -1491,10 +1493,18 @@ async fn max_hold_adds_no_command_and_available_is_one_script() {
                 Some(max_hold) => request.max_hold(max_hold),
                 None => request,
             };
+            let request = match delay {
+                Some(delay) => request.lock_delay(delay),
+                None => request,
+            };
             request.await.unwrap().release().await.unwrap();
         }
         seen.push(calls(&mut conn).await);
     }
+    assert_eq!(
+        seen[0], seen[2],
+        "lock_delay changed what was sent (without, then with)"
+    );
     assert!(!seen[0].is_empty());
     assert_eq!(
         seen[0], seen[1],
