@@ -268,11 +268,8 @@ impl LockGuard {
         let renewal = std::mem::take(&mut self.inline).then(|| Arc::clone(&self.held.renewer));
         async move {
             match renewal {
-                Some(renewer) => {
-                    // (At `max_hold`, the attribute stops or tells its body, then gives the
-                    // lock back itself.)
-                    renew::watchdog(shared, renewer).await;
-                }
+                // (At `max_hold` the attribute stops or tells its body, then releases.)
+                Some(renewer) => _ = renew::watchdog(shared, renewer).await,
                 None => lost(shared).await,
             }
         }

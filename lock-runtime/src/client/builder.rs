@@ -35,9 +35,8 @@ pub struct LockClientBuilder {
     pub(super) default_lease: Duration,
     pub(super) default_wait: Option<Duration>,
     pub(super) fencing: bool,
-    pub(super) lock_delay: Duration,
-    /// `lock_delay` was set by the builder (over the URL's `?lock_delay=`).
-    pub(super) lock_delay_set: bool,
+    /// Set by the builder: over the URL's `?lock_delay=`.
+    pub(super) lock_delay: Option<Duration>,
     pub(super) connect_timeout: Duration,
     pub(super) response_timeout: Duration,
     pub(super) node_timeout: Option<Duration>,
@@ -92,8 +91,7 @@ impl LockClientBuilder {
     /// until this long after its lease ran out on the store; a release frees it at once. See
     /// [`LockRequest::lock_delay`](crate::LockRequest::lock_delay).
     pub fn lock_delay(mut self, delay: Duration) -> Self {
-        self.lock_delay = delay;
-        self.lock_delay_set = true;
+        self.lock_delay = Some(delay);
         self
     }
 
@@ -206,18 +204,14 @@ impl LockClientBuilder {
             url_delay = Some(crate::url::parse_duration(value).ok_or_else(|| value.to_owned()));
             true
         });
-        let mut lock_delay = self.lock_delay;
-        match url_delay {
-            Some(Err(value)) => {
-                return Err(LockError::Config(format!(
-                    "`lock_delay={value}` in `{}` is not a duration: write it as `5s`, \
-                     `1500ms`, `2m` or `1h`",
-                    redact(&with_password)
-                )));
-            }
-            Some(Ok(delay)) if !self.lock_delay_set => lock_delay = delay,
-            _ => {}
-        }
+        let url_delay = url_delay.transpose().map_err(|value| {
+            LockError::Config(format!(
+                "`lock_delay={value}` in `{}` is not a duration: write it as `5s`, `1500ms`, \
+                 `2m` or `1h`",
+                redact(&with_password)
+            ))
+        })?;
+        let lock_delay = self.lock_delay.or(url_delay).unwrap_or_default();
         check_lock_delay(lock_delay, None)?;
         let url = without_delay.as_str();
         let Some((scheme, rest)) = url.split_once("://") else {
@@ -508,6 +502,7 @@ impl fmt::Debug for LockClientBuilder {
             .field("default_lease", &self.default_lease)
             .field("default_wait", &self.default_wait)
             .field("fencing", &self.fencing)
+            .field("lock_delay", &self.lock_delay)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("node_timeout", &self.node_timeout)

@@ -20,6 +20,30 @@ pub(crate) mod errors;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) mod shares;
 
+/// Where one acquisition's connection stands, in the backends that hold each lock on a
+/// connection of its own (PostgreSQL `mode=advisory`, MySQL `mode=named`).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[derive(Debug, Clone)]
+pub(crate) enum SessionState {
+    /// Holds nothing and waits for nothing: may go back to the idle connections.
+    Idle,
+    /// Like `Idle`, after a try that found the lock held by another (on PostgreSQL: the
+    /// server passed the restart guard, so the waiter may wait inside it).
+    Contended,
+    /// A statement is under way (or was dropped under way): what it did is unknown, so the
+    /// connection is closed, never reused, when the acquisition ends.
+    InFlight,
+    /// The blocking request waits in the server.
+    Waiting,
+    /// The server granted the lock to the blocking request (with this fencing token); the
+    /// grant is dated by the next attempt.
+    Granted(Option<u64>),
+    /// The blocking request failed.
+    Failed(String),
+    /// Held.
+    Held(Option<u64>),
+}
+
 /// The lock table unless the builder or the URL names another.
 pub(crate) const DEFAULT_TABLE: &str = "distlock_locks";
 

@@ -23,26 +23,7 @@ pub(super) struct NamedConn {
     pub(super) wait_timeout: AtomicU64,
 }
 
-/// Where one acquisition's connection stands.
-#[derive(Debug, Clone)]
-pub(super) enum State {
-    /// Holds nothing and waits for nothing: may go back to the idle connections.
-    Idle,
-    /// Like `Idle`, after a try that found the lock held by another.
-    Contended,
-    /// A statement is under way (or was dropped under way): the connection is closed, never
-    /// reused, when the acquisition ends.
-    InFlight,
-    /// The blocking request waits in the server.
-    Waiting,
-    /// The server granted the lock to the blocking request (with this fencing token); the
-    /// grant is dated by the next attempt.
-    Granted(Option<u64>),
-    /// The blocking request failed.
-    Failed(String),
-    /// Held.
-    Held(Option<u64>),
-}
+pub(super) use crate::backend::sql::SessionState as State;
 
 /// One acquisition's connection.
 pub(super) struct Session {

@@ -50,7 +50,7 @@ use tokio_postgres::{Client, SimpleQueryMessage};
 use super::errors::{PgError, connect_error, describe, driver_config};
 use crate::admin::advisory_key;
 use crate::backend::sql::errors::{acquire_error, timed};
-use crate::backend::sql::{SqlSettings, millis};
+use crate::backend::sql::{SessionState, SqlSettings, millis};
 use crate::backend::{
     Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Refused, Released, Transient,
 };
@@ -80,42 +80,20 @@ const IDLE_FOR: Duration = Duration::from_secs(30);
 /// Never more idle connections than this, whatever the burst.
 const IDLE_MAX: usize = 256;
 
-/// Where one acquisition's connection stands.
-#[derive(Debug, Clone)]
-enum AdvisoryState {
-    /// Holds nothing and waits for nothing: may go back to the idle connections.
-    Idle,
-    /// Like `Idle`, after a try that found the lock held by another: the server passed the
-    /// restart guard, so the waiter may wait inside it.
-    Contended,
-    /// A statement is under way (or was dropped under way): what it did is unknown, so the
-    /// connection is closed, never reused, when the acquisition ends.
-    InFlight,
-    /// The blocking request waits in the server.
-    Waiting,
-    /// The server granted the lock to the blocking request (with this fencing token); the
-    /// grant is dated by the next attempt.
-    Granted(Option<u64>),
-    /// The blocking request failed.
-    Failed(String),
-    /// Held.
-    Held(Option<u64>),
-}
-
 /// One acquisition's connection.
 struct AdvisorySession {
     client: Arc<AdvisoryConn>,
-    state: Mutex<AdvisoryState>,
+    state: Mutex<SessionState>,
     /// The task of the blocking request, while it runs.
     waiting: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl AdvisorySession {
-    fn state(&self) -> AdvisoryState {
+    fn state(&self) -> SessionState {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn set(&self, state: AdvisoryState) {
+    fn set(&self, state: SessionState) {
         *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
     }
 }
@@ -419,7 +397,7 @@ impl AdvisoryBackend {
                 fence = self.fence_expression(spec),
                 note = note(spec, None),
             );
-            session.set(AdvisoryState::InFlight);
+            session.set(SessionState::InFlight);
             let messages = self
                 .simple(&session.client, &text, "the advisory lock attempt")
                 .await
@@ -434,12 +412,12 @@ impl AdvisoryBackend {
             }
             match value {
                 -1 => {
-                    session.set(AdvisoryState::Contended);
+                    session.set(SessionState::Contended);
                     return Ok(Attempt::Busy { ttl: None });
                 }
                 -2 => {
                     // Another incarnation of the server than the one found safe: guard it first.
-                    session.set(AdvisoryState::Idle);
+                    session.set(SessionState::Idle);
                     *self.safe.lock().unwrap_or_else(|p| p.into_inner()) = None;
                     continue;
                 }
@@ -455,7 +433,7 @@ impl AdvisoryBackend {
                         // The comment names the fencing token from now on (for the admin API).
                         self.date(session, spec, fence).await?;
                     }
-                    session.set(AdvisoryState::Held(fence));
+                    session.set(SessionState::Held(fence));
                     return Ok(Attempt::Acquired {
                         fencing_token: fence,
                     });
@@ -491,15 +469,15 @@ impl AdvisoryBackend {
         );
         let (name, token, fencing) = (spec.name.to_owned(), spec.token.to_owned(), spec.fencing);
         let hub = Arc::clone(&self.hub);
-        session.set(AdvisoryState::Waiting);
+        session.set(SessionState::Waiting);
         let waiting = Arc::clone(&session);
         let task = tokio::spawn(async move {
             let state = match waiting.client.simple_query(&text).await {
                 Ok(messages) => {
                     let fence = first_value(&messages, 2).and_then(|v| v.parse::<u64>().ok());
-                    AdvisoryState::Granted(if fencing { fence } else { None })
+                    SessionState::Granted(if fencing { fence } else { None })
                 }
-                Err(error) => AdvisoryState::Failed(describe(&error)),
+                Err(error) => SessionState::Failed(describe(&error)),
             };
             waiting.set(state);
             hub.notify_one(&name, &token);
@@ -575,7 +553,7 @@ impl Backend for AdvisoryBackend {
                     let client = self.connection().await.map_err(acquire_error)?;
                     let session = Arc::new(AdvisorySession {
                         client,
-                        state: Mutex::new(AdvisoryState::Idle),
+                        state: Mutex::new(SessionState::Idle),
                         waiting: Mutex::new(None),
                     });
                     let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
@@ -584,23 +562,21 @@ impl Backend for AdvisoryBackend {
                 }
             };
             match session.state() {
-                AdvisoryState::Idle | AdvisoryState::Contended => {
-                    self.try_on(&session, &spec).await
-                }
-                AdvisoryState::Waiting => Ok(Attempt::Busy { ttl: None }),
-                AdvisoryState::Granted(fence) => {
+                SessionState::Idle | SessionState::Contended => self.try_on(&session, &spec).await,
+                SessionState::Waiting => Ok(Attempt::Busy { ttl: None }),
+                SessionState::Granted(fence) => {
                     // Dated from now: the lease counts from before this statement was sent.
-                    session.set(AdvisoryState::InFlight);
+                    session.set(SessionState::InFlight);
                     Box::pin(self.date(&session, &spec, fence)).await?;
-                    session.set(AdvisoryState::Held(fence));
+                    session.set(SessionState::Held(fence));
                     Ok(Attempt::Acquired {
                         fencing_token: fence,
                     })
                 }
-                AdvisoryState::Held(fence) => Ok(Attempt::Acquired {
+                SessionState::Held(fence) => Ok(Attempt::Acquired {
                     fencing_token: fence,
                 }),
-                AdvisoryState::Failed(why) => {
+                SessionState::Failed(why) => {
                     self.sessions
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
@@ -609,7 +585,7 @@ impl Backend for AdvisoryBackend {
                         "the advisory lock request failed: {why}"
                     )))
                 }
-                AdvisoryState::InFlight => Err(Transient::wrap(
+                SessionState::InFlight => Err(Transient::wrap(
                     "an earlier attempt of this acquisition is still under way",
                 )),
             }
@@ -621,7 +597,7 @@ impl Backend for AdvisoryBackend {
             let Some(session) = self.session(spec.token) else {
                 return Ok(false);
             };
-            let AdvisoryState::Held(fence) = session.state() else {
+            let SessionState::Held(fence) = session.state() else {
                 return Ok(false);
             };
             match self
@@ -647,12 +623,12 @@ impl Backend for AdvisoryBackend {
             };
             let state = session.state();
             match state {
-                AdvisoryState::Idle | AdvisoryState::Contended => {
+                SessionState::Idle | SessionState::Contended => {
                     self.give_back_connection(session.client.clone());
                     Ok(Released::NotOurs)
                 }
-                AdvisoryState::Held(_) | AdvisoryState::Granted(_) => {
-                    let held = matches!(state, AdvisoryState::Held(_));
+                SessionState::Held(_) | SessionState::Granted(_) => {
+                    let held = matches!(state, SessionState::Held(_));
                     let limit = self.settings.response_timeout;
                     match session.client.unlock(hold.kind, hold.name, limit).await {
                         Ok(true) => {
@@ -675,8 +651,8 @@ impl Backend for AdvisoryBackend {
                     }
                 }
                 // Boxed: a rare path kept out of every release's future.
-                AdvisoryState::Waiting => Box::pin(self.give_up_waiting(&session)).await,
-                AdvisoryState::InFlight | AdvisoryState::Failed(_) => Ok(Released::NotOurs),
+                SessionState::Waiting => Box::pin(self.give_up_waiting(&session)).await,
+                SessionState::InFlight | SessionState::Failed(_) => Ok(Released::NotOurs),
             }
         })
     }
@@ -690,7 +666,7 @@ impl Backend for AdvisoryBackend {
             let session = self
                 .session(spec.token)
                 .ok_or("no connection for this waiter: its attempt was given up")?;
-            if matches!(session.state(), AdvisoryState::Contended) {
+            if matches!(session.state(), SessionState::Contended) {
                 self.block(session, &spec);
             }
             Ok(subscription)
