@@ -109,7 +109,11 @@ pub(crate) struct Plan {
     /// release that concerns it).
     pub listen_first: bool,
     /// A failed attempt may have written its token after all (its reply lost), so the token is
-    /// released; not on a store that undoes a failed attempt itself (Redlock).
+    /// released; not on a store that undoes a failed attempt itself (Redlock). Such a store
+    /// may still be deleting a busy attempt's token after the attempt returned (a node that
+    /// did not confirm the undo is chased in the background), so every attempt after a busy
+    /// one there carries a fresh token: a late delete of the old one cannot remove the lock
+    /// a later attempt took.
     pub leftover: bool,
 }
 

@@ -209,6 +209,14 @@ impl<'a, 'h> Waiter<'a, 'h> {
         self.name.key()
     }
 
+    /// Takes a new owner token for the next attempt (and the place in line it keeps).
+    fn fresh_token(&mut self) {
+        *self.token = OwnerToken::generate();
+        if self.place.token.is_some() {
+            self.place.token = Some(self.token.as_str().to_owned());
+        }
+    }
+
     fn spec(&self) -> LockSpec<'_> {
         self.params.spec(self.name, self.token.as_str())
     }
@@ -251,11 +259,8 @@ impl<'a, 'h> Waiter<'a, 'h> {
         } else {
             tracing::debug!(key, error = %failure.source, failures, "distlock: acquisition failed again; retrying");
         }
-        *self.token = OwnerToken::generate();
-        if self.place.token.is_some() {
-            // The failed attempt's place was given up with it (just above).
-            self.place.token = Some(self.token.as_str().to_owned());
-        }
+        // The failed attempt's place was given up with it (just above).
+        self.fresh_token();
         let pause = backoff(failures);
         let wake_at = self
             .deadline
@@ -356,6 +361,10 @@ impl<'a, 'h> Waiter<'a, 'h> {
             }
             Ok(Err(ttl)) => {
                 self.busy += 1;
+                if !self.leftover {
+                    // The store may still be undoing this attempt (see `Plan::leftover`).
+                    self.fresh_token();
+                }
                 Ok(Asked::Busy(ttl))
             }
             Err(failure) if failure.transient => Ok(Asked::Failed(failure)),

@@ -449,3 +449,120 @@ async fn appendfsync_always_on_every_node_prevents_the_double_grant() {
         ),
     }
 }
+
+/// The quoted arguments of the commands `MONITOR` shows on one node, in order, each command
+/// one `Vec` (`["evalsha", "<sha>", "1", "lock:k", "<token>", "2000"]`).
+struct Monitor {
+    lines: Arc<std::sync::Mutex<Vec<Vec<String>>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Monitor {
+    async fn start(port: u16) -> Monitor {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .expect("MONITOR connects");
+        stream.write_all(b"MONITOR\r\n").await.unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut ok = String::new();
+        reader.read_line(&mut ok).await.unwrap();
+        assert_eq!(ok.trim_end(), "+OK", "MONITOR refused");
+        let lines = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let task = tokio::spawn({
+            let lines = Arc::clone(&lines);
+            async move {
+                let mut line = String::new();
+                while reader.read_line(&mut line).await.is_ok_and(|n| n > 0) {
+                    // `+1700000000.123456 [0 127.0.0.1:5000] "evalsha" "…" "1" "lock:k" …`
+                    let args: Vec<String> = line
+                        .split('"')
+                        .skip(1)
+                        .step_by(2)
+                        .map(str::to_owned)
+                        .collect();
+                    lines.lock().unwrap().push(args);
+                    line.clear();
+                }
+            }
+        });
+        Monitor { lines, task }
+    }
+
+    fn stop(self) -> Vec<Vec<String>> {
+        self.task.abort();
+        std::mem::take(&mut *self.lines.lock().unwrap())
+    }
+}
+
+/// A Redlock attempt that finds the lock busy is undone on every node, and a node that does not
+/// confirm the undo in time is chased in the background until the lease is over. So every
+/// attempt after a busy one must carry a new owner token: with the old one, a late delete
+/// removes the lock a later attempt won on that node, a third client can win a majority
+/// beside it, and the first holder's release finds its lock `Lost` — what a slow TLS path did
+/// to `conformance::redlock_tls::a_slow_backend_still_grants_waiting_acquisitions` on a busy
+/// machine. MONITOR on a node shows the token of each vote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_vote_after_a_busy_one_carries_a_fresh_token() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let ports: Vec<u16> = servers.iter().map(RedisServer::port).collect();
+    let url = url_of_ports(&ports);
+    let monitor = Monitor::start(ports[0]).await;
+    let holder = LockClient::connect(&url).await.unwrap();
+    let waiter = LockClient::connect(&url).await.unwrap();
+    let lease = ms(2_000);
+    let held = holder.lock("fresh").lease(lease).acquire().await.unwrap();
+    let held_token = distlock::__private::testing::owner_token(&held).to_owned();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .lock("fresh")
+            .lease(lease)
+            .wait(Duration::from_secs(10))
+            .acquire()
+            .await
+    });
+    tokio::time::sleep(ms(300)).await;
+    assert!(!waiting.is_finished(), "granted while held");
+    held.release().await.unwrap();
+    let guard = waiting.await.unwrap().expect("granted after the release");
+    let won = distlock::__private::testing::owner_token(&guard).to_owned();
+    guard.release().await.unwrap();
+    tokio::time::sleep(ms(100)).await;
+    let commands = monitor.stop();
+    // The waiter's votes: the lock's key, a token that is not the holder's, then the lease
+    // (a renewal would show the lease too, but none is due within 300 ms of a 2 s lease; an
+    // undo or release shows no number after the token).
+    let votes: Vec<&str> = commands
+        .iter()
+        .filter_map(|args| match args.as_slice() {
+            [command, _, _, key, token, lease_ms, ..]
+                if command.eq_ignore_ascii_case("evalsha")
+                    && key == "lock:fresh"
+                    && *token != held_token
+                    && *lease_ms == "2000" =>
+            {
+                Some(token.as_str())
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        votes.len() >= 2,
+        "the waiter should have voted while the lock was busy and again after the release: \
+         {votes:?} in {commands:?}"
+    );
+    let distinct: std::collections::HashSet<&str> = votes.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        votes.len(),
+        "a vote after a busy one reused its token: {votes:?}"
+    );
+    assert_eq!(
+        votes.last(),
+        Some(&won.as_str()),
+        "the winning vote's token"
+    );
+    for server in &servers {
+        assert_eq!(server.get("lock:fresh").await, None, "left behind");
+    }
+}

@@ -272,7 +272,7 @@ impl ClientInner {
         validate_key(&key)?;
         check_lease(params.lease, Some(&key))?;
         let started = tokio::time::Instant::now();
-        let token = OwnerToken::generate();
+        let mut token = OwnerToken::generate();
         let name = LockName::new(key, &self.prefix, self.hash_tags);
         let plan = Plan::of(&params, self.backend.capabilities())
             .map_err(|why| LockError::Config(format!("`{}`: {why}", name.key())))?;
@@ -303,7 +303,10 @@ impl ClientInner {
                 Ok(Err(_)) if params.wait == Some(Duration::ZERO) => {
                     return Err(timed_out(name.key(), started, params.wait));
                 }
-                Ok(Err(_)) => {} // busy: wait in line below
+                // Busy: wait in line below, with a fresh token where the store may still be
+                // undoing this attempt (see `Plan::leftover`).
+                Ok(Err(_)) if !plan.leftover => token = OwnerToken::generate(),
+                Ok(Err(_)) => {}
                 Err(failure) if !failure.transient || params.wait == Some(Duration::ZERO) => {
                     if !failure.leftover {
                         return Err(failure.into_error(&*self.backend, name.key()));
@@ -327,7 +330,6 @@ impl ClientInner {
             // `Plan::local_queue`): a fair lock goes straight into the lock's queue there, with
             // no optimistic first attempt and no local queue, which would let a newcomer or a
             // task of this client pass waiters that came first.
-            let mut token = token;
             let waited =
                 self.wait_in_line((&name, params, plan), &mut token, started, failed, None);
             let acquired = Box::pin(waited).await?;
