@@ -50,8 +50,11 @@ pub(super) struct PgStatements {
     pub renew: String,
     /// `$1` names, `$2` tokens, `$3` leases in ms → the names still ours, renewed.
     pub renew_many: String,
-    /// `$1` name, `$2` token → (released: one `true` row if it was ours and unexpired), and
-    /// wakes the waiters; a writer that only waited takes its mark back from the readers.
+    /// `$1` name, `$2` token → (released: a first row, `true` if it was ours and unexpired),
+    /// and wakes the waiters; a writer that only waited takes its mark back from the readers.
+    /// Our row found expired is deleted and its waiters woken too: they may be sleeping out an
+    /// older, longer lease — a lock released before `min_hold` was shortened to end 250 ms
+    /// after it, and the release at `min_hold` can come later than that on a busy host.
     pub release: String,
     /// [`release`](Self::release) of a writer that never marked the readers (it never waited
     /// behind them): the delete and the wake-up alone, without the second data-modifying CTE
@@ -256,7 +259,7 @@ RETURNING l.name"
       AND position(E'\\n!' || $2 || ' ' IN E'\\n' || l.holder) > 0
     RETURNING l.name
 )
-SELECT true, CASE WHEN waited THEN pg_notify('{table}', name) END FROM gone WHERE live
+SELECT live, CASE WHEN waited THEN pg_notify('{table}', name) END FROM gone
 UNION ALL
 SELECT false, pg_notify('{table}', name) FROM unmarked",
                 kept = kept()
@@ -266,7 +269,7 @@ SELECT false, pg_notify('{table}', name) FROM unmarked",
     DELETE FROM {t} WHERE name = $1 AND token = $2
     RETURNING name, expires_at > now() AS live, right(holder, 2) = {WAITED} AS waited
 )
-SELECT true, CASE WHEN waited THEN pg_notify('{table}', name) END FROM gone WHERE live"
+SELECT live, CASE WHEN waited THEN pg_notify('{table}', name) END FROM gone"
             ),
             release_quiet: format!(
                 "DELETE FROM {t} WHERE name = $1 AND token = $2 AND expires_at > now()
