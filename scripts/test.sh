@@ -162,8 +162,6 @@ if [ ! -x "$it_binary" ] || [ ! -x "$ui_binary" ]; then
     echo "error: cannot find the tests/it or ui-tests binary in the build's JSON (--message-format)" >&2
     exit 1
 fi
-step "cargo doc (warnings are errors)"
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
 step "unit tests, the CLI, the binaries with a global client or recorder of their own, the examples' own tests"
 # Eight at a time, not one per core: the CLI's tests wait on the processes they start (54 s
 # two at a time, 12 s all at once, measured 2026-11-27).
@@ -171,13 +169,13 @@ cargo test --workspace --all-features --quiet --lib --bins \
     --test cli --test features --test global --test metrics --test attribute_memory --test attribute_redis \
     --example testing --example library -- --test-threads 8
 
-# The steps that only compile (the trybuild cases, the doc tests, lock-runtime without features
-# and with its defaults, the packages' verification: 400 s of a fresh run beside tests/it) run in the
-# background while tests/it runs, which waits on servers and timers and kept the CPU half busy
-# (the conformance suite passed in 159 s beside a build from scratch, 166 s alone; measured
-# 2026-11-27). The build (with clippy's lints) and the docs stay in front: beside tests/it, their compiling delayed
-# a 400 ms-lease test's wake-up past its bound in a fresh clone's run (2026-11-28). Their
-# output goes to $background_log, shown when they end.
+# The steps that only compile (the docs, the trybuild cases, the doc tests, lock-runtime without
+# features and with its defaults, the packages and each crate checked alone) run in the
+# background, at the lowest CPU priority, while tests/it runs: it waits on servers and timers and
+# kept the CPU half busy (the conformance suite passed in 159 s beside a build from scratch, 166 s
+# alone; measured 2026-11-27). The build (with clippy's lints) stays in front: beside tests/it at
+# normal priority, compiling delayed a 400 ms-lease test's wake-up past its bound in a fresh
+# clone's run (2026-11-28). Their output goes to $background_log, shown when they end.
 background_log="$target_dir/test-background.log"
 background() {
     # Lowest CPU priority: these steps only compile, while tests/it beside them holds leases
@@ -188,6 +186,10 @@ background() {
     # plain compiler: clippy's lints are not theirs to pass (a pass case is written to compile,
     # not to be idiomatic), and its messages would change the compile errors the fail cases
     # expect.
+    # The docs, with rustdoc's warnings as errors (80 s of a fresh clone's run in front, where
+    # it held up the tests; 2026-11-28).
+    bstep "cargo doc (warnings are errors)"
+    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
     bstep "the trybuild cases"
     (cd ui-tests && env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS "$ui_binary" --quiet)
     bstep "doc tests"
@@ -197,37 +199,43 @@ background() {
     bstep "what a missing feature says (lock-runtime without features, then with its defaults)"
     cargo test -p lock-runtime --no-default-features --quiet --test features
     cargo test -p lock-runtime --quiet --test features
-    # The three library crates are verified by building each from its tarball (32 s on a warm
-    # target: their dependencies are the build's). The command line's verification compiled
-    # lock-runtime and its clients once more under the CLI's own features (about 130 of the
-    # step's 160 CPU-seconds, 2026-11-28): instead, `cargo check -p distlock-cli` compiles it
-    # with only the features it asks for (no other workspace crate's unified in), and its
-    # tarball must list every source file git has.
-    bstep "cargo package (distlock, lock-runtime, lock-macros verified from their tarballs; distlock-cli checked alone and its file list)"
-    cargo package --workspace --exclude distlock-bench --exclude distlock-test-support \
-        --exclude distlock-ui-tests --exclude distlock-cli --allow-dirty --quiet
-    cargo check -p distlock-cli --quiet
-    # The CLI's tarball is made beside the libraries' (it names them as registry dependencies,
-    # which cargo resolves from the crates packaged in the same command).
+    # Every crate's tarball is made (cargo's checks of its manifest), and lists every source
+    # file git has. They are not built again from the tarballs: that compiled lock-runtime,
+    # lock-macros and distlock once more (152 s of a fresh clone's run, the longest of these
+    # steps, 2026-11-28), and what it would catch is checked here for less — a file left out
+    # of a tarball by the file lists; a crate that builds only with features another crate of
+    # the workspace turns on by `cargo check` of each crate alone (lock-runtime alone is also
+    # built, with its defaults and with none, by the step above). The crates that name the
+    # others as registry dependencies are packaged in the same command, which resolves them.
+    bstep "cargo package: each crate's tarball and its file list; each crate checked alone"
     cargo package --workspace --exclude distlock-bench --exclude distlock-test-support \
         --exclude distlock-ui-tests --no-verify --allow-dirty --quiet
+    cargo check -p lock-macros --quiet
+    cargo check -p distlock --quiet
+    cargo check -p distlock-cli --quiet
     if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-        local listed unpackaged
-        listed="$(cargo package -p distlock-cli --list --allow-dirty)"
-        unpackaged="$(comm -23 <(git ls-files lock-cli/src lock-cli/Cargo.toml | sed 's|^lock-cli/||' | sort) \
-            <(printf '%s\n' "$listed" | sort))"
-        if [ -n "$unpackaged" ]; then
-            echo "error: distlock-cli's package lacks: $unpackaged" >&2
-            return 1
-        fi
+        local crate dir listed unpackaged
+        for crate in distlock:. lock-runtime:lock-runtime lock-macros:lock-macros distlock-cli:lock-cli; do
+            dir="${crate#*:}"
+            listed="$(cargo package -p "${crate%%:*}" --list --allow-dirty)"
+            # The files a crate is built from: its sources and manifest (and the root crate's
+            # guide pages, which src/guide.rs includes).
+            unpackaged="$(comm -23 \
+                <(cd "$dir" && git ls-files src Cargo.toml README.md $([ "$dir" = . ] && echo docs/guide) | sort) \
+                <(printf '%s\n' "$listed" | sort))"
+            if [ -n "$unpackaged" ]; then
+                echo "error: ${crate%%:*}'s package lacks: $unpackaged" >&2
+                return 1
+            fi
+        done
     else
-        echo "note: not a git checkout: distlock-cli's file list is not compared with git's"
+        echo "note: not a git checkout: the packages' file lists are not compared with git's"
     fi
     bstep "done"
 }
 # tests/it runs from its binary ($it_binary, found by the build step), not through `cargo test`:
 # cargo would wait for the build directory the background steps hold while they compile.
-step "in the background: the trybuild cases, doc tests, what a missing feature says, cargo package ($background_log)"
+step "in the background: cargo doc, the trybuild cases, doc tests, what a missing feature says, cargo package ($background_log)"
 # In a process group of their own (job control on for this one job): a failing step ends this
 # script, and the background steps, cargo and rustc included, end with it.
 set -m
