@@ -27,15 +27,12 @@ pub(super) enum Stmt {
     /// Behind a pooler in transaction mode, where a statement prepared in one transaction is
     /// on another server connection by the next: sent whole each time as the unnamed
     /// statement, with its parameters' types, in one round trip (parse, bind, execute).
-    Unnamed(Arc<str>, Arc<[Type]>),
+    Unnamed(String, Vec<Type>),
 }
 
 /// A connection with its lock statements.
 pub(super) struct Conn {
-    pub(super) client: Arc<Client>,
-    /// Behind a transaction pooler: one statement at a time on this connection (see
-    /// [`Conn::alone`]).
-    one_at_a_time: Option<Arc<tokio::sync::Mutex<()>>>,
+    pub(super) client: Client,
     pub(super) acquire: Stmt,
     pub(super) acquire_fenced: Stmt,
     pub(super) remaining: Stmt,
@@ -67,7 +64,15 @@ impl Conn {
     ) -> Result<u64, tokio_postgres::Error> {
         match statement {
             Stmt::Prepared(prepared) => self.client.execute(prepared, params).await,
-            Stmt::Unnamed(text, types) => Ok(self.alone(text, types, params).await?.1),
+            Stmt::Unnamed(text, types) => {
+                let typed = params.iter().copied().zip(types.iter().cloned());
+                let rows = self.client.query_typed_raw(text, typed).await?;
+                futures_util::pin_mut!(rows);
+                while let Some(row) = rows.next().await {
+                    row?;
+                }
+                Ok(rows.rows_affected().unwrap_or(0))
+            }
         }
     }
 
@@ -79,7 +84,7 @@ impl Conn {
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
         match statement {
             Stmt::Prepared(prepared) => self.client.query(prepared, params).await,
-            Stmt::Unnamed(text, types) => Ok(self.alone(text, types, params).await?.0),
+            Stmt::Unnamed(text, types) => self.text(text, types, params).await,
         }
     }
 
@@ -91,119 +96,14 @@ impl Conn {
         types: &[Type],
         params: Params<'_>,
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        Ok(self
-            .alone(&Arc::from(text), &Arc::from(types), params)
+        use futures_util::TryStreamExt as _;
+        let typed = params.iter().copied().zip(types.iter().cloned());
+        self.client
+            .query_typed_raw(text, typed)
             .await?
-            .0)
+            .try_collect()
+            .await
     }
-
-    /// Runs `text` as the unnamed statement: its rows and how many it changed.
-    ///
-    /// Behind a transaction pooler, statements on one connection are never pipelined: each is
-    /// sent once the one before has been answered in full, and it is read to its end even if
-    /// its caller stops waiting (a timeout), in a task of its own. PgBouncer before 1.21 gives
-    /// the server connection back to its pool at the first `ReadyForQuery` of an idle
-    /// session, while a second statement the client had already sent is still running on it:
-    /// that statement's reply then reaches whichever client is given the server connection
-    /// next — a lock statement reading another's answer (`WrongType`, `invalid column`), or a
-    /// connection failing at its first statement (`unexpected message from server`,
-    /// `insufficient data left in message`), as the tests saw under load.
-    async fn alone(
-        &self,
-        text: &Arc<str>,
-        types: &Arc<[Type]>,
-        params: Params<'_>,
-    ) -> Result<(Vec<Row>, u64), tokio_postgres::Error> {
-        let Some(one_at_a_time) = &self.one_at_a_time else {
-            return unnamed(&self.client, text, types, params).await;
-        };
-        // The parameters are encoded now, so that the task below owns them.
-        let Some(encoded) = Encoded::all(params, types) else {
-            // A value of the wrong type: the driver's own error, without sending anything.
-            return unnamed(&self.client, text, types, params).await;
-        };
-        let turn = Arc::clone(one_at_a_time).lock_owned().await;
-        let (client, text, types) = (
-            Arc::clone(&self.client),
-            Arc::clone(text),
-            Arc::clone(types),
-        );
-        let statement = tokio::spawn(async move {
-            let params: Vec<&(dyn ToSql + Sync)> =
-                encoded.iter().map(|e| e as &(dyn ToSql + Sync)).collect();
-            let answer = unnamed(&client, &text, &types, &params).await;
-            drop(turn);
-            answer
-        });
-        match statement.await {
-            Ok(answer) => answer,
-            Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-            // Cancelled: the runtime is shutting down, and this future with it.
-            Err(_) => std::future::pending().await,
-        }
-    }
-}
-
-/// Runs `text` as the unnamed statement on `client`: its rows and how many it changed.
-async fn unnamed(
-    client: &Client,
-    text: &str,
-    types: &[Type],
-    params: Params<'_>,
-) -> Result<(Vec<Row>, u64), tokio_postgres::Error> {
-    let typed = params.iter().copied().zip(types.iter().cloned());
-    let rows = client.query_typed_raw(text, typed).await?;
-    futures_util::pin_mut!(rows);
-    let mut all = Vec::new();
-    while let Some(row) = rows.next().await {
-        all.push(row?);
-    }
-    Ok((all, rows.rows_affected().unwrap_or(0)))
-}
-
-/// A parameter already in its binary form (`None`: SQL `NULL`), owned by the task that sends it.
-#[derive(Debug)]
-struct Encoded(Option<bytes::Bytes>);
-
-impl Encoded {
-    /// Each of `params` encoded as its type in `types`; `None` if one does not fit its type.
-    fn all(params: Params<'_>, types: &[Type]) -> Option<Vec<Encoded>> {
-        use tokio_postgres::types::IsNull;
-        params
-            .iter()
-            .zip(types)
-            .map(|(param, ty)| {
-                let mut buffer = bytes::BytesMut::new();
-                match param.to_sql_checked(ty, &mut buffer).ok()? {
-                    IsNull::Yes => Some(Encoded(None)),
-                    IsNull::No => Some(Encoded(Some(buffer.freeze()))),
-                }
-            })
-            .collect()
-    }
-}
-
-impl ToSql for Encoded {
-    fn to_sql(
-        &self,
-        _: &Type,
-        out: &mut bytes::BytesMut,
-    ) -> Result<tokio_postgres::types::IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        use tokio_postgres::types::IsNull;
-        Ok(match &self.0 {
-            Some(bytes) => {
-                out.extend_from_slice(bytes);
-                IsNull::No
-            }
-            None => IsNull::Yes,
-        })
-    }
-
-    fn accepts(_: &Type) -> bool {
-        true
-    }
-
-    tokio_postgres::types::to_sql_checked!();
 }
 
 /// The first row a statement that always answers one returned, or why there is none.
@@ -322,7 +222,7 @@ impl PostgresBackend {
             self.check_statements(&client, &texts).await?;
             texts
                 .into_iter()
-                .map(|(text, types)| Stmt::Unnamed(Arc::from(text), Arc::from(types)))
+                .map(|(text, types)| Stmt::Unnamed(text.to_owned(), types))
                 .collect::<Vec<_>>()
         } else {
             // Sent together: the connection pipelines them, one round trip for all. First,
@@ -374,11 +274,7 @@ impl PostgresBackend {
             unreachable!("one statement per text");
         };
         let conn = Arc::new(Conn {
-            client: Arc::new(client),
-            one_at_a_time: self
-                .settings
-                .transaction_pooler
-                .then(|| Arc::new(tokio::sync::Mutex::new(()))),
+            client,
             acquire,
             acquire_fenced,
             remaining,
