@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::attempt::Acquired;
-use crate::backend::{Backend, Handover, Hold, Released, drift};
+use crate::backend::{Backend, Handover, Hold, Kind, Released, drift};
 use crate::error::{BoxError, LockError};
 pub(crate) use crate::held::{HeldLock, lost};
 use crate::key::LockName;
@@ -69,6 +69,7 @@ impl LockGuard {
     ) -> LockGuard {
         let Params {
             lease,
+            wait,
             renewal,
             fair,
             kind,
@@ -87,7 +88,10 @@ impl LockGuard {
             lost: LostFlag::default(),
             unrenewed_end: (!renew).then_some(lease_end),
             fair,
-            kind,
+            acquired_kind: kind,
+            upgraded: std::sync::atomic::AtomicBool::new(false),
+            upgraded_fence: std::sync::atomic::AtomicU64::new(0),
+            wait,
             plan,
             backend: renewer.backend().store(),
             granted_at: acquired.sent_at,
@@ -241,7 +245,7 @@ impl LockGuard {
     /// than the token of every earlier write grant of its key.
     pub fn fencing_tokens(&self) -> Vec<u64> {
         self.every()
-            .filter_map(|shared| shared.fencing_token)
+            .filter_map(|shared| shared.fencing_token())
             .collect()
     }
 
@@ -294,13 +298,40 @@ impl LockGuard {
     ///
     /// [`LockMode::Write`]: crate::LockMode::Write
     pub fn mode(&self) -> crate::LockMode {
-        crate::LockMode::of(self.held.shared.kind)
+        if self.held.shared.is_upgradable() && self.held.shared.kind() == Kind::Shared {
+            crate::LockMode::Upgradable
+        } else {
+            crate::LockMode::of(self.held.shared.kind())
+        }
+    }
+
+    /// Makes an upgradable read ([`LockRequest::upgradable`](crate::LockRequest::upgradable))
+    /// the write lock of its key without letting go: waits, up to the request's `wait`, for
+    /// the key's other readers to leave (no new reader joins meanwhile), then holds the key as
+    /// its writer — no writer or reader gets in between. With fencing, the guard's
+    /// [`fencing_token`](Self::fencing_token) is then a new one, above every earlier token of
+    /// the key. [`mode`](Self::mode) says [`Write`](crate::LockMode::Write) from then on.
+    ///
+    /// Errors: [`LockError::Timeout`] when `wait` passes first, and
+    /// [`LockError::Lost`] if the read lock was lost; either way — and if this future is
+    /// dropped — the guard holds what it held before (a lost one, nothing). A guard not taken
+    /// with `.upgradable()` is a [`LockError::Config`]. Upgrading an upgraded guard does
+    /// nothing.
+    pub async fn upgrade(&mut self) -> Result<(), LockError> {
+        if self.set.is_some() {
+            return Err(LockError::Config(format!(
+                "`{}`: a guard over several keys cannot be upgraded",
+                self.key()
+            )));
+        }
+        let held = &self.held;
+        crate::upgrade::upgrade(&held.shared, held.renewer.backend(), held.nested).await
     }
 
     /// For a semaphore's permit ([`LockClient::semaphore`](crate::LockClient::semaphore)), the
     /// semaphore's limit; `None` for a lock.
     pub fn permits(&self) -> Option<u32> {
-        self.held.shared.kind.permits()
+        self.held.shared.acquired_kind.permits()
     }
 
     /// The lease this lock was taken with.
@@ -322,7 +353,7 @@ impl LockGuard {
     /// and have it reject writes carrying a smaller token than it has seen. (Of a guard over
     /// several keys, the first key's: see [`fencing_tokens`](Self::fencing_tokens).)
     pub fn fencing_token(&self) -> Option<u64> {
-        self.held.shared.fencing_token
+        self.held.shared.fencing_token()
     }
 
     /// `true` once the lease is known lost: a renewal found another owner, or no renewal could
@@ -687,7 +718,7 @@ impl fmt::Debug for LockGuard {
                 .field("fencing_tokens", &self.fencing_tokens());
         } else {
             f.field("key", &self.held.shared.key())
-                .field("fencing_token", &self.held.shared.fencing_token);
+                .field("fencing_token", &self.held.shared.fencing_token());
         }
         f.field("mode", &self.mode())
             .field("permits", &self.permits())

@@ -24,8 +24,16 @@ pub(crate) struct HeldLock {
     pub unrenewed_end: Option<Instant>,
     /// Taken as a fair lock: released through the lock's queue, never handed over.
     pub fair: bool,
-    /// The kind of hold: a reader's share is released on the server, never handed over.
-    pub kind: Kind,
+    /// The kind of hold as granted: a reader's share is released on the server, never handed
+    /// over. An upgradable read, once upgraded, is the write lock: see [`kind`](Self::kind).
+    pub acquired_kind: Kind,
+    /// An upgradable read that [`LockGuard::upgrade`](crate::LockGuard::upgrade) made the
+    /// write lock: renewed and released as one from then on.
+    pub upgraded: std::sync::atomic::AtomicBool,
+    /// The fencing token the upgrade was granted (`0`: none asked for).
+    pub upgraded_fence: std::sync::atomic::AtomicU64,
+    /// The request's `wait` (`None`: forever): how long an upgrade waits for the readers.
+    pub wait: Option<Duration>,
     /// How it was acquired, which says how it is given back: to this client's local queue
     /// first ([`Plan::local_queue`]), or to the server.
     pub plan: Plan,
@@ -111,6 +119,31 @@ impl HeldLock {
         }
     }
 
+    /// The kind of hold now: as granted, or the write lock once upgraded.
+    pub(crate) fn kind(&self) -> Kind {
+        if self.upgraded.load(std::sync::atomic::Ordering::Acquire) {
+            Kind::Exclusive
+        } else {
+            self.acquired_kind
+        }
+    }
+
+    /// Whether this is an upgradable read (upgraded or not).
+    pub(crate) fn is_upgradable(&self) -> bool {
+        crate::token::is_upgradable(self.token.as_str())
+    }
+
+    /// The hold's fencing token: the grant's, or the upgrade's once upgraded (when asked for).
+    pub(crate) fn fencing_token(&self) -> Option<u64> {
+        if self.upgraded.load(std::sync::atomic::Ordering::Acquire) {
+            return self.fencing_token.map(|_| {
+                self.upgraded_fence
+                    .load(std::sync::atomic::Ordering::Acquire)
+            });
+        }
+        self.fencing_token
+    }
+
     /// The lock key, without the client's prefix.
     pub(crate) fn key(&self) -> &str {
         self.name.key()
@@ -125,7 +158,7 @@ impl HeldLock {
             renew: true,
             waiting: false,
             fair: self.fair,
-            kind: self.kind,
+            kind: self.kind(),
         }
     }
 
@@ -149,7 +182,7 @@ impl HeldLock {
             "distlock.hold",
             key = %self.key(),
             backend = self.backend,
-            kind = self.kind.span_name(),
+            kind = self.acquired_kind.span_name(),
             fencing_token = tracing::field::Empty,
             lease_ms = u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX),
             held_ms = tracing::field::Empty,

@@ -66,6 +66,7 @@ mod runtime;
 mod scope;
 mod tls;
 mod token;
+mod upgrade;
 mod url;
 mod wait;
 

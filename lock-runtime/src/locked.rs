@@ -181,7 +181,7 @@ where
         return R::from_lock_error(error);
     }
     if let Some(lock) = scope::held(resolved!(client).identity(), &key) {
-        if let Some(error) = scope::nested_refusal(lock.kind, options.kind(), &key) {
+        if let Some(error) = scope::nested_refusal(lock.kind(), options.kind(), &key) {
             return R::from_lock_error(error);
         }
         tracing::trace!(key, "distlock: reentrant call, no acquisition");
@@ -228,7 +228,7 @@ where
     for key in keys {
         match scope::held(resolved!(client).identity(), &key) {
             Some(lock) => {
-                if let Some(error) = scope::nested_refusal(lock.kind, options.kind(), &key) {
+                if let Some(error) = scope::nested_refusal(lock.kind(), options.kind(), &key) {
                     return R::from_lock_error(error);
                 }
             }

@@ -7,8 +7,8 @@ use crate::backend::Kind;
 /// The write side *is* the plain lock: `client.lock(k)` and `#[distributed_lock]` without
 /// `mode` take it, so readers can be added to a key without touching its writers.
 ///
-/// `#[non_exhaustive]`: a later release may add a mode (an upgradable read, say); match the
-/// ones you handle and keep a `_` arm.
+/// `#[non_exhaustive]`: a later release may add a mode; match the ones you handle and keep a
+/// `_` arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum LockMode {
@@ -17,13 +17,17 @@ pub enum LockMode {
     Write,
     /// One of any number of readers, excluding writers.
     Read,
+    /// The one upgradable reader of the key, beside any number of plain readers
+    /// ([`LockRequest::upgradable`](crate::LockRequest::upgradable)); a guard reports
+    /// [`Write`](Self::Write) once [upgraded](crate::LockGuard::upgrade).
+    Upgradable,
 }
 
 impl LockMode {
     pub(crate) fn kind(self) -> Kind {
         match self {
             LockMode::Write => Kind::Exclusive,
-            LockMode::Read => Kind::Shared,
+            LockMode::Read | LockMode::Upgradable => Kind::Shared,
         }
     }
 

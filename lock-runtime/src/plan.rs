@@ -41,6 +41,10 @@ pub(crate) struct Params {
     /// after its grant or last renewal, so a holder that stops renewing leaves the key taken
     /// that much longer; a release frees it at once.
     pub lock_delay_ms: u32,
+    /// An upgradable read (`LockRequest::upgradable`): a reader's share (`kind` is
+    /// [`Kind::Shared`]) that at most one holder of the key has at a time, and that
+    /// `LockGuard::upgrade` turns into the write lock.
+    pub upgradable: bool,
 }
 
 impl Params {
@@ -123,6 +127,12 @@ impl Plan {
     pub(crate) fn of(params: &Params, store: &Capabilities) -> Result<Plan, String> {
         // A reader's share or a semaphore's permit: held together with others.
         let shared = params.kind != Kind::Exclusive;
+        if params.upgradable {
+            store
+                .serves(params.kind)
+                .and(store.upgradable)
+                .map_err(|why| format!("no upgradable read locks here: {why}"))?;
+        }
         store.serves(params.kind).map_err(str::to_owned)?;
         if params.lock_delay_ms > 0 {
             store
@@ -174,6 +184,7 @@ mod tests {
         Params {
             max_hold_ms: 0,
             lock_delay_ms: 0,
+            upgradable: false,
             lease: Duration::from_secs(1),
             wait: None,
             renewal: RenewMode::Spawned,

@@ -48,12 +48,12 @@ impl CurrentLock {
 
     /// Which side of the key's read/write lock is held (`mode = "read"` or the write side).
     pub fn mode(&self) -> crate::LockMode {
-        crate::LockMode::of(self.lock.kind)
+        crate::LockMode::of(self.lock.kind())
     }
 
     /// For a semaphore's permit (`permits = n`), the semaphore's limit `n`; `None` for a lock.
     pub fn permits(&self) -> Option<u32> {
-        self.lock.kind.permits()
+        self.lock.acquired_kind.permits()
     }
 
     /// The fencing token of this acquisition, when the lock was taken with `fencing = true`.

@@ -24,7 +24,17 @@ pub(crate) struct OwnerToken {
     len: u8,
 }
 
-const TOKEN_CAPACITY: usize = MAX_HOST_LEN + 1 + 10 + 1 + 20 + 1 + 32;
+const TOKEN_CAPACITY: usize = 1 + MAX_HOST_LEN + 1 + 10 + 1 + 20 + 1 + 32;
+
+/// The first character of an upgradable reader's token (`LockRequest::upgradable`): the store
+/// tells the one upgradable share of a key from its plain readers' by it. No host name starts
+/// with it (host names are cut to letters, digits, `.`, `-` and `_`).
+pub(crate) const UPGRADABLE: char = '^';
+
+/// Whether `token` is an upgradable reader's.
+pub(crate) fn is_upgradable(token: &str) -> bool {
+    token.starts_with(UPGRADABLE)
+}
 
 /// The longest host name kept in a token (longer ones are cut).
 const MAX_HOST_LEN: usize = 64;
@@ -156,6 +166,28 @@ impl OwnerToken {
         token
     }
 
+    /// A token for an upgradable read ([`UPGRADABLE`], then a fresh token).
+    pub(crate) fn generate_upgradable() -> OwnerToken {
+        let plain = OwnerToken::generate();
+        let mut token = OwnerToken {
+            bytes: [0; TOKEN_CAPACITY],
+            len: plain.len + 1,
+        };
+        token.bytes[0] = UPGRADABLE as u8;
+        token.bytes[1..=usize::from(plain.len)]
+            .copy_from_slice(&plain.bytes[..usize::from(plain.len)]);
+        token
+    }
+
+    /// A fresh token of the same kind as this one (upgradable or not), for another attempt.
+    pub(crate) fn another(&self) -> OwnerToken {
+        if is_upgradable(self.as_str()) {
+            OwnerToken::generate_upgradable()
+        } else {
+            OwnerToken::generate()
+        }
+    }
+
     pub(crate) fn as_str(&self) -> &str {
         // Only ASCII is ever stored: the host is filtered, the rest are digits, `:` and hex.
         std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
@@ -184,6 +216,7 @@ impl Holder {
     /// (`<host>:<pid>:<unix ms>:<32 hex digits>`); `None` for any other value (another
     /// client's lock).
     pub fn from_token(token: &str) -> Option<Holder> {
+        let token = token.strip_prefix(UPGRADABLE).unwrap_or(token);
         let mut parts = token.rsplitn(4, ':');
         let random = parts.next()?;
         let millis: u64 = parts.next()?.parse().ok()?;
@@ -288,6 +321,18 @@ mod tests {
         assert!(encode_identity(&"x".repeat(MAX_IDENTITY_LEN)).is_some());
         assert!(encode_identity(&"x".repeat(MAX_IDENTITY_LEN + 1)).is_none());
         assert!(encode_identity(&":".repeat(22)).is_none());
+    }
+
+    #[test]
+    fn upgradable_tokens_are_marked_and_read_like_any_other() {
+        let token = OwnerToken::generate_upgradable();
+        assert!(is_upgradable(token.as_str()), "{token:?}");
+        assert!(!is_upgradable(OwnerToken::generate().as_str()));
+        assert!(is_upgradable(token.another().as_str()));
+        assert_ne!(token.another(), token);
+        let holder = Holder::from_token(token.as_str()).expect("a holder");
+        assert_eq!(holder.pid, std::process::id());
+        assert!(!holder.host.starts_with(UPGRADABLE));
     }
 
     #[test]

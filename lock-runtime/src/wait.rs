@@ -211,7 +211,7 @@ impl<'a, 'h> Waiter<'a, 'h> {
 
     /// Takes a new owner token for the next attempt (and the place in line it keeps).
     fn fresh_token(&mut self) {
-        *self.token = OwnerToken::generate();
+        *self.token = self.token.another();
         if self.place.token.is_some() {
             self.place.token = Some(self.token.as_str().to_owned());
         }
@@ -496,7 +496,7 @@ fn handed(
             })
         }
         Outcome::Handed(Handed::Unknown) => {
-            *token = OwnerToken::generate();
+            *token = token.another();
             None
         }
         Outcome::NotHanded => None,

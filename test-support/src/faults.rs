@@ -791,6 +791,9 @@ impl<const ITSELF: bool> Fixture for PgBouncerFixture<ITSELF> {
     fn read_locks(&self) -> bool {
         self.0.read_locks()
     }
+    fn upgradable(&self) -> bool {
+        self.0.upgradable()
+    }
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         self.0.readers(name).await
     }

@@ -75,6 +75,12 @@ pub trait Fixture {
         false
     }
 
+    /// Whether the backend serves upgradable read locks (`.upgradable()`); otherwise it
+    /// refuses them with `LockError::Config`.
+    fn upgradable(&self) -> bool {
+        false
+    }
+
     /// The live readers of backend key `name` as the store holds them: each one's token and
     /// remaining share (longest first) where the store keeps one per reader.
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
@@ -208,6 +214,10 @@ impl Fixture for MemoryFixture {
         distlock::__private::testing::memory_peek(&self.url, name).map(|(token, _)| token)
     }
 
+    fn upgradable(&self) -> bool {
+        true
+    }
+
     fn read_locks(&self) -> bool {
         true
     }
@@ -274,6 +284,10 @@ impl Fixture for RedisFixture {
 
     async fn holder(&self, name: &str) -> Option<String> {
         self.server.get(name).await
+    }
+
+    fn upgradable(&self) -> bool {
+        true
     }
 
     fn read_locks(&self) -> bool {
@@ -577,6 +591,10 @@ impl Fixture for ClusterFixture {
         ttl_with(&mut self.cluster.connection().await, &format!("{{{name}}}")).await
     }
 
+    fn upgradable(&self) -> bool {
+        true
+    }
+
     fn read_locks(&self) -> bool {
         true
     }
@@ -635,6 +653,10 @@ impl Fixture for SentinelFixture {
 
     async fn holder(&self, name: &str) -> Option<String> {
         self.master().get(name).await
+    }
+
+    fn upgradable(&self) -> bool {
+        true
     }
 
     fn read_locks(&self) -> bool {

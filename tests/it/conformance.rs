@@ -189,6 +189,229 @@ pub async fn renewal_keeps_a_lock_held_for_five_leases(fixture: &impl Fixture) {
     assert_eq!(fixture.holder("lock:long").await, None);
 }
 
+/// An upgradable read coexists with plain readers and keeps writers and other upgradable
+/// readers out; its upgrade waits for the readers to leave (none joins meanwhile), is woken by
+/// the last one's release, and holds the key as its writer with a new fencing token above
+/// every earlier one — renewed as the writer from then on — while a writer that queued before
+/// the upgrade comes after it. Stores without upgradable reads refuse them, writing nothing.
+pub async fn an_upgradable_read_upgrades_without_letting_a_writer_in(fixture: &impl Fixture) {
+    use distlock::LockMode;
+    let one = fixture.client().await;
+    let two = fixture.client().await;
+    if !fixture.upgradable() {
+        let err = one.lock("up").upgradable().acquire().await.unwrap_err();
+        assert!(
+            matches!(err, LockError::Config(_)) && err.to_string().contains("upgradable"),
+            "{err}"
+        );
+        assert!(!fixture.anything_at("lock:up").await);
+        return;
+    }
+    // An earlier writer's fencing token, which the upgrade's must exceed.
+    let earlier = one.lock("up").fencing(true).acquire().await.unwrap();
+    let earlier_fence = earlier.fencing_token().unwrap();
+    earlier.release().await.unwrap();
+
+    let mut up = one
+        .lock("up")
+        .upgradable()
+        .lease(ms(1_000))
+        .wait(ms(10_000))
+        .fencing(true)
+        .acquire()
+        .await
+        .unwrap();
+    assert_eq!(up.mode(), LockMode::Upgradable);
+    let reader = two
+        .lock("up")
+        .read()
+        .acquire()
+        .await
+        .expect("a plain reader joins");
+    assert!(
+        two.lock("up")
+            .upgradable()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a second upgradable read was granted"
+    );
+    assert!(
+        two.lock("up").try_acquire().await.unwrap().is_none(),
+        "a writer was granted beside an upgradable read"
+    );
+    // A writer that queues before the upgrade.
+    let writer = tokio::spawn({
+        let two = two.clone();
+        async move {
+            let guard = two
+                .lock("up")
+                .fencing(true)
+                .wait(ms(20_000))
+                .acquire()
+                .await;
+            (guard, Instant::now())
+        }
+    });
+    tokio::time::sleep(ms(200)).await;
+    let upgrading = tokio::spawn(async move {
+        let upgraded = up.upgrade().await;
+        (up, upgraded, Instant::now())
+    });
+    tokio::time::sleep(ms(300)).await;
+    assert!(
+        !upgrading.is_finished(),
+        "upgraded while a plain reader held the key"
+    );
+    assert!(
+        two.lock("up").read().try_acquire().await.unwrap().is_none(),
+        "a reader joined while the upgrade waited"
+    );
+    let released_at = Instant::now();
+    reader.release().await.unwrap();
+    let (up, upgraded, upgraded_at) = tokio::time::timeout(ms(5_000), upgrading)
+        .await
+        .expect("the upgrade ends once the reader left")
+        .unwrap();
+    upgraded.expect("upgraded");
+    let woken_after = upgraded_at - released_at;
+    assert!(
+        woken_after < ms(1_000),
+        "upgraded {woken_after:?} after the last reader left: not woken by its release"
+    );
+    assert_eq!(up.mode(), LockMode::Write);
+    let fence = up.fencing_token().expect("a fencing token");
+    assert!(
+        fence > earlier_fence,
+        "upgrade's token {fence} ≤ {earlier_fence}"
+    );
+    let token = distlock::__private::testing::owner_token(&up).to_owned();
+    assert_eq!(
+        fixture.holder("lock:up").await.as_deref(),
+        Some(token.as_str())
+    );
+    // Past the lease: renewed as the writer it now is.
+    tokio::time::sleep(ms(1_500)).await;
+    assert!(!up.is_lost(), "the upgraded lock was not renewed");
+    assert_eq!(
+        fixture.holder("lock:up").await.as_deref(),
+        Some(token.as_str())
+    );
+    assert!(
+        !writer.is_finished(),
+        "the queued writer got in beside the upgraded lock"
+    );
+    up.release().await.unwrap();
+    let (granted, _) = tokio::time::timeout(ms(5_000), writer)
+        .await
+        .expect("the writer is granted after the upgraded lock's release")
+        .unwrap();
+    let granted = granted.expect("the queued writer");
+    assert!(granted.fencing_token().unwrap() > fence);
+    granted.release().await.unwrap();
+    assert!(
+        eventually(ms(2_000), || async {
+            !fixture.anything_at("lock:up").await
+        })
+        .await,
+        "lock:up left behind"
+    );
+}
+
+/// An upgrade given up — its `wait` over, or its future dropped — leaves the upgradable read
+/// as it was and lets new readers in again at once; a plain read cannot be upgraded; an
+/// upgradable read whose lease ran out is lost, not upgraded.
+pub async fn a_given_up_upgrade_leaves_the_upgradable_read_as_it_was(fixture: &impl Fixture) {
+    use distlock::LockMode;
+    if !fixture.upgradable() {
+        return; // refused: see `an_upgradable_read_upgrades_without_letting_a_writer_in`
+    }
+    let one = fixture.client().await;
+    let two = fixture.client().await;
+    let mut up = one
+        .lock("given-up")
+        .upgradable()
+        .wait(ms(300))
+        .acquire()
+        .await
+        .unwrap();
+    let reader = two.lock("given-up").read().acquire().await.unwrap();
+    let started = Instant::now();
+    let err = up.upgrade().await.unwrap_err();
+    assert!(err.is_timeout(), "{err}");
+    assert!(
+        started.elapsed() >= ms(300),
+        "gave up after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(up.mode(), LockMode::Upgradable);
+    let joined = two
+        .lock("given-up")
+        .read()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("a reader joins at once after the upgrade gave up");
+    joined.release().await.unwrap();
+    // Dropped mid-wait: its mark is taken back in the background.
+    assert!(tokio::time::timeout(ms(200), up.upgrade()).await.is_err());
+    assert!(
+        eventually(ms(1_000), || async {
+            match two.lock("given-up").read().try_acquire().await.unwrap() {
+                Some(guard) => {
+                    guard.release().await.unwrap();
+                    true
+                }
+                None => false,
+            }
+        })
+        .await,
+        "readers are still kept out after the upgrade was dropped"
+    );
+    assert_eq!(up.mode(), LockMode::Upgradable);
+    assert!(!up.is_lost());
+    assert!(
+        two.lock("given-up").try_acquire().await.unwrap().is_none(),
+        "a writer got in beside the upgradable read"
+    );
+    reader.release().await.unwrap();
+    // Alone now: the upgrade goes through.
+    up.upgrade().await.expect("upgraded once alone");
+    assert_eq!(up.mode(), LockMode::Write);
+    up.upgrade()
+        .await
+        .expect("upgrading an upgraded guard does nothing");
+    up.release().await.unwrap();
+
+    let mut plain = two.lock("given-up").read().acquire().await.unwrap();
+    let err = plain.upgrade().await.unwrap_err();
+    assert!(
+        matches!(err, LockError::Config(_)) && err.to_string().contains("upgradable"),
+        "{err}"
+    );
+    plain.release().await.unwrap();
+
+    let mut unrenewed = one
+        .lock("given-up")
+        .upgradable()
+        .lease(ms(200))
+        .renew(false)
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(ms(400)).await;
+    let err = unrenewed.upgrade().await.unwrap_err();
+    assert!(matches!(err, LockError::Lost { .. }), "{err}");
+    assert!(
+        eventually(ms(2_000), || async {
+            !fixture.anything_at("lock:given-up").await
+        })
+        .await,
+        "lock:given-up left behind"
+    );
+}
+
 /// Without renewal the lease runs out: the key is gone and the guard says lost.
 pub async fn without_renewal_the_lease_ends_and_the_guard_says_lost(fixture: &impl Fixture) {
     let client = fixture.client().await;
@@ -3261,6 +3484,8 @@ macro_rules! suite {
                 a_writer_that_gives_up_lets_readers_in_again,
                 readers_get_the_last_writers_fencing_token,
                 the_admin_api_shows_readers,
+                an_upgradable_read_upgrades_without_letting_a_writer_in,
+                a_given_up_upgrade_leaves_the_upgradable_read_as_it_was,
                 a_semaphore_admits_up_to_n_holders_at_once,
                 each_permit_has_its_own_lease,
                 a_semaphore_refuses_another_limit_and_another_kind,

@@ -41,6 +41,9 @@ pub(crate) struct Capabilities {
     /// `lock_delay`: kept (the store's own expiry of a hold is its lease plus the delay, and a
     /// release deletes it at once), or why not.
     pub lock_delay: Result<(), &'static str>,
+    /// Upgradable read locks ([`Backend::upgrade`](super::Backend::upgrade)); `Err` says why
+    /// not.
+    pub upgradable: Result<(), &'static str>,
     /// A writer that waits marks the lock so that no new reader joins (a mark beside the
     /// readers' shares): an acquisition of an exclusive lock that ends without it gives its
     /// mark up, as a waiter in a queue gives up its place.
@@ -73,6 +76,11 @@ pub(crate) struct Capabilities {
     pub poll: Option<fn(u32) -> Duration>,
 }
 
+/// Why a store without upgradable read locks refuses them: built on Redis and `memory://` so far.
+pub(crate) const NO_UPGRADABLE: &str = "they are served on redis://, redis+cluster://, \
+     redis+sentinel:// and memory:// (not built for this store yet); take the write lock where \
+     you would upgrade";
+
 impl std::fmt::Debug for Capabilities {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Capabilities")
@@ -101,6 +109,7 @@ impl Capabilities {
             permits: Err("this store has no semaphores"),
             min_hold: Ok(()),
             lock_delay: Ok(()),
+            upgradable: Err(NO_UPGRADABLE),
             marks_waiting_writers: false,
             fair: false,
             queues_waiters: false,

@@ -382,6 +382,18 @@ pub(crate) enum Attempt {
     Busy { ttl: Option<Duration> },
 }
 
+/// The outcome of one [`Backend::upgrade`] attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Upgrade {
+    /// The share is now the write lock; with a new fencing token when one was asked for.
+    Done { fencing_token: Option<u64> },
+    /// Other readers still hold the key (they are kept from joining anew meanwhile); `ttl`:
+    /// how long to wait at most before asking again.
+    Busy { ttl: Option<Duration> },
+    /// The upgradable share is gone (expired, or the key was forced free).
+    Lost,
+}
+
 /// The outcome of [`Backend::try_acquire_all`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum SetAttempt {
@@ -457,6 +469,22 @@ pub(crate) trait Backend: Admin + Send + Sync + 'static {
         _to: LockSpec<'a>,
     ) -> BoxFuture<'a, Result<Handover, BoxError>> {
         Box::pin(async { Err("this backend cannot hand a lock over".into()) })
+    }
+
+    /// Makes the upgradable read share `spec.token` holds on `spec.name` the write lock
+    /// (with `spec.lease`, and a new fencing token if `spec.fencing`) once it is the key's
+    /// only live share; until then marks the key so no new reader joins (as a waiting writer
+    /// does), and answers busy. A share already upgraded (a retry) counts as done. Only called
+    /// when the store serves [upgradable reads](Capabilities::upgradable); a store that does
+    /// must wake a waiting upgrade when the last other reader leaves.
+    fn upgrade<'a>(&'a self, _spec: LockSpec<'a>) -> BoxFuture<'a, Result<Upgrade, BoxError>> {
+        Box::pin(async { Err("this backend cannot upgrade a read lock".into()) })
+    }
+
+    /// Gives up an upgrade that will not be waited for any longer: the mark that keeps new
+    /// readers out goes (the share stays as it was).
+    fn abandon_upgrade<'a>(&'a self, _spec: LockSpec<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(async { Ok(()) })
     }
 
     /// Starts listening for releases of `spec.name` that concern the waiter `spec.token` (a

@@ -272,7 +272,11 @@ impl ClientInner {
         validate_key(&key)?;
         check_lease(params.lease, Some(&key))?;
         let started = tokio::time::Instant::now();
-        let mut token = OwnerToken::generate();
+        let mut token = if params.upgradable {
+            OwnerToken::generate_upgradable()
+        } else {
+            OwnerToken::generate()
+        };
         let name = LockName::new(key, &self.prefix, self.hash_tags);
         let plan = Plan::of(&params, self.backend.capabilities())
             .map_err(|why| LockError::Config(format!("`{}`: {why}", name.key())))?;
@@ -305,7 +309,7 @@ impl ClientInner {
                 }
                 // Busy: wait in line below, with a fresh token where the store may still be
                 // undoing this attempt (see `Plan::leftover`).
-                Ok(Err(_)) if !plan.leftover => token = OwnerToken::generate(),
+                Ok(Err(_)) if !plan.leftover => token = token.another(),
                 Ok(Err(_)) => {}
                 Err(failure) if !failure.transient || params.wait == Some(Duration::ZERO) => {
                     if !failure.leftover {

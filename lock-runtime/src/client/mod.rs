@@ -153,6 +153,7 @@ impl LockClient {
             min_hold: Duration::ZERO,
             max_hold: None,
             lock_delay: self.inner.lock_delay,
+            upgradable: false,
         }
     }
 

@@ -76,6 +76,7 @@ impl LockClient {
             lock_delay_ms: options
                 .lock_delay_ms
                 .unwrap_or_else(|| delay_ms(inner.lock_delay)),
+            upgradable: false,
         }
     }
 }
@@ -107,6 +108,8 @@ pub struct LockRequest {
     pub(super) min_hold: Duration,
     pub(super) max_hold: Option<Duration>,
     pub(super) lock_delay: Duration,
+    /// [`upgradable`](Self::upgradable): a read that may become the write lock.
+    pub(super) upgradable: bool,
 }
 
 impl LockRequest {
@@ -256,6 +259,36 @@ impl LockRequest {
     /// ```
     pub fn read(mut self) -> Self {
         self.kind = Kind::Shared;
+        self.upgradable = false;
+        self
+    }
+
+    /// Take an upgradable read lock: a reader's share that at most one holder of the key
+    /// has at a time. It coexists with plain [`read`](Self::read)ers and excludes writers
+    /// and other upgradable holders; [`LockGuard::upgrade`] then makes it the write lock
+    /// without letting go — no writer gets in between, which a release and a new write
+    /// acquisition would allow. The classic use: read a row, decide, then write it.
+    ///
+    /// Served on `redis://`, `redis+cluster://`, `redis+sentinel://` and `memory://`;
+    /// elsewhere the acquisition fails with [`LockError::Config`] saying so. Not for several
+    /// keys at once, nor [`fair`](Self::fair). See `distlock::guide::upgradable`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// let mut guard = client.lock("row:7").upgradable().acquire().await?;
+    /// let reader = client.lock("row:7").read().acquire().await?; // plain readers join
+    /// assert!(client.lock("row:7").upgradable().try_acquire().await?.is_none());
+    /// reader.release().await?;
+    /// guard.upgrade().await?; // now the writer: no reader or writer got in between
+    /// assert_eq!(guard.mode(), lock_runtime::LockMode::Write);
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn upgradable(mut self) -> Self {
+        self.kind = Kind::Shared;
+        self.upgradable = true;
         self
     }
 
@@ -263,6 +296,7 @@ impl LockRequest {
     /// one owner, excluding every reader and every other writer of the key.
     pub fn write(mut self) -> Self {
         self.kind = Kind::Exclusive;
+        self.upgradable = false;
         self
     }
 
@@ -304,6 +338,13 @@ impl LockRequest {
                 LockClient::MAX_PERMITS
             )));
         }
+        if self.upgradable && self.set.is_some() {
+            return Err(LockError::Config(format!(
+                "`{}`: an upgradable read is of one key (its upgrade takes that key's write \
+                 lock); take the keys one by one",
+                self.key
+            )));
+        }
         if let Some(nested) = self.held_in_scope()? {
             return Ok(nested);
         }
@@ -319,6 +360,7 @@ impl LockRequest {
             fair: self.fair,
             kind: self.kind,
             lock_delay_ms: delay_ms(self.lock_delay),
+            upgradable: self.upgradable,
             max_hold_ms: match self.max_hold {
                 // Zero: shorter than any lease, refused below.
                 Some(max_hold) => u32::try_from(max_hold.as_millis())
@@ -357,7 +399,7 @@ impl LockRequest {
         for key in self.key_list() {
             match crate::scope::held(self.client.identity(), key) {
                 Some(lock) => {
-                    if let Some(error) = crate::scope::nested_refusal(lock.kind, self.kind, key) {
+                    if let Some(error) = crate::scope::nested_refusal(lock.kind(), self.kind, key) {
                         return Err(error);
                     }
                     if !held.iter().any(|h| std::sync::Arc::ptr_eq(h, &lock)) {

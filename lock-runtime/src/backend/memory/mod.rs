@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use super::{Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released, SetAttempt};
+use super::{Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released, SetAttempt, Upgrade};
 use crate::error::BoxError;
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::BoxFuture;
@@ -121,13 +121,15 @@ impl MemoryBackend {
                 .readers
                 .get_mut(spec.name)
                 .and_then(|readers| readers.shares.get_mut(spec.token));
-            return match share {
+            match share {
                 Some(until) if *until > now => {
                     *until = now + spec.lease;
-                    true
+                    return true;
                 }
-                _ => false,
-            };
+                // An upgradable share upgraded meanwhile is our write lock: renewed as one.
+                _ if !crate::token::is_upgradable(spec.token) => return false,
+                _ => {}
+            }
         }
         match state.locks.get_mut(spec.name) {
             Some(held) if held.token == spec.token && held.expires_at > now => {
@@ -178,11 +180,17 @@ impl MemoryBackend {
             .is_some_and(|until| until > now);
         let semaphore = readers.permits.is_some();
         let last = readers.live_until(now).is_none();
+        // Only an upgradable share is left: it may be waiting to upgrade.
+        let upgradable_alone = readers.shares.len() == 1
+            && readers
+                .shares
+                .keys()
+                .all(|token| crate::token::is_upgradable(token));
         if last && readers.writers.is_empty() {
             state.readers.remove(name);
         }
         drop(state);
-        if live && (last || semaphore) {
+        if live && (last || semaphore || upgradable_alone || crate::token::is_upgradable(token)) {
             self.hub.notify(name);
         }
         live
@@ -225,6 +233,7 @@ const CAPABILITIES: Capabilities = Capabilities {
     sets_of_shares: true,
     marks_waiting_writers: true,
     fair: true,
+    upgradable: Ok(()),
     ..Capabilities::every_kind("memory")
 };
 
@@ -265,6 +274,26 @@ impl Backend for MemoryBackend {
                 self.changed();
             }
             Ok(released(deleted))
+        })
+    }
+
+    fn upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Upgrade, BoxError>> {
+        self.answer(move || {
+            let upgraded = self.state().upgrade(spec, Instant::now());
+            if matches!(upgraded, Upgrade::Done { .. }) {
+                self.changed();
+            }
+            Ok(upgraded)
+        })
+    }
+
+    fn abandon_upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        self.answer(move || {
+            if self.state().abandon_upgrade(spec.name, spec.token) {
+                // Readers kept out by the mark may join now.
+                self.hub.notify(spec.name);
+            }
+            Ok(())
         })
     }
 

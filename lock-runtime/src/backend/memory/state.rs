@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::backend::{Attempt, Kind, LockSpec};
+use crate::backend::{Attempt, Kind, LockSpec, Upgrade};
 use crate::error::BoxError;
 use crate::fast_map::FastMap;
 
@@ -43,6 +43,15 @@ impl Readers {
         self.shares.retain(|_, until| *until > now);
         self.writers.retain(|_, until| *until > now);
         self.shares.values().max().copied()
+    }
+
+    /// The end of the lease of another upgradable share than `token`'s, if one is held (call
+    /// after [`live_until`](Self::live_until)).
+    fn upgradable_other_than(&self, token: &str) -> Option<Instant> {
+        self.shares
+            .iter()
+            .find(|(other, _)| crate::token::is_upgradable(other) && other.as_str() != token)
+            .map(|(_, until)| *until)
     }
 
     /// When the first live writer's mark lapses, if a writer waits.
@@ -187,6 +196,14 @@ impl MemoryState {
                 ttl: Some(lapses - now),
             };
         }
+        // One upgradable share at a time (its token says which it is).
+        if crate::token::is_upgradable(spec.token)
+            && let Some(until) = readers.upgradable_other_than(spec.token)
+        {
+            return Attempt::Busy {
+                ttl: Some(until - now),
+            };
+        }
         readers
             .shares
             .insert(spec.token.to_owned(), now + spec.lease);
@@ -195,6 +212,65 @@ impl MemoryState {
             .fencing
             .then(|| self.fences.get(spec.name).copied().unwrap_or(0));
         Attempt::Acquired { fencing_token }
+    }
+
+    /// One upgrade attempt of the upgradable share `spec.token` (see `Backend::upgrade`).
+    pub(super) fn upgrade(&mut self, spec: LockSpec<'_>, now: Instant) -> Upgrade {
+        if self
+            .locks
+            .get(spec.name)
+            .is_some_and(|held| held.token == spec.token && held.expires_at > now)
+        {
+            // Upgraded already (a retry).
+            let fencing_token = spec
+                .fencing
+                .then(|| self.fences.get(spec.name).copied().unwrap_or(0));
+            return Upgrade::Done { fencing_token };
+        }
+        let Some(readers) = self.readers.get_mut(spec.name) else {
+            return Upgrade::Lost;
+        };
+        let last = readers.live_until(now);
+        if !readers.shares.contains_key(spec.token) {
+            return Upgrade::Lost;
+        }
+        let others = readers
+            .shares
+            .iter()
+            .filter(|(token, _)| token.as_str() != spec.token)
+            .map(|(_, until)| *until)
+            .max();
+        if let Some(until) = others {
+            readers
+                .writers
+                .insert(spec.token.to_owned(), now + crate::backend::FAIR_QUEUE_TTL);
+            let _ = last;
+            return Upgrade::Busy {
+                ttl: Some((until - now).min(crate::backend::FAIR_QUEUE_TTL / 3)),
+            };
+        }
+        readers.shares.remove(spec.token);
+        readers.writers.remove(spec.token);
+        if readers.shares.is_empty() && readers.writers.is_empty() {
+            self.readers.remove(spec.name);
+        }
+        self.locks.insert(
+            spec.name.to_owned(),
+            WriterLease {
+                token: spec.token.to_owned(),
+                expires_at: now + spec.lease,
+            },
+        );
+        let fencing_token = spec.fencing.then(|| self.next_fence(spec.name));
+        Upgrade::Done { fencing_token }
+    }
+
+    /// Takes back the mark of an upgrade given up; whether new readers may join now.
+    pub(super) fn abandon_upgrade(&mut self, name: &str, token: &str) -> bool {
+        let Some(readers) = self.readers.get_mut(name) else {
+            return false;
+        };
+        readers.writers.remove(token).is_some() && readers.writers.is_empty()
     }
 
     /// Removes what `spec` was just granted, inside the same hold of the store (a set's

@@ -38,6 +38,7 @@ use redis::{AsyncConnectionConfig, Script};
 
 use super::{
     Admin, Attempt, Backend, Capabilities, Handover, Hold, Kind, LockSpec, Released, SetAttempt,
+    Upgrade,
 };
 use crate::admin::{Entry, Listing};
 use crate::error::{BoxError, LockError};
@@ -57,6 +58,7 @@ pub(crate) mod redlock;
 mod release;
 mod scripts;
 pub(crate) mod sentinel;
+mod upgrade;
 
 pub(crate) use cluster::cluster_slot;
 use connection::SharedConnection;
@@ -159,6 +161,7 @@ pub(crate) struct RedisBackend {
     acquire_fair: Script,
     release_fair: Script,
     acquire_all: Script,
+    upgrade: Script,
     /// The tokens of this client's waiting writers that marked a key against new readers (see
     /// `scripts::write`): only their grant has a mark to take back.
     marked: Marked,
@@ -248,6 +251,7 @@ impl RedisBackend {
             hands_over: true,
             rides_out: matches!(link, Link::Sentinel(_))
                 .then_some(rides_out_failover as fn(&BoxError) -> bool),
+            upgradable: Ok(()),
             ..Capabilities::every_kind(kind)
         };
         RedisBackend {
@@ -273,6 +277,7 @@ impl RedisBackend {
             acquire_fair: Script::new(&scripts::acquire_fair()),
             release_fair: Script::new(&scripts::release_fair()),
             acquire_all: Script::new(&scripts::acquire_all()),
+            upgrade: Script::new(&scripts::upgrade()),
             marked: Marked::default(),
         }
     }
@@ -311,6 +316,14 @@ fn millis(d: Duration) -> u64 {
 impl Backend for RedisBackend {
     fn capabilities(&self) -> &Capabilities {
         &self.capabilities
+    }
+
+    fn upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Upgrade, BoxError>> {
+        Box::pin(self.upgrade_by_script(spec, false))
+    }
+
+    fn abandon_upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(async move { self.upgrade_by_script(spec, true).await.map(|_| ()) })
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {

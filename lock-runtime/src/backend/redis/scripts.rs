@@ -70,11 +70,16 @@ return 0"
 
 /// The renewal of one hold, as a Lua function: a plain lock still holding `token` gets its
 /// TTL set to `lease` ms; a reader's live share (`shared` = `1`) ends `lease` ms from now, and
-/// the key lives at least as long. 1 if renewed, 0 if the hold is gone.
+/// the key lives at least as long — or, an upgradable share (token `^…`) that was upgraded
+/// since the renewal was sent, the plain lock it became. 1 if renewed, 0 if the hold is gone.
 const RENEW_HOLD: &str = r"
 local function renew(key, token, lease, shared)
   if shared == '1' then
-    if redis.call('TYPE', key).ok ~= 'zset' then return 0 end
+    local t = redis.call('TYPE', key).ok
+    if t == 'string' and string.sub(token, 1, 1) == '^' and redis.call('GET', key) == token then
+      return redis.call('PEXPIRE', key, lease)
+    end
+    if t ~= 'zset' then return 0 end
     local t = now()
     local ends = redis.call('ZSCORE', key, token)
     if not ends or tonumber(ends) <= t then return 0 end
@@ -157,8 +162,10 @@ return {0, redis.call('PTTL', KEYS[1])}"
 
 /// A reader's attempt (KEYS: lock, fencing counter, writers' marks; ARGV: token, lease ms,
 /// fencing `1`/`0`): a share of its own unless a writer holds the key or a writer's mark is
-/// live → {1, the last write grant's fencing token or 0}; a share already ours (a retry) is
-/// renewed. Busy → {0, ms to wait: the writer's pttl, or until the first mark lapses}.
+/// live — or, for an upgradable reader (token `^…`), another upgradable share is — → {1, the
+/// last write grant's fencing token or 0}; a share already ours (a retry) is renewed. Busy →
+/// {0, ms to wait: the writer's pttl, until the first mark lapses, or the other upgradable
+/// share's end}.
 pub(super) fn read() -> String {
     format!(
         "{HELPERS}{}{REFUSE_SEMAPHORE}{}",
@@ -176,6 +183,12 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', n)
   local first = redis.call('ZRANGE', KEYS[3], 0, 0, 'WITHSCORES')
   if first[2] then return {0, tonumber(first[2]) - n} end
+  if string.sub(ARGV[1], 1, 1) == '^' and t == 'zset' then
+    local shares = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+    for i = 1, #shares, 2 do
+      if string.sub(shares[i], 1, 1) == '^' then return {0, tonumber(shares[i + 1]) - n} end
+    end
+  end
 end
 redis.call('ZADD', KEYS[1], n + lease, ARGV[1])
 if redis.call('PTTL', KEYS[1]) < lease then redis.call('PEXPIRE', KEYS[1], lease) end
@@ -291,7 +304,9 @@ return {1, 0}"
 
 /// A reader's (or a permit's) release (KEYS: lock; ARGV: token): its share goes; the key then
 /// lives until the longest remaining share ends. The last reader's departure wakes the
-/// waiters; every permit's does (a permit is free). 1 if the share was live.
+/// waiters, and so does an upgradable share's (another upgradable reader may wait) and the
+/// departure that leaves an upgradable share alone (it may be waiting to upgrade); every
+/// permit's does (a permit is free). 1 if the share was live.
 pub(super) fn release_read() -> String {
     format!(
         "{HELPERS}{}",
@@ -306,13 +321,63 @@ local semaphore = redis.call('ZSCORE', KEYS[1], '#permits')
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 if last[2] and tonumber(last[2]) > 0 then
   redis.call('PEXPIRE', KEYS[1], math.max(1, tonumber(last[2]) - n))
-  if semaphore then redis.call('PUBLISH', KEYS[1], 'released') end
+  if semaphore or string.sub(ARGV[1], 1, 1) == '^'
+      or (string.sub(last[1], 1, 1) == '^' and redis.call('ZCARD', KEYS[1]) == 1) then
+    redis.call('PUBLISH', KEYS[1], 'released')
+  end
 else
   redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', KEYS[1], 'released')
 end
 if tonumber(ends) > n then return 1 end
 return 0"
+    )
+}
+
+/// An upgradable share's upgrade (KEYS: lock, fencing counter, writers' marks; ARGV: token,
+/// lease ms, fencing `1`/`0`, mark ms, abandon `1`/`0`). The share the key's only live one →
+/// it becomes the plain lock holding the same token, with the lease as its TTL → {1, a new
+/// fencing token or 0}; already upgraded (a retry) → {1, the current token or 0}. Other
+/// readers live → the key is marked against new readers for ARGV[4] ms → {0, ms until the
+/// other shares end, at most a third of the mark}. The share gone → {-1}. With ARGV[5] = `1`
+/// (an upgrade given up): its mark goes, waking the readers it held back if it was the last
+/// → {0, 0}.
+pub(super) fn upgrade() -> String {
+    format!(
+        "{HELPERS}{}",
+        r"
+local t = redis.call('TYPE', KEYS[1]).ok
+if ARGV[5] == '1' then
+  if redis.call('ZREM', KEYS[3], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[3]) == 0 then
+    redis.call('PUBLISH', KEYS[1], 'released')
+  end
+  return {0, 0}
+end
+if t == 'string' then
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {-1} end
+  if ARGV[3] == '1' then return {1, tonumber(redis.call('GET', KEYS[2]) or '0')} end
+  return {1, 0}
+end
+if t ~= 'zset' then return {-1} end
+local n = now()
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', n)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {-1} end
+local shares = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local others = 0
+for i = 1, #shares, 2 do
+  if shares[i] ~= ARGV[1] then others = math.max(others, tonumber(shares[i + 1]) - n) end
+end
+if others > 0 then
+  local mark = tonumber(ARGV[4])
+  redis.call('ZADD', KEYS[3], n + mark, ARGV[1])
+  if redis.call('PTTL', KEYS[3]) < mark then redis.call('PEXPIRE', KEYS[3], mark) end
+  return {0, math.min(others, math.floor(mark / 3))}
+end
+redis.call('DEL', KEYS[1])
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if ARGV[3] == '1' then return {1, redis.call('INCR', KEYS[2])} end
+return {1, 0}"
     )
 }
 
