@@ -241,6 +241,7 @@ fn contender(dir: &Path) {
         lease: ms(var("LEASE_MS").parse().unwrap()),
         max_sleep_us: MAX_SLEEP_US,
         reads_in_4: var("READS_IN_4").parse().unwrap(),
+        upgrades: var("UPGRADES") == "1",
         permits: var("PERMITS").parse().unwrap(),
         accounts: var("ACCOUNTS").parse().unwrap(),
         until: Some(var("UNTIL"))

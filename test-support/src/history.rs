@@ -125,12 +125,22 @@ pub fn check(holds: &[Hold]) -> Result<Summary, String> {
         let mut latest_end: Option<&Hold> = None;
         let mut latest_write: Option<&Hold> = None;
         let mut latest_read: Option<&Hold> = None;
+        let mut latest_upgradable: Option<&Hold> = None;
         let mut last_token: Option<&Hold> = None;
         for hold in holds {
             holders.insert(&hold.holder);
             // A writer must not begin before every earlier hold ended; a reader, before every
-            // earlier writer's.
-            let conflicting = if hold.read { latest_write } else { latest_end };
+            // earlier writer's; an upgradable reader (holder `^…`), before every earlier
+            // writer's and upgradable reader's.
+            let upgradable = hold.read && hold.holder.starts_with('^');
+            let conflicting = match (hold.read, upgradable) {
+                (false, _) => latest_end,
+                (true, false) => latest_write,
+                (true, true) => [latest_write, latest_upgradable]
+                    .into_iter()
+                    .flatten()
+                    .max_by_key(|h| h.released_at),
+            };
             if let Some(before) = conflicting
                 && hold.acquired_at < before.released_at
             {
@@ -142,6 +152,9 @@ pub fn check(holds: &[Hold]) -> Result<Summary, String> {
             let later = |b: Option<&Hold>| b.is_none_or(|b| hold.released_at > b.released_at);
             if later(latest_end) {
                 latest_end = Some(hold);
+            }
+            if upgradable && later(latest_upgradable) {
+                latest_upgradable = Some(hold);
             }
             if hold.read {
                 summary.reads += 1;
@@ -227,6 +240,12 @@ pub struct Contention {
     /// Of every 4 rounds, how many take the lock as readers (0: every round writes). A reader
     /// reads the register twice, with the same pause in between: a writer in between would show.
     pub reads_in_4: u64,
+    /// Of the rounds that are not plain reads (`reads_in_4`), half take an upgradable read
+    /// (`.upgradable()`) and half of those upgrade it to write the register; the other rounds
+    /// write. Each upgradable hold is recorded as its read part (holder `^<holder>`, from the
+    /// grant until the upgrade returned, or the release) and, when upgraded, its write part
+    /// (from the upgrade's return to the release).
+    pub upgrades: bool,
     /// Every acquisition a permit of a semaphore of this many (0: locks).
     pub permits: u32,
     /// Every acquisition a transfer between two of this many accounts, holding both (`lock_all`
@@ -254,6 +273,7 @@ impl Contention {
             ("LEASE_MS", self.lease.as_millis().to_string()),
             ("NAMESPACE", namespace.to_owned()),
             ("READS_IN_4", self.reads_in_4.to_string()),
+            ("UPGRADES", flag(self.upgrades)),
             ("PERMITS", self.permits.to_string()),
             ("ACCOUNTS", self.accounts.to_string()),
             (
@@ -322,6 +342,13 @@ pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Pa
                     increments.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
+                if spec.upgrades && !read && fastrand::bool() {
+                    let (taken, increment) =
+                        upgradable_round(&client, &spec, &store, &holder, &lost).await;
+                    holds.extend(taken);
+                    increments.fetch_add(increment, Ordering::Relaxed);
+                    continue;
+                }
                 let request = client.lock(spec.key.as_str());
                 let request = if spec.fair { request.fair() } else { request };
                 let request = if read { request.read() } else { request };
@@ -386,6 +413,79 @@ pub async fn contend(spec: &Contention, store: &Store, start: Option<(&Path, &Pa
         increments: increments.load(Ordering::Relaxed),
         lost: lost.load(Ordering::Relaxed),
     }
+}
+
+/// One upgradable round: the register read twice under an upgradable read (no writer may
+/// change it), then — every other time — the read upgraded and the register incremented
+/// from the value read before the upgrade (a writer in between would lose its increment).
+/// Its holds (see [`Contention::upgrades`]) and increments.
+async fn upgradable_round(
+    client: &LockClient,
+    spec: &Contention,
+    store: &Store,
+    holder: &str,
+    lost: &AtomicU64,
+) -> (Vec<Hold>, u64) {
+    let mut guard = client
+        .lock(spec.key.as_str())
+        .upgradable()
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{holder}: upgradable: {e}"));
+    let acquired_at = now_ns();
+    let value = store.get("register").await.expect("register read");
+    match fastrand::u64(0..=spec.max_sleep_us) {
+        0..50 => tokio::task::yield_now().await,
+        pause => std::thread::sleep(Duration::from_micros(pause)),
+    }
+    let again = store.get("register").await.expect("register read");
+    assert_eq!(again, value, "{holder}: {TORN} (upgradable)");
+    let read_part = |released_at| Hold {
+        key: spec.key.clone(),
+        holder: format!("^{holder}"),
+        token: None,
+        acquired_at,
+        released_at,
+        read: true,
+        permits: None,
+    };
+    let mut holds = Vec::with_capacity(2);
+    let mut increment = 0;
+    if fastrand::bool() {
+        guard
+            .upgrade()
+            .await
+            .unwrap_or_else(|e| panic!("{holder}: upgrade: {e}"));
+        let upgraded_at = now_ns();
+        holds.push(read_part(upgraded_at));
+        store
+            .set("register", value + 1)
+            .await
+            .expect("register write");
+        increment = 1;
+        let token = guard.fencing_token();
+        let released_at = now_ns();
+        holds.push(Hold {
+            key: spec.key.clone(),
+            holder: holder.to_owned(),
+            token,
+            acquired_at: upgraded_at,
+            released_at,
+            read: false,
+            permits: None,
+        });
+    } else {
+        holds.push(read_part(now_ns()));
+    }
+    match guard.release().await {
+        Ok(()) => {}
+        Err(LockError::Lost { .. }) => {
+            eprintln!("{holder}: an upgradable hold's lease was lost");
+            lost.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) => panic!("{holder}: release: {e}"),
+    }
+    (holds, increment)
 }
 
 /// The environment variable that turns a test binary's helper entry point on.

@@ -95,6 +95,34 @@ fn the_checker_lets_readers_share_but_never_with_a_writer() {
 }
 
 /// The checker itself: it must accept a valid history and name each kind of violation.
+/// The upgradable mode: an upgradable read (holder `^…`) may overlap plain readers, never a
+/// writer or another upgradable read; its upgraded write part may touch its read part.
+#[test]
+fn the_checker_keeps_upgradable_reads_apart_from_writers_and_each_other() {
+    let upgradable = |holder: &str, a, b| read(&format!("^{holder}"), a, b);
+    let fine = [
+        upgradable("a.0", 10, 50),
+        read("b.0", 20, 40),
+        hold("a.0", None, 50, 60),
+        upgradable("c.0", 70, 80),
+    ];
+    check(&fine).unwrap();
+    let two_upgradable = [upgradable("a.0", 10, 50), upgradable("b.0", 40, 60)];
+    assert!(check(&two_upgradable).unwrap_err().contains("overlap"));
+    let writer_inside = [upgradable("a.0", 10, 50), hold("b.0", None, 30, 40)];
+    assert!(check(&writer_inside).unwrap_err().contains("overlap"));
+    let reader_in_the_upgrade = [
+        upgradable("a.0", 10, 50),
+        read("b.0", 20, 55),
+        hold("a.0", None, 50, 60),
+    ];
+    assert!(
+        check(&reader_in_the_upgrade)
+            .unwrap_err()
+            .contains("overlap")
+    );
+}
+
 #[test]
 fn the_checker_finds_overlaps_and_tokens_out_of_order() {
     let valid = [
@@ -174,6 +202,7 @@ async fn semaphore_of_three(url: &str) {
         lease: LEASE,
         max_sleep_us: MAX_SLEEP_US,
         reads_in_4: 0,
+        upgrades: false,
         permits: PERMITS,
         accounts: 0,
         until: None,
@@ -290,6 +319,7 @@ async fn contend_and_check(
         lease,
         max_sleep_us: MAX_SLEEP_US,
         reads_in_4,
+        upgrades: false,
         permits: 0,
         accounts: 0,
         until: faults.is_some().then(|| dir.join("faults-over")),
@@ -353,6 +383,117 @@ async fn contend_and_check(
         summary.fenced,
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Upgradable reads beside plain readers and writers, four processes × 32 tasks on one key:
+/// a quarter of the rounds read, and of the others half write and half take an upgradable
+/// read, which every other time upgrades and increments the register from the value it read
+/// before the upgrade. No writer overlaps a reader, an upgradable read or the upgraded holder;
+/// no two upgradable reads overlap; no increment is lost (a writer between an upgradable read
+/// and its upgrade would lose one); upgrades happened, beside readers.
+async fn upgradable_reads(url: &str) {
+    let dir = history::scratch_dir("history");
+    let namespace = unique("register");
+    let spec = Contention {
+        url: url.to_owned(),
+        key: unique("up"),
+        name: String::new(),
+        tasks: TASKS,
+        rounds: rounds(ROUNDS),
+        fencing: true,
+        fair: false,
+        lease: LEASE,
+        max_sleep_us: MAX_SLEEP_US,
+        reads_in_4: 1,
+        upgrades: true,
+        permits: 0,
+        accounts: 0,
+        until: None,
+    };
+    let started = Instant::now();
+    let mut helpers = start_contenders(&dir, &spec, &namespace).await;
+    let (holds, increments, lost) = collect(&dir, &mut helpers).await;
+    let store = Store::open(url, &namespace).await.unwrap();
+    check_upgradable_history(url, &store, &holds, increments, lost, started).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What [`upgradable_reads`] asserts of a history (also of `memory://`'s, made in-process).
+async fn check_upgradable_history(
+    url: &str,
+    store: &Store,
+    holds: &[Hold],
+    increments: u64,
+    lost: u64,
+    started: Instant,
+) {
+    let summary = check(holds).unwrap_or_else(|violation| panic!("{violation}"));
+    assert_eq!(lost, 0, "no lease may run out in a healthy run");
+    let upgradable = holds.iter().filter(|h| h.holder.starts_with('^')).count();
+    let upgraded = holds
+        .iter()
+        .filter(|h| h.holder.starts_with('^'))
+        .filter(|read| {
+            holds.iter().any(|write| {
+                !write.read
+                    && write.acquired_at == read.released_at
+                    && read.holder[1..] == write.holder
+            })
+        })
+        .count();
+    let writes = summary.holds - summary.reads;
+    let expected = PROCESSES * TASKS * rounds(ROUNDS);
+    assert_eq!(summary.holds - upgraded, expected, "{summary:?}");
+    assert!(
+        upgradable >= expected / 8 && upgraded >= expected / 16,
+        "too few upgradable reads ({upgradable}) or upgrades ({upgraded}) of {expected}"
+    );
+    assert!(summary.shared_reads > 0, "no read was shared: {summary:?}");
+    assert_eq!(
+        summary.fenced, writes,
+        "every write, upgraded or not, has a token"
+    );
+    let register = store.get("register").await.unwrap();
+    assert_eq!(increments, writes as u64);
+    assert_eq!(register, increments, "acknowledged increments were lost");
+    store.clear(&["register"]).await.unwrap();
+    eprintln!(
+        "{url}: {} holds, {upgradable} upgradable reads, {upgraded} upgraded, {} reads shared; no overlap, register = {register}, total {:?}",
+        summary.holds,
+        summary.shared_reads,
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_upgradable_reads_never_let_a_writer_in() {
+    let server = RedisServer::start();
+    upgradable_reads(&server.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_upgradable_reads_never_let_a_writer_in() {
+    let url = format!("memory://{}", unique("history"));
+    let store = Store::open(&url, "register").await.unwrap();
+    let spec = Contention {
+        url: url.clone(),
+        key: "up".into(),
+        name: String::new(),
+        tasks: TASKS,
+        rounds: rounds(ROUNDS),
+        fencing: true,
+        fair: false,
+        lease: LEASE,
+        max_sleep_us: MAX_SLEEP_US,
+        reads_in_4: 1,
+        upgrades: true,
+        permits: 0,
+        accounts: 0,
+        until: None,
+    };
+    let started = Instant::now();
+    let (holds, increments) = in_four_clients(&spec, &store).await;
+    check_upgradable_history(&url, &store, &holds, increments, 0, started).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -487,6 +628,7 @@ async fn memory_four_clients(fair: bool, reads_in_4: u64) {
         lease: LEASE,
         max_sleep_us: MAX_SLEEP_US,
         reads_in_4,
+        upgrades: false,
         permits: 0,
         accounts: 0,
         until: None,
@@ -703,6 +845,7 @@ async fn memory_semaphore_never_exceeds_its_permits() {
         lease: LEASE,
         max_sleep_us: MAX_SLEEP_US,
         reads_in_4: 0,
+        upgrades: false,
         permits: PERMITS,
         accounts: 0,
         until: None,
@@ -775,6 +918,7 @@ async fn transfers(url: &str, fencing: bool) {
         lease: LEASE,
         max_sleep_us: MAX_SLEEP_US,
         reads_in_4: 0,
+        upgrades: false,
         permits: 0,
         accounts: ACCOUNTS,
         until: None,
@@ -896,6 +1040,7 @@ async fn memory_transfers_never_overlap() {
         lease: LEASE,
         max_sleep_us: MAX_SLEEP_US,
         reads_in_4: 0,
+        upgrades: false,
         permits: 0,
         accounts: ACCOUNTS,
         until: None,
