@@ -33,6 +33,13 @@ pub(super) enum Stmt {
 /// A connection with its lock statements.
 pub(super) struct Conn {
     pub(super) client: Client,
+    /// Behind a transaction pooler: one statement at a time on this connection (see
+    /// [`Conn::alone`]).
+    one_at_a_time: Option<tokio::sync::Mutex<()>>,
+    /// A statement's answer was left unread: the connection was closed (see [`Conn::alone`]).
+    given_up: AtomicBool,
+    /// The task that drives the connection: aborted (the socket closed) when it is given up.
+    driver: Option<tokio::task::AbortHandle>,
     pub(super) acquire: Stmt,
     pub(super) acquire_fenced: Stmt,
     pub(super) remaining: Stmt,
@@ -64,15 +71,7 @@ impl Conn {
     ) -> Result<u64, tokio_postgres::Error> {
         match statement {
             Stmt::Prepared(prepared) => self.client.execute(prepared, params).await,
-            Stmt::Unnamed(text, types) => {
-                let typed = params.iter().copied().zip(types.iter().cloned());
-                let rows = self.client.query_typed_raw(text, typed).await?;
-                futures_util::pin_mut!(rows);
-                while let Some(row) = rows.next().await {
-                    row?;
-                }
-                Ok(rows.rows_affected().unwrap_or(0))
-            }
+            Stmt::Unnamed(text, types) => Ok(self.alone(text, types, params).await?.1),
         }
     }
 
@@ -84,7 +83,7 @@ impl Conn {
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
         match statement {
             Stmt::Prepared(prepared) => self.client.query(prepared, params).await,
-            Stmt::Unnamed(text, types) => self.text(text, types, params).await,
+            Stmt::Unnamed(text, types) => Ok(self.alone(text, types, params).await?.0),
         }
     }
 
@@ -96,14 +95,77 @@ impl Conn {
         types: &[Type],
         params: Params<'_>,
     ) -> Result<Vec<Row>, tokio_postgres::Error> {
-        use futures_util::TryStreamExt as _;
-        let typed = params.iter().copied().zip(types.iter().cloned());
-        self.client
-            .query_typed_raw(text, typed)
-            .await?
-            .try_collect()
-            .await
+        Ok(self.alone(text, types, params).await?.0)
     }
+
+    /// Runs `text` as the unnamed statement: its rows and how many it changed.
+    ///
+    /// Behind a transaction pooler, statements on one connection are never pipelined: each is
+    /// sent once the one before has been answered in full. Through PgBouncer 1.18, under load,
+    /// pipelined statements got other statements' answers (a lock statement reading another's
+    /// — `WrongType`, `invalid column` —, a release answered `Lost`, a connection failing at
+    /// its first statement with `unexpected message from server`); one at a time, they did
+    /// not (issue 70's notes). A statement whose caller stops waiting for it (a timeout, a
+    /// cancelled acquisition) has its connection closed at once: nothing more is sent on it,
+    /// and the pooler drops the statement if it still waits for a server connection (one
+    /// that ran a statement after the server came back, long after its caller gave up, left
+    /// a lock held) or ends the server session that runs it.
+    async fn alone(
+        &self,
+        text: &str,
+        types: &[Type],
+        params: Params<'_>,
+    ) -> Result<(Vec<Row>, u64), tokio_postgres::Error> {
+        let Some(one_at_a_time) = &self.one_at_a_time else {
+            return unnamed(&self.client, text, types, params).await;
+        };
+        let turn = one_at_a_time.lock().await;
+        if self.given_up() {
+            // Closed under this call: its response timeout ends it, and it is retried on
+            // another connection.
+            drop(turn);
+            return std::future::pending().await;
+        }
+        let unanswered = GiveUpUnlessAnswered(self);
+        let answer = unnamed(&self.client, text, types, params).await;
+        std::mem::forget(unanswered);
+        drop(turn);
+        answer
+    }
+
+    /// Whether this connection was given up (see [`alone`](Self::alone)).
+    pub(super) fn given_up(&self) -> bool {
+        self.given_up.load(Ordering::Acquire)
+    }
+}
+
+/// Gives a connection up when dropped: a statement's future dropped before its answer.
+struct GiveUpUnlessAnswered<'a>(&'a Conn);
+
+impl Drop for GiveUpUnlessAnswered<'_> {
+    fn drop(&mut self) {
+        self.0.given_up.store(true, Ordering::Release);
+        if let Some(driver) = &self.0.driver {
+            driver.abort();
+        }
+    }
+}
+
+/// Runs `text` as the unnamed statement on `client`: its rows and how many it changed.
+async fn unnamed(
+    client: &Client,
+    text: &str,
+    types: &[Type],
+    params: Params<'_>,
+) -> Result<(Vec<Row>, u64), tokio_postgres::Error> {
+    let typed = params.iter().copied().zip(types.iter().cloned());
+    let rows = client.query_typed_raw(text, typed).await?;
+    futures_util::pin_mut!(rows);
+    let mut all = Vec::new();
+    while let Some(row) = rows.next().await {
+        all.push(row?);
+    }
+    Ok((all, rows.rows_affected().unwrap_or(0)))
 }
 
 /// The first row a statement that always answers one returned, or why there is none.
@@ -152,13 +214,23 @@ pub(super) async fn open(
     limit: Duration,
     kind: &'static str,
 ) -> Result<Client, PgError> {
+    Ok(open_driven(config, tls, limit, kind).await?.0)
+}
+
+/// [`open`], with the handle that aborts the task driving the connection (which closes it).
+pub(super) async fn open_driven(
+    config: &tokio_postgres::Config,
+    tls: &MakeTls,
+    limit: Duration,
+    kind: &'static str,
+) -> Result<(Client, tokio::task::AbortHandle), PgError> {
     let (client, connection) = connect_raw(config, tls, limit, "the connection attempt").await?;
-    tokio::spawn(async move {
+    let driver = tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(error = %describe(&error), "distlock: {kind} connection ended");
         }
     });
-    Ok(client)
+    Ok((client, driver.abort_handle()))
 }
 
 impl PostgresBackend {
@@ -194,7 +266,8 @@ impl PostgresBackend {
     fn live(&self, i: usize) -> Option<Arc<Conn>> {
         let slot = self.slot(i);
         let bound = slot.as_ref()?;
-        (bound.is_alive() && !bound.get().client.is_closed()).then(|| Arc::clone(bound.get()))
+        let conn = bound.get();
+        (bound.is_alive() && !conn.client.is_closed() && !conn.given_up()).then(|| Arc::clone(conn))
     }
 
     /// The pooled connection for lock `name`, made on the caller's runtime when its slot is
@@ -216,7 +289,13 @@ impl PostgresBackend {
         if let Some(conn) = self.live(i) {
             return Ok(conn);
         }
-        let client = self.open().await?;
+        let (client, driver) = open_driven(
+            &self.config,
+            &self.tls,
+            self.settings.connect_timeout,
+            "postgres",
+        )
+        .await?;
         let texts = self.statement_texts();
         let statements = if self.settings.transaction_pooler {
             self.check_statements(&client, &texts).await?;
@@ -273,8 +352,12 @@ impl PostgresBackend {
         else {
             unreachable!("one statement per text");
         };
+        let pooled = self.settings.transaction_pooler;
         let conn = Arc::new(Conn {
             client,
+            one_at_a_time: pooled.then(|| tokio::sync::Mutex::new(())),
+            given_up: AtomicBool::new(false),
+            driver: pooled.then_some(driver),
             acquire,
             acquire_fenced,
             remaining,
