@@ -104,6 +104,19 @@ impl MemoryState {
         *counter
     }
 
+    /// Makes `spec.token` the plain lock of `spec.name` (its lease from `now`): the fencing
+    /// token of this grant, when asked for.
+    fn grant_write(&mut self, spec: LockSpec<'_>, now: Instant) -> Option<u64> {
+        self.locks.insert(
+            spec.name.to_owned(),
+            WriterLease {
+                token: spec.token.to_owned(),
+                expires_at: now + spec.lease,
+            },
+        );
+        spec.fencing.then(|| self.next_fence(spec.name))
+    }
+
     /// Takes the lock for `spec` if it is free (no queue considered).
     pub(super) fn acquire(&mut self, spec: LockSpec<'_>, now: Instant) -> Attempt {
         if let Some(ttl) = self.writer_left(spec.name, now) {
@@ -132,14 +145,7 @@ impl MemoryState {
             }
         }
         self.sweep(now);
-        self.locks.insert(
-            spec.name.to_owned(),
-            WriterLease {
-                token: spec.token.to_owned(),
-                expires_at: now + spec.lease,
-            },
-        );
-        let fencing_token = spec.fencing.then(|| self.next_fence(spec.name));
+        let fencing_token = self.grant_write(spec, now);
         Attempt::Acquired { fencing_token }
     }
 
@@ -230,7 +236,7 @@ impl MemoryState {
         let Some(readers) = self.readers.get_mut(spec.name) else {
             return Upgrade::Lost;
         };
-        let last = readers.live_until(now);
+        readers.live_until(now);
         if !readers.shares.contains_key(spec.token) {
             return Upgrade::Lost;
         }
@@ -244,7 +250,6 @@ impl MemoryState {
             readers
                 .writers
                 .insert(spec.token.to_owned(), now + crate::backend::FAIR_QUEUE_TTL);
-            let _ = last;
             return Upgrade::Busy {
                 ttl: Some((until - now).min(crate::backend::FAIR_QUEUE_TTL / 3)),
             };
@@ -254,14 +259,7 @@ impl MemoryState {
         if readers.shares.is_empty() && readers.writers.is_empty() {
             self.readers.remove(spec.name);
         }
-        self.locks.insert(
-            spec.name.to_owned(),
-            WriterLease {
-                token: spec.token.to_owned(),
-                expires_at: now + spec.lease,
-            },
-        );
-        let fencing_token = spec.fencing.then(|| self.next_fence(spec.name));
+        let fencing_token = self.grant_write(spec, now);
         Upgrade::Done { fencing_token }
     }
 
