@@ -61,6 +61,7 @@ pub(crate) async fn upgrade(
         armed: true,
     };
     let mut failures = 0u32;
+    let mut busy = 0u32;
     loop {
         let ttl = match backend.upgrade(spec()).await {
             Ok(Upgrade::Done { fencing_token }) => {
@@ -108,7 +109,13 @@ pub(crate) async fn upgrade(
         }
         // Ask again when the readers' leases or this mark run out at the latest (a third of
         // the mark's life, so it never lapses while the upgrade waits).
-        let pause = ttl.unwrap_or(FAIR_QUEUE_TTL / 3).min(FAIR_QUEUE_TTL / 3);
+        let mut pause = ttl.unwrap_or(FAIR_QUEUE_TTL / 3).min(FAIR_QUEUE_TTL / 3);
+        // A store whose releases reach no listener here (PostgreSQL behind a transaction
+        // pooler without `listen_url`): ask again as its waiters do.
+        if let Some(poll) = backend.capabilities().poll {
+            busy += 1;
+            pause = pause.min(poll(busy));
+        }
         let wake_at = deadline.map_or(now + pause, |deadline| deadline.min(now + pause));
         let lost = crate::held::lost(Arc::clone(shared));
         match subscription.as_mut() {

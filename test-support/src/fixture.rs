@@ -837,6 +837,10 @@ impl Fixture for PostgresFixture {
         true
     }
 
+    fn upgradable(&self) -> bool {
+        true
+    }
+
     /// The shares in the live readers' row (token `readers`): lines `<token> <end, unix ms>` in
     /// its `holder` column, live by the server's clock.
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {

@@ -391,7 +391,7 @@ async fn contend_and_check(
 /// before the upgrade. No writer overlaps a reader, an upgradable read or the upgraded holder;
 /// no two upgradable reads overlap; no increment is lost (a writer between an upgradable read
 /// and its upgrade would lose one); upgrades happened, beside readers.
-async fn upgradable_reads(url: &str) {
+async fn upgradable_reads(url: &str, lease: Duration) {
     let dir = history::scratch_dir("history");
     let namespace = unique("register");
     let spec = Contention {
@@ -402,7 +402,7 @@ async fn upgradable_reads(url: &str) {
         rounds: rounds(ROUNDS),
         fencing: true,
         fair: false,
-        lease: LEASE,
+        lease,
         max_sleep_us: MAX_SLEEP_US,
         reads_in_4: 1,
         upgrades: true,
@@ -468,7 +468,15 @@ async fn check_upgradable_history(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_upgradable_reads_never_let_a_writer_in() {
     let server = RedisServer::start();
-    upgradable_reads(&server.url()).await;
+    upgradable_reads(&server.url(), LEASE).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_upgradable_reads_never_let_a_writer_in() {
+    let server = support::postgres::PostgresServer::start();
+    // A 10 s lease, for the reason `postgres_four_processes_never_overlap` gives.
+    upgradable_reads(&server.url_with_own_table(), Duration::from_secs(10)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

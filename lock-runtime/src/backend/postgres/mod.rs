@@ -37,7 +37,7 @@ use tokio_postgres::error::SqlState;
 use super::sql::errors::{TableTrouble, table_error, timed};
 use super::sql::shares::shares_token;
 use super::sql::{SqlSettings, holder_id, millis, renewed_by_name};
-use super::{Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released};
+use super::{Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released, Upgrade};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
 use crate::runtime::{BoxFuture, Revived};
@@ -49,6 +49,7 @@ mod errors;
 mod pool;
 mod statements;
 mod tls;
+mod upgrade;
 
 pub(crate) use errors::PgError;
 use errors::driver_config;
@@ -177,6 +178,7 @@ fn row_token(kind: Kind) -> Option<String> {
 /// The lock table: every kind, writers' marks, woken by `NOTIFY`.
 const CAPABILITIES: Capabilities = Capabilities {
     marks_waiting_writers: true,
+    upgradable: Ok(()),
     ..Capabilities::every_kind("postgres")
 };
 
@@ -207,6 +209,14 @@ impl Backend for PostgresBackend {
             Kind::Permits(limit) => Box::pin(self.acquire_permit(spec, limit)),
             Kind::Exclusive => Box::pin(self.acquire_exclusive(spec)),
         }
+    }
+
+    fn upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Upgrade, BoxError>> {
+        Box::pin(self.upgrade_share(spec))
+    }
+
+    fn abandon_upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(self.abandon_share_upgrade(spec))
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
@@ -306,7 +316,8 @@ impl PostgresBackend {
             // of one may have waiters, which only the full statement wakes.
             let quiet = match hold.kind {
                 Kind::Exclusive => !marked,
-                Kind::Shared => true,
+                // An upgradable share's departure wakes those waiting to take one.
+                Kind::Shared => !crate::token::is_upgradable(token),
                 Kind::Permits(n) => n > 1,
             };
             if quiet && !self.contended.contains(name) {

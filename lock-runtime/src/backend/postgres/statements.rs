@@ -119,6 +119,17 @@ pub(super) struct PgStatements {
     /// (ask again at once). The update, not a snapshot, decides: a row deleted meanwhile is
     /// never taken for a holder that will wake the reader.
     pub flag: String,
+    /// An upgradable share's upgrade (see `PostgresBackend::upgrade`): `$1` name, `$2` token
+    /// (`^…`), `$3` lease in ms, `$4` holder, `$5` fencing, `$6` mark ms → (1 upgraded — or
+    /// already, a retry — 0 busy, -1 the share gone; the fence when upgraded; ms until the
+    /// longest other share ends). The share alone: the readers' row becomes the writer's, with
+    /// this token (flagged as waited for when writers had marked it, so its release wakes
+    /// them). Other live shares: its mark keeps new readers out, as a waiting writer's does.
+    /// The readers' row found expired with the share in it is deleted (nobody holds it).
+    pub upgrade: String,
+    /// An upgrade given up: `$1` name, `$2` token → its mark goes, and the readers it kept
+    /// out are woken.
+    pub abandon_upgrade: String,
     /// Subscribes a connection to the table's release notifications.
     pub listen: String,
     /// Admin: `$1` name → the live row: (name, token, holder, acquired ms, remaining ms,
@@ -158,6 +169,35 @@ fn kept() -> String {
     format!(
         "(SELECT string_agg(line, E'\\n') FROM string_to_table(l.holder, E'\\n') AS s(line)
           WHERE split_part(line, ' ', 1) NOT IN ($2, '!' || $2)
+            AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
+    )
+}
+
+/// The live lines of `l.holder` except `$2`'s share (its mark, an upgrade's, stays): what a
+/// renewal of `$2`'s share keeps. NULL for none.
+fn kept_but_share() -> String {
+    format!(
+        "(SELECT string_agg(line, E'\\n') FROM string_to_table(l.holder, E'\\n') AS s(line)
+          WHERE split_part(line, ' ', 1) <> $2
+            AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
+    )
+}
+
+/// The live lines of `l.holder` except `'!' || $2` (an upgrade's mark): what an upgrade given
+/// up leaves. NULL for none.
+fn kept_but_mark() -> String {
+    format!(
+        "(SELECT string_agg(line, E'\\n') FROM string_to_table(l.holder, E'\\n') AS s(line)
+          WHERE split_part(line, ' ', 1) <> '!' || $2
+            AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
+    )
+}
+
+/// The live upgradable shares (`^…`) of `l.holder` other than `$2`'s: a second one is refused.
+fn other_upgradable() -> String {
+    format!(
+        "(SELECT count(*) FROM string_to_table(l.holder, E'\\n') AS s(line)
+          WHERE left(line, 1) = '^' AND split_part(line, ' ', 1) <> $2
             AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
     )
 }
@@ -292,7 +332,7 @@ SELECT live, CASE WHEN waited THEN pg_notify('{table}', name) END FROM gone"
     WHERE (l.expires_at <= now() AND (l.token <> '{READERS}' OR {marks} = 0))
        OR (l.token = '{READERS}'
            AND (position(E'\\n' || $2 || ' ' IN E'\\n' || l.holder) > 0
-                OR {marks} = 0))
+                OR ({marks} = 0 AND (left($2, 1) <> '^' OR {ups} = 0))))
     RETURNING l.name
 )
 SELECT EXISTS (SELECT 1 FROM taken),
@@ -303,6 +343,7 @@ SELECT EXISTS (SELECT 1 FROM taken),
        (SELECT l.token FROM {t} l WHERE l.name = $1 AND l.expires_at > now())",
                 kept = kept(),
                 marks = over_lines("count(*)", true),
+                ups = other_upgradable(),
                 first_mark = over_lines("min(nullif(split_part(line, ' ', 2), '')::int8)", true),
             ),
             share_join: format!(
@@ -316,14 +357,18 @@ SELECT EXISTS (SELECT 1 FROM taken),
             ),
             read_renew: format!(
                 "UPDATE {t} AS l SET
-    holder = coalesce({kept} || E'\\n', '') || $2 || ' ' || ({NOW_MS} + $3::int8),
-    expires_at = greatest(now() + $3::int8 * interval '1 millisecond',
-                          coalesce(to_timestamp({last} / 1000.0), now()))
-WHERE l.name = $1 AND l.token = $4 AND l.expires_at > now()
-  AND EXISTS (SELECT 1 FROM string_to_table(l.holder, E'\\n') AS s(line)
-              WHERE split_part(line, ' ', 1) = $2
-                AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})",
-                kept = kept(),
+    holder = CASE WHEN l.token = $2 THEN l.holder
+                  ELSE coalesce({kept} || E'\\n', '') || $2 || ' ' || ({NOW_MS} + $3::int8) END,
+    expires_at = CASE WHEN l.token = $2 THEN now() + $3::int8 * interval '1 millisecond'
+                      ELSE greatest(now() + $3::int8 * interval '1 millisecond',
+                                    coalesce(to_timestamp({last} / 1000.0), now())) END
+WHERE l.name = $1 AND l.expires_at > now()
+  AND ((l.token = $4
+        AND EXISTS (SELECT 1 FROM string_to_table(l.holder, E'\\n') AS s(line)
+                    WHERE split_part(line, ' ', 1) = $2
+                      AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS}))
+       OR (l.token = $2 AND left($2, 1) = '^'))",
+                kept = kept_but_share(),
                 last = over_lines("max(nullif(split_part(line, ' ', 2), '')::int8)", false),
             ),
             permit_acquire: format!(
@@ -368,6 +413,7 @@ SELECT EXISTS (SELECT 1 FROM taken),
            max(at) FILTER (WHERE keep AND NOT mark) AS last,
            count(*) FILTER (WHERE keep AND NOT mark) AS others,
            count(*) FILTER (WHERE keep AND mark) AS marks,
+           count(*) FILTER (WHERE keep AND mark AND left(tok, 2) = '!^') > 0 AS upgrading,
            count(*) FILTER (WHERE tok = $2 AND at > now_ms) > 0 AS mine
     FROM {lines}
 ), left_some AS (
@@ -376,15 +422,16 @@ SELECT EXISTS (SELECT 1 FROM taken),
         expires_at = coalesce(to_timestamp(s.last / 1000.0), now() - interval '1 millisecond')
     FROM s
     WHERE l.name = $1 AND l.token = $3 AND s.mine AND (s.others > 0 OR s.marks > 0)
-    RETURNING l.name, l.expires_at > now() AS held
+    RETURNING l.name, l.expires_at > now() AS held, s.upgrading
 ), left_none AS (
     DELETE FROM {t} AS l USING s
     WHERE l.name = $1 AND l.token = $3 AND s.mine AND s.others = 0 AND s.marks = 0
     RETURNING l.name
 ), woke AS (
-    SELECT pg_notify('{table}', name) FROM left_none WHERE $3 <> '{READERS}'
+    SELECT pg_notify('{table}', name) FROM left_none WHERE $3 <> '{READERS}' OR left($2, 1) = '^'
     UNION ALL
-    SELECT pg_notify('{table}', name) FROM left_some WHERE NOT held OR $3 <> '{READERS}'
+    SELECT pg_notify('{table}', name) FROM left_some
+    WHERE NOT held OR $3 <> '{READERS}' OR upgrading OR left($2, 1) = '^'
 )
 SELECT EXISTS (SELECT 1 FROM left_some) OR EXISTS (SELECT 1 FROM left_none),
        (SELECT count(*) FROM woke)",
@@ -416,6 +463,58 @@ WHERE l.name = $1 AND NOT EXISTS (SELECT 1 FROM marked) AND NOT EXISTS (SELECT 1
                 writers_row = writers_row(),
             ),
             flag: flag_writers_row(&t),
+            upgrade: format!(
+                "WITH cur AS (
+    SELECT holder FROM {t} WHERE name = $1 AND token = '{READERS}' AND expires_at > now()
+    FOR UPDATE
+), s AS (
+    SELECT count(*) FILTER (WHERE keep AND NOT mark) AS others,
+           max(at - now_ms) FILTER (WHERE keep AND NOT mark) AS others_ms,
+           count(*) FILTER (WHERE keep AND mark) AS marks,
+           count(*) FILTER (WHERE tok = $2 AND at > now_ms) > 0 AS mine,
+           string_agg(line, E'\\n') FILTER (WHERE at > now_ms AND tok <> '!' || $2) AS rest
+    FROM {lines}
+), upgraded AS (
+    UPDATE {t} AS l SET token = $2,
+        holder = $4 || CASE WHEN s.marks > 0 THEN {WAITED} ELSE '' END,
+        expires_at = now() + $3::int8 * interval '1 millisecond', acquired_at = now()
+    FROM s
+    WHERE l.name = $1 AND l.token = '{READERS}' AND s.mine AND s.others = 0
+    RETURNING l.name
+), fenced AS (
+    INSERT INTO {f} AS f (name, fence)
+    SELECT name, 1 FROM upgraded WHERE $5
+    ON CONFLICT (name) DO UPDATE SET fence = f.fence + 1
+    RETURNING f.fence
+), marked AS (
+    UPDATE {t} AS l SET holder = s.rest || E'\\n!' || $2 || ' ' || ({NOW_MS} + $6::int8)
+    FROM s
+    WHERE l.name = $1 AND l.token = '{READERS}' AND s.mine AND s.others > 0
+    RETURNING l.name
+), stale AS (
+    DELETE FROM {t} AS l
+    WHERE l.name = $1 AND l.token = '{READERS}' AND l.expires_at <= now()
+      AND position(E'\\n' || $2 || ' ' IN E'\\n' || l.holder) > 0
+), again AS (
+    SELECT f.fence FROM {t} l LEFT JOIN {f} f ON f.name = l.name
+    WHERE l.name = $1 AND l.token = $2 AND l.expires_at > now()
+)
+SELECT CASE WHEN EXISTS (SELECT 1 FROM upgraded) OR EXISTS (SELECT 1 FROM again) THEN 1
+            WHEN EXISTS (SELECT 1 FROM marked) THEN 0 ELSE -1 END,
+       coalesce((SELECT fence FROM fenced), (SELECT fence FROM again)),
+       (SELECT others_ms FROM s)",
+                lines = lines_of("cur.holder", "cur"),
+            ),
+            abandon_upgrade: format!(
+                "WITH unmarked AS (
+    UPDATE {t} AS l SET holder = coalesce({kept}, '')
+    WHERE l.name = $1 AND l.token = '{READERS}'
+      AND position(E'\\n!' || $2 || ' ' IN E'\\n' || l.holder) > 0
+    RETURNING l.name
+)
+SELECT pg_notify('{table}', name) FROM unmarked",
+                kept = kept_but_mark(),
+            ),
             listen: format!("LISTEN \"{table}\""),
             inspect: format!(
                 "SELECT {columns} FROM {t} l LEFT JOIN {f} f ON f.name = l.name

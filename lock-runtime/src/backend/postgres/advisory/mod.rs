@@ -501,6 +501,10 @@ const CAPABILITIES: Capabilities = Capabilities {
     ),
     fair: true,
     queues_waiters: true,
+    upgradable: Err(
+        "`mode=advisory` has no upgradable read locks yet: use the lock table (leave out \
+         `mode=advisory`), which has them",
+    ),
     lock_delay: Err(
         "an advisory lock ends the moment its session does (the holder's \
          `idle_session_timeout` or its connection closing): nothing is left to keep the key for \
