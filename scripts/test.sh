@@ -146,6 +146,11 @@ if [ -z "$clippy_driver" ] || [ ! -x "$clippy_driver" ]; then
 fi
 export RUSTC_WORKSPACE_WRAPPER="$clippy_driver"
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+# Our crates are built from scratch on every run (cleaned above), so incremental compilation
+# only costs here: its caches are written and never read (a fresh clone's build of our crates'
+# test binaries took 172 s with it and 138 s without, measured 2026-11-28). Every cargo command
+# below keeps this too, or it would build our crates once more.
+export CARGO_INCREMENTAL=0
 # Every test binary is built once, up front: the harness is one crate (test-support/), the
 # integration tests one binary (tests/it, a module per area), and the steps below only run.
 step "build every test binary and example, clippy's lints as errors"

@@ -159,6 +159,7 @@ impl HeldLock {
             waiting: false,
             fair: self.fair,
             kind: self.kind(),
+            lock_delay: self.lock_delay,
         }
     }
 

@@ -89,6 +89,7 @@ impl Offer {
             waiting: true,
             fair: false,
             kind: crate::backend::Kind::Exclusive,
+            lock_delay: Duration::ZERO,
         }
     }
 }

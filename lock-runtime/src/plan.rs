@@ -74,6 +74,7 @@ impl Params {
             waiting: true,
             fair: self.fair,
             kind: self.kind,
+            lock_delay: Duration::from_millis(self.lock_delay_ms.into()),
         }
     }
 

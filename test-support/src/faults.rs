@@ -325,7 +325,7 @@ impl Scenario {
             (PermitHolderKilled | PausedPermitHolderLosesItsPermit, Redlock) => {
                 Err("Redlock has no semaphores")
             }
-            (PausedHolderKeptForItsLockDelay, Redlock | Advisory | Named | Zookeeper | Etcd) => {
+            (PausedHolderKeptForItsLockDelay, Advisory | Named | Zookeeper | Etcd) => {
                 Err("`lock_delay` is refused there (see the lock-delay guide page)")
             }
             _ => Ok(()),

@@ -480,10 +480,6 @@ impl RedlockFixture {
 }
 
 impl Fixture for RedlockFixture {
-    fn lock_delay(&self) -> bool {
-        false
-    }
-
     fn fair(&self) -> bool {
         false
     }
@@ -1275,6 +1271,10 @@ impl Fixture for MysqlFixture {
     }
 
     fn read_locks(&self) -> bool {
+        true
+    }
+
+    fn upgradable(&self) -> bool {
         true
     }
 

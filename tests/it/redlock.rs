@@ -247,6 +247,17 @@ async fn a_majority_back_within_the_wait_grants_the_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_that_arrives_after_the_lease_is_rejected_and_its_locks_released() {
+    late_grant(Duration::ZERO).await;
+}
+
+/// A lock-delay lengthens the TTL each node keeps (lease + delay), not a grant's validity: a
+/// majority complete after the lease is still no grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_delay_adds_no_validity_to_a_late_grant() {
+    late_grant(ms(5_000)).await;
+}
+
+async fn late_grant(lock_delay: Duration) {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let slow = [
         DelayProxy::start(servers[1].port()).await,
@@ -270,6 +281,7 @@ async fn a_grant_that_arrives_after_the_lease_is_rejected_and_its_locks_released
             let result = client
                 .lock("late")
                 .lease(ms(500))
+                .lock_delay(lock_delay)
                 .wait(Duration::ZERO)
                 .acquire()
                 .await;

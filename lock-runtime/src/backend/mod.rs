@@ -324,6 +324,11 @@ pub(crate) struct LockSpec<'a> {
     pub fair: bool,
     /// The kind of hold asked for.
     pub kind: Kind,
+    /// The part of `lease` that is a lock-delay: the store keeps the hold this much longer
+    /// than the holder counts on (zero: none). A store that judges a grant by the time left
+    /// of its lease (Redlock's validity) leaves it out.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub lock_delay: Duration,
 }
 
 impl<'a> Hold<'a> {

@@ -509,6 +509,7 @@ mod tests {
             waiting: false,
             fair: false,
             kind: super::super::Kind::Exclusive,
+            lock_delay: Duration::ZERO,
         };
         let call = std::mem::size_of_val(&etcd.rpc.unary::<_, proto::DeleteRangeResponse>(
             path::DELETE_RANGE,

@@ -323,6 +323,7 @@ mod tests {
             waiting: false,
             fair: false,
             kind: Kind::Exclusive,
+            lock_delay: Duration::ZERO,
         }
     }
 

@@ -25,7 +25,7 @@ use mysql_async::{Opts, OptsBuilder, Params, TxOpts, Value};
 use super::sql::errors::acquire_error;
 use super::sql::shares::{READERS, busy_for, semaphore_limit};
 use super::sql::{SqlSettings, holder_id, millis, renewed_by_name};
-use super::{Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released};
+use super::{Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released, Upgrade};
 use crate::error::{BoxError, LockError};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::BoxFuture;
@@ -38,6 +38,7 @@ mod pool;
 mod shared;
 mod statements;
 mod tls;
+mod upgrade;
 
 pub(crate) use errors::MyError;
 use pool::{MySlot, Trips};
@@ -63,6 +64,9 @@ pub(crate) struct MysqlBackend {
     /// Whether a share is taken and given back by the table's procedures (one `CALL` each),
     /// made when this client created the tables; cleared if a call finds them gone.
     procedures: std::sync::atomic::AtomicBool,
+    /// Upgrades waiting for readers to leave, by token: when each last marked the lock. Its
+    /// attempts in between read without locking the lock row (see `MysqlBackend::upgrade`).
+    upgrading: std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>,
 }
 
 /// Microseconds of `d` for a statement parameter, at least 1000.
@@ -131,6 +135,7 @@ impl MysqlBackend {
             settings,
             hub: ReleaseHub::new(None),
             marked: Default::default(),
+            upgrading: Default::default(),
             contended: Default::default(),
             procedures: Default::default(),
         });
@@ -280,6 +285,7 @@ fn positional(values: Vec<Value>) -> Params {
 /// Every kind, writers' marks; no notifications, so waiters ask again after a short pause.
 const CAPABILITIES: Capabilities = Capabilities {
     marks_waiting_writers: true,
+    upgradable: Ok(()),
     poll: Some(poll_pause),
     ..Capabilities::every_kind("mysql")
 };
@@ -388,6 +394,14 @@ impl Backend for MysqlBackend {
                 }
             }
         })
+    }
+
+    fn upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Upgrade, BoxError>> {
+        Box::pin(self.upgrade_share(spec))
+    }
+
+    fn abandon_upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(self.abandon_share_upgrade(spec))
     }
 
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {

@@ -56,17 +56,17 @@ async fn take_share(
 /// (`MyStatements::share_locked`): the row's token (`None` without a lock row) and whether it
 /// is live, whether share `token` is live, the other live shares and µs until the last of them
 /// ends, the live writers' marks.
-struct Locked {
-    token: Option<String>,
-    live: bool,
-    mine: bool,
-    others: i64,
-    last: Option<i64>,
+pub(super) struct Locked {
+    pub(super) token: Option<String>,
+    pub(super) live: bool,
+    pub(super) mine: bool,
+    pub(super) others: i64,
+    pub(super) last: Option<i64>,
     marks: i64,
 }
 
 /// `:name` and `:token` of the shares' statements.
-fn name_and_token(name: &[u8], token: &str) -> mysql_async::Params {
+pub(super) fn name_and_token(name: &[u8], token: &str) -> mysql_async::Params {
     let named = [
         (b"name".to_vec(), Value::from(name)),
         (b"token".to_vec(), Value::from(token)),
@@ -76,7 +76,7 @@ fn name_and_token(name: &[u8], token: &str) -> mysql_async::Params {
 
 /// Locks the lock row `name` (with its shares and marks) for the transaction and reads
 /// [`Locked`].
-async fn locked(
+pub(super) async fn locked(
     tx: &mut mysql_async::Transaction<'_>,
     sql: &MyStatements,
     name: &[u8],
@@ -97,7 +97,7 @@ async fn locked(
 }
 
 /// The row of `MyStatements::share_locked`.
-type LockedRow = (Option<String>, Option<bool>, i64, i64, Option<i64>, i64);
+pub(super) type LockedRow = (Option<String>, Option<bool>, i64, i64, Option<i64>, i64);
 
 /// A share's acquisition's read of the locked lock row (`MyStatements::marks_state`,
 /// `MyStatements::permits_state`): (token, live, remaining µs, this share live, live rows
@@ -229,7 +229,12 @@ impl MysqlBackend {
                 return Ok(busy);
             }
         }
-        let outcome = match self.take_by_call(spec, rules.full_at, rules.what).await? {
+        // An upgradable share is taken by the statements, which refuse a second one.
+        let by_call = match crate::token::is_upgradable(spec.token) {
+            true => None,
+            false => self.take_by_call(spec, rules.full_at, rules.what).await?,
+        };
+        let outcome = match by_call {
             Some(outcome) => outcome,
             None => self.take_by_statements(spec, rules).await?,
         };
@@ -397,6 +402,24 @@ impl MysqlBackend {
                         tx.rollback().await?;
                         return Ok(ShareAttempt::Busy(busy_wait(kind, live, left, first)));
                     }
+                    // An upgradable share beside another live one: refused, busy.
+                    if mine == 0 && crate::token::is_upgradable(&s.token) {
+                        let others: Option<i64> = tx
+                            .exec_first(
+                                s.sql.other_upgradable.as_str(),
+                                (
+                                    s.name.clone(),
+                                    s.name.clone(),
+                                    s.name.clone(),
+                                    s.token.clone(),
+                                ),
+                            )
+                            .await?;
+                        if others.unwrap_or(0) > 0 {
+                            tx.rollback().await?;
+                            return Ok(ShareAttempt::Busy(busy_wait(kind, live, left, first)));
+                        }
+                    }
                     take_share(&mut tx, &s, lease).await?;
                     let fence = match (fencing, kind) {
                         (false, _) => None,
@@ -485,7 +508,29 @@ impl MysqlBackend {
         }
         let writer = live && token != READERS;
         let held_back = token == READERS && marks > 0 && mine == 0;
-        Ok((writer || held_back).then(|| busy_us(left)))
+        if writer || held_back {
+            return Ok(Some(busy_us(left)));
+        }
+        // An upgradable share waiting for another one to leave: read, not locked, as above.
+        if live && token == READERS && mine == 0 && crate::token::is_upgradable(spec.token) {
+            let sql = Arc::clone(&self.sql);
+            let name = Value::from(spec.name.as_bytes());
+            let params = vec![name.clone(), name.clone(), name, Value::from(spec.token)];
+            let others: Option<i64> = self
+                .run("reading the lock", spec.name, move |conn| {
+                    let (sql, params) = (Arc::clone(&sql), params.clone());
+                    Box::pin(async move {
+                        conn.exec_first(sql.other_upgradable.as_str(), positional(params))
+                            .await
+                    })
+                })
+                .await
+                .map_err(acquire_error)?;
+            if others.unwrap_or(0) > 0 {
+                return Ok(Some(busy_us(left)));
+            }
+        }
+        Ok(None)
     }
 
     /// A reader's (or a permit's) renewal: its share lives `lease` more, and the lock row as
@@ -498,6 +543,20 @@ impl MysqlBackend {
                 Box::pin(async move {
                     let mut tx = conn.start_transaction(TxOpts::default()).await?;
                     let row = locked(&mut tx, &s.sql, &s.name, &s.token).await?;
+                    if row.live
+                        && row.token.as_deref() == Some(s.token.as_str())
+                        && crate::token::is_upgradable(&s.token)
+                    {
+                        // Upgraded while this renewal was on its way: renewed as the lock it
+                        // became.
+                        tx.exec_drop(
+                            s.sql.renew.as_str(),
+                            (lease, s.name.clone(), s.token.clone()),
+                        )
+                        .await?;
+                        tx.commit().await?;
+                        return Ok(true);
+                    }
                     if !(row.token.as_ref() == Some(&s.row_token) && row.live && row.mine) {
                         tx.rollback().await?;
                         return Ok(false);

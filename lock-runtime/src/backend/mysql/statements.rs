@@ -49,6 +49,9 @@ pub(super) struct MyStatements {
     /// writers' marks): what a share's renewal and release decide on. One row even without a
     /// lock row (its token and liveness then `NULL`).
     pub share_locked: String,
+    /// [`share_locked`](Self::share_locked) without locking anything: an upgrade that waits
+    /// for readers reads it between the attempts that mark the lock.
+    pub share_peek: String,
     /// `name, token, token, lease µs, holder, name, row token, lease µs, row token ×5,
     /// token` → the share made or renewed and the lock row held by its shares (row token
     /// `readers`, or a semaphore's `permits:<n>`) living at least as long: one statement.
@@ -90,6 +93,12 @@ pub(super) struct MyStatements {
     pub unmark: String,
     /// `name` → the last write grant's fencing token.
     pub last_fence: String,
+    /// `name, name, name, token` → the live upgradable shares (`^…`) other than `token`'s: a
+    /// second one is refused.
+    pub other_upgradable: String,
+    /// `token, holder, lease µs, name` → the readers' lock row becomes the writer's (an
+    /// upgradable share's upgrade, once its share is alone).
+    pub upgrade_row: String,
     /// Admin: `name, name` → (token, remaining ms) of a lock's live shares, longest first.
     pub readers: String,
     /// Admin: `name` → the live row: (name, token, holder, acquired ms, remaining ms, fence).
@@ -180,6 +189,7 @@ ORDER BY l.name LIMIT ?"
             marks_state: share_state(&t, Shares::Marks, [":name", ":token"], ""),
             permits_state: share_state(&t, Shares::Permits, [":name", ":token"], ""),
             share_locked: share_state(&t, Shares::Others, [":name", ":token"], " FOR UPDATE"),
+            share_peek: share_state(&t, Shares::Others, [":name", ":token"], ""),
             take_share: take_share(&t, ["?"; 5]),
             share_alone: share_alone(&t),
             leave_alone: format!(
@@ -218,6 +228,16 @@ ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)"
             ),
             unmark: format!("DELETE FROM {t} WHERE name = CONCAT(?, x'02', ?)"),
             last_fence: format!("SELECT fence FROM {f} WHERE name = ?"),
+            other_upgradable: format!(
+                "SELECT CAST(COUNT(*) AS SIGNED) FROM {t}
+WHERE name > CONCAT(?, x'01', '^') AND name < CONCAT(?, x'01', '_')
+  AND name <> CONCAT(?, x'01', ?) AND expires_at > UTC_TIMESTAMP(6)"
+            ),
+            upgrade_row: format!(
+                "UPDATE {t} SET token = ?, holder = ?,
+    expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, acquired_at = UTC_TIMESTAMP(6)
+WHERE name = ?"
+            ),
             readers: format!(
                 "SELECT token,
        CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) DIV 1000 AS SIGNED)

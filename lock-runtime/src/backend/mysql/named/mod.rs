@@ -431,6 +431,10 @@ const CAPABILITIES: Capabilities = Capabilities {
          process as min_hold promises: use the lock table (leave out `mode=named`)",
     ),
     queues_waiters: true,
+    upgradable: Err(
+        "`mode=named` has no read locks, so no upgradable ones: use the lock table (leave out \
+         `mode=named`), which has them",
+    ),
     lock_delay: Err(
         "a named lock ends the moment its session does (the holder's `wait_timeout` or its \
          connection closing): nothing is left to keep the key for a lock-delay; use the lock \

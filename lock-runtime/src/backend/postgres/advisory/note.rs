@@ -77,6 +77,7 @@ mod tests {
             waiting: false,
             fair: false,
             kind: Kind::Exclusive,
+            lock_delay: Duration::ZERO,
         };
         let text = format!("SELECT 1{}", note(&spec, Some(7)));
         assert!(!text[text.find("/*").unwrap() + 2..].contains("*/ drop"));

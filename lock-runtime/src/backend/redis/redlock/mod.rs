@@ -83,6 +83,11 @@ pub(crate) struct RedlockBackend {
     node_timeout: Option<Duration>,
 }
 
+/// The lease its holder counts on: the TTL of `spec` less its lock-delay.
+pub(super) fn holder_lease(spec: LockSpec<'_>) -> Duration {
+    spec.lease.saturating_sub(spec.lock_delay)
+}
+
 /// The node timeout when none is configured: a tenth of the lease, at least
 /// [`LockClient::AUTO_NODE_TIMEOUT_MIN`] (a busy host's scheduling delays are tens of
 /// milliseconds) and at most [`LockClient::AUTO_NODE_TIMEOUT_MAX`], but never more than a
@@ -163,23 +168,20 @@ impl RedlockBackend {
         }))
     }
 
-    /// The node timeout for commands about a lock with this lease.
+    /// The node timeout for commands about a lock with this lease (the holder's: see
+    /// [`holder_lease`]).
     fn timeout_for(&self, lease: Duration) -> Duration {
         self.node_timeout
             .unwrap_or_else(|| auto_node_timeout(lease))
     }
 }
 
-/// Plain locks only; a lost vote is undone on every node by the attempt itself.
+/// Plain locks only; a lost vote is undone on every node by the attempt itself. A lock-delay
+/// lengthens each node's TTL; a grant's validity counts the holder's lease alone.
 const CAPABILITIES: Capabilities = Capabilities {
     undoes_failed_attempts: true,
     shared: Err(NO_READ_LOCKS),
     permits: Err(NO_SEMAPHORES),
-    lock_delay: Err(
-        "Redlock computes a grant's validity from the TTL it votes with, so a TTL lengthened \
-         by a lock-delay would be counted as lease; not kept here yet: drop lock_delay, or use \
-         redis://, redis+sentinel:// or redis+cluster://",
-    ),
     ..Capabilities::plain("redlock")
 };
 
@@ -200,8 +202,11 @@ impl Backend for RedlockBackend {
                 .iter()
                 .filter(|v| matches!(v, Some(NodeOutcome::Answered(Vote::Granted))))
                 .count();
-            let margin = drift(spec.lease);
-            let valid = spec.lease > elapsed + margin;
+            // The holder's lease: the TTL voted with, less a lock-delay (which only keeps the
+            // key taken after a holder stopped renewing, and is no validity of this grant).
+            let lease = holder_lease(spec);
+            let margin = drift(lease);
+            let valid = lease > elapsed + margin;
             if granted >= self.quorum && valid {
                 return Ok(Attempt::Acquired {
                     fencing_token: None,
@@ -252,7 +257,7 @@ impl Backend for RedlockBackend {
                      {margin:?}); the partial locks were released. A node is answering slowly: \
                      check the network, or use a longer lease",
                     self.nodes.len(),
-                    spec.lease
+                    lease
                 )));
             }
             // Busy. If one owner holds a majority, wait for its lease (or its release);
@@ -283,7 +288,7 @@ impl Backend for RedlockBackend {
     fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
         Box::pin(async move {
             let outcomes = self
-                .on_all(self.timeout_for(spec.lease), |node| async move {
+                .on_all(self.timeout_for(holder_lease(spec)), |node| async move {
                     node.renew(spec).await
                 })
                 .await;
@@ -296,7 +301,7 @@ impl Backend for RedlockBackend {
         specs: &'a [LockSpec<'a>],
     ) -> BoxFuture<'a, Vec<Result<bool, String>>> {
         Box::pin(async move {
-            let shortest = specs.iter().map(|spec| spec.lease).min();
+            let shortest = specs.iter().map(|spec| holder_lease(*spec)).min();
             let timeout = self.timeout_for(shortest.unwrap_or(LockClient::MAX_LEASE));
             let outcomes = self
                 .on_all(

@@ -22,7 +22,7 @@ impl RedlockBackend {
     /// granted the lock (the others are not waited for: `None`) or every node has answered or
     /// timed out.
     pub(super) async fn vote(&self, spec: LockSpec<'_>) -> Vec<Option<NodeOutcome<Vote>>> {
-        let timeout = self.timeout_for(spec.lease);
+        let timeout = self.timeout_for(super::holder_lease(spec));
         let mut votes: Vec<Option<NodeOutcome<Vote>>> = self.nodes.iter().map(|_| None).collect();
         let mut pending: FuturesUnordered<_> = self
             .nodes
@@ -88,9 +88,10 @@ impl RedlockBackend {
     /// used to show.
     pub(super) async fn undo(&self, spec: LockSpec<'_>, loud: bool, sent_at: Instant) {
         let outcomes = self
-            .on_all(self.timeout_for(spec.lease), |node| async move {
-                delete(node, spec.name, spec.token, loud).await
-            })
+            .on_all(
+                self.timeout_for(super::holder_lease(spec)),
+                |node| async move { delete(node, spec.name, spec.token, loud).await },
+            )
             .await;
         let silent: Vec<Arc<RedisBackend>> = outcomes
             .iter()

@@ -1,0 +1,167 @@
+//! Upgradable reads on the lock table: an upgradable share is a reader's share row whose token
+//! starts with `^` (a second live one is refused). Its upgrade, one transaction that locks the
+//! lock row first, turns the readers' lock row into the writer's (same token) once the share is
+//! alone, and until then marks the lock as a waiting writer does, so no new reader joins.
+//! Waiters poll (no notifications on MySQL): the upgrade asks again as they do.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{TxOpts, Value};
+
+use super::pool::Trips;
+use super::shared::{LockedRow, locked, name_and_token};
+use super::{MysqlBackend, micros, positional};
+use crate::backend::sql::errors::acquire_error;
+use crate::backend::sql::shares::READERS;
+use crate::backend::{FAIR_QUEUE_TTL, LockSpec, Upgrade};
+use crate::error::BoxError;
+
+impl MysqlBackend {
+    /// One upgrade attempt of `spec`'s upgradable share. Between the attempts that mark the
+    /// lock (a third of a mark's life apart), a plain read that shows other readers still
+    /// there answers busy without locking the lock row: the upgrade polls as waiters do, and
+    /// each locked attempt holds up every reader of the key.
+    pub(super) async fn upgrade_share(&self, spec: LockSpec<'_>) -> Result<Upgrade, BoxError> {
+        let marked_at = self.upgrade_marked_at(spec.token);
+        if marked_at.is_some_and(|at| at.elapsed() < FAIR_QUEUE_TTL / 3)
+            && let Some(ttl) = self.readers_still_there(spec).await?
+        {
+            return Ok(Upgrade::Busy { ttl });
+        }
+        let outcome = self.upgrade_locked(spec).await;
+        let mut upgrading = self.upgrading.lock().unwrap_or_else(|p| p.into_inner());
+        match &outcome {
+            Ok(Upgrade::Busy { .. }) => {
+                upgrading.insert(spec.token.to_owned(), std::time::Instant::now());
+            }
+            _ => {
+                upgrading.remove(spec.token);
+            }
+        }
+        outcome
+    }
+
+    /// When the upgrade of `token` last marked the lock, if it waits.
+    fn upgrade_marked_at(&self, token: &str) -> Option<std::time::Instant> {
+        let upgrading = self.upgrading.lock().unwrap_or_else(|p| p.into_inner());
+        upgrading.get(token).copied()
+    }
+
+    /// A plain read (nothing locked): `Some` with how long the other readers hold at most if
+    /// `spec`'s share is live beside them; `None`: the locked attempt decides.
+    async fn readers_still_there(
+        &self,
+        spec: LockSpec<'_>,
+    ) -> Result<Option<Option<Duration>>, BoxError> {
+        let sql = Arc::clone(&self.sql);
+        let (name, token) = (spec.name.as_bytes().to_vec(), spec.token.to_owned());
+        let row: Option<LockedRow> = self
+            .run("reading the lock", spec.name, move |conn| {
+                let sql = Arc::clone(&sql);
+                let params = name_and_token(&name, &token);
+                Box::pin(async move { conn.exec_first(sql.share_peek.as_str(), params).await })
+            })
+            .await
+            .map_err(acquire_error)?;
+        Ok(match row {
+            Some((Some(held), Some(true), mine, others, last, _))
+                if held == READERS && mine > 0 && others > 0 =>
+            {
+                Some(last.map(|us| Duration::from_micros(us.max(1_000) as u64)))
+            }
+            _ => None,
+        })
+    }
+
+    /// An upgrade attempt in one transaction that locks the lock row first.
+    async fn upgrade_locked(&self, spec: LockSpec<'_>) -> Result<Upgrade, BoxError> {
+        let sql = Arc::clone(&self.sql);
+        let name = spec.name.as_bytes().to_vec();
+        let (token, holder) = (spec.token.to_owned(), self.holder.clone());
+        let (lease, mark, fencing) = (micros(spec.lease), micros(FAIR_QUEUE_TTL), spec.fencing);
+        let outcome = self
+            .run_with(Trips::Many, "the upgrade", spec.name, move |conn| {
+                let (sql, name) = (Arc::clone(&sql), name.clone());
+                let (token, holder) = (token.clone(), holder.clone());
+                Box::pin(async move {
+                    let mut tx = conn.start_transaction(TxOpts::default()).await?;
+                    tx.exec_drop(sql.lock_row.as_str(), (name.clone(),)).await?;
+                    let row = locked(&mut tx, &sql, &name, &token).await?;
+                    if row.live && row.token.as_deref() == Some(token.as_str()) {
+                        // Upgraded already: a retry whose first answer was lost.
+                        let fence: Option<i64> =
+                            tx.exec_first(sql.last_fence.as_str(), (name,)).await?;
+                        tx.rollback().await?;
+                        return Ok(Upgrade::Done {
+                            fencing_token: fencing.then(|| fence.unwrap_or(0) as u64),
+                        });
+                    }
+                    if !(row.live && row.mine && row.token.as_deref() == Some(READERS)) {
+                        tx.rollback().await?;
+                        return Ok(Upgrade::Lost);
+                    }
+                    if row.others > 0 {
+                        // Other readers: mark the lock (no new reader joins) and wait.
+                        let params = vec![
+                            Value::from(name.as_slice()),
+                            Value::from(token.as_str()),
+                            Value::from(token.as_str()),
+                            Value::from(mark),
+                            Value::from(holder.as_str()),
+                            Value::from(name.as_slice()),
+                        ];
+                        tx.exec_drop(sql.mark.as_str(), positional(params)).await?;
+                        tx.commit().await?;
+                        return Ok(Upgrade::Busy {
+                            ttl: row
+                                .last
+                                .map(|us| Duration::from_micros(us.max(1_000) as u64)),
+                        });
+                    }
+                    // Alone: the share and its mark go, and the lock row is the writer's.
+                    let params = (name.clone(), name.clone(), name.clone(), token.clone());
+                    tx.exec_drop(sql.drop_share.as_str(), params).await?;
+                    tx.exec_drop(sql.unmark.as_str(), (name.clone(), token.clone()))
+                        .await?;
+                    let params = (token, holder, lease, name.clone());
+                    tx.exec_drop(sql.upgrade_row.as_str(), params).await?;
+                    let fence = match fencing {
+                        true => {
+                            tx.exec_drop(sql.fence.as_str(), (name,)).await?;
+                            tx.last_insert_id()
+                        }
+                        false => None,
+                    };
+                    tx.commit().await?;
+                    Ok(Upgrade::Done {
+                        fencing_token: fencing.then(|| fence.unwrap_or(0)),
+                    })
+                })
+            })
+            .await
+            .map_err(acquire_error)?;
+        Ok(outcome)
+    }
+
+    /// Takes back the mark of an upgrade given up (the share stays).
+    pub(super) async fn abandon_share_upgrade(&self, spec: LockSpec<'_>) -> Result<(), BoxError> {
+        self.upgrading
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(spec.token);
+        let sql = Arc::clone(&self.sql);
+        let params = vec![Value::from(spec.name.as_bytes()), Value::from(spec.token)];
+        self.run("taking an upgrade's mark back", spec.name, move |conn| {
+            let (sql, params) = (Arc::clone(&sql), params.clone());
+            Box::pin(async move {
+                conn.exec_drop(sql.unmark.as_str(), positional(params))
+                    .await
+            })
+        })
+        .await
+        .map_err(acquire_error)?;
+        Ok(())
+    }
+}
