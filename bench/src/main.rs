@@ -8,7 +8,9 @@
 //!    Rows 1b: an uncontended read lock + release (`.read()`), and a semaphore's permit +
 //!    release (`client.semaphore(k, 4)`), and two keys at once (`client.lock_all`, vs two
 //!    plain locks one after the other), each vs the plain lock's and the raw
-//!    floor (each database's first row has the same);
+//!    floor; where the store serves them, an upgradable read (`.upgradable()`) and an
+//!    upgradable read upgraded before its release (`guard.upgrade()`), each vs a plain read
+//!    lock (each database's first row has the same);
 //! 2. throughput of 64 concurrent tasks on distinct keys vs raw pairs at the same concurrency;
 //! 3. handoff: 16 tasks contending for one key — handoffs/s and release → next-acquire latency;
 //! 4. renewal at scale: 10,000 locks held with a 3 s lease for 10 s — renewal commands/s from
@@ -46,7 +48,8 @@
 //! - `DISTLOCK_BENCH_CONTENTION_ONLY=1` runs only the contention rows (11);
 //! - `DISTLOCK_BENCH_SQL_ONLY=1` runs only the database rows (7, 8, 9 and 10);
 //! - `DISTLOCK_BENCH_KINDS_ONLY=1` (or `DISTLOCK_BENCH_READ_ONLY=1`) runs only the lock kinds'
-//!   rows (1b, and each database's first two: read lock, semaphore permit);
+//!   rows (1b, and each database's: read lock, semaphore permit, two keys, upgradable read,
+//!   upgrade);
 //! - `DISTLOCK_BENCH_PG_ONLY=1`, `DISTLOCK_BENCH_MARIADB_ONLY=1` run only row 7, or 8;
 //! - `DISTLOCK_BENCH_ZK_ONLY=1` runs only the ZooKeeper rows (9), then etcd's;
 //! - `DISTLOCK_BENCH_ETCD_ONLY=1` runs only the etcd rows (10);

@@ -490,6 +490,11 @@ pub enum Kind {
     /// Two keys at once (`client.lock_all([k1, k2])`), against two plain locks taken one
     /// after the other.
     Set,
+    /// An upgradable read (`.upgradable()`), against a plain read lock.
+    Upgradable,
+    /// An upgradable read upgraded (`guard.upgrade()`) before its release, against a plain
+    /// read lock: the upgrade's own cost is this row's time less the one above.
+    Upgrade,
 }
 
 /// The read-lock row, the semaphore row and the two-key row (see [`kind_row`]).
@@ -506,14 +511,29 @@ where
 {
     kind_row(report, label, key, client, &floor, Kind::Read).await?;
     kind_row(report, label, key, client, &floor, Kind::Permit).await?;
-    kind_row(report, label, key, client, &floor, Kind::Set).await
+    kind_row(report, label, key, client, &floor, Kind::Set).await?;
+    // Upgradable reads where the store serves them (it refuses them, writing nothing, where
+    // it does not).
+    match client
+        .lock("upgradable-probe")
+        .upgradable()
+        .wait(Duration::ZERO)
+        .await
+    {
+        Ok(guard) => guard.release().await?,
+        Err(distlock::LockError::Config(_)) => return Ok(()),
+        Err(other) => return Err(other.into()),
+    }
+    kind_row(report, label, key, client, &floor, Kind::Upgradable).await?;
+    kind_row(report, label, key, client, &floor, Kind::Upgrade).await
 }
 
 /// A lock kind's row: an uncontended read lock (or semaphore permit) + release against the
 /// plain lock's and against the raw floor `floor` (the backend's own take + release of one
 /// key), in interleaved rounds; medians of µs per pair and of the per-round ratios. For two
 /// keys at once, the "plain" side is two plain locks taken one after the other (and released),
-/// and the floor stays one key's: a ratio near 1 is a set taken in one round trip.
+/// and the floor stays one key's: a ratio near 1 is a set taken in one round trip. For an
+/// upgradable read (upgraded or not), the other side is a plain read lock.
 pub async fn kind_row<F, Fut>(
     report: &mut Report,
     label: &str,
@@ -538,6 +558,9 @@ where
                     a.release().await?;
                     return Ok(());
                 }
+                (false, Kind::Upgradable | Kind::Upgrade) => {
+                    client.lock(name).read().wait(Duration::ZERO).into_future()
+                }
                 (false, _) => client.lock(name).wait(Duration::ZERO).into_future(),
                 (true, Kind::Read) => client.lock(name).read().wait(Duration::ZERO).into_future(),
                 (true, Kind::Permit) => {
@@ -547,6 +570,18 @@ where
                     .lock_all([format!("{name}:a"), format!("{name}:b")])
                     .wait(Duration::ZERO)
                     .into_future(),
+                (true, Kind::Upgradable) => client
+                    .lock(name)
+                    .upgradable()
+                    .wait(Duration::ZERO)
+                    .into_future(),
+                (true, Kind::Upgrade) => {
+                    let request = client.lock(name).upgradable().wait(Duration::ZERO);
+                    let mut guard = request.acquire().await?;
+                    guard.upgrade().await?;
+                    guard.release().await?;
+                    return Ok(());
+                }
             };
             request.await?.release().await?;
             Ok::<_, Error>(())
@@ -587,16 +622,20 @@ where
         Kind::Read => ("read lock", "read"),
         Kind::Permit => ("semaphore permit", "permit"),
         Kind::Set => ("two-key lock_all", "set"),
+        Kind::Upgradable => ("upgradable read", "upgradable"),
+        Kind::Upgrade => ("upgradable read + upgrade", "upgrade"),
     };
     report.row(
         &format!("{label}: uncontended {what}+release (µs)"),
         format!("{r:.0} µs"),
         match kind {
             Kind::Set => format!("{p:.0} µs 2 plain, {f:.0} µs raw 1 key"),
+            Kind::Upgradable | Kind::Upgrade => format!("{p:.0} µs read lock, {f:.0} µs raw"),
             _ => format!("{p:.0} µs plain, {f:.0} µs raw"),
         },
         match kind {
             Kind::Set => format!("{rp:.3}× 2 plain, {rf:.3}× raw 1 key"),
+            Kind::Upgradable | Kind::Upgrade => format!("{rp:.3}× read lock, {rf:.3}× raw"),
             _ => format!("{rp:.3}× plain, {rf:.3}× raw"),
         },
     );

@@ -250,6 +250,26 @@ impl EtcdMember {
     /// Starts the killed member again, with its data.
     pub fn restart(&mut self) {
         self.spawn().expect("restart etcd");
+        // Listening before this returns: a scenario asks the restarted member at once, and on a
+        // loaded machine etcd took long enough to open its port that the question was refused
+        // (seen in a fresh clone's run). Not `/health`: a member restarted while a majority of
+        // its cluster is down has no leader, and serves (or refuses) as it will.
+        let port = self.client_port;
+        let listening = || {
+            std::net::TcpStream::connect_timeout(
+                &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+                Duration::from_millis(500),
+            )
+            .is_ok()
+        };
+        if self
+            .child
+            .wait_ready(Duration::from_secs(30), listening)
+            .is_err()
+        {
+            let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+            panic!("restarted etcd did not listen on port {port} within 30 s: {log}");
+        }
     }
 }
 

@@ -442,13 +442,14 @@ async fn waiter_cut_off<F: Faulty>(fixture: F) {
     };
     let waiter_url = path.as_ref().map_or(fixture.url(), |p| p.url.clone());
     let direct = fenced_client(&fixture).await;
-    let waiter_client = LockClient::builder(waiter_url.as_str())
-        .fencing(fixture.fencing())
-        .response_timeout(ms(300))
-        .connect_timeout(ms(300))
-        .build()
-        .await
-        .unwrap();
+    let waiter_client = support::helper::connect_patiently(|| {
+        LockClient::builder(waiter_url.as_str())
+            .fencing(fixture.fencing())
+            .response_timeout(ms(300))
+            .connect_timeout(ms(300))
+            .build()
+    })
+    .await;
 
     let first = direct
         .lock(key.as_str())

@@ -448,7 +448,7 @@ impl Backend for EtcdBackend {
 
     fn end_in<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
         // A key lives as long as its lease: the client deletes it at the end (see
-        // `guard::keep_until_min_hold`), and the lease is not revoked before then.
+        // `guard::give_back::keep_until_min_hold`), and the lease is not revoked before then.
         let lease = self
             .keys()
             .get(spec.token)

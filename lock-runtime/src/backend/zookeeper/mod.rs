@@ -230,7 +230,7 @@ impl Backend for ZookeeperBackend {
 
     fn end_in<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
         // A node lives as long as its session: the client deletes it at the end (see
-        // `guard::keep_until_min_hold`), and the session is not closed before then.
+        // `guard::give_back::keep_until_min_hold`), and the session is not closed before then.
         if let Some((_, session)) = self.node_of(spec.token) {
             session.keep_until(Instant::now() + spec.lease);
         }
