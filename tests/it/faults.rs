@@ -358,13 +358,14 @@ async fn blackholed_holder<F: Faulty>(fixture: F) {
     // The holder's margin is the drift allowance (1 % + 2 ms = 22 ms) plus the waiter's retry
     // jitter: a longer lease keeps a busy machine's scheduling delays inside it.
     let lease = ms(2_000);
-    let holder = LockClient::builder(path.url.as_str())
-        .fencing(fixture.fencing())
-        .response_timeout(ms(200))
-        .connect_timeout(ms(200))
-        .build()
-        .await
-        .unwrap();
+    let holder = support::helper::connect_patiently(|| {
+        LockClient::builder(path.url.as_str())
+            .fencing(fixture.fencing())
+            .response_timeout(ms(200))
+            .connect_timeout(ms(200))
+            .build()
+    })
+    .await;
     let guard = holder
         .lock(key.as_str())
         .lease(lease)
@@ -579,13 +580,14 @@ async fn waiter_cut_off<F: Faulty>(fixture: F) {
 
 async fn server_restarts_empty<F: Faulty>(mut fixture: F) {
     let key = unique("restart");
-    let client = fixture
-        .builder()
-        .connect_timeout(ms(300))
-        .response_timeout(ms(300))
-        .build()
-        .await
-        .unwrap();
+    let client = support::helper::connect_patiently(|| {
+        fixture
+            .builder()
+            .connect_timeout(ms(300))
+            .response_timeout(ms(300))
+            .build()
+    })
+    .await;
     let lease = ms(3_000);
     let guard = client
         .lock(key.as_str())
@@ -638,13 +640,14 @@ async fn server_restarts_empty<F: Faulty>(mut fixture: F) {
 
 async fn server_restarts_with_its_data<F: Faulty>(mut fixture: F) {
     let key = unique("kept");
-    let holder = fixture
-        .builder()
-        .connect_timeout(ms(500))
-        .response_timeout(ms(500))
-        .build()
-        .await
-        .unwrap();
+    let holder = support::helper::connect_patiently(|| {
+        fixture
+            .builder()
+            .connect_timeout(ms(500))
+            .response_timeout(ms(500))
+            .build()
+    })
+    .await;
     let waiter = fixture.client().await;
     let lease = ms(8_000);
     let guard = holder
@@ -730,13 +733,14 @@ async fn server_restarts_with_its_data<F: Faulty>(mut fixture: F) {
 // 7. The server dies mid-acquire, mid-renew and mid-release.
 
 async fn server_dies_mid_call<F: Faulty>(mut fixture: F) {
-    let client = fixture
-        .builder()
-        .connect_timeout(ms(300))
-        .response_timeout(ms(300))
-        .build()
-        .await
-        .unwrap();
+    let client = support::helper::connect_patiently(|| {
+        fixture
+            .builder()
+            .connect_timeout(ms(300))
+            .response_timeout(ms(300))
+            .build()
+    })
+    .await;
     let bound = Duration::from_secs(4);
     let mut report = Vec::new();
 
