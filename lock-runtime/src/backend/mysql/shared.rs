@@ -708,7 +708,13 @@ impl MysqlBackend {
             Value::from(spec.name.as_bytes()),
         ];
         // Noted before the statement is sent: a mark whose answer is lost is taken back too
-        // (as on PostgreSQL); forgotten again if the answer says nothing was marked.
+        // (as on PostgreSQL); forgotten again if the answer says nothing was marked — unless
+        // an earlier attempt marked: that mark is still there (it lapses on its own). A writer
+        // that read the row as the readers' and found it a writer's by the time it marked (an
+        // upgrade, or another writer, in between) used to forget its earlier mark, which then
+        // outlived this writer's grant and release by up to its 5 s (the upgrade's conformance
+        // case on MariaDB found it left behind in 2 of 4 runs beside two busy loops).
+        let marked_before = self.marked.contains(spec.token);
         self.marked.insert(spec.token);
         // A share alone is no longer once marked: its release takes the full path, which
         // leaves the row to this writer (see `MyStatements::share_alone`).
@@ -728,7 +734,7 @@ impl MysqlBackend {
                 })
             })
             .await?;
-        if !marked {
+        if !marked && !marked_before {
             self.marked.remove(spec.token);
         }
         Ok(marked)
