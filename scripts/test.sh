@@ -7,9 +7,10 @@
 #   2. checks formatting, and clippy's lints while it builds,
 #   3. runs every test: unit tests, integration tests against real servers started by the
 #      tests themselves, the examples, and the doc tests, and packages the published crates.
-# A fresh clone takes about 16.5 minutes on 2 cores (992 s on 2026-11-28; CONTRIBUTING.md),
-# over the 15 minutes aimed at: the tests end at 885 s, and the background's compiling (the
-# feature builds and the packages, at the lowest priority beside the tests) ends 107 s later.
+# A fresh clone takes about 19 minutes on 2 cores (1,124 s on 2026-11-28; CONTRIBUTING.md),
+# over the 15 minutes aimed at: the tests end at 866 s, and the background's compiling (the
+# docs, trybuild, the feature builds and the packages, at the lowest priority beside the
+# tests, which keep the CPU busy) ends 258 s later.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -176,9 +177,11 @@ cargo test --workspace --all-features --quiet --lib --bins \
 
 # The steps that only compile (the docs, the trybuild cases, the doc tests, lock-runtime without
 # features and with its defaults, the packages and each crate checked alone) run in the
-# background, at the lowest CPU priority, while tests/it runs: it waits on servers and timers and
-# kept the CPU half busy (the conformance suite passed in 159 s beside a build from scratch, 166 s
-# alone; measured 2026-11-27). The build (with clippy's lints) stays in front: beside tests/it at
+# background, at the lowest CPU priority, while tests/it runs (the conformance suite passed in
+# 159 s beside a build from scratch, 166 s alone; measured 2026-11-27), and pause while the fault
+# scenarios run. The tests keep the CPU busy (0 % idle throughout, sampled from /proc/stat in a
+# fresh clone's run, 2026-11-28): the background gets what they leave, and mostly ends after
+# them. The build (with clippy's lints) stays in front: beside tests/it at
 # normal priority, compiling delayed a 400 ms-lease test's wake-up past its bound in a fresh
 # clone's run (2026-11-28). Their output goes to $background_log, shown when they end.
 background_log="$target_dir/test-background.log"
