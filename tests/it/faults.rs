@@ -83,6 +83,20 @@ async fn assert_holds(fixture: &impl Fixture, key: &str, guard: &distlock::LockG
     assert_eq!(holder_of(fixture, key).await, Some(mine), "{what}");
 }
 
+/// A client of the fixture whose connect and response timeouts are `timeout` (what a scenario
+/// exercises), connected patiently (its connection is the setup: see
+/// `support::helper::connect_patiently`).
+async fn short_timeout_client(fixture: &impl Fixture, timeout: Duration) -> LockClient {
+    support::helper::connect_patiently(|| {
+        fixture
+            .builder()
+            .connect_timeout(timeout)
+            .response_timeout(timeout)
+            .build()
+    })
+    .await
+}
+
 /// A client of the fixture with fencing where the backend has it.
 async fn fenced_client(fixture: &impl Fixture) -> LockClient {
     fixture
@@ -580,14 +594,7 @@ async fn waiter_cut_off<F: Faulty>(fixture: F) {
 
 async fn server_restarts_empty<F: Faulty>(mut fixture: F) {
     let key = unique("restart");
-    let client = support::helper::connect_patiently(|| {
-        fixture
-            .builder()
-            .connect_timeout(ms(300))
-            .response_timeout(ms(300))
-            .build()
-    })
-    .await;
+    let client = short_timeout_client(&fixture, ms(300)).await;
     let lease = ms(3_000);
     let guard = client
         .lock(key.as_str())
@@ -640,14 +647,7 @@ async fn server_restarts_empty<F: Faulty>(mut fixture: F) {
 
 async fn server_restarts_with_its_data<F: Faulty>(mut fixture: F) {
     let key = unique("kept");
-    let holder = support::helper::connect_patiently(|| {
-        fixture
-            .builder()
-            .connect_timeout(ms(500))
-            .response_timeout(ms(500))
-            .build()
-    })
-    .await;
+    let holder = short_timeout_client(&fixture, ms(500)).await;
     let waiter = fixture.client().await;
     let lease = ms(8_000);
     let guard = holder
@@ -733,14 +733,7 @@ async fn server_restarts_with_its_data<F: Faulty>(mut fixture: F) {
 // 7. The server dies mid-acquire, mid-renew and mid-release.
 
 async fn server_dies_mid_call<F: Faulty>(mut fixture: F) {
-    let client = support::helper::connect_patiently(|| {
-        fixture
-            .builder()
-            .connect_timeout(ms(300))
-            .response_timeout(ms(300))
-            .build()
-    })
-    .await;
+    let client = short_timeout_client(&fixture, ms(300)).await;
     let bound = Duration::from_secs(4);
     let mut report = Vec::new();
 

@@ -33,6 +33,7 @@ use crate::url::redact_url;
 
 mod admin;
 mod errors;
+mod marks;
 pub(crate) mod named;
 mod pool;
 mod shared;

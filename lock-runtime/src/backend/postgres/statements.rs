@@ -163,34 +163,30 @@ CREATE TABLE IF NOT EXISTS {f} (
 /// The server's clock in unix milliseconds.
 const NOW_MS: &str = "(extract(epoch FROM now()) * 1000)::int8";
 
-/// The lines of `l.holder` (a readers' row) still live, except those of token `$2` (its share
-/// and its mark): the shares and marks to keep when `$2` changes its own. NULL for none.
+/// The live lines of `l.holder` (a readers' row) whose token is not in `dropped` (SQL
+/// expressions): what to keep when `$2` changes its own. NULL for none.
+fn live_lines_except(dropped: &str) -> String {
+    format!(
+        "(SELECT string_agg(line, E'\\n') FROM string_to_table(l.holder, E'\\n') AS s(line)
+          WHERE split_part(line, ' ', 1) NOT IN ({dropped})
+            AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
+    )
+}
+
+/// The live lines except those of token `$2` (its share and its mark).
 fn kept() -> String {
-    format!(
-        "(SELECT string_agg(line, E'\\n') FROM string_to_table(l.holder, E'\\n') AS s(line)
-          WHERE split_part(line, ' ', 1) NOT IN ($2, '!' || $2)
-            AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
-    )
+    live_lines_except("$2, '!' || $2")
 }
 
-/// The live lines of `l.holder` except `$2`'s share (its mark, an upgrade's, stays): what a
-/// renewal of `$2`'s share keeps. NULL for none.
+/// The live lines except `$2`'s share (its mark, an upgrade's, stays): what a renewal of
+/// `$2`'s share keeps.
 fn kept_but_share() -> String {
-    format!(
-        "(SELECT string_agg(line, E'\\n') FROM string_to_table(l.holder, E'\\n') AS s(line)
-          WHERE split_part(line, ' ', 1) <> $2
-            AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
-    )
+    live_lines_except("$2")
 }
 
-/// The live lines of `l.holder` except `'!' || $2` (an upgrade's mark): what an upgrade given
-/// up leaves. NULL for none.
+/// The live lines except `'!' || $2` (an upgrade's mark): what an upgrade given up leaves.
 fn kept_but_mark() -> String {
-    format!(
-        "(SELECT string_agg(line, E'\\n') FROM string_to_table(l.holder, E'\\n') AS s(line)
-          WHERE split_part(line, ' ', 1) <> '!' || $2
-            AND nullif(split_part(line, ' ', 2), '')::int8 > {NOW_MS})"
-    )
+    live_lines_except("'!' || $2")
 }
 
 /// The live upgradable shares (`^…`) of `l.holder` other than `$2`'s: a second one is refused.
