@@ -168,23 +168,19 @@ if [ ! -x "$it_binary" ] || [ ! -x "$ui_binary" ]; then
     echo "error: cannot find the tests/it or ui-tests binary in the build's JSON (--message-format)" >&2
     exit 1
 fi
-step "unit tests, the CLI, the binaries with a global client or recorder of their own, the examples' own tests"
-# Eight at a time, not one per core: the CLI's tests wait on the processes they start (54 s
-# two at a time, 12 s all at once, measured 2026-11-27).
-cargo test --workspace --all-features --quiet --lib --bins \
-    --test cli --test features --test global --test metrics --test attribute_memory --test attribute_redis \
-    --example testing --example library -- --test-threads 8
-
 # The steps that only compile (the docs, the trybuild cases, the doc tests, lock-runtime without
-# features and with its defaults, the packages and each crate checked alone) run in the
-# background, at the lowest CPU priority, while tests/it runs (the conformance suite passed in
-# 159 s beside a build from scratch, 166 s alone; measured 2026-11-27), and pause while the fault
-# scenarios run. The tests keep the CPU busy (0 % idle throughout, sampled from /proc/stat in a
-# fresh clone's run, 2026-11-28): the background gets what they leave, and mostly ends after
-# them. The build (with clippy's lints) stays in front: beside tests/it at
-# normal priority, compiling delayed a 400 ms-lease test's wake-up past its bound in a fresh
-# clone's run (2026-11-28). Their output goes to $background_log, shown when they end.
+# features, the packages and each crate checked alone) run in the background, at the lowest CPU
+# priority, from here on: beside the unit tests (half the CPU idle: they wait on the processes
+# they start) and tests/it, and paused while the fault scenarios run. The tests keep the CPU
+# busy (0 % idle through tests/it and the histories, sampled from /proc/stat in a fresh clone's
+# run, 2026-11-28): the background gets what they leave. Its steps run in two lanes, the
+# trybuild cases (a project and target directory of their own) beside the rest, so that what
+# is left when the tests end keeps both cores busy. The build (with clippy's lints) stays in
+# front: beside tests/it at normal priority, compiling delayed a 400 ms-lease test's wake-up
+# past its bound in a fresh clone's run (2026-11-28). Their output goes to $background_log and
+# $trybuild_log, shown when they end.
 background_log="$target_dir/test-background.log"
+trybuild_log="$target_dir/test-trybuild.log"
 background() {
     # Lowest CPU priority: these steps only compile, while tests/it beside them holds leases
     # of a few hundred milliseconds that a starved renewal loses (seen in fresh-clone runs).
@@ -193,20 +189,24 @@ background() {
     # The trybuild cases compile as a project of their own (about 50 s of compiling), with the
     # plain compiler: clippy's lints are not theirs to pass (a pass case is written to compile,
     # not to be idiomatic), and its messages would change the compile errors the fail cases
-    # expect.
+    # expect. Their target directory is their own: they run beside the steps below.
+    (
+        echo "==> [${SECONDS}s] (background) the trybuild cases"
+        cd ui-tests && env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS "$ui_binary" --quiet
+        echo "==> [${SECONDS}s] (background) the trybuild cases passed"
+    ) >"$trybuild_log" 2>&1 &
+    local trybuild=$!
     # The docs, with rustdoc's warnings as errors (80 s of a fresh clone's run in front, where
     # it held up the tests; 2026-11-28).
     bstep "cargo doc (warnings are errors)"
     RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
-    bstep "the trybuild cases"
-    (cd ui-tests && env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS "$ui_binary" --quiet)
     bstep "doc tests"
     cargo test --workspace --all-features --quiet --doc
-    # A backend whose feature is off names the feature: lock-runtime without features, and
-    # with its default (`redis` without `tls`, for what `rediss://` says).
-    bstep "what a missing feature says (lock-runtime without features, then with its defaults)"
+    # A backend whose feature is off names the feature: lock-runtime without features. (A
+    # backend without `tls`, lock-runtime's default, is one message: its unit test checks it,
+    # where a build of its own took 51 s of a fresh clone's run, 2026-11-28.)
+    bstep "what a missing feature says (lock-runtime without features)"
     cargo test -p lock-runtime --no-default-features --quiet --test features
-    cargo test -p lock-runtime --quiet --test features
     # Every crate's tarball is made (cargo's checks of its manifest), and lists every source
     # file git has. They are not built again from the tarballs: that compiled lock-runtime,
     # lock-macros and distlock once more (152 s of a fresh clone's run, the longest of these
@@ -239,11 +239,11 @@ background() {
     else
         echo "note: not a git checkout: the packages' file lists are not compared with git's"
     fi
+    bstep "waiting for the trybuild cases"
+    wait "$trybuild"
     bstep "done"
 }
-# tests/it runs from its binary ($it_binary, found by the build step), not through `cargo test`:
-# cargo would wait for the build directory the background steps hold while they compile.
-step "in the background: cargo doc, the trybuild cases, doc tests, what a missing feature says, cargo package ($background_log)"
+step "in the background: cargo doc, the trybuild cases, doc tests, what a missing feature says, cargo package ($background_log, $trybuild_log)"
 # In a process group of their own (job control on for this one job): a failing step ends this
 # script, and the background steps, cargo and rustc included, end with it.
 set -m
@@ -251,6 +251,28 @@ set -m
 background_pid=$!
 set +m
 trap 'kill -CONT -- "-$background_pid" 2>/dev/null; kill -- "-$background_pid" 2>/dev/null || true' EXIT
+
+step "unit tests, the CLI, the binaries with a global client or recorder of their own, the examples' own tests"
+# Every test binary of the build but tests/it's and the trybuild cases', run as `cargo test`
+# runs them (from its package's directory), without cargo: the background steps hold the build
+# directory while they compile. Eight tests at a time, not one per core: the CLI's tests wait
+# on the processes they start (54 s two at a time, 12 s all at once, measured 2026-11-27).
+# A proc-macro crate's tests link the compiler's own libstd, a shared library (as cargo, the
+# loader looks for it in the toolchain's lib directory).
+unit_library_path="$(rustc --print target-libdir)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+unit_binaries=0
+while IFS=$'\t' read -r manifest executable; do
+    [ "$executable" = "$it_binary" ] || [ "$executable" = "$ui_binary" ] && continue
+    echo "    $(basename "$executable")"
+    (cd "$(dirname "$manifest")" &&
+        LD_LIBRARY_PATH="$unit_library_path" "$executable" --quiet --test-threads 8)
+    unit_binaries=$((unit_binaries + 1))
+done < <(sed -n 's/.*"manifest_path":"\([^"]*\)".*"profile":{[^}]*"test":true}.*"executable":"\([^"]*\)".*/\1\t\2/p' "$build_json")
+if [ "$unit_binaries" -lt 10 ]; then
+    echo "error: only $unit_binaries unit test binaries found in the build's JSON (--message-format)" >&2
+    exit 1
+fi
+
 
 # tests/it: most of its tests wait on servers, leases and other processes far more than they
 # compute, so they run several at a time, not one per core. The histories do compute (four
@@ -280,7 +302,7 @@ step "waiting for the background steps"
 background_status=0
 wait "$background_pid" || background_status=$?
 trap - EXIT
-cat "$background_log"
+cat "$background_log" "$trybuild_log"
 if [ "$background_status" -ne 0 ]; then
     echo "error: a background step failed (exit $background_status): its output is above" >&2
     exit "$background_status"

@@ -290,12 +290,7 @@ impl LockClientBuilder {
             }
             return Ok(None);
         }
-        if !cfg!(feature = "tls") {
-            return Err(LockError::Config(format!(
-                "{shown} asks for TLS, which needs distlock's `tls` feature: \
-                 distlock = {{ version = \"…\", features = [\"tls\"] }}"
-            )));
-        }
+        tls_built(&shown, cfg!(feature = "tls"))?;
         files.load(self.tls.as_ref(), &shown).map(Some)
     }
 
@@ -526,6 +521,22 @@ fn missing_feature(scheme: &str, feature: &str) -> LockError {
     ))
 }
 
+/// A URL that asks for TLS (`shown`, its password redacted) in a build with or without the
+/// `tls` feature (`built`): without, the error that names it.
+///
+/// `./scripts/test.sh` runs `tests/features.rs` in builds with every feature and with none;
+/// the build in between (a backend without `tls`) is this function's unit test.
+#[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]
+fn tls_built(shown: &str, built: bool) -> Result<(), LockError> {
+    if built {
+        return Ok(());
+    }
+    Err(LockError::Config(format!(
+        "{shown} asks for TLS, which needs distlock's `tls` feature: \
+         distlock = {{ version = \"…\", features = [\"tls\"] }}"
+    )))
+}
+
 pub(super) fn redact(url: &str) -> String {
     crate::url::redact_url(url)
 }
@@ -564,4 +575,20 @@ pub(crate) fn check_lock_delay(delay: Duration, key: Option<&str>) -> Result<(),
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]
+    #[test]
+    fn tls_in_a_build_without_the_tls_feature_names_it() {
+        let shown = redact("rediss://:topsecret@127.0.0.1:1");
+        let message = tls_built(&shown, false).unwrap_err().to_string();
+        assert!(message.contains("`tls` feature"), "{message}");
+        assert!(message.contains("rediss://"), "{message}");
+        assert!(!message.contains("topsecret"), "password leaked: {message}");
+        assert!(tls_built(&shown, true).is_ok());
+    }
 }

@@ -20,18 +20,27 @@ pub(super) async fn release_set(first: OneKey, more: Vec<OneKey>) -> Result<(), 
         .map(|held| Box::pin(give_back_held(held)) as crate::runtime::BoxFuture<'static, _>)
         .collect();
     let outcomes = crate::runtime::join_all(releases).await;
-    // The error that says most: a backend's failure, then a key that was not ours any more
-    // (the one whose loss lost the set), then any.
-    let rank = |(result, held): &(Result<(), LockError>, bool)| match result {
-        Ok(()) => 3,
-        Err(LockError::Backend { .. }) => 0,
-        Err(_) if !held => 1,
-        Err(_) => 2,
-    };
-    match outcomes.into_iter().min_by_key(rank) {
+    // The error that says most: a backend's failure, then the key whose loss lost the set, then
+    // a key that was not ours any more, then any.
+    match outcomes.into_iter().min_by_key(|(_, what)| *what) {
         Some((result, _)) => result,
         None => Ok(()),
     }
+}
+
+/// What giving back one key of a set found, in the order a set's release reports them.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Found {
+    /// The backend failed.
+    Failed,
+    /// The key whose loss lost the set (its watchdog saw it go).
+    LostTheSet,
+    /// The store said the key was not ours any more.
+    NotOurs,
+    /// Ours at the release, but the guard had been told it was lost.
+    LostEarlier,
+    /// Released.
+    Released,
 }
 
 /// [`LockGuard::release`] of one key.
@@ -39,9 +48,8 @@ pub(super) async fn release_held(held: OneKey) -> Result<(), LockError> {
     give_back_held(held).await.0
 }
 
-/// Gives back one key: what the caller is told, and whether the key was still held by this
-/// guard's own account (ours at release, and not the key whose loss lost its set).
-async fn give_back_held(mut held: OneKey) -> (Result<(), LockError>, bool) {
+/// Gives back one key: what the caller is told, and what the release found.
+async fn give_back_held(mut held: OneKey) -> (Result<(), LockError>, Found) {
     if let Some(watchdog) = held.watchdog.take() {
         watchdog.stop();
     }
@@ -57,16 +65,22 @@ async fn give_back_held(mut held: OneKey) -> (Result<(), LockError>, bool) {
         Ok(true) if !was_lost => {
             tracing::debug!(key = %shared.key(), "distlock: released");
             shared.end_hold_span("released");
-            (Ok(()), true)
+            (Ok(()), Found::Released)
         }
         Ok(ours) => {
-            let ours = ours && !blamed;
+            let found = if blamed {
+                Found::LostTheSet
+            } else if !ours {
+                Found::NotOurs
+            } else {
+                Found::LostEarlier
+            };
             shared.mark_lost("not held at release");
             shared.end_hold_span("lost");
             let lost = LockError::Lost {
                 key: shared.key().to_owned(),
             };
-            (Err(lost), ours)
+            (Err(lost), found)
         }
         Err(source) => {
             tracing::warn!(key = %shared.key(), backend = shared.backend, error = %source, "distlock: release failed; the lock ends with its lease");
@@ -77,7 +91,7 @@ async fn give_back_held(mut held: OneKey) -> (Result<(), LockError>, bool) {
                 key: shared.key().to_owned(),
                 source,
             };
-            (Err(failed), true)
+            (Err(failed), Found::Failed)
         }
     }
 }
