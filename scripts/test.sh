@@ -159,6 +159,10 @@ step "build every test binary and example, clippy's lints as errors"
 # trybuild cases' are kept to run directly below (parsed as scripts/soak.sh parses it).
 build_json="$target_dir/test-build.json"
 cargo test --workspace --all-features --no-run --quiet --message-format=json-render-diagnostics >"$build_json"
+# The two examples with tests of their own, built as tests too (the build above makes every
+# example a program, which tests/it runs as a user would).
+cargo test --workspace --all-features --no-run --quiet --message-format=json-render-diagnostics \
+    --example testing --example library >>"$build_json"
 test_binary() {
     sed -n 's/.*"target":{"kind":\["test"\][^}]*"name":"'"$1"'".*"executable":"\([^"]*\)".*/\1/p' "$build_json"
 }

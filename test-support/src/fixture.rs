@@ -1621,6 +1621,10 @@ impl Fixture for ZookeeperFixture {
         false
     }
 
+    fn upgradable(&self) -> bool {
+        true
+    }
+
     /// Over TLS (`zks://`), connecting includes the Java server's TLS handshake, which a
     /// busy host has pushed past the default 3 s (three conformance cases at once, load
     /// average 7.5 on two cores): the fixture's clients allow 10 s. No promise under test
@@ -1850,6 +1854,10 @@ fn etcd_token(kv: &distlock::__private::testing::EtcdKey) -> String {
 impl Fixture for EtcdFixture {
     fn lock_delay(&self) -> bool {
         false
+    }
+
+    fn upgradable(&self) -> bool {
+        true
     }
 
     fn url(&self) -> String {

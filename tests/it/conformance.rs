@@ -319,6 +319,83 @@ pub async fn an_upgradable_read_upgrades_without_letting_a_writer_in(fixture: &i
     );
 }
 
+/// A plain reader that joins behind a waiting upgradable request holds the key (readers wait
+/// for writers only), and an upgrade waits for it: the queue stores once upgraded past it (the
+/// history checker found a writer beside such a reader).
+pub async fn an_upgrade_waits_for_a_reader_behind_a_waiting_upgradable_request(
+    fixture: &impl Fixture,
+) {
+    if !fixture.upgradable() {
+        return; // refused: see `an_upgradable_read_upgrades_without_letting_a_writer_in`
+    }
+    let one = fixture.client().await;
+    let two = fixture.client().await;
+    let three = fixture.client().await;
+    let mut up = one
+        .lock("behind")
+        .upgradable()
+        .wait(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let second = tokio::spawn(async move {
+        let guard = two
+            .lock("behind")
+            .upgradable()
+            .wait(ms(20_000))
+            .acquire()
+            .await;
+        (guard, Instant::now())
+    });
+    tokio::time::sleep(ms(200)).await;
+    assert!(
+        !second.is_finished(),
+        "a second upgradable read was granted"
+    );
+    let reader = tokio::time::timeout(ms(5_000), three.lock("behind").read().acquire())
+        .await
+        .expect("a plain reader joins beside a waiting upgradable request")
+        .unwrap();
+    let upgrading = tokio::spawn(async move {
+        let upgraded = up.upgrade().await;
+        (up, upgraded)
+    });
+    tokio::time::sleep(ms(300)).await;
+    assert!(
+        !upgrading.is_finished(),
+        "upgraded while a plain reader held the key"
+    );
+    reader.release().await.unwrap();
+    let (up, upgraded) = tokio::time::timeout(ms(5_000), upgrading)
+        .await
+        .expect("the upgrade ends once the reader left")
+        .unwrap();
+    upgraded.expect("upgraded");
+    assert!(
+        !second.is_finished(),
+        "the waiting upgradable request got in beside the upgraded lock"
+    );
+    let released_at = Instant::now();
+    up.release().await.unwrap();
+    let (granted, granted_at) = tokio::time::timeout(ms(5_000), second)
+        .await
+        .expect("the waiting upgradable request is granted after the release")
+        .unwrap();
+    assert!(granted_at >= released_at);
+    granted
+        .expect("the second upgradable read")
+        .release()
+        .await
+        .unwrap();
+    assert!(
+        eventually(ms(2_000), || async {
+            !fixture.anything_at("lock:behind").await
+        })
+        .await,
+        "lock:behind left behind"
+    );
+}
+
 /// An upgrade given up — its `wait` over, or its future dropped — leaves the upgradable read
 /// as it was and lets new readers in again at once; a plain read cannot be upgraded; an
 /// upgradable read whose lease ran out is lost, not upgraded.
@@ -3489,6 +3566,7 @@ macro_rules! suite {
                 the_admin_api_shows_readers,
                 an_upgradable_read_upgrades_without_letting_a_writer_in,
                 a_given_up_upgrade_leaves_the_upgradable_read_as_it_was,
+                an_upgrade_waits_for_a_reader_behind_a_waiting_upgradable_request,
                 a_semaphore_admits_up_to_n_holders_at_once,
                 each_permit_has_its_own_lease,
                 a_semaphore_refuses_another_limit_and_another_kind,

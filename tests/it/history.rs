@@ -479,6 +479,25 @@ async fn postgres_upgradable_reads_never_let_a_writer_in() {
     upgradable_reads(&server.url_with_own_table(), Duration::from_secs(10), TASKS).await;
 }
 
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_upgradable_reads_never_let_a_writer_in() {
+    let server = support::zookeeper::ZkServer::start();
+    upgradable_reads(
+        &server.url(&format!("/{}", unique("history"))),
+        LEASE,
+        TASKS,
+    )
+    .await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_upgradable_reads_never_let_a_writer_in() {
+    let member = support::etcd::EtcdMember::start();
+    upgradable_reads(&member.url(&unique("history")), LEASE, TASKS).await;
+}
+
 #[cfg(feature = "mysql")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_upgradable_reads_never_let_a_writer_in() {

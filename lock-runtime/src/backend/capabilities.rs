@@ -76,11 +76,11 @@ pub(crate) struct Capabilities {
     pub poll: Option<fn(u32) -> Duration>,
 }
 
-/// Why a store without upgradable read locks refuses them: built on Redis, the SQL lock tables
-/// and `memory://` so far.
+/// Why a store without upgradable read locks refuses them: every store serves them but
+/// Redlock, and PostgreSQL's advisory and MySQL's named modes, which say why themselves.
 pub(crate) const NO_UPGRADABLE: &str = "they are served on redis://, redis+cluster://, \
-     redis+sentinel://, postgres:// and mysql:// (the lock tables) and memory:// (not built \
-     for this store yet); take the write lock where you would upgrade";
+     redis+sentinel://, postgres:// and mysql:// (the lock tables), zk://, etcd:// and \
+     memory:// (not on this store); take the write lock where you would upgrade";
 
 impl std::fmt::Debug for Capabilities {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

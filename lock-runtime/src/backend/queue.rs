@@ -56,6 +56,54 @@ pub(crate) fn turn(
     }
 }
 
+/// An entry of a queue as the rules of upgradable reads see it: its kind, and whether it is an
+/// upgradable reader's share (a `Shared` entry whose token is upgradable).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub kind: Kind,
+    pub upgradable: bool,
+}
+
+/// The turn of an upgradable reader's share with the entries `ahead` of it, oldest first: it
+/// waits for the last writer ahead, as a reader does, and for another upgradable share ahead
+/// (one upgradable holder at a time); plain readers ahead do not hold it up.
+pub(crate) fn upgradable_turn(ahead: &[Entry]) -> Turn {
+    match ahead
+        .iter()
+        .rposition(|entry| entry.kind != Kind::Shared || entry.upgradable)
+    {
+        Some(blocker) => Turn::WaitFor(blocker),
+        None => Turn::Holds,
+    }
+}
+
+/// The turn of an upgrade: the entry at `upgrade` (a writer's entry, which readers that come
+/// after it wait for as they would for a writer) made for the upgradable share at `share`,
+/// in `queue`, oldest first.
+///
+/// The upgrade holds the write lock once no other share is held: every entry ahead of the
+/// share (readers: the share holds, so no writer is ahead of it) and the plain readers that
+/// joined behind it before the first writer. Another upgradable share behind it waits for it
+/// and holds nothing, but the plain readers behind that one hold (they wait for writers only).
+/// Entries past the first writer hold nothing: that writer waits for the share, which stays,
+/// and whatever queued behind the writer waits for it; so a writer queued before the upgrade
+/// still comes after it. It waits for the last of those that hold it up.
+pub(crate) fn upgrade_turn(queue: &[Entry], share: usize, upgrade: usize) -> Turn {
+    let behind = &queue[share + 1..upgrade.max(share + 1)];
+    let first_writer = behind
+        .iter()
+        .position(|entry| entry.kind != Kind::Shared)
+        .unwrap_or(behind.len());
+    let last_reader_behind = behind[..first_writer]
+        .iter()
+        .rposition(|entry| !entry.upgradable)
+        .map(|at| share + 1 + at);
+    match last_reader_behind.or_else(|| share.checked_sub(1)) {
+        Some(blocker) => Turn::WaitFor(blocker),
+        None => Turn::Holds,
+    }
+}
+
 /// Why a request of kind `asked` is refused, where `head` is the kind of the oldest entry of
 /// the queue ahead of it (`None`: it is the oldest itself). A name is one kind (a semaphore, or
 /// a lock with its readers), and a semaphore has one limit: the oldest entry says which.
@@ -119,8 +167,12 @@ impl InPlay {
         result
     }
 
+    /// Puts `token` in play: an entry made outside an acquisition (an upgrade's).
+    pub(crate) fn insert(&self, token: &str) {
+        self.tokens().insert(token.to_owned());
+    }
+
     /// Takes `tokens` out of play: an attempt that wrote nothing.
-    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
     pub(crate) fn forget(&self, tokens: &[&str]) {
         let mut in_play = self.tokens();
         for token in tokens {
@@ -194,6 +246,56 @@ mod tests {
         let one = Permits(1);
         assert_eq!(turn_of(one, &[one]), Turn::FirstInLine);
         assert_eq!(turn_of(one, &[one, one]), Turn::WaitFor(1));
+    }
+
+    fn entries(kinds: &str) -> Vec<Entry> {
+        kinds
+            .chars()
+            .map(|c| match c {
+                'R' => Entry {
+                    kind: R,
+                    upgradable: false,
+                },
+                'U' => Entry {
+                    kind: R,
+                    upgradable: true,
+                },
+                _ => Entry {
+                    kind: W,
+                    upgradable: false,
+                },
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_upgradable_share_waits_for_writers_and_other_upgradable_shares_only() {
+        assert_eq!(upgradable_turn(&entries("")), Turn::Holds);
+        assert_eq!(upgradable_turn(&entries("RRR")), Turn::Holds);
+        assert_eq!(upgradable_turn(&entries("RUR")), Turn::WaitFor(1));
+        assert_eq!(upgradable_turn(&entries("WRR")), Turn::WaitFor(0));
+        assert_eq!(upgradable_turn(&entries("UWR")), Turn::WaitFor(1));
+    }
+
+    #[test]
+    fn an_upgrade_waits_for_the_shares_held_beside_its_own_and_nothing_queued_behind_a_writer() {
+        // Alone: the share at 0, its upgrade entry at 1.
+        assert_eq!(upgrade_turn(&entries("UW"), 0, 1), Turn::Holds);
+        // Readers ahead of the share: the last of them.
+        assert_eq!(upgrade_turn(&entries("RRUW"), 2, 3), Turn::WaitFor(1));
+        // Readers that joined behind the share: the last of them.
+        assert_eq!(upgrade_turn(&entries("URRW"), 0, 3), Turn::WaitFor(2));
+        assert_eq!(upgrade_turn(&entries("RURW"), 1, 3), Turn::WaitFor(2));
+        // A writer queued behind the share (before the upgrade): what queued behind it holds
+        // nothing, and the writer waits for the share.
+        assert_eq!(upgrade_turn(&entries("UWRRW"), 0, 4), Turn::Holds);
+        assert_eq!(upgrade_turn(&entries("URWRW"), 0, 4), Turn::WaitFor(1));
+        // Another upgradable share behind waits for this one, and holds nothing; the plain
+        // readers behind it hold (they wait for writers only).
+        assert_eq!(upgrade_turn(&entries("UUW"), 0, 2), Turn::Holds);
+        assert_eq!(upgrade_turn(&entries("UURW"), 0, 3), Turn::WaitFor(2));
+        assert_eq!(upgrade_turn(&entries("UURUW"), 0, 4), Turn::WaitFor(2));
+        assert_eq!(upgrade_turn(&entries("RUURWRW"), 1, 6), Turn::WaitFor(3));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
-use super::keys::kind_of;
+use super::keys::{entry_of, kind_of};
 use super::lease::Lease;
 use super::lost::watch_delete;
 use super::proto::{
@@ -17,7 +17,7 @@ use super::proto::{
 };
 use super::release::delete_if_created;
 use super::{EtcdBackend, EtcdFailure, OwnKey, is_transient};
-use crate::backend::queue::{Turn, refusal, turn};
+use crate::backend::queue::{Turn, refusal, turn, upgradable_turn};
 use crate::backend::{Attempt, Kind, LockSpec, SetAttempt, Transient};
 use crate::error::BoxError;
 
@@ -25,7 +25,11 @@ impl EtcdBackend {
     /// Runs the acquiring transaction of `tokens` (one, or a set of keys) so that it completes
     /// even if the caller gives up (finished in the background then), and a release of any of
     /// the tokens can wait for it.
-    async fn txn_of(&self, tokens: &[&str], txn: TxnRequest) -> Result<TxnResponse, EtcdFailure> {
+    pub(super) async fn txn_of(
+        &self,
+        tokens: &[&str],
+        txn: TxnRequest,
+    ) -> Result<TxnResponse, EtcdFailure> {
         let gates: Vec<_> = {
             let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
             tokens
@@ -229,7 +233,14 @@ impl EtcdBackend {
                 continue; // the queue moved: look again
             }
             // The keys before ours came newest first: oldest first, they are the queue ahead.
-            let predecessor = match turn(spec.kind, before.kvs.iter().rev().map(kind_of)) {
+            // An upgradable share waits for writers and for another upgradable share.
+            let turn = if crate::token::is_upgradable(spec.token) {
+                let ahead: Vec<_> = before.kvs.iter().rev().map(entry_of).collect();
+                upgradable_turn(&ahead)
+            } else {
+                turn(spec.kind, before.kvs.iter().rev().map(kind_of))
+            };
+            let predecessor = match turn {
                 Turn::WaitFor(index) => before.kvs.into_iter().rev().nth(index),
                 Turn::Holds => None,
                 Turn::FirstInLine => unreachable!("only a semaphore's waiter is first in line"),
@@ -428,7 +439,7 @@ impl EtcdBackend {
     }
 }
 
-fn op(request: RequestUnion) -> RequestOp {
+pub(super) fn op(request: RequestUnion) -> RequestOp {
     RequestOp {
         request: Some(request),
     }

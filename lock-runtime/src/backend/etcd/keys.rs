@@ -91,11 +91,13 @@ pub(crate) fn parse_url(url: &str) -> Result<EtcdUrl, LockError> {
 
 /// What ends a reader's key in a lock's queue (see [`Slots::key`]).
 const READER: &str = "-r";
+/// What ends an upgradable reader's key (a reader's, for every other rule).
+const UPGRADABLE: &str = "-u";
 
 /// The kind of hold a queue key's last path segment asks for (see [`Slots::key`]); a key of
 /// another recipe (etcd's own `concurrency.Mutex`: `<lease id in hex>`) is exclusive.
 pub(crate) fn kind_in(segment: &str) -> Kind {
-    if segment.ends_with(READER) {
+    if segment.ends_with(READER) || segment.ends_with(UPGRADABLE) {
         return Kind::Shared;
     }
     if let Some((_, limit)) = segment.rsplit_once("-p")
@@ -111,6 +113,17 @@ pub(crate) fn kind_in(segment: &str) -> Kind {
 pub(super) fn kind_of(kv: &KeyValue) -> Kind {
     let key = std::str::from_utf8(&kv.key).unwrap_or_default();
     kind_in(key.rsplit_once('/').map_or(key, |(_, segment)| segment))
+}
+
+/// A queue key as the rules of upgradable reads see it: its kind, and whether it is an
+/// upgradable reader's.
+pub(super) fn entry_of(kv: &KeyValue) -> crate::backend::queue::Entry {
+    let key = std::str::from_utf8(&kv.key).unwrap_or_default();
+    let segment = key.rsplit_once('/').map_or(key, |(_, segment)| segment);
+    crate::backend::queue::Entry {
+        kind: kind_in(segment),
+        upgradable: segment.ends_with(UPGRADABLE),
+    }
 }
 
 /// The part of every key of lock `name` before its own part: `<name>/`, with `%` and `/`
@@ -179,7 +192,8 @@ impl Slots {
 
     /// `token`'s key in `queue` on `lease`: the one reserved for it already (a waiter keeps its
     /// place between attempts), or the lowest slot free: `<queue><lease id in hex>`, then
-    /// `….1`, `….2`, …; a reader's ends in `-r`, a permit of a semaphore of `n` in `-p<n>`.
+    /// `….1`, `….2`, …; a reader's ends in `-r` (an upgradable reader's in `-u`), a permit of a
+    /// semaphore of `n` in `-p<n>`.
     /// A token's key on another lease (one given up) is let go: it dies with its lease.
     pub(super) fn key(&self, token: &str, queue: &[u8], lease: i64, kind: Kind) -> Vec<u8> {
         let mut base = Vec::with_capacity(queue.len() + 16);
@@ -196,6 +210,7 @@ impl Slots {
         }
         let mark = match kind {
             Kind::Exclusive => String::new(),
+            Kind::Shared if crate::token::is_upgradable(token) => UPGRADABLE.to_owned(),
             Kind::Shared => READER.to_owned(),
             Kind::Permits(n) => format!("-p{n}"),
         };
@@ -290,6 +305,8 @@ mod tests {
         assert_eq!(key("b", 0xab, Kind::Exclusive), "p/q/ab.1");
         assert_eq!(key("r", 0xab, Kind::Shared), "p/q/ab-r");
         assert_eq!(key("s", 0xab, Kind::Permits(3)), "p/q/ab-p3");
+        assert_eq!(key("^u", 0xab, Kind::Shared), "p/q/ab-u");
+        assert_eq!(kind_in("ab-u"), Kind::Shared);
         assert_eq!(kind_in("ab.1-p3"), Kind::Permits(3));
         assert_eq!(kind_in("ab.2-r"), Kind::Shared);
         assert_eq!(kind_in("694d8a1b2c3d4e5f"), Kind::Exclusive);

@@ -29,6 +29,7 @@ mod permit;
 mod proto;
 mod release;
 mod rpc;
+mod upgrade;
 mod watch;
 
 use std::collections::HashMap;
@@ -47,7 +48,9 @@ use self::proto::path;
 use self::rpc::Rpc;
 use self::watch::Watches;
 use super::sql::holder_id;
-use super::{Attempt, Backend, Capabilities, Hold, LockSpec, Released, SetAttempt, Transient};
+use super::{
+    Attempt, Backend, Capabilities, Hold, LockSpec, Released, SetAttempt, Transient, Upgrade,
+};
 use crate::error::{BoxError, LockError};
 use crate::fast_map::{FastMap, FastSet};
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -401,6 +404,7 @@ const CAPABILITIES: Capabilities = Capabilities {
     fair: true,
     queues_waiters: true,
     keeps_alive: true,
+    upgradable: Ok(()),
     lock_delay: Err(
         "an etcd lock is a key on a lease, which the server deletes the moment the lease \
          expires: nothing is left to keep the key for a lock-delay after that; drop lock_delay \
@@ -460,8 +464,27 @@ impl Backend for EtcdBackend {
     }
 
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
-        let token = hold.token;
-        Box::pin(self.in_play.release(token, move || self.release_key(token)))
+        let (name, token) = (hold.name, hold.token);
+        Box::pin(self.in_play.release(token, move || async move {
+            let released = self.release_key(token).await;
+            // An upgraded lock's second key (see `upgrade`), after its share: the writers
+            // queued behind the share are next, then the readers that came after the upgrade.
+            // (Boxed: the rare path, kept out of every release's own box.)
+            if crate::token::is_upgradable(token)
+                && let Err(error) = Box::pin(self.drop_upgrade(token)).await
+            {
+                tracing::debug!(key = name, %error, "distlock: etcd: an upgrade's key was not deleted; it goes with its lease");
+            }
+            released
+        }))
+    }
+
+    fn upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Upgrade, BoxError>> {
+        Box::pin(self.upgrade(spec))
+    }
+
+    fn abandon_upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(self.drop_upgrade(spec.token))
     }
 
     fn subscribe<'a>(

@@ -6,15 +6,15 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use super::path::{node_prefix, parent_of, parse_node, sequence_of, token_of};
+use super::path::{entry_of, node_prefix, parent_of, parse_node, sequence_of, token_of};
 use super::session::ZkSession;
 use super::{Node, ZkFailure, ZookeeperBackend, detach};
-use crate::backend::queue::{Turn, refusal, turn};
+use crate::backend::queue::{Turn, refusal, turn, upgradable_turn};
 use crate::backend::{Attempt, Kind, LockSpec, Transient};
 use crate::error::BoxError;
 
 /// A place in a lock's queue, under the client's ACL ([`Ensemble::acls`](super::ensemble::Ensemble::acls)).
-fn queue_node(acls: zk::Acls<'static>) -> zk::CreateOptions<'static> {
+pub(super) fn queue_node(acls: zk::Acls<'static>) -> zk::CreateOptions<'static> {
     zk::CreateMode::EphemeralSequential.with_acls(acls)
 }
 
@@ -28,7 +28,7 @@ type Listed = Result<(Vec<String>, zk::OneshotWatcher), ZkFailure>;
 
 impl ZookeeperBackend {
     /// What a waiter's node holds: who made it, with which lease.
-    fn node_data(&self, spec: LockSpec<'_>) -> String {
+    pub(super) fn node_data(&self, spec: LockSpec<'_>) -> String {
         format!(
             "holder={}\nlease_ms={}\nrenew={}\n",
             self.holder,
@@ -206,7 +206,14 @@ impl ZookeeperBackend {
             // `n`) is admitted by any holder's departure, so it watches the queue; every later
             // one watches the node before it, which wakes it by leaving or, admitted, by
             // touching its own node (below): each departure wakes one waiter.
-            let blocker = match turn(spec.kind, kinds_ahead) {
+            // An upgradable share waits for writers and for another upgradable share.
+            let turn = if crate::token::is_upgradable(spec.token) {
+                let ahead: Vec<_> = queue[..place].iter().map(|&(_, c)| entry_of(c)).collect();
+                upgradable_turn(&ahead)
+            } else {
+                turn(spec.kind, kinds_ahead)
+            };
+            let blocker = match turn {
                 Turn::WaitFor(blocker) => blocker,
                 Turn::Holds => {
                     if let Some(node) = self.nodes().get_mut(spec.token) {
@@ -311,8 +318,19 @@ impl ZookeeperBackend {
     /// Wakes the waiter `token` once `watch` fires (the one watch it keeps: a new one replaces
     /// the last).
     fn wake_on(&self, token: &str, watch: impl Future<Output = ()> + Send + 'static) {
+        self.wake_on_node(token, token, watch);
+    }
+
+    /// Wakes the waiter `owner` once `watch` fires, a task kept with the node of `token` (an
+    /// upgrade's wake-up goes with its own node, not with the share's).
+    pub(super) fn wake_on_node(
+        &self,
+        token: &str,
+        owner: &str,
+        watch: impl Future<Output = ()> + Send + 'static,
+    ) {
         let hub = Arc::clone(&self.hub);
-        let owner = token.to_owned();
+        let owner = owner.to_owned();
         let task = tokio::spawn(async move {
             watch.await;
             hub.notify(&owner);

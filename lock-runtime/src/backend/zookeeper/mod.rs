@@ -25,6 +25,7 @@ mod open;
 mod path;
 mod release;
 mod session;
+mod upgrade;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -39,7 +40,7 @@ use self::path::{ZkUrl, parse_url};
 pub(crate) use self::path::{parent_of, parse_node};
 use self::session::ZkSession;
 use super::sql::holder_id;
-use super::{Attempt, Backend, Capabilities, Hold, LockSpec, Released, Transient};
+use super::{Attempt, Backend, Capabilities, Hold, LockSpec, Released, Transient, Upgrade};
 use crate::error::{BoxError, LockError};
 use crate::fast_map::FastMap;
 use crate::notify::{ReleaseHub, ReleaseSubscription};
@@ -206,6 +207,7 @@ const CAPABILITIES: Capabilities = Capabilities {
     fair: true,
     queues_waiters: true,
     keeps_alive: true,
+    upgradable: Ok(()),
     lock_delay: Err(
         "a ZooKeeper lock is an ephemeral node, which the server deletes the moment its \
          session expires: nothing is left to keep the key for a lock-delay after that; drop \
@@ -239,10 +241,26 @@ impl Backend for ZookeeperBackend {
 
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
-        Box::pin(
-            self.in_play
-                .release(token, move || self.delete(name, token)),
-        )
+        Box::pin(self.in_play.release(token, move || async move {
+            let released = self.delete(name, token).await;
+            // An upgraded lock's second node (see `upgrade`), after its share: the writers
+            // queued behind the share are next, then the readers that came after the upgrade.
+            // (Boxed: the rare path, kept out of every release's own box.)
+            if crate::token::is_upgradable(token)
+                && let Err(error) = Box::pin(self.drop_upgrade(token)).await
+            {
+                tracing::debug!(key = name, %error, "distlock: zookeeper: an upgrade's node was not deleted; it goes with its session");
+            }
+            released
+        }))
+    }
+
+    fn upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Upgrade, BoxError>> {
+        Box::pin(self.upgrade(spec))
+    }
+
+    fn abandon_upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(self.drop_upgrade(spec.token))
     }
 
     fn subscribe<'a>(

@@ -281,6 +281,16 @@ pub(crate) fn parse_node(child: &str) -> (Kind, &str) {
     (Kind::Exclusive, marked)
 }
 
+/// A queue node as the rules of upgradable reads see it: its kind, and whether it is an
+/// upgradable share (a reader's node with an upgradable token).
+pub(crate) fn entry_of(child: &str) -> crate::backend::queue::Entry {
+    let (kind, token) = parse_node(child);
+    crate::backend::queue::Entry {
+        kind,
+        upgradable: kind == Kind::Shared && crate::token::is_upgradable(token),
+    }
+}
+
 /// Whether a queue node is a reader's (see [`node_prefix`]).
 pub(crate) fn is_reader(child: &str) -> bool {
     parse_node(child).0 == Kind::Shared

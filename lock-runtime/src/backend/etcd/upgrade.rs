@@ -1,0 +1,186 @@
+//! Upgradable reads: an upgradable share is a reader's key ending `-u`; the upgrade puts a
+//! writer's key of its own (on the share's lease) at the tail of the queue, which readers that
+//! come later wait for as for any writer, and holds the write lock once the readers beside the
+//! share are gone ([`upgrade_turn`]). A writer that queued behind the share before the upgrade
+//! waits for the share, which stays: it comes after.
+//!
+//! The upgraded lock's fencing token is the share's create revision: every writer that held the
+//! lock before it was created ahead of the share, every writer after it behind. The upgrade's
+//! own key is younger than a writer queued before it, so its revision would not do.
+
+use std::sync::Arc;
+
+use super::acquire::op;
+use super::keys::entry_of;
+use super::lost::watch_delete;
+use super::proto::{
+    self, Compare, CompareWith, PutRequest, RangeRequest, RangeResponse, RequestUnion, Response,
+    TxnRequest, path,
+};
+use super::{EtcdBackend, OwnKey};
+use crate::backend::queue::{Turn, upgrade_turn};
+use crate::backend::{Kind, LockSpec, Transient, Upgrade};
+use crate::error::BoxError;
+
+/// The owner token of the key an upgrade adds for the upgradable share `token`.
+fn upgrade_token(token: &str) -> String {
+    format!("!{token}")
+}
+
+impl EtcdBackend {
+    /// One attempt of [`Backend::upgrade`](crate::backend::Backend::upgrade).
+    pub(super) async fn upgrade(&self, spec: LockSpec<'_>) -> Result<Upgrade, BoxError> {
+        let Some((share_key, lease, share_revision)) = self
+            .keys()
+            .get(spec.token)
+            .map(|own| (own.key.clone(), Arc::clone(&own.lease), own.revision))
+        else {
+            return Ok(Upgrade::Lost);
+        };
+        if !lease.is_usable() {
+            return Ok(Upgrade::Lost);
+        }
+        let queue = self.queue_key(spec.name);
+        let up_token = upgrade_token(spec.token);
+        let up_key = self.slots.key(&up_token, &queue, lease.id, Kind::Exclusive);
+        let known = self.keys().get(&up_token).map(|own| own.revision);
+        if known.is_none() {
+            // In play before it exists: a waiter of this client that finds it ahead (on this
+            // lease) must not take it for a leftover and delete it.
+            self.in_play.insert(&up_token);
+            let value = self.value_of(LockSpec {
+                token: &up_token,
+                kind: Kind::Exclusive,
+                ..spec
+            });
+            let txn = TxnRequest {
+                compare: vec![Compare {
+                    result: proto::EQUAL,
+                    target: proto::COMPARE_CREATE,
+                    key: up_key.clone(),
+                    target_union: Some(CompareWith::CreateRevision(0)),
+                    range_end: Vec::new(),
+                }],
+                success: vec![op(RequestUnion::Put(PutRequest {
+                    key: up_key.clone(),
+                    value: value.into_bytes(),
+                    lease: lease.id,
+                }))],
+                // Made by an earlier attempt whose answer was lost.
+                failure: vec![op(RequestUnion::Range(RangeRequest {
+                    key: up_key.clone(),
+                    ..Default::default()
+                }))],
+            };
+            let answer = match self.txn_of(&[&up_token], txn).await {
+                Ok(answer) => answer,
+                Err(failure) => {
+                    self.note_lease_error(&lease, &failure);
+                    return Err(self.failed("upgrade", failure));
+                }
+            };
+            let created = if answer.succeeded {
+                answer.header.as_ref().map_or(0, |h| h.revision)
+            } else {
+                let found = answer.responses.into_iter().find_map(|r| match r.response {
+                    Some(Response::Range(range)) => range.kvs.into_iter().next(),
+                    _ => None,
+                });
+                match found {
+                    Some(kv) => kv.create_revision,
+                    None => return Ok(Upgrade::Busy { ttl: None }),
+                }
+            };
+            self.keys().insert(
+                up_token.clone(),
+                OwnKey::created(up_key.clone(), &lease, created),
+            );
+        }
+        let queue_end = proto::prefix_end(&queue);
+        for _ in 0..8 {
+            let listed: RangeResponse = match self
+                .call(
+                    "range",
+                    self.rpc.unary(
+                        path::RANGE,
+                        RangeRequest {
+                            key: queue.clone(),
+                            range_end: queue_end.clone(),
+                            sort_order: proto::ASCEND,
+                            sort_target: proto::SORT_BY_CREATE,
+                            keys_only: true,
+                            ..Default::default()
+                        },
+                    ),
+                )
+                .await
+            {
+                Ok(listed) => listed,
+                Err(failure) => return Err(self.failed("range", failure)),
+            };
+            let kvs = listed.kvs;
+            let Some(share_at) = kvs
+                .iter()
+                .position(|kv| kv.key == share_key && kv.create_revision == share_revision)
+            else {
+                return Ok(Upgrade::Lost);
+            };
+            let Some(up_at) = kvs.iter().position(|kv| kv.key == up_key) else {
+                // Deleted behind our back: the next attempt puts it again.
+                self.keys().remove(&up_token);
+                return Ok(Upgrade::Busy { ttl: None });
+            };
+            let entries: Vec<_> = kvs.iter().map(entry_of).collect();
+            let blocker = match upgrade_turn(&entries, share_at, up_at) {
+                Turn::Holds => {
+                    return Ok(Upgrade::Done {
+                        fencing_token: spec.fencing.then_some(share_revision as u64),
+                    });
+                }
+                Turn::WaitFor(blocker) => &kvs[blocker],
+                Turn::FirstInLine => unreachable!("an upgrade is never a semaphore's waiter"),
+            };
+            // A key on our own lease that no acquisition of ours knows: an attempt given up
+            // whose put landed all the same (see `acquire`). It goes now.
+            let orphan = blocker.lease == lease.id
+                && self
+                    .slots
+                    .token_of(&blocker.key)
+                    .is_none_or(|token| !self.in_play.contains(&token));
+            if orphan {
+                match self.delete_key(blocker.key.clone()).await {
+                    Ok(_) => continue,
+                    Err(failure) => return Err(self.failed("delete", failure)),
+                }
+            }
+            let task = tokio::spawn(watch_delete(
+                self.rpc.clone(),
+                Arc::clone(&self.watches),
+                (blocker.key.clone(), blocker.create_revision),
+                Arc::clone(&self.hub),
+                spec.token.to_owned(),
+            ))
+            .abort_handle();
+            self.keep_task(&up_token, task);
+            return Ok(Upgrade::Busy {
+                ttl: Some(lease.ttl),
+            });
+        }
+        Err(Transient::wrap(format!(
+            "the queue of `{}` kept changing under an upgrade ({})",
+            spec.name, self.shown
+        )))
+    }
+
+    /// Deletes the key an upgrade of the share `token` added, if any: the upgrade given up (the
+    /// readers it held back wake), or the upgraded lock released after its share.
+    pub(super) async fn drop_upgrade(&self, token: &str) -> Result<(), BoxError> {
+        let up_token = upgrade_token(token);
+        let result = match self.slots.of(&up_token) {
+            Some(_) => self.release_key(&up_token).await.map(|_| ()),
+            None => Ok(()),
+        };
+        self.in_play.forget(&[&up_token]);
+        result
+    }
+}
