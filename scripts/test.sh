@@ -200,24 +200,17 @@ background() {
         echo "==> [${SECONDS}s] (background) the trybuild cases passed"
     ) >"$trybuild_log" 2>&1 &
     local trybuild=$!
-    # The docs, with rustdoc's warnings as errors (80 s of a fresh clone's run in front, where
-    # it held up the tests; 2026-11-28).
-    bstep "cargo doc (warnings are errors)"
-    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
-    bstep "doc tests"
-    cargo test --workspace --all-features --quiet --doc
-    # A backend whose feature is off names the feature: lock-runtime without features. (A
-    # backend without `tls`, lock-runtime's default, is one message: its unit test checks it,
-    # where a build of its own took 51 s of a fresh clone's run, 2026-11-28.)
-    bstep "what a missing feature says (lock-runtime without features)"
-    cargo test -p lock-runtime --no-default-features --quiet --test features
+    # In this lane, what compiles one crate after another comes first (each crate checked
+    # alone, the feature test) and what keeps both cores busy last (the docs check every
+    # dependency): what is left when the tests end runs on both (a fresh clone's run ended
+    # with 104 s of the per-crate checks alone, half the CPU idle; 2026-11-29).
     # Every crate's tarball is made (cargo's checks of its manifest), and lists every source
     # file git has. They are not built again from the tarballs: that compiled lock-runtime,
     # lock-macros and distlock once more (152 s of a fresh clone's run, the longest of these
     # steps, 2026-11-28), and what it would catch is checked here for less — a file left out
     # of a tarball by the file lists; a crate that builds only with features another crate of
     # the workspace turns on by `cargo check` of each crate alone (lock-runtime alone is also
-    # built, with its defaults and with none, by the step above). The crates that name the
+    # built, without features, by the feature test below). The crates that name the
     # others as registry dependencies are packaged in the same command, which resolves them.
     bstep "cargo package: each crate's tarball and its file list; each crate checked alone"
     cargo package --workspace --exclude distlock-bench --exclude distlock-test-support \
@@ -243,6 +236,17 @@ background() {
     else
         echo "note: not a git checkout: the packages' file lists are not compared with git's"
     fi
+    # A backend whose feature is off names the feature: lock-runtime without features. (A
+    # backend without `tls`, lock-runtime's default, is one message: its unit test checks it,
+    # where a build of its own took 51 s of a fresh clone's run, 2026-11-28.)
+    bstep "what a missing feature says (lock-runtime without features)"
+    cargo test -p lock-runtime --no-default-features --quiet --test features
+    bstep "doc tests"
+    cargo test --workspace --all-features --quiet --doc
+    # The docs, with rustdoc's warnings as errors (80 s of a fresh clone's run in front, where
+    # it held up the tests; 2026-11-28).
+    bstep "cargo doc (warnings are errors)"
+    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
     bstep "waiting for the trybuild cases"
     wait "$trybuild"
     bstep "done"

@@ -465,6 +465,9 @@ async fn zk_rows(report: &mut Report) -> Result<(), Error> {
         raw.clone(),
     )
     .await?;
+    if sql::read_only() {
+        return Ok(());
+    }
     // Beside its peer: Apache Curator's InterProcessMutex, same server, same run.
     let client = LockClient::connect(&server.url("/bench-peer")).await?;
     let curator = curator::start(&hosts).await?;
@@ -662,6 +665,9 @@ async fn etcd_rows(report: &mut Report) -> Result<(), Error> {
         etcd::EtcdRaw::connect(&host).await?,
     )
     .await?;
+    if sql::read_only() {
+        return Ok(());
+    }
     // Beside the floor of any queue lock: the raw pair with the queue's head read in its
     // transaction and a value as long as distlock's (130–160 bytes: token, holder, lease,
     // renewal, join time).
@@ -749,7 +755,8 @@ async fn main() -> Result<(), Error> {
         sql_rows(&mut report).await?;
         return Ok(());
     }
-    // The read-lock rows alone (DISTLOCK_BENCH_READ_ONLY=1): 1b, then each database's.
+    // The lock kinds' rows alone (DISTLOCK_BENCH_KINDS_ONLY=1): 1b, then each database's,
+    // ZooKeeper's and etcd's.
     if sql::read_only() {
         let manual = LockClient::connect(&server.url()).await?;
         sql::kind_rows(&mut report, "1b. redis", "redis", &manual, |name| {
@@ -758,6 +765,7 @@ async fn main() -> Result<(), Error> {
         })
         .await?;
         sql_rows(&mut report).await?;
+        etcd_rows(&mut report).await?;
         return Ok(());
     }
     // For profilers (`perf record -g`): only one side of the throughput measurement, 20 s.

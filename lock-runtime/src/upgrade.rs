@@ -53,8 +53,11 @@ pub(crate) async fn upgrade(
         kind: shared.acquired_kind,
         ..shared.spec()
     };
-    // Listening first: a reader that leaves after an attempt still wakes the next one.
-    let mut subscription = backend.subscribe(spec()).await.ok();
+    // Listening from the first busy answer on (an upgrade with no other reader left needs no
+    // wake-up: one round trip), and asked again at once then: a reader that left between that
+    // answer and the subscription is seen.
+    let mut subscription = None;
+    let mut subscribed = false;
     let mut pending = Pending {
         backend: Arc::clone(backend),
         shared: Arc::clone(shared),
@@ -75,6 +78,11 @@ pub(crate) async fn upgrade(
             }
             Ok(Upgrade::Busy { ttl }) => {
                 failures = 0;
+                if !subscribed {
+                    subscribed = true;
+                    subscription = backend.subscribe(spec()).await.ok();
+                    continue;
+                }
                 ttl
             }
             Ok(Upgrade::Lost) => {

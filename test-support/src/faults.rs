@@ -766,6 +766,7 @@ pub type BehindPgBouncer = PgBouncerFixture<false>;
 /// The fault suite's fixture whose faults hit PgBouncer (the server runs on).
 pub type PgBouncerItself = PgBouncerFixture<true>;
 
+#[async_trait::async_trait(?Send)]
 impl<const ITSELF: bool> Fixture for PgBouncerFixture<ITSELF> {
     fn url(&self) -> String {
         self.0.url()

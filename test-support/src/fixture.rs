@@ -15,6 +15,7 @@ use super::{RedisServer, unique};
 
 /// A backend the conformance suite runs against.
 #[allow(async_fn_in_trait)]
+#[async_trait::async_trait(?Send)]
 pub trait Fixture {
     /// The URL clients connect to.
     fn url(&self) -> String;
@@ -201,6 +202,7 @@ impl MemoryFixture {
     }
 }
 
+#[async_trait::async_trait(?Send)]
 impl Fixture for MemoryFixture {
     fn one_process(&self) -> Option<&'static str> {
         Some("memory:// lives in one process")
@@ -277,6 +279,7 @@ fn through(url: &str, server: u16, proxy: u16) -> String {
     url.replace(&format!(":{server}"), &format!(":{proxy}"))
 }
 
+#[async_trait::async_trait(?Send)]
 impl Fixture for RedisFixture {
     fn url(&self) -> String {
         self.server.url()
@@ -479,6 +482,7 @@ impl RedlockFixture {
     }
 }
 
+#[async_trait::async_trait(?Send)]
 impl Fixture for RedlockFixture {
     fn fair(&self) -> bool {
         false
@@ -562,6 +566,7 @@ impl ClusterFixture {
     }
 }
 
+#[async_trait::async_trait(?Send)]
 impl Fixture for ClusterFixture {
     fn url(&self) -> String {
         self.cluster.url()
@@ -642,6 +647,7 @@ impl SentinelFixture {
     }
 }
 
+#[async_trait::async_trait(?Send)]
 impl Fixture for SentinelFixture {
     fn url(&self) -> String {
         self.group.url("?replicas=1")
@@ -799,6 +805,7 @@ impl PostgresFixture {
     }
 }
 
+#[async_trait::async_trait(?Send)]
 impl Fixture for PostgresFixture {
     fn fair(&self) -> bool {
         false
@@ -1031,6 +1038,7 @@ impl AdvisoryFixture {
     }
 }
 
+#[async_trait::async_trait(?Send)]
 impl Fixture for AdvisoryFixture {
     fn lock_delay(&self) -> bool {
         false
@@ -1200,6 +1208,7 @@ impl MysqlFixture {
     }
 }
 
+#[async_trait::async_trait(?Send)]
 impl Fixture for MysqlFixture {
     fn fair(&self) -> bool {
         false
@@ -1439,6 +1448,7 @@ impl NamedFixture {
     }
 }
 
+#[async_trait::async_trait(?Send)]
 impl Fixture for NamedFixture {
     fn lock_delay(&self) -> bool {
         false
@@ -1616,6 +1626,7 @@ impl ZookeeperFixture {
     }
 }
 
+#[async_trait::async_trait(?Send)]
 impl Fixture for ZookeeperFixture {
     fn lock_delay(&self) -> bool {
         false
@@ -1730,20 +1741,33 @@ impl Fixture for ZookeeperFixture {
             ttl.as_millis()
         );
         let zk = self.zk().await;
-        let _ = zk
-            .mkdir(
-                &self.parent(name),
-                &zookeeper_client::CreateMode::Persistent
-                    .with_acls(zookeeper_client::Acls::anyone_all()),
-            )
-            .await;
-        zk.create(
-            &format!("{}/{token}-", self.parent(name)),
-            data.as_bytes(),
-            &options,
-        )
-        .await
-        .expect("plant another owner's node");
+        // The lock's parent is a container node, which the server deletes once it has been
+        // empty a while: emptied just now, it may go between the `mkdir` (which found it) and
+        // the create. Made again then.
+        let mut attempts = 0;
+        loop {
+            let _ = zk
+                .mkdir(
+                    &self.parent(name),
+                    &zookeeper_client::CreateMode::Persistent
+                        .with_acls(zookeeper_client::Acls::anyone_all()),
+                )
+                .await;
+            let planted = zk
+                .create(
+                    &format!("{}/{token}-", self.parent(name)),
+                    data.as_bytes(),
+                    &options,
+                )
+                .await;
+            match planted {
+                Err(zookeeper_client::Error::NoNode) if attempts < 5 => attempts += 1,
+                planted => {
+                    planted.expect("plant another owner's node");
+                    return;
+                }
+            }
+        }
     }
 
     async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
@@ -1851,6 +1875,7 @@ fn etcd_token(kv: &distlock::__private::testing::EtcdKey) -> String {
         .to_owned()
 }
 
+#[async_trait::async_trait(?Send)]
 impl Fixture for EtcdFixture {
     fn lock_delay(&self) -> bool {
         false

@@ -28,7 +28,7 @@ fn ms(n: u64) -> Duration {
 
 /// 64 tasks do a read-modify-write on shared state under the lock, with a yield between the
 /// read and the write; without exclusion updates are lost and the count comes out short.
-pub async fn mutual_exclusion_under_contention(fixture: &impl Fixture) {
+pub async fn mutual_exclusion_under_contention(fixture: &dyn Fixture) {
     const TASKS: u64 = 64;
     const ROUNDS: u64 = 5;
     let client = fixture.client().await;
@@ -72,7 +72,7 @@ pub async fn mutual_exclusion_under_contention(fixture: &impl Fixture) {
 
 /// Acquire stores the owner token under `<prefix><key>` with a TTL of at most the lease;
 /// release deletes it.
-pub async fn acquire_stores_a_token_with_a_ttl_and_release_deletes_it(fixture: &impl Fixture) {
+pub async fn acquire_stores_a_token_with_a_ttl_and_release_deletes_it(fixture: &dyn Fixture) {
     let client = fixture.builder().prefix("app:").build().await.unwrap();
     let guard = client
         .lock("order:42")
@@ -99,7 +99,7 @@ pub async fn acquire_stores_a_token_with_a_ttl_and_release_deletes_it(fixture: &
 }
 
 /// A's lease expires, B acquires; A's release reports "not held" and B's lock is intact.
-pub async fn a_stale_owner_cannot_release_the_new_owners_lock(fixture: &impl Fixture) {
+pub async fn a_stale_owner_cannot_release_the_new_owners_lock(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     let a = client
         .lock("stale")
@@ -133,7 +133,7 @@ pub async fn a_stale_owner_cannot_release_the_new_owners_lock(fixture: &impl Fix
 }
 
 /// A's watchdog keeps running after A lost the lock to B: it must not extend B's lease.
-pub async fn a_stale_owner_cannot_renew_the_new_owners_lock(fixture: &impl Fixture) {
+pub async fn a_stale_owner_cannot_renew_the_new_owners_lock(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     let a = client
         .lock("renew-stale")
@@ -168,7 +168,7 @@ pub async fn a_stale_owner_cannot_renew_the_new_owners_lock(fixture: &impl Fixtu
 /// refused throughout, and the guard never reports lost. (A 300 ms lease left a renewal too
 /// little room on a busy 2-core machine: ZooKeeper over TLS lost it once in a fresh clone's
 /// run, with the doc tests compiling beside it.)
-pub async fn renewal_keeps_a_lock_held_for_five_leases(fixture: &impl Fixture) {
+pub async fn renewal_keeps_a_lock_held_for_five_leases(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     let guard = client
         .lock("long")
@@ -194,7 +194,7 @@ pub async fn renewal_keeps_a_lock_held_for_five_leases(fixture: &impl Fixture) {
 /// the last one's release, and holds the key as its writer with a new fencing token above
 /// every earlier one — renewed as the writer from then on — while a writer that queued before
 /// the upgrade comes after it. Stores without upgradable reads refuse them, writing nothing.
-pub async fn an_upgradable_read_upgrades_without_letting_a_writer_in(fixture: &impl Fixture) {
+pub async fn an_upgradable_read_upgrades_without_letting_a_writer_in(fixture: &dyn Fixture) {
     use distlock::LockMode;
     let one = fixture.client().await;
     let two = fixture.client().await;
@@ -323,7 +323,7 @@ pub async fn an_upgradable_read_upgrades_without_letting_a_writer_in(fixture: &i
 /// for writers only), and an upgrade waits for it: the queue stores once upgraded past it (the
 /// history checker found a writer beside such a reader).
 pub async fn an_upgrade_waits_for_a_reader_behind_a_waiting_upgradable_request(
-    fixture: &impl Fixture,
+    fixture: &dyn Fixture,
 ) {
     if !fixture.upgradable() {
         return; // refused: see `an_upgradable_read_upgrades_without_letting_a_writer_in`
@@ -399,7 +399,7 @@ pub async fn an_upgrade_waits_for_a_reader_behind_a_waiting_upgradable_request(
 /// An upgrade given up — its `wait` over, or its future dropped — leaves the upgradable read
 /// as it was and lets new readers in again at once; a plain read cannot be upgraded; an
 /// upgradable read whose lease ran out is lost, not upgraded.
-pub async fn a_given_up_upgrade_leaves_the_upgradable_read_as_it_was(fixture: &impl Fixture) {
+pub async fn a_given_up_upgrade_leaves_the_upgradable_read_as_it_was(fixture: &dyn Fixture) {
     use distlock::LockMode;
     if !fixture.upgradable() {
         return; // refused: see `an_upgradable_read_upgrades_without_letting_a_writer_in`
@@ -493,7 +493,7 @@ pub async fn a_given_up_upgrade_leaves_the_upgradable_read_as_it_was(fixture: &i
 }
 
 /// Without renewal the lease runs out: the key is gone and the guard says lost.
-pub async fn without_renewal_the_lease_ends_and_the_guard_says_lost(fixture: &impl Fixture) {
+pub async fn without_renewal_the_lease_ends_and_the_guard_says_lost(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     // 500 ms: the guard must still be held when `acquire` returns, which on a loaded host
     // (two CPU hogs beside twelve tests at once) took more than the 100 ms this lease was.
@@ -519,7 +519,7 @@ pub async fn without_renewal_the_lease_ends_and_the_guard_says_lost(fixture: &im
 
 /// A deleted lock is reported lost within one renewal interval (lease/3 = 100 ms), by both
 /// `is_lost()` and the `lost()` future.
-pub async fn a_deleted_lock_is_reported_lost_within_one_renewal_interval(fixture: &impl Fixture) {
+pub async fn a_deleted_lock_is_reported_lost_within_one_renewal_interval(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     let guard = client
         .lock("deleted")
@@ -562,7 +562,7 @@ pub async fn a_deleted_lock_is_reported_lost_within_one_renewal_interval(fixture
 /// An overwritten lock is reported lost within one renewal interval, and the new owner's
 /// value is left alone.
 pub async fn an_overwritten_lock_is_reported_lost_within_one_renewal_interval(
-    fixture: &impl Fixture,
+    fixture: &dyn Fixture,
 ) {
     let client = fixture.client().await;
     let guard = client
@@ -593,7 +593,7 @@ pub async fn an_overwritten_lock_is_reported_lost_within_one_renewal_interval(
 }
 
 /// A guard dropped without `release()` — plain drop, panic, cancelled future — leaves no key.
-pub async fn a_dropped_guard_is_released_promptly(fixture: &impl Fixture) {
+pub async fn a_dropped_guard_is_released_promptly(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     let gone = |name: &'static str| async move {
         eventually(ms(500), || async { fixture.holder(name).await.is_none() }).await
@@ -638,7 +638,7 @@ pub async fn a_dropped_guard_is_released_promptly(fixture: &impl Fixture) {
 
 /// An acquisition cancelled while its attempt is in flight (the caller's timeout fires after
 /// the command went out) must not leave a lock behind that nobody holds.
-pub async fn a_cancelled_acquisition_leaves_no_lock_behind(fixture: &impl Fixture) {
+pub async fn a_cancelled_acquisition_leaves_no_lock_behind(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     for _ in 0..50 {
         let attempt = client.lock("cancel").lease(ms(30_000)).acquire();
@@ -673,7 +673,7 @@ pub async fn a_cancelled_acquisition_leaves_no_lock_behind(fixture: &impl Fixtur
 }
 
 /// A waiter is woken by the release, long before the holder's 10 s lease would run out.
-pub async fn a_waiter_is_woken_by_the_release(fixture: &impl Fixture) {
+pub async fn a_waiter_is_woken_by_the_release(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     let holder = client
         .lock("wake")
@@ -710,7 +710,7 @@ pub async fn a_waiter_is_woken_by_the_release(fixture: &impl Fixture) {
 
 /// Without a release (the holder stops renewing and never releases) a waiter still gets the
 /// lock once the holder's lease runs out.
-pub async fn a_waiter_retries_when_the_holders_lease_runs_out(fixture: &impl Fixture) {
+pub async fn a_waiter_retries_when_the_holders_lease_runs_out(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     // The lease runs from the grant, which lies between this instant and the holder's
     // `acquire` returning (a grant that waits for a replica's acknowledgement returns later).
@@ -739,7 +739,7 @@ pub async fn a_waiter_retries_when_the_holders_lease_runs_out(fixture: &impl Fix
 }
 
 /// `wait = 0` tries once and fails at once; `try_acquire` says `None`; the holder is untouched.
-pub async fn wait_zero_tries_once(fixture: &impl Fixture) {
+pub async fn wait_zero_tries_once(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     let holder = client
         .lock("busy")
@@ -775,7 +775,7 @@ pub async fn wait_zero_tries_once(fixture: &impl Fixture) {
 }
 
 /// `Timeout` reports how long it waited and names the key.
-pub async fn timeout_reports_how_long_it_waited(fixture: &impl Fixture) {
+pub async fn timeout_reports_how_long_it_waited(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     let holder = client
         .lock("slow")
@@ -811,7 +811,7 @@ pub async fn timeout_reports_how_long_it_waited(fixture: &impl Fixture) {
 /// Fencing tokens strictly increase across successive holders, clients and contention.
 /// A backend that cannot keep tokens monotonic (Redlock) refuses, at build and per request,
 /// with an error that says why.
-pub async fn fencing_tokens_increase(fixture: &impl Fixture) {
+pub async fn fencing_tokens_increase(fixture: &dyn Fixture) {
     if !fixture.fencing() {
         let refused = fixture.builder().fencing(true).build().await.unwrap_err();
         assert!(refused.to_string().contains("monotonic"), "{refused}");
@@ -866,7 +866,7 @@ pub async fn fencing_tokens_increase(fixture: &impl Fixture) {
 }
 
 /// Two clients of one backend exclude each other; tasks of one client are separate owners.
-pub async fn clients_and_tasks_are_separate_owners(fixture: &impl Fixture) {
+pub async fn clients_and_tasks_are_separate_owners(fixture: &dyn Fixture) {
     let one = fixture.client().await;
     let two: LockClient = fixture.client().await;
     let held = one.lock("shared").await.unwrap(); // a request is a future itself
@@ -880,7 +880,7 @@ pub async fn clients_and_tasks_are_separate_owners(fixture: &impl Fixture) {
 
 /// Keys that cannot be a lock name are refused before anything is sent, with a reason that
 /// names the problem, and the backend holds nothing afterwards.
-pub async fn bad_keys_are_refused_and_nothing_is_written(fixture: &impl Fixture) {
+pub async fn bad_keys_are_refused_and_nothing_is_written(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     let huge = "k".repeat(1 << 20);
     let cases: [(&str, &str); 5] = [
@@ -911,7 +911,7 @@ pub async fn bad_keys_are_refused_and_nothing_is_written(fixture: &impl Fixture)
 /// Keys with non-ASCII text or another backend's special characters (Redis Cluster hash-tag
 /// braces, ZooKeeper path slashes, Redis glob characters) are ordinary keys: each is locked,
 /// stored verbatim, kept apart from its neighbours, fenced, and released.
-pub async fn unusual_keys_are_stored_verbatim(fixture: &impl Fixture) {
+pub async fn unusual_keys_are_stored_verbatim(fixture: &dyn Fixture) {
     let client = fixture
         .builder()
         .fencing(fixture.fencing())
@@ -963,7 +963,7 @@ pub async fn unusual_keys_are_stored_verbatim(fixture: &impl Fixture) {
 /// Leases and waits at the edges of `Duration` through the manual API: a clear error for a
 /// lease too short (zero, one nanosecond) or too long (`Duration::MAX`), and waits of one
 /// nanosecond and `Duration::MAX` behave as a try and as "forever" — no panic, no hang.
-pub async fn durations_at_the_edges(fixture: &impl Fixture) {
+pub async fn durations_at_the_edges(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     for (lease, says) in [
         (Duration::ZERO, "too short"),
@@ -1042,7 +1042,7 @@ pub async fn durations_at_the_edges(fixture: &impl Fixture) {
 /// Replies come 60–120 ms late (a congested network, an overloaded server): acquisitions that
 /// may wait all succeed, a held lock is renewed past its lease, the recorded holds never
 /// overlap, and nothing is left on the servers afterwards.
-pub async fn a_slow_backend_still_grants_waiting_acquisitions(fixture: &impl Fixture) {
+pub async fn a_slow_backend_still_grants_waiting_acquisitions(fixture: &dyn Fixture) {
     const CLIENTS: usize = 2;
     const TASKS: usize = 2;
     const ROUNDS: usize = 3;
@@ -1126,7 +1126,7 @@ pub async fn a_slow_backend_still_grants_waiting_acquisitions(fixture: &impl Fix
 /// under its glob (nothing outside it), each with the token the server holds. Where the store
 /// announces changes (memory, every Redis deployment, ZooKeeper, etcd) it follows them, and polls
 /// only once an hour here: every event must then come from the store's announcement.
-pub async fn a_watch_reports_each_change_as_the_store_announces_it(fixture: &impl Fixture) {
+pub async fn a_watch_reports_each_change_as_the_store_announces_it(fixture: &dyn Fixture) {
     use distlock::admin::LockEvent;
     let url = fixture.url();
     let announces = ["memory:", "redis", "redlock", "zk://", "zks://", "etcd"]
@@ -1256,7 +1256,7 @@ pub async fn a_watch_reports_each_change_as_the_store_announces_it(fixture: &imp
 /// The admin API (what `distlock list`/`show` print): a held lock names this process, its
 /// token, lease and fencing token; a listing finds exactly the keys its glob matches; a free
 /// key shows nothing; the server answers a ping.
-pub async fn the_admin_api_shows_who_holds_what(fixture: &impl Fixture) {
+pub async fn the_admin_api_shows_who_holds_what(fixture: &dyn Fixture) {
     let client = fixture
         .builder()
         .fencing(fixture.fencing())
@@ -1315,7 +1315,7 @@ pub async fn the_admin_api_shows_who_holds_what(fixture: &impl Fixture) {
 /// A forced release deletes the lock whoever holds it, returns what it removed, lets a waiter
 /// in well before the holder's lease would have ended, and the holder learns it lost the lock
 /// (at its next renewal at the latest).
-pub async fn a_forced_release_frees_the_lock_and_tells_the_holder(fixture: &impl Fixture) {
+pub async fn a_forced_release_frees_the_lock_and_tells_the_holder(fixture: &dyn Fixture) {
     let admin = fixture.client().await;
     let lease = ms(6_000);
     let holder = fixture.client().await;
@@ -1376,7 +1376,7 @@ pub async fn a_forced_release_frees_the_lock_and_tells_the_holder(fixture: &impl
 /// nothing in line: the next waiter is granted the lock as soon as the holder releases it, not
 /// one lease later. ShedLock's case: a job scheduled on many nodes, each asking once and exiting
 /// when another node runs it.
-pub async fn a_try_once_that_exits_leaves_nothing_in_line(fixture: &impl Fixture) {
+pub async fn a_try_once_that_exits_leaves_nothing_in_line(fixture: &dyn Fixture) {
     let key = "try-once:exit";
     let fair = fixture.fair();
     let request = move |client: &LockClient| {
@@ -1417,7 +1417,7 @@ pub async fn a_try_once_that_exits_leaves_nothing_in_line(fixture: &impl Fixture
 /// in line), and asserts that the waiter is granted the lock within a second of the release —
 /// not one lease later, as it would be behind a place `left` by someone gone.
 async fn next_waiter_is_granted_at_once(
-    fixture: &impl Fixture,
+    fixture: &dyn Fixture,
     holder: distlock::LockGuard,
     key: &'static str,
     fair: bool,
@@ -1458,7 +1458,7 @@ fn try_once_and_exit(url: &str, key: &str, fair: bool) -> String {
 /// as soon as the holder releases it. On ZooKeeper and etcd the waiter's place is a node or key
 /// on the client's session or lease, closed or revoked as the runtime shuts down; elsewhere a
 /// plain waiter holds no place on the server.
-pub async fn a_waiter_whose_process_ends_leaves_nothing_in_line(fixture: &impl Fixture) {
+pub async fn a_waiter_whose_process_ends_leaves_nothing_in_line(fixture: &dyn Fixture) {
     let key = "ended:waiter";
     let holding = fixture.client().await;
     let holder = holding
@@ -1500,7 +1500,7 @@ pub async fn a_waiter_whose_process_ends_leaves_nothing_in_line(fixture: &impl F
 /// (the proxy drops replies, then cuts the connections): the retry finds the lock not ours — the
 /// next owner took it meanwhile. That is no lost lease: `release()` is `Ok`, and the next owner's
 /// lock is intact.
-pub async fn a_release_whose_reply_was_lost_is_not_reported_lost(fixture: &impl Fixture) {
+pub async fn a_release_whose_reply_was_lost_is_not_reported_lost(fixture: &dyn Fixture) {
     if let Some(why) = fixture.one_process() {
         println!("does not apply: no network between the client and the store ({why})");
         return;
@@ -1574,7 +1574,7 @@ pub async fn a_release_whose_reply_was_lost_is_not_reported_lost(fixture: &impl 
 
 /// On a backend without read locks: the refusal, a `Config` error naming the key and saying
 /// so. `true` when the backend serves them and the case goes on.
-async fn serves_read_locks(fixture: &impl Fixture, client: &LockClient, key: &str) -> bool {
+async fn serves_read_locks(fixture: &dyn Fixture, client: &LockClient, key: &str) -> bool {
     if fixture.read_locks() {
         return true;
     }
@@ -1594,7 +1594,7 @@ async fn serves_read_locks(fixture: &impl Fixture, client: &LockClient, key: &st
 
 /// Readers of one key hold it together, each with a share of its own on the server; a writer
 /// excludes readers and is excluded by them; the last reader's release frees the key.
-pub async fn readers_share_a_key_and_exclude_writers(fixture: &impl Fixture) {
+pub async fn readers_share_a_key_and_exclude_writers(fixture: &dyn Fixture) {
     let (one, two) = (fixture.client().await, fixture.client().await);
     if !serves_read_locks(fixture, &one, "catalog").await {
         return;
@@ -1657,7 +1657,7 @@ pub async fn readers_share_a_key_and_exclude_writers(fixture: &impl Fixture) {
 /// Each reader's share lives on its own lease: an unrenewed reader's share ends one lease
 /// later while a renewed reader's goes on, and one reader's renewal never extends another's
 /// (Redisson #1604, #7098).
-pub async fn each_reader_has_its_own_lease(fixture: &impl Fixture) {
+pub async fn each_reader_has_its_own_lease(fixture: &dyn Fixture) {
     let (one, two) = (fixture.client().await, fixture.client().await);
     if !serves_read_locks(fixture, &one, "tenant").await {
         return;
@@ -1694,7 +1694,7 @@ pub async fn each_reader_has_its_own_lease(fixture: &impl Fixture) {
 /// No writer starvation: four clients keep overlapping read holds of 300 ms going for seconds
 /// (the key is never without a reader), yet a writer with `wait = 4s` gets in — its waiting
 /// stops new readers from joining — and nobody reads while it writes.
-pub async fn a_waiting_writer_is_not_starved_by_readers(fixture: &impl Fixture) {
+pub async fn a_waiting_writer_is_not_starved_by_readers(fixture: &dyn Fixture) {
     let writer_client = fixture.client().await;
     if !serves_read_locks(fixture, &writer_client, "prices").await {
         return;
@@ -1762,7 +1762,7 @@ pub async fn a_waiting_writer_is_not_starved_by_readers(fixture: &impl Fixture) 
 
 /// A writer's release wakes every waiting reader at once, and the last reader's release wakes
 /// a waiting writer — by notification, long before the holders' 30 s leases end.
-pub async fn releases_wake_readers_and_writers(fixture: &impl Fixture) {
+pub async fn releases_wake_readers_and_writers(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     if !serves_read_locks(fixture, &client, "report").await {
         return;
@@ -1818,7 +1818,7 @@ pub async fn releases_wake_readers_and_writers(fixture: &impl Fixture) {
 
 /// A writer that gives up waiting takes back its mark: readers may join again at once, rather
 /// than after the mark lapses.
-pub async fn a_writer_that_gives_up_lets_readers_in_again(fixture: &impl Fixture) {
+pub async fn a_writer_that_gives_up_lets_readers_in_again(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     if !serves_read_locks(fixture, &client, "menu").await {
         return;
@@ -1854,7 +1854,7 @@ pub async fn a_writer_that_gives_up_lets_readers_in_again(fixture: &impl Fixture
 /// write grant's and below the next one's — the last write grant's itself on the backends that
 /// keep a counter (memory, Redis, SQL), the reader's own grant's where tokens are the store's
 /// transaction ids (ZooKeeper, etcd).
-pub async fn readers_get_the_last_writers_fencing_token(fixture: &impl Fixture) {
+pub async fn readers_get_the_last_writers_fencing_token(fixture: &dyn Fixture) {
     let client = fixture
         .builder()
         .fencing(fixture.fencing())
@@ -1888,7 +1888,7 @@ pub async fn readers_get_the_last_writers_fencing_token(fixture: &impl Fixture) 
 }
 
 /// The admin API shows a read lock's readers, each with its holder and own lease.
-pub async fn the_admin_api_shows_readers(fixture: &impl Fixture) {
+pub async fn the_admin_api_shows_readers(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     if !serves_read_locks(fixture, &client, "shown").await {
         return;
@@ -1944,7 +1944,7 @@ pub async fn the_admin_api_shows_readers(fixture: &impl Fixture) {
 
 /// On a backend without semaphores: the refusal, a `Config` error naming the key and saying
 /// so. `true` when the backend serves them and the case goes on.
-async fn serves_semaphores(fixture: &impl Fixture, client: &LockClient, key: &str) -> bool {
+async fn serves_semaphores(fixture: &dyn Fixture, client: &LockClient, key: &str) -> bool {
     if fixture.semaphores() {
         return true;
     }
@@ -1975,7 +1975,7 @@ fn tokens_of(guards: &[&distlock::LockGuard]) -> Vec<String> {
 /// At most `n` permits at once, each stored under its holder's token; with more contenders
 /// than permits all `n` are in use at once (the semaphore does not serialise); a release frees
 /// one permit, the last one's leaves nothing behind.
-pub async fn a_semaphore_admits_up_to_n_holders_at_once(fixture: &impl Fixture) {
+pub async fn a_semaphore_admits_up_to_n_holders_at_once(fixture: &dyn Fixture) {
     let (one, two) = (fixture.client().await, fixture.client().await);
     if !serves_semaphores(fixture, &one, "gpu").await {
         return;
@@ -2048,7 +2048,7 @@ pub async fn a_semaphore_admits_up_to_n_holders_at_once(fixture: &impl Fixture) 
 
 /// Each permit lives on its own lease: an unrenewed permit comes back one lease later (not
 /// before), while a renewed one goes on and never keeps another alive.
-pub async fn each_permit_has_its_own_lease(fixture: &impl Fixture) {
+pub async fn each_permit_has_its_own_lease(fixture: &dyn Fixture) {
     let (one, two) = (fixture.client().await, fixture.client().await);
     if !serves_semaphores(fixture, &one, "partner-api").await {
         return;
@@ -2089,7 +2089,7 @@ pub async fn each_permit_has_its_own_lease(fixture: &impl Fixture) {
 /// lock asked for on a semaphore's name (and a semaphore on a lock's) fail with
 /// `LockError::Config` naming the key (and both limits) — after one try, not after `wait` —
 /// and write nothing. `permits = 0` is refused before any round trip.
-pub async fn a_semaphore_refuses_another_limit_and_another_kind(fixture: &impl Fixture) {
+pub async fn a_semaphore_refuses_another_limit_and_another_kind(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     if !serves_semaphores(fixture, &client, "migrations").await {
         return;
@@ -2157,7 +2157,7 @@ pub async fn a_semaphore_refuses_another_limit_and_another_kind(fixture: &impl F
 }
 
 /// A release wakes a waiter for a permit at once — long before the holders' leases run out.
-pub async fn a_permit_release_wakes_a_waiter(fixture: &impl Fixture) {
+pub async fn a_permit_release_wakes_a_waiter(fixture: &dyn Fixture) {
     let (one, two) = (fixture.client().await, fixture.client().await);
     if !serves_semaphores(fixture, &one, "pool").await {
         return;
@@ -2192,7 +2192,7 @@ pub async fn a_permit_release_wakes_a_waiter(fixture: &impl Fixture) {
 
 /// On ZooKeeper and etcd, whose waiters queue on the server, permits go to waiters in arrival
 /// order: each freed permit to the earliest waiter (elsewhere no order is promised).
-pub async fn permit_waiters_are_served_in_arrival_order(fixture: &impl Fixture) {
+pub async fn permit_waiters_are_served_in_arrival_order(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     if !serves_semaphores(fixture, &client, "queue-pool").await {
         return;
@@ -2246,7 +2246,7 @@ pub async fn permit_waiters_are_served_in_arrival_order(fixture: &impl Fixture) 
 }
 
 /// Fencing: every permit grant gets a new, higher token.
-pub async fn permits_get_rising_fencing_tokens(fixture: &impl Fixture) {
+pub async fn permits_get_rising_fencing_tokens(fixture: &dyn Fixture) {
     let client = fixture
         .builder()
         .fencing(fixture.fencing())
@@ -2269,7 +2269,7 @@ pub async fn permits_get_rising_fencing_tokens(fixture: &impl Fixture) {
 }
 
 /// The admin API shows a semaphore's limit and its permits, each with its holder.
-pub async fn the_admin_api_shows_permits(fixture: &impl Fixture) {
+pub async fn the_admin_api_shows_permits(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     if !serves_semaphores(fixture, &client, "shown-pool").await {
         return;
@@ -2309,7 +2309,7 @@ pub async fn the_admin_api_shows_permits(fixture: &impl Fixture) {
 /// `available()`: the permits not held — exact while nothing changes, never below zero with a
 /// waiter in line, an expired permit counted free; nothing written by asking. Another limit, a
 /// lock's name, or a store without semaphores: `Config`, as an acquisition.
-pub async fn available_counts_the_permits_not_held(fixture: &impl Fixture) {
+pub async fn available_counts_the_permits_not_held(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     if !fixture.semaphores() {
         match client.semaphore("free-pool", 2).available().await {
@@ -2404,7 +2404,7 @@ pub async fn available_counts_the_permits_not_held(fixture: &impl Fixture) {
 /// Several keys: named in any order and with repeats, taken once each in canonical order and
 /// stored under one holder each; a lone lock of any of them is busy; release frees every key,
 /// as does dropping the guard.
-pub async fn several_keys_are_taken_together_and_given_back_together(fixture: &impl Fixture) {
+pub async fn several_keys_are_taken_together_and_given_back_together(fixture: &dyn Fixture) {
     let (one, two) = (
         fixture
             .builder()
@@ -2468,7 +2468,7 @@ pub async fn several_keys_are_taken_together_and_given_back_together(fixture: &i
 
 /// `transfer(a, b)` and `transfer(b, a)`, 100 times each from two clients, beside a third
 /// client locking `a` alone: nobody times out, and no key ever has two holders.
-pub async fn opposite_orders_never_deadlock(fixture: &impl Fixture) {
+pub async fn opposite_orders_never_deadlock(fixture: &dyn Fixture) {
     const ROUNDS: usize = 100;
     let clients = [
         fixture.client().await,
@@ -2514,7 +2514,7 @@ pub async fn opposite_orders_never_deadlock(fixture: &impl Fixture) {
 /// One `wait` covers the set: when it runs out on a busy key, the error names that key, and
 /// every key taken meanwhile is back before the error returns; the busy key's holder is left
 /// alone. With `wait = 0`, one try.
-pub async fn a_set_that_times_out_gives_back_what_it_took(fixture: &impl Fixture) {
+pub async fn a_set_that_times_out_gives_back_what_it_took(fixture: &dyn Fixture) {
     let (one, two) = (fixture.client().await, fixture.client().await);
     let blocker = two
         .lock("span:z")
@@ -2571,7 +2571,7 @@ pub async fn a_set_that_times_out_gives_back_what_it_took(fixture: &impl Fixture
 
 /// Every key of a set is renewed while the guard lives; deleting any one loses the whole
 /// guard, and its release still gives the other key back.
-pub async fn losing_any_key_loses_the_set(fixture: &impl Fixture) {
+pub async fn losing_any_key_loses_the_set(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     let set = client
         .lock_all(["lose:a", "lose:b"])
@@ -2618,7 +2618,7 @@ pub async fn losing_any_key_loses_the_set(fixture: &impl Fixture) {
 
 /// No keys, or a bad one among good ones: refused before anything is written, naming the bad
 /// key.
-pub async fn an_empty_or_bad_key_list_is_refused(fixture: &impl Fixture) {
+pub async fn an_empty_or_bad_key_list_is_refused(fixture: &dyn Fixture) {
     let client = fixture.client().await;
     match client.lock_all(Vec::<String>::new()).acquire().await {
         Err(LockError::Config(message)) => assert!(message.contains("no keys"), "{message}"),
@@ -2646,7 +2646,7 @@ pub async fn an_empty_or_bad_key_list_is_refused(fixture: &impl Fixture) {
 
 /// `.read()` takes every key of the set shared: two sets of readers hold them together, a
 /// writer of either key waits; released, nothing is left.
-pub async fn a_set_of_readers_shares_every_key(fixture: &impl Fixture) {
+pub async fn a_set_of_readers_shares_every_key(fixture: &dyn Fixture) {
     let (one, two) = (fixture.client().await, fixture.client().await);
     if !serves_read_locks(fixture, &one, "shelf:x").await {
         return;
@@ -2719,7 +2719,7 @@ async fn free_again_after_min_hold<F, Fut>(
 /// On a backend that cannot keep `min_hold` (PostgreSQL's advisory locks end with their
 /// holder's connection): a request with one fails with `Config`, naming the key and saying why,
 /// and takes nothing. `true` when that was checked (the calling test ends there).
-async fn min_hold_is_refused(fixture: &impl Fixture) -> bool {
+async fn min_hold_is_refused(fixture: &dyn Fixture) -> bool {
     if fixture.min_hold() {
         return false;
     }
@@ -2743,7 +2743,7 @@ async fn min_hold_is_refused(fixture: &impl Fixture) -> bool {
 /// serves: a plain lock, a reader's share, a semaphore's permit, a set of keys), a try-once by
 /// another client is busy, and the lock is free again when `min_hold` has passed — not before
 /// 2/3 of it, not after `min_hold` + 1 s.
-pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &impl Fixture) {
+pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &dyn Fixture) {
     if min_hold_is_refused(fixture).await {
         return;
     }
@@ -2922,7 +2922,7 @@ pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &impl 
 /// A holder process that releases before `min_hold` and then exits normally (its runtime shuts
 /// down, its client is dropped) leaves the lock held until `min_hold` has passed: on ZooKeeper
 /// and etcd its session or lease is left to expire, not closed. (Lease = `min_hold`.)
-pub async fn min_hold_outlives_a_holder_process_that_exits(fixture: &impl Fixture) {
+pub async fn min_hold_outlives_a_holder_process_that_exits(fixture: &dyn Fixture) {
     if min_hold_is_refused(fixture).await {
         return;
     }
@@ -2991,7 +2991,7 @@ pub async fn min_hold_outlives_a_holder_process_that_exits(fixture: &impl Fixtur
 /// renewals) leaves the key taken until its lease plus the delay — a waiter is granted no
 /// sooner, and soon after; a release, or a forced one, frees the key at once. A store whose
 /// locks end with a session refuses it with `Config`, writing nothing.
-pub async fn lock_delay_keeps_a_dead_holders_key_past_its_lease(fixture: &impl Fixture) {
+pub async fn lock_delay_keeps_a_dead_holders_key_past_its_lease(fixture: &dyn Fixture) {
     const LEASE: Duration = Duration::from_millis(1_000);
     const DELAY: Duration = Duration::from_millis(1_500);
     let key = "delayed";
@@ -3111,7 +3111,7 @@ pub async fn lock_delay_keeps_a_dead_holders_key_past_its_lease(fixture: &impl F
 /// later (the last renewal's lease runs out; ZooKeeper and etcd, whose locks live on a
 /// session, are given back at `max_hold`), and the capped holder's release says `Lost`. A
 /// `max_hold` shorter than the lease is refused before anything is written.
-pub async fn max_hold_stops_renewal_and_loses_the_lock_then(fixture: &impl Fixture) {
+pub async fn max_hold_stops_renewal_and_loses_the_lock_then(fixture: &dyn Fixture) {
     const LEASE: Duration = Duration::from_millis(1_000);
     const MAX_HOLD: Duration = Duration::from_millis(2_500);
     let (one, two) = (fixture.client().await, fixture.client().await);
@@ -3180,7 +3180,7 @@ pub async fn max_hold_stops_renewal_and_loses_the_lock_then(fixture: &impl Fixtu
 /// A release after `min_hold` frees the lock at once; a `min_hold` longer than the lease is
 /// refused with `Config`, naming the key, before anything is written.
 pub async fn a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refused(
-    fixture: &impl Fixture,
+    fixture: &dyn Fixture,
 ) {
     if min_hold_is_refused(fixture).await {
         return;
@@ -3220,7 +3220,7 @@ pub async fn a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refuse
 /// `on_busy = "skip"` (ShedLock's behaviour): a lock another client holds past `wait` skips the
 /// body and gives `Ok(Default::default())`, and leaves the holder's lock as it was and nothing
 /// of its own; a free lock runs the body. Through `with_client`, the fixture's own client.
-pub async fn on_busy_skip_runs_nothing_when_busy(fixture: &impl Fixture) {
+pub async fn on_busy_skip_runs_nothing_when_busy(fixture: &dyn Fixture) {
     #[distlock::distributed_lock(key = "skip:<name>", wait = "0s", on_busy = "skip")]
     async fn job(name: &str, ran: &AtomicUsize) -> Result<Option<u32>, LockError> {
         ran.fetch_add(1, Ordering::SeqCst);
@@ -3265,12 +3265,12 @@ pub async fn on_busy_skip_runs_nothing_when_busy(fixture: &impl Fixture) {
 /// acquisition could have succeeded: the server holds the key) and give nothing back; the
 /// outer release frees the key. Outside the scope the same task is another owner, and a write
 /// under a read fails with `WriteUnderRead`.
-pub async fn reentrancy_is_the_same_however_the_lock_was_entered(fixture: &impl Fixture) {
+pub async fn reentrancy_is_the_same_however_the_lock_was_entered(fixture: &dyn Fixture) {
     #[distlock::distributed_lock(key = "re:<name>", client = client, wait = "0s")]
     async fn annotated(
         client: &LockClient,
         name: &str,
-        fixture: &impl Fixture,
+        fixture: &dyn Fixture,
         outer: Option<String>,
     ) -> Result<Option<String>, LockError> {
         let holder = fixture.holder(&format!("lock:re:{name}")).await;
@@ -3348,7 +3348,7 @@ pub async fn reentrancy_is_the_same_however_the_lock_was_entered(fixture: &impl 
 /// names each leader and term; `resign()` lets a waiting candidate lead at once (well within
 /// the lease it would otherwise wait out); an observer never sees an older term after a newer
 /// one; bad input and a name held as a plain lock or a semaphore are refused, nothing written.
-pub async fn an_election_has_one_leader_at_a_time(fixture: &impl Fixture) {
+pub async fn an_election_has_one_leader_at_a_time(fixture: &dyn Fixture) {
     use futures_util::StreamExt;
     let watcher = fixture.client().await;
     if !fixture.fencing() {

@@ -73,12 +73,12 @@ async fn run<F: Faulty>(scenario: Scenario) {
 }
 
 /// The owner token the servers hold for lock `key`.
-async fn holder_of(fixture: &impl Fixture, key: &str) -> Option<String> {
+async fn holder_of(fixture: &dyn Fixture, key: &str) -> Option<String> {
     fixture.holder(&format!("lock:{key}")).await
 }
 
 /// Asserts that the servers hold the lock `key` for `guard` (its owner token is stored).
-async fn assert_holds(fixture: &impl Fixture, key: &str, guard: &distlock::LockGuard, what: &str) {
+async fn assert_holds(fixture: &dyn Fixture, key: &str, guard: &distlock::LockGuard, what: &str) {
     let mine = distlock::__private::testing::owner_token(guard).to_owned();
     assert_eq!(holder_of(fixture, key).await, Some(mine), "{what}");
 }
@@ -86,7 +86,7 @@ async fn assert_holds(fixture: &impl Fixture, key: &str, guard: &distlock::LockG
 /// A client of the fixture whose connect and response timeouts are `timeout` (what a scenario
 /// exercises), connected patiently (its connection is the setup: see
 /// `support::helper::connect_patiently`).
-async fn short_timeout_client(fixture: &impl Fixture, timeout: Duration) -> LockClient {
+async fn short_timeout_client(fixture: &dyn Fixture, timeout: Duration) -> LockClient {
     support::helper::connect_patiently(|| {
         fixture
             .builder()
@@ -98,7 +98,7 @@ async fn short_timeout_client(fixture: &impl Fixture, timeout: Duration) -> Lock
 }
 
 /// A client of the fixture with fencing where the backend has it.
-async fn fenced_client(fixture: &impl Fixture) -> LockClient {
+async fn fenced_client(fixture: &dyn Fixture) -> LockClient {
     fixture
         .builder()
         .fencing(fixture.fencing())
@@ -129,7 +129,7 @@ fn spawn_holder<F: Faulty>(
 }
 
 /// Whether the servers hold a reader's share of `key` under `token`.
-async fn holds_share(fixture: &impl Fixture, key: &str, token: &str) -> bool {
+async fn holds_share(fixture: &dyn Fixture, key: &str, token: &str) -> bool {
     let readers = fixture.readers(&format!("lock:{key}")).await;
     readers.iter().any(|(t, _)| t == token)
 }
@@ -822,7 +822,7 @@ async fn server_dies_mid_call<F: Faulty>(mut fixture: F) {
     eprintln!("{:?}: {}", F::BACKEND, report.join("; "));
 }
 
-fn futures_holder(fixture: &impl Fixture, key: &str) -> Option<String> {
+fn futures_holder(fixture: &dyn Fixture, key: &str) -> Option<String> {
     tokio::task::block_in_place(|| {
         tokio::runtime::Handle::current().block_on(holder_of(fixture, key))
     })
@@ -830,7 +830,7 @@ fn futures_holder(fixture: &impl Fixture, key: &str) -> Option<String> {
 
 /// After the restart the same client takes and gives back the lock, and the server saw it (a
 /// lock the dead server kept with its data is free once its lease ran out).
-async fn works_again(fixture: &impl Fixture, client: &LockClient, key: &str) {
+async fn works_again(fixture: &dyn Fixture, client: &LockClient, key: &str) {
     let guard = client
         .lock(key)
         .wait(Duration::from_secs(8))
@@ -1123,7 +1123,7 @@ async fn paused_reader_loses_its_share<F: Faulty>(fixture: F) {
 // 12. The holder of a semaphore's one permit is killed; a waiter gets it one lease later.
 
 /// The permits the servers hold for semaphore `key`: their owner tokens.
-async fn permit_holders(fixture: &impl Fixture, key: &str) -> Vec<String> {
+async fn permit_holders(fixture: &dyn Fixture, key: &str) -> Vec<String> {
     let permits = fixture.permits(&format!("lock:{key}")).await;
     permits.into_iter().map(|(token, _)| token).collect()
 }
