@@ -194,24 +194,16 @@ background() {
     # plain compiler: clippy's lints are not theirs to pass (a pass case is written to compile,
     # not to be idiomatic), and its messages would change the compile errors the fail cases
     # expect. Their target directory is their own: they run beside the steps below.
-    # Then, in the same lane, each published crate checked alone (only the features it asks
-    # for), so that none builds only with features another crate of the workspace turns on: in
-    # a target directory of their own too, so they need not wait for the other lane's cargo
-    # (they waited, then ran on 60 s past the tests' end in a fresh clone's run, 2026-11-29).
     (
         echo "==> [${SECONDS}s] (background) the trybuild cases"
-        (cd ui-tests && env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS "$ui_binary" --quiet)
-        echo "==> [${SECONDS}s] (background) each crate checked alone"
-        for crate in lock-macros distlock distlock-cli; do
-            CARGO_TARGET_DIR="$target_dir/alone" cargo check -p "$crate" --quiet
-        done
-        echo "==> [${SECONDS}s] (background) the trybuild cases and each crate alone passed"
+        cd ui-tests && env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS "$ui_binary" --quiet
+        echo "==> [${SECONDS}s] (background) the trybuild cases passed"
     ) >"$trybuild_log" 2>&1 &
     local trybuild=$!
-    # In this lane, what compiles one crate after another comes first (the packages, the
-    # feature test) and what keeps both cores busy last (the docs check every dependency):
-    # what is left when the tests end runs on both (a fresh clone's run ended with 104 s of
-    # the per-crate checks alone, half the CPU idle; 2026-11-29).
+    # In this lane, what compiles one crate after another comes first (each crate checked
+    # alone, the feature test) and what keeps both cores busy last (the docs check every
+    # dependency): what is left when the tests end runs on both (a fresh clone's run ended
+    # with 104 s of the per-crate checks alone, half the CPU idle; 2026-11-29).
     # Every crate's tarball is made (cargo's checks of its manifest), and lists every source
     # file git has. They are not built again from the tarballs: that compiled lock-runtime,
     # lock-macros and distlock once more (152 s of a fresh clone's run, the longest of these
@@ -220,9 +212,12 @@ background() {
     # the workspace turns on by `cargo check` of each crate alone (lock-runtime alone is also
     # built, without features, by the feature test below). The crates that name the
     # others as registry dependencies are packaged in the same command, which resolves them.
-    bstep "cargo package: each crate's tarball and its file list"
+    bstep "cargo package: each crate's tarball and its file list; each crate checked alone"
     cargo package --workspace --exclude distlock-bench --exclude distlock-test-support \
         --exclude distlock-ui-tests --no-verify --allow-dirty --quiet
+    cargo check -p lock-macros --quiet
+    cargo check -p distlock --quiet
+    cargo check -p distlock-cli --quiet
     if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
         local crate dir listed unpackaged
         for crate in distlock:. lock-runtime:lock-runtime lock-macros:lock-macros distlock-cli:lock-cli; do
@@ -252,7 +247,7 @@ background() {
     # it held up the tests; 2026-11-28).
     bstep "cargo doc (warnings are errors)"
     RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
-    bstep "waiting for the trybuild cases and the checks of each crate alone"
+    bstep "waiting for the trybuild cases"
     wait "$trybuild"
     bstep "done"
 }
