@@ -31,6 +31,13 @@ const TOKEN_CAPACITY: usize = 1 + MAX_HOST_LEN + 1 + 10 + 1 + 20 + 1 + 32;
 /// with it (host names are cut to letters, digits, `.`, `-` and `_`).
 pub(crate) const UPGRADABLE: char = '^';
 
+/// The owner token of the writer's entry an upgrade of the upgradable share `token` adds to a
+/// lock's queue (ZooKeeper, etcd): `!` before the share's token.
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) fn upgrade_entry(token: &str) -> String {
+    format!("!{token}")
+}
+
 /// Whether `token` is an upgradable reader's.
 pub(crate) fn is_upgradable(token: &str) -> bool {
     token.starts_with(UPGRADABLE)

@@ -112,13 +112,7 @@ impl EtcdBackend {
             // Our key, made now if absent (a waiter keeps its place between attempts), and
             // the head of the queue, in one transaction.
             let txn = TxnRequest {
-                compare: vec![Compare {
-                    result: proto::EQUAL,
-                    target: proto::COMPARE_CREATE,
-                    key: key.clone(),
-                    target_union: Some(CompareWith::CreateRevision(0)),
-                    range_end: Vec::new(),
-                }],
+                compare: vec![proto::absent(key.clone())],
                 success: vec![
                     op(RequestUnion::Put(PutRequest {
                         key: key.clone(),

@@ -271,13 +271,7 @@ fn put_if_absent(
         })),
     };
     proto::TxnRequest {
-        compare: vec![proto::Compare {
-            result: proto::EQUAL,
-            target: proto::COMPARE_CREATE,
-            key: key.to_vec(),
-            target_union: Some(proto::CompareWith::CreateRevision(0)),
-            range_end: Vec::new(),
-        }],
+        compare: vec![proto::absent(key.to_vec())],
         success: std::iter::once(put).chain(also).collect(),
         failure: Vec::new(),
     }

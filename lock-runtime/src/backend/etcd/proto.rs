@@ -333,6 +333,18 @@ pub(crate) struct LeaseKeepAliveResponse {
     pub ttl: i64,
 }
 
+/// The compare of a transaction that puts `key` only if it does not exist (its create
+/// revision is 0).
+pub(crate) fn absent(key: Vec<u8>) -> Compare {
+    Compare {
+        result: EQUAL,
+        target: COMPARE_CREATE,
+        key,
+        target_union: Some(CompareWith::CreateRevision(0)),
+        range_end: Vec::new(),
+    }
+}
+
 /// The end of the range of every key starting with `prefix` (etcd's `GetPrefixRangeEnd`): the
 /// prefix with its last byte below 0xff incremented and what follows it dropped.
 pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {

@@ -14,18 +14,12 @@ use super::acquire::op;
 use super::keys::entry_of;
 use super::lost::watch_delete;
 use super::proto::{
-    self, Compare, CompareWith, PutRequest, RangeRequest, RangeResponse, RequestUnion, Response,
-    TxnRequest, path,
+    self, PutRequest, RangeRequest, RangeResponse, RequestUnion, Response, TxnRequest, path,
 };
 use super::{EtcdBackend, OwnKey};
 use crate::backend::queue::{Turn, upgrade_turn};
 use crate::backend::{Kind, LockSpec, Transient, Upgrade};
 use crate::error::BoxError;
-
-/// The owner token of the key an upgrade adds for the upgradable share `token`.
-fn upgrade_token(token: &str) -> String {
-    format!("!{token}")
-}
 
 impl EtcdBackend {
     /// One attempt of [`Backend::upgrade`](crate::backend::Backend::upgrade).
@@ -41,7 +35,7 @@ impl EtcdBackend {
             return Ok(Upgrade::Lost);
         }
         let queue = self.queue_key(spec.name);
-        let up_token = upgrade_token(spec.token);
+        let up_token = crate::token::upgrade_entry(spec.token);
         let up_key = self.slots.key(&up_token, &queue, lease.id, Kind::Exclusive);
         let known = self.keys().get(&up_token).map(|own| own.revision);
         if known.is_none() {
@@ -54,13 +48,7 @@ impl EtcdBackend {
                 ..spec
             });
             let txn = TxnRequest {
-                compare: vec![Compare {
-                    result: proto::EQUAL,
-                    target: proto::COMPARE_CREATE,
-                    key: up_key.clone(),
-                    target_union: Some(CompareWith::CreateRevision(0)),
-                    range_end: Vec::new(),
-                }],
+                compare: vec![proto::absent(up_key.clone())],
                 success: vec![op(RequestUnion::Put(PutRequest {
                     key: up_key.clone(),
                     value: value.into_bytes(),
@@ -175,7 +163,7 @@ impl EtcdBackend {
     /// Deletes the key an upgrade of the share `token` added, if any: the upgrade given up (the
     /// readers it held back wake), or the upgraded lock released after its share.
     pub(super) async fn drop_upgrade(&self, token: &str) -> Result<(), BoxError> {
-        let up_token = upgrade_token(token);
+        let up_token = crate::token::upgrade_entry(token);
         let result = match self.slots.of(&up_token) {
             Some(_) => self.release_key(&up_token).await.map(|_| ()),
             None => Ok(()),

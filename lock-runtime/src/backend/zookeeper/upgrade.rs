@@ -18,11 +18,6 @@ use crate::backend::queue::{Turn, upgrade_turn};
 use crate::backend::{Kind, LockSpec, Transient, Upgrade};
 use crate::error::BoxError;
 
-/// The owner token of the node an upgrade adds for the upgradable share `token`.
-pub(super) fn upgrade_token(token: &str) -> String {
-    format!("!{token}")
-}
-
 impl ZookeeperBackend {
     /// One attempt of [`Backend::upgrade`](crate::backend::Backend::upgrade).
     pub(super) async fn upgrade(&self, spec: LockSpec<'_>) -> Result<Upgrade, BoxError> {
@@ -37,7 +32,7 @@ impl ZookeeperBackend {
             return Ok(Upgrade::Lost);
         };
         let parent = parent_of(spec.name);
-        let up_token = upgrade_token(spec.token);
+        let up_token = crate::token::upgrade_entry(spec.token);
         let known = self.nodes().get(&up_token).map(|node| node.path.clone());
         let up_path = match known {
             Some(path) => path,
@@ -80,6 +75,8 @@ impl ZookeeperBackend {
                 }
             }
         };
+        let share = &share_path[parent.len() + 1..];
+        let mine = &up_path[parent.len() + 1..];
         for _ in 0..8 {
             let children = match self.call("list", client.list_children(&parent)).await {
                 Ok(children) => children,
@@ -89,8 +86,6 @@ impl ZookeeperBackend {
                     return Err(self.failed("list", failure));
                 }
             };
-            let share = &share_path[parent.len() + 1..];
-            let mine = &up_path[parent.len() + 1..];
             // A create of an earlier attempt whose reply was lost may have made a second node.
             for extra in children
                 .iter()
@@ -152,7 +147,7 @@ impl ZookeeperBackend {
     /// Deletes the node an upgrade of the share `token` added, if any: the upgrade given up
     /// (the readers it held back wake), or the upgraded lock released after its share.
     pub(super) async fn drop_upgrade(&self, token: &str) -> Result<(), BoxError> {
-        let up_token = upgrade_token(token);
+        let up_token = crate::token::upgrade_entry(token);
         let Some(node) = self.nodes().remove(&up_token) else {
             self.in_play.forget(&[&up_token]);
             return Ok(());
