@@ -19,6 +19,7 @@
 //! | [`lock_delay`] | after a holder dies or pauses, nobody else inside for a while (`lock_delay`) |
 //! | [`free_permits`] | how many of a semaphore's permits are free (`available()`) |
 //! | [`upgradable`] | an upgradable read lock: read, then write without letting go |
+//! | [`share`] | compute once, share the result with every caller (`share`) |
 //! | [`elections`] | leader election with identities and terms |
 //! | [`backends`] | every URL, and how to choose a backend |
 //! | [`tls`] | TLS and authentication on every backend |
@@ -57,6 +58,8 @@ pub mod max_hold {}
 pub mod lock_delay {}
 #[doc = include_str!("../docs/guide/free_permits.md")]
 pub mod free_permits {}
+#[doc = include_str!("../docs/guide/share.md")]
+pub mod share {}
 #[doc = include_str!("../docs/guide/upgradable.md")]
 pub mod upgradable {}
 #[doc = include_str!("../docs/guide/elections.md")]

@@ -188,6 +188,8 @@
 pub mod guide;
 
 pub use lock_macros::distributed_lock;
+#[cfg(feature = "share")]
+pub use lock_runtime::SharedRequest;
 pub use lock_runtime::admin;
 pub use lock_runtime::fence;
 pub use lock_runtime::metrics;

@@ -26,6 +26,7 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "max_hold",
     "lock_delay",
     "on_busy",
+    "share",
     "client",
     "crate",
 ];
@@ -37,6 +38,8 @@ const MODES: &[&str] = &["read", "write"];
 const MIN_LEASE: Duration = Duration::from_millis(10);
 /// The longest lease the runtime accepts (its `LockClient::MAX_LEASE`).
 const MAX_LEASE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The longest `share` the runtime takes (a year).
+const MAX_SHARE: Duration = Duration::from_secs(365 * 24 * 3600);
 /// The longest `max_hold`: `u32::MAX` milliseconds (49 days), as the runtime keeps it.
 const MAX_HOLD_CAP: Duration = Duration::from_millis(u32::MAX as u64);
 
@@ -89,6 +92,12 @@ pub(crate) struct LockArgs {
     max_hold_span: Option<Span>,
     /// `lock_delay = "…"`: after an involuntary loss, the key stays taken this much longer.
     pub lock_delay: Option<Duration>,
+    /// `share = "…"`: the body's `Ok` result is stored this long for every caller.
+    pub share: Option<Duration>,
+    /// `share = <expr>`: a `Duration` from code, checked at the call.
+    pub share_expr: Option<Expr>,
+    /// Where `share` was written.
+    share_span: Option<Span>,
     pub krate: Option<syn::Path>,
     /// `client = <expr>`: the call's lock client, evaluated at each call.
     pub client: Option<Expr>,
@@ -194,6 +203,22 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> (LockArgs, bool) 
                  least {lease:?}, or `lease` shorter"
             ),
         );
+    }
+    if let Some(span) = parsed.share_span {
+        if parsed.mode == Some(ModeArg::Read) {
+            errors.at(
+                span,
+                "`share` runs the body once for every caller, under the write lock: drop \
+                 `mode = \"read\"` (readers all run their body anyway)",
+            );
+        }
+        if parsed.permits.is_some() {
+            errors.at(
+                span,
+                "`share` runs the body once for every caller, under the lock: a semaphore \
+                 runs several at once, so drop `permits` (or `share`)",
+            );
+        }
     }
     if let (Some(span), true, Some(_)) = (parsed.permits_span, parsed.key_list, &parsed.key) {
         errors.at(
@@ -359,6 +384,32 @@ impl LockArgs {
             "min_hold" if !is_string(&arg.value) => self.min_hold_expr = Some(arg.value),
             "max_hold" if !is_string(&arg.value) => self.max_hold_expr = Some(arg.value),
             "lock_delay" if !is_string(&arg.value) => self.lock_delay_expr = Some(arg.value),
+            "share" if !is_string(&arg.value) => {
+                self.share_span = Some(arg.name.span());
+                self.share_expr = Some(arg.value)
+            }
+            "share" => {
+                let Some(lit) = string_value(&arg, errors, "\"60s\"") else {
+                    return;
+                };
+                self.share_span = Some(lit.span());
+                match duration_value(lit, errors) {
+                    Some(share) if share < Duration::from_millis(1) => errors.at(
+                        lit.span(),
+                        "`share` must be at least 1ms: how long every caller gets the stored \
+                         result, e.g. \"60s\"",
+                    ),
+                    Some(share) if share > MAX_SHARE => errors.at(
+                        lit.span(),
+                        format!(
+                            "share {:?} is too long: at most 365 days (`client.forget(key)` \
+                             drops a stored result sooner)",
+                            lit.value()
+                        ),
+                    ),
+                    share => self.share = share,
+                }
+            }
             "lease" => {
                 let Some(lit) = string_value(&arg, errors, "\"10s\"") else {
                     return;

@@ -150,6 +150,49 @@ fn expand(
             let #busy_var = <#return_type as #krate::__private::LockedReturn>::from_lock_error;
         },
     };
+    if args.share.is_some() || args.share_expr.is_some() {
+        // `share = …`: the call goes through `SharedReturn` (its bound, `T: Serialize +
+        // DeserializeOwned`, reported once at the return type), with the key or keys as a list.
+        let share = match (&args.share, &args.share_expr) {
+            (_, Some(expr)) => quote_spanned! {expr.span()=> {
+                let share: ::core::time::Duration = #expr;
+                share
+            }},
+            (Some(share), None) => {
+                let ms = share.as_millis() as u64;
+                quote!(::core::time::Duration::from_millis(#ms))
+            }
+            (None, None) => unreachable!("checked above"),
+        };
+        let keys_var = Ident::new("__distlock_keys", Span::call_site());
+        let key_var = Ident::new("__distlock_key", Span::call_site());
+        let keys_value = if args.key_list {
+            quote!(::std::vec![#(#keys),*])
+        } else {
+            let key = &keys[0];
+            quote!(::std::vec![#key])
+        };
+        // (The options may name `__distlock_key` or `__distlock_keys`: both are bound.)
+        let key_binding = if args.key_list || args.lease_expr.is_none() {
+            quote!()
+        } else {
+            quote!(let #key_var: &str = #keys_var[0].as_str();)
+        };
+        let call = quote_spanned! {return_span=>
+            <#return_type as #krate::__private::SharedReturn>::run_shared(#client_var, #options, #keys_var, #share, async move #block, #busy_var).await
+        };
+        return quote! {
+            #(#outer_attrs)*
+            #vis #sig {
+                #(#inner_attrs)*
+                let #keys_var: ::std::vec::Vec<::std::string::String> = #keys_value;
+                #key_binding
+                let #client_var: ::core::option::Option<#krate::LockClient> = #client;
+                #busy
+                #call
+            }
+        };
+    }
     if args.key_list {
         let keys_var = Ident::new("__distlock_keys", Span::call_site());
         let call = quote_spanned! {return_span=>

@@ -121,6 +121,17 @@ pub enum LockError {
         source: BoxError,
     },
 
+    /// The result stored for `key` by a shared call (`LockRequest::share`, the attribute's
+    /// `share = …`) cannot be used as this call's result: another type stored it, or it is
+    /// not a result distlock stored. `reason` says which, and what to do.
+    #[error("the result shared under lock `{key}` cannot be used: {reason}")]
+    Shared {
+        /// The lock key, without the client's prefix.
+        key: String,
+        /// Why not, and what to do.
+        reason: String,
+    },
+
     /// The backend cannot do this administrative operation (list, inspect, force-release):
     /// `reason` says why, and what can. Every store built in answers all of them today; a
     /// store that cannot is expected to say so with this.
@@ -150,6 +161,7 @@ impl LockError {
             | LockError::Lost { key }
             | LockError::InvalidKey { key, .. }
             | LockError::WriteUnderRead { key }
+            | LockError::Shared { key, .. }
             | LockError::Backend { key, .. } => Some(key),
             _ => None,
         }

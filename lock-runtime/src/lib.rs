@@ -64,6 +64,7 @@ mod plan;
 mod renew;
 mod runtime;
 mod scope;
+mod share;
 mod tls;
 mod token;
 mod upgrade;
@@ -82,6 +83,8 @@ pub use global::{client, init, init_from_env, with_client};
 pub use guard::LockGuard;
 pub use mode::LockMode;
 pub use scope::{CurrentLock, current};
+#[cfg(feature = "share")]
+pub use share::SharedRequest;
 pub use tls::TlsConfig;
 
 /// What `#[distributed_lock]` expands to. Not a stable API: use the attribute.
@@ -92,4 +95,7 @@ pub mod __private {
     };
     pub use crate::mode::LockMode;
     pub use crate::options::{LockOptions, OnLost, WaitFor};
+    pub use crate::share::SharedReturn;
+    #[cfg(feature = "share")]
+    pub use crate::share::run_shared;
 }

@@ -117,6 +117,18 @@ pub trait Fixture {
     async fn anything_at(&self, name: &str) -> bool {
         self.holder(name).await.is_some()
     }
+
+    /// Whether the store keeps shared results (`.share(…)`); otherwise it refuses them with
+    /// `LockError::Config`.
+    fn shares(&self) -> bool {
+        false
+    }
+
+    /// The TTL of the result shared for lock `name` (prefix included) as the server holds it;
+    /// `None` when none is stored. Only for a store that [`shares`](Self::shares), on a server.
+    async fn shared_ttl(&self, name: &str) -> Option<Duration> {
+        unimplemented!("no shared result of {name} can be read here")
+    }
 }
 
 /// A server a fixture uses: the binary's shared one (each test in a namespace of its own), or
@@ -208,6 +220,10 @@ impl Fixture for MemoryFixture {
         Some("memory:// lives in one process")
     }
 
+    fn shares(&self) -> bool {
+        true
+    }
+
     fn url(&self) -> String {
         self.url.clone()
     }
@@ -281,6 +297,15 @@ fn through(url: &str, server: u16, proxy: u16) -> String {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for RedisFixture {
+    fn shares(&self) -> bool {
+        true
+    }
+
+    async fn shared_ttl(&self, name: &str) -> Option<Duration> {
+        let key = format!("lock-share:{name}");
+        ttl_with(&mut self.server.connection().await, &key).await
+    }
+
     fn url(&self) -> String {
         self.server.url()
     }
@@ -488,6 +513,21 @@ impl Fixture for RedlockFixture {
         false
     }
 
+    fn shares(&self) -> bool {
+        true
+    }
+
+    /// The longest TTL among the nodes' copies (each node is written).
+    async fn shared_ttl(&self, name: &str) -> Option<Duration> {
+        let key = format!("lock-share:{name}");
+        let mut longest = None;
+        for server in &self.servers {
+            let ttl = ttl_with(&mut server.connection().await, &key).await;
+            longest = longest.max(ttl);
+        }
+        longest
+    }
+
     fn url(&self) -> String {
         RedlockFixture::url_with_ports(self.servers.iter().map(RedisServer::port), self.tls)
     }
@@ -568,6 +608,15 @@ impl ClusterFixture {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for ClusterFixture {
+    fn shares(&self) -> bool {
+        true
+    }
+
+    async fn shared_ttl(&self, name: &str) -> Option<Duration> {
+        let key = format!("lock-share:{{{name}}}");
+        ttl_with(&mut self.cluster.connection().await, &key).await
+    }
+
     fn url(&self) -> String {
         self.cluster.url()
     }
@@ -649,6 +698,15 @@ impl SentinelFixture {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for SentinelFixture {
+    fn shares(&self) -> bool {
+        true
+    }
+
+    async fn shared_ttl(&self, name: &str) -> Option<Duration> {
+        let key = format!("lock-share:{name}");
+        ttl_with(&mut self.master().connection().await, &key).await
+    }
+
     fn url(&self) -> String {
         self.group.url("?replicas=1")
     }

@@ -21,6 +21,8 @@
 //!   conformance suite);
 //! - `min_hold` — takes a lock with `min_hold`, releases it at once and exits normally (the
 //!   conformance suite);
+//! - `share` — one shared call (`.share(…)`) once told to go (the conformance suite's
+//!   processes that compute once);
 //! - `process_starter` — starts servers and a helper, then dies without cleaning up (the
 //!   harness's own test).
 
@@ -53,6 +55,7 @@ pub fn run() {
         "process_starter" => process_starter(&dir),
         "min_hold" => min_hold_then_exit(&dir),
         "die_holding" => die_holding(&dir),
+        "share" => share_once(&dir),
         role => panic!("no helper role `{role}`"),
     }
 }
@@ -456,5 +459,75 @@ fn process_starter(dir: &Path) {
     }
     loop {
         std::thread::park();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// `share`
+
+/// Connects to `LOCK_URL`, writes `ready`, waits for `go`, then makes one shared call for
+/// `LOCK_KEY` (`share` of `SHARE_MS`): its body writes `ran`, takes 300 ms and returns this
+/// process's id. What the call returned goes to `answer` (`error: …` for an error).
+fn share_once(dir: &Path) {
+    let runtime = history::helper_runtime();
+    runtime.block_on(async {
+        let client = LockClient::connect(&var("LOCK_URL")).await.unwrap();
+        write_file(&dir.join("ready"), "1");
+        history::read_when_there(&dir.join("go"), Duration::from_secs(60)).await;
+        let answer = client
+            .lock(var("LOCK_KEY"))
+            .wait(Duration::from_secs(30))
+            .share(ms(var("SHARE_MS").parse().unwrap()))
+            .run(|| async {
+                write_file(&dir.join("ran"), "1");
+                tokio::time::sleep(ms(300)).await;
+                Ok::<_, LockError>(std::process::id())
+            })
+            .await;
+        let answer = match answer {
+            Ok(pid) => pid.to_string(),
+            Err(error) => format!("error: {error}"),
+        };
+        write_file(&dir.join("answer"), &answer);
+    });
+}
+
+/// Four processes make the same shared call at once (`share` helpers): the body runs in
+/// exactly one of them, and all four return its value (that process's id).
+pub async fn four_processes_share_one_result(url: &str, key: &str) {
+    let helpers: Vec<Helper> = (0..4)
+        .map(|_| {
+            spawn(
+                "share",
+                &[
+                    ("LOCK_URL", url.to_owned()),
+                    ("LOCK_KEY", key.to_owned()),
+                    ("SHARE_MS", "30000".to_owned()),
+                ],
+            )
+        })
+        .collect();
+    for helper in &helpers {
+        helper.read("ready", Duration::from_secs(60)).await;
+    }
+    for helper in &helpers {
+        write_file(&helper.dir.join("go"), "1");
+    }
+    let mut answers = Vec::new();
+    for helper in &helpers {
+        answers.push(helper.read("answer", Duration::from_secs(60)).await);
+    }
+    let ran: Vec<u32> = helpers
+        .iter()
+        .filter(|h| h.dir.join("ran").exists())
+        .map(|h| h.child.id())
+        .collect();
+    assert_eq!(ran.len(), 1, "the body ran in {ran:?}; answers {answers:?}");
+    for answer in &answers {
+        assert_eq!(
+            answer,
+            &ran[0].to_string(),
+            "every process gets the one result: {answers:?}"
+        );
     }
 }

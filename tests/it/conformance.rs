@@ -3217,6 +3217,149 @@ pub async fn a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refuse
     assert!(!fixture.anything_at("lock:min-hold:long").await);
 }
 
+/// `share`: four concurrent callers on four clients run the body once and all get its value,
+/// which the store holds for the share's length; a call within it gets the value without
+/// locking (it succeeds with `wait = 0` while another client holds the lock); `forget` drops
+/// it; an `Err` is never stored; after the share the body runs again; a value of another type
+/// is a clear error. A store without shared results refuses them, naming itself.
+pub async fn a_shared_result_is_computed_once_and_given_to_every_caller(fixture: &dyn Fixture) {
+    let one = fixture.client().await;
+    if !fixture.shares() {
+        let error = one
+            .lock("report")
+            .share(ms(1_000))
+            .run(|| async { Ok::<u64, LockError>(1) })
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&error, LockError::Config(why) if why.contains("share") && why.contains("report")),
+            "{error}"
+        );
+        return;
+    }
+    let share = Duration::from_secs(30);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let mut callers = Vec::new();
+    for _ in 0..4 {
+        let (client, runs) = (fixture.client().await, runs.clone());
+        callers.push(tokio::spawn(async move {
+            client
+                .lock("report")
+                .wait(Duration::from_secs(30))
+                .share(share)
+                .run(|| async {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(ms(300)).await;
+                    Ok::<_, LockError>(format!("report #{}", runs.load(Ordering::SeqCst)))
+                })
+                .await
+        }));
+    }
+    for caller in callers {
+        assert_eq!(caller.await.unwrap().unwrap(), "report #1");
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the body ran more than once"
+    );
+    if fixture.one_process().is_none() {
+        let ttl = fixture
+            .shared_ttl("lock:report")
+            .await
+            .expect("the result is stored");
+        assert!(
+            ttl <= share && ttl > share - Duration::from_secs(10),
+            "{ttl:?}"
+        );
+    }
+    assert_eq!(
+        fixture.holder("lock:report").await,
+        None,
+        "the lock was kept"
+    );
+
+    // Within the share: no lock taken (the lock is held elsewhere, and `wait` is zero).
+    let held = one.lock("report").acquire().await.unwrap();
+    let other = fixture.client().await;
+    let again = other
+        .lock("report")
+        .wait(Duration::ZERO)
+        .share(share)
+        .run(|| async { Err::<String, _>(LockError::Config("the body ran".into())) })
+        .await
+        .unwrap();
+    assert_eq!(again, "report #1");
+    held.release().await.unwrap();
+
+    // `forget` drops it: the next call computes again.
+    assert!(one.forget("report").await.unwrap());
+    assert!(!one.forget("report").await.unwrap(), "forgotten twice");
+    if fixture.one_process().is_none() {
+        assert_eq!(fixture.shared_ttl("lock:report").await, None);
+    }
+    let fresh = one
+        .lock("report")
+        .share(share)
+        .run(|| async { Ok::<_, LockError>("report #2".to_owned()) })
+        .await
+        .unwrap();
+    assert_eq!(fresh, "report #2");
+
+    // An error is never stored.
+    let failures = Arc::new(AtomicUsize::new(0));
+    for _ in 0..2 {
+        let failures = failures.clone();
+        let error = one
+            .lock("failing")
+            .share(share)
+            .run(|| async move {
+                failures.fetch_add(1, Ordering::SeqCst);
+                Err::<u64, _>(LockError::Config("the body failed".into()))
+            })
+            .await
+            .unwrap_err();
+        assert!(error.to_string().contains("the body failed"), "{error}");
+    }
+    assert_eq!(failures.load(Ordering::SeqCst), 2, "an error was shared");
+    if fixture.one_process().is_none() {
+        assert_eq!(fixture.shared_ttl("lock:failing").await, None);
+    }
+
+    // After the share, the body runs again.
+    let short = ms(400);
+    let counted = |n: u64| {
+        one.lock("short")
+            .share(short)
+            .run(move || async move { Ok::<_, LockError>(n) })
+    };
+    assert_eq!(counted(1).await.unwrap(), 1);
+    assert_eq!(counted(2).await.unwrap(), 1, "within the share");
+    tokio::time::sleep(short + ms(200)).await;
+    assert_eq!(counted(3).await.unwrap(), 3, "after the share");
+
+    // Another type under the same key: a clear error, and the stored value stays.
+    let error = one
+        .lock("report")
+        .share(share)
+        .run(|| async { Err::<u64, _>(LockError::Config("the body ran".into())) })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, LockError::Shared { key, reason } if key == "report"
+            && reason.contains("String") && reason.contains("u64")),
+        "{error}"
+    );
+}
+
+/// `share` from four processes at once: the body runs in one, and all four get its value.
+pub async fn four_processes_share_one_computed_result(fixture: &dyn Fixture) {
+    if fixture.one_process().is_some() || !fixture.shares() {
+        return;
+    }
+    support::helper::four_processes_share_one_result(&fixture.url(), "shared-by-processes").await;
+}
+
 /// `on_busy = "skip"` (ShedLock's behaviour): a lock another client holds past `wait` skips the
 /// body and gives `Ok(Default::default())`, and leaves the holder's lock as it was and nothing
 /// of its own; a free lock runs the body. Through `with_client`, the fixture's own client.
@@ -3587,6 +3730,8 @@ macro_rules! suite {
                 max_hold_stops_renewal_and_loses_the_lock_then,
                 lock_delay_keeps_a_dead_holders_key_past_its_lease,
                 on_busy_skip_runs_nothing_when_busy,
+                a_shared_result_is_computed_once_and_given_to_every_caller,
+                four_processes_share_one_computed_result,
                 reentrancy_is_the_same_however_the_lock_was_entered,
                 an_election_has_one_leader_at_a_time,
             );

@@ -33,6 +33,7 @@ mod postgres;
 mod redis;
 mod redlock;
 mod sentinel;
+mod share;
 mod spans;
 mod tls;
 mod tls_etcd;

@@ -74,6 +74,10 @@ pub(crate) struct Capabilities {
     /// answer in a row. The waiting loop never pauses past the holder's remaining lease.
     /// `None`: wait for a release notification or the holder's lease.
     pub poll: Option<fn(u32) -> Duration>,
+    /// Shared results (`LockRequest::share`): the largest stored value the store takes, in
+    /// bytes, or why it keeps none.
+    #[cfg_attr(not(feature = "share"), allow(dead_code))]
+    pub shares: Result<usize, &'static str>,
 }
 
 /// Why a store without upgradable read locks refuses them: every store serves them but
@@ -81,6 +85,10 @@ pub(crate) struct Capabilities {
 pub(crate) const NO_UPGRADABLE: &str = "they are served on redis://, redis+cluster://, \
      redis+sentinel://, postgres:// and mysql:// (the lock tables), zk://, etcd:// and \
      memory:// (not on this store); take the write lock where you would upgrade";
+
+/// Why a store keeps no shared results (yet).
+pub(crate) const NO_SHARES: &str = "shared results are kept on redis://, redis+cluster://, \
+     redis+sentinel://, redlock:// and memory:// so far (not on this store)";
 
 impl std::fmt::Debug for Capabilities {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,6 +126,7 @@ impl Capabilities {
             keeps_alive: false,
             rides_out: None,
             poll: None,
+            shares: Err(NO_SHARES),
         }
     }
 

@@ -500,6 +500,35 @@ pub(crate) trait Backend: Admin + Send + Sync + 'static {
         spec: LockSpec<'a>,
     ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>>;
 
+    /// The result stored under `name` by a shared call (`LockRequest::share`), if one lives:
+    /// its bytes as [`shared_put`](Self::shared_put) was given them. Only called when the store
+    /// [keeps shared results](Capabilities::shares).
+    #[cfg_attr(not(feature = "share"), allow(dead_code))]
+    fn shared_get<'a>(
+        &'a self,
+        _name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(async { Err("this store keeps no shared results".into()) })
+    }
+
+    /// Stores `value` under `name` for `ttl` (by the store's clock where it has one),
+    /// replacing what was there. `value` is at most [`Capabilities::shares`]' limit.
+    #[cfg_attr(not(feature = "share"), allow(dead_code))]
+    fn shared_put<'a>(
+        &'a self,
+        _name: &'a str,
+        _value: &'a [u8],
+        _ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(async { Err("this store keeps no shared results".into()) })
+    }
+
+    /// Drops the result stored under `name`: whether one lived.
+    #[cfg_attr(not(feature = "share"), allow(dead_code))]
+    fn shared_drop<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(async { Err("this store keeps no shared results".into()) })
+    }
+
     /// For a backend that [keeps its locks alive](Capabilities::keeps_alive): resolves, with
     /// the reason, once the lock held with `spec.token` can no longer be trusted — its session
     /// is (or, by this process's monotonic clock, may be) over, or its entry was deleted or

@@ -113,6 +113,12 @@ pub struct LockRequest {
 }
 
 impl LockRequest {
+    /// The client the request was made by.
+    #[cfg_attr(not(feature = "share"), allow(dead_code))]
+    pub(crate) fn client(&self) -> &LockClient {
+        &self.client
+    }
+
     /// How long the lock lives if its holder stops renewing it (crashes, hangs, is cut off).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;

@@ -27,6 +27,9 @@ mod state;
 
 use state::MemoryState;
 
+/// Shared results: each value with the instant it expires.
+type Values = HashMap<String, (Arc<[u8]>, Instant)>;
+
 /// The in-process lock store.
 pub(crate) struct MemoryBackend {
     state: Mutex<MemoryState>,
@@ -37,6 +40,9 @@ pub(crate) struct MemoryBackend {
     /// `min << 32 | max` (0: none). Tests use it to run the slow-backend case of the
     /// conformance suite on `memory://` too.
     latency_ms: AtomicU64,
+    /// Shared results (`LockRequest::share`): each value with the instant it expires.
+    #[cfg_attr(not(feature = "share"), allow(dead_code))]
+    values: Mutex<Values>,
 }
 
 impl MemoryBackend {
@@ -57,6 +63,7 @@ impl MemoryBackend {
             hub: ReleaseHub::new(None),
             changes: tokio::sync::watch::Sender::new(()),
             latency_ms: AtomicU64::new(0),
+            values: Mutex::default(),
         });
         stores.insert(name.to_owned(), Arc::downgrade(&store));
         store
@@ -234,12 +241,62 @@ const CAPABILITIES: Capabilities = Capabilities {
     marks_waiting_writers: true,
     fair: true,
     upgradable: Ok(()),
+    // No limit but the process's memory.
+    shares: Ok(usize::MAX),
     ..Capabilities::every_kind("memory")
 };
+
+impl MemoryBackend {
+    fn values(&self) -> MutexGuard<'_, Values> {
+        self.values.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 impl Backend for MemoryBackend {
     fn capabilities(&self) -> &Capabilities {
         &CAPABILITIES
+    }
+
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        self.answer(move || {
+            let mut values = self.values();
+            match values.get(name) {
+                Some((value, until)) if *until > Instant::now() => Ok(Some(value.to_vec())),
+                Some(_) => {
+                    values.remove(name);
+                    Ok(None)
+                }
+                None => Ok(None),
+            }
+        })
+    }
+
+    fn shared_put<'a>(
+        &'a self,
+        name: &'a str,
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        self.answer(move || {
+            let now = Instant::now();
+            let mut values = self.values();
+            // Expired values nobody asks for again are swept as the map doubles.
+            if values.len() >= 64 && values.len().is_power_of_two() {
+                values.retain(|_, (_, until)| *until > now);
+            }
+            values.insert(name.to_owned(), (value.into(), now + ttl));
+            Ok(())
+        })
+    }
+
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        self.answer(move || {
+            let now = Instant::now();
+            Ok(self
+                .values()
+                .remove(name)
+                .is_some_and(|(_, until)| until > now))
+        })
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {

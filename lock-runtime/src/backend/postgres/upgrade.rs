@@ -28,8 +28,8 @@ impl PostgresBackend {
         ];
         let row = self
             .run("the upgrade", spec.name, |conn| async move {
-                // Unprepared (one round trip, as the admin statements): upgrades are rare, and
-                // every connection would otherwise prepare it.
+                // Prepared on a connection the first time it runs an upgrade: most clients
+                // never do.
                 let types = [
                     Type::TEXT,
                     Type::TEXT,
@@ -38,7 +38,8 @@ impl PostgresBackend {
                     Type::BOOL,
                     Type::INT8,
                 ];
-                conn.text(&self.sql.upgrade, &types, &params).await
+                conn.rare(&conn.upgrade, &self.sql.upgrade, &types, &params)
+                    .await
             })
             .await
             .and_then(|rows| one(rows, "the upgrade"))
@@ -65,7 +66,8 @@ impl PostgresBackend {
             "taking an upgrade's mark back",
             spec.name,
             |conn| async move {
-                conn.text(
+                conn.rare(
+                    &conn.abandon_upgrade,
                     &self.sql.abandon_upgrade,
                     &[Type::TEXT, Type::TEXT],
                     &[&spec.name, &spec.token],

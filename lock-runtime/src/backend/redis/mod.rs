@@ -58,6 +58,7 @@ pub(crate) mod redlock;
 mod release;
 mod scripts;
 pub(crate) mod sentinel;
+mod share;
 mod upgrade;
 
 pub(crate) use cluster::cluster_slot;
@@ -252,6 +253,7 @@ impl RedisBackend {
             rides_out: matches!(link, Link::Sentinel(_))
                 .then_some(rides_out_failover as fn(&BoxError) -> bool),
             upgradable: Ok(()),
+            shares: Ok(share::SHARE_LIMIT),
             ..Capabilities::every_kind(kind)
         };
         RedisBackend {
@@ -316,6 +318,23 @@ fn millis(d: Duration) -> u64 {
 impl Backend for RedisBackend {
     fn capabilities(&self) -> &Capabilities {
         &self.capabilities
+    }
+
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(self.shared_value(name))
+    }
+
+    fn shared_put<'a>(
+        &'a self,
+        name: &'a str,
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(self.share_value(name, value, ttl))
+    }
+
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(self.forget_value(name))
     }
 
     fn upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Upgrade, BoxError>> {

@@ -19,7 +19,7 @@ const ADMIN_NODE_TIMEOUT: Duration = Duration::from_secs(2);
 impl RedlockBackend {
     /// `op` on every node at once, each bounded by [`ADMIN_NODE_TIMEOUT`]: the answers of the
     /// nodes that gave one, or an error when fewer than a majority did.
-    async fn on_every_node<'a, T, F, Fut>(&'a self, op: F) -> Result<Vec<T>, BoxError>
+    pub(super) async fn on_every_node<'a, T, F, Fut>(&'a self, op: F) -> Result<Vec<T>, BoxError>
     where
         F: Fn(&'a RedisBackend) -> Fut,
         Fut: Future<Output = Result<T, BoxError>>,

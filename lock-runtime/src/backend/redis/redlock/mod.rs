@@ -180,6 +180,7 @@ impl RedlockBackend {
 /// lengthens each node's TTL; a grant's validity counts the holder's lease alone.
 const CAPABILITIES: Capabilities = Capabilities {
     undoes_failed_attempts: true,
+    shares: Ok(super::share::SHARE_LIMIT),
     shared: Err(NO_READ_LOCKS),
     permits: Err(NO_SEMAPHORES),
     ..Capabilities::plain("redlock")
@@ -188,6 +189,36 @@ const CAPABILITIES: Capabilities = Capabilities {
 impl Backend for RedlockBackend {
     fn capabilities(&self) -> &Capabilities {
         &CAPABILITIES
+    }
+
+    /// A shared result is written to every node and read from all that answer (a majority
+    /// must): any node's copy is the result. Not a vote: a result lost on some nodes only
+    /// makes a caller compute it again.
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(async move {
+            let copies = self.on_every_node(|node| node.shared_value(name)).await?;
+            Ok(copies.into_iter().flatten().next())
+        })
+    }
+
+    fn shared_put<'a>(
+        &'a self,
+        name: &'a str,
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(async move {
+            self.on_every_node(|node| node.share_value(name, value, ttl))
+                .await
+                .map(drop)
+        })
+    }
+
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(async move {
+            let dropped = self.on_every_node(|node| node.forget_value(name)).await?;
+            Ok(dropped.into_iter().any(|d| d))
+        })
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
