@@ -54,6 +54,7 @@
 //! - `DISTLOCK_BENCH_ZK_ONLY=1` runs only the ZooKeeper rows (9), then etcd's;
 //! - `DISTLOCK_BENCH_ETCD_ONLY=1` runs only the etcd rows (10);
 //! - `DISTLOCK_BENCH_SENTINEL_ONLY=1` runs only the Sentinel rows (12);
+//! - `DISTLOCK_BENCH_SHARE_ONLY=1` runs only row 13 (a shared result found, beside a `GET`);
 //! - `DISTLOCK_BENCH_PROFILE=ours|raw|rawpub` runs only one side of the throughput measurement
 //!   (for 20 s, or `DISTLOCK_BENCH_PROFILE_SECS`) and prints its CPU per call and the server's
 //!   reads/writes per call — for `perf record -g` or `valgrind --tool=callgrind`. `rawpub` is the
@@ -75,6 +76,7 @@ mod etcd;
 mod handoff;
 mod peer;
 mod sentinel;
+mod share;
 mod sql;
 mod zk;
 
@@ -739,6 +741,10 @@ async fn main() -> Result<(), Error> {
         sentinel::rows(&mut report).await?;
         return Ok(());
     }
+    if std::env::var_os("DISTLOCK_BENCH_SHARE_ONLY").is_some() {
+        share::rows(&mut report, &server).await?;
+        return Ok(());
+    }
     if std::env::var_os("DISTLOCK_BENCH_ZK_ONLY").is_some() {
         zk_rows(&mut report).await?;
         return Ok(());
@@ -1066,6 +1072,9 @@ async fn main() -> Result<(), Error> {
 
     // 11. Contention on one key, distlock beside its peers.
     contention::rows(&mut report, &server).await?;
+
+    // 13. A shared result found, beside a plain cache GET.
+    share::rows(&mut report, &server).await?;
 
     if std::env::var_os("DISTLOCK_BENCH_REDIS_ONLY").is_none() {
         sql_rows(&mut report).await?;

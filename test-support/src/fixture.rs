@@ -869,6 +869,21 @@ impl Fixture for PostgresFixture {
         false
     }
 
+    fn shares(&self) -> bool {
+        true
+    }
+
+    async fn shared_ttl(&self, name: &str) -> Option<Duration> {
+        let sql = format!(
+            "SELECT (extract(epoch FROM expires_at - now()) * 1000)::int8 FROM {}_shared \
+             WHERE name = $1 AND expires_at > now()",
+            self.table
+        );
+        let rows = self.rows(&sql, &[&name]).await;
+        rows.first()
+            .map(|r| Duration::from_millis(r.get::<_, i64>(0).max(0) as u64))
+    }
+
     fn url(&self) -> String {
         if let Some((bouncer, listen)) = &self.pooled {
             let listen = match listen {
@@ -1098,6 +1113,25 @@ impl AdvisoryFixture {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for AdvisoryFixture {
+    fn shares(&self) -> bool {
+        true
+    }
+
+    async fn shared_ttl(&self, name: &str) -> Option<Duration> {
+        let rows = self
+            .sql()
+            .await
+            .query(
+                "SELECT (extract(epoch FROM expires_at - now()) * 1000)::int8 \
+                 FROM distlock_locks_shared WHERE name = $1 AND expires_at > now()",
+                &[&name],
+            )
+            .await
+            .expect("read the shared results' table");
+        rows.first()
+            .map(|r| Duration::from_millis(r.get::<_, i64>(0).max(0) as u64))
+    }
+
     fn lock_delay(&self) -> bool {
         false
     }
@@ -1270,6 +1304,23 @@ impl MysqlFixture {
 impl Fixture for MysqlFixture {
     fn fair(&self) -> bool {
         false
+    }
+
+    fn shares(&self) -> bool {
+        true
+    }
+
+    async fn shared_ttl(&self, name: &str) -> Option<Duration> {
+        let sql = format!(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {}_shared \
+             WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)",
+            self.table
+        );
+        self.rows::<i64>(&sql, (name.as_bytes(),))
+            .await
+            .into_iter()
+            .next()
+            .map(|us| Duration::from_micros(us.max(0) as u64))
     }
 
     fn url(&self) -> String {
@@ -1508,6 +1559,23 @@ impl NamedFixture {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for NamedFixture {
+    fn shares(&self) -> bool {
+        true
+    }
+
+    async fn shared_ttl(&self, name: &str) -> Option<Duration> {
+        let sql = format!(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) \
+             FROM {}.distlock_locks_shared WHERE name = ? AND expires_at > UTC_TIMESTAMP(6)",
+            self.database
+        );
+        self.rows::<i64>(&sql, (name.as_bytes(),))
+            .await
+            .into_iter()
+            .next()
+            .map(|us| Duration::from_micros(us.max(0) as u64))
+    }
+
     fn lock_delay(&self) -> bool {
         false
     }
@@ -1707,6 +1775,26 @@ impl Fixture for ZookeeperFixture {
             true => builder.connect_timeout(Duration::from_secs(10)),
             false => builder,
         }
+    }
+
+    fn shares(&self) -> bool {
+        true
+    }
+
+    /// From the expiry the node's data starts with (unix ms, the writer's clock: this one's).
+    async fn shared_ttl(&self, name: &str) -> Option<Duration> {
+        let path = format!(
+            "{}/%shared{}",
+            self.chroot,
+            distlock::__private::testing::zookeeper_parent(name)
+        );
+        let (data, _) = self.zk().await.get_data(&path).await.ok()?;
+        let until = u64::from_le_bytes(data.get(..8)?.try_into().ok()?);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_millis() as u64;
+        (until > now).then(|| Duration::from_millis(until - now))
     }
 
     fn url(&self) -> String {
@@ -1941,6 +2029,26 @@ impl Fixture for EtcdFixture {
 
     fn upgradable(&self) -> bool {
         true
+    }
+
+    fn shares(&self) -> bool {
+        true
+    }
+
+    /// From the expiry the value starts with (unix ms, the writer's clock: this one's).
+    async fn shared_ttl(&self, name: &str) -> Option<Duration> {
+        let key = format!(
+            "{}-shared/{}",
+            self.prefix,
+            distlock::__private::testing::etcd_queue(name)
+        );
+        let value = self.etcd().value(&key).await?;
+        let until = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()?
+            .as_millis() as u64;
+        (until > now).then(|| Duration::from_millis(until - now))
     }
 
     fn url(&self) -> String {

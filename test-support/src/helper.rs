@@ -22,7 +22,8 @@
 //! - `min_hold` — takes a lock with `min_hold`, releases it at once and exits normally (the
 //!   conformance suite);
 //! - `share` — one shared call (`.share(…)`) once told to go (the conformance suite's
-//!   processes that compute once);
+//!   processes that compute once); `share_hang` — one whose body never ends (a holder that dies
+//!   mid-body);
 //! - `process_starter` — starts servers and a helper, then dies without cleaning up (the
 //!   harness's own test).
 
@@ -56,6 +57,7 @@ pub fn run() {
         "min_hold" => min_hold_then_exit(&dir),
         "die_holding" => die_holding(&dir),
         "share" => share_once(&dir),
+        "share_hang" => share_and_hang(&dir),
         role => panic!("no helper role `{role}`"),
     }
 }
@@ -489,6 +491,24 @@ fn share_once(dir: &Path) {
             Err(error) => format!("error: {error}"),
         };
         write_file(&dir.join("answer"), &answer);
+    });
+}
+
+/// Makes a shared call for `LOCK_KEY` (lease `LEASE_MS`) whose body writes `ran` and never
+/// ends: a holder that dies mid-body when the test kills it.
+fn share_and_hang(dir: &Path) {
+    let runtime = history::helper_runtime();
+    runtime.block_on(async {
+        let client = LockClient::connect(&var("LOCK_URL")).await.unwrap();
+        let _ = client
+            .lock(var("LOCK_KEY"))
+            .lease(ms(var("LEASE_MS").parse().unwrap()))
+            .share(Duration::from_secs(60))
+            .run(|| async {
+                write_file(&dir.join("ran"), "1");
+                std::future::pending::<Result<u64, LockError>>().await
+            })
+            .await;
     });
 }
 

@@ -77,3 +77,151 @@ async fn the_attribute_computes_once_for_concurrent_and_later_callers() {
     })
     .await;
 }
+
+/// What can go wrong, against a real `redis-server`.
+mod faults {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    use distlock::{LockClient, LockError};
+    use support::RedisServer;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    async fn stored(server: &RedisServer, key: &str) -> Option<Vec<u8>> {
+        let mut conn = server.connection().await;
+        redis::cmd("GET")
+            .arg(format!("lock-share:lock:{key}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap()
+    }
+
+    /// The store is gone once the body has run (killed by the body): the caller still gets
+    /// its value — storing it and the release fail, each a warning — and in bounded time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_caller_gets_its_value_when_the_store_is_gone_after_the_body() {
+        // Every write on disk before its answer: what the server held when killed, it holds
+        // after its restart.
+        let mut server = RedisServer::start_persistent();
+        let client = LockClient::builder(server.url())
+            .connect_timeout(ms(300))
+            .response_timeout(ms(300))
+            .build()
+            .await
+            .unwrap();
+        let started = Instant::now();
+        let value = client
+            .lock("gone")
+            .lease(ms(1_000))
+            .share(Duration::from_secs(60))
+            .run(|| async {
+                server.kill();
+                Ok::<_, LockError>(7u64)
+            })
+            .await;
+        assert_eq!(
+            value.unwrap(),
+            7,
+            "the body's value, though nothing could be stored"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
+        // Nothing was stored: after a restart the next call computes (once the dead call's
+        // lock has run out its lease).
+        server.restart();
+        assert_eq!(stored(&server, "gone").await, None);
+        let again = LockClient::connect(&server.url()).await.unwrap();
+        let value = again
+            .lock("gone")
+            .wait(Duration::from_secs(10))
+            .share(Duration::from_secs(60))
+            .run(|| async { Ok::<_, LockError>(8u64) })
+            .await
+            .unwrap();
+        assert_eq!(value, 8);
+    }
+
+    /// A holder that dies in the middle of the body stores nothing: the next caller, which
+    /// waited for the lock, gets it when the dead holder's lease runs out, and computes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_holder_that_dies_mid_body_leaves_the_next_caller_to_compute() {
+        let server = RedisServer::start();
+        let helper = support::helper::spawn(
+            "share_hang",
+            &[
+                ("LOCK_URL", server.url()),
+                ("LOCK_KEY", "crash".to_owned()),
+                ("LEASE_MS", "1000".to_owned()),
+            ],
+        );
+        helper.read("ran", Duration::from_secs(60)).await;
+        helper.signal(libc::SIGKILL);
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        let runs = Arc::new(AtomicUsize::new(0));
+        let started = Instant::now();
+        let value = client
+            .lock("crash")
+            .wait(Duration::from_secs(30))
+            .share(Duration::from_secs(60))
+            .run(|| async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, LockError>("computed again".to_owned())
+            })
+            .await
+            .unwrap();
+        assert_eq!(value, "computed again");
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            stored(&server, "crash").await.is_some(),
+            "the new result is stored"
+        );
+    }
+
+    /// A waiter woken after the value it waited for has expired computes it itself.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_that_finds_the_value_expired_computes_it() {
+        let server = RedisServer::start();
+        let client = LockClient::connect(&server.url()).await.unwrap();
+        let (first, other) = (client.clone(), client.clone());
+        let holder = tokio::spawn(async move {
+            first
+                .lock("brief")
+                // Held until 400 ms after the grant: the value (1 ms) has expired by then.
+                .min_hold(ms(400))
+                .share(ms(1))
+                .run(|| async {
+                    tokio::time::sleep(ms(150)).await;
+                    Ok::<_, LockError>("first".to_owned())
+                })
+                .await
+        });
+        tokio::time::sleep(ms(50)).await;
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        let waiter = other
+            .lock("brief")
+            .wait(Duration::from_secs(10))
+            .share(Duration::from_secs(60))
+            .run(|| async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, LockError>("second".to_owned())
+            })
+            .await
+            .unwrap();
+        assert_eq!(holder.await.unwrap().unwrap(), "first");
+        assert_eq!(waiter, "second", "the expired value was used");
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    }
+}

@@ -86,9 +86,9 @@ pub(crate) const NO_UPGRADABLE: &str = "they are served on redis://, redis+clust
      redis+sentinel://, postgres:// and mysql:// (the lock tables), zk://, etcd:// and \
      memory:// (not on this store); take the write lock where you would upgrade";
 
-/// Why a store keeps no shared results (yet).
-pub(crate) const NO_SHARES: &str = "shared results are kept on redis://, redis+cluster://, \
-     redis+sentinel://, redlock:// and memory:// so far (not on this store)";
+/// Why a store keeps no shared results: every built-in store keeps them; a store added later
+/// says so until it does.
+pub(crate) const NO_SHARES: &str = "this store has no place for them yet";
 
 impl std::fmt::Debug for Capabilities {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

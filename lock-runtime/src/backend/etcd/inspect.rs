@@ -68,6 +68,22 @@ impl EtcdInspector {
             .collect()
     }
 
+    /// The value of `key`, as bytes (`None`: no such key).
+    pub async fn value(&self, key: &str) -> Option<Vec<u8>> {
+        let range: RangeResponse = self
+            .rpc
+            .unary(
+                proto::path::RANGE,
+                RangeRequest {
+                    key: key.as_bytes().to_vec(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("etcd answers a range");
+        range.kvs.into_iter().next().map(|kv| kv.value)
+    }
+
     /// Deletes every key starting with `prefix`; how many there were.
     pub async fn delete_prefix(&self, prefix: &str) -> i64 {
         let deleted: DeleteRangeResponse = self

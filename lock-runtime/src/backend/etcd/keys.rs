@@ -136,7 +136,7 @@ pub(crate) fn queue_of(name: &str) -> String {
 }
 
 /// Appends `name`'s queue (see [`queue_of`]) to `out`.
-fn push_queue(out: &mut String, name: &str) {
+pub(super) fn push_queue(out: &mut String, name: &str) {
     let mut rest = name;
     // Runs of plain characters are copied whole: most names have no `%` or `/` at all.
     while let Some(at) = rest.find(['%', '/']) {

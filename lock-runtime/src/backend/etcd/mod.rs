@@ -29,6 +29,7 @@ mod permit;
 mod proto;
 mod release;
 mod rpc;
+mod share;
 mod upgrade;
 mod watch;
 
@@ -405,6 +406,7 @@ const CAPABILITIES: Capabilities = Capabilities {
     queues_waiters: true,
     keeps_alive: true,
     upgradable: Ok(()),
+    shares: Ok(share::SHARE_LIMIT),
     lock_delay: Err(
         "an etcd lock is a key on a lease, which the server deletes the moment the lease \
          expires: nothing is left to keep the key for a lock-delay after that; drop lock_delay \
@@ -415,6 +417,23 @@ const CAPABILITIES: Capabilities = Capabilities {
 };
 
 impl Backend for EtcdBackend {
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(self.share_get(name))
+    }
+
+    fn shared_put<'a>(
+        &'a self,
+        name: &'a str,
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(self.share_put(name, value, ttl))
+    }
+
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(self.share_drop(name))
+    }
+
     fn capabilities(&self) -> &Capabilities {
         &CAPABILITIES
     }

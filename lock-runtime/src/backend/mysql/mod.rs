@@ -36,6 +36,7 @@ mod errors;
 mod marks;
 pub(crate) mod named;
 mod pool;
+mod share;
 mod shared;
 mod statements;
 mod tls;
@@ -50,6 +51,8 @@ pub(crate) struct MysqlBackend {
     opts: Opts,
     settings: SqlSettings,
     sql: Arc<MyStatements>,
+    /// Shared results' statements (`share`).
+    share_sql: Arc<share::ShareStatements>,
     holder: String,
     url: String,
     slots: Vec<MySlot>,
@@ -130,6 +133,7 @@ impl MysqlBackend {
         let backend = Arc::new(MysqlBackend {
             opts,
             sql: Arc::new(MyStatements::new(&settings)),
+            share_sql: Arc::new(share::ShareStatements::new(&settings.table)),
             holder: holder_id(),
             url: shown,
             slots: (0..settings.pool_size).map(|_| MySlot::default()).collect(),
@@ -287,11 +291,29 @@ fn positional(values: Vec<Value>) -> Params {
 const CAPABILITIES: Capabilities = Capabilities {
     marks_waiting_writers: true,
     upgradable: Ok(()),
+    shares: Ok(share::SHARE_LIMIT),
     poll: Some(poll_pause),
     ..Capabilities::every_kind("mysql")
 };
 
 impl Backend for MysqlBackend {
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(self.share_get(name))
+    }
+
+    fn shared_put<'a>(
+        &'a self,
+        name: &'a str,
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(self.share_put(name, value, ttl))
+    }
+
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(self.share_drop(name))
+    }
+
     fn capabilities(&self) -> &Capabilities {
         &CAPABILITIES
     }

@@ -47,6 +47,7 @@ mod admin;
 pub(crate) mod advisory;
 mod errors;
 mod pool;
+mod share;
 mod statements;
 mod tls;
 mod upgrade;
@@ -179,6 +180,7 @@ fn row_token(kind: Kind) -> Option<String> {
 const CAPABILITIES: Capabilities = Capabilities {
     marks_waiting_writers: true,
     upgradable: Ok(()),
+    shares: Ok(share::SHARE_LIMIT),
     ..Capabilities::every_kind("postgres")
 };
 
@@ -196,6 +198,23 @@ fn poll_pause(busy: u32) -> std::time::Duration {
 }
 
 impl Backend for PostgresBackend {
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(self.share_get(name))
+    }
+
+    fn shared_put<'a>(
+        &'a self,
+        name: &'a str,
+        value: &'a [u8],
+        ttl: std::time::Duration,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(self.share_put(name, value, ttl))
+    }
+
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(self.share_drop(name))
+    }
+
     fn capabilities(&self) -> &Capabilities {
         match self.polls {
             true => &POLLING,

@@ -60,6 +60,10 @@ pub(super) struct Conn {
     /// time it runs them.
     pub(super) upgrade: tokio::sync::OnceCell<Statement>,
     pub(super) abandon_upgrade: tokio::sync::OnceCell<Statement>,
+    /// The shared results' statements (`postgres::share`), prepared as the upgrade's are.
+    pub(super) share_get: tokio::sync::OnceCell<Statement>,
+    pub(super) share_put: tokio::sync::OnceCell<Statement>,
+    pub(super) share_drop: tokio::sync::OnceCell<Statement>,
     /// Which connection this is (see [`PostgresBackend::invalidate`]).
     pub(super) number: u64,
 }
@@ -91,7 +95,7 @@ impl Conn {
         }
     }
 
-    /// Runs `text`, a statement that only some clients run (an upgrade's): prepared on this
+    /// Runs `text`, a statement that only some clients run (an upgrade's, a shared result's): prepared on this
     /// connection the first time, kept in `cell`, and run prepared from then on. Behind a
     /// transaction pooler, as the unnamed statement. Unprepared, the upgrade's statement was
     /// planned on every call: 5.0x a read lock's time, measured 2026-11-29.
@@ -400,6 +404,9 @@ impl PostgresBackend {
             flag,
             upgrade: tokio::sync::OnceCell::new(),
             abandon_upgrade: tokio::sync::OnceCell::new(),
+            share_get: tokio::sync::OnceCell::new(),
+            share_put: tokio::sync::OnceCell::new(),
+            share_drop: tokio::sync::OnceCell::new(),
             number: self.connections_made.fetch_add(1, Ordering::Relaxed),
         });
         *self.slot(i) = Some(RuntimeBound::new(Arc::clone(&conn)));

@@ -140,6 +140,64 @@ pub(super) struct PgStatements {
     /// Admin: `$1` name → deletes the row whoever holds it, wakes the waiters; the row as in
     /// `inspect` if it was live.
     pub force_release: String,
+    /// Shared results' statements (`share`, see `postgres::share`).
+    pub share: PgShareSql,
+}
+
+/// The statements of shared results (`share`) on `<table>_shared`.
+pub(crate) struct PgShareSql {
+    /// The table, created if missing (under an advisory lock, as the lock tables are).
+    pub create: String,
+    /// `$1` name → the live value (`bytea`), if any.
+    pub get: String,
+    /// `$1` name, `$2` value, `$3` share in ms → stores it (replacing what was there), and
+    /// sweeps a few long-expired rows of other keys.
+    pub put: String,
+    /// `$1` name → whether a live value was there (deleted either way).
+    pub drop: String,
+}
+
+impl PgShareSql {
+    pub(crate) fn new(table: &str) -> PgShareSql {
+        let v = quoted(&format!("{table}_shared"), '"');
+        PgShareSql {
+            create: format!(
+                "BEGIN;
+SELECT pg_advisory_xact_lock(hashtext('distlock create {table}_shared'));
+{}
+COMMIT;",
+                pg_share_ddl(table)
+            ),
+            get: format!("SELECT value FROM {v} WHERE name = $1 AND expires_at > now()"),
+            put: format!(
+                "WITH swept AS (
+    DELETE FROM {v} WHERE name IN (
+        SELECT name FROM {v} WHERE expires_at < now() - interval '1 minute' AND name <> $1
+        LIMIT 8 FOR UPDATE SKIP LOCKED)
+)
+INSERT INTO {v} (name, value, expires_at)
+VALUES ($1, $2, now() + $3::int8 * interval '1 millisecond')
+ON CONFLICT (name) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at"
+            ),
+            drop: format!(
+                "WITH gone AS (DELETE FROM {v} WHERE name = $1 RETURNING expires_at > now() AS live)
+SELECT coalesce(bool_or(live), false) FROM gone"
+            ),
+        }
+    }
+}
+
+/// The shared results' table (`<table>_shared`), as the guide prints it
+/// (`distlock::guide::share`).
+pub(crate) fn pg_share_ddl(table: &str) -> String {
+    let v = quoted(&format!("{table}_shared"), '"');
+    format!(
+        "CREATE TABLE IF NOT EXISTS {v} (
+    name       text        PRIMARY KEY,
+    value      bytea       NOT NULL,
+    expires_at timestamptz NOT NULL
+);"
+    )
 }
 
 /// The DDL, as printed in the guide (`distlock::guide::postgres`).
@@ -525,6 +583,7 @@ WHERE l.name LIKE $1 AND l.expires_at > now() ORDER BY l.name LIMIT $2"
 SELECT {columns}, pg_notify('{table}', l.name) FROM l LEFT JOIN {f} f ON f.name = l.name
 WHERE l.expires_at > now()"
             ),
+            share: PgShareSql::new(table),
         }
     }
 }

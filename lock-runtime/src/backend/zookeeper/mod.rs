@@ -25,6 +25,7 @@ mod open;
 mod path;
 mod release;
 mod session;
+mod share;
 mod upgrade;
 
 use std::collections::HashMap;
@@ -208,6 +209,7 @@ const CAPABILITIES: Capabilities = Capabilities {
     queues_waiters: true,
     keeps_alive: true,
     upgradable: Ok(()),
+    shares: Ok(share::SHARE_LIMIT),
     lock_delay: Err(
         "a ZooKeeper lock is an ephemeral node, which the server deletes the moment its \
          session expires: nothing is left to keep the key for a lock-delay after that; drop \
@@ -220,6 +222,23 @@ const CAPABILITIES: Capabilities = Capabilities {
 impl Backend for ZookeeperBackend {
     fn capabilities(&self) -> &Capabilities {
         &CAPABILITIES
+    }
+
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(self.share_get(name))
+    }
+
+    fn shared_put<'a>(
+        &'a self,
+        name: &'a str,
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(self.share_put(name, value, ttl))
+    }
+
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(self.share_drop(name))
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {

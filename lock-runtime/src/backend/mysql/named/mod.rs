@@ -48,6 +48,7 @@ use crate::runtime::BoxFuture;
 mod admin;
 mod conn;
 pub(crate) mod names;
+mod share;
 mod waiting;
 
 use conn::{
@@ -80,6 +81,8 @@ enum View {
 pub(crate) struct NamedBackend {
     opts: Opts,
     settings: SqlSettings,
+    /// Shared results' statements (`share`), on the table's `<table>_shared`.
+    share_sql: super::share::ShareStatements,
     /// The URL's database, whose named locks these are (see `admin::mysql_lock_name`).
     database: String,
     /// `<table>_fences`: fencing counters, the lock table's.
@@ -192,6 +195,7 @@ impl NamedBackend {
         let backend = Arc::new(NamedBackend {
             database: opts.db_name().unwrap_or_default().to_owned(),
             opts,
+            share_sql: super::share::ShareStatements::new(&settings.table),
             settings,
             fences,
             names,
@@ -440,12 +444,30 @@ const CAPABILITIES: Capabilities = Capabilities {
          connection closing): nothing is left to keep the key for a lock-delay; use the lock \
          table (leave out `mode=named`)",
     ),
+    shares: Ok(super::share::SHARE_LIMIT),
     ..Capabilities::plain("mysql")
 };
 
 impl Backend for NamedBackend {
     fn capabilities(&self) -> &Capabilities {
         &CAPABILITIES
+    }
+
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(self.share_get(name))
+    }
+
+    fn shared_put<'a>(
+        &'a self,
+        name: &'a str,
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(self.share_put(name, value, ttl))
+    }
+
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(self.share_drop(name))
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {

@@ -62,6 +62,7 @@ use crate::runtime::BoxFuture;
 mod admin;
 mod conn;
 mod note;
+mod share;
 
 use conn::AdvisoryConn;
 
@@ -108,6 +109,8 @@ pub(crate) struct AdvisoryBackend {
     sequence: String,
     /// `<table>_advisory_starts`: the start of every server incarnation that granted a lock.
     starts: String,
+    /// Shared results' statements (`share`), on the lock table's `<table>_shared`.
+    share_sql: super::statements::PgShareSql,
     /// The server incarnation (its start, µs since the epoch) this client last found safe to
     /// grant on: none before it granted a lock, or its predecessor has been gone `max_lease`.
     safe: Mutex<Option<i64>>,
@@ -157,6 +160,7 @@ impl AdvisoryBackend {
             tls,
             sequence: format!("{}_advisory_fences", settings.table),
             starts: format!("{}_advisory_starts", settings.table),
+            share_sql: super::statements::PgShareSql::new(&settings.table),
             safe: Mutex::new(None),
             settings,
             max_lease,
@@ -505,6 +509,7 @@ const CAPABILITIES: Capabilities = Capabilities {
         "`mode=advisory` has no upgradable read locks yet: use the lock table (leave out \
          `mode=advisory`), which has them",
     ),
+    shares: Ok(super::share::SHARE_LIMIT),
     lock_delay: Err(
         "an advisory lock ends the moment its session does (the holder's \
          `idle_session_timeout` or its connection closing): nothing is left to keep the key for \
@@ -546,6 +551,23 @@ impl AdvisoryBackend {
 impl Backend for AdvisoryBackend {
     fn capabilities(&self) -> &Capabilities {
         &CAPABILITIES
+    }
+
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(self.share_get(name))
+    }
+
+    fn shared_put<'a>(
+        &'a self,
+        name: &'a str,
+        value: &'a [u8],
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(self.share_put(name, value, ttl))
+    }
+
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(self.share_drop(name))
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {

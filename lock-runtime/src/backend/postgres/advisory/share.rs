@@ -1,0 +1,104 @@
+//! Shared results (`LockRequest::share`) in `mode=advisory`: the lock table's
+//! `<table>_shared` (see `postgres::share`), on an idle connection of this client's, each
+//! statement unnamed (one round trip).
+
+use std::time::Duration;
+
+use tokio_postgres::Row;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+
+use super::super::errors::PgError;
+use super::super::statements::pg_share_ddl;
+use super::AdvisoryBackend;
+use crate::backend::sql::errors::timed;
+use crate::backend::sql::millis;
+use crate::error::BoxError;
+
+impl AdvisoryBackend {
+    /// Runs one shared-result statement; a missing table is created (unless the user's
+    /// migrations own the tables) and the statement run again.
+    async fn share_query(
+        &self,
+        text: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, BoxError> {
+        let limit = self.settings.response_timeout;
+        let mut created = false;
+        loop {
+            let client = self.connection().await?;
+            let answer = timed(
+                "a shared result's statement",
+                limit,
+                client.query_typed(text, params),
+            )
+            .await;
+            match answer {
+                Err(PgError::Driver(ref error))
+                    if error.code() == Some(&SqlState::UNDEFINED_TABLE) && !created =>
+                {
+                    if !self.settings.create_table {
+                        return Err(format!(
+                            "the shared results' table is missing, and `create_table=false` \
+                             leaves it to you: create it once ({})",
+                            pg_share_ddl(&self.settings.table).replace('\n', " ")
+                        )
+                        .into());
+                    }
+                    timed(
+                        "creating the shared results' table",
+                        limit,
+                        client.batch_execute(&self.share_sql.create),
+                    )
+                    .await?;
+                    self.give_back_connection(client);
+                    created = true;
+                }
+                Ok(rows) => {
+                    self.give_back_connection(client);
+                    return Ok(rows);
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    pub(super) async fn share_get(&self, name: &str) -> Result<Option<Vec<u8>>, BoxError> {
+        let rows = self
+            .share_query(&self.share_sql.get, &[(&name, Type::TEXT)])
+            .await?;
+        match rows.first() {
+            Some(row) => Ok(Some(row.try_get::<_, Vec<u8>>(0).map_err(PgError::from)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub(super) async fn share_put(
+        &self,
+        name: &str,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<(), BoxError> {
+        let ms = millis(ttl);
+        self.share_query(
+            &self.share_sql.put,
+            &[
+                (&name, Type::TEXT),
+                (&value, Type::BYTEA),
+                (&ms, Type::INT8),
+            ],
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub(super) async fn share_drop(&self, name: &str) -> Result<bool, BoxError> {
+        let rows = self
+            .share_query(&self.share_sql.drop, &[(&name, Type::TEXT)])
+            .await?;
+        let first = rows
+            .first()
+            .ok_or("no answer to the shared result's delete")?;
+        Ok(first.try_get::<_, bool>(0).map_err(PgError::from)?)
+    }
+}

@@ -1,0 +1,121 @@
+//! Shared results (`LockRequest::share`) on the lock table's database: the table
+//! `<table>_shared` (name, value `bytea`, expires_at by the database's clock), created on first
+//! use unless `create_table=false` (then the error prints its DDL). Its statements are prepared
+//! on a connection the first time it runs them (sent unnamed behind a transaction pooler).
+
+use std::time::Duration;
+
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{ToSql, Type};
+
+use super::PostgresBackend;
+use super::errors::PgError;
+use super::statements::pg_share_ddl;
+use crate::backend::sql::millis;
+use crate::error::BoxError;
+
+/// The largest value stored: PostgreSQL's largest field is 1 GB.
+pub(super) const SHARE_LIMIT: usize = 1_000_000_000;
+
+/// Which statement of the three.
+#[derive(Clone, Copy)]
+enum Op {
+    Get,
+    Put,
+    Drop,
+}
+
+impl PostgresBackend {
+    /// Runs one shared-result statement; a missing table is created (unless the user's
+    /// migrations own the tables) and the statement run again.
+    async fn share_statement(
+        &self,
+        op: Op,
+        name: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, BoxError> {
+        let (text, types, what) = match op {
+            Op::Get => (
+                &self.sql.share.get,
+                &[Type::TEXT][..],
+                "reading a shared result",
+            ),
+            Op::Put => (
+                &self.sql.share.put,
+                &[Type::TEXT, Type::BYTEA, Type::INT8][..],
+                "storing a shared result",
+            ),
+            Op::Drop => (
+                &self.sql.share.drop,
+                &[Type::TEXT][..],
+                "dropping a shared result",
+            ),
+        };
+        let mut created = false;
+        loop {
+            let answer = self
+                .run(what, name, |conn| async move {
+                    let cell = match op {
+                        Op::Get => &conn.share_get,
+                        Op::Put => &conn.share_put,
+                        Op::Drop => &conn.share_drop,
+                    };
+                    conn.rare(cell, text, types, params).await
+                })
+                .await;
+            match answer {
+                Err(PgError::Driver(ref error))
+                    if error.code() == Some(&SqlState::UNDEFINED_TABLE) && !created =>
+                {
+                    if !self.settings.create_table {
+                        return Err(format!(
+                            "the shared results' table is missing, and `create_table=false` \
+                             leaves it to you: create it once ({})",
+                            pg_share_ddl(&self.settings.table).replace('\n', " ")
+                        )
+                        .into());
+                    }
+                    self.run(
+                        "creating the shared results' table",
+                        name,
+                        |conn| async move {
+                            conn.client.batch_execute(&self.sql.share.create).await?;
+                            Ok(Vec::<tokio_postgres::Row>::new())
+                        },
+                    )
+                    .await?;
+                    created = true;
+                }
+                answer => return Ok(answer?),
+            }
+        }
+    }
+
+    pub(super) async fn share_get(&self, name: &str) -> Result<Option<Vec<u8>>, BoxError> {
+        let rows = self.share_statement(Op::Get, name, &[&name]).await?;
+        match rows.first() {
+            Some(row) => Ok(Some(row.try_get::<_, Vec<u8>>(0).map_err(PgError::from)?)),
+            None => Ok(None),
+        }
+    }
+
+    pub(super) async fn share_put(
+        &self,
+        name: &str,
+        value: &[u8],
+        ttl: Duration,
+    ) -> Result<(), BoxError> {
+        let ms = millis(ttl);
+        self.share_statement(Op::Put, name, &[&name, &value, &ms])
+            .await?;
+        Ok(())
+    }
+
+    pub(super) async fn share_drop(&self, name: &str) -> Result<bool, BoxError> {
+        let rows = self.share_statement(Op::Drop, name, &[&name]).await?;
+        let first = rows
+            .first()
+            .ok_or("no answer to the shared result's delete")?;
+        Ok(first.try_get::<_, bool>(0).map_err(PgError::from)?)
+    }
+}
