@@ -6,7 +6,7 @@
 #   scripts/soak.sh [N]                 # every area that starts a server, and
 #                                       # attribute_memory: history faults redlock cluster sentinel
 #                                       # conformance postgres pgbouncer mysql zookeeper etcd interop
-#                                       # attribute_memory attribute_redis attribute_round_trips
+#                                       # attribute_memory attribute_redis attribute_round_trips share
 #                                       # examples cli redis metrics tls tls_postgres tls_mysql
 #                                       # tls_etcd tls_zookeeper global errors
 #   SOAK_TESTS="redlock history" scripts/soak.sh 3   # a subset
@@ -28,7 +28,7 @@ if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: scripts/soak.sh [N]   (N = runs per test binary, default 5)" >&2
     exit 2
 fi
-tests=(${SOAK_TESTS:-history faults redlock cluster sentinel conformance postgres pgbouncer mysql zookeeper etcd interop attribute_memory attribute_redis attribute_round_trips examples cli redis metrics tls tls_postgres tls_mysql tls_etcd tls_zookeeper global errors})
+tests=(${SOAK_TESTS:-history faults redlock cluster sentinel conformance postgres pgbouncer mysql zookeeper etcd interop attribute_memory attribute_redis attribute_round_trips share examples cli redis metrics tls tls_postgres tls_mysql tls_etcd tls_zookeeper global errors})
 hogs="${SOAK_HOGS:-2}"
 logs=target/soak
 mkdir -p "$logs"

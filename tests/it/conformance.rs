@@ -3326,7 +3326,8 @@ pub async fn a_shared_result_is_computed_once_and_given_to_every_caller(fixture:
         assert_eq!(fixture.shared_ttl("lock:failing").await, None);
     }
 
-    // After the share, the body runs again.
+    // After the share, the body runs again. (Within it, it does not: shown above with a share
+    // long enough for a loaded machine.)
     let short = ms(400);
     let counted = |n: u64| {
         one.lock("short")
@@ -3334,9 +3335,8 @@ pub async fn a_shared_result_is_computed_once_and_given_to_every_caller(fixture:
             .run(move || async move { Ok::<_, LockError>(n) })
     };
     assert_eq!(counted(1).await.unwrap(), 1);
-    assert_eq!(counted(2).await.unwrap(), 1, "within the share");
     tokio::time::sleep(short + ms(200)).await;
-    assert_eq!(counted(3).await.unwrap(), 3, "after the share");
+    assert_eq!(counted(2).await.unwrap(), 2, "after the share");
 
     // Another type under the same key: a clear error, and the stored value stays.
     let error = one

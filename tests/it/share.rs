@@ -193,21 +193,26 @@ mod faults {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_waiter_that_finds_the_value_expired_computes_it() {
         let server = RedisServer::start();
-        let client = LockClient::connect(&server.url()).await.unwrap();
-        let (first, other) = (client.clone(), client.clone());
+        // Two clients: a client's own waiter would be handed the lock at the release.
+        let first = LockClient::connect(&server.url()).await.unwrap();
+        let other = LockClient::connect(&server.url()).await.unwrap();
+        let started = Arc::new(tokio::sync::Notify::new());
+        let holding = started.clone();
         let holder = tokio::spawn(async move {
             first
                 .lock("brief")
                 // Held until 400 ms after the grant: the value (1 ms) has expired by then.
                 .min_hold(ms(400))
                 .share(ms(1))
-                .run(|| async {
+                .run(|| async move {
+                    holding.notify_one();
                     tokio::time::sleep(ms(150)).await;
                     Ok::<_, LockError>("first".to_owned())
                 })
                 .await
         });
-        tokio::time::sleep(ms(50)).await;
+        // The waiter asks once the holder's body runs (it finds nothing, and waits).
+        started.notified().await;
         let runs = Arc::new(AtomicUsize::new(0));
         let counted = runs.clone();
         let waiter = other
