@@ -414,3 +414,54 @@ fn opentelemetry_sees_the_spans_with_their_fields_and_parent() {
     assert_eq!(attribute(hold, "ended"), "released");
     assert!(attribute(hold, "held_ms").parse::<u64>().is_ok());
 }
+
+/// A shared result over the store's size limit: the caller gets it all the same, nothing is
+/// stored (the next caller computes again), and a warning names the limit and the key.
+async fn oversized_result_is_not_shared(
+    fixture: &dyn support::fixture::Fixture,
+    seen: &Seen,
+    limit: &str,
+) {
+    let client = fixture.client().await;
+    let big = "x".repeat(2 * 1024 * 1024);
+    let value = client
+        .lock("span:big")
+        .share(Duration::from_secs(60))
+        .run(|| async { Ok::<_, LockError>(big.clone()) })
+        .await
+        .unwrap();
+    assert_eq!(value.len(), big.len(), "the caller gets its value");
+    assert_eq!(
+        fixture.shared_ttl("lock:span:big").await,
+        None,
+        "nothing stored"
+    );
+    let warnings = seen.warnings("for a shared result: not shared");
+    assert_eq!(warnings.len(), 1, "{warnings:#?}");
+    let message = &warnings[0].fields["message"];
+    assert!(message.contains(limit), "the limit is named: {message}");
+    assert_eq!(
+        warnings[0].fields.get("key").map(String::as_str),
+        Some("span:big")
+    );
+}
+
+#[cfg(feature = "etcd")]
+#[test]
+fn an_oversized_shared_result_on_etcd_is_returned_not_stored_and_named() {
+    let seen = Seen::default();
+    traced(&seen, || async {
+        let fixture = support::fixture::EtcdFixture::new();
+        oversized_result_is_not_shared(&fixture, &seen, "etcd's limit of 1564672 bytes").await;
+    });
+}
+
+#[cfg(feature = "zookeeper")]
+#[test]
+fn an_oversized_shared_result_on_zookeeper_is_returned_not_stored_and_named() {
+    let seen = Seen::default();
+    traced(&seen, || async {
+        let fixture = support::fixture::ZookeeperFixture::new();
+        oversized_result_is_not_shared(&fixture, &seen, "zookeeper's limit of 1040384 bytes").await;
+    });
+}
