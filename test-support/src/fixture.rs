@@ -411,6 +411,17 @@ fn sql_shares(holder: &str, now_ms: i64) -> Vec<(String, Option<Duration>)> {
     shares
 }
 
+/// What is left of a value dated by its writer (ZooKeeper's and etcd's shared results: the
+/// instant it expires, unix ms by the writer's clock — this machine's — then the value).
+fn dated_ttl(stored: &[u8]) -> Option<Duration> {
+    let until = u64::from_le_bytes(stored.get(..8)?.try_into().ok()?);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_millis() as u64;
+    (until > now).then(|| Duration::from_millis(until - now))
+}
+
 /// `PTTL` of `name` through `conn` (`None` without a TTL or key).
 async fn ttl_with(conn: &mut impl redis::aio::ConnectionLike, name: &str) -> Option<Duration> {
     let pttl: i64 = redis::cmd("PTTL")
@@ -1788,13 +1799,7 @@ impl Fixture for ZookeeperFixture {
             self.chroot,
             distlock::__private::testing::zookeeper_parent(name)
         );
-        let (data, _) = self.zk().await.get_data(&path).await.ok()?;
-        let until = u64::from_le_bytes(data.get(..8)?.try_into().ok()?);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()?
-            .as_millis() as u64;
-        (until > now).then(|| Duration::from_millis(until - now))
+        dated_ttl(&self.zk().await.get_data(&path).await.ok()?.0)
     }
 
     fn url(&self) -> String {
@@ -2042,13 +2047,7 @@ impl Fixture for EtcdFixture {
             self.prefix,
             distlock::__private::testing::etcd_queue(name)
         );
-        let value = self.etcd().value(&key).await?;
-        let until = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()?
-            .as_millis() as u64;
-        (until > now).then(|| Duration::from_millis(until - now))
+        dated_ttl(&self.etcd().value(&key).await?)
     }
 
     fn url(&self) -> String {

@@ -16,6 +16,8 @@ use crate::runtime::BoxFuture;
 pub(crate) use capabilities::Capabilities;
 
 mod capabilities;
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) mod dated;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]

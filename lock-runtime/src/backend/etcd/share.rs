@@ -5,30 +5,17 @@
 //! instant it expires (unix ms, by the writing client's clock), which a reader compares with
 //! its own.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use super::EtcdBackend;
 use super::keys::push_queue;
 use super::proto::{self, path};
+use crate::backend::dated::{dated, live};
 use crate::error::BoxError;
 
 /// The largest value stored: etcd's default request limit (`--max-request-bytes`, 1.5 MiB),
 /// less room for the key and the request around it.
 pub(super) const SHARE_LIMIT: usize = 1_536 * 1024 - 8 * 1024;
-
-/// Unix milliseconds now, by this client's clock.
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// The value of a stored key if it has not expired.
-fn live(stored: &[u8]) -> Option<Vec<u8>> {
-    let (until, value) = stored.split_at_checked(8)?;
-    let until = u64::from_le_bytes(until.try_into().ok()?);
-    (now_ms() < until).then(|| value.to_vec())
-}
 
 impl EtcdBackend {
     fn share_key(&self, name: &str) -> Vec<u8> {
@@ -61,7 +48,6 @@ impl EtcdBackend {
         ttl: Duration,
     ) -> Result<(), BoxError> {
         const OP: &str = "store a shared result";
-        let until = now_ms().saturating_add(ttl.as_millis() as u64);
         let seconds = ttl.as_secs() + 2;
         let granted: proto::LeaseGrantResponse = self
             .call(
@@ -82,12 +68,9 @@ impl EtcdBackend {
             )
             .into());
         }
-        let mut stored = Vec::with_capacity(8 + value.len());
-        stored.extend_from_slice(&until.to_le_bytes());
-        stored.extend_from_slice(value);
         let request = proto::PutRequest {
             key: self.share_key(name),
-            value: stored,
+            value: dated(value, ttl),
             lease: granted.id,
         };
         let _: proto::PutResponse = self

@@ -11,7 +11,7 @@ use mysql_async::prelude::Queryable;
 use super::errors::MyError;
 use super::pool::Trips;
 use super::{MysqlBackend, micros, positional};
-use crate::backend::sql::errors::SqlError;
+use crate::backend::sql::errors::{SqlError, missing_share_table};
 use crate::backend::sql::quoted;
 use crate::error::BoxError;
 
@@ -82,12 +82,7 @@ impl MysqlBackend {
                 if error.code == NO_SUCH_TABLE =>
             {
                 if !self.settings.create_table {
-                    return Err(format!(
-                        "the shared results' table is missing, and `create_table=false` leaves \
-                         it to you: create it once ({})",
-                        my_share_ddl(&self.settings.table).replace('\n', " ")
-                    )
-                    .into());
+                    return Err(missing_share_table(&my_share_ddl(&self.settings.table)));
                 }
                 let create = self.share_sql.create.clone();
                 self.run_with(

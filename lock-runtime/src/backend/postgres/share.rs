@@ -11,6 +11,7 @@ use tokio_postgres::types::{ToSql, Type};
 use super::PostgresBackend;
 use super::errors::PgError;
 use super::statements::pg_share_ddl;
+use crate::backend::sql::errors::missing_share_table;
 use crate::backend::sql::millis;
 use crate::error::BoxError;
 
@@ -68,12 +69,7 @@ impl PostgresBackend {
                     if error.code() == Some(&SqlState::UNDEFINED_TABLE) && !created =>
                 {
                     if !self.settings.create_table {
-                        return Err(format!(
-                            "the shared results' table is missing, and `create_table=false` \
-                             leaves it to you: create it once ({})",
-                            pg_share_ddl(&self.settings.table).replace('\n', " ")
-                        )
-                        .into());
+                        return Err(missing_share_table(&pg_share_ddl(&self.settings.table)));
                     }
                     self.run(
                         "creating the shared results' table",
@@ -92,11 +88,7 @@ impl PostgresBackend {
     }
 
     pub(super) async fn share_get(&self, name: &str) -> Result<Option<Vec<u8>>, BoxError> {
-        let rows = self.share_statement(Op::Get, name, &[&name]).await?;
-        match rows.first() {
-            Some(row) => Ok(Some(row.try_get::<_, Vec<u8>>(0).map_err(PgError::from)?)),
-            None => Ok(None),
-        }
+        value_of(&self.share_statement(Op::Get, name, &[&name]).await?)
     }
 
     pub(super) async fn share_put(
@@ -112,10 +104,22 @@ impl PostgresBackend {
     }
 
     pub(super) async fn share_drop(&self, name: &str) -> Result<bool, BoxError> {
-        let rows = self.share_statement(Op::Drop, name, &[&name]).await?;
-        let first = rows
-            .first()
-            .ok_or("no answer to the shared result's delete")?;
-        Ok(first.try_get::<_, bool>(0).map_err(PgError::from)?)
+        dropped(&self.share_statement(Op::Drop, name, &[&name]).await?)
     }
+}
+
+/// The value a `PgShareSql::get` found, if any.
+pub(super) fn value_of(rows: &[tokio_postgres::Row]) -> Result<Option<Vec<u8>>, BoxError> {
+    match rows.first() {
+        Some(row) => Ok(Some(row.try_get::<_, Vec<u8>>(0).map_err(PgError::from)?)),
+        None => Ok(None),
+    }
+}
+
+/// Whether a `PgShareSql::drop` deleted a live value.
+pub(super) fn dropped(rows: &[tokio_postgres::Row]) -> Result<bool, BoxError> {
+    let first = rows
+        .first()
+        .ok_or("no answer to the shared result's delete")?;
+    Ok(first.try_get::<_, bool>(0).map_err(PgError::from)?)
 }

@@ -76,6 +76,17 @@ where
     Transient::wrap_if(error.is_transient(), error)
 }
 
+/// The shared results' table is missing and `create_table=false` leaves it to the user: what
+/// to create (`ddl`).
+pub(crate) fn missing_share_table(ddl: &str) -> BoxError {
+    format!(
+        "the shared results' table is missing, and `create_table=false` leaves it to you: \
+         create it once ({})",
+        ddl.replace('\n', " ")
+    )
+    .into()
+}
+
 /// Runs `future` bounded by `limit`.
 ///
 /// A combinator, not an `async fn`, which would keep `future` twice in its state (the

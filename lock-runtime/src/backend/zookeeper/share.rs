@@ -6,12 +6,13 @@
 //! its own. An expired node is deleted by the next look at it, by `forget`, or overwritten by
 //! the next result; a key never asked for again leaves its node (one per key) until then.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use zookeeper_client as zk;
 
 use super::path::parent_of;
 use super::{ZkFailure, ZookeeperBackend};
+use crate::backend::dated::{dated, live};
 use crate::error::BoxError;
 
 /// The node every shared result lives under.
@@ -20,20 +21,6 @@ const SHARED: &str = "/%shared";
 /// The largest value stored: ZooKeeper's default `jute.maxbuffer` (1 MiB), less room for the
 /// request around it.
 pub(super) const SHARE_LIMIT: usize = 1024 * 1024 - 8 * 1024;
-
-/// Unix milliseconds now, by this client's clock.
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// The value of a stored node if it has not expired.
-fn live(stored: &[u8]) -> Option<Vec<u8>> {
-    let (until, value) = stored.split_at_checked(8)?;
-    let until = u64::from_le_bytes(until.try_into().ok()?);
-    (now_ms() < until).then(|| value.to_vec())
-}
 
 fn path_of(name: &str) -> String {
     format!("{SHARED}{}", parent_of(name))
@@ -77,10 +64,7 @@ impl ZookeeperBackend {
     ) -> Result<(), BoxError> {
         let client = self.any_client().await?;
         let path = path_of(name);
-        let until = now_ms().saturating_add(ttl.as_millis() as u64);
-        let mut data = Vec::with_capacity(8 + value.len());
-        data.extend_from_slice(&until.to_le_bytes());
-        data.extend_from_slice(value);
+        let data = dated(value, ttl);
         let options = zk::CreateMode::Persistent.with_acls(self.access.acls());
         for _ in 0..4 {
             match self.call("set", client.set_data(&path, &data, None)).await {

@@ -10,7 +10,7 @@ use super::super::errors::MyError;
 use super::super::share::{NO_SUCH_TABLE, my_share_ddl};
 use super::super::{micros, positional};
 use super::NamedBackend;
-use crate::backend::sql::errors::{SqlError, timed};
+use crate::backend::sql::errors::{SqlError, missing_share_table, timed};
 use crate::error::BoxError;
 
 /// What one piece of shared-result work does on a connection.
@@ -54,12 +54,7 @@ impl NamedBackend {
                     if error.code == NO_SUCH_TABLE && !created =>
                 {
                     if !self.settings.create_table {
-                        return Err(format!(
-                            "the shared results' table is missing, and `create_table=false` \
-                             leaves it to you: create it once ({})",
-                            my_share_ddl(&self.settings.table).replace('\n', " ")
-                        )
-                        .into());
+                        return Err(missing_share_table(&my_share_ddl(&self.settings.table)));
                     }
                     {
                         let mut c = conn.conn.lock().await;

@@ -9,9 +9,10 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
 use super::super::errors::PgError;
+use super::super::share::{dropped, value_of};
 use super::super::statements::pg_share_ddl;
 use super::AdvisoryBackend;
-use crate::backend::sql::errors::timed;
+use crate::backend::sql::errors::{missing_share_table, timed};
 use crate::backend::sql::millis;
 use crate::error::BoxError;
 
@@ -38,12 +39,7 @@ impl AdvisoryBackend {
                     if error.code() == Some(&SqlState::UNDEFINED_TABLE) && !created =>
                 {
                     if !self.settings.create_table {
-                        return Err(format!(
-                            "the shared results' table is missing, and `create_table=false` \
-                             leaves it to you: create it once ({})",
-                            pg_share_ddl(&self.settings.table).replace('\n', " ")
-                        )
-                        .into());
+                        return Err(missing_share_table(&pg_share_ddl(&self.settings.table)));
                     }
                     timed(
                         "creating the shared results' table",
@@ -64,13 +60,11 @@ impl AdvisoryBackend {
     }
 
     pub(super) async fn share_get(&self, name: &str) -> Result<Option<Vec<u8>>, BoxError> {
-        let rows = self
-            .share_query(&self.share_sql.get, &[(&name, Type::TEXT)])
-            .await?;
-        match rows.first() {
-            Some(row) => Ok(Some(row.try_get::<_, Vec<u8>>(0).map_err(PgError::from)?)),
-            None => Ok(None),
-        }
+        value_of(
+            &self
+                .share_query(&self.share_sql.get, &[(&name, Type::TEXT)])
+                .await?,
+        )
     }
 
     pub(super) async fn share_put(
@@ -93,12 +87,10 @@ impl AdvisoryBackend {
     }
 
     pub(super) async fn share_drop(&self, name: &str) -> Result<bool, BoxError> {
-        let rows = self
-            .share_query(&self.share_sql.drop, &[(&name, Type::TEXT)])
-            .await?;
-        let first = rows
-            .first()
-            .ok_or("no answer to the shared result's delete")?;
-        Ok(first.try_get::<_, bool>(0).map_err(PgError::from)?)
+        dropped(
+            &self
+                .share_query(&self.share_sql.drop, &[(&name, Type::TEXT)])
+                .await?,
+        )
     }
 }
