@@ -37,6 +37,18 @@ impl EtcdBackend {
         let queue = self.queue_key(spec.name);
         let up_token = crate::token::upgrade_entry(spec.token);
         let up_key = self.slots.key(&up_token, &queue, lease.id, Kind::Exclusive);
+        let queue_end = proto::prefix_end(&queue);
+        let list_queue = || RangeRequest {
+            key: queue.clone(),
+            range_end: queue_end.clone(),
+            sort_order: proto::ASCEND,
+            sort_target: proto::SORT_BY_CREATE,
+            keys_only: true,
+            ..Default::default()
+        };
+        // The queue as the transaction that put the upgrade's key saw it: the first look, in
+        // the same round trip.
+        let mut listed_with_put: Option<RangeResponse> = None;
         let known = self.keys().get(&up_token).map(|own| own.revision);
         if known.is_none() {
             // In play before it exists: a waiter of this client that finds it ahead (on this
@@ -49,16 +61,22 @@ impl EtcdBackend {
             });
             let txn = TxnRequest {
                 compare: vec![proto::absent(up_key.clone())],
-                success: vec![op(RequestUnion::Put(PutRequest {
-                    key: up_key.clone(),
-                    value: value.into_bytes(),
-                    lease: lease.id,
-                }))],
+                success: vec![
+                    op(RequestUnion::Put(PutRequest {
+                        key: up_key.clone(),
+                        value: value.into_bytes(),
+                        lease: lease.id,
+                    })),
+                    op(RequestUnion::Range(list_queue())),
+                ],
                 // Made by an earlier attempt whose answer was lost.
-                failure: vec![op(RequestUnion::Range(RangeRequest {
-                    key: up_key.clone(),
-                    ..Default::default()
-                }))],
+                failure: vec![
+                    op(RequestUnion::Range(RangeRequest {
+                        key: up_key.clone(),
+                        ..Default::default()
+                    })),
+                    op(RequestUnion::Range(list_queue())),
+                ],
             };
             let answer = match self.txn_of(&[&up_token], txn).await {
                 Ok(answer) => answer,
@@ -67,44 +85,38 @@ impl EtcdBackend {
                     return Err(self.failed("upgrade", failure));
                 }
             };
-            let created = if answer.succeeded {
-                answer.header.as_ref().map_or(0, |h| h.revision)
-            } else {
-                let found = answer.responses.into_iter().find_map(|r| match r.response {
-                    Some(Response::Range(range)) => range.kvs.into_iter().next(),
+            let revision = answer.header.as_ref().map_or(0, |h| h.revision);
+            let mut ranges = answer
+                .responses
+                .into_iter()
+                .filter_map(|r| match r.response {
+                    Some(Response::Range(range)) => Some(range),
                     _ => None,
                 });
-                match found {
+            let created = if answer.succeeded {
+                revision
+            } else {
+                match ranges.next().and_then(|range| range.kvs.into_iter().next()) {
                     Some(kv) => kv.create_revision,
                     None => return Ok(Upgrade::Busy { ttl: None }),
                 }
             };
+            listed_with_put = ranges.next();
             self.keys().insert(
                 up_token.clone(),
                 OwnKey::created(up_key.clone(), &lease, created),
             );
         }
-        let queue_end = proto::prefix_end(&queue);
         for _ in 0..8 {
-            let listed: RangeResponse = match self
-                .call(
-                    "range",
-                    self.rpc.unary(
-                        path::RANGE,
-                        RangeRequest {
-                            key: queue.clone(),
-                            range_end: queue_end.clone(),
-                            sort_order: proto::ASCEND,
-                            sort_target: proto::SORT_BY_CREATE,
-                            keys_only: true,
-                            ..Default::default()
-                        },
-                    ),
-                )
-                .await
-            {
-                Ok(listed) => listed,
-                Err(failure) => return Err(self.failed("range", failure)),
+            let listed = match listed_with_put.take() {
+                Some(listed) => listed,
+                None => match self
+                    .call("range", self.rpc.unary(path::RANGE, list_queue()))
+                    .await
+                {
+                    Ok(listed) => listed,
+                    Err(failure) => return Err(self.failed("range", failure)),
+                },
             };
             let kvs = listed.kvs;
             let Some(share_at) = kvs

@@ -34,6 +34,9 @@ impl ZookeeperBackend {
         let parent = parent_of(spec.name);
         let up_token = crate::token::upgrade_entry(spec.token);
         let known = self.nodes().get(&up_token).map(|node| node.path.clone());
+        // The queue listed right behind the create, in the same round trip (a session's
+        // requests are served in order): the first look.
+        let mut listed_with_create = None;
         let up_path = match known {
             Some(path) => path,
             None => {
@@ -47,8 +50,10 @@ impl ZookeeperBackend {
                     data.as_bytes(),
                     &super::acquire::queue_node(self.access.acls()),
                 );
+                let list = client.list_children(&parent);
                 match self.call("create", create).await {
                     Ok((stat, sequence)) => {
+                        listed_with_create = Some(self.call("list", list).await);
                         let path = format!("{prefix}{sequence}");
                         self.nodes().insert(
                             up_token.clone(),
@@ -78,7 +83,11 @@ impl ZookeeperBackend {
         let share = &share_path[parent.len() + 1..];
         let mine = &up_path[parent.len() + 1..];
         for _ in 0..8 {
-            let children = match self.call("list", client.list_children(&parent)).await {
+            let listed = match listed_with_create.take() {
+                Some(listed) => listed,
+                None => self.call("list", client.list_children(&parent)).await,
+            };
+            let children = match listed {
                 Ok(children) => children,
                 Err(ZkFailure::Server(zk::Error::NoNode)) => return Ok(Upgrade::Lost),
                 Err(failure) => {
