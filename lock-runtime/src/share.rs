@@ -143,8 +143,8 @@ impl SharedRequest {
     /// - An `Err` is never stored: the next caller runs `body` itself.
     /// - A value the store cannot keep (over its size limit, or the store unreachable after
     ///   the body ran) is still returned to this caller; a warning names the cause.
-    /// - Errors: the acquisition's, a store that keeps no shared results
-    ///   ([`LockError::Config`]), and a result stored under the key by another type
+    /// - Errors: the acquisition's, a store that keeps no shared results or a request for a
+    ///   read lock ([`LockError::Config`]), and a result stored under the key by another type
     ///   ([`LockError::Shared`]).
     pub async fn run<T, E, F, Fut>(self, body: F) -> Result<T, E>
     where
@@ -156,6 +156,13 @@ impl SharedRequest {
         let SharedRequest { request, share } = self;
         let client = request.client().clone();
         let key = request.keys().next().unwrap_or_default().to_owned();
+        if !request.is_write() {
+            // Readers hold the key together: each would run the body.
+            return Err(E::from(LockError::Config(format!(
+                "`share` for key `{key}` needs the write lock (readers hold a key together, \
+                 and each would run the body): drop `.read()` / `.upgradable()`"
+            ))));
+        }
         let place = Place::of(&client, &key, share)?;
         if let Some(value) = place.look::<T>().await? {
             return Ok(value);

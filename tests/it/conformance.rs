@@ -3341,6 +3341,19 @@ pub async fn a_shared_result_is_computed_once_and_given_to_every_caller(fixture:
     tokio::time::sleep(short + ms(200)).await;
     assert_eq!(counted(2).await.unwrap(), 2, "after the share");
 
+    // A read lock would let every reader run the body: refused, naming the key.
+    let error = one
+        .lock("report")
+        .read()
+        .share(share)
+        .run(|| async { Ok::<String, LockError>("read".into()) })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, LockError::Config(why) if why.contains("write lock") && why.contains("report")),
+        "{error}"
+    );
+
     // Another type under the same key: a clear error, and the stored value stays.
     let error = one
         .lock("report")

@@ -119,6 +119,12 @@ impl LockRequest {
         &self.client
     }
 
+    /// Whether it asks for the write lock (not a reader's share, upgradable or not).
+    #[cfg_attr(not(feature = "share"), allow(dead_code))]
+    pub(crate) fn is_write(&self) -> bool {
+        self.kind == Kind::Exclusive && !self.upgradable
+    }
+
     /// How long the lock lives if its holder stops renewing it (crashes, hangs, is cut off).
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
