@@ -230,3 +230,63 @@ mod faults {
         assert_eq!(runs.load(Ordering::SeqCst), 1);
     }
 }
+
+/// The SQL stores create their shared results' table on first use, with the index on
+/// `expires_at` that the sweep of expired rows reads (`distlock::guide::share`).
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_creates_the_shared_results_table_with_its_index() {
+    let server = support::postgres::PostgresServer::shared();
+    let client = LockClient::connect(&format!("{}?table=share_ddl", server.url()))
+        .await
+        .unwrap();
+    let value = client
+        .lock("k")
+        .share(Duration::from_secs(60))
+        .run(|| async { Ok::<_, LockError>(1u8) })
+        .await
+        .unwrap();
+    assert_eq!(value, 1);
+    let (sql, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let rows = sql
+        .query(
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'share_ddl_shared'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let indexes: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert!(
+        indexes.iter().any(|i| i.contains("(expires_at)")),
+        "{indexes:?}"
+    );
+}
+
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_creates_the_shared_results_table_with_its_index() {
+    use mysql_async::prelude::Queryable;
+    let server = support::mysql::MysqlServer::shared();
+    let client = LockClient::connect(&format!("{}?table=share_ddl", server.url()))
+        .await
+        .unwrap();
+    let value = client
+        .lock("k")
+        .share(Duration::from_secs(60))
+        .run(|| async { Ok::<_, LockError>(1u8) })
+        .await
+        .unwrap();
+    assert_eq!(value, 1);
+    let mut conn = server.conn().await;
+    let columns: Vec<String> = conn
+        .query(
+            "SELECT COLUMN_NAME FROM information_schema.STATISTICS \
+             WHERE TABLE_NAME = 'share_ddl_shared' AND INDEX_NAME <> 'PRIMARY'",
+        )
+        .await
+        .unwrap();
+    assert_eq!(columns, ["expires_at"]);
+}

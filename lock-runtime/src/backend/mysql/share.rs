@@ -29,7 +29,8 @@ pub(crate) fn my_share_ddl(table: &str) -> String {
         "CREATE TABLE IF NOT EXISTS {v} (
     name       VARBINARY(2048) NOT NULL PRIMARY KEY,
     value      LONGBLOB NOT NULL,
-    expires_at DATETIME(6) NOT NULL
+    expires_at DATETIME(6) NOT NULL,
+    INDEX (expires_at)
 ) ENGINE=InnoDB"
     )
 }

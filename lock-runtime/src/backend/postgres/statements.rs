@@ -191,12 +191,16 @@ SELECT coalesce(bool_or(live), false) FROM gone"
 /// (`distlock::guide::share`).
 pub(crate) fn pg_share_ddl(table: &str) -> String {
     let v = quoted(&format!("{table}_shared"), '"');
+    // An index is named without a schema: it lives in its table's.
+    let bare = table.rsplit('.').next().unwrap_or(table);
+    let index = quoted(&format!("{bare}_shared_expires"), '"');
     format!(
         "CREATE TABLE IF NOT EXISTS {v} (
     name       text        PRIMARY KEY,
     value      bytea       NOT NULL,
     expires_at timestamptz NOT NULL
-);"
+);
+CREATE INDEX IF NOT EXISTS {index} ON {v} (expires_at);"
     )
 }
 
