@@ -118,10 +118,10 @@ pub trait Fixture {
         self.holder(name).await.is_some()
     }
 
-    /// Whether the store keeps shared results (`.share(…)`); otherwise it refuses them with
-    /// `LockError::Config`.
+    /// Whether the store keeps shared results (`.share(…)`; every built-in store does);
+    /// otherwise it refuses them with `LockError::Config`.
     fn shares(&self) -> bool {
-        false
+        true
     }
 
     /// The TTL of the result shared for lock `name` (prefix included) as the server holds it;
@@ -220,10 +220,6 @@ impl Fixture for MemoryFixture {
         Some("memory:// lives in one process")
     }
 
-    fn shares(&self) -> bool {
-        true
-    }
-
     fn url(&self) -> String {
         self.url.clone()
     }
@@ -297,10 +293,6 @@ fn through(url: &str, server: u16, proxy: u16) -> String {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for RedisFixture {
-    fn shares(&self) -> bool {
-        true
-    }
-
     async fn shared_ttl(&self, name: &str) -> Option<Duration> {
         let key = format!("lock-share:{name}");
         ttl_with(&mut self.server.connection().await, &key).await
@@ -524,10 +516,6 @@ impl Fixture for RedlockFixture {
         false
     }
 
-    fn shares(&self) -> bool {
-        true
-    }
-
     /// The longest TTL among the nodes' copies (each node is written).
     async fn shared_ttl(&self, name: &str) -> Option<Duration> {
         let key = format!("lock-share:{name}");
@@ -619,10 +607,6 @@ impl ClusterFixture {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for ClusterFixture {
-    fn shares(&self) -> bool {
-        true
-    }
-
     async fn shared_ttl(&self, name: &str) -> Option<Duration> {
         let key = format!("lock-share:{{{name}}}");
         ttl_with(&mut self.cluster.connection().await, &key).await
@@ -709,10 +693,6 @@ impl SentinelFixture {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for SentinelFixture {
-    fn shares(&self) -> bool {
-        true
-    }
-
     async fn shared_ttl(&self, name: &str) -> Option<Duration> {
         let key = format!("lock-share:{name}");
         ttl_with(&mut self.master().connection().await, &key).await
@@ -878,10 +858,6 @@ impl PostgresFixture {
 impl Fixture for PostgresFixture {
     fn fair(&self) -> bool {
         false
-    }
-
-    fn shares(&self) -> bool {
-        true
     }
 
     async fn shared_ttl(&self, name: &str) -> Option<Duration> {
@@ -1124,10 +1100,6 @@ impl AdvisoryFixture {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for AdvisoryFixture {
-    fn shares(&self) -> bool {
-        true
-    }
-
     async fn shared_ttl(&self, name: &str) -> Option<Duration> {
         let rows = self
             .sql()
@@ -1315,10 +1287,6 @@ impl MysqlFixture {
 impl Fixture for MysqlFixture {
     fn fair(&self) -> bool {
         false
-    }
-
-    fn shares(&self) -> bool {
-        true
     }
 
     async fn shared_ttl(&self, name: &str) -> Option<Duration> {
@@ -1570,10 +1538,6 @@ impl NamedFixture {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for NamedFixture {
-    fn shares(&self) -> bool {
-        true
-    }
-
     async fn shared_ttl(&self, name: &str) -> Option<Duration> {
         let sql = format!(
             "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) \
@@ -1786,10 +1750,6 @@ impl Fixture for ZookeeperFixture {
             true => builder.connect_timeout(Duration::from_secs(10)),
             false => builder,
         }
-    }
-
-    fn shares(&self) -> bool {
-        true
     }
 
     /// From the expiry the node's data starts with (unix ms, the writer's clock: this one's).
@@ -2033,10 +1993,6 @@ impl Fixture for EtcdFixture {
     }
 
     fn upgradable(&self) -> bool {
-        true
-    }
-
-    fn shares(&self) -> bool {
         true
     }
 

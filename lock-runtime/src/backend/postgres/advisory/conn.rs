@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicI64;
 use std::time::Duration;
 
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Statement};
+use tokio_postgres::{Client, SimpleQueryMessage, Statement};
 
 use super::note::function;
 use crate::admin::advisory_key;
@@ -104,6 +104,14 @@ impl std::ops::Deref for AdvisoryConn {
     fn deref(&self) -> &Client {
         &self.client
     }
+}
+
+/// The first column of the first row of a simple query's answer.
+pub(super) fn first_value(messages: &[SimpleQueryMessage], column: usize) -> Option<String> {
+    messages.iter().find_map(|message| match message {
+        SimpleQueryMessage::Row(row) => row.get(column).map(str::to_owned),
+        _ => None,
+    })
 }
 
 #[cfg(test)]

@@ -64,7 +64,7 @@ mod conn;
 mod note;
 mod share;
 
-use conn::AdvisoryConn;
+use conn::{AdvisoryConn, first_value};
 
 use note::{function, note};
 
@@ -120,14 +120,6 @@ pub(crate) struct AdvisoryBackend {
     idle: Mutex<Vec<(Arc<AdvisoryConn>, std::time::Instant)>>,
     /// Wakes a waiter whose blocking request was granted.
     hub: Arc<ReleaseHub>,
-}
-
-/// The first column of the first row of a simple query's answer.
-fn first_value(messages: &[SimpleQueryMessage], column: usize) -> Option<String> {
-    messages.iter().find_map(|message| match message {
-        SimpleQueryMessage::Row(row) => row.get(column).map(str::to_owned),
-        _ => None,
-    })
 }
 
 /// Whether an error means the session is over (the server ended it — idle timeout, a forced
