@@ -1068,7 +1068,7 @@ impl AdvisoryFixture {
 
     /// The sessions holding the advisory lock of `name` in `mode` (`ExclusiveLock`,
     /// `ShareLock`, or `%` for any), as [`held`](Self::held) describes each.
-    async fn holds(&self, name: &str, mode: &str) -> Vec<(i32, Duration, String, Duration)> {
+    pub async fn holds(&self, name: &str, mode: &str) -> Vec<(i32, Duration, String, Duration)> {
         let key = distlock::admin::advisory_key(name) as u64;
         let rows = self
             .sql()
@@ -1146,11 +1146,20 @@ impl Fixture for AdvisoryFixture {
         true
     }
 
+    /// An upgradable read is a share beside an exclusive mark; its upgrade, the exclusive lock
+    /// on the same session.
+    fn upgradable(&self) -> bool {
+        true
+    }
+
+    /// An upgraded read's share (beside its write lock, on one session) is not a reader's.
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        let writer = self.held(name).await.map(|(pid, ..)| pid);
         let mut readers: Vec<_> = self
             .holds(name, "ShareLock")
             .await
             .into_iter()
+            .filter(|(pid, ..)| Some(*pid) != writer)
             .map(|(_, lease, token, idle)| (token, Some(lease.saturating_sub(idle))))
             .collect();
         readers.sort_by_key(|r| std::cmp::Reverse(r.1));

@@ -479,6 +479,17 @@ async fn postgres_upgradable_reads_never_let_a_writer_in() {
     upgradable_reads(&server.url_with_own_table(), Duration::from_secs(10), TASKS).await;
 }
 
+/// `mode=advisory`: the share beside its mark, the upgrade queued ahead of the writers on
+/// the share's own session (a server of its own: advisory locks are per database).
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn advisory_upgradable_reads_never_let_a_writer_in() {
+    let server = support::postgres::PostgresServer::start();
+    // A 10 s lease, for the reason `postgres_four_processes_never_overlap` gives.
+    let url = format!("{}?mode=advisory", server.url());
+    upgradable_reads(&url, Duration::from_secs(10), TASKS).await;
+}
+
 #[cfg(feature = "zookeeper")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_upgradable_reads_never_let_a_writer_in() {

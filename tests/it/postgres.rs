@@ -492,6 +492,142 @@ mod advisory {
         assert!(!fixture.anything_at("lock:shelf").await);
     }
 
+    /// An upgradable read is the key's shared advisory lock beside the exclusive mark `(hi,
+    /// lo)` (the two-int4 key of the same halves, `objsubid` 2). Its upgrade waits in the
+    /// server on the share's session, past several leases (renewals answered between its
+    /// rounds), ahead of a writer queued before it and with new readers kept out; woken by the
+    /// last reader's release, it holds the write lock, and its release lets go of everything
+    /// the session held.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_upgrade_waits_in_the_server_past_its_lease_ahead_of_a_queued_writer() {
+        let fixture = AdvisoryFixture::new();
+        let client = fixture.builder().fencing(true).build().await.unwrap();
+        let other_client = fixture.client().await;
+        let key = distlock::admin::advisory_key("lock:climb");
+        let sql = fixture.sql().await;
+        // `pid`'s advisory locks on the key's halves: (objsubid, mode, granted).
+        let locks_of = |pid: i32| {
+            let sql = sql.clone();
+            async move {
+                let rows = sql
+                    .query(
+                        "SELECT objsubid::int4, mode, granted FROM pg_locks \
+                         WHERE locktype = 'advisory' AND pid = $1 \
+                         AND classid = $2::int8::oid AND objid = $3::int8::oid \
+                         ORDER BY objsubid, mode",
+                        &[
+                            &pid,
+                            &((key as u64 >> 32) as i64),
+                            &((key as u64 & 0xffff_ffff) as i64),
+                        ],
+                    )
+                    .await
+                    .unwrap();
+                rows.iter()
+                    .map(|r| {
+                        (
+                            r.get::<_, i32>(0),
+                            r.get::<_, String>(1),
+                            r.get::<_, bool>(2),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            }
+        };
+        let mut up = client
+            .lock("climb")
+            .upgradable()
+            .lease(ms(300))
+            .wait(ms(10_000))
+            .acquire()
+            .await
+            .unwrap();
+        let (pid, ..) = fixture
+            .holds("lock:climb", "ShareLock")
+            .await
+            .into_iter()
+            .next()
+            .expect("the upgradable share");
+        let mark_and_share = vec![
+            (1, "ShareLock".to_owned(), true),
+            (2, "ExclusiveLock".to_owned(), true),
+        ];
+        assert_eq!(locks_of(pid).await, mark_and_share);
+        // A reader by hand, and a writer queued behind it before the upgrade.
+        let by_hand = fixture.sql().await;
+        by_hand
+            .execute("SELECT pg_advisory_lock_shared($1)", &[&key])
+            .await
+            .unwrap();
+        let writer = tokio::spawn({
+            let other_client = other_client.clone();
+            async move {
+                let guard = other_client.lock("climb").wait(ms(20_000)).acquire().await;
+                (guard, Instant::now())
+            }
+        });
+        tokio::time::sleep(ms(300)).await;
+        let upgrading = tokio::spawn(async move {
+            let upgraded = up.upgrade().await;
+            (up, upgraded, Instant::now())
+        });
+        // Four leases: the upgrade waits, its share renewed between its rounds.
+        tokio::time::sleep(ms(1_200)).await;
+        assert!(!upgrading.is_finished(), "upgraded beside a reader");
+        let mut waiting = mark_and_share.clone();
+        waiting.insert(0, (1, "ExclusiveLock".to_owned(), false));
+        let now = locks_of(pid).await;
+        // Between two rounds the request is briefly out of the queue.
+        assert!(now == waiting || now == mark_and_share, "{now:?}");
+        assert!(
+            other_client
+                .lock("climb")
+                .read()
+                .try_acquire()
+                .await
+                .unwrap()
+                .is_none(),
+            "a reader joined while the upgrade waited"
+        );
+        let released_at = Instant::now();
+        by_hand
+            .execute("SELECT pg_advisory_unlock_shared($1)", &[&key])
+            .await
+            .unwrap();
+        let (up, upgraded, upgraded_at) = tokio::time::timeout(ms(5_000), upgrading)
+            .await
+            .expect("upgraded once the reader left")
+            .unwrap();
+        upgraded.expect("upgraded, the share kept through four leases");
+        assert!(
+            upgraded_at - released_at < ms(1_000),
+            "upgraded {:?} after the reader left",
+            upgraded_at - released_at
+        );
+        assert_eq!(
+            locks_of(pid).await,
+            [
+                (1, "ExclusiveLock".to_owned(), true),
+                (1, "ShareLock".to_owned(), true),
+                (2, "ExclusiveLock".to_owned(), true),
+            ]
+        );
+        let shown = client.inspect("climb").await.unwrap().expect("held");
+        assert_eq!(shown.mode, distlock::LockMode::Write);
+        assert!(shown.readers.is_empty(), "{:?}", shown.readers);
+        tokio::time::sleep(ms(600)).await;
+        assert!(!up.is_lost(), "the upgraded lock was not renewed");
+        assert!(!writer.is_finished(), "the queued writer got in");
+        up.release().await.unwrap();
+        assert_eq!(locks_of(pid).await, [], "the session still holds a lock");
+        let (granted, _) = tokio::time::timeout(ms(5_000), writer)
+            .await
+            .expect("the writer is granted after the release")
+            .unwrap();
+        granted.unwrap().release().await.unwrap();
+        assert!(!fixture.anything_at("lock:climb").await);
+    }
+
     /// The server's start (the restart guard) is checked by the first try on a connection
     /// only — a connection lives on one server incarnation: five locks taken one after another
     /// on the one connection kept send it once, not five times (the server's statement log).

@@ -232,12 +232,12 @@ mod faults {
 }
 
 /// The SQL stores create their shared results' table on first use, with the index on
-/// `expires_at` that the sweep of expired rows reads (`distlock::guide::share`).
-#[cfg(feature = "postgres")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_creates_the_shared_results_table_with_its_index() {
-    let server = support::postgres::PostgresServer::shared();
-    let client = LockClient::connect(&format!("{}?table=share_ddl", server.url()))
+/// `expires_at` that the sweep of expired rows reads (`distlock::guide::share`). Each
+/// test shares one value through `<url>?table=share_ddl`, then reads the catalogue with
+/// the store's own driver.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+async fn share_one_value(url: &str) {
+    let client = LockClient::connect(&format!("{url}?table=share_ddl"))
         .await
         .unwrap();
     let value = client
@@ -247,6 +247,13 @@ async fn postgres_creates_the_shared_results_table_with_its_index() {
         .await
         .unwrap();
     assert_eq!(value, 1);
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_creates_the_shared_results_table_with_its_index() {
+    let server = support::postgres::PostgresServer::shared();
+    share_one_value(&server.url()).await;
     let (sql, connection) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
         .await
         .unwrap();
@@ -270,16 +277,7 @@ async fn postgres_creates_the_shared_results_table_with_its_index() {
 async fn mysql_creates_the_shared_results_table_with_its_index() {
     use mysql_async::prelude::Queryable;
     let server = support::mysql::MysqlServer::shared();
-    let client = LockClient::connect(&format!("{}?table=share_ddl", server.url()))
-        .await
-        .unwrap();
-    let value = client
-        .lock("k")
-        .share(Duration::from_secs(60))
-        .run(|| async { Ok::<_, LockError>(1u8) })
-        .await
-        .unwrap();
-    assert_eq!(value, 1);
+    share_one_value(&server.url()).await;
     let mut conn = server.conn().await;
     let columns: Vec<String> = conn
         .query(

@@ -156,6 +156,14 @@ impl AdvisoryBackend {
                 note,
             });
         }
+        // An upgraded read's session holds the write lock beside its share: shown as the
+        // writer it is.
+        let writers: Vec<i32> = found
+            .iter()
+            .filter(|h| h.granted && !h.note.reader)
+            .map(|h| h.pid)
+            .collect();
+        found.retain(|h| !(h.granted && h.note.reader && writers.contains(&h.pid)));
         Ok(found)
     }
 }

@@ -17,15 +17,21 @@ use crate::backend::sql::errors::timed;
 /// connection lives on one incarnation — a restart ends it — so once a try on it has checked
 /// the server's start against the safe one, the next tries on it need not check again.
 ///
-/// Its release statements (a writer's, a reader's) are prepared when it opens, before it
-/// holds anything: a release carries no note, so one statement serves every lock, and its
-/// one message both lets go and replaces the holder's note in `pg_stat_activity` — a release
-/// whose answer is lost has either done both or neither (see `after_failed_release`).
+/// Its release statements (a writer's, a reader's, an upgradable reader's) are prepared when
+/// it opens, before it holds anything: a release carries no note, so one statement serves
+/// every lock, and its one message both lets go and replaces the holder's note in
+/// `pg_stat_activity` — a release whose answer is lost has either done both or neither (see
+/// `after_failed_release`).
 pub(super) struct AdvisoryConn {
     client: Client,
     pub(super) incarnation: AtomicI64,
-    unlock: [Statement; 2],
+    unlock: [Statement; 3],
 }
+
+/// An upgradable read's release: whether its share was still held, then every advisory lock
+/// of the session — the share, the upgradable mark (`(hi, lo)`), the write lock if upgraded.
+const UNLOCK_UPGRADABLE: &str = "SELECT pg_advisory_unlock_shared($1), pg_advisory_unlock_all(), \
+     set_config('idle_session_timeout', '0', false)";
 
 impl AdvisoryConn {
     /// `client`, its release statements prepared (one round trip).
@@ -37,24 +43,36 @@ impl AdvisoryConn {
             )
         };
         let (writer, reader) = (text(Kind::Exclusive), text(Kind::Shared));
-        let both = futures_util::future::try_join(client.prepare(&writer), client.prepare(&reader));
-        let (writer, reader) = timed("preparing the advisory releases", limit, both).await?;
+        // Sent together: one round trip.
+        let all = futures_util::future::try_join3(
+            client.prepare(&writer),
+            client.prepare(&reader),
+            client.prepare(UNLOCK_UPGRADABLE),
+        );
+        let (writer, reader, upgradable) =
+            timed("preparing the advisory releases", limit, all).await?;
         Ok(AdvisoryConn {
             client,
             incarnation: AtomicI64::new(0),
-            unlock: [writer, reader],
+            unlock: [writer, reader, upgradable],
         })
     }
 
-    /// Lets go of `name`'s advisory lock (of `kind`) and takes the idle timeout back, by the
-    /// prepared statement, bounded by `limit`: whether it was held.
+    /// Lets go of `name`'s advisory lock (of `kind`; every lock of the session for an
+    /// upgradable read, upgraded or not) and takes the idle timeout back, by the prepared
+    /// statement, bounded by `limit`: whether it was held.
     pub(super) async fn unlock(
         &self,
         kind: Kind,
+        upgradable: bool,
         name: &str,
         limit: Duration,
     ) -> Result<bool, PgError> {
-        let statement = &self.unlock[usize::from(kind == Kind::Shared)];
+        let statement = match (upgradable, kind) {
+            (true, _) => &self.unlock[2],
+            (false, Kind::Shared) => &self.unlock[1],
+            (false, _) => &self.unlock[0],
+        };
         let key = advisory_key(name);
         let params: [&(dyn ToSql + Sync); 1] = [&key];
         let row = timed(

@@ -26,6 +26,8 @@
 //!   any number of readers, no writer beside them, each reader's share on its own connection
 //!   with its own lease. PostgreSQL's lock queue keeps a waiting writer ahead of readers that
 //!   come after it (their try fails while it waits), so readers cannot starve writers.
+//! - **Upgradable reads** add an exclusive mark beside the share, and upgrade on the share's
+//!   own session, ahead of any writer queued meanwhile (see `upgrade`).
 //! - **Fencing** comes from one sequence, `<table>_advisory_fences`, taken in the granting
 //!   statement: strictly increasing across all keys, hence per key. A reader gets the
 //!   sequence's last value (`pg_sequence_last_value`) read under its share: no less than the
@@ -52,7 +54,7 @@ use crate::admin::advisory_key;
 use crate::backend::sql::errors::{acquire_error, timed};
 use crate::backend::sql::{SessionState, SqlSettings, millis};
 use crate::backend::{
-    Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Refused, Released, Transient,
+    Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Refused, Released, Transient, Upgrade,
 };
 use crate::error::{BoxError, LockError};
 use crate::fast_map::FastMap;
@@ -63,6 +65,7 @@ mod admin;
 mod conn;
 mod note;
 mod share;
+mod upgrade;
 
 use conn::{AdvisoryConn, first_value};
 
@@ -87,6 +90,8 @@ struct AdvisorySession {
     state: Mutex<SessionState>,
     /// The task of the blocking request, while it runs.
     waiting: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// An upgradable read's upgrade.
+    upgrading: Mutex<upgrade::Upgrading>,
 }
 
 impl AdvisorySession {
@@ -96,6 +101,10 @@ impl AdvisorySession {
 
     fn set(&self, state: SessionState) {
         *self.state.lock().unwrap_or_else(|p| p.into_inner()) = state;
+    }
+
+    fn upgrading(&self) -> std::sync::MutexGuard<'_, upgrade::Upgrading> {
+        self.upgrading.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -384,11 +393,14 @@ impl AdvisoryBackend {
                      <> {safe} THEN -2 "
                 ),
             };
+            let try_lock = match crate::token::is_upgradable(spec.token) {
+                true => upgrade::try_upgradable(key),
+                false => format!("{}({key})", function(spec.kind, "try_advisory_lock")),
+            };
             let text = format!(
-                "SELECT CASE {check}WHEN NOT {try_lock}({key}) THEN -1 \
+                "SELECT CASE {check}WHEN NOT {try_lock} THEN -1 \
                  WHEN set_config('idle_session_timeout', '{lease}', false) = '' THEN -3 \
                  ELSE {fence} END{note}",
-                try_lock = function(spec.kind, "try_advisory_lock"),
                 lease = millis(spec.lease),
                 fence = self.fence_expression(spec),
                 note = note(spec, None),
@@ -455,10 +467,14 @@ impl AdvisoryBackend {
     /// Starts the blocking request of the waiter `spec.token`.
     fn block(&self, session: Arc<AdvisorySession>, spec: &LockSpec<'_>) {
         let key = advisory_key(spec.name);
+        let lock = match crate::token::is_upgradable(spec.token) {
+            // Two columns: the fencing token stays the third.
+            true => upgrade::lock_upgradable(key),
+            false => format!("{}({key}), 0", function(spec.kind, "advisory_lock")),
+        };
         let text = format!(
-            "SELECT {lock}({key}), set_config('idle_session_timeout', '{lease}', false), \
+            "SELECT {lock}, set_config('idle_session_timeout', '{lease}', false), \
              {fence}{note}",
-            lock = function(spec.kind, "advisory_lock"),
             lease = millis(spec.lease),
             fence = self.fence_expression(spec),
             note = note(spec, None),
@@ -470,7 +486,7 @@ impl AdvisoryBackend {
         let task = tokio::spawn(async move {
             let state = match waiting.client.simple_query(&text).await {
                 Ok(messages) => {
-                    let fence = first_value(&messages, 2).and_then(|v| v.parse::<u64>().ok());
+                    let fence = first_value(&messages, 3).and_then(|v| v.parse::<u64>().ok());
                     SessionState::Granted(if fencing { fence } else { None })
                 }
                 Err(error) => SessionState::Failed(describe(&error)),
@@ -497,10 +513,7 @@ const CAPABILITIES: Capabilities = Capabilities {
     ),
     fair: true,
     queues_waiters: true,
-    upgradable: Err(
-        "`mode=advisory` has no upgradable read locks yet: use the lock table (leave out \
-         `mode=advisory`), which has them",
-    ),
+    upgradable: Ok(()),
     shares: Ok(super::share::SHARE_LIMIT),
     lock_delay: Err(
         "an advisory lock ends the moment its session does (the holder's \
@@ -573,6 +586,7 @@ impl Backend for AdvisoryBackend {
                         client,
                         state: Mutex::new(SessionState::Idle),
                         waiting: Mutex::new(None),
+                        upgrading: Mutex::default(),
                     });
                     let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
                     sessions.insert(spec.token.to_owned(), Arc::clone(&session));
@@ -648,7 +662,15 @@ impl Backend for AdvisoryBackend {
                 SessionState::Held(_) | SessionState::Granted(_) => {
                     let held = matches!(state, SessionState::Held(_));
                     let limit = self.settings.response_timeout;
-                    match session.client.unlock(hold.kind, hold.name, limit).await {
+                    let upgradable = crate::token::is_upgradable(hold.token);
+                    if upgradable {
+                        // Boxed: a rare path kept out of every release's future.
+                        Box::pin(self.stop_upgrade(&session)).await;
+                    }
+                    let unlock = session
+                        .client
+                        .unlock(hold.kind, upgradable, hold.name, limit);
+                    match unlock.await {
                         Ok(true) => {
                             self.give_back_connection(session.client.clone());
                             Ok(if held {
@@ -673,6 +695,14 @@ impl Backend for AdvisoryBackend {
                 SessionState::InFlight | SessionState::Failed(_) => Ok(Released::NotOurs),
             }
         })
+    }
+
+    fn upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Upgrade, BoxError>> {
+        Box::pin(self.upgrade_share(spec))
+    }
+
+    fn abandon_upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(self.abandon_share_upgrade(spec))
     }
 
     fn subscribe<'a>(
