@@ -297,6 +297,19 @@ async fn pg_rows(report: &mut Report) -> Result<(), Error> {
         sql::PgRaw::connect(&pg_url, distlock_pool_size()).await?,
     )
     .await?;
+    // mode=advisory's kinds (no semaphores), against raw advisory locks.
+    let advisory = LockClient::connect(&format!("{pg_url}?mode=advisory")).await?;
+    let floor = sql::PgAdvisory::connect(&pg_url, distlock_pool_size()).await?;
+    let label = "7b. postgres mode=advisory";
+    sql::kind_rows(report, label, "postgres_advisory", &advisory, |name| {
+        let floor = floor.clone();
+        async move { sql::RawPair::pair(&floor, 0, &name, true).await }
+    })
+    .await?;
+    drop(advisory);
+    if sql::read_only() {
+        return Ok(());
+    }
     // Against the same work done by hand: distlock's statements on its table shape.
     by_hand(
         report,
@@ -395,6 +408,9 @@ async fn mariadb_rows(report: &mut Report) -> Result<(), Error> {
         sql::MyRaw::connect(&my_url, distlock_pool_size()).await?,
     )
     .await?;
+    if sql::read_only() {
+        return Ok(());
+    }
     by_hand(
         report,
         "8. mariadb vs the same work by hand",

@@ -510,22 +510,32 @@ where
     Fut: Future<Output = Result<(), Error>>,
 {
     kind_row(report, label, key, client, &floor, Kind::Read).await?;
-    kind_row(report, label, key, client, &floor, Kind::Permit).await?;
-    kind_row(report, label, key, client, &floor, Kind::Set).await?;
-    // Upgradable reads where the store serves them (it refuses them, writing nothing, where
-    // it does not).
-    match client
-        .lock("upgradable-probe")
-        .upgradable()
-        .wait(Duration::ZERO)
-        .await
-    {
-        Ok(guard) => guard.release().await?,
-        Err(distlock::LockError::Config(_)) => return Ok(()),
-        Err(other) => return Err(other.into()),
+    // Semaphores and upgradable reads where the store serves them (it refuses them, writing
+    // nothing, where it does not).
+    let permit = client.semaphore("permit-probe", 4).wait(Duration::ZERO);
+    if served(permit.await).await? {
+        kind_row(report, label, key, client, &floor, Kind::Permit).await?;
     }
-    kind_row(report, label, key, client, &floor, Kind::Upgradable).await?;
-    kind_row(report, label, key, client, &floor, Kind::Upgrade).await
+    kind_row(report, label, key, client, &floor, Kind::Set).await?;
+    let upgradable = client.lock("upgradable-probe").upgradable();
+    if served(upgradable.wait(Duration::ZERO).await).await? {
+        kind_row(report, label, key, client, &floor, Kind::Upgradable).await?;
+        kind_row(report, label, key, client, &floor, Kind::Upgrade).await?;
+    }
+    Ok(())
+}
+
+/// Whether a probe's acquisition was served (and then released), or refused as a kind the
+/// store does not serve.
+async fn served(probe: Result<distlock::LockGuard, distlock::LockError>) -> Result<bool, Error> {
+    match probe {
+        Ok(guard) => {
+            guard.release().await?;
+            Ok(true)
+        }
+        Err(distlock::LockError::Config(_)) => Ok(false),
+        Err(other) => Err(other.into()),
+    }
 }
 
 /// A lock kind's row: an uncontended read lock (or semaphore permit) + release against the

@@ -178,6 +178,67 @@ async fn shares_take_one_call_each_way_and_statements_once_the_procedures_are_go
     );
 }
 
+/// An upgradable read's upgrade is one `CALL` of the table's procedure `<table>_supg1`. With
+/// the procedure dropped, the client notices at its next upgrade and goes on with statements:
+/// the upgrade still waits for a reader, then holds the lock with a new fencing token, and
+/// leaves no row behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_is_one_call_and_statements_once_the_procedure_is_gone() {
+    let fixture = MysqlFixture::own();
+    let client = fixture.builder().fencing(true).build().await.unwrap();
+    let calls = || async {
+        let rows = fixture
+            .rows::<String>(
+                "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+                 WHERE VARIABLE_NAME = 'COM_CALL_PROCEDURE'",
+                (),
+            )
+            .await;
+        rows[0].parse::<u64>().unwrap()
+    };
+    let mut up = client.lock("climb").upgradable().acquire().await.unwrap();
+    let before = calls().await;
+    up.upgrade().await.unwrap();
+    assert_eq!(calls().await - before, 1, "one CALL for the upgrade");
+    let token = distlock::__private::testing::owner_token(&up).to_owned();
+    assert_eq!(fixture.holder("lock:climb").await, Some(token));
+    let first = up.fencing_token().unwrap();
+    up.release().await.unwrap();
+
+    let mut conn = fixture.server.conn().await;
+    conn.query_drop(format!("DROP PROCEDURE {}_supg1", fixture.table()))
+        .await
+        .unwrap();
+    let mut up = client
+        .lock("climb")
+        .upgradable()
+        .wait(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let reader = client.lock("climb").read().acquire().await.unwrap();
+    let upgrading = tokio::spawn(async move {
+        let upgraded = up.upgrade().await;
+        (up, upgraded)
+    });
+    tokio::time::sleep(ms(300)).await;
+    assert!(!upgrading.is_finished(), "upgraded beside a reader");
+    reader.release().await.unwrap();
+    let (up, upgraded) = tokio::time::timeout(ms(5_000), upgrading)
+        .await
+        .expect("upgraded by statements once the reader left")
+        .unwrap();
+    upgraded.unwrap();
+    let token = distlock::__private::testing::owner_token(&up).to_owned();
+    assert_eq!(fixture.holder("lock:climb").await, Some(token));
+    assert!(up.fencing_token().unwrap() > first);
+    up.release().await.unwrap();
+    let left: Vec<Vec<u8>> = fixture
+        .rows(&format!("SELECT name FROM {}", fixture.table()), ())
+        .await;
+    assert!(left.is_empty(), "rows left behind: {left:?}");
+}
+
 /// The server's statement counters: (`Com_insert`, `Com_delete_multi`, `Com_call_procedure`).
 async fn counters(fixture: &MysqlFixture) -> [u64; 3] {
     let mut counted = [0; 3];

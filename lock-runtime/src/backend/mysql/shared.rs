@@ -352,7 +352,7 @@ impl MysqlBackend {
 
     /// Whether `error` says this client's procedures are gone (dropped, or a server restarted
     /// without them) or refused: the statements do the work from now on.
-    fn procedures_gone(&self, error: &MyError) -> bool {
+    pub(super) fn procedures_gone(&self, error: &MyError) -> bool {
         let gone = matches!(error.server_code(), Some(1305 | 1370));
         if gone {
             tracing::debug!(%error, "distlock: mysql: shares taken by statements from now on");

@@ -66,16 +66,19 @@ pub(super) struct MyStatements {
     /// `name` → the lock row held by readers stops naming a lone share (a writer marked it):
     /// that share's release then takes the full path, which leaves the row to the writer.
     pub not_alone: String,
-    /// The procedures that take and give back a share in one round trip each, created with
-    /// the tables where the user may (see [`procedures`]); without them the statements above
-    /// do it.
-    pub procedures: [String; 2],
+    /// The procedures that take and give back a share, and upgrade an upgradable one, in one
+    /// round trip each, created with the tables where the user may (see [`procedures`] and
+    /// [`upgrade_procedure`]); without them the statements above do it.
+    pub procedures: [String; 3],
     /// `name, token, row token, lease µs, holder, permits?, full at, fence (0 none, 1 the last
     /// write grant's, 2 a new one)` → (0 taken, 1 busy, 2 held as another token; the lock
     /// row's token, live, remaining µs; µs until the first mark ends; the fencing token).
     pub call_take: String,
     /// `name, token, row token` → (the share was live, shares are left).
     pub call_give: String,
+    /// `name, token, holder, lease µs, mark µs, fencing?` → (0 upgraded, 1 busy, 2 the share
+    /// is gone; the fencing token if upgraded; µs until the other shares end if busy).
+    pub call_upgrade: String,
     /// `µs, name, row token` → the shares' row ends in that long (0: its lease over, left to
     /// writers).
     pub readers_until: String,
@@ -147,8 +150,10 @@ impl MyStatements {
         // Named after the table (at most 56 characters) and the procedure's version.
         let take = quoted(&format!("{}_sacq2", settings.table), '`');
         let give = quoted(&format!("{}_srel2", settings.table), '`');
+        let upgrade = quoted(&format!("{}_supg1", settings.table), '`');
         let may_take = "expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token)";
-        MyStatements {
+        let [take_proc, give_proc] = procedures(&t, &f, [&take, &give]);
+        let mut statements = MyStatements {
             create: my_ddl(&settings.table, &settings.fence_table()),
             acquire: format!(
                 "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
@@ -201,9 +206,10 @@ WHERE l.name = ? AND l.token = ? AND l.holder = ? AND l.expires_at > UTC_TIMESTA
                 "UPDATE {t} SET holder = '{READERS}'
 WHERE name = ? AND token = '{READERS}' AND holder <> '{READERS}'"
             ),
-            procedures: procedures(&t, &f, [&take, &give]),
+            procedures: [take_proc, give_proc, String::new()],
             call_take: format!("CALL {take}(?, ?, ?, ?, ?, ?, ?, ?)"),
             call_give: format!("CALL {give}(?, ?, ?)"),
+            call_upgrade: format!("CALL {upgrade}(?, ?, ?, ?, ?, ?)"),
             readers_until: format!(
                 "UPDATE {t} SET expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND
 WHERE name = ? AND token = ?"
@@ -246,7 +252,9 @@ FROM {t} WHERE name > CONCAT(?, x'01') AND name < CONCAT(?, x'02')
 ORDER BY expires_at DESC"
             ),
             table: t,
-        }
+        };
+        statements.procedures[2] = upgrade_procedure(&statements, &f, &upgrade);
+        statements
     }
 
     /// An unlocked read of a lock row (the statements `peek` and `peek_permits`), counting
@@ -442,6 +450,88 @@ END"
     ]
 }
 
+/// `statement` with its `?` placeholders replaced by `values`, in order (a procedure's
+/// parameters in a statement written for the client's).
+fn fill(statement: &str, values: &[&str]) -> String {
+    let mut parts = statement.split('?');
+    let mut filled = parts.next().unwrap_or_default().to_owned();
+    for (part, value) in parts.zip(values.iter().chain(std::iter::repeat(&"?"))) {
+        filled.push_str(value);
+        filled.push_str(part);
+    }
+    debug_assert_eq!(statement.matches('?').count(), values.len(), "{statement}");
+    filled
+}
+
+/// The procedure `name` (quoted) that upgrades an upgradable share in one `CALL`: the
+/// transaction `MysqlBackend::upgrade_locked` makes of statements — the lock row locked, then,
+/// once the share is alone, the share and its mark gone and the lock row the writer's (with a
+/// new fencing token if asked), else the lock marked as a waiting writer marks it.
+fn upgrade_procedure(sql: &MyStatements, f: &str, name: &str) -> String {
+    let ascii = "VARCHAR(255) CHARACTER SET ascii";
+    let lock_row = fill(&sql.lock_row, &["p_name"]);
+    let locked = share_state(
+        &sql.table,
+        Shares::Others,
+        ["p_name", "p_token"],
+        " FOR UPDATE",
+    )
+    .replacen(
+        "\nFROM ",
+        "\n    INTO v_held, v_live, v_mine, v_others, v_last, v_marks\nFROM ",
+        1,
+    );
+    let mark = fill(
+        &sql.mark,
+        &[
+            "p_name", "p_token", "p_token", "p_mark", "p_holder", "p_name",
+        ],
+    );
+    let drop_share = fill(&sql.drop_share, &["p_name", "p_name", "p_name", "p_token"]);
+    let unmark = fill(&sql.unmark, &["p_name", "p_token"]);
+    let upgrade_row = fill(
+        &sql.upgrade_row,
+        &["p_token", "p_holder", "p_lease", "p_name"],
+    );
+    let fence = fence(f, "p_name");
+    format!(
+        "CREATE PROCEDURE IF NOT EXISTS {name}(IN p_name VARBINARY(2048), IN p_token {ascii},
+    IN p_holder VARCHAR(255), IN p_lease BIGINT, IN p_mark BIGINT, IN p_fencing BOOLEAN)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE v_held {ascii};
+    DECLARE v_live, v_mine BOOLEAN;
+    DECLARE v_others, v_last, v_marks, v_fence BIGINT;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
+    START TRANSACTION;
+    {lock_row};
+    {locked};
+    IF v_live AND v_held <=> p_token THEN
+        SET v_fence = (SELECT fence FROM {f} WHERE name = p_name);
+        ROLLBACK;
+        SELECT 0, COALESCE(v_fence, 0), NULL;
+    ELSEIF NOT (v_live AND v_mine AND v_held <=> '{READERS}') THEN
+        ROLLBACK;
+        SELECT 2, NULL, NULL;
+    ELSEIF v_others > 0 THEN
+        {mark};
+        COMMIT;
+        SELECT 1, NULL, v_last;
+    ELSE
+        {drop_share};
+        {unmark};
+        {upgrade_row};
+        IF p_fencing THEN
+            {fence};
+            SET v_fence = LAST_INSERT_ID();
+        END IF;
+        COMMIT;
+        SELECT 0, v_fence, NULL;
+    END IF;
+END"
+    )
+}
+
 /// Which of a lock's rows [`share_state`] counts besides this share: the waiting writers'
 /// marks (a reader's acquisition), the live permits (a permit's), or the other shares and the
 /// marks (a share's renewal and release).
@@ -510,4 +600,32 @@ fn share_state(t: &str, shares: Shares, [name, token]: [&str; 2], locking: &str)
         "SELECT {columns}
 FROM {t} WHERE name >= {name} AND name < CONCAT({name}, x'03'){locking}"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A procedure's statements are the client's with each `?` replaced, in order.
+    #[test]
+    fn fill_replaces_the_placeholders_in_order() {
+        assert_eq!(
+            fill(
+                "DELETE FROM t WHERE name = ? AND token = ?",
+                &["p_name", "p_token"]
+            ),
+            "DELETE FROM t WHERE name = p_name AND token = p_token"
+        );
+        let (settings, _) = SqlSettings::from_url(
+            "mysql://h/db?table=locks",
+            &crate::backend::sql::SqlOptions::default(),
+            std::time::Duration::from_secs(1),
+            std::time::Duration::from_secs(1),
+        )
+        .unwrap();
+        let upgrade = &MyStatements::new(&settings).procedures[2];
+        assert!(upgrade.starts_with("CREATE PROCEDURE IF NOT EXISTS `locks_supg1`"));
+        assert!(!upgrade.contains('?'), "{upgrade}");
+        assert!(!upgrade.contains(":name"), "{upgrade}");
+    }
 }

@@ -2,7 +2,9 @@
 //! starts with `^` (a second live one is refused). Its upgrade, one transaction that locks the
 //! lock row first, turns the readers' lock row into the writer's (same token) once the share is
 //! alone, and until then marks the lock as a waiting writer does, so no new reader joins.
-//! Waiters poll (no notifications on MySQL): the upgrade asks again as they do.
+//! Waiters poll (no notifications on MySQL): the upgrade asks again as they do. The
+//! transaction is the table's procedure `<table>_supg1` where the user may create it (one
+//! `CALL`), else statements.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,8 +77,61 @@ impl MysqlBackend {
         })
     }
 
-    /// An upgrade attempt in one transaction that locks the lock row first.
+    /// An upgrade attempt in one transaction that locks the lock row first: the table's
+    /// procedure (one round trip) where this client has it, else the statements.
     async fn upgrade_locked(&self, spec: LockSpec<'_>) -> Result<Upgrade, BoxError> {
+        if let Some(outcome) = self.upgrade_by_call(spec).await? {
+            return Ok(outcome);
+        }
+        self.upgrade_by_statements(spec).await
+    }
+
+    /// An upgrade attempt by the table's procedure (`MyStatements::call_upgrade`); `None` if
+    /// this client has no procedures (any more).
+    async fn upgrade_by_call(&self, spec: LockSpec<'_>) -> Result<Option<Upgrade>, BoxError> {
+        if !self.procedures.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let sql = Arc::clone(&self.sql);
+        let params = vec![
+            Value::from(spec.name.as_bytes()),
+            Value::from(spec.token),
+            Value::from(self.holder.as_str()),
+            Value::from(micros(spec.lease)),
+            Value::from(micros(FAIR_QUEUE_TTL)),
+            Value::from(spec.fencing),
+        ];
+        let called = self
+            .run("the upgrade", spec.name, move |conn| {
+                let (sql, params) = (Arc::clone(&sql), params.clone());
+                Box::pin(async move {
+                    conn.exec_first::<(i64, Option<i64>, Option<i64>), _, _>(
+                        sql.call_upgrade.as_str(),
+                        positional(params),
+                    )
+                    .await
+                })
+            })
+            .await;
+        let (outcome, fence, last) = match called {
+            Ok(Some(row)) => row,
+            Ok(None) => return Err("the upgrade's procedure returned no row".into()),
+            Err(error) if self.procedures_gone(&error) => return Ok(None),
+            Err(error) => return Err(acquire_error(error)),
+        };
+        Ok(Some(match outcome {
+            0 => Upgrade::Done {
+                fencing_token: spec.fencing.then(|| fence.unwrap_or(0) as u64),
+            },
+            1 => Upgrade::Busy {
+                ttl: last.map(|us| Duration::from_micros(us.max(1_000) as u64)),
+            },
+            _ => Upgrade::Lost,
+        }))
+    }
+
+    /// An upgrade attempt by statements, in one transaction.
+    async fn upgrade_by_statements(&self, spec: LockSpec<'_>) -> Result<Upgrade, BoxError> {
         let sql = Arc::clone(&self.sql);
         let name = spec.name.as_bytes().to_vec();
         let (token, holder) = (spec.token.to_owned(), self.holder.clone());
