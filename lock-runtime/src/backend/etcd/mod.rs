@@ -485,16 +485,11 @@ impl Backend for EtcdBackend {
     fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
         let (name, token) = (hold.name, hold.token);
         Box::pin(self.in_play.release(token, move || async move {
-            let released = self.release_key(token).await;
-            // An upgraded lock's second key (see `upgrade`), after its share: the writers
-            // queued behind the share are next, then the readers that came after the upgrade.
-            // (Boxed: the rare path, kept out of every release's own box.)
-            if crate::token::is_upgradable(token)
-                && let Err(error) = Box::pin(self.drop_upgrade(token)).await
-            {
-                tracing::debug!(key = name, %error, "distlock: etcd: an upgrade's key was not deleted; it goes with its lease");
+            match crate::token::is_upgradable(token) {
+                // Boxed: the rare path, kept out of every release's own box.
+                true => Box::pin(self.release_upgradable(name, token)).await,
+                false => self.release_key(token).await,
             }
-            released
         }))
     }
 

@@ -18,7 +18,7 @@ use super::proto::{
 };
 use super::{EtcdBackend, OwnKey};
 use crate::backend::queue::{Turn, upgrade_turn};
-use crate::backend::{Kind, LockSpec, Transient, Upgrade};
+use crate::backend::{Kind, LockSpec, Released, Transient, Upgrade};
 use crate::error::BoxError;
 
 impl EtcdBackend {
@@ -174,6 +174,87 @@ impl EtcdBackend {
 
     /// Deletes the key an upgrade of the share `token` added, if any: the upgrade given up (the
     /// readers it held back wake), or the upgraded lock released after its share.
+    /// An upgradable read's release: its share's key, then the key its upgrade added, if any
+    /// — never the other way round, which would let the readers queued behind the upgrade in
+    /// beside a holder that still holds. When both keys are held and settled (no acquiring
+    /// transaction in flight or unanswered), one transaction deletes both at one revision:
+    /// one round trip.
+    pub(super) async fn release_upgradable(
+        &self,
+        name: &str,
+        token: &str,
+    ) -> Result<Released, BoxError> {
+        if let Some(released) = self.delete_both(token).await {
+            return Ok(released);
+        }
+        let released = self.release_key(token).await;
+        if let Err(error) = self.drop_upgrade(token).await {
+            tracing::debug!(key = name, %error, "distlock: etcd: an upgrade's key was not deleted; it goes with its lease");
+        }
+        released
+    }
+
+    /// Deletes the share `token`'s key and its upgrade's in one transaction, if both are held
+    /// and settled: what the share's release saw; `None` (nothing changed) otherwise, or if
+    /// the transaction failed.
+    async fn delete_both(&self, token: &str) -> Option<Released> {
+        let up_token = crate::token::upgrade_entry(token);
+        let settled = |t: &str| {
+            !self
+                .in_flight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains_key(t)
+                && !self
+                    .unanswered
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .contains(t)
+        };
+        if !settled(token) || !settled(&up_token) {
+            return None;
+        }
+        let (share, upgrade) = {
+            let mut keys = self.keys();
+            if !keys.contains_key(token) || !keys.contains_key(&up_token) {
+                return None;
+            }
+            (keys.remove(token)?, keys.remove(&up_token)?)
+        };
+        let delete = |key: &[u8]| proto::RequestOp {
+            request: Some(RequestUnion::DeleteRange(proto::DeleteRangeRequest {
+                key: key.to_vec(),
+                range_end: Vec::new(),
+            })),
+        };
+        let txn = TxnRequest {
+            compare: Vec::new(),
+            success: vec![delete(&share.key), delete(&upgrade.key)],
+            failure: Vec::new(),
+        };
+        let answer: Result<proto::TxnResponse, _> =
+            self.call("txn", self.rpc.unary(path::TXN, txn)).await;
+        let Ok(answer) = answer else {
+            // Given back: the release goes the usual way, with its retries.
+            let mut keys = self.keys();
+            keys.insert(token.to_owned(), share);
+            keys.insert(up_token, upgrade);
+            return None;
+        };
+        let deleted = matches!(
+            answer.responses.first().and_then(|r| r.response.as_ref()),
+            Some(Response::DeleteRange(d)) if d.deleted > 0
+        );
+        let alive = share.lease.is_usable();
+        self.slots.free(token);
+        self.slots.free(&up_token);
+        self.in_play.forget(&[&up_token]);
+        Some(match deleted && alive {
+            true => Released::Deleted,
+            false => Released::NotOurs,
+        })
+    }
+
     pub(super) async fn drop_upgrade(&self, token: &str) -> Result<(), BoxError> {
         let up_token = crate::token::upgrade_entry(token);
         let result = match self.slots.of(&up_token) {

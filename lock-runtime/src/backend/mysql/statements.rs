@@ -464,19 +464,16 @@ fn fill(statement: &str, values: &[&str]) -> String {
 }
 
 /// The procedure `name` (quoted) that upgrades an upgradable share in one `CALL`: the
-/// transaction `MysqlBackend::upgrade_locked` makes of statements — the lock row locked, then,
-/// once the share is alone, the share and its mark gone and the lock row the writer's (with a
-/// new fencing token if asked), else the lock marked as a waiting writer marks it.
+/// transaction `MysqlBackend::upgrade_by_statements` makes, in fewer statements. It locks the
+/// lock row with its shares and marks (the locking read a share's release starts with: a live
+/// share means the lock row exists, so nothing needs making). Once the share is alone, one
+/// `DELETE` takes the share, the upgrade's mark and the expired shares and marks, and the
+/// lock row becomes the writer's (with a new fencing token if asked); else the lock is marked
+/// as a waiting writer marks it.
 fn upgrade_procedure(sql: &MyStatements, f: &str, name: &str) -> String {
+    let t = &sql.table;
     let ascii = "VARCHAR(255) CHARACTER SET ascii";
-    let lock_row = fill(&sql.lock_row, &["p_name"]);
-    let locked = share_state(
-        &sql.table,
-        Shares::Others,
-        ["p_name", "p_token"],
-        " FOR UPDATE",
-    )
-    .replacen(
+    let locked = share_state(t, Shares::Others, ["p_name", "p_token"], " FOR UPDATE").replacen(
         "\nFROM ",
         "\n    INTO v_held, v_live, v_mine, v_others, v_last, v_marks\nFROM ",
         1,
@@ -487,8 +484,6 @@ fn upgrade_procedure(sql: &MyStatements, f: &str, name: &str) -> String {
             "p_name", "p_token", "p_token", "p_mark", "p_holder", "p_name",
         ],
     );
-    let drop_share = fill(&sql.drop_share, &["p_name", "p_name", "p_name", "p_token"]);
-    let unmark = fill(&sql.unmark, &["p_name", "p_token"]);
     let upgrade_row = fill(
         &sql.upgrade_row,
         &["p_token", "p_holder", "p_lease", "p_name"],
@@ -504,7 +499,6 @@ BEGIN
     DECLARE v_others, v_last, v_marks, v_fence BIGINT;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; RESIGNAL; END;
     START TRANSACTION;
-    {lock_row};
     {locked};
     IF v_live AND v_held <=> p_token THEN
         SET v_fence = (SELECT fence FROM {f} WHERE name = p_name);
@@ -518,8 +512,9 @@ BEGIN
         COMMIT;
         SELECT 1, NULL, v_last;
     ELSE
-        {drop_share};
-        {unmark};
+        DELETE FROM {t} WHERE name > CONCAT(p_name, x'01') AND name < CONCAT(p_name, x'03')
+            AND (name = CONCAT(p_name, x'01', p_token) OR name = CONCAT(p_name, x'02', p_token)
+                 OR expires_at <= UTC_TIMESTAMP(6));
         {upgrade_row};
         IF p_fencing THEN
             {fence};

@@ -15,7 +15,7 @@ use zookeeper_client as zk;
 use super::path::{entry_of, node_prefix, parent_of, sequence_of, token_of};
 use super::{Node, ZkFailure, ZookeeperBackend};
 use crate::backend::queue::{Turn, upgrade_turn};
-use crate::backend::{Kind, LockSpec, Transient, Upgrade};
+use crate::backend::{Kind, LockSpec, Released, Transient, Upgrade};
 use crate::error::BoxError;
 
 impl ZookeeperBackend {
@@ -151,6 +151,35 @@ impl ZookeeperBackend {
             "the queue of `{}` kept changing under an upgrade ({})",
             spec.name, self.shown
         )))
+    }
+
+    /// An upgradable read's release: its share's node, then the node its upgrade added, if
+    /// any — in that order, so that the writers queued behind the share come next, then the
+    /// readers that came after the upgrade (the other order would let those readers in beside
+    /// a holder that still holds). Both nodes are on the share's session, which serves its
+    /// requests in order: when the share's node is known, the second delete is sent right
+    /// behind the first, and the release costs one round trip.
+    pub(super) async fn delete_upgradable(
+        &self,
+        name: &str,
+        token: &str,
+    ) -> Result<Released, BoxError> {
+        let dropped = |result: Result<(), BoxError>| {
+            if let Err(error) = result {
+                tracing::debug!(key = name, %error, "distlock: zookeeper: an upgrade's node was not deleted; it goes with its session");
+            }
+        };
+        // Known: the share's delete is sent on the first poll, before the upgrade's.
+        if self.nodes().contains_key(token) {
+            let both =
+                futures_util::future::join(self.delete(name, token), self.drop_upgrade(token));
+            let (released, upgrade) = both.await;
+            dropped(upgrade);
+            return released;
+        }
+        let released = self.delete(name, token).await;
+        dropped(self.drop_upgrade(token).await);
+        released
     }
 
     /// Deletes the node an upgrade of the share `token` added, if any: the upgrade given up
