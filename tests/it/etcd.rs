@@ -445,3 +445,47 @@ async fn bad_input_fails_with_an_error_that_names_the_cause() {
         assert!(!message.contains("secret"), "password leaked: {message}");
     }
 }
+
+/// An upgraded lock's release deletes its share's key and its upgrade's key in one
+/// transaction: one revision (two deletions one after the other would make two), and both
+/// keys gone; the writer queued behind the share is granted then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgraded_locks_release_deletes_both_its_keys_at_one_revision() {
+    let member = EtcdMember::start();
+    let url = member.url("/up");
+    let revision = || {
+        let reply = http_call(member.client_port, "POST", "/v3/maintenance/status", "{}")
+            .expect("status answers");
+        let after = reply.split("\"revision\":\"").nth(1).expect(&reply);
+        after[..after.find('"').unwrap()].parse::<i64>().unwrap()
+    };
+    let client = LockClient::connect(&url).await.unwrap();
+    let other = LockClient::connect(&url).await.unwrap();
+    let mut up = client.lock("k").upgradable().acquire().await.unwrap();
+    up.upgrade().await.unwrap();
+    let writer = tokio::spawn(async move {
+        let guard = other.lock("k").wait(ms(10_000)).acquire().await;
+        (guard, other)
+    });
+    tokio::time::sleep(ms(300)).await;
+    assert!(
+        !writer.is_finished(),
+        "a writer got in beside the upgraded lock"
+    );
+    let before = revision();
+    up.release().await.unwrap();
+    let (granted, other) = tokio::time::timeout(ms(5_000), writer)
+        .await
+        .expect("the queued writer is granted after the release")
+        .unwrap();
+    // The writer's own key was put before the release: only the release's deletions count.
+    assert_eq!(
+        revision(),
+        before + 1,
+        "the two keys were deleted one by one"
+    );
+    let shown = other.inspect("k").await.unwrap().expect("the writer holds");
+    assert!(shown.readers.is_empty(), "the share is gone");
+    granted.unwrap().release().await.unwrap();
+    assert_eq!(other.inspect("k").await.unwrap(), None);
+}

@@ -199,12 +199,14 @@ impl EtcdBackend {
     /// the transaction failed.
     async fn delete_both(&self, token: &str) -> Option<Released> {
         let up_token = crate::token::upgrade_entry(token);
+        // No acquiring transaction on its way (its gate, kept until the release, is free)
+        // and none unanswered.
         let settled = |t: &str| {
-            !self
-                .in_flight
+            self.in_flight
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .contains_key(t)
+                .get(t)
+                .is_none_or(|gate| gate.try_lock().is_ok())
                 && !self
                     .unanswered
                     .lock()
@@ -246,6 +248,11 @@ impl EtcdBackend {
             Some(Response::DeleteRange(d)) if d.deleted > 0
         );
         let alive = share.lease.is_usable();
+        {
+            let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            in_flight.remove(token);
+            in_flight.remove(&up_token);
+        }
         self.slots.free(token);
         self.slots.free(&up_token);
         self.in_play.forget(&[&up_token]);
