@@ -321,7 +321,8 @@ pub async fn an_upgradable_read_upgrades_without_letting_a_writer_in(fixture: &d
 
 /// A plain reader that joins behind a waiting upgradable request holds the key (readers wait
 /// for writers only), and an upgrade waits for it: the queue stores once upgraded past it (the
-/// history checker found a writer beside such a reader).
+/// history checker found a writer beside such a reader). The release of an upgradable read
+/// wakes the next upgradable request, upgraded or not.
 pub async fn an_upgrade_waits_for_a_reader_behind_a_waiting_upgradable_request(
     fixture: &dyn Fixture,
 ) {
@@ -382,11 +383,32 @@ pub async fn an_upgrade_waits_for_a_reader_behind_a_waiting_upgradable_request(
         .expect("the waiting upgradable request is granted after the release")
         .unwrap();
     assert!(granted_at >= released_at);
-    granted
-        .expect("the second upgradable read")
-        .release()
+    let granted = granted.expect("the second upgradable read");
+    // An upgradable read released as it was (never upgraded, alone) wakes the next
+    // upgradable request, which leaves no mark on the key.
+    let third = tokio::spawn(async move {
+        let guard = one
+            .lock("behind")
+            .upgradable()
+            .wait(ms(20_000))
+            .acquire()
+            .await;
+        (guard, Instant::now())
+    });
+    tokio::time::sleep(ms(300)).await;
+    assert!(!third.is_finished(), "a second upgradable read was granted");
+    let released_at = Instant::now();
+    granted.release().await.unwrap();
+    let (third, third_at) = tokio::time::timeout(ms(5_000), third)
         .await
+        .expect("the third upgradable request is granted after the release")
         .unwrap();
+    assert!(
+        third_at - released_at < ms(1_000),
+        "granted {:?} after the release: not woken by it",
+        third_at - released_at
+    );
+    third.unwrap().release().await.unwrap();
     assert!(
         eventually(ms(2_000), || async {
             !fixture.anything_at("lock:behind").await

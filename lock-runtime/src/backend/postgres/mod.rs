@@ -33,6 +33,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::Type;
 
 use super::sql::errors::{TableTrouble, table_error, timed};
 use super::sql::shares::shares_token;
@@ -335,15 +336,26 @@ impl PostgresBackend {
             // of one may have waiters, which only the full statement wakes.
             let quiet = match hold.kind {
                 Kind::Exclusive => !marked,
-                // An upgradable share's departure wakes those waiting to take one.
-                Kind::Shared => !crate::token::is_upgradable(token),
+                Kind::Shared => true,
                 Kind::Permits(n) => n > 1,
             };
+            // An upgradable share's departure wakes those waiting to take one, who leave no
+            // mark: its lone release notifies (a statement prepared when first run).
+            let upgradable = hold.kind == Kind::Shared && crate::token::is_upgradable(token);
             if quiet && !self.contended.contains(name) {
                 let deleted = self
                     .run("the release", name, |conn| {
                         tries += 1;
                         async move {
+                            if upgradable {
+                                let (cell, text) = (
+                                    &conn.upgradable_release_alone,
+                                    &self.sql.upgradable_release_alone,
+                                );
+                                let rows = conn.rare(cell, text, &[Type::TEXT; 3], params.get());
+                                let count = rows.await?.first().map(|row| row.try_get(0));
+                                return Ok(count.transpose()?.unwrap_or(0i64) as u64);
+                            }
                             let quiet = match params.1 {
                                 true => &conn.share_release_alone,
                                 false => &conn.release_quiet,

@@ -130,6 +130,10 @@ pub(super) struct PgStatements {
     /// An upgrade given up: `$1` name, `$2` token → its mark goes, and the readers it kept
     /// out are woken.
     pub abandon_upgrade: String,
+    /// An upgradable share's release while it is alone: `$1` name, `$2` token, `$3` row token
+    /// → how many rows went (1 or 0), as [`share_release_alone`](Self::share_release_alone),
+    /// waking those waiting to take an upgradable share (`NOTIFY`), which leave no mark.
+    pub upgradable_release_alone: String,
     /// Subscribes a connection to the table's release notifications.
     pub listen: String,
     /// Admin: `$1` name → the live row: (name, token, holder, acquired ms, remaining ms,
@@ -562,6 +566,15 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM upgraded) OR EXISTS (SELECT 1 FROM again)
        coalesce((SELECT fence FROM fenced), (SELECT fence FROM again)),
        (SELECT others_ms FROM s)",
                 lines = lines_of("cur.holder", "cur"),
+            ),
+            upgradable_release_alone: format!(
+                "WITH gone AS (
+    DELETE FROM {t} WHERE name = $1 AND token = $3 AND expires_at > now()
+        AND strpos(holder, E'\\n') = 0 AND split_part(holder, ' ', 1) = $2
+        AND nullif(split_part(holder, ' ', 2), '')::int8 > {NOW_MS}
+    RETURNING name
+)
+SELECT count(pg_notify('{table}', name)) FROM gone"
             ),
             abandon_upgrade: format!(
                 "WITH unmarked AS (
