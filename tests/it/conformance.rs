@@ -339,15 +339,7 @@ pub async fn an_upgrade_waits_for_a_reader_behind_a_waiting_upgradable_request(
         .acquire()
         .await
         .unwrap();
-    let second = tokio::spawn(async move {
-        let guard = two
-            .lock("behind")
-            .upgradable()
-            .wait(ms(20_000))
-            .acquire()
-            .await;
-        (guard, Instant::now())
-    });
+    let second = waiting_upgradable(two, "behind");
     tokio::time::sleep(ms(200)).await;
     assert!(
         !second.is_finished(),
@@ -386,15 +378,7 @@ pub async fn an_upgrade_waits_for_a_reader_behind_a_waiting_upgradable_request(
     let granted = granted.expect("the second upgradable read");
     // An upgradable read released as it was (never upgraded, alone) wakes the next
     // upgradable request, which leaves no mark on the key.
-    let third = tokio::spawn(async move {
-        let guard = one
-            .lock("behind")
-            .upgradable()
-            .wait(ms(20_000))
-            .acquire()
-            .await;
-        (guard, Instant::now())
-    });
+    let third = waiting_upgradable(one, "behind");
     tokio::time::sleep(ms(300)).await;
     assert!(!third.is_finished(), "a second upgradable read was granted");
     let released_at = Instant::now();
@@ -416,6 +400,23 @@ pub async fn an_upgrade_waits_for_a_reader_behind_a_waiting_upgradable_request(
         .await,
         "lock:behind left behind"
     );
+}
+
+/// An upgradable request of `key` by `client` that waits up to 20 s, in a task of its own:
+/// its guard, and when it was granted.
+fn waiting_upgradable(
+    client: LockClient,
+    key: &'static str,
+) -> tokio::task::JoinHandle<(Result<distlock::LockGuard, LockError>, Instant)> {
+    tokio::spawn(async move {
+        let guard = client
+            .lock(key)
+            .upgradable()
+            .wait(ms(20_000))
+            .acquire()
+            .await;
+        (guard, Instant::now())
+    })
 }
 
 /// An upgrade given up — its `wait` over, or its future dropped — leaves the upgradable read

@@ -93,16 +93,7 @@ async fn renewals_of_many_locks_are_batched() {
 async fn shares_take_one_call_each_way_and_statements_once_the_procedures_are_gone() {
     let fixture = MysqlFixture::own();
     let client = fixture.client().await;
-    let calls = || async {
-        let rows = fixture
-            .rows::<String>(
-                "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
-                 WHERE VARIABLE_NAME = 'COM_CALL_PROCEDURE'",
-                (),
-            )
-            .await;
-        rows[0].parse::<u64>().unwrap()
-    };
+    let calls = || procedure_calls(&fixture);
     // A lock row there already (expired, as readers leave it to a writer): the client's
     // lone-share `INSERT` meets it, and the name's shares go through the procedures.
     let mut conn = fixture.server.conn().await;
@@ -186,16 +177,7 @@ async fn shares_take_one_call_each_way_and_statements_once_the_procedures_are_go
 async fn an_upgrade_is_one_call_and_statements_once_the_procedure_is_gone() {
     let fixture = MysqlFixture::own();
     let client = fixture.builder().fencing(true).build().await.unwrap();
-    let calls = || async {
-        let rows = fixture
-            .rows::<String>(
-                "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
-                 WHERE VARIABLE_NAME = 'COM_CALL_PROCEDURE'",
-                (),
-            )
-            .await;
-        rows[0].parse::<u64>().unwrap()
-    };
+    let calls = || procedure_calls(&fixture);
     let mut up = client.lock("climb").upgradable().acquire().await.unwrap();
     let before = calls().await;
     up.upgrade().await.unwrap();
@@ -237,6 +219,18 @@ async fn an_upgrade_is_one_call_and_statements_once_the_procedure_is_gone() {
         .rows(&format!("SELECT name FROM {}", fixture.table()), ())
         .await;
     assert!(left.is_empty(), "rows left behind: {left:?}");
+}
+
+/// How many procedures the server has called (`Com_call_procedure`).
+async fn procedure_calls(fixture: &MysqlFixture) -> u64 {
+    let rows = fixture
+        .rows::<String>(
+            "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+             WHERE VARIABLE_NAME = 'COM_CALL_PROCEDURE'",
+            (),
+        )
+        .await;
+    rows[0].parse::<u64>().unwrap()
 }
 
 /// The server's statement counters: (`Com_insert`, `Com_delete_multi`, `Com_call_procedure`).

@@ -49,7 +49,7 @@ use std::time::Duration;
 
 use tokio_postgres::{Client, SimpleQueryMessage};
 
-use super::errors::{PgError, connect_error, describe, driver_config};
+use super::errors::{PgError, connect_error, driver_config};
 use crate::admin::advisory_key;
 use crate::backend::sql::errors::{acquire_error, timed};
 use crate::backend::sql::{SessionState, SqlSettings, millis};
@@ -66,6 +66,7 @@ mod conn;
 mod note;
 mod share;
 mod upgrade;
+mod waiting;
 
 use conn::{AdvisoryConn, first_value};
 
@@ -463,39 +464,6 @@ impl AdvisoryBackend {
             .map(drop)
             .map_err(acquire_error)
     }
-
-    /// Starts the blocking request of the waiter `spec.token`.
-    fn block(&self, session: Arc<AdvisorySession>, spec: &LockSpec<'_>) {
-        let key = advisory_key(spec.name);
-        let lock = match crate::token::is_upgradable(spec.token) {
-            // Two columns: the fencing token stays the third.
-            true => upgrade::lock_upgradable(key),
-            false => format!("{}({key}), 0", function(spec.kind, "advisory_lock")),
-        };
-        let text = format!(
-            "SELECT {lock}, set_config('idle_session_timeout', '{lease}', false), \
-             {fence}{note}",
-            lease = millis(spec.lease),
-            fence = self.fence_expression(spec),
-            note = note(spec, None),
-        );
-        let (name, token, fencing) = (spec.name.to_owned(), spec.token.to_owned(), spec.fencing);
-        let hub = Arc::clone(&self.hub);
-        session.set(SessionState::Waiting);
-        let waiting = Arc::clone(&session);
-        let task = tokio::spawn(async move {
-            let state = match waiting.client.simple_query(&text).await {
-                Ok(messages) => {
-                    let fence = first_value(&messages, 3).and_then(|v| v.parse::<u64>().ok());
-                    SessionState::Granted(if fencing { fence } else { None })
-                }
-                Err(error) => SessionState::Failed(describe(&error)),
-            };
-            waiting.set(state);
-            hub.notify_one(&name, &token);
-        });
-        *session.waiting.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
-    }
 }
 
 /// Advisory locks: plain and read locks, queued on the server (a waiting session), so fair; no
@@ -522,36 +490,6 @@ const CAPABILITIES: Capabilities = Capabilities {
     ),
     ..Capabilities::plain("postgres")
 };
-
-impl AdvisoryBackend {
-    /// Takes a waiter's blocking request out of the server's queue: cancelled now, and its
-    /// answer (cancelled, or granted just before) awaited. Dropping the connection after ends
-    /// the session, and a grant that raced the cancel.
-    async fn give_up_waiting(&self, session: &AdvisorySession) -> Result<Released, BoxError> {
-        let task = session
-            .waiting
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let limit = self.settings.response_timeout;
-        let cancel = session.client.cancel_token();
-        let _ = tokio::time::timeout(
-            limit,
-            cancel.cancel_query(crate::backend::postgres::tls::connector(&self.tls)),
-        )
-        .await;
-        // A cancel is a signal to the waiting backend, which leaves the lock's queue a moment
-        // later: wait for the blocking request's answer, so that a reader that tries right
-        // after this release is not still queued behind the writer that gave up.
-        if let Some(task) = task {
-            let abort = task.abort_handle();
-            if tokio::time::timeout(limit, task).await.is_err() {
-                abort.abort();
-            }
-        }
-        Ok(Released::NotOurs)
-    }
-}
 
 impl Backend for AdvisoryBackend {
     fn capabilities(&self) -> &Capabilities {

@@ -262,18 +262,8 @@ impl AdvisoryBackend {
         stop.store(true, Ordering::Release);
         // The task records only a grant once taken out of `Waiting`.
         *session.upgrading() = Upgrading::No;
-        let limit = self.settings.response_timeout;
-        let cancel = session.client.cancel_token();
-        let _ = tokio::time::timeout(
-            limit,
-            cancel.cancel_query(crate::backend::postgres::tls::connector(&self.tls)),
-        )
-        .await;
         // A cancel that came between two rounds finds nothing to cancel: the round under way
-        // then ends within its `lock_timeout`, below `limit`.
-        let abort = task.abort_handle();
-        if tokio::time::timeout(limit, task).await.is_err() {
-            abort.abort();
-        }
+        // then ends within its `lock_timeout`, below the response timeout `cancel` waits.
+        self.cancel(session, Some(task)).await;
     }
 }
