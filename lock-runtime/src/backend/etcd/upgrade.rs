@@ -172,8 +172,6 @@ impl EtcdBackend {
         )))
     }
 
-    /// Deletes the key an upgrade of the share `token` added, if any: the upgrade given up (the
-    /// readers it held back wake), or the upgraded lock released after its share.
     /// An upgradable read's release: its share's key, then the key its upgrade added, if any
     /// — never the other way round, which would let the readers queued behind the upgrade in
     /// beside a holder that still holds. When both keys are held and settled (no acquiring
@@ -262,6 +260,8 @@ impl EtcdBackend {
         })
     }
 
+    /// Deletes the key an upgrade of the share `token` added, if any: the upgrade given up (the
+    /// readers it held back wake), or the upgraded lock released after its share.
     pub(super) async fn drop_upgrade(&self, token: &str) -> Result<(), BoxError> {
         let up_token = crate::token::upgrade_entry(token);
         let result = match self.slots.of(&up_token) {

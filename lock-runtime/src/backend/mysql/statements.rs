@@ -67,8 +67,8 @@ pub(super) struct MyStatements {
     /// that share's release then takes the full path, which leaves the row to the writer.
     pub not_alone: String,
     /// The procedures that take and give back a share, and upgrade an upgradable one, in one
-    /// round trip each, created with the tables where the user may (see [`procedures`] and
-    /// [`upgrade_procedure`]); without them the statements above do it.
+    /// round trip each, created with the tables where the user may (see [`procedures`]);
+    /// without them the statements above do it.
     pub procedures: [String; 3],
     /// `name, token, row token, lease µs, holder, permits?, full at, fence (0 none, 1 the last
     /// write grant's, 2 a new one)` → (0 taken, 1 busy, 2 held as another token; the lock
@@ -152,8 +152,7 @@ impl MyStatements {
         let give = quoted(&format!("{}_srel2", settings.table), '`');
         let upgrade = quoted(&format!("{}_supg1", settings.table), '`');
         let may_take = "expires_at <= UTC_TIMESTAMP(6) OR token = VALUES(token)";
-        let [take_proc, give_proc] = procedures(&t, &f, [&take, &give]);
-        let mut statements = MyStatements {
+        MyStatements {
             create: my_ddl(&settings.table, &settings.fence_table()),
             acquire: format!(
                 "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
@@ -206,7 +205,7 @@ WHERE l.name = ? AND l.token = ? AND l.holder = ? AND l.expires_at > UTC_TIMESTA
                 "UPDATE {t} SET holder = '{READERS}'
 WHERE name = ? AND token = '{READERS}' AND holder <> '{READERS}'"
             ),
-            procedures: [take_proc, give_proc, String::new()],
+            procedures: procedures(&t, &f, [&take, &give, &upgrade]),
             call_take: format!("CALL {take}(?, ?, ?, ?, ?, ?, ?, ?)"),
             call_give: format!("CALL {give}(?, ?, ?)"),
             call_upgrade: format!("CALL {upgrade}(?, ?, ?, ?, ?, ?)"),
@@ -226,12 +225,7 @@ WHERE name = ? AND token = ?"
             drop_shares: format!(
                 "DELETE FROM {t} WHERE name > CONCAT(?, x'01') AND name < CONCAT(?, x'03')"
             ),
-            mark: format!(
-                "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
-SELECT CONCAT(?, x'02', ?), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, ?, UTC_TIMESTAMP(6)
-FROM {t} m WHERE m.name = ? AND m.token = '{READERS}'
-ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)"
-            ),
+            mark: mark(&t, ["?"; 4]),
             unmark: format!("DELETE FROM {t} WHERE name = CONCAT(?, x'02', ?)"),
             last_fence: format!("SELECT fence FROM {f} WHERE name = ?"),
             other_upgradable: format!(
@@ -239,11 +233,7 @@ ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)"
 WHERE name > CONCAT(?, x'01', '^') AND name < CONCAT(?, x'01', '_')
   AND name <> CONCAT(?, x'01', ?) AND expires_at > UTC_TIMESTAMP(6)"
             ),
-            upgrade_row: format!(
-                "UPDATE {t} SET token = ?, holder = ?,
-    expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, acquired_at = UTC_TIMESTAMP(6)
-WHERE name = ?"
-            ),
+            upgrade_row: upgrade_row(&t, ["?"; 4]),
             readers: format!(
                 "SELECT token,
        CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) DIV 1000 AS SIGNED)
@@ -252,9 +242,7 @@ FROM {t} WHERE name > CONCAT(?, x'01') AND name < CONCAT(?, x'02')
 ORDER BY expires_at DESC"
             ),
             table: t,
-        };
-        statements.procedures[2] = upgrade_procedure(&statements, &f, &upgrade);
-        statements
+        }
     }
 
     /// An unlocked read of a lock row (the statements `peek` and `peek_permits`), counting
@@ -355,11 +343,12 @@ ON DUPLICATE KEY UPDATE
     )
 }
 
-/// The procedures `take` and `give` (quoted names) over lock table `t` and fence table `f`: a
-/// share's acquisition and release, each the transaction the statements make (see
-/// `MysqlBackend::acquire_share` and `MysqlBackend::release_shared`), run by one `CALL`: a
-/// read lock's or permit's pair costs two round trips, as a plain lock's does.
-fn procedures(t: &str, f: &str, [take, give]: [&str; 2]) -> [String; 2] {
+/// The procedures `take`, `give` and `upgrade` (quoted names) over lock table `t` and fence
+/// table `f`: a share's acquisition and release, each the transaction the statements make (see
+/// `MysqlBackend::acquire_share` and `MysqlBackend::release_shared`), run by one `CALL` — a
+/// read lock's or permit's pair costs two round trips, as a plain lock's does — and an
+/// upgradable share's upgrade ([`upgrade_procedure`]).
+fn procedures(t: &str, f: &str, [take, give, upgrade]: [&str; 3]) -> [String; 3] {
     let lock_row = lock_row(t, "p_name");
     let take_share = take_share(t, ["p_name", "p_token", "p_lease", "p_holder", "p_row"]);
     let fence = fence(f, "p_name");
@@ -447,20 +436,30 @@ BEGIN
     SELECT v_mine, NOT (v_held <=> p_row AND v_others = 0);
 END"
         ),
+        upgrade_procedure(t, f, upgrade),
     ]
 }
 
-/// `statement` with its `?` placeholders replaced by `values`, in order (a procedure's
-/// parameters in a statement written for the client's).
-fn fill(statement: &str, values: &[&str]) -> String {
-    let mut parts = statement.split('?');
-    let mut filled = parts.next().unwrap_or_default().to_owned();
-    for (part, value) in parts.zip(values.iter().chain(std::iter::repeat(&"?"))) {
-        filled.push_str(value);
-        filled.push_str(part);
-    }
-    debug_assert_eq!(statement.matches('?').count(), values.len(), "{statement}");
-    filled
+/// `MyStatements::mark`, its values SQL expressions (`?`, or a procedure's parameters):
+/// `[name, token, lapse µs, holder]` (each `?` stands where its value goes, twice for `name`
+/// and `token`). Made only while readers hold the lock row.
+fn mark(t: &str, [name, token, lapse, holder]: [&str; 4]) -> String {
+    format!(
+        "INSERT INTO {t} (name, token, expires_at, holder, acquired_at)
+SELECT CONCAT({name}, x'02', {token}), {token},
+       UTC_TIMESTAMP(6) + INTERVAL {lapse} MICROSECOND, {holder}, UTC_TIMESTAMP(6)
+FROM {t} m WHERE m.name = {name} AND m.token = '{READERS}'
+ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)"
+    )
+}
+
+/// `MyStatements::upgrade_row`, its values SQL expressions: `[token, holder, lease µs, name]`.
+fn upgrade_row(t: &str, [token, holder, lease, name]: [&str; 4]) -> String {
+    format!(
+        "UPDATE {t} SET token = {token}, holder = {holder},
+    expires_at = UTC_TIMESTAMP(6) + INTERVAL {lease} MICROSECOND, acquired_at = UTC_TIMESTAMP(6)
+WHERE name = {name}"
+    )
 }
 
 /// The procedure `name` (quoted) that upgrades an upgradable share in one `CALL`: the
@@ -470,24 +469,15 @@ fn fill(statement: &str, values: &[&str]) -> String {
 /// `DELETE` takes the share, the upgrade's mark and the expired shares and marks, and the
 /// lock row becomes the writer's (with a new fencing token if asked); else the lock is marked
 /// as a waiting writer marks it.
-fn upgrade_procedure(sql: &MyStatements, f: &str, name: &str) -> String {
-    let t = &sql.table;
+fn upgrade_procedure(t: &str, f: &str, name: &str) -> String {
     let ascii = "VARCHAR(255) CHARACTER SET ascii";
     let locked = share_state(t, Shares::Others, ["p_name", "p_token"], " FOR UPDATE").replacen(
         "\nFROM ",
         "\n    INTO v_held, v_live, v_mine, v_others, v_last, v_marks\nFROM ",
         1,
     );
-    let mark = fill(
-        &sql.mark,
-        &[
-            "p_name", "p_token", "p_token", "p_mark", "p_holder", "p_name",
-        ],
-    );
-    let upgrade_row = fill(
-        &sql.upgrade_row,
-        &["p_token", "p_holder", "p_lease", "p_name"],
-    );
+    let mark = mark(t, ["p_name", "p_token", "p_mark", "p_holder"]);
+    let upgrade_row = upgrade_row(t, ["p_token", "p_holder", "p_lease", "p_name"]);
     let fence = fence(f, "p_name");
     format!(
         "CREATE PROCEDURE IF NOT EXISTS {name}(IN p_name VARBINARY(2048), IN p_token {ascii},
@@ -601,15 +591,17 @@ FROM {t} WHERE name >= {name} AND name < CONCAT({name}, x'03'){locking}"
 mod tests {
     use super::*;
 
-    /// A procedure's statements are the client's with each `?` replaced, in order.
+    /// The upgrade's procedure runs the client's statements on its parameters: the mark and
+    /// the lock row's update, with nothing left for the client to fill in.
     #[test]
-    fn fill_replaces_the_placeholders_in_order() {
+    fn the_upgrade_procedure_runs_the_statements_on_its_parameters() {
         assert_eq!(
-            fill(
-                "DELETE FROM t WHERE name = ? AND token = ?",
-                &["p_name", "p_token"]
-            ),
-            "DELETE FROM t WHERE name = p_name AND token = p_token"
+            upgrade_row("t", ["p_token", "p_holder", "p_lease", "p_name"]),
+            upgrade_row("t", ["?"; 4])
+                .replacen('?', "p_token", 1)
+                .replacen('?', "p_holder", 1)
+                .replacen('?', "p_lease", 1)
+                .replacen('?', "p_name", 1)
         );
         let (settings, _) = SqlSettings::from_url(
             "mysql://h/db?table=locks",
@@ -622,5 +614,9 @@ mod tests {
         assert!(upgrade.starts_with("CREATE PROCEDURE IF NOT EXISTS `locks_supg1`"));
         assert!(!upgrade.contains('?'), "{upgrade}");
         assert!(!upgrade.contains(":name"), "{upgrade}");
+        assert!(
+            upgrade.contains("SELECT CONCAT(p_name, x'02', p_token), p_token"),
+            "the mark on the procedure's parameters: {upgrade}"
+        );
     }
 }

@@ -259,9 +259,8 @@ impl AdvisoryBackend {
         let Some((task, stop)) = waiting else {
             return;
         };
+        // Taken out of `Waiting` (`No` left behind), the task records only a grant.
         stop.store(true, Ordering::Release);
-        // The task records only a grant once taken out of `Waiting`.
-        *session.upgrading() = Upgrading::No;
         // A cancel that came between two rounds finds nothing to cancel: the round under way
         // then ends within its `lock_timeout`, below the response timeout `cancel` waits.
         self.cancel(session, Some(task)).await;
