@@ -200,24 +200,16 @@ background() {
         echo "==> [${SECONDS}s] (background) the trybuild cases passed"
     ) >"$trybuild_log" 2>&1 &
     local trybuild=$!
-    # In this lane, what compiles one crate after another comes first (each crate checked
-    # alone, the feature test) and what keeps both cores busy last (the docs check every
-    # dependency): what is left when the tests end runs on both (a fresh clone's run ended
-    # with 104 s of the per-crate checks alone, half the CPU idle; 2026-11-29).
-    # Every crate's tarball is made (cargo's checks of its manifest), and lists every source
-    # file git has. They are not built again from the tarballs: that compiled lock-runtime,
-    # lock-macros and distlock once more (152 s of a fresh clone's run, the longest of these
-    # steps, 2026-11-28), and what it would catch is checked here for less — a file left out
-    # of a tarball by the file lists; a crate that builds only with features another crate of
-    # the workspace turns on by `cargo check` of each crate alone (lock-runtime alone is also
-    # built, without features, by the feature test below). The crates that name the
-    # others as registry dependencies are packaged in the same command, which resolves them.
-    bstep "cargo package: each crate's tarball and its file list; each crate checked alone"
+    # In this lane, every crate's tarball is made first (cargo's checks of its manifest), and
+    # lists every source file git has. They are not built again from the tarballs: that
+    # compiled lock-runtime, lock-macros and distlock once more (152 s of a fresh clone's run,
+    # 2026-11-28), and what it would catch is checked here for less — a file left out of a
+    # tarball by the file lists; a crate that builds only with features the test harness turns
+    # on by the check of the four published crates below. The crates that name the others as
+    # registry dependencies are packaged in the same command, which resolves them.
+    bstep "cargo package: each crate's tarball and its file list"
     cargo package --workspace --exclude distlock-bench --exclude distlock-test-support \
         --exclude distlock-ui-tests --no-verify --allow-dirty --quiet
-    cargo check -p lock-macros --quiet
-    cargo check -p distlock --quiet
-    cargo check -p distlock-cli --quiet
     if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
         local crate dir listed unpackaged
         for crate in distlock:. lock-runtime:lock-runtime lock-macros:lock-macros distlock-cli:lock-cli; do
@@ -243,10 +235,18 @@ background() {
     cargo test -p lock-runtime --no-default-features --quiet --test features
     bstep "doc tests"
     cargo test --workspace --all-features --quiet --doc
-    # The docs, with rustdoc's warnings as errors (80 s of a fresh clone's run in front, where
-    # it held up the tests; 2026-11-28).
-    bstep "cargo doc (warnings are errors)"
-    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace --all-features --quiet
+    # The four published crates checked together, every feature on, without the test harness
+    # and the benchmark, whose dependencies turn on more of tokio's, redis's and the others'
+    # features than the published crates ask for: a crate that builds only with those fails
+    # here. Their docs (rustdoc's warnings as errors) then reuse this check's dependencies:
+    # the check and the docs together took 239 s of CPU, the docs of the whole workspace alone
+    # 255 s, and each crate checked alone on top of them 273 s more (measured 2026-11-29,
+    # from scratch). The facade's default features alone (redis) are built by the trybuild
+    # cases' project, and lock-runtime's none by the feature test above.
+    bstep "the published crates checked together, then cargo doc (warnings are errors)"
+    local published=(-p distlock -p lock-runtime -p lock-macros -p distlock-cli)
+    cargo check "${published[@]}" --all-features --quiet
+    RUSTDOCFLAGS="-D warnings" cargo doc --no-deps "${published[@]}" --all-features --quiet
     bstep "waiting for the trybuild cases"
     wait "$trybuild"
     bstep "done"

@@ -1392,6 +1392,94 @@ async fn a_writers_mark_goes_with_its_grant_and_a_plain_grant_pays_for_none() {
     );
 }
 
+/// A waiting writer's mark holds back plain readers only: an upgradable request, exclusive
+/// among its kind as a writer is, is admitted beside the readers and the waiting writer (it
+/// races writers, as they race each other), and keeps that writer out until it leaves. Held
+/// back as readers are, upgradable requests starved under a write-heavy history (three of 128
+/// waited past a minute in the long run beside the other histories).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_mark_holds_back_plain_readers_not_an_upgradable_request() {
+    let (server, client) = start().await;
+    let other = LockClient::connect(&server.url()).await.unwrap();
+    let reader = client.lock("ups").read().acquire().await.unwrap();
+    let writer = tokio::spawn(async move {
+        let guard = other
+            .lock("ups")
+            .wait(Duration::from_secs(20))
+            .acquire()
+            .await
+            .unwrap();
+        (guard, Instant::now())
+    });
+    let mut conn = server.connection().await;
+    let marked = eventually(ms(2_000), || {
+        let mut conn = conn.clone();
+        async move {
+            let n: i64 = redis::cmd("ZCARD")
+                .arg("lock-writers:lock:ups")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            n == 1
+        }
+    })
+    .await;
+    assert!(marked, "the waiting writer marked the key");
+    assert!(
+        client
+            .lock("ups")
+            .read()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a plain reader joined past a waiting writer's mark"
+    );
+    let up = client
+        .lock("ups")
+        .upgradable()
+        .try_acquire()
+        .await
+        .unwrap()
+        .expect("an upgradable request is admitted beside a waiting writer");
+    assert!(
+        client
+            .lock("ups")
+            .upgradable()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a second upgradable read was granted"
+    );
+    let shares: i64 = redis::cmd("ZCARD")
+        .arg("lock:ups")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(shares, 2, "the reader's share and the upgradable one");
+    reader.release().await.unwrap();
+    tokio::time::sleep(ms(300)).await;
+    assert!(
+        !writer.is_finished(),
+        "the writer got in beside the upgradable read"
+    );
+    let released_at = Instant::now();
+    up.release().await.unwrap();
+    let (granted, granted_at) = tokio::time::timeout(ms(5_000), writer)
+        .await
+        .expect("the writer is granted once the upgradable read leaves")
+        .unwrap();
+    assert!(granted_at >= released_at);
+    let left: i64 = redis::cmd("EXISTS")
+        .arg("lock-writers:lock:ups")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "the writer's mark outlived its grant");
+    granted.release().await.unwrap();
+}
+
 /// An acquisition whose first `SET NX PX` reached the server but whose reply was lost: its
 /// retry (a script on a fresh connection) must take the lock holding its own token as its own,
 /// not wait a whole lease for itself. (Seen broken in a soak of the fault suite, after a
