@@ -10,7 +10,8 @@
 //!    plain locks one after the other), each vs the plain lock's and the raw
 //!    floor; where the store serves them, an upgradable read (`.upgradable()`) and an
 //!    upgradable read upgraded before its release (`guard.upgrade()`), each vs a plain read
-//!    lock (each database's first row has the same);
+//!    lock, and the upgrade alone (timed by itself) vs a plain read lock's acquisition alone
+//!    (each database's first row has the same);
 //! 2. throughput of 64 concurrent tasks on distinct keys vs raw pairs at the same concurrency;
 //! 3. handoff: 16 tasks contending for one key — handoffs/s and release → next-acquire latency;
 //! 4. renewal at scale: 10,000 locks held with a 3 s lease for 10 s — renewal commands/s from
@@ -49,7 +50,7 @@
 //! - `DISTLOCK_BENCH_SQL_ONLY=1` runs only the database rows (7, 8, 9 and 10);
 //! - `DISTLOCK_BENCH_KINDS_ONLY=1` (or `DISTLOCK_BENCH_READ_ONLY=1`) runs only the lock kinds'
 //!   rows (1b, and each database's: read lock, semaphore permit, two keys, upgradable read,
-//!   upgrade);
+//!   upgrade, the upgrade alone);
 //! - `DISTLOCK_BENCH_PG_ONLY=1`, `DISTLOCK_BENCH_MARIADB_ONLY=1` run only row 7, or 8;
 //! - `DISTLOCK_BENCH_ZK_ONLY=1` runs only the ZooKeeper rows (9), then etcd's;
 //! - `DISTLOCK_BENCH_ETCD_ONLY=1` runs only the etcd rows (10);

@@ -495,6 +495,10 @@ pub enum Kind {
     /// An upgradable read upgraded (`guard.upgrade()`) before its release, against a plain
     /// read lock: the upgrade's own cost is this row's time less the one above.
     Upgrade,
+    /// The upgrade alone (`guard.upgrade()`, timed by itself) against a plain read lock's
+    /// acquisition alone (`acquire()`, timed by itself): one operation against one. The
+    /// upgradable read before it and both releases run untimed.
+    UpgradeAlone,
 }
 
 /// The read-lock row, the semaphore row and the two-key row (see [`kind_row`]).
@@ -521,6 +525,7 @@ where
     if served(upgradable.wait(Duration::ZERO).await).await? {
         kind_row(report, label, key, client, &floor, Kind::Upgradable).await?;
         kind_row(report, label, key, client, &floor, Kind::Upgrade).await?;
+        kind_row(report, label, key, client, &floor, Kind::UpgradeAlone).await?;
     }
     Ok(())
 }
@@ -543,7 +548,9 @@ async fn served(probe: Result<distlock::LockGuard, distlock::LockError>) -> Resu
 /// key), in interleaved rounds; medians of µs per pair and of the per-round ratios. For two
 /// keys at once, the "plain" side is two plain locks taken one after the other (and released),
 /// and the floor stays one key's: a ratio near 1 is a set taken in one round trip. For an
-/// upgradable read (upgraded or not), the other side is a plain read lock.
+/// upgradable read (upgraded or not), the other side is a plain read lock; for the upgrade
+/// alone, the time of `upgrade()` against the time of a plain read lock's `acquire()` (each
+/// side's other steps untimed), and the floor stays the raw take + release.
 pub async fn kind_row<F, Fut>(
     report: &mut Report,
     label: &str,
@@ -556,9 +563,11 @@ where
     F: Fn(String) -> Fut,
     Fut: Future<Output = Result<(), Error>>,
 {
+    // One pair of `kind` (`other`) or of what it is set against; the time it counts.
     let pair = |name: String, other: bool| {
         let client = client.clone();
         async move {
+            let started = Instant::now();
             let request = match (other, kind) {
                 (false, Kind::Set) => {
                     let a = client.lock(format!("{name}:a")).wait(Duration::ZERO);
@@ -566,7 +575,22 @@ where
                     let b = client.lock(format!("{name}:b")).wait(Duration::ZERO);
                     b.acquire().await?.release().await?;
                     a.release().await?;
-                    return Ok(());
+                    return Ok(started.elapsed());
+                }
+                (false, Kind::UpgradeAlone) => {
+                    let guard = client.lock(name).read().wait(Duration::ZERO).await?;
+                    let took = started.elapsed();
+                    guard.release().await?;
+                    return Ok(took);
+                }
+                (true, Kind::UpgradeAlone) => {
+                    let request = client.lock(name).upgradable().wait(Duration::ZERO);
+                    let mut guard = request.acquire().await?;
+                    let started = Instant::now();
+                    guard.upgrade().await?;
+                    let took = started.elapsed();
+                    guard.release().await?;
+                    return Ok(took);
                 }
                 (false, Kind::Upgradable | Kind::Upgrade) => {
                     client.lock(name).read().wait(Duration::ZERO).into_future()
@@ -590,11 +614,11 @@ where
                     let mut guard = request.acquire().await?;
                     guard.upgrade().await?;
                     guard.release().await?;
-                    return Ok(());
+                    return Ok(started.elapsed());
                 }
             };
             request.await?.release().await?;
-            Ok::<_, Error>(())
+            Ok::<_, Error>(started.elapsed())
         }
     };
     for i in 0..200 {
@@ -609,16 +633,20 @@ where
         // Rotate the order, so drift within a round favours none of the three.
         for k in 0..3u64 {
             let which = ((round + k) % 3) as usize;
-            let t = Instant::now();
+            let mut took = Duration::ZERO;
             for i in 0..per_round {
                 let name = format!("rw:{round}:{which}:{i}");
-                match which {
+                took += match which {
                     0 => pair(name, true).await?,
                     1 => pair(name, false).await?,
-                    _ => floor(name).await?,
-                }
+                    _ => {
+                        let t = Instant::now();
+                        floor(name).await?;
+                        t.elapsed()
+                    }
+                };
             }
-            times[which] = t.elapsed().as_secs_f64() * 1e6 / per_round as f64;
+            times[which] = took.as_secs_f64() * 1e6 / per_round as f64;
         }
         reads.push(times[0]);
         plains.push(times[1]);
@@ -634,18 +662,27 @@ where
         Kind::Set => ("two-key lock_all", "set"),
         Kind::Upgradable => ("upgradable read", "upgradable"),
         Kind::Upgrade => ("upgradable read + upgrade", "upgrade"),
+        Kind::UpgradeAlone => ("upgrade alone", "upgrade_alone"),
+    };
+    let title = match kind {
+        Kind::UpgradeAlone => {
+            format!("{label}: uncontended upgrade alone vs a read lock's acquisition (µs)")
+        }
+        _ => format!("{label}: uncontended {what}+release (µs)"),
     };
     report.row(
-        &format!("{label}: uncontended {what}+release (µs)"),
+        &title,
         format!("{r:.0} µs"),
         match kind {
             Kind::Set => format!("{p:.0} µs 2 plain, {f:.0} µs raw 1 key"),
             Kind::Upgradable | Kind::Upgrade => format!("{p:.0} µs read lock, {f:.0} µs raw"),
+            Kind::UpgradeAlone => format!("{p:.0} µs read acquisition, {f:.0} µs raw pair"),
             _ => format!("{p:.0} µs plain, {f:.0} µs raw"),
         },
         match kind {
             Kind::Set => format!("{rp:.3}× 2 plain, {rf:.3}× raw 1 key"),
             Kind::Upgradable | Kind::Upgrade => format!("{rp:.3}× read lock, {rf:.3}× raw"),
+            Kind::UpgradeAlone => format!("{rp:.3}× read acquisition, {rf:.3}× raw pair"),
             _ => format!("{rp:.3}× plain, {rf:.3}× raw"),
         },
     );

@@ -1997,10 +1997,6 @@ fn etcd_token(kv: &distlock::__private::testing::EtcdKey) -> String {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for EtcdFixture {
-    fn lock_delay(&self) -> bool {
-        false
-    }
-
     fn upgradable(&self) -> bool {
         true
     }

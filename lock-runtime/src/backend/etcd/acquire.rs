@@ -84,7 +84,7 @@ impl EtcdBackend {
 
     pub(super) async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let started = Instant::now();
-        let lease = self.lease_for(spec.lease).await?;
+        let lease = self.lease_for(spec.lease, spec.lock_delay).await?;
         let queue = self.queue_key(spec.name);
         let key = self.slots.key(spec.token, &queue, lease.id, spec.kind);
         let queue_end = proto::prefix_end(&queue);
@@ -291,7 +291,7 @@ impl EtcdBackend {
             });
         };
         let started = Instant::now();
-        let lease = self.lease_for(first.lease).await?;
+        let lease = self.lease_for(first.lease, first.lock_delay).await?;
         let keys: Vec<(Vec<u8>, Vec<u8>)> = specs
             .iter()
             .map(|spec| {

@@ -7,6 +7,11 @@
 //! keepalive was sent (and a new leader extends every lease when it takes over), so a lease
 //! this process calls alive is alive in the cluster, and every lock on it is reported lost
 //! before etcd can give it to anyone else.
+//!
+//! A lease for locks with a lock-delay has a TTL on etcd of the lock's lease plus the delay,
+//! in whole seconds each; this process counts it alive for the TTL less the delay, and keeps
+//! it alive every quarter of that. A holder that stops (killed, paused, cut off) is reported
+//! lost when its lease ends, and etcd deletes its keys the delay later.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +27,8 @@ use crate::backend::loss::{Closer, Loss, Sentinel};
 /// A granted lease, kept alive until it is lost or given up.
 pub(crate) struct Lease {
     pub id: i64,
-    /// The TTL etcd granted (it may raise the one asked for to its minimum).
+    /// The TTL etcd granted (it may raise the one asked for to its minimum), the lock-delay
+    /// included.
     pub ttl: Duration,
     pub loss: Arc<Loss>,
     keepalive: AbortHandle,
@@ -30,19 +36,20 @@ pub(crate) struct Lease {
 }
 
 impl Lease {
-    /// Starts keeping alive lease `id` of `ttl`, granted by a request sent at `sent_at`.
-    /// `closer` revokes it: when the lease is dropped (the client is gone) or its runtime shuts
-    /// down.
+    /// Starts keeping alive lease `id` of `ttl` (whose last `delay` is a lock-delay: not
+    /// counted here), granted by a request sent at `sent_at`. `closer` revokes it: when the
+    /// lease is dropped (the client is gone) or its runtime shuts down.
     pub(crate) fn start(
         rpc: Rpc,
         id: i64,
-        ttl: Duration,
+        (ttl, delay): (Duration, Duration),
         sent_at: Instant,
         shown: String,
         closer: Closer,
     ) -> Lease {
         let loss = Arc::new(Loss::default());
-        loss.confirm(sent_at + ttl - drift(ttl));
+        let counted = counted(ttl, delay);
+        loss.confirm(sent_at + counted - drift(counted));
         let sentinel = Sentinel {
             loss: Arc::clone(&loss),
             closer: closer.clone(),
@@ -50,7 +57,7 @@ impl Lease {
         let kept = Arc::clone(&loss);
         let keepalive = tokio::spawn(async move {
             let _sentinel = sentinel;
-            keep_alive(rpc, id, ttl, sent_at, kept, shown).await
+            keep_alive(rpc, id, (ttl, delay), sent_at, kept, shown).await
         })
         .abort_handle();
         Lease {
@@ -121,11 +128,18 @@ pub(crate) fn revoker(
     Closer::new(close, bound)
 }
 
-/// Confirms the lease every TTL/4 and marks it lost as soon as it may have expired.
+/// What this process counts of a lease of `ttl` on etcd whose last `delay` is a lock-delay: the
+/// rest, at least a second (etcd may have raised the TTL asked for).
+fn counted(ttl: Duration, delay: Duration) -> Duration {
+    ttl.saturating_sub(delay).max(Duration::from_secs(1))
+}
+
+/// Confirms the lease every counted TTL/4 and marks it lost as soon as it may have expired,
+/// the lock-delay not counted (see the module docs).
 async fn keep_alive(
     rpc: Rpc,
     id: i64,
-    mut ttl: Duration,
+    (mut ttl, delay): (Duration, Duration),
     granted_at: Instant,
     loss: Arc<Loss>,
     shown: String,
@@ -133,17 +147,18 @@ async fn keep_alive(
     let mut stream = None;
     let mut confirmed_at = granted_at;
     loop {
-        let interval = (ttl / 4).max(Duration::from_millis(5));
-        let retry_pause = (ttl / 20).max(Duration::from_millis(5));
-        loss.confirm(confirmed_at + ttl - drift(ttl));
+        let counted = counted(ttl, delay);
+        let interval = (counted / 4).max(Duration::from_millis(5));
+        let retry_pause = (counted / 20).max(Duration::from_millis(5));
+        loss.confirm(confirmed_at + counted - drift(counted));
         tokio::time::sleep_until(confirmed_at + interval).await;
-        let valid_until = confirmed_at + ttl - drift(ttl);
+        let valid_until = confirmed_at + counted - drift(counted);
         loop {
             let sent_at = Instant::now();
             if sent_at >= valid_until {
                 loss.mark(format!(
                     "no keepalive of its etcd lease was answered ({shown}) within the lease's \
-                     TTL ({ttl:?}): etcd may have expired it"
+                     TTL ({counted:?}): etcd may have expired it"
                 ));
                 return;
             }

@@ -11,7 +11,9 @@
 //! Liveness is per lease, not per lock: a key lives as long as its lease. Each distinct lease
 //! (rounded up to whole seconds, etcd's TTL unit) gets an etcd lease of that TTL, kept alive
 //! by a stream of keepalives (see [`lease`]), so a crashed holder's lock is freed one TTL
-//! after its last keepalive. One keepalive per lease renews every lock on it.
+//! after its last keepalive. One keepalive per lease renews every lock on it. A lock-delay
+//! (also rounded up to whole seconds) is added to the TTL on etcd and not counted by the
+//! holder: locks with one are on a lease of their own per (lease, delay).
 //!
 //! Fencing tokens are the holder key's create revision: etcd's store revision, which strictly
 //! increases across the whole cluster (leader changes included). Keys only ever join a queue
@@ -107,8 +109,8 @@ pub(crate) struct EtcdBackend {
     /// Members, TLS, credentials: for connections of the lease revokers' own.
     access: rpc::Access,
     connect_timeout: Duration,
-    /// Leases by the TTL asked for, in seconds.
-    leases: Mutex<HashMap<u64, Arc<Lease>>>,
+    /// Leases by the TTL asked for and the lock-delay in it, in seconds.
+    leases: Mutex<HashMap<(u64, u64), Arc<Lease>>>,
     /// Held while a lease is being granted, so concurrent acquisitions share one.
     granting: tokio::sync::Mutex<()>,
     /// This client's keys, by owner token.
@@ -149,6 +151,17 @@ fn is_transient(status: &Status) -> bool {
 
 /// A call's failure: etcd's status, or one of ours (a timeout).
 type EtcdFailure = super::CallFailure<Status>;
+
+/// The etcd lease for locks of a spec's `lease` (the lock-delay in it) and `lock_delay`: its
+/// TTL and the delay in it, in whole seconds — the lease and the delay each rounded up, so
+/// that the holder counts on its lease and etcd keeps the key at least the delay longer.
+fn lease_seconds(lease: Duration, lock_delay: Duration) -> (u64, u64) {
+    let delay = match lock_delay.is_zero() {
+        true => 0,
+        false => ttl_seconds(lock_delay),
+    };
+    (ttl_seconds(lease.saturating_sub(lock_delay)) + delay, delay)
+}
 
 /// The TTL, in whole seconds, of the lease for locks of `lease`: rounded up, so a lock never
 /// outlives its holder by less than its lease.
@@ -215,7 +228,7 @@ impl EtcdBackend {
                 backend.rpc.authenticate(None).await.map_err(|status| {
                     backend.failed("authenticate", EtcdFailure::Server(status))
                 })?;
-                backend.lease_for(default_lease).await
+                backend.lease_for(default_lease, Duration::ZERO).await
             };
         match tokio::time::timeout(connect_timeout, checked).await {
             Ok(Ok(_)) => Ok(Arc::new(backend)),
@@ -332,10 +345,15 @@ impl EtcdBackend {
         }
     }
 
-    /// The lease for locks of `lease`: a usable one, or a new one.
-    async fn lease_for(&self, lease: Duration) -> Result<Arc<Lease>, BoxError> {
-        let seconds = ttl_seconds(lease);
-        let usable = |leases: &HashMap<u64, Arc<Lease>>| {
+    /// The lease for locks of `lease` (a spec's: the lock-delay in it) and `lock_delay`: a
+    /// usable one, or a new one.
+    async fn lease_for(
+        &self,
+        lease: Duration,
+        lock_delay: Duration,
+    ) -> Result<Arc<Lease>, BoxError> {
+        let seconds = lease_seconds(lease, lock_delay);
+        let usable = |leases: &HashMap<(u64, u64), Arc<Lease>>| {
             leases
                 .get(&seconds)
                 .filter(|l| l.is_usable())
@@ -348,11 +366,12 @@ impl EtcdBackend {
         Box::pin(self.grant_lease(seconds, usable)).await
     }
 
-    /// Grants the lease of `seconds` unless another acquisition did meanwhile (`usable`).
+    /// Grants the lease of `seconds` (the TTL, the lock-delay in it) unless another
+    /// acquisition did meanwhile (`usable`).
     async fn grant_lease(
         &self,
-        seconds: u64,
-        usable: impl Fn(&HashMap<u64, Arc<Lease>>) -> Option<Arc<Lease>>,
+        (seconds, delay): (u64, u64),
+        usable: impl Fn(&HashMap<(u64, u64), Arc<Lease>>) -> Option<Arc<Lease>>,
     ) -> Result<Arc<Lease>, BoxError> {
         let _granting = self.granting.lock().await;
         if let Some(lease) = usable(&self.leases.lock().unwrap_or_else(|p| p.into_inner())) {
@@ -380,7 +399,10 @@ impl EtcdBackend {
         let lease = Arc::new(Lease::start(
             self.rpc.clone(),
             granted.id,
-            Duration::from_secs(granted.ttl as u64),
+            (
+                Duration::from_secs(granted.ttl as u64),
+                Duration::from_secs(delay),
+            ),
             sent_at,
             self.shown.clone(),
             lease::revoker(
@@ -393,7 +415,7 @@ impl EtcdBackend {
         self.leases
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(seconds, Arc::clone(&lease));
+            .insert((seconds, delay), Arc::clone(&lease));
         Ok(lease)
     }
 }
@@ -407,12 +429,6 @@ const CAPABILITIES: Capabilities = Capabilities {
     keeps_alive: true,
     upgradable: Ok(()),
     shares: Ok(share::SHARE_LIMIT),
-    lock_delay: Err(
-        "an etcd lock is a key on a lease, which the server deletes the moment the lease \
-         expires: nothing is left to keep the key for a lock-delay after that; drop lock_delay \
-         (a lock on a store whose locks expire by a TTL keeps it: Redis, the SQL lock tables, \
-         memory://)",
-    ),
     ..Capabilities::every_kind("etcd")
 };
 
@@ -523,6 +539,11 @@ mod tests {
         assert_eq!(ttl_seconds(Duration::from_millis(10)), 1);
         assert_eq!(ttl_seconds(Duration::from_millis(1_000)), 1);
         assert_eq!(ttl_seconds(Duration::from_millis(1_001)), 2);
+        // A spec's lease has its lock-delay in it: each part is rounded up on its own.
+        let ms = Duration::from_millis;
+        assert_eq!(lease_seconds(ms(2_500), ms(1_500)), (3, 2));
+        assert_eq!(lease_seconds(ms(3_000), Duration::ZERO), (3, 0));
+        assert_eq!(lease_seconds(ms(10_001), ms(1)), (11, 1));
     }
 
     /// A lock's acquisition and release are boxed once each: what they hold across their
