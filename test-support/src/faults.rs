@@ -255,12 +255,12 @@ impl Scenario {
                  keys for the waiter",
             ),
             Scenario::PausedHolderKeptForItsLockDelay => (
-                "A holder process with `lock_delay` 1.5 s (lease 500 ms; etcd: 2 s), renewing",
+                "A holder process with `lock_delay` 1.5 s (lease 500 ms; ZooKeeper and etcd: 2 s), renewing",
                 "SIGSTOP past the lease; another client waits for the lock; SIGCONT",
                 "the server's expiry, read just before the pause, is longer than the lease (the \
                  delay is in it); the waiter is granted no earlier than that expiry and within \
-                 lease + delay + 1 s of the pause (etcd: the delay in whole seconds, + 3 s for \
-                 its lease ticks); the server holds the waiter; the resumed \
+                 lease + delay + 1 s of the pause (ZooKeeper and etcd: + 3 s for their \
+                 session and lease ticks; etcd: the delay in whole seconds); the server holds the waiter; the resumed \
                  holder is told its lock was lost (`guard.lost()`) within 2 s",
             ),
             Scenario::PausedPermitHolderLosesItsPermit => (
@@ -326,7 +326,7 @@ impl Scenario {
             (PermitHolderKilled | PausedPermitHolderLosesItsPermit, Redlock) => {
                 Err("Redlock has no semaphores")
             }
-            (PausedHolderKeptForItsLockDelay, Advisory | Named | Zookeeper) => {
+            (PausedHolderKeptForItsLockDelay, Advisory | Named) => {
                 Err("`lock_delay` is refused there (see the lock-delay guide page)")
             }
             _ => Ok(()),

@@ -1666,6 +1666,14 @@ impl ZookeeperFixture {
         ZookeeperFixture::on(Server::Own(super::zookeeper::ZkServer::start()))
     }
 
+    /// On a server of this test's own with these `zoo.cfg` lines (see
+    /// [`ZkServer::start_configured`](super::zookeeper::ZkServer::start_configured)).
+    pub fn configured(lines: &str) -> ZookeeperFixture {
+        ZookeeperFixture::on(Server::Own(super::zookeeper::ZkServer::start_configured(
+            lines,
+        )))
+    }
+
     /// On the binary's shared server whose clients connect over TLS (`zks://`, the test CA in
     /// the URL); the fixture looks through the plain port.
     pub fn tls() -> ZookeeperFixture {
@@ -1738,10 +1746,6 @@ impl ZookeeperFixture {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for ZookeeperFixture {
-    fn lock_delay(&self) -> bool {
-        false
-    }
-
     fn upgradable(&self) -> bool {
         true
     }

@@ -57,7 +57,13 @@ impl std::ops::DerefMut for ZkServer {
 impl ZkServer {
     /// A standalone server of this test's own.
     pub fn start() -> ZkServer {
-        ZkServer::start_with(None)
+        ZkServer::start_with(None, "")
+    }
+
+    /// A server of this test's own with these `zoo.cfg` lines after the usual ones (a later
+    /// line wins: `maxSessionTimeout=3000\n`).
+    pub fn start_configured(lines: &str) -> ZkServer {
+        ZkServer::start_with(None, lines)
     }
 
     /// A server whose clients connect over TLS (`zks://`, [`url`](Self::url) names the test CA),
@@ -71,15 +77,23 @@ impl ZkServer {
     /// [`start_tls`](Self::start_tls) with this certificate and key, and `client_auth` (`need`:
     /// a client certificate is required).
     pub fn start_tls_with(cert: &Path, key: &Path, client_auth: &str) -> ZkServer {
-        ZkServer::start_with(Some((cert, key, client_auth)))
+        ZkServer::start_with(Some((cert, key, client_auth)), "")
     }
 
-    fn start_with(tls: Option<(&Path, &Path, &str)>) -> ZkServer {
+    fn start_with(tls: Option<(&Path, &Path, &str)>, lines: &str) -> ZkServer {
         let mut last = String::new();
         for _ in 0..5 {
             let dir = std::env::temp_dir().join(unique("distlock-zk"));
             let port = free_port();
             write_config(&dir, port, None);
+            if !lines.is_empty() {
+                use std::io::Write;
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(dir.join("zoo.cfg"))
+                    .and_then(|mut config| config.write_all(lines.as_bytes()))
+                    .expect("zoo.cfg");
+            }
             let secure_port = tls.map(|(cert, key, client_auth)| {
                 let secure = free_port();
                 // ZooKeeper reads its key and certificate from one PEM file (a PKCS#8 key).

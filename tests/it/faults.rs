@@ -1186,8 +1186,9 @@ async fn paused_permit_holder_loses_its_permit<F: Faulty>(fixture: F) {
 async fn paused_holder_kept_for_its_lock_delay<F: Faulty>(fixture: F) {
     let key = unique("delayed");
     let delay = ms(1_500);
-    // On etcd a lock lives on a lease kept by heartbeats, in whole seconds, with the delay in
-    // whole seconds added on etcd's side, and etcd expires leases on ticks of its own.
+    // On ZooKeeper and etcd a lock lives on a session or lease kept by heartbeats, which the
+    // server expires on ticks of its own; etcd counts whole seconds (the delay rounded up too:
+    // a second more than the delay at most, which the bound allows).
     let (lease, kept_delay, late) = match fixture.renews_per_lock() {
         true => (ms(500), delay, ms(1_000)),
         false => (

@@ -299,3 +299,45 @@ async fn bad_input_fails_with_an_error_that_names_the_cause() {
     let zk = support::zookeeper::client(server.client_port).await;
     assert!(zk.check_stat(&chroot).await.unwrap().is_some());
 }
+
+/// A lock-delay is kept by a session whose timeout is the lease plus the delay. A server whose
+/// `maxSessionTimeout` is lower grants less, which would expire a stopped holder's node sooner:
+/// the acquisition fails saying so, and writes nothing. A delay that fits is granted, and the
+/// session it asked for is the lease plus the delay (the server's own session list says so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_delay_beyond_the_servers_max_session_timeout_is_refused() {
+    let fixture = ZookeeperFixture::configured("maxSessionTimeout=3000\n");
+    let client = fixture.client().await;
+    let refused = client
+        .lock("capped")
+        .lease(ms(1_000))
+        .lock_delay(ms(5_000))
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect_err("a lock-delay the server cannot keep");
+    let message = refused.to_string();
+    assert!(
+        message.contains("maxSessionTimeout") && message.contains("lock_delay"),
+        "{message}"
+    );
+    assert!(
+        !fixture.anything_at("lock:capped").await,
+        "the refused acquisition left a node"
+    );
+    let granted = client
+        .lock("capped")
+        .lease(ms(1_000))
+        .lock_delay(ms(1_500))
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("a lock-delay within maxSessionTimeout");
+    let sessions = four_letter(fixture.server.client_port, "cons").expect("cons answers");
+    assert!(
+        sessions.contains("to=2500"),
+        "no session of the lease plus the delay (2500 ms): {sessions}"
+    );
+    granted.release().await.unwrap();
+    assert!(!fixture.anything_at("lock:capped").await);
+}

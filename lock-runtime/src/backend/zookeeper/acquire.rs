@@ -96,7 +96,7 @@ impl ZookeeperBackend {
 
     pub(super) async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let started = Instant::now();
-        let session = self.session_for(spec.lease).await?;
+        let session = self.session_for(spec.lease, spec.lock_delay).await?;
         let client = session
             .client()
             .ok_or_else(|| Transient::wrap("the ZooKeeper session was lost as it opened"))?;

@@ -11,7 +11,9 @@
 //! it. Each distinct lease gets a session whose timeout is that lease (or one session for all
 //! locks when the URL pins `session_timeout`), so a crashed holder's lock is freed one lease
 //! after its last heartbeat, as on every other backend. See [`session`] for how a session's
-//! loss is detected before the server can give its locks away.
+//! loss is detected before the server can give its locks away. A lock-delay is added to the
+//! timeout and not counted by the holder: locks with one are on a session of their own per
+//! (timeout, delay).
 //!
 //! Fencing tokens are the holder node's creation zxid: ZooKeeper's transaction id, which
 //! strictly increases across the whole ensemble (leader changes included) and so across the
@@ -95,8 +97,8 @@ pub(crate) struct ZookeeperBackend {
     /// The lease of a lock whose own lease is not known here (a release after a restart of
     /// this client's bookkeeping): the client's default.
     default_lease: Duration,
-    /// Sessions by timeout.
-    sessions: Mutex<HashMap<Duration, Arc<ZkSession>>>,
+    /// Sessions by timeout and the lock-delay in it.
+    sessions: Mutex<HashMap<(Duration, Duration), Arc<ZkSession>>>,
     /// Held while a session is being opened, so concurrent acquisitions open one, not many.
     opening: tokio::sync::Mutex<()>,
     /// This client's nodes, by owner token.
@@ -163,7 +165,10 @@ impl ZookeeperBackend {
             source: Some(source),
         };
         backend.create_chroot().await.map_err(fail)?;
-        backend.session_for(default_lease).await.map_err(fail)?;
+        backend
+            .session_for(default_lease, Duration::ZERO)
+            .await
+            .map_err(fail)?;
         Ok(Arc::new(backend))
     }
 
@@ -210,12 +215,6 @@ const CAPABILITIES: Capabilities = Capabilities {
     keeps_alive: true,
     upgradable: Ok(()),
     shares: Ok(share::SHARE_LIMIT),
-    lock_delay: Err(
-        "a ZooKeeper lock is an ephemeral node, which the server deletes the moment its \
-         session expires: nothing is left to keep the key for a lock-delay after that; drop \
-         lock_delay (a lock on a store whose locks expire by a TTL keeps it: Redis, the SQL \
-         lock tables, memory://)",
-    ),
     ..Capabilities::every_kind("zookeeper")
 };
 

@@ -100,12 +100,23 @@ impl ZookeeperBackend {
         }
     }
 
-    /// The session for locks of `lease`: an open one, or a new one.
-    pub(super) async fn session_for(&self, lease: Duration) -> Result<Arc<ZkSession>, BoxError> {
-        let timeout = self.url.session_timeout.unwrap_or(lease);
-        let usable = |sessions: &HashMap<Duration, Arc<ZkSession>>| {
+    /// The session for locks of `lease` (a spec's: the lock-delay in it) and `lock_delay`: an
+    /// open one, or a new one. Its timeout is the lease (or the URL's `session_timeout`) plus
+    /// the delay; the holder counts on the lease alone (see [`ZkSession`]).
+    pub(super) async fn session_for(
+        &self,
+        lease: Duration,
+        lock_delay: Duration,
+    ) -> Result<Arc<ZkSession>, BoxError> {
+        let timeout = self
+            .url
+            .session_timeout
+            .unwrap_or(lease.saturating_sub(lock_delay))
+            + lock_delay;
+        let wanted = (timeout, lock_delay);
+        let usable = |sessions: &HashMap<(Duration, Duration), Arc<ZkSession>>| {
             sessions
-                .get(&timeout)
+                .get(&wanted)
                 .filter(|s| s.is_usable())
                 .map(Arc::clone)
         };
@@ -119,6 +130,19 @@ impl ZookeeperBackend {
         let opened_at = Instant::now();
         // Boxed: every acquisition awaits `session_for`, and only the first per timeout opens.
         let client = Box::pin(self.open(timeout, &self.url.chroot)).await?;
+        if !lock_delay.is_zero() && client.session_timeout() < timeout {
+            // Dropped, so closed: its timeout would expire a stopped holder's nodes sooner
+            // than its lease plus the delay.
+            return Err(format!(
+                "ZooKeeper ({}) granted a session timeout of {:?}, not the {timeout:?} asked \
+                 for (the lease plus lock_delay {lock_delay:?}): its maxSessionTimeout is \
+                 lower, so the lock-delay cannot be kept; raise maxSessionTimeout on the \
+                 servers, or shorten the lease or lock_delay",
+                self.shown,
+                client.session_timeout()
+            )
+            .into());
+        }
         if client.session_timeout() != timeout {
             tracing::debug!(
                 asked = ?timeout,
@@ -129,6 +153,7 @@ impl ZookeeperBackend {
         }
         let session = Arc::new(ZkSession::start(
             client,
+            lock_delay,
             opened_at,
             self.shown.clone(),
             &self.access,
@@ -138,7 +163,7 @@ impl ZookeeperBackend {
         self.sessions
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(timeout, Arc::clone(&session));
+            .insert(wanted, Arc::clone(&session));
         Ok(session)
     }
 
@@ -156,7 +181,7 @@ impl ZookeeperBackend {
         match self.open_client() {
             Some(client) => Ok(client),
             None => self
-                .session_for(self.default_lease)
+                .session_for(self.default_lease, Duration::ZERO)
                 .await?
                 .client()
                 .ok_or_else(|| Transient::wrap("the ZooKeeper session was lost as it opened")),

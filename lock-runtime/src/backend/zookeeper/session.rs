@@ -8,6 +8,11 @@
 //! the timeout, minus the drift margin. The server received that read after it was sent, so
 //! it cannot expire the session before then: a session this process calls alive is alive on
 //! the server, and every lock on it is reported lost before the server can give it away.
+//!
+//! A session for locks with a lock-delay has the lease plus the delay as its timeout on the
+//! server; this process counts it alive for the timeout less the delay (the lease), and
+//! heartbeats every quarter of that. A holder that stops is reported lost when its lease ends,
+//! and the server expires its session, and deletes its nodes, the delay later.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -23,7 +28,8 @@ use crate::backend::loss::{Closer, Loss, Sentinel};
 pub(crate) struct ZkSession {
     /// Taken out (and so closed, once the last clone is dropped) when the session is lost.
     client: Mutex<Option<zk::Client>>,
-    /// The timeout the server granted (it clamps the one asked for to its own bounds).
+    /// The timeout the server granted (it clamps the one asked for to its own bounds), the
+    /// lock-delay included.
     pub timeout: Duration,
     pub loss: std::sync::Arc<Loss>,
     heartbeat: AbortHandle,
@@ -32,11 +38,13 @@ pub(crate) struct ZkSession {
 
 impl ZkSession {
     /// Starts the heartbeat of a session opened at `opened_at` (a reading taken before the
-    /// connect request went out).
+    /// connect request went out), whose last `delay` of its timeout is a lock-delay (not
+    /// counted here: see the module docs).
     /// The session is closed on the server (on a connection of its own, `hosts`) when it is
     /// dropped (the client is gone) or its runtime shuts down: its nodes go at once.
     pub(crate) fn start(
         client: zk::Client,
+        delay: Duration,
         opened_at: Instant,
         shown: String,
         access: &super::ensemble::Ensemble,
@@ -44,8 +52,9 @@ impl ZkSession {
         bound: Duration,
     ) -> ZkSession {
         let timeout = client.session_timeout();
+        let counted = counted(timeout, delay);
         let loss = std::sync::Arc::new(Loss::default());
-        loss.confirm(opened_at + timeout - drift(timeout));
+        loss.confirm(opened_at + counted - drift(counted));
         let closer = closer(
             access.clone(),
             client.session().clone(),
@@ -60,7 +69,7 @@ impl ZkSession {
         let (beating, kept) = (client.clone(), std::sync::Arc::clone(&loss));
         let heartbeat = tokio::spawn(async move {
             let _sentinel = sentinel;
-            heartbeat(beating, kept, opened_at, shown).await
+            heartbeat(beating, delay, kept, opened_at, shown).await
         })
         .abort_handle();
         ZkSession {
@@ -144,14 +153,25 @@ fn closer(
     Closer::new(close, bound)
 }
 
-/// Confirms the session every timeout/4 and marks it lost as soon as it may have expired.
+/// What this process counts of a session of `timeout` whose last `delay` is a lock-delay: the
+/// rest, at least 100 ms (the acquisition refuses a session the server granted too short for
+/// its delay: see `session_for`).
+pub(super) fn counted(timeout: Duration, delay: Duration) -> Duration {
+    timeout
+        .saturating_sub(delay)
+        .max(Duration::from_millis(100))
+}
+
+/// Confirms the session every counted timeout/4 and marks it lost as soon as it may have
+/// expired, the lock-delay not counted.
 async fn heartbeat(
     client: zk::Client,
+    delay: Duration,
     loss: std::sync::Arc<Loss>,
     opened_at: Instant,
     shown: String,
 ) {
-    let timeout = client.session_timeout();
+    let timeout = counted(client.session_timeout(), delay);
     let margin = drift(timeout);
     let interval = (timeout / 4).max(Duration::from_millis(5));
     let retry_pause = (timeout / 20).max(Duration::from_millis(5));
