@@ -289,6 +289,96 @@ async fn a_lone_reader_costs_what_a_writer_does() {
     assert!(writer.is_some(), "the last reader left the row behind");
 }
 
+/// An upgradable read alone on its row is upgraded by one `UPDATE` (with the fence's upsert,
+/// `WITH up AS`), not the full statement (`WITH cur AS`), whose many parts cost twice its time
+/// (the bench's row 7, the upgrade alone). Beside a reader the one `UPDATE` changes nothing and
+/// the full statement marks the row; once the reader leaves, the upgrade holds the key as its
+/// writer with a new fence. Counted in the server's statement log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_alone_is_one_update_and_beside_a_reader_the_full_statement() {
+    use std::time::Duration;
+
+    let server = PostgresServer::start_with(&["-c", "log_statement=all"]);
+    let url = server.url_with_own_table();
+    let statements = || {
+        server
+            .log()
+            .lines()
+            .filter(|line| line.contains("LOG:  execute "))
+            .map(|line| line.split_once(": ").map_or("", |(_, sql)| sql).to_owned())
+            .collect::<Vec<_>>()
+    };
+    let first = distlock::LockClient::connect(&url).await.unwrap();
+    let second = distlock::LockClient::connect(&url).await.unwrap();
+    let earlier = first.lock("row").fencing(true).acquire().await.unwrap();
+    let earlier_fence = earlier.fencing_token().unwrap();
+    earlier.release().await.unwrap();
+
+    let mut up = first
+        .lock("row")
+        .upgradable()
+        .fencing(true)
+        .acquire()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await; // the acquisition's, logged
+    let before = statements().len();
+    up.upgrade().await.unwrap();
+    assert!(
+        support::eventually(Duration::from_secs(10), || async {
+            statements().len() > before
+        })
+        .await
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await; // anything more is logged
+    let sent = statements()[before..].to_vec();
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    assert!(sent[0].contains("WITH up AS"), "{sent:#?}");
+    let fence = up.fencing_token().unwrap();
+    assert!(fence > earlier_fence, "{fence} ≤ {earlier_fence}");
+    let info = second.inspect("row").await.unwrap().expect("held");
+    assert!(info.readers.is_empty(), "{info:?}");
+    assert_eq!(info.fencing_token, Some(fence));
+    up.release().await.unwrap();
+
+    // Beside a reader: the one UPDATE changes nothing, the full statement marks the row.
+    let mut up = first
+        .lock("row")
+        .upgradable()
+        .fencing(true)
+        .acquire()
+        .await
+        .unwrap();
+    let reader = second.lock("row").read().acquire().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = statements().len();
+    let upgrading = tokio::spawn(async move {
+        let upgraded = up.upgrade().await;
+        (up, upgraded)
+    });
+    assert!(
+        support::eventually(Duration::from_secs(10), || async {
+            statements().len() >= before + 2
+        })
+        .await
+    );
+    let sent = statements()[before..].to_vec();
+    assert!(sent[0].contains("WITH up AS"), "{sent:#?}");
+    assert!(sent[1].contains("WITH cur AS"), "{sent:#?}");
+    assert!(!upgrading.is_finished(), "upgraded beside a reader");
+    reader.release().await.unwrap();
+    let (up, upgraded) = tokio::time::timeout(Duration::from_secs(5), upgrading)
+        .await
+        .expect("upgraded once the reader left")
+        .unwrap();
+    upgraded.unwrap();
+    assert!(up.fencing_token().unwrap() > fence);
+    let info = second.inspect("row").await.unwrap().expect("held");
+    assert!(info.readers.is_empty(), "{info:?}");
+    up.release().await.unwrap();
+    assert!(second.inspect("row").await.unwrap().is_none());
+}
+
 // ---------------------------------------------------------------------------------------------
 // `mode=advisory`: PostgreSQL's advisory locks.
 

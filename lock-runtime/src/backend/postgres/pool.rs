@@ -61,6 +61,7 @@ pub(super) struct Conn {
     pub(super) upgrade: tokio::sync::OnceCell<Statement>,
     pub(super) abandon_upgrade: tokio::sync::OnceCell<Statement>,
     pub(super) upgradable_release_alone: tokio::sync::OnceCell<Statement>,
+    pub(super) upgrade_alone: tokio::sync::OnceCell<Statement>,
     /// The shared results' statements (`postgres::share`), prepared as the upgrade's are.
     pub(super) share_get: tokio::sync::OnceCell<Statement>,
     pub(super) share_put: tokio::sync::OnceCell<Statement>,
@@ -406,6 +407,7 @@ impl PostgresBackend {
             upgrade: tokio::sync::OnceCell::new(),
             abandon_upgrade: tokio::sync::OnceCell::new(),
             upgradable_release_alone: tokio::sync::OnceCell::new(),
+            upgrade_alone: tokio::sync::OnceCell::new(),
             share_get: tokio::sync::OnceCell::new(),
             share_put: tokio::sync::OnceCell::new(),
             share_drop: tokio::sync::OnceCell::new(),

@@ -127,6 +127,12 @@ pub(super) struct PgStatements {
     /// them). Other live shares: its mark keeps new readers out, as a waiting writer's does.
     /// The readers' row found expired with the share in it is deleted (nobody holds it).
     pub upgrade: String,
+    /// An upgradable share's upgrade while it is the readers' row's only line (no other
+    /// reader, no mark): `$1`–`$5` as [`upgrade`](Self::upgrade) → (1 upgraded, else 0; the
+    /// fence; null). One `UPDATE` of the row (and the fence's upsert): the common case, run
+    /// first; when it changes nothing, the full statement decides (a retry whose first try
+    /// upgraded is found there too).
+    pub upgrade_alone: String,
     /// An upgrade given up: `$1` name, `$2` token → its mark goes, and the readers it kept
     /// out are woken.
     pub abandon_upgrade: String,
@@ -566,6 +572,22 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM upgraded) OR EXISTS (SELECT 1 FROM again)
        coalesce((SELECT fence FROM fenced), (SELECT fence FROM again)),
        (SELECT others_ms FROM s)",
                 lines = lines_of("cur.holder", "cur"),
+            ),
+            upgrade_alone: format!(
+                "WITH up AS (
+    UPDATE {t} SET token = $2, holder = $4,
+        expires_at = now() + $3::int8 * interval '1 millisecond', acquired_at = now()
+    WHERE name = $1 AND token = '{READERS}' AND expires_at > now()
+        AND strpos(holder, E'\\n') = 0 AND split_part(holder, ' ', 1) = $2
+        AND nullif(split_part(holder, ' ', 2), '')::int8 > {NOW_MS}
+    RETURNING name
+), fenced AS (
+    INSERT INTO {f} AS f (name, fence)
+    SELECT name, 1 FROM up WHERE $5
+    ON CONFLICT (name) DO UPDATE SET fence = f.fence + 1
+    RETURNING f.fence
+)
+SELECT (SELECT count(*) FROM up)::int4, (SELECT fence FROM fenced), NULL::int8"
             ),
             upgradable_release_alone: format!(
                 "WITH gone AS (
