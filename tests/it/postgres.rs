@@ -208,6 +208,17 @@ async fn a_table_vacuumed_empty_is_still_read_by_its_index() {
     );
 }
 
+/// The statements `server` (started with `log_statement=all`) has executed so far, in order:
+/// the first line of each, from its log.
+fn executed(server: &PostgresServer) -> Vec<String> {
+    server
+        .log()
+        .lines()
+        .filter(|line| line.contains("LOG:  execute "))
+        .map(|line| line.split_once(": ").map_or("", |(_, sql)| sql).to_owned())
+        .collect()
+}
+
 /// A lone reader (or permit) takes and gives back its share as a writer takes and gives back
 /// its lock: one `INSERT`, one `DELETE` (counted in the server's statement log). A reader that
 /// joins another's share, and the readers' departures, go through the full statements: both
@@ -218,14 +229,7 @@ async fn a_lone_reader_costs_what_a_writer_does() {
 
     let server = PostgresServer::start_with(&["-c", "log_statement=all"]);
     let url = server.url_with_own_table();
-    let statements = || {
-        server
-            .log()
-            .lines()
-            .filter(|line| line.contains("LOG:  execute "))
-            .map(|line| line.split_once(": ").map_or("", |(_, sql)| sql).to_owned())
-            .collect::<Vec<_>>()
-    };
+    let statements = || executed(&server);
     let first = distlock::LockClient::connect(&url).await.unwrap();
     // What one lock + release of `request` sends.
     // A request's future (a semaphore's request is a type of its own).
@@ -300,14 +304,7 @@ async fn an_upgrade_alone_is_one_update_and_beside_a_reader_the_full_statement()
 
     let server = PostgresServer::start_with(&["-c", "log_statement=all"]);
     let url = server.url_with_own_table();
-    let statements = || {
-        server
-            .log()
-            .lines()
-            .filter(|line| line.contains("LOG:  execute "))
-            .map(|line| line.split_once(": ").map_or("", |(_, sql)| sql).to_owned())
-            .collect::<Vec<_>>()
-    };
+    let statements = || executed(&server);
     let first = distlock::LockClient::connect(&url).await.unwrap();
     let second = distlock::LockClient::connect(&url).await.unwrap();
     let earlier = first.lock("row").fencing(true).acquire().await.unwrap();
