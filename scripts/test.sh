@@ -9,8 +9,9 @@
 #      tests themselves, the examples, and the doc tests, and packages the published crates.
 # A fresh clone takes about 13 minutes on 2 cores (791 s on 2026-11-29; CONTRIBUTING.md),
 # under the 15 minutes aimed at: the tests end at 713 s, and the background's compiling (the
-# checks of each crate alone, the docs, the feature build, at the lowest priority beside the
-# tests, which keep the CPU busy) ends 78 s later.
+# published crates' check, the docs, the feature build, the trybuild cases, at the lowest
+# priority beside the tests, which keep the CPU busy) ends 78 s later. On a busy host the same
+# suite has taken 955-1,024 s (2026-11-29).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -241,8 +242,8 @@ background() {
     # here. Their docs (rustdoc's warnings as errors) then reuse this check's dependencies:
     # the check and the docs together took 239 s of CPU, the docs of the whole workspace alone
     # 255 s, and each crate checked alone on top of them 273 s more (measured 2026-11-29,
-    # from scratch). The facade's default features alone (redis) are built by the trybuild
-    # cases' project, and lock-runtime's none by the feature test above.
+    # from scratch). The facade without its default features (`memory://` and `share`) is built
+    # by the trybuild cases' project, and lock-runtime without any by the feature test above.
     bstep "the published crates checked together, then cargo doc (warnings are errors)"
     local published=(-p distlock -p lock-runtime -p lock-macros -p distlock-cli)
     cargo check "${published[@]}" --all-features --quiet
