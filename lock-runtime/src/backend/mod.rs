@@ -179,6 +179,17 @@ pub(crate) fn drift(lease: Duration) -> Duration {
     lease / 100 + Duration::from_millis(2)
 }
 
+/// What a holder counts of a session or lease of `timeout` on the store (ZooKeeper's, etcd's)
+/// whose last `lock_delay` is a lock-delay: the rest, its own lease (at least 100 ms: the store
+/// may have raised the timeout asked for, never lowered it below the delay — see each
+/// backend's opening of one).
+#[cfg(any(feature = "zookeeper", feature = "etcd"))]
+pub(crate) fn counted(timeout: Duration, lock_delay: Duration) -> Duration {
+    timeout
+        .saturating_sub(lock_delay)
+        .max(Duration::from_millis(100))
+}
+
 /// What kind of hold a request asks for (`../shared/DESIGN.md`, "Lock kinds"). The layers
 /// above the backend — waiting, renewal, lost detection, reentrancy, metrics, the admin view —
 /// treat every kind alike; a backend learns the kind from [`LockSpec::kind`] and [`Hold::kind`]

@@ -21,8 +21,8 @@ use tokio::time::Instant;
 
 use super::proto::{self, LeaseKeepAliveRequest, LeaseKeepAliveResponse};
 use super::rpc::Rpc;
-use crate::backend::drift;
 use crate::backend::loss::{Closer, Loss, Sentinel};
+use crate::backend::{counted, drift};
 
 /// A granted lease, kept alive until it is lost or given up.
 pub(crate) struct Lease {
@@ -126,12 +126,6 @@ pub(crate) fn revoker(
         })
     });
     Closer::new(close, bound)
-}
-
-/// What this process counts of a lease of `ttl` on etcd whose last `delay` is a lock-delay: the
-/// rest, at least a second (etcd may have raised the TTL asked for).
-fn counted(ttl: Duration, delay: Duration) -> Duration {
-    ttl.saturating_sub(delay).max(Duration::from_secs(1))
 }
 
 /// Confirms the lease every counted TTL/4 and marks it lost as soon as it may have expired,

@@ -21,8 +21,8 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use zookeeper_client as zk;
 
-use crate::backend::drift;
 use crate::backend::loss::{Closer, Loss, Sentinel};
+use crate::backend::{counted, drift};
 
 /// A session, its negotiated timeout, and whether it still holds.
 pub(crate) struct ZkSession {
@@ -151,15 +151,6 @@ fn closer(
         })
     });
     Closer::new(close, bound)
-}
-
-/// What this process counts of a session of `timeout` whose last `delay` is a lock-delay: the
-/// rest, at least 100 ms (the acquisition refuses a session the server granted too short for
-/// its delay: see `session_for`).
-pub(super) fn counted(timeout: Duration, delay: Duration) -> Duration {
-    timeout
-        .saturating_sub(delay)
-        .max(Duration::from_millis(100))
 }
 
 /// Confirms the session every counted timeout/4 and marks it lost as soon as it may have
