@@ -221,6 +221,129 @@ async fn an_upgrade_is_one_call_and_statements_once_the_procedure_is_gone() {
     assert!(left.is_empty(), "rows left behind: {left:?}");
 }
 
+/// An upgradable read taken alone (without fencing) and still alone is upgraded by one
+/// `UPDATE` of its two rows (the server's `Com_update_multi`), no `CALL`: the lock row becomes
+/// the writer's, the share row ends, and readers, writers and other upgradable requests stay
+/// out; the release deletes both rows. One whose lease ran out leaves no row behind either.
+/// Beside another reader, that `UPDATE` changes nothing and the procedure upgrades, once the
+/// reader has left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_alone_is_one_update_and_beside_a_reader_the_procedure() {
+    let fixture = MysqlFixture::own();
+    let (a, b) = (fixture.client().await, fixture.client().await);
+    let table = fixture.table().to_owned();
+    let rows = || async {
+        let rows: Vec<(Vec<u8>, String, i64)> = fixture
+            .rows(
+                &format!(
+                    "SELECT name, token, expires_at > UTC_TIMESTAMP(6) FROM {table} ORDER BY name"
+                ),
+                (),
+            )
+            .await;
+        rows.into_iter()
+            .map(|(n, t, live)| (String::from_utf8_lossy(&n).into_owned(), t, live == 1))
+            .collect::<Vec<_>>()
+    };
+    let counted = || async {
+        let mut counted = [0u64; 2];
+        for (i, name) in ["COM_UPDATE_MULTI", "COM_CALL_PROCEDURE"]
+            .into_iter()
+            .enumerate()
+        {
+            let rows = fixture
+                .rows::<String>(
+                    "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
+                     WHERE VARIABLE_NAME = ?",
+                    (name,),
+                )
+                .await;
+            counted[i] = rows[0].parse().unwrap();
+        }
+        counted
+    };
+    let since = |before: [u64; 2], after: [u64; 2]| [after[0] - before[0], after[1] - before[1]];
+
+    let mut up = a.lock("alone").upgradable().acquire().await.unwrap();
+    let token = distlock::__private::testing::owner_token(&up).to_owned();
+    let before = counted().await;
+    up.upgrade().await.unwrap();
+    assert_eq!(
+        since(before, counted().await),
+        [1, 0],
+        "one UPDATE, no CALL"
+    );
+    assert_eq!(fixture.holder("lock:alone").await, Some(token.clone()));
+    let share = format!("lock:alone\u{1}{token}");
+    assert_eq!(
+        rows().await,
+        [
+            ("lock:alone".to_owned(), token.clone(), true),
+            (share.clone(), token.clone(), false)
+        ],
+        "the lock row the writer's, the share row ended"
+    );
+    let try_b = |mode: u8| {
+        let request = b.lock("alone").wait(ms(0));
+        let request = match mode {
+            0 => request.read(),
+            1 => request.upgradable(),
+            _ => request,
+        };
+        request.try_acquire()
+    };
+    for mode in 0..3 {
+        assert!(try_b(mode).await.unwrap().is_none(), "mode {mode} let in");
+    }
+    up.release().await.unwrap();
+    assert!(rows().await.is_empty(), "rows left: {:?}", rows().await);
+
+    // Its lease ran out (by the table's clock) before the release: both rows still go.
+    let mut up = a.lock("alone").upgradable().acquire().await.unwrap();
+    up.upgrade().await.unwrap();
+    fixture
+        .rows::<i64>(
+            &format!(
+                "UPDATE {table} SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND \
+                 WHERE name = 'lock:alone'"
+            ),
+            (),
+        )
+        .await;
+    let _ = up.release().await;
+    assert!(rows().await.is_empty(), "rows left: {:?}", rows().await);
+
+    // Beside a reader of another client: the UPDATE changes nothing, the procedure waits.
+    let mut up = a
+        .lock("beside")
+        .upgradable()
+        .wait(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let token = distlock::__private::testing::owner_token(&up).to_owned();
+    let reader = b.lock("beside").read().acquire().await.unwrap();
+    let before = counted().await;
+    let upgrading = tokio::spawn(async move {
+        let upgraded = up.upgrade().await;
+        (up, upgraded)
+    });
+    tokio::time::sleep(ms(300)).await;
+    assert!(!upgrading.is_finished(), "upgraded beside a reader");
+    reader.release().await.unwrap();
+    let (up, upgraded) = tokio::time::timeout(ms(5_000), upgrading)
+        .await
+        .expect("upgraded once the reader left")
+        .unwrap();
+    upgraded.unwrap();
+    let [updates, calls] = since(before, counted().await);
+    assert_eq!(updates, 1, "one UPDATE tried");
+    assert!(calls >= 1, "the procedure upgraded");
+    assert_eq!(fixture.holder("lock:beside").await, Some(token));
+    up.release().await.unwrap();
+    assert!(rows().await.is_empty(), "rows left: {:?}", rows().await);
+}
+
 /// How many procedures the server has called (`Com_call_procedure`).
 async fn procedure_calls(fixture: &MysqlFixture) -> u64 {
     let rows = fixture

@@ -521,6 +521,9 @@ impl Backend for MysqlBackend {
             if let Err(error) = self.unmark(name, token).await {
                 tracing::debug!(%error, "distlock: mysql: a writer's mark stays until it lapses");
             }
+            if crate::token::is_upgradable(token) {
+                return self.release_upgraded(name, token).await;
+            }
             let params = vec![Value::from(name.as_bytes()), Value::from(token)];
             let tries = Arc::new(std::sync::atomic::AtomicU32::new(0));
             let counted = Arc::clone(&tries);

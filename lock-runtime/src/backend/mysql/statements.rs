@@ -102,6 +102,20 @@ pub(super) struct MyStatements {
     /// `token, holder, lease µs, name` → the readers' lock row becomes the writer's (an
     /// upgradable share's upgrade, once its share is alone).
     pub upgrade_row: String,
+    /// `name, token, token, token, holder, lease µs, name, token` → an upgradable share alone
+    /// on its lock (the lock row, live and held by readers, names it alone: see
+    /// [`share_alone`]) upgraded in one statement: the lock row becomes the writer's, and the
+    /// share row ends (its lease set to now; the upgraded lock's release deletes it). 2 rows
+    /// changed if upgraded; 0 otherwise (another reader joined, a writer marked the lock, the
+    /// share was taken with fencing, or it is gone), and the full upgrade decides.
+    pub upgrade_alone: String,
+    /// `name, token, name, token` → an upgraded lock's release: its lock row while ours and
+    /// live, with the ended share row [`upgrade_alone`](Self::upgrade_alone) left (rows
+    /// deleted > 0 if it was still held).
+    pub release_upgraded: String,
+    /// `name, name, token, token` → an upgraded lock's rows after its lease ran out (nobody
+    /// took the lock row over).
+    pub release_upgraded_expired: String,
     /// Admin: `name, name` → (token, remaining ms) of a lock's live shares, longest first.
     pub readers: String,
     /// Admin: `name` → the live row: (name, token, holder, acquired ms, remaining ms, fence).
@@ -234,6 +248,22 @@ WHERE name > CONCAT(?, x'01', '^') AND name < CONCAT(?, x'01', '_')
   AND name <> CONCAT(?, x'01', ?) AND expires_at > UTC_TIMESTAMP(6)"
             ),
             upgrade_row: upgrade_row(&t, ["?"; 4]),
+            upgrade_alone: format!(
+                "UPDATE {t} l JOIN {t} s
+    ON s.name = CONCAT(?, x'01', ?) AND s.token = ? AND s.expires_at > UTC_TIMESTAMP(6)
+SET l.token = ?, l.holder = ?, l.expires_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND,
+    l.acquired_at = UTC_TIMESTAMP(6), s.expires_at = UTC_TIMESTAMP(6)
+WHERE l.name = ? AND l.token = '{READERS}' AND l.holder = ? AND l.expires_at > UTC_TIMESTAMP(6)"
+            ),
+            release_upgraded: format!(
+                "DELETE l, s FROM {t} l
+LEFT JOIN {t} s ON s.name = CONCAT(?, x'01', ?) AND s.token = l.token
+    AND s.expires_at <= UTC_TIMESTAMP(6)
+WHERE l.name = ? AND l.token = ? AND l.expires_at > UTC_TIMESTAMP(6)"
+            ),
+            release_upgraded_expired: format!(
+                "DELETE FROM {t} WHERE name IN (?, CONCAT(?, x'01', ?)) AND token = ?"
+            ),
             readers: format!(
                 "SELECT token,
        CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) DIV 1000 AS SIGNED)

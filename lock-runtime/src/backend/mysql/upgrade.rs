@@ -4,9 +4,11 @@
 //! alone, and until then marks the lock as a waiting writer does, so no new reader joins.
 //! Waiters poll (no notifications on MySQL): the upgrade asks again as they do. The
 //! transaction is the table's procedure `<table>_supg1` where the user may create it (one
-//! `CALL`), else statements.
+//! `CALL`), else statements. An upgradable share taken alone (without fencing) and still alone
+//! is upgraded first by one `UPDATE` of its two rows (`MyStatements::upgrade_alone`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
@@ -17,7 +19,7 @@ use super::shared::{LockedRow, locked, name_and_token};
 use super::{MysqlBackend, micros, positional};
 use crate::backend::sql::errors::acquire_error;
 use crate::backend::sql::shares::READERS;
-use crate::backend::{FAIR_QUEUE_TTL, LockSpec, Upgrade};
+use crate::backend::{FAIR_QUEUE_TTL, LockSpec, Released, Upgrade};
 use crate::error::BoxError;
 
 impl MysqlBackend {
@@ -27,6 +29,11 @@ impl MysqlBackend {
     /// each locked attempt holds up every reader of the key.
     pub(super) async fn upgrade_share(&self, spec: LockSpec<'_>) -> Result<Upgrade, BoxError> {
         let marked_at = self.upgrade_marked_at(spec.token);
+        if marked_at.is_none() && self.upgrade_alone(spec).await? {
+            return Ok(Upgrade::Done {
+                fencing_token: None,
+            });
+        }
         if marked_at.is_some_and(|at| at.elapsed() < FAIR_QUEUE_TTL / 3)
             && let Some(ttl) = self.readers_still_there(spec).await?
         {
@@ -43,6 +50,52 @@ impl MysqlBackend {
             }
         }
         outcome
+    }
+
+    /// The common case without fencing: the upgradable share was taken alone
+    /// (`MyStatements::share_alone`) and is still alone, so one `UPDATE` upgrades it
+    /// (`MyStatements::upgrade_alone`). Whether it did; if not, the name is remembered as
+    /// shared, and the full upgrade decides (a retry whose first try upgraded finds it done
+    /// there).
+    async fn upgrade_alone(&self, spec: LockSpec<'_>) -> Result<bool, BoxError> {
+        if spec.fencing || self.contended.contains(spec.name) {
+            return Ok(false);
+        }
+        let sql = Arc::clone(&self.sql);
+        let (name, token) = (spec.name.as_bytes(), spec.token);
+        let params = vec![
+            Value::from(name),
+            Value::from(token),
+            Value::from(token),
+            Value::from(token),
+            Value::from(self.holder.as_str()),
+            Value::from(micros(spec.lease)),
+            Value::from(name),
+            Value::from(token),
+        ];
+        let upgraded = self
+            .run("the upgrade", spec.name, move |conn| {
+                let (sql, params) = (Arc::clone(&sql), params.clone());
+                Box::pin(async move {
+                    match conn
+                        .exec_drop(sql.upgrade_alone.as_str(), positional(params))
+                        .await
+                    {
+                        Ok(()) => Ok(conn.affected_rows() == 2),
+                        // A reader joining or a writer marking at this moment locks the same
+                        // two rows from the lock row's side: this statement, chosen as the
+                        // deadlock's victim (1213), wrote nothing.
+                        Err(mysql_async::Error::Server(e)) if e.code == 1213 => Ok(false),
+                        Err(e) => Err(e),
+                    }
+                })
+            })
+            .await
+            .map_err(acquire_error)?;
+        if !upgraded {
+            self.contended.insert(spec.name);
+        }
+        Ok(upgraded)
     }
 
     /// When the upgrade of `token` last marked the lock, if it waits.
@@ -198,6 +251,55 @@ impl MysqlBackend {
             .await
             .map_err(acquire_error)?;
         Ok(outcome)
+    }
+
+    /// An upgraded lock's release: its lock row, with the share row a one-statement upgrade
+    /// left ended (`MyStatements::release_upgraded`); after its lease ran out, its rows anyway,
+    /// but it was not held any more.
+    pub(super) async fn release_upgraded(
+        &self,
+        name: &str,
+        token: &str,
+    ) -> Result<Released, BoxError> {
+        let sql = Arc::clone(&self.sql);
+        let bytes = name.as_bytes();
+        let held = vec![
+            Value::from(bytes),
+            Value::from(token),
+            Value::from(bytes),
+            Value::from(token),
+        ];
+        let expired = vec![
+            Value::from(bytes),
+            Value::from(bytes),
+            Value::from(token),
+            Value::from(token),
+        ];
+        let tries = Arc::new(AtomicU32::new(0));
+        let counted = Arc::clone(&tries);
+        let released = self
+            .run("the release", name, move |conn| {
+                let (sql, held, expired) = (Arc::clone(&sql), held.clone(), expired.clone());
+                counted.fetch_add(1, Ordering::Relaxed);
+                Box::pin(async move {
+                    conn.exec_drop(sql.release_upgraded.as_str(), positional(held))
+                        .await?;
+                    if conn.affected_rows() > 0 {
+                        return Ok(true);
+                    }
+                    conn.exec_drop(sql.release_upgraded_expired.as_str(), positional(expired))
+                        .await?;
+                    Ok(false)
+                })
+            })
+            .await?;
+        if released {
+            self.hub.notify(name);
+        }
+        Ok(Released::after_tries(
+            released,
+            tries.load(Ordering::Relaxed) > 1,
+        ))
     }
 
     /// Takes back the mark of an upgrade given up (the share stays).
