@@ -1384,16 +1384,19 @@ impl Fixture for MysqlFixture {
         true
     }
 
-    /// The live share rows `name + 0x01 + token`, each with its own lease.
+    /// The live share rows `name + 0x01 + token`, each with its own lease — but for the one
+    /// an upgrade left under its writer's lock row (the same token), which counts for nothing.
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         let sql = format!(
             "SELECT token, CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) AS SIGNED) \
-             FROM {} WHERE name > CONCAT(?, x'01') AND name < CONCAT(?, x'02') \
-             AND expires_at > UTC_TIMESTAMP(6) ORDER BY expires_at DESC",
-            self.table
+             FROM {t} s WHERE name > CONCAT(?, x'01') AND name < CONCAT(?, x'02') \
+             AND expires_at > UTC_TIMESTAMP(6) \
+             AND NOT EXISTS (SELECT 1 FROM {t} l WHERE l.name = ? AND l.token = s.token) \
+             ORDER BY expires_at DESC",
+            t = self.table
         );
         let bytes = name.as_bytes();
-        self.rows::<(String, i64)>(&sql, (bytes, bytes))
+        self.rows::<(String, i64)>(&sql, (bytes, bytes, bytes))
             .await
             .into_iter()
             .map(|(token, us)| (token, Some(Duration::from_micros(us.max(0) as u64))))

@@ -124,14 +124,25 @@ impl Admin for MysqlBackend {
                     (None, Some(limit)) => shares_token(Kind::Permits(limit as u16)),
                     (None, None) => READERS.to_owned(),
                 };
+                let upgraded = token.clone();
                 let params = vec![Value::from(name.as_bytes()), Value::from(token)];
                 let deleted = self
                     .run("the forced release", name, move |conn| {
                         let (sql, params) = (Arc::clone(&sql), params.clone());
+                        let upgraded = upgraded.clone();
                         Box::pin(async move {
                             conn.exec_drop(sql.force_release.as_str(), positional(params.clone()))
                                 .await?;
                             let deleted = conn.affected_rows();
+                            if deleted == 1 && crate::token::is_upgradable(&upgraded) {
+                                // An upgraded lock: the share row its upgrade left goes too.
+                                let (name, token) = (params[0].clone(), params[1].clone());
+                                conn.exec_drop(
+                                    sql.drop_share.as_str(),
+                                    positional(vec![name.clone(), name.clone(), name, token]),
+                                )
+                                .await?;
+                            }
                             if readers {
                                 let name = params[0].clone();
                                 conn.exec_drop(

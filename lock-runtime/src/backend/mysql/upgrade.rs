@@ -5,7 +5,7 @@
 //! Waiters poll (no notifications on MySQL): the upgrade asks again as they do. The
 //! transaction is the table's procedure `<table>_supg1` where the user may create it (one
 //! `CALL`), else statements. An upgradable share taken alone (without fencing) and still alone
-//! is upgraded first by one `UPDATE` of its two rows (`MyStatements::upgrade_alone`).
+//! is upgraded first by one `UPDATE` of its lock row (`MyStatements::upgrade_alone`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -53,8 +53,8 @@ impl MysqlBackend {
     }
 
     /// The common case without fencing: the upgradable share was taken alone
-    /// (`MyStatements::share_alone`) and is still alone, so one `UPDATE` upgrades it
-    /// (`MyStatements::upgrade_alone`). Whether it did; if not, the name is remembered as
+    /// (`MyStatements::share_alone`) and is still alone, so one `UPDATE` of the lock row
+    /// upgrades it (`MyStatements::upgrade_alone`). Whether it did; if not, the name is remembered as
     /// shared, and the full upgrade decides (a retry whose first try upgraded finds it done
     /// there).
     async fn upgrade_alone(&self, spec: LockSpec<'_>) -> Result<bool, BoxError> {
@@ -62,16 +62,12 @@ impl MysqlBackend {
             return Ok(false);
         }
         let sql = Arc::clone(&self.sql);
-        let (name, token) = (spec.name.as_bytes(), spec.token);
         let params = vec![
-            Value::from(name),
-            Value::from(token),
-            Value::from(token),
-            Value::from(token),
+            Value::from(spec.token),
             Value::from(self.holder.as_str()),
             Value::from(micros(spec.lease)),
-            Value::from(name),
-            Value::from(token),
+            Value::from(spec.name.as_bytes()),
+            Value::from(spec.token),
         ];
         let upgraded = self
             .run("the upgrade", spec.name, move |conn| {
@@ -81,10 +77,8 @@ impl MysqlBackend {
                         .exec_drop(sql.upgrade_alone.as_str(), positional(params))
                         .await
                     {
-                        Ok(()) => Ok(conn.affected_rows() == 2),
-                        // A reader joining or a writer marking at this moment locks the same
-                        // two rows from the lock row's side: this statement, chosen as the
-                        // deadlock's victim (1213), wrote nothing.
+                        Ok(()) => Ok(conn.affected_rows() == 1),
+                        // Chosen as a deadlock's victim (1213): nothing was written.
                         Err(mysql_async::Error::Server(e)) if e.code == 1213 => Ok(false),
                         Err(e) => Err(e),
                     }
@@ -254,7 +248,7 @@ impl MysqlBackend {
     }
 
     /// An upgraded lock's release: its lock row, with the share row a one-statement upgrade
-    /// left ended (`MyStatements::release_upgraded`); after its lease ran out, its rows anyway,
+    /// left (`MyStatements::release_upgraded`); after its lease ran out, its rows anyway,
     /// but it was not held any more.
     pub(super) async fn release_upgraded(
         &self,
