@@ -88,6 +88,9 @@ impl LockGuard {
             waited: acquired.waited,
             lost: LostFlag::default(),
             unrenewed_end: (!renew).then_some(lease_end),
+            renewed_here: std::sync::atomic::AtomicBool::new(
+                renew && !renewer.backend().capabilities().keeps_alive,
+            ),
             fair,
             acquired_kind: kind,
             upgraded: std::sync::atomic::AtomicBool::new(false),
@@ -428,6 +431,7 @@ impl Drop for OneKey {
             return;
         }
         crate::metrics::held(self.shared.backend, -1.0);
+        self.shared.renewal_stopped();
         if let Some(watchdog) = self.watchdog.take() {
             watchdog.stop();
         }

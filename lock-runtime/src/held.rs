@@ -22,6 +22,13 @@ pub(crate) struct HeldLock {
     pub lost: LostFlag,
     /// Without renewal, the instant the lease ends (minus the drift margin).
     pub unrenewed_end: Option<Instant>,
+    /// Renewed by this process's watchdog (`renew::tasks`), which confirms each renewal: the
+    /// hold is lost once [`valid_until`](Self::valid_until) passes unconfirmed, whether the
+    /// watchdog has run since or not (a busy runtime can hold it up). `false` without renewal
+    /// (see `unrenewed_end`) and on a store whose session keeps the lock alive (ZooKeeper,
+    /// etcd), whose heartbeat says when it is lost. Cleared when the guard stops renewing to
+    /// give the lock back (or is dropped): the release's answer says then whether it was held.
+    pub renewed_here: std::sync::atomic::AtomicBool,
     /// Taken as a fair lock: released through the lock's queue, never handed over.
     pub fair: bool,
     /// The kind of hold as granted: a reader's share is released on the server, never handed
@@ -222,8 +229,43 @@ impl HeldLock {
         }
     }
 
+    /// Whether the hold is lost: marked so, or past the end of its lease — unrenewed, or
+    /// renewed here and not confirmed in time. A renewed hold found past its last confirmed
+    /// lease is marked lost then (a renewal answered later does not bring it back: another
+    /// client may have held the lock in between, as far as this process can tell).
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.get() || self.unrenewed_end.is_some_and(|end| Instant::now() >= end)
+        if self.lost.get() {
+            return true;
+        }
+        let now = Instant::now();
+        if self.unrenewed_end.is_some_and(|end| now >= end) {
+            return true;
+        }
+        if self.renewed_here.load(std::sync::atomic::Ordering::Acquire) && now >= self.valid_until()
+        {
+            self.mark_lost("no renewal confirmed before the lease ended");
+            return true;
+        }
+        false
+    }
+
+    /// The guard stopped renewing the hold to give it back (or was dropped): its lease is no
+    /// longer counted here (see [`renewed_here`](Self::renewed_here)).
+    pub(crate) fn renewal_stopped(&self) {
+        self.renewed_here
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+
+    /// When the hold is next due to be found lost by the clock alone (see
+    /// [`is_lost`](Self::is_lost)); `None`: only when marked.
+    fn lost_by_clock_at(&self) -> Option<Instant> {
+        match self.unrenewed_end {
+            Some(end) => Some(end),
+            None => self
+                .renewed_here
+                .load(std::sync::atomic::Ordering::Acquire)
+                .then(|| self.valid_until()),
+        }
     }
 }
 
@@ -231,13 +273,17 @@ impl HeldLock {
 pub(crate) async fn lost(shared: Arc<HeldLock>) {
     // Once released, nobody sets the flag: the future stays pending.
     let flagged = shared.lost.wait();
-    match shared.unrenewed_end {
-        Some(end) => {
-            tokio::select! {
-                _ = flagged => {}
-                _ = tokio::time::sleep_until(end) => {}
+    let mut flagged = std::pin::pin!(flagged);
+    while let Some(end) = shared.lost_by_clock_at() {
+        tokio::select! {
+            _ = &mut flagged => return,
+            _ = tokio::time::sleep_until(end) => {
+                // A renewal confirmed since moved the end on: wait for the new one.
+                if shared.is_lost() {
+                    return;
+                }
             }
         }
-        None => flagged.await,
     }
+    flagged.await
 }

@@ -50,6 +50,7 @@ pub(super) async fn release_held(held: OneKey) -> Result<(), LockError> {
 
 /// Gives back one key: what the caller is told, and what the release found.
 async fn give_back_held(mut held: OneKey) -> (Result<(), LockError>, Found) {
+    held.shared.renewal_stopped();
     if let Some(watchdog) = held.watchdog.take() {
         watchdog.stop();
     }

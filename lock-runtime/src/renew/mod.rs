@@ -463,6 +463,46 @@ mod tests {
         second.block_on(async { guard.release().await.unwrap() });
     }
 
+    /// A renewed hold whose watchdog cannot run (its runtime's only thread is busy past the
+    /// lease) is reported lost by the clock: `is_lost()` answers `true` at once, the lost
+    /// future resolves, and it stays lost once the watchdog runs. The store had let the lock
+    /// go: another client takes it. A hold released in time is not reported lost, however
+    /// long its release then takes.
+    #[test]
+    fn a_renewed_hold_is_lost_past_its_lease_even_if_its_watchdog_could_not_run() {
+        let runtime = current_thread();
+        runtime.block_on(async {
+            let client = crate::LockClient::connect("memory://starved-watchdog")
+                .await
+                .unwrap();
+            let lease = Duration::from_millis(300);
+            let guard = client.lock("starved").lease(lease).acquire().await.unwrap();
+            assert!(!guard.is_lost());
+            // Nothing else runs on this thread meanwhile: no watchdog, no renewal.
+            std::thread::sleep(lease + Duration::from_millis(100));
+            assert!(guard.is_lost(), "past its lease, unrenewed, and not lost");
+            tokio::time::timeout(Duration::from_millis(50), guard.lost())
+                .await
+                .expect("the lost future did not resolve");
+            tokio::time::sleep(lease).await;
+            assert!(guard.is_lost(), "found again after the watchdog ran");
+            let other = client.lock("starved").try_acquire().await.unwrap();
+            assert!(other.is_some(), "the store still held the lock");
+            assert!(matches!(
+                guard.release().await,
+                Err(crate::LockError::Lost { .. })
+            ));
+
+            // Renewed as usual for three leases: never lost.
+            let guard = client.lock("renewed").lease(lease).acquire().await.unwrap();
+            for _ in 0..9 {
+                tokio::time::sleep(lease / 3).await;
+                assert!(!guard.is_lost(), "lost while renewed");
+            }
+            guard.release().await.unwrap();
+        });
+    }
+
     /// A lock released before its first renewal never starts a watchdog task, and leaves no
     /// timer entry behind, by release or by drop; one held past lease/3 gets its watchdog then,
     /// and is renewed.
