@@ -361,8 +361,10 @@ impl LockGuard {
     }
 
     /// `true` once the lease is known lost: a renewal found another owner, or no renewal could
-    /// be confirmed before the lease ended (or, without renewal, the lease has run out). A
-    /// guard over several keys is lost when any of them is.
+    /// be confirmed before the lease ended (or, without renewal, the lease has run out). The
+    /// clock decides the second by itself: a hold past its last confirmed lease (less the drift
+    /// margin) is lost even if its renewals never got to run (a runtime kept busy), and stays
+    /// lost. A guard over several keys is lost when any of them is.
     pub fn is_lost(&self) -> bool {
         self.every().any(|shared| shared.is_lost())
     }
