@@ -72,6 +72,19 @@ fn needs_token(status: &Status) -> bool {
 /// The sending half of a bidirectional stream; the stream ends when it is dropped.
 pub(crate) type Sender<Q> = mpsc::Sender<Q>;
 
+/// A channel balanced over `endpoints`. (`Channel::balance_list` unwraps the sending of each
+/// endpoint to the balancer's task, which panics when that task could not start: a runtime
+/// shutting down drops it at once, as it did under a lease's revocation on a dropped client.)
+fn balanced(endpoints: Vec<Endpoint>) -> Result<Channel, String> {
+    let (channel, members) = Channel::balance_channel(endpoints.len());
+    for (i, endpoint) in endpoints.into_iter().enumerate() {
+        members
+            .try_send(tonic::transport::channel::Change::Insert(i, endpoint))
+            .map_err(|_| "no connection to etcd can start: the runtime is shutting down")?;
+    }
+    Ok(channel)
+}
+
 impl Rpc {
     /// A channel to the members (`host:port` each), with TLS and credentials. Connects
     /// lazily: the first call tells whether a member can be reached.
@@ -109,7 +122,7 @@ impl Rpc {
         }
         let channel = SmallFrames(match endpoints.as_slice() {
             [one] => one.connect_lazy(),
-            _ => Channel::balance_list(endpoints.into_iter()),
+            _ => balanced(endpoints)?,
         });
         let auth = access.credentials.clone().map(|credentials| {
             Arc::new(Auth {
@@ -444,6 +457,48 @@ impl http_body::Body for Pieces {
 mod tests {
     use super::*;
     use http_body::Body as _;
+
+    /// A channel to several members made while its runtime shuts down (a lease revoked as a
+    /// dropped client's runtime goes) is an error, not a panic in tonic's `balance_list`; on a
+    /// running runtime it is made.
+    #[test]
+    fn a_balanced_channel_made_while_the_runtime_shuts_down_is_an_error() {
+        let members = || {
+            ["http://127.0.0.1:1", "http://127.0.0.1:2"]
+                .map(Endpoint::from_static)
+                .to_vec()
+        };
+        struct MakesOnDrop(
+            Option<std::sync::mpsc::Sender<Result<(), String>>>,
+            Vec<Endpoint>,
+        );
+        impl Drop for MakesOnDrop {
+            fn drop(&mut self) {
+                let made = balanced(std::mem::take(&mut self.1)).map(|_| ());
+                if let Some(told) = self.0.take() {
+                    let _ = told.send(made);
+                }
+            }
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        assert!(runtime.block_on(async { balanced(members()) }).is_ok());
+        let (told, made) = std::sync::mpsc::channel();
+        let on_drop = MakesOnDrop(Some(told), members());
+        runtime.spawn(async move {
+            let _on_drop = on_drop;
+            std::future::pending::<()>().await
+        });
+        runtime.block_on(tokio::task::yield_now());
+        drop(runtime);
+        let made = made.recv().expect("the task was dropped");
+        assert!(
+            made.as_ref().is_err_and(|e| e.contains("shutting down")),
+            "{made:?}"
+        );
+    }
 
     /// Drains `body`, returning the length of each data frame.
     fn pieces(body: tonic::body::Body) -> Vec<usize> {
