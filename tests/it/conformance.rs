@@ -1122,9 +1122,12 @@ pub async fn a_slow_backend_still_grants_waiting_acquisitions(fixture: &dyn Fixt
     let took = started.elapsed();
     assert!(took >= ms(60), "the path is not slow: acquired in {took:?}");
     tokio::time::sleep(ms(2_500)).await;
-    assert!(!held.is_lost(), "renewal through a slow path lost the lock");
+    // The store first, then the guard (see `store_then_guard`).
+    let holder = fixture.holder("lock:slow-renewed").await;
+    let holders: Vec<(String, Option<Duration>)> = holder.into_iter().map(|h| (h, None)).collect();
+    store_then_guard(&held, &holders, "renewal through a slow path: the lock");
     assert!(
-        fixture.holder("lock:slow-renewed").await.is_some(),
+        !holders.is_empty(),
         "the renewed lock is gone from the server"
     );
     held.release().await.expect("release of the renewed lock");
@@ -1677,6 +1680,24 @@ pub async fn readers_share_a_key_and_exclude_writers(fixture: &dyn Fixture) {
     assert!(!fixture.anything_at("lock:catalog").await);
 }
 
+/// A renewed hold checked against what the store holds (`stored`, read just before): the guard
+/// must not report it lost. Read in this order, a failure says which side gave way. If the
+/// store no longer holds it and the guard says so too, a renewal did not get through within
+/// the lease (the host or a pooler held it up), which this assertion reports. If the store
+/// dropped it while the guard, asked after, still says held, the next assertion (the store's
+/// contents) fails: a lost lease unreported, the safety bug.
+fn store_then_guard(
+    guard: &distlock::LockGuard,
+    stored: &[(String, Option<Duration>)],
+    what: &str,
+) {
+    assert!(
+        !guard.is_lost(),
+        "{what} was lost: no renewal confirmed within its lease (the store holds {:?})",
+        stored.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>()
+    );
+}
+
 /// Each reader's share lives on its own lease: an unrenewed reader's share ends one lease
 /// later while a renewed reader's goes on, and one reader's renewal never extends another's
 /// (Redisson #1604, #7098).
@@ -1698,8 +1719,9 @@ pub async fn each_reader_has_its_own_lease(fixture: &dyn Fixture) {
     // Past the short share's lease, and three renewals of the long one.
     tokio::time::sleep(ms(1_500)).await;
     assert!(short.is_lost(), "an unrenewed share outlived its lease");
-    assert!(!long.is_lost(), "a renewed share was lost");
+    // The store first, then the guard (see `store_then_guard`).
     let readers = fixture.readers("lock:tenant").await;
+    store_then_guard(&long, &readers, "a renewed share");
     assert_eq!(
         readers.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(),
         [long_token.as_str()],
@@ -2093,8 +2115,9 @@ pub async fn each_permit_has_its_own_lease(fixture: &dyn Fixture) {
     // Past the short permit's lease, and three renewals of the long one.
     tokio::time::sleep(ms(1_800).saturating_sub(started.elapsed())).await;
     assert!(short.is_lost(), "an unrenewed permit outlived its lease");
-    assert!(!long.is_lost(), "a renewed permit was lost");
+    // The store first, then the guard (see `store_then_guard`).
     let stored = fixture.permits("lock:partner-api").await;
+    store_then_guard(&long, &stored, "a renewed permit");
     assert_eq!(
         stored.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(),
         [long_token.as_str()],

@@ -191,7 +191,7 @@ async fn an_upgrade_is_one_call_and_statements_once_the_procedure_is_gone() {
     conn.query_drop(format!("DROP PROCEDURE {}_supg1", fixture.table()))
         .await
         .unwrap();
-    let mut up = client
+    let up = client
         .lock("climb")
         .upgradable()
         .wait(ms(10_000))
@@ -199,18 +199,7 @@ async fn an_upgrade_is_one_call_and_statements_once_the_procedure_is_gone() {
         .await
         .unwrap();
     let reader = client.lock("climb").read().acquire().await.unwrap();
-    let upgrading = tokio::spawn(async move {
-        let upgraded = up.upgrade().await;
-        (up, upgraded)
-    });
-    tokio::time::sleep(ms(300)).await;
-    assert!(!upgrading.is_finished(), "upgraded beside a reader");
-    reader.release().await.unwrap();
-    let (up, upgraded) = tokio::time::timeout(ms(5_000), upgrading)
-        .await
-        .expect("upgraded by statements once the reader left")
-        .unwrap();
-    upgraded.unwrap();
+    let up = upgraded_once_the_reader_leaves(up, reader).await;
     let token = distlock::__private::testing::owner_token(&up).to_owned();
     assert_eq!(fixture.holder("lock:climb").await, Some(token));
     assert!(up.fencing_token().unwrap() > first);
@@ -245,21 +234,7 @@ async fn an_upgrade_alone_is_one_update_and_beside_a_reader_the_procedure() {
             .map(|(n, t, live)| (String::from_utf8_lossy(&n).into_owned(), t, live == 1))
             .collect::<Vec<_>>()
     };
-    let counted = || async {
-        let mut counted = [0u64; 2];
-        for (i, name) in ["COM_UPDATE", "COM_CALL_PROCEDURE"].into_iter().enumerate() {
-            let rows = fixture
-                .rows::<String>(
-                    "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
-                     WHERE VARIABLE_NAME = ?",
-                    (name,),
-                )
-                .await;
-            counted[i] = rows[0].parse().unwrap();
-        }
-        counted
-    };
-    let since = |before: [u64; 2], after: [u64; 2]| [after[0] - before[0], after[1] - before[1]];
+    let counted = || status(&fixture, ["COM_UPDATE", "COM_CALL_PROCEDURE"]);
 
     let mut up = a.lock("alone").upgradable().acquire().await.unwrap();
     let token = distlock::__private::testing::owner_token(&up).to_owned();
@@ -327,7 +302,7 @@ async fn an_upgrade_alone_is_one_update_and_beside_a_reader_the_procedure() {
     drop(up);
 
     // Beside a reader of another client: the UPDATE changes nothing, the procedure waits.
-    let mut up = a
+    let up = a
         .lock("beside")
         .upgradable()
         .wait(ms(10_000))
@@ -337,18 +312,7 @@ async fn an_upgrade_alone_is_one_update_and_beside_a_reader_the_procedure() {
     let token = distlock::__private::testing::owner_token(&up).to_owned();
     let reader = b.lock("beside").read().acquire().await.unwrap();
     let before = counted().await;
-    let upgrading = tokio::spawn(async move {
-        let upgraded = up.upgrade().await;
-        (up, upgraded)
-    });
-    tokio::time::sleep(ms(300)).await;
-    assert!(!upgrading.is_finished(), "upgraded beside a reader");
-    reader.release().await.unwrap();
-    let (up, upgraded) = tokio::time::timeout(ms(5_000), upgrading)
-        .await
-        .expect("upgraded once the reader left")
-        .unwrap();
-    upgraded.unwrap();
+    let up = upgraded_once_the_reader_leaves(up, reader).await;
     // (The statements the procedures run count too, so only the calls are told apart.)
     let [_, calls] = since(before, counted().await);
     assert!(calls >= 1, "the procedure upgraded");
@@ -359,23 +323,23 @@ async fn an_upgrade_alone_is_one_update_and_beside_a_reader_the_procedure() {
 
 /// How many procedures the server has called (`Com_call_procedure`).
 async fn procedure_calls(fixture: &MysqlFixture) -> u64 {
-    let rows = fixture
-        .rows::<String>(
-            "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
-             WHERE VARIABLE_NAME = 'COM_CALL_PROCEDURE'",
-            (),
-        )
-        .await;
-    rows[0].parse::<u64>().unwrap()
+    let [calls] = status(fixture, ["COM_CALL_PROCEDURE"]).await;
+    calls
 }
 
 /// The server's statement counters: (`Com_insert`, `Com_delete_multi`, `Com_call_procedure`).
 async fn counters(fixture: &MysqlFixture) -> [u64; 3] {
-    let mut counted = [0; 3];
-    for (i, name) in ["COM_INSERT", "COM_DELETE_MULTI", "COM_CALL_PROCEDURE"]
-        .into_iter()
-        .enumerate()
-    {
+    status(
+        fixture,
+        ["COM_INSERT", "COM_DELETE_MULTI", "COM_CALL_PROCEDURE"],
+    )
+    .await
+}
+
+/// The server's status variables `names` (statements count inside a procedure too).
+async fn status<const N: usize>(fixture: &MysqlFixture, names: [&str; N]) -> [u64; N] {
+    let mut counted = [0; N];
+    for (i, name) in names.into_iter().enumerate() {
         let rows = fixture
             .rows::<String>(
                 "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS \
@@ -388,8 +352,29 @@ async fn counters(fixture: &MysqlFixture) -> [u64; 3] {
     counted
 }
 
-fn since(before: [u64; 3], after: [u64; 3]) -> [u64; 3] {
-    [0, 1, 2].map(|i| after[i] - before[i])
+fn since<const N: usize>(before: [u64; N], after: [u64; N]) -> [u64; N] {
+    std::array::from_fn(|i| after[i] - before[i])
+}
+
+/// Upgrades `up` beside `reader`, which holds the same key: the upgrade waits while the reader
+/// holds, and is granted once it has left.
+async fn upgraded_once_the_reader_leaves(
+    mut up: distlock::LockGuard,
+    reader: distlock::LockGuard,
+) -> distlock::LockGuard {
+    let upgrading = tokio::spawn(async move {
+        let upgraded = up.upgrade().await;
+        (up, upgraded)
+    });
+    tokio::time::sleep(ms(300)).await;
+    assert!(!upgrading.is_finished(), "upgraded beside a reader");
+    reader.release().await.unwrap();
+    let (up, upgraded) = tokio::time::timeout(ms(5_000), upgrading)
+        .await
+        .expect("upgraded once the reader left")
+        .unwrap();
+    upgraded.unwrap();
+    up
 }
 
 /// A lone read lock and a lone permit cost what a plain lock does: one `INSERT` (the lock row
