@@ -1124,12 +1124,8 @@ pub async fn a_slow_backend_still_grants_waiting_acquisitions(fixture: &dyn Fixt
     tokio::time::sleep(ms(2_500)).await;
     // The store first, then the guard (see `store_then_guard`).
     let holder = fixture.holder("lock:slow-renewed").await;
-    let holders: Vec<(String, Option<Duration>)> = holder.into_iter().map(|h| (h, None)).collect();
-    store_then_guard(&held, &holders, "renewal through a slow path: the lock");
-    assert!(
-        !holders.is_empty(),
-        "the renewed lock is gone from the server"
-    );
+    store_then_guard(&held, &holder, "renewal through a slow path: the lock");
+    assert!(holder.is_some(), "the renewed lock is gone from the server");
     held.release().await.expect("release of the renewed lock");
     let mut holds = Vec::new();
     for task in tasks {
@@ -1686,15 +1682,10 @@ pub async fn readers_share_a_key_and_exclude_writers(fixture: &dyn Fixture) {
 /// the lease (the host or a pooler held it up), which this assertion reports. If the store
 /// dropped it while the guard, asked after, still says held, the next assertion (the store's
 /// contents) fails: a lost lease unreported, the safety bug.
-fn store_then_guard(
-    guard: &distlock::LockGuard,
-    stored: &[(String, Option<Duration>)],
-    what: &str,
-) {
+fn store_then_guard(guard: &distlock::LockGuard, stored: &dyn std::fmt::Debug, what: &str) {
     assert!(
         !guard.is_lost(),
-        "{what} was lost: no renewal confirmed within its lease (the store holds {:?})",
-        stored.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>()
+        "{what} was lost: no renewal confirmed within its lease (the store holds {stored:?})"
     );
 }
 

@@ -311,13 +311,8 @@ async fn an_upgrade_alone_is_one_update_and_beside_a_reader_the_full_statement()
     let earlier_fence = earlier.fencing_token().unwrap();
     earlier.release().await.unwrap();
 
-    let mut up = first
-        .lock("row")
-        .upgradable()
-        .fencing(true)
-        .acquire()
-        .await
-        .unwrap();
+    let upgradable = || first.lock("row").upgradable().fencing(true).acquire();
+    let mut up = upgradable().await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await; // the acquisition's, logged
     let before = statements().len();
     up.upgrade().await.unwrap();
@@ -339,13 +334,7 @@ async fn an_upgrade_alone_is_one_update_and_beside_a_reader_the_full_statement()
     up.release().await.unwrap();
 
     // Beside a reader: the one UPDATE changes nothing, the full statement marks the row.
-    let mut up = first
-        .lock("row")
-        .upgradable()
-        .fencing(true)
-        .acquire()
-        .await
-        .unwrap();
+    let mut up = upgradable().await.unwrap();
     let reader = second.lock("row").read().acquire().await.unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = statements().len();

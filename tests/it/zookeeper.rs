@@ -308,12 +308,11 @@ async fn bad_input_fails_with_an_error_that_names_the_cause() {
 async fn a_lock_delay_beyond_the_servers_max_session_timeout_is_refused() {
     let fixture = ZookeeperFixture::configured("maxSessionTimeout=3000\n");
     let client = fixture.client().await;
-    let refused = client
-        .lock("capped")
-        .lease(ms(1_000))
-        .lock_delay(ms(5_000))
-        .wait(Duration::ZERO)
-        .acquire()
+    let with_delay = |delay| {
+        let request = client.lock("capped").lease(ms(1_000)).lock_delay(delay);
+        request.wait(Duration::ZERO).acquire()
+    };
+    let refused = with_delay(ms(5_000))
         .await
         .expect_err("a lock-delay the server cannot keep");
     let message = refused.to_string();
@@ -325,12 +324,7 @@ async fn a_lock_delay_beyond_the_servers_max_session_timeout_is_refused() {
         !fixture.anything_at("lock:capped").await,
         "the refused acquisition left a node"
     );
-    let granted = client
-        .lock("capped")
-        .lease(ms(1_000))
-        .lock_delay(ms(1_500))
-        .wait(Duration::ZERO)
-        .acquire()
+    let granted = with_delay(ms(1_500))
         .await
         .expect("a lock-delay within maxSessionTimeout");
     let sessions = four_letter(fixture.server.client_port, "cons").expect("cons answers");

@@ -521,17 +521,32 @@ impl Backend for MysqlBackend {
             if let Err(error) = self.unmark(name, token).await {
                 tracing::debug!(%error, "distlock: mysql: a writer's mark stays until it lapses");
             }
-            if crate::token::is_upgradable(token) {
-                return self.release_upgraded(name, token).await;
-            }
+            // An upgraded lock's rows (see `MyStatements::release_upgraded`).
+            let upgraded = crate::token::is_upgradable(token).then(|| Arc::clone(&self.sql));
             let params = vec![Value::from(name.as_bytes()), Value::from(token)];
             let tries = Arc::new(std::sync::atomic::AtomicU32::new(0));
             let counted = Arc::clone(&tries);
             let released = self
                 .run("the release", name, move |conn| {
-                    let params = params.clone();
+                    let (params, upgraded) = (params.clone(), upgraded.clone());
                     counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     Box::pin(async move {
+                        if let Some(sql) = upgraded {
+                            let [n, t] = [params[0].clone(), params[1].clone()];
+                            let held = vec![n.clone(), t.clone(), n.clone(), t.clone()];
+                            conn.exec_drop(sql.release_upgraded.as_str(), positional(held))
+                                .await?;
+                            if conn.affected_rows() > 0 {
+                                return Ok(true);
+                            }
+                            let expired = vec![n.clone(), n, t.clone(), t];
+                            conn.exec_drop(
+                                sql.release_upgraded_expired.as_str(),
+                                positional(expired),
+                            )
+                            .await?;
+                            return Ok(false);
+                        }
                         let hot = conn.hot().await?;
                         conn.exec_drop(&hot.release, positional(params.clone()))
                             .await?;

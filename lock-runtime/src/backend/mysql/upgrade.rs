@@ -8,7 +8,6 @@
 //! is upgraded first by one `UPDATE` of its lock row (`MyStatements::upgrade_alone`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
@@ -19,7 +18,7 @@ use super::shared::{LockedRow, locked, name_and_token};
 use super::{MysqlBackend, micros, positional};
 use crate::backend::sql::errors::acquire_error;
 use crate::backend::sql::shares::READERS;
-use crate::backend::{FAIR_QUEUE_TTL, LockSpec, Released, Upgrade};
+use crate::backend::{FAIR_QUEUE_TTL, LockSpec, Upgrade};
 use crate::error::BoxError;
 
 impl MysqlBackend {
@@ -245,55 +244,6 @@ impl MysqlBackend {
             .await
             .map_err(acquire_error)?;
         Ok(outcome)
-    }
-
-    /// An upgraded lock's release: its lock row, with the share row a one-statement upgrade
-    /// left (`MyStatements::release_upgraded`); after its lease ran out, its rows anyway,
-    /// but it was not held any more.
-    pub(super) async fn release_upgraded(
-        &self,
-        name: &str,
-        token: &str,
-    ) -> Result<Released, BoxError> {
-        let sql = Arc::clone(&self.sql);
-        let bytes = name.as_bytes();
-        let held = vec![
-            Value::from(bytes),
-            Value::from(token),
-            Value::from(bytes),
-            Value::from(token),
-        ];
-        let expired = vec![
-            Value::from(bytes),
-            Value::from(bytes),
-            Value::from(token),
-            Value::from(token),
-        ];
-        let tries = Arc::new(AtomicU32::new(0));
-        let counted = Arc::clone(&tries);
-        let released = self
-            .run("the release", name, move |conn| {
-                let (sql, held, expired) = (Arc::clone(&sql), held.clone(), expired.clone());
-                counted.fetch_add(1, Ordering::Relaxed);
-                Box::pin(async move {
-                    conn.exec_drop(sql.release_upgraded.as_str(), positional(held))
-                        .await?;
-                    if conn.affected_rows() > 0 {
-                        return Ok(true);
-                    }
-                    conn.exec_drop(sql.release_upgraded_expired.as_str(), positional(expired))
-                        .await?;
-                    Ok(false)
-                })
-            })
-            .await?;
-        if released {
-            self.hub.notify(name);
-        }
-        Ok(Released::after_tries(
-            released,
-            tries.load(Ordering::Relaxed) > 1,
-        ))
     }
 
     /// Takes back the mark of an upgrade given up (the share stays).
