@@ -394,7 +394,14 @@ impl RedisServer {
         std::env::temp_dir().join(format!("distlock-{}.rdb", self.port))
     }
 
+    /// Whether `reply` to a PING says the server is up and serving: +PONG, or -NOAUTH when a
+    /// password is set. Not -LOADING: a persistent server restarted accepts connections while
+    /// it still loads its data, and answers every command with that error until done. (Anything
+    /// else — our own PING echoed by a socket connected to itself — is not a server.)
     fn answers_ping(&self) -> bool {
+        fn up(reply: &[u8]) -> bool {
+            matches!(reply.first(), Some(b'+' | b'-')) && !reply.starts_with(b"-LOADING")
+        }
         if self.tls {
             // The TLS port would not answer a plain-text PING: ask through the Unix socket.
             let Ok(mut stream) = std::os::unix::net::UnixStream::connect(self.socket()) else {
@@ -403,7 +410,7 @@ impl RedisServer {
             let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
             let mut reply = [0u8; 64];
             return stream.write_all(b"PING\r\n").is_ok()
-                && matches!(stream.read(&mut reply), Ok(n) if n > 0 && matches!(reply[0], b'+' | b'-'));
+                && matches!(stream.read(&mut reply), Ok(n) if up(&reply[..n]));
         }
         let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
@@ -413,9 +420,7 @@ impl RedisServer {
             return false;
         }
         let mut reply = [0u8; 64];
-        // +PONG, or -NOAUTH when a password is set: either way the server is up. (Anything
-        // else — our own PING echoed by a socket connected to itself — is not a server.)
-        matches!(stream.read(&mut reply), Ok(n) if n > 0 && matches!(reply[0], b'+' | b'-'))
+        matches!(stream.read(&mut reply), Ok(n) if up(&reply[..n]))
     }
 
     /// One server for all the tests of this binary, stopped when the test process exits (no
