@@ -288,7 +288,7 @@ fi
 # contending processes each), and run two at a time on their own.
 it_threads="${DISTLOCK_TEST_THREADS:-8}"
 step "tests/it: conformance, per-backend and attribute tests, examples ($it_threads at a time)"
-"$it_binary" --quiet --test-threads "$it_threads" --skip history:: --skip scenarios::
+"$it_binary" --quiet --test-threads "$it_threads" --skip history:: --skip faults::scenarios::
 # The scenarios wait on servers restarting, leases running out and processes paused: eight at a
 # time they kept the CPU a third busy (94 s four at a time, 56 s eight, measured 2026-11-27).
 step "tests/it: the fault suite's scenarios, eight at a time (the background steps paused meanwhile)"
@@ -298,11 +298,20 @@ step "tests/it: the fault suite's scenarios, eight at a time (the background ste
 # CPU beside the tests that it ran on 300 s after them.
 kill -STOP -- "-$background_pid" 2>/dev/null || true
 scenarios_status=0
-"$it_binary" --quiet --test-threads 8 scenarios:: || scenarios_status=$?
+# Each scenario test writes its outcome here; RELIABILITY.md's fault table must be these
+# outcomes (scripts/reliability.sh rewrites it from a run of its own).
+fault_outcomes="$target_dir/fault-outcomes"
+rm -rf "$fault_outcomes"
+mkdir -p "$fault_outcomes"
+DISTLOCK_FAULT_OUTCOMES="$(cd "$fault_outcomes" && pwd)" \
+    "$it_binary" --quiet --test-threads 8 faults::scenarios:: || scenarios_status=$?
 kill -CONT -- "-$background_pid" 2>/dev/null || true
 if [ "$scenarios_status" -ne 0 ]; then
     exit "$scenarios_status"
 fi
+step "RELIABILITY.md's fault table is this run's outcomes"
+DISTLOCK_FAULT_OUTCOMES="$(cd "$fault_outcomes" && pwd)" \
+    "$it_binary" --quiet --ignored --exact faults::reliability_md_is_the_fault_suites_outcomes
 # The histories compute; the background steps beside them (if still running: 100 s of a fresh
 # clone's run waited for them here, 2026-11-28) run at the lowest priority.
 step "tests/it: the histories, two at a time (DISTLOCK_HISTORY=long: scripts/soak.sh's long run)"

@@ -127,6 +127,12 @@ impl LocalQueues {
         Queued(&self.queued)
     }
 
+    /// How many tasks of this client are in a key's queue (waiting, or at its head asking the
+    /// store).
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
     /// `true` while some task of this client waits for `key` (it holds the key's queue).
     pub(crate) fn has_waiters(&self, key: &str) -> bool {
         self.existing(key).is_some()

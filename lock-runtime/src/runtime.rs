@@ -129,18 +129,19 @@ pub(crate) fn run_detached(job: DetachedJob) {
 /// wake-ups) on the common path where the caller waits for the answer. For statements that must
 /// complete once sent: a MySQL statement holding its connection, whose dropping would leave the
 /// connection mid-exchange and the next caller's statement behind a cancelled one; etcd's
-/// acquiring transaction, which a release of its token waits for.
-#[cfg(any(feature = "mysql", feature = "etcd"))]
+/// acquiring transaction, which a release of its token waits for; a PostgreSQL statement
+/// behind a transaction pooler, which keeps its connection's turn until answered.
+#[cfg(any(feature = "mysql", feature = "etcd", feature = "postgres"))]
 pub(crate) struct FinishIfDropped<T: Send + 'static>(Option<BoxFuture<'static, T>>);
 
-#[cfg(any(feature = "mysql", feature = "etcd"))]
+#[cfg(any(feature = "mysql", feature = "etcd", feature = "postgres"))]
 impl<T: Send + 'static> FinishIfDropped<T> {
     pub(crate) fn new(future: impl Future<Output = T> + Send + 'static) -> FinishIfDropped<T> {
         FinishIfDropped(Some(Box::pin(future)))
     }
 }
 
-#[cfg(any(feature = "mysql", feature = "etcd"))]
+#[cfg(any(feature = "mysql", feature = "etcd", feature = "postgres"))]
 impl<T: Send + 'static> Future for FinishIfDropped<T> {
     type Output = T;
 
@@ -154,7 +155,7 @@ impl<T: Send + 'static> Future for FinishIfDropped<T> {
     }
 }
 
-#[cfg(any(feature = "mysql", feature = "etcd"))]
+#[cfg(any(feature = "mysql", feature = "etcd", feature = "postgres"))]
 impl<T: Send + 'static> Drop for FinishIfDropped<T> {
     fn drop(&mut self) {
         let Some(future) = self.0.take() else { return };

@@ -37,6 +37,12 @@ pub fn memory_latency(url: &str, latency: Option<(Duration, Duration)>) {
     store(url).set_latency(latency)
 }
 
+/// How many tasks of `client` stand in its local queues (one per key: the head asks the
+/// store, the others wait behind it in arrival order).
+pub fn local_queued(client: &crate::LockClient) -> usize {
+    client.renewer().local().queued()
+}
+
 /// The owner token `guard` stored in the backend: what a server holds for a lock while this
 /// guard owns it.
 pub fn owner_token(guard: &crate::LockGuard) -> &str {

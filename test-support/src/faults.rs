@@ -14,13 +14,17 @@ use super::fixture::{
 };
 
 /// The backends, in the order of RELIABILITY.md's columns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
     Redis,
     Redlock,
     Cluster,
     Sentinel,
     Postgres,
+    /// `postgres://` through PgBouncer (transaction mode), the server behind it faulted.
+    BehindPgBouncer,
+    /// `postgres://` through PgBouncer, PgBouncer itself faulted (the server runs on).
+    PgBouncerItself,
     Advisory,
     Mysql,
     Named,
@@ -30,12 +34,14 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub const ALL: [Backend; 11] = [
+    pub const ALL: [Backend; 13] = [
         Backend::Redis,
         Backend::Redlock,
         Backend::Cluster,
         Backend::Sentinel,
         Backend::Postgres,
+        Backend::BehindPgBouncer,
+        Backend::PgBouncerItself,
         Backend::Advisory,
         Backend::Mysql,
         Backend::Named,
@@ -52,6 +58,8 @@ impl Backend {
             Backend::Cluster => ("Cluster", "cluster"),
             Backend::Sentinel => ("Sentinel", "sentinel"),
             Backend::Postgres => ("PostgreSQL", "postgres"),
+            Backend::BehindPgBouncer => ("PostgreSQL via PgBouncer", "behind_pgbouncer"),
+            Backend::PgBouncerItself => ("PgBouncer itself", "pgbouncer_itself"),
             Backend::Advisory => ("PostgreSQL advisory", "advisory"),
             Backend::Mysql => ("MariaDB", "mysql"),
             Backend::Named => ("MariaDB named", "named"),
@@ -59,6 +67,19 @@ impl Backend {
             Backend::Etcd => ("etcd", "etcd"),
             Backend::Memory => ("memory", "memory"),
         }
+    }
+
+    /// The backend whose module of the suite's tests is `module`.
+    pub fn of_module(module: &str) -> Option<Backend> {
+        Backend::ALL.into_iter().find(|b| b.names().1 == module)
+    }
+
+    /// The PostgreSQL lock table, directly or through PgBouncer.
+    fn is_postgres_table(self) -> bool {
+        matches!(
+            self,
+            Backend::Postgres | Backend::BehindPgBouncer | Backend::PgBouncerItself
+        )
     }
 
     fn is_redis(self) -> bool {
@@ -70,7 +91,7 @@ impl Backend {
 }
 
 /// The fault scenarios, each a function of the fixture in `tests/it/faults.rs`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Scenario {
     HolderKilled,
     PausedHolderIsFencedOff,
@@ -134,6 +155,23 @@ impl Scenario {
                 "s15_paused_holder_kept_for_its_lock_delay"
             }
         }
+    }
+
+    /// The scenario whose test is named `name`.
+    pub fn of_test(name: &str) -> Option<Scenario> {
+        Scenario::ALL.into_iter().find(|s| s.test_name() == name)
+    }
+
+    /// Whether the scenario faults the servers (pauses, kills or restarts them) rather than
+    /// the clients' processes or their network.
+    pub fn faults_the_server(self) -> bool {
+        matches!(
+            self,
+            Scenario::ServerRestartsEmpty
+                | Scenario::ServerRestartsWithItsData
+                | Scenario::ServerDiesMidCall
+                | Scenario::LeaderThenMajorityLost
+        )
     }
 
     /// `(setup, fault, asserted)`: the row of RELIABILITY.md's table.
@@ -280,6 +318,10 @@ impl Scenario {
         use Scenario::*;
         match (self, backend) {
             (_, Memory) => Err(ONE_PROCESS),
+            (s, PgBouncerItself) if !s.faults_the_server() => Err(
+                "faults no server: the same test as through PgBouncer with the server behind it \
+                 faulted (the column before)",
+            ),
             (PausedHolderIsFencedOff, Redlock) => Err("Redlock refuses fencing"),
             (BlackholedHolder, Cluster) => Err(
                 "cluster nodes announce their own addresses: a proxy in front of them would \
@@ -300,6 +342,9 @@ impl Scenario {
             (PermitHolderKilled | PausedPermitHolderLosesItsPermit, Advisory) => {
                 Err("`mode=advisory` has no semaphores yet")
             }
+            (ServerRestartsEmpty, PgBouncerItself) => Err(
+                "PgBouncer keeps no locks: restarted, it is row 6 (the server behind keeps them)",
+            ),
             (ServerRestartsEmpty, b) if !b.is_redis() && b != Advisory && b != Named => Err(
                 "the server keeps its data: restarted empty it would be a new, empty \
                  deployment",
@@ -319,7 +364,10 @@ impl Scenario {
                 "failover of the master to a replica: `tests/it/sentinel.rs`, and the history \
                  checker across two failovers",
             ),
-            (LeaderThenMajorityLost, Redis | Postgres | Advisory | Mysql | Named) => {
+            (LeaderThenMajorityLost, b) if b.is_postgres_table() => {
+                Err("one server: no leader to elect, no majority to lose")
+            }
+            (LeaderThenMajorityLost, Redis | Advisory | Mysql | Named) => {
                 Err("one server: no leader to elect, no majority to lose")
             }
             (ReaderKilled | PausedReaderLosesItsShare, Redlock) => Err("Redlock has no read locks"),
@@ -334,8 +382,88 @@ impl Scenario {
     }
 }
 
-/// RELIABILITY.md's fault table, generated from [`Scenario::row`] and [`Scenario::applies`].
-pub fn matrix() -> String {
+/// What a run of the fault suite found of one scenario on one backend (see [`Recorder`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Passed,
+    Failed,
+}
+
+/// The environment variable naming the folder where each fault scenario test writes its
+/// outcome (`scripts/test.sh` and `scripts/reliability.sh` set it; unset, nothing is written).
+pub const OUTCOMES_ENV: &str = "DISTLOCK_FAULT_OUTCOMES";
+
+/// Writes one scenario test's outcome to [`OUTCOMES_ENV`]'s folder, as
+/// `<module>.<test>`: `failed` unless [`passed`](Self::passed) is called before it is dropped
+/// (a panic unwinds through it).
+pub struct Recorder {
+    path: Option<std::path::PathBuf>,
+    passed: bool,
+}
+
+impl Recorder {
+    pub fn start(backend: Backend, scenario: Scenario) -> Recorder {
+        let path = std::env::var_os(OUTCOMES_ENV).map(|dir| {
+            let dir = std::path::PathBuf::from(dir);
+            let _ = std::fs::create_dir_all(&dir);
+            dir.join(format!("{}.{}", backend.names().1, scenario.test_name()))
+        });
+        if let Some(path) = &path {
+            // A run that never ends (killed by a timeout) leaves this: it did not pass.
+            let _ = std::fs::write(path, "failed\n");
+        }
+        Recorder {
+            path,
+            passed: false,
+        }
+    }
+
+    pub fn passed(mut self) {
+        self.passed = true;
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        if let Some(path) = &self.path {
+            let outcome = if self.passed { "passed" } else { "failed" };
+            let _ = std::fs::write(path, format!("{outcome}\n"));
+        }
+    }
+}
+
+/// The outcomes a run wrote to `dir` (see [`Recorder`]).
+pub fn read_outcomes(
+    dir: &std::path::Path,
+) -> std::collections::HashMap<(Backend, Scenario), Outcome> {
+    let mut outcomes = std::collections::HashMap::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((module, test)) = name.split_once('.') else {
+            continue;
+        };
+        let (Some(backend), Some(scenario)) = (Backend::of_module(module), Scenario::of_test(test))
+        else {
+            continue;
+        };
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let outcome = match text.trim() {
+            "passed" => Outcome::Passed,
+            _ => Outcome::Failed,
+        };
+        outcomes.insert((backend, scenario), outcome);
+    }
+    outcomes
+}
+
+/// A backend and the rows of the table one reason leaves empty for it.
+type EmptiedRows = (Backend, Vec<usize>);
+
+/// RELIABILITY.md's fault table: a row per scenario ([`Scenario::row`]), a column per backend,
+/// each cell what `outcome` says the run found — `pass`, `FAIL`, or `not run` — where the
+/// scenario's test exists ([`Scenario::applies`]), and empty where it does not; below it, why
+/// each empty cell is empty.
+pub fn matrix(outcome: impl Fn(Backend, Scenario) -> Option<Outcome>) -> String {
     let mut table = String::from("| # | Setup | Fault | Asserted |");
     for backend in Backend::ALL {
         table.push_str(&format!(" {} |", backend.names().0));
@@ -343,9 +471,11 @@ pub fn matrix() -> String {
     table.push_str("\n|---|---|---|---|");
     table.push_str(&"---|".repeat(Backend::ALL.len()));
     table.push('\n');
+    let squeeze = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    // Why a cell is empty: each reason, with the backends and rows it empties.
+    let mut empty: Vec<(&str, Vec<EmptiedRows>)> = Vec::new();
     for (i, scenario) in Scenario::ALL.iter().enumerate() {
         let (setup, fault, asserted) = scenario.row();
-        let squeeze = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
         table.push_str(&format!(
             "| {} | {} | {} | {} |",
             i + 1,
@@ -355,13 +485,64 @@ pub fn matrix() -> String {
         ));
         for backend in Backend::ALL {
             match scenario.applies(backend) {
-                Ok(()) => table.push_str(" pass |"),
-                Err(why) => table.push_str(&format!(" n/a: {} |", squeeze(why))),
+                Ok(()) => table.push_str(match outcome(backend, *scenario) {
+                    Some(Outcome::Passed) => " pass |",
+                    Some(Outcome::Failed) => " **FAIL** |",
+                    None => " not run |",
+                }),
+                Err(why) => {
+                    table.push_str(" |");
+                    let at = match empty.iter().position(|(w, _)| *w == why) {
+                        Some(at) => at,
+                        None => {
+                            empty.push((why, Vec::new()));
+                            empty.len() - 1
+                        }
+                    };
+                    let backends = &mut empty[at].1;
+                    match backends.iter_mut().find(|(b, _)| *b == backend) {
+                        Some((_, rows)) => rows.push(i + 1),
+                        None => backends.push((backend, vec![i + 1])),
+                    }
+                }
             }
         }
         table.push('\n');
     }
+    table.push_str("\nAn empty cell is a case the suite does not have:\n\n");
+    for (why, backends) in empty {
+        let wheres: Vec<String> = backends
+            .iter()
+            .map(|(backend, rows)| {
+                let rows = if rows.len() == Scenario::ALL.len() {
+                    "every row".to_owned()
+                } else {
+                    let rows: Vec<String> = rows.iter().map(usize::to_string).collect();
+                    format!(
+                        "row{} {}",
+                        if rows.len() > 1 { "s" } else { "" },
+                        rows.join(", ")
+                    )
+                };
+                format!("{} ({rows})", backend.names().0)
+            })
+            .collect();
+        table.push_str(&format!("- {}: {}.\n", wheres.join("; "), squeeze(why)));
+    }
     table
+}
+
+/// Every scenario test (`<module>::<test>`) the suite has: one where [`Scenario::applies`].
+pub fn scenario_tests() -> Vec<String> {
+    let mut tests = Vec::new();
+    for backend in Backend::ALL {
+        for scenario in Scenario::ALL {
+            if scenario.applies(backend).is_ok() {
+                tests.push(format!("{}::{}", backend.names().1, scenario.test_name()));
+            }
+        }
+    }
+    tests
 }
 
 /// A backend under faults: its [`Fixture`], with servers of the test's own where a scenario
@@ -386,6 +567,9 @@ pub trait Faulty: Fixture + Sized {
 
     fn pause(&self, victims: &[usize]);
     fn resume(&self, victims: &[usize]);
+    /// The TCP ports the victims serve clients on: a request sent to a paused victim waits
+    /// there, unread (see [`unread_at`]).
+    fn ports(&self, victims: &[usize]) -> Vec<u16>;
     fn kill(&mut self, victims: &[usize]);
     /// Starts killed servers again: empty on Redis (the test servers persist nothing), with
     /// their data elsewhere.
@@ -459,6 +643,40 @@ pub trait Faulty: Fixture + Sized {
     }
 }
 
+/// The bytes sent to the servers on `ports` that they have not read yet: the receive queues
+/// of the established TCP connections whose local end is one of `ports` (`/proc/net/tcp`,
+/// `/proc/net/tcp6`). A request sent to a paused (SIGSTOPped) server waits there: a count
+/// above the one before the request proves that the request reached the server.
+pub fn unread_at(ports: &[u16]) -> u64 {
+    let mut unread = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st tx_queue:rx_queue …
+            let (Some(local), Some(state), Some(queues)) =
+                (fields.get(1), fields.get(3), fields.get(4))
+            else {
+                continue;
+            };
+            let port = local
+                .rsplit(':')
+                .next()
+                .and_then(|hex| u16::from_str_radix(hex, 16).ok());
+            // Established, or closed by the client (CLOSE_WAIT) with the request still unread.
+            if !matches!(*state, "01" | "08") || !port.is_some_and(|port| ports.contains(&port)) {
+                continue;
+            }
+            let rx = queues
+                .split(':')
+                .nth(1)
+                .and_then(|hex| u64::from_str_radix(hex, 16).ok());
+            unread += rx.unwrap_or(0);
+        }
+    }
+    unread
+}
+
 /// Three servers that elect a leader.
 pub trait Quorum {
     /// The lock URL of all three, under a namespace of its own.
@@ -507,7 +725,11 @@ impl Quorum for super::etcd::EtcdCluster {
 
 /// The server faults of a fixture on one server of the test's own (its field `$field`).
 macro_rules! own_server_faults {
-    ($field:ident) => {
+    ($field:ident, $($port:tt)+) => {
+        fn ports(&self, _: &[usize]) -> Vec<u16> {
+            vec![self.$field.$($port)+]
+        }
+
         fn pause(&self, _: &[usize]) {
             self.$field.pause();
         }
@@ -579,6 +801,10 @@ impl Faulty for RedisFixture {
         self.server.pause();
     }
 
+    fn ports(&self, _: &[usize]) -> Vec<u16> {
+        vec![self.server.port()]
+    }
+
     fn resume(&self, _: &[usize]) {
         self.server.resume();
     }
@@ -611,6 +837,10 @@ impl Faulty for SentinelFixture {
 
     fn pause(&self, _: &[usize]) {
         self.group.servers[0].pause();
+    }
+
+    fn ports(&self, _: &[usize]) -> Vec<u16> {
+        vec![self.group.servers[0].port()]
     }
 
     fn resume(&self, _: &[usize]) {
@@ -648,6 +878,10 @@ impl Faulty for RedlockFixture {
 
     fn pause(&self, victims: &[usize]) {
         victims.iter().for_each(|&i| self.servers[i].pause());
+    }
+
+    fn ports(&self, victims: &[usize]) -> Vec<u16> {
+        victims.iter().map(|&i| self.servers[i].port()).collect()
     }
 
     fn resume(&self, victims: &[usize]) {
@@ -699,6 +933,13 @@ impl Faulty for ClusterFixture {
         victims.iter().for_each(|&i| self.cluster.nodes[i].pause());
     }
 
+    fn ports(&self, victims: &[usize]) -> Vec<u16> {
+        victims
+            .iter()
+            .map(|&i| self.cluster.nodes[i].port())
+            .collect()
+    }
+
     fn resume(&self, victims: &[usize]) {
         victims.iter().for_each(|&i| self.cluster.nodes[i].resume());
     }
@@ -744,7 +985,7 @@ impl Faulty for PostgresFixture {
         PostgresFixture::own()
     }
 
-    own_server_faults!(server);
+    own_server_faults!(server, port());
 
     /// The statements that write the lock table, in the server's statement log.
     async fn writes(&self) -> u64 {
@@ -808,7 +1049,11 @@ impl<const ITSELF: bool> Fixture for PgBouncerFixture<ITSELF> {
 }
 
 impl<const ITSELF: bool> Faulty for PgBouncerFixture<ITSELF> {
-    const BACKEND: Backend = Backend::Postgres;
+    const BACKEND: Backend = if ITSELF {
+        Backend::PgBouncerItself
+    } else {
+        Backend::BehindPgBouncer
+    };
 
     fn shared() -> Self {
         PgBouncerFixture(PostgresFixture::pgbouncer(true))
@@ -829,6 +1074,13 @@ impl<const ITSELF: bool> Faulty for PgBouncerFixture<ITSELF> {
         match ITSELF {
             true => self.0.bouncer().resume(),
             false => self.0.server.resume(),
+        }
+    }
+
+    fn ports(&self, _: &[usize]) -> Vec<u16> {
+        match ITSELF {
+            true => vec![self.0.bouncer().port()],
+            false => vec![self.0.server.port()],
         }
     }
 
@@ -863,7 +1115,7 @@ impl Faulty for AdvisoryFixture {
         AdvisoryFixture::own()
     }
 
-    own_server_faults!(server);
+    own_server_faults!(server, port());
 
     fn frees_when_the_holder_dies(&self) -> bool {
         true
@@ -890,7 +1142,7 @@ impl Faulty for MysqlFixture {
         MysqlFixture::own()
     }
 
-    own_server_faults!(server);
+    own_server_faults!(server, port());
 
     /// `Com_insert + Com_update + Com_delete` (the server's: a server of the test's own).
     async fn writes(&self) -> u64 {
@@ -917,7 +1169,7 @@ impl Faulty for NamedFixture {
         NamedFixture::own()
     }
 
-    own_server_faults!(server);
+    own_server_faults!(server, port());
 
     fn frees_when_the_holder_dies(&self) -> bool {
         true
@@ -954,7 +1206,7 @@ impl Faulty for ZookeeperFixture {
         ZookeeperFixture::own()
     }
 
-    own_server_faults!(server);
+    own_server_faults!(server, client_port);
 
     session_bounds!();
 
@@ -1013,7 +1265,7 @@ impl Faulty for EtcdFixture {
         EtcdFixture::own()
     }
 
-    own_server_faults!(member);
+    own_server_faults!(member, client_port);
 
     session_bounds!();
 

@@ -279,9 +279,12 @@ fn contender(dir: &Path) {
         until: Some(var("UNTIL"))
             .filter(|until| !until.is_empty())
             .map(PathBuf::from),
+        register_url: Some(var("REGISTER_URL")),
     };
     history::helper_runtime().block_on(async {
-        let store = Store::open(&spec.url, &var("NAMESPACE")).await.unwrap();
+        let store = Store::open(spec.register_url(), &var("NAMESPACE"))
+            .await
+            .unwrap();
         let ready = dir.join(format!("{}.ready", spec.name));
         let go = dir.join("go");
         let outcome = history::contend(&spec, &store, Some((&ready, &go))).await;

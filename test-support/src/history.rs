@@ -254,16 +254,27 @@ pub struct Contention {
     /// With a file: each task goes on past its `rounds` until the file exists (a history under
     /// faults, whose contention must outlast them however long they take).
     pub until: Option<PathBuf>,
+    /// Where the register lives, when not in the lock's own store: a store the test harness
+    /// cannot open at the lock's URL (a TLS-only server; PgBouncer, through which the harness's
+    /// prepared statements do not survive transaction pooling).
+    pub register_url: Option<String>,
 }
 
 /// What a contender did: its holds, and how many register increments were acknowledged.
 impl Contention {
+    /// The URL of the store that keeps the register: [`register_url`](Self::register_url), or
+    /// the lock's.
+    pub fn register_url(&self) -> &str {
+        self.register_url.as_deref().unwrap_or(&self.url)
+    }
+
     /// The environment of a `contender` helper process (`support::helper` reads it back) for
     /// contender `name` of a run whose register lives in `namespace`.
     pub fn env(&self, name: &str, namespace: &str) -> Vec<(&'static str, String)> {
         let flag = |on: bool| if on { "1" } else { "0" }.to_owned();
         vec![
             ("LOCK_URL", self.url.clone()),
+            ("REGISTER_URL", self.register_url().to_owned()),
             ("LOCK_KEY", self.key.clone()),
             ("HOLDER", name.to_owned()),
             ("TASKS", self.tasks.to_string()),

@@ -273,11 +273,13 @@ async fn lock_delay_lengthens_the_stores_expiry_not_the_hold() {
     assert!(gone(&format!("lock:delayed:{tag}")).await);
 }
 
-/// A body that hangs: renewed past its lease, stopped at `max_hold`.
-#[distributed_lock(key = "capped:<tag>", lease = "200ms", max_hold = "700ms")]
+/// A body that hangs: renewed past its lease, stopped at `max_hold`. (A 2 s lease, renewed
+/// every 667 ms: a busy machine's stall does not lose it before `max_hold`, as a 200 ms lease
+/// was once lost at 400 ms.)
+#[distributed_lock(key = "capped:<tag>", lease = "2s", max_hold = "3s")]
 async fn hangs(tag: &str, finished: &AtomicBool) -> Result<(), LockError> {
     let _ = tag;
-    tokio::time::sleep(ms(3_000)).await;
+    tokio::time::sleep(ms(10_000)).await;
     finished.store(true, Ordering::SeqCst);
     Ok(())
 }
@@ -297,9 +299,10 @@ async fn max_hold_stops_a_hung_body_and_gives_the_lock_back() {
         matches!(&result, Err(LockError::Lost { key }) if key == &format!("capped:{tag}")),
         "{result:?}"
     );
+    // Not at its first lease (renewal ran until `max_hold`), and by the lease after it.
     assert!(
-        stopped_after >= ms(700) && stopped_after < ms(2_500),
-        "stopped {stopped_after:?} after the call began (max_hold 700ms)"
+        stopped_after >= ms(3_000) && stopped_after < ms(5_000),
+        "stopped {stopped_after:?} after the call began (lease 2s, max_hold 3s)"
     );
     assert!(!finished.load(Ordering::SeqCst));
     assert!(gone(&name).await, "the capped lock was not given back");

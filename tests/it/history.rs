@@ -165,7 +165,17 @@ fn the_checker_finds_overlaps_and_tokens_out_of_order() {
 
 /// Runs the contending processes against `url`, checks the history and the register.
 async fn four_processes(url: &str, fencing: bool) {
-    contend_and_check(url, fencing, false, LEASE, 0, rounds(ROUNDS), NO_FAULTS).await;
+    contend_and_check(
+        url,
+        None,
+        fencing,
+        false,
+        LEASE,
+        0,
+        rounds(ROUNDS),
+        NO_FAULTS,
+    )
+    .await;
 }
 
 /// What a history without faults passes as its faults.
@@ -173,14 +183,14 @@ const NO_FAULTS: Option<std::future::Ready<u64>> = None;
 
 /// [`four_processes`] (fencing on) with a lease of its own.
 async fn four_processes_with(url: &str, lease: Duration) {
-    contend_and_check(url, true, false, lease, 0, rounds(ROUNDS), NO_FAULTS).await;
+    contend_and_check(url, None, true, false, lease, 0, rounds(ROUNDS), NO_FAULTS).await;
 }
 
 /// Readers and writers of one key (three rounds in four read): a writer never overlaps anyone,
 /// readers do overlap each other, no reader sees the register change under its read lock, and
 /// no acknowledged increment is lost.
 async fn readers_and_writers(url: &str, lease: Duration) {
-    contend_and_check(url, true, false, lease, 3, rounds(ROUNDS), NO_FAULTS).await;
+    contend_and_check(url, None, true, false, lease, 3, rounds(ROUNDS), NO_FAULTS).await;
 }
 
 /// A semaphore of three: four processes × 8 tasks each take a permit 32 times (160 in the long run;
@@ -206,6 +216,7 @@ async fn semaphore_of_three(url: &str) {
         permits: PERMITS,
         accounts: 0,
         until: None,
+        register_url: None,
     };
     let mut helpers = start_contenders(&dir, &spec, &unique("unused")).await;
     let contended = Instant::now();
@@ -291,13 +302,16 @@ async fn four_processes_during(
     faults: impl std::future::Future<Output = u64>,
 ) {
     let rounds = rounds(ROUNDS) / 4;
-    contend_and_check(url, fencing, false, lease, 0, rounds, Some(faults)).await;
+    contend_and_check(url, None, fencing, false, lease, 0, rounds, Some(faults)).await;
 }
 
 /// The processes contend `rounds` rounds each — `reads_in_4` of every 4 rounds as readers —
-/// while `faults` run; a hold must end after the last fault struck.
+/// while `faults` run; a hold must end after the last fault struck. The register lives in the
+/// lock's store, or at `register` (see [`Contention::register_url`]).
+#[allow(clippy::too_many_arguments)]
 async fn contend_and_check(
     url: &str,
+    register: Option<&str>,
     fencing: bool,
     fair: bool,
     lease: Duration,
@@ -323,6 +337,7 @@ async fn contend_and_check(
         permits: 0,
         accounts: 0,
         until: faults.is_some().then(|| dir.join("faults-over")),
+        register_url: register.map(str::to_owned),
     };
     let mut helpers = start_contenders(&dir, &spec, &namespace).await;
     let contended = Instant::now();
@@ -366,7 +381,7 @@ async fn contend_and_check(
             "no two readers ever shared the key: {summary:?}"
         );
     }
-    let store = Store::open(url, &namespace).await.unwrap();
+    let store = Store::open(spec.register_url(), &namespace).await.unwrap();
     let register = store.get("register").await.unwrap();
     assert_eq!(increments, writes as u64);
     assert_eq!(register, increments, "acknowledged increments were lost");
@@ -409,6 +424,7 @@ async fn upgradable_reads(url: &str, lease: Duration, tasks: usize) {
         permits: 0,
         accounts: 0,
         until: None,
+        register_url: None,
     };
     let started = Instant::now();
     let mut helpers = start_contenders(&dir, &spec, &namespace).await;
@@ -539,6 +555,7 @@ async fn memory_upgradable_reads_never_let_a_writer_in() {
         permits: 0,
         accounts: 0,
         until: None,
+        register_url: None,
     };
     let started = Instant::now();
     let (holds, increments) = in_four_clients(&spec, &store).await;
@@ -558,6 +575,7 @@ async fn redis_fair_four_processes_never_overlap() {
     let server = RedisServer::start();
     contend_and_check(
         &server.url(),
+        None,
         true,
         true,
         LEASE,
@@ -681,6 +699,7 @@ async fn memory_four_clients(fair: bool, reads_in_4: u64) {
         permits: 0,
         accounts: 0,
         until: None,
+        register_url: None,
     };
     let (holds, increments) = in_four_clients(&spec, &store).await;
     let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
@@ -898,6 +917,7 @@ async fn memory_semaphore_never_exceeds_its_permits() {
         permits: PERMITS,
         accounts: 0,
         until: None,
+        register_url: None,
     };
     let (holds, _) = in_four_clients(&spec, &store).await;
     let summary = check(&holds).unwrap_or_else(|violation| panic!("{violation}"));
@@ -971,6 +991,7 @@ async fn transfers(url: &str, fencing: bool) {
         permits: 0,
         accounts: ACCOUNTS,
         until: None,
+        register_url: None,
     };
     let mut helpers = start_contenders(&dir, &spec, &namespace).await;
     let contended = Instant::now();
@@ -1093,7 +1114,102 @@ async fn memory_transfers_never_overlap() {
         permits: 0,
         accounts: ACCOUNTS,
         until: None,
+        register_url: None,
     };
     let (holds, made) = in_four_clients(&spec, &store).await;
     check_transfers(&holds, made, 0, true, &store).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The modes and transports whose locks are taken by other code paths than their store's plain
+// one: `mode=named` (`GET_LOCK`), PostgreSQL through a transaction pooler (polling, and with
+// `listen_url`), ZooKeeper's `recipe=rwlock` layout, and one TLS store of each family. The
+// register lives on a plain Redis server of the test's own (any linearizable store will do):
+// the harness's own clients cannot open a TLS-only server, nor keep prepared statements
+// through PgBouncer.
+
+/// Four processes × 32 tasks through `fixture`'s URL (`reads_in_4` of every 4 rounds as
+/// readers), the register on a Redis server of the test's own.
+async fn through_fixture(
+    fixture: &dyn support::fixture::Fixture,
+    reads_in_4: u64,
+    lease: Duration,
+) {
+    let register = RedisServer::start();
+    contend_and_check(
+        &fixture.url(),
+        Some(&register.url()),
+        fixture.fencing(),
+        false,
+        lease,
+        reads_in_4,
+        rounds(ROUNDS),
+        NO_FAULTS,
+    )
+    .await;
+}
+
+/// `mode=named`: each waiter blocks in `GET_LOCK` on a connection of its own.
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_named_four_processes_never_overlap() {
+    let fixture = support::fixture::NamedFixture::new();
+    through_fixture(&fixture, 0, Duration::from_secs(10)).await;
+}
+
+/// Through PgBouncer in transaction mode, waiters polling (no `listen_url`): the 10 s lease of
+/// the PostgreSQL histories (see `postgres_four_processes_never_overlap`).
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbouncer_polling_four_processes_never_overlap() {
+    let fixture = support::fixture::PostgresFixture::pgbouncer(false);
+    through_fixture(&fixture, 0, Duration::from_secs(10)).await;
+}
+
+/// Through PgBouncer, waiters woken through `listen_url` (the server itself); readers too.
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pgbouncer_listening_readers_and_writers_never_overlap() {
+    let fixture = support::fixture::PostgresFixture::pgbouncer(true);
+    through_fixture(&fixture, 3, Duration::from_secs(10)).await;
+}
+
+/// Curator's `InterProcessReadWriteLock` layout (`recipe=rwlock`): readers and writers.
+#[cfg(feature = "zookeeper")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_rwlock_readers_and_writers_never_overlap() {
+    let fixture = support::fixture::ZookeeperFixture::rwlock();
+    through_fixture(&fixture, 3, LEASE).await;
+}
+
+/// `rediss://` (the Redis family over TLS).
+#[cfg(feature = "tls")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_tls_four_processes_never_overlap() {
+    let fixture = support::fixture::RedisFixture::tls();
+    through_fixture(&fixture, 0, LEASE).await;
+}
+
+/// PostgreSQL with `sslmode=verify-full` (the SQL family over TLS).
+#[cfg(all(feature = "tls", feature = "postgres"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_tls_four_processes_never_overlap() {
+    let fixture = support::fixture::PostgresFixture::tls();
+    through_fixture(&fixture, 0, Duration::from_secs(10)).await;
+}
+
+/// `zks://`.
+#[cfg(all(feature = "tls", feature = "zookeeper"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_tls_four_processes_never_overlap() {
+    let fixture = support::fixture::ZookeeperFixture::tls();
+    through_fixture(&fixture, 0, LEASE).await;
+}
+
+/// `etcds://` (mutual TLS).
+#[cfg(all(feature = "tls", feature = "etcd"))]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_tls_four_processes_never_overlap() {
+    let fixture = support::fixture::EtcdFixture::tls();
+    through_fixture(&fixture, 0, LEASE).await;
 }

@@ -313,3 +313,86 @@ fn attempts(fixture: &PostgresFixture) -> usize {
         .matches(&format!("INSERT INTO \"{}\" ", fixture.table()))
         .count()
 }
+
+/// An acquisition cancelled while its statement waits in the server (here behind another
+/// session's lock on the row) leaves no lock behind once that statement lands: the statement
+/// is finished on its own connection, and the clean-up the cancelled acquisition sends runs
+/// after it there. (Closing the connection at the cancellation did not stop the statement:
+/// the clean-up, on a new connection, ran first and found nothing, and the statement then
+/// took the lock for its whole 30 s lease, held by nobody.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_cancelled_while_its_statement_waits_leaves_no_lock() {
+    let fixture = PostgresFixture::own_pgbouncer(false);
+    let client = fixture.client().await;
+    // The table exists once a client has used it.
+    client
+        .lock("warm")
+        .acquire()
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    fixture
+        .overwrite("lock:cancel", "blocker", Duration::from_secs(60))
+        .await;
+    let blocker = fixture.server.client().await;
+    let table = fixture.table();
+    blocker
+        .batch_execute(&format!(
+            "BEGIN; SELECT 1 FROM \"{table}\" WHERE name = 'lock:cancel' FOR UPDATE"
+        ))
+        .await
+        .unwrap();
+    let attempt = client
+        .lock("cancel")
+        .lease(Duration::from_secs(30))
+        .wait(Duration::from_secs(10))
+        .acquire();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), attempt)
+            .await
+            .is_err(),
+        "the acquisition waits behind the row lock"
+    );
+    // The acquisition's statement waits in the server for the row.
+    let waiting = || async {
+        let rows = blocker
+            .query(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                 AND query LIKE '%' || $1 || '%'",
+                &[&table],
+            )
+            .await
+            .unwrap();
+        rows[0].get::<_, i64>(0) > 0
+    };
+    assert!(
+        support::eventually(Duration::from_secs(5), waiting).await,
+        "the cancelled acquisition's statement is not waiting in the server"
+    );
+    // Time for a clean-up that does not wait for the statement to run first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    blocker
+        .batch_execute(&format!(
+            "DELETE FROM \"{table}\" WHERE name = 'lock:cancel'; COMMIT"
+        ))
+        .await
+        .unwrap();
+    // The statement lands now; its clean-up follows it.
+    assert!(
+        support::eventually(Duration::from_secs(5), || async {
+            !waiting().await && fixture.holder("lock:cancel").await.is_none()
+        })
+        .await,
+        "a cancelled acquisition left a lock nobody holds: {:?}",
+        fixture.holder("lock:cancel").await
+    );
+    let free = client
+        .lock("cancel")
+        .wait(Duration::ZERO)
+        .acquire()
+        .await
+        .expect("the key is free");
+    free.release().await.unwrap();
+}

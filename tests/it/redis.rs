@@ -90,12 +90,23 @@ async fn acquire_release_and_renew_are_one_round_trip_each() {
     // Renewal: one EVALSHA per lease/3. Last: a renewal batch already on its way when the guard
     // is released still reaches the server (and finds the token gone), which would be counted
     // by a section after this one.
+    // Counted over the window as it passed (a busy machine stretches a 1 s sleep): never more
+    // than one per interval (lease/3 = 100 ms), one more for a renewal at the window's edge;
+    // never fewer than one per lease, or the lease would have run out (the lock is still held).
     let guard = client.lock("rt").lease(ms(300)).acquire().await.unwrap();
     server.reset_stats().await;
+    let window = Instant::now();
     tokio::time::sleep(ms(1_000)).await;
     let renewals = server.command_calls("evalsha").await;
-    println!("renewals in 1 s with a 300 ms lease (ideal 10): EVALSHA={renewals}");
-    assert!((8..=11).contains(&renewals), "{renewals} renewals");
+    let window = window.elapsed();
+    let most = (window.as_millis() / 100) as u64 + 1;
+    let least = (window.as_millis() / 300) as u64;
+    println!("renewals in {window:?} with a 300 ms lease (ideal 10 a second): EVALSHA={renewals}");
+    assert!(
+        (least..=most).contains(&renewals),
+        "{renewals} renewals in {window:?} (between {least} and {most})"
+    );
+    assert!(!guard.is_lost());
     guard.release().await.unwrap();
 }
 
@@ -502,20 +513,28 @@ async fn fencing_counters_live_under_their_own_prefix() {
 #[tokio::test]
 async fn renewal_stops_when_the_guard_is_released_or_dropped() {
     let (server, client) = start().await;
+    // A 1.5 s lease, renewed every 500 ms: room for a busy machine's stalls (a 150 ms lease
+    // was lost by the clock before its release). Each window after the release or drop spans
+    // more than two renewal intervals.
+    let lease = ms(1_500);
+    let window = ms(1_200);
+    let renewed = || async { server.command_calls("evalsha").await >= 1 };
 
-    let guard = client.lock("stop").lease(ms(150)).acquire().await.unwrap();
-    tokio::time::sleep(ms(120)).await; // at least one renewal ran
+    let guard = client.lock("stop").lease(lease).acquire().await.unwrap();
+    server.reset_stats().await;
+    assert!(eventually(lease, renewed).await, "never renewed");
     guard.release().await.unwrap();
     server.reset_stats().await;
-    tokio::time::sleep(ms(400)).await;
+    tokio::time::sleep(window).await;
     assert_eq!(
         server.command_calls("evalsha").await,
         0,
         "renewed after release"
     );
 
-    let guard = client.lock("stop").lease(ms(150)).acquire().await.unwrap();
-    tokio::time::sleep(ms(120)).await;
+    let guard = client.lock("stop").lease(lease).acquire().await.unwrap();
+    server.reset_stats().await;
+    assert!(eventually(lease, renewed).await, "never renewed");
     drop(guard);
     assert!(
         eventually(ms(500), || async {
@@ -524,7 +543,7 @@ async fn renewal_stops_when_the_guard_is_released_or_dropped() {
         .await
     );
     server.reset_stats().await;
-    tokio::time::sleep(ms(400)).await;
+    tokio::time::sleep(window).await;
     assert_eq!(
         server.command_calls("evalsha").await,
         0,
@@ -588,9 +607,9 @@ async fn local_waiters_queue_so_each_handoff_costs_one_set_not_a_herd() {
     let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for i in 0..50 {
-        let (client, order) = (client.clone(), order.clone());
+        let (waiter, order) = (client.clone(), order.clone());
         waiters.push(tokio::spawn(async move {
-            let guard = client
+            let guard = waiter
                 .lock("herd")
                 .wait(ms(20_000))
                 .acquire()
@@ -599,7 +618,15 @@ async fn local_waiters_queue_so_each_handoff_costs_one_set_not_a_herd() {
             order.lock().unwrap().push(i);
             guard.release().await.unwrap();
         }));
-        tokio::time::sleep(ms(2)).await; // arrive in order
+        // In line (this client's queue for the key) before the next one asks.
+        let in_line = i + 1;
+        assert!(
+            eventually(ms(10_000), || async {
+                distlock::__private::testing::local_queued(&client) == in_line
+            })
+            .await,
+            "waiter {i} never queued"
+        );
     }
     tokio::time::sleep(ms(100)).await;
     server.reset_stats().await;

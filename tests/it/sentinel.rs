@@ -208,6 +208,66 @@ async fn grants_and_renewals_the_replicas_do_not_acknowledge_do_not_count() {
     drop(replica);
 }
 
+/// A hand-over to a waiting task of the same client (`?replicas=1`) whose WAIT the paused
+/// replica cannot answer ran on the master all the same: the holder's release is not a lost
+/// lock (it held the lock until it gave it away), and the waiter, told the hand-over's outcome
+/// is unknown, asks for itself and gets the lock once the replica answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacknowledged_hand_over_is_not_a_lost_lock() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            let info: String =
+                query(master.port(), redis::cmd("INFO").arg("replication")).unwrap_or_default();
+            info.contains("state=online")
+        })
+        .await,
+        "the replica came online"
+    );
+    let client = LockClient::connect(&format!("{}?replicas=1", master.url()))
+        .await
+        .unwrap();
+    let holder = client.lock("h").lease(ms(10_000)).acquire().await.unwrap();
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .lock("h")
+                .lease(ms(10_000))
+                .wait(Duration::from_secs(30))
+                .acquire()
+                .await
+        }
+    });
+    // The waiter is in line (this client's queue), offering to take the lock over.
+    assert!(
+        eventually(ms(5_000), || async {
+            distlock::__private::testing::local_queued(&client) == 1
+        })
+        .await,
+        "the waiter never queued"
+    );
+    tokio::time::sleep(ms(100)).await;
+    replica.pause();
+    let released = holder.release().await;
+    replica.resume();
+    assert!(
+        released.is_ok(),
+        "a hand-over that ran on the master is not a lost lock: {released:?}"
+    );
+    let granted = tokio::time::timeout(Duration::from_secs(20), waiter)
+        .await
+        .expect("the waiter is granted")
+        .unwrap()
+        .expect("the waiter gets the lock");
+    let token = distlock::__private::testing::owner_token(&granted).to_owned();
+    assert_eq!(master.get("lock:h").await, Some(token));
+    granted.release().await.unwrap();
+    assert_eq!(master.get("lock:h").await, None);
+}
+
 /// Without `?replicas`, a lock granted just before the master dies can be missing on the
 /// promoted replica and be granted again (replication is asynchronous); with `?replicas=1`
 /// every grant survives. The replica's link runs through a proxy that holds the replication

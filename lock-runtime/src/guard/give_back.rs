@@ -230,6 +230,16 @@ async fn hand_back(renewer: &renew::Renewer, shared: &Arc<HeldLock>) -> Result<R
                 tracing::debug!(key = %shared.key(), %error, "distlock: hand-over failed; releasing instead");
                 let _ = offer.reply.send(Handed::Unknown);
                 crate::attempt::release_in_background(backend, Hold::exclusive(name, &offer.token));
+                // The hand-over may have landed (`?replicas=`: its write ran, its WAIT came
+                // back short; or its reply was lost): the key then holds the waiter's token,
+                // or nothing once the line above ran. Not finding ours is ambiguous, as after
+                // a retried release: released while our lease is still valid (`settle`).
+                let released = release_within_lease(backend, shared).await;
+                local.let_go(shared);
+                return match released {
+                    Ok(Released::NotOurs) => Ok(Released::Ambiguous { alive_until: None }),
+                    other => other,
+                };
             }
         }
     }

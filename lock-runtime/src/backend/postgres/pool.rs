@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
-use tokio_postgres::types::{Kind, ToSql, Type};
+use tokio_postgres::types::{IsNull, Kind, ToSql, Type, to_sql_checked};
 use tokio_postgres::{AsyncMessage, Client, Row, Statement};
 
 use super::PostgresBackend;
@@ -34,8 +35,14 @@ pub(super) enum Stmt {
 pub(super) struct Conn {
     pub(super) client: Client,
     /// Behind a transaction pooler: one statement at a time on this connection (see
+    /// [`Conn::alone`]); owned by the statement until its answer, even without its caller.
+    one_at_a_time: Option<Arc<tokio::sync::Mutex<()>>>,
+    /// This connection, for a statement that finishes without its caller (see
     /// [`Conn::alone`]).
-    one_at_a_time: Option<tokio::sync::Mutex<()>>,
+    me: std::sync::Weak<Conn>,
+    /// How long a statement whose caller left may still take before the connection is given
+    /// up (the response timeout).
+    response_timeout: Duration,
     /// A statement's answer was left unread: the connection was closed (see [`Conn::alone`]).
     given_up: AtomicBool,
     /// The task that drives the connection: aborted (the socket closed) when it is given up.
@@ -135,11 +142,18 @@ impl Conn {
     /// pipelined statements got other statements' answers (a lock statement reading another's
     /// — `WrongType`, `invalid column` —, a release answered `Lost`, a connection failing at
     /// its first statement with `unexpected message from server`); one at a time, they did
-    /// not (issue 70's notes). A statement whose caller stops waiting for it (a timeout, a
-    /// cancelled acquisition) has its connection closed at once: nothing more is sent on it,
-    /// and the pooler drops the statement if it still waits for a server connection (one
-    /// that ran a statement after the server came back, long after its caller gave up, left
-    /// a lock held) or ends the server session that runs it.
+    /// not (issue 70's notes).
+    ///
+    /// A statement whose caller stops waiting for it (a cancelled acquisition) is finished
+    /// in the background, keeping the connection's turn until its answer, as MySQL's are
+    /// (`FinishIfDropped`): the next statement about the same lock — that acquisition's
+    /// clean-up — runs after it, never before. Closing the connection instead did not stop
+    /// the statement (PgBouncer 1.18 still sends a query it buffered for a client that has
+    /// gone, and the server finishes one it runs), and the clean-up, on a new connection,
+    /// could overtake it: an `INSERT` landing after its `DELETE` left a lock nobody held for
+    /// its whole lease. Only a statement unanswered for the response timeout gives its
+    /// connection up (closed): one that ran after the server came back, long after its
+    /// caller gave up, left a lock held.
     async fn alone(
         &self,
         text: &str,
@@ -149,18 +163,37 @@ impl Conn {
         let Some(one_at_a_time) = &self.one_at_a_time else {
             return unnamed(&self.client, text, types, params).await;
         };
-        let turn = one_at_a_time.lock().await;
+        let (Some(conn), Some(encoded)) = (self.me.upgrade(), encode(types, params)) else {
+            // A parameter the driver refuses: it says why, sending nothing.
+            return unnamed(&self.client, text, types, params).await;
+        };
+        let turn = Arc::clone(one_at_a_time).lock_owned().await;
         if self.given_up() {
             // Closed under this call: its response timeout ends it, and it is retried on
             // another connection.
             drop(turn);
             return std::future::pending().await;
         }
-        let unanswered = GiveUpUnlessAnswered(self);
-        let answer = unnamed(&self.client, text, types, params).await;
-        std::mem::forget(unanswered);
-        drop(turn);
-        answer
+        let (text, types): (Arc<str>, Vec<Type>) = (Arc::from(text), types.to_vec());
+        let finished = crate::runtime::FinishIfDropped::new(async move {
+            let params: Vec<&(dyn ToSql + Sync)> =
+                encoded.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
+            let unanswered = GiveUpUnlessAnswered(&conn);
+            let answer = tokio::time::timeout(
+                conn.response_timeout,
+                unnamed(&conn.client, &text, &types, &params),
+            )
+            .await;
+            let answer = answer.ok()?; // unanswered: `unanswered` gives the connection up
+            std::mem::forget(unanswered);
+            drop(turn); // the next statement's turn: this one was answered in full
+            Some(answer)
+        });
+        match finished.await {
+            Some(answer) => answer,
+            // Given up: the caller's own response timeout ends it, and it is retried.
+            None => std::future::pending().await,
+        }
     }
 
     /// Whether this connection was given up (see [`alone`](Self::alone)).
@@ -169,7 +202,8 @@ impl Conn {
     }
 }
 
-/// Gives a connection up when dropped: a statement's future dropped before its answer.
+/// Gives a connection up when dropped: a statement unanswered within the response timeout
+/// (or dropped with its runtime).
 struct GiveUpUnlessAnswered<'a>(&'a Conn);
 
 impl Drop for GiveUpUnlessAnswered<'_> {
@@ -196,6 +230,48 @@ async fn unnamed(
         all.push(row?);
     }
     Ok((all, rows.rows_affected().unwrap_or(0)))
+}
+
+/// A parameter encoded before its statement is sent, so the statement can finish without its
+/// caller (see [`Conn::alone`]): written as it was encoded.
+#[derive(Debug)]
+struct Encoded(Option<Bytes>);
+
+impl ToSql for Encoded {
+    fn to_sql(
+        &self,
+        _: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match &self.0 {
+            Some(bytes) => {
+                out.extend_from_slice(bytes);
+                Ok(IsNull::No)
+            }
+            None => Ok(IsNull::Yes),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true // checked when it was encoded
+    }
+
+    to_sql_checked!();
+}
+
+/// `params` encoded as `types` say; `None` if one does not encode (the driver then says why).
+fn encode(types: &[Type], params: Params<'_>) -> Option<Vec<Encoded>> {
+    params
+        .iter()
+        .zip(types)
+        .map(|(param, ty)| {
+            let mut out = BytesMut::new();
+            match param.to_sql_checked(ty, &mut out).ok()? {
+                IsNull::No => Some(Encoded(Some(out.freeze()))),
+                IsNull::Yes => Some(Encoded(None)),
+            }
+        })
+        .collect()
 }
 
 /// The first row a statement that always answers one returned, or why there is none.
@@ -383,9 +459,11 @@ impl PostgresBackend {
             unreachable!("one statement per text");
         };
         let pooled = self.settings.transaction_pooler;
-        let conn = Arc::new(Conn {
+        let conn = Arc::new_cyclic(|me| Conn {
             client,
-            one_at_a_time: pooled.then(|| tokio::sync::Mutex::new(())),
+            one_at_a_time: pooled.then(|| Arc::new(tokio::sync::Mutex::new(()))),
+            me: me.clone(),
+            response_timeout: self.settings.response_timeout,
             given_up: AtomicBool::new(false),
             driver: pooled.then_some(driver),
             acquire,

@@ -10,7 +10,7 @@ use redis::{RedisError, RedisResult, Script, Value};
 
 use super::RedisBackend;
 use super::connection::Connection;
-use super::scripts::{FORCE_RELEASE, INSPECT};
+use super::scripts::{FORCE_RELEASE, FORCE_RELEASE_IF, INSPECT};
 use crate::admin::{Entry, Listing};
 use crate::error::BoxError;
 
@@ -28,8 +28,13 @@ type Found = Option<(
 )>;
 
 impl RedisBackend {
-    /// Runs `script` (one of the admin scripts) on lock `name`.
-    async fn admin_script(&self, script: &Script, name: &str) -> Result<Option<Entry>, BoxError> {
+    /// Runs `script` (one of the admin scripts) on lock `name`, with `tokens` as its ARGV.
+    async fn admin_script(
+        &self,
+        script: &Script,
+        name: &str,
+        tokens: &[String],
+    ) -> Result<Option<Entry>, BoxError> {
         let fence_key = self.fence_key(name);
         let (queue, _) = self.fair_keys(name);
         let writers = self.writers_key(name);
@@ -37,6 +42,9 @@ impl RedisBackend {
             .run(|mut conn, _| {
                 let mut call = script.key(name);
                 call.key(&fence_key).key(&queue).key(&writers);
+                for token in tokens {
+                    call.arg(token.as_str());
+                }
                 async move { call.invoke_async(&mut conn).await }
             })
             .await?;
@@ -66,12 +74,23 @@ impl RedisBackend {
 
     pub(crate) async fn inspect_lock(&self, name: &str) -> Result<Option<Entry>, BoxError> {
         static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INSPECT));
-        self.admin_script(&SCRIPT, name).await
+        self.admin_script(&SCRIPT, name, &[]).await
     }
 
     pub(crate) async fn force_release_lock(&self, name: &str) -> Result<Option<Entry>, BoxError> {
         static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE));
-        self.admin_script(&SCRIPT, name).await
+        self.admin_script(&SCRIPT, name, &[]).await
+    }
+
+    /// A forced release of `name` only while one of `tokens` holds it (see
+    /// [`FORCE_RELEASE_IF`]): the lock as it was read.
+    pub(crate) async fn force_release_of(
+        &self,
+        name: &str,
+        tokens: &[String],
+    ) -> Result<Option<Entry>, BoxError> {
+        static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(FORCE_RELEASE_IF));
+        self.admin_script(&SCRIPT, name, tokens).await
     }
 
     /// The lock names matching `prefix` + `pattern` (SCAN on the server, or on every master of

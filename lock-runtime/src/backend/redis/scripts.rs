@@ -564,3 +564,12 @@ pub(super) const FORCE_RELEASE: &str = concat!(
     read_lock!(),
     "redis.call('DEL', KEYS[1])\nredis.call('PUBLISH', KEYS[1], 'released')\nreturn found"
 );
+
+/// A forced release of the tokens ARGV only: the lock as `INSPECT` reads it, deleted (and its
+/// waiters woken) only if its value is one of them. Redlock's forced release, whose delete may
+/// reach a node after a new holder's grant there: it must not remove that grant.
+pub(super) const FORCE_RELEASE_IF: &str = concat!(
+    read_lock!(),
+    "for i = 1, #ARGV do\n  if value == ARGV[i] then\n    redis.call('DEL', KEYS[1])\n    \
+     redis.call('PUBLISH', KEYS[1], 'released')\n    break\n  end\nend\nreturn found"
+);

@@ -69,6 +69,9 @@ pub(super) fn note_sum(parts: usize) -> String {
 
 /// Ends an unrenewed hold at the end of its lease (`until`), if it is still held then: the
 /// server's idle timeout counts whole seconds, and a live client need not wait for it.
+/// `until` is a lease after the answer of the hold's last statement, not after its sending:
+/// the listing's TTL counts from the server's idle clock, which started in between, and a
+/// hold ended before the end it was listed with would be seen as released, not expired.
 pub(super) fn expire(
     session: &Arc<Session>,
     spec: &LockSpec<'_>,

@@ -309,7 +309,6 @@ impl NamedBackend {
         spec: &LockSpec<'_>,
     ) -> Result<Attempt, BoxError> {
         let lock = self.lock(spec.name);
-        let started = tokio::time::Instant::now();
         session.set(State::InFlight);
         self.lease_on(&session.conn, spec.lease)
             .await
@@ -326,6 +325,10 @@ impl NamedBackend {
                 .first(&session.conn, "the named lock attempt", &text, &params)
                 .await
                 .map_err(acquire_error)?;
+            // The server's idle clock — what a listing's TTL counts from — started before
+            // this answer came: an unrenewed hold ends a lease after it, never before the
+            // listed end (the holder's own lease still counts from before the attempt).
+            let answered = tokio::time::Instant::now();
             return match taken {
                 Some(-1) => {
                     session.set(State::Contended);
@@ -336,7 +339,7 @@ impl NamedBackend {
                     expire(
                         session,
                         spec,
-                        started + spec.lease,
+                        answered + spec.lease,
                         self.settings.response_timeout,
                     );
                     self.record(&lock, spec.name).await;
@@ -374,11 +377,13 @@ impl NamedBackend {
         )
         .await
         .map_err(acquire_error)?;
+        // After the note locks' answer: the server's idle clock started before it.
+        let answered = tokio::time::Instant::now();
         session.set(State::Held(fence));
         expire(
             session,
             spec,
-            started + spec.lease,
+            answered + spec.lease,
             self.settings.response_timeout,
         );
         self.record(&lock, spec.name).await;
@@ -499,8 +504,6 @@ impl Backend for NamedBackend {
                 }
                 State::Waiting => Ok(Attempt::Busy { ttl: None }),
                 State::Granted(fence) => {
-                    // Dated from now: the lease counts from before this statement was sent.
-                    let started = tokio::time::Instant::now();
                     session.set(State::InFlight);
                     let held = match Box::pin(self.date(&session, spec.name)).await {
                         Ok(held) => held,
@@ -513,9 +516,12 @@ impl Backend for NamedBackend {
                         self.forget(spec.token);
                         return Err(Transient::wrap("the granted named lock was lost at once"));
                     }
+                    // The server's idle clock restarted before this answer came (the holder's
+                    // lease counts from before the statement was sent).
+                    let answered = tokio::time::Instant::now();
                     session.set(State::Held(fence));
                     let limit = self.settings.response_timeout;
-                    expire(&session, &spec, started + spec.lease, limit);
+                    expire(&session, &spec, answered + spec.lease, limit);
                     self.record(&self.lock(spec.name), spec.name).await;
                     Ok(Attempt::Acquired {
                         fencing_token: fence,

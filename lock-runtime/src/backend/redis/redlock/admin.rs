@@ -118,13 +118,34 @@ impl Admin for RedlockBackend {
         name: &'a str,
     ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
         Box::pin(async move {
+            // First a look, then a delete of what it saw — never an unconditional DEL. The
+            // nodes' deletes land at different moments (a slow node's after `on_every_node`
+            // gave up on it): a waiter woken by the first can win a majority with a node the
+            // old holder never had, and a blind DEL reaching that node later would take its
+            // grant away (leaving it on a minority: a lock nobody holds, a second grant
+            // possible).
+            let seen = self.on_every_node(|node| node.inspect_lock(name)).await?;
+            let mut tokens: Vec<String> = seen
+                .iter()
+                .flatten()
+                .filter_map(|e| e.token.clone())
+                .collect();
+            tokens.sort();
+            tokens.dedup();
+            if tokens.is_empty() {
+                return Ok(None);
+            }
             let found = self
-                .on_every_node(|node| node.force_release_lock(name))
+                .on_every_node(|node| node.force_release_of(name, &tokens))
                 .await?;
-            // Deleted on every node that answered, majority or not; reported as the majority
+            // Deleted where one of the tokens seen was still there; reported as the majority
             // held it.
-            let any = found.iter().flatten().next().cloned();
-            Ok(self.majority(found).or(any))
+            let removed: Vec<Option<Entry>> = found
+                .into_iter()
+                .map(|e| e.filter(|e| e.token.as_ref().is_some_and(|t| tokens.contains(t))))
+                .collect();
+            let any = removed.iter().flatten().next().cloned();
+            Ok(self.majority(removed).or(any))
         })
     }
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
