@@ -578,3 +578,104 @@ async fn every_vote_after_a_busy_one_carries_a_fresh_token() {
         assert_eq!(server.get("lock:fresh").await, None, "left behind");
     }
 }
+
+/// A forced release whose deletes reach the nodes at different moments never takes away a
+/// grant made after it looked: the old holder's lock is on nodes B and C only (A never got
+/// it); the admin's requests reach C 500 ms and A 1 s late; a newcomer that cannot reach C
+/// asks 300 ms in, once B's delete has landed, and wins A and B. A's delete, landing last,
+/// must leave the newcomer's token there: a blind `DEL` removed it, leaving the newcomer on
+/// one node of three — a lock nobody holds, which `inspect` showed as free (the conformance
+/// case's failure on a busy machine) and another client could take while it ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_forced_release_never_removes_a_later_grant() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    let direct: Vec<u16> = servers.iter().map(RedisServer::port).collect();
+    // The holder reaches A through a blackholed proxy: its grant is B's and C's.
+    let holder_to_a = DelayProxy::start(direct[0]).await;
+    holder_to_a.set_blackhole(true);
+    let holder = LockClient::builder(url_of_ports(&[holder_to_a.port(), direct[1], direct[2]]))
+        .response_timeout(ms(500))
+        .build()
+        .await
+        .unwrap();
+    let held = holder
+        .lock("forced")
+        .lease(ms(10_000))
+        .acquire()
+        .await
+        .unwrap();
+    let held_token = distlock::__private::testing::owner_token(&held).to_owned();
+    assert_eq!(servers[0].get("lock:forced").await, None, "A never got it");
+    assert_eq!(
+        servers[1].get("lock:forced").await.as_deref(),
+        Some(held_token.as_str())
+    );
+
+    // The admin's requests: at once to B, 500 ms late to C, 1 s late to A.
+    let admin_to_a = DelayProxy::start(direct[0]).await;
+    let admin_to_c = DelayProxy::start(direct[2]).await;
+    let admin = LockClient::builder(url_of_ports(&[
+        admin_to_a.port(),
+        direct[1],
+        admin_to_c.port(),
+    ]))
+    .response_timeout(ms(5_000))
+    .build()
+    .await
+    .unwrap();
+    // The admin scripts loaded on every node first: each delete below is one request.
+    for key in ["warm", "forced-warm"] {
+        admin.inspect(key).await.unwrap();
+        admin.force_release(key).await.unwrap();
+    }
+    // The newcomer reaches A and B; C, once it is connected, never answers it.
+    let newcomer_to_c = DelayProxy::start(direct[2]).await;
+    let newcomer = LockClient::builder(url_of_ports(&[direct[0], direct[1], newcomer_to_c.port()]))
+        .response_timeout(ms(300))
+        .build()
+        .await
+        .unwrap();
+    newcomer.ping().await.unwrap();
+    newcomer_to_c.set_blackhole(true);
+    admin_to_a.set_request_delay(ms(1_000));
+    admin_to_c.set_request_delay(ms(500));
+    let forcing = tokio::spawn({
+        let admin = admin.clone();
+        async move { admin.force_release("forced").await }
+    });
+    tokio::time::sleep(ms(300)).await;
+    let granted = newcomer
+        .lock("forced")
+        .lease(ms(10_000))
+        .wait(ms(10_000))
+        .acquire()
+        .await
+        .expect("the newcomer gets the lock");
+    let token = distlock::__private::testing::owner_token(&granted).to_owned();
+    let removed = forcing.await.unwrap().unwrap().expect("it was held");
+    assert_eq!(removed.token.as_deref(), Some(held_token.as_str()));
+    // Every delete has landed (the slowest, A's, a second late).
+    tokio::time::sleep(ms(1_500)).await;
+    let mut on = Vec::new();
+    for server in &servers {
+        on.push(server.get("lock:forced").await);
+    }
+    let holding = on
+        .iter()
+        .filter(|t| t.as_deref() == Some(token.as_str()))
+        .count();
+    assert!(
+        holding >= 2,
+        "the newcomer's token is on {holding} of 3 nodes after the forced release: {on:?}"
+    );
+    admin_to_a.set_request_delay(Duration::ZERO);
+    admin_to_c.set_request_delay(Duration::ZERO);
+    let seen = admin
+        .inspect("forced")
+        .await
+        .unwrap()
+        .expect("the newcomer holds it");
+    assert_eq!(seen.token.as_deref(), Some(token.as_str()));
+    granted.release().await.unwrap();
+    drop(held);
+}
