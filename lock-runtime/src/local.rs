@@ -128,7 +128,8 @@ impl LocalQueues {
     }
 
     /// How many tasks of this client are in a key's queue (waiting, or at its head asking the
-    /// store).
+    /// store): for distlock's own tests (`testing::local_queued`).
+    #[cfg(feature = "testing")]
     pub(crate) fn queued(&self) -> usize {
         self.queued.load(Ordering::Acquire)
     }
