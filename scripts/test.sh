@@ -7,11 +7,11 @@
 #   2. checks formatting, and clippy's lints while it builds,
 #   3. runs every test: unit tests, integration tests against real servers started by the
 #      tests themselves, the examples, and the doc tests, and packages the published crates.
-# A fresh clone takes about 13 minutes on 2 cores (791 s on 2026-11-29; CONTRIBUTING.md),
-# under the 15 minutes aimed at: the tests end at 713 s, and the background's compiling (the
-# published crates' check, the docs, the feature build, the trybuild cases, at the lowest
-# priority beside the tests, which keep the CPU busy) ends 78 s later. On a busy host the same
-# suite has taken 955-1,024 s (2026-11-29).
+# A fresh clone takes about 11 minutes on 2 cores with a busy loop beside it (675, 668 and
+# 652 s, three in a row on 2026-12-06; CONTRIBUTING.md), under the 15 minutes aimed at: the tests
+# end at about 650 s, and the background's compiling (the published crates' check, the docs,
+# the feature build, the trybuild cases, at the lowest priority beside the tests, which keep
+# the CPU busy) about 20 s later.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
