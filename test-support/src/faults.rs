@@ -181,8 +181,8 @@ impl Scenario {
                 "A holder process, lease 1 s (ZooKeeper, etcd: 2 s), renewing",
                 "`kill -9` of the holder",
                 "the server held the holder's token; the next grant comes no earlier than the \
-                 expiry the server held at the kill (Redis, SQL: the TTL read just before, 2 ms \
-                 tolerance; ZooKeeper, etcd: the lease less the 2/5 a heartbeat may be behind) \
+                 expiry the server held at the kill (Redis, SQL: the TTL read just before, less \
+                 1 % + 2 ms for the server's clock; ZooKeeper, etcd: the lease less the 2/5 a heartbeat may be behind) \
                  and within lease + 700 ms (ZooKeeper, etcd: + 3 s; PostgreSQL advisory: \
                  freed at the kill, with the holder's connection, and granted within the same \
                  bound); its fencing token is larger; the server holds the new owner",

@@ -625,6 +625,15 @@ pub fn unique(label: &str) -> String {
     )
 }
 
+/// How far a store's clock may run from this process's over `span`: 1 % of it and 2 ms, the
+/// margin distlock itself leaves for it (`backend::drift` in lock-runtime). A server judges
+/// expiry by its wall clock, the tests measure on `CLOCK_MONOTONIC`, and a virtual machine's
+/// wall clock is slewed (seen here: 0.5 % fast over 10 s), so a bound that compares the two
+/// allows this much.
+pub fn clock_drift(span: Duration) -> Duration {
+    span / 100 + Duration::from_millis(2)
+}
+
 /// Polls `check` every 5 ms until it is true or `within` has passed; returns whether it held.
 pub async fn eventually<F, Fut>(within: Duration, mut check: F) -> bool
 where

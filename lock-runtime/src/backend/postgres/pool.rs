@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
-use tokio_postgres::types::{IsNull, Kind, ToSql, Type, to_sql_checked};
+use tokio_postgres::types::{Kind, ToSql, Type};
 use tokio_postgres::{AsyncMessage, Client, Row, Statement};
 
 use super::PostgresBackend;
+use super::encoded::encode;
 use super::errors::{PgError, describe};
 use crate::backend::sql::errors::timed;
 use crate::backend::sql::slot_of;
@@ -230,48 +230,6 @@ async fn unnamed(
         all.push(row?);
     }
     Ok((all, rows.rows_affected().unwrap_or(0)))
-}
-
-/// A parameter encoded before its statement is sent, so the statement can finish without its
-/// caller (see [`Conn::alone`]): written as it was encoded.
-#[derive(Debug)]
-struct Encoded(Option<Bytes>);
-
-impl ToSql for Encoded {
-    fn to_sql(
-        &self,
-        _: &Type,
-        out: &mut BytesMut,
-    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
-        match &self.0 {
-            Some(bytes) => {
-                out.extend_from_slice(bytes);
-                Ok(IsNull::No)
-            }
-            None => Ok(IsNull::Yes),
-        }
-    }
-
-    fn accepts(_: &Type) -> bool {
-        true // checked when it was encoded
-    }
-
-    to_sql_checked!();
-}
-
-/// `params` encoded as `types` say; `None` if one does not encode (the driver then says why).
-fn encode(types: &[Type], params: Params<'_>) -> Option<Vec<Encoded>> {
-    params
-        .iter()
-        .zip(types)
-        .map(|(param, ty)| {
-            let mut out = BytesMut::new();
-            match param.to_sql_checked(ty, &mut out).ok()? {
-                IsNull::No => Some(Encoded(Some(out.freeze()))),
-                IsNull::Yes => Some(Encoded(None)),
-            }
-        })
-        .collect()
 }
 
 /// The first row a statement that always answers one returned, or why there is none.
