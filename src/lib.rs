@@ -194,9 +194,9 @@ pub use lock_runtime::admin;
 pub use lock_runtime::fence;
 pub use lock_runtime::metrics;
 pub use lock_runtime::{
-    BoxError, CurrentLock, Election, Holder, Leader, Leadership, LockClient, LockClientBuilder,
-    LockError, LockGuard, LockInfo, LockMode, LockRequest, ReaderInfo, SemaphoreRequest,
-    ServerInfo, TlsConfig, client, current, init, init_from_env, with_client,
+    BoxError, CurrentLock, Election, Feature, Holder, Leader, Leadership, LockClient,
+    LockClientBuilder, LockError, LockGuard, LockInfo, LockMode, LockRequest, ReaderInfo,
+    SemaphoreRequest, ServerInfo, TlsConfig, client, current, init, init_from_env, with_client,
 };
 
 #[doc(hidden)]

@@ -41,7 +41,8 @@ pub(crate) mod exit {
     /// Bad usage: arguments, URL, key, durations, a release not confirmed (clap's own usage
     /// errors exit 2 too).
     pub(crate) const USAGE: u8 = 2;
-    /// This backend cannot do that (memory:// from outside its process).
+    /// This store cannot do that: a kind or setting it lacks, or memory:// from outside its
+    /// process.
     pub(crate) const UNSUPPORTED: u8 = 3;
     /// Nobody holds the lock (`show`, `release`) or leads the election (`leader`).
     pub(crate) const NOT_HELD: u8 = 4;
@@ -66,7 +67,9 @@ macro_rules! exit_table {
 Exit codes (every command):
   0      done (`run`, `elect`: COMMAND's own exit status instead)
   2      bad usage: arguments, URL, key, durations, or a release not confirmed
-  3      this backend cannot do that (memory:// from outside its process)
+  3      this store cannot do that: a kind or setting it lacks (--read, --permits,
+         --lock-delay, --min-hold, --fencing, `elect` where the store has none; see
+         distlock::guide::backends), or memory:// from outside its process
   4      not held: nobody holds the lock (`show`, `release`) or leads the election (`leader`)
   120    busy: not taken within --wait (`hold`, `run`; `elect`: did not lead within it)
   121    lost while held: lease ran out, or released by force (`hold`, `run`, `elect`)
@@ -290,8 +293,8 @@ pub(crate) enum Command {
         max_hold: Option<Duration>,
         /// If this process dies or hangs without giving the lock back, keep the lock taken
         /// this long after its lease ran out (a COMMAND the lock's loss has not yet stopped
-        /// finds nobody else inside); a normal exit frees it at once. Stores whose locks
-        /// expire by a TTL only: Redis, the SQL tables (exit 2 saying why elsewhere).
+        /// finds nobody else inside); a normal exit frees it at once. A store that cannot keep
+        /// it exits 3 saying why.
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         lock_delay: Option<Duration>,
         /// Take a read lock: COMMAND runs beside other readers, never beside a writer.

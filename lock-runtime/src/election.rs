@@ -52,9 +52,10 @@ impl LockClient {
     /// [`Election::observe`]. The lease is the client's default, and a campaign waits until it
     /// leads, unless [`Election::lease`] / [`Election::wait`] say otherwise.
     ///
-    /// Every backend that hands out fencing tokens serves elections (the term is one); on
-    /// `redlock://` every call fails with [`LockError::Config`] saying why. A `memory://`
-    /// election is one process's.
+    /// Every store that hands out fencing tokens serves elections (the term is one); on one
+    /// that does not, every call fails with [`LockError::Unsupported`] saying why (which
+    /// stores do: the table in `distlock::guide::backends`). A `memory://` election is one
+    /// process's.
     pub fn election(&self, name: impl Into<String>) -> Election {
         Election {
             client: self.clone(),
@@ -127,11 +128,12 @@ impl Election {
         let guard = crate::token::with_identity(encoded, request.acquire()).await?;
         let Some(term) = guard.fencing_token() else {
             let _ = guard.release().await;
-            return Err(LockError::Config(format!(
-                "`{}`: the {} backend gave no fencing token, so a leader would have no term",
-                self.name,
-                self.client.backend_kind()
-            )));
+            return Err(LockError::Unsupported {
+                backend: self.client.admin_backend().store(),
+                feature: crate::Feature::Elections,
+                key: Some(self.name.clone()),
+                reason: "it gave no fencing token, so a leader would have no term".into(),
+            });
         };
         tracing::info!(election = %self.name, %identity, term, "distlock: leading");
         Ok(Leadership {
@@ -144,8 +146,8 @@ impl Election {
     /// Who leads now, from any process (campaigning or not): `None` when nobody does.
     ///
     /// Errors: [`LockError::Config`] when the name is held as another kind of lock (a plain
-    /// lock, a read lock, a semaphore), or on `redlock://`; [`LockError::Backend`] when the
-    /// backend fails.
+    /// lock, a read lock, a semaphore); [`LockError::Unsupported`] on a store without
+    /// elections; [`LockError::Backend`] when the backend fails.
     pub async fn leader(&self) -> Result<Option<Leader>, LockError> {
         self.served()?;
         let Some(info) = self.client.inspect(&self.name).await? else {
@@ -208,15 +210,12 @@ impl Election {
         })
     }
 
-    /// Elections need fencing tokens: Redlock has none.
+    /// Elections need fencing tokens (a leader's term is one): a store without them refuses.
     fn served(&self) -> Result<(), LockError> {
-        if self.client.backend_kind() == "redlock" {
-            return Err(LockError::Config(format!(
-                "`{}`: Redlock cannot hold an election: a leader's term is a fencing token, and {}",
-                self.name, NO_FENCING_WHY
-            )));
-        }
-        Ok(())
+        self.client
+            .admin_backend()
+            .capabilities()
+            .require(crate::Feature::Elections, Some(&self.name))
     }
 
     fn check_identity(&self, identity: &str) -> Result<String, LockError> {
@@ -276,9 +275,6 @@ impl Election {
         }))
     }
 }
-
-const NO_FENCING_WHY: &str = "Redlock hands out none (a counter spread over independent nodes \
-     cannot be kept monotonic). Use `redis://` (one server), Sentinel or Cluster for elections";
 
 /// Leading an election: made by [`Election::campaign`]. While it lives, the lock's watchdog
 /// renews the lease; [`resign`](Self::resign) hands leadership over at once, and dropping it

@@ -132,18 +132,87 @@ pub enum LockError {
         reason: String,
     },
 
-    /// The backend cannot do this administrative operation (list, inspect, force-release):
-    /// `reason` says why, and what can. Every store built in answers all of them today; a
-    /// store that cannot is expected to say so with this.
-    #[error("the {backend} backend cannot {op} locks: {reason}")]
+    /// The store cannot do what was asked — a kind of lock, a setting, elections, shared
+    /// results — for any key: nothing was taken or written. `reason` says why and what can;
+    /// what every store can do is the table in `distlock::guide::backends`. A setting that is
+    /// wrong on every store (a zero lease, a fair read lock) is [`LockError::Config`] instead.
+    #[error(
+        "the {backend} store cannot serve {feature}{}: {reason} (what each store can do: \
+         distlock::guide::backends)",
+        for_key(.key)
+    )]
     Unsupported {
-        /// Which backend (`redlock`, `memory`, …).
+        /// Which store (`redlock`, `mysql`, …; its mode is in `reason`).
         backend: &'static str,
-        /// The operation: `list`, `inspect`, `release`, `ping`.
-        op: &'static str,
+        /// What it cannot serve.
+        feature: Feature,
+        /// The lock key (without the client's prefix) or election name asked for, when there
+        /// was one.
+        key: Option<String>,
         /// Why not, and what to use instead.
         reason: String,
     },
+}
+
+fn for_key(key: &Option<String>) -> String {
+    key.as_deref()
+        .map_or_else(String::new, |key| format!(" (asked for `{key}`)"))
+}
+
+/// Something a store may or may not serve: what a [`LockError::Unsupported`] names, and a
+/// column of the table of what each store can do (`distlock::guide::backends`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Feature {
+    /// Read locks (`LockRequest::read`, `mode = "read"`).
+    ReadLocks,
+    /// Semaphores (`LockClient::semaphore`, `permits = N`).
+    Semaphores,
+    /// Upgradable read locks (`LockRequest::upgradable`).
+    Upgradable,
+    /// Fair locks, granted in arrival order (`LockRequest::fair`).
+    Fair,
+    /// `min_hold`: a lock kept after an early release.
+    MinHold,
+    /// `lock_delay`: a dead holder's key kept past its lease.
+    LockDelay,
+    /// Fencing tokens (`LockRequest::fencing`).
+    Fencing,
+    /// Leader elections (`LockClient::election`), whose terms are fencing tokens.
+    Elections,
+    /// Shared results (`LockRequest::share`, `share = …`).
+    SharedResults,
+}
+
+impl Feature {
+    /// Every feature, in the table's order.
+    pub const ALL: [Feature; 9] = [
+        Feature::ReadLocks,
+        Feature::Semaphores,
+        Feature::Upgradable,
+        Feature::Fair,
+        Feature::MinHold,
+        Feature::LockDelay,
+        Feature::Fencing,
+        Feature::Elections,
+        Feature::SharedResults,
+    ];
+}
+
+impl std::fmt::Display for Feature {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Feature::ReadLocks => "read locks",
+            Feature::Semaphores => "semaphores",
+            Feature::Upgradable => "upgradable read locks",
+            Feature::Fair => "fair locks",
+            Feature::MinHold => "`min_hold`",
+            Feature::LockDelay => "`lock_delay`",
+            Feature::Fencing => "fencing tokens",
+            Feature::Elections => "elections",
+            Feature::SharedResults => "shared results (`share`)",
+        })
+    }
 }
 
 /// The part of a timeout's message for a lock its own task may hold: a guard is reentrant only
@@ -163,6 +232,7 @@ impl LockError {
             | LockError::WriteUnderRead { key }
             | LockError::Shared { key, .. }
             | LockError::Backend { key, .. } => Some(key),
+            LockError::Unsupported { key, .. } => key.as_deref(),
             _ => None,
         }
     }
@@ -176,6 +246,12 @@ impl LockError {
     /// `true` for [`LockError::Timeout`]: a non-zero `wait` ran out with the lock still busy.
     pub fn is_timeout(&self) -> bool {
         matches!(self, LockError::Timeout { .. })
+    }
+
+    /// `true` for [`LockError::Unsupported`]: the store cannot serve what was asked (a kind
+    /// of lock, a setting), on any key; another store, or another request, can.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(self, LockError::Unsupported { .. })
     }
 
     /// `true` for [`LockError::Lost`].

@@ -78,7 +78,7 @@ pub mod testing;
 pub use admin::{Holder, LockInfo, ReaderInfo, ServerInfo};
 pub use client::{LockClient, LockClientBuilder, LockRequest, SemaphoreRequest};
 pub use election::{Election, Leader, Leadership};
-pub use error::{BoxError, LockError};
+pub use error::{BoxError, Feature, LockError};
 pub use global::{client, init, init_from_env, with_client};
 pub use guard::LockGuard;
 pub use mode::LockMode;
@@ -90,6 +90,9 @@ pub use tls::TlsConfig;
 /// What `#[distributed_lock]` expands to. Not a stable API: use the attribute.
 #[doc(hidden)]
 pub mod __private {
+    /// The table of what each store can do (docs/guide/backends.md holds it), rendered from
+    /// the stores' capabilities.
+    pub use crate::backend::catalog::table as capabilities_table;
     pub use crate::locked::{
         AsLockClient, LockedReturn, lease_out_of_range, run_locked, run_locked_all, skip_when_busy,
     };

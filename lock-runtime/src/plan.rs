@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::backend::{Capabilities, Hold, Kind, LockSpec};
+use crate::error::{Feature, LockError};
 use crate::key::LockName;
 
 /// How a guard's lease is kept alive.
@@ -123,45 +124,37 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    /// The plan for a request with `params` on a store that can do `store`; `Err` says why the
-    /// store refuses it (for a [`LockError::Config`](crate::LockError::Config) after the key).
-    pub(crate) fn of(params: &Params, store: &Capabilities) -> Result<Plan, String> {
+    /// The plan for a request of `key` with `params` on a store that can do `store`; a
+    /// feature the store lacks is [`LockError::Unsupported`], a request no store could serve
+    /// (a fair read lock) [`LockError::Config`].
+    pub(crate) fn of(params: &Params, store: &Capabilities, key: &str) -> Result<Plan, LockError> {
         // A reader's share or a semaphore's permit: held together with others.
         let shared = params.kind != Kind::Exclusive;
-        if params.upgradable {
-            store
-                .serves(params.kind)
-                .and(store.upgradable)
-                .map_err(|why| format!("no upgradable read locks here: {why}"))?;
-        }
-        store.serves(params.kind).map_err(str::to_owned)?;
-        if params.lock_delay_ms > 0 {
-            store
-                .lock_delay
-                .map_err(|why| format!("lock_delay cannot be kept: {why}"))?;
-        }
+        let wrong = |why: &str| Err(LockError::Config(format!("`{key}`: {why}")));
         if params.fair && params.kind == Kind::Shared {
-            return Err(
-                "a read lock cannot be fair (readers do not queue behind each other, \
-                        and a waiting writer already stops new readers from joining); drop \
-                        `fair`"
-                    .to_owned(),
+            return wrong(
+                "a read lock cannot be fair (readers do not queue behind each other, and a \
+                 waiting writer already stops new readers from joining); drop `fair`",
             );
         }
         if params.fair && shared {
-            return Err(
-                "a semaphore cannot be fair here (on zk:// and etcd:// its waiters are \
-                        served in arrival order already); drop `fair`"
-                    .to_owned(),
+            return wrong(
+                "a semaphore cannot be fair (on the stores that queue waiters its waiters are \
+                 served in arrival order already); drop `fair`",
             );
         }
-        if params.fair && !store.fair {
-            return Err(format!(
-                "fair locks are not available on the {} backend; use redis://, \
-                 redis+cluster://, redis+sentinel://, postgres://…?mode=advisory, memory://, \
-                 zk:// or etcd:// (their waiters queue in arrival order), or drop `fair`",
-                store.store
-            ));
+        let needs = [
+            (params.upgradable, Feature::Upgradable),
+            (params.kind == Kind::Shared, Feature::ReadLocks),
+            (matches!(params.kind, Kind::Permits(_)), Feature::Semaphores),
+            (params.lock_delay_ms > 0, Feature::LockDelay),
+            (params.fencing, Feature::Fencing),
+            (params.fair, Feature::Fair),
+        ];
+        for (asked, feature) in needs {
+            if asked {
+                store.require(feature, Some(key))?;
+            }
         }
         let local_queue = !shared && !params.fair;
         Ok(Plan {
@@ -210,7 +203,7 @@ mod tests {
 
     #[test]
     fn a_plain_lock_tries_once_then_queues_locally_and_hands_over() {
-        let plan = Plan::of(&params(Kind::Exclusive, false), &REDIS_LIKE).unwrap();
+        let plan = Plan::of(&params(Kind::Exclusive, false), &REDIS_LIKE, "k").unwrap();
         assert!(plan.fast_try && plan.local_queue && plan.hand_over && plan.listen_first);
         // A waiting writer marks the lock against new readers: a place to give up.
         assert!(plan.keeps_place);
@@ -220,7 +213,7 @@ mod tests {
     #[test]
     fn readers_and_permits_wait_on_the_server_alone() {
         for kind in [Kind::Shared, Kind::Permits(3)] {
-            let plan = Plan::of(&params(kind, false), &REDIS_LIKE).unwrap();
+            let plan = Plan::of(&params(kind, false), &REDIS_LIKE, "k").unwrap();
             assert!(plan.fast_try, "{kind:?}");
             assert!(
                 !plan.local_queue && !plan.hand_over && !plan.keeps_place,
@@ -231,30 +224,43 @@ mod tests {
 
     #[test]
     fn a_fair_lock_goes_straight_into_the_servers_queue() {
-        let plan = Plan::of(&params(Kind::Exclusive, true), &REDIS_LIKE).unwrap();
+        let plan = Plan::of(&params(Kind::Exclusive, true), &REDIS_LIKE, "k").unwrap();
         assert!(!plan.fast_try && !plan.local_queue && !plan.hand_over && plan.keeps_place);
     }
 
     #[test]
     fn a_queueing_store_never_tries_first_and_listens_once_in_line() {
-        let plan = Plan::of(&params(Kind::Exclusive, false), &QUEUEING).unwrap();
+        let plan = Plan::of(&params(Kind::Exclusive, false), &QUEUEING, "k").unwrap();
         assert!(!plan.fast_try && !plan.listen_first && plan.keeps_place);
         assert!(plan.local_queue && !plan.hand_over);
     }
 
     #[test]
-    fn refusals_say_why() {
+    fn refusals_are_typed_and_say_why() {
         let plain = Capabilities::plain("redlock");
-        let why = Plan::of(&params(Kind::Exclusive, true), &plain).unwrap_err();
-        assert!(
-            why.contains("fair locks are not available on the redlock backend"),
-            "{why}"
-        );
-        let why = Plan::of(&params(Kind::Shared, false), &plain).unwrap_err();
+        let unsupported = |params: Params, caps: &Capabilities| match Plan::of(&params, caps, "k") {
+            Err(LockError::Unsupported {
+                backend,
+                feature,
+                key,
+                reason,
+            }) => {
+                assert_eq!((backend, key.as_deref()), ("redlock", Some("k")));
+                (feature, reason)
+            }
+            other => panic!("{:?}", other.map(|_| ())),
+        };
+        let (feature, why) = unsupported(params(Kind::Exclusive, true), &plain);
+        assert_eq!(feature, Feature::Fair);
+        assert!(why.contains("arrival order"), "{why}");
+        let (feature, why) = unsupported(params(Kind::Shared, false), &plain);
+        assert_eq!(feature, Feature::ReadLocks);
         assert!(why.contains("no read locks"), "{why}");
-        let why = Plan::of(&params(Kind::Shared, true), &REDIS_LIKE).unwrap_err();
-        assert!(why.contains("a read lock cannot be fair"), "{why}");
-        let why = Plan::of(&params(Kind::Permits(2), true), &REDIS_LIKE).unwrap_err();
-        assert!(why.contains("a semaphore cannot be fair"), "{why}");
+        let wrong = |params: Params| match Plan::of(&params, &REDIS_LIKE, "k") {
+            Err(LockError::Config(why)) => why,
+            other => panic!("{:?}", other.map(|_| ())),
+        };
+        assert!(wrong(params(Kind::Shared, true)).contains("a read lock cannot be fair"));
+        assert!(wrong(params(Kind::Permits(2), true)).contains("a semaphore cannot be fair"));
     }
 }

@@ -336,10 +336,13 @@ fn check_share(share: std::time::Duration, key: &str) -> Result<(), LockError> {
 }
 
 #[cfg(feature = "share")]
-fn refused(key: &str, store: &str, why: &str) -> LockError {
-    LockError::Config(format!(
-        "`share` for key `{key}`: the {store} store keeps no shared results: {why}"
-    ))
+fn refused(key: &str, store: &'static str, why: &str) -> LockError {
+    LockError::Unsupported {
+        backend: store,
+        feature: crate::Feature::SharedResults,
+        key: Some(key.to_owned()),
+        reason: why.to_owned(),
+    }
 }
 
 #[cfg(feature = "share")]

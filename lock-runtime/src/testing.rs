@@ -79,3 +79,9 @@ pub fn etcd_queue(name: &str) -> String {
 
 #[cfg(feature = "etcd")]
 pub use crate::backend::etcd::inspect::{EtcdInspector, EtcdKey};
+
+/// Whether the store of `client` queues its waiters on the server (a ZooKeeper node, an etcd
+/// key, a waiting session), serving every kind in arrival order.
+pub fn waiters_queue(client: &crate::LockClient) -> bool {
+    client.admin_backend().capabilities().queues_waiters
+}

@@ -122,7 +122,7 @@ pub(crate) async fn upgrade(
         // pooler without `listen_url`): ask again as its waiters do.
         if let Some(poll) = backend.capabilities().poll {
             busy += 1;
-            pause = pause.min(poll(busy));
+            pause = pause.min(poll.pause(busy));
         }
         let wake_at = deadline.map_or(now + pause, |deadline| deadline.min(now + pause));
         let lost = crate::held::lost(Arc::clone(shared));

@@ -415,7 +415,12 @@ impl<'a, 'h> Waiter<'a, 'h> {
         };
         // A backend that cannot announce releases is asked again sooner, never later than the
         // holder's lease ends.
-        let pause = match self.backend.capabilities().poll.map(|poll| poll(self.busy)) {
+        let pause = match self
+            .backend
+            .capabilities()
+            .poll
+            .map(|poll| poll.pause(self.busy))
+        {
             Some(poll) => poll.min(until_lease_ends),
             None => until_lease_ends,
         };

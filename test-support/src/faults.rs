@@ -1028,14 +1028,8 @@ impl<const ITSELF: bool> Fixture for PgBouncerFixture<ITSELF> {
     async fn slowed(&self, min: Duration, max: Duration) -> super::fixture::Slowed {
         self.0.slowed(min, max).await
     }
-    fn fair(&self) -> bool {
-        self.0.fair()
-    }
-    fn read_locks(&self) -> bool {
-        self.0.read_locks()
-    }
-    fn upgradable(&self) -> bool {
-        self.0.upgradable()
+    async fn supports(&self, feature: distlock::Feature) -> bool {
+        self.0.supports(feature).await
     }
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         self.0.readers(name).await

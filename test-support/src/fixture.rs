@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use distlock::{LockClient, LockClientBuilder};
+use distlock::{Feature, LockClient, LockClientBuilder};
 
 use super::cluster::RedisCluster;
 use super::mysql::MysqlServer;
@@ -30,10 +30,11 @@ pub trait Fixture {
         self.builder().build().await.expect("client connects")
     }
 
-    /// Whether the backend hands out fencing tokens (Redlock refuses: it cannot keep them
-    /// monotonic).
-    fn fencing(&self) -> bool {
-        true
+    /// Whether the store serves `feature`, as its client says (`LockClient::supports`: the
+    /// store's capabilities, the one truth the docs' table is rendered from). A case for a
+    /// feature the store lacks asserts its typed refusal instead.
+    async fn supports(&self, feature: Feature) -> bool {
+        self.client().await.supports(feature)
     }
 
     /// The owner token stored under backend key `name` (prefix included), if any.
@@ -65,33 +66,10 @@ pub trait Fixture {
         None
     }
 
-    /// Whether the backend grants locks in arrival order on request (`.fair()`).
-    fn fair(&self) -> bool {
-        true
-    }
-
-    /// Whether the backend serves read locks (`.read()`); otherwise it refuses them with
-    /// `LockError::Config`.
-    fn read_locks(&self) -> bool {
-        false
-    }
-
-    /// Whether the backend serves upgradable read locks (`.upgradable()`); otherwise it
-    /// refuses them with `LockError::Config`.
-    fn upgradable(&self) -> bool {
-        false
-    }
-
     /// The live readers of backend key `name` as the store holds them: each one's token and
     /// remaining share (longest first) where the store keeps one per reader.
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         panic!("no read locks on this backend: nothing to read at {name}")
-    }
-
-    /// Whether the backend serves semaphores (`client.semaphore`); otherwise it refuses them
-    /// with `LockError::Config`.
-    fn semaphores(&self) -> bool {
-        self.read_locks()
     }
 
     /// The live permits of the semaphore at backend key `name` as the store holds them: each
@@ -101,31 +79,13 @@ pub trait Fixture {
         self.readers(name).await
     }
 
-    /// Whether the backend keeps `min_hold` (`.min_hold(…)`); otherwise it refuses it with
-    /// `LockError::Config` (a lock that lives on its holder's connection cannot outlive it).
-    fn min_hold(&self) -> bool {
-        true
-    }
-
-    /// Whether the backend keeps a lock-delay (`.lock_delay(…)`: a hold its store expires by a
-    /// TTL); otherwise it refuses it with `LockError::Config`.
-    fn lock_delay(&self) -> bool {
-        true
-    }
-
     /// Whether anything at all is stored at backend key `name` (on any node).
     async fn anything_at(&self, name: &str) -> bool {
         self.holder(name).await.is_some()
     }
 
-    /// Whether the store keeps shared results (`.share(…)`; every built-in store does);
-    /// otherwise it refuses them with `LockError::Config`.
-    fn shares(&self) -> bool {
-        true
-    }
-
     /// The TTL of the result shared for lock `name` (prefix included) as the server holds it;
-    /// `None` when none is stored. Only for a store that [`shares`](Self::shares), on a server.
+    /// `None` when none is stored. Only for a store that keeps them, on a server.
     async fn shared_ttl(&self, name: &str) -> Option<Duration> {
         unimplemented!("no shared result of {name} can be read here")
     }
@@ -228,14 +188,6 @@ impl Fixture for MemoryFixture {
         distlock::__private::testing::memory_peek(&self.url, name).map(|(token, _)| token)
     }
 
-    fn upgradable(&self) -> bool {
-        true
-    }
-
-    fn read_locks(&self) -> bool {
-        true
-    }
-
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         let readers = distlock::__private::testing::memory_readers(&self.url, name);
         readers.into_iter().map(|(t, d)| (t, Some(d))).collect()
@@ -304,14 +256,6 @@ impl Fixture for RedisFixture {
 
     async fn holder(&self, name: &str) -> Option<String> {
         self.server.get(name).await
-    }
-
-    fn upgradable(&self) -> bool {
-        true
-    }
-
-    fn read_locks(&self) -> bool {
-        true
     }
 
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
@@ -512,10 +456,6 @@ impl RedlockFixture {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for RedlockFixture {
-    fn fair(&self) -> bool {
-        false
-    }
-
     /// The longest TTL among the nodes' copies (each node is written).
     async fn shared_ttl(&self, name: &str) -> Option<Duration> {
         let key = format!("lock-share:{name}");
@@ -529,10 +469,6 @@ impl Fixture for RedlockFixture {
 
     fn url(&self) -> String {
         RedlockFixture::url_with_ports(self.servers.iter().map(RedisServer::port), self.tls)
-    }
-
-    fn fencing(&self) -> bool {
-        false
     }
 
     async fn holder(&self, name: &str) -> Option<String> {
@@ -636,14 +572,6 @@ impl Fixture for ClusterFixture {
         ttl_with(&mut self.cluster.connection().await, &format!("{{{name}}}")).await
     }
 
-    fn upgradable(&self) -> bool {
-        true
-    }
-
-    fn read_locks(&self) -> bool {
-        true
-    }
-
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         readers_with(&mut self.cluster.connection().await, &format!("{{{name}}}")).await
     }
@@ -704,14 +632,6 @@ impl Fixture for SentinelFixture {
 
     async fn holder(&self, name: &str) -> Option<String> {
         self.master().get(name).await
-    }
-
-    fn upgradable(&self) -> bool {
-        true
-    }
-
-    fn read_locks(&self) -> bool {
-        true
     }
 
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
@@ -856,10 +776,6 @@ impl PostgresFixture {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for PostgresFixture {
-    fn fair(&self) -> bool {
-        false
-    }
-
     async fn shared_ttl(&self, name: &str) -> Option<Duration> {
         let sql = format!(
             "SELECT (extract(epoch FROM expires_at - now()) * 1000)::int8 FROM {}_shared \
@@ -894,14 +810,6 @@ impl Fixture for PostgresFixture {
             self.table
         );
         self.rows(&sql, &[&name]).await.first().map(|r| r.get(0))
-    }
-
-    fn read_locks(&self) -> bool {
-        true
-    }
-
-    fn upgradable(&self) -> bool {
-        true
     }
 
     /// The shares in the live readers' row (token `readers`): lines `<token> <end, unix ms>` in
@@ -1115,10 +1023,6 @@ impl Fixture for AdvisoryFixture {
             .map(|r| Duration::from_millis(r.get::<_, i64>(0).max(0) as u64))
     }
 
-    fn lock_delay(&self) -> bool {
-        false
-    }
-
     /// The default lease fits in `max_lease_ms`.
     fn builder(&self) -> LockClientBuilder {
         let longest = Duration::from_millis(self.max_lease_ms);
@@ -1137,21 +1041,6 @@ impl Fixture for AdvisoryFixture {
         false
     }
 
-    fn min_hold(&self) -> bool {
-        false
-    }
-
-    /// Readers hold the shared advisory lock of the key, each on its session.
-    fn read_locks(&self) -> bool {
-        true
-    }
-
-    /// An upgradable read is a share beside an exclusive mark; its upgrade, the exclusive lock
-    /// on the same session.
-    fn upgradable(&self) -> bool {
-        true
-    }
-
     /// An upgraded read's share (beside its write lock, on one session) is not a reader's.
     async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
         let writer = self.held(name).await.map(|(pid, ..)| pid);
@@ -1164,10 +1053,6 @@ impl Fixture for AdvisoryFixture {
             .collect();
         readers.sort_by_key(|r| std::cmp::Reverse(r.1));
         readers
-    }
-
-    fn semaphores(&self) -> bool {
-        false
     }
 
     async fn holder(&self, name: &str) -> Option<String> {
@@ -1294,10 +1179,6 @@ impl MysqlFixture {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for MysqlFixture {
-    fn fair(&self) -> bool {
-        false
-    }
-
     async fn shared_ttl(&self, name: &str) -> Option<Duration> {
         let sql = format!(
             "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), expires_at) FROM {}_shared \
@@ -1374,14 +1255,6 @@ impl Fixture for MysqlFixture {
             .rows::<i64>(&sql, (bytes, bytes, bytes))
             .await
             .is_empty()
-    }
-
-    fn read_locks(&self) -> bool {
-        true
-    }
-
-    fn upgradable(&self) -> bool {
-        true
     }
 
     /// The live share rows `name + 0x01 + token`, each with its own lease — but for the one
@@ -1563,20 +1436,8 @@ impl Fixture for NamedFixture {
             .map(|us| Duration::from_micros(us.max(0) as u64))
     }
 
-    fn lock_delay(&self) -> bool {
-        false
-    }
-
     fn url(&self) -> String {
         format!("{}?mode=named", self.server.url_for(&self.database))
-    }
-
-    fn fair(&self) -> bool {
-        false
-    }
-
-    fn min_hold(&self) -> bool {
-        false
     }
 
     async fn holder(&self, name: &str) -> Option<String> {
@@ -1749,10 +1610,6 @@ impl ZookeeperFixture {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for ZookeeperFixture {
-    fn upgradable(&self) -> bool {
-        true
-    }
-
     /// Over TLS (`zks://`), connecting includes the Java server's TLS handshake, which a
     /// busy host has pushed past the default 3 s (three conformance cases at once, load
     /// average 7.5 on two cores): the fixture's clients allow 10 s. No promise under test
@@ -1801,10 +1658,6 @@ impl Fixture for ZookeeperFixture {
     async fn ttl(&self, name: &str) -> Option<Duration> {
         let (_, data, stat) = self.holder_node(name).await?;
         zk_ttl(&data, &stat)
-    }
-
-    fn read_locks(&self) -> bool {
-        true
     }
 
     /// The readers at the head of the queue (nodes `<token>-r-lock-<sequence>` before the first
@@ -2004,10 +1857,6 @@ fn etcd_token(kv: &distlock::__private::testing::EtcdKey) -> String {
 
 #[async_trait::async_trait(?Send)]
 impl Fixture for EtcdFixture {
-    fn upgradable(&self) -> bool {
-        true
-    }
-
     /// From the expiry the value starts with (unix ms, the writer's clock: this one's).
     async fn shared_ttl(&self, name: &str) -> Option<Duration> {
         let key = format!(
@@ -2024,10 +1873,6 @@ impl Fixture for EtcdFixture {
 
     async fn holder(&self, name: &str) -> Option<String> {
         Some(etcd_token(&self.holder_key(name).await?))
-    }
-
-    fn read_locks(&self) -> bool {
-        true
     }
 
     /// The readers at the head of the queue (keys `<queue><lease>[.<slot>]-r`, oldest first,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use distlock::{LockClient, LockError};
+use distlock::{Feature, LockClient, LockError};
 #[cfg(feature = "etcd")]
 use support::fixture::EtcdFixture;
 #[cfg(feature = "zookeeper")]
@@ -225,15 +225,6 @@ pub async fn an_upgradable_read_upgrades_without_letting_a_writer_in(fixture: &d
     use distlock::LockMode;
     let one = fixture.client().await;
     let two = fixture.client().await;
-    if !fixture.upgradable() {
-        let err = one.lock("up").upgradable().acquire().await.unwrap_err();
-        assert!(
-            matches!(err, LockError::Config(_)) && err.to_string().contains("upgradable"),
-            "{err}"
-        );
-        assert!(!fixture.anything_at("lock:up").await);
-        return;
-    }
     // An earlier writer's fencing token, which the upgrade's must exceed.
     let earlier = one.lock("up").fencing(true).acquire().await.unwrap();
     let earlier_fence = earlier.fencing_token().unwrap();
@@ -357,9 +348,6 @@ pub async fn an_upgradable_read_upgrades_without_letting_a_writer_in(fixture: &d
 pub async fn an_upgrade_waits_for_a_reader_behind_a_waiting_upgradable_request(
     fixture: &dyn Fixture,
 ) {
-    if !fixture.upgradable() {
-        return; // refused: see `an_upgradable_read_upgrades_without_letting_a_writer_in`
-    }
     let one = fixture.client().await;
     let two = fixture.client().await;
     let three = fixture.client().await;
@@ -455,9 +443,6 @@ fn waiting_upgradable(
 /// upgradable read whose lease ran out is lost, not upgraded.
 pub async fn a_given_up_upgrade_leaves_the_upgradable_read_as_it_was(fixture: &dyn Fixture) {
     use distlock::LockMode;
-    if !fixture.upgradable() {
-        return; // refused: see `an_upgradable_read_upgrades_without_letting_a_writer_in`
-    }
     let one = fixture.client().await;
     let two = fixture.client().await;
     let mut up = one
@@ -872,22 +857,6 @@ pub async fn timeout_reports_how_long_it_waited(fixture: &dyn Fixture) {
 /// A backend that cannot keep tokens monotonic (Redlock) refuses, at build and per request,
 /// with an error that says why.
 pub async fn fencing_tokens_increase(fixture: &dyn Fixture) {
-    if !fixture.fencing() {
-        let refused = fixture.builder().fencing(true).build().await.unwrap_err();
-        assert!(refused.to_string().contains("monotonic"), "{refused}");
-        let client = fixture.client().await;
-        let refused = client
-            .lock("fenced")
-            .fencing(true)
-            .acquire()
-            .await
-            .unwrap_err();
-        assert!(refused.to_string().contains("fencing"), "{refused}");
-        assert_eq!(fixture.holder("lock:fenced").await, None, "nothing taken");
-        let plain = client.lock("fenced").acquire().await.unwrap();
-        assert_eq!(plain.fencing_token(), None);
-        return;
-    }
     let a = fixture.builder().fencing(true).build().await.unwrap();
     let b = fixture.client().await;
     let last = Arc::new(AtomicU64::new(0));
@@ -974,7 +943,7 @@ pub async fn bad_keys_are_refused_and_nothing_is_written(fixture: &dyn Fixture) 
 pub async fn unusual_keys_are_stored_verbatim(fixture: &dyn Fixture) {
     let client = fixture
         .builder()
-        .fencing(fixture.fencing())
+        .fencing(fixture.supports(Feature::Fencing).await)
         .build()
         .await
         .unwrap();
@@ -999,7 +968,10 @@ pub async fn unusual_keys_are_stored_verbatim(fixture: &dyn Fixture) {
             Some(token),
             "{key:?}"
         );
-        assert_eq!(guard.fencing_token().is_some(), fixture.fencing());
+        assert_eq!(
+            guard.fencing_token().is_some(),
+            fixture.supports(Feature::Fencing).await
+        );
         guards.push(guard);
     }
     // Every key is its own lock: all are held at once, and each one is busy.
@@ -1258,7 +1230,7 @@ pub async fn a_watch_reports_each_change_as_the_store_announces_it(fixture: &dyn
     drop(lapsing);
 
     // Readers: each one joining is an acquisition, each one leaving a release.
-    if fixture.read_locks() {
+    if fixture.supports(Feature::ReadLocks).await {
         let first = holder.lock("w:r").read().acquire().await.unwrap();
         let joined = next().await;
         assert!(
@@ -1289,7 +1261,7 @@ pub async fn a_watch_reports_each_change_as_the_store_announces_it(fixture: &dyn
 
     // An election's observer is woken the same way: each new leader, and nobody after the
     // last resigns, seen within a round trip or two, not at its next (hourly) poll.
-    if fixture.fencing() {
+    if fixture.supports(Feature::Fencing).await {
         use futures_util::StreamExt;
         let poll = if announces { ms(3_600_000) } else { ms(50) };
         let observed = client.election("w:elect").poll(poll).observe();
@@ -1318,7 +1290,7 @@ pub async fn a_watch_reports_each_change_as_the_store_announces_it(fixture: &dyn
 pub async fn the_admin_api_shows_who_holds_what(fixture: &dyn Fixture) {
     let client = fixture
         .builder()
-        .fencing(fixture.fencing())
+        .fencing(fixture.supports(Feature::Fencing).await)
         .build()
         .await
         .unwrap();
@@ -1437,7 +1409,7 @@ pub async fn a_forced_release_frees_the_lock_and_tells_the_holder(fixture: &dyn 
 /// when another node runs it.
 pub async fn a_try_once_that_exits_leaves_nothing_in_line(fixture: &dyn Fixture) {
     let key = "try-once:exit";
-    let fair = fixture.fair();
+    let fair = fixture.supports(Feature::Fair).await;
     let request = move |client: &LockClient| {
         let request = client.lock(key).lease(TRY_ONCE_LEASE);
         if fair { request.fair() } else { request }
@@ -1560,10 +1532,6 @@ pub async fn a_waiter_whose_process_ends_leaves_nothing_in_line(fixture: &dyn Fi
 /// next owner took it meanwhile. That is no lost lease: `release()` is `Ok`, and the next owner's
 /// lock is intact.
 pub async fn a_release_whose_reply_was_lost_is_not_reported_lost(fixture: &dyn Fixture) {
-    if let Some(why) = fixture.one_process() {
-        println!("does not apply: no network between the client and the store ({why})");
-        return;
-    }
     let path = fixture.slowed(Duration::ZERO, Duration::ZERO).await;
     let via_proxy = LockClient::builder(path.url.as_str())
         .response_timeout(ms(500))
@@ -1629,35 +1597,174 @@ pub async fn a_release_whose_reply_was_lost_is_not_reported_lost(fixture: &dyn F
     taken.release().await.unwrap();
 }
 
+// ---- What a store lacks (its `Capabilities`: `LockError::Unsupported`, nothing written) ----
+
+/// `result` is the typed refusal of `feature` by this store for `key`: `Unsupported` naming
+/// the store, the feature and the key, in a message that says so.
+fn assert_unsupported<T: std::fmt::Debug>(
+    result: Result<T, LockError>,
+    feature: Feature,
+    key: &str,
+) {
+    let error = match result {
+        Err(error) => error,
+        Ok(granted) => panic!("{feature} on a store without them: granted {granted:?}"),
+    };
+    assert!(error.is_unsupported(), "not `Unsupported`: {error:?}");
+    assert_eq!(error.key(), Some(key), "{error}");
+    let message = error.to_string();
+    match &error {
+        LockError::Unsupported {
+            backend,
+            feature: refused,
+            reason,
+            ..
+        } => {
+            assert_eq!(*refused, feature, "{message}");
+            assert!(!reason.is_empty() && message.contains(backend), "{message}");
+            assert!(message.contains(&feature.to_string()), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// [`assert_unsupported`], and nothing is stored at the key.
+async fn assert_refused<T: std::fmt::Debug>(
+    fixture: &dyn Fixture,
+    result: Result<T, LockError>,
+    feature: Feature,
+    key: &str,
+) {
+    assert_unsupported(result, feature, key);
+    assert!(
+        !fixture.anything_at(&format!("lock:{key}")).await,
+        "the refusal of {feature} wrote at `{key}`"
+    );
+}
+
+/// A store without read locks refuses them — one key, several keys, waiting or not — as
+/// `Unsupported`, writing nothing; the plain lock of the same key is granted.
+pub async fn read_locks_are_refused_writing_nothing(fixture: &dyn Fixture) {
+    let client = fixture.client().await;
+    assert!(!serves_read_locks(fixture, &client, "catalog").await);
+    let refused = client.lock("catalog").read().wait(ms(500)).acquire().await;
+    assert_refused(fixture, refused, Feature::ReadLocks, "catalog").await;
+    let refused = client
+        .lock_all(["shelf:a", "shelf:b"])
+        .read()
+        .acquire()
+        .await;
+    assert_refused(fixture, refused, Feature::ReadLocks, "shelf:a").await;
+    assert!(!fixture.anything_at("lock:shelf:b").await);
+    client
+        .lock("catalog")
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+}
+
+/// A store without upgradable reads refuses them as `Unsupported`, writing nothing.
+pub async fn upgradable_reads_are_refused_writing_nothing(fixture: &dyn Fixture) {
+    let client = fixture.client().await;
+    let refused = client.lock("up").upgradable().acquire().await;
+    assert_refused(fixture, refused, Feature::Upgradable, "up").await;
+    let refused = client.lock("up").upgradable().wait(ms(0)).acquire().await;
+    assert_refused(fixture, refused, Feature::Upgradable, "up").await;
+}
+
+/// A store whose waiters are not served in arrival order refuses a fair request as
+/// `Unsupported`, writing nothing.
+pub async fn fair_locks_are_refused_writing_nothing(fixture: &dyn Fixture) {
+    let client = fixture.client().await;
+    let refused = client.lock("fair").fair().acquire().await;
+    assert_refused(fixture, refused, Feature::Fair, "fair").await;
+    let refused = client.lock("fair").fair().wait(ms(0)).acquire().await;
+    assert_refused(fixture, refused, Feature::Fair, "fair").await;
+}
+
+/// A store without semaphores refuses a permit — and `available()` — as `Unsupported`,
+/// writing nothing.
+pub async fn semaphores_are_refused_writing_nothing(fixture: &dyn Fixture) {
+    let client = fixture.client().await;
+    let refused = client.semaphore("gpu", 2).wait(ms(0)).acquire().await;
+    assert_refused(fixture, refused, Feature::Semaphores, "gpu").await;
+    let refused = client.semaphore("gpu", 2).wait(ms(500)).acquire().await;
+    assert_refused(fixture, refused, Feature::Semaphores, "gpu").await;
+    let refused = client.semaphore("gpu", 2).available().await;
+    assert_refused(fixture, refused, Feature::Semaphores, "gpu").await;
+}
+
+/// A store that cannot keep `min_hold` (a lock that ends with its holder's connection)
+/// refuses a request with one as `Unsupported`, writing nothing; without it, the same request
+/// is granted.
+pub async fn min_hold_is_refused_writing_nothing(fixture: &dyn Fixture) {
+    let client = fixture.client().await;
+    let request = client.lock("min-hold:refused").lease(ms(3_000));
+    let refused = request.min_hold(ms(1_000)).acquire().await;
+    assert_refused(fixture, refused, Feature::MinHold, "min-hold:refused").await;
+    let guard = client.lock("min-hold:refused").acquire().await.unwrap();
+    guard.release().await.unwrap();
+}
+
+/// A store that cannot keep a lock-delay refuses it as `Unsupported`, writing nothing — asked
+/// per request, or as a client's default (the client connects; its acquisitions are refused).
+pub async fn lock_delay_is_refused_writing_nothing(fixture: &dyn Fixture) {
+    const DELAY: Duration = Duration::from_millis(1_500);
+    let client = fixture.client().await;
+    let refused = client.lock("delayed").lock_delay(DELAY).await;
+    assert_refused(fixture, refused, Feature::LockDelay, "delayed").await;
+    let delaying = fixture.builder().lock_delay(DELAY).build().await.unwrap();
+    let refused = delaying.lock("delayed").await;
+    assert_refused(fixture, refused, Feature::LockDelay, "delayed").await;
+}
+
+/// A store without fencing tokens refuses them — a client that asks for them on every lock
+/// (at build), a request that asks — and elections, whose terms they are, as `Unsupported`,
+/// writing nothing; a plain lock is granted, without a token.
+pub async fn fencing_and_elections_are_refused_writing_nothing(fixture: &dyn Fixture) {
+    match fixture.builder().fencing(true).build().await {
+        Err(LockError::Unsupported {
+            feature: Feature::Fencing,
+            key: None,
+            reason,
+            ..
+        }) => assert!(reason.contains("monotonic"), "{reason}"),
+        other => panic!(
+            "a fencing client on a store without fencing: {:?}",
+            other.map(|_| ())
+        ),
+    }
+    let client = fixture.client().await;
+    let refused = client.lock("fenced").fencing(true).acquire().await;
+    assert_refused(fixture, refused, Feature::Fencing, "fenced").await;
+    let plain = client.lock("fenced").acquire().await.unwrap();
+    assert_eq!(plain.fencing_token(), None);
+    plain.release().await.unwrap();
+    let refused = client.election("elect:x").campaign("a").await;
+    assert_refused(fixture, refused, Feature::Elections, "elect:x").await;
+    let refused = client.election("elect:x").leader().await;
+    assert_refused(fixture, refused, Feature::Elections, "elect:x").await;
+}
+
 // ---- Read/write locks (`../shared/DESIGN.md`, "Lock kinds") ----
 
-/// On a backend without read locks: the refusal, a `Config` error naming the key and saying
-/// so. `true` when the backend serves them and the case goes on.
+/// On a store without read locks: the typed refusal, nothing written. `true` when the store
+/// serves them and the case goes on.
 async fn serves_read_locks(fixture: &dyn Fixture, client: &LockClient, key: &str) -> bool {
-    if fixture.read_locks() {
+    if fixture.supports(Feature::ReadLocks).await {
         return true;
     }
-    match client.lock(key).read().wait(ms(0)).acquire().await {
-        Err(LockError::Config(message)) => {
-            assert!(
-                message.contains(&format!("`{key}`")) && message.contains("read lock"),
-                "{message}"
-            );
-            println!("refused, as it should be: {message}");
-            assert!(!fixture.anything_at(&format!("lock:{key}")).await);
-            false
-        }
-        other => panic!("read locks on a backend that says it has none: {other:?}"),
-    }
+    let refused = client.lock(key).read().wait(ms(0)).acquire().await;
+    assert_refused(fixture, refused, Feature::ReadLocks, key).await;
+    false
 }
 
 /// Readers of one key hold it together, each with a share of its own on the server; a writer
 /// excludes readers and is excluded by them; the last reader's release frees the key.
 pub async fn readers_share_a_key_and_exclude_writers(fixture: &dyn Fixture) {
     let (one, two) = (fixture.client().await, fixture.client().await);
-    if !serves_read_locks(fixture, &one, "catalog").await {
-        return;
-    }
     let lease = ms(10_000);
     let first = one.lock("catalog").read().lease(lease).wait(ms(0));
     let first = first.acquire().await.expect("a free key is read at once");
@@ -1731,9 +1838,6 @@ fn store_then_guard(guard: &distlock::LockGuard, stored: &dyn std::fmt::Debug, w
 /// (Redisson #1604, #7098).
 pub async fn each_reader_has_its_own_lease(fixture: &dyn Fixture) {
     let (one, two) = (fixture.client().await, fixture.client().await);
-    if !serves_read_locks(fixture, &one, "tenant").await {
-        return;
-    }
     let short = one.lock("tenant").read().lease(ms(600)).renew(false);
     let short = short.acquire().await.unwrap();
     let long = two
@@ -1769,9 +1873,6 @@ pub async fn each_reader_has_its_own_lease(fixture: &dyn Fixture) {
 /// stops new readers from joining — and nobody reads while it writes.
 pub async fn a_waiting_writer_is_not_starved_by_readers(fixture: &dyn Fixture) {
     let writer_client = fixture.client().await;
-    if !serves_read_locks(fixture, &writer_client, "prices").await {
-        return;
-    }
     let writing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reads = Arc::new(AtomicU64::new(0));
@@ -1837,9 +1938,6 @@ pub async fn a_waiting_writer_is_not_starved_by_readers(fixture: &dyn Fixture) {
 /// a waiting writer — by notification, long before the holders' 30 s leases end.
 pub async fn releases_wake_readers_and_writers(fixture: &dyn Fixture) {
     let client = fixture.client().await;
-    if !serves_read_locks(fixture, &client, "report").await {
-        return;
-    }
     let lease = ms(30_000);
     let writer = client.lock("report").lease(lease).acquire().await.unwrap();
     let mut waiting = Vec::new();
@@ -1893,9 +1991,6 @@ pub async fn releases_wake_readers_and_writers(fixture: &dyn Fixture) {
 /// than after the mark lapses.
 pub async fn a_writer_that_gives_up_lets_readers_in_again(fixture: &dyn Fixture) {
     let client = fixture.client().await;
-    if !serves_read_locks(fixture, &client, "menu").await {
-        return;
-    }
     let reader = client
         .lock("menu")
         .read()
@@ -1930,13 +2025,10 @@ pub async fn a_writer_that_gives_up_lets_readers_in_again(fixture: &dyn Fixture)
 pub async fn readers_get_the_last_writers_fencing_token(fixture: &dyn Fixture) {
     let client = fixture
         .builder()
-        .fencing(fixture.fencing())
+        .fencing(fixture.supports(Feature::Fencing).await)
         .build()
         .await
         .unwrap();
-    if !serves_read_locks(fixture, &client, "version").await {
-        return;
-    }
     let first = client.lock("version").acquire().await.unwrap();
     let written = first.fencing_token().expect("a write grant's token");
     first.release().await.unwrap();
@@ -1963,9 +2055,6 @@ pub async fn readers_get_the_last_writers_fencing_token(fixture: &dyn Fixture) {
 /// The admin API shows a read lock's readers, each with its holder and own lease.
 pub async fn the_admin_api_shows_readers(fixture: &dyn Fixture) {
     let client = fixture.client().await;
-    if !serves_read_locks(fixture, &client, "shown").await {
-        return;
-    }
     let one = client
         .lock("shown")
         .read()
@@ -2015,26 +2104,6 @@ pub async fn the_admin_api_shows_readers(fixture: &dyn Fixture) {
 
 // ---- Semaphores (`../shared/DESIGN.md`, "Lock kinds") ----
 
-/// On a backend without semaphores: the refusal, a `Config` error naming the key and saying
-/// so. `true` when the backend serves them and the case goes on.
-async fn serves_semaphores(fixture: &dyn Fixture, client: &LockClient, key: &str) -> bool {
-    if fixture.semaphores() {
-        return true;
-    }
-    match client.semaphore(key, 2).wait(ms(0)).acquire().await {
-        Err(LockError::Config(message)) => {
-            assert!(
-                message.contains(&format!("`{key}`")) && message.contains("semaphore"),
-                "{message}"
-            );
-            println!("refused, as it should be: {message}");
-            assert!(!fixture.anything_at(&format!("lock:{key}")).await);
-            false
-        }
-        other => panic!("a semaphore on a backend that says it has none: {other:?}"),
-    }
-}
-
 /// The tokens of `guards`, sorted.
 fn tokens_of(guards: &[&distlock::LockGuard]) -> Vec<String> {
     let mut tokens: Vec<String> = guards
@@ -2050,9 +2119,6 @@ fn tokens_of(guards: &[&distlock::LockGuard]) -> Vec<String> {
 /// one permit, the last one's leaves nothing behind.
 pub async fn a_semaphore_admits_up_to_n_holders_at_once(fixture: &dyn Fixture) {
     let (one, two) = (fixture.client().await, fixture.client().await);
-    if !serves_semaphores(fixture, &one, "gpu").await {
-        return;
-    }
     let take = |client: &LockClient| client.semaphore("gpu", 3).lease(ms(10_000)).wait(ms(0));
     let a = take(&one).acquire().await.expect("a free permit at once");
     let b = take(&two).acquire().await.expect("a second permit");
@@ -2123,9 +2189,6 @@ pub async fn a_semaphore_admits_up_to_n_holders_at_once(fixture: &dyn Fixture) {
 /// before), while a renewed one goes on and never keeps another alive.
 pub async fn each_permit_has_its_own_lease(fixture: &dyn Fixture) {
     let (one, two) = (fixture.client().await, fixture.client().await);
-    if !serves_semaphores(fixture, &one, "partner-api").await {
-        return;
-    }
     let short = one.semaphore("partner-api", 2).lease(ms(900)).renew(false);
     let short = short.acquire().await.unwrap();
     let started = Instant::now();
@@ -2165,9 +2228,6 @@ pub async fn each_permit_has_its_own_lease(fixture: &dyn Fixture) {
 /// and write nothing. `permits = 0` is refused before any round trip.
 pub async fn a_semaphore_refuses_another_limit_and_another_kind(fixture: &dyn Fixture) {
     let client = fixture.client().await;
-    if !serves_semaphores(fixture, &client, "migrations").await {
-        return;
-    }
     let held = client.semaphore("migrations", 2).acquire().await.unwrap();
     let refused = |result: Result<distlock::LockGuard, LockError>, words: &[&str]| match result {
         Err(LockError::Config(message)) => {
@@ -2187,9 +2247,14 @@ pub async fn a_semaphore_refuses_another_limit_and_another_kind(fixture: &dyn Fi
     refused(read, &["`migrations`", "semaphore of 2 permits"]);
     let write = client.lock("migrations").wait(ms(5_000)).await;
     refused(write, &["`migrations`", "semaphore of 2 permits"]);
-    // A fair request too (refused as a semaphore's name, or as fair where fair locks are not).
+    // A fair request too: refused as a semaphore's name, or (`Unsupported`, before the store
+    // is asked) as fair where fair locks are not.
     let fair = client.lock("migrations").fair().wait(ms(5_000)).await;
-    refused(fair, &["`migrations`"]);
+    if fixture.supports(Feature::Fair).await {
+        refused(fair, &["`migrations`"]);
+    } else {
+        assert_unsupported(fair, Feature::Fair, "migrations");
+    }
     assert!(
         started.elapsed() < ms(5_000),
         "a refusal waited out `wait`: {:?}",
@@ -2233,9 +2298,6 @@ pub async fn a_semaphore_refuses_another_limit_and_another_kind(fixture: &dyn Fi
 /// A release wakes a waiter for a permit at once — long before the holders' leases run out.
 pub async fn a_permit_release_wakes_a_waiter(fixture: &dyn Fixture) {
     let (one, two) = (fixture.client().await, fixture.client().await);
-    if !serves_semaphores(fixture, &one, "pool").await {
-        return;
-    }
     let lease = ms(20_000);
     let a = one.semaphore("pool", 2).lease(lease).await.unwrap();
     let b = one.semaphore("pool", 2).lease(lease).await.unwrap();
@@ -2268,13 +2330,6 @@ pub async fn a_permit_release_wakes_a_waiter(fixture: &dyn Fixture) {
 /// order: each freed permit to the earliest waiter (elsewhere no order is promised).
 pub async fn permit_waiters_are_served_in_arrival_order(fixture: &dyn Fixture) {
     let client = fixture.client().await;
-    if !serves_semaphores(fixture, &client, "queue-pool").await {
-        return;
-    }
-    if !matches!(client.backend_kind(), "zookeeper" | "etcd") {
-        println!("{}: no arrival order promised", client.backend_kind());
-        return;
-    }
     let lease = ms(20_000);
     let a = client
         .semaphore("queue-pool", 2)
@@ -2331,13 +2386,10 @@ pub async fn permit_waiters_are_served_in_arrival_order(fixture: &dyn Fixture) {
 pub async fn permits_get_rising_fencing_tokens(fixture: &dyn Fixture) {
     let client = fixture
         .builder()
-        .fencing(fixture.fencing())
+        .fencing(fixture.supports(Feature::Fencing).await)
         .build()
         .await
         .unwrap();
-    if !serves_semaphores(fixture, &client, "fenced-pool").await {
-        return;
-    }
     let a = client.semaphore("fenced-pool", 2).await.unwrap();
     let b = client.semaphore("fenced-pool", 2).await.unwrap();
     let (ta, tb) = (a.fencing_token().unwrap(), b.fencing_token().unwrap());
@@ -2353,9 +2405,6 @@ pub async fn permits_get_rising_fencing_tokens(fixture: &dyn Fixture) {
 /// The admin API shows a semaphore's limit and its permits, each with its holder.
 pub async fn the_admin_api_shows_permits(fixture: &dyn Fixture) {
     let client = fixture.client().await;
-    if !serves_semaphores(fixture, &client, "shown-pool").await {
-        return;
-    }
     let lease = ms(20_000);
     let one = client
         .semaphore("shown-pool", 3)
@@ -2393,18 +2442,6 @@ pub async fn the_admin_api_shows_permits(fixture: &dyn Fixture) {
 /// lock's name, or a store without semaphores: `Config`, as an acquisition.
 pub async fn available_counts_the_permits_not_held(fixture: &dyn Fixture) {
     let client = fixture.client().await;
-    if !fixture.semaphores() {
-        match client.semaphore("free-pool", 2).available().await {
-            Err(LockError::Config(message)) => {
-                assert!(
-                    message.contains("`free-pool`") && message.contains("semaphore"),
-                    "{message}"
-                );
-            }
-            other => panic!("available() on a store without semaphores: {other:?}"),
-        }
-        return;
-    }
     let pool = || client.semaphore("free-pool", 3).lease(ms(10_000));
     assert_eq!(pool().available().await.unwrap(), 3, "nothing held");
     assert!(
@@ -2490,7 +2527,7 @@ pub async fn several_keys_are_taken_together_and_given_back_together(fixture: &d
     let (one, two) = (
         fixture
             .builder()
-            .fencing(fixture.fencing())
+            .fencing(fixture.supports(Feature::Fencing).await)
             .build()
             .await
             .unwrap(),
@@ -2514,7 +2551,7 @@ pub async fn several_keys_are_taken_together_and_given_back_together(fixture: &d
             assert!(ttl <= ms(10_000) && ttl > ms(5_000), "{name}: {ttl:?}");
         }
     }
-    if fixture.fencing() {
+    if fixture.supports(Feature::Fencing).await {
         assert_eq!(set.fencing_tokens().len(), 2, "{:?}", set.fencing_tokens());
     } else {
         assert!(set.fencing_tokens().is_empty());
@@ -2733,9 +2770,6 @@ pub async fn an_empty_or_bad_key_list_is_refused(fixture: &dyn Fixture) {
 /// writer of either key waits; released, nothing is left.
 pub async fn a_set_of_readers_shares_every_key(fixture: &dyn Fixture) {
     let (one, two) = (fixture.client().await, fixture.client().await);
-    if !serves_read_locks(fixture, &one, "shelf:x").await {
-        return;
-    }
     let take = |client: &LockClient| client.lock_all(["shelf:y", "shelf:x"]).read().wait(ms(0));
     let a = take(&one).acquire().await.expect("readers of a free set");
     let b = take(&two).acquire().await.expect("readers share the set");
@@ -2801,37 +2835,11 @@ async fn free_again_after_min_hold<F, Fut>(
     }
 }
 
-/// On a backend that cannot keep `min_hold` (PostgreSQL's advisory locks end with their
-/// holder's connection): a request with one fails with `Config`, naming the key and saying why,
-/// and takes nothing. `true` when that was checked (the calling test ends there).
-async fn min_hold_is_refused(fixture: &dyn Fixture) -> bool {
-    if fixture.min_hold() {
-        return false;
-    }
-    let client = fixture.client().await;
-    let request = client.lock("min-hold:refused").lease(ms(3_000));
-    match request.min_hold(ms(1_000)).acquire().await {
-        Err(LockError::Config(message)) => assert!(
-            message.contains("`min-hold:refused`") && message.contains("min_hold"),
-            "{message}"
-        ),
-        other => panic!("min_hold on a backend that cannot keep it: {other:?}"),
-    }
-    assert!(!fixture.anything_at("lock:min-hold:refused").await);
-    // Without min_hold, the same request is granted.
-    let guard = client.lock("min-hold:refused").acquire().await.unwrap();
-    guard.release().await.unwrap();
-    true
-}
-
 /// A release before `min_hold` leaves the lock held on the server (for every kind the backend
 /// serves: a plain lock, a reader's share, a semaphore's permit, a set of keys), a try-once by
 /// another client is busy, and the lock is free again when `min_hold` has passed — not before
 /// 2/3 of it, not after `min_hold` + 1 s.
 pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &dyn Fixture) {
-    if min_hold_is_refused(fixture).await {
-        return;
-    }
     let (one, two) = (fixture.client().await, fixture.client().await);
     let early = |request: distlock::LockRequest| {
         request.lease(MIN_HOLD_LEASE).min_hold(MIN_HOLD).wait(ms(0))
@@ -2921,7 +2929,7 @@ pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &dyn F
     };
     // A fair lock: the next in line is granted it when min_hold has passed.
     let fair = async {
-        if fixture.fair() {
+        if fixture.supports(Feature::Fair).await {
             let (sent, acquired) = released_early(one.lock("min-hold:fair").fair()).await;
             assert!(fixture.holder("lock:min-hold:fair").await.is_some());
             free_again_after_min_hold("a fair lock", sent, acquired, || async {
@@ -2947,7 +2955,7 @@ pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &dyn F
     };
     // A reader's share keeps writers out.
     let read = async {
-        if fixture.read_locks() {
+        if fixture.supports(Feature::ReadLocks).await {
             let (sent, acquired) = released_early(one.lock("min-hold:read").read()).await;
             assert_eq!(
                 fixture.readers("lock:min-hold:read").await.len(),
@@ -2962,7 +2970,7 @@ pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &dyn F
     };
     // A semaphore's permit stays in use.
     let permits = async {
-        if fixture.semaphores() {
+        if fixture.supports(Feature::Semaphores).await {
             // (A semaphore's request is a type of its own: `early` by hand.)
             let sent = Instant::now();
             let guard = one
@@ -3008,9 +3016,6 @@ pub async fn a_release_before_min_hold_keeps_the_lock_until_then(fixture: &dyn F
 /// down, its client is dropped) leaves the lock held until `min_hold` has passed: on ZooKeeper
 /// and etcd its session or lease is left to expire, not closed. (Lease = `min_hold`.)
 pub async fn min_hold_outlives_a_holder_process_that_exits(fixture: &dyn Fixture) {
-    if min_hold_is_refused(fixture).await {
-        return;
-    }
     let key = "min-hold:exited";
     let min_hold = ms(2_000);
     // Opened first: a `memory://` store lives while a client of it does.
@@ -3082,30 +3087,6 @@ pub async fn lock_delay_keeps_a_dead_holders_key_past_its_lease(fixture: &dyn Fi
     let key = "delayed";
     // Opened first: a `memory://` store lives while a client of it does.
     let client = fixture.client().await;
-    if !fixture.lock_delay() {
-        match client.lock(key).lease(LEASE).lock_delay(DELAY).await {
-            Err(LockError::Config(message)) => assert!(
-                message.contains("`delayed`") && message.contains("lock_delay"),
-                "{message}"
-            ),
-            other => panic!("lock_delay on a store that cannot keep it: {other:?}"),
-        }
-        assert!(
-            !fixture.anything_at("lock:delayed").await,
-            "a refusal wrote"
-        );
-        // A client whose default is a lock-delay connects, and its acquisitions are refused.
-        let delaying = fixture.builder().lock_delay(DELAY).build().await.unwrap();
-        assert!(matches!(
-            delaying.lock(key).lease(LEASE).await,
-            Err(LockError::Config(_))
-        ));
-        assert!(
-            !fixture.anything_at("lock:delayed").await,
-            "a refusal wrote"
-        );
-        return;
-    }
     // A release frees the key at once, delay or not.
     let other = fixture.client().await;
     let released = client
@@ -3267,9 +3248,6 @@ pub async fn max_hold_stops_renewal_and_loses_the_lock_then(fixture: &dyn Fixtur
 pub async fn a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refused(
     fixture: &dyn Fixture,
 ) {
-    if min_hold_is_refused(fixture).await {
-        return;
-    }
     let client = fixture.client().await;
     let guard = client
         .lock("min-hold:late")
@@ -3309,19 +3287,6 @@ pub async fn a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refuse
 /// is a clear error. A store without shared results refuses them, naming itself.
 pub async fn a_shared_result_is_computed_once_and_given_to_every_caller(fixture: &dyn Fixture) {
     let one = fixture.client().await;
-    if !fixture.shares() {
-        let error = one
-            .lock("report")
-            .share(ms(1_000))
-            .run(|| async { Ok::<u64, LockError>(1) })
-            .await
-            .unwrap_err();
-        assert!(
-            matches!(&error, LockError::Config(why) if why.contains("share") && why.contains("report")),
-            "{error}"
-        );
-        return;
-    }
     let share = Duration::from_secs(30);
     let runs = Arc::new(AtomicUsize::new(0));
     let mut callers = Vec::new();
@@ -3452,9 +3417,6 @@ pub async fn a_shared_result_is_computed_once_and_given_to_every_caller(fixture:
 
 /// `share` from four processes at once: the body runs in one, and all four get its value.
 pub async fn four_processes_share_one_computed_result(fixture: &dyn Fixture) {
-    if fixture.one_process().is_some() || !fixture.shares() {
-        return;
-    }
     support::helper::four_processes_share_one_result(&fixture.url(), "shared-by-processes").await;
 }
 
@@ -3592,16 +3554,6 @@ pub async fn reentrancy_is_the_same_however_the_lock_was_entered(fixture: &dyn F
 pub async fn an_election_has_one_leader_at_a_time(fixture: &dyn Fixture) {
     use futures_util::StreamExt;
     let watcher = fixture.client().await;
-    if !fixture.fencing() {
-        let refused = watcher.election("elect:redlock").campaign("a").await;
-        match refused {
-            Err(LockError::Config(message)) => assert!(message.contains("Redlock"), "{message}"),
-            other => panic!("an election on Redlock: {other:?}"),
-        }
-        assert!(watcher.election("elect:redlock").leader().await.is_err());
-        assert!(!fixture.anything_at("lock:elect:redlock").await);
-        return;
-    }
     let lease = ms(10_000);
     let election = watcher.election("elect:one").poll(ms(20));
     assert_eq!(election.leader().await.unwrap(), None);
@@ -3733,7 +3685,7 @@ pub async fn an_election_has_one_leader_at_a_time(fixture: &dyn Fixture) {
         "the lock was touched"
     );
     plain.release().await.unwrap();
-    if fixture.semaphores() {
+    if fixture.supports(Feature::Semaphores).await {
         let permit = watcher
             .semaphore("elect:permits", 2)
             .acquire()
@@ -3752,26 +3704,198 @@ pub async fn an_election_has_one_leader_at_a_time(fixture: &dyn Fixture) {
     }
 }
 
+/// The tests of `cases` for one fixture.
+macro_rules! cases {
+    ($fixture:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let fixture = $fixture;
+                super::$case(&fixture).await;
+            }
+        )*
+    };
+}
+
+/// The cases of one group — what a store serves (`serves`: its cases), or lacks (`lacks`: the
+/// typed refusal, where the group is a feature) — in the full suite (`full`) or the TLS one.
+macro_rules! group {
+    (full $fixture:expr; serves read_locks) => {
+        cases!($fixture;
+            readers_share_a_key_and_exclude_writers,
+            each_reader_has_its_own_lease,
+            a_waiting_writer_is_not_starved_by_readers,
+            releases_wake_readers_and_writers,
+            a_writer_that_gives_up_lets_readers_in_again,
+            readers_get_the_last_writers_fencing_token,
+            the_admin_api_shows_readers,
+            a_set_of_readers_shares_every_key,
+        );
+    };
+    (full $fixture:expr; serves upgradable) => {
+        cases!($fixture;
+            an_upgradable_read_upgrades_without_letting_a_writer_in,
+            a_given_up_upgrade_leaves_the_upgradable_read_as_it_was,
+            an_upgrade_waits_for_a_reader_behind_a_waiting_upgradable_request,
+        );
+    };
+    (full $fixture:expr; serves semaphores) => {
+        cases!($fixture;
+            a_semaphore_admits_up_to_n_holders_at_once,
+            each_permit_has_its_own_lease,
+            a_semaphore_refuses_another_limit_and_another_kind,
+            a_permit_release_wakes_a_waiter,
+            permits_get_rising_fencing_tokens,
+            the_admin_api_shows_permits,
+            available_counts_the_permits_not_held,
+        );
+    };
+    (full $fixture:expr; serves queued_permits) => {
+        cases!($fixture; permit_waiters_are_served_in_arrival_order);
+    };
+    (full $fixture:expr; serves min_hold) => {
+        cases!($fixture;
+            a_release_before_min_hold_keeps_the_lock_until_then,
+            min_hold_outlives_a_holder_process_that_exits,
+            a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refused,
+        );
+    };
+    (full $fixture:expr; serves lock_delay) => {
+        cases!($fixture; lock_delay_keeps_a_dead_holders_key_past_its_lease);
+    };
+    (full $fixture:expr; serves fencing) => {
+        cases!($fixture; fencing_tokens_increase, an_election_has_one_leader_at_a_time);
+    };
+    (full $fixture:expr; serves processes) => {
+        cases!($fixture;
+            a_release_whose_reply_was_lost_is_not_reported_lost,
+            four_processes_share_one_computed_result,
+        );
+    };
+    (tls $fixture:expr; serves read_locks) => {
+        cases!($fixture; readers_share_a_key_and_exclude_writers);
+    };
+    (tls $fixture:expr; serves semaphores) => {
+        cases!($fixture; a_semaphore_admits_up_to_n_holders_at_once);
+    };
+    (tls $fixture:expr; serves fencing) => {
+        cases!($fixture; fencing_tokens_increase);
+    };
+    ($suite:ident $fixture:expr; serves $group:ident) => {};
+    ($suite:ident $fixture:expr; lacks read_locks) => {
+        cases!($fixture; read_locks_are_refused_writing_nothing);
+    };
+    ($suite:ident $fixture:expr; lacks upgradable) => {
+        cases!($fixture; upgradable_reads_are_refused_writing_nothing);
+    };
+    ($suite:ident $fixture:expr; lacks semaphores) => {
+        cases!($fixture; semaphores_are_refused_writing_nothing);
+    };
+    ($suite:ident $fixture:expr; lacks fair) => {
+        cases!($fixture; fair_locks_are_refused_writing_nothing);
+    };
+    ($suite:ident $fixture:expr; lacks min_hold) => {
+        cases!($fixture; min_hold_is_refused_writing_nothing);
+    };
+    ($suite:ident $fixture:expr; lacks lock_delay) => {
+        cases!($fixture; lock_delay_is_refused_writing_nothing);
+    };
+    ($suite:ident $fixture:expr; lacks fencing) => {
+        cases!($fixture; fencing_and_elections_are_refused_writing_nothing);
+    };
+    // Not features: a semaphore without arrival order, a store inside the process, have no
+    // refusal to check.
+    ($suite:ident $fixture:expr; lacks $group:ident) => {};
+}
+
+/// One fixture's module: the `cases` every store runs, each group it `serves` or `lacks`, and
+/// a test that the two lists are what its client says it can do (`LockClient::supports`, the
+/// store's `Capabilities`): a case exists exactly where it applies.
 macro_rules! conformance {
-    ($backend:ident => $fixture:expr; $($case:ident),* $(,)?) => {
+    ($suite:ident $backend:ident => $fixture:expr;
+        serves [$($serves:ident),* $(,)?]; lacks [$($lacks:ident),* $(,)?];
+        $($case:ident),* $(,)?) => {
         mod $backend {
             #[allow(unused_imports)]
             use super::*;
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    let fixture = $fixture;
-                    super::$case(&fixture).await;
-                }
-            )*
+            cases!($fixture; $($case),*);
+            $(group!($suite $fixture; serves $serves);)*
+            $(group!($suite $fixture; lacks $lacks);)*
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn its_cases_are_what_its_store_serves() {
+                let fixture = $fixture;
+                super::groups_are_capabilities(
+                    &fixture,
+                    &[$(stringify!($serves)),*],
+                    &[$(stringify!($lacks)),*],
+                )
+                .await;
+            }
         }
     };
 }
 
+/// Every group a fixture lists, in `serves` or `lacks`.
+const GROUPS: [&str; 9] = [
+    "read_locks",
+    "upgradable",
+    "semaphores",
+    "queued_permits",
+    "fair",
+    "min_hold",
+    "lock_delay",
+    "fencing",
+    "processes",
+];
+
+/// Whether the store of `fixture` has what `group` needs, from its client's capabilities.
+async fn has(fixture: &dyn Fixture, group: &str) -> bool {
+    let client = fixture.client().await;
+    match group {
+        "read_locks" => client.supports(Feature::ReadLocks),
+        "upgradable" => client.supports(Feature::Upgradable),
+        "semaphores" => client.supports(Feature::Semaphores),
+        "queued_permits" => {
+            client.supports(Feature::Semaphores)
+                && distlock::__private::testing::waiters_queue(&client)
+        }
+        "fair" => client.supports(Feature::Fair),
+        "min_hold" => client.supports(Feature::MinHold),
+        "lock_delay" => client.supports(Feature::LockDelay),
+        "fencing" => client.supports(Feature::Fencing) && client.supports(Feature::Elections),
+        "processes" => fixture.one_process().is_none(),
+        other => panic!("no group `{other}`"),
+    }
+}
+
+/// The groups a fixture's module `serves` and `lacks` are every group, each where the store's
+/// capabilities put it.
+async fn groups_are_capabilities(fixture: &dyn Fixture, serves: &[&str], lacks: &[&str]) {
+    let mut listed: Vec<&str> = serves.iter().chain(lacks).copied().collect();
+    listed.sort_unstable();
+    let mut all = GROUPS.to_vec();
+    all.sort_unstable();
+    assert_eq!(listed, all, "every group once, in `serves` or `lacks`");
+    for group in serves {
+        assert!(
+            has(fixture, group).await,
+            "listed as served, but the store lacks `{group}`"
+        );
+    }
+    for group in lacks {
+        assert!(
+            !has(fixture, group).await,
+            "listed as lacking, but the store has `{group}`"
+        );
+    }
+}
+
 macro_rules! suite {
-    ($($backend:ident => $fixture:expr),* $(,)?) => {
+    ($($backend:ident => $fixture:expr;
+        serves [$($serves:ident),* $(,)?]; lacks [$($lacks:ident),* $(,)?]),* $(,)?) => {
         $(
-            conformance!($backend => $fixture;
+            conformance!(full $backend => $fixture;
+                serves [$($serves),*]; lacks [$($lacks),*];
                 mutual_exclusion_under_contention,
                 acquire_stores_a_token_with_a_ttl_and_release_deletes_it,
                 a_stale_owner_cannot_release_the_new_owners_lock,
@@ -3786,7 +3910,6 @@ macro_rules! suite {
                 a_waiter_retries_when_the_holders_lease_runs_out,
                 wait_zero_tries_once,
                 timeout_reports_how_long_it_waited,
-                fencing_tokens_increase,
                 clients_and_tasks_are_separate_owners,
                 bad_keys_are_refused_and_nothing_is_written,
                 unusual_keys_are_stored_verbatim,
@@ -3797,89 +3920,96 @@ macro_rules! suite {
                 a_watch_reports_each_change_as_the_store_announces_it,
                 a_try_once_that_exits_leaves_nothing_in_line,
                 a_waiter_whose_process_ends_leaves_nothing_in_line,
-                a_release_whose_reply_was_lost_is_not_reported_lost,
-                readers_share_a_key_and_exclude_writers,
-                each_reader_has_its_own_lease,
-                a_waiting_writer_is_not_starved_by_readers,
-                releases_wake_readers_and_writers,
-                a_writer_that_gives_up_lets_readers_in_again,
-                readers_get_the_last_writers_fencing_token,
-                the_admin_api_shows_readers,
-                an_upgradable_read_upgrades_without_letting_a_writer_in,
-                a_given_up_upgrade_leaves_the_upgradable_read_as_it_was,
-                an_upgrade_waits_for_a_reader_behind_a_waiting_upgradable_request,
-                a_semaphore_admits_up_to_n_holders_at_once,
-                each_permit_has_its_own_lease,
-                a_semaphore_refuses_another_limit_and_another_kind,
-                a_permit_release_wakes_a_waiter,
-                permit_waiters_are_served_in_arrival_order,
-                permits_get_rising_fencing_tokens,
-                the_admin_api_shows_permits,
-                available_counts_the_permits_not_held,
                 several_keys_are_taken_together_and_given_back_together,
                 opposite_orders_never_deadlock,
                 a_set_that_times_out_gives_back_what_it_took,
                 losing_any_key_loses_the_set,
                 an_empty_or_bad_key_list_is_refused,
-                a_set_of_readers_shares_every_key,
-                a_release_before_min_hold_keeps_the_lock_until_then,
-                min_hold_outlives_a_holder_process_that_exits,
-                a_release_after_min_hold_is_plain_and_too_long_a_min_hold_is_refused,
                 max_hold_stops_renewal_and_loses_the_lock_then,
-                lock_delay_keeps_a_dead_holders_key_past_its_lease,
                 on_busy_skip_runs_nothing_when_busy,
                 a_shared_result_is_computed_once_and_given_to_every_caller,
-                four_processes_share_one_computed_result,
                 reentrancy_is_the_same_however_the_lock_was_entered,
-                an_election_has_one_leader_at_a_time,
             );
         )*
     };
 }
 
 suite! {
-    memory => MemoryFixture::new(),
-    redis => RedisFixture::new(),
-    redlock => RedlockFixture::new(3),
-    cluster => ClusterFixture::new(),
-    sentinel => SentinelFixture::new(),
+    memory => MemoryFixture::new();
+        serves [read_locks, upgradable, semaphores, fair, min_hold, lock_delay, fencing];
+        lacks [queued_permits, processes],
+    redis => RedisFixture::new();
+        serves [read_locks, upgradable, semaphores, fair, min_hold, lock_delay, fencing, processes];
+        lacks [queued_permits],
+    redlock => RedlockFixture::new(3);
+        serves [min_hold, lock_delay, processes];
+        lacks [read_locks, upgradable, semaphores, queued_permits, fair, fencing],
+    cluster => ClusterFixture::new();
+        serves [read_locks, upgradable, semaphores, fair, min_hold, lock_delay, fencing, processes];
+        lacks [queued_permits],
+    sentinel => SentinelFixture::new();
+        serves [read_locks, upgradable, semaphores, fair, min_hold, lock_delay, fencing, processes];
+        lacks [queued_permits],
 }
 
 #[cfg(feature = "postgres")]
 suite! {
-    postgres => PostgresFixture::new(),
-    advisory => AdvisoryFixture::new(),
+    postgres => PostgresFixture::new();
+        serves [read_locks, upgradable, semaphores, min_hold, lock_delay, fencing, processes];
+        lacks [queued_permits, fair],
+    advisory => AdvisoryFixture::new();
+        serves [read_locks, upgradable, fair, fencing, processes];
+        lacks [semaphores, queued_permits, min_hold, lock_delay],
     // Through PgBouncer 1.18 in transaction mode (`pooler=transaction`): `LISTEN` on the
     // server itself (`listen_url`), or none (waiters poll).
-    pgbouncer => PostgresFixture::pgbouncer(true),
-    pgbouncer_polling => PostgresFixture::pgbouncer(false),
+    pgbouncer => PostgresFixture::pgbouncer(true);
+        serves [read_locks, upgradable, semaphores, min_hold, lock_delay, fencing, processes];
+        lacks [queued_permits, fair],
+    pgbouncer_polling => PostgresFixture::pgbouncer(false);
+        serves [read_locks, upgradable, semaphores, min_hold, lock_delay, fencing, processes];
+        lacks [queued_permits, fair],
 }
 
 #[cfg(feature = "mysql")]
 suite! {
-    mysql => MysqlFixture::new(),
+    mysql => MysqlFixture::new();
+        serves [read_locks, upgradable, semaphores, min_hold, lock_delay, fencing, processes];
+        lacks [queued_permits, fair],
     // `mode=named`: MySQL's and MariaDB's named locks (`GET_LOCK`).
-    named => NamedFixture::new(),
+    named => NamedFixture::new();
+        serves [fencing, processes];
+        lacks [read_locks, upgradable, semaphores, queued_permits, fair, min_hold, lock_delay],
 }
 
 #[cfg(feature = "zookeeper")]
 suite! {
-    zookeeper => ZookeeperFixture::new(),
-    zookeeper_rwlock => ZookeeperFixture::rwlock(),
+    zookeeper => ZookeeperFixture::new();
+        serves [read_locks, upgradable, semaphores, queued_permits, fair, min_hold, lock_delay,
+            fencing, processes];
+        lacks [],
+    zookeeper_rwlock => ZookeeperFixture::rwlock();
+        serves [read_locks, upgradable, semaphores, queued_permits, fair, min_hold, lock_delay,
+            fencing, processes];
+        lacks [],
 }
 
 #[cfg(feature = "etcd")]
 suite! {
-    etcd => EtcdFixture::new(),
+    etcd => EtcdFixture::new();
+        serves [read_locks, upgradable, semaphores, queued_permits, fair, min_hold, lock_delay,
+            fencing, processes];
+        lacks [],
 }
 
 /// The core cases again through TLS-only servers (`rediss://`, `redlocks://`, …, each with
 /// the test CA named in the URL): what TLS must not change.
 #[cfg(feature = "tls")]
 macro_rules! tls_suite {
-    ($($backend:ident => $fixture:expr),* $(,)?) => {
+    ($($backend:ident => $fixture:expr;
+        serves [$($serves:ident),* $(,)?]; lacks [$($lacks:ident),* $(,)?]),* $(,)?) => {
         $(
-            conformance!($backend => $fixture;
+            conformance!(tls $backend => $fixture;
+                serves [$($serves),*]; lacks [$($lacks),*];
                 mutual_exclusion_under_contention,
                 acquire_stores_a_token_with_a_ttl_and_release_deletes_it,
                 a_stale_owner_cannot_release_the_new_owners_lock,
@@ -3887,12 +4017,9 @@ macro_rules! tls_suite {
                 a_deleted_lock_is_reported_lost_within_one_renewal_interval,
                 a_dropped_guard_is_released_promptly,
                 a_waiter_is_woken_by_the_release,
-                fencing_tokens_increase,
                 a_slow_backend_still_grants_waiting_acquisitions,
                 the_admin_api_shows_who_holds_what,
                 a_watch_reports_each_change_as_the_store_announces_it,
-                readers_share_a_key_and_exclude_writers,
-                a_semaphore_admits_up_to_n_holders_at_once,
                 several_keys_are_taken_together_and_given_back_together,
             );
         )*
@@ -3901,27 +4028,43 @@ macro_rules! tls_suite {
 
 #[cfg(feature = "tls")]
 tls_suite! {
-    redis_tls => RedisFixture::tls(),
-    redlock_tls => RedlockFixture::tls(3),
-    cluster_tls => ClusterFixture::tls(),
+    redis_tls => RedisFixture::tls();
+        serves [read_locks, upgradable, semaphores, fair, min_hold, lock_delay, fencing, processes];
+        lacks [queued_permits],
+    redlock_tls => RedlockFixture::tls(3);
+        serves [min_hold, lock_delay, processes];
+        lacks [read_locks, upgradable, semaphores, queued_permits, fair, fencing],
+    cluster_tls => ClusterFixture::tls();
+        serves [read_locks, upgradable, semaphores, fair, min_hold, lock_delay, fencing, processes];
+        lacks [queued_permits],
 }
 
 #[cfg(all(feature = "tls", feature = "postgres"))]
 tls_suite! {
-    postgres_tls => PostgresFixture::tls(),
+    postgres_tls => PostgresFixture::tls();
+        serves [read_locks, upgradable, semaphores, min_hold, lock_delay, fencing, processes];
+        lacks [queued_permits, fair],
 }
 
 #[cfg(all(feature = "tls", feature = "mysql"))]
 tls_suite! {
-    mysql_tls => MysqlFixture::tls(),
+    mysql_tls => MysqlFixture::tls();
+        serves [read_locks, upgradable, semaphores, min_hold, lock_delay, fencing, processes];
+        lacks [queued_permits, fair],
 }
 
 #[cfg(all(feature = "tls", feature = "zookeeper"))]
 tls_suite! {
-    zookeeper_tls => ZookeeperFixture::tls(),
+    zookeeper_tls => ZookeeperFixture::tls();
+        serves [read_locks, upgradable, semaphores, queued_permits, fair, min_hold, lock_delay,
+            fencing, processes];
+        lacks [],
 }
 
 #[cfg(all(feature = "tls", feature = "etcd"))]
 tls_suite! {
-    etcd_tls => EtcdFixture::tls(),
+    etcd_tls => EtcdFixture::tls();
+        serves [read_locks, upgradable, semaphores, queued_permits, fair, min_hold, lock_delay,
+            fencing, processes];
+        lacks [],
 }

@@ -227,10 +227,10 @@ async fn unreachable_or_wrong_protocol_servers_fail_within_the_connect_timeout()
 }
 
 /// A fair lock on a backend that cannot queue waiters across processes (Redlock here; also the
-/// SQL backends) fails at once with a `Config` error that names the key and says which
-/// backends can, before anything is sent.
+/// SQL lock tables) fails at once with `Unsupported`, naming the store, the feature and the key
+/// and pointing at the table of what each store can do, before anything is sent.
 #[tokio::test]
-async fn a_fair_lock_where_the_backend_cannot_queue_is_a_config_error() {
+async fn a_fair_lock_where_the_backend_cannot_queue_is_unsupported() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let url = format!(
         "redlock://{}",
@@ -251,9 +251,18 @@ async fn a_fair_lock_where_the_backend_cannot_queue_is_a_config_error() {
         .await
         .expect_err("Redlock has no fair queue");
     let message = err.to_string();
-    assert!(matches!(err, LockError::Config(_)), "{err:?}");
     assert!(
-        message.contains("order:7") && message.contains("fair") && message.contains("redis://"),
+        matches!(
+            &err,
+            LockError::Unsupported { backend: "redlock", feature: distlock::Feature::Fair, key: Some(key), .. }
+                if key == "order:7"
+        ),
+        "{err:?}"
+    );
+    assert!(
+        message.contains("`order:7`")
+            && message.contains("fair")
+            && message.contains("distlock::guide::backends"),
         "{message}"
     );
     for server in &servers {

@@ -28,7 +28,7 @@
 use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
-use distlock::{LockClient, LockError};
+use distlock::{Feature, LockClient, LockError};
 use support::faults::{Backend, Faulty, Recorder, Scenario};
 use support::fenced::Resource;
 use support::fixture::Fixture;
@@ -108,27 +108,28 @@ async fn short_timeout_client(fixture: &dyn Fixture, timeout: Duration) -> LockC
 async fn fenced_client(fixture: &dyn Fixture) -> LockClient {
     fixture
         .builder()
-        .fencing(fixture.fencing())
+        .fencing(fixture.supports(Feature::Fencing).await)
         .build()
         .await
         .unwrap()
 }
 
 /// A holder process of `key` (lease `lease`), in mode `hold` or `fenced` (writing `resource`).
-fn spawn_holder<F: Faulty>(
+async fn spawn_holder<F: Faulty>(
     fixture: &F,
     key: &str,
     lease: Duration,
     mode: &str,
     resource: &str,
 ) -> Helper {
+    let fencing = fixture.supports(Feature::Fencing).await;
     helper::spawn(
         "holder",
         &[
             ("LOCK_URL", fixture.url()),
             ("LOCK_KEY", key.to_owned()),
             ("LEASE_MS", lease.as_millis().to_string()),
-            ("FENCING", if fixture.fencing() { "1" } else { "0" }.into()),
+            ("FENCING", if fencing { "1" } else { "0" }.into()),
             ("MODE", mode.to_owned()),
             ("RESOURCE", resource.to_owned()),
         ],
@@ -206,7 +207,7 @@ async fn killed<F: Faulty>(fixture: F, who: Killed) {
     // The set's second key (the helper's `set` mode takes `<key>` and `<key>:2`).
     let second = format!("{key}:2");
     let lease = fixture.short_lease();
-    let mut holder = spawn_holder(&fixture, &key, lease, mode, "");
+    let mut holder = spawn_holder(&fixture, &key, lease, mode, "").await;
     let (first_token, _, owner) = acquired(&holder).await;
     let second_owner = holder_of(&fixture, &second).await;
     match who {
@@ -268,7 +269,7 @@ async fn killed<F: Faulty>(fixture: F, who: Killed) {
         after_kill < lease + fixture.expiry_late(),
         "granted {after_kill:?} after the kill"
     );
-    if fixture.fencing() {
+    if fixture.supports(Feature::Fencing).await {
         // A writer's (or permit's) token is larger than the killed holder's; a reader's is the
         // last write grant's, or its own grant's (ZooKeeper, etcd): either way below the new one.
         assert!(guard.fencing_token() > first_token);
@@ -324,7 +325,7 @@ async fn paused_holder_is_fenced_off<F: Faulty>(fixture: F) {
     let resource_name = unique("resource").replace('-', "_");
     let mut resource = Resource::open(&fixture.url(), &resource_name).await;
     let lease = fixture.short_lease() / 2;
-    let holder = spawn_holder(&fixture, &key, lease, "fenced", &resource_name);
+    let holder = spawn_holder(&fixture, &key, lease, "fenced", &resource_name).await;
     let (stale_token, _, _) = acquired(&holder).await;
     let stale_token = stale_token.expect("fencing token");
     assert_eq!(holder.read("wrote1", Duration::from_secs(10)).await, "true");
@@ -380,9 +381,10 @@ async fn blackholed_holder<F: Faulty>(fixture: F) {
     // The holder's margin is the drift allowance (1 % + 2 ms = 22 ms) plus the waiter's retry
     // jitter: a longer lease keeps a busy machine's scheduling delays inside it.
     let lease = ms(2_000);
+    let fencing = fixture.supports(Feature::Fencing).await;
     let holder = support::helper::connect_patiently(|| {
         LockClient::builder(path.url.as_str())
-            .fencing(fixture.fencing())
+            .fencing(fencing)
             .response_timeout(ms(200))
             .connect_timeout(ms(200))
             .build()
@@ -426,7 +428,7 @@ async fn blackholed_holder<F: Faulty>(fixture: F) {
         .await
         .expect("lost() resolves once the guard is lost");
     assert_not_before_expiry(&fixture, lease, before_read, ttl, granted_at);
-    if fixture.fencing() {
+    if fixture.supports(Feature::Fencing).await {
         assert!(next.fencing_token() > held_token);
     }
     for proxy in path.proxies() {
@@ -460,9 +462,10 @@ async fn waiter_cut_off<F: Faulty>(fixture: F) {
     };
     let waiter_url = path.as_ref().map_or(fixture.url(), |p| p.url.clone());
     let direct = fenced_client(&fixture).await;
+    let fencing = fixture.supports(Feature::Fencing).await;
     let waiter_client = support::helper::connect_patiently(|| {
         LockClient::builder(waiter_url.as_str())
-            .fencing(fixture.fencing())
+            .fencing(fencing)
             .response_timeout(ms(300))
             .connect_timeout(ms(300))
             .build()
@@ -1151,7 +1154,7 @@ async fn reader_killed<F: Faulty>(fixture: F) {
 async fn paused_reader_loses_its_share<F: Faulty>(fixture: F) {
     let key = unique("reader-paused");
     let lease = fixture.short_lease() / 2;
-    let reader = spawn_holder(&fixture, &key, lease, "read-told", "");
+    let reader = spawn_holder(&fixture, &key, lease, "read-told", "").await;
     let (_, _, owner) = acquired(&reader).await;
     assert!(holds_share(&fixture, &key, &owner).await);
     let before_read = now_ns();
@@ -1208,7 +1211,7 @@ async fn permit_holder_killed<F: Faulty>(fixture: F) {
 async fn paused_permit_holder_loses_its_permit<F: Faulty>(fixture: F) {
     let key = unique("permit-paused");
     let lease = fixture.short_lease() / 2;
-    let holder = spawn_holder(&fixture, &key, lease, "permit-told", "");
+    let holder = spawn_holder(&fixture, &key, lease, "permit-told", "").await;
     let (_, _, owner) = acquired(&holder).await;
     assert_eq!(permit_holders(&fixture, &key).await, [owner]);
     let before_read = now_ns();

@@ -10,6 +10,7 @@
 
 use std::time::{Duration, Instant};
 
+use distlock::Feature;
 use support::cluster::RedisCluster;
 use support::fixture::RedlockFixture;
 use support::helper::MAX_SLEEP_US;
@@ -1139,7 +1140,7 @@ async fn through_fixture(
     contend_and_check(
         &fixture.url(),
         Some(&register.url()),
-        fixture.fencing(),
+        fixture.supports(Feature::Fencing).await,
         false,
         lease,
         reads_in_4,

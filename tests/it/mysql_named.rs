@@ -299,7 +299,7 @@ async fn the_modes_refusals_say_what_to_use() {
     let client = fixture.client().await;
     let err = client.lock("reader").read().acquire().await.unwrap_err();
     assert!(
-        matches!(&err, LockError::Config(m) if m.contains("mode=named")),
+        matches!(&err, LockError::Unsupported { feature: distlock::Feature::ReadLocks, reason, .. } if reason.contains("mode=named")),
         "{err}"
     );
     assert!(!fixture.anything_at("lock:reader").await);

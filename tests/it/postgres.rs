@@ -876,13 +876,28 @@ mod advisory {
                 .await,
             &["`shared`", "max_lease_ms", "6s"],
         );
-        expect_config(
+        let expect_unsupported = |result: Result<distlock::LockGuard, LockError>,
+                                  feature,
+                                  says: &str| match result {
+            Err(error @ LockError::Unsupported { .. }) => {
+                let message = error.to_string();
+                assert!(
+                    matches!(&error, LockError::Unsupported { feature: f, .. } if *f == feature),
+                    "{message}"
+                );
+                assert!(message.contains(says), "{message} (wanted {says:?})");
+            }
+            other => panic!("expected {feature} refused as Unsupported, got {other:?}"),
+        };
+        expect_unsupported(
             client.semaphore("permits", 2).acquire().await,
-            &["`permits`", "semaphore"],
+            distlock::Feature::Semaphores,
+            "`permits`",
         );
-        expect_config(
+        expect_unsupported(
             client.lock("held").min_hold(ms(1_000)).acquire().await,
-            &["`held`", "min_hold", "advisory"],
+            distlock::Feature::MinHold,
+            "advisory",
         );
         for name in ["long", "shared", "permits", "held"] {
             assert_eq!(fixture.held(&format!("lock:{name}")).await, None, "{name}");

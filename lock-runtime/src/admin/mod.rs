@@ -244,9 +244,9 @@ impl LockClient {
         use crate::backend::{Kind, Refused};
         validate_key(key)?;
         let asked = Kind::Permits(permits);
-        if let Err(why) = self.admin_backend().capabilities().serves(asked) {
-            return Err(LockError::Config(format!("`{key}`: {why}")));
-        }
+        self.admin_backend()
+            .capabilities()
+            .require(crate::Feature::Semaphores, Some(key))?;
         let name = self.name_of(key);
         let entry = self
             .admin_backend()

@@ -5,7 +5,8 @@
 
 use std::time::Duration;
 
-use crate::error::BoxError;
+use crate::LockError;
+use crate::error::{BoxError, Feature};
 
 use super::Kind;
 
@@ -31,8 +32,7 @@ pub(crate) struct Capabilities {
     /// lost vote on every node itself). Otherwise the engine releases a failed attempt's token
     /// in the background, in case the failed command took the lock after all.
     pub undoes_failed_attempts: bool,
-    /// Read locks: served, or why not (for a [`LockError::Config`](crate::LockError::Config)
-    /// naming the key).
+    /// Read locks: served, or why not (for a [`LockError::Unsupported`] naming the key).
     pub shared: Result<(), &'static str>,
     /// Semaphores: served, or why not.
     pub permits: Result<(), &'static str>,
@@ -41,6 +41,8 @@ pub(crate) struct Capabilities {
     /// `lock_delay`: kept (the store's own expiry of a hold is its lease plus the delay, and a
     /// release deletes it at once), or why not.
     pub lock_delay: Result<(), &'static str>,
+    /// Fencing tokens (and so elections, whose terms they are): served, or why not.
+    pub fencing: Result<(), &'static str>,
     /// Upgradable read locks ([`Backend::upgrade`](super::Backend::upgrade)); `Err` says why
     /// not.
     pub upgradable: Result<(), &'static str>,
@@ -73,11 +75,41 @@ pub(crate) struct Capabilities {
     /// notifications): how long a waiter pauses before asking again after its `busy`-th busy
     /// answer in a row. The waiting loop never pauses past the holder's remaining lease.
     /// `None`: wait for a release notification or the holder's lease.
-    pub poll: Option<fn(u32) -> Duration>,
+    pub poll: Option<Polling>,
+    /// What wakes a waiter when the lock is released, in words (the table in
+    /// `distlock::guide::backends`); a store that [polls](Self::poll) says so there instead.
+    pub wakes: &'static str,
+    /// The store announces changes to the locks (a key-space notification, a watch), so
+    /// `watch` lists them again when told; otherwise it lists them every interval.
+    pub announces: bool,
     /// Shared results (`LockRequest::share`): the largest stored value the store takes, in
     /// bytes, or why it keeps none.
     #[cfg_attr(not(feature = "share"), allow(dead_code))]
     pub shares: Result<usize, &'static str>,
+}
+
+/// How a waiter that no release can reach asks again: after its `busy`-th busy answer in a
+/// row, `first_ms` doubling up to `cap_ms`, drawn from the upper half of that step so waiters
+/// of several processes spread out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Polling {
+    pub first_ms: u64,
+    pub cap_ms: u64,
+}
+
+impl Polling {
+    /// The SQL lock tables' polling (MySQL's; PostgreSQL's behind a pooler without
+    /// `listen_url`): from 2 ms, doubling to 50 ms.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+    pub(crate) const SQL: Polling = Polling {
+        first_ms: 2,
+        cap_ms: 50,
+    };
+
+    /// The pause after the `busy`-th busy answer in a row.
+    pub(crate) fn pause(self, busy: u32) -> Duration {
+        super::doubling_jittered(busy, self.first_ms, self.cap_ms)
+    }
 }
 
 /// Why a store without upgradable read locks refuses them: every store serves them but
@@ -85,6 +117,10 @@ pub(crate) struct Capabilities {
 pub(crate) const NO_UPGRADABLE: &str = "they are served on redis://, redis+cluster://, \
      redis+sentinel://, postgres:// and mysql:// (the lock tables), zk://, etcd:// and \
      memory:// (not on this store); take the write lock where you would upgrade";
+
+/// Why a store without fair locks refuses them.
+pub(crate) const NO_FAIR: &str = "its waiters are not served in arrival order across \
+     processes; use a store whose are (the table in distlock::guide::backends), or drop `fair`";
 
 /// Why a store keeps no shared results: every built-in store keeps them; a store added later
 /// says so until it does.
@@ -118,6 +154,7 @@ impl Capabilities {
             permits: Err("this store has no semaphores"),
             min_hold: Ok(()),
             lock_delay: Ok(()),
+            fencing: Ok(()),
             upgradable: Err(NO_UPGRADABLE),
             marks_waiting_writers: false,
             fair: false,
@@ -126,6 +163,8 @@ impl Capabilities {
             keeps_alive: false,
             rides_out: None,
             poll: None,
+            wakes: "a release notification",
+            announces: false,
             shares: Err(NO_SHARES),
         }
     }
@@ -137,6 +176,32 @@ impl Capabilities {
             permits: Ok(()),
             ..Capabilities::plain(store)
         }
+    }
+
+    /// Whether `feature` is served; `Err` says why not.
+    pub(crate) fn check(&self, feature: Feature) -> Result<(), &'static str> {
+        match feature {
+            Feature::ReadLocks => self.shared,
+            Feature::Semaphores => self.permits,
+            Feature::Upgradable => self.serves(Kind::Shared).and(self.upgradable),
+            Feature::Fair if self.fair => Ok(()),
+            Feature::Fair => Err(NO_FAIR),
+            Feature::MinHold => self.min_hold,
+            Feature::LockDelay => self.lock_delay,
+            Feature::Fencing | Feature::Elections => self.fencing,
+            Feature::SharedResults => self.shares.map(|_| ()),
+        }
+    }
+
+    /// [`check`](Self::check) as the error a refusal is: [`LockError::Unsupported`] naming
+    /// this store, `feature` and `key`.
+    pub(crate) fn require(&self, feature: Feature, key: Option<&str>) -> Result<(), LockError> {
+        self.check(feature).map_err(|why| LockError::Unsupported {
+            backend: self.store,
+            feature,
+            key: key.map(str::to_owned),
+            reason: why.to_owned(),
+        })
     }
 
     /// Whether holds of `kind` are served; `Err` says why not.
@@ -168,5 +233,25 @@ impl Capabilities {
     /// Whether a failed release is retried for as long as the lease lasts.
     pub(crate) fn rides_out(&self, error: &BoxError) -> bool {
         self.rides_out.is_some_and(|rides_out| rides_out(error))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pauses docs/guide/postgres.md and docs/guide/mysql.md state for waiters that poll:
+    /// from 2 ms, doubling to 50 ms, drawn from the upper half.
+    #[test]
+    fn sql_polling_backs_off_from_2_to_50_ms_with_jitter() {
+        for _ in 0..1000 {
+            let first = Polling::SQL.pause(1);
+            assert!(first >= Duration::from_millis(1) && first <= Duration::from_millis(2));
+            let later = Polling::SQL.pause(30);
+            assert!(later >= Duration::from_millis(25) && later <= Duration::from_millis(50));
+        }
+        let draws: std::collections::HashSet<Duration> =
+            (0..100).map(|_| Polling::SQL.pause(9)).collect();
+        assert!(draws.len() > 5, "jittered: {draws:?}");
     }
 }

@@ -16,6 +16,7 @@ use crate::runtime::BoxFuture;
 pub(crate) use capabilities::Capabilities;
 
 mod capabilities;
+pub(crate) mod catalog;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]
 pub(crate) mod dated;
 #[cfg(feature = "etcd")]

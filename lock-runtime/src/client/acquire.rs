@@ -26,12 +26,10 @@ pub(super) fn check_min_hold(
     backend: &dyn Backend,
 ) -> Result<(), LockError> {
     let min_hold = Duration::from_millis(min_hold_ms.into());
-    if min_hold_ms > 0
-        && let Some(why) = backend.capabilities().min_hold.err()
-    {
-        return Err(LockError::Config(format!(
-            "`{key}`: min_hold {min_hold:?} cannot be kept on this backend: {why}"
-        )));
+    if min_hold_ms > 0 {
+        backend
+            .capabilities()
+            .require(crate::Feature::MinHold, Some(key))?;
     }
     if min_hold > lease {
         return Err(LockError::Config(format!(
@@ -278,8 +276,7 @@ impl ClientInner {
             OwnerToken::generate()
         };
         let name = LockName::new(key, &self.prefix, self.hash_tags);
-        let plan = Plan::of(&params, self.backend.capabilities())
-            .map_err(|why| LockError::Config(format!("`{}`: {why}", name.key())))?;
+        let plan = Plan::of(&params, self.backend.capabilities(), name.key())?;
         // Fast path: when no task of this client waits for the key, try once straight away
         // (one round trip for a free lock) without touching the queue. A reader never queues
         // behind this client's other tasks: readers hold a key together, and the local queue
@@ -518,7 +515,7 @@ impl ClientInner {
             .acquires_sets(&full, params.kind);
         drop(full);
         // (A store that takes sets serves every kind it takes them of: no refusal here.)
-        let plan = Plan::of(&params, self.backend.capabilities()).ok();
+        let plan = Plan::of(&params, self.backend.capabilities(), names[0].key()).ok();
         if atomic && let Some(plan) = plan {
             match self.try_set(&names, params, plan, started).await {
                 Ok(Ok(guards)) => {

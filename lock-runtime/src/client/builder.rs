@@ -337,9 +337,12 @@ impl LockClientBuilder {
             ),
             "redlock" | "redlocks" => {
                 if self.fencing {
-                    return Err(LockError::Config(
-                        crate::backend::redis::redlock::NO_FENCING.to_owned(),
-                    ));
+                    return Err(LockError::Unsupported {
+                        backend: "redlock",
+                        feature: crate::Feature::Fencing,
+                        key: None,
+                        reason: crate::backend::redis::redlock::NO_FENCING.to_owned(),
+                    });
                 }
                 Ok(crate::backend::redis::redlock::RedlockBackend::connect(
                     url,

@@ -215,7 +215,8 @@ impl LockClient {
     /// one the current holders took theirs under fails with [`LockError::Config`] naming both
     /// numbers, as does asking for a semaphore's name as a lock or the reverse. `permits` of
     /// zero, or more than [`MAX_PERMITS`](Self::MAX_PERMITS), fails with [`LockError::Config`].
-    /// Served by every backend but `redlock://` (`distlock::guide::semaphores`).
+    /// A store without semaphores refuses them with [`LockError::Unsupported`] (which stores:
+    /// the table in `distlock::guide::backends`; how they work: `distlock::guide::semaphores`).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -245,6 +246,27 @@ impl LockClient {
     /// The backend's name: `memory`, `redis`, …
     pub fn backend_kind(&self) -> &'static str {
         self.inner.backend.store()
+    }
+
+    /// Whether this client's store serves `feature`: a request that needs a feature it lacks
+    /// fails with [`LockError::Unsupported`] before anything is written. The same answers, for
+    /// every store, are the table in `distlock::guide::backends`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
+    /// use distlock::{Feature, LockClient};
+    /// let client = LockClient::connect("memory://").await?;
+    /// assert!(client.supports(Feature::ReadLocks) && client.supports(Feature::Fencing));
+    /// let guard = if client.supports(Feature::Upgradable) {
+    ///     client.lock("stock").upgradable().acquire().await?
+    /// } else {
+    ///     client.lock("stock").acquire().await?
+    /// };
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn supports(&self, feature: crate::Feature) -> bool {
+        self.inner.backend.capabilities().check(feature).is_ok()
     }
 
     /// The backend URL, with any password replaced by `***`.

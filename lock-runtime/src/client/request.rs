@@ -151,7 +151,8 @@ impl LockRequest {
     /// per period even when the nodes' clocks differ. A release after `min_hold` is a plain
     /// release; a holder that crashes frees the lock after its lease, as always. Zero (the
     /// default): no minimum. Longer than the [`lease`](Self::lease) fails with
-    /// [`LockError::Config`].
+    /// [`LockError::Config`]; a store that cannot keep it (a lock that ends with its holder's
+    /// connection) refuses it with [`LockError::Unsupported`] (which stores: the table in `distlock::guide::backends`).
     ///
     /// On ZooKeeper and etcd, whose locks live as long as the client's session or lease, the
     /// client deletes the lock at grant + `min_hold`; if the process exits before then, its
@@ -205,10 +206,9 @@ impl LockRequest {
     ///
     /// Kept by the store's own expiry: each grant and renewal sets the hold to end `lease` +
     /// `delay` later, while this process counts on the lease alone (its guard is lost at the
-    /// lease's end, as without a delay). It adds no round trip. Served where a hold expires by
-    /// a TTL — Redis, Sentinel, Cluster, the SQL lock tables, `memory://`; elsewhere
-    /// (ZooKeeper, etcd, Redlock, PostgreSQL `mode=advisory`, MySQL `mode=named`) the
-    /// acquisition fails with [`LockError::Config`] saying why. At most 7 days.
+    /// lease's end, as without a delay). It adds no round trip. A store whose locks end with a
+    /// session (not by an expiry it can lengthen) refuses it with [`LockError::Unsupported`]
+    /// saying why (which stores: the table in `distlock::guide::backends`). At most 7 days.
     ///
     /// [`force_release`]: LockClient::force_release
     /// [`LockClientBuilder::lock_delay`]: crate::LockClientBuilder::lock_delay
@@ -238,10 +238,9 @@ impl LockRequest {
     /// It costs more than the default lock (on Redis a script per attempt and per release,
     /// touching the queue, instead of one `SET`), and a fair lock is never handed over between
     /// tasks of one client. Every process must take a given key the same way, fair or not: a
-    /// plain request ignores the queue. Supported on `redis://`, `redis+cluster://`,
-    /// `redis+sentinel://`, `postgres://…?mode=advisory` (the server's own lock queue) and
-    /// `memory://`; on `zk://` and `etcd://` every lock is fair already. Elsewhere (Redlock,
-    /// the SQL lock tables) the acquisition fails with [`LockError::Config`].
+    /// plain request ignores the queue. A store that queues its waiters (ZooKeeper, etcd) makes
+    /// every lock fair already. A store that cannot serve waiters in arrival order refuses it
+    /// with [`LockError::Unsupported`] (which stores: the table in `distlock::guide::backends`).
     pub fn fair(mut self) -> Self {
         self.fair = true;
         self
@@ -254,9 +253,10 @@ impl LockRequest {
     /// [`fencing`](Self::fencing), a reader gets the token of the last write grant (the version
     /// it reads) rather than a new one.
     ///
-    /// Served by every backend but `redlock://`, where the acquisition fails with
-    /// [`LockError::Config`] saying why. A read lock cannot be [`fair`](Self::fair) (readers do
-    /// not queue behind each other, and a waiting writer already stops new readers).
+    /// A store without read locks refuses them with [`LockError::Unsupported`] saying why
+    /// (which stores: the table in `distlock::guide::backends`). A read lock cannot be [`fair`](Self::fair)
+    /// ([`LockError::Config`]: readers do not queue behind each other, and a waiting writer
+    /// already stops new readers).
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -281,9 +281,9 @@ impl LockRequest {
     /// without letting go — no writer gets in between, which a release and a new write
     /// acquisition would allow. The classic use: read a row, decide, then write it.
     ///
-    /// Served on `redis://`, `redis+cluster://`, `redis+sentinel://` and `memory://`;
-    /// elsewhere the acquisition fails with [`LockError::Config`] saying so. Not for several
-    /// keys at once, nor [`fair`](Self::fair). See `distlock::guide::upgradable`.
+    /// A store without them refuses them with [`LockError::Unsupported`] saying why (which
+    /// stores: the table in `distlock::guide::backends`). Not for several keys at once, nor [`fair`](Self::fair)
+    /// ([`LockError::Config`]). See `distlock::guide::upgradable`.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -91,7 +91,8 @@ impl SemaphoreRequest {
     /// [`inspect`](LockClient::inspect)): no acquisition, no write, nothing in line.
     ///
     /// A key held as a lock or read lock, or as a semaphore of another limit, fails with
-    /// [`LockError::Config`] as an acquisition would; so does a store without semaphores.
+    /// [`LockError::Config`] as an acquisition would; a store without semaphores with
+    /// [`LockError::Unsupported`].
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]

@@ -422,7 +422,9 @@ impl EtcdBackend {
 
 /// Every kind, queued on the server (so fair), kept alive by the client's lease; sets of plain
 /// locks in one transaction (readers and permits queue behind the keys before them).
-const CAPABILITIES: Capabilities = Capabilities {
+pub(crate) const CAPABILITIES: Capabilities = Capabilities {
+    wakes: "a watch on the key before its own",
+    announces: true,
     sets: true,
     fair: true,
     queues_waiters: true,

@@ -235,7 +235,9 @@ fn released(deleted: bool) -> Released {
 }
 
 /// Every kind, fair locks, sets of any kind in one map operation, writers' marks.
-const CAPABILITIES: Capabilities = Capabilities {
+pub(crate) const CAPABILITIES: Capabilities = Capabilities {
+    wakes: "an in-process notification",
+    announces: true,
     sets: true,
     sets_of_shares: true,
     marks_waiting_writers: true,

@@ -277,22 +277,16 @@ impl MysqlBackend {
 /// The narrowest `token` column that holds every owner token (host cut to 64 characters).
 const MIN_TOKEN_WIDTH: u64 = 129;
 
-/// The pause before a waiter asks again after its `busy`-th busy answer in a row: doubling from
-/// 2 ms to 50 ms, drawn from the upper half, so waiters of several processes spread out.
-fn poll_pause(busy: u32) -> Duration {
-    crate::backend::doubling_jittered(busy, 2, 50)
-}
-
 fn positional(values: Vec<Value>) -> Params {
     Params::Positional(values)
 }
 
 /// Every kind, writers' marks; no notifications, so waiters ask again after a short pause.
-const CAPABILITIES: Capabilities = Capabilities {
+pub(crate) const CAPABILITIES: Capabilities = Capabilities {
     marks_waiting_writers: true,
     upgradable: Ok(()),
     shares: Ok(share::SHARE_LIMIT),
-    poll: Some(poll_pause),
+    poll: Some(super::capabilities::Polling::SQL),
     ..Capabilities::every_kind("mysql")
 };
 
@@ -582,18 +576,6 @@ impl Backend for MysqlBackend {
 mod tests {
     use super::*;
     use crate::backend::sql::slot_of;
-
-    #[test]
-    fn polling_backs_off_to_a_cap_with_jitter() {
-        for _ in 0..1000 {
-            let first = poll_pause(1);
-            assert!(first >= Duration::from_millis(1) && first <= Duration::from_millis(2));
-            let later = poll_pause(30);
-            assert!(later >= Duration::from_millis(25) && later <= Duration::from_millis(50));
-        }
-        let draws: std::collections::HashSet<Duration> = (0..100).map(|_| poll_pause(9)).collect();
-        assert!(draws.len() > 5, "jittered: {draws:?}");
-    }
 
     #[test]
     fn batched_statements_have_a_pair_per_lock() {

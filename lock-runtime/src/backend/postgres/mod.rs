@@ -75,7 +75,7 @@ pub(crate) struct PostgresBackend {
     /// itself (`listen_url=`).
     listen: Option<(tokio_postgres::Config, tls::MakeTls, String)>,
     /// Behind a transaction pooler without `listen_url`: nothing tells this client of other
-    /// clients' releases, so its waiters ask again after a bounded pause ([`poll_pause`]),
+    /// clients' releases, so its waiters ask again after a bounded pause ([`Polling::SQL`]),
     /// and its own releases wake its own waiters through `local`.
     polls: bool,
     local: Arc<crate::notify::ReleaseHub>,
@@ -179,7 +179,8 @@ fn row_token(kind: Kind) -> Option<String> {
 }
 
 /// The lock table: every kind, writers' marks, woken by `NOTIFY`.
-const CAPABILITIES: Capabilities = Capabilities {
+pub(crate) const CAPABILITIES: Capabilities = Capabilities {
+    wakes: "`LISTEN`/`NOTIFY`",
     marks_waiting_writers: true,
     upgradable: Ok(()),
     shares: Ok(share::SHARE_LIMIT),
@@ -187,17 +188,10 @@ const CAPABILITIES: Capabilities = Capabilities {
 };
 
 /// The lock table behind a transaction pooler without `listen_url`: waiters ask again.
-const POLLING: Capabilities = Capabilities {
-    poll: Some(poll_pause),
+pub(crate) const POLLING: Capabilities = Capabilities {
+    poll: Some(super::capabilities::Polling::SQL),
     ..CAPABILITIES
 };
-
-/// The pause before a waiter behind a transaction pooler (without `listen_url`) asks again
-/// after its `busy`-th busy answer in a row: doubling from 2 ms to 50 ms, drawn from the upper
-/// half, so waiters of several processes spread out. Never past the holder's lease.
-fn poll_pause(busy: u32) -> std::time::Duration {
-    super::doubling_jittered(busy, 2, 50)
-}
 
 impl Backend for PostgresBackend {
     fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
@@ -395,21 +389,5 @@ impl PostgresBackend {
                 .is_some_and(|row| row.try_get::<_, bool>(0).unwrap_or(false));
             Ok(Released::after_tries(deleted, tries > 1))
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// The pauses docs/guide/postgres.md states for waiters behind a transaction pooler
-    /// without `listen_url`: from 2 ms, doubling to 50 ms, drawn from the upper half.
-    #[test]
-    fn polling_behind_a_pooler_backs_off_from_2_to_50_ms() {
-        use std::time::Duration;
-        for _ in 0..1000 {
-            let first = super::poll_pause(1);
-            assert!(first >= Duration::from_millis(1) && first <= Duration::from_millis(2));
-            let later = super::poll_pause(30);
-            assert!(later >= Duration::from_millis(25) && later <= Duration::from_millis(50));
-        }
     }
 }

@@ -207,6 +207,26 @@ impl Marked {
     }
 }
 
+/// What Redis serves — every kind, fair locks, sets in one script, writers' marks, hand-overs —
+/// on one server (`kind` `redis`), a `cluster` (its hash slots) or behind `sentinel`s (a
+/// release rides a failover out).
+pub(crate) fn capabilities(kind: &'static str, cluster: bool, sentinel: bool) -> Capabilities {
+    Capabilities {
+        slot: cluster.then_some(cluster_slot as fn(&str) -> u16),
+        sets: true,
+        sets_of_shares: true,
+        marks_waiting_writers: true,
+        fair: true,
+        hands_over: true,
+        rides_out: sentinel.then_some(rides_out_failover as fn(&BoxError) -> bool),
+        upgradable: Ok(()),
+        shares: Ok(share::SHARE_LIMIT),
+        wakes: "a pub/sub message",
+        announces: true,
+        ..Capabilities::every_kind(kind)
+    }
+}
+
 impl RedisBackend {
     /// Parses the URL, connects (bounded by the connect timeout), checks the server answers
     /// and accepts our credentials, and loads the scripts.
@@ -243,19 +263,11 @@ impl RedisBackend {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(settings.connect_timeout))
             .set_response_timeout(Some(settings.response_timeout));
-        let capabilities = Capabilities {
-            slot: matches!(link, Link::Cluster(_)).then_some(cluster_slot as fn(&str) -> u16),
-            sets: true,
-            sets_of_shares: true,
-            marks_waiting_writers: true,
-            fair: true,
-            hands_over: true,
-            rides_out: matches!(link, Link::Sentinel(_))
-                .then_some(rides_out_failover as fn(&BoxError) -> bool),
-            upgradable: Ok(()),
-            shares: Ok(share::SHARE_LIMIT),
-            ..Capabilities::every_kind(kind)
-        };
+        let capabilities = capabilities(
+            kind,
+            matches!(link, Link::Cluster(_)),
+            matches!(link, Link::Sentinel(_)),
+        );
         RedisBackend {
             link,
             pubsub_nodes,

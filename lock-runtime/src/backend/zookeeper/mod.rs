@@ -209,7 +209,9 @@ impl ZookeeperBackend {
 type ZkFailure = super::CallFailure<zk::Error>;
 
 /// Every kind, queued on the server (so fair), kept alive by the client's session.
-const CAPABILITIES: Capabilities = Capabilities {
+pub(crate) const CAPABILITIES: Capabilities = Capabilities {
+    wakes: "a watch on the node before its own",
+    announces: true,
     fair: true,
     queues_waiters: true,
     keeps_alive: true,

@@ -429,7 +429,8 @@ impl NamedBackend {
 
 /// Named locks: plain locks, queued on the server (a waiting session); no read locks, no
 /// semaphores, no `min_hold`.
-const CAPABILITIES: Capabilities = Capabilities {
+pub(crate) const CAPABILITIES: Capabilities = Capabilities {
+    wakes: "the server's grant (a waiting session)",
     shared: Err(
         "`mode=named` has no read locks (a named lock has no shared mode): use the lock \
          table (leave out `mode=named`)",

@@ -468,7 +468,8 @@ impl AdvisoryBackend {
 
 /// Advisory locks: plain and read locks, queued on the server (a waiting session), so fair; no
 /// semaphores, no `min_hold` (a lock lives on its holder's connection).
-const CAPABILITIES: Capabilities = Capabilities {
+pub(crate) const CAPABILITIES: Capabilities = Capabilities {
+    wakes: "the server's grant (a waiting session)",
     shared: Ok(()),
     permits: Err(
         "`mode=advisory` has no semaphores yet: use the lock table (leave out \

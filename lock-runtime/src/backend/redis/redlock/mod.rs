@@ -66,7 +66,7 @@ pub(crate) const NO_READ_LOCKS: &str = "Redlock has no read locks: a reader's sh
      beside live readers. Use `redis://` or `redis+cluster://` for read/write locks, or take the \
      plain (write) lock on Redlock";
 
-/// Why Redlock refuses semaphores (a `LockError::Config`).
+/// Why Redlock refuses semaphores.
 pub(crate) const NO_SEMAPHORES: &str = "Redlock has no semaphores: a permit would need a \
      majority vote of its own, and independent nodes that each count the permits they saw can \
      together admit more than the limit (with a limit of 2 on nodes A, B, C: permits granted on A+B, \
@@ -178,11 +178,14 @@ impl RedlockBackend {
 
 /// Plain locks only; a lost vote is undone on every node by the attempt itself. A lock-delay
 /// lengthens each node's TTL; a grant's validity counts the holder's lease alone.
-const CAPABILITIES: Capabilities = Capabilities {
+pub(crate) const CAPABILITIES: Capabilities = Capabilities {
+    wakes: "a pub/sub message (from any node)",
+    announces: true,
     undoes_failed_attempts: true,
     shares: Ok(super::share::SHARE_LIMIT),
     shared: Err(NO_READ_LOCKS),
     permits: Err(NO_SEMAPHORES),
+    fencing: Err(NO_FENCING),
     ..Capabilities::plain("redlock")
 };
 
