@@ -92,7 +92,7 @@ pub use tls::TlsConfig;
 pub mod __private {
     /// The table of what each store can do (docs/guide/backends.md holds it), rendered from
     /// the stores' capabilities.
-    pub use crate::backend::catalog::table as capabilities_table;
+    pub use crate::backend::catalog::{store_supports, table as capabilities_table};
     pub use crate::locked::{
         AsLockClient, LockedReturn, lease_out_of_range, run_locked, run_locked_all, skip_when_busy,
     };

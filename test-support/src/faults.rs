@@ -69,6 +69,15 @@ impl Backend {
         }
     }
 
+    /// The store's name in distlock's table of what each store can do
+    /// (`distlock::__private::store_supports`).
+    pub fn store(self) -> &'static str {
+        match self {
+            Backend::BehindPgBouncer | Backend::PgBouncerItself => "pgbouncer",
+            other => other.names().1,
+        }
+    }
+
     /// The backend whose module of the suite's tests is `module`.
     pub fn of_module(module: &str) -> Option<Backend> {
         Backend::ALL.into_iter().find(|b| b.names().1 == module)
@@ -312,17 +321,39 @@ impl Scenario {
         }
     }
 
+    /// The feature of the store the scenario needs, if any: where the store lacks it, the
+    /// scenario is no case (the conformance suite checks its refusal instead).
+    pub fn needs(self) -> Option<distlock::Feature> {
+        use distlock::Feature;
+        match self {
+            Scenario::PausedHolderIsFencedOff => Some(Feature::Fencing),
+            Scenario::ReaderKilled | Scenario::PausedReaderLosesItsShare => {
+                Some(Feature::ReadLocks)
+            }
+            Scenario::PermitHolderKilled | Scenario::PausedPermitHolderLosesItsPermit => {
+                Some(Feature::Semaphores)
+            }
+            Scenario::PausedHolderKeptForItsLockDelay => Some(Feature::LockDelay),
+            _ => None,
+        }
+    }
+
     /// Whether the scenario runs on `backend`, or why not (one line).
     pub fn applies(self, backend: Backend) -> Result<(), &'static str> {
         use Backend::*;
         use Scenario::*;
+        if backend != Memory
+            && let Some(feature) = self.needs()
+            && !distlock::__private::store_supports(backend.store(), feature)
+        {
+            return Err(lacks(feature));
+        }
         match (self, backend) {
             (_, Memory) => Err(ONE_PROCESS),
             (s, PgBouncerItself) if !s.faults_the_server() => Err(
                 "faults no server: the same test as through PgBouncer with the server behind it \
                  faulted (the column before)",
             ),
-            (PausedHolderIsFencedOff, Redlock) => Err("Redlock refuses fencing"),
             (BlackholedHolder, Cluster) => Err(
                 "cluster nodes announce their own addresses: a proxy in front of them would \
                  carry every client's traffic",
@@ -332,15 +363,6 @@ impl Scenario {
             }
             (ServerRestartsWithItsData, Named) => {
                 Err("named locks live in the server's memory: a restart forgets them (row 5)")
-            }
-            (ReaderKilled | PausedReaderLosesItsShare, Named) => {
-                Err("`mode=named` has no read locks")
-            }
-            (PermitHolderKilled | PausedPermitHolderLosesItsPermit, Named) => {
-                Err("`mode=named` has no semaphores")
-            }
-            (PermitHolderKilled | PausedPermitHolderLosesItsPermit, Advisory) => {
-                Err("`mode=advisory` has no semaphores yet")
             }
             (ServerRestartsEmpty, PgBouncerItself) => Err(
                 "PgBouncer keeps no locks: restarted, it is row 6 (the server behind keeps them)",
@@ -369,13 +391,6 @@ impl Scenario {
             }
             (LeaderThenMajorityLost, Redis | Advisory | Mysql | Named) => {
                 Err("one server: no leader to elect, no majority to lose")
-            }
-            (ReaderKilled | PausedReaderLosesItsShare, Redlock) => Err("Redlock has no read locks"),
-            (PermitHolderKilled | PausedPermitHolderLosesItsPermit, Redlock) => {
-                Err("Redlock has no semaphores")
-            }
-            (PausedHolderKeptForItsLockDelay, Advisory | Named) => {
-                Err("`lock_delay` is refused there (see the lock-delay guide page)")
             }
             _ => Ok(()),
         }
@@ -1313,5 +1328,29 @@ impl Faulty for EtcdFixture {
         .unwrap()
         .expect("etcd answers");
         Some(reply.matches(r#""ID""#).count())
+    }
+}
+
+/// Why a scenario that needs `feature` is no case of a store without it.
+fn lacks(feature: distlock::Feature) -> &'static str {
+    use distlock::Feature;
+    match feature {
+        Feature::Fencing => {
+            "the store has no fencing tokens (their refusal: the conformance suite's \
+             `fencing_and_elections_are_refused_writing_nothing`)"
+        }
+        Feature::ReadLocks => {
+            "the store has no read locks (their refusal: the conformance suite's \
+             `read_locks_are_refused_writing_nothing`)"
+        }
+        Feature::Semaphores => {
+            "the store has no semaphores (their refusal: the conformance suite's \
+             `semaphores_are_refused_writing_nothing`)"
+        }
+        Feature::LockDelay => {
+            "the store keeps no lock-delay (its refusal: the conformance suite's \
+             `lock_delay_is_refused_writing_nothing`)"
+        }
+        _ => "the store lacks a feature the scenario needs",
     }
 }

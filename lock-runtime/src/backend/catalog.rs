@@ -5,57 +5,69 @@
 use super::Capabilities;
 use crate::Feature;
 
-/// Every store and mode built into this build, as its URL names it, with its capabilities.
-pub(crate) fn stores() -> Vec<(&'static str, Capabilities)> {
+/// Every store and mode built into this build: its name (as the test suites name their
+/// modules), the row's label (as its URL says it), and its capabilities.
+pub(crate) fn stores() -> Vec<(&'static str, &'static str, Capabilities)> {
     #[allow(unused_mut)]
-    let mut stores = vec![("`memory://`", super::memory::CAPABILITIES)];
+    let mut stores = vec![("memory", "`memory://`", super::memory::CAPABILITIES)];
     #[cfg(feature = "redis")]
     {
         use super::redis::{capabilities, redlock};
         stores.extend([
-            ("`redis://`", capabilities("redis", false, false)),
+            ("redis", "`redis://`", capabilities("redis", false, false)),
             (
+                "cluster",
                 "`redis+cluster://`",
                 capabilities("redis-cluster", true, false),
             ),
             (
+                "sentinel",
                 "`redis+sentinel://`",
                 capabilities("redis-sentinel", false, true),
             ),
-            ("`redlock://`", redlock::CAPABILITIES),
+            ("redlock", "`redlock://`", redlock::CAPABILITIES),
         ]);
     }
     #[cfg(feature = "postgres")]
     {
-        use super::postgres;
+        use super::postgres::{CAPABILITIES, POLLING, advisory};
         stores.extend([
-            ("`postgres://` (the lock table)", postgres::CAPABILITIES),
+            ("postgres", "`postgres://` (the lock table)", CAPABILITIES),
             (
+                "pgbouncer",
                 "`postgres://…?pooler=transaction&listen_url=…`",
-                postgres::CAPABILITIES,
+                CAPABILITIES,
             ),
-            ("`postgres://…?pooler=transaction`", postgres::POLLING),
             (
+                "pgbouncer_polling",
+                "`postgres://…?pooler=transaction`",
+                POLLING,
+            ),
+            (
+                "advisory",
                 "`postgres://…?mode=advisory`",
-                postgres::advisory::CAPABILITIES,
+                advisory::CAPABILITIES,
             ),
         ]);
     }
     #[cfg(feature = "mysql")]
     {
-        use super::mysql;
+        use super::mysql::{CAPABILITIES, named};
         stores.extend([
-            ("`mysql://` (the lock table)", mysql::CAPABILITIES),
-            ("`mysql://…?mode=named`", mysql::named::CAPABILITIES),
+            ("mysql", "`mysql://` (the lock table)", CAPABILITIES),
+            ("named", "`mysql://…?mode=named`", named::CAPABILITIES),
         ]);
     }
     #[cfg(feature = "zookeeper")]
-    stores.extend([
-        ("`zk://`", super::zookeeper::CAPABILITIES),
-        ("`zk://…?recipe=rwlock`", super::zookeeper::CAPABILITIES),
-    ]);
+    {
+        use super::zookeeper::CAPABILITIES;
+        stores.extend([
+            ("zookeeper", "`zk://`", CAPABILITIES),
+            ("zookeeper_rwlock", "`zk://…?recipe=rwlock`", CAPABILITIES),
+        ]);
+    }
     #[cfg(feature = "etcd")]
-    stores.push(("`etcd://`", super::etcd::CAPABILITIES));
+    stores.push(("etcd", "`etcd://`", super::etcd::CAPABILITIES));
     stores
 }
 
@@ -76,7 +88,7 @@ pub fn table() -> String {
     );
     out.push_str(&"---|".repeat(Feature::ALL.len() + 4));
     out.push('\n');
-    for (store, caps) in stores() {
+    for (_, store, caps) in stores() {
         let sets = match (caps.sets, caps.sets_of_shares, caps.slot.is_some()) {
             (false, ..) => "one by one, in order",
             (true, true, false) => "all or nothing, every kind",
@@ -110,6 +122,20 @@ pub fn table() -> String {
         out.push_str(&format!(" {sets} | {max_hold} | {wakes} | {watch} |\n"));
     }
     out
+}
+
+/// Whether the store named `store` (a name of [`stores`]: `redis`, `named`, …) serves
+/// `feature`, as the test suites ask it of a store they have not connected to.
+///
+/// # Panics
+///
+/// On a name no store of this build has.
+pub fn store_supports(store: &str, feature: Feature) -> bool {
+    let stores = stores();
+    let Some((_, _, caps)) = stores.iter().find(|(name, ..)| *name == store) else {
+        panic!("no store named `{store}` in this build");
+    };
+    caps.check(feature).is_ok()
 }
 
 /// `bytes` as the table shows a limit: `512 MiB`, `1.5 MiB`, `1000 MB`.
