@@ -1695,3 +1695,57 @@ async fn the_readmes_command_lines_run_as_written() {
             .unwrap();
     }
 }
+
+/// What the store lacks — a read lock, a permit, a fencing token, an election, on Redlock —
+/// exits 3 (`this store cannot do that`), saying which store cannot serve what, and runs
+/// nothing and takes nothing; the same `run` without the flag runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_store_lacks_exits_3_and_runs_nothing() {
+    use support::fixture::Fixture;
+    let fixture = support::fixture::RedlockFixture::new(3);
+    let url = fixture.url();
+    let dir = std::env::temp_dir().join(unique("distlock-lacks"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ran = dir.join("ran");
+    let touch = format!("touch {}", ran.display());
+    for (flags, says) in [
+        (&["--read"][..], "cannot serve read locks"),
+        (&["--permits", "2"][..], "cannot serve semaphores"),
+        (&["--fencing"][..], "cannot serve fencing tokens"),
+    ] {
+        let mut args = vec!["run", url.as_str(), "job:lacks"];
+        args.extend_from_slice(flags);
+        args.extend(["-c", touch.as_str()]);
+        let refused = run(&args).await;
+        assert_eq!(code(&refused), 3, "{flags:?}: {}", stderr(&refused));
+        assert!(
+            stderr(&refused).contains(says),
+            "{flags:?}: {}",
+            stderr(&refused)
+        );
+        assert!(!ran.exists(), "{flags:?}: COMMAND ran");
+        assert!(!fixture.anything_at("lock:job:lacks").await, "{flags:?}");
+    }
+    let refused = run(&[
+        "elect",
+        &url,
+        "leader:lacks",
+        "--identity",
+        "a",
+        "-c",
+        &touch,
+    ])
+    .await;
+    assert_eq!(code(&refused), 3, "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("cannot serve elections"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(!ran.exists(), "elect: COMMAND ran");
+    assert!(!fixture.anything_at("lock:leader:lacks").await);
+    let plain = run(&["run", &url, "job:lacks", "-c", &touch]).await;
+    assert_eq!(code(&plain), 0, "{}", stderr(&plain));
+    assert!(ran.exists(), "the plain run ran COMMAND");
+    let _ = std::fs::remove_dir_all(&dir);
+}
