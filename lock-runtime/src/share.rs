@@ -312,7 +312,12 @@ impl Place {
             );
             return;
         }
-        if let Err(error) = backend.shared_put(&self.name, &bytes, self.share).await {
+        let entry = crate::backend::Stored {
+            name: &self.name,
+            value: &bytes,
+            ttl: self.share,
+        };
+        if let Err(error) = backend.shared_put(entry).await {
             tracing::warn!(
                 key = %self.key,
                 %error,

@@ -425,7 +425,7 @@ pub(crate) enum SetAttempt {
 }
 
 /// A lock store. Implementations must be cheap to share (`Arc<dyn Backend>`).
-pub(crate) trait Backend: Admin + Send + Sync + 'static {
+pub(crate) trait Backend: Admin + SharedStore + Send + Sync + 'static {
     /// What the store can do: built once, when the backend connects.
     fn capabilities(&self) -> &Capabilities;
 
@@ -514,35 +514,6 @@ pub(crate) trait Backend: Admin + Send + Sync + 'static {
         spec: LockSpec<'a>,
     ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>>;
 
-    /// The result stored under `name` by a shared call (`LockRequest::share`), if one lives:
-    /// its bytes as [`shared_put`](Self::shared_put) was given them. Only called when the store
-    /// [keeps shared results](Capabilities::shares).
-    #[cfg_attr(not(feature = "share"), allow(dead_code))]
-    fn shared_get<'a>(
-        &'a self,
-        _name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
-        Box::pin(async { Err("this store keeps no shared results".into()) })
-    }
-
-    /// Stores `value` under `name` for `ttl` (by the store's clock where it has one),
-    /// replacing what was there. `value` is at most [`Capabilities::shares`]' limit.
-    #[cfg_attr(not(feature = "share"), allow(dead_code))]
-    fn shared_put<'a>(
-        &'a self,
-        _name: &'a str,
-        _value: &'a [u8],
-        _ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), BoxError>> {
-        Box::pin(async { Err("this store keeps no shared results".into()) })
-    }
-
-    /// Drops the result stored under `name`: whether one lived.
-    #[cfg_attr(not(feature = "share"), allow(dead_code))]
-    fn shared_drop<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
-        Box::pin(async { Err("this store keeps no shared results".into()) })
-    }
-
     /// For a backend that [keeps its locks alive](Capabilities::keeps_alive): resolves, with
     /// the reason, once the lock held with `spec.token` can no longer be trusted — its session
     /// is (or, by this process's monotonic clock, may be) over, or its entry was deleted or
@@ -558,6 +529,33 @@ impl dyn Backend {
     pub(crate) fn store(&self) -> &'static str {
         self.capabilities().store
     }
+}
+
+/// Where a store keeps shared results (`LockRequest::share`): read, write with a TTL, drop.
+/// The encoding, the size limit ([`Capabilities::shares`]), the share's length and the warnings
+/// are the engine's (`share.rs`); a store only keeps bytes. A store that keeps none says why in
+/// its capabilities, and these are never called.
+pub(crate) trait SharedStore {
+    /// The bytes stored under `name` by [`shared_put`](Self::shared_put), if they still live.
+    #[cfg_attr(not(feature = "share"), allow(dead_code))]
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>>;
+
+    /// Stores `entry.value` under `entry.name` for `entry.ttl` (by the store's clock where it
+    /// has one), replacing what was there. The value is at most the store's limit.
+    #[cfg_attr(not(feature = "share"), allow(dead_code))]
+    fn shared_put<'a>(&'a self, entry: Stored<'a>) -> BoxFuture<'a, Result<(), BoxError>>;
+
+    /// Drops the bytes stored under `name`: whether they lived.
+    #[cfg_attr(not(feature = "share"), allow(dead_code))]
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>>;
+}
+
+/// A shared result to keep: `value` under `name` for `ttl`.
+#[derive(Clone, Copy)]
+pub(crate) struct Stored<'a> {
+    pub name: &'a str,
+    pub value: &'a [u8],
+    pub ttl: Duration,
 }
 
 /// What the admin API asks of a store (`distlock list`, `show`, `release --force`, `ping`): not

@@ -25,6 +25,7 @@ mod fair;
 mod hooks;
 mod state;
 
+use super::{SharedStore, Stored};
 use state::MemoryState;
 
 /// Shared results: each value with the instant it expires.
@@ -254,11 +255,7 @@ impl MemoryBackend {
     }
 }
 
-impl Backend for MemoryBackend {
-    fn capabilities(&self) -> &Capabilities {
-        &CAPABILITIES
-    }
-
+impl SharedStore for MemoryBackend {
     fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
         self.answer(move || {
             let mut values = self.values();
@@ -273,12 +270,8 @@ impl Backend for MemoryBackend {
         })
     }
 
-    fn shared_put<'a>(
-        &'a self,
-        name: &'a str,
-        value: &'a [u8],
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), BoxError>> {
+    fn shared_put<'a>(&'a self, entry: Stored<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        let Stored { name, value, ttl } = entry;
         self.answer(move || {
             let now = Instant::now();
             let mut values = self.values();
@@ -299,6 +292,12 @@ impl Backend for MemoryBackend {
                 .remove(name)
                 .is_some_and(|(_, until)| until > now))
         })
+    }
+}
+
+impl Backend for MemoryBackend {
+    fn capabilities(&self) -> &Capabilities {
+        &CAPABILITIES
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {

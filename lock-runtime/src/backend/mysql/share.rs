@@ -3,7 +3,6 @@
 //! first use unless `create_table=false` (then the error prints its DDL).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use mysql_async::Value;
 use mysql_async::prelude::Queryable;
@@ -13,7 +12,9 @@ use super::pool::Trips;
 use super::{MysqlBackend, micros, positional};
 use crate::backend::sql::errors::{SqlError, missing_share_table};
 use crate::backend::sql::quoted;
+use crate::backend::{SharedStore, Stored};
 use crate::error::BoxError;
+use crate::runtime::BoxFuture;
 
 /// The largest value stored: MariaDB's default `max_allowed_packet` (16 MiB; MySQL 8's is
 /// 64 MiB), less room for the statement around it.
@@ -104,69 +105,73 @@ impl MysqlBackend {
             answer => answer.map_err(boxed),
         }
     }
-
-    pub(super) async fn share_get(&self, name: &str) -> Result<Option<Vec<u8>>, BoxError> {
-        let sql = Arc::clone(&self.share_sql);
-        let name_bytes = name.as_bytes().to_vec();
-        self.share_run("reading a shared result", name, || {
-            let (sql, name) = (Arc::clone(&sql), name_bytes.clone());
-            move |conn: &mut super::pool::MySession| {
-                let (sql, name) = (Arc::clone(&sql), name.clone());
-                Box::pin(async move {
-                    conn.exec_first::<Vec<u8>, _, _>(sql.get.as_str(), (name,))
-                        .await
-                }) as crate::runtime::BoxFuture<'_, _>
-            }
-        })
-        .await
-    }
-
-    pub(super) async fn share_put(
-        &self,
-        name: &str,
-        value: &[u8],
-        ttl: Duration,
-    ) -> Result<(), BoxError> {
-        let sql = Arc::clone(&self.share_sql);
-        let params = vec![
-            Value::from(name.as_bytes()),
-            Value::from(value),
-            Value::from(micros(ttl)),
-        ];
-        self.share_run("storing a shared result", name, || {
-            let (sql, params) = (Arc::clone(&sql), params.clone());
-            move |conn: &mut super::pool::MySession| {
-                let (sql, params) = (Arc::clone(&sql), params.clone());
-                Box::pin(async move {
-                    conn.exec_drop(sql.put.as_str(), positional(params)).await?;
-                    // A few long-expired results of keys nobody asks for again.
-                    conn.query_drop(sql.sweep.as_str()).await
-                }) as crate::runtime::BoxFuture<'_, _>
-            }
-        })
-        .await
-    }
-
-    pub(super) async fn share_drop(&self, name: &str) -> Result<bool, BoxError> {
-        let sql = Arc::clone(&self.share_sql);
-        let name_bytes = name.as_bytes().to_vec();
-        self.share_run("dropping a shared result", name, || {
-            let (sql, name) = (Arc::clone(&sql), name_bytes.clone());
-            move |conn: &mut super::pool::MySession| {
-                let (sql, name) = (Arc::clone(&sql), name.clone());
-                Box::pin(async move {
-                    conn.exec_drop(sql.drop_live.as_str(), (name.clone(),))
-                        .await?;
-                    let live = conn.affected_rows() > 0;
-                    conn.exec_drop(sql.drop_any.as_str(), (name,)).await?;
-                    Ok(live)
-                }) as crate::runtime::BoxFuture<'_, _>
-            }
-        })
-        .await
-    }
 }
 
 fn boxed(error: MyError) -> BoxError {
     Box::new(error)
+}
+
+impl SharedStore for MysqlBackend {
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(async move {
+            let sql = Arc::clone(&self.share_sql);
+            let name_bytes = name.as_bytes().to_vec();
+            self.share_run("reading a shared result", name, || {
+                let (sql, name) = (Arc::clone(&sql), name_bytes.clone());
+                move |conn: &mut super::pool::MySession| {
+                    let (sql, name) = (Arc::clone(&sql), name.clone());
+                    Box::pin(async move {
+                        conn.exec_first::<Vec<u8>, _, _>(sql.get.as_str(), (name,))
+                            .await
+                    }) as crate::runtime::BoxFuture<'_, _>
+                }
+            })
+            .await
+        })
+    }
+
+    fn shared_put<'a>(&'a self, entry: Stored<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        let Stored { name, value, ttl } = entry;
+        Box::pin(async move {
+            let sql = Arc::clone(&self.share_sql);
+            let params = vec![
+                Value::from(name.as_bytes()),
+                Value::from(value),
+                Value::from(micros(ttl)),
+            ];
+            self.share_run("storing a shared result", name, || {
+                let (sql, params) = (Arc::clone(&sql), params.clone());
+                move |conn: &mut super::pool::MySession| {
+                    let (sql, params) = (Arc::clone(&sql), params.clone());
+                    Box::pin(async move {
+                        conn.exec_drop(sql.put.as_str(), positional(params)).await?;
+                        // A few long-expired results of keys nobody asks for again.
+                        conn.query_drop(sql.sweep.as_str()).await
+                    }) as crate::runtime::BoxFuture<'_, _>
+                }
+            })
+            .await
+        })
+    }
+
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(async move {
+            let sql = Arc::clone(&self.share_sql);
+            let name_bytes = name.as_bytes().to_vec();
+            self.share_run("dropping a shared result", name, || {
+                let (sql, name) = (Arc::clone(&sql), name_bytes.clone());
+                move |conn: &mut super::pool::MySession| {
+                    let (sql, name) = (Arc::clone(&sql), name.clone());
+                    Box::pin(async move {
+                        conn.exec_drop(sql.drop_live.as_str(), (name.clone(),))
+                            .await?;
+                        let live = conn.affected_rows() > 0;
+                        conn.exec_drop(sql.drop_any.as_str(), (name,)).await?;
+                        Ok(live)
+                    }) as crate::runtime::BoxFuture<'_, _>
+                }
+            })
+            .await
+        })
+    }
 }

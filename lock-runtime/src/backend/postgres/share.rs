@@ -3,8 +3,6 @@
 //! use unless `create_table=false` (then the error prints its DDL). Its statements are prepared
 //! on a connection the first time it runs them (sent unnamed behind a transaction pooler).
 
-use std::time::Duration;
-
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
 
@@ -13,7 +11,9 @@ use super::errors::PgError;
 use super::statements::pg_share_ddl;
 use crate::backend::sql::errors::missing_share_table;
 use crate::backend::sql::millis;
+use crate::backend::{SharedStore, Stored};
 use crate::error::BoxError;
+use crate::runtime::BoxFuture;
 
 /// The largest value stored: PostgreSQL's largest field is 1 GB.
 pub(super) const SHARE_LIMIT: usize = 1_000_000_000;
@@ -86,26 +86,6 @@ impl PostgresBackend {
             }
         }
     }
-
-    pub(super) async fn share_get(&self, name: &str) -> Result<Option<Vec<u8>>, BoxError> {
-        value_of(&self.share_statement(Op::Get, name, &[&name]).await?)
-    }
-
-    pub(super) async fn share_put(
-        &self,
-        name: &str,
-        value: &[u8],
-        ttl: Duration,
-    ) -> Result<(), BoxError> {
-        let ms = millis(ttl);
-        self.share_statement(Op::Put, name, &[&name, &value, &ms])
-            .await?;
-        Ok(())
-    }
-
-    pub(super) async fn share_drop(&self, name: &str) -> Result<bool, BoxError> {
-        dropped(&self.share_statement(Op::Drop, name, &[&name]).await?)
-    }
 }
 
 /// The value a `PgShareSql::get` found, if any.
@@ -122,4 +102,24 @@ pub(super) fn dropped(rows: &[tokio_postgres::Row]) -> Result<bool, BoxError> {
         .first()
         .ok_or("no answer to the shared result's delete")?;
     Ok(first.try_get::<_, bool>(0).map_err(PgError::from)?)
+}
+
+impl SharedStore for PostgresBackend {
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(async move { value_of(&self.share_statement(Op::Get, name, &[&name]).await?) })
+    }
+
+    fn shared_put<'a>(&'a self, entry: Stored<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        let Stored { name, value, ttl } = entry;
+        Box::pin(async move {
+            let ms = millis(ttl);
+            self.share_statement(Op::Put, name, &[&name, &value, &ms])
+                .await?;
+            Ok(())
+        })
+    }
+
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(async move { dropped(&self.share_statement(Op::Drop, name, &[&name]).await?) })
+    }
 }

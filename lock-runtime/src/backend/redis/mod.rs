@@ -332,23 +332,6 @@ impl Backend for RedisBackend {
         &self.capabilities
     }
 
-    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
-        Box::pin(self.shared_value(name))
-    }
-
-    fn shared_put<'a>(
-        &'a self,
-        name: &'a str,
-        value: &'a [u8],
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), BoxError>> {
-        Box::pin(self.share_value(name, value, ttl))
-    }
-
-    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
-        Box::pin(self.forget_value(name))
-    }
-
     fn upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Upgrade, BoxError>> {
         Box::pin(self.upgrade_by_script(spec, false))
     }

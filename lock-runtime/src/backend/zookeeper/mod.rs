@@ -225,23 +225,6 @@ impl Backend for ZookeeperBackend {
         &CAPABILITIES
     }
 
-    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
-        Box::pin(self.share_get(name))
-    }
-
-    fn shared_put<'a>(
-        &'a self,
-        name: &'a str,
-        value: &'a [u8],
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), BoxError>> {
-        Box::pin(self.share_put(name, value, ttl))
-    }
-
-    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
-        Box::pin(self.share_drop(name))
-    }
-
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
         Box::pin(self.in_play.attempt(spec.token, move || self.acquire(spec)))
     }

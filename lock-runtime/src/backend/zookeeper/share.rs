@@ -6,14 +6,14 @@
 //! its own. An expired node is deleted by the next look at it, by `forget`, or overwritten by
 //! the next result; a key never asked for again leaves its node (one per key) until then.
 
-use std::time::Duration;
-
 use zookeeper_client as zk;
 
 use super::path::parent_of;
 use super::{ZkFailure, ZookeeperBackend};
 use crate::backend::dated::{dated, live};
+use crate::backend::{SharedStore, Stored};
 use crate::error::BoxError;
+use crate::runtime::BoxFuture;
 
 /// The node every shared result lives under.
 const SHARED: &str = "/%shared";
@@ -39,71 +39,75 @@ impl ZookeeperBackend {
             Err(failure) => Err(self.failed("get", failure)),
         }
     }
+}
 
-    pub(super) async fn share_get(&self, name: &str) -> Result<Option<Vec<u8>>, BoxError> {
-        let client = self.any_client().await?;
-        let path = path_of(name);
-        let Some((data, version)) = self.share_read(&client, &path).await? else {
-            return Ok(None);
-        };
-        let value = live(&data);
-        if value.is_none() {
-            // Expired: gone unless rewritten meanwhile (the version says).
-            let _ = self
-                .call("delete", client.delete(&path, Some(version)))
-                .await;
-        }
-        Ok(value)
+impl SharedStore for ZookeeperBackend {
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(async move {
+            let client = self.any_client().await?;
+            let path = path_of(name);
+            let Some((data, version)) = self.share_read(&client, &path).await? else {
+                return Ok(None);
+            };
+            let value = live(&data);
+            if value.is_none() {
+                // Expired: gone unless rewritten meanwhile (the version says).
+                let _ = self
+                    .call("delete", client.delete(&path, Some(version)))
+                    .await;
+            }
+            Ok(value)
+        })
     }
 
-    pub(super) async fn share_put(
-        &self,
-        name: &str,
-        value: &[u8],
-        ttl: Duration,
-    ) -> Result<(), BoxError> {
-        let client = self.any_client().await?;
-        let path = path_of(name);
-        let data = dated(value, ttl);
-        let options = zk::CreateMode::Persistent.with_acls(self.access.acls());
-        for _ in 0..4 {
-            match self.call("set", client.set_data(&path, &data, None)).await {
-                Ok(_) => return Ok(()),
-                Err(ZkFailure::Server(zk::Error::NoNode)) => {}
-                Err(failure) => return Err(self.failed("set", failure)),
-            }
-            match self
-                .call("create", client.create(&path, &data, &options))
-                .await
-            {
-                Ok(_) => return Ok(()),
-                // Made by another writer meanwhile: set it.
-                Err(ZkFailure::Server(zk::Error::NodeExists)) => continue,
-                Err(ZkFailure::Server(zk::Error::NoNode)) => {
-                    match self
-                        .call("create", client.create(SHARED, &[], &options))
-                        .await
-                    {
-                        Ok(_) | Err(ZkFailure::Server(zk::Error::NodeExists)) => {}
-                        Err(failure) => return Err(self.failed("create", failure)),
-                    }
+    fn shared_put<'a>(&'a self, entry: Stored<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        let Stored { name, value, ttl } = entry;
+        Box::pin(async move {
+            let client = self.any_client().await?;
+            let path = path_of(name);
+            let data = dated(value, ttl);
+            let options = zk::CreateMode::Persistent.with_acls(self.access.acls());
+            for _ in 0..4 {
+                match self.call("set", client.set_data(&path, &data, None)).await {
+                    Ok(_) => return Ok(()),
+                    Err(ZkFailure::Server(zk::Error::NoNode)) => {}
+                    Err(failure) => return Err(self.failed("set", failure)),
                 }
-                Err(failure) => return Err(self.failed("create", failure)),
+                match self
+                    .call("create", client.create(&path, &data, &options))
+                    .await
+                {
+                    Ok(_) => return Ok(()),
+                    // Made by another writer meanwhile: set it.
+                    Err(ZkFailure::Server(zk::Error::NodeExists)) => continue,
+                    Err(ZkFailure::Server(zk::Error::NoNode)) => {
+                        match self
+                            .call("create", client.create(SHARED, &[], &options))
+                            .await
+                        {
+                            Ok(_) | Err(ZkFailure::Server(zk::Error::NodeExists)) => {}
+                            Err(failure) => return Err(self.failed("create", failure)),
+                        }
+                    }
+                    Err(failure) => return Err(self.failed("create", failure)),
+                }
             }
-        }
-        Err(format!("the shared result's node {path} kept changing under four tries").into())
+            Err(format!("the shared result's node {path} kept changing under four tries").into())
+        })
     }
 
-    pub(super) async fn share_drop(&self, name: &str) -> Result<bool, BoxError> {
-        let client = self.any_client().await?;
-        let path = path_of(name);
-        let Some((data, _)) = self.share_read(&client, &path).await? else {
-            return Ok(false);
-        };
-        match self.call("delete", client.delete(&path, None)).await {
-            Ok(()) | Err(ZkFailure::Server(zk::Error::NoNode)) => {}
-            Err(failure) => return Err(self.failed("delete", failure)),
-        }
-        Ok(live(&data).is_some())
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(async move {
+            let client = self.any_client().await?;
+            let path = path_of(name);
+            let Some((data, _)) = self.share_read(&client, &path).await? else {
+                return Ok(false);
+            };
+            match self.call("delete", client.delete(&path, None)).await {
+                Ok(()) | Err(ZkFailure::Server(zk::Error::NoNode)) => {}
+                Err(failure) => return Err(self.failed("delete", failure)),
+            }
+            Ok(live(&data).is_some())
+        })
     }
 }

@@ -11,7 +11,9 @@ use super::super::share::{NO_SUCH_TABLE, my_share_ddl};
 use super::super::{micros, positional};
 use super::NamedBackend;
 use crate::backend::sql::errors::{SqlError, missing_share_table, timed};
+use crate::backend::{SharedStore, Stored};
 use crate::error::BoxError;
+use crate::runtime::BoxFuture;
 
 /// What one piece of shared-result work does on a connection.
 #[derive(Clone, Copy)]
@@ -74,29 +76,6 @@ impl NamedBackend {
             }
         }
     }
-
-    pub(super) async fn share_get(&self, name: &str) -> Result<Option<Vec<u8>>, BoxError> {
-        match self.share_work(Op::Get, name, &[], Duration::ZERO).await? {
-            Answer::Value(value) => Ok(value),
-            _ => unreachable!("a read answers a value"),
-        }
-    }
-
-    pub(super) async fn share_put(
-        &self,
-        name: &str,
-        value: &[u8],
-        ttl: Duration,
-    ) -> Result<(), BoxError> {
-        self.share_work(Op::Put, name, value, ttl).await.map(drop)
-    }
-
-    pub(super) async fn share_drop(&self, name: &str) -> Result<bool, BoxError> {
-        match self.share_work(Op::Drop, name, &[], Duration::ZERO).await? {
-            Answer::Dropped(live) => Ok(live),
-            _ => unreachable!("a drop answers whether it was live"),
-        }
-    }
 }
 
 /// `op`'s statements on `conn`.
@@ -136,4 +115,29 @@ async fn work(
 
 fn boxed(error: MyError) -> BoxError {
     Box::new(error)
+}
+
+impl SharedStore for NamedBackend {
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(async move {
+            match self.share_work(Op::Get, name, &[], Duration::ZERO).await? {
+                Answer::Value(value) => Ok(value),
+                _ => unreachable!("a read answers a value"),
+            }
+        })
+    }
+
+    fn shared_put<'a>(&'a self, entry: Stored<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        let Stored { name, value, ttl } = entry;
+        Box::pin(async move { self.share_work(Op::Put, name, value, ttl).await.map(drop) })
+    }
+
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(async move {
+            match self.share_work(Op::Drop, name, &[], Duration::ZERO).await? {
+                Answer::Dropped(live) => Ok(live),
+                _ => unreachable!("a drop answers whether it was live"),
+            }
+        })
+    }
 }

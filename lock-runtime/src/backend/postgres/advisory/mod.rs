@@ -497,23 +497,6 @@ impl Backend for AdvisoryBackend {
         &CAPABILITIES
     }
 
-    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
-        Box::pin(self.share_get(name))
-    }
-
-    fn shared_put<'a>(
-        &'a self,
-        name: &'a str,
-        value: &'a [u8],
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), BoxError>> {
-        Box::pin(self.share_put(name, value, ttl))
-    }
-
-    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
-        Box::pin(self.share_drop(name))
-    }
-
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
         Box::pin(async move {
             self.check_spec(&spec)?;

@@ -2,8 +2,6 @@
 //! `<table>_shared` (see `postgres::share`), on an idle connection of this client's, each
 //! statement unnamed (one round trip).
 
-use std::time::Duration;
-
 use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{ToSql, Type};
@@ -14,7 +12,9 @@ use super::super::statements::pg_share_ddl;
 use super::AdvisoryBackend;
 use crate::backend::sql::errors::{missing_share_table, timed};
 use crate::backend::sql::millis;
+use crate::backend::{SharedStore, Stored};
 use crate::error::BoxError;
+use crate::runtime::BoxFuture;
 
 impl AdvisoryBackend {
     /// Runs one shared-result statement; a missing table is created (unless the user's
@@ -58,39 +58,43 @@ impl AdvisoryBackend {
             }
         }
     }
+}
 
-    pub(super) async fn share_get(&self, name: &str) -> Result<Option<Vec<u8>>, BoxError> {
-        value_of(
-            &self
-                .share_query(&self.share_sql.get, &[(&name, Type::TEXT)])
-                .await?,
-        )
+impl SharedStore for AdvisoryBackend {
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(async move {
+            value_of(
+                &self
+                    .share_query(&self.share_sql.get, &[(&name, Type::TEXT)])
+                    .await?,
+            )
+        })
     }
 
-    pub(super) async fn share_put(
-        &self,
-        name: &str,
-        value: &[u8],
-        ttl: Duration,
-    ) -> Result<(), BoxError> {
-        let ms = millis(ttl);
-        self.share_query(
-            &self.share_sql.put,
-            &[
-                (&name, Type::TEXT),
-                (&value, Type::BYTEA),
-                (&ms, Type::INT8),
-            ],
-        )
-        .await?;
-        Ok(())
+    fn shared_put<'a>(&'a self, entry: Stored<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        let Stored { name, value, ttl } = entry;
+        Box::pin(async move {
+            let ms = millis(ttl);
+            self.share_query(
+                &self.share_sql.put,
+                &[
+                    (&name, Type::TEXT),
+                    (&value, Type::BYTEA),
+                    (&ms, Type::INT8),
+                ],
+            )
+            .await?;
+            Ok(())
+        })
     }
 
-    pub(super) async fn share_drop(&self, name: &str) -> Result<bool, BoxError> {
-        dropped(
-            &self
-                .share_query(&self.share_sql.drop, &[(&name, Type::TEXT)])
-                .await?,
-        )
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(async move {
+            dropped(
+                &self
+                    .share_query(&self.share_sql.drop, &[(&name, Type::TEXT)])
+                    .await?,
+            )
+        })
     }
 }

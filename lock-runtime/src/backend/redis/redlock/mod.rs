@@ -51,6 +51,7 @@ mod admin;
 mod outcome;
 mod vote;
 
+use crate::backend::{SharedStore, Stored};
 use outcome::NodeOutcome;
 use vote::Vote;
 
@@ -189,29 +190,20 @@ pub(crate) const CAPABILITIES: Capabilities = Capabilities {
     ..Capabilities::plain("redlock")
 };
 
-impl Backend for RedlockBackend {
-    fn capabilities(&self) -> &Capabilities {
-        &CAPABILITIES
-    }
-
-    /// A shared result is written to every node and read from all that answer (a majority
-    /// must): any node's copy is the result. Not a vote: a result lost on some nodes only
-    /// makes a caller compute it again.
+/// A shared result is written to every node and read from all that answer (a majority must):
+/// any node's copy is the result. Not a vote: a result lost on some nodes only makes a caller
+/// compute it again.
+impl SharedStore for RedlockBackend {
     fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
         Box::pin(async move {
-            let copies = self.on_every_node(|node| node.shared_value(name)).await?;
+            let copies = self.on_every_node(|node| node.shared_get(name)).await?;
             Ok(copies.into_iter().flatten().next())
         })
     }
 
-    fn shared_put<'a>(
-        &'a self,
-        name: &'a str,
-        value: &'a [u8],
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), BoxError>> {
+    fn shared_put<'a>(&'a self, entry: Stored<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
         Box::pin(async move {
-            self.on_every_node(|node| node.share_value(name, value, ttl))
+            self.on_every_node(|node| node.shared_put(entry))
                 .await
                 .map(drop)
         })
@@ -219,9 +211,15 @@ impl Backend for RedlockBackend {
 
     fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
         Box::pin(async move {
-            let dropped = self.on_every_node(|node| node.forget_value(name)).await?;
+            let dropped = self.on_every_node(|node| node.shared_drop(name)).await?;
             Ok(dropped.into_iter().any(|d| d))
         })
+    }
+}
+
+impl Backend for RedlockBackend {
+    fn capabilities(&self) -> &Capabilities {
+        &CAPABILITIES
     }
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
