@@ -132,7 +132,7 @@ impl Election {
                 backend: self.client.admin_backend().store(),
                 feature: crate::Feature::Elections,
                 key: Some(self.name.clone()),
-                reason: "it gave no fencing token, so a leader would have no term".into(),
+                reason: "it gave no fencing token, so a leader would have no term",
             });
         };
         tracing::info!(election = %self.name, %identity, term, "distlock: leading");

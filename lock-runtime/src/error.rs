@@ -149,8 +149,8 @@ pub enum LockError {
         /// The lock key (without the client's prefix) or election name asked for, when there
         /// was one.
         key: Option<String>,
-        /// Why not, and what to use instead.
-        reason: String,
+        /// Why not, and what to use instead (the store's own words, fixed per store).
+        reason: &'static str,
     },
 }
 

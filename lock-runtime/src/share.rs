@@ -341,12 +341,12 @@ fn check_share(share: std::time::Duration, key: &str) -> Result<(), LockError> {
 }
 
 #[cfg(feature = "share")]
-fn refused(key: &str, store: &'static str, why: &str) -> LockError {
+fn refused(key: &str, store: &'static str, why: &'static str) -> LockError {
     LockError::Unsupported {
         backend: store,
         feature: crate::Feature::SharedResults,
         key: Some(key.to_owned()),
-        reason: why.to_owned(),
+        reason: why,
     }
 }
 

@@ -200,7 +200,7 @@ impl Capabilities {
             backend: self.store,
             feature,
             key: key.map(str::to_owned),
-            reason: why.to_owned(),
+            reason: why,
         })
     }
 

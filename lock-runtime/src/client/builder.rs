@@ -341,7 +341,7 @@ impl LockClientBuilder {
                         backend: "redlock",
                         feature: crate::Feature::Fencing,
                         key: None,
-                        reason: crate::backend::redis::redlock::NO_FENCING.to_owned(),
+                        reason: crate::backend::redis::redlock::NO_FENCING,
                     });
                 }
                 Ok(crate::backend::redis::redlock::RedlockBackend::connect(
