@@ -558,6 +558,9 @@ pub(crate) struct Stored<'a> {
     pub ttl: Duration,
 }
 
+/// What [`Admin::force_release`] answers: the entry it removed, if the lock was held.
+pub(crate) type Freed<'a> = BoxFuture<'a, Result<Option<Entry>, BoxError>>;
+
 /// What the admin API asks of a store (`distlock list`, `show`, `release --force`, `ping`): not
 /// on any acquisition's path. Every store answers the first four.
 pub(crate) trait Admin {
@@ -570,8 +573,7 @@ pub(crate) trait Admin {
     fn list<'a>(&'a self, listing: Listing<'a>) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>>;
 
     /// Deletes the lock `name` whoever holds it and wakes its waiters; what was removed.
-    fn force_release<'a>(&'a self, name: &'a str)
-    -> BoxFuture<'a, Result<Option<Entry>, BoxError>>;
+    fn force_release<'a>(&'a self, name: &'a str) -> Freed<'a>;
 
     /// One request to the server: its version.
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>>;

@@ -9,7 +9,7 @@ use super::proto::{
     self, DeleteRangeRequest, DeleteRangeResponse, KeyValue, RangeRequest, RangeResponse, path,
 };
 use crate::admin::{ChangeFeed, Entry, Listing, holder_from_record};
-use crate::backend::{Admin, Kind};
+use crate::backend::{Admin, Freed, Kind};
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
 
@@ -54,10 +54,7 @@ impl Admin for EtcdBackend {
             Ok(entries)
         })
     }
-    fn force_release<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+    fn force_release<'a>(&'a self, name: &'a str) -> Freed<'a> {
         Box::pin(async move {
             let queue = self.queue_key(name);
             let keys = self.range_prefix(&queue).await?;

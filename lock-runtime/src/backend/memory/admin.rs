@@ -5,6 +5,7 @@ use std::time::Instant;
 use super::MemoryBackend;
 use crate::admin::{ChangeFeed, Entry, Listing};
 use crate::backend::Admin;
+use crate::backend::Freed;
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
 
@@ -74,10 +75,7 @@ impl Admin for MemoryBackend {
                 .collect())
         })
     }
-    fn force_release<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+    fn force_release<'a>(&'a self, name: &'a str) -> Freed<'a> {
         Box::pin(async move {
             let now = Instant::now();
             let entry = self.entry(name, now);

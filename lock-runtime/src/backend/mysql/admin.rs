@@ -12,7 +12,7 @@ use super::{MysqlBackend, positional};
 use crate::admin::{Entry, Listing};
 use crate::backend::sql::like_pattern;
 use crate::backend::sql::shares::{READERS, row_entry, shares_of, shares_token};
-use crate::backend::{Admin, Kind};
+use crate::backend::{Admin, Freed, Kind};
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
 
@@ -105,10 +105,7 @@ impl Admin for MysqlBackend {
             Ok(entries)
         })
     }
-    fn force_release<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+    fn force_release<'a>(&'a self, name: &'a str) -> Freed<'a> {
         Box::pin(async move {
             // No `DELETE … RETURNING` in MySQL: read the row, then delete exactly that holder's
             // row; if another holder took it in between, look again.

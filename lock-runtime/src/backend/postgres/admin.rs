@@ -6,6 +6,7 @@ use tokio_postgres::types::Type;
 use super::PostgresBackend;
 use crate::admin::{Entry, Listing};
 use crate::backend::Admin;
+use crate::backend::Freed;
 use crate::backend::sql::like_pattern;
 use crate::backend::sql::shares::{readers_entry, row_entry, shares_of};
 use crate::error::BoxError;
@@ -38,10 +39,7 @@ impl Admin for PostgresBackend {
             Ok(rows.iter().map(pg_entry).collect())
         })
     }
-    fn force_release<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+    fn force_release<'a>(&'a self, name: &'a str) -> Freed<'a> {
         Box::pin(async move {
             let rows = self
                 .run("the forced release", name, |conn| async move {

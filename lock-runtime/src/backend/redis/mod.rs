@@ -61,6 +61,7 @@ pub(crate) mod sentinel;
 mod share;
 mod upgrade;
 
+use crate::backend::Freed;
 pub(crate) use cluster::cluster_slot;
 use connection::SharedConnection;
 use errors::{not_acked, rides_out_failover};
@@ -471,10 +472,7 @@ impl Admin for RedisBackend {
     fn list<'a>(&'a self, listing: Listing<'a>) -> BoxFuture<'a, Result<Vec<Entry>, BoxError>> {
         Box::pin(self.list_locks(listing))
     }
-    fn force_release<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+    fn force_release<'a>(&'a self, name: &'a str) -> Freed<'a> {
         Box::pin(self.force_release_lock(name))
     }
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {

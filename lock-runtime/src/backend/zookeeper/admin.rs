@@ -7,6 +7,7 @@ use super::path::{decode, is_reader, parent_of, parse_node, sequence_of, token_o
 use super::{ZkFailure, ZookeeperBackend};
 use crate::admin::{ChangeFeed, Entry, Listing, holder_from_record};
 use crate::backend::Admin;
+use crate::backend::Freed;
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
 
@@ -39,10 +40,7 @@ impl Admin for ZookeeperBackend {
             Ok(entries)
         })
     }
-    fn force_release<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+    fn force_release<'a>(&'a self, name: &'a str) -> Freed<'a> {
         Box::pin(async move {
             let Some((entry, paths)) = self.holder_of(name).await? else {
                 return Ok(None);

@@ -10,6 +10,7 @@ use super::names::{NOTE, is_hashed, parse_note, sql};
 use super::{NamedBackend, View};
 use crate::admin::{Entry, Listing};
 use crate::backend::Admin;
+use crate::backend::Freed;
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
 
@@ -42,10 +43,7 @@ impl Admin for NamedBackend {
         })
     }
 
-    fn force_release<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+    fn force_release<'a>(&'a self, name: &'a str) -> Freed<'a> {
         Box::pin(async move {
             let found = self.held(Some(name)).await?;
             let Some((id, entry)) = found.into_iter().find(|(_, entry)| entry.name == name) else {

@@ -11,7 +11,7 @@ use super::AdvisoryBackend;
 use super::note::{Note, parse_note};
 use crate::admin::{Entry, Listing, advisory_key};
 use crate::backend::postgres::PgError;
-use crate::backend::{Admin, Hold, Released};
+use crate::backend::{Admin, Freed, Hold, Released};
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
 
@@ -33,10 +33,7 @@ impl Admin for AdvisoryBackend {
             Ok(entries)
         })
     }
-    fn force_release<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+    fn force_release<'a>(&'a self, name: &'a str) -> Freed<'a> {
         Box::pin(async move {
             let key = advisory_key(name);
             let found = self.held(Some(key)).await?;

@@ -8,6 +8,7 @@ use futures_util::future::join_all;
 use super::RedlockBackend;
 use crate::admin::{Entry, Listing};
 use crate::backend::Admin;
+use crate::backend::Freed;
 use crate::backend::redis::RedisBackend;
 use crate::backend::redis::admin::inspect_each;
 use crate::error::BoxError;
@@ -113,10 +114,7 @@ impl Admin for RedlockBackend {
             inspect_each(&names, |name| self.inspect(name)).await
         })
     }
-    fn force_release<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Entry>, BoxError>> {
+    fn force_release<'a>(&'a self, name: &'a str) -> Freed<'a> {
         Box::pin(async move {
             // First a look, then a delete of what it saw — never an unconditional DEL. The
             // nodes' deletes land at different moments (a slow node's after `on_every_node`
