@@ -234,8 +234,8 @@ pub(crate) enum Command {
         json: bool,
     },
     /// Prints acquisitions, releases and expiries of the locks matching PATTERN as they
-    /// happen: it lists them again whenever the store announces a change (Redis, ZooKeeper,
-    /// etcd), else every --interval (PostgreSQL, MySQL), and prints what changed — a hold
+    /// happen: it lists them again whenever the store announces a change, else every
+    /// --interval (which stores do: distlock::guide::backends), and prints what changed — a hold
     /// shorter than one listing may be missed. Runs until Ctrl-C or --for.
     Watch {
         /// The URL (when it contains `://`; else DISTLOCK_URL), then the key glob

@@ -79,7 +79,10 @@ impl LockClientBuilder {
     }
 
     /// Hand out fencing tokens on every acquisition unless the request says otherwise
-    /// (default off; costs one counter per key in the backend, see the crate docs).
+    /// (default off; costs one counter per key in the backend, see the crate docs). On a
+    /// store without them, [`build`](Self::build) fails with
+    /// [`LockError::Unsupported`](crate::LockError::Unsupported) (which stores: the table in
+    /// `distlock::guide::backends`).
     pub fn fencing(mut self, enabled: bool) -> Self {
         self.fencing = enabled;
         self

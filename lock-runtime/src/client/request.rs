@@ -224,7 +224,8 @@ impl LockRequest {
         self
     }
 
-    /// Hand out a fencing token with this lock ([`LockGuard::fencing_token`]).
+    /// Hand out a fencing token with this lock ([`LockGuard::fencing_token`]); a store
+    /// without them refuses with [`LockError::Unsupported`].
     pub fn fencing(mut self, fencing: bool) -> Self {
         self.fencing = fencing;
         self
