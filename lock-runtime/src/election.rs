@@ -24,9 +24,10 @@ pub(crate) const DEFAULT_OBSERVE_POLL: Duration = Duration::from_millis(500);
 /// One election, by name: made by [`LockClient::election`]. Cheap to clone.
 ///
 /// ```
+/// # use lock_runtime as distlock;
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_runtime::LockError> {
-/// let client = lock_runtime::LockClient::connect("memory://").await?;
+/// # async fn main() -> Result<(), distlock::LockError> {
+/// let client = distlock::LockClient::connect("memory://").await?;
 /// let election = client.election("reports");
 /// let leader = election.campaign("host-a:4242").await?; // waits until this candidate leads
 /// assert_eq!(leader.identity(), "host-a:4242");

@@ -24,9 +24,10 @@
 //! out — which is harmless: until it writes, the stale holder's write is the latest state.
 //!
 //! ```
+//! # use lock_runtime as distlock;
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), lock_runtime::LockError> {
-//! let client = lock_runtime::LockClient::builder("memory://fence-doc").fencing(true).build().await?;
+//! # async fn main() -> Result<(), distlock::LockError> {
+//! let client = distlock::LockClient::builder("memory://fence-doc").fencing(true).build().await?;
 //! let guard = client.lock("account:7").acquire().await?;
 //! let token = guard.fencing_token().expect("fencing is on");
 //! // Redis: EVAL REDIS_FENCED_SET 1 account:7 <token> balance=10   -> {1, token} or {0, highest}

@@ -59,9 +59,10 @@ tokio::task_local! {
 /// inherit it; wrap the spawned future in `with_client` too.
 ///
 /// ```
+/// # use lock_runtime as distlock;
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_runtime::LockError> {
-/// use lock_runtime::{LockClient, with_client};
+/// # async fn main() -> Result<(), distlock::LockError> {
+/// use distlock::{LockClient, with_client};
 ///
 /// let client = LockClient::connect("memory://a-test-of-its-own").await?;
 /// let answer = with_client(&client, async {

@@ -195,16 +195,17 @@ impl LockGuard {
     /// is another owner and waits, as a spawned task does.
     ///
     /// ```
+    /// # use lock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
-    /// # let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// # let client = distlock::LockClient::connect("memory://").await?;
     /// let guard = client.lock("report").acquire().await?;
     /// guard
     ///     .scope(async {
     ///         // Granted here at once: this task holds `report` in scope.
     ///         let inner = client.lock("report").try_acquire().await?;
     ///         assert!(inner.is_some());
-    ///         Ok::<_, lock_runtime::LockError>(())
+    ///         Ok::<_, distlock::LockError>(())
     ///     })
     ///     .await?;
     /// guard.release().await?; // frees `report`
@@ -373,14 +374,15 @@ impl LockGuard {
     /// released first. It does not borrow the guard, so it can race the guarded work:
     ///
     /// ```
+    /// # use lock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
-    /// # let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// # let client = distlock::LockClient::connect("memory://").await?;
     /// # async fn do_the_work() {}
     /// let guard = client.lock("report").acquire().await?;
     /// tokio::select! {
     ///     _ = do_the_work() => guard.release().await?,
-    ///     _ = guard.lost() => return Err(lock_runtime::LockError::Lost { key: "report".into() }),
+    ///     _ = guard.lost() => return Err(distlock::LockError::Lost { key: "report".into() }),
     /// }
     /// # Ok(()) }
     /// ```

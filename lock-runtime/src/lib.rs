@@ -25,10 +25,11 @@
 //! resource keys, or clean counters up when the resource itself is deleted.
 //!
 //! ```
+//! # use lock_runtime as distlock;
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), lock_runtime::LockError> {
+//! # async fn main() -> Result<(), distlock::LockError> {
 //! use std::time::Duration;
-//! use lock_runtime::LockClient;
+//! use distlock::LockClient;
 //!
 //! let client = LockClient::builder("memory://").fencing(true).build().await?;
 //! let first = client.lock("invoice:7").acquire().await?;

@@ -82,9 +82,10 @@ impl std::fmt::Debug for CurrentLock {
 /// and in everything it awaits — or `None` outside any.
 ///
 /// ```
+/// # use lock_runtime as distlock;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// assert!(lock_runtime::current().is_none());
+/// assert!(distlock::current().is_none());
 /// # }
 /// ```
 pub fn current() -> Option<CurrentLock> {

@@ -110,11 +110,12 @@ impl LockRequest {
     /// [`SharedRequest::run`]). Several keys (`lock_all`) store it under the first given.
     ///
     /// ```
+    /// # use lock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// # async fn main() -> Result<(), distlock::LockError> {
     /// use std::time::Duration;
-    /// use lock_runtime::LockError;
-    /// let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// use distlock::LockError;
+    /// let client = distlock::LockClient::connect("memory://").await?;
     /// let report = || client.lock("report:2026-11").share(Duration::from_secs(60));
     /// let first: u64 = report().run(|| async { Ok::<_, LockError>(42) }).await?;
     /// // Within the minute, the stored result: the body does not run.

@@ -21,8 +21,9 @@ use crate::error::LockError;
 /// parameters, field by field. Certificates and keys are PEM, as in the files.
 ///
 /// ```no_run
-/// # async fn connect() -> Result<(), lock_runtime::LockError> {
-/// use lock_runtime::{LockClient, TlsConfig};
+/// # use lock_runtime as distlock;
+/// # async fn connect() -> Result<(), distlock::LockError> {
+/// use distlock::{LockClient, TlsConfig};
 ///
 /// // Certificates from a secret store rather than files the URL could name.
 /// let ca = std::fs::read("/run/secrets/internal-ca.pem").expect("the CA");

@@ -195,9 +195,10 @@ impl LockClient {
     /// [`LockWatch::follows_store`].
     ///
     /// ```
+    /// # use lock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
-    /// use lock_runtime::{LockClient, admin::LockEvent};
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// use distlock::{LockClient, admin::LockEvent};
     ///
     /// let client = LockClient::connect("memory://watch-doc").await?;
     /// let mut watch = client.watch("order:*").await;
@@ -243,10 +244,11 @@ impl LockWatch {
     /// and the stream goes on; it ends only when dropped.
     ///
     /// ```
+    /// # use lock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// # async fn main() -> Result<(), distlock::LockError> {
     /// use futures_util::StreamExt;
-    /// use lock_runtime::LockClient;
+    /// use distlock::LockClient;
     ///
     /// let client = LockClient::connect("memory://watch-stream-doc").await?;
     /// let _held = client.lock("job:a").acquire().await?;

@@ -12,10 +12,11 @@ use crate::error::LockError;
 /// Settings for a [`LockClient`]; made by [`LockClient::builder`].
 ///
 /// ```
+/// # use lock_runtime as distlock;
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// # async fn main() -> Result<(), distlock::LockError> {
 /// use std::time::Duration;
-/// use lock_runtime::LockClient;
+/// use distlock::LockClient;
 ///
 /// let client = LockClient::builder("memory://")
 ///     .prefix("billing:lock:")

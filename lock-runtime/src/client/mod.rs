@@ -22,10 +22,11 @@ pub use semaphore::SemaphoreRequest;
 /// tasks and between tokio runtimes.
 ///
 /// ```
+/// # use lock_runtime as distlock;
 /// # #[tokio::main(flavor = "current_thread")]
-/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// # async fn main() -> Result<(), distlock::LockError> {
 /// use std::time::Duration;
-/// use lock_runtime::LockClient;
+/// use distlock::LockClient;
 ///
 /// let client = LockClient::connect("memory://").await?;
 /// let guard = client.lock("order:42").lease(Duration::from_secs(10)).acquire().await?;
@@ -181,9 +182,10 @@ impl LockClient {
     /// a fair request, of several keys is refused with [`LockError::Config`].
     ///
     /// ```
+    /// # use lock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
-    /// let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::LockClient::connect("memory://").await?;
     /// let both = client.lock_all(["account:7", "account:3"]).acquire().await?;
     /// assert!(both.keys().eq(["account:3", "account:7"])); // canonical order
     /// assert!(client.lock("account:7").try_acquire().await?.is_none());
@@ -219,9 +221,10 @@ impl LockClient {
     /// the table in `distlock::guide::backends`; how they work: `distlock::guide::semaphores`).
     ///
     /// ```
+    /// # use lock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
-    /// let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::LockClient::connect("memory://").await?;
     /// let first = client.semaphore("gpu-pool", 2).acquire().await?;
     /// let second = client.semaphore("gpu-pool", 2).acquire().await?;
     /// assert!(client.semaphore("gpu-pool", 2).try_acquire().await?.is_none()); // both in use
@@ -253,6 +256,7 @@ impl LockClient {
     /// every store, are the table in `distlock::guide::backends`.
     ///
     /// ```
+    /// # use lock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
     /// use distlock::{Feature, LockClient};
     /// let client = LockClient::connect("memory://").await?;

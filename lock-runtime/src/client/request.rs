@@ -177,10 +177,11 @@ impl LockRequest {
     /// ends after one lease anyway.
     ///
     /// ```
+    /// # use lock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// # async fn main() -> Result<(), distlock::LockError> {
     /// use std::time::Duration;
-    /// let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// let client = distlock::LockClient::connect("memory://").await?;
     /// let guard = client
     ///     .lock("nightly-export")
     ///     .lease(Duration::from_millis(100))
@@ -260,9 +261,10 @@ impl LockRequest {
     /// already stops new readers).
     ///
     /// ```
+    /// # use lock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
-    /// let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::LockClient::connect("memory://").await?;
     /// let first = client.lock("price-list").read().acquire().await?;
     /// let second = client.lock("price-list").read().acquire().await?; // readers share it
     /// assert!(client.lock("price-list").try_acquire().await?.is_none()); // a writer waits
@@ -287,15 +289,16 @@ impl LockRequest {
     /// ([`LockError::Config`]). See `distlock::guide::upgradable`.
     ///
     /// ```
+    /// # use lock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
-    /// let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::LockClient::connect("memory://").await?;
     /// let mut guard = client.lock("row:7").upgradable().acquire().await?;
     /// let reader = client.lock("row:7").read().acquire().await?; // plain readers join
     /// assert!(client.lock("row:7").upgradable().try_acquire().await?.is_none());
     /// reader.release().await?;
     /// guard.upgrade().await?; // now the writer: no reader or writer got in between
-    /// assert_eq!(guard.mode(), lock_runtime::LockMode::Write);
+    /// assert_eq!(guard.mode(), distlock::LockMode::Write);
     /// guard.release().await?;
     /// # Ok(()) }
     /// ```

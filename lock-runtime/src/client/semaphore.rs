@@ -17,7 +17,8 @@ use crate::runtime::BoxFuture;
 /// [`acquire`](Self::acquire) / [`try_acquire`](Self::try_acquire).
 ///
 /// ```compile_fail
-/// # async fn f(client: lock_runtime::LockClient) {
+/// # use lock_runtime as distlock;
+/// # async fn f(client: distlock::LockClient) {
 /// let guard = client.semaphore("gpu-pool", 3).read().acquire().await; // no `read` on a semaphore
 /// # }
 /// ```
@@ -95,9 +96,10 @@ impl SemaphoreRequest {
     /// [`LockError::Unsupported`].
     ///
     /// ```
+    /// # use lock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
-    /// let client = lock_runtime::LockClient::connect("memory://").await?;
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::LockClient::connect("memory://").await?;
     /// let pool = client.semaphore("gpu", 3);
     /// assert_eq!(pool.available().await?, 3);
     /// let one = pool.clone().acquire().await?;
