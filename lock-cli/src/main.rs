@@ -26,6 +26,7 @@
 
 mod format;
 mod run;
+mod warnings;
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
@@ -432,6 +433,7 @@ impl From<LockError> for Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    warnings::Warnings::install();
     if let Command::Run { .. } | Command::Elect { .. } = cli.command {
         return run::main(cli);
     }

@@ -1463,6 +1463,18 @@ async fn run_stops_the_command_when_the_backend_goes_away() {
     println!("stopped {took:?} after the server was killed: {err}");
     assert_eq!(status, 121, "{err}");
     assert!(err.contains("lost `job:gone`"), "{err}");
+    // Why, from the runtime's own warnings (which the command line prints): the renewals that
+    // failed, then the loss and its reason.
+    assert!(
+        err.contains("distlock: renewal failed") && err.contains("key=job:gone"),
+        "{err}"
+    );
+    assert!(
+        err.contains("distlock: lock lost key=job:gone")
+            && (err.contains("why=no renewal confirmed before the lease ended")
+                || err.contains("why=renewal did not answer before the lease ended")),
+        "{err}"
+    );
     assert!(!alive(command_pid), "COMMAND outlived the lost lock");
     // Lost within the lease (1 s) of the last renewal, stopped within the grace (0.5 s), and
     // out without waiting on the unreachable server for long.
