@@ -557,3 +557,58 @@ fn log_to_stderr() {
         let _ = tracing::subscriber::set_global_default(Stderr(Instant::now()));
     }
 }
+
+/// A fresh acknowledged connection (`?replicas=1`) gives its server every script before its
+/// first command. A failover leaves a new master with no scripts and every client
+/// reconnecting; there an `EVALSHA` answers `NOSCRIPT` only after the `WAIT` pipelined behind
+/// it has timed out. Here the scripts are flushed and the connections cut: the renewals that
+/// follow run their script at once (the server counts no `NOSCRIPT`), and the lock is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_acknowledged_connection_loads_the_scripts_first() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let _replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let info = |section: &'static str| -> String {
+        query(master.port(), redis::cmd("INFO").arg(section)).unwrap_or_default()
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            info("replication").contains("state=online")
+        })
+        .await,
+        "the replica came online"
+    );
+    let client = LockClient::connect(&format!("{}?replicas=1", master.url()))
+        .await
+        .unwrap();
+    let guard = client.lock("s").lease(ms(3_000)).acquire().await.unwrap();
+    let _: () = query(master.port(), redis::cmd("SCRIPT").arg("FLUSH")).unwrap();
+    let _: () = query(master.port(), redis::cmd("CONFIG").arg("RESETSTAT")).unwrap();
+    let _: i64 = query(
+        master.port(),
+        redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("normal"),
+    )
+    .unwrap();
+    // Two renewals (every second) on a new connection.
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            let stats = info("commandstats");
+            stats
+                .lines()
+                .find(|l| l.starts_with("cmdstat_evalsha:"))
+                .and_then(|l| l.split("calls=").nth(1))
+                .and_then(|calls| calls.split(',').next()?.parse::<u32>().ok())
+                .is_some_and(|calls| calls >= 2)
+        })
+        .await,
+        "no renewal ran: {}",
+        info("commandstats")
+    );
+    let errors = info("errorstats");
+    assert!(!errors.contains("NOSCRIPT"), "{errors}");
+    assert!(!guard.is_lost(), "renewed on the new connection");
+    let token = distlock::__private::testing::owner_token(&guard).to_owned();
+    assert_eq!(master.get("lock:s").await, Some(token));
+    guard.release().await.unwrap();
+    assert_eq!(master.get("lock:s").await, None);
+}

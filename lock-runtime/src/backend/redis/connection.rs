@@ -173,6 +173,9 @@ impl RedisBackend {
             }
         };
         if lane == ACKED {
+            if let Connection::Single(single) = &conn {
+                self.load_scripts(single).await?;
+            }
             let acks = Acks {
                 replicas: self.settings.replicas,
                 timeout_ms: 0,
@@ -190,6 +193,34 @@ impl RedisBackend {
         });
         tracing::debug!(url = %self.url, lane, "distlock: connected to redis");
         Ok((conn, number))
+    }
+
+    /// Gives a fresh acknowledged connection's server every script first. A master just
+    /// promoted has none (a replica's cache is its own), and there an `EVALSHA` answers
+    /// `NOSCRIPT` only after the `WAIT` pipelined behind it has timed out: a renewal after a
+    /// failover would lose that timeout (half the lease at most) before its retry with the
+    /// script. Loaded at once, the multiplexed connection pipelining them. (A cluster's
+    /// connection routes by key: its scripts are given again where `NOSCRIPT` says.)
+    async fn load_scripts(&self, conn: &MultiplexedConnection) -> RedisResult<()> {
+        let scripts = [
+            &self.release,
+            &self.renew,
+            &self.renew_many,
+            &self.write,
+            &self.read,
+            &self.permit,
+            &self.release_read,
+            &self.hand_over,
+            &self.acquire_fair,
+            &self.release_fair,
+            &self.acquire_all,
+            &self.upgrade,
+        ];
+        let loads = scripts.map(|script| {
+            let mut conn = conn.clone();
+            async move { script.load_async(&mut conn).await.map(drop) }
+        });
+        futures_util::future::try_join_all(loads).await.map(drop)
     }
 
     /// Forgets connection number `failed` so the next command reconnects, unless another
