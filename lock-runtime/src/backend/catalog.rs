@@ -124,7 +124,7 @@ pub fn table() -> String {
     out
 }
 
-/// Whether the store named `store` (a name of [`stores`]: `redis`, `named`, …) serves
+/// Whether the store named `store` (as the catalog names it: `redis`, `named`, …) serves
 /// `feature`, as the test suites ask it of a store they have not connected to.
 ///
 /// # Panics
