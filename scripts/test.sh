@@ -130,8 +130,8 @@ fi
 # missing (seen: `TlsConfig` "not in the root" of a stale lock-runtime). Our crates' other builds
 # go too (they pile up: 15.8 GiB after a day's runs). This is done first, not just before
 # packaging: packaging runs while tests/it runs, whose binaries a `cargo clean` would delete.
-rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/{distlock,distlock-cli,lock-runtime,lock-macros}-[0-9]*
-cargo clean --quiet -p lock-runtime -p lock-macros -p distlock -p distlock-cli
+rm -rf "${CARGO_HOME:-$HOME/.cargo}"/registry/src/-*/{distlock,distlock-cli,distlock-runtime,distlock-macros}-[0-9]*
+cargo clean --quiet -p distlock-runtime -p distlock-macros -p distlock -p distlock-cli
 
 step "cargo fmt --check"
 cargo fmt --all --check
@@ -213,7 +213,7 @@ background() {
         --exclude distlock-ui-tests --no-verify --allow-dirty --quiet
     if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
         local crate dir listed unpackaged
-        for crate in distlock:. lock-runtime:lock-runtime lock-macros:lock-macros distlock-cli:lock-cli; do
+        for crate in distlock:. distlock-runtime:lock-runtime distlock-macros:lock-macros distlock-cli:lock-cli; do
             dir="${crate#*:}"
             listed="$(cargo package -p "${crate%%:*}" --list --allow-dirty)"
             # The files a crate is built from: its sources and manifest (and the root crate's
@@ -233,7 +233,7 @@ background() {
     # backend without `tls`, lock-runtime's default, is one message: its unit test checks it,
     # where a build of its own took 51 s of a fresh clone's run, 2026-11-28.)
     bstep "what a missing feature says (lock-runtime without features)"
-    cargo test -p lock-runtime --no-default-features --quiet --test features
+    cargo test -p distlock-runtime --no-default-features --quiet --test features
     bstep "doc tests"
     cargo test --workspace --all-features --quiet --doc
     # The four published crates checked together, every feature on, without the test harness
@@ -245,7 +245,7 @@ background() {
     # from scratch). The facade without its default features (`memory://` and `share`) is built
     # by the trybuild cases' project, and lock-runtime without any by the feature test above.
     bstep "the published crates checked together, then cargo doc (warnings are errors)"
-    local published=(-p distlock -p lock-runtime -p lock-macros -p distlock-cli)
+    local published=(-p distlock -p distlock-runtime -p distlock-macros -p distlock-cli)
     cargo check "${published[@]}" --all-features --quiet
     RUSTDOCFLAGS="-D warnings" cargo doc --no-deps "${published[@]}" --all-features --quiet
     bstep "waiting for the trybuild cases"

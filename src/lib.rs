@@ -187,13 +187,13 @@
 
 pub mod guide;
 
-pub use lock_macros::distributed_lock;
+pub use distlock_macros::distributed_lock;
 #[cfg(feature = "share")]
-pub use lock_runtime::SharedRequest;
-pub use lock_runtime::admin;
-pub use lock_runtime::fence;
-pub use lock_runtime::metrics;
-pub use lock_runtime::{
+pub use distlock_runtime::SharedRequest;
+pub use distlock_runtime::admin;
+pub use distlock_runtime::fence;
+pub use distlock_runtime::metrics;
+pub use distlock_runtime::{
     BoxError, CurrentLock, Election, Feature, Holder, Leader, Leadership, LockClient,
     LockClientBuilder, LockError, LockGuard, LockInfo, LockMode, LockRequest, ReaderInfo,
     SemaphoreRequest, ServerInfo, TlsConfig, client, current, init, init_from_env, with_client,
@@ -202,9 +202,9 @@ pub use lock_runtime::{
 #[doc(hidden)]
 pub mod __private {
     //! Used by the code `#[distributed_lock]` generates and by distlock's tests; not a public API.
-    pub use lock_runtime::__private::*;
+    pub use distlock_runtime::__private::*;
     #[cfg(feature = "testing")]
-    pub use lock_runtime::testing;
+    pub use distlock_runtime::testing;
 }
 
 /// The README's code blocks, compiled as doc tests so that what it shows keeps building.

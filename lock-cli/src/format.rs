@@ -2,7 +2,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lock_runtime::LockInfo;
+use distlock_runtime::LockInfo;
 use serde_json::{Value, json};
 
 /// `850ms`, `12.3s`, `3m12s`, `2h03m`.
@@ -139,7 +139,7 @@ pub fn table(locks: &[LockInfo]) -> String {
 /// unknown), `readers` (a read lock's readers, or a semaphore's permits: `token`, `holder`,
 /// `ttl_ms` each), `permits` (a semaphore's limit, or null).
 pub fn info_json(info: &LockInfo) -> Value {
-    let holder_json = |h: &lock_runtime::Holder| {
+    let holder_json = |h: &distlock_runtime::Holder| {
         json!({
             "host": h.host,
             "pid": h.pid,
@@ -159,7 +159,7 @@ pub fn info_json(info: &LockInfo) -> Value {
         })
         .collect();
     let mode = match info.mode {
-        lock_runtime::LockMode::Read => "read",
+        distlock_runtime::LockMode::Read => "read",
         _ => "write",
     };
     json!({

@@ -33,7 +33,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use lock_runtime::{LockClient, LockError, LockInfo, LockRequest};
+use distlock_runtime::{LockClient, LockError, LockInfo, LockRequest};
 
 use format::{duration, info_json, since, table};
 
@@ -468,13 +468,13 @@ pub(crate) fn url_and_rest(
         _ if flag.is_some_and(|url| !url.trim().is_empty()) => {
             (flag.unwrap_or_default().trim().to_owned(), args.to_vec())
         }
-        _ => match std::env::var(lock_runtime::LockClient::URL_ENV) {
+        _ => match std::env::var(distlock_runtime::LockClient::URL_ENV) {
             Ok(url) if !url.trim().is_empty() => (url.trim().to_owned(), args.to_vec()),
             _ => {
                 return Err(Failure::Usage(format!(
                     "no backend URL: give it first (`distlock list redis://127.0.0.1:6379`), with \
                      --url, or in {} (the URL your services use)",
-                    lock_runtime::LockClient::URL_ENV
+                    distlock_runtime::LockClient::URL_ENV
                 )));
             }
         },
@@ -1041,7 +1041,7 @@ async fn watch(
 
 /// One line of `distlock leader`: who leads `name` (`None`: nobody), as text or JSON
 /// (`election`, `leader`: `identity`, `term`, `since_unix_ms`, or null).
-fn leader_line(name: &str, leader: Option<&lock_runtime::Leader>, json: bool) -> String {
+fn leader_line(name: &str, leader: Option<&distlock_runtime::Leader>, json: bool) -> String {
     if json {
         let leader = leader.map(|l| {
             serde_json::json!({
@@ -1068,7 +1068,7 @@ fn leader_line(name: &str, leader: Option<&lock_runtime::Leader>, json: bool) ->
 
 /// `distlock leader --watch`: every change of leader until Ctrl-C or `watch_for`.
 async fn watch_leader(
-    election: &lock_runtime::Election,
+    election: &distlock_runtime::Election,
     watch_for: Option<Duration>,
     json: bool,
 ) -> Result<(), Failure> {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use std::future::{Future, IntoFuture};
 
-use lock_runtime::{Leadership, LockClient, LockError, LockGuard};
+use distlock_runtime::{Leadership, LockClient, LockError, LockGuard};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::exit::{BACKEND, BUSY, CANNOT_RUN, LOST, NOT_FOUND, SIGNALLED};

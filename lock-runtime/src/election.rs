@@ -24,7 +24,7 @@ pub(crate) const DEFAULT_OBSERVE_POLL: Duration = Duration::from_millis(500);
 /// One election, by name: made by [`LockClient::election`]. Cheap to clone.
 ///
 /// ```
-/// # use lock_runtime as distlock;
+/// # use distlock_runtime as distlock;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), distlock::LockError> {
 /// let client = distlock::LockClient::connect("memory://").await?;

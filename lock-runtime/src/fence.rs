@@ -24,7 +24,7 @@
 //! out — which is harmless: until it writes, the stale holder's write is the latest state.
 //!
 //! ```
-//! # use lock_runtime as distlock;
+//! # use distlock_runtime as distlock;
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), distlock::LockError> {
 //! let client = distlock::LockClient::builder("memory://fence-doc").fencing(true).build().await?;

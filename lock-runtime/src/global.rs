@@ -59,7 +59,7 @@ tokio::task_local! {
 /// inherit it; wrap the spawned future in `with_client` too.
 ///
 /// ```
-/// # use lock_runtime as distlock;
+/// # use distlock_runtime as distlock;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), distlock::LockError> {
 /// use distlock::{LockClient, with_client};

@@ -195,7 +195,7 @@ impl LockGuard {
     /// is another owner and waits, as a spawned task does.
     ///
     /// ```
-    /// # use lock_runtime as distlock;
+    /// # use distlock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), distlock::LockError> {
     /// # let client = distlock::LockClient::connect("memory://").await?;
@@ -374,7 +374,7 @@ impl LockGuard {
     /// released first. It does not borrow the guard, so it can race the guarded work:
     ///
     /// ```
-    /// # use lock_runtime as distlock;
+    /// # use distlock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), distlock::LockError> {
     /// # let client = distlock::LockClient::connect("memory://").await?;

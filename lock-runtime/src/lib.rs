@@ -25,7 +25,7 @@
 //! resource keys, or clean counters up when the resource itself is deleted.
 //!
 //! ```
-//! # use lock_runtime as distlock;
+//! # use distlock_runtime as distlock;
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), distlock::LockError> {
 //! use std::time::Duration;

@@ -82,7 +82,7 @@ impl std::fmt::Debug for CurrentLock {
 /// and in everything it awaits — or `None` outside any.
 ///
 /// ```
-/// # use lock_runtime as distlock;
+/// # use distlock_runtime as distlock;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// assert!(distlock::current().is_none());

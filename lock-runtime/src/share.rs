@@ -110,7 +110,7 @@ impl LockRequest {
     /// [`SharedRequest::run`]). Several keys (`lock_all`) store it under the first given.
     ///
     /// ```
-    /// # use lock_runtime as distlock;
+    /// # use distlock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), distlock::LockError> {
     /// use std::time::Duration;

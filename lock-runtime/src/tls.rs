@@ -21,7 +21,7 @@ use crate::error::LockError;
 /// parameters, field by field. Certificates and keys are PEM, as in the files.
 ///
 /// ```no_run
-/// # use lock_runtime as distlock;
+/// # use distlock_runtime as distlock;
 /// # async fn connect() -> Result<(), distlock::LockError> {
 /// use distlock::{LockClient, TlsConfig};
 ///

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockError};
+use distlock_runtime::{LockClient, LockError};
 
 /// Connects to `url` (nothing listens on its port) and checks what comes back: with `enabled`,
 /// an error of the backend's connecting (`Connect`, for every backend); without, a config error

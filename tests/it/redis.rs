@@ -993,7 +993,7 @@ mod offers {
 
     impl Subscriber for Listener {
         fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-            metadata.is_event() && metadata.target() == "lock_runtime::local"
+            metadata.is_event() && metadata.target() == "distlock_runtime::local"
         }
         fn new_span(&self, _: &Attributes<'_>) -> Id {
             Id::from_u64(1)

@@ -6,7 +6,7 @@
 //! admin endpoint can call. None of it is needed to take locks.
 //!
 //! ```
-//! # use lock_runtime as distlock;
+//! # use distlock_runtime as distlock;
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), distlock::LockError> {
 //! use distlock::LockClient;
@@ -132,7 +132,7 @@ impl Entry {
 /// so another program can take or watch the same lock: the 64-bit FNV-1a hash of its bytes.
 ///
 /// ```
-/// # use lock_runtime as distlock;
+/// # use distlock_runtime as distlock;
 /// assert_eq!(distlock::admin::advisory_key("a") as u64, 0xaf63_dc4c_8601_ec8c);
 /// ```
 pub fn advisory_key(name: &str) -> i64 {
@@ -155,7 +155,7 @@ pub fn advisory_key(name: &str) -> i64 {
 /// name). Without a database in the URL, `<name>` alone.
 ///
 /// ```
-/// # use lock_runtime as distlock;
+/// # use distlock_runtime as distlock;
 /// use distlock::admin::mysql_lock_name;
 /// assert_eq!(mysql_lock_name("shop", "lock:order:42"), "shop/lock:order:42");
 /// assert_eq!(mysql_lock_name("", "lock:order:42"), "lock:order:42");

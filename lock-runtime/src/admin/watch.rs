@@ -195,7 +195,7 @@ impl LockClient {
     /// [`LockWatch::follows_store`].
     ///
     /// ```
-    /// # use lock_runtime as distlock;
+    /// # use distlock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), distlock::LockError> {
     /// use distlock::{LockClient, admin::LockEvent};
@@ -244,7 +244,7 @@ impl LockWatch {
     /// and the stream goes on; it ends only when dropped.
     ///
     /// ```
-    /// # use lock_runtime as distlock;
+    /// # use distlock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), distlock::LockError> {
     /// use futures_util::StreamExt;

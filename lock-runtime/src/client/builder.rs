@@ -12,7 +12,7 @@ use crate::error::LockError;
 /// Settings for a [`LockClient`]; made by [`LockClient::builder`].
 ///
 /// ```
-/// # use lock_runtime as distlock;
+/// # use distlock_runtime as distlock;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), distlock::LockError> {
 /// use std::time::Duration;

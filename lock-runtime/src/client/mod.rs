@@ -22,7 +22,7 @@ pub use semaphore::SemaphoreRequest;
 /// tasks and between tokio runtimes.
 ///
 /// ```
-/// # use lock_runtime as distlock;
+/// # use distlock_runtime as distlock;
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), distlock::LockError> {
 /// use std::time::Duration;
@@ -182,7 +182,7 @@ impl LockClient {
     /// a fair request, of several keys is refused with [`LockError::Config`].
     ///
     /// ```
-    /// # use lock_runtime as distlock;
+    /// # use distlock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), distlock::LockError> {
     /// let client = distlock::LockClient::connect("memory://").await?;
@@ -221,7 +221,7 @@ impl LockClient {
     /// the table in `distlock::guide::backends`; how they work: `distlock::guide::semaphores`).
     ///
     /// ```
-    /// # use lock_runtime as distlock;
+    /// # use distlock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), distlock::LockError> {
     /// let client = distlock::LockClient::connect("memory://").await?;
@@ -256,7 +256,7 @@ impl LockClient {
     /// every store, are the table in `distlock::guide::backends`.
     ///
     /// ```
-    /// # use lock_runtime as distlock;
+    /// # use distlock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), distlock::LockError> {
     /// use distlock::{Feature, LockClient};
     /// let client = LockClient::connect("memory://").await?;

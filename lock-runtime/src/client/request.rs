@@ -177,7 +177,7 @@ impl LockRequest {
     /// ends after one lease anyway.
     ///
     /// ```
-    /// # use lock_runtime as distlock;
+    /// # use distlock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), distlock::LockError> {
     /// use std::time::Duration;
@@ -261,7 +261,7 @@ impl LockRequest {
     /// already stops new readers).
     ///
     /// ```
-    /// # use lock_runtime as distlock;
+    /// # use distlock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), distlock::LockError> {
     /// let client = distlock::LockClient::connect("memory://").await?;
@@ -289,7 +289,7 @@ impl LockRequest {
     /// ([`LockError::Config`]). See `distlock::guide::upgradable`.
     ///
     /// ```
-    /// # use lock_runtime as distlock;
+    /// # use distlock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), distlock::LockError> {
     /// let client = distlock::LockClient::connect("memory://").await?;

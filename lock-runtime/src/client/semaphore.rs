@@ -17,7 +17,7 @@ use crate::runtime::BoxFuture;
 /// [`acquire`](Self::acquire) / [`try_acquire`](Self::try_acquire).
 ///
 /// ```compile_fail
-/// # use lock_runtime as distlock;
+/// # use distlock_runtime as distlock;
 /// # async fn f(client: distlock::LockClient) {
 /// let guard = client.semaphore("gpu-pool", 3).read().acquire().await; // no `read` on a semaphore
 /// # }
@@ -96,7 +96,7 @@ impl SemaphoreRequest {
     /// [`LockError::Unsupported`].
     ///
     /// ```
-    /// # use lock_runtime as distlock;
+    /// # use distlock_runtime as distlock;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), distlock::LockError> {
     /// let client = distlock::LockClient::connect("memory://").await?;
