@@ -148,7 +148,7 @@
 //! | — | always | `memory://`, `memory://name`: in this process only (tests, demos, one-process apps) |
 //! | `redis` | yes | `redis://`, `redlock://h1,h2,h3`, `redis+cluster://`, `redis+sentinel://…/service[?replicas=N]` |
 //! | `postgres` | | `postgres://` (a lock table; `?mode=advisory` for advisory locks) |
-//! | `mysql` | | `mysql://` (MySQL 8, MariaDB ≥ 10.6) |
+//! | `mysql` | | `mysql://` (MariaDB ≥ 10.6, tested with 10.11; MySQL 8 written to its documentation, not yet tested) |
 //! | `zookeeper` | | `zk://` (Curator's lock layout) |
 //! | `etcd` | | `etcd://` (`concurrency.Mutex`'s layout) |
 //! | `tls` | | `rediss://`, `sslmode=`, `ssl-mode=`, `zks://`, `etcds://`: TLS through rustls |
