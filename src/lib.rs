@@ -153,13 +153,17 @@
 //! | `etcd` | | `etcd://` (`concurrency.Mutex`'s layout) |
 //! | `tls` | | `rediss://`, `sslmode=`, `ssl-mode=`, `zks://`, `etcds://`: TLS through rustls |
 //! | `metrics` | | metrics through the `metrics` facade ([`metrics`]) |
+//! | `share` | | compute once, share the result: `share = "60s"`, [`LockRequest::share`] (serde) |
 //!
 //! ## The guide
 //!
 //! The [`guide`] holds the reference: [what a lock promises](guide::semantics), [cancel
 //! safety](guide::cancel_safety), a page per lock kind ([read/write](guide::read_write),
-//! [semaphores](guide::semaphores), [several keys](guide::several_keys), [fair](guide::fair),
-//! [`min_hold`](guide::min_hold), [elections](guide::elections)) and per store
+//! [semaphores](guide::semaphores), [upgradable reads](guide::upgradable), [several
+//! keys](guide::several_keys), [fair](guide::fair), [`min_hold`](guide::min_hold),
+//! [`max_hold`](guide::max_hold), [lock-delay](guide::lock_delay), [free
+//! permits](guide::free_permits), [shared results](guide::share),
+//! [elections](guide::elections)), [what each store can do](guide::backends) and per store
 //! ([Redis](guide::redis), [PostgreSQL](guide::postgres), [MySQL](guide::mysql),
 //! [ZooKeeper](guide::zookeeper), [etcd](guide::etcd), [`memory://`](guide::memory),
 //! [TLS](guide::tls), [sharing locks with other languages](guide::interop)), the

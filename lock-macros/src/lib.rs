@@ -33,9 +33,10 @@ use proc_macro::TokenStream;
 /// `max_hold` (renewal stops this long after the grant and the lock is lost then; at least
 /// `lease`), `lock_delay` (after an involuntary loss the key stays taken this much longer),
 /// `on_busy` (`"skip"`: a lock still busy as `wait` ends returns `Ok(Default::default())`
-/// without running the body; `"error"`, the default), `client` (an expression giving the
-/// function's `LockClient`, evaluated at each call),
-/// `crate`.
+/// without running the body; `"error"`, the default), `share` (compute once, share the result:
+/// one caller runs the body and every caller within the duration gets its `Ok` value; feature
+/// `share`), `client` (an expression giving the function's `LockClient`, evaluated at each
+/// call), `crate`.
 /// The function must return
 /// `Result<T, E>` with `E: From<distlock::LockError>`. The `distlock` crate documents each
 /// argument, its default, and the guarantees on every exit path.

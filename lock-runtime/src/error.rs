@@ -107,14 +107,16 @@ pub enum LockError {
     },
 
     /// The backend failed while operating on a lock (connection dropped and not recoverable,
-    /// server error, timeout, …).
-    #[error("{backend} backend failed to {op} lock `{key}`: {source}")]
+    /// server error, timeout, …), or answering an admin call (`list`, `inspect`, `ping`, …).
+    #[error("{backend} backend failed to {op}{}: {source}", of_lock(.key))]
     Backend {
         /// Which backend (`redis`, `memory`, …).
         backend: &'static str,
-        /// The operation: `acquire`, `renew`, `release`.
+        /// The operation: `acquire`, `renew`, `release`; an admin call's (`list`, `inspect`,
+        /// `release`, `ping`, `available`, …).
         op: &'static str,
-        /// The lock key, without the client's prefix.
+        /// The lock key, without the client's prefix (empty for a call about no lock: `ping`,
+        /// `list`).
         key: String,
         /// The client library's error.
         #[source]
@@ -152,6 +154,14 @@ pub enum LockError {
         /// Why not, and what to use instead (the store's own words, fixed per store).
         reason: &'static str,
     },
+}
+
+/// ` lock `key``, or nothing for a call about no lock.
+fn of_lock(key: &str) -> String {
+    match key {
+        "" => String::new(),
+        key => format!(" lock `{key}`"),
+    }
 }
 
 fn for_key(key: &Option<String>) -> String {
@@ -266,6 +276,26 @@ mod tests {
 
     /// A timeout does not claim "another owner": the holder may be a guard of the same task,
     /// taken by hand, which is reentrant only inside its scope; the message says so.
+    /// A backend failure names the lock it was about, and a call about none (`ping`) does not
+    /// pretend one: "failed to ping: …", never "failed to ping lock ``".
+    #[test]
+    fn a_backend_failure_names_its_lock_only_when_there_is_one() {
+        let failed = |op, key: &str| LockError::Backend {
+            backend: "redis",
+            op,
+            key: key.into(),
+            source: "connection refused".into(),
+        };
+        assert_eq!(
+            failed("acquire", "order:7").to_string(),
+            "redis backend failed to acquire lock `order:7`: connection refused"
+        );
+        assert_eq!(
+            failed("ping", "").to_string(),
+            "redis backend failed to ping: connection refused"
+        );
+    }
+
     #[test]
     fn a_timeout_names_a_guard_of_this_process_as_a_possible_holder() {
         let wait = Duration::from_secs(2);

@@ -94,21 +94,22 @@ impl LockClient {
     /// command line read the store's URL from: `DISTLOCK_URL`.
     pub const URL_ENV: &'static str = crate::global::URL_ENV;
 
-    /// Connects with default settings. The URL scheme picks the backend:
+    /// Connects with default settings. The URL's scheme picks the store, and its parameters
+    /// (`?replicas=`, `?mode=advisory` and `?mode=named`, `?pooler=` and `&listen_url=`,
+    /// `?lock_delay=`, `?table=`, …) set it up; every URL form and parameter is in
+    /// `distlock::guide::backends`, with the table of what each store can do:
     ///
-    /// | URL | backend |
-    /// |---|---|
-    /// | `memory://` or `memory://name` | in this process only (tests, demos, single-process apps) |
-    /// | `redis://[:password@]host:port[/db]` | one Redis server |
-    /// | `rediss://…` | Redis over TLS (needs the `tls` feature) |
-    /// | `redlock://[:password@]h1:p1,h2:p2,h3:p3[,…]` | Redlock across independent Redis masters (no fencing) |
-    /// | `redis+cluster://[:password@]h1:p1,h2:p2,…` | a Redis Cluster (any reachable nodes as seeds) |
-    /// | `redis+sentinel://[:password@]s1:26379,s2:26379,…/service[/db]` | the master of a Redis Sentinel service, followed through failovers |
-    /// | `…?replicas=N` on `redis://`, `redis+sentinel://`, `redis+cluster://` | a grant or renewal counts once N replicas acknowledged it (`WAIT`) |
-    /// | `postgres://user:password@host:port/db[?table=…&pool_size=…&create_table=false]` | a lock table in PostgreSQL (`postgres` feature) |
-    /// | `mysql://user:password@host:port/db[?table=…&pool_size=…&create_table=false]` | a lock table in MySQL 8 / MariaDB ≥ 10.6 (`mysql` feature) |
-    /// | `zk://h1:2181,h2:2181[/chroot][?session_timeout=10s][&recipe=rwlock]` | ZooKeeper ephemeral sequential nodes in Curator's layout, one session per lease (`zookeeper` feature) |
-    /// | `etcd://h1:2379,h2:2379[/prefix]` | etcd keys on leases, one lease per lease length (`etcd` feature) |
+    /// | scheme | store | feature |
+    /// |---|---|---|
+    /// | `memory://`, `memory://name` | in this process only (tests, demos, one-process apps) | — |
+    /// | `redis://`, `rediss://` | one Redis server | `redis` (default); `tls` |
+    /// | `redis+cluster://`, `rediss+cluster://` | a Redis Cluster | `redis` |
+    /// | `redis+sentinel://`, `rediss+sentinel://` | the master of a Sentinel service, through failovers | `redis` |
+    /// | `redlock://`, `redlocks://` | Redlock across N ≥ 3 independent Redis masters | `redis` |
+    /// | `postgres://`, `postgresql://` | a lock table, or `?mode=advisory` | `postgres` |
+    /// | `mysql://` | a lock table, or `?mode=named` | `mysql` |
+    /// | `zk://`, `zks://` | ZooKeeper, Curator's layout | `zookeeper` |
+    /// | `etcd://`, `etcds://` | etcd, `concurrency.Mutex`'s layout | `etcd` |
     ///
     /// Connecting checks that the server answers and accepts the credentials, bounded by the
     /// connect timeout, so a wrong URL fails here and not at the first lock. The SQL backends
