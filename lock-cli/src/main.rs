@@ -170,6 +170,8 @@ impl Wait {
 
 #[derive(Subcommand)]
 pub(crate) enum Command {
+    /// Lists the held locks whose key matches PATTERN.
+    ///
     /// The held locks whose key matches PATTERN (`*` any characters, `?` one, `\` escapes;
     /// all when omitted), with holder, age, lease left, fencing token and waiters.
     List {
@@ -183,7 +185,8 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// One lock in detail (exit code 4 if nobody holds it).
+    /// Shows one lock in detail (exit code 4 if nobody holds it).
+    #[command(override_usage = "distlock show [OPTIONS] [URL] KEY")]
     Show {
         /// The URL (when it contains `://`; else DISTLOCK_URL), then the lock key
         #[arg(value_name = "URL] [KEY", num_args = 1..=2, required = true)]
@@ -192,9 +195,12 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Deletes a lock whoever holds it, and wakes its waiters.
+    ///
     /// Deletes a lock whoever holds it and wakes its waiters. The holder is not asked: it
     /// learns at its next renewal that the lock is gone, and may still be inside its critical
     /// section until then. Asks for confirmation unless --yes.
+    #[command(override_usage = "distlock release [OPTIONS] --force [URL] KEY")]
     Release {
         /// The URL (when it contains `://`; else DISTLOCK_URL), then the lock key
         #[arg(value_name = "URL] [KEY", num_args = 1..=2, required = true)]
@@ -209,11 +215,13 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Takes a lock by hand and keeps it until --for ends or Ctrl-C.
+    ///
     /// Takes a lock by hand — waiting for it as long as it takes, unless --wait or --nonblock
     /// — and keeps it (renewed) until --for ends or Ctrl-C / SIGTERM, then releases it: e.g.
     /// to keep a scheduled job from running during maintenance. Creates a missing SQL lock
     /// table, as the services' clients do.
-    #[command(after_help = exit_table!())]
+    #[command(after_help = exit_table!(), override_usage = "distlock hold [OPTIONS] [URL] KEY")]
     Hold {
         /// The URL (when it contains `://`; else DISTLOCK_URL), then the lock key
         #[arg(value_name = "URL] [KEY", num_args = 1..=2, required = true)]
@@ -234,6 +242,8 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Prints acquisitions, releases and expiries as they happen.
+    ///
     /// Prints acquisitions, releases and expiries of the locks matching PATTERN as they
     /// happen: it lists them again whenever the store announces a change, else every
     /// --interval (which stores do: distlock::guide::backends), and prints what changed — a hold
@@ -253,6 +263,8 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Runs COMMAND while holding the lock: a cluster-wide flock(1).
+    ///
     /// Runs COMMAND while holding the lock — a cluster-wide `flock(1)`: takes KEY (waiting as
     /// long as it takes, unless --wait or --nonblock), runs COMMAND in a process group of its
     /// own with the lock renewed, releases it when COMMAND exits, and exits with COMMAND's
@@ -311,6 +323,8 @@ pub(crate) enum Command {
         #[arg(long)]
         fencing: bool,
     },
+    /// Runs COMMAND while this process leads the election NAME.
+    ///
     /// Runs COMMAND while this process leads the election NAME: campaigns as --identity
     /// (waiting until it leads, unless --wait or --nonblock), runs COMMAND in a process group
     /// of its own while the leadership's lease is renewed, resigns when COMMAND exits (the
@@ -338,8 +352,8 @@ pub(crate) enum Command {
         #[arg(short = 'c', value_name = "STRING")]
         shell: Option<String>,
         /// The leader's lease, renewed every third of it while COMMAND runs: a standby leads
-        /// at most this long after this process dies.
-        #[arg(long, value_name = "DURATION", default_value = "15s", value_parser = parse_duration)]
+        /// at most this long after this process dies (the same default as `run` and `hold`).
+        #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
         lease: Duration,
         #[command(flatten)]
         wait: WaitArgs,
@@ -347,8 +361,11 @@ pub(crate) enum Command {
         #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
         grace: Duration,
     },
+    /// Shows who leads the election NAME (exit code 4 if nobody does).
+    ///
     /// Who leads the election NAME: identity, term and since when (exit code 4 if nobody
     /// does); with --watch, each change as it is seen, until Ctrl-C or --for.
+    #[command(override_usage = "distlock leader [OPTIONS] [URL] NAME")]
     Leader {
         /// The URL (when it contains `://`; else DISTLOCK_URL), then the election's name
         #[arg(value_name = "URL] [NAME", num_args = 1..=2, required = true)]
@@ -367,7 +384,7 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Checks the backend answers: server version and one request's round trip.
+    /// Checks the store answers: its version and one round trip.
     Ping {
         /// The URL (else DISTLOCK_URL)
         #[arg(value_name = "URL", num_args = 0..=1)]
@@ -1133,6 +1150,37 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `distlock --help` lists each command on one line of at most 80 columns (its summary:
+    /// the first paragraph of its docs; the details are in `distlock COMMAND --help`), and each
+    /// command's usage line names its arguments as they are typed.
+    #[test]
+    fn each_command_is_one_short_line_in_the_help_and_its_usage_reads_right() {
+        use clap::CommandFactory;
+        let mut cli = Cli::command();
+        let help = cli.render_help().to_string();
+        let commands: Vec<&str> = help
+            .lines()
+            .skip_while(|line| !line.starts_with("Commands:"))
+            .skip(1)
+            .take_while(|line| !line.is_empty())
+            .collect();
+        assert_eq!(commands.len(), 10, "{help}");
+        for line in commands {
+            assert!(
+                line.chars().count() <= 80,
+                "{} columns: {line}",
+                line.chars().count()
+            );
+        }
+        for sub in cli.get_subcommands_mut() {
+            let usage = sub.render_usage().to_string();
+            assert!(
+                !usage.contains("<URL]") && !usage.contains("KEY>"),
+                "{usage}"
+            );
+        }
+    }
 
     #[test]
     fn durations_parse() {
