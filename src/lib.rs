@@ -199,8 +199,9 @@ pub use distlock_runtime::fence;
 pub use distlock_runtime::metrics;
 pub use distlock_runtime::{
     BoxError, CurrentLock, Election, Feature, Holder, Leader, Leadership, LockClient,
-    LockClientBuilder, LockError, LockGuard, LockInfo, LockMode, LockRequest, ReaderInfo,
-    SemaphoreRequest, ServerInfo, TlsConfig, client, current, init, init_from_env, with_client,
+    LockClientBuilder, LockError, LockEvent, LockGuard, LockInfo, LockMode, LockRequest, LockWatch,
+    ReaderInfo, SemaphoreRequest, ServerInfo, TlsConfig, client, current, init, init_from_env,
+    with_client,
 };
 
 #[doc(hidden)]

@@ -1018,7 +1018,7 @@ async fn watch(
 ) -> Result<(), Failure> {
     let mut interrupts = Interrupts::listen();
     let started = Instant::now();
-    let mut watch = client.watch(pattern).await.poll_every(interval);
+    let mut watch = client.watch(pattern).await.poll(interval);
     if !json {
         let how = if watch.follows_store() {
             "woken by the store's announcements".to_owned()

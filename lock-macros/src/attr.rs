@@ -402,7 +402,7 @@ impl LockArgs {
                     Some(share) if share > MAX_SHARE => errors.at(
                         lit.span(),
                         format!(
-                            "share {:?} is too long: at most 365 days (`client.forget(key)` \
+                            "share {:?} is too long: at most 365 days (`client.forget_shared(key)` \
                              drops a stored result sooner)",
                             lit.value()
                         ),

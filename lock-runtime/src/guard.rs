@@ -246,12 +246,10 @@ impl LockGuard {
     }
 
     /// The fencing tokens of this acquisition, one per key in the order of
-    /// [`keys`](Self::keys), if fencing was asked for (empty otherwise): each strictly greater
-    /// than the token of every earlier write grant of its key.
-    pub fn fencing_tokens(&self) -> Vec<u64> {
-        self.every()
-            .filter_map(|shared| shared.fencing_token())
-            .collect()
+    /// [`keys`](Self::keys), if fencing was asked for (none otherwise): each strictly greater
+    /// than the token of every earlier write grant of its key. An iterator, as `keys` is.
+    pub fn fencing_tokens(&self) -> impl Iterator<Item = u64> + '_ {
+        self.every().filter_map(|shared| shared.fencing_token())
     }
 
     /// The lock key, without the client's prefix (of a guard over several keys, the first in
@@ -465,7 +463,7 @@ impl fmt::Debug for LockGuard {
         let mut f = f.debug_struct("LockGuard");
         if self.set.is_some() {
             f.field("keys", &self.keys().collect::<Vec<_>>())
-                .field("fencing_tokens", &self.fencing_tokens());
+                .field("fencing_tokens", &self.fencing_tokens().collect::<Vec<_>>());
         } else {
             f.field("key", &self.held.shared.key())
                 .field("fencing_token", &self.held.shared.fencing_token());

@@ -76,7 +76,7 @@ mod wait;
 #[doc(hidden)]
 pub mod testing;
 
-pub use admin::{Holder, LockInfo, ReaderInfo, ServerInfo};
+pub use admin::{Holder, LockEvent, LockInfo, LockWatch, ReaderInfo, ServerInfo};
 pub use client::{LockClient, LockClientBuilder, LockRequest, SemaphoreRequest};
 pub use election::{Election, Leader, Leadership};
 pub use error::{BoxError, Feature, LockError};

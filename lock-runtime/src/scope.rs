@@ -65,6 +65,35 @@ impl CurrentLock {
     pub fn is_lost(&self) -> bool {
         self.lock.is_lost()
     }
+
+    /// Resolves once the lease is known to be lost (at once if it is): for a body with
+    /// `on_lost = "continue"` that stops its own work, in a `tokio::select!`, as
+    /// [`LockGuard::lost`](crate::LockGuard::lost) does for a guard. Pending forever for a lock
+    /// that ends otherwise (released). It owns what it needs: it outlives the borrow.
+    ///
+    /// ```
+    /// # use distlock_runtime as distlock;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::LockClient::connect("memory://").await?;
+    /// let guard = client.lock("export").acquire().await?;
+    /// // As in a `#[distributed_lock(key = "export", on_lost = "continue")]` body:
+    /// let outcome = guard
+    ///     .scope(async {
+    ///         let lock = distlock::current().expect("inside the lock's scope");
+    ///         tokio::select! {
+    ///             () = lock.lost() => "stopped: the lock was lost",
+    ///             () = tokio::time::sleep(std::time::Duration::from_millis(10)) => "done",
+    ///         }
+    ///     })
+    ///     .await;
+    /// assert_eq!(outcome, "done");
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        crate::held::lost(Arc::clone(&self.lock))
+    }
 }
 
 impl std::fmt::Debug for CurrentLock {

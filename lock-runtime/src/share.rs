@@ -181,7 +181,7 @@ impl SharedRequest {
 impl LockClient {
     /// Drops the result stored for `key` by a shared call ([`LockRequest::share`]): the next
     /// call runs its body. `Ok(true)` if one was stored.
-    pub async fn forget(&self, key: &str) -> Result<bool, LockError> {
+    pub async fn forget_shared(&self, key: &str) -> Result<bool, LockError> {
         crate::key::validate_key(key)?;
         let backend = self.admin_backend();
         backend

@@ -295,7 +295,10 @@ async fn a_free_set_is_one_transaction_and_a_busy_set_writes_nothing() {
         revisions.iter().all(|&r| r == revisions[0]),
         "created at {revisions:?}: not one transaction"
     );
-    assert_eq!(set.fencing_tokens(), [revisions[0] as u64; 3]);
+    assert_eq!(
+        set.fencing_tokens().collect::<Vec<_>>(),
+        [revisions[0] as u64; 3]
+    );
 
     let other = fixture.client().await;
     let busy = other

@@ -274,7 +274,7 @@ async fn killed<F: Faulty>(fixture: F, who: Killed) {
         // last write grant's, or its own grant's (ZooKeeper, etcd): either way below the new one.
         assert!(guard.fencing_token() > first_token);
         if who == Killed::Set {
-            assert_eq!(guard.fencing_tokens().len(), 2, "{guard:?}");
+            assert_eq!(guard.fencing_tokens().count(), 2, "{guard:?}");
         }
     }
     if who == Killed::Set {

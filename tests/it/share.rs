@@ -57,7 +57,7 @@ async fn the_attribute_computes_once_for_concurrent_and_later_callers() {
         assert_eq!(pair(1, 2).await.unwrap(), (1, 2));
         assert_eq!(PAIR_RUNS.load(Ordering::SeqCst), 1);
         assert!(
-            client.forget("pair:1").await.unwrap(),
+            client.forget_shared("pair:1").await.unwrap(),
             "stored under the first key"
         );
 
@@ -71,7 +71,7 @@ async fn the_attribute_computes_once_for_concurrent_and_later_callers() {
             "an error was shared"
         );
         assert!(
-            !client.forget("failing").await.unwrap(),
+            !client.forget_shared("failing").await.unwrap(),
             "an error was stored"
         );
     })

@@ -6,7 +6,7 @@
 //! node of a cluster, the master the sentinels name, each Redlock node), ZooKeeper (a
 //! persistent recursive watch), etcd (a watch of the key prefix) and `memory://` — or, where
 //! the store announces nothing (PostgreSQL, MySQL/MariaDB), every
-//! [`poll`](LockWatch::poll_every) interval.
+//! [`poll`](LockWatch::poll) interval.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -191,7 +191,7 @@ impl LockClient {
     ///
     /// The watch lists the locks again as soon as the store announces a change (Redis,
     /// ZooKeeper, etcd, `memory://`), else every
-    /// [`poll_every`](LockWatch::poll_every) interval (500 ms by default): see
+    /// [`poll`](LockWatch::poll) interval (500 ms by default): see
     /// [`LockWatch::follows_store`].
     ///
     /// ```
@@ -227,7 +227,7 @@ impl LockClient {
 
 impl LockWatch {
     /// How often to list the locks when the store announces no changes (default 500 ms).
-    pub fn poll_every(mut self, interval: Duration) -> Self {
+    pub fn poll(mut self, interval: Duration) -> Self {
         self.poll = interval.max(Duration::from_millis(1));
         self
     }
