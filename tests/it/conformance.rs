@@ -1445,8 +1445,10 @@ pub async fn a_try_once_that_exits_leaves_nothing_in_line(fixture: &dyn Fixture)
 }
 
 /// Releases `holder` once a waiter of a fresh client queued for `key` (behind whatever was left
-/// in line), and asserts that the waiter is granted the lock within a second of the release —
-/// not one lease later, as it would be behind a place `left` by someone gone.
+/// in line), and asserts that the waiter is granted the lock well within a lease of the
+/// release (half of it) — not one lease later, as it would be behind a place `left` by someone
+/// gone. (Woken by the release it takes milliseconds; a second bound failed at 1.5 s through
+/// PgBouncer with two CPU hogs beside the suite.)
 async fn next_waiter_is_granted_at_once(
     fixture: &dyn Fixture,
     holder: distlock::LockGuard,
@@ -1468,7 +1470,7 @@ async fn next_waiter_is_granted_at_once(
     let handoff = at.duration_since(released_at);
     println!("handoff after {left}: {handoff:?}");
     assert!(
-        handoff < ms(1_000),
+        handoff < TRY_ONCE_LEASE / 2,
         "the waiter was granted the lock {handoff:?} after the release (lease \
          {TRY_ONCE_LEASE:?}): {left} left a place in line behind"
     );
