@@ -12,13 +12,23 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::Interest;
 use tracing::{Event, Level, Metadata, Subscriber};
 
-/// Prints every WARN and ERROR event to stderr (see the module's docs).
-pub(crate) struct Warnings;
+/// Gives every WARN and ERROR event, as one line, to its sink: stderr (see the module's docs).
+pub(crate) struct Warnings {
+    sink: Box<dyn Fn(&str) + Send + Sync>,
+}
 
 impl Warnings {
-    /// Installs it for the whole process: the first call wins, later ones do nothing.
+    /// Installs it for the whole process, printing to stderr: the first call wins, later ones
+    /// do nothing.
     pub(crate) fn install() {
-        let _ = tracing::subscriber::set_global_default(Warnings);
+        let _ = tracing::subscriber::set_global_default(Warnings::to(|line| eprintln!("{line}")));
+    }
+
+    /// Gives each line to `sink`.
+    fn to(sink: impl Fn(&str) + Send + Sync + 'static) -> Warnings {
+        Warnings {
+            sink: Box::new(sink),
+        }
     }
 }
 
@@ -50,7 +60,7 @@ impl Subscriber for Warnings {
     fn event(&self, event: &Event<'_>) {
         let mut line = Line::default();
         event.record(&mut line);
-        eprintln!("{}{}", line.message, line.fields);
+        (self.sink)(&format!("{}{}", line.message, line.fields));
     }
 
     fn enter(&self, _: &Id) {}
@@ -97,35 +107,15 @@ mod tests {
 
     use super::*;
 
-    /// Records the lines [`Warnings`] would print, for what it lets through.
-    struct Recorder(Arc<Mutex<Vec<String>>>);
-
-    impl Subscriber for Recorder {
-        fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-            Warnings.enabled(metadata)
-        }
-        fn new_span(&self, _: &Attributes<'_>) -> Id {
-            Id::from_u64(1)
-        }
-        fn record(&self, _: &Id, _: &Record<'_>) {}
-        fn record_follows_from(&self, _: &Id, _: &Id) {}
-        fn event(&self, event: &Event<'_>) {
-            let mut line = Line::default();
-            event.record(&mut line);
-            let text = format!("{}{}", line.message, line.fields);
-            self.0.lock().unwrap().push(text);
-        }
-        fn enter(&self, _: &Id) {}
-        fn exit(&self, _: &Id) {}
-    }
-
     /// A warning is one line — its message, then each field, strings and errors as they read
     /// (no quotes), numbers as they are — and nothing below WARN is printed.
     #[test]
     fn a_warning_is_one_line_and_nothing_below_warn_is() {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let error = std::io::Error::other("0 of 1 replicas within 1.5s");
-        tracing::subscriber::with_default(Recorder(Arc::clone(&lines)), || {
+        let recorded = Arc::clone(&lines);
+        let warnings = Warnings::to(move |line| recorded.lock().unwrap().push(line.to_owned()));
+        tracing::subscriber::with_default(warnings, || {
             tracing::info!(key = "s:b", "distlock: renewed");
             tracing::warn!(
                 key = %"s:b",

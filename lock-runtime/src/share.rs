@@ -186,8 +186,7 @@ impl LockClient {
         let backend = self.admin_backend();
         backend
             .capabilities()
-            .shares
-            .map_err(|why| refused(key, backend.store(), why))?;
+            .require(crate::Feature::SharedResults, Some(key))?;
         backend
             .shared_drop(&self.name_of(key))
             .await
@@ -244,11 +243,9 @@ impl Place {
     fn of(client: &LockClient, key: &str, share: Duration) -> Result<Place, LockError> {
         crate::key::validate_key(key)?;
         check_share(share, key)?;
-        let backend = client.admin_backend();
-        let limit = backend
-            .capabilities()
-            .shares
-            .map_err(|why| refused(key, backend.store(), why))?;
+        let caps = client.admin_backend().capabilities();
+        caps.require(crate::Feature::SharedResults, Some(key))?;
+        let limit = caps.shares.unwrap_or_default();
         Ok(Place {
             client: client.clone(),
             key: key.to_owned(),
@@ -339,16 +336,6 @@ fn check_share(share: std::time::Duration, key: &str) -> Result<(), LockError> {
         )));
     }
     Ok(())
-}
-
-#[cfg(feature = "share")]
-fn refused(key: &str, store: &'static str, why: &'static str) -> LockError {
-    LockError::Unsupported {
-        backend: store,
-        feature: crate::Feature::SharedResults,
-        key: Some(key.to_owned()),
-        reason: why,
-    }
 }
 
 #[cfg(feature = "share")]

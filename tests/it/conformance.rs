@@ -3859,16 +3859,16 @@ const GROUPS: [&str; 9] = [
     "processes",
 ];
 
-/// Whether the store of `fixture` has what `group` needs, from its client's capabilities.
-async fn has(fixture: &dyn Fixture, group: &str) -> bool {
-    let client = fixture.client().await;
+/// Whether the store of `fixture` (`client` one of its clients) has what `group` needs, from
+/// the client's capabilities.
+fn has(fixture: &dyn Fixture, client: &LockClient, group: &str) -> bool {
     match group {
         "read_locks" => client.supports(Feature::ReadLocks),
         "upgradable" => client.supports(Feature::Upgradable),
         "semaphores" => client.supports(Feature::Semaphores),
         "queued_permits" => {
             client.supports(Feature::Semaphores)
-                && distlock::__private::testing::waiters_queue(&client)
+                && distlock::__private::testing::waiters_queue(client)
         }
         "fair" => client.supports(Feature::Fair),
         "min_hold" => client.supports(Feature::MinHold),
@@ -3887,15 +3887,16 @@ async fn groups_are_capabilities(fixture: &dyn Fixture, serves: &[&str], lacks: 
     let mut all = GROUPS.to_vec();
     all.sort_unstable();
     assert_eq!(listed, all, "every group once, in `serves` or `lacks`");
+    let client = fixture.client().await;
     for group in serves {
         assert!(
-            has(fixture, group).await,
+            has(fixture, &client, group),
             "listed as served, but the store lacks `{group}`"
         );
     }
     for group in lacks {
         assert!(
-            !has(fixture, group).await,
+            !has(fixture, &client, group),
             "listed as lacking, but the store has `{group}`"
         );
     }

@@ -341,12 +341,8 @@ impl LockClientBuilder {
             ),
             "redlock" | "redlocks" => {
                 if self.fencing {
-                    return Err(LockError::Unsupported {
-                        backend: "redlock",
-                        feature: crate::Feature::Fencing,
-                        key: None,
-                        reason: crate::backend::redis::redlock::NO_FENCING,
-                    });
+                    crate::backend::redis::redlock::CAPABILITIES
+                        .require(crate::Feature::Fencing, None)?;
                 }
                 Ok(crate::backend::redis::redlock::RedlockBackend::connect(
                     url,

@@ -224,9 +224,7 @@ impl Backend for RedlockBackend {
 
     fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
         Box::pin(async move {
-            if spec.fencing {
-                return Err(NO_FENCING.into());
-            }
+            // (A request with fencing never gets here: `Capabilities::fencing` refuses it.)
             let started = Instant::now();
             let votes = self.vote(spec).await;
             let elapsed = started.elapsed();
