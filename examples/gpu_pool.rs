@@ -14,15 +14,15 @@ use std::time::{Duration, Instant};
 
 use distlock::{BoxError, LockClient, distributed_lock};
 
-const GPUS: u32 = 3;
+const GPUS: u16 = 3;
 const JOBS: usize = 12;
 
 /// One training job, on one of the pool's GPUs.
-#[distributed_lock(key = "gpu-pool:<pool>", permits = 3, lease = "5s", wait = "30s")]
+#[distributed_lock(key = "gpu-pool:<pool>", permits = GPUS, lease = "5s", wait = "30s")]
 async fn train(pool: &str, job: usize, inside: &AtomicUsize) -> Result<usize, BoxError> {
     let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
     MOST_AT_ONCE.fetch_max(now, Ordering::SeqCst);
-    if now > GPUS as usize {
+    if now > usize::from(GPUS) {
         return Err(format!("{now} jobs on {GPUS} GPUs").into());
     }
     tokio::time::sleep(Duration::from_millis(40)).await; // the work

@@ -34,7 +34,7 @@
 //! | `fencing = true` | client's (`false`) | hand out a strictly increasing fencing token, read with [`current()`] |
 //! | `fair = true` | `false` | grant the lock in arrival order across processes, through a queue on the server ([`LockRequest::fair`]) |
 //! | `mode = "read"` | `"write"` | the shared side of the key's read/write lock ([`LockRequest::read`]) |
-//! | `permits = 4` | none | one of that many permits of the semaphore `key`, not a lock ([`LockClient::semaphore`]) |
+//! | `permits = 4` (or a `u16` constant) | none | one of that many permits of the semaphore `key`, not a lock ([`LockClient::semaphore`]) |
 //! | `min_hold = "55s"` | none | hold the lock at least this long after the grant, however soon the body returns: an earlier release leaves it to end then ([`LockRequest::min_hold`]); at most `lease` |
 //! | `max_hold = "1h"` | none | renewal stops this long after the grant and the lock is lost then (the body stopped or told, as `on_lost` says), so a hung body cannot hold it forever ([`LockRequest::max_hold`]); at least `lease` |
 //! | `lock_delay = "5s"` | client's (none) | after an involuntary loss (the holder crashed or paused), nobody else is granted the key until this long after its lease ran out; a release frees it at once ([`LockRequest::lock_delay`]); stores whose locks expire by a TTL |

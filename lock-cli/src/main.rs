@@ -313,9 +313,10 @@ pub(crate) enum Command {
         /// Take a read lock: COMMAND runs beside other readers, never beside a writer.
         #[arg(long, conflicts_with = "permits")]
         read: bool,
-        /// Take one permit of the semaphore KEY of N permits: up to N COMMANDs at once.
-        #[arg(long, value_name = "N")]
-        permits: Option<u32>,
+        /// Take one permit of the semaphore KEY of N permits (1 to 65535): up to N COMMANDs at
+        /// once.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+        permits: Option<u16>,
         /// After SIGTERM to a COMMAND whose lock was lost, how long until SIGKILL.
         #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
         grace: Duration,

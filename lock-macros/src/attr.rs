@@ -6,6 +6,7 @@ use proc_macro2::{Span, TokenStream};
 use syn::ext::IdentExt;
 use syn::parse::{ParseStream, Parser};
 use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
 use syn::{Expr, ExprLit, Ident, Lit, LitStr, Token};
 
 use crate::duration;
@@ -80,6 +81,9 @@ pub(crate) struct LockArgs {
     mode_span: Option<Span>,
     /// `permits = n`: a permit of a semaphore of `n` (at least 1).
     pub permits: Option<u16>,
+    /// `permits = <expr>`: a constant expression of type `u16`, checked non-zero when the
+    /// crate is compiled (an inline `const` block).
+    pub permits_expr: Option<Expr>,
     /// Where `permits` was written.
     permits_span: Option<Span>,
     /// `min_hold = "…"`: held at least this long after the grant.
@@ -212,7 +216,7 @@ pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> (LockArgs, bool) 
                  `mode = \"read\"` (readers all run their body anyway)",
             );
         }
-        if parsed.permits.is_some() {
+        if parsed.permits_span.is_some() {
             errors.at(
                 span,
                 "`share` runs the body once for every caller, under the lock: a semaphore \
@@ -511,11 +515,19 @@ impl LockArgs {
                     Expr::Lit(ExprLit {
                         lit: Lit::Int(lit), ..
                     }) => lit,
-                    other => {
+                    Expr::Lit(other) => {
                         errors.push(syn::Error::new_spanned(
                             other,
-                            "`permits` takes a whole number of permits, e.g. permits = 4",
+                            "`permits` takes a whole number of permits, e.g. permits = 4, or a \
+                             constant of type `u16`",
                         ));
+                        return;
+                    }
+                    other => {
+                        // A constant expression (`permits = POOL`, `permits = 2 * N`): its
+                        // type and non-zero value are checked by the compiler.
+                        self.permits_span = Some(other.span());
+                        self.permits_expr = Some(other.clone());
                         return;
                     }
                 };

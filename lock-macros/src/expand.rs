@@ -344,10 +344,23 @@ fn options(
         Some(ModeArg::Read) => quote!(#krate::__private::LockMode::Read),
         Some(ModeArg::Write) | None => quote!(#krate::__private::LockMode::Write),
     };
-    let permits = match args.permits {
+    let permits = match (&args.permits_expr, args.permits) {
+        // A constant expression: its type (`u16`) and its value (not zero) are checked by the
+        // compiler in an inline `const` block, the error at the expression.
+        (Some(expr), _) => quote_spanned! {expr.span()=>
+            ::core::option::Option::Some(const {
+                let permits: ::core::primitive::u16 = #expr;
+                match ::core::num::NonZeroU16::new(permits) {
+                    ::core::option::Option::Some(permits) => permits,
+                    ::core::option::Option::None => ::core::panic!(
+                        "`permits` is 0: a semaphore of no permits could never be acquired; give at least 1"
+                    ),
+                }
+            })
+        },
         // Checked non-zero at compile time: `new` returns `Some`.
-        Some(n) => quote!(::core::num::NonZeroU16::new(#n)),
-        None => quote!(::core::option::Option::None),
+        (None, Some(n)) => quote!(::core::num::NonZeroU16::new(#n)),
+        (None, None) => quote!(::core::option::Option::None),
     };
     // At most the longest lease (checked: 7 days), which fits in a `u32` of milliseconds.
     let min_hold = match &args.min_hold_expr {

@@ -28,7 +28,8 @@ use proc_macro::TokenStream;
 /// Arguments: `key` (required template: `<param>`, `<param.field>`, `<self.field>`, `<<`/`>>`
 /// for literal brackets), `lease`, `wait` (`"0s"` tries once, `"forever"`), `renew`,
 /// `on_lost` (`"abort"` or `"continue"`), `fencing`, `fair`, `mode` (`"read"` or `"write"`),
-/// `permits` (a permit of a semaphore of that many, e.g. `permits = 4`), `min_hold` (held at
+/// `permits` (a permit of a semaphore of that many, e.g. `permits = 4`, or a `u16` constant:
+/// `permits = GPUS`), `min_hold` (held at
 /// least this long after the grant, however early the body returns; at most `lease`),
 /// `max_hold` (renewal stops this long after the grant and the lock is lost then; at least
 /// `lease`), `lock_delay` (after an involuntary loss the key stays taken this much longer),

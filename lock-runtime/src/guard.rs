@@ -333,7 +333,7 @@ impl LockGuard {
 
     /// For a semaphore's permit ([`LockClient::semaphore`](crate::LockClient::semaphore)), the
     /// semaphore's limit; `None` for a lock.
-    pub fn permits(&self) -> Option<u32> {
+    pub fn permits(&self) -> Option<u16> {
         self.held.shared.acquired_kind.permits()
     }
 

@@ -52,7 +52,7 @@ impl CurrentLock {
     }
 
     /// For a semaphore's permit (`permits = n`), the semaphore's limit `n`; `None` for a lock.
-    pub fn permits(&self) -> Option<u32> {
+    pub fn permits(&self) -> Option<u16> {
         self.lock.acquired_kind.permits()
     }
 

@@ -65,7 +65,7 @@ pub fn zookeeper_parent(name: &str) -> String {
 /// before `-lock-`, Curator's): the side of the lock it asks for, the semaphore limit of a
 /// permit's node, and its owner token.
 #[cfg(feature = "zookeeper")]
-pub fn zookeeper_node(child: &str) -> (crate::LockMode, Option<u32>, &str) {
+pub fn zookeeper_node(child: &str) -> (crate::LockMode, Option<u16>, &str) {
     let (kind, token) = crate::backend::zookeeper::parse_node(child);
     (crate::LockMode::of(kind), kind.permits(), token)
 }

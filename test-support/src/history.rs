@@ -44,7 +44,7 @@ pub struct Hold {
     /// A reader's hold (`.read()`): it may overlap other readers', never a writer's.
     pub read: bool,
     /// A permit of a semaphore of this many (then `read` is false).
-    pub permits: Option<u32>,
+    pub permits: Option<u16>,
 }
 
 impl Hold {
@@ -193,7 +193,7 @@ pub fn check(holds: &[Hold]) -> Result<Summary, String> {
 /// hold a permit of that limit. Each hold's record lies inside its real hold (taken after the
 /// grant, ended before the release), so an overlap of more than `limit` records is a real one.
 /// The most held at once.
-fn check_permits(key: &str, holds: &[&Hold], limit: u32) -> Result<usize, String> {
+fn check_permits(key: &str, holds: &[&Hold], limit: u16) -> Result<usize, String> {
     let mut events = Vec::with_capacity(holds.len() * 2);
     for hold in holds {
         if hold.permits != Some(limit) {
@@ -247,7 +247,7 @@ pub struct Contention {
     /// (from the upgrade's return to the release).
     pub upgrades: bool,
     /// Every acquisition a permit of a semaphore of this many (0: locks).
-    pub permits: u32,
+    pub permits: u16,
     /// Every acquisition a transfer between two of this many accounts, holding both (`lock_all`
     /// of `<key>:<a>` and `<key>:<b>`; 0: one key).
     pub accounts: usize,

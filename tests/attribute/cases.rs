@@ -540,12 +540,15 @@ async fn reads_nest_under_writes_and_reads_but_a_write_under_a_read_fails_at_onc
         .unwrap();
 }
 
-#[distributed_lock(key = "gpu:<tag>", permits = 2, wait = "30s")]
+/// The semaphore's size, given to the attribute as a constant.
+const GPUS: u16 = 2;
+
+#[distributed_lock(key = "gpu:<tag>", permits = GPUS, wait = "30s")]
 async fn use_gpu(
     tag: &str,
     inside: &AtomicU64,
     most: &AtomicU64,
-) -> Result<Option<u32>, LockError> {
+) -> Result<Option<u16>, LockError> {
     let _ = tag;
     let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
     most.fetch_max(now, Ordering::SeqCst);
@@ -564,7 +567,7 @@ enum Inside {
 }
 
 #[distributed_lock(key = "gpu:<tag>", permits = 1, wait = "0s")]
-async fn one_gpu(tag: &str, inside: Inside) -> Result<Option<u32>, LockError> {
+async fn one_gpu(tag: &str, inside: Inside) -> Result<Option<u16>, LockError> {
     match inside {
         Inside::Nothing => Ok(distlock::current().unwrap().permits()),
         // `wait = "0s"` and one permit: granted only locally.
@@ -575,19 +578,19 @@ async fn one_gpu(tag: &str, inside: Inside) -> Result<Option<u32>, LockError> {
 }
 
 #[distributed_lock(key = "gpu:<tag>", permits = 2, wait = "0s")]
-async fn two_gpus(tag: &str) -> Result<Option<u32>, LockError> {
+async fn two_gpus(tag: &str) -> Result<Option<u16>, LockError> {
     let _ = tag;
     Ok(None)
 }
 
 #[distributed_lock(key = "gpu:<tag>", wait = "0s")]
-async fn lock_gpu(tag: &str) -> Result<Option<u32>, LockError> {
+async fn lock_gpu(tag: &str) -> Result<Option<u16>, LockError> {
     let _ = tag;
     Ok(None)
 }
 
-/// `permits = 2`: never more than two calls inside at once, and two reached; each knows its
-/// semaphore's limit.
+/// `permits = GPUS` (a constant of 2): never more than two calls inside at once, and two
+/// reached; each knows its semaphore's limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_most_permits_calls_run_at_once() {
     backend::setup().await;

@@ -246,7 +246,7 @@ async fn semaphore_of_three(url: &str) {
 }
 
 /// The semaphore runs' limit, contenders per process and rounds per contender.
-const PERMITS: u32 = 3;
+const PERMITS: u16 = 3;
 const PERMIT_TASKS: usize = 8;
 const PERMIT_ROUNDS: usize = 160;
 

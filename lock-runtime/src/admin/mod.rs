@@ -66,7 +66,7 @@ pub struct LockInfo {
     pub readers: Vec<ReaderInfo>,
     /// For a semaphore, its limit (the permits its holders took theirs under; `readers` lists
     /// the permits held); `None` for a lock.
-    pub permits: Option<u32>,
+    pub permits: Option<u16>,
 }
 
 /// One reader of a read lock (or holder of a semaphore's permit), as the backend reports it.
@@ -110,7 +110,7 @@ pub(crate) struct Entry {
     /// (empty for a plain lock, whose holder is `token`).
     pub readers: Vec<(String, Option<Duration>)>,
     /// A semaphore's limit (`readers` are then its permits).
-    pub permits: Option<u32>,
+    pub permits: Option<u16>,
 }
 
 impl Entry {
@@ -243,7 +243,7 @@ impl LockClient {
     /// How many of the `permits` of the semaphore `key` are held right now: its holders whose
     /// lease has not run out (waiters in its queue are not counted), at most `permits`.
     /// [`SemaphoreRequest::available`](crate::SemaphoreRequest::available) is the public face.
-    pub(crate) async fn permits_in_use(&self, key: &str, permits: u16) -> Result<u32, LockError> {
+    pub(crate) async fn permits_in_use(&self, key: &str, permits: u16) -> Result<u16, LockError> {
         use crate::backend::{Kind, Refused};
         validate_key(key)?;
         let asked = Kind::Permits(permits);
@@ -260,7 +260,7 @@ impl LockClient {
             return Ok(0);
         };
         let held = match entry.permits {
-            Some(limit) => Kind::Permits(u16::try_from(limit).unwrap_or(u16::MAX)),
+            Some(limit) => Kind::Permits(limit),
             // A lock, or its readers.
             None => Kind::Exclusive,
         };
@@ -272,9 +272,7 @@ impl LockClient {
             .iter()
             .filter(|(_, ttl)| ttl.is_none_or(|ttl| !ttl.is_zero()))
             .count();
-        Ok(u32::try_from(live)
-            .unwrap_or(u32::MAX)
-            .min(u32::from(permits)))
+        Ok(u16::try_from(live).unwrap_or(u16::MAX).min(permits))
     }
 
     /// Who holds `key` now: `None` if nobody does.

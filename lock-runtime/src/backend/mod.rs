@@ -230,9 +230,9 @@ impl Kind {
     }
 
     /// The semaphore's limit, for a permit.
-    pub(crate) fn permits(self) -> Option<u32> {
+    pub(crate) fn permits(self) -> Option<u16> {
         match self {
-            Kind::Permits(n) => Some(u32::from(n)),
+            Kind::Permits(n) => Some(n),
             _ => None,
         }
     }

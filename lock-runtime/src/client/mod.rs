@@ -150,7 +150,6 @@ impl LockClient {
             fencing: self.inner.fencing,
             fair: false,
             kind: Kind::Exclusive,
-            permits: 0,
             set: None,
             min_hold: Duration::ZERO,
             max_hold: None,
@@ -217,7 +216,7 @@ impl LockClient {
     /// Every holder must ask with the same `permits`: a request whose limit differs from the
     /// one the current holders took theirs under fails with [`LockError::Config`] naming both
     /// numbers, as does asking for a semaphore's name as a lock or the reverse. `permits` of
-    /// zero, or more than [`MAX_PERMITS`](Self::MAX_PERMITS), fails with [`LockError::Config`].
+    /// zero fails with [`LockError::Config`]; the most is `u16::MAX`, the type's bound.
     /// A store without semaphores refuses them with [`LockError::Unsupported`] (which stores:
     /// the table in `distlock::guide::backends`; how they work: `distlock::guide::semaphores`).
     ///
@@ -235,17 +234,13 @@ impl LockClient {
     /// # drop((second, third));
     /// # Ok(()) }
     /// ```
-    pub fn semaphore(&self, key: impl Into<String>, permits: u32) -> SemaphoreRequest {
+    pub fn semaphore(&self, key: impl Into<String>, permits: u16) -> SemaphoreRequest {
         SemaphoreRequest(LockRequest {
-            // Out of range: refused by `acquire`, naming the number asked for.
-            kind: Kind::Permits(u16::try_from(permits).unwrap_or(0)),
-            permits,
+            // Zero: refused by `acquire`.
+            kind: Kind::Permits(permits),
             ..self.lock(key)
         })
     }
-
-    /// The most permits a semaphore may have.
-    pub const MAX_PERMITS: u32 = u16::MAX as u32;
 
     /// The backend's name: `memory`, `redis`, …
     pub fn backend_kind(&self) -> &'static str {

@@ -101,8 +101,6 @@ pub struct LockRequest {
     pub(super) fencing: bool,
     pub(super) fair: bool,
     pub(super) kind: Kind,
-    /// The permits a semaphore's request asked for (as given: checked by `acquire`).
-    pub(super) permits: u32,
     /// Every key of a request made by [`LockClient::lock_all`], as given.
     pub(super) set: Option<Vec<String>>,
     pub(super) min_hold: Duration,
@@ -344,14 +342,10 @@ impl LockRequest {
     /// covers it frees the key when it ends (`lease` and `min_hold` are that hold's). Of
     /// several keys, only those not held in scope are acquired.
     pub async fn acquire(mut self) -> Result<LockGuard, LockError> {
-        if matches!(self.kind, Kind::Permits(_))
-            && !(1..=LockClient::MAX_PERMITS).contains(&self.permits)
-        {
+        if self.kind == Kind::Permits(0) {
             return Err(LockError::Config(format!(
-                "`{}`: a semaphore of {} permits: ask for 1 to {} (0 could never be acquired)",
+                "`{}`: a semaphore of 0 permits could never be acquired: ask for at least 1",
                 self.key,
-                self.permits,
-                LockClient::MAX_PERMITS
             )));
         }
         if self.upgradable && self.set.is_some() {

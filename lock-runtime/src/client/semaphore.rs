@@ -4,7 +4,8 @@
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use super::{LockClient, LockRequest};
+use super::LockRequest;
+use crate::backend::Kind;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::runtime::BoxFuture;
@@ -79,8 +80,12 @@ impl SemaphoreRequest {
     }
 
     /// How many permits the semaphore has, as asked for.
-    pub fn permits(&self) -> u32 {
-        self.0.permits
+    pub fn permits(&self) -> u16 {
+        match self.0.kind {
+            Kind::Permits(permits) => permits,
+            // A `SemaphoreRequest` is made by `LockClient::semaphore` alone.
+            _ => 0,
+        }
     }
 
     /// The permits of this semaphore not held right now: its limit minus the permits whose
@@ -89,7 +94,7 @@ impl SemaphoreRequest {
     /// zero; exact while nothing changes, a snapshot otherwise — a permit taken or given back
     /// a moment later is not seen, so do not acquire on the strength of it (`try_acquire` is
     /// the atomic question). One read on the server (the admin API's
-    /// [`inspect`](LockClient::inspect)): no acquisition, no write, nothing in line.
+    /// [`inspect`](super::LockClient::inspect)): no acquisition, no write, nothing in line.
     ///
     /// A key held as a lock or read lock, or as a semaphore of another limit, fails with
     /// [`LockError::Config`] as an acquisition would; a store without semaphores with
@@ -107,21 +112,17 @@ impl SemaphoreRequest {
     /// one.release().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn available(&self) -> Result<u32, LockError> {
+    pub async fn available(&self) -> Result<u16, LockError> {
         let request = &self.0;
-        let permits = match u16::try_from(request.permits) {
-            Ok(permits) if permits > 0 => permits,
-            _ => {
-                return Err(LockError::Config(format!(
-                    "`{}`: a semaphore of {} permits: ask for 1 to {} (0 could never be acquired)",
-                    request.key,
-                    request.permits,
-                    LockClient::MAX_PERMITS
-                )));
-            }
-        };
+        let permits = self.permits();
+        if permits == 0 {
+            return Err(LockError::Config(format!(
+                "`{}`: a semaphore of 0 permits could never be acquired: ask for at least 1",
+                request.key,
+            )));
+        }
         let in_use = request.client.permits_in_use(&request.key, permits).await?;
-        Ok(u32::from(permits) - in_use)
+        Ok(permits - in_use)
     }
 
     /// Acquires a permit, waiting up to the request's `wait` while every permit is held:

@@ -40,7 +40,7 @@ impl MemoryBackend {
                 .iter()
                 .map(|(token, until)| (token.clone(), Some(*until - now)))
                 .collect(),
-            permits: readers.permits.map(u32::from),
+            permits: readers.permits,
         })
     }
 }

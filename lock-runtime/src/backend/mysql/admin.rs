@@ -51,7 +51,7 @@ impl MysqlBackend {
     /// `entry` with its readers, when readers hold the lock.
     async fn with_readers(&self, mut entry: Entry) -> Result<Entry, MyError> {
         if let Some(permits) = shares_of(entry.token.as_deref()) {
-            entry.permits = permits.map(u32::from);
+            entry.permits = permits;
             entry.readers = self.readers_of(&entry.name).await?;
             entry.token = None;
             entry.holder = None;
@@ -118,7 +118,7 @@ impl Admin for MysqlBackend {
                 let readers = !found.readers.is_empty();
                 let token = match (&found.token, found.permits) {
                     (Some(token), _) => token.clone(),
-                    (None, Some(limit)) => shares_token(Kind::Permits(limit as u16)),
+                    (None, Some(limit)) => shares_token(Kind::Permits(limit)),
                     (None, None) => READERS.to_owned(),
                 };
                 let upgraded = token.clone();

@@ -82,7 +82,7 @@ fn pg_entry(row: &tokio_postgres::Row) -> Entry {
     );
     if let Some(permits) = shares_of(token.as_deref()) {
         readers_entry(&mut entry, record, remaining.unwrap_or(0));
-        entry.permits = permits.map(u32::from);
+        entry.permits = permits;
     }
     entry
 }

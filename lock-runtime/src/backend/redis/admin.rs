@@ -66,7 +66,7 @@ impl RedisBackend {
                             (token, Some(Duration::from_millis(left.max(0) as u64)))
                         })
                         .collect(),
-                    permits: (permits > 0).then_some(permits),
+                    permits: (permits > 0).then(|| u16::try_from(permits).unwrap_or(u16::MAX)),
                 })
             }),
         )
