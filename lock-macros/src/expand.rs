@@ -151,8 +151,9 @@ fn expand(
         },
     };
     if args.share.is_some() || args.share_expr.is_some() {
-        // `share = …`: the call goes through `SharedReturn` (its bound, `T: Serialize +
-        // DeserializeOwned`, reported once at the return type), with the key or keys as a list.
+        // `share = …`: `run_shared` with the key or keys as a list and the return type's
+        // `SharedReturn::codec()` (its bound, `T: Serialize + DeserializeOwned`, checked there
+        // alone: a type that cannot be stored is reported once, at the return type).
         let share = match (&args.share, &args.share_expr) {
             (_, Some(expr)) => quote_spanned! {expr.span()=> {
                 let share: ::core::time::Duration = #expr;
@@ -179,7 +180,7 @@ fn expand(
             quote!(let #key_var: &str = #keys_var[0].as_str();)
         };
         let call = quote_spanned! {return_span=>
-            <#return_type as #krate::__private::SharedReturn>::run_shared(#client_var, #options, #keys_var, #share, async move #block, #busy_var).await
+            #krate::__private::run_shared(#client_var, #options, #keys_var, #share, async move #block, #busy_var, <#return_type as #krate::__private::SharedReturn>::codec()).await
         };
         return quote! {
             #(#outer_attrs)*

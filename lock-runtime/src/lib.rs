@@ -99,7 +99,5 @@ pub mod __private {
     };
     pub use crate::mode::LockMode;
     pub use crate::options::{LockOptions, OnLost, WaitFor};
-    pub use crate::share::SharedReturn;
-    #[cfg(feature = "share")]
-    pub use crate::share::run_shared;
+    pub use crate::share::{Codec, SharedReturn, run_shared};
 }

@@ -54,21 +54,26 @@ pub(crate) const MAX_SHARE: std::time::Duration = std::time::Duration::from_secs
     )
 )]
 pub trait SharedReturn: Sized {
-    /// [`run_shared`] for this return type: the generated code calls it as
-    /// `<ReturnType as SharedReturn>::run_shared(…)`, so a wrong type is reported once, at
-    /// the function's `-> ReturnType`. (Without the `share` feature no type implements
-    /// this, and the bound's message says to enable it.)
-    fn run_shared<F, B>(
-        client: Option<LockClient>,
-        options: LockOptions,
-        keys: Vec<String>,
-        share: Duration,
-        body: F,
-        busy: B,
-    ) -> impl Future<Output = Self>
-    where
-        F: Future<Output = Self>,
-        B: FnOnce(LockError) -> Self;
+    /// How a result of this type is stored and read back: the generated code asks for it
+    /// first, as `<ReturnType as SharedReturn>::codec()`, so a type that cannot be stored is
+    /// reported once, at the function's `-> ReturnType`, and nothing after it asks again.
+    /// (Without the `share` feature no type implements this, and the bound's message says to
+    /// enable it.)
+    fn codec() -> Codec<Self>;
+}
+
+/// How a shared call's result is stored (its `Ok` value encoded, an `Err` never) and read back:
+/// made by [`SharedReturn::codec`], where the `Serialize + DeserializeOwned` bound is checked.
+pub struct Codec<R> {
+    #[cfg(feature = "share")]
+    encode: fn(&R) -> Option<Result<Vec<u8>, postcard::Error>>,
+    #[cfg(feature = "share")]
+    decode: fn(&str, &[u8]) -> Result<Option<R>, LockError>,
+    /// Without the `share` feature there is no codec: nothing can make one.
+    #[cfg(not(feature = "share"))]
+    never: std::convert::Infallible,
+    #[cfg(not(feature = "share"))]
+    returns: std::marker::PhantomData<R>,
 }
 
 #[cfg(feature = "share")]
@@ -77,19 +82,11 @@ where
     T: Serialize + DeserializeOwned,
     E: From<LockError>,
 {
-    fn run_shared<F, B>(
-        client: Option<LockClient>,
-        options: LockOptions,
-        keys: Vec<String>,
-        share: Duration,
-        body: F,
-        busy: B,
-    ) -> impl Future<Output = Self>
-    where
-        F: Future<Output = Self>,
-        B: FnOnce(LockError) -> Self,
-    {
-        run_shared(client, options, keys, share, body, busy)
+    fn codec() -> Codec<Self> {
+        Codec {
+            encode: |output| output.as_ref().ok().map(encode::<T>),
+            decode: |key, bytes| Ok(decode::<T>(key, bytes)?.map(Ok)),
+        }
     }
 }
 
@@ -164,9 +161,9 @@ impl SharedRequest {
                  and each would run the body): drop `.read()` / `.upgradable()`"
             ))));
         }
-        let place = Place::of(&client, &key, share)?;
-        if let Some(value) = place.look::<T>().await? {
-            return Ok(value);
+        let place = Place::of(&client, &key, share, <Result<T, E>>::codec())?;
+        if let Some(output) = place.look().await? {
+            return output;
         }
         let guard = request.acquire().await?;
         let output = guard.scope(place.compute(body())).await;
@@ -197,6 +194,8 @@ impl LockClient {
 /// What the attribute's `share = …` expands to: [`run_locked`](crate::locked::run_locked)
 /// (or its several-keys form) around `body`, after a look for a stored result, which the
 /// body's lock-holding part looks for again before it runs the body and stores its `Ok`.
+/// `codec` is [`SharedReturn::codec`]'s, asked for first so that a type that cannot be stored
+/// is one error, there.
 #[cfg(feature = "share")]
 pub async fn run_shared<T, E, F, B>(
     mut client: Option<LockClient>,
@@ -205,9 +204,9 @@ pub async fn run_shared<T, E, F, B>(
     share: Duration,
     body: F,
     busy: B,
+    codec: Codec<Result<T, E>>,
 ) -> Result<T, E>
 where
-    T: Serialize + DeserializeOwned,
     E: From<LockError>,
     F: Future<Output = Result<T, E>>,
     B: FnOnce(LockError) -> Result<T, E>,
@@ -216,9 +215,14 @@ where
         return Err(E::from(error));
     }
     let first = keys.first().cloned().unwrap_or_default();
-    let place = Place::of(client.as_ref().expect("resolved above"), &first, share)?;
-    if let Some(value) = place.look::<T>().await? {
-        return Ok(value);
+    let place = Place::of(
+        client.as_ref().expect("resolved above"),
+        &first,
+        share,
+        codec,
+    )?;
+    if let Some(output) = place.look().await? {
+        return output;
     }
     let body = place.compute(body);
     match <[String; 1]>::try_from(keys) {
@@ -227,20 +231,47 @@ where
     }
 }
 
+/// Without the `share` feature: never called, since no [`Codec`] can be made (the call's
+/// `SharedReturn::codec()` is the one error, naming the feature).
+#[cfg(not(feature = "share"))]
+pub async fn run_shared<T, E, F, B>(
+    client: Option<LockClient>,
+    options: LockOptions,
+    keys: Vec<String>,
+    share: Duration,
+    body: F,
+    busy: B,
+    codec: Codec<Result<T, E>>,
+) -> Result<T, E>
+where
+    E: From<LockError>,
+    F: Future<Output = Result<T, E>>,
+    B: FnOnce(LockError) -> Result<T, E>,
+{
+    let _ = (client, options, keys, share, body, busy, codec.returns);
+    match codec.never {}
+}
+
 /// Where a key's result is stored, and for how long.
 #[cfg(feature = "share")]
-struct Place {
+struct Place<R> {
     client: LockClient,
     key: String,
     name: String,
     share: Duration,
     limit: usize,
+    codec: Codec<R>,
 }
 
 #[cfg(feature = "share")]
-impl Place {
+impl<T, E: From<LockError>> Place<Result<T, E>> {
     /// Checks the key, the share and the store.
-    fn of(client: &LockClient, key: &str, share: Duration) -> Result<Place, LockError> {
+    fn of(
+        client: &LockClient,
+        key: &str,
+        share: Duration,
+        codec: Codec<Result<T, E>>,
+    ) -> Result<Self, LockError> {
         crate::key::validate_key(key)?;
         check_share(share, key)?;
         let caps = client.admin_backend().capabilities();
@@ -252,11 +283,12 @@ impl Place {
             name: client.name_of(key),
             share,
             limit,
+            codec,
         })
     }
 
     /// The stored result, if one lives and is in this build's format.
-    async fn look<T: DeserializeOwned>(&self) -> Result<Option<T>, LockError> {
+    async fn look(&self) -> Result<Option<Result<T, E>>, LockError> {
         let backend = self.client.admin_backend();
         let stored = backend.shared_get(&self.name).await.map_err(|source| {
             failed(
@@ -267,32 +299,30 @@ impl Place {
             )
         })?;
         match stored {
-            Some(bytes) => decode(&self.key, &bytes),
+            Some(bytes) => (self.codec.decode)(&self.key, &bytes),
             None => Ok(None),
         }
     }
 
     /// Under the lock: looks again, else runs `body` and stores its `Ok` value.
-    async fn compute<T, E, F>(&self, body: F) -> Result<T, E>
+    async fn compute<F>(&self, body: F) -> Result<T, E>
     where
-        T: Serialize + DeserializeOwned,
-        E: From<LockError>,
         F: Future<Output = Result<T, E>>,
     {
-        if let Some(value) = self.look::<T>().await? {
-            return Ok(value);
+        if let Some(output) = self.look().await? {
+            return output;
         }
         let output = body.await;
-        if let Ok(value) = &output {
-            self.keep(value).await;
+        if let Some(encoded) = (self.codec.encode)(&output) {
+            self.keep(encoded).await;
         }
         output
     }
 
     /// Stores `value`; a failure is a warning (the caller has its value all the same).
-    async fn keep<T: Serialize>(&self, value: &T) {
+    async fn keep(&self, encoded: Result<Vec<u8>, postcard::Error>) {
         let backend = self.client.admin_backend();
-        let bytes = match encode(value) {
+        let bytes = match encoded {
             Ok(bytes) => bytes,
             Err(error) => {
                 tracing::warn!(key = %self.key, %error, "distlock: the result cannot be encoded, so it is not shared");
