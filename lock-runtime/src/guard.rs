@@ -105,7 +105,9 @@ impl LockGuard {
             max_hold: (max_hold_ms > 0).then(|| Duration::from_millis(max_hold_ms.into())),
             lock_delay: Duration::from_millis(lock_delay_ms.into()),
             hold_span: std::sync::Mutex::new(None),
+            given_back: std::sync::atomic::AtomicBool::new(false),
         });
+        renewer.holds().register(&shared);
         crate::metrics::held(shared.backend, 1.0);
         let watchdog =
             (renewal == RenewMode::Spawned).then(|| renew::watch(Arc::clone(&shared), renewer));
@@ -427,6 +429,22 @@ async fn any_lost(mut set: Vec<Arc<HeldLock>>) {
     crate::runtime::first_of(losses).await
 }
 
+/// Gives back a lock still held as its client closes ([`LockClient::close`]): its holder is
+/// told it is lost first (a body under `on_lost = "abort"` stops), and the guard's own release
+/// or drop asks the store nothing afterwards.
+///
+/// [`LockClient::close`]: crate::LockClient::close
+pub(crate) async fn close_out(renewer: &renew::Renewer, shared: &Arc<HeldLock>, why: &str) {
+    shared.mark_lost(why);
+    shared.renewal_stopped();
+    if let Err(error) = give_back(renewer, shared).await {
+        tracing::warn!(key = %shared.key(), %error, "distlock: release at close failed; the lease will expire");
+    }
+    shared
+        .given_back
+        .store(true, std::sync::atomic::Ordering::Release);
+}
+
 impl Drop for OneKey {
     fn drop(&mut self) {
         if self.nested {
@@ -445,7 +463,10 @@ impl Drop for OneKey {
         tracing::debug!(key = %self.shared.key(), "distlock: guard dropped, releasing in the background");
         let renewer = Arc::clone(&self.renewer);
         let shared = Arc::clone(&self.shared);
+        // Counted until the job is gone: `LockClient::close` waits for it.
+        let running = renewer.holds().running();
         let job: DetachedJob = Arc::new(move || {
+            let _ = &running;
             let renewer = Arc::clone(&renewer);
             let shared = Arc::clone(&shared);
             Box::pin(async move {

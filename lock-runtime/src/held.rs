@@ -67,6 +67,9 @@ pub(crate) struct HeldLock {
     /// until the hold ends, when [`end_hold_span`](Self::end_hold_span) records how and closes
     /// it. `None` before the grant is reported, and after.
     pub hold_span: std::sync::Mutex<Option<tracing::Span>>,
+    /// Given back by [`LockClient::close`](crate::LockClient::close): the guard's own release
+    /// (or drop) then asks the store nothing.
+    pub given_back: std::sync::atomic::AtomicBool,
 }
 
 impl HeldLock {

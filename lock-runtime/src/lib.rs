@@ -47,6 +47,7 @@ pub mod admin;
 mod attempt;
 mod backend;
 mod client;
+mod closing;
 mod election;
 mod error;
 mod fast_map;

@@ -121,6 +121,58 @@ pub async fn acquire_stores_a_token_with_a_ttl_and_release_deletes_it(fixture: &
     assert_eq!(fixture.holder("app:order:42").await, None);
 }
 
+/// `close()`: every lock still held through the client is given back at once (its guard told
+/// it is lost, its release then asking the store nothing), a dropped guard's background
+/// release is awaited, and later acquisitions through it are refused, writing nothing; another
+/// client takes both keys at once, far inside their lease.
+pub async fn close_gives_back_what_the_client_holds(fixture: &dyn Fixture) {
+    let client = fixture.client().await;
+    let lease = ms(30_000);
+    let held = client
+        .lock("closing:held")
+        .lease(lease)
+        .acquire()
+        .await
+        .unwrap();
+    let dropped = client
+        .lock("closing:dropped")
+        .lease(lease)
+        .acquire()
+        .await
+        .unwrap();
+    assert!(fixture.anything_at("lock:closing:held").await);
+    drop(dropped); // given back in the background
+    client.clone().close().await; // any clone closes the client
+    assert!(
+        !fixture.anything_at("lock:closing:held").await,
+        "close gave back the lock its guard still held"
+    );
+    assert!(
+        !fixture.anything_at("lock:closing:dropped").await,
+        "close awaited the dropped guard's release"
+    );
+    assert!(held.is_lost(), "the holder is told its lock is gone");
+    match held.release().await {
+        Err(error) if error.is_lost() => {}
+        other => panic!("a release after close: expected Lost, got {other:?}"),
+    }
+    match client.lock("closing:later").wait(ms(0)).acquire().await {
+        Err(LockError::Config(message)) => assert!(
+            message.contains("`closing:later`") && message.contains("closed"),
+            "{message}"
+        ),
+        other => panic!("an acquisition after close: expected Config, got {other:?}"),
+    }
+    assert!(!fixture.anything_at("lock:closing:later").await);
+    let other = fixture.client().await;
+    for key in ["closing:held", "closing:dropped"] {
+        let guard = other.lock(key).wait(ms(0)).acquire().await;
+        let guard = guard.unwrap_or_else(|e| panic!("`{key}` still taken after close: {e}"));
+        guard.release().await.unwrap();
+    }
+    client.close().await; // twice: harmless
+}
+
 /// A's lease expires, B acquires; A's release reports "not held" and B's lock is intact.
 pub async fn a_stale_owner_cannot_release_the_new_owners_lock(fixture: &dyn Fixture) {
     let client = fixture.client().await;
@@ -3905,6 +3957,7 @@ macro_rules! suite {
             conformance!(full $backend => $fixture;
                 serves [$($serves),*]; lacks [$($lacks),*];
                 mutual_exclusion_under_contention,
+                close_gives_back_what_the_client_holds,
                 acquire_stores_a_token_with_a_ttl_and_release_deletes_it,
                 a_stale_owner_cannot_release_the_new_owners_lock,
                 a_stale_owner_cannot_renew_the_new_owners_lock,

@@ -88,6 +88,19 @@ impl Closer {
         kept.is_none_or(|until| Instant::now() >= until)
     }
 
+    /// Its client is closing ([`LockClient::close`](crate::LockClient::close)): marked lost,
+    /// so that nothing else closes it again, and closed on the server, awaited (at most its
+    /// bound) — unless a lock on it is kept for its `min_hold`.
+    pub(crate) async fn close_now(&self, loss: &Loss) {
+        if loss.is_lost() {
+            return;
+        }
+        loss.mark("the lock client was closed".into());
+        if self.may_close() {
+            let _ = tokio::time::timeout(self.bound, (self.close)()).await;
+        }
+    }
+
     /// The session is being dropped (its client is gone): marked lost, so that nothing else
     /// closes it again, and closed on the server — without blocking while a runtime runs, to
     /// completion if the runtime is shutting down — unless a lock on it is kept for its

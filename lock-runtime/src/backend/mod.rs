@@ -522,6 +522,13 @@ pub(crate) trait Backend: Admin + SharedStore + Send + Sync + 'static {
     fn lost<'a>(&'a self, _spec: LockSpec<'a>) -> BoxFuture<'a, String> {
         Box::pin(std::future::pending())
     }
+
+    /// Ends what the client keeps open on the server — ZooKeeper sessions, etcd leases — once
+    /// its locks were given back ([`LockClient::close`](crate::LockClient::close)); a store
+    /// whose locks hang on nothing but their keys has nothing to end (the default).
+    fn close(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 impl dyn Backend {

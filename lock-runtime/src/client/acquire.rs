@@ -268,6 +268,9 @@ impl ClientInner {
 
     async fn acquire_any(&self, key: String, params: Params) -> Result<LockGuard, LockError> {
         validate_key(&key)?;
+        if self.renewer.holds().is_closed() {
+            return Err(closed(&key));
+        }
         check_lease(params.lease, Some(&key))?;
         let started = tokio::time::Instant::now();
         let mut token = if params.upgradable {
@@ -477,6 +480,9 @@ impl ClientInner {
                 "`lock_all` was given no keys: name at least one key to lock".into(),
             ));
         };
+        if self.renewer.holds().is_closed() {
+            return Err(closed(first));
+        }
         for key in &keys {
             validate_key(key)?;
         }
@@ -624,6 +630,22 @@ impl ClientInner {
         plan: Plan,
         acquired: attempt::Acquired,
     ) -> LockGuard {
-        LockGuard::new(&self.renewer, name, token, params, plan, acquired)
+        let guard = LockGuard::new(&self.renewer, name, token, params, plan, acquired);
+        if self.renewer.holds().is_closed() {
+            // Granted to a waiter as the client closed: lost at once (its holder stops, its
+            // release or drop gives it back).
+            guard.shared_ref().mark_lost(CLOSED);
+        }
+        guard
     }
+}
+
+/// Why a lock of a closed client is lost.
+pub(crate) const CLOSED: &str = "the lock client was closed";
+
+/// An acquisition asked of a closed client.
+fn closed(key: &str) -> LockError {
+    LockError::Config(format!(
+        "`{key}`: this lock client was closed (`LockClient::close`); connect a new one to lock again"
+    ))
 }

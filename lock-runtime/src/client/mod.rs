@@ -242,6 +242,53 @@ impl LockClient {
         })
     }
 
+    /// Closes the client, for a process about to exit (as sqlx's `Pool::close`, Redisson's
+    /// `shutdown`): every lock still held through it — by this handle or any clone, a guard
+    /// or an annotated call — is given back now, its holder told it is lost first (a body
+    /// under `on_lost = "abort"` stops; the guard's `release` then returns
+    /// [`LockError::Lost`] and asks the store nothing); releases of dropped guards still
+    /// running in the background are awaited; and what the client keeps open on the server
+    /// ends (ZooKeeper sessions are closed, etcd leases revoked), so nothing it held waits out
+    /// a lease. Later acquisitions through it fail with [`LockError::Config`] naming the key.
+    ///
+    /// Bounded: a store that does not answer is waited for at most its response timeout per
+    /// call (what it held then expires with its lease). A lock released before its
+    /// `min_hold` is still kept until then, as a release keeps it. Closing twice is harmless.
+    ///
+    /// ```
+    /// # use distlock_runtime as distlock;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::LockClient::connect("memory://").await?;
+    /// let guard = client.lock("report").acquire().await?;
+    /// client.close().await;
+    /// assert!(guard.is_lost()); // given back by `close`
+    /// assert!(client.lock("report").acquire().await.is_err()); // closed
+    /// # Ok(()) }
+    /// ```
+    pub async fn close(&self) {
+        let inner = &self.inner;
+        let holds = inner.renewer.holds();
+        holds.close();
+        let renewer = &inner.renewer;
+        let held = holds.take_held();
+        let releases = held
+            .iter()
+            .map(|shared| {
+                Box::pin(crate::guard::close_out(renewer, shared, acquire::CLOSED))
+                    as crate::runtime::BoxFuture<'_, ()>
+            })
+            .collect();
+        crate::runtime::join_all(releases).await;
+        if !holds.background_done(inner.response_timeout * 2).await {
+            tracing::warn!(
+                "distlock: a background release was still running when the client closed; its \
+                 lease will expire"
+            );
+        }
+        inner.backend.close().await;
+    }
+
     /// The backend's name: `memory`, `redis`, …
     pub fn backend_kind(&self) -> &'static str {
         self.inner.backend.store()

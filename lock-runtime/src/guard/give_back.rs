@@ -122,9 +122,13 @@ pub(super) async fn give_back(
     renewer: &renew::Renewer,
     shared: &Arc<HeldLock>,
 ) -> Result<bool, BoxError> {
+    if shared.given_back.load(std::sync::atomic::Ordering::Acquire) {
+        // Given back by `LockClient::close`, which told the guard it was lost.
+        return Ok(false);
+    }
     let result = if let Some(left) = shared.min_hold_left() {
         keep_until_min_hold(renewer, shared, left).await
-    } else if !shared.plan.local_queue {
+    } else if !shared.plan.local_queue || renewer.holds().is_closed() {
         // The next in line is the head of the lock's queue on the server, not a task here (a
         // fair guard, or a reader, is never a local holder: nothing to let go of locally).
         release_within_lease(renewer.backend(), shared).await

@@ -36,6 +36,8 @@ pub(crate) struct Renewer {
     started: std::sync::atomic::AtomicUsize,
     /// The client's local queues (here because every guard holds its client's renewer).
     local: LocalQueues,
+    /// The client's holds, for `LockClient::close` (here for the same reason).
+    holds: crate::closing::Holds,
 }
 
 struct DueRenewal {
@@ -66,7 +68,12 @@ impl Renewer {
             timers: Mutex::new(Vec::new()),
             #[cfg(test)]
             started: Default::default(),
+            holds: crate::closing::Holds::default(),
         })
+    }
+
+    pub(crate) fn holds(&self) -> &crate::closing::Holds {
+        &self.holds
     }
 
     pub(crate) fn backend(&self) -> &Arc<dyn Backend> {

@@ -97,6 +97,14 @@ impl Lease {
     }
 }
 
+impl Lease {
+    /// Revokes the lease now (its client is closing): see [`Closer::close_now`].
+    pub(crate) async fn close(&self) {
+        self.closer.close_now(&self.loss).await;
+        self.keepalive.abort();
+    }
+}
+
 impl Drop for Lease {
     fn drop(&mut self) {
         // Revoked, so its keys — locks, places in line — go now, not one TTL later.

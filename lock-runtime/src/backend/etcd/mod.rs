@@ -513,6 +513,20 @@ impl Backend for EtcdBackend {
     fn lost<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, String> {
         Box::pin(self.watch_lost(spec))
     }
+
+    fn close(&self) -> BoxFuture<'_, ()> {
+        let ended: Vec<_> =
+            std::mem::take(&mut *self.leases.lock().unwrap_or_else(|p| p.into_inner()))
+                .into_values()
+                .collect();
+        Box::pin(async move {
+            let closing = ended
+                .iter()
+                .map(|each| Box::pin(each.close()) as BoxFuture<'_, ()>)
+                .collect();
+            crate::runtime::join_all(closing).await;
+        })
+    }
 }
 
 #[cfg(test)]

@@ -112,6 +112,16 @@ impl ZkSession {
     }
 }
 
+impl ZkSession {
+    /// Closes the session on the server now (its client is closing): see
+    /// [`Closer::close_now`].
+    pub(crate) async fn close(&self) {
+        self.closer.close_now(&self.loss).await;
+        self.heartbeat.abort();
+        self.client.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+}
+
 impl Drop for ZkSession {
     fn drop(&mut self) {
         // Closed, so its nodes — locks, places in line — go now, not one timeout later.
