@@ -68,17 +68,21 @@ macro_rules! exit_table {
 Exit codes (every command):
   0      done (`run`, `elect`: COMMAND's own exit status instead)
   2      bad usage: arguments, URL, key, durations, or a release not confirmed
-  3      this store cannot do that: a kind or setting it lacks (--read, --permits,
-         --lock-delay, --min-hold, --fencing, `elect` where the store has none; see
-         distlock::guide::backends), or memory:// from outside its process
-  4      not held: nobody holds the lock (`show`, `release`) or leads the election (`leader`)
-  120    busy: not taken within --wait (`hold`, `run`; `elect`: did not lead within it)
-  121    lost while held: lease ran out, or released by force (`hold`, `run`, `elect`)
+  3      this store cannot do that: a kind or setting it lacks (--read,
+         --permits, --lock-delay, --min-hold, --fencing, `elect` where the
+         store has none; see distlock::guide::backends), or memory:// from
+         outside its process
+  4      not held: nobody holds the lock (`show`, `release`) or leads the
+         election (`leader`)
+  120    busy: not taken within --wait (`hold`, `run`; `elect`: did not lead
+         within it)
+  121    lost while held: lease ran out, or released by force (`hold`, `run`,
+         `elect`)
   122    the backend failed or could not be reached
   126    COMMAND is not executable (`run`, `elect`)
   127    COMMAND was not found (`run`, `elect`)
-  128+N  signal N ended COMMAND (`run`, `elect`), or stopped the wait for the lock
-         (`hold`, `run`, `elect`: nothing taken, COMMAND not started)"
+  128+N  signal N ended COMMAND (`run`, `elect`), or stopped the wait for the
+         lock (`hold`, `run`, `elect`: nothing taken, COMMAND not started)"
     };
 }
 pub(crate) use exit_table;
@@ -88,13 +92,14 @@ pub(crate) const EXIT_CODES: &str = concat!(
     exit_table!(),
     "
 
-The URL is the first argument when it contains `://`; otherwise --url, then DISTLOCK_URL
-(both keep a password out of the command line other users can read in `ps`)."
+The URL is the first argument when it contains `://`; otherwise --url, then
+DISTLOCK_URL (both keep a password out of the command line other users can
+read in `ps`)."
 );
 
 /// Look at and operate distributed locks taken with distlock.
 #[derive(Parser)]
-#[command(name = "distlock", version, after_help = EXIT_CODES)]
+#[command(name = "distlock", version, after_help = EXIT_CODES, max_term_width = 80)]
 pub(crate) struct Cli {
     /// The backend URL, when the first argument is none (else DISTLOCK_URL).
     #[arg(long, global = true, value_name = "URL")]
@@ -335,7 +340,7 @@ pub(crate) enum Command {
     /// every leader). Creates a missing SQL lock table.
     #[command(after_help = run::AFTER_HELP)]
     #[command(
-        override_usage = "distlock elect [OPTIONS] [URL] NAME --identity ID (-c STRING | -- COMMAND [ARGS]...)"
+        override_usage = "distlock elect [OPTIONS] [URL] NAME --identity ID -- COMMAND [ARGS]..."
     )]
     #[command(group(ArgGroup::new("what").required(true).args(["shell", "command"])))]
     Elect {
@@ -1156,7 +1161,7 @@ mod tests {
     /// the first paragraph of its docs; the details are in `distlock COMMAND --help`), and each
     /// command's usage line names its arguments as they are typed.
     #[test]
-    fn each_command_is_one_short_line_in_the_help_and_its_usage_reads_right() {
+    fn each_command_is_one_short_line_and_every_help_fits_80_columns() {
         use clap::CommandFactory;
         let mut cli = Cli::command();
         let help = cli.render_help().to_string();
@@ -1180,6 +1185,18 @@ mod tests {
                 !usage.contains("<URL]") && !usage.contains("KEY>"),
                 "{usage}"
             );
+        }
+        // Every line of every help, short (`-h`) and long (`--help`), fits 80 columns.
+        let mut helps = vec![help, cli.render_long_help().to_string()];
+        for sub in cli.get_subcommands_mut() {
+            helps.push(sub.render_help().to_string());
+            helps.push(sub.render_long_help().to_string());
+        }
+        for help in helps {
+            for line in help.lines() {
+                let columns = line.chars().count();
+                assert!(columns <= 80, "{columns} columns: {line}\nin\n{help}");
+            }
         }
     }
 
