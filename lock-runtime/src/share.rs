@@ -62,11 +62,15 @@ pub trait SharedReturn: Sized {
     fn codec() -> Codec<Self>;
 }
 
+/// Encodes a result's `Ok` value; `None` for an `Err`, which is never stored.
+#[cfg(feature = "share")]
+type Encode<R> = fn(&R) -> Option<Result<Vec<u8>, postcard::Error>>;
+
 /// How a shared call's result is stored (its `Ok` value encoded, an `Err` never) and read back:
 /// made by [`SharedReturn::codec`], where the `Serialize + DeserializeOwned` bound is checked.
 pub struct Codec<R> {
     #[cfg(feature = "share")]
-    encode: fn(&R) -> Option<Result<Vec<u8>, postcard::Error>>,
+    encode: Encode<R>,
     #[cfg(feature = "share")]
     decode: fn(&str, &[u8]) -> Result<Option<R>, LockError>,
     /// Without the `share` feature there is no codec: nothing can make one.

@@ -1298,6 +1298,183 @@ async fn a_release_reloads_a_script_the_server_lost() {
     assert_eq!(server.get("lock:flushed").await, None);
 }
 
+/// The server's `NOSCRIPT` errors so far, from `INFO errorstats` (Redis and Valkey alike).
+async fn noscript_errors(server: &RedisServer) -> u64 {
+    let mut conn = server.connection().await;
+    let info: String = redis::cmd("INFO")
+        .arg("errorstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|line| line.strip_prefix("errorstat_NOSCRIPT:count="))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// Flushes the server's scripts (as a restart, or Valkey's eviction of scripts, does); the
+/// `NOSCRIPT` count before.
+async fn flush_scripts(server: &RedisServer) -> u64 {
+    let mut conn = server.connection().await;
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    noscript_errors(server).await
+}
+
+/// Every script path meets `NOSCRIPT` (the scripts flushed just before it, as a restart or
+/// Valkey's eviction of `EVAL`-loaded scripts does) by its kind, not its text — Valkey's reads
+/// "NOSCRIPT No matching script." — gives the script again and succeeds: acquire, renew and
+/// release of a read lock, a permit, a fair lock, a set of keys and an upgradable read, its
+/// upgrade, a hand-over between two tasks, and the admin calls. The suite runs it on Redis and
+/// on Valkey (scripts/test.sh).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_script_path_reloads_a_flushed_script() {
+    let (server, client) = start().await;
+    let mut steps = 0;
+    macro_rules! after_a_flush {
+        ($what:literal, $op:expr) => {{
+            let before = flush_scripts(&server).await;
+            let output = $op;
+            let after = noscript_errors(&server).await;
+            assert!(after > before, "{}: no script ran after the flush", $what);
+            steps += 1;
+            output
+        }};
+    }
+    let read = after_a_flush!(
+        "read lock",
+        client.lock("s:r").read().acquire().await.unwrap()
+    );
+    after_a_flush!("read lock's release", read.release().await.unwrap());
+    let permit = after_a_flush!(
+        "permit",
+        client.semaphore("s:p", 2).acquire().await.unwrap()
+    );
+    let free = after_a_flush!(
+        "available",
+        client.semaphore("s:p", 2).available().await.unwrap()
+    );
+    assert_eq!(free, 1);
+    after_a_flush!("permit's release", permit.release().await.unwrap());
+    let fair = after_a_flush!(
+        "fair lock",
+        client.lock("s:f").fair().acquire().await.unwrap()
+    );
+    after_a_flush!("fair lock's release", fair.release().await.unwrap());
+    let set = after_a_flush!(
+        "set",
+        client.lock_all(["s:a", "s:b"]).acquire().await.unwrap()
+    );
+    after_a_flush!("set's release", set.release().await.unwrap());
+    let mut up = after_a_flush!(
+        "upgradable read",
+        client.lock("s:u").upgradable().acquire().await.unwrap()
+    );
+    after_a_flush!("upgrade", up.upgrade().await.unwrap());
+    after_a_flush!("upgraded lock's release", up.release().await.unwrap());
+    // A renewal: a lease of 600 ms is renewed every 200 ms.
+    let renewed = client
+        .lock("s:renewed")
+        .lease(ms(600))
+        .acquire()
+        .await
+        .unwrap();
+    after_a_flush!("renewal", tokio::time::sleep(ms(900)).await);
+    assert!(!renewed.is_lost(), "the renewal reloaded its script");
+    // A plain release (compare-and-delete).
+    after_a_flush!("release", renewed.release().await.unwrap());
+    // A hand-over: a task of the same client waits, the release hands it the lock.
+    let first = client.lock("s:h").acquire().await.unwrap();
+    let waiter = {
+        let client = client.clone();
+        tokio::spawn(async move { client.lock("s:h").wait(ms(10_000)).acquire().await })
+    };
+    tokio::time::sleep(ms(200)).await;
+    after_a_flush!("hand-over", first.release().await.unwrap());
+    let second = waiter.await.unwrap().expect("handed over");
+    second.release().await.unwrap();
+    // The admin calls.
+    let held = client.lock("s:admin").acquire().await.unwrap();
+    let info = after_a_flush!("inspect", client.inspect("s:admin").await.unwrap());
+    assert!(info.is_some_and(|info| info.token.is_some()));
+    let freed = after_a_flush!(
+        "force_release",
+        client.force_release("s:admin").await.unwrap()
+    );
+    assert!(freed.is_some());
+    drop(held);
+    for key in [
+        "s:r",
+        "s:p",
+        "s:f",
+        "s:a",
+        "s:b",
+        "s:u",
+        "s:renewed",
+        "s:h",
+        "s:admin",
+    ] {
+        let name = format!("lock:{key}");
+        let gone = eventually(ms(5_000), || {
+            let (server, name) = (&server, name.clone());
+            async move { server.get(&name).await.is_none() }
+        });
+        assert!(gone.await, "`{name}` left behind");
+    }
+    assert_eq!(steps, 17, "every step ran");
+}
+
+/// A server that runs no Lua — scripting renamed away (as some providers do), or, on Valkey 9,
+/// its Lua module unloaded — fails at connect, saying so, before any lock is asked for.
+#[tokio::test]
+async fn a_server_without_lua_fails_at_connect_saying_so() {
+    let renamed = RedisServer::start_with(&[
+        "--rename-command",
+        "EVAL",
+        "",
+        "--rename-command",
+        "EVALSHA",
+        "",
+        "--rename-command",
+        "SCRIPT",
+        "",
+    ]);
+    let mut servers = vec![("scripting renamed away", renamed)];
+    let valkey = RedisServer::start_with(&["--enable-module-command", "yes"]);
+    let mut conn = valkey.connection().await;
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let asked_valkey = std::env::var("REDIS_SERVER").is_ok_and(|binary| binary.contains("valkey"));
+    assert_eq!(
+        info.contains("server_name:valkey"),
+        asked_valkey,
+        "REDIS_SERVER names the server the suite runs on: {info}"
+    );
+    if asked_valkey {
+        // Valkey 9: Lua is a module, and a server may run without it.
+        let _: () = redis::cmd("MODULE")
+            .arg("UNLOAD")
+            .arg("lua")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        servers.push(("Valkey without its Lua module", valkey));
+    }
+    for (what, server) in &servers {
+        match LockClient::connect(&server.url()).await {
+            Err(LockError::Connect { reason, .. }) => {
+                assert!(reason.contains("runs no Lua scripts"), "{what}: {reason}")
+            }
+            other => panic!("{what}: expected a Connect error, got {other:?}"),
+        }
+    }
+}
+
 /// The admin API on keys it did not write: another client's lock (a random value without
 /// expiry) is listed with no holder and no lease; a key of another type under the prefix is
 /// skipped by `list` and `inspect` and survives a forced release of its name untouched.

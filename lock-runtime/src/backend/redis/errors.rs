@@ -62,6 +62,11 @@ impl RedisBackend {
                  `redis://` for one server, or `redlock://h1:p1,h2:p2,h3:p3` for independent ones"
                     .to_string()
             }
+            _ if no_lua(&error) => "the server runs no Lua scripts, which every distlock lock \
+                 is made of: Valkey 9 loads Lua as a module (is it unloaded, or the server \
+                 built without it? `MODULE LIST` should show `lua`); scripting may also be \
+                 disabled by the provider (`EVAL` renamed or refused)"
+                .to_string(),
             _ if tls.is_some() => tls.take().unwrap_or_default(),
             _ if self.settings.tls.is_none() && closed_at_once(&error) => {
                 "the server closed the connection at once: if it accepts TLS only, use \
@@ -135,4 +140,22 @@ pub(super) fn is_transient(error: &RedisError) -> bool {
 pub(crate) fn acquire_error(error: RedisError) -> BoxError {
     let transient = is_transient(&error) || is_not_acked(&error);
     Transient::wrap_if(transient, error)
+}
+
+/// The server cannot run Lua: Valkey 9 without its Lua module ("Could not find scripting engine
+/// 'lua'"), or `EVAL`/`SCRIPT` renamed or disabled ("unknown command").
+fn no_lua(error: &RedisError) -> bool {
+    let text = error.to_string();
+    text.contains("scripting engine")
+        || (text.contains("unknown command")
+            && [
+                "'SCRIPT'",
+                "'script'",
+                "'EVAL'",
+                "'eval'",
+                "'EVALSHA'",
+                "'evalsha'",
+            ]
+            .iter()
+            .any(|command| text.contains(command)))
 }
