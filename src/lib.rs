@@ -198,10 +198,10 @@ pub use distlock_runtime::admin;
 pub use distlock_runtime::fence;
 pub use distlock_runtime::metrics;
 pub use distlock_runtime::{
-    BoxError, CurrentLock, Election, Feature, Holder, Leader, Leadership, LockClient,
-    LockClientBuilder, LockError, LockEvent, LockGuard, LockInfo, LockMode, LockRequest, LockWatch,
-    ReaderInfo, SemaphoreRequest, ServerInfo, TlsConfig, client, current, init, init_from_env,
-    with_client,
+    BoxError, Checkup, CurrentLock, Election, Feature, Finding, Holder, Leader, Leadership,
+    LockClient, LockClientBuilder, LockError, LockEvent, LockGuard, LockInfo, LockMode,
+    LockRequest, LockWatch, ReaderInfo, SemaphoreRequest, ServerInfo, TlsConfig, client, current,
+    init, init_from_env, with_client,
 };
 
 #[doc(hidden)]

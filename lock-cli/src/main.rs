@@ -53,6 +53,8 @@ pub(crate) mod exit {
     pub(crate) const LOST: u8 = 121;
     /// The backend failed or could not be reached.
     pub(crate) const BACKEND: u8 = 122;
+    /// A check of `distlock check` failed (each is printed with what to do).
+    pub(crate) const CHECK_FAILED: u8 = 1;
     /// COMMAND could not be started (not executable).
     pub(crate) const CANNOT_RUN: u8 = 126;
     /// COMMAND was not found.
@@ -67,6 +69,7 @@ macro_rules! exit_table {
         "\
 Exit codes (every command):
   0      done (`run`, `elect`: COMMAND's own exit status instead)
+  1      a check failed (`check`: each is printed with what to do)
   2      bad usage: arguments, URL, key, durations, or a release not confirmed
   3      this store cannot do that: a kind or setting it lacks (--read,
          --permits, --lock-delay, --min-hold, --fencing, `elect` where the
@@ -390,6 +393,24 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Checks the store is ready for distlock: ✔ or ✘ and what to do
+    ///
+    /// Connects as the services would (the SQL lock table created if missing), then reports
+    /// the server and its version, the median round trip, what the store serves, the store's
+    /// own settings that matter (the replicas `?replicas=` asks for, a Cluster's slots, the
+    /// server's clock against this host's), and takes, reads and gives back a lock under
+    /// `distlock-check:` (the right to write where locks live). Exits 0 when every check
+    /// passes, 1 when one fails, and as any command when it cannot connect.
+    #[command(override_usage = "distlock check [OPTIONS] [URL]")]
+    Check {
+        /// The URL (else DISTLOCK_URL)
+        #[arg(value_name = "URL", num_args = 0..=1)]
+        args: Vec<String>,
+        /// Print a JSON object (`backend`, `url`, `passed`, `findings`: each `check`,
+        /// `passed`, `found`, `fix`).
+        #[arg(long)]
+        json: bool,
+    },
     /// Checks the store answers: its version and one round trip.
     Ping {
         /// The URL (else DISTLOCK_URL)
@@ -413,6 +434,8 @@ pub(crate) enum Failure {
     Lost(String),
     /// Signal N stopped a wait: 128 + N.
     Signalled(libc::c_int, String),
+    /// Said already on stdout (`check`'s lines): exits with the code, prints nothing more.
+    Reported(u8),
 }
 
 impl Failure {
@@ -425,6 +448,7 @@ impl Failure {
             Failure::Busy(_) => exit::BUSY,
             Failure::Lost(_) => exit::LOST,
             Failure::Signalled(signal, _) => exit::SIGNALLED.wrapping_add(*signal as u8),
+            Failure::Reported(code) => *code,
         }
     }
 
@@ -437,6 +461,7 @@ impl Failure {
             | Failure::Busy(m)
             | Failure::Lost(m)
             | Failure::Signalled(_, m) => m,
+            Failure::Reported(_) => "",
         }
     }
 }
@@ -472,6 +497,7 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Reported(code)) => ExitCode::from(code),
         Err(failure) => {
             eprintln!("distlock: {}", failure.message());
             ExitCode::from(failure.code())
@@ -689,6 +715,77 @@ async fn run(cli: Cli) -> Result<(), Failure> {
                     "nobody leads `{name}` on {}",
                     client.url()
                 ))),
+            }
+        }
+        Command::Check { args, json } => {
+            let (url, _) = url_and_rest(cli.url.as_deref(), args, 0)?;
+            let client = match connect_as(&cli, &url, true).await {
+                Ok(client) => client,
+                Err(failure) => {
+                    // (The message names the URL, its password redacted.)
+                    if *json {
+                        println!(
+                            "{}",
+                            serde_json::json!({
+                                "passed": false,
+                                "findings": [{
+                                    "check": "connect",
+                                    "passed": false,
+                                    "found": failure.message(),
+                                    "fix": serde_json::Value::Null,
+                                }],
+                            })
+                        );
+                    } else {
+                        println!("distlock check");
+                        println!("  ✘ {:<11} {}", "connect", failure.message());
+                    }
+                    return Err(Failure::Reported(failure.code()));
+                }
+            };
+            let checkup = client.check().await;
+            if *json {
+                let findings: Vec<_> = checkup
+                    .findings
+                    .iter()
+                    .map(|f| {
+                        serde_json::json!({
+                            "check": f.check,
+                            "passed": f.passed,
+                            "found": f.found,
+                            "fix": f.fix,
+                        })
+                    })
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "backend": checkup.backend,
+                        "url": checkup.url,
+                        "passed": checkup.passed(),
+                        "findings": findings,
+                    })
+                );
+            } else {
+                println!("distlock check {} ({})", checkup.url, checkup.backend);
+                for finding in &checkup.findings {
+                    let mark = if finding.passed { '✔' } else { '✘' };
+                    println!("  {mark} {:<11} {}", finding.check, finding.found);
+                    if let Some(fix) = &finding.fix {
+                        println!("    {:<11} → {fix}", "");
+                    }
+                }
+                let failed = checkup.findings.iter().filter(|f| !f.passed).count();
+                if failed == 0 {
+                    println!("every check passed ({})", checkup.findings.len());
+                } else {
+                    println!("{failed} of {} checks failed", checkup.findings.len());
+                }
+            }
+            if checkup.passed() {
+                Ok(())
+            } else {
+                Err(Failure::Reported(exit::CHECK_FAILED))
             }
         }
         Command::Ping { args, json } => {
@@ -1171,7 +1268,7 @@ mod tests {
             .skip(1)
             .take_while(|line| !line.is_empty())
             .collect();
-        assert_eq!(commands.len(), 10, "{help}");
+        assert_eq!(commands.len(), 11, "{help}");
         for line in commands {
             assert!(
                 line.chars().count() <= 80,
@@ -1260,6 +1357,7 @@ mod tests {
     #[test]
     fn the_exit_table_has_every_code() {
         let codes = [
+            exit::CHECK_FAILED,
             exit::USAGE,
             exit::UNSUPPORTED,
             exit::NOT_HELD,

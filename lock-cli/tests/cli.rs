@@ -1697,6 +1697,12 @@ async fn the_readmes_command_lines_run_as_written() {
                 let output = run_with(&mut command).await;
                 assert_eq!(code(&output), 0, "{}", said(&output));
             }
+            "check" => {
+                // Every check passes on the test's server: exit 0, no ✘.
+                let output = run_with(&mut command).await;
+                assert_eq!(code(&output), 0, "{}", said(&output));
+                assert!(!stdout(&output).contains('✘'), "{}", said(&output));
+            }
             _ => panic!("no expectation for the README's line `{line}`: add one to this test"),
         }
         let _ = std::fs::remove_dir_all(&dir);
@@ -1760,4 +1766,114 @@ async fn what_the_store_lacks_exits_3_and_runs_nothing() {
     assert_eq!(code(&plain), 0, "{}", stderr(&plain));
     assert!(ran.exists(), "the plain run ran COMMAND");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The keys `distlock check`'s lock left on `server` (none: it gives it back).
+async fn check_keys_left(server: &RedisServer) -> Vec<String> {
+    let mut conn = server.connection().await;
+    redis::cmd("KEYS")
+        .arg("*distlock-check:*")
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// `distlock check` on a ready store: one ✔ line per check (the server and its version, the
+/// round trip, what it serves, its clock, a lock taken and given back), exit 0, the same as
+/// JSON, and nothing left on the server.
+#[tokio::test]
+async fn check_passes_on_a_ready_store_one_line_per_check() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let check = run(&["check", &url]).await;
+    let text = stdout(&check);
+    assert_eq!(code(&check), 0, "{text}{}", stderr(&check));
+    for line in [
+        "✔ server",
+        "✔ round trip",
+        "✔ kinds",
+        "✔ clock",
+        "✔ lock",
+        "every check passed",
+    ] {
+        assert!(text.contains(line), "no `{line}` in\n{text}");
+    }
+    assert!(!text.contains('✘'), "{text}");
+    let json = run(&["check", &url, "--json"]).await;
+    assert_eq!(code(&json), 0, "{}", stderr(&json));
+    let json: Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["passed"], true, "{json}");
+    let checks: Vec<&str> = json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["check"].as_str().unwrap())
+        .collect();
+    assert_eq!(checks, ["server", "round trip", "kinds", "clock", "lock"]);
+    assert_eq!(check_keys_left(&server).await, Vec::<String>::new());
+}
+
+/// A user the server lets in and run scripts, but not write where the locks live (an ACL
+/// limited to other keys): `distlock check` connects, then its lock fails — ✘ with the
+/// server's NOPERM and what to do — and it exits 1.
+#[tokio::test]
+async fn check_fails_naming_the_fix_for_a_user_without_the_right_to_lock() {
+    let server = RedisServer::start();
+    let mut conn = server.connection().await;
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "reports",
+            "on",
+            ">secret",
+            "~reports:*",
+            "&*",
+            "+@all",
+        ])
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let url = server.url().replace("redis://", "redis://reports:secret@");
+    let check = run(&["check", &url]).await;
+    let text = stdout(&check);
+    assert_eq!(code(&check), 1, "{text}{}", stderr(&check));
+    assert!(text.contains("✔ server"), "{text}");
+    let failed: Vec<&str> = text.lines().filter(|l| l.contains('✘')).collect();
+    assert_eq!(failed.len(), 1, "{text}");
+    assert!(
+        failed[0].contains("✘ lock") && failed[0].to_lowercase().contains("noperm"),
+        "{text}"
+    );
+    assert!(text.contains("→ "), "the fix is printed: {text}");
+    assert!(text.contains("1 of 5 checks failed"), "{text}");
+    assert!(
+        !text.contains("secret"),
+        "the password is never printed: {text}"
+    );
+    assert_eq!(check_keys_left(&server).await, Vec::<String>::new());
+}
+
+/// A store that cannot be reached: one ✘ `connect` line naming the cause, and the exit code of
+/// a backend failure (122); a URL with a password that is wrong says so.
+#[tokio::test]
+async fn check_of_a_store_it_cannot_use_is_one_connect_line() {
+    let refused = run(&["check", "redis://127.0.0.1:1"]).await;
+    let text = stdout(&refused);
+    assert_eq!(code(&refused), 122, "{text}{}", stderr(&refused));
+    assert!(
+        text.contains("✘ connect") && text.contains("connection refused"),
+        "{text}"
+    );
+    assert_eq!(stderr(&refused), "", "said once, on stdout");
+    let server = RedisServer::start_with(&["--requirepass", "right"]);
+    let url = server.url().replace("redis://", "redis://:wrong@");
+    let wrong = run(&["check", &url, "--json"]).await;
+    assert_eq!(code(&wrong), 122, "{}", stderr(&wrong));
+    let json: Value = serde_json::from_slice(&wrong.stdout).unwrap();
+    assert_eq!(json["passed"], false);
+    let found = json["findings"][0]["found"].as_str().unwrap();
+    assert!(
+        found.contains("authentication failed") && !found.contains("wrong"),
+        "{found}"
+    );
 }

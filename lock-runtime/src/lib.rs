@@ -77,7 +77,7 @@ mod wait;
 #[doc(hidden)]
 pub mod testing;
 
-pub use admin::{Holder, LockEvent, LockInfo, LockWatch, ReaderInfo, ServerInfo};
+pub use admin::{Checkup, Finding, Holder, LockEvent, LockInfo, LockWatch, ReaderInfo, ServerInfo};
 pub use client::{LockClient, LockClientBuilder, LockRequest, SemaphoreRequest};
 pub use election::{Election, Leader, Leadership};
 pub use error::{BoxError, Feature, LockError};

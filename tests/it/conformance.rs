@@ -173,6 +173,30 @@ pub async fn close_gives_back_what_the_client_holds(fixture: &dyn Fixture) {
     client.close().await; // twice: harmless
 }
 
+/// `check()` (what `distlock check` prints): every check passes on a store as the services use
+/// it — the server and its version, the round trip, what it serves, the store's own settings,
+/// and a lock taken, read and given back — and that lock is gone afterwards.
+pub async fn check_passes_and_leaves_nothing_behind(fixture: &dyn Fixture) {
+    let client = fixture.client().await;
+    let checkup = client.check().await;
+    assert!(checkup.passed(), "{checkup:#?}");
+    let checks: Vec<&str> = checkup.findings.iter().map(|f| f.check).collect();
+    for check in ["server", "round trip", "kinds", "lock"] {
+        assert!(checks.contains(&check), "no `{check}` in {checks:?}");
+    }
+    let lock = checkup.findings.iter().find(|f| f.check == "lock").unwrap();
+    let key = lock
+        .found
+        .split('`')
+        .nth(1)
+        .expect("the lock's key is named");
+    assert!(key.starts_with(distlock::admin::CHECK_KEY_PREFIX), "{key}");
+    assert!(
+        !fixture.anything_at(&format!("lock:{key}")).await,
+        "{key} left behind"
+    );
+}
+
 /// A's lease expires, B acquires; A's release reports "not held" and B's lock is intact.
 pub async fn a_stale_owner_cannot_release_the_new_owners_lock(fixture: &dyn Fixture) {
     let client = fixture.client().await;
@@ -3966,6 +3990,7 @@ macro_rules! suite {
                 serves [$($serves),*]; lacks [$($lacks),*];
                 mutual_exclusion_under_contention,
                 close_gives_back_what_the_client_holds,
+                check_passes_and_leaves_nothing_behind,
                 acquire_stores_a_token_with_a_ttl_and_release_deletes_it,
                 a_stale_owner_cannot_release_the_new_owners_lock,
                 a_stale_owner_cannot_renew_the_new_owners_lock,

@@ -25,7 +25,10 @@
 
 use std::time::{Duration, SystemTime};
 
+mod check;
 mod watch;
+
+pub use check::{CHECK_KEY_PREFIX, Checkup, Finding};
 
 pub(crate) use watch::{ChangeFeed, Follower};
 pub use watch::{LockEvent, LockWatch};

@@ -594,4 +594,10 @@ pub(crate) trait Admin {
     ) -> BoxFuture<'a, Result<Option<crate::admin::ChangeFeed>, BoxError>> {
         Box::pin(async { Ok(None) })
     }
+
+    /// The store's own settings that matter to distlock, for `LockClient::check` (the replicas
+    /// `?replicas=` asks for, a Cluster's slots, the server's clock): none by default.
+    fn diagnose(&self) -> BoxFuture<'_, Vec<crate::admin::Finding>> {
+        Box::pin(async { Vec::new() })
+    }
 }

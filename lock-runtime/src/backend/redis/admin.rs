@@ -181,9 +181,17 @@ impl RedisBackend {
                 .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
                 .map(|v| v.trim().to_owned())
         };
+        // Valkey answers `redis_version:7.2.4` (the Redis it forked) and names itself in
+        // `server_name` and `valkey_version`.
         let mut versions: Vec<String> = answers
             .iter()
-            .map(|info| field(info, "redis_version").unwrap_or_else(|| "unknown".to_owned()))
+            .map(|info| match field(info, "valkey_version") {
+                Some(valkey) => format!("Valkey {valkey}"),
+                None => format!(
+                    "Redis {}",
+                    field(info, "redis_version").unwrap_or_else(|| "unknown".to_owned())
+                ),
+            })
             .collect();
         versions.sort();
         versions.dedup();
@@ -191,10 +199,10 @@ impl RedisBackend {
         let mode = answers.first().and_then(|info| field(info, "redis_mode"));
         Ok(match mode {
             Some(mode) if mode != "standalone" && answers.len() > 1 => {
-                format!("Redis {version} ({mode}, {} nodes answered)", answers.len())
+                format!("{version} ({mode}, {} nodes answered)", answers.len())
             }
-            Some(mode) if mode != "standalone" => format!("Redis {version} ({mode})"),
-            _ => format!("Redis {version}"),
+            Some(mode) if mode != "standalone" => format!("{version} ({mode})"),
+            _ => version,
         })
     }
 }

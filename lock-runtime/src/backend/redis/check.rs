@@ -5,6 +5,7 @@ use redis::{RedisResult, Value};
 
 use super::RedisBackend;
 use super::connection::Connection;
+use crate::admin::Finding;
 use crate::error::LockError;
 
 impl RedisBackend {
@@ -111,6 +112,121 @@ impl RedisBackend {
                 ),
                 source: None,
             }),
+        }
+    }
+
+    /// What `LockClient::check` reports of this server: its clock against this host's, a
+    /// Cluster's slots, and the replicas `?replicas=` asks for (which may have gone since the
+    /// connection was checked).
+    pub(super) async fn diagnose_server(&self) -> Vec<Finding> {
+        let mut findings = Vec::new();
+        let mut conn = match self.connection().await {
+            Ok((conn, _)) => conn,
+            Err(error) => {
+                findings.push(Finding::fail(
+                    "server",
+                    format!("no connection: {error}"),
+                    "check that the server runs and is reachable",
+                ));
+                return findings;
+            }
+        };
+        findings.push(self.clock(&mut conn).await);
+        if self.is_cluster() {
+            findings.push(self.cluster_state(&mut conn).await);
+        }
+        if self.settings.replicas > 0 {
+            let checked = if self.is_cluster() {
+                self.check_cluster_replicas(&mut conn).await
+            } else {
+                self.check_replicas(&mut conn).await
+            };
+            findings.push(match checked {
+                Ok(()) => Finding::pass(
+                    "replicas",
+                    format!(
+                        "every master has the {} replicas `?replicas=` asks for",
+                        self.settings.replicas
+                    ),
+                ),
+                Err(error) => Finding::fail(
+                    "replicas",
+                    error.to_string(),
+                    "attach more replicas, or lower `?replicas=` (a grant counts only once \
+                     that many acknowledged it)",
+                ),
+            });
+        }
+        findings
+    }
+
+    /// The server's clock (`TIME`) against this host's. Redis judges a lease by its own clock
+    /// from the moment the command runs, so an offset does not move a lease's end; it moves
+    /// the grant times and ages that `distlock show` reads against this host's clock.
+    async fn clock(&self, conn: &mut Connection) -> Finding {
+        let before = std::time::SystemTime::now();
+        let time: RedisResult<(String, String)> = redis::cmd("TIME").query_async(conn).await;
+        let after = std::time::SystemTime::now();
+        let Ok((seconds, micros)) = time else {
+            return Finding::pass("clock", "the server does not tell its time (TIME refused)");
+        };
+        let server =
+            seconds.parse::<f64>().unwrap_or(0.0) + micros.parse::<f64>().unwrap_or(0.0) / 1e6;
+        let unix = |t: std::time::SystemTime| {
+            t.duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        };
+        let here = (unix(before) + unix(after)) / 2.0;
+        // (Rounded to whole milliseconds, without a "-0".)
+        let offset_ms = ((server - here) * 1e3).round() + 0.0;
+        let found = format!(
+            "the server's clock is {offset_ms:+.0} ms from this host's (leases are judged by the \
+             server's clock alone)"
+        );
+        if offset_ms.abs() <= 1_000.0 {
+            Finding::pass("clock", found)
+        } else {
+            Finding::fail(
+                "clock",
+                found,
+                "synchronise the clocks (NTP, chrony): locks stay safe, but the ages and grant \
+                 times `distlock show` prints are off by as much",
+            )
+        }
+    }
+
+    /// A Cluster serves every slot (`CLUSTER INFO`): a key in an unserved slot cannot be locked.
+    async fn cluster_state(&self, conn: &mut Connection) -> Finding {
+        let info: RedisResult<String> = redis::cmd("CLUSTER").arg("INFO").query_async(conn).await;
+        let Ok(info) = info else {
+            return Finding::fail(
+                "cluster",
+                "CLUSTER INFO refused",
+                "let the URL's user run CLUSTER INFO, or check the cluster with redis-cli",
+            );
+        };
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+                .unwrap_or("?")
+                .to_owned()
+        };
+        let (state, assigned, failing) = (
+            field("cluster_state"),
+            field("cluster_slots_assigned"),
+            field("cluster_slots_fail"),
+        );
+        let found = format!("state {state}, {assigned} of 16384 slots assigned, {failing} failing");
+        if state == "ok" && assigned == "16384" {
+            Finding::pass("cluster", found)
+        } else {
+            Finding::fail(
+                "cluster",
+                found,
+                "assign every slot to a live master (redis-cli --cluster fix): a key in an \
+                 unserved slot cannot be locked",
+            )
         }
     }
 }

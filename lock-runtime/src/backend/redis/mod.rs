@@ -484,4 +484,7 @@ impl Admin for RedisBackend {
     ) -> BoxFuture<'a, Result<Option<crate::admin::ChangeFeed>, BoxError>> {
         Box::pin(self.change_feed(prefix))
     }
+    fn diagnose(&self) -> BoxFuture<'_, Vec<crate::admin::Finding>> {
+        Box::pin(self.diagnose_server())
+    }
 }

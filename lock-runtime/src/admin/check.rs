@@ -1,0 +1,215 @@
+//! [`LockClient::check`]: whether a store is ready for distlock as this client is configured —
+//! what `distlock check` prints, one line per [`Finding`].
+
+use std::time::{Duration, Instant};
+
+use crate::Feature;
+use crate::client::LockClient;
+
+/// One thing [`LockClient::check`] looked at, and what it found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Finding {
+    /// What was checked, one word or two: `server`, `round trip`, `lock`, `kinds`, `clock`,
+    /// `replicas`, `cluster`.
+    pub check: &'static str,
+    /// Whether it is as distlock needs it.
+    pub passed: bool,
+    /// What was found, one line.
+    pub found: String,
+    /// For a check that failed: what to do.
+    pub fix: Option<String>,
+}
+
+impl Finding {
+    /// A check that passed.
+    pub(crate) fn pass(check: &'static str, found: impl Into<String>) -> Finding {
+        Finding {
+            check,
+            passed: true,
+            found: found.into(),
+            fix: None,
+        }
+    }
+
+    /// A check that failed, and what to do.
+    pub(crate) fn fail(
+        check: &'static str,
+        found: impl Into<String>,
+        fix: impl Into<String>,
+    ) -> Finding {
+        Finding {
+            check,
+            passed: false,
+            found: found.into(),
+            fix: Some(fix.into()),
+        }
+    }
+}
+
+/// What [`LockClient::check`] found, every line.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Checkup {
+    /// The backend kind: `redis`, `postgres`, …
+    pub backend: &'static str,
+    /// The URL, password redacted.
+    pub url: String,
+    /// Each check, in the order made.
+    pub findings: Vec<Finding>,
+}
+
+impl Checkup {
+    /// Whether every check passed.
+    pub fn passed(&self) -> bool {
+        self.findings.iter().all(|finding| finding.passed)
+    }
+}
+
+/// The key of the lock [`LockClient::check`] takes and gives back (a random suffix after it).
+pub const CHECK_KEY_PREFIX: &str = "distlock-check:";
+
+/// Round trips timed for the median.
+const ROUND_TRIPS: usize = 5;
+
+impl LockClient {
+    /// Checks that the store is ready for distlock as this client is configured (a connected
+    /// client has passed the connection's own checks already: the server answers, accepts the
+    /// credentials, speaks TLS if asked, runs scripts): the server and its version, the median
+    /// of five round trips, what the store serves, the store's own settings that matter (the
+    /// replicas `?replicas=` asks for, a Cluster's slots, the server's clock against this
+    /// host's), and a real lock — taken under [`CHECK_KEY_PREFIX`], seen by `inspect`, given
+    /// back and seen gone — which shows this user may write where locks live (Redis scripts,
+    /// the SQL lock table or `GET_LOCK`, the ZooKeeper ACL, the etcd role's key range). What
+    /// `distlock check` prints. Never fails: a check that cannot be made is a failed
+    /// [`Finding`] naming why.
+    ///
+    /// ```
+    /// # use distlock_runtime as distlock;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// let client = distlock::LockClient::connect("memory://").await?;
+    /// let checkup = client.check().await;
+    /// assert!(checkup.passed(), "{checkup:?}");
+    /// assert!(checkup.findings.iter().any(|f| f.check == "lock" && f.passed));
+    /// # Ok(()) }
+    /// ```
+    pub async fn check(&self) -> Checkup {
+        let backend = self.admin_backend();
+        let mut findings = Vec::new();
+        let mut times = Vec::with_capacity(ROUND_TRIPS);
+        let mut version = None;
+        for _ in 0..=ROUND_TRIPS {
+            let started = Instant::now();
+            match backend.server_version().await {
+                Ok(answer) => {
+                    // The first may (re)connect: not timed.
+                    if version.is_some() {
+                        times.push(started.elapsed());
+                    }
+                    version = Some(answer);
+                }
+                Err(error) => {
+                    findings.push(Finding::fail(
+                        "server",
+                        format!("did not answer: {error}"),
+                        "check the URL and that the server runs (distlock ping says the same)",
+                    ));
+                    return self.checkup(findings);
+                }
+            }
+        }
+        findings.push(Finding::pass("server", version.unwrap_or_default()));
+        times.sort();
+        findings.push(Finding::pass(
+            "round trip",
+            format!(
+                "{:.2} ms (median of {ROUND_TRIPS})",
+                times[times.len() / 2].as_secs_f64() * 1e3
+            ),
+        ));
+        let (serves, lacks): (Vec<Feature>, Vec<Feature>) =
+            Feature::ALL.into_iter().partition(|f| self.supports(*f));
+        let list = |features: &[Feature]| {
+            features
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        findings.push(Finding::pass(
+            "kinds",
+            if lacks.is_empty() {
+                format!("locks and every feature: {}", list(&serves))
+            } else {
+                format!(
+                    "locks, {}; not {} (the table in distlock::guide::backends)",
+                    list(&serves),
+                    list(&lacks)
+                )
+            },
+        ));
+        findings.extend(backend.diagnose().await);
+        findings.push(self.check_a_lock().await);
+        self.checkup(findings)
+    }
+
+    fn checkup(&self, findings: Vec<Finding>) -> Checkup {
+        Checkup {
+            backend: self.admin_backend().store(),
+            url: self.url().to_owned(),
+            findings,
+        }
+    }
+
+    /// Takes a lock, sees it held, gives it back and sees it gone.
+    async fn check_a_lock(&self) -> Finding {
+        let key = format!("{CHECK_KEY_PREFIX}{:016x}", fastrand::u64(..));
+        let started = Instant::now();
+        let failed = |what: String| {
+            Finding::fail(
+                "lock",
+                what,
+                "give the URL's user the right to write where locks live: on Redis an ACL over \
+                 the prefix's keys (`~lock:*`) and scripts; on PostgreSQL and MySQL the lock \
+                 table (or GET_LOCK); on ZooKeeper the ACL of the lock nodes; on etcd a role \
+                 over the prefix's key range",
+            )
+        };
+        let guard = match self
+            .lock(&key)
+            .lease(Duration::from_secs(10))
+            .wait(Duration::ZERO)
+            .acquire()
+            .await
+        {
+            Ok(guard) => guard,
+            Err(error) => return failed(format!("could not take `{key}`: {error}")),
+        };
+        match self.inspect(&key).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                let _ = guard.release().await;
+                return failed(format!("took `{key}`, but `inspect` does not see it"));
+            }
+            Err(error) => {
+                let _ = guard.release().await;
+                return failed(format!("took `{key}`, but cannot read it back: {error}"));
+            }
+        }
+        if let Err(error) = guard.release().await {
+            return failed(format!("took `{key}`, but could not give it back: {error}"));
+        }
+        match self.inspect(&key).await {
+            Ok(None) => Finding::pass(
+                "lock",
+                format!(
+                    "took, read and gave back `{key}` in {:.1} ms",
+                    started.elapsed().as_secs_f64() * 1e3
+                ),
+            ),
+            Ok(Some(_)) => failed(format!("gave back `{key}`, but it is still there")),
+            Err(error) => failed(format!("gave back `{key}`, but cannot read it: {error}")),
+        }
+    }
+}
