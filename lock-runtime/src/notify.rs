@@ -54,7 +54,7 @@ impl ReleaseHub {
     /// key, which is when a backend must start listening for it. `on_first` runs under the
     /// hub's lock, so it is ordered with the `on_idle` of a previous generation.
     #[cfg_attr(
-        not(any(feature = "postgres", feature = "mysql", test)),
+        not(any(feature = "postgres", feature = "mysql", feature = "nats", test)),
         allow(dead_code)
     )]
     pub(crate) fn subscribe(
@@ -138,7 +138,10 @@ impl ReleaseHub {
     /// Drops every channel: all current waiters wake up and see their subscription closed
     /// (used when the backend's notification stream dies, so waiters retry and resubscribe),
     /// and so does every later subscription.
-    #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+    #[cfg_attr(
+        not(any(feature = "redis", feature = "postgres", feature = "nats")),
+        allow(dead_code)
+    )]
     pub(crate) fn close(&self) {
         let mut entries = self.entries();
         self.closed.store(true, Ordering::Relaxed);
@@ -154,13 +157,16 @@ impl ReleaseHub {
 /// Held by the task that reads a backend's notifications: when the task ends, or is dropped
 /// with its runtime, it marks the listener dead and closes the hub, so every waiter wakes,
 /// retries and subscribes again through a new listener.
-#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "redis", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
 pub(crate) struct CloseOnDrop {
     pub hub: Arc<ReleaseHub>,
     pub dead: Arc<std::sync::atomic::AtomicBool>,
 }
 
-#[cfg(any(feature = "redis", feature = "postgres"))]
+#[cfg(any(feature = "redis", feature = "postgres", feature = "nats"))]
 impl CloseOnDrop {
     /// The closer of `hub`, and the flag it sets: the listener's `dead`.
     pub(crate) fn new(hub: &Arc<ReleaseHub>) -> (CloseOnDrop, Arc<std::sync::atomic::AtomicBool>) {

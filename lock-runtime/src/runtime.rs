@@ -52,13 +52,19 @@ impl<T> RuntimeBound<T> {
 /// A client's background connection — the Redis pub/sub subscriber, the PostgreSQL `LISTEN`
 /// connection — started on first use and again whenever the last one died (its connection
 /// broke or its runtime shut down), one start at a time.
-#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "redis", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
 pub(crate) struct Revived<T> {
     current: std::sync::Mutex<Option<Arc<T>>>,
     starting: tokio::sync::Mutex<()>,
 }
 
-#[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
+#[cfg_attr(
+    not(any(feature = "redis", feature = "postgres", feature = "nats")),
+    allow(dead_code)
+)]
 impl<T> Revived<T> {
     pub(crate) fn new() -> Revived<T> {
         Revived {

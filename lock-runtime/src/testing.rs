@@ -85,3 +85,9 @@ pub use crate::backend::etcd::inspect::{EtcdInspector, EtcdKey};
 pub fn waiters_queue(client: &crate::LockClient) -> bool {
     client.admin_backend().capabilities().queues_waiters
 }
+
+/// The key of backend name `name` in a NATS bucket (`$KV.<bucket>.<key>` is its subject).
+#[cfg(feature = "nats")]
+pub fn nats_key(name: &str) -> String {
+    crate::backend::nats::NatsBackend::key_of(name)
+}

@@ -38,7 +38,12 @@ fn redact_query(path: &str) -> String {
 
 /// `host[:port],host[:port]…` (IPv6 in brackets) as `host:port` each, `default_port` where a
 /// host names none; the error says which host is wrong and how.
-#[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "zookeeper",
+    feature = "etcd",
+    feature = "nats"
+))]
 pub(crate) fn host_list(hosts: &str, default_port: u16) -> Result<Vec<String>, String> {
     let mut listed = Vec::new();
     for host in hosts.split(',') {
@@ -219,7 +224,12 @@ mod tests {
         assert_eq!(with_password("zk://app@h/x", "pw"), "zk://app:pw@h/x");
     }
 
-    #[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]
+    #[cfg(any(
+        feature = "redis",
+        feature = "zookeeper",
+        feature = "etcd",
+        feature = "nats"
+    ))]
     #[test]
     fn host_lists_get_default_ports_and_name_what_is_wrong() {
         use super::host_list;

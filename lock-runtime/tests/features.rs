@@ -147,3 +147,14 @@ async fn etcd() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn nats() {
+    check(
+        "nats://u:topsecret@127.0.0.1:1",
+        "nats",
+        cfg!(feature = "nats"),
+        "`nats` feature",
+    )
+    .await;
+}

@@ -1963,3 +1963,149 @@ impl Fixture for EtcdFixture {
         false
     }
 }
+
+/// `nats://…?bucket=<unique>`: a bucket of this test's own on the binary's shared
+/// `nats-server` (or on a server of its own, which a fault scenario may kill and restart).
+pub struct NatsFixture {
+    pub server: Server<super::nats::NatsServer>,
+    pub bucket: String,
+    client: tokio::sync::OnceCell<async_nats::jetstream::Context>,
+}
+
+impl NatsFixture {
+    pub fn new() -> NatsFixture {
+        NatsFixture::on(Server::Shared(super::nats::NatsServer::shared()))
+    }
+
+    /// On a server of this test's own.
+    pub fn own() -> NatsFixture {
+        NatsFixture::on(Server::Own(super::nats::NatsServer::start()))
+    }
+
+    fn on(server: Server<super::nats::NatsServer>) -> NatsFixture {
+        NatsFixture {
+            server,
+            bucket: unique("conformance").replace(['.', ':'], "-"),
+            client: tokio::sync::OnceCell::new(),
+        }
+    }
+
+    /// The fixture's own JetStream connection (made on first use, in the test's runtime).
+    async fn js(&self) -> &async_nats::jetstream::Context {
+        self.client
+            .get_or_init(|| async {
+                let client = async_nats::connect(format!("127.0.0.1:{}", self.server.port))
+                    .await
+                    .expect("the fixture's own connection to nats-server");
+                async_nats::jetstream::new(client)
+            })
+            .await
+    }
+
+    fn subject(&self, name: &str) -> String {
+        format!(
+            "$KV.{}.{}",
+            self.bucket,
+            distlock::__private::testing::nats_key(name)
+        )
+    }
+
+    /// The key's last message, if it is a put (a holder's token): its payload, TTL header
+    /// and server stamp.
+    async fn last_put(&self, name: &str) -> Option<(String, Duration)> {
+        let stream = self
+            .js()
+            .await
+            .get_stream(format!("KV_{}", self.bucket))
+            .await
+            .ok()?;
+        let message = stream
+            .get_last_raw_message_by_subject(&self.subject(name))
+            .await
+            .ok()?;
+        let headers = &message.headers;
+        if headers.get("KV-Operation").is_some()
+            || headers
+                .get(async_nats::header::NATS_MARKER_REASON)
+                .is_some()
+        {
+            return None;
+        }
+        let ttl = headers
+            .get(async_nats::header::NATS_MESSAGE_TTL)?
+            .as_str()
+            .trim_end_matches('s')
+            .parse::<u64>()
+            .ok()?;
+        let written = Duration::from_nanos(message.time.unix_timestamp_nanos() as u64);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        let left = (written + Duration::from_secs(ttl)).saturating_sub(now);
+        Some((String::from_utf8_lossy(&message.payload).into_owned(), left))
+    }
+
+    /// Publishes to `name`'s key without expecting any revision.
+    async fn publish(&self, name: &str, headers: async_nats::HeaderMap, payload: String) {
+        self.js()
+            .await
+            .publish_with_headers(self.subject(name), headers, payload.into())
+            .await
+            .expect("publish")
+            .await
+            .expect("the bucket took the write");
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl Fixture for NatsFixture {
+    fn url(&self) -> String {
+        self.server.url(&self.bucket)
+    }
+
+    /// The TTL left of the key of `lock-share:<name>` (whole seconds, from the server's stamp).
+    async fn shared_ttl(&self, name: &str) -> Option<Duration> {
+        self.ttl(&format!("lock-share:{name}")).await
+    }
+
+    async fn holder(&self, name: &str) -> Option<String> {
+        self.last_put(name).await.map(|(token, _)| token)
+    }
+
+    /// What is left of the key's TTL (whole seconds, from the server's stamp).
+    async fn ttl(&self, name: &str) -> Option<Duration> {
+        self.last_put(name).await.map(|(_, ttl)| ttl)
+    }
+
+    async fn delete(&self, name: &str) {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("KV-Operation", "DEL");
+        headers.insert(async_nats::header::NATS_MESSAGE_TTL, "1s");
+        self.publish(name, headers, String::new()).await;
+    }
+
+    async fn overwrite(&self, name: &str, token: &str, ttl: Duration) {
+        let mut headers = async_nats::HeaderMap::new();
+        let seconds = ttl.as_millis().div_ceil(1000).max(1);
+        headers.insert(
+            async_nats::header::NATS_MESSAGE_TTL,
+            format!("{seconds}s").as_str(),
+        );
+        self.publish(name, headers, token.to_owned()).await;
+    }
+
+    async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
+        let port = self.server.port;
+        let proxies = slow_proxies(&[port], min, max).await;
+        Slowed {
+            url: through(&self.url(), port, proxies[0].port()),
+            _keep: keep(proxies),
+        }
+    }
+
+    /// Revisions are the bucket's stream sequence: every write (renewals, deletes, other
+    /// keys) moves it on.
+    fn fencing_consecutive(&self) -> bool {
+        false
+    }
+}

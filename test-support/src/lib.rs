@@ -21,6 +21,11 @@ pub mod fixture;
 pub mod helper;
 pub mod history;
 pub mod mysql;
+pub mod nats;
+/// The NATS client the fixture uses, for tests that look at a bucket themselves.
+pub use async_nats;
+/// NKey pairs, for the NATS authentication tests.
+pub use nkeys;
 pub mod pgbouncer;
 pub mod postgres;
 pub mod proxy;

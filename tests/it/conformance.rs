@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use distlock::{Feature, LockClient, LockError};
 #[cfg(feature = "etcd")]
 use support::fixture::EtcdFixture;
+#[cfg(feature = "nats")]
+use support::fixture::NatsFixture;
 #[cfg(feature = "zookeeper")]
 use support::fixture::ZookeeperFixture;
 #[cfg(feature = "postgres")]
@@ -1294,11 +1296,11 @@ pub async fn a_watch_reports_each_change_as_the_store_announces_it(fixture: &dyn
     );
     let ended = next().await;
     assert_eq!(ended.lock().key, "w:2", "{ended:?}");
-    // etcd lists its lease's TTL in whole seconds, and the client deletes the lock at the
-    // lease it asked for, which may come before that TTL's end: either name is right there.
+    // etcd and NATS list a TTL in whole seconds, and the client deletes the lock at the lease
+    // it asked for, which may come before that TTL's end: either name is right there.
     let expected: &[&str] = match acquired.lock().ttl {
         None => &["released"],
-        Some(_) if url.starts_with("etcd") => &["expired", "released"],
+        Some(_) if url.starts_with("etcd") || url.starts_with("nats") => &["expired", "released"],
         Some(_) => &["expired"],
     };
     assert!(expected.contains(&ended.name()), "{ended:?}");
@@ -4093,6 +4095,13 @@ suite! {
         serves [read_locks, upgradable, semaphores, queued_permits, fair, min_hold, lock_delay,
             fencing, processes];
         lacks [],
+}
+
+#[cfg(feature = "nats")]
+suite! {
+    nats => NatsFixture::new();
+        serves [min_hold, lock_delay, fencing, processes];
+        lacks [read_locks, upgradable, semaphores, queued_permits, fair],
 }
 
 /// The core cases again through TLS-only servers (`rediss://`, `redlocks://`, …, each with

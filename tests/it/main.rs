@@ -28,6 +28,8 @@ mod history;
 mod interop;
 mod mysql;
 mod mysql_named;
+#[cfg(feature = "nats")]
+mod nats;
 mod pgbouncer;
 mod postgres;
 mod redis;

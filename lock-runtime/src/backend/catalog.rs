@@ -68,6 +68,8 @@ pub(crate) fn stores() -> Vec<(&'static str, &'static str, Capabilities)> {
     }
     #[cfg(feature = "etcd")]
     stores.push(("etcd", "`etcd://`", super::etcd::CAPABILITIES));
+    #[cfg(feature = "nats")]
+    stores.push(("nats", "`nats://`", super::nats::CAPABILITIES));
     stores
 }
 
@@ -166,7 +168,7 @@ mod tests {
     const PAGE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/guide/backends.md");
     const BEGIN: &str = "<!-- The table below is rendered from each store's `Capabilities` \
                          (lock-runtime/src/backend/catalog.rs); rewrite it with \
-                         `DISTLOCK_WRITE_TABLE=1 cargo test -p lock-runtime --all-features \
+                         `DISTLOCK_WRITE_TABLE=1 cargo test -p distlock-runtime --all-features \
                          catalog` -->\n";
     const END: &str = "<!-- end of the rendered table -->";
 
@@ -186,7 +188,7 @@ mod tests {
         assert!(
             page[start..end] == rendered,
             "docs/guide/backends.md's table differs from what the stores' capabilities render; \
-             rewrite it with `DISTLOCK_WRITE_TABLE=1 cargo test -p lock-runtime --all-features \
+             rewrite it with `DISTLOCK_WRITE_TABLE=1 cargo test -p distlock-runtime --all-features \
              catalog`, then review the change. Rendered:\n{rendered}"
         );
     }
@@ -194,7 +196,7 @@ mod tests {
     #[test]
     fn every_store_and_mode_has_a_row_and_every_feature_a_column() {
         let stores = stores();
-        assert_eq!(stores.len(), 14);
+        assert_eq!(stores.len(), 15);
         let table = table();
         assert_eq!(table.lines().count(), 2 + stores.len());
         let header = table.lines().next().unwrap();

@@ -26,6 +26,8 @@ pub(crate) mod loss;
 pub(crate) mod memory;
 #[cfg(feature = "mysql")]
 pub(crate) mod mysql;
+#[cfg(feature = "nats")]
+pub(crate) mod nats;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 #[cfg(any(feature = "zookeeper", feature = "etcd"))]

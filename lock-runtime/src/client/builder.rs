@@ -235,11 +235,12 @@ impl LockClientBuilder {
             "mysql" => self.connect_mysql(url).await?,
             "zk" | "zks" => self.connect_zookeeper(url).await?,
             "etcd" | "etcds" => self.connect_etcd(url).await?,
+            "nats" => self.connect_nats(url).await?,
             _ => {
                 return Err(LockError::Config(format!(
                     "unknown lock backend scheme `{scheme}://` in `{}`: supported are \
                      `memory://`, `redis://` / `rediss://`, `redlock://`, `redis+cluster://`, \
-                     `redis+sentinel://`, `postgres://`, `mysql://`, `zk://` and `etcd://`",
+                     `redis+sentinel://`, `postgres://`, `mysql://`, `zk://`, `etcd://` and `nats://`",
                     redact(url)
                 )));
             }
@@ -457,6 +458,22 @@ impl LockClientBuilder {
             self.default_lease,
         )
         .await
+    }
+
+    #[cfg(feature = "nats")]
+    async fn connect_nats(&self, url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        let backend = crate::backend::nats::NatsBackend::connect(
+            url,
+            self.connect_timeout,
+            self.response_timeout,
+        )
+        .await?;
+        Ok(backend)
+    }
+
+    #[cfg(not(feature = "nats"))]
+    async fn connect_nats(&self, _url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        Err(missing_feature("nats://", "nats"))
     }
 
     #[cfg(not(feature = "etcd"))]

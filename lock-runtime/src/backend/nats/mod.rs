@@ -1,0 +1,967 @@
+//! The NATS backend (`nats://`): a lock is one key of a JetStream key-value bucket.
+//!
+//! The key holds the owner token, with a per-message TTL judged by the server (NATS 2.11+,
+//! ADR-43/48): the lease, rounded up to whole seconds (the server truncates `Nats-TTL` to
+//! them; its least is one second). Every write is a compare-and-set on the key's last
+//! revision (`Nats-Expected-Last-Subject-Sequence`), published raw rather than through the
+//! key-value API, whose create-after-delete and update drop the TTL:
+//!
+//! - acquire: the key's last message, read from the stream's leader, is absent, a delete or an
+//!   expiry marker → a put expecting exactly that revision (0 for none), with the TTL; a put
+//!   of another token is busy, with what is left of its TTL;
+//! - renew: a put of the same token expecting the revision this client wrote last, with the
+//!   TTL again (the TTL restarts; the revision moves on, and is remembered);
+//! - release: a delete expecting that revision, itself with a TTL of one second, so that no
+//!   marker stays behind.
+//!
+//! Two writers can never both win: the stream leader refuses every write whose expected
+//! revision is not the key's last (error 10071), and a loser reads again.
+//!
+//! Waiters are woken by the bucket's republish: the stream republishes the headers of every
+//! write it accepted — and the marker it writes when a TTL runs out (the bucket's
+//! `limit_markers`) — on `distlock-ev.<bucket>.<key>`, which each client follows with one
+//! subscription. A core subscription on the key's own subject would see refused writes and
+//! miss expiries. The republish is at most once: a waiter that misses one asks again when the
+//! holder's TTL ends.
+//!
+//! Fencing tokens are the revision of the put that granted the lock: the stream's sequence,
+//! which rises with every write to the bucket (across keys and server restarts). A renewal
+//! carries the grant's revision in a header, so `inspect` reports it. Deleting and creating the
+//! bucket again starts the sequence over.
+//!
+//! Only plain locks: read locks, semaphores, fair and upgradable locks would need several keys
+//! changed in one step, which a key-value bucket does not do.
+
+mod admin;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv, stream};
+use async_nats::{HeaderMap, header};
+
+use super::{Attempt, Backend, Capabilities, Hold, LockSpec, Released, SharedStore, Stored};
+use crate::error::{BoxError, LockError};
+use crate::fast_map::FastMap;
+use crate::notify::{CloseOnDrop, ReleaseHub, ReleaseSubscription};
+use crate::runtime::{BoxFuture, Revived, RuntimeBound};
+
+/// What the NATS backend can do: plain locks, with fencing tokens, `min_hold` and `lock_delay`.
+pub(crate) const CAPABILITIES: Capabilities = Capabilities {
+    shared: Err(NO_READ_LOCKS),
+    permits: Err(NO_SEMAPHORES),
+    wakes: "a republished delete or expiry marker",
+    shares: Ok(SHARE_LIMIT),
+    ..Capabilities::plain("nats")
+};
+
+/// The largest shared result kept: under NATS's default message size (1 MiB), headers aside.
+const SHARE_LIMIT: usize = 1_000_000;
+/// Where a lock's shared result lives: the key of `lock-share:<name>`, beside the locks.
+const SHARE_PREFIX: &str = "lock-share:";
+/// The header of a shared result that gives its share exactly, in milliseconds: the server's
+/// TTL is whole seconds, and a result read after its share is not returned.
+const SHARE_MS_HEADER: &str = "Distlock-Share-Ms";
+
+const NO_READ_LOCKS: &str = "nats:// has no read locks: a reader's share beside the writer's \
+     key would need several keys changed in one step, which a JetStream key-value bucket does \
+     not do; take the plain lock";
+const NO_SEMAPHORES: &str = "nats:// has no semaphores: a permit would need several keys \
+     changed in one step, which a JetStream key-value bucket does not do";
+
+/// The header of a renewal that carries the revision of the put that granted the lock (the
+/// fencing token).
+const FENCE_HEADER: &str = "Distlock-Fence";
+/// The key-value operation of a delete.
+const KV_OPERATION: &str = "KV-Operation";
+/// Where the bucket republishes its writes' headers: `<EVENTS>.<bucket>.<key>`.
+const EVENTS: &str = "distlock-ev";
+/// How long a delete marker stays (it then goes by itself: a used key leaves nothing).
+const MARKER_TTL: &str = "1s";
+
+/// A NATS server (or cluster) and the bucket its locks live in.
+pub(crate) struct NatsBackend {
+    /// The URL for messages, password redacted.
+    shown: String,
+    servers: Vec<String>,
+    auth: Auth,
+    bucket: String,
+    replicas: usize,
+    connect_timeout: Duration,
+    response_timeout: Duration,
+    conn: Revived<Conn>,
+    listener: Revived<Listener>,
+    /// The revision this client wrote last for each lock it holds, by owner token: what its
+    /// next renewal or release expects; and the revision that granted it (the fencing token).
+    written: Arc<Mutex<FastMap<String, Written>>>,
+    /// Acquisitions whose put is on its way, by owner token: a release of that token (the
+    /// acquisition cancelled meanwhile) waits for the put's answer before it looks, so that a
+    /// put landing after the release's look cannot leave a lock nobody holds.
+    in_flight: Arc<Mutex<FastMap<String, tokio::sync::watch::Receiver<bool>>>>,
+}
+
+#[derive(Clone, Copy)]
+struct Written {
+    last: u64,
+    granted: u64,
+}
+
+/// How the client authenticates.
+#[derive(Clone)]
+enum Auth {
+    None,
+    UserPassword(String, String),
+    Token(String),
+    Nkey(String),
+    CredsFile(String),
+}
+
+/// A connection, on the runtime that made it.
+struct Conn {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    stream: stream::Stream,
+    runtime: RuntimeBound<()>,
+}
+
+/// The one subscription to the bucket's republished writes, turned into hub wake-ups.
+struct Listener {
+    hub: Arc<ReleaseHub>,
+    dead: Arc<std::sync::atomic::AtomicBool>,
+    runtime: RuntimeBound<()>,
+}
+
+/// A key's last message, as an acquisition reads it.
+struct Last {
+    revision: u64,
+    /// The holder's token; `None` for a delete, a purge or an expiry marker (free).
+    token: Option<String>,
+    /// What is left of the holder's TTL, by the server's stamp and this host's clock.
+    ttl: Option<Duration>,
+    /// The revision that granted the hold (a renewal names it; a grant is its own).
+    granted: u64,
+}
+
+/// A write refused because the key's last revision was not the one expected.
+struct Conflict;
+
+impl NatsBackend {
+    /// Parses the URL, connects (bounded by the connect timeout), and checks the bucket — or
+    /// creates it with the settings locks need.
+    pub(crate) async fn connect(
+        url: &str,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<Arc<NatsBackend>, LockError> {
+        let backend = NatsBackend::parse(url, connect_timeout, response_timeout)?;
+        let started =
+            tokio::time::timeout(connect_timeout + response_timeout, backend.conn()).await;
+        match started {
+            Ok(Ok(_)) => Ok(Arc::new(backend)),
+            Ok(Err(error)) => Err(backend.connect_error(error)),
+            Err(_) => Err(LockError::Connect {
+                url: backend.shown.clone(),
+                reason: format!(
+                    "no answer within the connect timeout ({connect_timeout:?}): is nats-server \
+                     running at that address, with JetStream on (`-js`)?"
+                ),
+                source: None,
+            }),
+        }
+    }
+
+    fn parse(
+        url: &str,
+        connect_timeout: Duration,
+        response_timeout: Duration,
+    ) -> Result<NatsBackend, LockError> {
+        let shown = crate::url::redact_url(url);
+        let bad = |why: String| LockError::Config(format!("invalid NATS URL {shown}: {why}"));
+        let rest = url
+            .strip_prefix("nats://")
+            .ok_or_else(|| bad("it must start with `nats://`".into()))?;
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let rest = rest.trim_end_matches('/');
+        let (userinfo, hosts) = match rest.rsplit_once('@') {
+            Some((userinfo, hosts)) => (Some(userinfo), hosts),
+            None => (None, rest),
+        };
+        let mut auth = match userinfo {
+            Some(userinfo) => match userinfo.split_once(':') {
+                Some((user, password)) => Auth::UserPassword(
+                    crate::url::percent_decode(user),
+                    crate::url::percent_decode(password),
+                ),
+                None => Auth::Token(crate::url::percent_decode(userinfo)),
+            },
+            None => Auth::None,
+        };
+        let mut bucket = "distlock".to_owned();
+        let mut replicas = 1;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = crate::url::percent_decode(value);
+            match name {
+                "bucket" => bucket = value,
+                "replicas" => {
+                    replicas = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=5).contains(n))
+                        .ok_or_else(|| {
+                            bad(format!("`replicas={value}`: the bucket's replicas, 1 to 5"))
+                        })?;
+                }
+                "nkey" => auth = Auth::Nkey(value),
+                "creds" => auth = Auth::CredsFile(value),
+                other => {
+                    return Err(bad(format!(
+                        "unknown parameter `{other}`: known are `bucket`, `replicas`, `nkey` and \
+                         `creds`"
+                    )));
+                }
+            }
+        }
+        if bucket.is_empty()
+            || !bucket
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(bad(format!(
+                "`bucket={bucket}`: a bucket name is letters, digits, `-` and `_`"
+            )));
+        }
+        let servers = crate::url::host_list(hosts, 4222)
+            .map_err(bad)?
+            .into_iter()
+            .map(|host| format!("nats://{host}"))
+            .collect();
+        Ok(NatsBackend {
+            shown,
+            servers,
+            auth,
+            bucket,
+            replicas,
+            connect_timeout,
+            response_timeout,
+            conn: Revived::new(),
+            listener: Revived::new(),
+            written: Arc::default(),
+            in_flight: Arc::default(),
+        })
+    }
+
+    fn connect_error(&self, error: BoxError) -> LockError {
+        let text = error.to_string();
+        let hint = if text.contains("authorization violation") || text.contains("uthorization") {
+            "the server refused the credentials: check the user and password (nats://user:\
+             password@host:port), the token (nats://token@host:port), `?nkey=` or `?creds=`"
+        } else if text.contains("onnection refused") {
+            "connection refused: is nats-server running at that address?"
+        } else if text.contains("JetStream") || text.contains("jetstream") || text.contains("503") {
+            "the server has no JetStream: start nats-server with `-js` (locks live in a \
+             JetStream key-value bucket)"
+        } else {
+            "the connection failed"
+        };
+        LockError::Connect {
+            url: self.shown.clone(),
+            reason: format!("{hint} ({text})"),
+            source: Some(error),
+        }
+    }
+
+    /// The live connection, or a new one on the caller's runtime.
+    async fn conn(&self) -> Result<Arc<Conn>, BoxError> {
+        self.conn
+            .get(
+                |conn: &Conn| conn.runtime.is_alive(),
+                || Box::pin(self.open()),
+            )
+            .await
+    }
+
+    async fn open(&self) -> Result<Arc<Conn>, BoxError> {
+        let mut options = async_nats::ConnectOptions::new()
+            .name("distlock")
+            .connection_timeout(self.connect_timeout)
+            .request_timeout(Some(self.response_timeout));
+        options = match &self.auth {
+            Auth::None => options,
+            Auth::UserPassword(user, password) => {
+                options.user_and_password(user.clone(), password.clone())
+            }
+            Auth::Token(token) => options.token(token.clone()),
+            Auth::Nkey(seed) => options.nkey(seed.clone()),
+            Auth::CredsFile(path) => options.credentials_file(path).await?,
+        };
+        let client = options.connect(self.servers.as_slice()).await?;
+        let js = jetstream::new(client.clone());
+        let stream = self.bucket_stream(&js).await?;
+        Ok(Arc::new(Conn {
+            client,
+            js,
+            stream,
+            runtime: RuntimeBound::new(()),
+        }))
+    }
+
+    /// The bucket's stream: found and checked, or created with what locks need — one
+    /// message per key, per-message TTLs with markers when one runs out, and the republish
+    /// that wakes waiters.
+    async fn bucket_stream(&self, js: &jetstream::Context) -> Result<stream::Stream, BoxError> {
+        let name = format!("KV_{}", self.bucket);
+        let mut stream = match js.get_stream(&name).await {
+            Ok(stream) => stream,
+            Err(_) => {
+                js.create_key_value(kv::Config {
+                    bucket: self.bucket.clone(),
+                    description: "distlock's locks".into(),
+                    history: 1,
+                    num_replicas: self.replicas,
+                    limit_markers: Some(Duration::from_secs(1)),
+                    republish: Some(stream::Republish {
+                        source: format!("$KV.{}.>", self.bucket),
+                        destination: format!("{EVENTS}.{}.>", self.bucket),
+                        headers_only: true,
+                    }),
+                    ..Default::default()
+                })
+                .await?;
+                js.get_stream(&name).await?
+            }
+        };
+        let config = &stream.info().await?.config;
+        let mut missing = Vec::new();
+        if !config.allow_message_ttl || config.subject_delete_marker_ttl.is_none() {
+            missing.push("per-key TTLs with markers (`limit_markers`, NATS 2.11+)");
+        }
+        if config.max_messages_per_subject != 1 {
+            missing.push("one revision per key (`history: 1`)");
+        }
+        let republished = config.republish.as_ref().is_some_and(|republish| {
+            republish.destination == format!("{EVENTS}.{}.>", self.bucket)
+        });
+        if !republished {
+            missing.push("the republish that wakes waiters");
+        }
+        if !missing.is_empty() {
+            return Err(format!(
+                "the bucket `{}` exists without {}: name another with `?bucket=` (distlock \
+                 creates it), or delete it",
+                self.bucket,
+                missing.join(", ")
+            )
+            .into());
+        }
+        Ok(stream)
+    }
+
+    /// The key of backend name `name`: every byte but letters, digits, `-` and `_` written as
+    /// `=XX` (a key is `[-/_=.a-zA-Z0-9]`, and `.` separates subject tokens).
+    pub(crate) fn key_of(name: &str) -> String {
+        let mut key = String::with_capacity(name.len() + 8);
+        for byte in name.bytes() {
+            if byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' {
+                key.push(byte as char);
+            } else {
+                key.push_str(&format!("={byte:02X}"));
+            }
+        }
+        key
+    }
+
+    /// The backend name of key `key` ([`key_of`](Self::key_of) undone).
+    fn name_of(key: &str) -> Option<String> {
+        let mut bytes = Vec::with_capacity(key.len());
+        let mut rest = key.as_bytes();
+        while let Some((&byte, tail)) = rest.split_first() {
+            if byte == b'=' {
+                let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+                bytes.push(u8::from_str_radix(hex, 16).ok()?);
+                rest = &tail[2..];
+            } else {
+                bytes.push(byte);
+                rest = tail;
+            }
+        }
+        String::from_utf8(bytes).ok()
+    }
+
+    fn subject(&self, name: &str) -> String {
+        format!("$KV.{}.{}", self.bucket, Self::key_of(name))
+    }
+
+    /// The key's last message, read from the stream's leader.
+    async fn last(&self, conn: &Conn, name: &str) -> Result<Option<Last>, BoxError> {
+        let read = conn
+            .stream
+            .get_last_raw_message_by_subject(&self.subject(name))
+            .await;
+        let message = match read {
+            Ok(message) => message,
+            Err(error) if error.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
+                return Ok(None);
+            }
+            Err(error) => return Err(super::Transient::wrap(error)),
+        };
+        let headers = &message.headers;
+        let gone = headers.get(KV_OPERATION).is_some()
+            || headers.get(header::NATS_MARKER_REASON).is_some();
+        let token = (!gone).then(|| String::from_utf8_lossy(&message.payload).into_owned());
+        let ttl = headers
+            .get(header::NATS_MESSAGE_TTL)
+            .and_then(|ttl| parse_ttl(ttl.as_str()))
+            .map(|ttl| {
+                let written = Duration::from_nanos(
+                    u64::try_from(message.time.unix_timestamp_nanos()).unwrap_or(0),
+                );
+                (written + ttl).saturating_sub(unix_now())
+            });
+        let granted = headers
+            .get(FENCE_HEADER)
+            .and_then(|fence| fence.as_str().parse().ok())
+            .unwrap_or(message.sequence);
+        Ok(Some(Last {
+            revision: message.sequence,
+            token,
+            ttl,
+            granted,
+        }))
+    }
+
+    /// Writes `token` (a put) or a delete (`None`) to `name`'s key if its last revision is
+    /// `expected` (0: none), with a TTL of `ttl` (whole seconds, at least one).
+    async fn write(
+        &self,
+        conn: &Conn,
+        name: &str,
+        expected: u64,
+        put: Option<(&str, Duration, Option<u64>)>,
+    ) -> Result<Result<u64, Conflict>, BoxError> {
+        write_to(conn, self.subject(name), Some(expected), put).await
+    }
+
+    async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
+        let sent_at = tokio::time::Instant::now();
+        let attempt = self.acquire_once(spec).await?;
+        if let (Attempt::Acquired { .. }, false) = (attempt, spec.renew) {
+            // Unrenewed: ended here when its lease does (the store's TTL is whole seconds,
+            // longer), by a delete that expects the grant's revision — a renewal, an early
+            // `min_hold` end or a release since changed it, and then nothing is deleted.
+            if let Some(written) = self.written(spec.token) {
+                let conn = self.conn().await.map_err(super::Transient::wrap)?;
+                let subject = self.subject(spec.name);
+                let ends = sent_at + spec.lease;
+                tokio::spawn(async move {
+                    tokio::time::sleep_until(ends).await;
+                    let _ = write_to(&conn, subject, Some(written.last), None).await;
+                });
+            }
+        }
+        Ok(attempt)
+    }
+}
+
+/// Publishes to `subject` a put of `token` with the TTL of `lease` (and the grant's revision,
+/// for a renewal), or a delete (`None`) that goes by itself after a second; if `expected`,
+/// only over that last revision (0: none).
+async fn write_to(
+    conn: &Conn,
+    subject: String,
+    expected: Option<u64>,
+    put: Option<(&str, Duration, Option<u64>)>,
+) -> Result<Result<u64, Conflict>, BoxError> {
+    let put = put.map(|(token, lease, granted)| Put {
+        value: token.as_bytes(),
+        lease,
+        header: granted.map(|granted| (FENCE_HEADER, granted)),
+    });
+    write_bytes(conn, subject, expected, put).await
+}
+
+/// What a put carries: the value, the lease its TTL is (whole seconds, rounded up), and a
+/// header more (a renewal's grant revision, a shared result's exact share).
+struct Put<'a> {
+    value: &'a [u8],
+    lease: Duration,
+    header: Option<(&'static str, u64)>,
+}
+
+async fn write_bytes(
+    conn: &Conn,
+    subject: String,
+    expected: Option<u64>,
+    put: Option<Put<'_>>,
+) -> Result<Result<u64, Conflict>, BoxError> {
+    let mut headers = HeaderMap::new();
+    if let Some(expected) = expected {
+        headers.insert(
+            header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+            expected.to_string().as_str(),
+        );
+    }
+    let payload = match put {
+        Some(put) => {
+            headers.insert(
+                header::NATS_MESSAGE_TTL,
+                format!("{}s", ttl_seconds(put.lease)).as_str(),
+            );
+            if let Some((name, value)) = put.header {
+                headers.insert(name, value.to_string().as_str());
+            }
+            put.value.to_vec()
+        }
+        None => {
+            headers.insert(KV_OPERATION, "DEL");
+            headers.insert(header::NATS_MESSAGE_TTL, MARKER_TTL);
+            Vec::new()
+        }
+    };
+    let sent = conn
+        .js
+        .publish_with_headers(subject, headers, payload.into())
+        .await
+        .map_err(super::Transient::wrap)?;
+    match sent.await {
+        Ok(ack) => Ok(Ok(ack.sequence)),
+        Err(error) if error.kind() == jetstream::context::PublishErrorKind::WrongLastSequence => {
+            Ok(Err(Conflict))
+        }
+        Err(error) => Err(super::Transient::wrap(error)),
+    }
+}
+
+impl NatsBackend {
+    fn remember(&self, token: &str, written: Written) {
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token.to_owned(), written);
+    }
+
+    fn written(&self, token: &str) -> Option<Written> {
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(token)
+            .copied()
+    }
+
+    fn forget(&self, token: &str) {
+        self.written
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(token);
+    }
+
+    async fn acquire_once(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
+        let conn = self.conn().await.map_err(super::Transient::wrap)?;
+        // A loser of a race reads again: the winner's put, or (rarely) a key freed meanwhile.
+        for _ in 0..3 {
+            let last = self.last(&conn, spec.name).await?;
+            let expected = match &last {
+                None => 0,
+                Some(last) => match &last.token {
+                    // A retry whose first try landed.
+                    Some(token) if token == spec.token => {
+                        self.remember(
+                            spec.token,
+                            Written {
+                                last: last.revision,
+                                granted: last.granted,
+                            },
+                        );
+                        return Ok(Attempt::Acquired {
+                            fencing_token: spec.fencing.then_some(last.granted),
+                        });
+                    }
+                    Some(_) => return Ok(Attempt::Busy { ttl: last.ttl }),
+                    None => last.revision,
+                },
+            };
+            if let Ok(revision) = self.put_in_flight(&conn, spec, expected).await? {
+                return Ok(Attempt::Acquired {
+                    fencing_token: spec.fencing.then_some(revision),
+                });
+            }
+        }
+        Ok(Attempt::Busy { ttl: None })
+    }
+
+    /// An acquisition's put, run to its answer in a task of its own — finished and remembered
+    /// even if the acquisition is cancelled meanwhile — and registered in `in_flight` until
+    /// then.
+    async fn put_in_flight(
+        &self,
+        conn: &Arc<Conn>,
+        spec: LockSpec<'_>,
+        expected: u64,
+    ) -> Result<Result<u64, Conflict>, BoxError> {
+        let (done, waiting) = tokio::sync::watch::channel(false);
+        let token = spec.token.to_owned();
+        self.in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token.clone(), waiting);
+        let (conn, subject, lease) = (Arc::clone(conn), self.subject(spec.name), spec.lease);
+        let (written, in_flight) = (Arc::clone(&self.written), Arc::clone(&self.in_flight));
+        let put = tokio::spawn(async move {
+            let result =
+                write_to(&conn, subject, Some(expected), Some((&token, lease, None))).await;
+            if let Ok(Ok(revision)) = &result {
+                let known = Written {
+                    last: *revision,
+                    granted: *revision,
+                };
+                written
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(token.clone(), known);
+            }
+            in_flight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&token);
+            let _ = done.send(true);
+            result
+        });
+        put.await.map_err(super::Transient::wrap)?
+    }
+
+    /// Waits (at most the response timeout) for an acquisition's put of `token` still on its
+    /// way.
+    async fn settled(&self, token: &str) {
+        let waiting = self
+            .in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(token)
+            .cloned();
+        if let Some(mut waiting) = waiting {
+            let _ =
+                tokio::time::timeout(self.response_timeout, waiting.wait_for(|done| *done)).await;
+        }
+    }
+
+    async fn renew_key(&self, spec: LockSpec<'_>) -> Result<bool, BoxError> {
+        let conn = self.conn().await.map_err(super::Transient::wrap)?;
+        let mut written = self.written(spec.token);
+        for _ in 0..3 {
+            let known = match written {
+                Some(known) => known,
+                // Not written by this client since it started (or forgotten): ours if the key
+                // holds our token.
+                None => match self.last(&conn, spec.name).await? {
+                    Some(Last {
+                        token: Some(token),
+                        revision,
+                        granted,
+                        ..
+                    }) if token == spec.token => Written {
+                        last: revision,
+                        granted,
+                    },
+                    _ => {
+                        self.forget(spec.token);
+                        return Ok(false);
+                    }
+                },
+            };
+            let put = Some((spec.token, spec.lease, Some(known.granted)));
+            match self.write(&conn, spec.name, known.last, put).await? {
+                Ok(revision) => {
+                    self.remember(
+                        spec.token,
+                        Written {
+                            last: revision,
+                            granted: known.granted,
+                        },
+                    );
+                    return Ok(true);
+                }
+                // Another write came between: ours (a renewal whose answer was lost) or not;
+                // read it.
+                Err(Conflict) => written = None,
+            }
+        }
+        Ok(false)
+    }
+
+    async fn release_key(&self, hold: Hold<'_>) -> Result<Released, BoxError> {
+        let conn = self.conn().await.map_err(super::Transient::wrap)?;
+        self.settled(hold.token).await;
+        let mut written = self.written(hold.token);
+        // A try whose reply was lost (a timeout, a dropped connection) may have landed: tried
+        // again, what the retry finds is ambiguous.
+        let mut retried = false;
+        let mut failed = 0;
+        loop {
+            let expected = match written {
+                Some(known) => known.last,
+                None => match self.last(&conn, hold.name).await {
+                    Ok(Some(Last {
+                        token: Some(token),
+                        revision,
+                        ..
+                    })) if token == hold.token => revision,
+                    Ok(_) => {
+                        self.forget(hold.token);
+                        return Ok(Released::after_tries(false, retried));
+                    }
+                    Err(error) if failed < 5 => {
+                        failed += 1;
+                        tracing::debug!(%error, "distlock: a release's read failed; retrying");
+                        tokio::time::sleep(super::retry_pause(failed)).await;
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                },
+            };
+            match self.write(&conn, hold.name, expected, None).await {
+                Ok(Ok(_)) => {
+                    self.forget(hold.token);
+                    return Ok(Released::Deleted);
+                }
+                Ok(Err(Conflict)) => written = None,
+                Err(error) if failed < 5 => {
+                    failed += 1;
+                    retried = true;
+                    written = None;
+                    tracing::debug!(%error, "distlock: a release failed; retrying");
+                    tokio::time::sleep(super::retry_pause(failed)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// The live listener, or a new one: subscribed (and the subscription flushed to the
+    /// server) before it is returned, so a release after that is heard.
+    async fn listener(&self) -> Result<Arc<Listener>, BoxError> {
+        let conn = self.conn().await.map_err(super::Transient::wrap)?;
+        let bucket = self.bucket.clone();
+        self.listener
+            .get(
+                |listener: &Listener| {
+                    listener.runtime.is_alive()
+                        && !listener.dead.load(std::sync::atomic::Ordering::SeqCst)
+                },
+                || {
+                    Box::pin(async move {
+                        let prefix = format!("{EVENTS}.{bucket}.");
+                        let mut events = conn
+                            .client
+                            .subscribe(format!("{prefix}>"))
+                            .await
+                            .map_err(|e| Box::new(e) as BoxError)?;
+                        conn.client
+                            .flush()
+                            .await
+                            .map_err(|e| Box::new(e) as BoxError)?;
+                        let hub = ReleaseHub::new(None);
+                        let (closer, dead) = CloseOnDrop::new(&hub);
+                        tokio::spawn(async move {
+                            use futures_util::StreamExt as _;
+                            let closer = closer;
+                            // Keeps the connection (and so the subscription) open.
+                            let _conn = conn;
+                            while let Some(event) = events.next().await {
+                                let Some(headers) = &event.headers else {
+                                    continue;
+                                };
+                                let freed = headers.get(KV_OPERATION).is_some()
+                                    || headers.get(header::NATS_MARKER_REASON).is_some();
+                                let name = event
+                                    .subject
+                                    .strip_prefix(prefix.as_str())
+                                    .and_then(NatsBackend::name_of);
+                                if let (true, Some(name)) = (freed, name) {
+                                    closer.hub.notify(&name);
+                                }
+                            }
+                        });
+                        Ok(Arc::new(Listener {
+                            hub,
+                            dead,
+                            runtime: RuntimeBound::new(()),
+                        }))
+                    })
+                },
+            )
+            .await
+    }
+}
+
+/// This host's clock, since the epoch.
+fn unix_now() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+/// The TTL of a lease: whole seconds (the server truncates `Nats-TTL` to them), rounded up,
+/// at least one.
+fn ttl_seconds(lease: Duration) -> u64 {
+    lease.as_millis().div_ceil(1000).max(1) as u64
+}
+
+/// A `Nats-TTL` value: `30s`, `1500ms`, `1m` or whole seconds.
+fn parse_ttl(text: &str) -> Option<Duration> {
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    crate::url::parse_duration(text)
+}
+
+impl Backend for NatsBackend {
+    fn capabilities(&self) -> &Capabilities {
+        &CAPABILITIES
+    }
+
+    fn try_acquire<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Attempt, BoxError>> {
+        Box::pin(self.acquire(spec))
+    }
+
+    fn renew<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(self.renew_key(spec))
+    }
+
+    fn release<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
+        Box::pin(self.release_key(hold))
+    }
+
+    fn subscribe<'a>(
+        &'a self,
+        spec: LockSpec<'a>,
+    ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
+        Box::pin(async move {
+            let listener = self.listener().await?;
+            Ok(listener.hub.subscribe(spec.name, || {}))
+        })
+    }
+}
+
+/// A shared result is the key of `lock-share:<name>`, with the share's TTL (whole seconds,
+/// rounded up): the server ends it.
+impl SharedStore for NatsBackend {
+    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let read = conn
+                .stream
+                .get_last_raw_message_by_subject(&self.subject(&format!("{SHARE_PREFIX}{name}")))
+                .await;
+            match read {
+                Ok(message)
+                    if message.headers.get(KV_OPERATION).is_none()
+                        && message.headers.get(header::NATS_MARKER_REASON).is_none() =>
+                {
+                    // Past its exact share (the server keeps it to the next whole second):
+                    // not returned.
+                    let share = message
+                        .headers
+                        .get(SHARE_MS_HEADER)
+                        .and_then(|ms| ms.as_str().parse().ok())
+                        .map(Duration::from_millis);
+                    let ended = share.is_some_and(|share| {
+                        let written = Duration::from_nanos(
+                            u64::try_from(message.time.unix_timestamp_nanos()).unwrap_or(0),
+                        );
+                        unix_now() >= written + share
+                    });
+                    Ok((!ended).then(|| message.payload.to_vec()))
+                }
+                Ok(_) => Ok(None),
+                Err(error) if error.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
+                    Ok(None)
+                }
+                Err(error) => Err(error.into()),
+            }
+        })
+    }
+
+    fn shared_put<'a>(&'a self, entry: Stored<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(async move {
+            let conn = self.conn().await?;
+            let subject = self.subject(&format!("{SHARE_PREFIX}{}", entry.name));
+            let put = Put {
+                value: entry.value,
+                lease: entry.ttl,
+                header: Some((SHARE_MS_HEADER, entry.ttl.as_millis() as u64)),
+            };
+            write_bytes(&conn, subject, None, Some(put))
+                .await?
+                .map_err(|Conflict| "the shared result changed under the write".into())
+                .map(drop)
+        })
+    }
+
+    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
+        Box::pin(async move {
+            let stored = self.shared_get(name).await?.is_some();
+            if stored {
+                let conn = self.conn().await?;
+                let subject = self.subject(&format!("{SHARE_PREFIX}{name}"));
+                let _ = write_to(&conn, subject, None, None).await?;
+            }
+            Ok(stored)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_round_trip_and_are_valid_subject_tokens() {
+        for name in ["lock:order:42", "lock:a.b/c d=é", "plain-key_1"] {
+            let key = NatsBackend::key_of(name);
+            assert!(
+                key.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'='),
+                "{key}"
+            );
+            assert_eq!(NatsBackend::name_of(&key).as_deref(), Some(name));
+        }
+    }
+
+    fn parsed(url: &str) -> Result<NatsBackend, LockError> {
+        NatsBackend::parse(url, Duration::from_secs(3), Duration::from_secs(2))
+    }
+
+    #[test]
+    fn the_url_names_servers_credentials_and_the_bucket() {
+        let backend = parsed("nats://app:s%40cret@a:4222,b?bucket=orders&replicas=3").unwrap();
+        assert_eq!(backend.servers, ["nats://a:4222", "nats://b:4222"]);
+        assert!(matches!(&backend.auth, Auth::UserPassword(u, p) if u == "app" && p == "s@cret"));
+        assert_eq!((backend.bucket.as_str(), backend.replicas), ("orders", 3));
+        assert!(!backend.shown.contains("cret"), "{}", backend.shown);
+        let backend = parsed("nats://t0ken@127.0.0.1").unwrap();
+        assert!(matches!(&backend.auth, Auth::Token(t) if t == "t0ken"));
+        assert_eq!(backend.bucket, "distlock");
+        let backend = parsed("nats://h?nkey=SUABC").unwrap();
+        assert!(matches!(&backend.auth, Auth::Nkey(seed) if seed == "SUABC"));
+        let backend = parsed("nats://h?creds=/etc/app.creds").unwrap();
+        assert!(matches!(&backend.auth, Auth::CredsFile(path) if path == "/etc/app.creds"));
+        for (url, says) in [
+            ("nats://h?bucket=a.b", "bucket=a.b"),
+            ("nats://h?replicas=9", "replicas=9"),
+            ("nats://h?colour=red", "unknown parameter `colour`"),
+        ] {
+            let error = parsed(url).err().unwrap().to_string();
+            assert!(error.contains(says), "{url}: {error}");
+        }
+    }
+
+    #[test]
+    fn ttls_are_whole_seconds_rounded_up() {
+        let ms = Duration::from_millis;
+        assert_eq!(ttl_seconds(ms(300)), 1);
+        assert_eq!(ttl_seconds(ms(1_000)), 1);
+        assert_eq!(ttl_seconds(ms(1_001)), 2);
+        assert_eq!(parse_ttl("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_ttl("7"), Some(Duration::from_secs(7)));
+    }
+}
