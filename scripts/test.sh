@@ -164,6 +164,13 @@ cargo clean --quiet -p distlock-runtime -p distlock-macros -p distlock -p distlo
 
 step "cargo fmt --check"
 cargo fmt --all --check
+# BENCHMARKS.md is generated (scripts/bench.sh): it must be what its rows render.
+step "BENCHMARKS.md is what bench/results.json renders"
+python3 bench/results.py --out "$target_dir/BENCHMARKS.md" >/dev/null
+if ! cmp -s "$target_dir/BENCHMARKS.md" BENCHMARKS.md; then
+    echo "error: BENCHMARKS.md differs from what bench/results.json renders: run \`python3 bench/results.py\` (or scripts/bench.sh), and edit bench/results.py, not BENCHMARKS.md" >&2
+    exit 1
+fi
 # Clippy lints every crate of the workspace while the build below compiles it: clippy-driver
 # as the workspace's compiler wrapper, with `-D warnings`, which is what `cargo clippy` does
 # under a `cargo check`. A separate `cargo clippy --all-targets` compiled every crate of ours

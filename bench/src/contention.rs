@@ -20,6 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use distlock::LockClient;
 
 use super::{Error, Report};
+use crate::record::{Base, Better, at, count, per_s, us};
 use support::RedisServer;
 
 /// Who takes the lock.
@@ -176,7 +177,7 @@ pub(crate) fn peers_binary() -> Result<std::path::PathBuf, Error> {
         return Ok(path.clone());
     }
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("peers");
-    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/peers");
+    let target = crate::record::target_dir().join("peers");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let status = Command::new(cargo)
         .args(["build", "--release", "--quiet", "--manifest-path"])
@@ -197,7 +198,7 @@ fn python_script() -> std::path::PathBuf {
 
 /// Where redis-py is installed for it: `target/peers/python`, beside the Rust peers' build.
 fn python_lib() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/peers/python")
+    crate::record::target_dir().join("peers/python")
 }
 
 /// `python3` with redis-py importable from [`python_lib`] (installed there with pip on first
@@ -273,7 +274,7 @@ async fn pings_during(
 }
 
 /// `INFO commandstats` as name → calls.
-async fn command_stats(server: &RedisServer) -> BTreeMap<String, u64> {
+pub(crate) async fn command_stats(server: &RedisServer) -> BTreeMap<String, u64> {
     let mut conn = server.connection().await;
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
@@ -440,7 +441,9 @@ async fn ping_p50_us(server: &RedisServer) -> f64 {
 
 /// Row 11: each contender in the 16-task one-process and the 4 × 4-task four-process case,
 /// 1 ms holds; the gap also in round trips of a `PING` measured during the window (and, for
-/// comparison, just before it on an idle server).
+/// comparison, just before it on an idle server). distlock's rows are set against rslock's
+/// (and redis-py's, unless `DISTLOCK_BENCH_NO_PYTHON`), the fair lock's against distlock's
+/// default lock.
 pub async fn rows(report: &mut Report, server: &RedisServer) -> Result<(), Error> {
     let window = Duration::from_secs(3);
     let hold = Duration::from_millis(1);
@@ -449,33 +452,25 @@ pub async fn rows(report: &mut Report, server: &RedisServer) -> Result<(), Error
         if std::env::var_os("DISTLOCK_BENCH_NO_PYTHON").is_none() {
             peers.push(Peer::RedisPy);
         }
+        let mut outcomes = Vec::new();
         for peer in peers {
             // The baseline of the gap: one round trip to the same server (`PING`), measured on
             // an idle server just before, and during the window under the contenders' load.
             let idle_round_trip_us = ping_p50_us(server).await;
             let o = measure(server, peer, processes, tasks, window, hold).await?;
             let round_trip_us = o.ping_p50_us;
-            let label = format!(
-                "11. {} {}×{} one key, 1 ms hold",
+            println!(
+                "  11. {} {processes}×{tasks} one key, 1 ms hold: {:.0}/s, {:.2} cmds/acq, gap \
+                 p50 {:.0} µs ({:.1} RT of {:.0} µs; {:.1} idle) p99 {:.0} µs, ≤{} overtakes",
                 peer.name(),
-                processes,
-                tasks
-            );
-            report.row(
-                &label,
-                format!(
-                    "{:.0}/s, {:.1} cmds/acq",
-                    o.per_s, o.commands_per_acquisition
-                ),
-                format!(
-                    "p50 {:.0} µs ({:.1} RT of {:.0} µs; {:.1} idle) p99 {:.0} µs",
-                    o.p50_us,
-                    o.p50_us / round_trip_us,
-                    round_trip_us,
-                    o.p50_us / idle_round_trip_us,
-                    o.p99_us
-                ),
-                format!("≤{} overtakes", o.max_overtakes),
+                o.per_s,
+                o.commands_per_acquisition,
+                o.p50_us,
+                o.p50_us / round_trip_us,
+                round_trip_us,
+                o.p50_us / idle_round_trip_us,
+                o.p99_us,
+                o.max_overtakes
             );
             let detail: Vec<String> = o
                 .breakdown
@@ -505,7 +500,111 @@ pub async fn rows(report: &mut Report, server: &RedisServer) -> Result<(), Error
             report.field(&format!("{field}_p99_us"), o.p99_us);
             report.field(&format!("{field}_max_overtakes"), o.max_overtakes as f64);
             let _ = o.acquisitions;
+            outcomes.push((peer, o));
         }
+        let of = |wanted: Peer| outcomes.iter().find(|(p, _)| *p == wanted).map(|(_, o)| o);
+        let (Some(ours), Some(fair)) = (of(Peer::Distlock), of(Peer::DistlockFair)) else {
+            continue;
+        };
+        let layout = match processes {
+            1 => format!("{tasks} tasks of one process"),
+            _ => format!("{processes} processes × {tasks} tasks"),
+        };
+        let slug = format!("{processes}x{tasks}");
+        for (peer, name) in [
+            (Peer::Rslock, "rslock 0.10 (polls)"),
+            (Peer::RedisPy, "redis-py 5's `Lock` (polls)"),
+        ] {
+            if let Some(theirs) = of(peer) {
+                let side = peer.name().replace('-', "_");
+                contention_rows(report, &slug, &side, "", &layout, ours, name, theirs);
+            }
+        }
+        let fair_name = "distlock's default lock";
+        contention_rows(
+            report, &slug, "distlock", "fair_", &layout, fair, fair_name, ours,
+        );
     }
     Ok(())
+}
+
+/// Row 11's records of one layout: `ours` (distlock's lock, or with `fair_` its fair lock)
+/// against `theirs` (`name`, whose rows' keys end in `_vs_{side}`).
+#[allow(clippy::too_many_arguments)]
+fn contention_rows(
+    report: &mut Report,
+    slug: &str,
+    side: &str,
+    fair: &str,
+    layout: &str,
+    ours: &Outcome,
+    name: &str,
+    theirs: &Outcome,
+) {
+    let at = at("redis", "11");
+    let lock = match fair {
+        "" => "",
+        _ => "`fair`, ",
+    };
+    let what =
+        |figure: &str| format!("contention, {lock}{layout} on one key, 1 ms holds: {figure}");
+    let key = |figure: &str| format!("contention_{slug}_{fair}{figure}_vs_{side}");
+    let ratio = |a: f64, b: f64| match (a, b) {
+        (a, b) if a == b => 1.0,
+        (a, b) => a / b,
+    };
+    let rows = [
+        (
+            "commands",
+            "server commands per acquisition (`INFO commandstats`)",
+            count(ours.commands_per_acquisition, "commands"),
+            count(theirs.commands_per_acquisition, "commands"),
+            Better::Lower,
+        ),
+        (
+            "gap_p50",
+            "release → next grant, p50",
+            us(ours.p50_us),
+            us(theirs.p50_us),
+            Better::Lower,
+        ),
+        (
+            "gap_round_trips",
+            "that gap in round trips of a `PING` sent every 5 ms meanwhile",
+            count(ours.p50_us / ours.ping_p50_us, "round trips"),
+            count(theirs.p50_us / theirs.ping_p50_us, "round trips"),
+            Better::Lower,
+        ),
+        (
+            "gap_p99",
+            "release → next grant, p99",
+            us(ours.p99_us),
+            us(theirs.p99_us),
+            Better::Lower,
+        ),
+        (
+            "overtakes",
+            "most acquisitions asked after a waiter's and granted before it",
+            count(ours.max_overtakes as f64, "overtakes"),
+            count(theirs.max_overtakes as f64, "overtakes"),
+            Better::Lower,
+        ),
+        (
+            "grants",
+            "grants/s (bounded by the 1 ms hold)",
+            per_s(ours.per_s),
+            per_s(theirs.per_s),
+            Better::Higher,
+        ),
+    ];
+    for (figure, said, mine, other, better) in rows {
+        report.row(
+            at,
+            key(figure),
+            what(said),
+            mine,
+            Base::with_ratio(name, other, ratio(mine.value, other.value)),
+            better,
+        );
+    }
 }

@@ -50,7 +50,7 @@ fn classpath() -> Result<String, Error> {
 /// Compiles `CuratorPeer.java` into `target/peers/java` unless its class is newer.
 fn compiled(classpath: &str) -> Result<PathBuf, Error> {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/java/CuratorPeer.java");
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/peers/java");
+    let out = crate::record::target_dir().join("peers/java");
     let class = out.join("CuratorPeer.class");
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     if modified(&class).is_some() && modified(&class) >= modified(&source) {

@@ -41,11 +41,27 @@
 //!     `?replicas=1` vs the raw floor: `SET NX PX` and `WAIT 1`, then compare-and-delete
 //!     (`bench/src/sentinel.rs`).
 //!
-//! Prints a table and writes it as JSON to `target/distlock-bench.json`.
+//! 13. a shared result found (`.share(d).run(..)` within its share) vs a plain cache `GET` of
+//!     the same stored value (`bench/src/share.rs`).
+//! 14. Redlock (`redlock://` over three `redis-server`s of its own): uncontended lock +
+//!     release and 64-task throughput vs the raw floor, `SET NX PX` on each of the three at
+//!     once, then the compare-and-delete on each at once (`bench/src/redlock.rs`).
+//! 15. Redis Cluster (`redis+cluster://`, three masters of its own): the same vs raw
+//!     `SET NX PX` + compare-and-delete `EVALSHA` through redis-rs's cluster connection on
+//!     keys of the same slots (`bench/src/redlock.rs`).
+//!
+//! Prints each row as it is measured and writes them, as records (store, row id, figure,
+//! baseline, ratio, date, environment, server version) beside loose numeric fields, to
+//! `target/distlock-bench.json` (`$CARGO_TARGET_DIR/distlock-bench.json` when that is set);
+//! `scripts/bench.sh` runs the benchmark and turns that file into BENCHMARKS.md
+//! (`bench/results.py`, through `bench/results.json`).
 //!
 //! Environment:
 //! - `DISTLOCK_BENCH_QUICK=1` skips the 10 s renewal measurement (for quick comparisons);
-//! - `DISTLOCK_BENCH_REDIS_ONLY=1` skips the database rows (7–10);
+//! - `DISTLOCK_BENCH_REDIS_ONLY=1` skips the database rows (7–10): Redis alone, Sentinel,
+//!   Redlock and Cluster;
+//! - `DISTLOCK_BENCH_REDLOCK_ONLY=1` runs only the Redlock rows (14);
+//! - `DISTLOCK_BENCH_CLUSTER_ONLY=1` runs only the Redis Cluster rows (15);
 //! - `DISTLOCK_BENCH_CONTENTION_ONLY=1` runs only the contention rows (11);
 //! - `DISTLOCK_BENCH_SQL_ONLY=1` runs only the database rows (7, 8, 9 and 10);
 //! - `DISTLOCK_BENCH_KINDS_ONLY=1` (or `DISTLOCK_BENCH_READ_ONLY=1`) runs only the lock kinds'
@@ -66,6 +82,9 @@
 //!   the client's and the servers' CPU per pair: under `valgrind --tool=callgrind`, a run of `N`
 //!   pairs less a run of none is the client's instructions per pair, repeatable on a busy
 //!   machine.
+//! - `DISTLOCK_BENCH_NO_PYTHON=1` leaves redis-py out of row 11 (no `pip install`);
+//! - `BENCH_PEER_POOL=64` gives the `distributed-lock-postgres` and `distributed-lock-mysql`
+//!   peers a pool of 64 connections (sqlx's default is 10; row 8b's peer has 64 unless set).
 //!   `DISTLOCK_BENCH_PAIRS_PARAMS=pool_size=8` adds URL parameters to distlock's side;
 //!   `DISTLOCK_BENCH_PAIRS_PG_URL` runs the PostgreSQL modes against a server of one's own (with
 //!   `pg_stat_statements` loaded, to see each statement's time inside the server).
@@ -76,18 +95,21 @@ mod curator;
 mod etcd;
 mod handoff;
 mod peer;
+mod record;
+mod redlock;
 mod sentinel;
 mod share;
 mod sql;
+mod versions;
 mod zk;
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError, distributed_lock};
 use handoff::percentile;
+use record::{Base, Better, Report, at, ns, per_s, us};
 use redis::aio::MultiplexedConnection;
 use support::RedisServer;
 
@@ -173,26 +195,6 @@ fn cpu_time() -> Duration {
         Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
     };
     tv(usage.ru_utime) + tv(usage.ru_stime)
-}
-
-pub(crate) struct Report {
-    rows: Vec<(String, String, String, String)>,
-    json: String,
-}
-
-impl Report {
-    fn row(&mut self, name: &str, ours: String, baseline: String, ratio: String) {
-        println!("{name:<44} {ours:>22} {baseline:>22} {ratio:>12}");
-        self.rows.push((name.into(), ours, baseline, ratio));
-    }
-
-    fn field(&mut self, name: &str, value: f64) {
-        let _ = write!(
-            self.json,
-            "{}\"{name}\": {value:.3}",
-            if self.json.is_empty() { "" } else { ",\n  " }
-        );
-    }
 }
 
 /// Numeric fields of one `INFO` section, e.g. `("cpu", ["used_cpu_user", …])`.
@@ -290,49 +292,54 @@ async fn sql_rows(report: &mut Report) -> Result<(), Error> {
 async fn pg_rows(report: &mut Report) -> Result<(), Error> {
     let postgres = support::postgres::PostgresServer::start();
     let pg_url = postgres.url();
-    sql::rows(
+    let version = versions::postgres(&pg_url).await;
+    report.server("postgres", version.clone());
+    let (row7, row7b, row7c) = (
+        at("postgres", "7"),
+        at("postgres", "7b"),
+        at("postgres", "7c"),
+    );
+    let direct = sql::rows(
         report,
-        "7. postgres",
+        row7,
         "postgres",
         &pg_url,
         sql::PgRaw::connect(&pg_url, distlock_pool_size()).await?,
+        "the lock table's two raw statements, prepared",
     )
     .await?;
     // mode=advisory's kinds (no semaphores), against raw advisory locks.
     let advisory = LockClient::connect(&format!("{pg_url}?mode=advisory")).await?;
     let floor = sql::PgAdvisory::connect(&pg_url, distlock_pool_size()).await?;
-    let label = "7b. postgres mode=advisory";
-    sql::kind_rows(report, label, "postgres_advisory", &advisory, |name| {
+    sql::kind_rows(report, row7b, "postgres_advisory", &advisory, |name| {
         let floor = floor.clone();
         async move { sql::RawPair::pair(&floor, 0, &name, true).await }
     })
     .await?;
     drop(advisory);
-    if sql::read_only() {
+    let Some(direct) = direct else {
         return Ok(());
-    }
+    };
     // Against the same work done by hand: distlock's statements on its table shape.
     by_hand(
         report,
-        "7. postgres vs the same work by hand",
+        row7,
         "postgres_by_hand",
         &pg_url,
         &sql::PgByHand::connect(&pg_url, distlock_pool_size()).await?,
+        "distlock's two statements on its table shape, by hand, prepared",
     )
     .await?;
     // Through PgBouncer in transaction mode: waiters woken by `LISTEN` on the server itself
-    // (`listen_url`), or polling.
+    // (`listen_url`), or polling; against distlock's handoff straight to the server.
     let bouncer = support::pgbouncer::PgBouncer::start(&postgres);
-    for (label, key, listen) in [
+    report.server("postgres", format!("{version}, {}", versions::pgbouncer()));
+    for (key, listen, how) in [
+        ("pgbouncer_listen", true, "with `listen_url`"),
         (
-            "7c. postgres through PgBouncer, listen_url",
-            "pgbouncer_listen",
-            true,
-        ),
-        (
-            "7c. postgres through PgBouncer, polling",
             "pgbouncer_polling",
             false,
+            "without `listen_url` (waiters poll, 2–50 ms)",
         ),
     ] {
         let listen = match listen {
@@ -340,60 +347,92 @@ async fn pg_rows(report: &mut Report) -> Result<(), Error> {
             false => String::new(),
         };
         let url = format!("{}?pooler=transaction{listen}", bouncer.url());
-        let client = LockClient::connect(&url).await?;
-        use sql::Peer as _;
-        let ours = sql::Ours(&client);
-        ours.sequential("warm-up:", 50, false).await?;
-        let o = ours.sequential("timed:", 200, false).await?;
-        sql::handoff_row(report, label, key, &url, o).await?;
+        let ours = sql::handoff(report, key, &url).await?;
+        handoff_rows_through(report, row7c, key, ours, how, direct);
     }
+    drop(bouncer);
+    report.server("postgres", version);
     // Beside its peer, the distributed-lock crate (advisory locks), and advisory locks raw.
     let peer = sql::distributed_lock("distributed-lock-postgres", &pg_url).await?;
+    let peer_name = format!("`{}` ({})", peer.name(), sql::pool_said(None));
     let floor = sql::PgAdvisory::connect(&pg_url, distlock_pool_size()).await?;
+    let floor_name = "advisory locks by hand, prepared";
     sql::beside_peer(
-        report,
-        "7. postgres",
-        "postgres",
-        &pg_url,
-        &peer,
-        &floor,
-        "advisory",
+        report, row7, "postgres", &pg_url, &peer, &peer_name, &floor, floor_name,
     )
     .await?;
-    sql::peer_handoff_row(report, "7. postgres", "postgres", &peer).await?;
+    let theirs = sql::peer_handoff(report, "postgres", &peer).await?;
+    sql::handoff_rows(report, row7, "postgres", direct, &peer_name, theirs);
     // distlock's own advisory-lock mode beside the same peer and floor, and its handoff.
     let advisory_url = format!("{pg_url}?mode=advisory");
-    let o = sql::beside_peer(
+    sql::beside_peer(
         report,
-        "7b. postgres mode=advisory",
+        row7b,
         "postgres_advisory",
         &advisory_url,
         &peer,
+        &peer_name,
         &floor,
-        "advisory",
+        floor_name,
     )
     .await?;
-    sql::handoff_row(
-        report,
-        "7b. postgres mode=advisory",
-        "postgres_advisory",
-        &advisory_url,
-        o,
-    )
-    .await
+    let ours = sql::handoff(report, "postgres_advisory", &advisory_url).await?;
+    sql::handoff_rows(report, row7b, "postgres_advisory", ours, &peer_name, theirs);
+    Ok(())
+}
+
+/// Row 7c's handoff through PgBouncer (`how`) against distlock's straight to the server.
+fn handoff_rows_through(
+    report: &mut Report,
+    at: record::At<'_>,
+    key: &str,
+    ours: sql::Handoff,
+    how: &str,
+    direct: sql::Handoff,
+) {
+    let baseline = "distlock straight to the server (row 7)";
+    let (ms, rate) = (
+        |v: f64| record::Fig {
+            value: v / 1e3,
+            unit: "ms",
+        },
+        record::per_s,
+    );
+    report.row(
+        at,
+        format!("{key}_handoffs"),
+        format!("through PgBouncer 1.18 (transaction mode) {how}: handoff, 4 clients × 4 tasks, grants/s"),
+        rate(ours.rate),
+        Base::quotient(baseline, rate(ours.rate), rate(direct.rate)),
+        Better::Higher,
+    );
+    for (what, field, o, d) in [
+        ("p50", "p50", ours.p50, direct.p50),
+        ("p99", "p99", ours.p99, direct.p99),
+    ] {
+        report.row(
+            at,
+            format!("{key}_handoff_{field}"),
+            format!("through PgBouncer {how}: release → another client's grant, {what}"),
+            ms(o),
+            Base::quotient(baseline, ms(o), ms(d)),
+            Better::Lower,
+        );
+    }
 }
 
 /// A database's row against the same work done by hand (`by_hand`): uncontended lock +
 /// release on fresh keys and on one reused key, and 64-task throughput, interleaved.
 async fn by_hand(
     report: &mut Report,
-    label: &str,
+    at: record::At<'_>,
     key: &str,
     url: &str,
     by_hand: &impl sql::RawPair,
+    described: &str,
 ) -> Result<(), Error> {
     let client = LockClient::connect(url).await?;
-    sql::warm_and_against(report, label, key, &client, by_hand, "by hand").await?;
+    sql::warm_and_against(report, at, key, &client, by_hand, described).await?;
     Ok(())
 }
 
@@ -401,39 +440,46 @@ async fn by_hand(
 async fn mariadb_rows(report: &mut Report) -> Result<(), Error> {
     let mariadb = support::mysql::MysqlServer::start();
     let my_url = mariadb.url();
-    sql::rows(
+    report.server("mariadb", versions::mariadb(&my_url).await);
+    let (row8, row8b) = (at("mariadb", "8"), at("mariadb", "8b"));
+    let direct = sql::rows(
         report,
-        "8. mariadb",
+        row8,
         "mariadb",
         &my_url,
         sql::MyRaw::connect(&my_url, distlock_pool_size()).await?,
+        "the lock table's two raw statements, prepared",
     )
     .await?;
-    if sql::read_only() {
+    let Some(direct) = direct else {
         return Ok(());
-    }
+    };
     by_hand(
         report,
-        "8. mariadb vs the same work by hand",
+        row8,
         "mariadb_by_hand",
         &my_url,
         &sql::MyByHand::connect(&my_url, distlock_pool_size()).await?,
+        "distlock's two statements on its table shape, by hand",
     )
     .await?;
     // Beside its peer, the distributed-lock crate (`GET_LOCK`), and named locks raw.
     let peer = sql::distributed_lock("distributed-lock-mysql", &my_url).await?;
+    let peer_name = format!("`{}` ({})", peer.name(), sql::pool_said(None));
     let floor = sql::MyNamedLock::connect(&my_url, distlock_pool_size()).await?;
     sql::beside_peer(
         report,
-        "8. mariadb",
+        row8,
         "mariadb",
         &my_url,
         &peer,
+        &peer_name,
         &floor,
-        "GET_LOCK",
+        "`GET_LOCK` / `RELEASE_LOCK` by hand",
     )
     .await?;
-    sql::peer_handoff_row(report, "8. mariadb", "mariadb", &peer).await?;
+    let theirs = sql::peer_handoff(report, "mariadb", &peer).await?;
+    sql::handoff_rows(report, row8, "mariadb", direct, &peer_name, theirs);
     drop(peer);
     // Row 8b: `mode=named` (the peer's design, `GET_LOCK`) beside the peer at equal
     // connections: each holds one connection per held lock, so both may open 64 (the
@@ -443,63 +489,64 @@ async fn mariadb_rows(report: &mut Report) -> Result<(), Error> {
         .and_then(|v| v.parse().ok())
         .unwrap_or(64);
     let peer = sql::distributed_lock_pooled("distributed-lock-mysql", &my_url, Some(pool)).await?;
+    let peer_name = format!("`{}` ({})", peer.name(), sql::pool_said(Some(pool)));
     let named = LockClient::builder(format!("{my_url}?mode=named"))
         .build()
         .await?;
     for i in 0..300 {
         sql::lock_release(&named, format!("warm:{i}")).await?;
     }
-    let o = sql::against(
+    sql::against(
         report,
-        "8b. mariadb mode=named vs distributed-lock-mysql",
+        row8b,
         "mariadb_named_peer",
         &named,
         &peer,
-        peer.name(),
+        &peer_name,
     )
     .await?;
     let named_url = format!("{my_url}?mode=named");
-    sql::handoff_row(
-        report,
-        "8b. mariadb mode=named",
-        "mariadb_named",
-        &named_url,
-        o,
-    )
-    .await?;
-    sql::peer_handoff_row(report, "8b. mariadb mode=named", "mariadb_named", &peer).await
+    let ours = sql::handoff(report, "mariadb_named", &named_url).await?;
+    let theirs = sql::peer_handoff(report, "mariadb_named", &peer).await?;
+    sql::handoff_rows(report, row8b, "mariadb_named", ours, &peer_name, theirs);
+    Ok(())
 }
 
 /// Row 9: a ZooKeeper server of the bench's own.
 async fn zk_rows(report: &mut Report) -> Result<(), Error> {
     let server = support::zookeeper::ZkServer::start();
+    report.server("zookeeper", versions::zookeeper(server.client_port));
+    let row9 = at("zookeeper", "9");
     let hosts = format!("127.0.0.1:{}", server.client_port);
     // distlock's client uses one session per lease: one session, as the raw side.
     let raw = zk::ZkRaw::connect(&hosts, 1).await?;
-    sql::rows(
+    let raw_name = "the recipe by hand: create, list, delete";
+    let direct = sql::rows(
         report,
-        "9. zookeeper",
+        row9,
         "zookeeper",
         &server.url("/bench"),
         raw.clone(),
+        raw_name,
     )
     .await?;
-    if sql::read_only() {
-        return Ok(());
-    }
+    let Some(direct) = direct else {
+        return etcd_rows(report).await;
+    };
     // Beside its peer: Apache Curator's InterProcessMutex, same server, same run.
     let client = LockClient::connect(&server.url("/bench-peer")).await?;
     let curator = curator::start(&hosts).await?;
+    let curator_name = "Apache Curator's `InterProcessMutex`";
     for i in 0..300 {
         sql::lock_release(&client, format!("warm:{i}")).await?;
     }
     sql::against(
         report,
-        "9. zookeeper vs Curator",
+        row9,
         "zookeeper_curator",
         &client,
         &curator,
-        "Curator",
+        curator_name,
     )
     .await?;
     // What each costs the server: requests received and packets sent per lock + release.
@@ -521,12 +568,22 @@ async fn zk_rows(report: &mut Report) -> Result<(), Error> {
         } else {
             ("fresh keys", "fresh")
         };
-        report.row(
-            &format!("9. zookeeper: requests / packets sent per call, {what}"),
-            format!("{:.2} / {:.2}", ours.0, ours.1),
-            format!("raw {:.2} / {:.2}", raw.0, raw.1),
-            format!("Curator {:.2} / {:.2}", peer.0, peer.1),
-        );
+        for (name, theirs, side) in [(raw_name, raw, "raw"), (curator_name, peer, "curator")] {
+            for (unit, figure, mine, other) in [
+                ("requests", "requests", ours.0, theirs.0),
+                ("packets", "packets sent", ours.1, theirs.1),
+            ] {
+                let (mine, other) = (record::count(mine, unit), record::count(other, unit));
+                report.row(
+                    row9,
+                    format!("zookeeper_{field}_{unit}_vs_{side}"),
+                    format!("server {figure} per lock + release, {what}"),
+                    mine,
+                    Base::quotient(name, mine, other),
+                    Better::Lower,
+                );
+            }
+        }
         report.field(&format!("zookeeper_{field}_requests_per_call"), ours.0);
         report.field(&format!("zookeeper_{field}_raw_requests_per_call"), raw.0);
         report.field(
@@ -535,15 +592,11 @@ async fn zk_rows(report: &mut Report) -> Result<(), Error> {
         );
     }
     let (rate, p50, p99) = curator.handoff("handoff", Duration::from_secs(3)).await?;
-    report.row(
-        "9. zookeeper: Curator handoff, 4 clients × 4 threads",
-        format!("{rate:.0}/s"),
-        format!("p50 {:.2} / p99 {:.2} ms", p50 / 1e3, p99 / 1e3),
-        String::new(),
-    );
     report.field("zookeeper_curator_handoffs_per_s", rate);
     report.field("zookeeper_curator_handoff_p50_us", p50);
     report.field("zookeeper_curator_handoff_p99_us", p99);
+    let theirs = sql::Handoff { rate, p50, p99 };
+    sql::handoff_rows(report, row9, "zookeeper", direct, curator_name, theirs);
     drop(curator);
     drop(server);
     etcd_rows(report).await
@@ -675,52 +728,59 @@ async fn pairs(store: &str) -> Result<(), Error> {
 /// Row 10: an etcd member of the bench's own.
 async fn etcd_rows(report: &mut Report) -> Result<(), Error> {
     let member = support::etcd::EtcdMember::start();
+    report.server("etcd", versions::etcd(member.client_port));
+    let row10 = at("etcd", "10");
     let host = format!("127.0.0.1:{}", member.client_port);
-    sql::rows(
+    let direct = sql::rows(
         report,
-        "10. etcd",
+        row10,
         "etcd",
         &member.url("bench"),
         etcd::EtcdRaw::connect(&host).await?,
+        "a raw put-if-absent transaction on a lease + delete",
     )
     .await?;
-    if sql::read_only() {
+    let Some(direct) = direct else {
         return Ok(());
-    }
+    };
     // Beside the floor of any queue lock: the raw pair with the queue's head read in its
     // transaction and a value as long as distlock's (130–160 bytes: token, holder, lease,
     // renewal, join time).
     let client = LockClient::connect(&member.url("bench-queue-floor")).await?;
     sql::against(
         report,
-        "10. etcd vs a queue floor",
+        row10,
         "etcd_queue_floor",
         &client,
         &etcd::EtcdQueueFloor(etcd::EtcdRaw::connect(&host).await?, 150),
-        "queue floor",
+        "the floor of a queue lock",
     )
     .await?;
     // Beside its peer: etcd's own lock service, same member, same run.
     let client = LockClient::connect(&member.url("bench-peer")).await?;
+    let service = "etcd's lock service (`v3lockpb`)";
     sql::against(
         report,
-        "10. etcd vs its lock service",
+        row10,
         "etcd_lock_service",
         &client,
         &etcd::EtcdLockService::connect(&host).await?,
-        "v3lock",
+        service,
     )
     .await?;
     let (rate, p50, p99) = etcd::lock_service_handoff(&host, Duration::from_secs(3)).await?;
-    report.row(
-        "10. etcd: its lock service's handoff, 4 clients × 4 tasks",
-        format!("{rate:.0}/s"),
-        format!("p50 {:.2} / p99 {:.2} ms", p50 / 1e3, p99 / 1e3),
-        String::new(),
-    );
     report.field("etcd_lock_service_handoffs_per_s", rate);
     report.field("etcd_lock_service_handoff_p50_us", p50);
     report.field("etcd_lock_service_handoff_p99_us", p99);
+    let theirs = sql::Handoff { rate, p50, p99 };
+    sql::handoff_rows(
+        report,
+        row10,
+        "etcd",
+        direct,
+        "etcd's lock service (`v3lockpb`)",
+        theirs,
+    );
     drop(member);
     Ok(())
 }
@@ -734,62 +794,76 @@ async fn main() -> Result<(), Error> {
     if let Ok(store) = std::env::var("DISTLOCK_BENCH_PAIRS") {
         return pairs(&store).await;
     }
+    let mut report = Report::new();
+    // Whatever the rows measured before a failure are written too.
+    let outcome = run(&mut report).await;
+    if !report.is_empty() {
+        let path = report.write()?;
+        println!("wrote {}", path.display());
+    }
+    outcome
+}
+
+/// Every row this run's environment asks for.
+async fn run(report: &mut Report) -> Result<(), Error> {
+    if std::env::var_os("DISTLOCK_BENCH_REDLOCK_ONLY").is_some() {
+        return redlock::redlock_rows(report).await;
+    }
+    if std::env::var_os("DISTLOCK_BENCH_CLUSTER_ONLY").is_some() {
+        return redlock::cluster_rows(report).await;
+    }
     let server = RedisServer::start();
     let url = server.url();
+    report.server("redis", versions::redis(&server).await);
+    report.server("sentinel", versions::redis(&server).await);
     distlock::init(LockClient::connect(&url).await?)?;
     let raw_client = redis::Client::open(url.as_str())?;
     let mut raw = raw_client.get_multiplexed_async_connection().await?;
     let release = redis::Script::new(RAW_RELEASE);
     release.load_async(&mut raw).await?;
-    let mut report = Report {
-        rows: Vec::new(),
-        json: String::new(),
-    };
     if std::env::var_os("DISTLOCK_BENCH_CONTENTION_ONLY").is_some() {
-        contention::rows(&mut report, &server).await?;
+        contention::rows(report, &server).await?;
         return Ok(());
     }
     // The database rows alone (DISTLOCK_BENCH_SQL_ONLY=1).
     if std::env::var_os("DISTLOCK_BENCH_ETCD_ONLY").is_some() {
-        etcd_rows(&mut report).await?;
+        etcd_rows(report).await?;
         return Ok(());
     }
     if std::env::var_os("DISTLOCK_BENCH_SENTINEL_ONLY").is_some() {
-        sentinel::rows(&mut report).await?;
+        sentinel::rows(report).await?;
         return Ok(());
     }
     if std::env::var_os("DISTLOCK_BENCH_SHARE_ONLY").is_some() {
-        share::rows(&mut report, &server).await?;
+        share::rows(report, &server).await?;
         return Ok(());
     }
     if std::env::var_os("DISTLOCK_BENCH_ZK_ONLY").is_some() {
-        zk_rows(&mut report).await?;
+        zk_rows(report).await?;
         return Ok(());
     }
     if std::env::var_os("DISTLOCK_BENCH_PG_ONLY").is_some() {
-        pg_rows(&mut report).await?;
+        pg_rows(report).await?;
         return Ok(());
     }
     if std::env::var_os("DISTLOCK_BENCH_MARIADB_ONLY").is_some() {
-        mariadb_rows(&mut report).await?;
+        mariadb_rows(report).await?;
         return Ok(());
     }
     if std::env::var_os("DISTLOCK_BENCH_SQL_ONLY").is_some() {
-        sql_rows(&mut report).await?;
+        sql_rows(report).await?;
         return Ok(());
     }
     // The lock kinds' rows alone (DISTLOCK_BENCH_KINDS_ONLY=1): 1b, then each database's,
     // ZooKeeper's and etcd's.
     if sql::read_only() {
         let manual = LockClient::connect(&server.url()).await?;
-        sql::kind_rows(&mut report, "1b. redis", "redis", &manual, |name| {
+        sql::kind_rows(report, at("redis", "1b"), "redis", &manual, |name| {
             let (mut raw, release) = (raw.clone(), release.clone());
             async move { raw_pair(&mut raw, &release, &name, "t0123456789abcdef").await }
         })
         .await?;
-        sql_rows(&mut report).await?;
-        etcd_rows(&mut report).await?;
-        return Ok(());
+        return sql_rows(report).await;
     }
     // For profilers (`perf record -g`): only one side of the throughput measurement, 20 s.
     if let Ok(side) = std::env::var("DISTLOCK_BENCH_PROFILE") {
@@ -830,10 +904,6 @@ async fn main() -> Result<(), Error> {
         "redis-server on 127.0.0.1:{}; machine: {} cores",
         server.port(),
         std::thread::available_parallelism().map_or(0, |n| n.get())
-    );
-    println!(
-        "{:<44} {:>22} {:>22} {:>12}",
-        "measurement", "distlock", "baseline", "ratio"
     );
 
     // Warm up both paths (connections, scripts, allocator).
@@ -885,11 +955,14 @@ async fn main() -> Result<(), Error> {
         ratios.push(a / b);
     }
     let (ours_us, floor_us, ratio) = (median(&mut ours), median(&mut floor), median(&mut ratios));
+    let raw_floor = "raw `SET NX PX` + compare-and-delete `EVALSHA`";
     report.row(
-        "1. uncontended call (median µs/call)",
-        format!("{ours_us:.1} µs"),
-        format!("{floor_us:.1} µs"),
-        format!("{ratio:.3}×"),
+        at("redis", "1"),
+        "uncontended",
+        "uncontended `#[distributed_lock]` call, empty body, distinct keys",
+        us(ours_us),
+        Base::with_ratio(raw_floor, us(floor_us), ratio),
+        Better::Lower,
     );
     report.field("uncontended_call_us", ours_us);
     report.field("uncontended_raw_floor_us", floor_us);
@@ -943,11 +1016,14 @@ async fn main() -> Result<(), Error> {
         median(&mut raw_rate),
         median(&mut rate_ratios),
     );
+    let raw_pairs = "raw pairs at the same concurrency";
     report.row(
-        "2. throughput, 64 tasks (calls/s)",
-        format!("{a:.0}/s"),
-        format!("{b:.0}/s"),
-        format!("{r:.3}×"),
+        at("redis", "2"),
+        "throughput",
+        "throughput, 64 tasks, distinct keys",
+        per_s(a),
+        Base::with_ratio(raw_pairs, per_s(b), r),
+        Better::Higher,
     );
     // Medians of each component over the rounds.
     let cpu_median = |cpu: &[(f64, f64)]| {
@@ -956,10 +1032,20 @@ async fn main() -> Result<(), Error> {
     };
     let (oc, rc) = (cpu_median(&ours_cpu), cpu_median(&raw_cpu));
     report.row(
-        "   CPU µs per call: client / redis-server",
-        format!("{:.1} / {:.1} µs", oc.0, oc.1),
-        format!("{:.1} / {:.1} µs", rc.0, rc.1),
-        "-".into(),
+        at("redis", "2"),
+        "cpu_client",
+        "the client's CPU per call at that throughput",
+        us(oc.0),
+        Base::quotient(raw_pairs, us(oc.0), us(rc.0)),
+        Better::Lower,
+    );
+    report.row(
+        at("redis", "2"),
+        "cpu_server",
+        "redis-server's CPU per call at that throughput",
+        us(oc.1),
+        Base::quotient(raw_pairs, us(oc.1), us(rc.1)),
+        Better::Lower,
     );
     report.field("client_cpu_us_per_call", oc.0);
     report.field("server_cpu_us_per_call", oc.1);
@@ -1010,28 +1096,41 @@ async fn main() -> Result<(), Error> {
     gaps.sort();
     let rate = log.len() as f64 / window.as_secs_f64();
     let (p50, p99) = (percentile(&gaps, 0.5), percentile(&gaps, 0.99));
+    let row3 = at("redis", "3");
     report.row(
-        "3. handoff, 16 tasks one key (handoffs/s)",
-        format!("{rate:.0}/s"),
-        "-".into(),
-        "-".into(),
-    );
-    report.row(
-        "   release → next acquire p50 / p99",
-        format!(
-            "{:.0} / {:.0} µs",
-            p50.as_secs_f64() * 1e6,
-            p99.as_secs_f64() * 1e6
+        row3,
+        "handoffs",
+        "handoff, 16 tasks of one process on one key: grants/s",
+        per_s(rate),
+        Base::none(
+            "the rate of tasks that do nothing while they hold it; row 11 sets a peer beside it",
         ),
-        "1 RTT ≈ raw/2".into(),
-        format!("{:.1} RTT", p50.as_secs_f64() * 1e6 / (floor_us / 2.0)),
+        Better::Higher,
     );
+    let round_trip = "one round trip: half of row 1's raw pair";
+    for (field, what, gap) in [("p50", "p50", p50), ("p99", "p99", p99)] {
+        report.row(
+            row3,
+            format!("handoff_{field}"),
+            format!("handoff: release → next grant, {what}"),
+            us(gap.as_secs_f64() * 1e6),
+            Base::quotient(round_trip, us(gap.as_secs_f64() * 1e6), us(floor_us / 2.0)),
+            Better::Lower,
+        );
+    }
     let per_acquisition = commands as f64 / log.len() as f64;
+    let commands = |n| record::count(n, "commands");
     report.row(
-        "   server commands per acquisition",
-        format!("{per_acquisition:.2}"),
-        "≥ 5 release + SET".into(),
-        "-".into(),
+        row3,
+        "handoff_commands",
+        "handoff: server commands per acquisition (`INFO commandstats`)",
+        commands(per_acquisition),
+        Base::quotient(
+            "a grant and a release, one command each",
+            commands(per_acquisition),
+            commands(2.0),
+        ),
+        Better::Lower,
     );
     report.field("handoff_commands_per_acquisition", per_acquisition);
     report.field("handoffs_per_s", rate);
@@ -1048,10 +1147,24 @@ async fn main() -> Result<(), Error> {
         plain.as_secs_f64() * 1e9 / n as f64,
     );
     report.row(
-        "5. reentrant call (ns/call, commands)",
-        format!("{nested_ns:.0} ns, {} cmds", after - before - 2),
-        format!("{plain_ns:.0} ns plain fn"),
-        format!("{:.0}×", nested_ns / plain_ns.max(0.1)),
+        at("redis", "5"),
+        "reentrant",
+        "nested same-key (reentrant) call",
+        ns(nested_ns),
+        Base::quotient(
+            "a plain `async fn` call",
+            ns(nested_ns),
+            ns(plain_ns.max(0.1)),
+        ),
+        Better::Lower,
+    );
+    report.row(
+        at("redis", "5"),
+        "reentrant_commands",
+        "server commands sent by 200,000 nested calls",
+        record::count((after - before - 2) as f64, "commands"),
+        Base::none("a nested call must send none"),
+        Better::Lower,
     );
     report.field("reentrant_call_ns", nested_ns);
     report.field("plain_call_ns", plain_ns);
@@ -1059,7 +1172,7 @@ async fn main() -> Result<(), Error> {
 
     // 1b. An uncontended read lock + release vs the plain lock's and the raw floor.
     let manual = LockClient::connect(&server.url()).await?;
-    sql::kind_rows(&mut report, "1b. redis", "redis", &manual, |name| {
+    sql::kind_rows(report, at("redis", "1b"), "redis", &manual, |name| {
         let (mut raw, release) = (raw.clone(), release.clone());
         async move { raw_pair(&mut raw, &release, &name, "t0123456789abcdef").await }
     })
@@ -1080,21 +1193,23 @@ async fn main() -> Result<(), Error> {
     }
     let rate = calls as f64 / t.elapsed().as_secs_f64();
     report.row(
-        "6. memory:// uncontended (calls/s)",
-        format!("{rate:.0}/s"),
-        "-".into(),
-        "-".into(),
+        at("memory", "6"),
+        "uncontended",
+        "uncontended acquire + release (manual API), one task",
+        per_s(rate),
+        Base::none("in-process, no store to set it against"),
+        Better::Higher,
     );
     report.field("memory_calls_per_s", rate);
 
     // 11. Contention on one key, distlock beside its peers.
-    contention::rows(&mut report, &server).await?;
+    contention::rows(report, &server).await?;
 
     // 13. A shared result found, beside a plain cache GET.
-    share::rows(&mut report, &server).await?;
+    share::rows(report, &server).await?;
 
     if std::env::var_os("DISTLOCK_BENCH_REDIS_ONLY").is_none() {
-        sql_rows(&mut report).await?;
+        sql_rows(report).await?;
     }
 
     // 4. Renewal at scale: 10,000 locks, 3 s lease, held 10 s (skipped with
@@ -1120,23 +1235,34 @@ async fn main() -> Result<(), Error> {
         let lost = guards.iter().filter(|g| g.is_lost()).count();
         let per_s = renew_commands as f64 / held_for.as_secs_f64();
         let ideal = 10_000.0 / 1.0; // one renewal per lock per lease/3 = 1 s
+        let row4 = at("redis", "4");
         report.row(
-            "4. renewal, 10k locks × 3 s lease (cmds/s)",
-            format!("{per_s:.0}/s"),
-            format!("{ideal:.0}/s ideal"),
-            format!("{:.3}×", per_s / ideal),
+            row4,
+            "renewal",
+            "renewal, 10,000 locks held 10 s with a 3 s lease: server commands/s",
+            record::per_s(per_s),
+            Base::quotient(
+                "one command per lock per lease/3",
+                record::per_s(per_s),
+                record::per_s(ideal),
+            ),
+            Better::Lower,
         );
         report.row(
-            "   client CPU while holding 10k locks",
-            format!("{:.0} ms / 10 s", cpu.as_secs_f64() * 1e3),
-            "-".into(),
-            format!("{:.1}% core", cpu.as_secs_f64() * 10.0),
+            row4,
+            "renewal_cpu",
+            "renewal: the client's CPU while holding them",
+            record::count(cpu.as_secs_f64() * 10.0, "% of a core"),
+            Base::none("what holding 10,000 locks costs the client"),
+            Better::Lower,
         );
         report.row(
-            "   locks lost while held",
-            format!("{lost}"),
-            "0".into(),
-            "-".into(),
+            row4,
+            "renewal_lost",
+            "renewal: locks lost while held",
+            record::count(lost as f64, "locks"),
+            Base::none("none may be lost"),
+            Better::Lower,
         );
         report.field("renewal_commands_per_s", per_s);
         report.field("renewal_ideal_per_s", ideal);
@@ -1147,13 +1273,8 @@ async fn main() -> Result<(), Error> {
         }
     }
 
-    sentinel::rows(&mut report).await?;
-
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target");
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("distlock-bench.json");
-    std::fs::write(&path, format!("{{\n  {}\n}}\n", report.json))?;
-    println!("wrote {}", path.display());
-    let _ = report.rows;
-    Ok(())
+    sentinel::rows(report).await?;
+    drop(server);
+    redlock::redlock_rows(report).await?;
+    redlock::cluster_rows(report).await
 }

@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use distlock::LockClient;
 
+use crate::record::{Base, Better, at, us};
 use crate::sql::lock_release;
 use crate::{Error, RAW_RELEASE, Report, median};
 use support::sentinel::SentinelGroup;
@@ -46,6 +47,11 @@ where
 
 pub async fn rows(report: &mut Report) -> Result<(), Error> {
     let group = SentinelGroup::start(2, 3);
+    let version = crate::versions::redis(&group.servers[0]).await;
+    report.server(
+        "sentinel",
+        format!("{version} (a master, 2 replicas, 3 sentinels)"),
+    );
     let direct = LockClient::connect(&group.servers[0].url()).await?;
     let sentinel = LockClient::connect(&group.url("")).await?;
     let acked = LockClient::connect(&group.url("?replicas=1")).await?;
@@ -74,10 +80,12 @@ pub async fn rows(report: &mut Report) -> Result<(), Error> {
     )
     .await?;
     report.row(
-        "12a. sentinel: lock + release (median µs)",
-        format!("{s:.1} µs"),
-        format!("{d:.1} µs redis://"),
-        format!("{r:.3}×"),
+        at("sentinel", "12a"),
+        "sentinel",
+        "lock + release through `redis+sentinel://` (manual API, fresh keys)",
+        us(s),
+        Base::with_ratio("the same through `redis://` to the same master", us(d), r),
+        Better::Lower,
     );
     report.field("sentinel_lock_release_us", s);
     report.field("sentinel_vs_direct_ratio", r);
@@ -134,17 +142,29 @@ pub async fn rows(report: &mut Report) -> Result<(), Error> {
     )
     .await?;
     report.row(
-        "12c. redis:// lock + release (median µs)",
-        format!("{plain:.1} µs"),
-        format!("{plain_floor:.1} µs SET, no WAIT"),
-        format!("{plain_ratio:.3}×"),
+        at("sentinel", "12c"),
+        "plain",
+        "lock + release through `redis://` to the master (manual API, fresh keys)",
+        us(plain),
+        Base::with_ratio(
+            "raw `SET NX PX`, then compare-and-delete `EVALSHA`",
+            us(plain_floor),
+            plain_ratio,
+        ),
+        Better::Lower,
     );
     report.field("plain_vs_floor_ratio", plain_ratio);
     report.row(
-        "12b. ?replicas=1: lock + release (median µs)",
-        format!("{a:.1} µs"),
-        format!("{f:.1} µs SET+WAIT 1"),
-        format!("{r:.3}×"),
+        at("sentinel", "12b"),
+        "replicas",
+        "lock + release with `?replicas=1` (the grant waits for a replica's acknowledgement)",
+        us(a),
+        Base::with_ratio(
+            "raw `SET NX PX` + `WAIT 1` in one pipeline, then compare-and-delete `EVALSHA`",
+            us(f),
+            r,
+        ),
+        Better::Lower,
     );
     report.field("replicas_lock_release_us", a);
     report.field("replicas_floor_us", f);

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use distlock::LockClient;
 
 use crate::peer::LinePeer;
+use crate::record::{At, Base, Better, Fig, per_s, us};
 use crate::{Error, Report, handoff, median, run_tasks};
 
 /// A raw lock table's two statements: take (`INSERT … ON CONFLICT DO NOTHING`), release
@@ -422,15 +423,18 @@ pub async fn distributed_lock_pooled(
     LinePeer::start(crate_name, command).await
 }
 
-/// distlock beside a peer library and a raw floor of the peer's own design (rows 7 and 8):
-/// uncontended (fresh keys, one reused key) and 64-task throughput against each. Returns
-/// distlock's µs of an uncontended lock + release on fresh keys.
+/// distlock beside a peer library (`peer`, described as `peer_name`) and a raw floor of the
+/// peer's own design (`floor`, `floor_name`) (rows 7 and 8): uncontended (fresh keys, one
+/// reused key) and 64-task throughput against each. Returns distlock's µs of an uncontended
+/// lock + release on fresh keys.
+#[allow(clippy::too_many_arguments)]
 pub async fn beside_peer(
     report: &mut Report,
-    label: &str,
+    at: At<'_>,
     key: &str,
     url: &str,
     peer: &LinePeer,
+    peer_name: &str,
     floor: &impl RawPair,
     floor_name: &str,
 ) -> Result<f64, Error> {
@@ -439,18 +443,10 @@ pub async fn beside_peer(
         lock_release(&client, format!("warm:{i}")).await?;
         floor.pair(0, &format!("warm:{i}"), true).await?;
     }
-    against(
-        report,
-        &format!("{label} vs {}", peer.name()),
-        &format!("{key}_peer"),
-        &client,
-        peer,
-        peer.name(),
-    )
-    .await?;
+    against(report, at, &format!("{key}_peer"), &client, peer, peer_name).await?;
     let fresh = against(
         report,
-        &format!("{label} vs {floor_name}"),
+        at,
         &format!("{key}_floor"),
         &client,
         floor,
@@ -460,24 +456,27 @@ pub async fn beside_peer(
     Ok(fresh)
 }
 
-/// The peer's handoff between clients (rows 7 and 8), beside distlock's.
-pub async fn peer_handoff_row(
+/// A peer's handoff between clients (4 clients × 4 tasks, 3 s), its fields written under
+/// `{key}_peer_…`.
+pub async fn peer_handoff(
     report: &mut Report,
-    label: &str,
     key: &str,
     peer: &LinePeer,
-) -> Result<(), Error> {
+) -> Result<Handoff, Error> {
     let (rate, p50, p99) = peer.handoff("handoff", Duration::from_secs(3)).await?;
-    report.row(
-        &format!("{label}: {} handoff, 4 clients × 4 tasks", peer.name()),
-        format!("{rate:.0}/s"),
-        format!("p50 {:.2} / p99 {:.2} ms", p50 / 1e3, p99 / 1e3),
-        String::new(),
-    );
     report.field(&format!("{key}_peer_handoffs_per_s"), rate);
     report.field(&format!("{key}_peer_handoff_p50_us"), p50);
     report.field(&format!("{key}_peer_handoff_p99_us"), p99);
-    Ok(())
+    Ok(Handoff { rate, p50, p99 })
+}
+
+/// How a peer's pool is sized: `pool`, else `BENCH_PEER_POOL`, else sqlx's default.
+pub fn pool_said(pool: Option<usize>) -> String {
+    let set = std::env::var("BENCH_PEER_POOL").ok();
+    match pool.map(|p| p.to_string()).or(set) {
+        Some(size) => format!("with a pool of {size}"),
+        None => "sqlx's default pool of 10".to_owned(),
+    }
 }
 
 /// Another kind than the plain lock, for [`kind_row`].
@@ -504,7 +503,7 @@ pub enum Kind {
 /// The read-lock row, the semaphore row and the two-key row (see [`kind_row`]).
 pub async fn kind_rows<F, Fut>(
     report: &mut Report,
-    label: &str,
+    at: At<'_>,
     key: &str,
     client: &LockClient,
     floor: F,
@@ -513,19 +512,19 @@ where
     F: Fn(String) -> Fut,
     Fut: Future<Output = Result<(), Error>>,
 {
-    kind_row(report, label, key, client, &floor, Kind::Read).await?;
+    kind_row(report, at, key, client, &floor, Kind::Read).await?;
     // Semaphores and upgradable reads where the store serves them (it refuses them, writing
     // nothing, where it does not).
     let permit = client.semaphore("permit-probe", 4).wait(Duration::ZERO);
     if served(permit.await).await? {
-        kind_row(report, label, key, client, &floor, Kind::Permit).await?;
+        kind_row(report, at, key, client, &floor, Kind::Permit).await?;
     }
-    kind_row(report, label, key, client, &floor, Kind::Set).await?;
+    kind_row(report, at, key, client, &floor, Kind::Set).await?;
     let upgradable = client.lock("upgradable-probe").upgradable();
     if served(upgradable.wait(Duration::ZERO).await).await? {
-        kind_row(report, label, key, client, &floor, Kind::Upgradable).await?;
-        kind_row(report, label, key, client, &floor, Kind::Upgrade).await?;
-        kind_row(report, label, key, client, &floor, Kind::UpgradeAlone).await?;
+        kind_row(report, at, key, client, &floor, Kind::Upgradable).await?;
+        kind_row(report, at, key, client, &floor, Kind::Upgrade).await?;
+        kind_row(report, at, key, client, &floor, Kind::UpgradeAlone).await?;
     }
     Ok(())
 }
@@ -538,7 +537,8 @@ async fn served(probe: Result<distlock::LockGuard, distlock::LockError>) -> Resu
             guard.release().await?;
             Ok(true)
         }
-        Err(distlock::LockError::Config(_)) => Ok(false),
+        // Refused as a kind the store does not serve (`Unsupported`; `Config` before).
+        Err(distlock::LockError::Config(_) | distlock::LockError::Unsupported { .. }) => Ok(false),
         Err(other) => Err(other.into()),
     }
 }
@@ -553,7 +553,7 @@ async fn served(probe: Result<distlock::LockGuard, distlock::LockError>) -> Resu
 /// side's other steps untimed), and the floor stays the raw take + release.
 pub async fn kind_row<F, Fut>(
     report: &mut Report,
-    label: &str,
+    at: At<'_>,
     key: &str,
     client: &LockClient,
     floor: &F,
@@ -657,34 +657,48 @@ where
     let (r, p, f) = (median(&mut reads), median(&mut plains), median(&mut raws));
     let (rp, rf) = (median(&mut vs_plain), median(&mut vs_raw));
     let (what, field) = match kind {
-        Kind::Read => ("read lock", "read"),
-        Kind::Permit => ("semaphore permit", "permit"),
-        Kind::Set => ("two-key lock_all", "set"),
-        Kind::Upgradable => ("upgradable read", "upgradable"),
-        Kind::Upgrade => ("upgradable read + upgrade", "upgrade"),
-        Kind::UpgradeAlone => ("upgrade alone", "upgrade_alone"),
+        Kind::Read => ("read lock, uncontended acquire + release", "read"),
+        Kind::Permit => ("permit of a semaphore of 4, acquire + release", "permit"),
+        Kind::Set => ("two keys at once (`lock_all`), acquire + release", "set"),
+        Kind::Upgradable => (
+            "upgradable read (`.upgradable()`), acquire + release",
+            "upgradable",
+        ),
+        Kind::Upgrade => (
+            "upgradable read upgraded before its release (`guard.upgrade()`)",
+            "upgrade",
+        ),
+        Kind::UpgradeAlone => (
+            "the upgrade alone (`guard.upgrade()` timed by itself)",
+            "upgrade_alone",
+        ),
     };
-    let title = match kind {
-        Kind::UpgradeAlone => {
-            format!("{label}: uncontended upgrade alone vs a read lock's acquisition (µs)")
-        }
-        _ => format!("{label}: uncontended {what}+release (µs)"),
+    let plain = match kind {
+        Kind::Set => "two plain locks taken in turn",
+        Kind::Upgradable | Kind::Upgrade => "a plain read lock",
+        Kind::UpgradeAlone => "a plain read lock's acquisition timed by itself",
+        _ => "a plain lock",
     };
     report.row(
-        &title,
-        format!("{r:.0} µs"),
-        match kind {
-            Kind::Set => format!("{p:.0} µs 2 plain, {f:.0} µs raw 1 key"),
-            Kind::Upgradable | Kind::Upgrade => format!("{p:.0} µs read lock, {f:.0} µs raw"),
-            Kind::UpgradeAlone => format!("{p:.0} µs read acquisition, {f:.0} µs raw pair"),
-            _ => format!("{p:.0} µs plain, {f:.0} µs raw"),
-        },
-        match kind {
-            Kind::Set => format!("{rp:.3}× 2 plain, {rf:.3}× raw 1 key"),
-            Kind::Upgradable | Kind::Upgrade => format!("{rp:.3}× read lock, {rf:.3}× raw"),
-            Kind::UpgradeAlone => format!("{rp:.3}× read acquisition, {rf:.3}× raw pair"),
-            _ => format!("{rp:.3}× plain, {rf:.3}× raw"),
-        },
+        at,
+        format!("{key}_{field}_vs_plain"),
+        what,
+        us(r),
+        Base::with_ratio(plain, us(p), rp),
+        Better::Lower,
+    );
+    let floor = match kind {
+        Kind::Set => "the raw floor of one key",
+        Kind::UpgradeAlone => "the raw take + release of one key (both timed)",
+        _ => "the raw take + release of one key",
+    };
+    report.row(
+        at,
+        format!("{key}_{field}_vs_raw"),
+        what,
+        us(r),
+        Base::with_ratio(floor, us(f), rf),
+        Better::Lower,
     );
     report.field(&format!("{key}_{field}_uncontended_us"), r);
     report.field(&format!("{key}_{field}_vs_plain_ratio"), rp);
@@ -770,11 +784,11 @@ impl<A: Peer, B: Peer> Side<'_, A, B> {
 
 /// Uncontended lock + release on distinct fresh keys and on one reused key, and 64-task
 /// throughput on distinct keys: distlock (`client`) against `other` (the floor, or a peer),
-/// `baseline` naming it in the rows; interleaved rounds, medians. `key` prefixes the JSON
-/// fields. Returns distlock's uncontended µs per call on fresh keys.
+/// `baseline` naming it in the rows; interleaved rounds, medians. `key` names the rows and
+/// prefixes the JSON fields. Returns distlock's uncontended µs per call on fresh keys.
 pub async fn against(
     report: &mut Report,
-    label: &str,
+    at: At<'_>,
     key: &str,
     client: &LockClient,
     other: &impl Peer,
@@ -794,15 +808,17 @@ pub async fn against(
         })
         .await?;
         let (what, field) = if reused {
-            ("one reused key", "reused")
+            ("uncontended lock + release, one reused key", "reused")
         } else {
-            ("fresh keys", "uncontended")
+            ("uncontended lock + release, fresh keys", "uncontended")
         };
         report.row(
-            &format!("{label}: uncontended lock+release, {what} (µs)"),
-            format!("{o:.0} µs"),
-            format!("{f:.0} µs {baseline}"),
-            format!("{r:.3}×"),
+            at,
+            format!("{key}_{field}"),
+            what,
+            us(o),
+            Base::with_ratio(baseline, us(f), r),
+            Better::Lower,
         );
         report.field(&format!("{key}_{field}_us"), o);
         report.field(&format!("{key}_{field}_raw_us"), f);
@@ -831,10 +847,12 @@ pub async fn against(
     })
     .await?;
     report.row(
-        &format!("{label}: throughput, 64 tasks (calls/s)"),
-        format!("{a:.0}/s"),
-        format!("{b:.0}/s {baseline}"),
-        format!("{r:.3}×"),
+        at,
+        format!("{key}_throughput"),
+        "throughput, 64 tasks, distinct keys",
+        per_s(a),
+        Base::with_ratio(baseline, per_s(b), r),
+        Better::Higher,
     );
     let [(mut oc, mut os), (mut bc, mut bs)] = cpu.into_inner().unwrap();
     let (oc, os, bc, bs) = (
@@ -844,10 +862,20 @@ pub async fn against(
         median(&mut bs),
     );
     report.row(
-        &format!("{label}: — CPU per pair at that rate, client / servers (µs)"),
-        format!("{oc:.1} / {os:.1} µs"),
-        format!("{bc:.1} / {bs:.1} µs {baseline}"),
-        format!("{:.3}×", (oc + os) / (bc + bs)),
+        at,
+        format!("{key}_cpu_client"),
+        "the client's CPU per pair at that throughput",
+        us(oc),
+        Base::quotient(baseline, us(oc), us(bc)),
+        Better::Lower,
+    );
+    report.row(
+        at,
+        format!("{key}_cpu_servers"),
+        "the servers' CPU per pair at that throughput",
+        us(os),
+        Base::quotient(baseline, us(os), us(bs)),
+        Better::Lower,
     );
     report.field(&format!("{key}_throughput_per_s"), a);
     report.field(&format!("{key}_throughput_raw_per_s"), b);
@@ -859,30 +887,35 @@ pub async fn against(
     Ok(fresh)
 }
 
+/// A store's rows against its raw floor (`raw`, described as `raw_name`): the lock kinds,
+/// then (unless only the kinds run) uncontended and throughput, and the handoff between
+/// clients, measured here and returned for its rows ([`handoff_rows`]) once the baseline it
+/// is set against is measured too.
 pub async fn rows(
     report: &mut Report,
-    label: &str,
+    at: At<'_>,
     key: &str,
     url: &str,
     raw: impl RawPair,
-) -> Result<(), Error> {
+    raw_name: &str,
+) -> Result<Option<Handoff>, Error> {
     let client = LockClient::builder(url).build().await?;
-    kind_rows(report, label, key, &client, |name| {
+    kind_rows(report, at, key, &client, |name| {
         let raw = raw.clone();
         async move { raw.pair(0, &name, true).await }
     })
     .await?;
     if read_only() {
-        return Ok(());
+        return Ok(None);
     }
-    let o = warm_and_against(report, label, key, &client, &raw, "raw").await?;
-    handoff_row(report, label, key, url, o).await
+    warm_and_against(report, at, key, &client, &raw, raw_name).await?;
+    Ok(Some(handoff(report, key, url).await?))
 }
 
 /// [`against`] after 300 warm-up pairs on each side (`other` a raw floor).
 pub async fn warm_and_against(
     report: &mut Report,
-    label: &str,
+    at: At<'_>,
     key: &str,
     client: &LockClient,
     other: &impl RawPair,
@@ -892,19 +925,21 @@ pub async fn warm_and_against(
         lock_release(client, format!("warm:{i}")).await?;
         other.pair(0, &format!("warm:{i}"), true).await?;
     }
-    against(report, label, key, client, other, baseline).await
+    against(report, at, key, client, other, baseline).await
+}
+
+/// A handoff's figures: grants per second, and the p50 / p99 gap from one client's release to
+/// another client's grant (µs).
+#[derive(Clone, Copy)]
+pub struct Handoff {
+    pub rate: f64,
+    pub p50: f64,
+    pub p99: f64,
 }
 
 /// Handoff between 4 clients (separate owners, each with its own connections and listener),
-/// 4 tasks each, one key, for 3 s: the time from a release to the next grant, against `o`, the
-/// µs of an uncontended lock + release.
-pub async fn handoff_row(
-    report: &mut Report,
-    label: &str,
-    key: &str,
-    url: &str,
-    o: f64,
-) -> Result<(), Error> {
+/// 4 tasks each, one key, for 3 s (its fields written under `{key}_…`).
+pub async fn handoff(report: &mut Report, key: &str, url: &str) -> Result<Handoff, Error> {
     let mut tasks = Vec::new();
     for c in 0..4 {
         let client = LockClient::builder(url).build().await?;
@@ -929,14 +964,48 @@ pub async fn handoff_row(
     // Only handoffs from one client to another: those go through the database (a notification
     // or a poll); within a client, the next task is let through in-process.
     let (rate, p50, p99) = handoff::run(window, tasks).await?;
-    report.row(
-        &format!("{label}: handoff, 4 clients × 4 tasks, between clients"),
-        format!("{rate:.0}/s"),
-        format!("p50 {:.2} / p99 {:.2} ms", p50 / 1e3, p99 / 1e3),
-        format!("{:.1}× uncont.", p50 / o),
-    );
     report.field(&format!("{key}_handoffs_per_s"), rate);
     report.field(&format!("{key}_handoff_p50_us"), p50);
     report.field(&format!("{key}_handoff_p99_us"), p99);
-    Ok(())
+    Ok(Handoff { rate, p50, p99 })
+}
+
+/// The handoff's rows: distlock's figures (`ours`) against `baseline`'s (`theirs`), measured
+/// in the same run.
+pub fn handoff_rows(
+    report: &mut Report,
+    at: At<'_>,
+    key: &str,
+    ours: Handoff,
+    baseline: &str,
+    theirs: Handoff,
+) {
+    let ms = |v: f64| Fig {
+        value: v / 1e3,
+        unit: "ms",
+    };
+    report.row(
+        at,
+        format!("{key}_handoffs"),
+        "handoff, 4 clients × 4 tasks on one key: grants/s",
+        per_s(ours.rate),
+        Base::quotient(baseline, per_s(ours.rate), per_s(theirs.rate)),
+        Better::Higher,
+    );
+    report.row(
+        at,
+        format!("{key}_handoff_p50"),
+        "handoff: one client's release → another's grant, p50",
+        ms(ours.p50),
+        Base::quotient(baseline, ms(ours.p50), ms(theirs.p50)),
+        Better::Lower,
+    );
+    report.row(
+        at,
+        format!("{key}_handoff_p99"),
+        "handoff: one client's release → another's grant, p99",
+        ms(ours.p99),
+        Base::quotient(baseline, ms(ours.p99), ms(theirs.p99)),
+        Better::Lower,
+    );
 }
