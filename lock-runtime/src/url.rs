@@ -126,6 +126,26 @@ pub(crate) fn take_query(url: &str, mut take: impl FnMut(&str, &str) -> bool) ->
 /// `%XX` escapes decoded (a malformed one is kept as written); the result as text, invalid
 /// UTF-8 replaced.
 #[cfg_attr(not(network_store), allow(dead_code))]
+/// `text` with every `<escape>XX` (two hex digits) turned back into its byte; `None` for an
+/// escape not followed by two hex digits, or bytes that are not UTF-8. (A ZooKeeper path
+/// component escapes with `%`, a NATS key with `=`.)
+#[cfg(any(feature = "zookeeper", feature = "nats"))]
+pub(crate) fn unescape(text: &str, escape: u8) -> Option<String> {
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&byte, tail)) = rest.split_first() {
+        if byte == escape {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(byte);
+            rest = tail;
+        }
+    }
+    String::from_utf8(bytes).ok()
+}
+
 pub(crate) fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::notify::LostFlag;
-use crate::runtime::{Closing, close_now, close_soon};
+use crate::runtime::{BoxFuture, Closing, close_now, close_soon};
 
 /// Why a session can no longer be trusted, once it cannot: a guard's lost flag, with the
 /// reason every lock on the session reports.
@@ -114,6 +114,27 @@ impl Closer {
             close_soon(Arc::clone(&self.close), self.bound);
         }
     }
+}
+
+/// What a client keeps open on the server and ends when it closes (a ZooKeeper session, an
+/// etcd lease).
+pub(crate) trait Closes: Send + Sync {
+    fn close(&self) -> BoxFuture<'_, ()>;
+}
+
+/// Takes every entry of `open` out and ends them all at once ([`Backend::close`]).
+///
+/// [`Backend::close`]: crate::backend::Backend::close
+pub(crate) fn close_all<K, T: Closes + 'static>(
+    open: &Mutex<std::collections::HashMap<K, Arc<T>>>,
+) -> BoxFuture<'static, ()> {
+    let ended: Vec<Arc<T>> = std::mem::take(&mut *open.lock().unwrap_or_else(|p| p.into_inner()))
+        .into_values()
+        .collect();
+    Box::pin(async move {
+        let closing = ended.iter().map(|each| each.close()).collect();
+        crate::runtime::join_all(closing).await;
+    })
 }
 
 /// Lives in the task that keeps a session alive (a heartbeat, a keepalive stream). Dropped with

@@ -599,6 +599,7 @@ pub(crate) fn check_lock_delay(delay: Duration, key: Option<&str>) -> Result<(),
 
 #[cfg(test)]
 mod tests {
+    #[allow(unused_imports)] // (every test here needs a backend feature)
     use super::*;
 
     #[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]

@@ -97,11 +97,13 @@ impl Lease {
     }
 }
 
-impl Lease {
+impl crate::backend::loss::Closes for Lease {
     /// Revokes the lease now (its client is closing): see [`Closer::close_now`].
-    pub(crate) async fn close(&self) {
-        self.closer.close_now(&self.loss).await;
-        self.keepalive.abort();
+    fn close(&self) -> crate::runtime::BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.closer.close_now(&self.loss).await;
+            self.keepalive.abort();
+        })
     }
 }
 

@@ -515,17 +515,7 @@ impl Backend for EtcdBackend {
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {
-        let ended: Vec<_> =
-            std::mem::take(&mut *self.leases.lock().unwrap_or_else(|p| p.into_inner()))
-                .into_values()
-                .collect();
-        Box::pin(async move {
-            let closing = ended
-                .iter()
-                .map(|each| Box::pin(each.close()) as BoxFuture<'_, ()>)
-                .collect();
-            crate::runtime::join_all(closing).await;
-        })
+        super::loss::close_all(&self.leases)
     }
 }
 

@@ -373,19 +373,7 @@ impl NatsBackend {
 
     /// The backend name of key `key` ([`key_of`](Self::key_of) undone).
     fn name_of(key: &str) -> Option<String> {
-        let mut bytes = Vec::with_capacity(key.len());
-        let mut rest = key.as_bytes();
-        while let Some((&byte, tail)) = rest.split_first() {
-            if byte == b'=' {
-                let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
-                bytes.push(u8::from_str_radix(hex, 16).ok()?);
-                rest = &tail[2..];
-            } else {
-                bytes.push(byte);
-                rest = tail;
-            }
-        }
-        String::from_utf8(bytes).ok()
+        crate::url::unescape(key, b'=')
     }
 
     fn subject(&self, name: &str) -> String {

@@ -274,16 +274,6 @@ impl Backend for ZookeeperBackend {
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {
-        let ended: Vec<_> =
-            std::mem::take(&mut *self.sessions.lock().unwrap_or_else(|p| p.into_inner()))
-                .into_values()
-                .collect();
-        Box::pin(async move {
-            let closing = ended
-                .iter()
-                .map(|each| Box::pin(each.close()) as BoxFuture<'_, ()>)
-                .collect();
-            crate::runtime::join_all(closing).await;
-        })
+        super::loss::close_all(&self.sessions)
     }
 }

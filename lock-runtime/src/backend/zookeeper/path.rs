@@ -194,19 +194,7 @@ fn encode_into(name: &str, out: &mut String) {
 
 /// Decodes a path component made by [`encode_into`] (for people and tools reading the tree).
 pub(crate) fn decode(component: &str) -> Option<String> {
-    let mut bytes = Vec::with_capacity(component.len());
-    let mut rest = component.as_bytes();
-    while let Some((&byte, tail)) = rest.split_first() {
-        if byte == b'%' {
-            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
-            bytes.push(u8::from_str_radix(hex, 16).ok()?);
-            rest = &tail[2..];
-        } else {
-            bytes.push(byte);
-            rest = tail;
-        }
-    }
-    String::from_utf8(bytes).ok()
+    crate::url::unescape(component, b'%')
 }
 
 /// What marks a reader's node: `<token>-r-lock-<sequence>`. (A token ends in hex digits, so

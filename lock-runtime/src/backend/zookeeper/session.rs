@@ -112,13 +112,15 @@ impl ZkSession {
     }
 }
 
-impl ZkSession {
+impl crate::backend::loss::Closes for ZkSession {
     /// Closes the session on the server now (its client is closing): see
     /// [`Closer::close_now`].
-    pub(crate) async fn close(&self) {
-        self.closer.close_now(&self.loss).await;
-        self.heartbeat.abort();
-        self.client.lock().unwrap_or_else(|p| p.into_inner()).take();
+    fn close(&self) -> crate::runtime::BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.closer.close_now(&self.loss).await;
+            self.heartbeat.abort();
+            self.client.lock().unwrap_or_else(|p| p.into_inner()).take();
+        })
     }
 }
 
