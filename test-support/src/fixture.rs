@@ -144,6 +144,15 @@ async fn slow_proxies(ports: &[u16], min: Duration, max: Duration) -> Vec<DelayP
     proxies
 }
 
+/// `url` (any `…:<port>…`) through a delay proxy in front of `port`.
+async fn slowed_through(url: &str, port: u16, min: Duration, max: Duration) -> Slowed {
+    let proxies = slow_proxies(&[port], min, max).await;
+    Slowed {
+        url: through(url, port, proxies[0].port()),
+        _keep: keep(proxies),
+    }
+}
+
 /// `url` (`scheme://user:password@127.0.0.1:<port>/…`) through a delay proxy in front of `port`.
 async fn slowed_url(url: &str, port: u16, min: Duration, max: Duration) -> Slowed {
     let proxies = slow_proxies(&[port], min, max).await;
@@ -1752,11 +1761,7 @@ impl Fixture for ZookeeperFixture {
 
     async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
         let port = self.server.secure_port.unwrap_or(self.server.client_port);
-        let proxies = slow_proxies(&[port], min, max).await;
-        Slowed {
-            url: through(&self.url(), port, proxies[0].port()),
-            _keep: keep(proxies),
-        }
+        slowed_through(&self.url(), port, min, max).await
     }
 
     fn fencing_consecutive(&self) -> bool {
@@ -1952,11 +1957,7 @@ impl Fixture for EtcdFixture {
 
     async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
         let port = self.member.tls_port.unwrap_or(self.member.client_port);
-        let proxies = slow_proxies(&[port], min, max).await;
-        Slowed {
-            url: through(&self.url(), port, proxies[0].port()),
-            _keep: keep(proxies),
-        }
+        slowed_through(&self.url(), port, min, max).await
     }
 
     fn fencing_consecutive(&self) -> bool {
@@ -2096,11 +2097,7 @@ impl Fixture for NatsFixture {
 
     async fn slowed(&self, min: Duration, max: Duration) -> Slowed {
         let port = self.server.port;
-        let proxies = slow_proxies(&[port], min, max).await;
-        Slowed {
-            url: through(&self.url(), port, proxies[0].port()),
-            _keep: keep(proxies),
-        }
+        slowed_through(&self.url(), port, min, max).await
     }
 
     /// Revisions are the bucket's stream sequence: every write (renewals, deletes, other

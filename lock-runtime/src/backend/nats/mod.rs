@@ -33,15 +33,18 @@
 //! changed in one step, which a key-value bucket does not do.
 
 mod admin;
+mod connect;
+mod share;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::jetstream::{self, kv, stream};
+use async_nats::jetstream::{self, stream};
 use async_nats::{HeaderMap, header};
 
-use super::{Attempt, Backend, Capabilities, Hold, LockSpec, Released, SharedStore, Stored};
-use crate::error::{BoxError, LockError};
+use self::connect::Auth;
+use super::{Attempt, Backend, Capabilities, Hold, LockSpec, Released};
+use crate::error::BoxError;
 use crate::fast_map::FastMap;
 use crate::notify::{CloseOnDrop, ReleaseHub, ReleaseSubscription};
 use crate::runtime::{BoxFuture, Revived, RuntimeBound};
@@ -51,17 +54,9 @@ pub(crate) const CAPABILITIES: Capabilities = Capabilities {
     shared: Err(NO_READ_LOCKS),
     permits: Err(NO_SEMAPHORES),
     wakes: "a republished delete or expiry marker",
-    shares: Ok(SHARE_LIMIT),
+    shares: Ok(share::SHARE_LIMIT),
     ..Capabilities::plain("nats")
 };
-
-/// The largest shared result kept: under NATS's default message size (1 MiB), headers aside.
-const SHARE_LIMIT: usize = 1_000_000;
-/// Where a lock's shared result lives: the key of `lock-share:<name>`, beside the locks.
-const SHARE_PREFIX: &str = "lock-share:";
-/// The header of a shared result that gives its share exactly, in milliseconds: the server's
-/// TTL is whole seconds, and a result read after its share is not returned.
-const SHARE_MS_HEADER: &str = "Distlock-Share-Ms";
 
 const NO_READ_LOCKS: &str = "nats:// has no read locks: a reader's share beside the writer's \
      key would need several keys changed in one step, which a JetStream key-value bucket does \
@@ -106,16 +101,6 @@ struct Written {
     granted: u64,
 }
 
-/// How the client authenticates.
-#[derive(Clone)]
-enum Auth {
-    None,
-    UserPassword(String, String),
-    Token(String),
-    Nkey(String),
-    CredsFile(String),
-}
-
 /// A connection, on the runtime that made it.
 struct Conn {
     client: async_nats::Client,
@@ -146,217 +131,6 @@ struct Last {
 struct Conflict;
 
 impl NatsBackend {
-    /// Parses the URL, connects (bounded by the connect timeout), and checks the bucket — or
-    /// creates it with the settings locks need.
-    pub(crate) async fn connect(
-        url: &str,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-    ) -> Result<Arc<NatsBackend>, LockError> {
-        let backend = NatsBackend::parse(url, connect_timeout, response_timeout)?;
-        let started =
-            tokio::time::timeout(connect_timeout + response_timeout, backend.conn()).await;
-        match started {
-            Ok(Ok(_)) => Ok(Arc::new(backend)),
-            Ok(Err(error)) => Err(backend.connect_error(error)),
-            Err(_) => Err(LockError::Connect {
-                url: backend.shown.clone(),
-                reason: format!(
-                    "no answer within the connect timeout ({connect_timeout:?}): is nats-server \
-                     running at that address, with JetStream on (`-js`)?"
-                ),
-                source: None,
-            }),
-        }
-    }
-
-    fn parse(
-        url: &str,
-        connect_timeout: Duration,
-        response_timeout: Duration,
-    ) -> Result<NatsBackend, LockError> {
-        let shown = crate::url::redact_url(url);
-        let bad = |why: String| LockError::Config(format!("invalid NATS URL {shown}: {why}"));
-        let rest = url
-            .strip_prefix("nats://")
-            .ok_or_else(|| bad("it must start with `nats://`".into()))?;
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let rest = rest.trim_end_matches('/');
-        let (userinfo, hosts) = match rest.rsplit_once('@') {
-            Some((userinfo, hosts)) => (Some(userinfo), hosts),
-            None => (None, rest),
-        };
-        let mut auth = match userinfo {
-            Some(userinfo) => match userinfo.split_once(':') {
-                Some((user, password)) => Auth::UserPassword(
-                    crate::url::percent_decode(user),
-                    crate::url::percent_decode(password),
-                ),
-                None => Auth::Token(crate::url::percent_decode(userinfo)),
-            },
-            None => Auth::None,
-        };
-        let mut bucket = "distlock".to_owned();
-        let mut replicas = 1;
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let value = crate::url::percent_decode(value);
-            match name {
-                "bucket" => bucket = value,
-                "replicas" => {
-                    replicas = value
-                        .parse()
-                        .ok()
-                        .filter(|n| (1..=5).contains(n))
-                        .ok_or_else(|| {
-                            bad(format!("`replicas={value}`: the bucket's replicas, 1 to 5"))
-                        })?;
-                }
-                "nkey" => auth = Auth::Nkey(value),
-                "creds" => auth = Auth::CredsFile(value),
-                other => {
-                    return Err(bad(format!(
-                        "unknown parameter `{other}`: known are `bucket`, `replicas`, `nkey` and \
-                         `creds`"
-                    )));
-                }
-            }
-        }
-        if bucket.is_empty()
-            || !bucket
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            return Err(bad(format!(
-                "`bucket={bucket}`: a bucket name is letters, digits, `-` and `_`"
-            )));
-        }
-        let servers = crate::url::host_list(hosts, 4222)
-            .map_err(bad)?
-            .into_iter()
-            .map(|host| format!("nats://{host}"))
-            .collect();
-        Ok(NatsBackend {
-            shown,
-            servers,
-            auth,
-            bucket,
-            replicas,
-            connect_timeout,
-            response_timeout,
-            conn: Revived::new(),
-            listener: Revived::new(),
-            written: Arc::default(),
-            in_flight: Arc::default(),
-        })
-    }
-
-    fn connect_error(&self, error: BoxError) -> LockError {
-        let text = error.to_string();
-        let hint = if text.contains("authorization violation") || text.contains("uthorization") {
-            "the server refused the credentials: check the user and password (nats://user:\
-             password@host:port), the token (nats://token@host:port), `?nkey=` or `?creds=`"
-        } else if text.contains("onnection refused") {
-            "connection refused: is nats-server running at that address?"
-        } else if text.contains("JetStream") || text.contains("jetstream") || text.contains("503") {
-            "the server has no JetStream: start nats-server with `-js` (locks live in a \
-             JetStream key-value bucket)"
-        } else {
-            "the connection failed"
-        };
-        LockError::Connect {
-            url: self.shown.clone(),
-            reason: format!("{hint} ({text})"),
-            source: Some(error),
-        }
-    }
-
-    /// The live connection, or a new one on the caller's runtime.
-    async fn conn(&self) -> Result<Arc<Conn>, BoxError> {
-        self.conn
-            .get(
-                |conn: &Conn| conn.runtime.is_alive(),
-                || Box::pin(self.open()),
-            )
-            .await
-    }
-
-    async fn open(&self) -> Result<Arc<Conn>, BoxError> {
-        let mut options = async_nats::ConnectOptions::new()
-            .name("distlock")
-            .connection_timeout(self.connect_timeout)
-            .request_timeout(Some(self.response_timeout));
-        options = match &self.auth {
-            Auth::None => options,
-            Auth::UserPassword(user, password) => {
-                options.user_and_password(user.clone(), password.clone())
-            }
-            Auth::Token(token) => options.token(token.clone()),
-            Auth::Nkey(seed) => options.nkey(seed.clone()),
-            Auth::CredsFile(path) => options.credentials_file(path).await?,
-        };
-        let client = options.connect(self.servers.as_slice()).await?;
-        let js = jetstream::new(client.clone());
-        let stream = self.bucket_stream(&js).await?;
-        Ok(Arc::new(Conn {
-            client,
-            js,
-            stream,
-            runtime: RuntimeBound::new(()),
-        }))
-    }
-
-    /// The bucket's stream: found and checked, or created with what locks need — one
-    /// message per key, per-message TTLs with markers when one runs out, and the republish
-    /// that wakes waiters.
-    async fn bucket_stream(&self, js: &jetstream::Context) -> Result<stream::Stream, BoxError> {
-        let name = format!("KV_{}", self.bucket);
-        let mut stream = match js.get_stream(&name).await {
-            Ok(stream) => stream,
-            Err(_) => {
-                js.create_key_value(kv::Config {
-                    bucket: self.bucket.clone(),
-                    description: "distlock's locks".into(),
-                    history: 1,
-                    num_replicas: self.replicas,
-                    limit_markers: Some(Duration::from_secs(1)),
-                    republish: Some(stream::Republish {
-                        source: format!("$KV.{}.>", self.bucket),
-                        destination: format!("{EVENTS}.{}.>", self.bucket),
-                        headers_only: true,
-                    }),
-                    ..Default::default()
-                })
-                .await?;
-                js.get_stream(&name).await?
-            }
-        };
-        let config = &stream.info().await?.config;
-        let mut missing = Vec::new();
-        if !config.allow_message_ttl || config.subject_delete_marker_ttl.is_none() {
-            missing.push("per-key TTLs with markers (`limit_markers`, NATS 2.11+)");
-        }
-        if config.max_messages_per_subject != 1 {
-            missing.push("one revision per key (`history: 1`)");
-        }
-        let republished = config.republish.as_ref().is_some_and(|republish| {
-            republish.destination == format!("{EVENTS}.{}.>", self.bucket)
-        });
-        if !republished {
-            missing.push("the republish that wakes waiters");
-        }
-        if !missing.is_empty() {
-            return Err(format!(
-                "the bucket `{}` exists without {}: name another with `?bucket=` (distlock \
-                 creates it), or delete it",
-                self.bucket,
-                missing.join(", ")
-            )
-            .into());
-        }
-        Ok(stream)
-    }
-
     /// The key of backend name `name`: every byte but letters, digits, `-` and `_` written as
     /// `=XX` (a key is `[-/_=.a-zA-Z0-9]`, and `.` separates subject tokens).
     pub(crate) fn key_of(name: &str) -> String {
@@ -432,13 +206,13 @@ impl NatsBackend {
 
     async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let sent_at = tokio::time::Instant::now();
-        let attempt = self.acquire_once(spec).await?;
+        let conn = self.conn().await.map_err(super::Transient::wrap)?;
+        let attempt = self.acquire_once(&conn, spec).await?;
         if let (Attempt::Acquired { .. }, false) = (attempt, spec.renew) {
             // Unrenewed: ended here when its lease does (the store's TTL is whole seconds,
             // longer), by a delete that expects the grant's revision — a renewal, an early
             // `min_hold` end or a release since changed it, and then nothing is deleted.
             if let Some(written) = self.written(spec.token) {
-                let conn = self.conn().await.map_err(super::Transient::wrap)?;
                 let subject = self.subject(spec.name);
                 let ends = sent_at + spec.lease;
                 tokio::spawn(async move {
@@ -543,11 +317,14 @@ impl NatsBackend {
             .remove(token);
     }
 
-    async fn acquire_once(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
-        let conn = self.conn().await.map_err(super::Transient::wrap)?;
+    async fn acquire_once(
+        &self,
+        conn: &Arc<Conn>,
+        spec: LockSpec<'_>,
+    ) -> Result<Attempt, BoxError> {
         // A loser of a race reads again: the winner's put, or (rarely) a key freed meanwhile.
         for _ in 0..3 {
-            let last = self.last(&conn, spec.name).await?;
+            let last = self.last(conn, spec.name).await?;
             let expected = match &last {
                 None => 0,
                 Some(last) => match &last.token {
@@ -568,7 +345,7 @@ impl NatsBackend {
                     None => last.revision,
                 },
             };
-            if let Ok(revision) = self.put_in_flight(&conn, spec, expected).await? {
+            if let Ok(revision) = self.put_in_flight(conn, spec, expected).await? {
                 return Ok(Attempt::Acquired {
                     fencing_token: spec.fencing.then_some(revision),
                 });
@@ -678,8 +455,12 @@ impl NatsBackend {
 
     async fn release_key(&self, hold: Hold<'_>) -> Result<Released, BoxError> {
         let conn = self.conn().await.map_err(super::Transient::wrap)?;
-        self.settled(hold.token).await;
         let mut written = self.written(hold.token);
+        if written.is_none() {
+            // Not known here: an acquisition's put may still be on its way.
+            self.settled(hold.token).await;
+            written = self.written(hold.token);
+        }
         // A try whose reply was lost (a timeout, a dropped connection) may have landed: tried
         // again, what the retry finds is ambiguous.
         let mut retried = false;
@@ -830,74 +611,6 @@ impl Backend for NatsBackend {
     }
 }
 
-/// A shared result is the key of `lock-share:<name>`, with the share's TTL (whole seconds,
-/// rounded up): the server ends it.
-impl SharedStore for NatsBackend {
-    fn shared_get<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, BoxError>> {
-        Box::pin(async move {
-            let conn = self.conn().await?;
-            let read = conn
-                .stream
-                .get_last_raw_message_by_subject(&self.subject(&format!("{SHARE_PREFIX}{name}")))
-                .await;
-            match read {
-                Ok(message)
-                    if message.headers.get(KV_OPERATION).is_none()
-                        && message.headers.get(header::NATS_MARKER_REASON).is_none() =>
-                {
-                    // Past its exact share (the server keeps it to the next whole second):
-                    // not returned.
-                    let share = message
-                        .headers
-                        .get(SHARE_MS_HEADER)
-                        .and_then(|ms| ms.as_str().parse().ok())
-                        .map(Duration::from_millis);
-                    let ended = share.is_some_and(|share| {
-                        let written = Duration::from_nanos(
-                            u64::try_from(message.time.unix_timestamp_nanos()).unwrap_or(0),
-                        );
-                        unix_now() >= written + share
-                    });
-                    Ok((!ended).then(|| message.payload.to_vec()))
-                }
-                Ok(_) => Ok(None),
-                Err(error) if error.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
-                    Ok(None)
-                }
-                Err(error) => Err(error.into()),
-            }
-        })
-    }
-
-    fn shared_put<'a>(&'a self, entry: Stored<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
-        Box::pin(async move {
-            let conn = self.conn().await?;
-            let subject = self.subject(&format!("{SHARE_PREFIX}{}", entry.name));
-            let put = Put {
-                value: entry.value,
-                lease: entry.ttl,
-                header: Some((SHARE_MS_HEADER, entry.ttl.as_millis() as u64)),
-            };
-            write_bytes(&conn, subject, None, Some(put))
-                .await?
-                .map_err(|Conflict| "the shared result changed under the write".into())
-                .map(drop)
-        })
-    }
-
-    fn shared_drop<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<bool, BoxError>> {
-        Box::pin(async move {
-            let stored = self.shared_get(name).await?.is_some();
-            if stored {
-                let conn = self.conn().await?;
-                let subject = self.subject(&format!("{SHARE_PREFIX}{name}"));
-                let _ = write_to(&conn, subject, None, None).await?;
-            }
-            Ok(stored)
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -912,34 +625,6 @@ mod tests {
                 "{key}"
             );
             assert_eq!(NatsBackend::name_of(&key).as_deref(), Some(name));
-        }
-    }
-
-    fn parsed(url: &str) -> Result<NatsBackend, LockError> {
-        NatsBackend::parse(url, Duration::from_secs(3), Duration::from_secs(2))
-    }
-
-    #[test]
-    fn the_url_names_servers_credentials_and_the_bucket() {
-        let backend = parsed("nats://app:s%40cret@a:4222,b?bucket=orders&replicas=3").unwrap();
-        assert_eq!(backend.servers, ["nats://a:4222", "nats://b:4222"]);
-        assert!(matches!(&backend.auth, Auth::UserPassword(u, p) if u == "app" && p == "s@cret"));
-        assert_eq!((backend.bucket.as_str(), backend.replicas), ("orders", 3));
-        assert!(!backend.shown.contains("cret"), "{}", backend.shown);
-        let backend = parsed("nats://t0ken@127.0.0.1").unwrap();
-        assert!(matches!(&backend.auth, Auth::Token(t) if t == "t0ken"));
-        assert_eq!(backend.bucket, "distlock");
-        let backend = parsed("nats://h?nkey=SUABC").unwrap();
-        assert!(matches!(&backend.auth, Auth::Nkey(seed) if seed == "SUABC"));
-        let backend = parsed("nats://h?creds=/etc/app.creds").unwrap();
-        assert!(matches!(&backend.auth, Auth::CredsFile(path) if path == "/etc/app.creds"));
-        for (url, says) in [
-            ("nats://h?bucket=a.b", "bucket=a.b"),
-            ("nats://h?replicas=9", "replicas=9"),
-            ("nats://h?colour=red", "unknown parameter `colour`"),
-        ] {
-            let error = parsed(url).err().unwrap().to_string();
-            assert!(error.contains(says), "{url}: {error}");
         }
     }
 
