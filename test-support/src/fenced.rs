@@ -7,7 +7,9 @@
 //! Per backend: a Redis hash (`fence::REDIS_FENCED_SET`; on Redlock the first node); a SQL row
 //! guarded by `fence::SQL_FENCED_UPDATE` (`?` placeholders on MySQL); an etcd transaction that
 //! writes only if the stored token (zero-padded, so etcd's byte order is numeric) is below the
-//! writer's; a ZooKeeper node written with a version check after its stored token was compared.
+//! writer's; a ZooKeeper node written with a version check after its stored token was compared;
+//! a NATS key (in a bucket `fenced` beside the locks') updated at the revision whose stored
+//! token was compared.
 
 use std::time::Duration;
 use tokio_postgres::types::Type;
@@ -28,6 +30,7 @@ enum At {
     Mysql(mysql_async::Conn),
     Zookeeper(zookeeper_client::Client),
     Etcd(String),
+    Nats(Box<async_nats::jetstream::kv::Store>),
 }
 
 impl Resource {
@@ -110,6 +113,24 @@ impl Resource {
                 )
                 .await;
                 At::Etcd(host)
+            }
+            Some("nats") => {
+                let rest = &lock_url["nats://".len()..];
+                let host = rest.split(['/', '?']).next().unwrap().to_owned();
+                let client = async_nats::connect(host).await.expect("connect to NATS");
+                let js = async_nats::jetstream::new(client);
+                let kv = js
+                    .create_key_value(async_nats::jetstream::kv::Config {
+                        bucket: "fenced".into(),
+                        ..Default::default()
+                    })
+                    .await
+                    .expect("the resource's bucket");
+                for key in [name.to_owned(), format!("{name}-plain")] {
+                    // Made once (a second opening finds it).
+                    let _ = kv.create(&key, "0\ninitial".into()).await;
+                }
+                At::Nats(Box::new(kv))
             }
             _ => match Store::open(lock_url, "fence")
                 .await
@@ -214,6 +235,29 @@ impl Resource {
                 .await;
                 reply.contains(r#""succeeded":true"#)
             }
+            At::Nats(kv) => loop {
+                let entry = kv
+                    .entry(name)
+                    .await
+                    .expect("read the resource")
+                    .expect("the resource exists");
+                let data = String::from_utf8_lossy(&entry.value).into_owned();
+                let highest: u64 = data.split('\n').next().unwrap().parse().unwrap();
+                if token < highest {
+                    return false;
+                }
+                let new = format!("{token}\n{value}");
+                match kv.update(name, new.into(), entry.revision).await {
+                    Ok(_) => return true,
+                    Err(error)
+                        if error.kind()
+                            == async_nats::jetstream::kv::UpdateErrorKind::WrongLastRevision =>
+                    {
+                        continue;
+                    }
+                    Err(error) => panic!("write the resource: {error}"),
+                }
+            },
         }
     }
 
@@ -256,6 +300,11 @@ impl Resource {
                     ),
                 )
                 .await;
+            }
+            At::Nats(kv) => {
+                kv.put(format!("{name}-plain"), format!("0\n{value}").into())
+                    .await
+                    .expect("write");
             }
         }
     }
@@ -317,6 +366,15 @@ impl Resource {
                             .map(|v| String::from_utf8(store::etcd::unbase64(&v).unwrap()).unwrap())
                             .unwrap_or_default(),
                     );
+                }
+                (values[0].clone(), values[1].clone())
+            }
+            At::Nats(kv) => {
+                let mut values = Vec::new();
+                for key in [name.to_owned(), format!("{name}-plain")] {
+                    let data = kv.get(&key).await.expect("read").unwrap_or_default();
+                    let data = String::from_utf8_lossy(&data).into_owned();
+                    values.push(data.split_once('\n').unwrap().1.to_owned());
                 }
                 (values[0].clone(), values[1].clone())
             }

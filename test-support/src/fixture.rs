@@ -1,6 +1,7 @@
 //! One backend under test, with the means to look at and tamper with what it holds — what a
 //! human would do with `redis-cli` — so the conformance suite can assert on server state.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use distlock::{Feature, LockClient, LockClientBuilder};
@@ -1971,6 +1972,7 @@ pub struct NatsFixture {
     pub server: Server<super::nats::NatsServer>,
     pub bucket: String,
     client: tokio::sync::OnceCell<async_nats::jetstream::Context>,
+    counted: tokio::sync::OnceCell<(async_nats::Client, std::sync::Arc<AtomicU64>)>,
 }
 
 impl NatsFixture {
@@ -1988,6 +1990,7 @@ impl NatsFixture {
             server,
             bucket: unique("conformance").replace(['.', ':'], "-"),
             client: tokio::sync::OnceCell::new(),
+            counted: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -2044,6 +2047,41 @@ impl NatsFixture {
             .unwrap();
         let left = (written + Duration::from_secs(ttl)).saturating_sub(now);
         Some((String::from_utf8_lossy(&message.payload).into_owned(), left))
+    }
+
+    /// How many messages clients published to the bucket's subjects (lock writes, refused ones
+    /// included) since the first call, which subscribes to them and counts 0. A round trip on
+    /// the counting connection first: what the server took before the call is counted.
+    pub async fn publishes(&self) -> u64 {
+        let (client, count) = self
+            .counted
+            .get_or_init(|| async {
+                let client = async_nats::connect(format!("127.0.0.1:{}", self.server.port))
+                    .await
+                    .expect("the fixture's counting connection to nats-server");
+                let mut seen = client
+                    .subscribe(format!("$KV.{}.>", self.bucket))
+                    .await
+                    .expect("subscribe to the bucket's subjects");
+                client
+                    .flush()
+                    .await
+                    .expect("the subscription reached the server");
+                let count = std::sync::Arc::new(AtomicU64::new(0));
+                let counting = count.clone();
+                tokio::spawn(async move {
+                    use futures_util::StreamExt;
+                    while seen.next().await.is_some() {
+                        counting.fetch_add(1, Ordering::SeqCst);
+                    }
+                });
+                (client, count)
+            })
+            .await;
+        // The server routes a publish to subscribers before it reads this connection's PING.
+        let _ = client.flush().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        count.load(Ordering::SeqCst)
     }
 
     /// Publishes to `name`'s key without expecting any revision.

@@ -2,7 +2,7 @@
 //! [`Faulty`] fixture, and run on every backend it applies to — one `redis-server`, Redlock over
 //! three servers (a fault hits a majority: two), a three-master Redis Cluster (a fault hits the
 //! master that owns the key's slot), PostgreSQL (directly and through PgBouncer), MariaDB,
-//! ZooKeeper, etcd. A test exists exactly where its scenario applies ([`Scenario::applies`]),
+//! ZooKeeper, etcd, NATS. A test exists exactly where its scenario applies ([`Scenario::applies`]),
 //! each writes its outcome, and RELIABILITY.md's fault table is rendered from a run's outcomes
 //! (`scripts/reliability.sh`; `reliability_md_is_the_fault_suites_outcomes`).
 //!
@@ -1450,6 +1450,16 @@ mod scenarios {
             s8_no_renewal_after_exit, s9_leader_then_majority_lost, s10_reader_killed,
             s11_paused_reader_loses_its_share, s12_permit_holder_killed,
             s13_paused_permit_holder_loses_its_permit, s14_holder_of_two_keys_killed,
+            s15_paused_holder_kept_for_its_lock_delay,
+        ],
+    }
+
+    #[cfg(feature = "nats")]
+    suite! {
+        nats => support::fixture::NatsFixture: [
+            s1_holder_killed, s2_paused_holder_is_fenced_off, s3_blackholed_holder,
+            s4_waiter_cut_off, s6_server_restarts_with_its_data, s7_server_dies_mid_call,
+            s8_no_renewal_after_exit, s14_holder_of_two_keys_killed,
             s15_paused_holder_kept_for_its_lock_delay,
         ],
     }

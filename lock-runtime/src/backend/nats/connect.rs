@@ -171,7 +171,10 @@ impl NatsBackend {
             Auth::CredsFile(path) => options.credentials_file(path).await?,
         };
         let client = options.connect(self.servers.as_slice()).await?;
-        let js = jetstream::new(client.clone());
+        // Every JetStream request and publish ack bounded by the response timeout (acks
+        // otherwise wait 5 s).
+        let mut js = jetstream::new(client.clone());
+        js.set_timeout(self.response_timeout);
         let stream = self.bucket_stream(&js).await?;
         Ok(Arc::new(Conn {
             client,

@@ -453,6 +453,11 @@ impl NatsBackend {
         Ok(false)
     }
 
+    /// How often a release whose read or write failed (a timeout, a dropped connection) is
+    /// tried again, after 10 and 40 ms: a release to a dead server gives up within three
+    /// response timeouts.
+    const RELEASE_RETRIES: u32 = 2;
+
     async fn release_key(&self, hold: Hold<'_>) -> Result<Released, BoxError> {
         let conn = self.conn().await.map_err(super::Transient::wrap)?;
         let mut written = self.written(hold.token);
@@ -478,7 +483,7 @@ impl NatsBackend {
                         self.forget(hold.token);
                         return Ok(Released::after_tries(false, retried));
                     }
-                    Err(error) if failed < 5 => {
+                    Err(error) if failed < Self::RELEASE_RETRIES => {
                         failed += 1;
                         tracing::debug!(%error, "distlock: a release's read failed; retrying");
                         tokio::time::sleep(super::retry_pause(failed)).await;
@@ -493,7 +498,7 @@ impl NatsBackend {
                     return Ok(Released::Deleted);
                 }
                 Ok(Err(Conflict)) => written = None,
-                Err(error) if failed < 5 => {
+                Err(error) if failed < Self::RELEASE_RETRIES => {
                     failed += 1;
                     retried = true;
                     written = None;
@@ -509,7 +514,7 @@ impl NatsBackend {
     /// server) before it is returned, so a release after that is heard.
     async fn listener(&self) -> Result<Arc<Listener>, BoxError> {
         let conn = self.conn().await.map_err(super::Transient::wrap)?;
-        let bucket = self.bucket.clone();
+        let (bucket, response_timeout) = (self.bucket.clone(), self.response_timeout);
         self.listener
             .get(
                 |listener: &Listener| {
@@ -524,10 +529,18 @@ impl NatsBackend {
                             .subscribe(format!("{prefix}>"))
                             .await
                             .map_err(|e| Box::new(e) as BoxError)?;
-                        conn.client
-                            .flush()
-                            .await
-                            .map_err(|e| Box::new(e) as BoxError)?;
+                        // The subscription in place before the first try (bounded: a hung
+                        // server answers no PING).
+                        match tokio::time::timeout(response_timeout, conn.client.flush()).await {
+                            Ok(flushed) => flushed.map_err(|e| Box::new(e) as BoxError)?,
+                            Err(_) => {
+                                return Err(format!(
+                                    "the subscription that wakes waiters was not confirmed \
+                                     within the response timeout ({response_timeout:?})"
+                                )
+                                .into());
+                            }
+                        }
                         let hub = ReleaseHub::new(None);
                         let (closer, dead) = CloseOnDrop::new(&hub);
                         tokio::spawn(async move {
