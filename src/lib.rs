@@ -152,7 +152,7 @@
 //! | `zookeeper` | | `zk://` (Curator's lock layout) |
 //! | `etcd` | | `etcd://` (`concurrency.Mutex`'s layout) |
 //! | `nats` | | `nats://` (a JetStream key-value bucket, NATS 2.11+; plain locks) |
-//! | `tls` | | `rediss://`, `sslmode=`, `ssl-mode=`, `zks://`, `etcds://`: TLS through rustls |
+//! | `tls` | | `rediss://`, `sslmode=`, `ssl-mode=`, `zks://`, `etcds://`, `natss://`: TLS through rustls |
 //! | `metrics` | | metrics through the `metrics` facade ([`metrics`]) |
 //! | `share` | | compute once, share the result: `share = "60s"`, [`LockRequest::share`] (serde) |
 //!

@@ -61,6 +61,22 @@ impl NatsServer {
         NatsServer::start_with(&["--no-jetstream"])
     }
 
+    /// A server that speaks TLS only, with the test certificates (`support::certs`); with
+    /// `mutual`, it also asks for a client certificate its CA signed.
+    pub fn start_tls(mutual: bool) -> NatsServer {
+        let certs = super::certs::Certificates::shared();
+        let (cert, key, ca) = (
+            certs.server_cert.display().to_string(),
+            certs.server_key.display().to_string(),
+            certs.ca.display().to_string(),
+        );
+        let mut args = vec!["--tls", "--tlscert", &cert, "--tlskey", &key];
+        if mutual {
+            args.extend(["--tlsverify", "--tlscacert", &ca]);
+        }
+        NatsServer::start_with(&args)
+    }
+
     /// With more `nats-server` arguments (`--user u --pass p`, …).
     pub fn start_with(extra: &[&str]) -> NatsServer {
         let mut last = String::new();

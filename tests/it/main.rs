@@ -40,6 +40,7 @@ mod spans;
 mod tls;
 mod tls_etcd;
 mod tls_mysql;
+mod tls_nats;
 mod tls_postgres;
 mod tls_zookeeper;
 mod zookeeper;

@@ -235,7 +235,7 @@ impl LockClientBuilder {
             "mysql" => self.connect_mysql(url).await?,
             "zk" | "zks" => self.connect_zookeeper(url).await?,
             "etcd" | "etcds" => self.connect_etcd(url).await?,
-            "nats" => self.connect_nats(url).await?,
+            "nats" | "natss" => self.connect_nats(url).await?,
             _ => {
                 return Err(LockError::Config(format!(
                     "unknown lock backend scheme `{scheme}://` in `{}`: supported are \
@@ -266,7 +266,12 @@ impl LockClientBuilder {
     /// given TLS settings, without asking for TLS is an error (it would silently connect in
     /// plain text), as is TLS in a build without the `tls` feature. `plain_to_tls` says how
     /// the URL asks for TLS.
-    #[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]
+    #[cfg(any(
+        feature = "redis",
+        feature = "zookeeper",
+        feature = "etcd",
+        feature = "nats"
+    ))]
     fn tls_settings(
         &self,
         tls: bool,
@@ -462,8 +467,11 @@ impl LockClientBuilder {
 
     #[cfg(feature = "nats")]
     async fn connect_nats(&self, url: &str) -> Result<Arc<dyn Backend>, LockError> {
+        let (url, files) = crate::tls::TlsFiles::take(url, ["cacert", "cert", "key"]);
+        let tls = self.tls_settings(url.starts_with("natss://"), &files, &url, "use `natss://`")?;
         let backend = crate::backend::nats::NatsBackend::connect(
-            url,
+            &url,
+            tls,
             self.connect_timeout,
             self.response_timeout,
         )
@@ -546,7 +554,12 @@ fn missing_feature(scheme: &str, feature: &str) -> LockError {
 ///
 /// `./scripts/test.sh` runs `tests/features.rs` in builds with every feature and with none;
 /// the build in between (a backend without `tls`) is this function's unit test.
-#[cfg(any(feature = "redis", feature = "zookeeper", feature = "etcd"))]
+#[cfg(any(
+    feature = "redis",
+    feature = "zookeeper",
+    feature = "etcd",
+    feature = "nats"
+))]
 fn tls_built(shown: &str, built: bool) -> Result<(), LockError> {
     if built {
         return Ok(());

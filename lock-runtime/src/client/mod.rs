@@ -110,7 +110,7 @@ impl LockClient {
     /// | `mysql://` | a lock table, or `?mode=named` | `mysql` |
     /// | `zk://`, `zks://` | ZooKeeper, Curator's layout | `zookeeper` |
     /// | `etcd://`, `etcds://` | etcd, `concurrency.Mutex`'s layout | `etcd` |
-    /// | `nats://` | a NATS JetStream key-value bucket (NATS 2.11+) | `nats` |
+    /// | `nats://`, `natss://` | a NATS JetStream key-value bucket (NATS 2.11+) | `nats` |
     ///
     /// Connecting checks that the server answers and accepts the credentials, bounded by the
     /// connect timeout, so a wrong URL fails here and not at the first lock. The SQL backends

@@ -25,10 +25,25 @@ impl NatsBackend {
     /// creates it with the settings locks need.
     pub(crate) async fn connect(
         url: &str,
+        tls: Option<crate::tls::TlsConfig>,
         connect_timeout: Duration,
         response_timeout: Duration,
     ) -> Result<Arc<NatsBackend>, LockError> {
-        let backend = NatsBackend::parse(url, connect_timeout, response_timeout)?;
+        #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
+        let mut backend = NatsBackend::parse(url, connect_timeout, response_timeout)?;
+        #[cfg(feature = "tls")]
+        if let Some(tls) = tls {
+            let config =
+                tls.rustls(crate::tls::Verify::Full)
+                    .map_err(|why| LockError::Connect {
+                        url: backend.shown.clone(),
+                        reason: why,
+                        source: None,
+                    })?;
+            backend.tls = Some(config);
+        }
+        #[cfg(not(feature = "tls"))]
+        let _ = tls;
         let started =
             tokio::time::timeout(connect_timeout + response_timeout, backend.conn()).await;
         match started {
@@ -54,7 +69,8 @@ impl NatsBackend {
         let bad = |why: String| LockError::Config(format!("invalid NATS URL {shown}: {why}"));
         let rest = url
             .strip_prefix("nats://")
-            .ok_or_else(|| bad("it must start with `nats://`".into()))?;
+            .or_else(|| url.strip_prefix("natss://"))
+            .ok_or_else(|| bad("it must start with `nats://` (or `natss://` for TLS)".into()))?;
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let rest = rest.trim_end_matches('/');
         let (userinfo, hosts) = match rest.rsplit_once('@') {
@@ -115,6 +131,8 @@ impl NatsBackend {
             shown,
             servers,
             auth,
+            #[cfg(feature = "tls")]
+            tls: None,
             bucket,
             replicas,
             connect_timeout,
@@ -127,8 +145,18 @@ impl NatsBackend {
     }
 
     fn connect_error(&self, error: BoxError) -> LockError {
-        let text = error.to_string();
-        let hint = if text.contains("authorization violation") || text.contains("uthorization") {
+        let text = crate::tls::chain(&*error);
+        #[cfg(feature = "tls")]
+        let tls = self.tls.is_some();
+        #[cfg(not(feature = "tls"))]
+        let tls = false;
+        let tls_hint = crate::tls::explain(&text, "cacert");
+        let hint = if !tls && (tls_hint.is_some() || text.contains("TLS")) {
+            "the server requires TLS: connect with `natss://` (and `cacert=/path/ca.pem` for a \
+             CA of your own)"
+        } else if let Some(hint) = &tls_hint {
+            hint.as_str()
+        } else if text.contains("authorization violation") || text.contains("uthorization") {
             "the server refused the credentials: check the user and password (nats://user:\
              password@host:port), the token (nats://token@host:port), `?nkey=` or `?creds=`"
         } else if text.contains("onnection refused") {
@@ -170,6 +198,10 @@ impl NatsBackend {
             Auth::Nkey(seed) => options.nkey(seed.clone()),
             Auth::CredsFile(path) => options.credentials_file(path).await?,
         };
+        #[cfg(feature = "tls")]
+        if let Some(config) = &self.tls {
+            options = options.require_tls(true).tls_client_config(config.clone());
+        }
         let client = options.connect(self.servers.as_slice()).await?;
         // Every JetStream request and publish ack bounded by the response timeout (acks
         // otherwise wait 5 s).

@@ -80,6 +80,9 @@ pub(crate) struct NatsBackend {
     shown: String,
     servers: Vec<String>,
     auth: Auth,
+    /// `natss://`: TLS to every server, checked against these roots (with this identity).
+    #[cfg(feature = "tls")]
+    tls: Option<rustls::ClientConfig>,
     bucket: String,
     replicas: usize,
     connect_timeout: Duration,
