@@ -29,6 +29,7 @@ STORES = [
     ("mariadb", "MySQL / MariaDB (`mysql://`: the lock table; 8b `?mode=named`)"),
     ("zookeeper", "ZooKeeper (`zk://`)"),
     ("etcd", "etcd (`etcd://`)"),
+    ("nats", "NATS JetStream KV (`nats://`)"),
 ]
 
 HEAD = """\
@@ -67,8 +68,8 @@ figure is a median over those rounds.
 
 - **Raw floors**: the store's own commands for a lock, sent by hand on connections of the
   benchmark's own, as many as distlock uses (one multiplexed connection per Redis server; four
-  on the SQL servers, distlock's pool; one ZooKeeper session; one etcd connection), with no
-  library in between.
+  on the SQL servers, distlock's pool; one ZooKeeper session; one etcd connection; one NATS
+  connection), with no library in between.
   - Redis: `SET k token NX PX 30000`, then the compare-and-delete script by `EVALSHA`.
     Redlock: that `SET` on the three nodes at once, and once all three answered, the
     compare-and-delete on the three at once (no vote counting, no validity arithmetic).
@@ -84,6 +85,14 @@ figure is a median over those rounds.
     delete it (a fresh key's parent created first).
   - etcd: a put-if-absent transaction on a lease, then a delete. *The floor of a queue lock*:
     that transaction with the queue's head read in it and a 150-byte value, as distlock's.
+  - NATS: a put of the token to `$KV.<bucket>.<key>` expecting no revision
+    (`Nats-Expected-Last-Subject-Sequence: 0`) with the lease as its TTL (`Nats-TTL: 30s`), then
+    a delete (`KV-Operation: DEL`, `Nats-TTL: 1s`) expecting the put's revision, each published
+    raw and its acknowledgement awaited, into a bucket created with distlock's settings (one
+    revision per key, per-key TTLs with markers, the headers-only republish). *By hand with
+    async-nats's KV API*: `create_with_ttl`, then `delete_expect_revision`. The handoff's raw
+    floor: each client follows the bucket's republish and puts over the revision the delete
+    carried (no read).
 - **Peers**, each in a process of its own that times its own calls: rslock 0.10 and redis-py 5's
   `Lock` (Redis; both poll), `distributed-lock-postgres` and `distributed-lock-mysql` 0.2
   (advisory locks and `GET_LOCK`, on sqlx pools), Apache Curator's `InterProcessMutex`
@@ -110,8 +119,9 @@ given, which writes the run's rows to `target/distlock-bench.json` (or
 `bench/results.json` (a row of the same store and key is replaced) and writes this file. The
 benchmark starts its own servers (`redis-server` alone, three for Redlock, a Cluster of three
 masters, a Sentinel deployment; PostgreSQL and PgBouncer in front of it; MariaDB; ZooKeeper;
-etcd), with the binaries `./scripts/test.sh` installs. The peers build on first use: the Rust
-ones in `bench/peers` (under `target/peers`), Curator with `javac`, redis-py with pip.
+etcd; `nats-server` with JetStream), with the binaries `./scripts/test.sh` installs. The peers
+build on first use: the Rust ones in `bench/peers` (under `target/peers`), Curator with
+`javac`, redis-py with pip.
 
 The environment variables (read in `bench/src`):
 
@@ -121,8 +131,9 @@ The environment variables (read in `bench/src`):
   `DISTLOCK_BENCH_SHARE_ONLY=1` (row 13), `DISTLOCK_BENCH_CONTENTION_ONLY=1` (row 11),
   `DISTLOCK_BENCH_PG_ONLY=1` (row 7), `DISTLOCK_BENCH_MARIADB_ONLY=1` (row 8),
   `DISTLOCK_BENCH_ZK_ONLY=1` (row 9, then etcd's), `DISTLOCK_BENCH_ETCD_ONLY=1` (row 10),
-  `DISTLOCK_BENCH_SQL_ONLY=1` (rows 7–10), `DISTLOCK_BENCH_KINDS_ONLY=1` (the lock kinds'
-  rows of every store: 1b and each database's; `DISTLOCK_BENCH_READ_ONLY=1` is its older name);
+  `DISTLOCK_BENCH_NATS_ONLY=1` (row 16), `DISTLOCK_BENCH_SQL_ONLY=1` (rows 7–10 and 16),
+  `DISTLOCK_BENCH_KINDS_ONLY=1` (the lock kinds' rows of every store: 1b and each database's;
+  `DISTLOCK_BENCH_READ_ONLY=1` is its older name);
 - `DISTLOCK_BENCH_QUICK=1` skips the 10 s renewal phase (row 4) and shortens row 13;
   `DISTLOCK_BENCH_NO_PYTHON=1` leaves redis-py out of row 11;
 - `BENCH_PEER_POOL=64` gives the `distributed-lock-postgres` and `distributed-lock-mysql` peers

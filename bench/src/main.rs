@@ -40,7 +40,6 @@
 //!     lock and release through `redis+sentinel://` vs `redis://` to the same master, and with
 //!     `?replicas=1` vs the raw floor: `SET NX PX` and `WAIT 1`, then compare-and-delete
 //!     (`bench/src/sentinel.rs`).
-//!
 //! 13. a shared result found (`.share(d).run(..)` within its share) vs a plain cache `GET` of
 //!     the same stored value (`bench/src/share.rs`).
 //! 14. Redlock (`redlock://` over three `redis-server`s of its own): uncontended lock +
@@ -49,6 +48,13 @@
 //! 15. Redis Cluster (`redis+cluster://`, three masters of its own): the same vs raw
 //!     `SET NX PX` + compare-and-delete `EVALSHA` through redis-rs's cluster connection on
 //!     keys of the same slots (`bench/src/redlock.rs`).
+//! 16. NATS JetStream KV (a `nats-server -js` of its own): uncontended lock + release vs the
+//!     raw writes on one connection of the bench's own (a put expecting no revision, with the
+//!     lease's TTL, then a delete expecting its revision) into a bucket created as distlock's,
+//!     64-task throughput vs raw pairs on that connection, the same beside the lock written by
+//!     hand with async-nats's key-value API (`create_with_ttl`, `delete_expect_revision`), and
+//!     handoff between four clients vs a raw handoff woken by the bucket's republish
+//!     (`bench/src/nats.rs`).
 //!
 //! Prints each row as it is measured and writes them, as records (store, row id, figure,
 //! baseline, ratio, date, environment, server version) beside loose numeric fields, to
@@ -58,18 +64,19 @@
 //!
 //! Environment:
 //! - `DISTLOCK_BENCH_QUICK=1` skips the 10 s renewal measurement (for quick comparisons);
-//! - `DISTLOCK_BENCH_REDIS_ONLY=1` skips the database rows (7–10): Redis alone, Sentinel,
+//! - `DISTLOCK_BENCH_REDIS_ONLY=1` skips the database rows (7–10, 16): Redis alone, Sentinel,
 //!   Redlock and Cluster;
 //! - `DISTLOCK_BENCH_REDLOCK_ONLY=1` runs only the Redlock rows (14);
 //! - `DISTLOCK_BENCH_CLUSTER_ONLY=1` runs only the Redis Cluster rows (15);
 //! - `DISTLOCK_BENCH_CONTENTION_ONLY=1` runs only the contention rows (11);
-//! - `DISTLOCK_BENCH_SQL_ONLY=1` runs only the database rows (7, 8, 9 and 10);
+//! - `DISTLOCK_BENCH_SQL_ONLY=1` runs only the database rows (7, 8, 9, 10 and 16);
 //! - `DISTLOCK_BENCH_KINDS_ONLY=1` (or `DISTLOCK_BENCH_READ_ONLY=1`) runs only the lock kinds'
 //!   rows (1b, and each database's: read lock, semaphore permit, two keys, upgradable read,
 //!   upgrade, the upgrade alone);
 //! - `DISTLOCK_BENCH_PG_ONLY=1`, `DISTLOCK_BENCH_MARIADB_ONLY=1` run only row 7, or 8;
 //! - `DISTLOCK_BENCH_ZK_ONLY=1` runs only the ZooKeeper rows (9), then etcd's;
 //! - `DISTLOCK_BENCH_ETCD_ONLY=1` runs only the etcd rows (10);
+//! - `DISTLOCK_BENCH_NATS_ONLY=1` runs only the NATS rows (16);
 //! - `DISTLOCK_BENCH_SENTINEL_ONLY=1` runs only the Sentinel rows (12);
 //! - `DISTLOCK_BENCH_SHARE_ONLY=1` runs only row 13 (a shared result found, beside a `GET`);
 //! - `DISTLOCK_BENCH_PROFILE=ours|raw|rawpub` runs only one side of the throughput measurement
@@ -94,6 +101,7 @@ mod cpu;
 mod curator;
 mod etcd;
 mod handoff;
+mod nats;
 mod peer;
 mod record;
 mod redlock;
@@ -281,11 +289,12 @@ async fn throughput_raw(
     .await
 }
 
-/// Rows 7 and 8: PostgreSQL and MariaDB servers of the bench's own; then 9 and 10.
+/// Rows 7 and 8: PostgreSQL and MariaDB servers of the bench's own; then 9 and 10, and 16.
 async fn sql_rows(report: &mut Report) -> Result<(), Error> {
     pg_rows(report).await?;
     mariadb_rows(report).await?;
-    zk_rows(report).await
+    zk_rows(report).await?;
+    nats_rows(report).await
 }
 
 /// Row 7: a PostgreSQL server of the bench's own.
@@ -785,6 +794,56 @@ async fn etcd_rows(report: &mut Report) -> Result<(), Error> {
     Ok(())
 }
 
+/// Row 16: a NATS server (JetStream) of the bench's own.
+async fn nats_rows(report: &mut Report) -> Result<(), Error> {
+    let server = support::nats::NatsServer::start();
+    report.server("nats", versions::nats(&nats::connect(server.port).await?));
+    let row16 = at("nats", "16");
+    // Each side in a bucket of its own (the sides use the same key names), every bucket with
+    // distlock's settings.
+    let raw_name = "raw put expecting no revision, with the TTL, + delete expecting its revision";
+    let direct = sql::rows(
+        report,
+        row16,
+        "nats",
+        &server.url("bench"),
+        nats::NatsRaw::connect(server.port, "bench-raw").await?,
+        raw_name,
+    )
+    .await?;
+    let Some(direct) = direct else {
+        return Ok(());
+    };
+    // Against the same lock written by hand with async-nats's key-value API.
+    by_hand(
+        report,
+        row16,
+        "nats_by_hand",
+        &server.url("bench-by-hand"),
+        &nats::NatsByHand::connect(server.port, "bench-hand").await?,
+        "by hand with async-nats's KV API: `create_with_ttl`, `delete_expect_revision`",
+    )
+    .await?;
+    // The handoff against the raw floor's: waiters woken by the bucket's republish, putting
+    // over the delete's revision it carries.
+    let (rate, p50, p99) =
+        nats::raw_handoff(server.port, "bench-raw", Duration::from_secs(3)).await?;
+    report.field("nats_raw_handoffs_per_s", rate);
+    report.field("nats_raw_handoff_p50_us", p50);
+    report.field("nats_raw_handoff_p99_us", p99);
+    let theirs = sql::Handoff { rate, p50, p99 };
+    sql::handoff_rows(
+        report,
+        row16,
+        "nats",
+        direct,
+        "the raw writes, woken by the republished delete",
+        theirs,
+    );
+    drop(server);
+    Ok(())
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Error> {
     // A helper process of row 11's four-process case.
@@ -830,6 +889,10 @@ async fn run(report: &mut Report) -> Result<(), Error> {
         etcd_rows(report).await?;
         return Ok(());
     }
+    if std::env::var_os("DISTLOCK_BENCH_NATS_ONLY").is_some() {
+        nats_rows(report).await?;
+        return Ok(());
+    }
     if std::env::var_os("DISTLOCK_BENCH_SENTINEL_ONLY").is_some() {
         sentinel::rows(report).await?;
         return Ok(());
@@ -855,7 +918,7 @@ async fn run(report: &mut Report) -> Result<(), Error> {
         return Ok(());
     }
     // The lock kinds' rows alone (DISTLOCK_BENCH_KINDS_ONLY=1): 1b, then each database's,
-    // ZooKeeper's and etcd's.
+    // ZooKeeper's, etcd's and NATS's.
     if sql::read_only() {
         let manual = LockClient::connect(&server.url()).await?;
         sql::kind_rows(report, at("redis", "1b"), "redis", &manual, |name| {

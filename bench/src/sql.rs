@@ -512,9 +512,12 @@ where
     F: Fn(String) -> Fut,
     Fut: Future<Output = Result<(), Error>>,
 {
-    kind_row(report, at, key, client, &floor, Kind::Read).await?;
-    // Semaphores and upgradable reads where the store serves them (it refuses them, writing
-    // nothing, where it does not).
+    // Read locks, semaphores and upgradable reads where the store serves them (it refuses
+    // them, writing nothing, where it does not: NATS serves plain locks only).
+    let read = client.lock("read-probe").read().wait(Duration::ZERO);
+    if served(read.await).await? {
+        kind_row(report, at, key, client, &floor, Kind::Read).await?;
+    }
     let permit = client.semaphore("permit-probe", 4).wait(Duration::ZERO);
     if served(permit.await).await? {
         kind_row(report, at, key, client, &floor, Kind::Permit).await?;

@@ -102,3 +102,11 @@ pub fn etcd(port: u16) -> String {
         })
         .unwrap_or_else(|| "unknown (no answer at /version)".to_owned())
 }
+
+/// The version in the NATS server's `INFO` (async-nats's `server_info`): "NATS 2.15.1".
+pub fn nats(client: &async_nats::Client) -> String {
+    match client.server_info().version {
+        version if version.is_empty() => "unknown (no version in INFO)".to_owned(),
+        version => format!("NATS {version}"),
+    }
+}

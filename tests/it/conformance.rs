@@ -1233,12 +1233,12 @@ pub async fn a_slow_backend_still_grants_waiting_acquisitions(fixture: &dyn Fixt
 
 /// A watch reports the locks held when it starts, then each acquisition, release and expiry
 /// under its glob (nothing outside it), each with the token the server holds. Where the store
-/// announces changes (memory, every Redis deployment, ZooKeeper, etcd) it follows them, and polls
+/// announces changes (memory, every Redis deployment, ZooKeeper, etcd, NATS) it follows them, and polls
 /// only once an hour here: every event must then come from the store's announcement.
 pub async fn a_watch_reports_each_change_as_the_store_announces_it(fixture: &dyn Fixture) {
     use distlock::admin::LockEvent;
     let url = fixture.url();
-    let announces = ["memory:", "redis", "redlock", "zk://", "zks://", "etcd"]
+    let announces = ["memory:", "redis", "redlock", "zk://", "zks://", "etcd", "nats"]
         .iter()
         .any(|scheme| url.starts_with(scheme));
     let client = fixture.client().await;

@@ -2,8 +2,8 @@
 
 use futures_util::TryStreamExt as _;
 
-use super::{Last, NatsBackend};
-use crate::admin::{Entry, Finding, Listing};
+use super::{EVENTS, FENCE_HEADER, Last, NatsBackend};
+use crate::admin::{ChangeFeed, Entry, Finding, Listing};
 use crate::backend::{Admin, Freed};
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;
@@ -86,6 +86,40 @@ impl NatsBackend {
         Ok(format!("NATS {}", conn.client.server_info().version))
     }
 
+    /// A subscription of its own to the bucket's republished writes (grants, releases, expiry
+    /// markers; renewals, which carry the grant's revision, change no holder and are skipped),
+    /// confirmed by the server before the feed is returned.
+    async fn follow(&self) -> Result<Option<ChangeFeed>, BoxError> {
+        let conn = self.conn().await?;
+        let mut events = conn
+            .client
+            .subscribe(format!("{EVENTS}.{}.>", self.bucket))
+            .await?;
+        tokio::time::timeout(self.response_timeout, conn.client.flush())
+            .await
+            .map_err(|_| {
+                format!(
+                    "the server did not confirm the watch's subscription within the response \
+                     timeout ({:?})",
+                    self.response_timeout
+                )
+            })??;
+        Ok(Some(ChangeFeed::spawn(move |changed| async move {
+            use futures_util::StreamExt as _;
+            // Keeps the connection (and so the subscription) open.
+            let _conn = conn;
+            while let Some(event) = events.next().await {
+                let renewal = event
+                    .headers
+                    .as_ref()
+                    .is_some_and(|headers| headers.get(FENCE_HEADER).is_some());
+                if !renewal {
+                    changed.send_replace(());
+                }
+            }
+        })))
+    }
+
     async fn diagnose_bucket(&self) -> Vec<Finding> {
         let found = format!(
             "bucket `{}`: one revision per key, per-key TTLs with markers, republished writes \
@@ -116,6 +150,12 @@ impl Admin for NatsBackend {
     }
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
         Box::pin(self.version())
+    }
+    fn changes<'a>(
+        &'a self,
+        _prefix: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ChangeFeed>, BoxError>> {
+        Box::pin(self.follow())
     }
     fn diagnose(&self) -> BoxFuture<'_, Vec<Finding>> {
         Box::pin(self.diagnose_bucket())

@@ -55,6 +55,7 @@ pub(crate) const CAPABILITIES: Capabilities = Capabilities {
     permits: Err(NO_SEMAPHORES),
     wakes: "a republished delete or expiry marker",
     shares: Ok(share::SHARE_LIMIT),
+    announces: true,
     ..Capabilities::plain("nats")
 };
 
