@@ -208,7 +208,8 @@ impl Scenario {
                 "the stale **plain write lands** over the new holder's; its **fenced write is \
                  refused** (`fence::REDIS_FENCED_SET`; `fence::SQL_FENCED_UPDATE`, `?` \
                  placeholders on MariaDB; an etcd transaction comparing the stored token; a \
-                 ZooKeeper version-checked write) and the resource keeps the new holder's \
+                 ZooKeeper version-checked write; a NATS update at the revision whose token was \
+                 compared) and the resource keeps the new holder's \
                  value; the resumed holder is told its lock was lost",
             ),
             Scenario::BlackholedHolder => (
@@ -259,7 +260,7 @@ impl Scenario {
                 "the server saw the lock's commands while the body ran; after each exit nothing \
                  writes to the server for 600 ms (Redis: `INFO commandstats`; PostgreSQL: the \
                  statement log; MariaDB: `Com_insert/update/delete`; ZooKeeper: the zxid; etcd: \
-                 the revision) and the key is gone; after the runtime's shutdown no renewal \
+                 the revision; NATS: the publishes to the bucket's subjects) and the key is gone; after the runtime's shutdown no renewal \
                  either: the session is closed / the lease revoked, and no keepalive arrives",
             ),
             Scenario::LeaderThenMajorityLost => (

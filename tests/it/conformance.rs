@@ -1238,9 +1238,11 @@ pub async fn a_slow_backend_still_grants_waiting_acquisitions(fixture: &dyn Fixt
 pub async fn a_watch_reports_each_change_as_the_store_announces_it(fixture: &dyn Fixture) {
     use distlock::admin::LockEvent;
     let url = fixture.url();
-    let announces = ["memory:", "redis", "redlock", "zk://", "zks://", "etcd", "nats"]
-        .iter()
-        .any(|scheme| url.starts_with(scheme));
+    let announces = [
+        "memory:", "redis", "redlock", "zk://", "zks://", "etcd", "nats",
+    ]
+    .iter()
+    .any(|scheme| url.starts_with(scheme));
     let client = fixture.client().await;
     let holder = fixture.client().await;
     let before = holder.lock("w:before").acquire().await.unwrap();
