@@ -924,13 +924,24 @@ async fn no_renewal_after_exit<F: Faulty>(fixture: F) {
             );
         }
         let name = format!("exit:{path}");
-        assert!(
-            support::eventually(ms(400), || async {
+        let looked_at = Instant::now();
+        let gone = support::eventually(ms(400), || async {
+            holder_of(&fixture, &name).await.is_none()
+        })
+        .await;
+        if !gone {
+            // How long it did take, for the report.
+            let later = support::eventually(ms(5_000), || async {
                 holder_of(&fixture, &name).await.is_none()
             })
-            .await,
-            "{path}: the lock is still held"
-        );
+            .await;
+            panic!(
+                "{path}: the lock is still held 400 ms after the exit (gone {}: {:?} after the \
+                 first look)",
+                later,
+                looked_at.elapsed()
+            );
+        }
         fixture.settle(&format!("lock:{name}")).await;
         // While the helper's client lives (every path but the shutdown), ZooKeeper and etcd
         // keep its session or lease alive like a connection: only writes count there.

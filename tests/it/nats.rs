@@ -170,3 +170,125 @@ async fn a_server_without_jetstream_or_nothing_listening_fails_at_connect() {
         started.elapsed()
     );
 }
+
+/// base64url without padding, as JWTs are written.
+fn b64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// A NATS JWT (`ed25519-nkey`) of `subject`, signed by `issuer`, with `nats` as its claims.
+fn jwt(issuer: &support::nkeys::KeyPair, subject: &str, nats: &str) -> String {
+    let header = b64url(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let iat = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let jti = unique("JTI").replace(['-', '.', ':'], "");
+    let claims = format!(
+        r#"{{"jti":"{jti}","iat":{iat},"iss":"{}","name":"distlock-test","sub":"{subject}","nats":{nats}}}"#,
+        issuer.public_key()
+    );
+    let payload = b64url(claims.as_bytes());
+    let signature = issuer
+        .sign(format!("{header}.{payload}").as_bytes())
+        .unwrap();
+    format!("{header}.{payload}.{}", b64url(&signature))
+}
+
+/// A credentials file (`?creds=`): a user JWT its account signed and the user's NKey seed, on
+/// a server in operator mode (the operator's JWT, the account's preloaded with JetStream on)
+/// — what `nsc` makes. A user of an account the server does not know is refused, and a
+/// missing file is named.
+#[tokio::test]
+async fn a_credentials_file_in_the_url_logs_in_as_its_user() {
+    use support::nkeys::KeyPair;
+    let operator = KeyPair::new_operator();
+    let account = KeyPair::new_account();
+    let operator_jwt = jwt(
+        &operator,
+        &operator.public_key(),
+        r#"{"type":"operator","version":2}"#,
+    );
+    let limits = r#"{"subs":-1,"data":-1,"payload":-1,"imports":-1,"exports":-1,"wildcards":true,"conn":-1,"leaf":-1,"mem_storage":-1,"disk_storage":-1,"streams":-1,"consumer":-1}"#;
+    let account_jwt = jwt(
+        &operator,
+        &account.public_key(),
+        &format!(
+            r#"{{"limits":{limits},"default_permissions":{{"pub":{{}},"sub":{{}}}},"type":"account","version":2}}"#
+        ),
+    );
+    // The system account JetStream needs in operator mode.
+    let system = KeyPair::new_account();
+    let system_jwt = jwt(
+        &operator,
+        &system.public_key(),
+        r#"{"limits":{"subs":-1,"data":-1,"payload":-1,"imports":-1,"exports":-1,"wildcards":true,"conn":-1,"leaf":-1},"type":"account","version":2}"#,
+    );
+    let user_claims =
+        r#"{"pub":{},"sub":{},"subs":-1,"data":-1,"payload":-1,"type":"user","version":2}"#;
+    let creds = |signer: &KeyPair| {
+        let user = KeyPair::new_user();
+        format!(
+            "-----BEGIN NATS USER JWT-----\n{}\n------END NATS USER JWT------\n\n\
+             -----BEGIN USER NKEY SEED-----\n{}\n------END USER NKEY SEED------\n",
+            jwt(signer, &user.public_key(), user_claims),
+            user.seed().unwrap()
+        )
+    };
+    let dir = std::env::temp_dir().join(unique("distlock-creds"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("server.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "operator: {operator_jwt}\nsystem_account: {}\nresolver: MEMORY\n\
+             resolver_preload: {{\n  {}: {account_jwt}\n  {}: {system_jwt}\n}}\n",
+            system.public_key(),
+            account.public_key(),
+            system.public_key()
+        ),
+    )
+    .unwrap();
+    let (good, stranger) = (dir.join("app.creds"), dir.join("stranger.creds"));
+    std::fs::write(&good, creds(&account)).unwrap();
+    std::fs::write(&stranger, creds(&KeyPair::new_account())).unwrap();
+    let server = NatsServer::start_with(&["-c", config.to_str().unwrap()]);
+    let url = |file: &std::path::Path| {
+        format!(
+            "nats://127.0.0.1:{}?bucket={}&creds={}",
+            server.port,
+            bucket(),
+            file.display()
+        )
+    };
+    let client = LockClient::connect(&url(&good)).await.unwrap();
+    let guard = client.lock("job").acquire().await.unwrap();
+    let held = client
+        .inspect("job")
+        .await
+        .unwrap()
+        .expect("the server holds it");
+    assert_eq!(
+        held.token.as_deref(),
+        Some(distlock::__private::testing::owner_token(&guard))
+    );
+    guard.release().await.unwrap();
+    assert!(client.inspect("job").await.unwrap().is_none());
+    let reason = refused(&url(&stranger)).await;
+    assert!(reason.contains("refused the credentials"), "{reason}");
+    let missing = dir.join("missing.creds");
+    let reason = refused(&url(&missing)).await;
+    assert!(reason.contains("missing.creds"), "{reason}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

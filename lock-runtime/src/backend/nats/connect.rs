@@ -141,6 +141,8 @@ impl NatsBackend {
             listener: Revived::new(),
             written: Arc::default(),
             in_flight: Arc::default(),
+            news: Arc::default(),
+            unanswered: Arc::default(),
         })
     }
 

@@ -6,9 +6,13 @@
 //! revision (`Nats-Expected-Last-Subject-Sequence`), published raw rather than through the
 //! key-value API, whose create-after-delete and update drop the TTL:
 //!
-//! - acquire: the key's last message, read from the stream's leader, is absent, a delete or an
-//!   expiry marker → a put expecting exactly that revision (0 for none), with the TTL; a put
-//!   of another token is busy, with what is left of its TTL;
+//! - acquire: a put expecting the revision the client last heard freed the key (0 for none, or
+//!   for a key it never heard of), with the TTL — one round trip (`news`). Refused, or for a
+//!   key heard held, the key's last message is read from the stream's leader: absent, a
+//!   delete or an expiry marker → a put expecting exactly that revision; a put of another
+//!   token is busy, with what is left of its TTL. A put whose answer never came may land
+//!   later (a client resends what it could not send once it reconnects): the release of its
+//!   token looks for it a while and deletes it (`leftover`);
 //! - renew: a put of the same token expecting the revision this client wrote last, with the
 //!   TTL again (the TTL restarts; the revision moves on, and is remembered);
 //! - release: a delete expecting that revision, itself with a TTL of one second, so that no
@@ -29,11 +33,16 @@
 //! carries the grant's revision in a header, so `inspect` reports it. Deleting and creating the
 //! bucket again starts the sequence over.
 //!
-//! Only plain locks: read locks, semaphores, fair and upgradable locks would need several keys
-//! changed in one step, which a key-value bucket does not do.
+//! Only plain locks so far. Read locks, semaphores, fair and upgradable locks are queues — a
+//! key per waiter, in the order of their revisions, each holding when the kinds ahead allow
+//! (`backend::queue`, as on ZooKeeper and etcd) — which the bucket could keep (one stream
+//! orders every write), and this backend does not build yet: it would list a lock's waiters
+//! on every turn, and a plain lock on the same name would have to join that queue.
 
 mod admin;
 mod connect;
+mod leftover;
+mod news;
 mod share;
 
 use std::sync::{Arc, Mutex};
@@ -43,6 +52,7 @@ use async_nats::jetstream::{self, stream};
 use async_nats::{HeaderMap, header};
 
 use self::connect::Auth;
+use self::news::{News, hear};
 use super::{Attempt, Backend, Capabilities, Hold, LockSpec, Released};
 use crate::error::BoxError;
 use crate::fast_map::FastMap;
@@ -59,11 +69,10 @@ pub(crate) const CAPABILITIES: Capabilities = Capabilities {
     ..Capabilities::plain("nats")
 };
 
-const NO_READ_LOCKS: &str = "nats:// has no read locks: a reader's share beside the writer's \
-     key would need several keys changed in one step, which a JetStream key-value bucket does \
-     not do; take the plain lock";
-const NO_SEMAPHORES: &str = "nats:// has no semaphores: a permit would need several keys \
-     changed in one step, which a JetStream key-value bucket does not do";
+const NO_READ_LOCKS: &str = "nats:// has no read locks (yet): take the plain lock, or keep \
+     read locks on etcd, ZooKeeper, Redis or SQL";
+const NO_SEMAPHORES: &str = "nats:// has no semaphores (yet): keep semaphores on etcd, \
+     ZooKeeper, Redis or SQL";
 
 /// The header of a renewal that carries the revision of the put that granted the lock (the
 /// fencing token).
@@ -97,6 +106,13 @@ pub(crate) struct NatsBackend {
     /// acquisition cancelled meanwhile) waits for the put's answer before it looks, so that a
     /// put landing after the release's look cannot leave a lock nobody holds.
     in_flight: Arc<Mutex<FastMap<String, tokio::sync::watch::Receiver<bool>>>>,
+    /// What this client last heard of keys it asked for (see [`News`]): an acquisition of a key
+    /// heard free — or never heard of — puts at once, without reading the key first.
+    news: Arc<Mutex<FastMap<String, News>>>,
+    /// Tokens whose acquisition's put got no answer (a timeout, a dropped connection): it may
+    /// land later — a client resends what it could not send once it reconnects — so their
+    /// release looks for it for a while (see `leftover`).
+    unanswered: Arc<Mutex<crate::fast_map::FastSet<String>>>,
 }
 
 #[derive(Clone, Copy)]
@@ -160,40 +176,7 @@ impl NatsBackend {
 
     /// The key's last message, read from the stream's leader.
     async fn last(&self, conn: &Conn, name: &str) -> Result<Option<Last>, BoxError> {
-        let read = conn
-            .stream
-            .get_last_raw_message_by_subject(&self.subject(name))
-            .await;
-        let message = match read {
-            Ok(message) => message,
-            Err(error) if error.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
-                return Ok(None);
-            }
-            Err(error) => return Err(super::Transient::wrap(error)),
-        };
-        let headers = &message.headers;
-        let gone = headers.get(KV_OPERATION).is_some()
-            || headers.get(header::NATS_MARKER_REASON).is_some();
-        let token = (!gone).then(|| String::from_utf8_lossy(&message.payload).into_owned());
-        let ttl = headers
-            .get(header::NATS_MESSAGE_TTL)
-            .and_then(|ttl| parse_ttl(ttl.as_str()))
-            .map(|ttl| {
-                let written = Duration::from_nanos(
-                    u64::try_from(message.time.unix_timestamp_nanos()).unwrap_or(0),
-                );
-                (written + ttl).saturating_sub(unix_now())
-            });
-        let granted = headers
-            .get(FENCE_HEADER)
-            .and_then(|fence| fence.as_str().parse().ok())
-            .unwrap_or(message.sequence);
-        Ok(Some(Last {
-            revision: message.sequence,
-            token,
-            ttl,
-            granted,
-        }))
+        last_of(conn, &self.subject(name)).await
     }
 
     /// Writes `token` (a put) or a delete (`None`) to `name`'s key if its last revision is
@@ -207,7 +190,44 @@ impl NatsBackend {
     ) -> Result<Result<u64, Conflict>, BoxError> {
         write_to(conn, self.subject(name), Some(expected), put).await
     }
+}
 
+/// The last message of `subject` (a key), read from the stream's leader.
+async fn last_of(conn: &Conn, subject: &str) -> Result<Option<Last>, BoxError> {
+    let read = conn.stream.get_last_raw_message_by_subject(subject).await;
+    let message = match read {
+        Ok(message) => message,
+        Err(error) if error.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
+            return Ok(None);
+        }
+        Err(error) => return Err(super::Transient::wrap(error)),
+    };
+    let headers = &message.headers;
+    let gone =
+        headers.get(KV_OPERATION).is_some() || headers.get(header::NATS_MARKER_REASON).is_some();
+    let token = (!gone).then(|| String::from_utf8_lossy(&message.payload).into_owned());
+    let ttl = headers
+        .get(header::NATS_MESSAGE_TTL)
+        .and_then(|ttl| parse_ttl(ttl.as_str()))
+        .map(|ttl| {
+            let written = Duration::from_nanos(
+                u64::try_from(message.time.unix_timestamp_nanos()).unwrap_or(0),
+            );
+            (written + ttl).saturating_sub(unix_now())
+        });
+    let granted = headers
+        .get(FENCE_HEADER)
+        .and_then(|fence| fence.as_str().parse().ok())
+        .unwrap_or(message.sequence);
+    Ok(Some(Last {
+        revision: message.sequence,
+        token,
+        ttl,
+        granted,
+    }))
+}
+
+impl NatsBackend {
     async fn acquire(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let sent_at = tokio::time::Instant::now();
         let conn = self.conn().await.map_err(super::Transient::wrap)?;
@@ -326,6 +346,16 @@ impl NatsBackend {
         conn: &Arc<Conn>,
         spec: LockSpec<'_>,
     ) -> Result<Attempt, BoxError> {
+        // A key heard free (or never heard of) is put at once: one round trip for a grant. A
+        // refused put (the key was not as heard) reads the key, as a key heard held does.
+        if let Some(expected) = self.expected_free(spec.name)
+            && let Ok(revision) = self.put_in_flight(conn, spec, expected).await?
+        {
+            self.hear(spec.name, None);
+            return Ok(Attempt::Acquired {
+                fencing_token: spec.fencing.then_some(revision),
+            });
+        }
         // A loser of a race reads again: the winner's put, or (rarely) a key freed meanwhile.
         for _ in 0..3 {
             let last = self.last(conn, spec.name).await?;
@@ -334,6 +364,7 @@ impl NatsBackend {
                 Some(last) => match &last.token {
                     // A retry whose first try landed.
                     Some(token) if token == spec.token => {
+                        self.hear(spec.name, None);
                         self.remember(
                             spec.token,
                             Written {
@@ -345,11 +376,15 @@ impl NatsBackend {
                             fencing_token: spec.fencing.then_some(last.granted),
                         });
                     }
-                    Some(_) => return Ok(Attempt::Busy { ttl: last.ttl }),
+                    Some(_) => {
+                        self.hear(spec.name, Some(News::Held));
+                        return Ok(Attempt::Busy { ttl: last.ttl });
+                    }
                     None => last.revision,
                 },
             };
             if let Ok(revision) = self.put_in_flight(conn, spec, expected).await? {
+                self.hear(spec.name, None);
                 return Ok(Attempt::Acquired {
                     fencing_token: spec.fencing.then_some(revision),
                 });
@@ -375,9 +410,16 @@ impl NatsBackend {
             .insert(token.clone(), waiting);
         let (conn, subject, lease) = (Arc::clone(conn), self.subject(spec.name), spec.lease);
         let (written, in_flight) = (Arc::clone(&self.written), Arc::clone(&self.in_flight));
+        let unanswered = Arc::clone(&self.unanswered);
         let put = tokio::spawn(async move {
             let result =
                 write_to(&conn, subject, Some(expected), Some((&token, lease, None))).await;
+            if result.is_err() {
+                unanswered
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(token.clone());
+            }
             if let Ok(Ok(revision)) = &result {
                 let known = Written {
                     last: *revision,
@@ -463,7 +505,20 @@ impl NatsBackend {
     const RELEASE_RETRIES: u32 = 2;
 
     async fn release_key(&self, hold: Hold<'_>) -> Result<Released, BoxError> {
-        let conn = self.conn().await.map_err(super::Transient::wrap)?;
+        let released = self.release_once(hold).await;
+        // After the settling in it: an acquisition's put got no answer, and may land yet.
+        if self.was_unanswered(hold.token)
+            && let Ok(conn) = self.conn().await
+        {
+            self.sweep_later(conn, hold.name, hold.token);
+        }
+        released
+    }
+
+    /// Each try on the live connection, fetched again after a failure: a release that runs
+    /// as its runtime shuts down (a guard dropped with the runtime's tasks, released on
+    /// another) meets a connection whose runtime is going, and its retry opens one on its own.
+    async fn release_once(&self, hold: Hold<'_>) -> Result<Released, BoxError> {
         let mut written = self.written(hold.token);
         if written.is_none() {
             // Not known here: an acquisition's put may still be on its way.
@@ -475,9 +530,20 @@ impl NatsBackend {
         let mut retried = false;
         let mut failed = 0;
         loop {
+            let conn = match self.conn().await {
+                Ok(conn) => conn,
+                Err(error) if failed < Self::RELEASE_RETRIES => {
+                    failed += 1;
+                    tracing::debug!(%error, "distlock: a release's connection failed; retrying");
+                    tokio::time::sleep(super::retry_pause(failed)).await;
+                    continue;
+                }
+                Err(error) => return Err(super::Transient::wrap(error)),
+            };
+            let conn = &conn;
             let expected = match written {
                 Some(known) => known.last,
-                None => match self.last(&conn, hold.name).await {
+                None => match self.last(conn, hold.name).await {
                     Ok(Some(Last {
                         token: Some(token),
                         revision,
@@ -496,9 +562,11 @@ impl NatsBackend {
                     Err(error) => return Err(error),
                 },
             };
-            match self.write(&conn, hold.name, expected, None).await {
-                Ok(Ok(_)) => {
+            match self.write(conn, hold.name, expected, None).await {
+                Ok(Ok(revision)) => {
                     self.forget(hold.token);
+                    let freed = News::Freed(revision, tokio::time::Instant::now());
+                    self.hear(hold.name, Some(freed));
                     return Ok(Released::Deleted);
                 }
                 Ok(Err(Conflict)) => written = None,
@@ -519,6 +587,7 @@ impl NatsBackend {
     async fn listener(&self) -> Result<Arc<Listener>, BoxError> {
         let conn = self.conn().await.map_err(super::Transient::wrap)?;
         let (bucket, response_timeout) = (self.bucket.clone(), self.response_timeout);
+        let news = Arc::clone(&self.news);
         self.listener
             .get(
                 |listener: &Listener| {
@@ -563,6 +632,14 @@ impl NatsBackend {
                                     .strip_prefix(prefix.as_str())
                                     .and_then(NatsBackend::name_of);
                                 if let (true, Some(name)) = (freed, name) {
+                                    // Heard only of keys this client asked for.
+                                    let revision = headers
+                                        .get(header::NATS_SEQUENCE)
+                                        .and_then(|s| s.as_str().parse().ok());
+                                    if let Some(revision) = revision {
+                                        let at = tokio::time::Instant::now();
+                                        hear(&news, &name, Some(News::Freed(revision, at)), false);
+                                    }
                                     closer.hub.notify(&name);
                                 }
                             }
