@@ -398,7 +398,8 @@ pub(crate) enum Command {
     /// Connects as the services would (the SQL lock table created if missing), then reports
     /// the server and its version, the median round trip, what the store serves, the store's
     /// own settings that matter (the replicas `?replicas=` asks for, a Cluster's slots, the
-    /// server's clock against this host's), and takes, reads and gives back a lock under
+    /// server's clock against this host's, a transaction pooler in front of PostgreSQL
+    /// without `pooler=transaction`), and takes, reads and gives back a lock under
     /// `distlock-check:` (the right to write where locks live). Exits 0 when every check
     /// passes, 1 when one fails, and as any command when it cannot connect.
     #[command(override_usage = "distlock check [OPTIONS] [URL]")]

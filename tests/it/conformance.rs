@@ -186,6 +186,25 @@ pub async fn check_passes_and_leaves_nothing_behind(fixture: &dyn Fixture) {
     for check in ["server", "round trip", "kinds", "lock"] {
         assert!(checks.contains(&check), "no `{check}` in {checks:?}");
     }
+    // Where the server judges leases by its own clock and tells its time, the clock is read
+    // (the table modes of the SQL stores, every Redis deployment); a PostgreSQL table is
+    // checked for a transaction pooler the URL does not declare.
+    let url = fixture.url();
+    let table_mode = !url.contains("mode=advisory") && !url.contains("mode=named");
+    let judged_by_server = ["redis", "rediss", "postgres", "mysql"]
+        .iter()
+        .any(|scheme| url.starts_with(scheme))
+        && table_mode;
+    assert_eq!(
+        checks.contains(&"clock"),
+        judged_by_server,
+        "{url}: {checks:?}"
+    );
+    assert_eq!(
+        checks.contains(&"pooler"),
+        url.starts_with("postgres") && table_mode,
+        "{url}: {checks:?}"
+    );
     let lock = checkup.findings.iter().find(|f| f.check == "lock").unwrap();
     let key = lock
         .found

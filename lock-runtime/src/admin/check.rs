@@ -11,7 +11,7 @@ use crate::client::LockClient;
 #[non_exhaustive]
 pub struct Finding {
     /// What was checked, one word or two: `server`, `round trip`, `lock`, `kinds`, `clock`,
-    /// `replicas`, `cluster`.
+    /// `replicas`, `cluster`, `pooler`, `bucket`.
     pub check: &'static str,
     /// Whether it is as distlock needs it.
     pub passed: bool,
@@ -78,7 +78,9 @@ impl LockClient {
     /// credentials, speaks TLS if asked, runs scripts): the server and its version, the median
     /// of five round trips, what the store serves, the store's own settings that matter (the
     /// replicas `?replicas=` asks for, a Cluster's slots, the server's clock against this
-    /// host's), and a real lock — taken under [`CHECK_KEY_PREFIX`], seen by `inspect`, given
+    /// host's on Redis and the SQL lock tables, a transaction pooler between client and
+    /// PostgreSQL that the URL does not declare with `pooler=transaction`, a NATS bucket's
+    /// settings), and a real lock — taken under [`CHECK_KEY_PREFIX`], seen by `inspect`, given
     /// back and seen gone — which shows this user may write where locks live (Redis scripts,
     /// the SQL lock table or `GET_LOCK`, the ZooKeeper ACL, the etcd role's key range). What
     /// `distlock check` prints. Never fails: a check that cannot be made is a failed
@@ -167,14 +169,17 @@ impl LockClient {
         let key = format!("{CHECK_KEY_PREFIX}{:016x}", fastrand::u64(..));
         let started = Instant::now();
         let failed = |what: String| {
-            Finding::fail(
-                "lock",
-                what,
+            // A statement lost to an undeclared transaction pooler says so itself.
+            let fix = if what.contains("add `pooler=transaction`") {
+                "add `pooler=transaction` to the URL: a transaction pooler is between (the \
+                 `pooler` line)"
+            } else {
                 "give the URL's user the right to write where locks live: on Redis an ACL over \
                  the prefix's keys (`~lock:*`) and scripts; on PostgreSQL and MySQL the lock \
                  table (or GET_LOCK); on ZooKeeper the ACL of the lock nodes; on etcd a role \
-                 over the prefix's key range",
-            )
+                 over the prefix's key range"
+            };
+            Finding::fail("lock", what, fix)
         };
         let guard = match self
             .lock(&key)
@@ -211,5 +216,38 @@ impl LockClient {
             Ok(Some(_)) => failed(format!("gave back `{key}`, but it is still there")),
             Err(error) => failed(format!("gave back `{key}`, but cannot read it: {error}")),
         }
+    }
+}
+
+/// The `clock` finding from the server's time (`server`, seconds since the Unix epoch) read
+/// between `before` and `after` on this host's clock; `judged` says what the server's clock
+/// decides there (one clause).
+#[cfg_attr(
+    not(any(feature = "redis", feature = "postgres", feature = "mysql")),
+    allow(dead_code)
+)]
+pub(crate) fn clock_finding(
+    server: f64,
+    before: std::time::SystemTime,
+    after: std::time::SystemTime,
+    judged: &str,
+) -> Finding {
+    let unix = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64())
+    };
+    let here = (unix(before) + unix(after)) / 2.0;
+    // (Rounded to whole milliseconds, without a "-0".)
+    let offset_ms = ((server - here) * 1e3).round() + 0.0;
+    let found = format!("the server's clock is {offset_ms:+.0} ms from this host's ({judged})");
+    if offset_ms.abs() <= 1_000.0 {
+        Finding::pass("clock", found)
+    } else {
+        Finding::fail(
+            "clock",
+            found,
+            "synchronise the clocks (NTP, chrony): locks stay safe, but the ages and grant \
+             times `distlock show` prints are off by as much",
+        )
     }
 }

@@ -28,6 +28,8 @@ use std::time::{Duration, SystemTime};
 mod check;
 mod watch;
 
+#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
+pub(crate) use check::clock_finding;
 pub use check::{CHECK_KEY_PREFIX, Checkup, Finding};
 
 pub(crate) use watch::{ChangeFeed, Follower};

@@ -174,4 +174,30 @@ impl Admin for MysqlBackend {
             })
         })
     }
+    /// The server's clock (`UNIX_TIMESTAMP(NOW(6))`) against this host's: the lock statements
+    /// judge a lease by the server's `NOW(3)`.
+    fn diagnose(&self) -> BoxFuture<'_, Vec<crate::admin::Finding>> {
+        Box::pin(async move {
+            let before = std::time::SystemTime::now();
+            let read = self
+                .run("the clock query", "", |conn| {
+                    Box::pin(async move {
+                        conn.query_first::<String, _>("SELECT UNIX_TIMESTAMP(NOW(6))")
+                            .await
+                    })
+                })
+                .await;
+            let after = std::time::SystemTime::now();
+            let server = read.ok().flatten().and_then(|t| t.parse::<f64>().ok());
+            vec![match server {
+                Some(server) => crate::admin::clock_finding(
+                    server,
+                    before,
+                    after,
+                    "leases are judged by the server's clock alone",
+                ),
+                None => crate::admin::Finding::pass("clock", "the server did not tell its time"),
+            }]
+        })
+    }
 }

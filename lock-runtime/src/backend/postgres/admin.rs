@@ -61,6 +61,9 @@ impl Admin for PostgresBackend {
             Ok(format!("PostgreSQL {version}"))
         })
     }
+    fn diagnose(&self) -> BoxFuture<'_, Vec<crate::admin::Finding>> {
+        Box::pin(self.diagnose_server())
+    }
 }
 
 /// A row of the admin statements: (name, token, holder, acquired ms, remaining ms, fence).

@@ -46,6 +46,7 @@ use crate::runtime::{BoxFuture, Revived};
 mod acquire;
 mod admin;
 pub(crate) mod advisory;
+mod check;
 mod encoded;
 mod errors;
 mod pool;

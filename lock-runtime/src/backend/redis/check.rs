@@ -172,27 +172,12 @@ impl RedisBackend {
         };
         let server =
             seconds.parse::<f64>().unwrap_or(0.0) + micros.parse::<f64>().unwrap_or(0.0) / 1e6;
-        let unix = |t: std::time::SystemTime| {
-            t.duration_since(std::time::UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64())
-        };
-        let here = (unix(before) + unix(after)) / 2.0;
-        // (Rounded to whole milliseconds, without a "-0".)
-        let offset_ms = ((server - here) * 1e3).round() + 0.0;
-        let found = format!(
-            "the server's clock is {offset_ms:+.0} ms from this host's (leases are judged by the \
-             server's clock alone)"
-        );
-        if offset_ms.abs() <= 1_000.0 {
-            Finding::pass("clock", found)
-        } else {
-            Finding::fail(
-                "clock",
-                found,
-                "synchronise the clocks (NTP, chrony): locks stay safe, but the ages and grant \
-                 times `distlock show` prints are off by as much",
-            )
-        }
+        crate::admin::clock_finding(
+            server,
+            before,
+            after,
+            "leases are judged by the server's clock alone",
+        )
     }
 
     /// A Cluster serves every slot (`CLUSTER INFO`): a key in an unserved slot cannot be locked.

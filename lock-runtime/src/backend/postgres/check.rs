@@ -1,0 +1,114 @@
+//! What [`LockClient::check`](crate::LockClient::check) reports of PostgreSQL beyond the lock it
+//! takes: the server's clock against this host's, and a transaction pooler between client and
+//! server that the URL does not declare.
+
+use std::time::{Duration, SystemTime};
+
+use tokio_postgres::{Client, SimpleQueryMessage};
+
+use super::PostgresBackend;
+use crate::admin::{Finding, clock_finding};
+use crate::error::BoxError;
+
+impl PostgresBackend {
+    pub(super) async fn diagnose_server(&self) -> Vec<Finding> {
+        vec![self.clock().await, self.pooler().await]
+    }
+
+    /// `clock_timestamp()` against this host's clock. The lock statements judge a lease by
+    /// the server's `now()`.
+    async fn clock(&self) -> Finding {
+        let before = SystemTime::now();
+        let read = self
+            .run("the clock query", "", |conn| async move {
+                conn.text(
+                    "SELECT extract(epoch FROM clock_timestamp())::float8",
+                    &[],
+                    &[],
+                )
+                .await
+            })
+            .await;
+        let after = SystemTime::now();
+        match read
+            .ok()
+            .and_then(|rows| rows.first()?.try_get::<_, f64>(0).ok())
+        {
+            Some(server) => clock_finding(
+                server,
+                before,
+                after,
+                "leases are judged by the server's clock alone",
+            ),
+            None => Finding::pass("clock", "the server did not tell its time"),
+        }
+    }
+
+    /// Whether a transaction pooler sits between (PgBouncer in `pool_mode = transaction`):
+    /// two connections of the check's own, the first asks for its server process, the second
+    /// opens a transaction, and the first asks again. Straight to the server (or through a
+    /// session pooler) a connection keeps its process; through a transaction pooler the first
+    /// connection's process went to the second's transaction (poolers lend the server
+    /// connection used last), and the first is answered by another.
+    async fn pooler(&self) -> Finding {
+        if self.settings.transaction_pooler {
+            return Finding::pass(
+                "pooler",
+                "`pooler=transaction`: each statement stands alone, as a transaction pooler \
+                 needs",
+            );
+        }
+        let bound = self.settings.connect_timeout * 2 + self.settings.response_timeout * 4;
+        match tokio::time::timeout(bound, self.processes_seen()).await {
+            Ok(Ok((first, second))) if first == second => Finding::pass(
+                "pooler",
+                "no transaction pooler between (a connection keeps its server process)",
+            ),
+            Ok(Ok((first, second))) => Finding::fail(
+                "pooler",
+                format!(
+                    "a transaction pooler is between (one connection was served by server \
+                     processes {first} and then {second}), and the URL does not say so: \
+                     prepared statements and `LISTEN` do not survive it"
+                ),
+                "add `pooler=transaction` to the URL (and `listen_url=` naming the server \
+                 itself, so that waiters hear releases)",
+            ),
+            Ok(Err(error)) => Finding::pass(
+                "pooler",
+                format!("could not tell whether a pooler is between ({error})"),
+            ),
+            Err(_) => Finding::pass(
+                "pooler",
+                format!("could not tell whether a pooler is between (no answer within {bound:?})"),
+            ),
+        }
+    }
+
+    /// The first connection's server process before and after the second opened a
+    /// transaction.
+    async fn processes_seen(&self) -> Result<(String, String), BoxError> {
+        let (first, second) = (self.open().await?, self.open().await?);
+        let before = backend_pid(&first, "SELECT pg_backend_pid()").await?;
+        backend_pid(&second, "BEGIN; SELECT pg_backend_pid()").await?;
+        let after = backend_pid(&first, "SELECT pg_backend_pid()").await;
+        let _ = second.simple_query("ROLLBACK").await;
+        Ok((before, after?))
+    }
+}
+
+/// The server process id the last statement of `text` returns (the simple query protocol:
+/// nothing prepared, so a pooler may carry it).
+async fn backend_pid(client: &Client, text: &str) -> Result<String, BoxError> {
+    let answer = tokio::time::timeout(Duration::from_secs(10), client.simple_query(text))
+        .await
+        .map_err(|_| "no answer")??;
+    answer
+        .iter()
+        .rev()
+        .find_map(|message| match message {
+            SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .ok_or_else(|| "no process id in the answer".into())
+}
