@@ -24,6 +24,7 @@
 //! The URL is the one the services use (`redis://…`, `postgres://…`, `zk://…`, …); without it,
 //! `DISTLOCK_URL` is read. See `distlock --help` for options and exit codes.
 
+mod bench;
 mod format;
 mod run;
 mod warnings;
@@ -412,6 +413,37 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Measures locks on the store beside the store's own floor
+    ///
+    /// Uncontended acquire + release (p50, p99), throughput of `--tasks` tasks on keys of their
+    /// own, and hand-overs between four clients on one key, each beside the raw floor measured
+    /// in the same run on the same connection: the store's own create and delete of a key
+    /// with nothing around them (Redis `SET NX PX` + `DEL`; the SQL lock table's own
+    /// statements; etcd's put-if-absent and delete; a ZooKeeper ephemeral node; NATS's two
+    /// publishes). Keys under `--keys`, given back as it goes: the
+    /// store is left as it was. Prints what it measures on stderr while it runs, then a table.
+    #[command(override_usage = "distlock bench [OPTIONS] [URL]")]
+    Bench {
+        /// The URL (else DISTLOCK_URL)
+        #[arg(value_name = "URL", num_args = 0..=1)]
+        args: Vec<String>,
+        /// Tasks of the throughput measure, each on a key of its own.
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..=4096))]
+        tasks: u16,
+        /// Uncontended pairs of each kind.
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(10..=100_000))]
+        pairs: u32,
+        /// Each timed window (throughput, hand-over), in seconds.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=600))]
+        seconds: u16,
+        /// The keys it takes start with this (after the client's own `--prefix`).
+        #[arg(long, value_name = "START", default_value = "distlock-bench:")]
+        keys: String,
+        /// Print a JSON object (`backend`, `url`, `server`, `tasks`, `rows`: each `what`,
+        /// `unit`, `distlock`, `floor`, `ratio`).
+        #[arg(long)]
+        json: bool,
+    },
     /// Checks the store answers: its version and one round trip.
     Ping {
         /// The URL (else DISTLOCK_URL)
@@ -788,6 +820,52 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             } else {
                 Err(Failure::Reported(exit::CHECK_FAILED))
             }
+        }
+        Command::Bench {
+            args,
+            tasks,
+            pairs,
+            seconds,
+            keys,
+            json,
+        } => {
+            let (url, _) = url_and_rest(cli.url.as_deref(), args, 0)?;
+            let mut clients = Vec::new();
+            for _ in 0..4 {
+                clients.push(connect_as(&cli, &url, true).await?);
+            }
+            let server = clients[0].ping().await?;
+            let setup = bench::Setup {
+                prefix: keys.clone(),
+                pairs: *pairs as usize,
+                tasks: usize::from(*tasks),
+                window: Duration::from_secs(u64::from(*seconds)),
+            };
+            eprintln!(
+                "distlock bench {} ({}, {})",
+                server.url, server.backend, server.version
+            );
+            let report =
+                bench::run(&clients, &setup, |what| eprintln!("distlock bench: {what}")).await?;
+            if *json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "backend": server.backend,
+                        "url": server.url,
+                        "server": server.version,
+                        "tasks": tasks,
+                        "rows": bench::json_rows(&report),
+                    })
+                );
+            } else {
+                println!(
+                    "distlock bench {} ({}, {}), {tasks} tasks, {seconds} s windows",
+                    server.url, server.backend, server.version
+                );
+                print!("{}", bench::table(&report));
+            }
+            Ok(())
         }
         Command::Ping { args, json } => {
             let (url, _) = url_and_rest(cli.url.as_deref(), args, 0)?;
@@ -1269,7 +1347,7 @@ mod tests {
             .skip(1)
             .take_while(|line| !line.is_empty())
             .collect();
-        assert_eq!(commands.len(), 11, "{help}");
+        assert_eq!(commands.len(), 12, "{help}");
         for line in commands {
             assert!(
                 line.chars().count() <= 80,

@@ -1703,6 +1703,19 @@ async fn the_readmes_command_lines_run_as_written() {
                 assert_eq!(code(&output), 0, "{}", said(&output));
                 assert!(!stdout(&output).contains('✘'), "{}", said(&output));
             }
+            "bench" => {
+                // The defaults: 200 pairs, 64 tasks, 3 s windows; a table, nothing left.
+                let output = run_with(&mut command).await;
+                assert_eq!(code(&output), 0, "{}", said(&output));
+                let text = stdout(&output);
+                assert!(text.contains("64 tasks, 3 s windows"), "{}", said(&output));
+                assert!(text.contains("raw floor"), "{}", said(&output));
+                let left: i64 = redis::cmd("DBSIZE")
+                    .query_async(&mut server.connection().await)
+                    .await
+                    .unwrap();
+                assert_eq!(left, 0, "`{line}` left keys behind");
+            }
             _ => panic!("no expectation for the README's line `{line}`: add one to this test"),
         }
         let _ = std::fs::remove_dir_all(&dir);
@@ -1876,4 +1889,105 @@ async fn check_of_a_store_it_cannot_use_is_one_connect_line() {
         found.contains("authentication failed") && !found.contains("wrong"),
         "{found}"
     );
+}
+
+/// The rows of `distlock bench --json` against `url`, short windows; the run's stderr says what
+/// it measures as it goes.
+async fn bench_rows(url: &str) -> Vec<Value> {
+    let output = run(&[
+        "bench",
+        url,
+        "--seconds",
+        "1",
+        "--pairs",
+        "20",
+        "--tasks",
+        "4",
+        "--json",
+    ])
+    .await;
+    assert_eq!(code(&output), 0, "{}", stderr(&output));
+    let progress = stderr(&output);
+    for phase in ["uncontended", "throughput", "hand-over"] {
+        assert!(progress.contains(phase), "no `{phase}` in\n{progress}");
+    }
+    let json: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let rows = json["rows"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 6, "{json}");
+    for row in &rows {
+        let distlock = row["distlock"].as_f64().unwrap();
+        assert!(distlock > 0.0 && distlock.is_finite(), "{row}");
+    }
+    rows
+}
+
+/// `distlock bench` on Redis and on a PostgreSQL lock table: every figure measured, the
+/// uncontended pairs and the throughput beside the store's raw floor of the same run (a
+/// positive ratio), the hand-overs without one; the table form has the same rows; and the
+/// store is left as it was (no key, no row).
+#[tokio::test]
+async fn bench_measures_beside_the_raw_floor_and_leaves_nothing() {
+    let server = RedisServer::start();
+    let rows = bench_rows(&server.url()).await;
+    for row in &rows[..3] {
+        assert!(row["floor"].as_f64().unwrap() > 0.0, "{row}");
+        assert!(row["ratio"].as_f64().unwrap() > 0.0, "{row}");
+    }
+    for row in &rows[3..] {
+        assert!(row["floor"].is_null(), "{row}");
+    }
+    let mut conn = server.connection().await;
+    let left: i64 = redis::cmd("DBSIZE").query_async(&mut conn).await.unwrap();
+    assert_eq!(left, 0, "keys left behind");
+    let table = run(&[
+        "bench",
+        &server.url(),
+        "--seconds",
+        "1",
+        "--pairs",
+        "10",
+        "--tasks",
+        "2",
+    ])
+    .await;
+    let text = stdout(&table);
+    for line in [
+        "uncontended acquire + release, p50",
+        "throughput",
+        "raw floor",
+        "×",
+    ] {
+        assert!(text.contains(line), "no `{line}` in\n{text}");
+    }
+
+    let table_name = format!("bench_{}", std::process::id());
+    let url = format!("{}?table={table_name}", PostgresServer::shared().url());
+    let rows = bench_rows(&url).await;
+    assert!(rows[0]["floor"].as_f64().unwrap() > 0.0, "{:?}", rows[0]);
+    let admin = PostgresServer::shared().client().await;
+    let left: i64 = admin
+        .query_one(&format!("SELECT count(*) FROM {table_name}"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0, "rows left behind");
+}
+
+/// `distlock bench` on MariaDB, ZooKeeper, etcd and NATS: every figure measured, and the
+/// uncontended pairs and throughput beside each store's raw floor.
+#[tokio::test]
+async fn bench_runs_on_every_store_with_a_floor() {
+    let nats = support::nats::NatsServer::start();
+    let urls = [
+        support::mysql::MysqlServer::shared().url(),
+        support::zookeeper::ZkServer::shared().url(&format!("/{}", unique("bench"))),
+        support::etcd::EtcdMember::shared().url(&unique("bench")),
+        nats.url("bench"),
+    ];
+    for url in urls {
+        let rows = bench_rows(&url).await;
+        for row in &rows[..3] {
+            assert!(row["floor"].as_f64().unwrap() > 0.0, "{url}: {row}");
+        }
+    }
 }

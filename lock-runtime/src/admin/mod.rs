@@ -280,6 +280,29 @@ impl LockClient {
         Ok(u16::try_from(live).unwrap_or(u16::MAX).min(permits))
     }
 
+    /// Takes and gives back `key` with the store's own two commands and nothing else — a
+    /// conditional create holding a fresh token for 30 s, then its delete, on this client's
+    /// connection: no renewal, guard, fencing or waiting — what any lock on this store costs
+    /// at least, beside which `distlock bench` sets distlock's own figures. `Ok(false)` where
+    /// it is not measured (Redlock, `memory://`, the advisory and named modes); an error if
+    /// the key was held (it is not taken from anyone).
+    ///
+    /// Errors: [`LockError::Backend`] when the store fails or the key is held.
+    pub async fn raw_pair(&self, key: &str) -> Result<bool, LockError> {
+        validate_key(key)?;
+        let name = self.name_of(key);
+        let token = crate::token::OwnerToken::generate();
+        let token = token.as_str();
+        let pair = self
+            .admin_backend()
+            .raw_pair(&name, token, std::time::Duration::from_secs(30));
+        match pair.await {
+            None => Ok(false),
+            Some(Ok(())) => Ok(true),
+            Some(Err(error)) => Err(self.admin_error("raw_pair", key, error)),
+        }
+    }
+
     /// Who holds `key` now: `None` if nobody does.
     ///
     /// Errors: [`LockError::Backend`] when the backend fails.

@@ -597,6 +597,18 @@ pub(crate) trait Admin {
         Box::pin(async { Ok(None) })
     }
 
+    /// The raw floor of one lock (for `LockClient::raw_pair`): the store's own conditional
+    /// create of `name` holding `token` for `lease`, then its delete, on this client's
+    /// connection and nothing more. `None` (the default): not measured on this store.
+    fn raw_pair<'a>(
+        &'a self,
+        _name: &'a str,
+        _token: &'a str,
+        _lease: std::time::Duration,
+    ) -> BoxFuture<'a, Option<Result<(), BoxError>>> {
+        Box::pin(async { None })
+    }
+
     /// The store's own settings that matter to distlock, for `LockClient::check` (the replicas
     /// `?replicas=` asks for, a Cluster's slots, the server's clock): none by default.
     fn diagnose(&self) -> BoxFuture<'_, Vec<crate::admin::Finding>> {

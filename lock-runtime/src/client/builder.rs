@@ -540,7 +540,8 @@ impl fmt::Debug for LockClientBuilder {
     feature = "etcd",
     feature = "zookeeper",
     feature = "mysql",
-    feature = "postgres"
+    feature = "postgres",
+    feature = "nats"
 )))]
 fn missing_feature(scheme: &str, feature: &str) -> LockError {
     LockError::Config(format!(

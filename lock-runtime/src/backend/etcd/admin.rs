@@ -95,6 +95,43 @@ impl Admin for EtcdBackend {
             Ok(format!("etcd {}", status.version))
         })
     }
+    /// A put of `<prefix>raw/<name>` in a transaction only if it is absent, then its delete:
+    /// the least a lock on etcd takes (distlock's own key carries a lease and the queue's head).
+    fn raw_pair<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+        _lease: Duration,
+    ) -> BoxFuture<'a, Option<Result<(), BoxError>>> {
+        Box::pin(async move {
+            let key = format!("{}raw/{name}", self.prefix).into_bytes();
+            let txn = proto::TxnRequest {
+                compare: vec![proto::absent(key.clone())],
+                success: vec![proto::RequestOp {
+                    request: Some(proto::RequestUnion::Put(proto::PutRequest {
+                        key: key.clone(),
+                        value: token.as_bytes().to_vec(),
+                        lease: 0,
+                    })),
+                }],
+                failure: Vec::new(),
+            };
+            let pair = async {
+                let put: proto::TxnResponse = self
+                    .call("txn", self.rpc.unary(path::TXN, txn))
+                    .await
+                    .map_err(|f| self.failed("txn", f))?;
+                if !put.succeeded {
+                    return Err(format!("`{name}` is held: nothing taken").into());
+                }
+                self.delete_key(key)
+                    .await
+                    .map_err(|f| self.failed("delete", f))?;
+                Ok::<(), BoxError>(())
+            };
+            Some(pair.await)
+        })
+    }
     /// A watch of every key under the backend's prefix (puts, deletes — a lease's end deletes
     /// its keys too) on the client's shared watch stream.
     fn changes<'a>(

@@ -174,6 +174,53 @@ impl Admin for MysqlBackend {
             })
         })
     }
+    /// The lock's own statements and nothing around them: its acquisition, then its release.
+    fn raw_pair<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+        lease: std::time::Duration,
+    ) -> BoxFuture<'a, Option<Result<(), BoxError>>> {
+        use mysql_async::Value;
+        Box::pin(async move {
+            let taken = self
+                .run("the raw pair", name, {
+                    let params = vec![
+                        Value::from(name.as_bytes()),
+                        Value::from(token),
+                        Value::from(super::micros(lease)),
+                        Value::from(self.holder.as_str()),
+                    ];
+                    move |conn| {
+                        let params = params.clone();
+                        Box::pin(async move {
+                            let acquire = conn.hot().await?.acquire;
+                            conn.exec_drop(&acquire, super::positional(params)).await?;
+                            Ok(conn.affected_rows())
+                        })
+                    }
+                })
+                .await;
+            let pair = match taken {
+                Ok(1) => self
+                    .run("the raw pair", name, {
+                        let params = vec![Value::from(name.as_bytes()), Value::from(token)];
+                        move |conn| {
+                            let params = params.clone();
+                            Box::pin(async move {
+                                let release = conn.hot().await?.release;
+                                conn.exec_drop(&release, super::positional(params)).await
+                            })
+                        }
+                    })
+                    .await
+                    .map_err(BoxError::from),
+                Ok(_) => Err(format!("`{name}` is held: nothing taken").into()),
+                Err(error) => Err(error.into()),
+            };
+            Some(pair)
+        })
+    }
     /// The server's clock (`UNIX_TIMESTAMP(NOW(6))`) against this host's: the lock statements
     /// judge a lease by the server's `NOW(3)`.
     fn diagnose(&self) -> BoxFuture<'_, Vec<crate::admin::Finding>> {

@@ -160,4 +160,43 @@ impl Admin for NatsBackend {
     fn diagnose(&self) -> BoxFuture<'_, Vec<Finding>> {
         Box::pin(self.diagnose_bucket())
     }
+    /// A put expecting no revision, with the TTL, then a delete expecting its revision: the
+    /// two raw publishes of a lock.
+    fn raw_pair<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+        lease: std::time::Duration,
+    ) -> BoxFuture<'a, Option<Result<(), BoxError>>> {
+        Box::pin(async move {
+            let pair = async {
+                let conn = self.conn().await?;
+                let put = Some((token, lease, None));
+                // Over the delete this client wrote last (a used key's marker stays a second),
+                // or none; read only when that guess is stale.
+                let expected = self.expected_free(name).unwrap_or(0);
+                let revision = match self.write(&conn, name, expected, put).await? {
+                    Ok(revision) => revision,
+                    Err(_) => match self.last(&conn, name).await? {
+                        Some(Last { token: Some(_), .. }) => {
+                            return Err(format!("`{name}` is held: nothing taken").into());
+                        }
+                        last => {
+                            let expected = last.map_or(0, |last| last.revision);
+                            self.write(&conn, name, expected, put)
+                                .await?
+                                .map_err(|_| format!("`{name}` changed meanwhile: try again"))?
+                        }
+                    },
+                };
+                let deleted = self.write(&conn, name, revision, None).await?;
+                if let Ok(deleted) = deleted {
+                    let at = tokio::time::Instant::now();
+                    self.hear(name, Some(super::news::News::Freed(deleted, at)));
+                }
+                Ok::<(), BoxError>(())
+            };
+            Some(pair.await)
+        })
+    }
 }

@@ -42,6 +42,7 @@
 mod admin;
 mod connect;
 mod leftover;
+mod listener;
 mod news;
 mod share;
 
@@ -52,11 +53,11 @@ use async_nats::jetstream::{self, stream};
 use async_nats::{HeaderMap, header};
 
 use self::connect::Auth;
-use self::news::{News, hear};
+use self::news::News;
 use super::{Attempt, Backend, Capabilities, Hold, LockSpec, Released};
 use crate::error::BoxError;
 use crate::fast_map::FastMap;
-use crate::notify::{CloseOnDrop, ReleaseHub, ReleaseSubscription};
+use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::{BoxFuture, Revived, RuntimeBound};
 
 /// What the NATS backend can do: plain locks, with fencing tokens, `min_hold` and `lock_delay`.
@@ -580,79 +581,6 @@ impl NatsBackend {
                 Err(error) => return Err(error),
             }
         }
-    }
-
-    /// The live listener, or a new one: subscribed (and the subscription flushed to the
-    /// server) before it is returned, so a release after that is heard.
-    async fn listener(&self) -> Result<Arc<Listener>, BoxError> {
-        let conn = self.conn().await.map_err(super::Transient::wrap)?;
-        let (bucket, response_timeout) = (self.bucket.clone(), self.response_timeout);
-        let news = Arc::clone(&self.news);
-        self.listener
-            .get(
-                |listener: &Listener| {
-                    listener.runtime.is_alive()
-                        && !listener.dead.load(std::sync::atomic::Ordering::SeqCst)
-                },
-                || {
-                    Box::pin(async move {
-                        let prefix = format!("{EVENTS}.{bucket}.");
-                        let mut events = conn
-                            .client
-                            .subscribe(format!("{prefix}>"))
-                            .await
-                            .map_err(|e| Box::new(e) as BoxError)?;
-                        // The subscription in place before the first try (bounded: a hung
-                        // server answers no PING).
-                        match tokio::time::timeout(response_timeout, conn.client.flush()).await {
-                            Ok(flushed) => flushed.map_err(|e| Box::new(e) as BoxError)?,
-                            Err(_) => {
-                                return Err(format!(
-                                    "the subscription that wakes waiters was not confirmed \
-                                     within the response timeout ({response_timeout:?})"
-                                )
-                                .into());
-                            }
-                        }
-                        let hub = ReleaseHub::new(None);
-                        let (closer, dead) = CloseOnDrop::new(&hub);
-                        tokio::spawn(async move {
-                            use futures_util::StreamExt as _;
-                            let closer = closer;
-                            // Keeps the connection (and so the subscription) open.
-                            let _conn = conn;
-                            while let Some(event) = events.next().await {
-                                let Some(headers) = &event.headers else {
-                                    continue;
-                                };
-                                let freed = headers.get(KV_OPERATION).is_some()
-                                    || headers.get(header::NATS_MARKER_REASON).is_some();
-                                let name = event
-                                    .subject
-                                    .strip_prefix(prefix.as_str())
-                                    .and_then(NatsBackend::name_of);
-                                if let (true, Some(name)) = (freed, name) {
-                                    // Heard only of keys this client asked for.
-                                    let revision = headers
-                                        .get(header::NATS_SEQUENCE)
-                                        .and_then(|s| s.as_str().parse().ok());
-                                    if let Some(revision) = revision {
-                                        let at = tokio::time::Instant::now();
-                                        hear(&news, &name, Some(News::Freed(revision, at)), false);
-                                    }
-                                    closer.hub.notify(&name);
-                                }
-                            }
-                        });
-                        Ok(Arc::new(Listener {
-                            hub,
-                            dead,
-                            runtime: RuntimeBound::new(()),
-                        }))
-                    })
-                },
-            )
-            .await
     }
 }
 

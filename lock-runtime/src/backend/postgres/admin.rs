@@ -64,6 +64,14 @@ impl Admin for PostgresBackend {
     fn diagnose(&self) -> BoxFuture<'_, Vec<crate::admin::Finding>> {
         Box::pin(self.diagnose_server())
     }
+    fn raw_pair<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+        lease: std::time::Duration,
+    ) -> BoxFuture<'a, Option<Result<(), BoxError>>> {
+        Box::pin(async move { Some(self.raw_pair_of(name, token, lease).await) })
+    }
 }
 
 /// A row of the admin statements: (name, token, holder, acquired ms, remaining ms, fence).

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, SystemTime};
 
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 use super::PostgresBackend;
@@ -11,6 +12,32 @@ use crate::admin::{Finding, clock_finding};
 use crate::error::BoxError;
 
 impl PostgresBackend {
+    /// The lock's own statements and nothing around them: its acquisition, then its quiet
+    /// release (`LockClient::raw_pair`).
+    pub(super) async fn raw_pair_of(
+        &self,
+        name: &str,
+        token: &str,
+        lease: Duration,
+    ) -> Result<(), BoxError> {
+        let lease = crate::backend::sql::millis(lease);
+        let params: [&(dyn ToSql + Sync); 4] = [&name, &token, &lease, &self.holder];
+        let taken = self
+            .run("the raw pair", name, |conn| async move {
+                conn.execute(&conn.acquire, &params).await
+            })
+            .await?;
+        if taken != 1 {
+            return Err(format!("`{name}` is held: nothing taken").into());
+        }
+        let params: [&(dyn ToSql + Sync); 2] = [&name, &token];
+        self.run("the raw pair", name, |conn| async move {
+            conn.execute(&conn.release_quiet, &params).await
+        })
+        .await?;
+        Ok(())
+    }
+
     pub(super) async fn diagnose_server(&self) -> Vec<Finding> {
         vec![self.clock().await, self.pooler().await]
     }

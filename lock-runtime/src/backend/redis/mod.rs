@@ -487,4 +487,39 @@ impl Admin for RedisBackend {
     fn diagnose(&self) -> BoxFuture<'_, Vec<crate::admin::Finding>> {
         Box::pin(self.diagnose_server())
     }
+    /// `SET name token NX PX lease`, then `DEL name`, on the shared connection.
+    fn raw_pair<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+        lease: Duration,
+    ) -> BoxFuture<'a, Option<Result<(), BoxError>>> {
+        Box::pin(async move {
+            let pair = async {
+                let ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+                let set: Option<String> = self
+                    .run(|mut conn, _| async move {
+                        redis::cmd("SET")
+                            .arg(name)
+                            .arg(token)
+                            .arg("NX")
+                            .arg("PX")
+                            .arg(ms)
+                            .query_async(&mut conn)
+                            .await
+                    })
+                    .await?;
+                if set.is_none() {
+                    return Err(format!("`{name}` is held: nothing taken").into());
+                }
+                let _: i64 = self
+                    .run(|mut conn, _| async move {
+                        redis::cmd("DEL").arg(name).query_async(&mut conn).await
+                    })
+                    .await?;
+                Ok::<(), BoxError>(())
+            };
+            Some(pair.await)
+        })
+    }
 }

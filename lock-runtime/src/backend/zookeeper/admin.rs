@@ -57,6 +57,37 @@ impl Admin for ZookeeperBackend {
             Ok(Some(entry))
         })
     }
+    /// An ephemeral node beside the lock's parent, then its delete: the least a lock on
+    /// ZooKeeper takes (Curator's and distlock's lock also list the queue).
+    fn raw_pair<'a>(
+        &'a self,
+        name: &'a str,
+        token: &'a str,
+        _lease: std::time::Duration,
+    ) -> BoxFuture<'a, Option<Result<(), BoxError>>> {
+        Box::pin(async move {
+            let pair = async {
+                let client = self.any_client().await?;
+                let path = format!("{}.raw", super::path::parent_of(name));
+                let options = zk::CreateMode::Ephemeral.with_acls(self.access.acls());
+                match self
+                    .call("create", client.create(&path, token.as_bytes(), &options))
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(ZkFailure::Server(zk::Error::NodeExists)) => {
+                        return Err(format!("`{name}` is held: nothing taken").into());
+                    }
+                    Err(failure) => return Err(self.failed("create", failure)),
+                }
+                self.call("delete", client.delete(&path, None))
+                    .await
+                    .map_err(|f| self.failed("delete", f))?;
+                Ok::<(), BoxError>(())
+            };
+            Some(pair.await)
+        })
+    }
     fn server_version(&self) -> BoxFuture<'_, Result<String, BoxError>> {
         Box::pin(async move {
             let client = self.any_client().await?;
