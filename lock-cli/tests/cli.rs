@@ -1805,6 +1805,7 @@ async fn check_passes_on_a_ready_store_one_line_per_check() {
         "✔ server",
         "✔ round trip",
         "✔ kinds",
+        "✔ identity",
         "✔ clock",
         "✔ lock",
         "every check passed",
@@ -1822,7 +1823,10 @@ async fn check_passes_on_a_ready_store_one_line_per_check() {
         .iter()
         .map(|f| f["check"].as_str().unwrap())
         .collect();
-    assert_eq!(checks, ["server", "round trip", "kinds", "clock", "lock"]);
+    assert_eq!(
+        checks,
+        ["server", "round trip", "kinds", "identity", "clock", "lock"]
+    );
     assert_eq!(check_keys_left(&server).await, Vec::<String>::new());
 }
 
@@ -1858,7 +1862,11 @@ async fn check_fails_naming_the_fix_for_a_user_without_the_right_to_lock() {
         "{text}"
     );
     assert!(text.contains("→ "), "the fix is printed: {text}");
-    assert!(text.contains("1 of 5 checks failed"), "{text}");
+    assert!(text.contains("1 of 6 checks failed"), "{text}");
+    assert!(
+        text.contains("✔ identity    logged in as `reports`"),
+        "{text}"
+    );
     assert!(
         !text.contains("secret"),
         "the password is never printed: {text}"

@@ -200,6 +200,25 @@ pub async fn check_passes_and_leaves_nothing_behind(fixture: &dyn Fixture) {
         judged_by_server,
         "{url}: {checks:?}"
     );
+    // The same stores say who the client is and whether its connection is encrypted.
+    assert_eq!(
+        checks.contains(&"identity"),
+        judged_by_server,
+        "{url}: {checks:?}"
+    );
+    if judged_by_server {
+        let identity = checkup
+            .findings
+            .iter()
+            .find(|f| f.check == "identity")
+            .unwrap();
+        assert!(identity.found.contains("logged in"), "{identity:?}");
+        let tls = ["rediss", "sslmode=verify-full", "ssl-mode=VERIFY_IDENTITY"]
+            .iter()
+            .any(|asked| url.contains(asked));
+        let said = if tls { "over TLS" } else { "in plain text" };
+        assert!(identity.found.contains(said), "{url}: {identity:?}");
+    }
     assert_eq!(
         checks.contains(&"pooler"),
         url.starts_with("postgres") && table_mode,

@@ -11,7 +11,7 @@ use crate::client::LockClient;
 #[non_exhaustive]
 pub struct Finding {
     /// What was checked, one word or two: `server`, `round trip`, `lock`, `kinds`, `clock`,
-    /// `replicas`, `cluster`, `pooler`, `bucket`.
+    /// `replicas`, `cluster`, `pooler`, `bucket`, `identity`.
     pub check: &'static str,
     /// Whether it is as distlock needs it.
     pub passed: bool,
@@ -76,7 +76,9 @@ impl LockClient {
     /// Checks that the store is ready for distlock as this client is configured (a connected
     /// client has passed the connection's own checks already: the server answers, accepts the
     /// credentials, speaks TLS if asked, runs scripts): the server and its version, the median
-    /// of five round trips, what the store serves, the store's own settings that matter (the
+    /// of five round trips, what the store serves, who the server says this client is and
+    /// whether its connection is encrypted (Redis, the SQL lock tables), the store's own
+    /// settings that matter (the
     /// replicas `?replicas=` asks for, a Cluster's slots, the server's clock against this
     /// host's on Redis and the SQL lock tables, a transaction pooler between client and
     /// PostgreSQL that the URL does not declare with `pooler=transaction`, a NATS bucket's

@@ -236,15 +236,53 @@ impl Admin for MysqlBackend {
                 .await;
             let after = std::time::SystemTime::now();
             let server = read.ok().flatten().and_then(|t| t.parse::<f64>().ok());
-            vec![match server {
-                Some(server) => crate::admin::clock_finding(
-                    server,
-                    before,
-                    after,
-                    "leases are judged by the server's clock alone",
+            let identity = self
+                .run("the identity query", "", |conn| {
+                    Box::pin(async move {
+                        let user = conn
+                            .query_first::<String, _>("SELECT CURRENT_USER()")
+                            .await?;
+                        // (`SHOW`: MariaDB and MySQL 8 alike.)
+                        let cipher = conn
+                            .query_first::<(String, String), _>(
+                                "SHOW SESSION STATUS LIKE 'Ssl_cipher'",
+                            )
+                            .await?
+                            .map(|(_, cipher)| cipher);
+                        Ok(user.map(|user| (user, cipher)))
+                    })
+                })
+                .await;
+            let identity = match identity.ok().flatten() {
+                Some((user, cipher)) => {
+                    let over = match cipher.filter(|c| !c.is_empty()) {
+                        Some(cipher) => format!("over TLS ({cipher})"),
+                        None => "in plain text".to_owned(),
+                    };
+                    crate::admin::Finding::pass(
+                        "identity",
+                        format!("logged in as `{user}`, {over}"),
+                    )
+                }
+                None => crate::admin::Finding::pass(
+                    "identity",
+                    "the server did not say who this client is",
                 ),
-                None => crate::admin::Finding::pass("clock", "the server did not tell its time"),
-            }]
+            };
+            vec![
+                identity,
+                match server {
+                    Some(server) => crate::admin::clock_finding(
+                        server,
+                        before,
+                        after,
+                        "leases are judged by the server's clock alone",
+                    ),
+                    None => {
+                        crate::admin::Finding::pass("clock", "the server did not tell its time")
+                    }
+                },
+            ]
         })
     }
 }

@@ -39,7 +39,40 @@ impl PostgresBackend {
     }
 
     pub(super) async fn diagnose_server(&self) -> Vec<Finding> {
-        vec![self.clock().await, self.pooler().await]
+        vec![
+            self.identity().await,
+            self.clock().await,
+            self.pooler().await,
+        ]
+    }
+
+    /// Who the server says this client is, and its connection's TLS as the server sees it
+    /// (`pg_stat_ssl`).
+    async fn identity(&self) -> Finding {
+        let read = self
+            .run("the identity query", "", |conn| async move {
+                conn.text(
+                    "SELECT current_user::text, s.ssl, s.version FROM pg_stat_ssl s \
+                     WHERE s.pid = pg_backend_pid()",
+                    &[],
+                    &[],
+                )
+                .await
+            })
+            .await;
+        let row = read.ok().and_then(|rows| rows.into_iter().next());
+        let Some(row) = row else {
+            return Finding::pass("identity", "the server did not say who this client is");
+        };
+        let user: String = row.try_get(0).unwrap_or_default();
+        let ssl: bool = row.try_get(1).unwrap_or(false);
+        let version: Option<String> = row.try_get(2).ok().flatten();
+        let over = match (ssl, version) {
+            (true, Some(version)) => format!("over TLS ({version})"),
+            (true, None) => "over TLS".to_owned(),
+            (false, _) => "in plain text".to_owned(),
+        };
+        Finding::pass("identity", format!("logged in as `{user}`, {over}"))
     }
 
     /// `clock_timestamp()` against this host's clock. The lock statements judge a lease by

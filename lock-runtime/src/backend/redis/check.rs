@@ -131,6 +131,7 @@ impl RedisBackend {
                 return findings;
             }
         };
+        findings.push(self.identity(&mut conn).await);
         findings.push(self.clock(&mut conn).await);
         if self.is_cluster() {
             findings.push(self.cluster_state(&mut conn).await);
@@ -158,6 +159,22 @@ impl RedisBackend {
             });
         }
         findings
+    }
+
+    /// Who the server says this client is (`ACL WHOAMI`), and whether the connection is
+    /// encrypted (`rediss://`: TLS, the server's certificate checked).
+    async fn identity(&self, conn: &mut Connection) -> Finding {
+        let user: RedisResult<String> = redis::cmd("ACL").arg("WHOAMI").query_async(conn).await;
+        let user = match user {
+            Ok(user) => format!("as `{user}`"),
+            Err(_) => "as the server's only user (no ACL)".to_owned(),
+        };
+        let over = if self.settings.tls.is_some() {
+            "over TLS, the server's certificate checked"
+        } else {
+            "in plain text"
+        };
+        Finding::pass("identity", format!("logged in {user}, {over}"))
     }
 
     /// The server's clock (`TIME`) against this host's. Redis judges a lease by its own clock
