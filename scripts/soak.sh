@@ -5,10 +5,10 @@
 #
 #   scripts/soak.sh [N]                 # every area that starts a server, and
 #                                       # attribute_memory: history faults redlock cluster sentinel
-#                                       # conformance postgres pgbouncer mysql zookeeper etcd interop
+#                                       # conformance postgres pgbouncer mysql zookeeper etcd nats interop
 #                                       # attribute_memory attribute_redis attribute_round_trips share
 #                                       # examples cli redis metrics tls tls_postgres tls_mysql
-#                                       # tls_etcd tls_zookeeper global errors
+#                                       # tls_etcd tls_zookeeper tls_nats global errors
 #   SOAK_TESTS="redlock history" scripts/soak.sh 3   # a subset
 #   SOAK_HISTORY=short scripts/soak.sh 1 # the histories as the default run has them
 #   SOAK_HOGS=0 scripts/soak.sh 1       # without the hogs (a baseline)
@@ -31,7 +31,7 @@ if ! [[ "$runs" =~ ^[1-9][0-9]*$ ]]; then
     echo "usage: scripts/soak.sh [N]   (N = runs per test binary, default 5)" >&2
     exit 2
 fi
-tests=(${SOAK_TESTS:-history faults redlock cluster sentinel conformance postgres pgbouncer mysql zookeeper etcd nats interop attribute_memory attribute_redis attribute_round_trips share examples cli redis metrics tls tls_postgres tls_mysql tls_etcd tls_zookeeper global errors})
+tests=(${SOAK_TESTS:-history faults redlock cluster sentinel conformance postgres pgbouncer mysql zookeeper etcd nats interop attribute_memory attribute_redis attribute_round_trips share examples cli redis metrics tls tls_postgres tls_mysql tls_etcd tls_zookeeper tls_nats global errors})
 hogs="${SOAK_HOGS:-2}"
 logs=target/soak
 mkdir -p "$logs"

@@ -1875,7 +1875,8 @@ async fn check_fails_naming_the_fix_for_a_user_without_the_right_to_lock() {
 }
 
 /// A store that cannot be reached: one ✘ `connect` line naming the cause, and the exit code of
-/// a backend failure (122); a URL with a password that is wrong says so.
+/// a backend failure (122); a URL with a password that is wrong says so, and a plain-text URL to
+/// a server that speaks TLS only names the TLS form (`rediss://`, `natss://`).
 #[tokio::test]
 async fn check_of_a_store_it_cannot_use_is_one_connect_line() {
     let refused = run(&["check", "redis://127.0.0.1:1"]).await;
@@ -1896,6 +1897,25 @@ async fn check_of_a_store_it_cannot_use_is_one_connect_line() {
     assert!(
         found.contains("authentication failed") && !found.contains("wrong"),
         "{found}"
+    );
+    // A plain-text URL to a server that speaks TLS only: the line names the TLS form.
+    let tls = RedisServer::start_tls();
+    let plain = format!("redis://127.0.0.1:{}", tls.port());
+    let output = run(&["check", &plain]).await;
+    let text = stdout(&output);
+    assert_ne!(code(&output), 0, "{text}");
+    assert!(
+        text.contains("✘ connect") && text.contains("rediss://"),
+        "{text}"
+    );
+    let nats = support::nats::NatsServer::start_tls(false);
+    let plain = format!("nats://127.0.0.1:{}", nats.port);
+    let output = run(&["check", &plain]).await;
+    let text = stdout(&output);
+    assert_ne!(code(&output), 0, "{text}");
+    assert!(
+        text.contains("✘ connect") && text.contains("natss://"),
+        "{text}"
     );
 }
 
