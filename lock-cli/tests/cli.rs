@@ -1862,6 +1862,10 @@ async fn check_fails_naming_the_fix_for_a_user_without_the_right_to_lock() {
         "{text}"
     );
     assert!(text.contains("→ "), "the fix is printed: {text}");
+    assert!(
+        text.contains("ACL over the lock keys"),
+        "the fix is Redis's: {text}"
+    );
     assert!(text.contains("1 of 6 checks failed"), "{text}");
     assert!(
         text.contains("✔ identity    logged in as `reports`"),

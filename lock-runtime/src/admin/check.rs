@@ -176,10 +176,7 @@ impl LockClient {
                 "add `pooler=transaction` to the URL: a transaction pooler is between (the \
                  `pooler` line)"
             } else {
-                "give the URL's user the right to write where locks live: on Redis an ACL over \
-                 the prefix's keys (`~lock:*`) and scripts; on PostgreSQL and MySQL the lock \
-                 table (or GET_LOCK); on ZooKeeper the ACL of the lock nodes; on etcd a role \
-                 over the prefix's key range"
+                right_to_lock(self.admin_backend().store())
             };
             Finding::fail("lock", what, fix)
         };
@@ -251,5 +248,33 @@ pub(crate) fn clock_finding(
             "synchronise the clocks (NTP, chrony): locks stay safe, but the ages and grant \
              times `distlock show` prints are off by as much",
         )
+    }
+}
+
+/// What to give the URL's user so that it may write where `store` keeps locks.
+fn right_to_lock(store: &str) -> &'static str {
+    match store {
+        "redis" | "redlock" => {
+            "give the URL's user an ACL over the lock keys and their fencing counters (`~lock:*` \
+             `~lock-fence:*`, or the client's prefixes) that allows scripts (`+@scripting`) and \
+             the lock commands (`+@write +@read`)"
+        }
+        "postgres" | "mysql" => {
+            "grant the URL's user SELECT, INSERT, UPDATE and DELETE on the lock table and its \
+             fencing table (or CREATE on the schema, for distlock to make them)"
+        }
+        "zookeeper" => {
+            "give the URL's identity `cdrwa` on the chroot and the lock nodes (`setAcl`), or \
+             connect as the identity their ACL names"
+        }
+        "etcd" => {
+            "give the URL's user a role with readwrite on the prefix's key range \
+             (`etcdctl role grant-permission ROLE readwrite --prefix=true PREFIX`)"
+        }
+        "nats" => {
+            "let the URL's user publish to `$KV.<bucket>.>` and `$JS.API.>` and subscribe to \
+             `distlock-ev.<bucket>.>` and `_INBOX.>`"
+        }
+        _ => "give the URL's user the right to write where locks live",
     }
 }
