@@ -83,11 +83,6 @@ async fn pair(client: &LockClient, key: &str) -> Result<(), LockError> {
     guard.release().await
 }
 
-/// One raw pair of `key`: `false` where the store has no floor.
-async fn raw(client: &LockClient, key: &str) -> Result<bool, LockError> {
-    client.raw_pair(key).await
-}
-
 /// Runs the three measures, saying on stderr what it measures as it goes (`progress`).
 pub(crate) async fn run(
     clients: &[LockClient],
@@ -111,7 +106,7 @@ pub(crate) async fn run(
         "uncontended: {} pairs of distlock's, {} raw…",
         setup.pairs, setup.pairs
     ));
-    let has_floor = raw(client, &key("warm-raw", 0)).await?;
+    let has_floor = client.raw_pair(&key("warm-raw", 0)).await?;
     pair(client, &key("warm", 0)).await?;
     let (mut ours, mut floor) = (Vec::new(), Vec::new());
     for n in 0..setup.pairs {
@@ -120,7 +115,7 @@ pub(crate) async fn run(
         ours.push(started.elapsed());
         if has_floor {
             let started = Instant::now();
-            raw(client, &key("r", n)).await?;
+            client.raw_pair(&key("r", n)).await?;
             floor.push(started.elapsed());
         }
     }
@@ -195,7 +190,7 @@ async fn throughput(
             let mut done = 0_u64;
             while Instant::now() < ends {
                 if raw_pairs {
-                    raw(&client, &key).await?;
+                    client.raw_pair(&key).await?;
                 } else {
                     pair(&client, &key).await?;
                 }
@@ -232,13 +227,13 @@ async fn handover(
                         .wait(Duration::from_secs(30))
                         .acquire()
                         .await?;
+                    // Granted, and given back at once: the release is sent now.
                     let granted = Instant::now();
-                    let released = Instant::now();
                     guard.release().await?;
                     events
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .push((granted, released, c));
+                        .push((granted, c));
                 }
                 Ok::<(), LockError>(())
             });
@@ -250,11 +245,12 @@ async fn handover(
     }
     let elapsed = started.elapsed();
     let mut events = std::mem::take(&mut *events.lock().unwrap_or_else(|p| p.into_inner()));
-    events.sort_by_key(|(granted, _, _)| *granted);
+    events.sort_by_key(|(granted, _)| *granted);
+    // From a grant (its release sent right after) to the next grant, to another client.
     let mut gaps: Vec<Duration> = events
         .windows(2)
-        .filter(|w| w[0].2 != w[1].2)
-        .map(|w| w[1].0.saturating_duration_since(w[0].1))
+        .filter(|w| w[0].1 != w[1].1)
+        .map(|w| w[1].0.saturating_duration_since(w[0].0))
         .collect();
     gaps.sort();
     Ok((

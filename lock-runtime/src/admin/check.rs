@@ -218,27 +218,30 @@ impl LockClient {
     }
 }
 
-/// The `clock` finding from the server's time (`server`, seconds since the Unix epoch) read
-/// between `before` and `after` on this host's clock; `judged` says what the server's clock
-/// decides there (one clause).
+/// The `clock` finding: the server's time (seconds since the Unix epoch) that `read` gets,
+/// against this host's clock around the read (`None`: the server did not tell it). Where it is
+/// read, the server judges leases by its own clock alone.
 #[cfg_attr(
     not(any(feature = "redis", feature = "postgres", feature = "mysql")),
     allow(dead_code)
 )]
-pub(crate) fn clock_finding(
-    server: f64,
-    before: std::time::SystemTime,
-    after: std::time::SystemTime,
-    judged: &str,
-) -> Finding {
+pub(crate) async fn clock_check(read: impl std::future::Future<Output = Option<f64>>) -> Finding {
     let unix = |t: std::time::SystemTime| {
         t.duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64())
     };
-    let here = (unix(before) + unix(after)) / 2.0;
+    let before = std::time::SystemTime::now();
+    let server = read.await;
+    let here = (unix(before) + unix(std::time::SystemTime::now())) / 2.0;
+    let Some(server) = server else {
+        return Finding::pass("clock", "the server did not tell its time");
+    };
     // (Rounded to whole milliseconds, without a "-0".)
     let offset_ms = ((server - here) * 1e3).round() + 0.0;
-    let found = format!("the server's clock is {offset_ms:+.0} ms from this host's ({judged})");
+    let found = format!(
+        "the server's clock is {offset_ms:+.0} ms from this host's (leases are judged by the \
+         server's clock alone)"
+    );
     if offset_ms.abs() <= 1_000.0 {
         Finding::pass("clock", found)
     } else {
@@ -249,6 +252,25 @@ pub(crate) fn clock_finding(
              times `distlock show` prints are off by as much",
         )
     }
+}
+
+/// The `identity` finding: the user the server says this client is (`None`: it did not say),
+/// and the connection's TLS (`None`: plain text; else what is known of it).
+#[cfg_attr(
+    not(any(feature = "redis", feature = "postgres", feature = "mysql")),
+    allow(dead_code)
+)]
+pub(crate) fn identity_finding(user: Option<&str>, tls: Option<&str>) -> Finding {
+    let who = match user {
+        Some(user) => format!("as `{user}`"),
+        None => "(the server did not say as whom)".to_owned(),
+    };
+    let over = match tls {
+        Some("") => "over TLS".to_owned(),
+        Some(detail) => format!("over TLS ({detail})"),
+        None => "in plain text".to_owned(),
+    };
+    Finding::pass("identity", format!("logged in {who}, {over}"))
 }
 
 /// What to give the URL's user so that it may write where `store` keeps locks.

@@ -221,21 +221,24 @@ impl Admin for MysqlBackend {
             Some(pair)
         })
     }
-    /// The server's clock (`UNIX_TIMESTAMP(NOW(6))`) against this host's: the lock statements
-    /// judge a lease by the server's `NOW(3)`.
+    /// Who the server says this client is (`CURRENT_USER()`, `Ssl_cipher`), and its clock
+    /// (`UNIX_TIMESTAMP(NOW(6))`) against this host's: the lock statements judge a lease by the
+    /// server's `NOW(3)`.
     fn diagnose(&self) -> BoxFuture<'_, Vec<crate::admin::Finding>> {
         Box::pin(async move {
-            let before = std::time::SystemTime::now();
-            let read = self
-                .run("the clock query", "", |conn| {
+            let clock = crate::admin::clock_check(async {
+                self.run("the clock query", "", |conn| {
                     Box::pin(async move {
                         conn.query_first::<String, _>("SELECT UNIX_TIMESTAMP(NOW(6))")
                             .await
                     })
                 })
-                .await;
-            let after = std::time::SystemTime::now();
-            let server = read.ok().flatten().and_then(|t| t.parse::<f64>().ok());
+                .await
+                .ok()??
+                .parse::<f64>()
+                .ok()
+            })
+            .await;
             let identity = self
                 .run("the identity query", "", |conn| {
                     Box::pin(async move {
@@ -249,39 +252,15 @@ impl Admin for MysqlBackend {
                             )
                             .await?
                             .map(|(_, cipher)| cipher);
-                        Ok(user.map(|user| (user, cipher)))
+                        Ok((user, cipher))
                     })
                 })
                 .await;
-            let identity = match identity.ok().flatten() {
-                Some((user, cipher)) => {
-                    let over = match cipher.filter(|c| !c.is_empty()) {
-                        Some(cipher) => format!("over TLS ({cipher})"),
-                        None => "in plain text".to_owned(),
-                    };
-                    crate::admin::Finding::pass(
-                        "identity",
-                        format!("logged in as `{user}`, {over}"),
-                    )
-                }
-                None => crate::admin::Finding::pass(
-                    "identity",
-                    "the server did not say who this client is",
-                ),
-            };
+            let (user, cipher) = identity.unwrap_or_default();
+            let tls = cipher.filter(|cipher| !cipher.is_empty());
             vec![
-                identity,
-                match server {
-                    Some(server) => crate::admin::clock_finding(
-                        server,
-                        before,
-                        after,
-                        "leases are judged by the server's clock alone",
-                    ),
-                    None => {
-                        crate::admin::Finding::pass("clock", "the server did not tell its time")
-                    }
-                },
+                crate::admin::identity_finding(user.as_deref(), tls.as_deref()),
+                clock,
             ]
         })
     }

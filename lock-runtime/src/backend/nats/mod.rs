@@ -352,7 +352,6 @@ impl NatsBackend {
         if let Some(expected) = self.expected_free(spec.name)
             && let Ok(revision) = self.put_in_flight(conn, spec, expected).await?
         {
-            self.hear(spec.name, None);
             return Ok(Attempt::Acquired {
                 fencing_token: spec.fencing.then_some(revision),
             });

@@ -26,15 +26,17 @@ const NEWS_KEPT: usize = 4_096;
 impl NatsBackend {
     /// The revision an acquisition of `name` may put over without reading the key first: the
     /// one whose write freed it (a delete stays a second: after that the key has none), or
-    /// none (0) for a key this client has heard nothing of; `None` for a key heard held.
+    /// none (0) for a key this client has heard nothing of; `None` for a key heard held. News
+    /// of a freed key is taken: whatever the put finds, it is news no more.
     pub(super) fn expected_free(&self, name: &str) -> Option<u64> {
-        let news = self.news.lock().unwrap_or_else(|p| p.into_inner());
-        match news.get(name) {
+        let mut news = self.news.lock().unwrap_or_else(|p| p.into_inner());
+        match news.get(name).copied() {
             None => Some(0),
             Some(News::Held) => None,
             Some(News::Freed(revision, at)) => {
+                news.remove(name);
                 let marker_left = at.elapsed() < Duration::from_millis(800);
-                Some(if marker_left { *revision } else { 0 })
+                Some(if marker_left { revision } else { 0 })
             }
         }
     }

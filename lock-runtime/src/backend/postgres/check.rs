@@ -2,13 +2,13 @@
 //! takes: the server's clock against this host's, and a transaction pooler between client and
 //! server that the URL does not declare.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, SimpleQueryMessage};
 
 use super::PostgresBackend;
-use crate::admin::{Finding, clock_finding};
+use crate::admin::{Finding, clock_check, identity_finding};
 use crate::error::BoxError;
 
 impl PostgresBackend {
@@ -61,47 +61,33 @@ impl PostgresBackend {
             })
             .await;
         let row = read.ok().and_then(|rows| rows.into_iter().next());
-        let Some(row) = row else {
-            return Finding::pass("identity", "the server did not say who this client is");
-        };
-        let user: String = row.try_get(0).unwrap_or_default();
-        let ssl: bool = row.try_get(1).unwrap_or(false);
-        let version: Option<String> = row.try_get(2).ok().flatten();
-        let over = match (ssl, version) {
-            (true, Some(version)) => format!("over TLS ({version})"),
-            (true, None) => "over TLS".to_owned(),
-            (false, _) => "in plain text".to_owned(),
-        };
-        Finding::pass("identity", format!("logged in as `{user}`, {over}"))
+        let user: Option<String> = row.as_ref().and_then(|row| row.try_get(0).ok());
+        let ssl = row
+            .as_ref()
+            .is_some_and(|row| row.try_get(1).unwrap_or(false));
+        let version: Option<String> = row.as_ref().and_then(|row| row.try_get(2).ok().flatten());
+        let tls = ssl.then(|| version.unwrap_or_default());
+        identity_finding(user.as_deref(), tls.as_deref())
     }
 
     /// `clock_timestamp()` against this host's clock. The lock statements judge a lease by
     /// the server's `now()`.
     async fn clock(&self) -> Finding {
-        let before = SystemTime::now();
-        let read = self
-            .run("the clock query", "", |conn| async move {
-                conn.text(
-                    "SELECT extract(epoch FROM clock_timestamp())::float8",
-                    &[],
-                    &[],
-                )
+        clock_check(async {
+            let rows = self
+                .run("the clock query", "", |conn| async move {
+                    conn.text(
+                        "SELECT extract(epoch FROM clock_timestamp())::float8",
+                        &[],
+                        &[],
+                    )
+                    .await
+                })
                 .await
-            })
-            .await;
-        let after = SystemTime::now();
-        match read
-            .ok()
-            .and_then(|rows| rows.first()?.try_get::<_, f64>(0).ok())
-        {
-            Some(server) => clock_finding(
-                server,
-                before,
-                after,
-                "leases are judged by the server's clock alone",
-            ),
-            None => Finding::pass("clock", "the server did not tell its time"),
-        }
+                .ok()?;
+            rows.first()?.try_get::<_, f64>(0).ok()
+        })
+        .await
     }
 
     /// Whether a transaction pooler sits between (PgBouncer in `pool_mode = transaction`):
@@ -160,9 +146,8 @@ impl PostgresBackend {
 /// The server process id the last statement of `text` returns (the simple query protocol:
 /// nothing prepared, so a pooler may carry it).
 async fn backend_pid(client: &Client, text: &str) -> Result<String, BoxError> {
-    let answer = tokio::time::timeout(Duration::from_secs(10), client.simple_query(text))
-        .await
-        .map_err(|_| "no answer")??;
+    // (Bounded by the caller, with the whole probe.)
+    let answer = client.simple_query(text).await?;
     answer
         .iter()
         .rev()

@@ -165,36 +165,24 @@ impl RedisBackend {
     /// encrypted (`rediss://`: TLS, the server's certificate checked).
     async fn identity(&self, conn: &mut Connection) -> Finding {
         let user: RedisResult<String> = redis::cmd("ACL").arg("WHOAMI").query_async(conn).await;
-        let user = match user {
-            Ok(user) => format!("as `{user}`"),
-            Err(_) => "as the server's only user (no ACL)".to_owned(),
-        };
-        let over = if self.settings.tls.is_some() {
-            "over TLS, the server's certificate checked"
-        } else {
-            "in plain text"
-        };
-        Finding::pass("identity", format!("logged in {user}, {over}"))
+        let tls = self
+            .settings
+            .tls
+            .is_some()
+            .then_some("the server's certificate checked");
+        crate::admin::identity_finding(user.ok().as_deref(), tls)
     }
 
     /// The server's clock (`TIME`) against this host's. Redis judges a lease by its own clock
     /// from the moment the command runs, so an offset does not move a lease's end; it moves
     /// the grant times and ages that `distlock show` reads against this host's clock.
     async fn clock(&self, conn: &mut Connection) -> Finding {
-        let before = std::time::SystemTime::now();
-        let time: RedisResult<(String, String)> = redis::cmd("TIME").query_async(conn).await;
-        let after = std::time::SystemTime::now();
-        let Ok((seconds, micros)) = time else {
-            return Finding::pass("clock", "the server does not tell its time (TIME refused)");
-        };
-        let server =
-            seconds.parse::<f64>().unwrap_or(0.0) + micros.parse::<f64>().unwrap_or(0.0) / 1e6;
-        crate::admin::clock_finding(
-            server,
-            before,
-            after,
-            "leases are judged by the server's clock alone",
-        )
+        crate::admin::clock_check(async {
+            let (seconds, micros): (String, String) =
+                redis::cmd("TIME").query_async(conn).await.ok()?;
+            Some(seconds.parse::<f64>().ok()? + micros.parse::<f64>().ok()? / 1e6)
+        })
+        .await
     }
 
     /// A Cluster serves every slot (`CLUSTER INFO`): a key in an unserved slot cannot be locked.
