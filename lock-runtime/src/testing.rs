@@ -91,3 +91,12 @@ pub fn waiters_queue(client: &crate::LockClient) -> bool {
 pub fn nats_key(name: &str) -> String {
     crate::backend::nats::NatsBackend::key_of(name)
 }
+
+/// The places of a NATS key's table (readers, permits, a writer's mark, a fair queue) in
+/// `value`, a message stamped `stamp_ms` (unix ms) at `revision`: each one's token, kind
+/// (`'W'`, `'R'`, `'P'`), whether it holds (not a waiting mark), and its end (unix ms by the
+/// server's stamps); `None` for a bare token (a plain lock alone).
+#[cfg(feature = "nats")]
+pub fn nats_table(value: &str, stamp_ms: u64, revision: u64) -> Option<Vec<(String, char, bool, u64)>> {
+    crate::backend::nats::table_places(value, stamp_ms, revision)
+}

@@ -2014,9 +2014,9 @@ impl NatsFixture {
         )
     }
 
-    /// The key's last message, if it is a put (a holder's token): its payload, TTL header
-    /// and server stamp.
-    async fn last_put(&self, name: &str) -> Option<(String, Duration)> {
+    /// The key's last message, if it is a put (a holder's token, or a table of places): its
+    /// payload, what is left of its TTL, its server stamp (unix ms) and revision.
+    async fn last_put(&self, name: &str) -> Option<(String, Duration, u64, u64)> {
         let stream = self
             .js()
             .await
@@ -2046,7 +2046,32 @@ impl NatsFixture {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap();
         let left = (written + Duration::from_secs(ttl)).saturating_sub(now);
-        Some((String::from_utf8_lossy(&message.payload).into_owned(), left))
+        Some((
+            String::from_utf8_lossy(&message.payload).into_owned(),
+            left,
+            written.as_millis() as u64,
+            message.sequence,
+        ))
+    }
+
+    /// The live places of `name`'s table (token, kind, holds, what is left of it); `None` when
+    /// the key is free or holds a bare token.
+    async fn places(&self, name: &str) -> Option<Vec<(String, char, bool, Duration)>> {
+        let (value, _, stamp, revision) = self.last_put(name).await?;
+        let places = distlock::__private::testing::nats_table(&value, stamp, revision)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        Some(
+            places
+                .into_iter()
+                .filter(|place| place.3 > now)
+                .map(|(token, kind, holds, ends)| {
+                    (token, kind, holds, Duration::from_millis(ends - now))
+                })
+                .collect(),
+        )
     }
 
     /// How many messages clients published to the bucket's subjects (lock writes, refused ones
@@ -2107,13 +2132,38 @@ impl Fixture for NatsFixture {
         self.ttl(&format!("lock-share:{name}")).await
     }
 
+    /// The bare token, or the writer holding the key's table.
     async fn holder(&self, name: &str) -> Option<String> {
-        self.last_put(name).await.map(|(token, _)| token)
+        if let Some(places) = self.places(name).await {
+            return places
+                .into_iter()
+                .find(|(_, kind, holds, _)| *kind == 'W' && *holds)
+                .map(|(token, ..)| token);
+        }
+        self.last_put(name).await.map(|(token, ..)| token)
     }
 
     /// What is left of the key's TTL (whole seconds, from the server's stamp).
     async fn ttl(&self, name: &str) -> Option<Duration> {
-        self.last_put(name).await.map(|(_, ttl)| ttl)
+        self.last_put(name).await.map(|(_, ttl, ..)| ttl)
+    }
+
+    /// The readers' (or permits') places of the key's table that hold, longest first.
+    async fn readers(&self, name: &str) -> Vec<(String, Option<Duration>)> {
+        let mut readers: Vec<(String, Option<Duration>)> = self
+            .places(name)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, kind, holds, _)| *kind != 'W' && *holds)
+            .map(|(token, _, _, left)| (token, Some(left)))
+            .collect();
+        readers.sort_by_key(|reader| std::cmp::Reverse(reader.1));
+        readers
+    }
+
+    async fn anything_at(&self, name: &str) -> bool {
+        self.last_put(name).await.is_some()
     }
 
     async fn delete(&self, name: &str) {

@@ -4140,8 +4140,8 @@ suite! {
 #[cfg(feature = "nats")]
 suite! {
     nats => NatsFixture::new();
-        serves [min_hold, lock_delay, fencing, processes];
-        lacks [read_locks, upgradable, semaphores, queued_permits, fair],
+        serves [read_locks, upgradable, semaphores, fair, min_hold, lock_delay, fencing, processes];
+        lacks [queued_permits],
 }
 
 /// The core cases again through TLS-only servers (`rediss://`, `redlocks://`, …, each with

@@ -2,7 +2,10 @@
 
 use futures_util::TryStreamExt as _;
 
-use super::{EVENTS, FENCE_HEADER, Last, NatsBackend};
+use std::time::Duration;
+
+use super::{EVENTS, FENCE_HEADER, Last, NatsBackend, table};
+use crate::backend::Kind;
 use crate::admin::{ChangeFeed, Entry, Finding, Listing};
 use crate::backend::{Admin, Freed};
 use crate::error::BoxError;
@@ -10,11 +13,44 @@ use crate::runtime::BoxFuture;
 
 impl NatsBackend {
     fn entry(name: &str, last: Last) -> Option<Entry> {
+        let value = last.token?;
+        let Some(mut places) = table::parse(&value, last.stamp, last.revision) else {
+            return Some(Entry {
+                name: name.to_owned(),
+                token: Some(value),
+                ttl: last.ttl,
+                fencing_token: Some(last.granted),
+                ..Entry::default()
+            });
+        };
+        // The places that ended but were not dropped yet are gone already.
+        let now = super::unix_now().as_millis() as u64;
+        places.retain(|place| place.ends(now) > now);
+        let left = |place: &table::Place| Some(Duration::from_millis(place.ends(now) - now));
+        let waiters = places
+            .iter()
+            .filter(|place| place.state == table::State::Waiting)
+            .count();
+        let writer = places
+            .iter()
+            .find(|place| place.kind == Kind::Exclusive && place.state == table::State::Held);
+        let mut readers: Vec<(String, Option<Duration>)> = places
+            .iter()
+            .filter(|place| place.kind != Kind::Exclusive && place.state != table::State::Waiting)
+            .map(|place| (place.token.clone(), left(place)))
+            .collect();
+        readers.sort_by_key(|reader| std::cmp::Reverse(reader.1));
+        if writer.is_none() && readers.is_empty() {
+            return None;
+        }
         Some(Entry {
             name: name.to_owned(),
-            token: Some(last.token?),
-            ttl: last.ttl,
-            fencing_token: Some(last.granted),
+            token: writer.map(|place| place.token.clone()),
+            ttl: writer.and_then(left),
+            fencing_token: places.iter().filter_map(|place| place.fence).max(),
+            waiters: Some(waiters as u64),
+            readers,
+            permits: places.iter().find_map(|place| place.kind.permits()),
             ..Entry::default()
         })
     }

@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Conn, NatsBackend, last_of, write_to};
+use super::table_ops::{Left, leave};
+use super::{Conn, NatsBackend};
 
 /// How long a release looks for a put that got no answer: a client keeps what it could not
 /// send for as long as it reconnects, and a restarted server is back within this.
@@ -33,18 +34,11 @@ impl NatsBackend {
             while tokio::time::Instant::now() < give_up {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(Duration::from_secs(2));
-                let Ok(last) = last_of(&conn, &subject).await else {
-                    continue;
-                };
-                if let Some(last) = last
-                    && last.token.as_deref() == Some(token.as_str())
-                {
-                    tracing::debug!(%subject, "distlock: a late put of a left acquisition landed; deleting it");
-                    if let Ok(Ok(_)) =
-                        write_to(&conn, subject.clone(), Some(last.revision), None).await
-                    {
-                        return;
-                    }
+                // Its place taken out of the key's table, or its bare token deleted (expecting
+                // the revision read, so nothing written since is touched).
+                if let Ok(Left::Gone { .. }) = leave(&conn, &subject, &token).await {
+                    tracing::debug!(%subject, "distlock: a late put of a left acquisition landed; deleted it");
+                    return;
                 }
             }
         });

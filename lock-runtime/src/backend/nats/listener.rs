@@ -7,6 +7,7 @@ use std::sync::Arc;
 use async_nats::header;
 
 use super::news::{News, hear};
+use super::table_ops::LEFT_HEADER;
 use super::{EVENTS, KV_OPERATION, Listener, NatsBackend};
 use crate::error::BoxError;
 use crate::notify::{CloseOnDrop, ReleaseHub};
@@ -58,11 +59,14 @@ impl NatsBackend {
                                 };
                                 let freed = headers.get(KV_OPERATION).is_some()
                                     || headers.get(header::NATS_MARKER_REASON).is_some();
+                                // A place left the key's table: its waiters may be admitted.
+                                let left = headers.get(LEFT_HEADER).is_some();
                                 let name = event
                                     .subject
                                     .strip_prefix(prefix.as_str())
                                     .and_then(NatsBackend::name_of);
-                                if let (true, Some(name)) = (freed, name) {
+                                let Some(name) = name else { continue };
+                                if freed {
                                     // Heard only of keys this client asked for.
                                     let revision = headers
                                         .get(header::NATS_SEQUENCE)
@@ -71,6 +75,8 @@ impl NatsBackend {
                                         let at = tokio::time::Instant::now();
                                         hear(&news, &name, Some(News::Freed(revision, at)), false);
                                     }
+                                    closer.hub.notify(&name);
+                                } else if left {
                                     closer.hub.notify(&name);
                                 }
                             }

@@ -45,6 +45,8 @@ mod leftover;
 mod listener;
 mod news;
 mod share;
+mod table;
+mod table_ops;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -54,26 +56,23 @@ use async_nats::{HeaderMap, header};
 
 use self::connect::Auth;
 use self::news::News;
-use super::{Attempt, Backend, Capabilities, Hold, LockSpec, Released};
+use super::{Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released, Upgrade};
 use crate::error::BoxError;
 use crate::fast_map::FastMap;
 use crate::notify::{ReleaseHub, ReleaseSubscription};
 use crate::runtime::{BoxFuture, Revived, RuntimeBound};
 
-/// What the NATS backend can do: plain locks, with fencing tokens, `min_hold` and `lock_delay`.
+/// What the NATS backend can do: every kind (readers, permits, fair and upgradable locks in
+/// the key's table), with fencing tokens, `min_hold` and `lock_delay`.
 pub(crate) const CAPABILITIES: Capabilities = Capabilities {
-    shared: Err(NO_READ_LOCKS),
-    permits: Err(NO_SEMAPHORES),
-    wakes: "a republished delete or expiry marker",
+    upgradable: Ok(()),
+    fair: true,
+    marks_waiting_writers: true,
+    wakes: "a republished delete, expiry marker or departure from the key's table",
     shares: Ok(share::SHARE_LIMIT),
     announces: true,
-    ..Capabilities::plain("nats")
+    ..Capabilities::every_kind("nats")
 };
-
-const NO_READ_LOCKS: &str = "nats:// has no read locks (yet): take the plain lock, or keep \
-     read locks on etcd, ZooKeeper, Redis or SQL";
-const NO_SEMAPHORES: &str = "nats:// has no semaphores (yet): keep semaphores on etcd, \
-     ZooKeeper, Redis or SQL";
 
 /// The header of a renewal that carries the revision of the put that granted the lock (the
 /// fencing token).
@@ -120,6 +119,9 @@ pub(crate) struct NatsBackend {
 struct Written {
     last: u64,
     granted: u64,
+    /// Held as a place of the key's table (`table`), not as its bare token: renewed and
+    /// released by rewriting the table as read then, not by expecting `last`.
+    table: bool,
 }
 
 /// A connection, on the runtime that made it.
@@ -138,6 +140,7 @@ struct Listener {
 }
 
 /// A key's last message, as an acquisition reads it.
+#[derive(Clone)]
 struct Last {
     revision: u64,
     /// The holder's token; `None` for a delete, a purge or an expiry marker (free).
@@ -146,6 +149,8 @@ struct Last {
     ttl: Option<Duration>,
     /// The revision that granted the hold (a renewal names it; a grant is its own).
     granted: u64,
+    /// The server's stamp of the message, unix ms.
+    stamp: u64,
 }
 
 /// A write refused because the key's last revision was not the one expected.
@@ -220,11 +225,13 @@ async fn last_of(conn: &Conn, subject: &str) -> Result<Option<Last>, BoxError> {
         .get(FENCE_HEADER)
         .and_then(|fence| fence.as_str().parse().ok())
         .unwrap_or(message.sequence);
+    let stamp = u64::try_from(message.time.unix_timestamp_nanos() / 1_000_000).unwrap_or(0);
     Ok(Some(Last {
         revision: message.sequence,
         token,
         ttl,
         granted,
+        stamp,
     }))
 }
 
@@ -240,9 +247,23 @@ impl NatsBackend {
             if let Some(written) = self.written(spec.token) {
                 let subject = self.subject(spec.name);
                 let ends = sent_at + spec.lease;
+                let (token, all_written) = (spec.token.to_owned(), Arc::clone(&self.written));
                 tokio::spawn(async move {
                     tokio::time::sleep_until(ends).await;
-                    let _ = write_to(&conn, subject, Some(written.last), None).await;
+                    if !written.table {
+                        let _ = write_to(&conn, subject, Some(written.last), None).await;
+                        return;
+                    }
+                    // A place of a table: left unless this client wrote it since (a renewal,
+                    // an early end).
+                    let since = all_written
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get(&token)
+                        .map(|now| now.last);
+                    if since == Some(written.last) {
+                        let _ = table_ops::leave(&conn, &subject, &token).await;
+                    }
                 });
             }
         }
@@ -259,20 +280,28 @@ async fn write_to(
     expected: Option<u64>,
     put: Option<(&str, Duration, Option<u64>)>,
 ) -> Result<Result<u64, Conflict>, BoxError> {
-    let put = put.map(|(token, lease, granted)| Put {
-        value: token.as_bytes(),
-        lease,
-        header: granted.map(|granted| (FENCE_HEADER, granted)),
-    });
+    let fence;
+    let put = match put {
+        Some((token, lease, granted)) => {
+            fence = granted.map(|granted| [(FENCE_HEADER, granted)]);
+            Some(Put {
+                value: token.as_bytes(),
+                lease,
+                headers: fence.as_ref().map_or(&[][..], |fence| &fence[..]),
+            })
+        }
+        None => None,
+    };
     write_bytes(conn, subject, expected, put).await
 }
 
-/// What a put carries: the value, the lease its TTL is (whole seconds, rounded up), and a
-/// header more (a renewal's grant revision, a shared result's exact share).
+/// What a put carries: the value, the lease its TTL is (whole seconds, rounded up), and
+/// headers more (a renewal's grant revision, a shared result's exact share, a table's news
+/// that a place left).
 struct Put<'a> {
     value: &'a [u8],
     lease: Duration,
-    header: Option<(&'static str, u64)>,
+    headers: &'a [(&'static str, u64)],
 }
 
 async fn write_bytes(
@@ -294,8 +323,8 @@ async fn write_bytes(
                 header::NATS_MESSAGE_TTL,
                 format!("{}s", ttl_seconds(put.lease)).as_str(),
             );
-            if let Some((name, value)) = put.header {
-                headers.insert(name, value.to_string().as_str());
+            for (name, value) in put.headers {
+                headers.insert(*name, value.to_string().as_str());
             }
             put.value.to_vec()
         }
@@ -347,10 +376,14 @@ impl NatsBackend {
         conn: &Arc<Conn>,
         spec: LockSpec<'_>,
     ) -> Result<Attempt, BoxError> {
+        // Readers, permits and fair locks are places of the key's table.
+        if spec.kind != Kind::Exclusive || spec.fair {
+            return self.acquire_place(conn, spec, None).await;
+        }
         // A key heard free (or never heard of) is put at once: one round trip for a grant. A
         // refused put (the key was not as heard) reads the key, as a key heard held does.
         if let Some(expected) = self.expected_free(spec.name)
-            && let Ok(revision) = self.put_in_flight(conn, spec, expected).await?
+            && let Ok(revision) = self.put_in_flight(conn, spec, expected, None).await?
         {
             return Ok(Attempt::Acquired {
                 fencing_token: spec.fencing.then_some(revision),
@@ -362,6 +395,10 @@ impl NatsBackend {
             let expected = match &last {
                 None => 0,
                 Some(last) => match &last.token {
+                    // Readers, permits, a writer's mark or a fair queue: the key's table.
+                    Some(value) if value.starts_with(table::TABLE) => {
+                        return self.acquire_place(conn, spec, Some(last.clone())).await;
+                    }
                     // A retry whose first try landed.
                     Some(token) if token == spec.token => {
                         self.hear(spec.name, None);
@@ -370,6 +407,7 @@ impl NatsBackend {
                             Written {
                                 last: last.revision,
                                 granted: last.granted,
+                                table: false,
                             },
                         );
                         return Ok(Attempt::Acquired {
@@ -383,7 +421,7 @@ impl NatsBackend {
                     None => last.revision,
                 },
             };
-            if let Ok(revision) = self.put_in_flight(conn, spec, expected).await? {
+            if let Ok(revision) = self.put_in_flight(conn, spec, expected, None).await? {
                 self.hear(spec.name, None);
                 return Ok(Attempt::Acquired {
                     fencing_token: spec.fencing.then_some(revision),
@@ -393,14 +431,16 @@ impl NatsBackend {
         Ok(Attempt::Busy { ttl: None })
     }
 
-    /// An acquisition's put, run to its answer in a task of its own — finished and remembered
-    /// even if the acquisition is cancelled meanwhile — and registered in `in_flight` until
-    /// then.
+    /// An acquisition's put — its bare token, or (`table`) the key's table with the
+    /// acquisition's place and its headers — run to its answer in a task of its own, finished
+    /// and remembered even if the acquisition is cancelled meanwhile, and registered in
+    /// `in_flight` until then.
     async fn put_in_flight(
         &self,
         conn: &Arc<Conn>,
         spec: LockSpec<'_>,
         expected: u64,
+        table: Option<table_ops::TablePut>,
     ) -> Result<Result<u64, Conflict>, BoxError> {
         let (done, waiting) = tokio::sync::watch::channel(false);
         let token = spec.token.to_owned();
@@ -411,9 +451,12 @@ impl NatsBackend {
         let (conn, subject, lease) = (Arc::clone(conn), self.subject(spec.name), spec.lease);
         let (written, in_flight) = (Arc::clone(&self.written), Arc::clone(&self.in_flight));
         let unanswered = Arc::clone(&self.unanswered);
+        let tabled = table.is_some();
         let put = tokio::spawn(async move {
-            let result =
-                write_to(&conn, subject, Some(expected), Some((&token, lease, None))).await;
+            let result = match &table {
+                None => write_to(&conn, subject, Some(expected), Some((&token, lease, None))).await,
+                Some(table) => table.write(&conn, subject, expected).await,
+            };
             if result.is_err() {
                 unanswered
                     .lock()
@@ -424,6 +467,7 @@ impl NatsBackend {
                 let known = Written {
                     last: *revision,
                     granted: *revision,
+                    table: tabled,
                 };
                 written
                     .lock()
@@ -458,6 +502,9 @@ impl NatsBackend {
     async fn renew_key(&self, spec: LockSpec<'_>) -> Result<bool, BoxError> {
         let conn = self.conn().await.map_err(super::Transient::wrap)?;
         let mut written = self.written(spec.token);
+        if spec.kind != Kind::Exclusive || spec.fair || written.is_some_and(|known| known.table) {
+            return self.renew_place(&conn, spec).await;
+        }
         for _ in 0..3 {
             let known = match written {
                 Some(known) => known,
@@ -472,7 +519,15 @@ impl NatsBackend {
                     }) if token == spec.token => Written {
                         last: revision,
                         granted,
+                        table: false,
                     },
+                    // Held in the key's table (a writer granted beside others' places).
+                    Some(Last {
+                        token: Some(value),
+                        ..
+                    }) if value.starts_with(table::TABLE) => {
+                        return self.renew_place(&conn, spec).await;
+                    }
                     _ => {
                         self.forget(spec.token);
                         return Ok(false);
@@ -487,6 +542,7 @@ impl NatsBackend {
                         Written {
                             last: revision,
                             granted: known.granted,
+                            table: false,
                         },
                     );
                     return Ok(true);
@@ -542,13 +598,34 @@ impl NatsBackend {
             };
             let conn = &conn;
             let expected = match written {
-                Some(known) => known.last,
-                None => match self.last(conn, hold.name).await {
+                Some(known) if !known.table => known.last,
+                _ => match self.last(conn, hold.name).await {
                     Ok(Some(Last {
                         token: Some(token),
                         revision,
                         ..
                     })) if token == hold.token => revision,
+                    // A place of the key's table.
+                    Ok(Some(last))
+                        if last
+                            .token
+                            .as_deref()
+                            .is_some_and(|value| value.starts_with(table::TABLE)) =>
+                    {
+                        match self.leave_place(conn, hold, last).await {
+                            Ok(Some(left)) => return Ok(Released::after_tries(left, retried)),
+                            // Written meanwhile: read again.
+                            Ok(None) => continue,
+                            Err(error) if failed < Self::RELEASE_RETRIES => {
+                                failed += 1;
+                                retried = true;
+                                tracing::debug!(%error, "distlock: a release failed; retrying");
+                                tokio::time::sleep(super::retry_pause(failed)).await;
+                                continue;
+                            }
+                            Err(error) => return Err(error),
+                        }
+                    }
                     Ok(_) => {
                         self.forget(hold.token);
                         return Ok(Released::after_tries(false, retried));
@@ -621,6 +698,14 @@ impl Backend for NatsBackend {
         Box::pin(self.release_key(hold))
     }
 
+    fn upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<Upgrade, BoxError>> {
+        Box::pin(self.upgrade_place(spec))
+    }
+
+    fn abandon_upgrade<'a>(&'a self, spec: LockSpec<'a>) -> BoxFuture<'a, Result<(), BoxError>> {
+        Box::pin(self.abandon_place(spec))
+    }
+
     fn subscribe<'a>(
         &'a self,
         spec: LockSpec<'a>,
@@ -630,6 +715,30 @@ impl Backend for NatsBackend {
             Ok(listener.hub.subscribe(spec.name, || {}))
         })
     }
+}
+
+/// The places of a table's value, for tests (`testing::nats_table`).
+#[cfg(feature = "testing")]
+pub(crate) fn table_places(
+    value: &str,
+    stamp: u64,
+    revision: u64,
+) -> Option<Vec<(String, char, bool, u64)>> {
+    let places = table::parse(value, stamp, revision)?;
+    Some(
+        places
+            .into_iter()
+            .map(|place| {
+                let kind = match place.kind {
+                    Kind::Exclusive => 'W',
+                    Kind::Shared => 'R',
+                    Kind::Permits(_) => 'P',
+                };
+                let ends = place.ends(stamp);
+                (place.token, kind, place.state != table::State::Waiting, ends)
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]
