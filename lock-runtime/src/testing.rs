@@ -97,6 +97,10 @@ pub fn nats_key(name: &str) -> String {
 /// (`'W'`, `'R'`, `'P'`), whether it holds (not a waiting mark), and its end (unix ms by the
 /// server's stamps); `None` for a bare token (a plain lock alone).
 #[cfg(feature = "nats")]
-pub fn nats_table(value: &str, stamp_ms: u64, revision: u64) -> Option<Vec<(String, char, bool, u64)>> {
+pub fn nats_table(
+    value: &str,
+    stamp_ms: u64,
+    revision: u64,
+) -> Option<Vec<(String, char, bool, u64)>> {
     crate::backend::nats::table_places(value, stamp_ms, revision)
 }

@@ -1470,8 +1470,9 @@ mod scenarios {
         nats => support::fixture::NatsFixture: [
             s1_holder_killed, s2_paused_holder_is_fenced_off, s3_blackholed_holder,
             s4_waiter_cut_off, s6_server_restarts_with_its_data, s7_server_dies_mid_call,
-            s8_no_renewal_after_exit, s14_holder_of_two_keys_killed,
-            s15_paused_holder_kept_for_its_lock_delay,
+            s8_no_renewal_after_exit, s10_reader_killed, s11_paused_reader_loses_its_share,
+            s12_permit_holder_killed, s13_paused_permit_holder_loses_its_permit,
+            s14_holder_of_two_keys_killed, s15_paused_holder_kept_for_its_lock_delay,
         ],
     }
 }

@@ -200,6 +200,12 @@ async fn readers_and_writers(url: &str, lease: Duration) {
 /// MySQL waiter can lose to newcomers — it has no queue, and promises no order — rather than the
 /// limit.)
 async fn semaphore_of_three(url: &str) {
+    semaphore_of_three_with(url, None).await;
+}
+
+/// [`semaphore_of_three`], the helpers' register on another store (`register`: a Redis URL)
+/// where the locks' store keeps none (NATS).
+async fn semaphore_of_three_with(url: &str, register: Option<&str>) {
     let dir = history::scratch_dir("history");
     let started = Instant::now();
     let spec = Contention {
@@ -217,7 +223,7 @@ async fn semaphore_of_three(url: &str) {
         permits: PERMITS,
         accounts: 0,
         until: None,
-        register_url: None,
+        register_url: register.map(str::to_owned),
     };
     let mut helpers = start_contenders(&dir, &spec, &unique("unused")).await;
     let contended = Instant::now();
@@ -408,6 +414,12 @@ async fn contend_and_check(
 /// no two upgradable reads overlap; no increment is lost (a writer between an upgradable read
 /// and its upgrade would lose one); upgrades happened, beside readers.
 async fn upgradable_reads(url: &str, lease: Duration, tasks: usize) {
+    upgradable_reads_with(url, None, lease, tasks).await;
+}
+
+/// [`upgradable_reads`] with the register on another store (`register`: a Redis URL) where the
+/// locks' store keeps none (NATS).
+async fn upgradable_reads_with(url: &str, register: Option<&str>, lease: Duration, tasks: usize) {
     let dir = history::scratch_dir("history");
     let namespace = unique("register");
     let spec = Contention {
@@ -425,12 +437,14 @@ async fn upgradable_reads(url: &str, lease: Duration, tasks: usize) {
         permits: 0,
         accounts: 0,
         until: None,
-        register_url: None,
+        register_url: register.map(str::to_owned),
     };
     let started = Instant::now();
     let mut helpers = start_contenders(&dir, &spec, &namespace).await;
     let (holds, increments, lost) = collect(&dir, &mut helpers).await;
-    let store = Store::open(url, &namespace).await.unwrap();
+    let store = Store::open(register.unwrap_or(url), &namespace)
+        .await
+        .unwrap();
     check_upgradable_history(url, &store, &holds, (increments, lost), tasks, started).await;
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -773,6 +787,67 @@ async fn nats_four_processes_never_overlap() {
         NO_FAULTS,
     )
     .await;
+}
+
+/// NATS's fair lock (a queue of places in the key's table, the oldest waiting one granted):
+/// 128 waiters of four processes in one table; nothing left of it afterwards.
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_fair_four_processes_never_overlap() {
+    let server = support::nats::NatsServer::start();
+    let register = RedisServer::start();
+    let url = server.url("history");
+    contend_and_check(
+        &url,
+        Some(&register.url()),
+        true,
+        true,
+        LEASE,
+        0,
+        rounds(ROUNDS),
+        NO_FAULTS,
+    )
+    .await;
+}
+
+/// NATS: readers and writers of one key's table (three rounds in four read), the register on
+/// a Redis server of the test's own.
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_readers_and_writers_never_overlap() {
+    let server = support::nats::NatsServer::start();
+    let register = RedisServer::start();
+    let url = server.url("history");
+    contend_and_check(
+        &url,
+        Some(&register.url()),
+        true,
+        false,
+        LEASE,
+        3,
+        rounds(ROUNDS),
+        NO_FAULTS,
+    )
+    .await;
+}
+
+/// NATS: a semaphore of three in one key's table.
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_semaphore_never_exceeds_its_permits() {
+    let server = support::nats::NatsServer::start();
+    let register = RedisServer::start();
+    semaphore_of_three_with(&server.url("history"), Some(&register.url())).await;
+}
+
+/// NATS: upgradable reads, upgrades, readers and writers in one key's table, the register on a
+/// Redis server of the test's own.
+#[cfg(feature = "nats")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nats_upgradable_reads_never_let_a_writer_in() {
+    let server = support::nats::NatsServer::start();
+    let register = RedisServer::start();
+    upgradable_reads_with(&server.url("history"), Some(&register.url()), LEASE, TASKS).await;
 }
 
 /// Four processes contend on NATS while its server is killed (`kill -9`) twice and started

@@ -5,8 +5,8 @@ use futures_util::TryStreamExt as _;
 use std::time::Duration;
 
 use super::{EVENTS, FENCE_HEADER, Last, NatsBackend, table};
-use crate::backend::Kind;
 use crate::admin::{ChangeFeed, Entry, Finding, Listing};
+use crate::backend::Kind;
 use crate::backend::{Admin, Freed};
 use crate::error::BoxError;
 use crate::runtime::BoxFuture;

@@ -523,8 +523,7 @@ impl NatsBackend {
                     },
                     // Held in the key's table (a writer granted beside others' places).
                     Some(Last {
-                        token: Some(value),
-                        ..
+                        token: Some(value), ..
                     }) if value.starts_with(table::TABLE) => {
                         return self.renew_place(&conn, spec).await;
                     }
@@ -735,7 +734,12 @@ pub(crate) fn table_places(
                     Kind::Permits(_) => 'P',
                 };
                 let ends = place.ends(stamp);
-                (place.token, kind, place.state != table::State::Waiting, ends)
+                (
+                    place.token,
+                    kind,
+                    place.state != table::State::Waiting,
+                    ends,
+                )
             })
             .collect(),
     )

@@ -218,7 +218,8 @@ pub(super) fn decide(places: &mut Vec<Place>, ask: Ask<'_>, now: u64) -> Decisio
         }
         match ask.kind {
             Kind::Exclusive => {
-                place.holds() || (ask.fair && place.state == State::Waiting && own.is_none_or(|own| at < own))
+                place.holds()
+                    || (ask.fair && place.state == State::Waiting && own.is_none_or(|own| at < own))
             }
             Kind::Shared => {
                 place.kind == Kind::Exclusive
@@ -411,8 +412,14 @@ mod tests {
     fn a_semaphore_grants_n_and_refuses_another_limit_or_kind() {
         let p = Kind::Permits(2);
         let mut places = Vec::new();
-        assert!(matches!(decide(&mut places, ask("a", p), 0), Decision::Grant));
-        assert!(matches!(decide(&mut places, ask("b", p), 0), Decision::Grant));
+        assert!(matches!(
+            decide(&mut places, ask("a", p), 0),
+            Decision::Grant
+        ));
+        assert!(matches!(
+            decide(&mut places, ask("b", p), 0),
+            Decision::Grant
+        ));
         assert!(matches!(
             decide(&mut places, ask("a", p), 0),
             Decision::Holds(_)

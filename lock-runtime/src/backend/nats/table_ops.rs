@@ -5,11 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::news::News;
 use super::table::{self, Ask, Decision, Place, State, Upgraded};
 use super::{
     Conflict, Conn, FENCE_HEADER, Last, NatsBackend, Put, Written, last_of, write_bytes, write_to,
 };
-use super::news::News;
 use crate::backend::{Attempt, Hold, Kind, LockSpec, Transient, Upgrade};
 use crate::error::BoxError;
 
@@ -33,7 +33,11 @@ impl TablePut {
         TablePut {
             value: table::encode(places),
             ttl: table::key_ttl(places, now),
-            headers: if left { vec![(LEFT_HEADER, 1)] } else { Vec::new() },
+            headers: if left {
+                vec![(LEFT_HEADER, 1)]
+            } else {
+                Vec::new()
+            },
         }
     }
 
@@ -117,8 +121,13 @@ async fn leave_once(
         Ok(read) => read,
         Err(bare) if bare == token => {
             return Ok(
-                match write_to(conn, subject.to_owned(), Some(last.map_or(0, |l| l.revision)), None)
-                    .await?
+                match write_to(
+                    conn,
+                    subject.to_owned(),
+                    Some(last.map_or(0, |l| l.revision)),
+                    None,
+                )
+                .await?
                 {
                     Ok(deleted) => Some(Left::Gone {
                         deleted: Some(deleted),
@@ -179,7 +188,8 @@ impl NatsBackend {
                     }
                     // A plain lock holds the key: a semaphore is another kind; the others wait
                     // for its release (a delete wakes them).
-                    if let Some(refused) = crate::backend::Refused::between(Kind::Exclusive, spec.kind)
+                    if let Some(refused) =
+                        crate::backend::Refused::between(Kind::Exclusive, spec.kind)
                     {
                         return Err(refused);
                     }
