@@ -54,7 +54,7 @@ impl ReleaseHub {
     /// key, which is when a backend must start listening for it. `on_first` runs under the
     /// hub's lock, so it is ordered with the `on_idle` of a previous generation.
     #[cfg_attr(
-        not(any(feature = "postgres", feature = "mysql", feature = "nats", test)),
+        not(any(feature = "postgres", feature = "mysql", test)),
         allow(dead_code)
     )]
     pub(crate) fn subscribe(

@@ -59,8 +59,9 @@ impl NatsBackend {
                                 };
                                 let freed = headers.get(KV_OPERATION).is_some()
                                     || headers.get(header::NATS_MARKER_REASON).is_some();
-                                // A place left the key's table: its waiters may be admitted.
-                                let left = headers.get(LEFT_HEADER).is_some();
+                                // A place left the key's table: its waiters may be admitted
+                                // (of a fair lock's queue, the one named).
+                                let left = headers.get(LEFT_HEADER).map(|next| next.to_string());
                                 let name = event
                                     .subject
                                     .strip_prefix(prefix.as_str())
@@ -76,8 +77,11 @@ impl NatsBackend {
                                         hear(&news, &name, Some(News::Freed(revision, at)), false);
                                     }
                                     closer.hub.notify(&name);
-                                } else if left {
-                                    closer.hub.notify(&name);
+                                } else if let Some(next) = left {
+                                    match next.as_str() {
+                                        "-" => closer.hub.notify(&name),
+                                        next => closer.hub.notify_one(&name, next),
+                                    }
                                 }
                             }
                         });

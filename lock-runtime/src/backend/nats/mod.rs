@@ -283,7 +283,7 @@ async fn write_to(
     let fence;
     let put = match put {
         Some((token, lease, granted)) => {
-            fence = granted.map(|granted| [(FENCE_HEADER, granted)]);
+            fence = granted.map(|granted| [(FENCE_HEADER, granted.to_string())]);
             Some(Put {
                 value: token.as_bytes(),
                 lease,
@@ -301,7 +301,7 @@ async fn write_to(
 struct Put<'a> {
     value: &'a [u8],
     lease: Duration,
-    headers: &'a [(&'static str, u64)],
+    headers: &'a [(&'static str, String)],
 }
 
 async fn write_bytes(
@@ -324,7 +324,7 @@ async fn write_bytes(
                 format!("{}s", ttl_seconds(put.lease)).as_str(),
             );
             for (name, value) in put.headers {
-                headers.insert(*name, value.to_string().as_str());
+                headers.insert(*name, value.as_str());
             }
             put.value.to_vec()
         }
@@ -711,7 +711,9 @@ impl Backend for NatsBackend {
     ) -> BoxFuture<'a, Result<ReleaseSubscription, BoxError>> {
         Box::pin(async move {
             let listener = self.listener().await?;
-            Ok(listener.hub.subscribe(spec.name, || {}))
+            // A fair lock's waiter is woken by name when it heads the queue (and by deletes).
+            let fair = spec.fair.then_some(spec.token);
+            Ok(listener.hub.subscribe_as(spec.name, fair, || {}))
         })
     }
 }

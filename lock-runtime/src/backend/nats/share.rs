@@ -65,7 +65,7 @@ impl SharedStore for NatsBackend {
             let put = Put {
                 value: entry.value,
                 lease: entry.ttl,
-                headers: &[(SHARE_MS_HEADER, entry.ttl.as_millis() as u64)],
+                headers: &[(SHARE_MS_HEADER, entry.ttl.as_millis().to_string())],
             };
             write_bytes(&conn, subject, None, Some(put))
                 .await?

@@ -14,7 +14,8 @@ use crate::backend::{Attempt, Hold, Kind, LockSpec, Transient, Upgrade};
 use crate::error::BoxError;
 
 /// The header of a table's write that dropped or released a place (or let an upgrade go):
-/// the listener wakes the key's waiters on it, as on a delete.
+/// the listener wakes the key's waiters on it, as on a delete — of a fair lock's queue, only
+/// the oldest waiting place, whose token the header holds (`-`: every waiter).
 pub(super) const LEFT_HEADER: &str = "Distlock-Left";
 
 /// How often an operation reads the table again after another write came between.
@@ -24,7 +25,7 @@ const TRIES: usize = 16;
 pub(super) struct TablePut {
     value: String,
     ttl: Duration,
-    headers: Vec<(&'static str, u64)>,
+    headers: Vec<(&'static str, String)>,
 }
 
 impl TablePut {
@@ -34,7 +35,7 @@ impl TablePut {
             value: table::encode(places),
             ttl: table::key_ttl(places, now),
             headers: if left {
-                vec![(LEFT_HEADER, 1)]
+                vec![(LEFT_HEADER, next_in_line(places).to_owned())]
             } else {
                 Vec::new()
             },
@@ -54,6 +55,16 @@ impl TablePut {
         };
         write_bytes(conn, subject, Some(expected), Some(put)).await
     }
+}
+
+/// Whom a departure from `places` wakes: the oldest waiting place of a fair lock's queue (a
+/// table of writers only), or `-`: every waiter of the key (readers, permits, writers' marks).
+fn next_in_line(places: &[Place]) -> &str {
+    let queue = places.iter().all(|place| place.kind == Kind::Exclusive);
+    places
+        .iter()
+        .find(|place| queue && place.state == State::Waiting)
+        .map_or("-", |place| place.token.as_str())
 }
 
 /// The key as a table: its places (none for a free key), the revision a write expects and the
@@ -286,7 +297,7 @@ impl NatsBackend {
             let granted = own.fence.unwrap_or(0);
             let mut put = TablePut::of(&places, now, pruned);
             // A renewal, as a plain lock's carries the grant's revision (the watch skips it).
-            put.headers.push((FENCE_HEADER, granted));
+            put.headers.push((FENCE_HEADER, granted.to_string()));
             if let Ok(written) = put.write(conn, subject.clone(), revision).await? {
                 self.remember(
                     spec.token,
