@@ -151,7 +151,7 @@
 //! | `mysql` | | `mysql://` (MariaDB ≥ 10.6, tested with 10.11; MySQL 8 written to its documentation, not yet tested) |
 //! | `zookeeper` | | `zk://` (Curator's lock layout) |
 //! | `etcd` | | `etcd://` (`concurrency.Mutex`'s layout) |
-//! | `nats` | | `nats://` (a JetStream key-value bucket, NATS 2.11+; plain locks) |
+//! | `nats` | | `nats://` (a JetStream key-value bucket, NATS 2.11+; every lock kind) |
 //! | `tls` | | `rediss://`, `sslmode=`, `ssl-mode=`, `zks://`, `etcds://`, `natss://`: TLS through rustls |
 //! | `metrics` | | metrics through the `metrics` facade ([`metrics`]) |
 //! | `share` | | compute once, share the result: `share = "60s"`, [`LockRequest::share`] (serde) |

@@ -33,11 +33,13 @@
 //! carries the grant's revision in a header, so `inspect` reports it. Deleting and creating the
 //! bucket again starts the sequence over.
 //!
-//! Only plain locks so far. Read locks, semaphores, fair and upgradable locks are queues — a
-//! key per waiter, in the order of their revisions, each holding when the kinds ahead allow
-//! (`backend::queue`, as on ZooKeeper and etcd) — which the bucket could keep (one stream
-//! orders every write), and this backend does not build yet: it would list a lock's waiters
-//! on every turn, and a plain lock on the same name would have to join that queue.
+//! Readers' shares, a semaphore's permits, a fair lock's queue, a waiting writer's mark and an
+//! upgrade under way are places of one table in the key's value (`table`), rewritten by the
+//! same compare-and-set, each place ending by the server's stamps (`table_ops`). A plain lock
+//! that finds the key free — or only waiting places of others, which then stay beside it — is
+//! granted as above; a plain lock's put finds a table taken, as it finds another token.
+//! Waiters of a table are woken by a write that took a place out of it (a `Distlock-Left`
+//! header; of a fair lock, naming the oldest waiting place only).
 
 mod admin;
 mod connect;
