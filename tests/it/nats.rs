@@ -292,3 +292,94 @@ async fn a_credentials_file_in_the_url_logs_in_as_its_user() {
     assert!(reason.contains("missing.creds"), "{reason}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The value of `name`'s key as the stream's leader holds it: `None` when its last message is
+/// a delete (or there is none).
+async fn value_of(server: &NatsServer, bucket: &str, name: &str) -> Option<String> {
+    let client = async_nats::connect(format!("127.0.0.1:{}", server.port))
+        .await
+        .unwrap();
+    let stream = async_nats::jetstream::new(client)
+        .get_stream(format!("KV_{bucket}"))
+        .await
+        .unwrap();
+    let subject = format!(
+        "$KV.{bucket}.{}",
+        distlock::__private::testing::nats_key(name)
+    );
+    let message = stream
+        .get_last_raw_message_by_subject(&subject)
+        .await
+        .ok()?;
+    (message.headers.get("KV-Operation").is_none())
+        .then(|| String::from_utf8_lossy(&message.payload).into_owned())
+}
+
+/// Readers and a writer waiting for them as the key's value holds them (the NATS rows of
+/// docs/guide/read_write.md): a table (`distlock-table/1`) with a line per place — `hR` for
+/// each reader's share, `wW` for the waiting writer's mark, which keeps new readers out —;
+/// once the readers left, the writer alone is its bare token; released, nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_and_a_waiting_writer_are_lines_of_the_keys_table() {
+    let server = NatsServer::shared();
+    let bucket = bucket();
+    let (one, two) = (
+        LockClient::connect(&server.url(&bucket)).await.unwrap(),
+        LockClient::connect(&server.url(&bucket)).await.unwrap(),
+    );
+    let first = one.lock("doc").read().acquire().await.unwrap();
+    let second = two.lock("doc").read().acquire().await.unwrap();
+    let writer = tokio::spawn({
+        let one = one.clone();
+        async move {
+            one.lock("doc")
+                .wait(Duration::from_secs(10))
+                .acquire()
+                .await
+        }
+    });
+    let marked = support::eventually(Duration::from_secs(5), || async {
+        value_of(server, &bucket, "lock:doc")
+            .await
+            .is_some_and(|value| value.contains("\nwW "))
+    })
+    .await;
+    assert!(marked, "the waiting writer left no mark");
+    let table = value_of(server, &bucket, "lock:doc").await.unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines[0], "distlock-table/1", "{table}");
+    for reader in [&first, &second] {
+        let token = distlock::__private::testing::owner_token(reader);
+        assert!(
+            lines
+                .iter()
+                .any(|line| line.starts_with("hR ") && line.ends_with(token)),
+            "{token} has no share line: {table}"
+        );
+    }
+    assert_eq!(lines.len(), 4, "{table}");
+    assert!(
+        two.lock("doc")
+            .read()
+            .try_acquire()
+            .await
+            .unwrap()
+            .is_none(),
+        "a reader joined past the waiting writer's mark"
+    );
+    first.release().await.unwrap();
+    second.release().await.unwrap();
+    let writer = tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .expect("the last reader's release wakes the writer")
+        .unwrap()
+        .unwrap();
+    let token = distlock::__private::testing::owner_token(&writer).to_owned();
+    assert_eq!(
+        value_of(server, &bucket, "lock:doc").await.as_deref(),
+        Some(token.as_str()),
+        "the writer alone is its bare token"
+    );
+    writer.release().await.unwrap();
+    assert_eq!(value_of(server, &bucket, "lock:doc").await, None);
+}

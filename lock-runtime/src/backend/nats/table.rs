@@ -221,8 +221,10 @@ pub(super) fn decide(places: &mut Vec<Place>, ask: Ask<'_>, now: u64) -> Decisio
                 place.holds()
                     || (ask.fair && place.state == State::Waiting && own.is_none_or(|own| at < own))
             }
+            // A waiting writer's mark keeps plain readers out; an upgradable request races
+            // the waiting writers as they race each other (as on Redis).
             Kind::Shared => {
-                place.kind == Kind::Exclusive
+                (place.kind == Kind::Exclusive && (place.holds() || !upgradable))
                     || place.state == State::Upgrading
                     || (upgradable && place.upgradable())
             }
@@ -393,10 +395,15 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(places.last().unwrap().state, State::Waiting);
-        // No new reader while it waits.
+        // No new reader while it waits; an upgradable request races it as writers do.
         assert!(matches!(
             decide(&mut places, ask("r3", Kind::Shared), 1_000),
             Decision::Busy { write: false, .. }
+        ));
+        let up = format!("{}u", crate::token::UPGRADABLE);
+        assert!(matches!(
+            decide(&mut places.clone(), ask(&up, Kind::Shared), 1_000),
+            Decision::Grant
         ));
         // The readers gone, the writer is granted over its own mark.
         places.retain(|place| place.kind != Kind::Shared);

@@ -68,8 +68,9 @@ fn next_in_line(places: &[Place]) -> &str {
 }
 
 /// The key as a table: its places (none for a free key), the revision a write expects and the
-/// stamp (unix ms) its places are judged by; `Err` with the bare token of a plain lock.
-fn read_table(last: Option<&Last>) -> Result<(Vec<Place>, u64, u64), String> {
+/// stamp (unix ms) its places are judged by; `Err` with the message when it holds a plain
+/// lock's bare token, and that token.
+fn read_table(last: Option<&Last>) -> Result<(Vec<Place>, u64, u64), (&Last, &str)> {
     let Some(last) = last else {
         return Ok((Vec::new(), 0, super::unix_now().as_millis() as u64));
     };
@@ -77,7 +78,7 @@ fn read_table(last: Option<&Last>) -> Result<(Vec<Place>, u64, u64), String> {
         None => Ok((Vec::new(), last.revision, last.stamp)),
         Some(value) => match table::parse(value, last.stamp, last.revision) {
             Some(places) => Ok((places, last.revision, last.stamp)),
-            None => Err(value.clone()),
+            None => Err((last, value)),
         },
     }
 }
@@ -130,16 +131,9 @@ async fn leave_once(
 ) -> Result<Option<Left>, BoxError> {
     let (mut places, revision, now) = match read_table(last) {
         Ok(read) => read,
-        Err(bare) if bare == token => {
+        Err((last, bare)) if bare == token => {
             return Ok(
-                match write_to(
-                    conn,
-                    subject.to_owned(),
-                    Some(last.map_or(0, |l| l.revision)),
-                    None,
-                )
-                .await?
-                {
+                match write_to(conn, subject.to_owned(), Some(last.revision), None).await? {
                     Ok(deleted) => Some(Left::Gone {
                         deleted: Some(deleted),
                     }),
@@ -181,8 +175,7 @@ impl NatsBackend {
             };
             let (mut places, revision, now) = match read_table(last.as_ref()) {
                 Ok(read) => read,
-                Err(bare) => {
-                    let last = last.as_ref().expect("a bare token was read");
+                Err((last, bare)) => {
                     if bare == spec.token {
                         // A retry whose plain put landed.
                         self.remember(
