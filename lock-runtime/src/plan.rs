@@ -107,8 +107,9 @@ pub(crate) struct Plan {
     /// passes from a guard straight to the next task of this client, in one command.
     pub hand_over: bool,
     /// A waiter keeps a place in line on the server between attempts — a store whose waiters
-    /// always queue, a fair request, or a writer whose waiting marks the lock against new
-    /// readers — so an acquisition that ends without the lock gives its token back.
+    /// always queue, a fair request, a writer whose waiting marks the lock against new
+    /// readers, or a reader that waits in line with them — so an acquisition that ends without
+    /// the lock gives its token back.
     pub keeps_place: bool,
     /// The waiter listens for releases before its first attempt. A store whose waiters queue
     /// listens once its attempt has a place in line instead (it is then woken only by the
@@ -163,7 +164,8 @@ impl Plan {
             hand_over: local_queue && store.hands_over,
             keeps_place: store.queues_waiters
                 || params.fair
-                || (!shared && store.marks_waiting_writers),
+                || (!shared && store.marks_waiting_writers)
+                || (params.kind == Kind::Shared && store.queues_readers),
             listen_first: !store.queues_waiters,
             leftover: !store.undoes_failed_attempts,
         })
@@ -220,6 +222,18 @@ mod tests {
                 "{kind:?}"
             );
         }
+    }
+
+    #[test]
+    fn a_reader_keeps_its_place_where_readers_wait_in_line() {
+        let store = Capabilities {
+            queues_readers: true,
+            ..REDIS_LIKE
+        };
+        let plan = Plan::of(&params(Kind::Shared, false), &store, "k").unwrap();
+        assert!(plan.fast_try && !plan.local_queue && plan.keeps_place);
+        let plan = Plan::of(&params(Kind::Permits(3), false), &store, "k").unwrap();
+        assert!(!plan.keeps_place);
     }
 
     #[test]

@@ -50,6 +50,10 @@ pub(crate) struct Capabilities {
     /// readers' shares): an acquisition of an exclusive lock that ends without it gives its
     /// mark up, as a waiter in a queue gives up its place.
     pub marks_waiting_writers: bool,
+    /// A reader that waits keeps a place in line beside the readers' shares (behind the
+    /// writers that waited before it, ahead of those after: writers and readers do not starve
+    /// each other): an acquisition of a read lock that ends without it gives its place up.
+    pub queues_readers: bool,
     /// The store grants a lock in arrival order across processes (a request with `fair`): with
     /// a queue of its own for fair requests (Redis, memory), or because its waiters always
     /// queue (`queues_waiters`).
@@ -157,6 +161,7 @@ impl Capabilities {
             fencing: Ok(()),
             upgradable: Err(NO_UPGRADABLE),
             marks_waiting_writers: false,
+            queues_readers: false,
             fair: false,
             queues_waiters: false,
             hands_over: false,

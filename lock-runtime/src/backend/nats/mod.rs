@@ -70,6 +70,7 @@ pub(crate) const CAPABILITIES: Capabilities = Capabilities {
     upgradable: Ok(()),
     fair: true,
     marks_waiting_writers: true,
+    queues_readers: true,
     wakes: "a republished delete, expiry marker or departure from the key's table",
     shares: Ok(share::SHARE_LIMIT),
     announces: true,

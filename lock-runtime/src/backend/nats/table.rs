@@ -211,22 +211,25 @@ pub(super) fn decide(places: &mut Vec<Place>, ask: Ask<'_>, now: u64) -> Decisio
         return Decision::Refused(refused);
     }
     let upgradable = ask.kind == Kind::Shared && crate::token::is_upgradable(ask.token);
-    // The places that keep this one out, and how long they last at most.
+    // The places that keep this one out, and how long they last at most. Waiting places count
+    // only ahead of this one's (a place not made yet comes after every other).
     let blocks = |(at, place): (usize, &Place)| {
         if place.token == ask.token {
             return false;
         }
+        let waits_ahead = place.state == State::Waiting && own.is_none_or(|own| at < own);
         match ask.kind {
+            // Every holder; a reader that waits ahead (it came first, and goes first: writers
+            // do not starve readers); of a fair lock, every place ahead.
             Kind::Exclusive => {
-                place.holds()
-                    || (ask.fair && place.state == State::Waiting && own.is_none_or(|own| at < own))
+                place.holds() || (waits_ahead && (ask.fair || place.kind == Kind::Shared))
             }
-            // A waiting writer's mark keeps plain readers out; an upgradable request races
-            // the waiting writers as they race each other (as on Redis).
+            // A writer that holds, or waits ahead (readers do not starve writers); an upgrade
+            // under way; an upgradable share, or request ahead, for an upgradable request.
             Kind::Shared => {
-                (place.kind == Kind::Exclusive && (place.holds() || !upgradable))
+                (place.kind == Kind::Exclusive && (place.holds() || waits_ahead))
                     || place.state == State::Upgrading
-                    || (upgradable && place.upgradable())
+                    || (upgradable && place.upgradable() && (place.holds() || waits_ahead))
             }
             Kind::Permits(_) => place.holds(),
         }
@@ -261,13 +264,14 @@ pub(super) fn decide(places: &mut Vec<Place>, ask: Ask<'_>, now: u64) -> Decisio
         .min()
         .unwrap_or(ask.lease);
     let mut ttl = Duration::from_millis(ends.max(1));
-    // A writer waits with a mark (a fair lock with its place in line), refreshed before it ends.
+    // A waiting writer or reader keeps a place in line (a writer's mark keeps later readers
+    // out), refreshed before it ends; a semaphore's waiters race.
     let mut write = false;
-    if ask.kind == Kind::Exclusive && ask.waiting {
+    if ask.kind.permits().is_none() && ask.waiting {
         ttl = ttl.min(Duration::from_millis(ask.lease / 3).max(Duration::from_millis(1)));
         let mark = Place {
             token: ask.token.to_owned(),
-            kind: Kind::Exclusive,
+            kind: ask.kind,
             state: State::Waiting,
             fence: Some(0),
             until: Until::For(ask.lease),
@@ -395,16 +399,35 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(places.last().unwrap().state, State::Waiting);
-        // No new reader while it waits; an upgradable request races it as writers do.
+        // No new reader while it waits: one waits behind it.
         assert!(matches!(
             decide(&mut places, ask("r3", Kind::Shared), 1_000),
-            Decision::Busy { write: false, .. }
+            Decision::Busy { write: true, .. }
         ));
         let up = format!("{}u", crate::token::UPGRADABLE);
         assert!(matches!(
             decide(&mut places.clone(), ask(&up, Kind::Shared), 1_000),
+            Decision::Busy { .. }
+        ));
+        // Nor does a writer go ahead of a reader that waits ahead of it.
+        let mut reader_first = vec![
+            place("w0", Kind::Exclusive, State::Held, 9_000),
+            place("r4", Kind::Shared, State::Waiting, 9_000),
+        ];
+        assert!(matches!(
+            decide(&mut reader_first, ask("w1", Kind::Exclusive), 1_000),
+            Decision::Busy { write: true, .. }
+        ));
+        reader_first.remove(0);
+        assert!(matches!(
+            decide(&mut reader_first, ask("w1", Kind::Exclusive), 1_000),
+            Decision::Busy { .. }
+        ));
+        assert!(matches!(
+            decide(&mut reader_first, ask("r4", Kind::Shared), 1_000),
             Decision::Grant
         ));
+        places.retain(|place| place.token != "r3");
         // The readers gone, the writer is granted over its own mark.
         places.retain(|place| place.kind != Kind::Shared);
         assert!(matches!(
