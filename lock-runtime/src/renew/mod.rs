@@ -228,6 +228,7 @@ pub(crate) fn watch(shared: Arc<HeldLock>, renewer: &Arc<Renewer>) -> Watchdog {
     state.next += 1;
     let deferred = Arc::new(Deferred {
         shared,
+        renewer: Arc::downgrade(renewer),
         timer: Arc::clone(&timer),
         key,
         state: Mutex::new(DeferredState::Waiting),
@@ -357,8 +358,15 @@ async fn run_timer(renewer: std::sync::Weak<Renewer>, timer: Arc<Timer>) {
         };
         // (A held lock's guard holds the renewer: with entries due, it is there.)
         if let Some(renewer) = renewer.upgrade() {
+            let mut renewing = Vec::new();
             for deferred in starting {
-                deferred.start(&renewer);
+                if deferred.start(&renewer) {
+                    renewing.push(deferred);
+                }
+            }
+            if !renewing.is_empty() {
+                let renewer = Arc::clone(&renewer);
+                tokio::spawn(async move { renew_due(renewer, renewing).await });
             }
         }
         tokio::select! {
@@ -371,6 +379,7 @@ async fn run_timer(renewer: std::sync::Weak<Renewer>, timer: Arc<Timer>) {
 /// A watchdog still to start: its timer entry, and whether it started (or was stopped first).
 pub(crate) struct Deferred {
     shared: Arc<HeldLock>,
+    renewer: std::sync::Weak<Renewer>,
     timer: Arc<Timer>,
     key: (Instant, u64),
     state: Mutex<DeferredState>,
@@ -379,13 +388,35 @@ pub(crate) struct Deferred {
 enum DeferredState {
     Waiting,
     Running(AbortHandle),
+    /// Renewed by its timer (no task of its own): waiting in the timer's map under this key.
+    Scheduled((Instant, u64)),
+    /// Renewed by its timer: a renewal is under way.
+    InFlight,
     Stopped,
 }
 
 impl Deferred {
-    /// Due: the watchdog task starts, unless the guard stopped it first.
-    fn start(&self, renewer: &Arc<Renewer>) {
+    /// Due: the watchdog task starts, unless the guard stopped it first. Without a
+    /// `max_hold`, the timer renews the lock itself (`true`: renew it now).
+    fn start(self: &Arc<Self>, renewer: &Arc<Renewer>) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match *state {
+            DeferredState::Scheduled(_) => {
+                *state = DeferredState::InFlight;
+                return true;
+            }
+            DeferredState::Waiting if self.shared.max_hold.is_none() => {
+                // The first renewal is one grid step away: schedule it on the grid.
+                let interval = self.shared.lease / 3;
+                let step = grid_step(interval);
+                let due = self.shared.confirmed_at() + interval;
+                let at = on_grid(due, step, due - step);
+                drop(state);
+                reschedule(self, at);
+                return false;
+            }
+            _ => {}
+        }
         if let DeferredState::Waiting = *state {
             #[cfg(test)]
             renewer
@@ -396,6 +427,7 @@ impl Deferred {
             // to give back when the watchdog stops there.)
             *state = DeferredState::Running(task.abort_handle());
         }
+        false
     }
 
     fn stop(&self) {
@@ -406,7 +438,154 @@ impl Deferred {
                 timer.due.remove(&self.key);
             }
             DeferredState::Running(task) => task.abort(),
-            DeferredState::Stopped => {}
+            DeferredState::Scheduled(key) => {
+                let mut timer = self.timer.state.lock().unwrap_or_else(|p| p.into_inner());
+                timer.due.remove(&key);
+            }
+            DeferredState::InFlight | DeferredState::Stopped => {}
+        }
+    }
+}
+
+impl Deferred {
+    /// Whether its guard stopped it (released or dropped).
+    fn stopped(&self) -> bool {
+        matches!(
+            *self.state.lock().unwrap_or_else(|p| p.into_inner()),
+            DeferredState::Stopped
+        )
+    }
+}
+
+/// After a renewal by the timer: back in the map at `at` (unless stopped meanwhile).
+fn reschedule(deferred: &Arc<Deferred>, at: Instant) {
+    let mut state = deferred.state.lock().unwrap_or_else(|p| p.into_inner());
+    if !matches!(*state, DeferredState::InFlight | DeferredState::Waiting) {
+        return;
+    }
+    let timer = &deferred.timer;
+    let mut ts = timer.state.lock().unwrap_or_else(|p| p.into_inner());
+    let key = (at, ts.next);
+    ts.next += 1;
+    ts.due.insert(key, Arc::clone(deferred));
+    *state = DeferredState::Scheduled(key);
+    let running = ts.task.as_ref().is_some_and(|task| !task.is_finished());
+    if !running {
+        ts.wakes_at = Some(at);
+        if let Some(renewer) = deferred.renewer.upgrade() {
+            ts.task = Some(
+                tokio::spawn(run_timer(Arc::downgrade(&renewer), Arc::clone(timer))).abort_handle(),
+            );
+        }
+    } else if ts.wakes_at.is_none_or(|wakes_at| at < wakes_at) {
+        ts.wakes_at = Some(at);
+        timer.wake.notify_one();
+    }
+}
+
+/// A renewal by the timer ended the lock's renewals (lost): nothing more to schedule.
+fn end_timer_renewal(deferred: &Deferred) {
+    let mut state = deferred.state.lock().unwrap_or_else(|p| p.into_inner());
+    if let DeferredState::InFlight = *state {
+        *state = DeferredState::Stopped;
+    }
+}
+
+/// Renews the locks the timer found due: one backend call per group (a cluster slot) of up to
+/// [`MAX_BATCH`], the groups side by side (a dead master delays only its own slots' locks),
+/// and schedules each lock's next renewal — or marks it lost.
+async fn renew_due(renewer: Arc<Renewer>, due: Vec<Arc<Deferred>>) {
+    let now = Instant::now();
+    let mut groups: std::collections::HashMap<u16, Vec<Arc<Deferred>>> = Default::default();
+    for deferred in due {
+        let shared = &deferred.shared;
+        if now >= shared.valid_until() {
+            shared.mark_lost("no renewal confirmed before the lease ended");
+            end_timer_renewal(&deferred);
+            continue;
+        }
+        let group = renewer.backend.capabilities().group(shared.spec().name);
+        groups.entry(group).or_default().push(deferred);
+    }
+    let mut groups = groups.into_values();
+    let first = groups.next();
+    for group in groups {
+        let renewer = Arc::clone(&renewer);
+        tokio::spawn(async move { renew_group(&renewer, group).await });
+    }
+    if let Some(group) = first {
+        renew_group(&renewer, group).await;
+    }
+}
+
+/// [`renew_due`]'s renewals of one group, [`MAX_BATCH`] at a time.
+async fn renew_group(renewer: &Renewer, group: Vec<Arc<Deferred>>) {
+    for chunk in group.chunks(MAX_BATCH) {
+        let sent_at = Instant::now();
+        let specs: Vec<LockSpec<'_>> = chunk.iter().map(|d| d.shared.spec()).collect();
+        // Not past the first lease among them to end: the others are tried again after it.
+        let valid_until = chunk
+            .iter()
+            .map(|d| d.shared.valid_until())
+            .min()
+            .unwrap_or(sent_at);
+        let call = async {
+            match specs.as_slice() {
+                // A lone lock takes the backend's plain renewal (a simpler statement).
+                [spec] => vec![
+                    renewer
+                        .backend
+                        .renew(*spec)
+                        .await
+                        .map_err(|e| e.to_string()),
+                ],
+                _ => renewer.backend.renew_many(&specs).await,
+            }
+        };
+        let results = tokio::time::timeout_at(valid_until, call)
+            .await
+            .unwrap_or_else(|_| {
+                vec![Err("renewal did not answer before the lease ended".to_owned()); chunk.len()]
+            });
+        drop(specs);
+        let now = Instant::now();
+        for (deferred, result) in chunk.iter().zip(results) {
+            if deferred.stopped() {
+                // Released (or dropped) while its renewal was under way: nothing to tell.
+                continue;
+            }
+            let shared = &deferred.shared;
+            let interval = shared.lease / 3;
+            match result {
+                Ok(true) => {
+                    tracing::trace!(key = %shared.key(), "distlock: renewed");
+                    crate::metrics::renewed(shared.backend, 1);
+                    shared.confirm(sent_at);
+                    let next = shared.confirmed_at() + interval;
+                    reschedule(
+                        deferred,
+                        on_grid(next, grid_step(interval), next - grid_step(interval)),
+                    );
+                }
+                Ok(false) => {
+                    shared.mark_lost("renewal found the lock held by another owner or gone");
+                    end_timer_renewal(deferred);
+                }
+                Err(error) => {
+                    // Known to last until the last confirmed renewal plus the lease; retried
+                    // until then and not a moment later.
+                    let valid_until = shared.valid_until();
+                    if now >= valid_until {
+                        shared.mark_lost("renewal did not answer before the lease ended");
+                        end_timer_renewal(deferred);
+                        continue;
+                    }
+                    crate::metrics::renewal_failed(shared.backend);
+                    tracing::warn!(key = %shared.key(), %error, "distlock: renewal failed, retrying until the lease ends");
+                    let pause = (shared.lease / 20).max(Duration::from_millis(5));
+                    reschedule(deferred, (now + pause).min(valid_until));
+                }
+            }
         }
     }
 }
@@ -537,18 +716,29 @@ mod tests {
         );
         assert_eq!(renewer.started(), 0, "a watchdog started for a short hold");
 
-        // Held for five leases of 300 ms: its watchdog starts before the first renewal (at
-        // 100 ms), and renews it.
+        // Held for five leases of 300 ms: the client's timer renews it (every 100 ms), with no
+        // task of its own; back in the timer's map between renewals.
         let lease = Duration::from_millis(300);
         let guard = client.lock("long").lease(lease).acquire().await.unwrap();
         tokio::time::sleep(Duration::from_millis(150)).await;
-        assert_eq!(renewer.started(), 1);
-        assert_eq!(renewer.deferred(), 0);
+        assert_eq!(renewer.started(), 0, "a watchdog task started");
         tokio::time::sleep(lease * 5).await;
         assert!(!guard.is_lost(), "not renewed");
         let other = client.lock("long").try_acquire().await.unwrap();
         assert!(other.is_none(), "the lock ran out while held");
         guard.release().await.unwrap();
+        assert_eq!(renewer.deferred(), 0, "a released lock stayed in the timer");
+        // A hold with `max_hold` has a watchdog task of its own (it ends renewal at the cap).
+        let capped = client
+            .lock("capped")
+            .lease(lease)
+            .max_hold(Duration::from_secs(10))
+            .acquire()
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(renewer.started(), 1);
+        capped.release().await.unwrap();
 
         // The timer task (still waiting, idle) does not keep a dropped client alive.
         let weak = std::sync::Arc::downgrade(renewer);

@@ -50,19 +50,14 @@ impl RedisBackend {
             .map(|spec| spec.lease)
             .min()
             .unwrap_or_default();
-        let renewed: Vec<i64> = self
+        let call = evalsha_renew_many(&self.renew_many, specs);
+        let renewed: Vec<u8> = self
             .run_acked(
                 lease,
-                |renewed: &Vec<i64>| renewed.contains(&1),
+                |renewed: &Vec<u8>| renewed.contains(&b'1'),
                 |mut conn, _| {
-                    let mut call = self.renew_many.prepare_invoke();
-                    for spec in specs {
-                        call.key(spec.name)
-                            .arg(spec.token)
-                            .arg(millis(spec.lease))
-                            .arg(u8::from(spec.kind != Kind::Exclusive));
-                    }
-                    async move { call.invoke_async(&mut conn).await }
+                    let (script, call) = (&self.renew_many, &call);
+                    async move { query_script(&mut conn, script, call).await }
                 },
             )
             .await?;
@@ -74,7 +69,7 @@ impl RedisBackend {
             )
             .into());
         }
-        Ok(renewed.into_iter().map(|r| r == 1).collect())
+        Ok(renewed.into_iter().map(|r| r == b'1').collect())
     }
 }
 
@@ -89,6 +84,32 @@ fn evalsha_keys_token(script: &Script, keys: &[&str], token: &str) -> Cmd {
         call.arg(*key);
     }
     call.arg(token);
+    call
+}
+
+/// `EVALSHA <renew_many> <n> <names…> (<token> <lease ms> <shared>)…`, built straight into one
+/// pre-sized command: a `ScriptInvocation` would allocate a vector per key and argument (four
+/// per lock), copy them all into its command, then free them.
+fn evalsha_renew_many(script: &Script, specs: &[LockSpec<'_>]) -> Cmd {
+    let hash = script.get_hash();
+    // A lease's milliseconds take at most 20 digits; most take 4 to 6.
+    let size = 7
+        + hash.len()
+        + 6
+        + specs
+            .iter()
+            .map(|spec| spec.name.len() + spec.token.len() + 8)
+            .sum::<usize>();
+    let mut call = Cmd::with_capacity(3 + 4 * specs.len(), size);
+    call.arg("EVALSHA").arg(hash).arg(specs.len());
+    for spec in specs {
+        call.arg(spec.name);
+    }
+    for spec in specs {
+        call.arg(spec.token)
+            .arg(millis(spec.lease))
+            .arg(u8::from(spec.kind != Kind::Exclusive));
+    }
     call
 }
 

@@ -101,16 +101,16 @@ pub(super) fn renew() -> String {
 }
 
 /// Renew many holds at once: KEYS are the locks, ARGV holds a (token, lease, shared) triple
-/// per key → 1/0 per key.
+/// per key → one string, `1`/`0` per key (one bulk reply to read, not an array of integers).
 pub(super) fn renew_many() -> String {
     format!(
         "{HELPERS}{RENEW_HOLD}{}",
         r"
 local out = {}
 for i = 1, #KEYS do
-  out[i] = renew(KEYS[i], ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i])
+  out[i] = renew(KEYS[i], ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]) == 1 and '1' or '0'
 end
-return out"
+return table.concat(out)"
     )
 }
 
