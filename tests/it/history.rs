@@ -767,68 +767,43 @@ async fn etcd_four_processes_never_overlap_through_leader_kills() {
     four_processes_during(&url, true, Duration::from_secs(10), faults).await;
 }
 
-/// NATS: four processes on a bucket of a `nats-server` of the test's own; the register on a
-/// Redis server of the test's own (the harness's stores have no NATS register).
+/// Four processes on a bucket of a `nats-server` of the test's own (`fair` requests, or
+/// `reads_in_4` rounds of four reading), the register on a Redis server of the test's own (the
+/// harness's stores have no NATS register).
+#[cfg(feature = "nats")]
+async fn nats_four_processes(fair: bool, reads_in_4: u64) {
+    let server = support::nats::NatsServer::start();
+    let register = RedisServer::start();
+    let url = server.url("history");
+    let rounds = rounds(ROUNDS);
+    let register = Some(register.url());
+    let register = register.as_deref();
+    contend_and_check(
+        &url, register, true, fair, LEASE, reads_in_4, rounds, NO_FAULTS,
+    )
+    .await;
+}
+
+/// NATS: plain locks.
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_four_processes_never_overlap() {
-    let server = support::nats::NatsServer::start();
-    let register = RedisServer::start();
-    let url = server.url("history");
-    let lease = LEASE;
-    contend_and_check(
-        &url,
-        Some(&register.url()),
-        true,
-        false,
-        lease,
-        0,
-        rounds(ROUNDS),
-        NO_FAULTS,
-    )
-    .await;
+    nats_four_processes(false, 0).await;
 }
 
 /// NATS's fair lock (a queue of places in the key's table, the oldest waiting one granted):
-/// 128 waiters of four processes in one table; nothing left of it afterwards.
+/// 128 waiters of four processes in one table.
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_fair_four_processes_never_overlap() {
-    let server = support::nats::NatsServer::start();
-    let register = RedisServer::start();
-    let url = server.url("history");
-    contend_and_check(
-        &url,
-        Some(&register.url()),
-        true,
-        true,
-        LEASE,
-        0,
-        rounds(ROUNDS),
-        NO_FAULTS,
-    )
-    .await;
+    nats_four_processes(true, 0).await;
 }
 
-/// NATS: readers and writers of one key's table (three rounds in four read), the register on
-/// a Redis server of the test's own.
+/// NATS: readers and writers of one key's table (three rounds in four read).
 #[cfg(feature = "nats")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nats_readers_and_writers_never_overlap() {
-    let server = support::nats::NatsServer::start();
-    let register = RedisServer::start();
-    let url = server.url("history");
-    contend_and_check(
-        &url,
-        Some(&register.url()),
-        true,
-        false,
-        LEASE,
-        3,
-        rounds(ROUNDS),
-        NO_FAULTS,
-    )
-    .await;
+    nats_four_processes(false, 3).await;
 }
 
 /// NATS: a semaphore of three in one key's table.

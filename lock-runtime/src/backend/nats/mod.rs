@@ -367,6 +367,22 @@ impl NatsBackend {
             .copied()
     }
 
+    /// An acquisition that found its own bare token (a retry whose first put landed): held,
+    /// as of `last`.
+    fn landed(&self, spec: LockSpec<'_>, last: &Last) -> Attempt {
+        self.remember(
+            spec.token,
+            Written {
+                last: last.revision,
+                granted: last.granted,
+                table: false,
+            },
+        );
+        Attempt::Acquired {
+            fencing_token: spec.fencing.then_some(last.granted),
+        }
+    }
+
     fn forget(&self, token: &str) {
         self.written
             .lock()
@@ -405,17 +421,7 @@ impl NatsBackend {
                     // A retry whose first try landed.
                     Some(token) if token == spec.token => {
                         self.hear(spec.name, None);
-                        self.remember(
-                            spec.token,
-                            Written {
-                                last: last.revision,
-                                granted: last.granted,
-                                table: false,
-                            },
-                        );
-                        return Ok(Attempt::Acquired {
-                            fencing_token: spec.fencing.then_some(last.granted),
-                        });
+                        return Ok(self.landed(spec, last));
                     }
                     Some(_) => {
                         self.hear(spec.name, Some(News::Held));

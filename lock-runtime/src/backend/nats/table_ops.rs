@@ -178,17 +178,7 @@ impl NatsBackend {
                 Err((last, bare)) => {
                     if bare == spec.token {
                         // A retry whose plain put landed.
-                        self.remember(
-                            spec.token,
-                            Written {
-                                last: last.revision,
-                                granted: last.granted,
-                                table: false,
-                            },
-                        );
-                        return Ok(Attempt::Acquired {
-                            fencing_token: spec.fencing.then_some(last.granted),
-                        });
+                        return Ok(self.landed(spec, last));
                     }
                     // A plain lock holds the key: a semaphore is another kind; the others wait
                     // for its release (a delete wakes them).
