@@ -367,19 +367,33 @@ impl NatsBackend {
             .copied()
     }
 
-    /// An acquisition that found its own bare token (a retry whose first put landed): held,
-    /// as of `last`.
-    fn landed(&self, spec: LockSpec<'_>, last: &Last) -> Attempt {
-        self.remember(
-            spec.token,
-            Written {
-                last: last.revision,
-                granted: last.granted,
-                table: false,
-            },
-        );
-        Attempt::Acquired {
-            fencing_token: spec.fencing.then_some(last.granted),
+    /// An acquisition that found its own bare token at `last` (a retry whose first put landed,
+    /// maybe long before): held once its TTL is renewed, since the guard counts its lease from
+    /// this attempt. Another write in between: busy, and asked again.
+    async fn landed(
+        &self,
+        conn: &Conn,
+        spec: LockSpec<'_>,
+        last: &Last,
+    ) -> Result<Attempt, BoxError> {
+        let put = Some((spec.token, spec.lease, Some(last.granted)));
+        match self.write(conn, spec.name, last.revision, put).await? {
+            Ok(revision) => {
+                self.remember(
+                    spec.token,
+                    Written {
+                        last: revision,
+                        granted: last.granted,
+                        table: false,
+                    },
+                );
+                Ok(Attempt::Acquired {
+                    fencing_token: spec.fencing.then_some(last.granted),
+                })
+            }
+            Err(Conflict) => Ok(Attempt::Busy {
+                ttl: Some(Duration::from_millis(10)),
+            }),
         }
     }
 
@@ -421,7 +435,7 @@ impl NatsBackend {
                     // A retry whose first try landed.
                     Some(token) if token == spec.token => {
                         self.hear(spec.name, None);
-                        return Ok(self.landed(spec, last));
+                        return self.landed(conn, spec, last).await;
                     }
                     Some(_) => {
                         self.hear(spec.name, Some(News::Held));

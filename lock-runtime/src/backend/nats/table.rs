@@ -185,7 +185,8 @@ pub(super) struct Ask<'a> {
 /// What an acquisition does with the table it read.
 #[derive(Debug)]
 pub(super) enum Decision {
-    /// Its place holds already (a retry whose first try landed), granted at this revision.
+    /// Its place holds already (a retry whose first try landed), granted at this revision: its
+    /// end moved a lease on (write the table).
     Holds(u64),
     /// Granted: write the table (its place now held, granted by that write).
     Grant,
@@ -203,6 +204,7 @@ pub(super) fn decide(places: &mut Vec<Place>, ask: Ask<'_>, now: u64) -> Decisio
     if let Some(own) = own
         && places[own].holds()
     {
+        places[own].until = Until::For(ask.lease);
         return Decision::Holds(places[own].fence.unwrap_or(0));
     }
     if let Some(head) = places.iter().find(|place| place.token != ask.token)

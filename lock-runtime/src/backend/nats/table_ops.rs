@@ -168,7 +168,16 @@ impl NatsBackend {
         mut read: Option<Last>,
     ) -> Result<Attempt, BoxError> {
         let lease = spec.lease.as_millis() as u64;
-        for _ in 0..TRIES {
+        // The guard counts its lease from the attempt's start: an attempt that keeps losing
+        // races for the table (many waiters rewriting it) answers busy after a tenth of the
+        // lease, and the next one starts afresh, rather than be granted with its lease spent.
+        let started = tokio::time::Instant::now();
+        for tried in 0..TRIES {
+            if tried > 0 && started.elapsed() >= spec.lease / 10 {
+                return Ok(Attempt::Busy {
+                    ttl: Some(Duration::from_millis(1)),
+                });
+            }
             let last = match read.take() {
                 Some(last) => Some(last),
                 None => self.last(conn, spec.name).await?,
@@ -178,7 +187,7 @@ impl NatsBackend {
                 Err((last, bare)) => {
                     if bare == spec.token {
                         // A retry whose plain put landed.
-                        return Ok(self.landed(spec, last));
+                        return self.landed(conn, spec, last).await;
                     }
                     // A plain lock holds the key: a semaphore is another kind; the others wait
                     // for its release (a delete wakes them).
@@ -200,18 +209,25 @@ impl NatsBackend {
                 lease,
             };
             match table::decide(&mut places, ask, now) {
+                // Its place, granted by an earlier try (maybe long before), renewed: the guard
+                // counts its lease from this attempt.
                 Decision::Holds(fence) => {
-                    self.remember(
-                        spec.token,
-                        Written {
-                            last: revision,
-                            granted: fence,
-                            table: true,
-                        },
-                    );
-                    return Ok(Attempt::Acquired {
-                        fencing_token: spec.fencing.then_some(fence),
-                    });
+                    let mut put = TablePut::of(&places, now, pruned);
+                    put.headers.push((FENCE_HEADER, fence.to_string()));
+                    let subject = self.subject(spec.name);
+                    if let Ok(written) = put.write(conn, subject, revision).await? {
+                        self.remember(
+                            spec.token,
+                            Written {
+                                last: written,
+                                granted: fence,
+                                table: true,
+                            },
+                        );
+                        return Ok(Attempt::Acquired {
+                            fencing_token: spec.fencing.then_some(fence),
+                        });
+                    }
                 }
                 Decision::Refused(refused) => return Err(refused),
                 Decision::Grant => {
