@@ -147,16 +147,33 @@ impl Renewer {
 
     async fn send_group(&self, chunk: Vec<DueRenewal>) {
         let specs: Vec<LockSpec<'_>> = chunk.iter().map(|p| p.shared.spec()).collect();
-        // A lone lock takes the backend's plain renewal (a simpler statement than a batch's).
-        let results = match specs.as_slice() {
-            [spec] => vec![self.backend.renew(*spec).await.map_err(|e| e.to_string())],
-            _ => self.backend.renew_many(&specs).await,
-        };
+        let results = renew_specs(&*self.backend, &specs).await;
         drop(specs);
         for (pending, renewed) in chunk.into_iter().zip(results) {
             let _ = pending.reply.send(renewed);
         }
     }
+}
+
+/// Renews `specs` (one group) in one backend call; a lone lock takes the backend's plain
+/// renewal (a simpler statement than a batch's). One result per spec.
+async fn renew_specs(backend: &dyn Backend, specs: &[LockSpec<'_>]) -> Vec<Result<bool, String>> {
+    match specs {
+        [spec] => vec![backend.renew(*spec).await.map_err(|e| e.to_string())],
+        _ => backend.renew_many(specs).await,
+    }
+}
+
+/// Why a renewed hold is lost: no renewal was confirmed before its lease ended.
+const NOT_CONFIRMED: &str = "no renewal confirmed before the lease ended";
+/// Why a renewed hold is lost: the renewal found the store held by another owner, or nothing.
+const NOT_OURS: &str = "renewal found the lock held by another owner or gone";
+/// Why a renewed hold is lost: the renewal's answer did not come before the lease ended.
+const NO_ANSWER: &str = "renewal did not answer before the lease ended";
+
+/// The pause before a failed renewal is tried again (within the lease).
+fn retry_pause(lease: Duration) -> Duration {
+    (lease / 20).max(Duration::from_millis(5))
 }
 
 /// `t` rounded down to a grid of `step` shared by the whole process, so watchdogs of locks with
@@ -217,36 +234,21 @@ pub(crate) fn watch(shared: Arc<HeldLock>, renewer: &Arc<Renewer>) -> Watchdog {
         }
     };
     let interval = shared.lease / 3;
-    // Started one grid step ahead of its first renewal (the watchdog then sleeps to the grid).
     let step = grid_step(interval);
-    let start_at = (shared.confirmed_at() + interval)
-        .checked_sub(step)
-        .unwrap_or_else(Instant::now);
-    let timer = renewer.timer(&runtime);
-    let mut state = timer.state.lock().unwrap_or_else(|p| p.into_inner());
-    let key = (start_at, state.next);
-    state.next += 1;
+    let due = shared.confirmed_at() + interval;
+    // Renewed by the timer at its first renewal, on the grid; a hold with a `max_hold` has its
+    // watchdog task started one grid step ahead (the task then sleeps to the grid).
+    let at = match shared.max_hold {
+        None => on_grid(due, step, due - step),
+        Some(_) => due.checked_sub(step).unwrap_or_else(Instant::now),
+    };
     let deferred = Arc::new(Deferred {
         shared,
         renewer: Arc::downgrade(renewer),
-        timer: Arc::clone(&timer),
-        key,
+        timer: renewer.timer(&runtime),
         state: Mutex::new(DeferredState::Waiting),
     });
-    state.due.insert(key, Arc::clone(&deferred));
-    let running = state.task.as_ref().is_some_and(|task| !task.is_finished());
-    if !running {
-        state.wakes_at = Some(start_at);
-        state.task = Some(
-            runtime
-                .spawn(run_timer(Arc::downgrade(renewer), Arc::clone(&timer)))
-                .abort_handle(),
-        );
-    } else if state.wakes_at.is_none_or(|wakes_at| start_at < wakes_at) {
-        state.wakes_at = Some(start_at);
-        timer.wake.notify_one();
-    }
-    drop(state);
+    reschedule(&deferred, at);
     Watchdog::Deferred(deferred)
 }
 
@@ -381,12 +383,13 @@ pub(crate) struct Deferred {
     shared: Arc<HeldLock>,
     renewer: std::sync::Weak<Renewer>,
     timer: Arc<Timer>,
-    key: (Instant, u64),
     state: Mutex<DeferredState>,
 }
 
 enum DeferredState {
+    /// Made, not in the timer's map yet.
     Waiting,
+    /// A hold with a `max_hold`: its watchdog task.
     Running(AbortHandle),
     /// Renewed by its timer (no task of its own): waiting in the timer's map under this key.
     Scheduled((Instant, u64)),
@@ -396,53 +399,37 @@ enum DeferredState {
 }
 
 impl Deferred {
-    /// Due: the watchdog task starts, unless the guard stopped it first. Without a
-    /// `max_hold`, the timer renews the lock itself (`true`: renew it now).
-    fn start(self: &Arc<Self>, renewer: &Arc<Renewer>) -> bool {
+    /// Due: renewed by the timer now (`true`), or — a hold with a `max_hold` — its watchdog
+    /// task starts; nothing if the guard stopped it first.
+    fn start(&self, renewer: &Arc<Renewer>) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        match *state {
-            DeferredState::Scheduled(_) => {
-                *state = DeferredState::InFlight;
-                return true;
-            }
-            DeferredState::Waiting if self.shared.max_hold.is_none() => {
-                // The first renewal is one grid step away: schedule it on the grid.
-                let interval = self.shared.lease / 3;
-                let step = grid_step(interval);
-                let due = self.shared.confirmed_at() + interval;
-                let at = on_grid(due, step, due - step);
-                drop(state);
-                reschedule(self, at);
-                return false;
-            }
-            _ => {}
+        if !matches!(*state, DeferredState::Scheduled(_)) {
+            return false;
         }
-        if let DeferredState::Waiting = *state {
-            #[cfg(test)]
-            renewer
-                .started
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let task = tokio::spawn(watchdog(Arc::clone(&self.shared), Arc::clone(renewer)));
-            // (A lock distlock renews itself ends within one lease of its `max_hold`: nothing
-            // to give back when the watchdog stops there.)
-            *state = DeferredState::Running(task.abort_handle());
+        if self.shared.max_hold.is_none() {
+            *state = DeferredState::InFlight;
+            return true;
         }
+        #[cfg(test)]
+        renewer
+            .started
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let task = tokio::spawn(watchdog(Arc::clone(&self.shared), Arc::clone(renewer)));
+        // (A lock distlock renews itself ends within one lease of its `max_hold`: nothing to
+        // give back when the watchdog stops there.)
+        *state = DeferredState::Running(task.abort_handle());
         false
     }
 
     fn stop(&self) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         match std::mem::replace(&mut *state, DeferredState::Stopped) {
-            DeferredState::Waiting => {
-                let mut timer = self.timer.state.lock().unwrap_or_else(|p| p.into_inner());
-                timer.due.remove(&self.key);
-            }
             DeferredState::Running(task) => task.abort(),
             DeferredState::Scheduled(key) => {
                 let mut timer = self.timer.state.lock().unwrap_or_else(|p| p.into_inner());
                 timer.due.remove(&key);
             }
-            DeferredState::InFlight | DeferredState::Stopped => {}
+            DeferredState::Waiting | DeferredState::InFlight | DeferredState::Stopped => {}
         }
     }
 }
@@ -457,7 +444,8 @@ impl Deferred {
     }
 }
 
-/// After a renewal by the timer: back in the map at `at` (unless stopped meanwhile).
+/// Into the timer's map at `at`: when made, and after each renewal by the timer (unless
+/// stopped meanwhile). Wakes the timer task, or starts it, if it would wake later.
 fn reschedule(deferred: &Arc<Deferred>, at: Instant) {
     let mut state = deferred.state.lock().unwrap_or_else(|p| p.into_inner());
     if !matches!(*state, DeferredState::InFlight | DeferredState::Waiting) {
@@ -500,7 +488,7 @@ async fn renew_due(renewer: Arc<Renewer>, due: Vec<Arc<Deferred>>) {
     for deferred in due {
         let shared = &deferred.shared;
         if now >= shared.valid_until() {
-            shared.mark_lost("no renewal confirmed before the lease ended");
+            shared.mark_lost(NOT_CONFIRMED);
             end_timer_renewal(&deferred);
             continue;
         }
@@ -529,24 +517,10 @@ async fn renew_group(renewer: &Renewer, group: Vec<Arc<Deferred>>) {
             .map(|d| d.shared.valid_until())
             .min()
             .unwrap_or(sent_at);
-        let call = async {
-            match specs.as_slice() {
-                // A lone lock takes the backend's plain renewal (a simpler statement).
-                [spec] => vec![
-                    renewer
-                        .backend
-                        .renew(*spec)
-                        .await
-                        .map_err(|e| e.to_string()),
-                ],
-                _ => renewer.backend.renew_many(&specs).await,
-            }
-        };
+        let call = renew_specs(&*renewer.backend, &specs);
         let results = tokio::time::timeout_at(valid_until, call)
             .await
-            .unwrap_or_else(|_| {
-                vec![Err("renewal did not answer before the lease ended".to_owned()); chunk.len()]
-            });
+            .unwrap_or_else(|_| vec![Err(NO_ANSWER.to_owned()); chunk.len()]);
         drop(specs);
         let now = Instant::now();
         for (deferred, result) in chunk.iter().zip(results) {
@@ -568,7 +542,7 @@ async fn renew_group(renewer: &Renewer, group: Vec<Arc<Deferred>>) {
                     );
                 }
                 Ok(false) => {
-                    shared.mark_lost("renewal found the lock held by another owner or gone");
+                    shared.mark_lost(NOT_OURS);
                     end_timer_renewal(deferred);
                 }
                 Err(error) => {
@@ -576,13 +550,13 @@ async fn renew_group(renewer: &Renewer, group: Vec<Arc<Deferred>>) {
                     // until then and not a moment later.
                     let valid_until = shared.valid_until();
                     if now >= valid_until {
-                        shared.mark_lost("renewal did not answer before the lease ended");
+                        shared.mark_lost(NO_ANSWER);
                         end_timer_renewal(deferred);
                         continue;
                     }
                     crate::metrics::renewal_failed(shared.backend);
                     tracing::warn!(key = %shared.key(), %error, "distlock: renewal failed, retrying until the lease ends");
-                    let pause = (shared.lease / 20).max(Duration::from_millis(5));
+                    let pause = retry_pause(shared.lease);
                     reschedule(deferred, (now + pause).min(valid_until));
                 }
             }

@@ -3,12 +3,11 @@
 //! a session.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use super::{Renewer, grid_step, on_grid};
+use super::{NO_ANSWER, NOT_CONFIRMED, NOT_OURS, Renewer, grid_step, on_grid};
 use crate::held::HeldLock;
 
 /// How a [`watchdog`] ended: the lock was lost, or reached its `max_hold`.
@@ -69,7 +68,7 @@ pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) -> En
     }
     let lease = shared.lease;
     let interval = lease / 3;
-    let retry_pause = (lease / 20).max(Duration::from_millis(5));
+    let retry_pause = super::retry_pause(lease);
     // Renew up to one grid step early, on the shared grid, so renewals batch.
     let step = grid_step(interval);
     loop {
@@ -94,7 +93,7 @@ pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) -> En
                 return Ended::Capped;
             }
             if sent_at >= valid_until {
-                shared.mark_lost("no renewal confirmed before the lease ended");
+                shared.mark_lost(NOT_CONFIRMED);
                 return Ended::Lost;
             }
             match tokio::time::timeout_at(valid_until, renewer.renew(Arc::clone(&shared))).await {
@@ -105,7 +104,7 @@ pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) -> En
                     break;
                 }
                 Ok(Ok(false)) => {
-                    shared.mark_lost("renewal found the lock held by another owner or gone");
+                    shared.mark_lost(NOT_OURS);
                     return Ended::Lost;
                 }
                 Ok(Err(error)) => {
@@ -114,7 +113,7 @@ pub(crate) async fn watchdog(shared: Arc<HeldLock>, renewer: Arc<Renewer>) -> En
                     tokio::time::sleep_until((Instant::now() + retry_pause).min(valid_until)).await;
                 }
                 Err(_) => {
-                    shared.mark_lost("renewal did not answer before the lease ended");
+                    shared.mark_lost(NO_ANSWER);
                     return Ended::Lost;
                 }
             }
@@ -168,7 +167,7 @@ async fn set_watchdog(set: Vec<Arc<HeldLock>>, renewer: Arc<Renewer>) {
         return;
     };
     let interval = lease / 3;
-    let retry_pause = (lease / 20).max(Duration::from_millis(5));
+    let retry_pause = super::retry_pause(lease);
     let earliest = |at: fn(&HeldLock) -> Instant| set.iter().map(|s| at(s)).min();
     let capped = || {
         for shared in &set {
@@ -197,7 +196,7 @@ async fn set_watchdog(set: Vec<Arc<HeldLock>>, renewer: Arc<Renewer>) {
                 return;
             }
             if sent_at >= valid_until {
-                lose_all("no renewal confirmed before the lease ended");
+                lose_all(NOT_CONFIRMED);
                 return;
             }
             let renewals = set
@@ -209,15 +208,11 @@ async fn set_watchdog(set: Vec<Arc<HeldLock>>, renewer: Arc<Renewer>) {
                 .collect();
             let renewed = crate::runtime::join_all(renewals);
             let Ok(renewed) = tokio::time::timeout_at(valid_until, renewed).await else {
-                lose_all("renewal did not answer before the lease ended");
+                lose_all(NO_ANSWER);
                 return;
             };
             if let Some(gone) = renewed.iter().position(|r| matches!(r, Ok(false))) {
-                lost_by(
-                    &set,
-                    gone,
-                    "renewal found the lock held by another owner or gone",
-                );
+                lost_by(&set, gone, NOT_OURS);
                 return;
             }
             let mut failed = None;

@@ -212,18 +212,11 @@ impl NatsBackend {
                 // Its place, granted by an earlier try (maybe long before), renewed: the guard
                 // counts its lease from this attempt.
                 Decision::Holds(fence) => {
-                    let mut put = TablePut::of(&places, now, pruned);
-                    put.headers.push((FENCE_HEADER, fence.to_string()));
-                    let subject = self.subject(spec.name);
-                    if let Ok(written) = put.write(conn, subject, revision).await? {
-                        self.remember(
-                            spec.token,
-                            Written {
-                                last: written,
-                                granted: fence,
-                                table: true,
-                            },
-                        );
+                    let renewed = (&places[..], now, pruned);
+                    if self
+                        .write_renewed(conn, spec, renewed, revision, fence)
+                        .await?
+                    {
                         return Ok(Attempt::Acquired {
                             fencing_token: spec.fencing.then_some(fence),
                         });
@@ -272,7 +265,6 @@ impl NatsBackend {
         conn: &Arc<Conn>,
         spec: LockSpec<'_>,
     ) -> Result<bool, BoxError> {
-        let subject = self.subject(spec.name);
         for _ in 0..TRIES {
             let last = self.last(conn, spec.name).await?;
             let Ok((mut places, revision, now)) = read_table(last.as_ref()) else {
@@ -294,18 +286,11 @@ impl NatsBackend {
             }
             own.until = table::Until::For(spec.lease.as_millis() as u64);
             let granted = own.fence.unwrap_or(0);
-            let mut put = TablePut::of(&places, now, pruned);
-            // A renewal, as a plain lock's carries the grant's revision (the watch skips it).
-            put.headers.push((FENCE_HEADER, granted.to_string()));
-            if let Ok(written) = put.write(conn, subject.clone(), revision).await? {
-                self.remember(
-                    spec.token,
-                    Written {
-                        last: written,
-                        granted,
-                        table: true,
-                    },
-                );
+            let renewed = (&places[..], now, pruned);
+            if self
+                .write_renewed(conn, spec, renewed, revision, granted)
+                .await?
+            {
                 return Ok(true);
             }
         }
@@ -313,6 +298,32 @@ impl NatsBackend {
             "`{}` changed under {TRIES} attempts to renew a place in it",
             spec.name
         )))
+    }
+
+    /// Writes `places` (as of `now`, `pruned` of ended places), in which `spec.token`'s place
+    /// was renewed, over `revision` — as a plain lock's renewal does, with the grant's revision
+    /// (the watch skips it) — and remembers the write; `false`: another write came between.
+    async fn write_renewed(
+        &self,
+        conn: &Conn,
+        spec: LockSpec<'_>,
+        (places, now, pruned): (&[Place], u64, bool),
+        revision: u64,
+        granted: u64,
+    ) -> Result<bool, BoxError> {
+        let mut put = TablePut::of(places, now, pruned);
+        put.headers.push((FENCE_HEADER, granted.to_string()));
+        let subject = self.subject(spec.name);
+        let Ok(written) = put.write(conn, subject, revision).await? else {
+            return Ok(false);
+        };
+        let known = Written {
+            last: written,
+            granted,
+            table: true,
+        };
+        self.remember(spec.token, known);
+        Ok(true)
     }
 
     /// A release's try over `last` as read: `Some(deleted)` what it found (whether the place
