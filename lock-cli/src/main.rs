@@ -398,8 +398,9 @@ pub(crate) enum Command {
     ///
     /// Connects as the services would (the SQL lock table created if missing), then reports
     /// the server and its version, the median round trip, what the store serves, who the
-    /// server says the client is and whether the connection is encrypted, the store's own
-    /// settings that matter (the replicas `?replicas=` asks for, a Cluster's slots, the
+    /// server says the client is and whether the connection is encrypted, what the store lets
+    /// it do (a ZooKeeper chroot's ACL, an etcd user's roles), the store's own settings that
+    /// matter (the replicas `?replicas=` asks for, a Cluster's slots, the
     /// server's clock against this host's, a transaction pooler in front of PostgreSQL
     /// without `pooler=transaction`), and takes, reads and gives back a lock under
     /// `distlock-check:` (the right to write where locks live). Exits 0 when every check

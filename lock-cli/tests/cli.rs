@@ -1878,6 +1878,96 @@ async fn check_fails_naming_the_fix_for_a_user_without_the_right_to_lock() {
     assert_eq!(check_keys_left(&server).await, Vec::<String>::new());
 }
 
+/// A ZooKeeper identity without `cdr` on the chroot (a chroot anyone may only read), and an
+/// etcd user whose one role covers another prefix: `distlock check` says who the client is,
+/// names what is missing the store's own way — the ACL entry to add with `setAcl`, the role
+/// grant to give with `etcdctl` — and exits 1.
+#[tokio::test]
+async fn check_names_the_zookeeper_acl_and_the_etcd_role_a_user_lacks() {
+    use zookeeper_client as zk;
+    let server = support::zookeeper::ZkServer::shared();
+    let chroot = format!("/{}", unique("read-only"));
+    let admin = zk::Client::connect(&format!("127.0.0.1:{}", server.client_port))
+        .await
+        .unwrap();
+    admin
+        .create(
+            &chroot,
+            b"",
+            &zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_read()),
+        )
+        .await
+        .unwrap();
+    let url = server.url(&chroot).replace("zk://", "zk://app:secret@");
+    let check = run(&["check", &url]).await;
+    let text = stdout(&check);
+    assert_eq!(code(&check), 1, "{text}{}", stderr(&check));
+    assert!(
+        text.contains("✔ identity") && text.contains("digest:app"),
+        "{text}"
+    );
+    let acl = text
+        .lines()
+        .find(|l| l.contains("✘ acl"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        acl.contains(&format!("`{chroot}` grants this identity `r`")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("setAcl {chroot} digest:app:<its digest>:cdrwa")),
+        "the fix names the ACL entry: {text}"
+    );
+    assert!(text.contains("✘ lock"), "{text}");
+    assert!(
+        !text.contains("secret"),
+        "the password is never printed: {text}"
+    );
+    // Nothing made under the chroot (the clock's node could not be made either).
+    assert_eq!(
+        admin.list_children(&chroot).await.unwrap(),
+        Vec::<String>::new()
+    );
+
+    let member = support::etcd::EtcdMember::start();
+    member.enable_auth_granting("app", "app-pw", Some("other/"));
+    let url = format!("etcd://app:app-pw@127.0.0.1:{}/locks", member.client_port);
+    let check = run(&["check", &url]).await;
+    let text = stdout(&check);
+    assert_eq!(code(&check), 1, "{text}{}", stderr(&check));
+    assert!(text.contains("✔ identity    logged in as `app`"), "{text}");
+    let role = text
+        .lines()
+        .find(|l| l.contains("✘ role"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        role.contains("`app` may not read or write every key under `locks/`")
+            && role.contains("app-role: readwrite [`other/`, `other0`)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("etcdctl role grant-permission locks readwrite --prefix=true locks/"),
+        "the fix names the grant: {text}"
+    );
+    assert!(
+        text.contains("✔ clock") && text.contains("✘ lock"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("app-pw"),
+        "the password is never printed: {text}"
+    );
+    // The same user on the prefix its role covers: every line passes.
+    let url = format!("etcd://app:app-pw@127.0.0.1:{}/other", member.client_port);
+    let check = run(&["check", &url]).await;
+    let text = stdout(&check);
+    assert_eq!(code(&check), 0, "{text}{}", stderr(&check));
+    assert!(
+        text.contains("✔ role") && text.contains("may read and write every key under `other/`"),
+        "{text}"
+    );
+}
+
 /// A store that cannot be reached: one ✘ `connect` line naming the cause, and the exit code of
 /// a backend failure (122); a URL with a password that is wrong says so, and a plain-text URL to
 /// a server that speaks TLS only names the TLS form (`rediss://`, `natss://`).

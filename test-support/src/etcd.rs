@@ -223,6 +223,14 @@ impl EtcdMember {
     /// and the user `name` with `password`, both in the `root` role. From then on every call
     /// needs a token.
     pub fn enable_auth(&self, name: &str, password: &str) {
+        self.enable_auth_granting(name, password, None);
+    }
+
+    /// As [`Self::enable_auth`], but `name`'s one role (`<name>-role`) grants readwrite over
+    /// the keys under `prefix` alone when `prefix` is given (`etcdctl role grant-permission
+    /// ROLE readwrite --prefix=true PREFIX`).
+    pub fn enable_auth_granting(&self, name: &str, password: &str, prefix: Option<&str>) {
+        use crate::store::etcd::base64;
         let call = |path: &str, body: String| {
             let reply = http_call(self.client_port, "POST", path, &body)
                 .unwrap_or_else(|| panic!("etcd {path}: no answer"));
@@ -240,9 +248,29 @@ impl EtcdMember {
             "/v3/auth/user/add",
             format!(r#"{{"name":"{name}","password":"{password}"}}"#),
         );
+        let role = match prefix {
+            None => "root".to_owned(),
+            Some(prefix) => {
+                let role = format!("{name}-role");
+                call("/v3/auth/role/add", format!(r#"{{"name":"{role}"}}"#));
+                // The prefix's end: its last byte plus one (an ASCII prefix).
+                let mut end = prefix.as_bytes().to_vec();
+                *end.last_mut().expect("a prefix") += 1;
+                let end = String::from_utf8(end).expect("an ASCII prefix");
+                call(
+                    "/v3/auth/role/grant",
+                    format!(
+                        r#"{{"name":"{role}","perm":{{"permType":"READWRITE","key":"{}","range_end":"{}"}}}}"#,
+                        base64(prefix),
+                        base64(&end)
+                    ),
+                );
+                role
+            }
+        };
         call(
             "/v3/auth/user/grant",
-            format!(r#"{{"user":"{name}","role":"root"}}"#),
+            format!(r#"{{"user":"{name}","role":"{role}"}}"#),
         );
         call("/v3/auth/enable", "{}".to_owned());
     }

@@ -187,26 +187,26 @@ pub async fn check_passes_and_leaves_nothing_behind(fixture: &dyn Fixture) {
         assert!(checks.contains(&check), "no `{check}` in {checks:?}");
     }
     // Where the server judges leases by its own clock and tells its time, the clock is read
-    // (the table modes of the SQL stores, every Redis deployment); a PostgreSQL table is
-    // checked for a transaction pooler the URL does not declare.
+    // (the table modes of the SQL stores, every Redis deployment, ZooKeeper by a node's
+    // creation time); etcd says why it compares none. A PostgreSQL table is checked for a
+    // transaction pooler the URL does not declare.
     let url = fixture.url();
     let table_mode = !url.contains("mode=advisory") && !url.contains("mode=named");
-    let judged_by_server = ["redis", "rediss", "postgres", "mysql"]
-        .iter()
-        .any(|scheme| url.starts_with(scheme))
-        && table_mode;
+    let starts = |schemes: &[&str]| schemes.iter().any(|scheme| url.starts_with(scheme));
+    let coordinator = starts(&["zk", "etcd"]);
+    let judged_by_server = starts(&["redis", "rediss", "postgres", "mysql"]) && table_mode;
     assert_eq!(
         checks.contains(&"clock"),
-        judged_by_server,
+        judged_by_server || coordinator,
         "{url}: {checks:?}"
     );
     // The same stores say who the client is and whether its connection is encrypted.
     assert_eq!(
         checks.contains(&"identity"),
-        judged_by_server,
+        judged_by_server || coordinator,
         "{url}: {checks:?}"
     );
-    if judged_by_server {
+    if judged_by_server || coordinator {
         let identity = checkup
             .findings
             .iter()
@@ -215,9 +215,31 @@ pub async fn check_passes_and_leaves_nothing_behind(fixture: &dyn Fixture) {
         assert!(identity.found.contains("logged in"), "{identity:?}");
         let tls = ["rediss", "sslmode=verify-full", "ssl-mode=VERIFY_IDENTITY"]
             .iter()
-            .any(|asked| url.contains(asked));
+            .any(|asked| url.contains(asked))
+            || starts(&["zks", "etcds"]);
         let said = if tls { "over TLS" } else { "in plain text" };
         assert!(identity.found.contains(said), "{url}: {identity:?}");
+    }
+    if starts(&["zk"]) {
+        let clock = checkup
+            .findings
+            .iter()
+            .find(|f| f.check == "clock")
+            .unwrap();
+        assert!(clock.found.contains("from this host's"), "{clock:?}");
+    }
+    // ZooKeeper names the chroot's ACL; etcd with a user names its roles' key ranges.
+    assert_eq!(
+        checks.contains(&"acl"),
+        starts(&["zk"]),
+        "{url}: {checks:?}"
+    );
+    if starts(&["etcd"]) {
+        assert_eq!(
+            checks.contains(&"role"),
+            url.contains('@'),
+            "{url}: {checks:?}"
+        );
     }
     assert_eq!(
         checks.contains(&"pooler"),

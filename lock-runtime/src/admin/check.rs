@@ -11,7 +11,8 @@ use crate::client::LockClient;
 #[non_exhaustive]
 pub struct Finding {
     /// What was checked, one word or two: `server`, `round trip`, `lock`, `kinds`, `clock`,
-    /// `replicas`, `cluster`, `pooler`, `bucket`, `identity`.
+    /// `replicas`, `cluster`, `pooler`, `bucket`, `identity`, `acl` (ZooKeeper), `role`
+    /// (etcd).
     pub check: &'static str,
     /// Whether it is as distlock needs it.
     pub passed: bool,
@@ -77,10 +78,11 @@ impl LockClient {
     /// client has passed the connection's own checks already: the server answers, accepts the
     /// credentials, speaks TLS if asked, runs scripts): the server and its version, the median
     /// of five round trips, what the store serves, who the server says this client is and
-    /// whether its connection is encrypted (Redis, the SQL lock tables), the store's own
-    /// settings that matter (the
-    /// replicas `?replicas=` asks for, a Cluster's slots, the server's clock against this
-    /// host's on Redis and the SQL lock tables, a transaction pooler between client and
+    /// whether its connection is encrypted (Redis, the SQL lock tables, ZooKeeper, etcd), what
+    /// the store lets it do (the ZooKeeper chroot's ACL, the etcd user's roles over the
+    /// prefix), the store's own settings that matter (the replicas `?replicas=` asks for, a
+    /// Cluster's slots, the server's clock against this host's on Redis, the SQL lock tables
+    /// and ZooKeeper, a transaction pooler between client and
     /// PostgreSQL that the URL does not declare with `pooler=transaction`, a NATS bucket's
     /// settings), and a real lock — taken under [`CHECK_KEY_PREFIX`], seen by `inspect`, given
     /// back and seen gone — which shows this user may write where locks live (Redis scripts,
@@ -222,7 +224,12 @@ impl LockClient {
 /// against this host's clock around the read (`None`: the server did not tell it). Where it is
 /// read, the server judges leases by its own clock alone.
 #[cfg_attr(
-    not(any(feature = "redis", feature = "postgres", feature = "mysql")),
+    not(any(
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "zookeeper"
+    )),
     allow(dead_code)
 )]
 pub(crate) async fn clock_check(read: impl std::future::Future<Output = Option<f64>>) -> Finding {
@@ -257,7 +264,13 @@ pub(crate) async fn clock_check(read: impl std::future::Future<Output = Option<f
 /// The `identity` finding: the user the server says this client is (`None`: it did not say),
 /// and the connection's TLS (`None`: plain text; else what is known of it).
 #[cfg_attr(
-    not(any(feature = "redis", feature = "postgres", feature = "mysql")),
+    not(any(
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "zookeeper",
+        feature = "etcd"
+    )),
     allow(dead_code)
 )]
 pub(crate) fn identity_finding(user: Option<&str>, tls: Option<&str>) -> Finding {

@@ -28,9 +28,22 @@ use std::time::{Duration, SystemTime};
 mod check;
 mod watch;
 
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "zookeeper"
+))]
+pub(crate) use check::clock_check;
+#[cfg(any(
+    feature = "redis",
+    feature = "postgres",
+    feature = "mysql",
+    feature = "zookeeper",
+    feature = "etcd"
+))]
+pub(crate) use check::identity_finding;
 pub use check::{CHECK_KEY_PREFIX, Checkup, Finding};
-#[cfg(any(feature = "redis", feature = "postgres", feature = "mysql"))]
-pub(crate) use check::{clock_check, identity_finding};
 
 pub(crate) use watch::{ChangeFeed, Follower};
 pub use watch::{LockEvent, LockWatch};

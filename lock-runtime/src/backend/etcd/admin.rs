@@ -95,6 +95,10 @@ impl Admin for EtcdBackend {
             Ok(format!("etcd {}", status.version))
         })
     }
+    /// Who the client is, what its roles allow under the prefix (`check.rs`).
+    fn diagnose(&self) -> BoxFuture<'_, Vec<crate::admin::Finding>> {
+        Box::pin(self.diagnose_server())
+    }
     /// A put of `<prefix>raw/<name>` in a transaction only if it is absent, then its delete:
     /// the least a lock on etcd takes (distlock's own key carries a lease and the queue's head).
     fn raw_pair<'a>(

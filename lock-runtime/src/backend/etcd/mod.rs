@@ -22,6 +22,7 @@
 
 mod acquire;
 mod admin;
+mod check;
 #[cfg(feature = "testing")]
 pub(crate) mod inspect;
 mod keys;

@@ -21,6 +21,8 @@ pub(crate) mod path {
     pub const LEASE_TIME_TO_LIVE: &str = "/etcdserverpb.Lease/LeaseTimeToLive";
     pub const STATUS: &str = "/etcdserverpb.Maintenance/Status";
     pub const AUTHENTICATE: &str = "/etcdserverpb.Auth/Authenticate";
+    pub const USER_GET: &str = "/etcdserverpb.Auth/UserGet";
+    pub const ROLE_GET: &str = "/etcdserverpb.Auth/RoleGet";
 }
 
 /// `AuthenticateRequest`: a user's name and password for a token.
@@ -38,6 +40,52 @@ pub(crate) struct AuthenticateResponse {
     #[prost(string, tag = "2")]
     pub token: String,
 }
+
+/// `AuthUserGetRequest` (`distlock check`: the roles of the URL's user; a user may read its
+/// own).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct AuthUserGetRequest {
+    #[prost(string, tag = "1")]
+    pub name: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct AuthUserGetResponse {
+    #[prost(string, repeated, tag = "2")]
+    pub roles: Vec<String>,
+}
+
+/// `AuthRoleGetRequest` (`distlock check`: a role's key ranges; a user may read its own
+/// roles').
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct AuthRoleGetRequest {
+    #[prost(string, tag = "1")]
+    pub role: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct AuthRoleGetResponse {
+    #[prost(message, repeated, tag = "2")]
+    pub perm: Vec<Permission>,
+}
+
+/// `authpb.Permission`: a role's right over a key (`range_end` empty), a range, or every key
+/// from `key` on (`range_end` = `\0`).
+#[derive(Clone, PartialEq, prost::Message)]
+pub(crate) struct Permission {
+    /// `READ` 0, `WRITE` 1, `READWRITE` 2.
+    #[prost(int32, tag = "1")]
+    pub perm_type: i32,
+    #[prost(bytes = "vec", tag = "2")]
+    pub key: Vec<u8>,
+    #[prost(bytes = "vec", tag = "3")]
+    pub range_end: Vec<u8>,
+}
+
+/// `Permission::perm_type`s.
+pub(crate) const PERM_READ: i32 = 0;
+pub(crate) const PERM_WRITE: i32 = 1;
+pub(crate) const PERM_READWRITE: i32 = 2;
 
 /// `LeaseTimeToLiveRequest` (admin API: a holder's remaining lease).
 #[derive(Clone, PartialEq, prost::Message)]

@@ -57,6 +57,10 @@ impl Admin for ZookeeperBackend {
             Ok(Some(entry))
         })
     }
+    /// Who the session is, the chroot's ACL, the server's clock (`check.rs`).
+    fn diagnose(&self) -> BoxFuture<'_, Vec<crate::admin::Finding>> {
+        Box::pin(self.diagnose_server())
+    }
     /// An ephemeral node beside the lock's parent, then its delete: the least a lock on
     /// ZooKeeper takes (Curator's and distlock's lock also list the queue).
     fn raw_pair<'a>(

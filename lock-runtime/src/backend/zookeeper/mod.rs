@@ -21,6 +21,7 @@
 
 mod acquire;
 mod admin;
+mod check;
 mod ensemble;
 mod lost;
 mod open;
