@@ -644,6 +644,12 @@ pub trait Faulty: Fixture + Sized {
     /// A counter of the writes that reach the servers (acquisitions, renewals, releases).
     async fn writes(&self) -> u64;
 
+    /// The last writes the server logged, for a failure's report (empty where the server
+    /// keeps no log of them).
+    async fn recent_writes(&self) -> String {
+        String::new()
+    }
+
     /// A counter of everything that renews a lock: its writes, and on etcd the lease
     /// keepalives.
     async fn renewals(&self) -> u64 {
@@ -665,6 +671,12 @@ pub trait Faulty: Fixture + Sized {
     async fn sessions(&self) -> Option<usize> {
         None
     }
+}
+
+/// The last sixteen lines of `log` that `wanted` keeps, one per line.
+fn last_lines(log: &str, wanted: impl Fn(&str) -> bool) -> String {
+    let lines: Vec<&str> = log.lines().filter(|line| wanted(line)).collect();
+    lines[lines.len().saturating_sub(16)..].join("\n")
 }
 
 /// The bytes sent to the servers on `ports` that they have not read yet: the receive queues
@@ -1020,6 +1032,10 @@ impl Faulty for PostgresFixture {
             .map(|verb| log.matches(&format!("{verb} \"{table}\" ")).count() as u64)
             .sum()
     }
+
+    async fn recent_writes(&self) -> String {
+        last_lines(&self.server.log(), |line| line.contains(" LOG: "))
+    }
 }
 
 /// `postgres://` through PgBouncer in transaction mode (`pooler=transaction`, `listen_url` on
@@ -1120,6 +1136,10 @@ impl<const ITSELF: bool> Faulty for PgBouncerFixture<ITSELF> {
     async fn writes(&self) -> u64 {
         self.0.writes().await
     }
+
+    async fn recent_writes(&self) -> String {
+        self.0.recent_writes().await
+    }
 }
 
 impl Faulty for AdvisoryFixture {
@@ -1146,6 +1166,10 @@ impl Faulty for AdvisoryFixture {
     /// The statements of distlock's holds (each carries its comment), in the server's log.
     async fn writes(&self) -> u64 {
         self.server.log().matches("/* distlock ").count() as u64
+    }
+
+    async fn recent_writes(&self) -> String {
+        last_lines(&self.server.log(), |line| line.contains("/* distlock "))
     }
 }
 

@@ -701,7 +701,12 @@ impl PostgresFixture {
 
     /// On a server of this test's own that logs every statement (so a test can count them).
     pub fn own() -> PostgresFixture {
-        let server = PostgresServer::start_with(&["-c", "log_statement=all"]);
+        let server = PostgresServer::start_with(&[
+            "-c",
+            "log_statement=all",
+            "-c",
+            "log_line_prefix=%m [%p] ",
+        ]);
         PostgresFixture::on(Server::Own(server))
     }
 
@@ -717,7 +722,12 @@ impl PostgresFixture {
     /// Through a PgBouncer of this test's own (transaction mode) in front of a server of its
     /// own: both can be killed, paused and restarted.
     pub fn own_pgbouncer(listen: bool) -> PostgresFixture {
-        let server = PostgresServer::start_with(&["-c", "log_statement=all"]);
+        let server = PostgresServer::start_with(&[
+            "-c",
+            "log_statement=all",
+            "-c",
+            "log_line_prefix=%m [%p] ",
+        ]);
         let bouncer = PgBouncer::start(&server);
         let mut fixture = PostgresFixture::on(Server::Own(server));
         fixture.pooled = Some((Server::Own(bouncer), listen));
@@ -919,7 +929,12 @@ impl AdvisoryFixture {
     /// which a fault may restart: leases up to 3 s, so a restarted server grants again 3 s
     /// after it started.
     pub fn own() -> AdvisoryFixture {
-        let server = PostgresServer::start_with(&["-c", "log_statement=all"]);
+        let server = PostgresServer::start_with(&[
+            "-c",
+            "log_statement=all",
+            "-c",
+            "log_line_prefix=%m [%p] ",
+        ]);
         AdvisoryFixture::on(Server::Own(server), 3_000)
     }
 

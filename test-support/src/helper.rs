@@ -200,10 +200,17 @@ enum Exit {
     Forever,
 }
 
-/// Lease 300 ms: renewed every 100 ms while the body runs.
-#[distributed_lock(key = "exit:<path>", lease = "300ms", wait = "5s")]
+/// How long the annotated function's body runs before it exits (or is cancelled, or the
+/// runtime shut down): three renewal intervals of [`EXIT_LEASE`] and a bit.
+pub const EXIT_BODY: Duration = Duration::from_millis(700);
+
+/// The lease of the annotated function of [`exit_paths`]: renewed every 200 ms while the body
+/// runs, so a host that stalls 400 ms (a busy CI machine) does not lose it.
+pub const EXIT_LEASE: Duration = Duration::from_millis(600);
+
+#[distributed_lock(key = "exit:<path>", lease = "600ms", wait = "5s")]
 async fn guarded(path: &str, how: Exit) -> Result<(), LockError> {
-    tokio::time::sleep(ms(350)).await;
+    tokio::time::sleep(EXIT_BODY).await;
     match how {
         Exit::Return => Ok(()),
         Exit::Error => {
@@ -219,13 +226,36 @@ async fn guarded(path: &str, how: Exit) -> Result<(), LockError> {
 /// The exit paths of [`exit_paths`], in the order it runs them.
 pub const EXIT_PATHS: [&str; 5] = ["return", "error", "panic", "cancel", "shutdown"];
 
+/// What `done-<path>` says when the path ran as planned.
+pub const EXIT_AS_PLANNED: &str = "as planned";
+
+/// What `done-<path>` starts with when the lock was lost while the body ran (a host that
+/// stalled past the lease): an outcome the product promises, which still has to leave nothing
+/// behind.
+pub const EXIT_LOST: &str = "lost";
+
+/// The outcome of one exit path, as `done-<path>` reports it.
+fn exit_outcome(
+    result: Result<(), LockError>,
+    planned: impl Fn(&Result<(), LockError>) -> bool,
+) -> String {
+    match result {
+        ref planned_result if planned(planned_result) => EXIT_AS_PLANNED.to_owned(),
+        Err(LockError::Lost { key }) => format!("{EXIT_LOST}: {key}"),
+        other => format!("unexpected: {other:?}"),
+    }
+}
+
 /// Runs the annotated function out by each exit path in turn; after each it writes
-/// `done-<path>` and waits for `next-<path>`.
+/// `done-<path>` (its outcome: [`EXIT_AS_PLANNED`], [`EXIT_LOST`] or what else it returned)
+/// and waits for `next-<path>`.
 fn exit_paths(dir: &Path) {
     let url = var("LOCK_URL");
     let runtime = history::helper_runtime();
-    let step = |path: &str| {
-        write_file(&dir.join(format!("done-{path}")), "done");
+    let step = |path: &str, outcome: String| {
+        // When it ended, for a failure's report.
+        write_file(&dir.join(format!("ended-{path}")), &crate::wall_clock());
+        write_file(&dir.join(format!("done-{path}")), &outcome);
         let next = dir.join(format!("next-{path}"));
         while !next.exists() {
             std::thread::sleep(ms(2));
@@ -235,22 +265,31 @@ fn exit_paths(dir: &Path) {
         distlock::init(connect_patiently(|| LockClient::connect(&url)).await).unwrap();
     });
     let result = runtime.block_on(guarded("return", Exit::Return));
-    assert!(result.is_ok());
-    step("return");
+    step("return", exit_outcome(result, Result::is_ok));
     let result = runtime.block_on(guarded("error", Exit::Error));
-    assert!(matches!(result, Err(LockError::Config(_))));
-    step("error");
+    step(
+        "error",
+        exit_outcome(result, |result| matches!(result, Err(LockError::Config(_)))),
+    );
     let result = runtime.block_on(runtime.spawn(guarded("panic", Exit::Panic)));
-    assert!(result.unwrap_err().is_panic());
-    step("panic");
-    let result = runtime
-        .block_on(async { tokio::time::timeout(ms(350), guarded("cancel", Exit::Forever)).await });
-    assert!(result.is_err(), "cancelled");
-    step("cancel");
+    let outcome = match result {
+        Err(join) if join.is_panic() => EXIT_AS_PLANNED.to_owned(),
+        Err(join) => format!("unexpected: {join}"),
+        Ok(result) => exit_outcome(result, |_| false),
+    };
+    step("panic", outcome);
+    let result = runtime.block_on(async {
+        tokio::time::timeout(EXIT_BODY, guarded("cancel", Exit::Forever)).await
+    });
+    let outcome = match result {
+        Err(_elapsed) => EXIT_AS_PLANNED.to_owned(),
+        Ok(result) => exit_outcome(result, |_| false),
+    };
+    step("cancel", outcome);
     runtime.spawn(guarded("shutdown", Exit::Forever));
-    runtime.block_on(async { tokio::time::sleep(ms(350)).await });
+    runtime.block_on(async { tokio::time::sleep(EXIT_BODY).await });
     runtime.shutdown_timeout(ms(100));
-    step("shutdown");
+    step("shutdown", EXIT_AS_PLANNED.to_owned());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -690,3 +690,19 @@ pub fn sweep_stale_scratch() {
         }
     }
 }
+
+/// This host's time of day, `HH:MM:SS.mmm UTC`, to set beside a server log's timestamps in a
+/// failure's report.
+pub fn wall_clock() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis())
+        % 86_400_000;
+    format!(
+        "{:02}:{:02}:{:02}.{:03} UTC",
+        ms / 3_600_000,
+        ms / 60_000 % 60,
+        ms / 1_000 % 60,
+        ms % 1_000
+    )
+}

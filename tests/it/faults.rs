@@ -897,15 +897,29 @@ async fn no_renewal_after_exit<F: Faulty>(fixture: F) {
     let mut report = Vec::new();
     let mut start = fixture.renewals().await;
     for path in EXIT_PATHS {
-        history::read_when_there(&dir.join(format!("done-{path}")), Duration::from_secs(30)).await;
+        let outcome =
+            history::read_when_there(&dir.join(format!("done-{path}")), Duration::from_secs(30))
+                .await;
+        // A host that stalled past the lease while the body ran loses the lock: the function
+        // says so, and must still leave nothing behind. Anything else is a failure.
+        let lost = outcome.starts_with(helper::EXIT_LOST);
+        assert!(
+            lost || outcome == helper::EXIT_AS_PLANNED,
+            "{path}: the annotated function ended {outcome}"
+        );
         let during = fixture.renewals().await - start;
-        // Acquisition, and renewals every 100 ms for 350 ms, went to the servers: the counter
-        // can see them. (On ZooKeeper and etcd the renewals are the session's or lease's
-        // heartbeats, and the acquisition is one write.)
-        let least = if fixture.renews_per_lock() { 3 } else { 1 };
+        // Acquisition, and renewals every 200 ms for 700 ms, went to the servers: the counter
+        // can see them (one renewal at least, on a host that runs the timer late). (On ZooKeeper and etcd the renewals are the session's or lease's
+        // heartbeats, and the acquisition is one write.) A lock lost to a stall may have had
+        // no renewal through.
+        let least = if fixture.renews_per_lock() && !lost {
+            2
+        } else {
+            1
+        };
         assert!(
             during >= least,
-            "{path}: only {during} lock commands while the body ran"
+            "{path}: only {during} lock commands while the body ran ({outcome})"
         );
         tokio::time::sleep(ms(50)).await; // a background release (panic, cancel) lands
         if path == "shutdown"
@@ -942,6 +956,7 @@ async fn no_renewal_after_exit<F: Faulty>(fixture: F) {
                 looked_at.elapsed()
             );
         }
+        let gone_at = support::wall_clock();
         fixture.settle(&format!("lock:{name}")).await;
         // While the helper's client lives (every path but the shutdown), ZooKeeper and etcd
         // keep its session or lease alive like a connection: only writes count there.
@@ -953,13 +968,20 @@ async fn no_renewal_after_exit<F: Faulty>(fixture: F) {
             }
         };
         let settled = count().await;
-        tokio::time::sleep(ms(600)).await; // six renewal intervals
+        tokio::time::sleep(helper::EXIT_LEASE).await; // three renewal intervals
         let after = count().await - settled;
         assert_eq!(
-            after, 0,
-            "{path}: {after} lock commands after the function exited"
+            after,
+            0,
+            "{path}: {after} lock commands after the function exited (at {}; the lock seen \
+             gone at {gone_at}); the last the server logged:\n{}",
+            std::fs::read_to_string(dir.join(format!("ended-{path}"))).unwrap_or_default(),
+            fixture.recent_writes().await
         );
-        report.push(format!("{path}: {during} commands while running, 0 after"));
+        report.push(format!(
+            "{path}: {during} commands while running, 0 after{}",
+            if lost { " (lost to a stall)" } else { "" }
+        ));
         start = fixture.renewals().await;
         history::write_file(&dir.join(format!("next-{path}")), "next");
     }
