@@ -96,5 +96,5 @@ pub async fn lock_service_handoff(host: &str, window: Duration) -> Result<(f64, 
             }));
         }
     }
-    crate::handoff::run(window, tasks).await
+    crate::measure::handoff(window, tasks).await
 }

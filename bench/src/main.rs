@@ -100,7 +100,9 @@ mod contention;
 mod cpu;
 mod curator;
 mod etcd;
-mod handoff;
+/// The measuring code shared with `distlock bench` (rows both give are computed alike).
+#[path = "../../lock-cli/src/measure.rs"]
+mod measure;
 mod nats;
 mod peer;
 mod record;
@@ -116,7 +118,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use distlock::{LockClient, LockError, distributed_lock};
-use handoff::percentile;
+use measure::percentile;
 use record::{Base, Better, Report, at, ns, per_s, us};
 use redis::aio::MultiplexedConnection;
 use support::RedisServer;
@@ -251,17 +253,19 @@ where
     done.load(Ordering::Relaxed) as f64 / window.as_secs_f64()
 }
 
-/// Calls per second of `tasks` tasks calling `empty_call` on distinct keys for `window`.
+/// Calls per second of `tasks` tasks calling `empty_call` on distinct keys for `window`
+/// (measured by the code `distlock bench` measures its throughput with).
 async fn throughput_ours(round: u64, tasks: u64, window: Duration) -> f64 {
-    run_tasks(tasks, window, |t, done, stop| async move {
-        let mut id = 10_000_000 * (round + 1) + t * 100_000;
-        while !stop.load(Ordering::Relaxed) {
-            empty_call(id).await.unwrap();
-            id += 1;
-            done.fetch_add(1, Ordering::Relaxed);
-        }
-    })
-    .await
+    let tasks = (0..tasks)
+        .map(|t| {
+            let mut id = 10_000_000 * (round + 1) + t * 100_000;
+            move || {
+                id += 1;
+                empty_call(id)
+            }
+        })
+        .collect();
+    measure::throughput(window, tasks).await.unwrap()
 }
 
 /// Raw `SET NX PX` + compare-and-delete pairs per second of `tasks` tasks on distinct keys,
@@ -273,20 +277,22 @@ async fn throughput_raw(
     tasks: u64,
     window: Duration,
 ) -> f64 {
-    run_tasks(tasks, window, |t, done, stop| {
-        let (mut conn, release) = (raw.clone(), release.clone());
-        async move {
-            let token = "t0123456789abcdef0123456789abcdef";
+    let tasks = (0..tasks)
+        .map(|t| {
+            let (conn, release) = (raw.clone(), release.clone());
             let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) {
+            move || {
+                let (mut conn, release) = (conn.clone(), release.clone());
                 let key = format!("rawtp:{round}:{t}:{i}");
-                raw_pair(&mut conn, &release, &key, token).await.unwrap();
                 i += 1;
-                done.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    let token = "t0123456789abcdef0123456789abcdef";
+                    raw_pair(&mut conn, &release, &key, token).await
+                }
             }
-        }
-    })
-    .await
+        })
+        .collect();
+    measure::throughput(window, tasks).await.unwrap()
 }
 
 /// Rows 7 and 8: PostgreSQL and MariaDB servers of the bench's own; then 9 and 10, and 16.

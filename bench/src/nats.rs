@@ -310,5 +310,5 @@ pub async fn raw_handoff(
             }));
         }
     }
-    crate::handoff::run(window, tasks).await
+    crate::measure::handoff(window, tasks).await
 }

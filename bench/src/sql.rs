@@ -13,7 +13,7 @@ use distlock::LockClient;
 
 use crate::peer::LinePeer;
 use crate::record::{At, Base, Better, Fig, per_s, us};
-use crate::{Error, Report, handoff, median, run_tasks};
+use crate::{Error, Report, measure, median, run_tasks};
 
 /// A raw lock table's two statements: take (`INSERT … ON CONFLICT DO NOTHING`), release
 /// (`DELETE … WHERE token`), on connections of the bench's own.
@@ -958,7 +958,7 @@ pub async fn handoff(report: &mut Report, key: &str, url: &str) -> Result<Handof
                         .await?;
                     let acquired = Instant::now();
                     guard.release().await?;
-                    Ok(acquired)
+                    Ok::<_, Error>(acquired)
                 }
             }));
         }
@@ -966,7 +966,7 @@ pub async fn handoff(report: &mut Report, key: &str, url: &str) -> Result<Handof
     let window = Duration::from_secs(3);
     // Only handoffs from one client to another: those go through the database (a notification
     // or a poll); within a client, the next task is let through in-process.
-    let (rate, p50, p99) = handoff::run(window, tasks).await?;
+    let (rate, p50, p99) = measure::handoff(window, tasks).await?;
     report.field(&format!("{key}_handoffs_per_s"), rate);
     report.field(&format!("{key}_handoff_p50_us"), p50);
     report.field(&format!("{key}_handoff_p99_us"), p99);

@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use distlock_runtime::{LockClient, LockError};
 
+use crate::measure;
+
 /// What a run measured.
 pub(crate) struct Report {
     pub rows: Vec<Row>,
@@ -66,11 +68,7 @@ pub(crate) struct Setup {
 
 /// The percentile `p` (0–1) of `sorted`, in milliseconds.
 fn percentile(sorted: &[Duration], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let at = ((sorted.len() - 1) as f64 * p).round() as usize;
-    sorted[at].as_secs_f64() * 1e3
+    measure::percentile(sorted, p).as_secs_f64() * 1e3
 }
 
 /// One acquire + release of `key` through distlock.
@@ -182,29 +180,22 @@ async fn throughput(
     prefix: &str,
     raw_pairs: bool,
 ) -> Result<f64, LockError> {
-    let ends = Instant::now() + setup.window;
-    let mut tasks = tokio::task::JoinSet::new();
-    for task in 0..setup.tasks {
-        let (client, key) = (client.clone(), format!("{prefix}:{task}"));
-        tasks.spawn(async move {
-            let mut done = 0_u64;
-            while Instant::now() < ends {
-                if raw_pairs {
-                    client.raw_pair(&key).await?;
-                } else {
-                    pair(&client, &key).await?;
+    let tasks = (0..setup.tasks)
+        .map(|task| {
+            let (client, key) = (client.clone(), Arc::new(format!("{prefix}:{task}")));
+            move || {
+                let (client, key) = (client.clone(), Arc::clone(&key));
+                async move {
+                    if raw_pairs {
+                        client.raw_pair(&key).await.map(|_| ())
+                    } else {
+                        pair(&client, &key).await
+                    }
                 }
-                done += 1;
             }
-            Ok::<u64, LockError>(done)
-        });
-    }
-    let started = Instant::now();
-    let mut total = 0;
-    while let Some(done) = tasks.join_next().await {
-        total += done.map_err(|e| LockError::Config(format!("a benchmark task failed: {e}")))??;
-    }
-    Ok(total as f64 / started.elapsed().as_secs_f64())
+        })
+        .collect();
+    measure::throughput(setup.window, tasks).await
 }
 
 /// Four tasks per client contend for `key` for `window`: grants per second, and the p50 and
@@ -214,14 +205,13 @@ async fn handover(
     window: Duration,
     key: &str,
 ) -> Result<(f64, f64, f64), LockError> {
-    let ends = Instant::now() + window;
-    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut tasks = Vec::new();
     for (c, client) in clients.iter().enumerate() {
         for _ in 0..4 {
-            let (client, key, events) = (client.clone(), key.to_owned(), Arc::clone(&events));
-            tasks.spawn(async move {
-                while Instant::now() < ends {
+            let (client, key) = (client.clone(), Arc::new(key.to_owned()));
+            tasks.push((c, move || {
+                let (client, key) = (client.clone(), Arc::clone(&key));
+                async move {
                     let guard = client
                         .lock(key.as_str())
                         .wait(Duration::from_secs(30))
@@ -230,34 +220,13 @@ async fn handover(
                     // Granted, and given back at once: the release is sent now.
                     let granted = Instant::now();
                     guard.release().await?;
-                    events
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push((granted, c));
+                    Ok::<Instant, LockError>(granted)
                 }
-                Ok::<(), LockError>(())
-            });
+            }));
         }
     }
-    let started = Instant::now();
-    while let Some(done) = tasks.join_next().await {
-        done.map_err(|e| LockError::Config(format!("a benchmark task failed: {e}")))??;
-    }
-    let elapsed = started.elapsed();
-    let mut events = std::mem::take(&mut *events.lock().unwrap_or_else(|p| p.into_inner()));
-    events.sort_by_key(|(granted, _)| *granted);
-    // From a grant (its release sent right after) to the next grant, to another client.
-    let mut gaps: Vec<Duration> = events
-        .windows(2)
-        .filter(|w| w[0].1 != w[1].1)
-        .map(|w| w[1].0.saturating_duration_since(w[0].0))
-        .collect();
-    gaps.sort();
-    Ok((
-        events.len() as f64 / elapsed.as_secs_f64(),
-        percentile(&gaps, 0.5),
-        percentile(&gaps, 0.99),
-    ))
+    let (rate, p50_us, p99_us) = measure::handoff(window, tasks).await?;
+    Ok((rate, p50_us / 1e3, p99_us / 1e3))
 }
 
 /// The summary table.

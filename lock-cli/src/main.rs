@@ -26,6 +26,7 @@
 
 mod bench;
 mod format;
+mod measure;
 mod run;
 mod warnings;
 

@@ -18,7 +18,7 @@ use distributed_lock_core::traits::{DistributedLock, LockHandle, LockProvider};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::Error;
-use crate::handoff;
+use crate::measure;
 
 /// One uncontended try-acquire + release of `name`.
 async fn pair<P: LockProvider>(provider: &P, name: &str) -> Result<(), Error> {
@@ -111,12 +111,12 @@ where
                                     .release()
                                     .await
                                     .map_err(|e| format!("release: {e}"))?;
-                                Ok(granted)
+                                Ok::<_, crate::Error>(granted)
                             }
                         }));
                     }
                 }
-                let (rate, p50, p99) = handoff::run(window, tasks).await?;
+                let (rate, p50, p99) = measure::handoff(window, tasks).await?;
                 format!("{rate} {p50} {p99}")
             }
             _ => format!("unknown command: {line}"),

@@ -13,9 +13,11 @@
 //! connections instead of sqlx's default 10 (each of its locks keeps one while held); the
 //! MySQL one too.
 
-/// The handoff row's arithmetic, shared with distlock's rows (`bench/src/handoff.rs`).
-#[path = "../../src/handoff.rs"]
-mod handoff;
+/// The handoff row's arithmetic, shared with distlock's rows and `distlock bench`
+/// (`lock-cli/src/measure.rs`).
+#[path = "../../../lock-cli/src/measure.rs"]
+#[allow(dead_code)]
+mod measure;
 mod lines;
 
 use std::sync::{Arc, Mutex};
