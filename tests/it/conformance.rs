@@ -705,13 +705,15 @@ pub async fn a_deleted_lock_is_reported_lost_within_one_renewal_interval(fixture
         .await
         .unwrap();
     let lost = guard.lost();
+    let deleting = Instant::now();
     fixture.delete("lock:deleted").await;
     let deleted_at = Instant::now();
+    let delete_took = deleted_at - deleting;
     tokio::time::timeout(ms(1_000), lost)
         .await
         .expect("lost() resolves");
     let after = deleted_at.elapsed();
-    let bound = loss_bound(&client).await;
+    let bound = loss_bound(&client, delete_took).await;
     assert!(
         after <= bound,
         "reported lost after {after:?} (bound {bound:?})"
@@ -726,9 +728,10 @@ pub async fn a_deleted_lock_is_reported_lost_within_one_renewal_interval(fixture
 
 /// How soon a 300 ms lease's holder must be told its lock is gone: one renewal interval (100
 /// ms), plus the renewal's round trip and scheduling slack on a busy machine. How long a round
-/// trip on this path takes now (through a pooler, beside busy cores) is measured by a lock +
-/// release just after, as long as two round trips.
-async fn loss_bound(client: &LockClient) -> Duration {
+/// trip on this path takes now (through a pooler, beside busy cores) is the longer of a lock +
+/// release just after (two round trips) and `seen`, the test's own call to the store that
+/// removed the lock (taken as long as the renewal's, which ran beside it).
+async fn loss_bound(client: &LockClient, seen: Duration) -> Duration {
     let measured = Instant::now();
     client
         .lock("round-trip")
@@ -738,7 +741,7 @@ async fn loss_bound(client: &LockClient) -> Duration {
         .release()
         .await
         .unwrap();
-    ms(100) + ms(80) + measured.elapsed()
+    ms(100) + ms(80) + measured.elapsed().max(seen)
 }
 
 /// An overwritten lock is reported lost within one renewal interval, and the new owner's
@@ -753,15 +756,17 @@ pub async fn an_overwritten_lock_is_reported_lost_within_one_renewal_interval(
         .acquire()
         .await
         .unwrap();
+    let overwriting = Instant::now();
     fixture
         .overwrite("lock:overwritten", "intruder", ms(10_000))
         .await;
     let overwritten_at = Instant::now();
+    let overwrite_took = overwritten_at - overwriting;
     tokio::time::timeout(ms(1_000), guard.lost())
         .await
         .expect("lost() resolves");
     let after = overwritten_at.elapsed();
-    let bound = loss_bound(&client).await;
+    let bound = loss_bound(&client, overwrite_took).await;
     assert!(
         after <= bound,
         "reported lost after {after:?} (bound {bound:?})"
