@@ -35,6 +35,16 @@ async fn mutual_tls_needs_the_client_certificate() {
     assert_eq!(inspector.keys("tls/lock:m/").await.len(), 1);
     guard.release().await.unwrap();
     assert!(inspector.keys("tls/lock:m/").await.is_empty());
+    // `distlock check` says the connection is encrypted (no user: no role line).
+    let checkup = client.check().await;
+    assert!(checkup.passed(), "{checkup:#?}");
+    let identity = checkup
+        .findings
+        .iter()
+        .find(|f| f.check == "identity")
+        .unwrap();
+    assert!(identity.found.contains("over TLS"), "{identity:?}");
+    assert!(!checkup.findings.iter().any(|f| f.check == "role"));
 }
 
 #[tokio::test]
@@ -76,6 +86,11 @@ async fn a_password_logs_in_and_a_wrong_one_is_named_and_never_shown() {
     member.enable_auth("app", "app-pw");
     let url = |userinfo: &str| format!("etcd://{userinfo}127.0.0.1:{}/auth", member.client_port);
     let client = LockClient::connect(&url("app:app-pw@")).await.unwrap();
+    // `distlock check` names the user and its `root` role.
+    let checkup = client.check().await;
+    assert!(checkup.passed(), "{checkup:#?}");
+    let role = checkup.findings.iter().find(|f| f.check == "role").unwrap();
+    assert!(role.found.contains("`app` has the role `root`"), "{role:?}");
     let guard = client.lock("a").acquire().await.unwrap();
     assert!(client.inspect("a").await.unwrap().is_some());
     guard.release().await.unwrap();

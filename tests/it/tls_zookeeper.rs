@@ -46,6 +46,19 @@ async fn locks_work_over_tls_and_the_server_answers_srvr_over_it() {
     guard.release().await.unwrap();
     let info = locks.ping().await.unwrap();
     assert!(info.version.starts_with("ZooKeeper 3."), "{info:?}");
+    // `distlock check` says the session is encrypted, and reads the server's clock.
+    let checkup = locks.check().await;
+    assert!(checkup.passed(), "{checkup:#?}");
+    let found = |check: &str| {
+        checkup
+            .findings
+            .iter()
+            .find(|f| f.check == check)
+            .map(|f| f.found.clone())
+            .unwrap_or_default()
+    };
+    assert!(found("identity").contains("over TLS"), "{checkup:#?}");
+    assert!(found("clock").contains("from this host's"), "{checkup:#?}");
 }
 
 #[tokio::test]
@@ -104,6 +117,14 @@ async fn with_a_password_only_that_identity_may_touch_the_lock_nodes() {
     let server = ZkServer::start();
     let url = |userinfo: &str| format!("zk://{userinfo}127.0.0.1:{}/auth", server.client_port);
     let app = LockClient::connect(&url("app:secret@")).await.unwrap();
+    // The chroot distlock made carries this identity's ACL: `distlock check` names both.
+    let checkup = app.check().await;
+    assert!(checkup.passed(), "{checkup:#?}");
+    let acl = checkup.findings.iter().find(|f| f.check == "acl").unwrap();
+    assert!(
+        acl.found.contains("grants this identity `crdwa`") && acl.found.contains("digest:app:"),
+        "{acl:?}"
+    );
     let guard = app.lock("acl").acquire().await.unwrap();
     // A client without the identity can neither delete the holder's node nor queue behind it.
     let stranger = client(server.client_port).await;
