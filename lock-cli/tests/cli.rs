@@ -1878,6 +1878,35 @@ async fn check_fails_naming_the_fix_for_a_user_without_the_right_to_lock() {
     assert_eq!(check_keys_left(&server).await, Vec::<String>::new());
 }
 
+/// A PostgreSQL server whose clock is five seconds off this host's (libfaketime in the
+/// server): the `clock` line fails naming the offset and what to do, and the check exits 1;
+/// the lock itself still works (leases are judged by the server's clock alone).
+#[tokio::test]
+async fn check_names_a_server_clock_off_by_seconds() {
+    let server = PostgresServer::start_with_clock_off("+5s");
+    let check = run(&["check", &server.url(), "--json"]).await;
+    assert_eq!(code(&check), 1, "{}", stderr(&check));
+    let json: Value = serde_json::from_slice(&check.stdout).unwrap();
+    let findings = json["findings"].as_array().unwrap();
+    let failed: Vec<&Value> = findings.iter().filter(|f| f["passed"] == false).collect();
+    assert_eq!(failed.len(), 1, "{json}");
+    assert_eq!(failed[0]["check"], "clock", "{json}");
+    let found = failed[0]["found"].as_str().unwrap();
+    let offset: f64 = found
+        .strip_prefix("the server's clock is ")
+        .and_then(|rest| rest.split(" ms").next())
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("{found}"));
+    assert!((4_000.0..6_000.0).contains(&offset), "{found}");
+    assert!(failed[0]["fix"].as_str().unwrap().contains("NTP"), "{json}");
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["check"] == "lock" && f["passed"] == true),
+        "{json}"
+    );
+}
+
 /// A ZooKeeper identity without `cdr` on the chroot (a chroot anyone may only read), and an
 /// etcd user whose one role covers another prefix: `distlock check` says who the client is,
 /// names what is missing the store's own way — the ACL entry to add with `setAcl`, the role

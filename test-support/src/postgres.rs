@@ -29,6 +29,8 @@ pub struct PostgresServer {
     tls: bool,
     /// Another scratch directory to remove with the server (a TLS server's key and pg_hba).
     keep_dir: Option<PathBuf>,
+    /// Environment of the server process (libfaketime's, for a clock off this host's).
+    env: Vec<(String, String)>,
 }
 
 /// A PostgreSQL program: on `PATH`, or in Debian's `/usr/lib/postgresql/<version>/bin`
@@ -118,8 +120,31 @@ impl PostgresServer {
         server
     }
 
+    /// A server whose clock is `offset` off this host's (libfaketime's relative offset, `+5s`,
+    /// preloaded into the server): what `distlock check` must notice.
+    pub fn start_with_clock_off(offset: &str) -> PostgresServer {
+        let library = std::fs::read_dir("/usr/lib")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|arch| arch.path().join("faketime/libfaketime.so.1"))
+            .find(|library| library.exists())
+            .unwrap_or_else(|| {
+                panic!("libfaketime is not installed (Debian: libfaketime): run `{TEST_COMMAND}`, which installs it")
+            });
+        let env = vec![
+            ("LD_PRELOAD".to_owned(), library.display().to_string()),
+            ("FAKETIME".to_owned(), offset.to_owned()),
+        ];
+        PostgresServer::start_with_env(&[], env)
+    }
+
     /// The same, with extra `postgres` arguments.
     pub fn start_with(extra: &[&str]) -> PostgresServer {
+        PostgresServer::start_with_env(extra, Vec::new())
+    }
+
+    fn start_with_env(extra: &[&str], env: Vec<(String, String)>) -> PostgresServer {
         let dir = std::env::temp_dir().join(unique("distlock-pg"));
         std::fs::create_dir_all(&dir).expect("scratch directory");
         let pwfile = dir.join("pwfile");
@@ -152,6 +177,7 @@ impl PostgresServer {
                 owned: true,
                 tls: false,
                 keep_dir: None,
+                env: env.clone(),
             };
             match server.spawn() {
                 Ok(()) => return server,
@@ -214,6 +240,7 @@ impl PostgresServer {
             // piled up in /dev/shm after two days of runs.
             .args(["-c", "dynamic_shared_memory_type=mmap"])
             .args(&self.extra)
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
