@@ -17,13 +17,17 @@ impl PostgresBackend {
     pub(super) async fn acquire_exclusive(&self, spec: LockSpec<'_>) -> Result<Attempt, BoxError> {
         let lease = millis(spec.lease);
         let params: [&(dyn ToSql + Sync); 4] = [&spec.name, &spec.token, &lease, &self.holder];
+        let slot = self.affinity.pick(spec.token, spec.name);
         if !spec.fencing {
             let taken = self
-                .run("the acquisition", spec.name, |conn| async move {
+                .run_on(slot, "the acquisition", |conn| async move {
                     conn.execute(&conn.acquire, &params).await
                 })
                 .await
                 .map_err(acquire_error)?;
+            if taken != 1 {
+                self.affinity.forget(spec.token);
+            }
             if taken == 1 {
                 return Ok(Attempt::Acquired {
                     fencing_token: None,
@@ -48,13 +52,16 @@ impl PostgresBackend {
             return Ok(busy(ttl_ms));
         }
         let row = self
-            .run("the acquisition", spec.name, |conn| async move {
+            .run_on(slot, "the acquisition", |conn| async move {
                 conn.query(&conn.acquire_fenced, &params).await
             })
             .await
             .and_then(|rows| one(rows, "the acquisition"))
             .map_err(acquire_error)?;
         let taken: bool = row.try_get(0).map_err(|e| acquire_error(e.into()))?;
+        if !taken {
+            self.affinity.forget(spec.token);
+        }
         if taken {
             let fence: Option<i64> = row.try_get(1).map_err(|e| acquire_error(e.into()))?;
             let Some(fence) = fence else {

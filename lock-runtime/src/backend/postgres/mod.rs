@@ -37,7 +37,7 @@ use tokio_postgres::types::Type;
 
 use super::sql::errors::{TableTrouble, table_error, timed};
 use super::sql::shares::shares_token;
-use super::sql::{SqlSettings, holder_id, millis, renewed_by_name};
+use super::sql::{SqlSettings, holder_id, millis, renewed_by_name, slot_of};
 use super::{Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released, Upgrade};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
@@ -46,6 +46,7 @@ use crate::runtime::{BoxFuture, Revived};
 mod acquire;
 mod admin;
 pub(crate) mod advisory;
+mod affinity;
 mod check;
 mod encoded;
 mod errors;
@@ -89,6 +90,8 @@ pub(crate) struct PostgresBackend {
     /// flagged; every other release tries the quiet `DELETE` first. A guess either way costs
     /// a round trip or a little server time, never a wrong answer.
     contended: super::Remembered<4096>,
+    /// The connection of each plain lock's statements, by token.
+    affinity: affinity::Affinity,
 }
 
 impl PostgresBackend {
@@ -105,6 +108,7 @@ impl PostgresBackend {
         };
         let polls = settings.transaction_pooler && listen.is_none();
         let sql = PgStatements::new(&settings);
+        let pool_size = settings.pool_size;
         let backend = Arc::new(PostgresBackend {
             config,
             tls,
@@ -123,6 +127,7 @@ impl PostgresBackend {
             local: crate::notify::ReleaseHub::new(None),
             marked: super::Remembered::default(),
             contended: super::Remembered::default(),
+            affinity: affinity::Affinity::new(pool_size),
         });
         backend.prepare_tables().await?;
         // Every pooled connection is made now, in parallel, and prepares every statement: a
@@ -222,8 +227,12 @@ impl Backend for PostgresBackend {
         Box::pin(async move {
             let lease = millis(spec.lease);
             let row_token = row_token(spec.kind);
+            let slot = match row_token {
+                Some(_) => slot_of(spec.name, self.slots.len()),
+                None => self.affinity.of(spec.token, spec.name),
+            };
             let renewed = self
-                .run("the renewal", spec.name, |conn| {
+                .run_on(slot, "the renewal", |conn| {
                     let row_token = row_token.as_deref();
                     async move {
                         match row_token {
@@ -304,7 +313,28 @@ impl PostgresBackend {
         let (name, token) = (hold.name, hold.token);
         let row_token = row_token(hold.kind);
         let marked = row_token.is_none() && self.marked.remove(token);
+        let slot = match row_token {
+            Some(_) => slot_of(name, self.slots.len()),
+            None => self.affinity.of(token, name),
+        };
         Box::pin(async move {
+            let released = self.release_on(slot, hold, marked, row_token).await;
+            if hold.kind == Kind::Exclusive {
+                self.affinity.forget(token);
+            }
+            released
+        })
+    }
+
+    async fn release_on(
+        &self,
+        slot: usize,
+        hold: Hold<'_>,
+        marked: bool,
+        row_token: Option<String>,
+    ) -> Result<Released, BoxError> {
+        let (name, token) = (hold.name, hold.token);
+        {
             let row = row_token.as_deref().unwrap_or_default();
             let params = HoldParams([&name, &token, &row], row_token.is_some());
             let mut tries = 0;
@@ -323,7 +353,7 @@ impl PostgresBackend {
             let upgradable = hold.kind == Kind::Shared && crate::token::is_upgradable(token);
             if quiet && !self.contended.contains(name) {
                 let deleted = self
-                    .run("the release", name, |conn| {
+                    .run_on(slot, "the release", |conn| {
                         tries += 1;
                         async move {
                             if upgradable {
@@ -354,7 +384,7 @@ impl PostgresBackend {
                 tries -= 1;
             }
             let released = self
-                .run("the release", name, |conn| {
+                .run_on(slot, "the release", |conn| {
                     tries += 1;
                     async move {
                         let full = match (params.1, marked) {
@@ -372,6 +402,6 @@ impl PostgresBackend {
                 .first()
                 .is_some_and(|row| row.try_get::<_, bool>(0).unwrap_or(false));
             Ok(Released::after_tries(deleted, tries > 1))
-        })
+        }
     }
 }

@@ -337,11 +337,11 @@ impl PostgresBackend {
     /// The pooled connection for lock `name`, made on the caller's runtime when its slot is
     /// empty, broken, or was made on a runtime that has shut down.
     ///
-    /// Every statement about one lock goes through the same connection, which runs them in the
-    /// order they were sent: the release an abandoned acquisition sends in the background can
-    /// never overtake that acquisition. Different locks spread over the pool.
-    async fn connection(&self, name: &str) -> Result<Arc<Conn>, PgError> {
-        let i = slot_of(name, self.slots.len());
+    /// Every statement of one owner token goes through the same connection (`i`: its name's,
+    /// or for a plain lock its acquisition's, see [`super::affinity::Affinity`]), which runs
+    /// them in the order they were sent: the release an abandoned acquisition sends in the
+    /// background can never overtake that acquisition. Different locks spread over the pool.
+    async fn connection(&self, i: usize) -> Result<Arc<Conn>, PgError> {
         match self.live(i) {
             Some(conn) => Ok(conn),
             None => Box::pin(self.reconnect(i)).await,
@@ -522,12 +522,27 @@ impl PostgresBackend {
         }
     }
 
-    /// Runs `op` on a pooled connection, bounded by the response timeout; a transient failure
-    /// drops that connection and retries on another (the statements are idempotent per token).
+    /// Runs `op` on lock `name`'s pooled connection, bounded by the response timeout; a
+    /// transient failure drops that connection and retries on a new one (the statements are
+    /// idempotent per token).
     pub(super) async fn run<T, F, Fut>(
         &self,
         what: &'static str,
         name: &str,
+        op: F,
+    ) -> Result<T, PgError>
+    where
+        F: FnMut(Arc<Conn>) -> Fut,
+        Fut: Future<Output = Result<T, tokio_postgres::Error>>,
+    {
+        self.run_on(slot_of(name, self.slots.len()), what, op).await
+    }
+
+    /// [`run`](Self::run) on connection `i` (see [`super::affinity::Affinity`]).
+    pub(super) async fn run_on<T, F, Fut>(
+        &self,
+        i: usize,
+        what: &'static str,
         mut op: F,
     ) -> Result<T, PgError>
     where
@@ -536,9 +551,10 @@ impl PostgresBackend {
     {
         let mut attempt = 0;
         loop {
-            let result = match self.connection(name).await {
+            let result = match self.connection(i).await {
                 Ok(conn) => {
                     let number = conn.number;
+                    let _counted = self.affinity.busy(i);
                     let outcome = self.timed(what, op(conn)).await;
                     if outcome.as_ref().is_err_and(PgError::is_transient) {
                         self.invalidate(number);

@@ -331,9 +331,10 @@ pub(crate) fn quoted(table: &str, quote: char) -> String {
 }
 
 /// The pooled connection for lock `name` among `slots` (FNV-1a of the name: cheap, and stable
-/// for the process's life). Every statement about one lock goes through the same connection,
-/// which runs them in the order they were sent: the release sent in the background for an
-/// abandoned acquisition can never overtake that acquisition.
+/// for the process's life). Every statement about one lock goes through the same connection
+/// (on PostgreSQL a plain lock's go through its acquisition's, chosen by load: see
+/// `postgres::affinity`), which runs them in the order they were sent: the release sent in the
+/// background for an abandoned acquisition can never overtake that acquisition.
 pub(crate) fn slot_of(name: &str, slots: usize) -> usize {
     let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
