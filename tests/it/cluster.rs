@@ -20,6 +20,50 @@ fn key_in_slot(slot: u16, label: &str) -> String {
         .expect("some key hashes to every slot")
 }
 
+/// `distlock check` on a Cluster that no longer serves every slot (a master's range
+/// unassigned on every node with `CLUSTER DELSLOTSRANGE`): the `cluster` line fails, naming the fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_names_slots_no_master_serves() {
+    let cluster = RedisCluster::start(3, 0);
+    let client = LockClient::connect(&cluster.url()).await.unwrap();
+    let checkup = client.check().await;
+    assert!(checkup.passed(), "{checkup:#?}");
+    // Every node forgets who serves slots 0-99 (the owner stops serving them).
+    for node in 0..3 {
+        let () = cluster.query(
+            node,
+            redis::cmd("CLUSTER").arg("DELSLOTSRANGE").arg(0).arg(99),
+        );
+    }
+    let line = eventually(Duration::from_secs(10), || async {
+        let checkup = client.check().await;
+        checkup
+            .findings
+            .iter()
+            .any(|f| f.check == "cluster" && !f.passed)
+    })
+    .await;
+    assert!(line, "the cluster line failed");
+    let checkup = client.check().await;
+    let cluster_line = checkup
+        .findings
+        .iter()
+        .find(|f| f.check == "cluster")
+        .unwrap();
+    assert!(
+        cluster_line.found.contains("16284 of 16384 slots assigned"),
+        "{cluster_line:?}"
+    );
+    assert!(
+        cluster_line
+            .fix
+            .as_deref()
+            .unwrap_or_default()
+            .contains("redis-cli --cluster fix"),
+        "{cluster_line:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_master_hands_its_locks_to_the_replica_or_reports_them_lost() {
     let mut cluster = RedisCluster::start(3, 1);

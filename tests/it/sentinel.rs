@@ -135,6 +135,56 @@ async fn a_failover_keeps_an_acknowledged_lock_and_serves_new_acquisitions() {
     assert_eq!(get(&mut master, "lock:held").await, None, "nothing left");
 }
 
+/// `distlock check` with `?replicas=1`: passes while the master has its replica, and once the
+/// replica is gone fails the `replicas` line, naming what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_names_a_master_without_the_replicas_the_url_asks_for() {
+    let master = RedisServer::start();
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let online = || async {
+        let info: String =
+            query(master.port(), redis::cmd("INFO").arg("replication")).unwrap_or_default();
+        info.contains("state=online")
+    };
+    assert!(
+        eventually(Duration::from_secs(20), online).await,
+        "the replica came online"
+    );
+    let client = LockClient::connect(&format!("{}?replicas=1", master.url()))
+        .await
+        .unwrap();
+    let replicas = |checkup: &distlock::admin::Checkup| {
+        checkup
+            .findings
+            .iter()
+            .find(|f| f.check == "replicas")
+            .cloned()
+            .expect("a replicas line")
+    };
+    let checkup = client.check().await;
+    assert!(checkup.passed(), "{checkup:#?}");
+    assert!(
+        replicas(&checkup).found.contains("the 1 replicas"),
+        "{checkup:#?}"
+    );
+    drop(replica);
+    assert!(
+        eventually(Duration::from_secs(10), || async { !online().await }).await,
+        "the master saw its replica go"
+    );
+    let checkup = client.check().await;
+    let line = replicas(&checkup);
+    assert!(!line.passed, "{checkup:#?}");
+    assert!(
+        line.fix
+            .as_deref()
+            .unwrap_or_default()
+            .contains("lower `?replicas=`"),
+        "{line:?}"
+    );
+}
+
 /// With `?replicas=1`, a grant the only replica cannot acknowledge is given back (the master
 /// holds nothing afterwards) and the acquisition times out; a held lock whose renewals the
 /// replica cannot acknowledge is reported lost within its lease. Once the replica answers
