@@ -938,24 +938,21 @@ async fn no_renewal_after_exit<F: Faulty>(fixture: F) {
             );
         }
         let name = format!("exit:{path}");
+        // The lock is released at the exit: by the function itself on a return, in the
+        // background on a panic or a cancellation — which a busy host may run late, after the
+        // 600 ms lease has expired the lock. Within seconds it is gone either way (an advisory
+        // lock has no lease: only its release ends it).
         let looked_at = Instant::now();
-        let gone = support::eventually(ms(400), || async {
+        let gone = support::eventually(ms(5_000), || async {
             holder_of(&fixture, &name).await.is_none()
         })
         .await;
-        if !gone {
-            // How long it did take, for the report.
-            let later = support::eventually(ms(5_000), || async {
-                holder_of(&fixture, &name).await.is_none()
-            })
-            .await;
-            panic!(
-                "{path}: the lock is still held 400 ms after the exit (gone {}: {:?} after the \
-                 first look)",
-                later,
-                looked_at.elapsed()
-            );
-        }
+        let gone_after = looked_at.elapsed();
+        assert!(
+            gone,
+            "{path}: the lock is still held 5 s after the exit; the last the server logged:\n{}",
+            fixture.recent_writes().await
+        );
         let gone_at = support::wall_clock();
         fixture.settle(&format!("lock:{name}")).await;
         // While the helper's client lives (every path but the shutdown), ZooKeeper and etcd
@@ -967,7 +964,18 @@ async fn no_renewal_after_exit<F: Faulty>(fixture: F) {
                 fixture.writes().await
             }
         };
-        let settled = count().await;
+        // A release that ran late lands now: wait until nothing has reached the server for
+        // 300 ms (a renewal every 200 ms never lets that happen), for 5 s at most.
+        let quiet_from = Instant::now();
+        let mut settled = count().await;
+        let mut quiet_since = Instant::now();
+        while quiet_since.elapsed() < ms(300) && quiet_from.elapsed() < ms(5_000) {
+            tokio::time::sleep(ms(50)).await;
+            let now = count().await;
+            if now != settled {
+                (settled, quiet_since) = (now, Instant::now());
+            }
+        }
         tokio::time::sleep(helper::EXIT_LEASE).await; // three renewal intervals
         let after = count().await - settled;
         assert_eq!(
@@ -979,7 +987,8 @@ async fn no_renewal_after_exit<F: Faulty>(fixture: F) {
             fixture.recent_writes().await
         );
         report.push(format!(
-            "{path}: {during} commands while running, 0 after{}",
+            "{path}: {during} commands while running, gone {gone_after:?} after the exit, 0 \
+             after{}",
             if lost { " (lost to a stall)" } else { "" }
         ));
         start = fixture.renewals().await;
@@ -1294,8 +1303,10 @@ async fn paused_holder_kept_for_its_lock_delay<F: Faulty>(fixture: F) {
     // On ZooKeeper and etcd a lock lives on a session or lease kept by heartbeats, which the
     // server expires on ticks of its own; etcd counts whole seconds (the delay rounded up too:
     // a second more than the delay at most, which the bound allows).
+    // (A lease of a second: a holder that a busy host starves for a few hundred milliseconds
+    // still renews it, as the scenario needs before its pause.)
     let (lease, kept_delay, late) = match fixture.renews_per_lock() {
-        true => (ms(500), delay, ms(1_000)),
+        true => (ms(1_000), delay, ms(1_000)),
         false => (
             fixture.short_lease(),
             Duration::from_secs(delay.as_millis().div_ceil(1_000) as u64),
