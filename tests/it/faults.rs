@@ -231,10 +231,12 @@ async fn killed<F: Faulty>(fixture: F, who: Killed) {
     // Let the holder renew a few times, so the lease is the renewed one.
     tokio::time::sleep(ms(500)).await;
     let before_read = now_ns();
-    let ttl = fixture
-        .ttl(&format!("lock:{key}"))
-        .await
-        .expect("the lock has a TTL");
+    let Some(ttl) = fixture.ttl(&format!("lock:{key}")).await else {
+        panic!(
+            "the lock has no TTL 300 ms after its grant; the last the server logged:\n{}",
+            fixture.recent_writes().await
+        );
+    };
     holder.signal(libc::SIGKILL);
     let killed_at = now_ns();
     let _ = holder.child.wait();
@@ -399,10 +401,12 @@ async fn blackholed_holder<F: Faulty>(fixture: F) {
     let held_token = guard.fencing_token();
     tokio::time::sleep(ms(300)).await;
     let before_read = now_ns();
-    let ttl = fixture
-        .ttl(&format!("lock:{key}"))
-        .await
-        .expect("the lock has a TTL");
+    let Some(ttl) = fixture.ttl(&format!("lock:{key}")).await else {
+        panic!(
+            "the lock has no TTL 300 ms after its grant; the last the server logged:\n{}",
+            fixture.recent_writes().await
+        );
+    };
     let (cut_at, cut_ns) = (Instant::now(), now_ns());
     for proxy in path.proxies() {
         proxy.set_blackhole(true);
@@ -611,10 +615,12 @@ async fn server_restarts_empty<F: Faulty>(mut fixture: F) {
     tokio::time::sleep(ms(200)).await;
     let victims = fixture.victims(&key);
     let before_read = now_ns();
-    let ttl = fixture
-        .ttl(&format!("lock:{key}"))
-        .await
-        .expect("the lock has a TTL");
+    let Some(ttl) = fixture.ttl(&format!("lock:{key}")).await else {
+        panic!(
+            "the lock has no TTL 300 ms after its grant; the last the server logged:\n{}",
+            fixture.recent_writes().await
+        );
+    };
     fixture.kill(&victims);
     fixture.restart(&victims);
     assert_eq!(holder_of(&fixture, &key).await, None, "restarted empty");
@@ -1330,10 +1336,12 @@ async fn paused_holder_kept_for_its_lock_delay<F: Faulty>(fixture: F) {
     // Let the holder renew, so the expiry is a renewed one.
     tokio::time::sleep(ms(300)).await;
     let before_read = now_ns();
-    let ttl = fixture
-        .ttl(&format!("lock:{key}"))
-        .await
-        .expect("the lock has a TTL");
+    let Some(ttl) = fixture.ttl(&format!("lock:{key}")).await else {
+        panic!(
+            "the lock has no TTL 300 ms after its grant; the last the server logged:\n{}",
+            fixture.recent_writes().await
+        );
+    };
     // Above the lease: only the delay can have put it there. (Not necessarily above the delay:
     // a renewal may be late on a busy machine or behind a `WAIT` for replicas.)
     assert!(
