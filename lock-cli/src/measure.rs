@@ -46,8 +46,8 @@ where
 }
 
 /// Runs the handoff `tasks` for `window` — each, its client's index and one take-and-give-back
-/// of the lock returning when it was granted (its release begins at once), again and again —
-/// and returns grants per second and the p50 / p99 gaps between clients (µs).
+/// of the lock returning when it was granted (its release begins at once), again and again,
+/// as [`throughput`] runs them — and returns grants per second and the p50 / p99 gaps between clients (µs).
 pub async fn handoff<F, Fut, E>(
     window: Duration,
     tasks: Vec<(usize, F)>,
@@ -58,25 +58,24 @@ where
     E: Send + 'static,
 {
     let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let mut handles = Vec::new();
-    for (client, once) in tasks {
-        let (log, stop) = (log.clone(), stop.clone());
-        handles.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let granted = once().await?;
-                log.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((granted, client));
+    let takers = tasks
+        .into_iter()
+        .map(|(client, once)| {
+            let log = Arc::clone(&log);
+            move || {
+                let (granted, log) = (once(), Arc::clone(&log));
+                async move {
+                    let granted = granted.await?;
+                    log.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((granted, client));
+                    Ok(())
+                }
             }
-            Ok::<_, E>(())
-        }));
-    }
-    tokio::time::sleep(window).await;
-    stop.store(true, Ordering::Relaxed);
-    joined(handles).await?;
+        })
+        .collect();
+    let grants = throughput(window, takers).await?;
     let log = std::mem::take(&mut *log.lock().unwrap_or_else(|p| p.into_inner()));
-    let grants = log.len() as f64 / window.as_secs_f64();
     let gaps = between_clients(log);
     let us = |p| percentile(&gaps, p).as_secs_f64() * 1e6;
     Ok((grants, us(0.5), us(0.99)))

@@ -239,8 +239,10 @@ fn exit_outcome(
     result: Result<(), LockError>,
     planned: impl Fn(&Result<(), LockError>) -> bool,
 ) -> String {
+    if planned(&result) {
+        return EXIT_AS_PLANNED.to_owned();
+    }
     match result {
-        ref planned_result if planned(planned_result) => EXIT_AS_PLANNED.to_owned(),
         Err(LockError::Lost { key }) => format!("{EXIT_LOST}: {key}"),
         other => format!("unexpected: {other:?}"),
     }

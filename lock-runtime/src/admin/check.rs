@@ -274,10 +274,25 @@ pub(crate) async fn clock_check(read: impl std::future::Future<Output = Option<f
     allow(dead_code)
 )]
 pub(crate) fn identity_finding(user: Option<&str>, tls: Option<&str>) -> Finding {
-    let who = match user {
-        Some(user) => format!("as `{user}`"),
-        None => "(the server did not say as whom)".to_owned(),
-    };
+    match user {
+        Some(user) => identity_as(&format!("as `{user}`"), tls),
+        None => identity_as("(the server did not say as whom)", tls),
+    }
+}
+
+/// The `identity` finding of a client logged in `who` (`as \`app\``), over `tls` as
+/// [`identity_finding`] takes it.
+#[cfg_attr(
+    not(any(
+        feature = "redis",
+        feature = "postgres",
+        feature = "mysql",
+        feature = "zookeeper",
+        feature = "etcd"
+    )),
+    allow(dead_code)
+)]
+pub(crate) fn identity_as(who: &str, tls: Option<&str>) -> Finding {
     let over = match tls {
         Some("") => "over TLS".to_owned(),
         Some(detail) => format!("over TLS ({detail})"),

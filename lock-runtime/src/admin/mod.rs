@@ -35,6 +35,8 @@ mod watch;
     feature = "zookeeper"
 ))]
 pub(crate) use check::clock_check;
+#[cfg(feature = "etcd")]
+pub(crate) use check::identity_as;
 #[cfg(any(
     feature = "redis",
     feature = "postgres",

@@ -4,7 +4,7 @@
 
 use super::EtcdBackend;
 use super::proto::{self, PERM_READ, PERM_READWRITE, PERM_WRITE, Permission, path};
-use crate::admin::{Finding, identity_finding};
+use crate::admin::{Finding, identity_as, identity_finding};
 
 impl EtcdBackend {
     pub(super) async fn diagnose_server(&self) -> Vec<Finding> {
@@ -12,15 +12,11 @@ impl EtcdBackend {
         let tls = self.access.tls.is_some().then_some("");
         let mut findings = vec![match &user {
             Some(user) => identity_finding(Some(user), tls),
-            None => {
-                // etcd refuses every call without a user once its authentication is on.
-                let mut finding = identity_finding(None, tls);
-                finding.found = finding.found.replace(
-                    "(the server did not say as whom)",
-                    "as no user (the URL names none: the server's authentication is off)",
-                );
-                finding
-            }
+            // etcd refuses every call without a user once its authentication is on.
+            None => identity_as(
+                "as no user (the URL names none: the server's authentication is off)",
+                tls,
+            ),
         }];
         if let Some(user) = user {
             findings.push(self.role(&user).await);

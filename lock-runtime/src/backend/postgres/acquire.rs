@@ -25,14 +25,12 @@ impl PostgresBackend {
                 })
                 .await
                 .map_err(acquire_error)?;
-            if taken != 1 {
-                self.affinity.forget(spec.token);
-            }
             if taken == 1 {
                 return Ok(Attempt::Acquired {
                     fencing_token: None,
                 });
             }
+            self.affinity.forget(spec.token);
             self.contended.insert(spec.name);
             if spec.waiting {
                 return self.mark(spec).await;
@@ -59,9 +57,6 @@ impl PostgresBackend {
             .and_then(|rows| one(rows, "the acquisition"))
             .map_err(acquire_error)?;
         let taken: bool = row.try_get(0).map_err(|e| acquire_error(e.into()))?;
-        if !taken {
-            self.affinity.forget(spec.token);
-        }
         if taken {
             let fence: Option<i64> = row.try_get(1).map_err(|e| acquire_error(e.into()))?;
             let Some(fence) = fence else {
@@ -74,6 +69,7 @@ impl PostgresBackend {
                 fencing_token: Some(fence as u64),
             });
         }
+        self.affinity.forget(spec.token);
         self.contended.insert(spec.name);
         if spec.waiting {
             return self.mark(spec).await;

@@ -37,7 +37,7 @@ use tokio_postgres::types::Type;
 
 use super::sql::errors::{TableTrouble, table_error, timed};
 use super::sql::shares::shares_token;
-use super::sql::{SqlSettings, holder_id, millis, renewed_by_name, slot_of};
+use super::sql::{SqlSettings, holder_id, millis, renewed_by_name};
 use super::{Attempt, Backend, Capabilities, Hold, Kind, LockSpec, Released, Upgrade};
 use crate::error::{BoxError, LockError};
 use crate::notify::ReleaseSubscription;
@@ -227,10 +227,7 @@ impl Backend for PostgresBackend {
         Box::pin(async move {
             let lease = millis(spec.lease);
             let row_token = row_token(spec.kind);
-            let slot = match row_token {
-                Some(_) => slot_of(spec.name, self.slots.len()),
-                None => self.affinity.of(spec.token, spec.name),
-            };
+            let slot = self.affinity.of(spec.token, spec.name);
             let renewed = self
                 .run_on(slot, "the renewal", |conn| {
                     let row_token = row_token.as_deref();
@@ -310,98 +307,91 @@ impl Backend for PostgresBackend {
 impl PostgresBackend {
     /// Gives back `hold`'s row (or share), waking the waiters `NOTIFY` reaches.
     fn release_row<'a>(&'a self, hold: Hold<'a>) -> BoxFuture<'a, Result<Released, BoxError>> {
-        let (name, token) = (hold.name, hold.token);
+        let token = hold.token;
         let row_token = row_token(hold.kind);
         let marked = row_token.is_none() && self.marked.remove(token);
-        let slot = match row_token {
-            Some(_) => slot_of(name, self.slots.len()),
-            None => self.affinity.of(token, name),
-        };
         Box::pin(async move {
-            let released = self.release_on(slot, hold, marked, row_token).await;
-            if hold.kind == Kind::Exclusive {
-                self.affinity.forget(token);
-            }
+            let released = self.release_on(hold, marked, row_token).await;
+            self.affinity.forget(token);
             released
         })
     }
 
+    /// [`release_row`](Self::release_row)'s statements, on the connection of `hold`'s token.
     async fn release_on(
         &self,
-        slot: usize,
         hold: Hold<'_>,
         marked: bool,
         row_token: Option<String>,
     ) -> Result<Released, BoxError> {
         let (name, token) = (hold.name, hold.token);
-        {
-            let row = row_token.as_deref().unwrap_or_default();
-            let params = HoldParams([&name, &token, &row], row_token.is_some());
-            let mut tries = 0;
-            // The common case first: a writer's row or a lone share, live, no one waiting →
-            // one `DELETE` that returns nothing. Anything else (0 rows) is the full
-            // statement's to decide. A name found busy (or shared) before likely has a waiter
-            // (or other shares): the full statement at once. The lone permit of a semaphore
-            // of one may have waiters, which only the full statement wakes.
-            let quiet = match hold.kind {
-                Kind::Exclusive => !marked,
-                Kind::Shared => true,
-                Kind::Permits(n) => n > 1,
-            };
-            // An upgradable share's departure wakes those waiting to take one, who leave no
-            // mark: its lone release notifies (a statement prepared when first run).
-            let upgradable = hold.kind == Kind::Shared && crate::token::is_upgradable(token);
-            if quiet && !self.contended.contains(name) {
-                let deleted = self
-                    .run_on(slot, "the release", |conn| {
-                        tries += 1;
-                        async move {
-                            if upgradable {
-                                let (cell, text) = (
-                                    &conn.upgradable_release_alone,
-                                    &self.sql.upgradable_release_alone,
-                                );
-                                let rows = conn.rare(cell, text, &[Type::TEXT; 3], params.get());
-                                let count = rows.await?.first().map(|row| row.try_get(0));
-                                return Ok(count.transpose()?.unwrap_or(0i64) as u64);
-                            }
-                            let quiet = match params.1 {
-                                true => &conn.share_release_alone,
-                                false => &conn.release_quiet,
-                            };
-                            conn.execute(quiet, params.get()).await
-                        }
-                    })
-                    .await?;
-                if deleted == 1 {
-                    return Ok(Released::Deleted);
-                }
-                if params.1 {
-                    self.contended.insert(name); // other shares, or a writer's mark
-                }
-                // A retried quiet try may have deleted the row unseen: `tries` then stays
-                // above 1 below, so finding nothing there is ambiguous, not "not ours".
-                tries -= 1;
-            }
-            let released = self
+        let slot = self.affinity.of(token, name);
+        let row = row_token.as_deref().unwrap_or_default();
+        let params = HoldParams([&name, &token, &row], row_token.is_some());
+        let mut tries = 0;
+        // The common case first: a writer's row or a lone share, live, no one waiting →
+        // one `DELETE` that returns nothing. Anything else (0 rows) is the full
+        // statement's to decide. A name found busy (or shared) before likely has a waiter
+        // (or other shares): the full statement at once. The lone permit of a semaphore
+        // of one may have waiters, which only the full statement wakes.
+        let quiet = match hold.kind {
+            Kind::Exclusive => !marked,
+            Kind::Shared => true,
+            Kind::Permits(n) => n > 1,
+        };
+        // An upgradable share's departure wakes those waiting to take one, who leave no
+        // mark: its lone release notifies (a statement prepared when first run).
+        let upgradable = hold.kind == Kind::Shared && crate::token::is_upgradable(token);
+        if quiet && !self.contended.contains(name) {
+            let deleted = self
                 .run_on(slot, "the release", |conn| {
                     tries += 1;
                     async move {
-                        let full = match (params.1, marked) {
-                            (true, _) => &conn.read_release,
-                            (false, true) => &conn.release,
-                            (false, false) => &conn.release_unmarked,
+                        if upgradable {
+                            let (cell, text) = (
+                                &conn.upgradable_release_alone,
+                                &self.sql.upgradable_release_alone,
+                            );
+                            let rows = conn.rare(cell, text, &[Type::TEXT; 3], params.get());
+                            let count = rows.await?.first().map(|row| row.try_get(0));
+                            return Ok(count.transpose()?.unwrap_or(0i64) as u64);
+                        }
+                        let quiet = match params.1 {
+                            true => &conn.share_release_alone,
+                            false => &conn.release_quiet,
                         };
-                        conn.query(full, params.get()).await
+                        conn.execute(quiet, params.get()).await
                     }
                 })
                 .await?;
-            // A writer's release: a `true` row when the lock was ours (a `false` one: only its
-            // mark went); a reader's: one row saying whether its share was live.
-            let deleted = released
-                .first()
-                .is_some_and(|row| row.try_get::<_, bool>(0).unwrap_or(false));
-            Ok(Released::after_tries(deleted, tries > 1))
+            if deleted == 1 {
+                return Ok(Released::Deleted);
+            }
+            if params.1 {
+                self.contended.insert(name); // other shares, or a writer's mark
+            }
+            // A retried quiet try may have deleted the row unseen: `tries` then stays
+            // above 1 below, so finding nothing there is ambiguous, not "not ours".
+            tries -= 1;
         }
+        let released = self
+            .run_on(slot, "the release", |conn| {
+                tries += 1;
+                async move {
+                    let full = match (params.1, marked) {
+                        (true, _) => &conn.read_release,
+                        (false, true) => &conn.release,
+                        (false, false) => &conn.release_unmarked,
+                    };
+                    conn.query(full, params.get()).await
+                }
+            })
+            .await?;
+        // A writer's release: a `true` row when the lock was ours (a `false` one: only its
+        // mark went); a reader's: one row saying whether its share was live.
+        let deleted = released
+            .first()
+            .is_some_and(|row| row.try_get::<_, bool>(0).unwrap_or(false));
+        Ok(Released::after_tries(deleted, tries > 1))
     }
 }

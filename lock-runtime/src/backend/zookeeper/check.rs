@@ -9,10 +9,10 @@ use crate::admin::{Finding, clock_check, identity_finding};
 
 /// What a lock needs on the chroot: list its parents (read), make them (create) and let them
 /// go (delete).
-const NEEDED: [(zk::Permission, char); 3] = [
-    (zk::Permission::READ, 'r'),
-    (zk::Permission::CREATE, 'c'),
-    (zk::Permission::DELETE, 'd'),
+const NEEDED: [zk::Permission; 3] = [
+    zk::Permission::CREATE,
+    zk::Permission::READ,
+    zk::Permission::DELETE,
 ];
 
 impl ZookeeperBackend {
@@ -22,12 +22,12 @@ impl ZookeeperBackend {
             return Vec::new();
         };
         // `whoami` (ZooKeeper 3.7 and later): the schemes and ids the session is known by.
-        let users = self
+        let whoami = self
             .call("whoami", client.list_auth_users())
             .await
             .ok()
             .filter(|users| !users.is_empty());
-        let who = users.as_ref().map(|users| {
+        let who = whoami.as_ref().map(|users| {
             users
                 .iter()
                 .map(|user| format!("{}:{}", user.scheme(), user.user()))
@@ -35,15 +35,28 @@ impl ZookeeperBackend {
                 .join(", ")
         });
         let tls = self.url.secure.then_some("");
+        // Without `whoami` (a server before 3.7) the session is `world:anyone`, plus the URL's
+        // digest user when it has one.
+        let users = whoami.unwrap_or_else(|| self.digest_identity());
         vec![
             identity_finding(who.as_deref(), tls),
-            self.acl(&client, users.as_deref()).await,
+            self.acl(&client, &users).await,
             clock_check(self.server_time(&client)).await,
         ]
     }
 
+    /// The URL's digest user, as `whoami` would name it.
+    fn digest_identity(&self) -> Vec<zk::AuthUser> {
+        let Some(digest) = &self.url.digest else {
+            return Vec::new();
+        };
+        let text = String::from_utf8_lossy(&digest.0);
+        let user = text.split_once(':').map_or(&*text, |(user, _)| user);
+        vec![zk::AuthUser::new("digest", user)]
+    }
+
     /// The chroot's ACL (`getAcl`), and whether it grants this identity what locks need.
-    async fn acl(&self, client: &zk::Client, users: Option<&[zk::AuthUser]>) -> Finding {
+    async fn acl(&self, client: &zk::Client, users: &[zk::AuthUser]) -> Finding {
         let root = if self.url.chroot.is_empty() {
             "/"
         } else {
@@ -72,33 +85,14 @@ impl ZookeeperBackend {
             })
             .collect::<Vec<_>>()
             .join(", ");
-        // Without `whoami` (a server before 3.7) the session is `world:anyone`, plus the URL's
-        // digest user when it has one.
-        let fallback;
-        let users = match users {
-            Some(users) => users,
-            None => {
-                let digest = self.url.digest.as_ref().map(|d| {
-                    let text = String::from_utf8_lossy(&d.0);
-                    text.split_once(':')
-                        .map_or(&*text, |(user, _)| user)
-                        .to_owned()
-                });
-                fallback = digest
-                    .map(|user| zk::AuthUser::new("digest", &user))
-                    .into_iter()
-                    .collect::<Vec<_>>();
-                &fallback
-            }
-        };
         let granted = acls
             .iter()
             .filter(|acl| applies(acl, users))
             .fold(zk::Permission::NONE, |all, acl| all | acl.permission());
         let missing: String = NEEDED
-            .iter()
-            .filter(|(permission, _)| !granted.has(*permission))
-            .map(|(_, letter)| *letter)
+            .into_iter()
+            .filter(|permission| !granted.has(*permission))
+            .map(letters)
             .collect();
         if missing.is_empty() {
             return Finding::pass(
